@@ -1,0 +1,13 @@
+// Package testenv runs the real Apache Kafka broker that integration tests use, and gives tests
+// uniquely named topics on it.
+//
+// The broker is a single KRaft node (broker and controller in one JVM) started from jars that
+// Maven resolves once from Maven Central into testenv/kafka/libs; see testenv/kafka/kafka-up.sh.
+// `make kafka-up` starts it and `make kafka-down` stops it; `make test` does both around the test
+// run when no broker is reachable.
+//
+// Tests find the broker through KAFKA_BROKERS (a comma-separated list of host:port). When it is
+// unset, the address written by kafka-up.sh to $TMPDIR/ckf-kafka/bootstrap is used. A test that
+// needs the broker and cannot reach one fails (it never skips) with a message that names the
+// command that starts one.
+package testenv
