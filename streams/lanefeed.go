@@ -1,0 +1,296 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// MaxLanes is the number of physical lanes: partition p of the lane topic is lane p.
+const MaxLanes = 16
+
+// LaneBatch is a run of consecutive records of one lane partition, in offset order, as one
+// poll returned them.
+type LaneBatch struct {
+	Records []*kgo.Record
+	// HighWatermark is the partition's high watermark (under read_committed: the last stable
+	// offset) reported with these records.
+	HighWatermark int64
+	epoch         uint64
+	bytes         int
+}
+
+// FeedConfig bounds the per-lane queues of a LaneFeed.
+type FeedConfig struct {
+	// PauseBytes pauses fetching of a lane's partition once that many bytes of its records wait
+	// in its queue. Default 64 MiB (16 one-MiB snapshot chunks per lane, four lanes' worth of a
+	// 2^20-bucket snapshot). Other lanes keep fetching.
+	PauseBytes int
+	// ResumeBytes resumes fetching once the queue drains to this many bytes. Default PauseBytes/4.
+	ResumeBytes int
+	// OnFetchError, when set, receives fetch errors (the client keeps retrying the partition).
+	OnFetchError func(error)
+}
+
+func (c FeedConfig) withDefaults() FeedConfig {
+	if c.PauseBytes <= 0 {
+		c.PauseBytes = 64 << 20
+	}
+	if c.ResumeBytes <= 0 || c.ResumeBytes >= c.PauseBytes {
+		c.ResumeBytes = c.PauseBytes / 4
+	}
+	return c
+}
+
+// LaneFeed fetches the partitions of the lane topic by direct assignment (no consumer group:
+// every indexer replica reads every lane) on one polling goroutine and hands each partition's
+// records to that lane's bounded queue. One slow lane pauses only its own partition.
+//
+// Seeks are carried out by the polling goroutine between polls, so a lane never sees a record
+// fetched before its seek after it: SetOffsets invalidates what franz-go buffered for the
+// partition, and the lane's queue is cleared and its epoch advanced under the queue's lock in
+// the same step.
+type LaneFeed struct {
+	cl    *kgo.Client
+	topic string
+	cfg   FeedConfig
+
+	queues [MaxLanes]*laneQueue
+
+	mu         sync.Mutex
+	pending    map[int32]pendingSeek
+	cancelPoll context.CancelFunc
+}
+
+type pendingSeek struct {
+	offset int64
+	epoch  uint64
+}
+
+// NewLaneFeed returns a feed for the given lanes of topic. cl must be a client created with
+// kgo.ConsumePartitions for exactly those partitions (see LaneConsumerOpts).
+func NewLaneFeed(cl *kgo.Client, topic string, lanes []int32, cfg FeedConfig) (*LaneFeed, error) {
+	f := &LaneFeed{cl: cl, topic: topic, cfg: cfg.withDefaults(), pending: map[int32]pendingSeek{}}
+	for _, l := range lanes {
+		if l < 0 || l >= MaxLanes {
+			return nil, fmt.Errorf("streams: lane %d out of range [0,%d)", l, MaxLanes)
+		}
+		if f.queues[l] != nil {
+			return nil, fmt.Errorf("streams: lane %d listed twice", l)
+		}
+		f.queues[l] = &laneQueue{lane: l, notify: make(chan struct{}, 1)}
+	}
+	return f, nil
+}
+
+// LaneConsumerOpts returns the client options a LaneFeed needs: direct assignment of the lane
+// partitions starting at the given offsets (kgo.NewOffset().AtStart() where none is known), and
+// read_committed isolation so aborted records of a fenced relay are never applied.
+func LaneConsumerOpts(topic string, start map[int32]kgo.Offset) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxPartitionBytes(8 << 20),
+		kgo.FetchMaxBytes(32 << 20),
+	}
+}
+
+// Run polls until ctx ends or the client closes. It returns nil on ctx's end.
+func (f *LaneFeed) Run(ctx context.Context) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil
+		}
+		f.applySeeks()
+		pctx, cancel := context.WithCancel(ctx)
+		f.mu.Lock()
+		f.cancelPoll = cancel
+		pendingSeeks := len(f.pending) > 0
+		f.mu.Unlock()
+		if pendingSeeks { // a seek arrived between applySeeks and here
+			cancel()
+			continue
+		}
+		fetches := f.cl.PollFetches(pctx)
+		f.mu.Lock()
+		f.cancelPoll = nil
+		f.mu.Unlock()
+		cancel()
+		if fetches.IsClientClosed() {
+			return nil
+		}
+		var fatal error
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return
+			}
+			// franz-go retries retriable errors itself; what reaches here is for the operator.
+			fatal = fmt.Errorf("fetch %s[%d]: %w", topic, p, err)
+		})
+		if fatal != nil && ctx.Err() == nil {
+			// Not fatal for the feed: the partition keeps being retried by the client. Surface it.
+			f.deliverError(fatal)
+		}
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if fp.Topic != f.topic || fp.Partition < 0 || fp.Partition >= MaxLanes {
+				return
+			}
+			q := f.queues[fp.Partition]
+			if q == nil || len(fp.Records) == 0 {
+				if q != nil {
+					q.observeHighWatermark(fp.HighWatermark)
+				}
+				return
+			}
+			q.push(fp.Records, fp.HighWatermark, f.cfg.PauseBytes, func() {
+				f.cl.PauseFetchPartitions(map[string][]int32{f.topic: {fp.Partition}})
+			})
+		})
+	}
+}
+
+func (f *LaneFeed) deliverError(err error) {
+	if f.cfg.OnFetchError != nil {
+		f.cfg.OnFetchError(err)
+	}
+}
+
+// Seek makes lane's next records start at offset. Records already queued for the lane, and any
+// fetched before the seek takes effect, are discarded. It returns at once; the polling goroutine
+// carries the seek out before its next poll.
+func (f *LaneFeed) Seek(lane int32, offset int64) {
+	q := f.queues[lane]
+	q.mu.Lock()
+	q.wantEpoch++
+	epoch := q.wantEpoch
+	q.mu.Unlock()
+	f.mu.Lock()
+	f.pending[lane] = pendingSeek{offset: offset, epoch: epoch}
+	if f.cancelPoll != nil {
+		f.cancelPoll()
+	}
+	f.mu.Unlock()
+}
+
+func (f *LaneFeed) applySeeks() {
+	f.mu.Lock()
+	if len(f.pending) == 0 {
+		f.mu.Unlock()
+		return
+	}
+	seeks := f.pending
+	f.pending = map[int32]pendingSeek{}
+	f.mu.Unlock()
+	set := map[int32]kgo.EpochOffset{}
+	for lane, s := range seeks {
+		q := f.queues[lane]
+		q.mu.Lock()
+		q.batches, q.bytes, q.epoch = nil, 0, s.epoch
+		if q.paused {
+			q.paused = false
+			f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {lane}})
+		}
+		q.mu.Unlock()
+		set[lane] = kgo.EpochOffset{Epoch: -1, Offset: s.offset}
+	}
+	f.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{f.topic: set})
+}
+
+// Next blocks until lane has records (or ctx ends) and returns them. Records fetched before the
+// lane's latest Seek are never returned.
+func (f *LaneFeed) Next(ctx context.Context, lane int32) (LaneBatch, error) {
+	q := f.queues[lane]
+	for {
+		q.mu.Lock()
+		for len(q.batches) > 0 {
+			b := q.batches[0]
+			q.batches[0] = LaneBatch{}
+			q.batches = q.batches[1:]
+			q.bytes -= b.bytes
+			if b.epoch != q.wantEpoch {
+				continue // fetched before a seek that is still pending or was just applied
+			}
+			if q.paused && q.bytes <= f.cfg.ResumeBytes {
+				q.paused = false
+				f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {lane}})
+			}
+			q.mu.Unlock()
+			return b, nil
+		}
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return LaneBatch{}, ctx.Err()
+		case <-q.notify:
+		}
+	}
+}
+
+// HighWatermark returns the latest high watermark seen for lane's partition (-1 before the
+// first fetch).
+func (f *LaneFeed) HighWatermark(lane int32) int64 {
+	q := f.queues[lane]
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.seenHWM {
+		return -1
+	}
+	return q.hwm
+}
+
+// QueuedBytes returns how many record bytes wait in lane's queue, and whether its partition is
+// paused.
+func (f *LaneFeed) QueuedBytes(lane int32) (int, bool) {
+	q := f.queues[lane]
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.bytes, q.paused
+}
+
+type laneQueue struct {
+	lane   int32
+	notify chan struct{}
+
+	mu        sync.Mutex
+	batches   []LaneBatch
+	bytes     int
+	epoch     uint64 // epoch of the seek the poller last applied
+	wantEpoch uint64 // epoch of the latest seek requested
+	paused    bool
+	hwm       int64
+	seenHWM   bool
+}
+
+// push appends records and pauses the partition once the queue holds pauseBytes. Pausing and
+// resuming both happen under q.mu, so a resume from Next can never be overtaken by a stale pause.
+func (q *laneQueue) push(rs []*kgo.Record, hwm int64, pauseBytes int, pause func()) {
+	n := 0
+	for _, r := range rs {
+		n += len(r.Key) + len(r.Value)
+	}
+	q.mu.Lock()
+	q.batches = append(q.batches, LaneBatch{Records: rs, HighWatermark: hwm, epoch: q.epoch, bytes: n})
+	q.bytes += n
+	q.hwm, q.seenHWM = hwm, true
+	if q.bytes >= pauseBytes && !q.paused {
+		q.paused = true
+		pause()
+	}
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (q *laneQueue) observeHighWatermark(hwm int64) {
+	if hwm < 0 {
+		return
+	}
+	q.mu.Lock()
+	q.hwm, q.seenHWM = hwm, true
+	q.mu.Unlock()
+}
