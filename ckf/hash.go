@@ -1,0 +1,133 @@
+package ckf
+
+import (
+	"encoding/binary"
+
+	"github.com/zeebo/xxh3"
+)
+
+// Hashing (spec §2). Every hash is XXH3-64 (xxh3_64bits_withSeed) over
+// little-endian integer encodings, computed with github.com/zeebo/xxh3.
+
+// ChainHashSeed is CHAIN_XXH3_SEED, the seed of the rolling sequence hash
+// and the unsalted token-block hash seed.
+const ChainHashSeed uint64 = 1337
+
+// LocalBlockHash is the hash of one block's token content (tokens_hash in
+// KV events).
+type LocalBlockHash uint64
+
+// ExternalBlockHash is an engine-specific block id (block_hash, parent_hash
+// and removal ids in KV events). It is opaque: it never enters the filter.
+type ExternalBlockHash uint64
+
+// CanonicalHash is CanonicalSequenceBlockHash: Dynamo's rolling sequence
+// hash, the only value that enters ownership, the filter and publication.
+type CanonicalHash uint64
+
+// CanonicalRoot is root(local) = local.
+func CanonicalRoot(local LocalBlockHash) CanonicalHash { return CanonicalHash(local) }
+
+// CanonicalChild is child(parent, local) = NextSequenceHash(parent, local).
+func CanonicalChild(parent CanonicalHash, local LocalBlockHash) CanonicalHash {
+	return CanonicalHash(NextSequenceHash(uint64(parent), uint64(local)))
+}
+
+// NextSequenceHash is compute_next_seq_hash:
+// XXH3_64(LE64(parent) || LE64(local), seed 1337). It does not allocate.
+func NextSequenceHash(parent, local uint64) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[0:8], parent)
+	binary.LittleEndian.PutUint64(b[8:16], local)
+	return xxh3.HashSeed(b[:], ChainHashSeed)
+}
+
+// SequenceHashes is compute_seq_hash_for_block: out[0] = local[0] and
+// out[i] = NextSequenceHash(out[i-1], local[i]). An empty input yields an
+// empty (nil) result. It allocates exactly one slice; see
+// AppendSequenceHashes for the allocation-free form.
+func SequenceHashes(local []uint64) []uint64 {
+	if len(local) == 0 {
+		return nil
+	}
+	return AppendSequenceHashes(make([]uint64, 0, len(local)), local)
+}
+
+// AppendSequenceHashes appends the sequence hashes of local to dst and
+// returns the extended slice. It does not allocate when cap(dst)-len(dst) >=
+// len(local).
+func AppendSequenceHashes(dst []uint64, local []uint64) []uint64 {
+	if len(local) == 0 {
+		return dst
+	}
+	prev := local[0]
+	dst = append(dst, prev)
+	for _, l := range local[1:] {
+		prev = NextSequenceHash(prev, l)
+		dst = append(dst, prev)
+	}
+	return dst
+}
+
+// BlockSaltSeed returns the seed of the token-block hash (spec §2.2): 1337,
+// plus (wrapping) XXH3_64(loraName, seed 0) when loraName is non-empty, plus
+// (wrapping) XXH3_64(cacheNamespace, seed 1) when cacheNamespace is
+// non-empty.
+func BlockSaltSeed(loraName, cacheNamespace string) uint64 {
+	seed := ChainHashSeed
+	if loraName != "" {
+		seed += xxh3.HashStringSeed(loraName, 0)
+	}
+	if cacheNamespace != "" {
+		seed += xxh3.HashStringSeed(cacheNamespace, 1)
+	}
+	return seed
+}
+
+// TokenBlockHash hashes one block of token ids:
+// XXH3_64(LE32(t0) || ... || LE32(t{k-1}), saltSeed). Use BlockSaltSeed to
+// obtain saltSeed. Multimodal extra hashes (sorted LE64 values appended
+// after the tokens) are outside the spec's detail and are not supported.
+func TokenBlockHash(tokens []uint32, saltSeed uint64) LocalBlockHash {
+	var stack [256]byte
+	var buf []byte
+	if n := 4 * len(tokens); n <= len(stack) {
+		buf = stack[:n]
+	} else {
+		buf = make([]byte, n)
+	}
+	for i, t := range tokens {
+		binary.LittleEndian.PutUint32(buf[4*i:], t)
+	}
+	return LocalBlockHash(xxh3.HashSeed(buf, saltSeed))
+}
+
+// TokenBlockHashes splits tokens into windows of blockSize tokens (the
+// trailing partial block is dropped) and hashes each with TokenBlockHash.
+// blockSize <= 0 yields nil.
+func TokenBlockHashes(tokens []uint32, blockSize int, saltSeed uint64) []LocalBlockHash {
+	if blockSize <= 0 {
+		return nil
+	}
+	n := len(tokens) / blockSize
+	out := make([]LocalBlockHash, 0, n)
+	for i := 0; i < n; i++ {
+		out = append(out, TokenBlockHash(tokens[i*blockSize:(i+1)*blockSize], saltSeed))
+	}
+	return out
+}
+
+// EagleTokenBlockHashes is the Eagle variant: windows of blockSize+1 tokens
+// starting every blockSize tokens; a window that would run past the end is
+// dropped (interpretation: "trailing partial block dropped" applied to the
+// (blockSize+1)-token window). blockSize <= 0 yields nil.
+func EagleTokenBlockHashes(tokens []uint32, blockSize int, saltSeed uint64) []LocalBlockHash {
+	if blockSize <= 0 {
+		return nil
+	}
+	var out []LocalBlockHash
+	for start := 0; start+blockSize+1 <= len(tokens); start += blockSize {
+		out = append(out, TokenBlockHash(tokens[start:start+blockSize+1], saltSeed))
+	}
+	return out
+}
