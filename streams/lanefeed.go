@@ -202,32 +202,44 @@ func (f *LaneFeed) applySeeks() {
 // Next blocks until lane has records (or ctx ends) and returns them. Records fetched before the
 // lane's latest Seek are never returned.
 func (f *LaneFeed) Next(ctx context.Context, lane int32) (LaneBatch, error) {
-	q := f.queues[lane]
 	for {
-		q.mu.Lock()
-		for len(q.batches) > 0 {
-			b := q.batches[0]
-			q.batches[0] = LaneBatch{}
-			q.batches = q.batches[1:]
-			q.bytes -= b.bytes
-			if b.epoch != q.wantEpoch {
-				continue // fetched before a seek that is still pending or was just applied
-			}
-			if q.paused && q.bytes <= f.cfg.ResumeBytes {
-				q.paused = false
-				f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {lane}})
-			}
-			q.mu.Unlock()
+		if b, ok := f.TryNext(lane); ok {
 			return b, nil
 		}
-		q.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return LaneBatch{}, ctx.Err()
-		case <-q.notify:
+		case <-f.Ready(lane):
 		}
 	}
 }
+
+// TryNext returns lane's next batch if one is queued. Records fetched before the lane's latest
+// Seek are never returned.
+func (f *LaneFeed) TryNext(lane int32) (LaneBatch, bool) {
+	q := f.queues[lane]
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.batches) > 0 {
+		b := q.batches[0]
+		q.batches[0] = LaneBatch{}
+		q.batches = q.batches[1:]
+		q.bytes -= b.bytes
+		if q.paused && q.bytes <= f.cfg.ResumeBytes {
+			q.paused = false
+			f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {lane}})
+		}
+		if b.epoch != q.wantEpoch {
+			continue // fetched before a seek that is still pending or was just applied
+		}
+		return b, true
+	}
+	return LaneBatch{}, false
+}
+
+// Ready returns a channel that receives after records were queued for lane. A receive does not
+// guarantee TryNext succeeds (another seek may have discarded them); callers loop.
+func (f *LaneFeed) Ready(lane int32) <-chan struct{} { return f.queues[lane].notify }
 
 // HighWatermark returns the latest high watermark seen for lane's partition (-1 before the
 // first fetch).

@@ -1,76 +1,151 @@
-// Command processor is ckf-stream's single binary. Subcommands:
+// Command processor is ckf-stream's single binary. Usage:
 //
-//	demo   connect to Kafka (or start the embedded broker), create the product's topic layout
-//	       and report it. The relay, indexer and query paths join the demo as they are built.
+//	processor <command> [flags]
+//
+// Commands:
+//
+//	demo          connect to Kafka (or start the embedded broker), create the product's topic
+//	              layout and report it; the relay, indexer and query paths join it as they land
+//	indexer       the global indexer (not yet implemented in this build)
+//	relay         one DC pool's relay (not yet implemented in this build)
+//	loadgen       synthetic engines and routers (not yet implemented in this build)
+//	query         command-line query client (not yet implemented in this build)
+//	config print  print the effective configuration, secrets redacted (--format yaml|json)
+//	help          this text; "help config" lists every setting with its variable and default
+//
+// With no command, processor runs demo. Every command takes --config FILE and one flag per
+// setting (see package app/config for the layering of file, environment and flags).
+//
+// Exit status: 0 on success or a signalled stop, 2 for a usage or configuration error, 1 for
+// any other failure.
 package main
 
 import (
-	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
+	"strings"
 
-	"github.com/ckf-stream/ckf-stream/app"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/ckf-stream/ckf-stream/app/config"
+)
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "processor:", err)
-		os.Exit(1)
-	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, os.LookupEnv))
 }
 
-func run(args []string) error {
-	cmd := "demo"
-	if len(args) > 0 {
-		cmd = args[0]
+// run executes one command line and returns the exit status. lookupEnv reads the environment
+// (os.LookupEnv in main), so tests can run commands in-process with an environment of their own.
+func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	cmd, rest := "demo", args
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, rest = args[0], args[1:]
+	} else if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		cmd, rest = "help", nil
 	}
 	switch cmd {
 	case "demo":
-		return demo()
-	case "help", "-h", "--help":
-		fmt.Println("usage: processor demo")
-		return nil
+		return runDemo(rest, stdout, stderr, lookupEnv)
+	case "config":
+		if len(rest) == 0 || rest[0] != "print" {
+			fmt.Fprintln(stderr, "processor: config: want \"config print\" (try: processor help)")
+			return exitUsage
+		}
+		return runConfigPrint(rest[1:], stdout, stderr, lookupEnv)
+	case "indexer", "relay", "loadgen", "query":
+		fmt.Fprintf(stderr, "processor: %s: not yet implemented in this build\n", cmd)
+		return exitFailure
+	case "help":
+		if len(rest) > 0 && rest[0] == "config" {
+			printConfigHelp(stdout)
+		} else {
+			fmt.Fprint(stdout, usage)
+		}
+		return exitOK
 	default:
-		return fmt.Errorf("unknown subcommand %q (try: processor help)", cmd)
+		fmt.Fprintf(stderr, "processor: unknown command %q (try: processor help)\n", cmd)
+		return exitUsage
 	}
 }
 
-func demo() error {
-	cfg, err := app.Load()
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	cluster, err := app.OpenCluster(cfg)
-	if err != nil {
-		return err
-	}
-	defer cluster.Close()
-	fmt.Println("ckf-stream: using", cluster.Describe())
+const usage = `usage: processor <command> [--config FILE] [--<setting>=<value> ...]
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.Brokers...))
-	if err != nil {
-		return err
+commands:
+  demo          connect to Kafka (embedded broker when none is configured), create the topic
+                layout and print it (the default command)
+  indexer       the global indexer              (not yet implemented in this build)
+  relay         one DC pool's relay             (not yet implemented in this build)
+  loadgen       synthetic engines and routers   (not yet implemented in this build)
+  query         command-line query client       (not yet implemented in this build)
+  config print  print the effective configuration, secrets redacted [--format yaml|json]
+  help [config] this text, or every setting with its variable and default
+
+Settings come from defaults < the --config file (YAML or JSON; or $CKF_CONFIG) < environment
+(CKF_<PATH>, and KAFKA_BROKERS) < flags (--<path>=value).
+`
+
+func printConfigHelp(w io.Writer) {
+	fmt.Fprintln(w, "settings (file key and flag name; environment variables; default):")
+	for _, f := range config.Fields() {
+		def := f.Default
+		if def == "" {
+			def = `""`
+		}
+		fmt.Fprintf(w, "  %-38s %-44s %s\n", f.Path, strings.Join(f.Env, ", "), def)
 	}
-	defer cl.Close()
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := app.EnsureTopics(tctx, cl, cfg.Topics); err != nil {
-		return err
-	}
-	details, err := kadm.NewClient(cl).ListTopics(tctx)
-	if err != nil {
-		return err
-	}
-	fmt.Println("topic layout:")
-	for _, spec := range app.TopicLayout(cfg.Topics) {
-		fmt.Printf("  %-22s %2d partitions\n", spec.Name, len(details[spec.Name].Partitions))
-	}
-	return nil
 }
+
+// load parses the command's flags (its own, registered on fs by the caller, and the
+// configuration's) and loads the configuration. On failure it reports to stderr and returns the
+// exit status; ok is false, and cfg is the loaded configuration when only validation failed.
+func load(fs *flag.FlagSet, args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) (cfg config.Config, code int, ok bool) {
+	fs.SetOutput(stderr)
+	cfg, err := config.Load(config.Sources{Args: args, FlagSet: fs, LookupEnv: lookupEnv})
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return cfg, exitOK, false
+	case err != nil:
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintln(stderr, "processor:", line)
+		}
+		return cfg, exitUsage, false
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "processor: %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return cfg, exitUsage, false
+	}
+	return cfg, exitOK, true
+}
+
+func runConfigPrint(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	fs := flag.NewFlagSet("config print", flag.ContinueOnError)
+	format := fs.String("format", "yaml", "output `format`: yaml or json")
+	cfg, code, ok := load(fs, args, stderr, lookupEnv)
+	if !ok && !loadedButInvalid(cfg) {
+		return code
+	}
+	// An invalid configuration is still printed, before the exit status says it is invalid:
+	// seeing what the layers added up to is how one finds the layer that set the bad value.
+	out, err := cfg.Marshal(*format)
+	if err != nil {
+		fmt.Fprintln(stderr, "processor:", err)
+		return exitUsage
+	}
+	if _, err := stdout.Write(out); err != nil {
+		fmt.Fprintln(stderr, "processor:", err)
+		return exitFailure
+	}
+	return code
+}
+
+// loadedButInvalid reports whether load got as far as a whole configuration that then failed
+// validation (Load returns it with the error), rather than failing to parse a file or flag: Load
+// fills every topic name of a configuration it returns, and returns the zero Config otherwise.
+func loadedButInvalid(cfg config.Config) bool { return cfg.Topics.Lanes != "" }

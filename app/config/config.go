@@ -1,0 +1,396 @@
+// Package config is ckf-stream's process configuration: one Config covering Kafka, topics, HTTP,
+// logging, metrics, the indexer, the relay and the process lifecycle.
+//
+// Load builds it in layers, each overriding the one before:
+//
+//  1. the defaults documented on each field;
+//  2. an optional YAML or JSON file (--config PATH, or CKF_CONFIG); unknown keys are errors;
+//  3. environment variables: CKF_ plus the field's path in upper case with dots as underscores
+//     (indexer.verification_window is CKF_INDEXER_VERIFICATION_WINDOW), and KAFKA_BROKERS as a
+//     second name for kafka.brokers (CKF_KAFKA_BROKERS wins when both are set);
+//  4. command-line flags named by the field's path (--indexer.verification_window=4).
+//
+// Lists are comma-separated in variables and flags (KAFKA_BROKERS=a:9092,b:9092), and the lane
+// map is lane=dc pairs (CKF_INDEXER_LANES=0=0x1a,1=0x2b). Durations use Go's syntax (250ms, 30s).
+//
+// The result is validated as a whole; every invalid field is reported as a *FieldError that names
+// it by its path, for example "config: indexer.verification_window: 9 is not in [1,8]".
+// Secrets (the SASL password) are of type Secret, which never prints its value.
+package config
+
+import (
+	"time"
+
+	"go.uber.org/fx"
+)
+
+// LaneCount is the number of physical lanes: the lane topic has one partition per lane, and lane
+// p is partition p. It equals ckf.LaneCount; app does not import ckf for one constant.
+const LaneCount = 16
+
+// MaxBucketCount is the largest bucket count the wire format carries (2^24, ckf's
+// MaxWireBucketCount).
+const MaxBucketCount = 1 << 24
+
+// Defaults that other packages and the documentation refer to.
+const (
+	// DefaultClientID is the Kafka client.id every client of the process sends.
+	DefaultClientID = "ckf-stream"
+	// DefaultHTTPListen is the HTTP server's listen address: loopback only, so that a process
+	// started with no configuration exposes nothing to the network.
+	DefaultHTTPListen = "127.0.0.1:8080"
+	// DefaultSeed is the CKF addressing seed, ckf.DefaultSeed.
+	DefaultSeed uint64 = 0x5DEECE66D1B54A33
+	// DefaultExpectedBlocks sizes a DC's filter: 1,048,576 blocks give 524,288 buckets (4 MiB
+	// per lane on the indexer).
+	DefaultExpectedBlocks uint64 = 1 << 20
+	// DefaultVerificationWindow is the prefix search's verification window, ckf's default.
+	DefaultVerificationWindow = 2
+	// MaxVerificationWindow is the largest verification window the search accepts.
+	MaxVerificationWindow = 8
+	// DefaultShutdownTimeout bounds a graceful stop: stop intake, drain lanes, flush producers,
+	// commit offsets, close clients.
+	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultStartupTimeout bounds start-up, which includes creating topics on the cluster.
+	DefaultStartupTimeout = 60 * time.Second
+)
+
+// Config is the whole process configuration. Build it with Load (or Default for the defaults);
+// the zero value is not valid.
+type Config struct {
+	Kafka Kafka `yaml:"kafka"`
+
+	// TopicPrefix is prepended to every default topic name; a name set explicitly under topics
+	// is used as it is. Default empty. Environment: CKF_TOPIC_PREFIX.
+	TopicPrefix string `yaml:"topic_prefix"`
+	// Topics are the topic names. Load fills every name left empty with TopicPrefix plus the
+	// default name, so after Load each field holds the effective name.
+	Topics Topics `yaml:"topics"`
+
+	HTTP    HTTP    `yaml:"http"`
+	Log     Log     `yaml:"log"`
+	Metrics Metrics `yaml:"metrics"`
+	Indexer Indexer `yaml:"indexer"`
+	Relay   Relay   `yaml:"relay"`
+
+	// ShutdownTimeout bounds a graceful stop, fx's stop timeout: every component's OnStop
+	// (stop intake, drain lanes, flush producers, commit offsets, close clients) must finish
+	// within it, or the process exits with the remaining work undone and a non-zero status.
+	// Records not yet acknowledged are then re-read by the next instance, so a short timeout
+	// costs duplicate work, never lost acknowledged work. Default 30s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// StartupTimeout bounds start-up, fx's start timeout, including topic creation on a
+	// cluster that is still electing leaders. Default 60s.
+	StartupTimeout time.Duration `yaml:"startup_timeout"`
+}
+
+// Kafka is the connection to the Kafka cluster.
+type Kafka struct {
+	// Brokers are the seed brokers, host:port each. Empty (the default) starts the embedded
+	// in-process broker (franz-go's kfake; nothing persists), for demos on a machine with
+	// nothing else; the embedded broker serves neither TLS nor SASL. Environment:
+	// CKF_KAFKA_BROKERS or KAFKA_BROKERS, comma-separated. Kafka property: bootstrap.servers.
+	Brokers []string `yaml:"brokers"`
+	// ClientID is sent as client.id by every client of the process, which brokers use for
+	// quotas and request logs. Default "ckf-stream". Kafka property: client.id.
+	ClientID string `yaml:"client_id"`
+	// CreateTopics creates missing topics of the layout at start. Default true. Set it to false
+	// where topics are provisioned by operators and the principal may not create them; start-up
+	// then only checks that the layout exists and that the lane topic has LaneCount partitions.
+	CreateTopics bool `yaml:"create_topics"`
+	TLS          TLS  `yaml:"tls"`
+	SASL         SASL `yaml:"sasl"`
+}
+
+// TLS secures the Kafka connection. Kafka property: security.protocol=SSL or SASL_SSL.
+type TLS struct {
+	// Enabled turns TLS on. Default false. The other fields are errors while it is false, so
+	// that a file path never suggests a protection that is off.
+	Enabled bool `yaml:"enabled"`
+	// CAFile is a PEM bundle of the certificate authorities that sign the brokers'
+	// certificates. Empty uses the system roots. Kafka property: ssl.truststore.location.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are the client's PEM certificate and key, for brokers that require
+	// client authentication (ssl.client.auth=required). Set both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName overrides the name checked against the brokers' certificates. Empty uses each
+	// broker's host name.
+	ServerName string `yaml:"server_name"`
+	// InsecureSkipVerify accepts any broker certificate. For tests only: it leaves the
+	// connection open to an active man in the middle, who then also sees SASL PLAIN passwords.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+}
+
+// SASL authenticates the Kafka connection. Kafka property: sasl.mechanism and sasl.jaas.config.
+type SASL struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (case-insensitive; Load writes it in
+	// upper case). Empty (the default) disables SASL. PLAIN sends the password as it is: use
+	// it only with TLS. SCRAM proves knowledge of the password without sending it.
+	Mechanism string `yaml:"mechanism"`
+	// Username is the SASL principal. Required with a mechanism.
+	Username string `yaml:"username"`
+	// Password is the principal's password. Required with a mechanism. It never prints; pass
+	// it by file or CKF_KAFKA_SASL_PASSWORD rather than by flag, which other users of the
+	// machine can read in the process list.
+	Password Secret `yaml:"password"`
+}
+
+// Topics names every topic the product uses. After Load each field is the effective name.
+type Topics struct {
+	// KVEvents carries KV-cache events from inference engines, keyed by worker. Default
+	// "kv-events".
+	KVEvents string `yaml:"kv_events"`
+	// Lanes carries CKF snapshots and deltas; partition p is physical lane p. Default
+	// "ckf-lanes".
+	Lanes string `yaml:"lanes"`
+	// Queries carries prefix-match query requests. Default "ckf-queries".
+	Queries string `yaml:"queries"`
+	// QueryReplies carries query replies, keyed by the request's correlation key. Default
+	// "ckf-query-replies".
+	QueryReplies string `yaml:"query_replies"`
+	// LaneEvents carries lane state changes and progress, keyed by lane. Default
+	// "ckf-lane-events".
+	LaneEvents string `yaml:"lane_events"`
+	// Control carries snapshot requests from indexers to relays. Default "ckf-control".
+	Control string `yaml:"control"`
+	// DeadLetter carries records rejected with their reason. Default "ckf-dead-letter".
+	DeadLetter string `yaml:"dead_letter"`
+}
+
+// DefaultTopics returns the default topic names with prefix prepended.
+func DefaultTopics(prefix string) Topics {
+	return Topics{
+		KVEvents:     prefix + "kv-events",
+		Lanes:        prefix + "ckf-lanes",
+		Queries:      prefix + "ckf-queries",
+		QueryReplies: prefix + "ckf-query-replies",
+		LaneEvents:   prefix + "ckf-lane-events",
+		Control:      prefix + "ckf-control",
+		DeadLetter:   prefix + "ckf-dead-letter",
+	}
+}
+
+// HTTP is the process's HTTP server: /healthz, /readyz, /metrics and the routes that the
+// indexer and relay register.
+type HTTP struct {
+	// Listen is the host:port to listen on. Default "127.0.0.1:8080" (loopback only); use
+	// ":8080" to serve every interface, or port 0 for any free port.
+	Listen string `yaml:"listen"`
+}
+
+// Log configures the process logger.
+type Log struct {
+	// Level is the minimum level logged: debug, info, warn or error. Default info.
+	Level string `yaml:"level"`
+	// Format is json (one object per line, for collectors; the default) or console (for a
+	// person at a terminal).
+	Format string `yaml:"format"`
+}
+
+// Metrics configures the tally root scope that /metrics serves.
+type Metrics struct {
+	// ReportInterval is how often tally moves counter and gauge updates into the Prometheus
+	// registry; /metrics lags the code by at most this much. Timers and histograms are
+	// reported as they are recorded. Default 1s.
+	ReportInterval time.Duration `yaml:"report_interval"`
+}
+
+// Indexer configures the global indexer (processor indexer).
+type Indexer struct {
+	// ConsumerInstanceID is this replica's ConsumerInstanceId, minted into every lane lease it
+	// holds. It must differ between replicas. 0 (the default) draws a random non-zero id at
+	// start, which is logged.
+	ConsumerInstanceID uint64 `yaml:"consumer_instance_id"`
+	// Domain is the indexer domain every configured lane must belong to, as the ckf identity
+	// renders it: 32 hex digits of cache semantics, a colon, 32 hex digits of routing scope.
+	// Required by the indexer; empty by default.
+	Domain string `yaml:"domain"`
+	// DomainSource says how both digests of Domain were obtained: explicit (the default) or
+	// default_derived. A default-derived domain across several DCs is allowed and logged.
+	DomainSource string `yaml:"domain_source"`
+	// Lanes maps physical lane (0..15) to the DC id whose relay publishes on it. A DC appears
+	// on at most one lane. Empty by default; the indexer needs at least one lane.
+	Lanes LaneMap `yaml:"lanes"`
+	// BucketCount is the CKF bucket count every lane must publish: a power of two in
+	// [2, 2^24]. 0 (the default) derives it from ExpectedBlocksPerDC; a non-zero value wins.
+	BucketCount uint64 `yaml:"bucket_count"`
+	// ExpectedBlocksPerDC derives the bucket count when BucketCount is 0: the next power of
+	// two of ceil(5n/16), at least 2. It must equal the relays' relay.expected_blocks. Default
+	// 1,048,576.
+	ExpectedBlocksPerDC uint64 `yaml:"expected_blocks_per_dc"`
+	// Seed is the CKF addressing seed every lane must publish with. Default
+	// 0x5DEECE66D1B54A33.
+	Seed uint64 `yaml:"seed"`
+	// VerificationWindow is the number of positions below the tentative prefix depth that the
+	// search re-checks one by one, in [1,8]. A larger window lowers false-positive depth at
+	// the cost of probes per query. Default 2.
+	VerificationWindow int `yaml:"verification_window"`
+	// Freshness excludes lagging lanes from answers.
+	Freshness Freshness `yaml:"freshness"`
+	// QueryGroup is the consumer group of the query topic; replicas in one group share the
+	// query load. Default "ckf-indexer-queries". Kafka property: group.id.
+	QueryGroup string `yaml:"query_group"`
+	// QueryBatchSize is the largest number of query requests answered as one batch, in
+	// [1,65536]. Default 256.
+	QueryBatchSize int `yaml:"query_batch_size"`
+}
+
+// Freshness is the policy that takes a lane out of answers while it lags its partition: a
+// lane whose applied position is behind the high watermark by more than MaxRecordLag records, or
+// whose last applied record is older than MaxTimeLag while records wait, is reported and
+// excluded until it catches up.
+type Freshness struct {
+	// MaxRecordLag is the largest offset lag still answered. 0 disables the record bound.
+	// Default 10,000.
+	MaxRecordLag int64 `yaml:"max_record_lag"`
+	// MaxTimeLag is the largest time lag still answered. 0 disables the time bound. Default
+	// 10s.
+	MaxTimeLag time.Duration `yaml:"max_time_lag"`
+}
+
+// Relay configures one DC pool's relay (processor relay).
+type Relay struct {
+	// DcID is the DC id of the pool this relay publishes for. Default 0.
+	DcID uint64 `yaml:"dc_id"`
+	// Lane is the physical lane (lane topic partition) the relay writes, in [0,15]. It must
+	// be the lane the indexers' indexer.lanes maps to DcID. Default 0.
+	Lane int `yaml:"lane"`
+	// ExpectedBlocks sizes the relay's filter; it must equal the indexers'
+	// indexer.expected_blocks_per_dc (or yield their bucket_count). Default 1,048,576.
+	ExpectedBlocks uint64 `yaml:"expected_blocks"`
+	// Seed is the CKF addressing seed; it must equal the indexers' indexer.seed. Default
+	// 0x5DEECE66D1B54A33.
+	Seed uint64 `yaml:"seed"`
+	// SnapshotEveryDeltas writes a barrier snapshot after this many deltas. 0 disables the
+	// count trigger. Default 1,000.
+	SnapshotEveryDeltas uint64 `yaml:"snapshot_every_deltas"`
+	// SnapshotInterval writes a barrier snapshot this long after the previous one. 0 disables
+	// the time trigger; the two triggers cannot both be off, since a recovering indexer needs
+	// a recent snapshot. Default 60s.
+	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
+	// HeartbeatInterval is how often an idle lane gets a heartbeat record, which lets indexers
+	// tell an idle relay from a dead one. Default 1s.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// PublishEveryEvents closes a publication batch after this many primary KV events (the
+	// ckf publisher's cadence); 1 publishes after every event. Default 1.
+	PublishEveryEvents uint64 `yaml:"publish_every_events"`
+	// PublishMaxDelay closes a non-empty publication batch this long after its first event,
+	// however few events it holds, which bounds how stale the indexers' view of this DC gets.
+	// Default 5ms.
+	PublishMaxDelay time.Duration `yaml:"publish_max_delay"`
+}
+
+// defaultConfig returns the defaults documented on each field, before topic names are resolved.
+func defaultConfig() Config {
+	return Config{
+		Kafka: Kafka{
+			ClientID:     DefaultClientID,
+			CreateTopics: true,
+		},
+		HTTP:    HTTP{Listen: DefaultHTTPListen},
+		Log:     Log{Level: "info", Format: "json"},
+		Metrics: Metrics{ReportInterval: time.Second},
+		Indexer: Indexer{
+			DomainSource:        "explicit",
+			ExpectedBlocksPerDC: DefaultExpectedBlocks,
+			Seed:                DefaultSeed,
+			VerificationWindow:  DefaultVerificationWindow,
+			Freshness:           Freshness{MaxRecordLag: 10_000, MaxTimeLag: 10 * time.Second},
+			QueryGroup:          "ckf-indexer-queries",
+			QueryBatchSize:      256,
+		},
+		Relay: Relay{
+			ExpectedBlocks:      DefaultExpectedBlocks,
+			Seed:                DefaultSeed,
+			SnapshotEveryDeltas: 1_000,
+			SnapshotInterval:    time.Minute,
+			HeartbeatInterval:   time.Second,
+			PublishEveryEvents:  1,
+			PublishMaxDelay:     5 * time.Millisecond,
+		},
+		ShutdownTimeout: DefaultShutdownTimeout,
+		StartupTimeout:  DefaultStartupTimeout,
+	}
+}
+
+// Default returns the configuration that Load returns when no file, variable or flag sets
+// anything: every documented default, with the default topic names.
+func Default() Config {
+	c := defaultConfig()
+	c.resolve()
+	return c
+}
+
+// resolve fills derived fields (the effective topic names) and normalises the SASL mechanism's
+// case and empty collections.
+func (c *Config) resolve() {
+	def := DefaultTopics(c.TopicPrefix)
+	fill := func(dst *string, d string) {
+		if *dst == "" {
+			*dst = d
+		}
+	}
+	fill(&c.Topics.KVEvents, def.KVEvents)
+	fill(&c.Topics.Lanes, def.Lanes)
+	fill(&c.Topics.Queries, def.Queries)
+	fill(&c.Topics.QueryReplies, def.QueryReplies)
+	fill(&c.Topics.LaneEvents, def.LaneEvents)
+	fill(&c.Topics.Control, def.Control)
+	fill(&c.Topics.DeadLetter, def.DeadLetter)
+	c.Kafka.SASL.Mechanism = upperASCII(c.Kafka.SASL.Mechanism)
+	// An empty list or map from a file ([] or {}) means the same as none at all.
+	if len(c.Kafka.Brokers) == 0 {
+		c.Kafka.Brokers = nil
+	}
+	if len(c.Indexer.Lanes) == 0 {
+		c.Indexer.Lanes = nil
+	}
+}
+
+func upperASCII(s string) string {
+	b := []byte(s)
+	for i, ch := range b {
+		if 'a' <= ch && ch <= 'z' {
+			b[i] = ch - 'a' + 'A'
+		}
+	}
+	return string(b)
+}
+
+// Parts hands each section of a Config to the fx graph on its own, so that a module depends on
+// the section it reads rather than on the whole configuration.
+type Parts struct {
+	fx.Out
+
+	Kafka   Kafka
+	Topics  Topics
+	HTTP    HTTP
+	Log     Log
+	Metrics Metrics
+	Indexer Indexer
+	Relay   Relay
+}
+
+// Split returns c's sections as Parts.
+func Split(c Config) Parts {
+	return Parts{
+		Kafka:   c.Kafka,
+		Topics:  c.Topics,
+		HTTP:    c.HTTP,
+		Log:     c.Log,
+		Metrics: c.Metrics,
+		Indexer: c.Indexer,
+		Relay:   c.Relay,
+	}
+}
+
+// Module provides an already loaded and validated cfg to the fx graph: the Config itself and
+// each of its sections (see Parts). The configuration is loaded before fx starts because the
+// start and stop timeouts, and `processor config print`, need it first.
+func Module(cfg Config) fx.Option {
+	return fx.Module("config",
+		fx.Supply(cfg),
+		fx.Provide(Split),
+	)
+}

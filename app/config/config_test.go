@@ -1,0 +1,361 @@
+package config_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"gopkg.in/yaml.v3"
+)
+
+// env returns a LookupEnv over m only, so that the test's own environment (KAFKA_BROKERS points
+// at the test broker) never leaks into a Load.
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func mustLoad(t *testing.T, args []string, vars map[string]string) config.Config {
+	t.Helper()
+	cfg, err := config.Load(config.Sources{Args: args, LookupEnv: env(vars)})
+	if err != nil {
+		t.Fatalf("Load(%q, %v): %v", args, vars, err)
+	}
+	return cfg
+}
+
+func TestLoadWithNothingIsDefault(t *testing.T) {
+	got := mustLoad(t, nil, nil)
+	if want := config.Default(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Load() = %+v\nwant Default() = %+v", got, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	if got.HTTP.Listen != "127.0.0.1:8080" || got.ShutdownTimeout != 30*time.Second || len(got.Kafka.Brokers) != 0 ||
+		got.Indexer.VerificationWindow != 2 || got.Topics.Lanes != "ckf-lanes" || !got.Kafka.CreateTopics {
+		t.Fatalf("unexpected defaults: %+v", got)
+	}
+}
+
+// TestPrecedence sets fields in several layers: file < environment < flags, and a field set only
+// in a lower layer keeps that layer's value.
+func TestPrecedence(t *testing.T) {
+	file := writeFile(t, "c.yaml", `
+http:
+  listen: 127.0.0.1:1111
+log:
+  level: debug
+indexer:
+  verification_window: 3
+  query_batch_size: 17
+  freshness:
+    max_time_lag: 2s
+kafka:
+  brokers: [file:9092]
+topic_prefix: fromfile.
+`)
+	vars := map[string]string{
+		"CKF_HTTP_LISTEN":                 "127.0.0.1:2222",
+		"CKF_INDEXER_VERIFICATION_WINDOW": "4",
+		"CKF_INDEXER_QUERY_BATCH_SIZE":    "18",
+		"KAFKA_BROKERS":                   "alias:9092, alias2:9092",
+	}
+	args := []string{"--config", file, "--indexer.verification_window=5", "--relay.lane", "7", "--kafka.tls.enabled", "--kafka.tls.enabled=false"}
+	cfg := mustLoad(t, args, vars)
+	for _, c := range []struct {
+		field     string
+		got, want any
+	}{
+		{"log.level (file only)", cfg.Log.Level, "debug"},
+		{"indexer.freshness.max_time_lag (file only)", cfg.Indexer.Freshness.MaxTimeLag, 2 * time.Second},
+		{"http.listen (env over file)", cfg.HTTP.Listen, "127.0.0.1:2222"},
+		{"indexer.query_batch_size (env over file)", cfg.Indexer.QueryBatchSize, 18},
+		{"indexer.verification_window (flag over env over file)", cfg.Indexer.VerificationWindow, 5},
+		{"relay.lane (flag only)", cfg.Relay.Lane, 7},
+		{"kafka.tls.enabled (last flag wins)", cfg.Kafka.TLS.Enabled, false},
+		{"kafka.brokers (KAFKA_BROKERS over file)", cfg.Kafka.Brokers, []string{"alias:9092", "alias2:9092"}},
+		{"topics.lanes (prefix from file)", cfg.Topics.Lanes, "fromfile.ckf-lanes"},
+		{"relay.seed (default)", cfg.Relay.Seed, config.DefaultSeed},
+	} {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s = %v, want %v", c.field, c.got, c.want)
+		}
+	}
+
+	// CKF_KAFKA_BROKERS is the primary name and wins over KAFKA_BROKERS; a flag wins over both.
+	vars["CKF_KAFKA_BROKERS"] = "primary:9092"
+	if got := mustLoad(t, args, vars).Kafka.Brokers; !reflect.DeepEqual(got, []string{"primary:9092"}) {
+		t.Errorf("kafka.brokers with CKF_KAFKA_BROKERS = %v", got)
+	}
+	if got := mustLoad(t, append(args, "--kafka.brokers=flag:1"), vars).Kafka.Brokers; !reflect.DeepEqual(got, []string{"flag:1"}) {
+		t.Errorf("kafka.brokers with a flag = %v", got)
+	}
+}
+
+func TestConfigFileFromEnvironmentAndFlagOverride(t *testing.T) {
+	a := writeFile(t, "a.yaml", "log: {level: warn}\n")
+	b := writeFile(t, "b.yaml", "log: {level: error}\n")
+	if got := mustLoad(t, nil, map[string]string{"CKF_CONFIG": a}).Log.Level; got != "warn" {
+		t.Errorf("CKF_CONFIG file: log.level = %q", got)
+	}
+	if got := mustLoad(t, []string{"--config=" + b}, map[string]string{"CKF_CONFIG": a}).Log.Level; got != "error" {
+		t.Errorf("--config over CKF_CONFIG: log.level = %q", got)
+	}
+}
+
+func TestJSONFileAndLaneMap(t *testing.T) {
+	file := writeFile(t, "c.json", `{
+  "indexer": {"lanes": {"0": 26, "3": "0x1f", "15": 7}, "domain": "`+strings.Repeat("ab", 16)+":"+strings.Repeat("0", 32)+`"},
+  "relay": {"snapshot_interval": "90s"},
+  "kafka": {"sasl": {"mechanism": "scram-sha-512", "username": "u", "password": "p"}, "brokers": ["b:9092"]}
+}`)
+	cfg := mustLoad(t, []string{"--config", file}, nil)
+	if want := (config.LaneMap{0: 26, 3: 0x1f, 15: 7}); !reflect.DeepEqual(cfg.Indexer.Lanes, want) {
+		t.Errorf("lanes = %v, want %v", cfg.Indexer.Lanes, want)
+	}
+	if cfg.Relay.SnapshotInterval != 90*time.Second {
+		t.Errorf("relay.snapshot_interval = %v", cfg.Relay.SnapshotInterval)
+	}
+	if cfg.Kafka.SASL.Mechanism != config.SASLScramSHA512 || cfg.Kafka.SASL.Password.Reveal() != "p" {
+		t.Errorf("sasl = %+v (mechanism is normalised to upper case)", cfg.Kafka.SASL)
+	}
+	// Environment and flag syntax of the lane map.
+	got := mustLoad(t, []string{"--indexer.lanes=1=0x2a, 2=43"}, map[string]string{"CKF_INDEXER_LANES": "0=1"}).Indexer.Lanes
+	if want := (config.LaneMap{1: 42, 2: 43}); !reflect.DeepEqual(got, want) {
+		t.Errorf("flag lanes = %v, want %v", got, want)
+	}
+	if s := got.String(); s != "1=0x2a,2=0x2b" {
+		t.Errorf("LaneMap.String() = %q", s)
+	}
+}
+
+// TestMarshalRoundTrip prints a configuration and loads the printed YAML back as a file.
+func TestMarshalRoundTrip(t *testing.T) {
+	cfg := mustLoad(t, []string{"--indexer.lanes=0=0xdeadbeefcafe,5=3", "--relay.publish_max_delay=7ms", "--topics.lanes=my-lanes"}, nil)
+	out, err := cfg.Marshal("yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := mustLoad(t, []string{"--config", writeFile(t, "printed.yaml", string(out))}, nil)
+	if !reflect.DeepEqual(back, cfg) {
+		t.Fatalf("round trip through YAML changed the config:\n%s\nback: %+v", out, back)
+	}
+	js, err := cfg.Marshal("json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(js, &doc); err != nil {
+		t.Fatalf("json output does not parse: %v\n%s", err, js)
+	}
+	if doc["shutdown_timeout"] != "30s" || doc["indexer"].(map[string]any)["lanes"].(map[string]any)["0"] != "0xdeadbeefcafe" {
+		t.Errorf("json output: %s", js)
+	}
+	back = mustLoad(t, []string{"--config", writeFile(t, "printed.json", string(js))}, nil)
+	if !reflect.DeepEqual(back, cfg) {
+		t.Fatalf("round trip through JSON changed the config:\n%s", js)
+	}
+	if _, err := cfg.Marshal("toml"); err == nil || !strings.Contains(err.Error(), "format") {
+		t.Errorf("Marshal(toml) = %v, want a format error", err)
+	}
+}
+
+func TestSecretNeverPrints(t *testing.T) {
+	const pw = "hunter2-very-secret"
+	cfg := mustLoad(t, []string{"--kafka.brokers=b:9092", "--kafka.sasl.mechanism=PLAIN", "--kafka.sasl.username=alice"},
+		map[string]string{"CKF_KAFKA_SASL_PASSWORD": pw})
+	if cfg.Kafka.SASL.Password.Reveal() != pw {
+		t.Fatalf("password not loaded")
+	}
+	y, _ := cfg.Marshal("yaml")
+	j, _ := cfg.Marshal("json")
+	raw, _ := json.Marshal(cfg)
+	ym, _ := yaml.Marshal(cfg)
+	for name, s := range map[string]string{
+		"yaml": string(y), "json": string(j), "json.Marshal": string(raw), "yaml.Marshal": string(ym),
+		"%v": fmt.Sprintf("%v", cfg), "%+v": fmt.Sprintf("%+v", cfg), "%#v": fmt.Sprintf("%#v", cfg),
+		"%s password": fmt.Sprintf("password=%s", cfg.Kafka.SASL.Password),
+	} {
+		if strings.Contains(s, pw) {
+			t.Errorf("%s output contains the password:\n%s", name, s)
+		}
+		if name != "%s password" && !strings.Contains(s, config.Redacted) {
+			t.Errorf("%s output does not show %s", name, config.Redacted)
+		}
+	}
+	if config.Secret("").String() != "" {
+		t.Errorf("an empty secret prints %q", config.Secret("").String())
+	}
+}
+
+// TestInvalidFieldMessages checks that each invalid field is reported by its path, with its
+// value, and that every error matches ErrInvalid.
+func TestInvalidFieldMessages(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		vars map[string]string
+		want string
+	}{
+		{args: []string{"--indexer.verification_window=9"}, want: "config: indexer.verification_window: 9 is not in [1,8]"},
+		{args: []string{"--indexer.verification_window=0"}, want: "config: indexer.verification_window: 0 is not in [1,8]"},
+		{vars: map[string]string{"KAFKA_BROKERS": "localhost"}, want: `config: kafka.brokers[0]: "localhost" is not host:port`},
+		{args: []string{"--kafka.brokers=a:1,b:99999"}, want: `config: kafka.brokers[1]: "b:99999" has a port that is not a number in [0,65535]`},
+		{args: []string{"--kafka.client_id="}, want: "config: kafka.client_id: must not be empty"},
+		{args: []string{"--kafka.brokers=a:1", "--kafka.tls.ca_file=/x"}, want: "config: kafka.tls.ca_file: is set, but kafka.tls.enabled is false"},
+		{args: []string{"--kafka.tls.enabled"}, want: "config: kafka.tls.enabled: is true, but kafka.brokers is empty and the embedded broker serves plaintext only"},
+		{args: []string{"--kafka.brokers=a:1", "--kafka.tls.enabled", "--kafka.tls.cert_file=c.pem"}, want: "config: kafka.tls.key_file: is required when kafka.tls.cert_file is set"},
+		{args: []string{"--kafka.brokers=a:1", "--kafka.sasl.mechanism=GSSAPI"}, want: `config: kafka.sasl.mechanism: "GSSAPI" is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512`},
+		{args: []string{"--kafka.brokers=a:1", "--kafka.sasl.mechanism=PLAIN", "--kafka.sasl.password=x"}, want: "config: kafka.sasl.username: is required when kafka.sasl.mechanism is set"},
+		{args: []string{"--kafka.brokers=a:1", "--kafka.sasl.mechanism=SCRAM-SHA-256", "--kafka.sasl.username=u"}, want: "config: kafka.sasl.password: is required when kafka.sasl.mechanism is set"},
+		{args: []string{"--kafka.brokers=a:1", "--kafka.sasl.username=u"}, want: "config: kafka.sasl.mechanism: is required when kafka.sasl.username is set"},
+		{args: []string{"--kafka.sasl.mechanism=PLAIN", "--kafka.sasl.username=u", "--kafka.sasl.password=p"}, want: "config: kafka.sasl.mechanism: is set, but kafka.brokers is empty and the embedded broker does not authenticate"},
+		{vars: map[string]string{"CKF_TOPIC_PREFIX": "a b"}, want: `config: topic_prefix: "a b" holds characters`},
+		{args: []string{"--topics.lanes=ckf-queries"}, want: `config: topics.queries: "ckf-queries" is also the name of topics.lanes`},
+		{args: []string{"--topics.control=bad/name"}, want: `config: topics.control: "bad/name" holds characters`},
+		{args: []string{"--http.listen=8080"}, want: `config: http.listen: "8080" is not host:port`},
+		{args: []string{"--log.level=verbose"}, want: `config: log.level: "verbose" is not one of debug, info, warn, error`},
+		{args: []string{"--log.format=xml"}, want: `config: log.format: "xml" is not one of json, console`},
+		{args: []string{"--metrics.report_interval=0s"}, want: "config: metrics.report_interval: 0s is not positive"},
+		{args: []string{"--indexer.domain=abc"}, want: `config: indexer.domain: "abc" is not <32 hex digits>:<32 hex digits>`},
+		{args: []string{"--indexer.domain_source=guessed"}, want: `config: indexer.domain_source: "guessed" is not one of explicit, default_derived`},
+		{args: []string{"--indexer.lanes=16=1"}, want: "config: indexer.lanes: lane 16 is not in [0,15]"},
+		{args: []string{"--indexer.lanes=1=5,4=5"}, want: "config: indexer.lanes: DC 0x5 is on lanes 1 and 4; a DC publishes on one lane"},
+		{args: []string{"--indexer.bucket_count=1000"}, want: "config: indexer.bucket_count: 1000 is not 0 or a power of two in [2,16777216]"},
+		{args: []string{"--indexer.expected_blocks_per_dc=0"}, want: "config: indexer.expected_blocks_per_dc: must be positive when indexer.bucket_count is 0"},
+		{args: []string{"--indexer.expected_blocks_per_dc=100000000"}, want: "config: indexer.expected_blocks_per_dc: 100000000 needs more than 16777216 buckets"},
+		{args: []string{"--indexer.freshness.max_record_lag=-1"}, want: "config: indexer.freshness.max_record_lag: -1 is negative"},
+		{args: []string{"--indexer.freshness.max_time_lag=-1s"}, want: "config: indexer.freshness.max_time_lag: -1s is negative"},
+		{args: []string{"--indexer.query_group="}, want: "config: indexer.query_group: must not be empty"},
+		{args: []string{"--indexer.query_batch_size=0"}, want: "config: indexer.query_batch_size: 0 is not in [1,65536]"},
+		{args: []string{"--relay.lane=-1"}, want: "config: relay.lane: -1 is not in [0,15]"},
+		{args: []string{"--relay.expected_blocks=0"}, want: "config: relay.expected_blocks: must be positive"},
+		{args: []string{"--relay.snapshot_interval=0s", "--relay.snapshot_every_deltas=0"}, want: "config: relay.snapshot_interval: is 0 and so is relay.snapshot_every_deltas"},
+		{args: []string{"--relay.heartbeat_interval=0s"}, want: "config: relay.heartbeat_interval: 0s is not positive"},
+		{args: []string{"--relay.publish_every_events=0"}, want: "config: relay.publish_every_events: must be positive"},
+		{args: []string{"--relay.publish_max_delay=0s"}, want: "config: relay.publish_max_delay: 0s is not positive"},
+		{args: []string{"--shutdown_timeout=0s"}, want: "config: shutdown_timeout: 0s is not positive"},
+		{args: []string{"--startup_timeout=-5s"}, want: "config: startup_timeout: -5s is not positive"},
+		// Values that do not parse name the field and where the value came from.
+		{vars: map[string]string{"CKF_INDEXER_VERIFICATION_WINDOW": "nine"}, want: `config: indexer.verification_window: CKF_INDEXER_VERIFICATION_WINDOW="nine": not an integer`},
+		{vars: map[string]string{"CKF_SHUTDOWN_TIMEOUT": "30"}, want: `config: shutdown_timeout: CKF_SHUTDOWN_TIMEOUT="30": not a duration`},
+		{vars: map[string]string{"CKF_KAFKA_TLS_ENABLED": "yes"}, want: `config: kafka.tls.enabled: CKF_KAFKA_TLS_ENABLED="yes": not a boolean`},
+		{vars: map[string]string{"CKF_INDEXER_LANES": "3:4"}, want: `config: indexer.lanes: CKF_INDEXER_LANES="3:4": "3:4" is not lane=dc`},
+	} {
+		_, err := config.Load(config.Sources{Args: tc.args, LookupEnv: env(tc.vars)})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Load(%q, %v) = %v\nwant an error containing %q", tc.args, tc.vars, err, tc.want)
+			continue
+		}
+		if !errors.Is(err, config.ErrInvalid) {
+			t.Errorf("Load(%q, %v): %v does not match ErrInvalid", tc.args, tc.vars, err)
+		}
+		var fe *config.FieldError
+		if !errors.As(err, &fe) {
+			t.Errorf("Load(%q, %v): %v holds no *FieldError", tc.args, tc.vars, err)
+		}
+	}
+}
+
+func TestEveryInvalidFieldIsReported(t *testing.T) {
+	_, err := config.Load(config.Sources{Args: []string{"--indexer.verification_window=9", "--relay.lane=16", "--log.level=x"}, LookupEnv: env(nil)})
+	for _, want := range []string{"indexer.verification_window", "relay.lane", "log.level"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+}
+
+func TestFileErrors(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"indexer:\n  verification_windw: 3\n", "field verification_windw not found"},
+		{"indexer: {verification_window: many}\n", "cannot unmarshal"},
+		{"indexer:\n  lanes: {x: 1}\n", `lane "x" is not an integer`},
+		{"kafka: [", "yaml:"},
+	} {
+		p := writeFile(t, "bad.yaml", tc.body)
+		_, err := config.Load(config.Sources{Args: []string{"--config", p}, LookupEnv: env(nil)})
+		if err == nil || !strings.Contains(err.Error(), "config: file "+p+": ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("file %q: %v, want an error naming the file and containing %q", tc.body, err, tc.want)
+		}
+	}
+	_, err := config.Load(config.Sources{Args: []string{"--config", "/does/not/exist.yaml"}, LookupEnv: env(nil)})
+	if !errors.Is(err, os.ErrNotExist) || !errors.Is(err, config.ErrInvalid) {
+		t.Errorf("missing file: %v", err)
+	}
+	// An empty file is a file that sets nothing.
+	if cfg := mustLoad(t, []string{"--config", writeFile(t, "empty.yaml", "")}, nil); !reflect.DeepEqual(cfg, config.Default()) {
+		t.Errorf("empty file changed the config")
+	}
+}
+
+func TestTopicOverridesAndPrefix(t *testing.T) {
+	cfg := mustLoad(t, []string{"--topics.lanes=prod.lanes.v2"}, map[string]string{"CKF_TOPIC_PREFIX": "p."})
+	want := config.DefaultTopics("p.")
+	want.Lanes = "prod.lanes.v2"
+	if cfg.Topics != want {
+		t.Errorf("topics = %+v, want %+v", cfg.Topics, want)
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	_, err := config.Load(config.Sources{Args: []string{"--no-such-setting=1"}, LookupEnv: env(nil)})
+	if err == nil || !strings.Contains(err.Error(), "no-such-setting") {
+		t.Errorf("unknown flag: %v", err)
+	}
+	_, err = config.Load(config.Sources{Args: []string{"--relay.lane=x"}, LookupEnv: env(nil)})
+	if err == nil || !strings.Contains(err.Error(), "relay.lane") || !strings.Contains(err.Error(), "not an integer") {
+		t.Errorf("bad flag value: %v", err)
+	}
+	_, err = config.Load(config.Sources{Args: []string{"extra"}, LookupEnv: env(nil)})
+	if err == nil || !strings.Contains(err.Error(), `unexpected argument "extra"`) {
+		t.Errorf("positional argument: %v", err)
+	}
+}
+
+func TestEffectiveBucketCount(t *testing.T) {
+	for _, tc := range []struct {
+		ix   config.Indexer
+		want uint64
+	}{
+		{config.Indexer{ExpectedBlocksPerDC: 1}, 2},
+		{config.Indexer{ExpectedBlocksPerDC: 32}, 16},
+		{config.Indexer{ExpectedBlocksPerDC: 2048}, 1024},
+		{config.Indexer{ExpectedBlocksPerDC: 1 << 20}, 1 << 19},
+		{config.Indexer{ExpectedBlocksPerDC: 1 << 20, BucketCount: 64}, 64},
+	} {
+		if got := tc.ix.EffectiveBucketCount(); got != tc.want {
+			t.Errorf("%+v: %d, want %d", tc.ix, got, tc.want)
+		}
+	}
+}
+
+func TestFieldsListsEveryVariable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, f := range config.Fields() {
+		seen[f.Path] = true
+		if len(f.Env) == 0 || !strings.HasPrefix(f.Env[len(f.Env)-1], "CKF_") {
+			t.Errorf("%s: variables %v", f.Path, f.Env)
+		}
+	}
+	for _, p := range []string{"kafka.brokers", "kafka.sasl.password", "topics.dead_letter", "indexer.freshness.max_time_lag", "relay.publish_max_delay", "shutdown_timeout"} {
+		if !seen[p] {
+			t.Errorf("Fields() lacks %s", p)
+		}
+	}
+}

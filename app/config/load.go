@@ -1,0 +1,286 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// EnvPrefix starts the name of every configuration variable.
+const EnvPrefix = "CKF_"
+
+// EnvConfigFile names the configuration file when --config is not given.
+const EnvConfigFile = "CKF_CONFIG"
+
+// envAliases are second names of a field's variable, read before (so overridden by) its CKF_
+// name. KAFKA_BROKERS is the name the test broker scripts, docker-compose and franz-go's
+// examples use.
+var envAliases = map[string][]string{
+	"kafka.brokers": {"KAFKA_BROKERS"},
+}
+
+// Sources are where Load reads the configuration besides the defaults.
+type Sources struct {
+	// Args are the command-line arguments after the subcommand: --config PATH and one flag per
+	// field, named by the field's path (--http.listen=127.0.0.1:0). A boolean flag needs no
+	// value (--kafka.tls.enabled); turning one off takes the = form (--kafka.create_topics=false).
+	Args []string
+	// FlagSet, when not nil, receives the configuration flags next to the caller's own and
+	// parses Args; its Args() are then the positional arguments left over. When nil, Load uses
+	// a FlagSet of its own that rejects positional arguments.
+	FlagSet *flag.FlagSet
+	// LookupEnv reads an environment variable. Nil means os.LookupEnv. A variable set to the
+	// empty string counts as unset.
+	LookupEnv func(key string) (string, bool)
+}
+
+// Load builds the configuration from the defaults, the optional file, the environment and the
+// flags, in that order of precedence (see the package documentation), resolves the topic names
+// and validates the result. A flag parse error wraps the flag package's error (errors.Is(err,
+// flag.ErrHelp) for -h); every other error matches ErrInvalid and names the field. When only
+// validation fails, Load returns the loaded configuration along with the error; otherwise it
+// returns the zero Config on error.
+func Load(src Sources) (Config, error) {
+	fs := src.FlagSet
+	if fs == nil {
+		fs = flag.NewFlagSet("processor", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+	}
+	lookup := src.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	var set []flagSetting
+	file := addFlags(fs, &set)
+	if err := fs.Parse(src.Args); err != nil {
+		return Config{}, fmt.Errorf("config: flags: %w", err)
+	}
+	if src.FlagSet == nil && fs.NArg() > 0 {
+		return Config{}, &FieldError{Field: "flags", Reason: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+
+	cfg := defaultConfig()
+	path := *file
+	if path == "" {
+		path, _ = lookupNonEmpty(lookup, EnvConfigFile)
+	}
+	if path != "" {
+		if err := decodeFile(path, &cfg); err != nil {
+			return Config{}, err
+		}
+	}
+	root := reflect.ValueOf(&cfg).Elem()
+	for _, f := range fieldTable() {
+		for _, name := range f.env {
+			if s, ok := lookupNonEmpty(lookup, name); ok {
+				if err := setString(root.FieldByIndex(f.index), s); err != nil {
+					return Config{}, &FieldError{Field: f.path, Reason: fmt.Sprintf("%s=%q: %v", name, s, err), Err: err}
+				}
+			}
+		}
+	}
+	for _, s := range set {
+		if err := setString(root.FieldByIndex(s.field.index), s.value); err != nil {
+			return Config{}, &FieldError{Field: s.field.path, Reason: fmt.Sprintf("--%s=%q: %v", s.field.path, s.value, err), Err: err}
+		}
+	}
+	cfg.resolve()
+	return cfg, cfg.Validate()
+}
+
+func lookupNonEmpty(lookup func(string) (string, bool), key string) (string, bool) {
+	s, ok := lookup(key)
+	return s, ok && s != ""
+}
+
+// decodeFile decodes a YAML or JSON file (JSON is YAML) onto cfg, so the file's keys override
+// the defaults and the keys it leaves out keep them. Unknown keys are errors: a misspelt key
+// would otherwise leave its default silently in force.
+func decodeFile(path string, cfg *Config) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return &FieldError{Field: "file " + path, Reason: err.Error(), Err: err}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "yaml: unmarshal errors:", "")), " ")
+		return &FieldError{Field: "file " + path, Reason: msg, Err: err}
+	}
+	return nil
+}
+
+// field is one leaf of Config: a value a file key, a variable and a flag can set.
+type field struct {
+	path  string // indexer.verification_window
+	env   []string
+	index []int
+	typ   reflect.Type
+}
+
+var (
+	durationType = reflect.TypeFor[time.Duration]()
+	laneMapType  = reflect.TypeFor[LaneMap]()
+	stringsType  = reflect.TypeFor[[]string]()
+)
+
+// fieldTable lists every leaf of Config in declaration order.
+var fieldTable = sync.OnceValue(func() []field {
+	var out []field
+	var walk func(t reflect.Type, prefix string, index []int)
+	walk = func(t reflect.Type, prefix string, index []int) {
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			name, _, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			path := prefix + name
+			idx := append(append([]int(nil), index...), i)
+			if sf.Type.Kind() == reflect.Struct {
+				walk(sf.Type, path+".", idx)
+				continue
+			}
+			env := append(append([]string(nil), envAliases[path]...),
+				EnvPrefix+strings.ToUpper(strings.ReplaceAll(path, ".", "_")))
+			out = append(out, field{path: path, env: env, index: idx, typ: sf.Type})
+		}
+	}
+	walk(reflect.TypeFor[Config](), "", nil)
+	return out
+})
+
+// setString parses s into v, a leaf of Config, in the syntax of variables and flags.
+func setString(v reflect.Value, s string) error {
+	switch v.Type() {
+	case durationType:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return errors.New("not a duration (like 250ms, 30s or 1m)")
+		}
+		v.SetInt(int64(d))
+		return nil
+	case laneMapType:
+		m, err := parseLaneMap(s)
+		if err != nil {
+			return err
+		}
+		v.Set(reflect.ValueOf(m))
+		return nil
+	case stringsType:
+		var list []string
+		for _, item := range strings.Split(s, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				list = append(list, item)
+			}
+		}
+		v.Set(reflect.ValueOf(list))
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(s)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return errors.New("not a boolean (true or false)")
+		}
+		v.SetBool(b)
+	case reflect.Int, reflect.Int64:
+		n, err := strconv.ParseInt(s, 0, v.Type().Bits())
+		if err != nil {
+			return errors.New("not an integer")
+		}
+		v.SetInt(n)
+	case reflect.Uint64:
+		n, err := strconv.ParseUint(s, 0, 64)
+		if err != nil {
+			return errors.New("not an unsigned 64-bit integer (decimal or 0x hex)")
+		}
+		v.SetUint(n)
+	default:
+		return fmt.Errorf("unsupported field type %s", v.Type())
+	}
+	return nil
+}
+
+// flagSetting is one configuration flag as given, applied after the file and the environment.
+type flagSetting struct {
+	field field
+	value string
+}
+
+type fieldFlag struct {
+	field field
+	set   *[]flagSetting
+}
+
+func (f fieldFlag) String() string { return "" }
+
+func (f fieldFlag) Set(s string) error {
+	// Parse now, into a scratch value, so that the flag package reports a bad value at once;
+	// keep the text to apply in order after the file and the environment.
+	if err := setString(reflect.New(f.field.typ).Elem(), s); err != nil {
+		return err
+	}
+	*f.set = append(*f.set, flagSetting{f.field, s})
+	return nil
+}
+
+func (f fieldFlag) IsBoolFlag() bool { return f.field.typ.Kind() == reflect.Bool }
+
+// addFlags registers --config and one flag per configuration field on fs. Parsed flags are
+// appended to *set in command-line order; the returned pointer receives --config's value.
+func addFlags(fs *flag.FlagSet, set *[]flagSetting) *string {
+	file := fs.String("config", "", "YAML or JSON configuration `file` (else $"+EnvConfigFile+")")
+	for _, f := range fieldTable() {
+		fs.Var(fieldFlag{f, set}, f.path, "sets "+f.path+" (env "+strings.Join(f.env, " or ")+")")
+	}
+	return file
+}
+
+// Fields describes every configuration field for help output: its path (the file key and flag
+// name), its variables, and its default rendered as a variable would set it.
+func Fields() []FieldInfo {
+	def := reflect.ValueOf(Default())
+	var out []FieldInfo
+	for _, f := range fieldTable() {
+		out = append(out, FieldInfo{Path: f.path, Env: f.env, Default: render(def.FieldByIndex(f.index))})
+	}
+	return out
+}
+
+// FieldInfo describes one configuration field; see Fields.
+type FieldInfo struct {
+	Path    string
+	Env     []string
+	Default string
+}
+
+func render(v reflect.Value) string {
+	switch x := v.Interface().(type) {
+	case time.Duration:
+		return x.String()
+	case []string:
+		return strings.Join(x, ",")
+	case LaneMap:
+		return x.String()
+	case Secret:
+		return x.String()
+	case uint64:
+		if x > 1<<32 {
+			return fmt.Sprintf("%#x", x)
+		}
+	}
+	return fmt.Sprint(v.Interface())
+}

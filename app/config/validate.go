@@ -1,0 +1,310 @@
+package config
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/bits"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// ErrInvalid matches every validation and loading error of this package via errors.Is.
+var ErrInvalid = errors.New("config: invalid")
+
+// FieldError is one invalid field. Field is the field's path as the file, flags and messages
+// name it (indexer.verification_window), or the name of the variable or flag that carried a
+// value that did not parse.
+type FieldError struct {
+	Field  string
+	Reason string
+	// Err is the underlying cause, when there is one (a parse or file error).
+	Err error
+}
+
+// Error renders "config: <field>: <reason>".
+func (e *FieldError) Error() string { return "config: " + e.Field + ": " + e.Reason }
+
+// Unwrap returns the underlying cause.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Is makes every FieldError match ErrInvalid.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// SASL mechanisms Kafka.SASL.Mechanism accepts.
+const (
+	SASLPlain       = "PLAIN"
+	SASLScramSHA256 = "SCRAM-SHA-256"
+	SASLScramSHA512 = "SCRAM-SHA-512"
+)
+
+type problems []error
+
+func (p *problems) add(field, format string, a ...any) {
+	*p = append(*p, &FieldError{Field: field, Reason: fmt.Sprintf(format, a...)})
+}
+
+// Validate reports every invalid field, each as a *FieldError joined with errors.Join, in the
+// order of the Config's fields; nil when the whole configuration is valid. Topic names are
+// checked as they are: call it on a Config from Load or Default, whose names are resolved.
+func (c Config) Validate() error {
+	var p problems
+	c.Kafka.validate(&p)
+	if strings.ContainsAny(c.TopicPrefix, " /\\") || !legalTopicChars(c.TopicPrefix) {
+		p.add("topic_prefix", "%q holds characters a Kafka topic name cannot (allowed: a-z A-Z 0-9 . _ -)", c.TopicPrefix)
+	}
+	c.Topics.validate(&p)
+	if err := checkHostPort(c.HTTP.Listen, true); err != nil {
+		p.add("http.listen", "%q %v", c.HTTP.Listen, err)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		p.add("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		p.add("log.format", "%q is not one of json, console", c.Log.Format)
+	}
+	if c.Metrics.ReportInterval <= 0 {
+		p.add("metrics.report_interval", "%v is not positive", c.Metrics.ReportInterval)
+	}
+	c.Indexer.validate(&p)
+	c.Relay.validate(&p)
+	if c.ShutdownTimeout <= 0 {
+		p.add("shutdown_timeout", "%v is not positive", c.ShutdownTimeout)
+	}
+	if c.StartupTimeout <= 0 {
+		p.add("startup_timeout", "%v is not positive", c.StartupTimeout)
+	}
+	return errors.Join(p...)
+}
+
+func (k Kafka) validate(p *problems) {
+	for i, b := range k.Brokers {
+		if err := checkHostPort(b, false); err != nil {
+			p.add(fmt.Sprintf("kafka.brokers[%d]", i), "%q %v", b, err)
+		}
+	}
+	if k.ClientID == "" {
+		p.add("kafka.client_id", "must not be empty")
+	}
+	embedded := len(k.Brokers) == 0
+	t := k.TLS
+	if !t.Enabled {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{
+			{"ca_file", t.CAFile != ""}, {"cert_file", t.CertFile != ""}, {"key_file", t.KeyFile != ""},
+			{"server_name", t.ServerName != ""}, {"insecure_skip_verify", t.InsecureSkipVerify},
+		} {
+			if f.set {
+				p.add("kafka.tls."+f.name, "is set, but kafka.tls.enabled is false")
+			}
+		}
+	} else if embedded {
+		p.add("kafka.tls.enabled", "is true, but kafka.brokers is empty and the embedded broker serves plaintext only")
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		if t.CertFile == "" {
+			p.add("kafka.tls.cert_file", "is required when kafka.tls.key_file is set")
+		} else {
+			p.add("kafka.tls.key_file", "is required when kafka.tls.cert_file is set")
+		}
+	}
+	s := k.SASL
+	switch upperASCII(s.Mechanism) {
+	case "":
+		if s.Username != "" {
+			p.add("kafka.sasl.mechanism", "is required when kafka.sasl.username is set")
+		} else if s.Password != "" {
+			p.add("kafka.sasl.mechanism", "is required when kafka.sasl.password is set")
+		}
+	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
+		if s.Username == "" {
+			p.add("kafka.sasl.username", "is required when kafka.sasl.mechanism is set")
+		}
+		if s.Password == "" {
+			p.add("kafka.sasl.password", "is required when kafka.sasl.mechanism is set")
+		}
+		if embedded {
+			p.add("kafka.sasl.mechanism", "is set, but kafka.brokers is empty and the embedded broker does not authenticate")
+		}
+	default:
+		p.add("kafka.sasl.mechanism", "%q is not one of %s, %s, %s", s.Mechanism, SASLPlain, SASLScramSHA256, SASLScramSHA512)
+	}
+}
+
+func (t Topics) validate(p *problems) {
+	seen := map[string]string{}
+	for _, f := range []struct{ field, name string }{
+		{"topics.kv_events", t.KVEvents}, {"topics.lanes", t.Lanes}, {"topics.queries", t.Queries},
+		{"topics.query_replies", t.QueryReplies}, {"topics.lane_events", t.LaneEvents},
+		{"topics.control", t.Control}, {"topics.dead_letter", t.DeadLetter},
+	} {
+		switch {
+		case f.name == "" || f.name == "." || f.name == "..":
+			p.add(f.field, "%q is not a valid topic name", f.name)
+		case len(f.name) > 249:
+			p.add(f.field, "%q is longer than Kafka's 249 characters", f.name)
+		case !legalTopicChars(f.name):
+			p.add(f.field, "%q holds characters a Kafka topic name cannot (allowed: a-z A-Z 0-9 . _ -)", f.name)
+		case seen[f.name] != "":
+			p.add(f.field, "%q is also the name of %s", f.name, seen[f.name])
+		default:
+			seen[f.name] = f.field
+		}
+	}
+}
+
+func (ix Indexer) validate(p *problems) {
+	if ix.Domain != "" {
+		if err := checkDomain(ix.Domain); err != nil {
+			p.add("indexer.domain", "%q %v", ix.Domain, err)
+		}
+	}
+	switch ix.DomainSource {
+	case "explicit", "default_derived":
+	default:
+		p.add("indexer.domain_source", "%q is not one of explicit, default_derived", ix.DomainSource)
+	}
+	dcLane := map[uint64]int{}
+	for _, lane := range ix.Lanes.Lanes() {
+		if lane < 0 || lane >= LaneCount {
+			p.add("indexer.lanes", "lane %d is not in [0,%d]", lane, LaneCount-1)
+			continue
+		}
+		dc := ix.Lanes[lane]
+		if other, dup := dcLane[dc]; dup {
+			p.add("indexer.lanes", "DC %#x is on lanes %d and %d; a DC publishes on one lane", dc, other, lane)
+			continue
+		}
+		dcLane[dc] = lane
+	}
+	if ix.BucketCount != 0 && (ix.BucketCount < 2 || ix.BucketCount > MaxBucketCount || bits.OnesCount64(ix.BucketCount) != 1) {
+		p.add("indexer.bucket_count", "%d is not 0 or a power of two in [2,%d]", ix.BucketCount, MaxBucketCount)
+	}
+	if ix.BucketCount == 0 {
+		if ix.ExpectedBlocksPerDC == 0 {
+			p.add("indexer.expected_blocks_per_dc", "must be positive when indexer.bucket_count is 0")
+		} else if n := bucketCountFor(ix.ExpectedBlocksPerDC); n == 0 || n > MaxBucketCount {
+			p.add("indexer.expected_blocks_per_dc", "%d needs more than %d buckets", ix.ExpectedBlocksPerDC, MaxBucketCount)
+		}
+	}
+	if w := ix.VerificationWindow; w < 1 || w > MaxVerificationWindow {
+		p.add("indexer.verification_window", "%d is not in [1,%d]", w, MaxVerificationWindow)
+	}
+	if ix.Freshness.MaxRecordLag < 0 {
+		p.add("indexer.freshness.max_record_lag", "%d is negative", ix.Freshness.MaxRecordLag)
+	}
+	if ix.Freshness.MaxTimeLag < 0 {
+		p.add("indexer.freshness.max_time_lag", "%v is negative", ix.Freshness.MaxTimeLag)
+	}
+	if ix.QueryGroup == "" {
+		p.add("indexer.query_group", "must not be empty")
+	}
+	if ix.QueryBatchSize < 1 || ix.QueryBatchSize > 65536 {
+		p.add("indexer.query_batch_size", "%d is not in [1,65536]", ix.QueryBatchSize)
+	}
+}
+
+func (r Relay) validate(p *problems) {
+	if r.Lane < 0 || r.Lane >= LaneCount {
+		p.add("relay.lane", "%d is not in [0,%d]", r.Lane, LaneCount-1)
+	}
+	if r.ExpectedBlocks == 0 {
+		p.add("relay.expected_blocks", "must be positive")
+	} else if n := bucketCountFor(r.ExpectedBlocks); n == 0 || n > MaxBucketCount {
+		p.add("relay.expected_blocks", "%d needs more than %d buckets", r.ExpectedBlocks, MaxBucketCount)
+	}
+	if r.SnapshotInterval < 0 {
+		p.add("relay.snapshot_interval", "%v is negative", r.SnapshotInterval)
+	} else if r.SnapshotInterval == 0 && r.SnapshotEveryDeltas == 0 {
+		p.add("relay.snapshot_interval", "is 0 and so is relay.snapshot_every_deltas: at least one snapshot trigger must be on")
+	}
+	if r.HeartbeatInterval <= 0 {
+		p.add("relay.heartbeat_interval", "%v is not positive", r.HeartbeatInterval)
+	}
+	if r.PublishEveryEvents == 0 {
+		p.add("relay.publish_every_events", "must be positive")
+	}
+	if r.PublishMaxDelay <= 0 {
+		p.add("relay.publish_max_delay", "%v is not positive", r.PublishMaxDelay)
+	}
+}
+
+// EffectiveBucketCount returns the bucket count the indexer expects every lane to publish:
+// BucketCount when set, else the one derived from ExpectedBlocksPerDC. It is 0 only for an
+// invalid Indexer.
+func (ix Indexer) EffectiveBucketCount() uint64 {
+	if ix.BucketCount != 0 {
+		return ix.BucketCount
+	}
+	return bucketCountFor(ix.ExpectedBlocksPerDC)
+}
+
+// bucketCountFor mirrors ckf.BucketCountFor: the next power of two of floor((5n+15)/16), at
+// least 2; 0 on overflow or n == 0.
+func bucketCountFor(n uint64) uint64 {
+	if n == 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(n, 5)
+	if hi != 0 || lo > ^uint64(0)-15 {
+		return 0
+	}
+	want := max((lo+15)/16, 2)
+	if bits.OnesCount64(want) == 1 {
+		return want
+	}
+	shift := 64 - bits.LeadingZeros64(want)
+	if shift >= 64 {
+		return 0
+	}
+	return 1 << shift
+}
+
+func checkHostPort(s string, allowAnyPort bool) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return errors.New("is not host:port")
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return errors.New("has a port that is not a number in [0,65535]")
+	}
+	if n == 0 && !allowAnyPort {
+		return errors.New("has port 0")
+	}
+	if host == "" && !allowAnyPort {
+		return errors.New("has no host")
+	}
+	return nil
+}
+
+func checkDomain(s string) error {
+	sem, route, ok := strings.Cut(s, ":")
+	if !ok {
+		return errors.New("is not <32 hex digits>:<32 hex digits>")
+	}
+	for _, part := range []string{sem, route} {
+		if b, err := hex.DecodeString(part); err != nil || len(b) != 16 {
+			return errors.New("is not <32 hex digits>:<32 hex digits>")
+		}
+	}
+	return nil
+}
+
+func legalTopicChars(s string) bool {
+	for _, ch := range s {
+		switch {
+		case 'a' <= ch && ch <= 'z', 'A' <= ch && ch <= 'Z', '0' <= ch && ch <= '9', ch == '.', ch == '_', ch == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,220 @@
+// Package kafka is the process's connection to Kafka: the cluster (configured, or embedded when
+// none is), the client options every component builds its clients from (seed brokers, client.id,
+// TLS, SASL, metrics hooks, logger), and the product's topic layout, ensured at start.
+//
+// The package hands out options, not clients: each component builds and closes its own
+// kgo.Client (a lane consumer, a transactional producer and a query group member want different
+// options and lifetimes), named by its role for logs and metrics:
+//
+//	cl, err := conn.NewClient("lanes", kgo.ConsumePartitions(assign), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/httpserver"
+	"github.com/ckf-stream/ckf-stream/app/metrics"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+)
+
+// ErrTopicsNotReady is the readiness error until Start has ensured the topic layout.
+var ErrTopicsNotReady = errors.New("kafka: topic layout not ensured yet")
+
+// Params are New's inputs.
+type Params struct {
+	fx.In
+
+	Config config.Kafka
+	Topics config.Topics
+	Logger *zap.Logger `optional:"true"`
+	// Hooks, when set, adds kprom metrics to every client built from the connection.
+	Hooks *metrics.KafkaHooks `optional:"true"`
+}
+
+// Connection is the process's Kafka connection: the cluster, the shared client options, and
+// an admin client for the topic layout and readiness.
+type Connection struct {
+	// Cluster is the cluster in use; Cluster.Embedded is true for the in-process broker.
+	Cluster *Cluster
+	// Topics are the effective topic names.
+	Topics config.Topics
+
+	cfg         config.Kafka
+	base        []kgo.Opt
+	hooks       *metrics.KafkaHooks
+	log         *zap.Logger
+	admin       *kgo.Client
+	topicsReady atomic.Bool
+	closeOnce   sync.Once
+}
+
+// New opens the cluster (starting the embedded broker when none is configured) and builds the
+// shared options and the admin client. It does no network I/O with a configured cluster; Start
+// does. Close releases what New opened.
+func New(p Params) (*Connection, error) {
+	log := p.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	log = log.Named("kafka")
+	cluster, err := OpenCluster(p.Config)
+	if err != nil {
+		return nil, err
+	}
+	base, err := ClientOpts(p.Config, cluster.Brokers)
+	if err != nil {
+		cluster.Close()
+		return nil, err
+	}
+	c := &Connection{Cluster: cluster, Topics: p.Topics, cfg: p.Config, base: base, hooks: p.Hooks, log: log}
+	c.admin, err = c.NewClient("admin")
+	if err != nil {
+		cluster.Close()
+		return nil, err
+	}
+	if p.Config.SASL.Mechanism == config.SASLPlain && !p.Config.TLS.Enabled {
+		log.Warn("SASL PLAIN without TLS sends the password in clear text; enable kafka.tls")
+	}
+	return c, nil
+}
+
+// Opts returns the shared options followed by the metrics hooks and the logger of a client
+// named client (its role: "lanes", "queries", "relay"), then extra. Later options win, so extra
+// can override any shared option. Call it once per client: each call reserves the client's
+// metrics label until that client closes.
+func (c *Connection) Opts(client string, extra ...kgo.Opt) []kgo.Opt {
+	opts := append([]kgo.Opt(nil), c.base...)
+	if c.hooks != nil {
+		opts = append(opts, c.hooks.Opt(client))
+	}
+	opts = append(opts, kgo.WithLogger(newZapLogger(c.log.With(zap.String("client", client)))))
+	return append(opts, extra...)
+}
+
+// NewClient builds a client from Opts(client, extra...). The caller closes it.
+func (c *Connection) NewClient(client string, extra ...kgo.Opt) (*kgo.Client, error) {
+	cl, err := kgo.NewClient(c.Opts(client, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: client %s: %w", client, err)
+	}
+	return cl, nil
+}
+
+// Start waits for a broker to answer, then ensures the topic layout: it creates the missing
+// topics when kafka.create_topics is set, and otherwise only verifies them; either way the lane
+// topic must have config.LaneCount partitions. It returns when the layout is usable, when a
+// broker refuses the client for good (an authentication or authorization error), or shortly
+// before ctx ends: it keeps a margin so that its own error, which names the cause, reaches the
+// caller before fx's start timeout reports a bare "context deadline exceeded".
+func (c *Connection) Start(ctx context.Context) error {
+	c.log.Info("using "+c.Cluster.Describe(), zap.Bool("embedded", c.Cluster.Embedded))
+	ctx, cancel := withMargin(ctx)
+	defer cancel()
+	err := c.waitForBroker(ctx)
+	if err == nil && c.cfg.CreateTopics {
+		err = EnsureTopics(ctx, c.admin, c.Topics)
+	} else if err == nil {
+		err = VerifyTopics(ctx, c.admin, c.Topics)
+	}
+	if err != nil {
+		// fx does not run the OnStop of a hook whose OnStart failed: release what New opened.
+		c.Close()
+		return fmt.Errorf("kafka: %s: %w", c.Cluster.Describe(), err)
+	}
+	c.topicsReady.Store(true)
+	return nil
+}
+
+// withMargin shortens ctx's deadline by a tenth of the time left, at most a second.
+func withMargin(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	margin := min(time.Until(dl)/10, time.Second)
+	return context.WithDeadline(ctx, dl.Add(-margin))
+}
+
+// waitForBroker pings the cluster until a broker answers. A non-retriable Kafka error
+// (SASL_AUTHENTICATION_FAILED, CLUSTER_AUTHORIZATION_FAILED, ...) ends the wait at once; any
+// other error is retried, and the last one is reported when ctx ends. (A broker that drops the
+// connection on a bad password, as kfake does, shows up as EOF.)
+func (c *Connection) waitForBroker(ctx context.Context) error {
+	var last error
+	for {
+		err := c.admin.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		var ke *kerr.Error
+		if errors.As(err, &ke) && !ke.Retriable {
+			return fmt.Errorf("broker refused the client: %w", err)
+		}
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no broker answered before the start timeout: %w", last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Ready is the "kafka" readiness check: the topic layout is ensured and a broker answers.
+func (c *Connection) Ready(ctx context.Context) error {
+	if !c.topicsReady.Load() {
+		return ErrTopicsNotReady
+	}
+	if err := c.admin.Ping(ctx); err != nil {
+		return fmt.Errorf("kafka: no broker answers: %w", err)
+	}
+	return nil
+}
+
+// Close closes the admin client and stops the embedded broker, if any. Components must have
+// closed their own clients first (fx stops them before this, since they depend on it). Only the
+// first call does anything.
+func (c *Connection) Close() {
+	c.closeOnce.Do(func() {
+		c.admin.Close()
+		c.Cluster.Close()
+	})
+}
+
+// Result is what Provide returns to the fx graph.
+type Result struct {
+	fx.Out
+
+	Connection *Connection
+	// Check is the "kafka" readiness check (Connection.Ready).
+	Check httpserver.ReadinessCheck `group:"readiness"`
+}
+
+// Provide is Module's constructor: New, with Start and Close appended to lc's hooks and the
+// "kafka" readiness check.
+func Provide(lc fx.Lifecycle, p Params) (Result, error) {
+	c, err := New(p)
+	if err != nil {
+		return Result{}, err
+	}
+	lc.Append(fx.Hook{OnStart: c.Start, OnStop: func(context.Context) error { c.Close(); return nil }})
+	return Result{Connection: c, Check: httpserver.ReadinessCheck{Name: "kafka", Check: c.Ready}}, nil
+}
+
+// Module provides the *Connection, ensures the topic layout at start, closes the connection at
+// stop, and adds the "kafka" readiness check.
+var Module = fx.Module("kafka",
+	fx.Provide(Provide),
+	// Built even when no component asks for it yet, so that every process ensures the layout.
+	fx.Invoke(func(*Connection) {}),
+)

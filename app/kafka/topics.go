@@ -1,0 +1,105 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TopicSpec is one topic of the product's layout.
+type TopicSpec struct {
+	Name       string
+	Partitions int32
+	Configs    map[string]*string
+}
+
+// TopicLayout returns every topic the product uses with its partition count and configs.
+func TopicLayout(t config.Topics) []TopicSpec {
+	return []TopicSpec{
+		{Name: t.KVEvents, Partitions: config.LaneCount},
+		{Name: t.Lanes, Partitions: config.LaneCount},
+		{Name: t.Queries, Partitions: 4},
+		{Name: t.QueryReplies, Partitions: 4},
+		{Name: t.LaneEvents, Partitions: config.LaneCount},
+		{Name: t.Control, Partitions: 1},
+		{Name: t.DeadLetter, Partitions: 1},
+	}
+}
+
+// ErrLaneTopicPartitions is returned (wrapped) when the lane topic exists with fewer than
+// config.LaneCount partitions: partition p must be physical lane p, so such a topic cannot serve.
+var ErrLaneTopicPartitions = errors.New("lane topic has too few partitions")
+
+// EnsureTopics creates every topic of the layout that does not exist yet. Existing topics are
+// left as they are; an existing lane topic with fewer than config.LaneCount partitions is an
+// error, since partition p must be physical lane p.
+func EnsureTopics(ctx context.Context, cl *kgo.Client, t config.Topics) error {
+	adm := kadm.NewClient(cl)
+	for _, spec := range TopicLayout(t) {
+		resp, err := adm.CreateTopic(ctx, spec.Partitions, -1, spec.Configs, spec.Name)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", spec.Name, err)
+		}
+	}
+	return VerifyTopics(ctx, cl, t)
+}
+
+// VerifyTopics waits until every topic of the layout exists with a leader for each partition,
+// and checks that the lane topic has config.LaneCount partitions. It creates nothing. Topic
+// creation is asynchronous on a real cluster, so a topic that was just created may take a moment
+// to appear; VerifyTopics retries until ctx ends.
+func VerifyTopics(ctx context.Context, cl *kgo.Client, t config.Topics) error {
+	adm := kadm.NewClient(cl)
+	layout := TopicLayout(t)
+	var details kadm.TopicDetails
+	for {
+		var err error
+		details, err = adm.ListTopics(ctx)
+		if err == nil {
+			err = missing(details, layout)
+		}
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topics not ready: %w (last error: %w)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if d := details[t.Lanes]; len(d.Partitions) < config.LaneCount {
+		return fmt.Errorf("topic %s has %d partitions; the lane topic needs %d (one per physical lane): %w",
+			t.Lanes, len(d.Partitions), config.LaneCount, ErrLaneTopicPartitions)
+	}
+	return nil
+}
+
+// missing returns why the layout is not complete yet, or nil.
+func missing(details kadm.TopicDetails, layout []TopicSpec) error {
+	for _, spec := range layout {
+		d, ok := details[spec.Name]
+		switch {
+		case !ok:
+			return fmt.Errorf("topic %s does not exist", spec.Name)
+		case d.Err != nil:
+			return fmt.Errorf("topic %s: %w", spec.Name, d.Err)
+		case len(d.Partitions) == 0:
+			return fmt.Errorf("topic %s has no partitions yet", spec.Name)
+		}
+		for _, p := range d.Partitions {
+			if p.Err != nil || p.Leader < 0 {
+				return fmt.Errorf("topic %s partition %d has no leader yet", spec.Name, p.Partition)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func checkLayout(t *testing.T, cl *kgo.Client, topics config.Topics) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := kafka.EnsureTopics(ctx, cl, topics); err != nil {
+		t.Fatalf("EnsureTopics: %v", err)
+	}
+	// A second call on an existing layout is a no-op, not an error.
+	if err := kafka.EnsureTopics(ctx, cl, topics); err != nil {
+		t.Fatalf("EnsureTopics again: %v", err)
+	}
+	details, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range kafka.TopicLayout(topics) {
+		if got := len(details[spec.Name].Partitions); got != int(spec.Partitions) {
+			t.Errorf("%s: %d partitions, want %d", spec.Name, got, spec.Partitions)
+		}
+	}
+}
+
+func deleteLayout(t *testing.T, cl *kgo.Client, topics config.Topics) {
+	t.Cleanup(func() {
+		var names []string
+		for _, s := range kafka.TopicLayout(topics) {
+			names = append(names, s.Name)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = kadm.NewClient(cl).DeleteTopics(ctx, names...)
+	})
+}
+
+// TestEnsureTopicsRealBroker creates the product's topic layout on the real broker.
+func TestEnsureTopicsRealBroker(t *testing.T) {
+	topics := config.DefaultTopics(testenv.UniqueName(t, "app") + ".")
+	cl := testenv.Client(t)
+	deleteLayout(t, cl, topics)
+	checkLayout(t, cl, topics)
+}
+
+// TestEmbeddedClusterWhenNoBrokers checks the embedded default: no brokers configured starts an
+// in-process broker that serves the same layout.
+func TestEmbeddedClusterWhenNoBrokers(t *testing.T) {
+	c, err := kafka.OpenCluster(config.Default().Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !c.Embedded || !strings.Contains(c.Describe(), "embedded") {
+		t.Fatalf("cluster = %+v, want embedded", c)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	checkLayout(t, cl, config.DefaultTopics(""))
+}
+
+func TestConfiguredClusterIsNotEmbedded(t *testing.T) {
+	c, err := kafka.OpenCluster(config.Kafka{Brokers: []string{"b1:9092", "b2:9092"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Embedded || c.Describe() != "Kafka cluster at b1:9092,b2:9092" {
+		t.Fatalf("cluster = %+v (%s)", c, c.Describe())
+	}
+}
+
+// TestLaneTopicTooFewPartitions rejects an existing lane topic that cannot hold 16 lanes.
+func TestLaneTopicTooFewPartitions(t *testing.T) {
+	c, err := kafka.OpenCluster(config.Kafka{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topics := config.DefaultTopics("")
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 4, -1, nil, topics.Lanes); err != nil {
+		t.Fatal(err)
+	}
+	err = kafka.EnsureTopics(ctx, cl, topics)
+	if err == nil || !strings.Contains(err.Error(), "needs 16") || !errors.Is(err, kafka.ErrLaneTopicPartitions) {
+		t.Fatalf("EnsureTopics with a 4-partition lane topic: %v, want a partition-count error", err)
+	}
+}
+
+// TestVerifyOnlyWhenCreationIsOff: with kafka.create_topics false, a missing layout fails start
+// (once the context ends) and creates nothing; an existing one passes.
+func TestVerifyOnlyWhenCreationIsOff(t *testing.T) {
+	cfg := config.Default()
+	cfg.Kafka.Brokers = testenv.Brokers(t)
+	cfg.Kafka.CreateTopics = false
+	cfg.Topics = config.DefaultTopics(testenv.UniqueName(t, "verify") + ".")
+	conn, err := kafka.New(kafka.Params{Config: cfg.Kafka, Topics: cfg.Topics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	err = conn.Start(ctx)
+	if err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("Start without the layout: %v, want a missing-topic error", err)
+	}
+	if err := conn.Ready(context.Background()); !errors.Is(err, kafka.ErrTopicsNotReady) {
+		t.Errorf("Ready after a failed start = %v", err)
+	}
+
+	cl := testenv.Client(t)
+	deleteLayout(t, cl, cfg.Topics)
+	checkLayout(t, cl, cfg.Topics)
+	conn, err = kafka.New(kafka.Params{Config: cfg.Kafka, Topics: cfg.Topics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := conn.Start(ctx); err != nil {
+		t.Fatalf("Start with the layout in place: %v", err)
+	}
+	if err := conn.Ready(ctx); err != nil {
+		t.Errorf("Ready: %v", err)
+	}
+}

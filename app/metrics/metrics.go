@@ -1,0 +1,221 @@
+// Package metrics owns the process's metrics: one tally root scope reporting into one Prometheus
+// registry, which franz-go's kprom plugin shares for every Kafka client, served at GET /metrics.
+//
+// Code records through tally (Scope, SubScope, Tagged). Follow the Prometheus reporter's rules:
+// one set of tag keys per metric name (a second set is a registration error), bounded tag values
+// (a lane number, never a request id), and cached handles on hot paths (keep the tally.Counter,
+// do not look it up per event).
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/httpserver"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
+	tally "github.com/uber-go/tally/v4"
+	tallyprom "github.com/uber-go/tally/v4/prometheus"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+)
+
+// Prefix starts every metric name that tally reports (ckf_relay_events_total).
+const Prefix = "ckf"
+
+// KafkaNamespace starts every franz-go client metric (ckf_kafka_produce_records_total).
+const KafkaNamespace = "ckf_kafka"
+
+// TimerBuckets are the Prometheus histogram buckets, in seconds, of every tally timer and of
+// tally histograms created without buckets of their own: 5µs to 10s, so that the HTTP query
+// path (well under a millisecond) and a snapshot install (seconds) both land inside the range.
+// Timers are histograms, not the reporter's default summaries: histograms aggregate across
+// replicas and summaries do not.
+func TimerBuckets() []float64 {
+	return []float64{
+		0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
+		0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+		1, 2.5, 5, 10,
+	}
+}
+
+// kafkaBuckets are the buckets of the franz-go request-latency histograms, in seconds.
+var kafkaBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// Params are New's inputs.
+type Params struct {
+	fx.In
+
+	Config config.Metrics
+	Logger *zap.Logger `optional:"true"`
+}
+
+// Metrics is the registry, the tally root scope that reports into it, and the factory of Kafka
+// client hooks that share it. Close it once, after everything that records has stopped.
+type Metrics struct {
+	// Scope is the root scope; components take a SubScope of their own.
+	Scope tally.Scope
+	// Registry holds every metric the process exports: tally's, franz-go's, and the Go runtime
+	// and process collectors.
+	Registry *prometheus.Registry
+
+	kafka  *KafkaHooks
+	closer io.Closer
+	log    *zap.Logger
+}
+
+// New builds the registry, registers the Go runtime and process collectors, and starts the
+// tally root scope, which reports counters and gauges every p.Config.ReportInterval.
+//
+// A metric registered twice with different tag keys is a programming error; the reporter's
+// default is to panic, which would take a serving indexer down over a metric. New's reporter
+// logs the error instead (and drops that metric); tests catch it in the log.
+func New(p Params) (*Metrics, error) {
+	if p.Config.ReportInterval <= 0 {
+		return nil, fmt.Errorf("metrics: metrics.report_interval: %v is not positive", p.Config.ReportInterval)
+	}
+	log := p.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	log = log.Named("metrics")
+	reg := prometheus.NewRegistry()
+	if err := errors.Join(
+		reg.Register(collectors.NewGoCollector()),
+		reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})),
+	); err != nil {
+		return nil, fmt.Errorf("metrics: runtime collectors: %w", err)
+	}
+	reporter := tallyprom.NewReporter(tallyprom.Options{
+		Registerer:              reg,
+		Gatherer:                reg,
+		DefaultTimerType:        tallyprom.HistogramTimerType,
+		DefaultHistogramBuckets: TimerBuckets(),
+		OnRegisterError: func(err error) {
+			log.Error("metric registration failed; the metric is dropped", zap.Error(err))
+		},
+	})
+	scope, closer := tally.NewRootScope(tally.ScopeOptions{
+		Prefix:                 Prefix,
+		CachedReporter:         reporter,
+		Separator:              tallyprom.DefaultSeparator,
+		SanitizeOptions:        &tallyprom.DefaultSanitizerOpts,
+		DefaultBuckets:         tally.ValueBuckets(TimerBuckets()),
+		OmitCardinalityMetrics: true,
+	}, p.Config.ReportInterval)
+	return &Metrics{
+		Scope:    scope,
+		Registry: reg,
+		kafka:    &KafkaHooks{reg: reg, inUse: map[string]bool{}},
+		closer:   closer,
+		log:      log,
+	}, nil
+}
+
+// Handler serves the registry in the Prometheus exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{
+		ErrorLog:      zap.NewStdLog(m.log),
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// Kafka returns the factory of franz-go client hooks that record into Registry.
+func (m *Metrics) Kafka() *KafkaHooks { return m.kafka }
+
+// Close stops the root scope after a last report, so the final counts reach the registry.
+func (m *Metrics) Close() error {
+	if err := m.closer.Close(); err != nil {
+		return fmt.Errorf("metrics: close root scope: %w", err)
+	}
+	return nil
+}
+
+// KafkaHooks makes the kprom hooks of franz-go clients. kprom keeps one client's collectors in
+// one *kprom.Metrics, so every client needs its own; they share the registry and differ by the
+// "client" label.
+type KafkaHooks struct {
+	reg   *prometheus.Registry
+	mu    sync.Mutex
+	inUse map[string]bool
+}
+
+// Opt returns the kgo.WithHooks option that records one client's metrics, labelled
+// client=<name>. Name the client by its role ("lanes", "queries", "admin"): a bounded label.
+// A name already in use by an open client gets a numeric suffix ("lanes-2"), since two clients
+// cannot register the same series; the name is free again when its client closes.
+func (h *KafkaHooks) Opt(name string) kgo.Opt {
+	h.mu.Lock()
+	label := name
+	for n := 2; h.inUse[label]; n++ {
+		label = name + "-" + strconv.Itoa(n)
+	}
+	h.inUse[label] = true
+	h.mu.Unlock()
+	m := kprom.NewMetrics(KafkaNamespace,
+		kprom.Registry(h.reg),
+		kprom.WithStaticLabel(prometheus.Labels{"client": label}),
+		kprom.FetchAndProduceDetail(kprom.ByNode, kprom.ByTopic, kprom.Records, kprom.Batches, kprom.UncompressedBytes, kprom.CompressedBytes, kprom.ConsistentNaming),
+		kprom.Histograms(kprom.RequestDurationE2E, kprom.RequestThrottled),
+		kprom.Buckets(kafkaBuckets),
+	)
+	return kgo.WithHooks(&clientHooks{Metrics: m, release: func() {
+		h.mu.Lock()
+		delete(h.inUse, label)
+		h.mu.Unlock()
+	}})
+}
+
+// clientHooks is kprom's hook set plus the release of the client's label when it closes.
+type clientHooks struct {
+	*kprom.Metrics
+	release func()
+}
+
+// OnClientClosed unregisters the client's collectors and frees its label.
+func (c *clientHooks) OnClientClosed(cl *kgo.Client) {
+	c.Metrics.OnClientClosed(cl)
+	c.release()
+}
+
+// Result is what Provide returns to the fx graph.
+type Result struct {
+	fx.Out
+
+	Metrics *Metrics
+	// Scope is the root scope (Metrics.Scope).
+	Scope tally.Scope
+	// Kafka is the factory of Kafka client hooks (Metrics.Kafka()).
+	Kafka *KafkaHooks
+	// Route serves GET /metrics.
+	Route httpserver.Route `group:"routes"`
+}
+
+// Provide is Module's constructor: New, with the scope's Close appended to lc's stop hooks.
+func Provide(lc fx.Lifecycle, p Params) (Result, error) {
+	m, err := New(p)
+	if err != nil {
+		return Result{}, err
+	}
+	// Appended when the metrics are built, before anything that records: so it runs after
+	// everything that records has stopped, and the last report includes their final counts.
+	lc.Append(fx.StopHook(m.Close))
+	return Result{
+		Metrics: m,
+		Scope:   m.Scope,
+		Kafka:   m.kafka,
+		Route:   httpserver.Route{Pattern: "GET /metrics", Handler: m.Handler()},
+	}, nil
+}
+
+// Module provides the *Metrics, its root tally.Scope, the *KafkaHooks, and the GET /metrics
+// route; it closes the scope when the application stops.
+var Module = fx.Module("metrics", fx.Provide(Provide))

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// runCmd runs one command line in-process with exactly vars as its environment.
+func runCmd(t *testing.T, vars map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut, func(k string) (string, bool) { v, ok := vars[k]; return v, ok })
+	return code, out.String(), errOut.String()
+}
+
+func TestConfigPrintRedactsSecrets(t *testing.T) {
+	const pw = "s3cr3t-do-not-print"
+	vars := map[string]string{
+		"KAFKA_BROKERS":            "b1:9092",
+		"CKF_KAFKA_SASL_MECHANISM": "scram-sha-256",
+		"CKF_KAFKA_SASL_USERNAME":  "relay",
+		"CKF_KAFKA_SASL_PASSWORD":  pw,
+	}
+	for _, format := range []string{"yaml", "json"} {
+		code, out, errOut := runCmd(t, vars, "config", "print", "--format", format, "--indexer.verification_window=4")
+		if code != 0 {
+			t.Fatalf("config print --format %s: exit %d, stderr %s", format, code, errOut)
+		}
+		if strings.Contains(out, pw) {
+			t.Errorf("config print --format %s shows the password:\n%s", format, out)
+		}
+		for _, want := range []string{config.Redacted, "SCRAM-SHA-256", "b1:9092", "verification_window", "4"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("config print --format %s lacks %q:\n%s", format, want, out)
+			}
+		}
+	}
+	if code, _, errOut := runCmd(t, nil, "config", "print", "--format", "toml"); code != exitUsage || !strings.Contains(errOut, `"toml" is not one of yaml, json`) {
+		t.Errorf("--format toml: exit %d, stderr %q", code, errOut)
+	}
+	// An invalid configuration is printed (to find the layer that set the bad value), then refused.
+	code, out, errOut := runCmd(t, nil, "config", "print", "--relay.lane=16")
+	if code != exitUsage || !strings.Contains(out, "lane: 16") || !strings.Contains(errOut, "relay.lane: 16 is not in [0,15]") {
+		t.Errorf("config print of an invalid config: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, _, _ := runCmd(t, nil, "config"); code != exitUsage {
+		t.Errorf("config without print: exit %d", code)
+	}
+}
+
+// TestInvalidConfigExits: every command that loads the configuration refuses an invalid one with
+// exit status 2 and a message naming the field.
+func TestInvalidConfigExits(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		vars map[string]string
+		want string
+	}{
+		{[]string{"demo", "--indexer.verification_window=9"}, nil, "processor: config: indexer.verification_window: 9 is not in [1,8]"},
+		{[]string{"config", "print", "--relay.lane=16"}, nil, "processor: config: relay.lane: 16 is not in [0,15]"},
+		{[]string{"demo"}, map[string]string{"KAFKA_BROKERS": "nohostport"}, `processor: config: kafka.brokers[0]: "nohostport" is not host:port`},
+		{[]string{"demo"}, map[string]string{"CKF_LOG_LEVEL": "loud"}, `processor: config: log.level: "loud" is not one of debug, info, warn, error`},
+		{[]string{"demo", "--kafka.sasl.mechanism=OAUTH"}, nil, `processor: config: kafka.sasl.mechanism: "OAUTH" is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512`},
+		{[]string{"demo", "--topics.lanes=a/b"}, nil, `processor: config: topics.lanes: "a/b" holds characters`},
+		{[]string{"demo", "--http.listen=nowhere"}, nil, `processor: config: http.listen: "nowhere" is not host:port`},
+		{[]string{"demo"}, map[string]string{"CKF_METRICS_REPORT_INTERVAL": "0s"}, "processor: config: metrics.report_interval: 0s is not positive"},
+		{[]string{"demo", "--indexer.lanes=0=1,1=1"}, nil, "processor: config: indexer.lanes: DC 0x1 is on lanes 0 and 1"},
+		{[]string{"demo"}, map[string]string{"CKF_INDEXER_QUERY_BATCH_SIZE": "0"}, "processor: config: indexer.query_batch_size: 0 is not in [1,65536]"},
+		{[]string{"demo", "--relay.heartbeat_interval=0s"}, nil, "processor: config: relay.heartbeat_interval: 0s is not positive"},
+		{[]string{"demo"}, map[string]string{"CKF_SHUTDOWN_TIMEOUT": "-1s"}, "processor: config: shutdown_timeout: -1s is not positive"},
+		{[]string{"demo", "--kafka.tls.enabled"}, nil, "processor: config: kafka.tls.enabled: is true, but kafka.brokers is empty"},
+		{[]string{"demo", "--config=/no/such/file.yaml"}, nil, "processor: config: file /no/such/file.yaml: open /no/such/file.yaml: no such file or directory"},
+		{[]string{"demo", "--no-such-flag"}, nil, "flag provided but not defined: -no-such-flag"},
+		{[]string{"demo", "stray"}, nil, `processor: demo: unexpected argument "stray"`},
+	} {
+		code, _, errOut := runCmd(t, tc.vars, tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%q with %v: exit %d, stderr %q; want exit %d and %q", tc.args, tc.vars, code, errOut, exitUsage, tc.want)
+		}
+	}
+}
+
+func TestNotYetImplemented(t *testing.T) {
+	for _, cmd := range []string{"indexer", "relay", "loadgen", "query"} {
+		code, out, errOut := runCmd(t, nil, cmd)
+		if code == 0 || out != "" || errOut != "processor: "+cmd+": not yet implemented in this build\n" {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", cmd, code, out, errOut)
+		}
+	}
+	if code, _, errOut := runCmd(t, nil, "frobnicate"); code != exitUsage || !strings.Contains(errOut, `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
+		code, out, _ := runCmd(t, nil, args...)
+		if code != 0 || !strings.Contains(out, "usage: processor") || !strings.Contains(out, "not yet implemented") {
+			t.Errorf("%q: exit %d, stdout %q", args, code, out)
+		}
+	}
+	code, out, _ := runCmd(t, nil, "help", "config")
+	if code != 0 || !strings.Contains(out, "indexer.verification_window") || !strings.Contains(out, "CKF_INDEXER_VERIFICATION_WINDOW") {
+		t.Errorf("help config: exit %d, stdout %q", code, out)
+	}
+	if code, _, errOut := runCmd(t, nil, "demo", "-h"); code != 0 || !strings.Contains(errOut, "-indexer.verification_window") {
+		t.Errorf("demo -h: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func checkLayoutPrinted(t *testing.T, out string, topics config.Topics) {
+	t.Helper()
+	for _, spec := range kafka.TopicLayout(topics) {
+		if !strings.Contains(out, spec.Name) {
+			t.Errorf("demo output lacks topic %s:\n%s", spec.Name, out)
+		}
+	}
+	if !strings.Contains(out, "topic layout:") || !strings.Contains(out, "16 partitions") {
+		t.Errorf("demo output:\n%s", out)
+	}
+}
+
+// TestDemoEmbedded is `make run` with no broker configured: the embedded broker, the layout
+// printed, exit 0.
+func TestDemoEmbedded(t *testing.T) {
+	code, out, errOut := runCmd(t, nil, "demo", "--http.listen=127.0.0.1:0")
+	if code != 0 {
+		t.Fatalf("demo: exit %d, stderr:\n%s", code, errOut)
+	}
+	if !strings.Contains(out, "ckf-stream: using embedded in-process broker") {
+		t.Errorf("demo did not use the embedded broker:\n%s", out)
+	}
+	checkLayoutPrinted(t, out, config.DefaultTopics(""))
+}
+
+func TestDemoRealBroker(t *testing.T) {
+	prefix := testenv.UniqueName(t, "demo") + "."
+	vars := map[string]string{"KAFKA_BROKERS": strings.Join(testenv.Brokers(t), ","), "CKF_TOPIC_PREFIX": prefix}
+	topics := config.DefaultTopics(prefix)
+	adm := testenv.Admin(t)
+	t.Cleanup(func() {
+		var names []string
+		for _, s := range kafka.TopicLayout(topics) {
+			names = append(names, s.Name)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopics(ctx, names...)
+	})
+	code, out, errOut := runCmd(t, vars, "demo", "--http.listen=127.0.0.1:0")
+	if code != 0 {
+		t.Fatalf("demo: exit %d, stderr:\n%s", code, errOut)
+	}
+	if !strings.Contains(out, "ckf-stream: using Kafka cluster at "+vars["KAFKA_BROKERS"]) {
+		t.Errorf("demo output:\n%s", out)
+	}
+	checkLayoutPrinted(t, out, topics)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	details, err := adm.ListTopics(ctx, topics.Lanes)
+	if err != nil || len(details[topics.Lanes].Partitions) != config.LaneCount {
+		t.Errorf("lane topic on the broker: %v, %v", details, err)
+	}
+}
+
+// TestBinaryExitStatus builds the processor and checks real exit statuses.
+func TestBinaryExitStatus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "processor")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, tc := range []struct {
+		args   []string
+		status int
+		stderr string
+	}{
+		{[]string{"demo", "--indexer.verification_window=9"}, exitUsage, "config: indexer.verification_window: 9 is not in [1,8]"},
+		{[]string{"relay"}, exitFailure, "processor: relay: not yet implemented in this build"},
+		{[]string{"config", "print", "--kafka.brokers=b:1", "--kafka.sasl.mechanism=PLAIN", "--kafka.sasl.username=u", "--kafka.sasl.password=pw-xyz"}, 0, ""},
+	} {
+		cmd := exec.Command(bin, tc.args...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		status := 0
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			status = exitErr.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if status != tc.status || !strings.Contains(stderr.String(), tc.stderr) || strings.Contains(stdout.String(), "pw-xyz") {
+			t.Errorf("processor %q: status %d, stderr %q, stdout %q; want status %d and %q", tc.args, status, stderr.String(), stdout.String(), tc.status, tc.stderr)
+		}
+	}
+}
+
+// TestDemoWithSASL runs the demo against a kfake broker that requires SCRAM-SHA-512, configured
+// only through the environment, as an operator would.
+func TestDemoWithSASL(t *testing.T) {
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser(config.SASLScramSHA512, "ops", "pw-512"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	vars := map[string]string{
+		"KAFKA_BROKERS":            strings.Join(fake.ListenAddrs(), ","),
+		"CKF_KAFKA_SASL_MECHANISM": "scram-sha-512",
+		"CKF_KAFKA_SASL_USERNAME":  "ops",
+		"CKF_KAFKA_SASL_PASSWORD":  "pw-512",
+		"CKF_HTTP_LISTEN":          "127.0.0.1:0",
+	}
+	code, out, errOut := runCmd(t, vars, "demo")
+	if code != 0 {
+		t.Fatalf("demo with SASL: exit %d, stderr:\n%s", code, errOut)
+	}
+	checkLayoutPrinted(t, out, config.DefaultTopics(""))
+	if strings.Contains(out+errOut, "pw-512") {
+		t.Errorf("the password appears in the output")
+	}
+
+	// kfake drops the connection of a failed authentication (a real broker answers
+	// SASL_AUTHENTICATION_FAILED, which ends the start at once): the start fails with the last
+	// error seen, before the start timeout.
+	vars["CKF_KAFKA_SASL_PASSWORD"] = "wrong"
+	vars["CKF_STARTUP_TIMEOUT"] = "2s"
+	code, _, errOut = runCmd(t, vars, "demo")
+	if code != exitFailure || !strings.Contains(errOut, "processor: demo: start: kafka: Kafka cluster at "+vars["KAFKA_BROKERS"]+": no broker answered before the start timeout: EOF") {
+		t.Errorf("demo with a wrong password: exit %d, stderr:\n%s", code, errOut)
+	}
+}

@@ -1,0 +1,38 @@
+// Package schemas is ckf-stream's contract with the outside world: the Avro
+// schemas of every record the system reads or writes on Kafka, the Go records
+// that mirror them, and the codec that frames them in the Confluent wire
+// format.
+//
+// The .avsc files in this directory are the documentation of the wire: every
+// field carries a "doc". They are embedded in the binary, share the namespace
+// io.ckfstream.v1, and are parsed by goavro at start-up.
+//
+// A framed record is
+//
+//	byte 0     magic, always 0
+//	bytes 1-4  schema id, big-endian
+//	bytes 5-   the Avro binary encoding of the record
+//
+// Schema ids come from a Confluent schema registry when one is configured
+// (subjects <topic>-value) and from a fixed built-in table otherwise; see
+// BuiltinID and README.md.
+//
+// The package does not import ckf: its records are plain wire structs and the
+// streams layer converts them. Bulk data (bucket words, delta images, query
+// hashes and tokens) travels as packed little-endian bytes; the decoded
+// records alias the input buffer for those fields instead of copying them, and
+// PackedU64, PackedImages and PackedU32 read elements in place.
+//
+// Lane records, query requests and replies, and KV events written with the
+// embedded schemas are encoded and decoded by hand-written codecs that never
+// touch goavro's map-based native form; every other schema version goes
+// through goavro and is matched by field name. The tests and fuzz targets
+// hold both paths to the same bytes and the same results.
+//
+// Decoders never panic and never allocate more than a small multiple of the
+// input size: every declared length and count is checked against the bytes
+// that remain before anything is allocated. Errors are *DecodeError values
+// classified by the sentinels ErrUnknownMagic, ErrUnknownSchemaID,
+// ErrSchemaMismatch, ErrTruncated, ErrMalformed, ErrInvalidField and
+// ErrRegistry.
+package schemas

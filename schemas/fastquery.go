@@ -1,0 +1,159 @@
+package schemas
+
+import "time"
+
+// Hand-written Avro codecs for the embedded QueryRequest and QueryReply
+// schemas: the query path over Kafka decodes one request and encodes one
+// reply per query, and goavro's native maps cost about ten allocations and a
+// microsecond or more each way. Like the lane codec they must match goavro
+// byte for byte (TestRoundTrip* compare both encoders) and on every input
+// (FuzzDecodeQueryRequest and FuzzDecodeQueryReply compare both decoders).
+
+// laneMatchMinSize is the smallest encoding of one LaneMatch: four fields of
+// at least one byte.
+const laneMatchMinSize = 4
+
+func appendOptString(dst []byte, s string) []byte {
+	if s == "" {
+		return append(dst, 0)
+	}
+	return appendString(append(dst, 2), s)
+}
+
+func appendQueryRequestBody(dst []byte, q *QueryRequest) []byte {
+	dst = appendString(dst, q.CorrelationID)
+	switch q.Input {
+	case InputLocalBlockHashes:
+		dst = appendBytes(append(dst, 0), q.Hashes)
+	case InputTokenIDs:
+		dst = appendBytes(append(dst, 2), q.Tokens)
+		dst = appendLong(dst, int64(q.BlockSize))
+		dst = appendOptString(dst, q.LoraName)
+		dst = appendOptString(dst, q.CacheNamespace)
+	}
+	if q.LaneMask.Valid {
+		dst = appendLong(append(dst, 2), int64(q.LaneMask.Value))
+	} else {
+		dst = append(dst, 0)
+	}
+	dst = appendOptString(dst, q.ReplyTopic)
+	if q.ReplyPartition.Valid {
+		dst = appendLong(append(dst, 2), int64(q.ReplyPartition.Value))
+	} else {
+		dst = append(dst, 0)
+	}
+	if q.RequestTime.IsZero() {
+		return append(dst, 0)
+	}
+	return appendLong(append(dst, 2), q.RequestTime.UnixMicro())
+}
+
+func (r *reader) optString() string {
+	if r.optIndex() {
+		return r.str()
+	}
+	return ""
+}
+
+func decodeQueryRequestBody(body []byte) (QueryRequest, error) {
+	r := reader{b: body}
+	var nf nat
+	var q QueryRequest
+	q.CorrelationID = r.str()
+	switch r.index(2, "union") {
+	case 0:
+		q.Input = InputLocalBlockHashes
+		q.Hashes = r.bytes()
+	case 1:
+		q.Input = InputTokenIDs
+		q.Tokens = r.bytes()
+		q.BlockSize = uint32(narrow(int64(r.int()), 0, maxInt32, "input.block_size", &nf))
+		q.LoraName = r.optString()
+		q.CacheNamespace = r.optString()
+	}
+	if r.optIndex() {
+		q.LaneMask = Some(uint16(narrow(int64(r.int()), 0, int64(AllLanes), "lane_mask", &nf)))
+	}
+	q.ReplyTopic = r.optString()
+	if r.optIndex() {
+		q.ReplyPartition = Some(int32(narrow(int64(r.int()), 0, maxInt32, "reply_partition", &nf)))
+	}
+	if r.optIndex() {
+		q.RequestTime = time.UnixMicro(r.long()).UTC()
+	}
+	if err := r.end(&nf); err != nil {
+		return QueryRequest{}, err
+	}
+	return q, nil
+}
+
+func appendQueryReplyBody(dst []byte, q *QueryReply) []byte {
+	dst = appendString(dst, q.CorrelationID)
+	dst = appendLong(dst, int64(q.Status))
+	dst = appendOptString(dst, q.ErrorMessage)
+	dst = appendLong(dst, int64(q.ReadyLanes))
+	dst = appendLong(dst, int64(q.QueryBlocks))
+	if n := len(q.Lanes); n > 0 {
+		dst = appendLong(dst, int64(n))
+		for i := range q.Lanes {
+			m := &q.Lanes[i]
+			dst = appendLong(dst, int64(m.Lane))
+			dst = appendU64(dst, m.DcID)
+			dst = appendString(dst, m.Pool)
+			dst = appendLong(dst, int64(m.Depth))
+		}
+	}
+	dst = append(dst, 0) // end of the lanes array
+	return appendLong(dst, q.ReplyTime.UnixMicro())
+}
+
+func decodeQueryReplyBody(body []byte) (QueryReply, error) {
+	r := reader{b: body}
+	var nf nat
+	var q QueryReply
+	q.CorrelationID = r.str()
+	q.Status = QueryStatus(r.index(len(queryStatusSymbols), "enum"))
+	if r.optIndex() {
+		q.ErrorMessage = r.str()
+	}
+	q.ReadyLanes = uint16(narrow(int64(r.int()), 0, int64(AllLanes), "ready_lanes", &nf))
+	q.QueryBlocks = uint32(narrow(int64(r.int()), 0, maxInt32, "query_blocks", &nf))
+	for {
+		n := r.blockCount(laneMatchMinSize)
+		if n == 0 {
+			break
+		}
+		if q.Lanes == nil {
+			q.Lanes = make([]LaneMatch, 0, n)
+		}
+		for ; n > 0 && !r.failed(); n-- {
+			q.Lanes = append(q.Lanes, LaneMatch{
+				Lane:  uint8(narrow(int64(r.int()), 0, LaneCount-1, "lanes.lane", &nf)),
+				DcID:  r.u64(),
+				Pool:  r.str(),
+				Depth: uint32(narrow(int64(r.int()), 0, maxInt32, "lanes.depth", &nf)),
+			})
+		}
+	}
+	q.ReplyTime = time.UnixMicro(r.long()).UTC()
+	if err := r.end(&nf); err != nil {
+		return QueryReply{}, err
+	}
+	return q, nil
+}
+
+// end finishes a hand-written decode: trailing bytes are malformed, wire
+// errors take precedence over field-range errors (as on the goavro path,
+// where the whole body is checked before any field is converted).
+func (r *reader) end(nf *nat) error {
+	if !r.failed() && r.remaining() != 0 {
+		r.fail(ErrMalformed, itoa(r.remaining())+" trailing bytes")
+	}
+	if r.failed() {
+		return wireError(r)
+	}
+	if nf.kind != nil {
+		return &DecodeError{Kind: nf.kind, Field: nf.field, Detail: nf.detail}
+	}
+	return nil
+}

@@ -1,0 +1,89 @@
+package schemas
+
+// StorageTier is where an event's blocks live (Avro enum StorageTier).
+// Symbols unknown to this reader decode as TierUnknown.
+type StorageTier uint8
+
+// Storage tiers, in Avro symbol order.
+const (
+	TierUnknown StorageTier = iota
+	TierDevice
+	TierHostPinned
+	TierDisk
+	TierExternal
+)
+
+var storageTierSymbols = []string{"UNKNOWN", "DEVICE", "HOST_PINNED", "DISK", "EXTERNAL"}
+
+// String returns the Avro symbol.
+func (t StorageTier) String() string { return symbolOf(storageTierSymbols, int(t)) }
+
+// Residency domains with a defined meaning. KvEvent.ResidencyDomain carries
+// any other string unchanged so the relay can fail closed on it.
+const (
+	ResidencyWorker     = "worker"
+	ResidencyCacheOwner = "cache_owner"
+)
+
+// KvEventKind says which branch of KvEvent.data an event carries.
+type KvEventKind uint8
+
+const (
+	// KvStoredEvent: KvEvent.Stored is set.
+	KvStoredEvent KvEventKind = iota + 1
+	// KvRemovedEvent: KvEvent.Removed is set.
+	KvRemovedEvent
+	// KvClearedEvent: the event has no payload.
+	KvClearedEvent
+)
+
+var kvEventKindNames = []string{"", "KvStored", "KvRemoved", "KvCleared"}
+
+// String returns the Avro record name of the branch.
+func (k KvEventKind) String() string { return symbolOf(kvEventKindNames, int(k)) }
+
+// KvEvent is one KV-cache event of an engine worker (Avro record KvEvent).
+type KvEvent struct {
+	WorkerID    uint64
+	DpRank      uint32
+	EventID     uint64
+	StorageTier StorageTier
+	// ResidencyDomain is absent for legacy producers.
+	ResidencyDomain Optional[string]
+	Kind            KvEventKind
+	Stored          KvStored
+	Removed         KvRemoved
+}
+
+// KvStored is a store event's payload (Avro record KvStored).
+type KvStored struct {
+	ParentHash          Optional[uint64]
+	StartPosition       Optional[uint32]
+	Blocks              []KvBlock
+	SharedCacheEligible bool
+}
+
+// KvBlock is one stored block (Avro record KvBlock).
+type KvBlock struct {
+	// BlockHash is the engine's external block hash.
+	BlockHash uint64
+	// TokensHash is the local block hash of the block's tokens.
+	TokensHash uint64
+}
+
+// KvRemoved is a removal event's payload (Avro record KvRemoved).
+type KvRemoved struct {
+	BlockHashes []uint64
+}
+
+func (e *KvEvent) validate() error {
+	if int(e.StorageTier) >= len(storageTierSymbols) {
+		return invalid("storage_tier", "unknown tier %d", e.StorageTier)
+	}
+	switch e.Kind {
+	case KvStoredEvent, KvRemovedEvent, KvClearedEvent:
+	default:
+		return invalid("data", "unknown event kind %d", e.Kind)
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package schemas
+
+import "time"
+
+// LaneRecordKind says which branch of LaneRecord.body a record carries.
+type LaneRecordKind uint8
+
+const (
+	// LaneSnapshotChunk: LaneRecord.Snapshot is set.
+	LaneSnapshotChunk LaneRecordKind = iota + 1
+	// LaneDelta: LaneRecord.Delta is set.
+	LaneDelta
+	// LaneHeartbeat: LaneRecord.Heartbeat is set.
+	LaneHeartbeat
+	// LaneDrainMarker: LaneRecord.Drain is set.
+	LaneDrainMarker
+)
+
+var laneRecordKindNames = []string{"", "SnapshotChunk", "Delta", "Heartbeat", "DrainMarker"}
+
+// String returns the Avro record name of the branch.
+func (k LaneRecordKind) String() string { return symbolOf(laneRecordKindNames, int(k)) }
+
+// LaneRecord is one record of the lane topic (Avro record LaneRecord). Kind
+// selects which of Snapshot, Delta, Heartbeat and Drain is meaningful; the
+// others are ignored when encoding and zero after decoding. The branches are
+// values rather than pointers so decoding a lane record does not allocate
+// them.
+type LaneRecord struct {
+	Identity  ProducerIdentity
+	Kind      LaneRecordKind
+	Snapshot  SnapshotChunk
+	Delta     Delta
+	Heartbeat Heartbeat
+	Drain     DrainMarker
+}
+
+// SnapshotChunk is one chunk of a barrier snapshot (Avro record
+// SnapshotChunk).
+type SnapshotChunk struct {
+	Sequence     uint64
+	ChunkIndex   uint32
+	ChunkCount   uint32
+	FirstBucket  uint64
+	TotalBuckets uint64
+	// Words holds the chunk's bucket words, WordSize bytes each, for buckets
+	// FirstBucket, FirstBucket+1, ...
+	Words PackedU64
+}
+
+// Delta carries the absolute images of the buckets that changed between
+// BaseSequence and Sequence (Avro record Delta).
+type Delta struct {
+	BaseSequence uint64
+	Sequence     uint64
+	// Images holds the packed images, ImageSize bytes each.
+	Images PackedImages
+}
+
+// Heartbeat is a liveness record (Avro record Heartbeat).
+type Heartbeat struct {
+	LastSequence uint64
+	// ProducerTime travels with microsecond precision; decoders return UTC.
+	ProducerTime time.Time
+}
+
+// DrainMarker ends a graceful producer stop (Avro record DrainMarker).
+type DrainMarker struct {
+	ExpectedSequence uint64
+}
+
+// MaxSnapshotChunkWords returns how many bucket words fit in one framed
+// snapshot-chunk value of at most maxValueBytes bytes, leaving room for the
+// frame header and the largest possible encoding of every other field. The
+// caller budgets the Kafka record and batch overhead (key, headers, about
+// 100 bytes of framing) itself: with the broker's default 1,048,588-byte
+// limit, MaxSnapshotChunkWords(1<<20 - 4096) = 130,528 words is a safe
+// choice.
+func MaxSnapshotChunkWords(maxValueBytes int) int {
+	n := (maxValueBytes - laneRecordOverhead) / WordSize
+	return max(n, 0)
+}
+
+// laneRecordOverhead bounds the encoded size of a snapshot chunk without its
+// words: frame header 5, identity at most 2*17 + 5 + 10 (pool) + 10 + 10 +
+// 5+10+10+5+5 (format), union index 1, sequence 10, index 5, count 5, first
+// 10, total 10, words length 5; rounded up.
+const laneRecordOverhead = 256
+
+// validate applies the contract's rules that are not expressed by the Avro
+// schema: identity rules, ranges and packed lengths.
+func (r *LaneRecord) validate() error {
+	if err := r.Identity.validate("identity"); err != nil {
+		return err
+	}
+	bc := r.Identity.Format.BucketCount
+	switch r.Kind {
+	case LaneSnapshotChunk:
+		s := &r.Snapshot
+		if s.ChunkCount == 0 || s.ChunkCount > maxInt32 {
+			return invalid("body.chunk_count", "%d is not in [1, 2^31-1]", s.ChunkCount)
+		}
+		if s.ChunkIndex >= s.ChunkCount {
+			return invalid("body.chunk_index", "%d is not below chunk_count %d", s.ChunkIndex, s.ChunkCount)
+		}
+		if s.TotalBuckets != bc {
+			return invalid("body.total_buckets", "%d differs from identity.format.bucket_count %d", s.TotalBuckets, bc)
+		}
+		if len(s.Words) == 0 || len(s.Words)%WordSize != 0 {
+			return invalid("body.words", "length %d is not a non-zero multiple of %d", len(s.Words), WordSize)
+		}
+		if n := uint64(s.Words.Len()); s.FirstBucket >= bc || n > bc-s.FirstBucket {
+			return invalid("body.first_bucket", "buckets [%d, %d+%d) exceed total_buckets %d", s.FirstBucket, s.FirstBucket, n, bc)
+		}
+	case LaneDelta:
+		im := r.Delta.Images
+		if len(im)%ImageSize != 0 {
+			return invalid("body.images", "length %d is not a multiple of %d", len(im), ImageSize)
+		}
+		for i := 0; i < len(im); i += ImageSize {
+			if b := le64(im[i:]); b >= bc {
+				cause := &ImageRangeError{Index: i / ImageSize, Bucket: b, BucketCount: bc}
+				return &fieldError{field: "body.images", detail: cause.Error(), cause: cause}
+			}
+		}
+	case LaneHeartbeat, LaneDrainMarker:
+	default:
+		return invalid("body", "unknown lane record kind %d", r.Kind)
+	}
+	return nil
+}

@@ -1,0 +1,148 @@
+package schemas
+
+import (
+	"time"
+	"unicode/utf8"
+)
+
+// LaneCount is the number of physical lanes; lane masks are 16 bits.
+const LaneCount = 16
+
+// AllLanes is the lane mask with every lane set.
+const AllLanes uint16 = 0xFFFF
+
+// MaxCorrelationIDBytes bounds QueryRequest.CorrelationID.
+const MaxCorrelationIDBytes = 256
+
+// MaxBlockSize bounds TokenIDs block sizes.
+const MaxBlockSize = 1 << 16
+
+// QueryInputKind says which branch of QueryRequest.input a request carries.
+type QueryInputKind uint8
+
+const (
+	// InputLocalBlockHashes: QueryRequest.Hashes holds one local block hash
+	// per block.
+	InputLocalBlockHashes QueryInputKind = iota + 1
+	// InputTokenIDs: QueryRequest.Tokens and BlockSize (and the optional
+	// salts) describe the prompt.
+	InputTokenIDs
+)
+
+var queryInputKindNames = []string{"", "LocalBlockHashes", "TokenIds"}
+
+// String returns the Avro record name of the branch.
+func (k QueryInputKind) String() string { return symbolOf(queryInputKindNames, int(k)) }
+
+// QueryRequest is a prefix-match query (Avro record QueryRequest).
+type QueryRequest struct {
+	CorrelationID string
+	Input         QueryInputKind
+	// Hashes is set when Input is InputLocalBlockHashes.
+	Hashes PackedU64
+	// Tokens, BlockSize, LoraName and CacheNamespace are set when Input is
+	// InputTokenIDs. Empty salts travel as null.
+	Tokens         PackedU32
+	BlockSize      uint32
+	LoraName       string
+	CacheNamespace string
+	// LaneMask selects lanes, bit i = lane i; absent (the zero value) means
+	// every lane.
+	LaneMask Optional[uint16]
+	// ReplyTopic is empty (null on the wire) for the indexer's default.
+	ReplyTopic string
+	// ReplyPartition is absent (the zero value) to let the indexer choose;
+	// a present value must be non-negative.
+	ReplyPartition Optional[int32]
+	// RequestTime is the zero Time (null on the wire) when not set.
+	RequestTime time.Time
+}
+
+func (q *QueryRequest) validate() error {
+	if n := len(q.CorrelationID); n == 0 || n > MaxCorrelationIDBytes || !utf8.ValidString(q.CorrelationID) {
+		return invalid("correlation_id", "must be 1..%d bytes of UTF-8, got %d bytes", MaxCorrelationIDBytes, n)
+	}
+	switch q.Input {
+	case InputLocalBlockHashes:
+		if len(q.Hashes)%WordSize != 0 {
+			return invalid("input.hashes", "length %d is not a multiple of %d", len(q.Hashes), WordSize)
+		}
+	case InputTokenIDs:
+		if len(q.Tokens)%TokenSize != 0 {
+			return invalid("input.tokens", "length %d is not a multiple of %d", len(q.Tokens), TokenSize)
+		}
+		if q.BlockSize == 0 || q.BlockSize > MaxBlockSize {
+			return invalid("input.block_size", "%d is not in [1, %d]", q.BlockSize, MaxBlockSize)
+		}
+	default:
+		return invalid("input", "unknown input kind %d", q.Input)
+	}
+	if q.ReplyPartition.Valid && q.ReplyPartition.Value < 0 {
+		return invalid("reply_partition", "%d is negative", q.ReplyPartition.Value)
+	}
+	return nil
+}
+
+// QueryStatus is the outcome of a query (Avro enum QueryStatus).
+type QueryStatus uint8
+
+const (
+	// QueryOK: QueryReply.Lanes holds the answer.
+	QueryOK QueryStatus = iota
+	// QueryUnavailable: no requested lane was ready.
+	QueryUnavailable
+	// QueryInvalidRequest: the request was rejected; ErrorMessage says why.
+	QueryInvalidRequest
+)
+
+var queryStatusSymbols = []string{"OK", "UNAVAILABLE", "INVALID_REQUEST"}
+
+// String returns the Avro symbol.
+func (s QueryStatus) String() string { return symbolOf(queryStatusSymbols, int(s)) }
+
+// QueryReply answers one QueryRequest (Avro record QueryReply).
+type QueryReply struct {
+	CorrelationID string
+	Status        QueryStatus
+	// ErrorMessage is empty (null on the wire) when Status is QueryOK.
+	ErrorMessage string
+	ReadyLanes   uint16
+	QueryBlocks  uint32
+	// Lanes is in strictly ascending lane order.
+	Lanes     []LaneMatch
+	ReplyTime time.Time
+}
+
+// LaneMatch is the prefix depth found on one lane (Avro record LaneMatch).
+type LaneMatch struct {
+	Lane  uint8
+	DcID  uint64
+	Pool  string
+	Depth uint32
+}
+
+func (r *QueryReply) validate() error {
+	if len(r.CorrelationID) > MaxCorrelationIDBytes {
+		return invalid("correlation_id", "%d bytes exceed %d", len(r.CorrelationID), MaxCorrelationIDBytes)
+	}
+	if r.Status > QueryInvalidRequest {
+		return invalid("status", "unknown status %d", r.Status)
+	}
+	if r.QueryBlocks > maxInt32 {
+		return invalid("query_blocks", "%d does not fit an Avro int", r.QueryBlocks)
+	}
+	if r.Status != QueryOK && len(r.Lanes) != 0 {
+		return invalid("lanes", "must be empty when status is %s", r.Status)
+	}
+	prev := -1
+	for i, m := range r.Lanes {
+		if m.Lane >= LaneCount || int(m.Lane) <= prev {
+			return invalid("lanes", "entry %d: lane %d is out of range or not ascending", i, m.Lane)
+		}
+		if m.Depth > r.QueryBlocks {
+			return invalid("lanes", "entry %d: depth %d exceeds query_blocks %d", i, m.Depth, r.QueryBlocks)
+		}
+		prev = int(m.Lane)
+	}
+	return nil
+}

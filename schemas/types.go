@@ -1,0 +1,159 @@
+package schemas
+
+import (
+	"embed"
+	"fmt"
+
+	"github.com/linkedin/goavro/v2"
+)
+
+// Namespace is the Avro namespace of every schema in this package. Its last
+// component is the major version: a change that breaks compatibility gets a
+// new namespace (io.ckfstream.v2), new subjects and new built-in ids.
+const Namespace = "io.ckfstream.v1"
+
+// SchemaVersion is the major version named by Namespace.
+const SchemaVersion = 1
+
+// RecordType names one top-level record of the contract.
+type RecordType uint8
+
+// The top-level record types, one per topic.
+const (
+	TypeLaneRecord RecordType = iota + 1
+	TypeQueryRequest
+	TypeQueryReply
+	TypeLaneEvent
+	TypeControlRecord
+	TypeDeadLetter
+	TypeKvEvent
+	TypeSnapshotIndex
+)
+
+type typeInfo struct {
+	name  string // Avro record name
+	file  string // .avsc file
+	topic string // default topic
+}
+
+var typeInfos = [...]typeInfo{
+	TypeLaneRecord:    {"LaneRecord", "lane_record.avsc", "ckf-lanes"},
+	TypeQueryRequest:  {"QueryRequest", "query_request.avsc", "ckf-queries"},
+	TypeQueryReply:    {"QueryReply", "query_reply.avsc", "ckf-query-replies"},
+	TypeLaneEvent:     {"LaneEvent", "lane_event.avsc", "ckf-lane-events"},
+	TypeControlRecord: {"ControlRecord", "control_record.avsc", "ckf-control"},
+	TypeDeadLetter:    {"DeadLetter", "dead_letter.avsc", "ckf-dead-letters"},
+	TypeKvEvent:       {"KvEvent", "kv_event.avsc", "kv-events"},
+	TypeSnapshotIndex: {"SnapshotIndexEntry", "snapshot_index.avsc", "ckf-snapshot-index"},
+}
+
+// RecordTypes returns every record type in id order.
+func RecordTypes() []RecordType {
+	return []RecordType{TypeLaneRecord, TypeQueryRequest, TypeQueryReply, TypeLaneEvent, TypeControlRecord, TypeDeadLetter, TypeKvEvent, TypeSnapshotIndex}
+}
+
+func (t RecordType) valid() bool { return t >= TypeLaneRecord && t <= TypeSnapshotIndex }
+
+// String returns the Avro record name, for example "LaneRecord".
+func (t RecordType) String() string {
+	if !t.valid() {
+		return fmt.Sprintf("RecordType(%d)", uint8(t))
+	}
+	return typeInfos[t].name
+}
+
+// FullName returns the Avro full name, for example
+// "io.ckfstream.v1.LaneRecord".
+func (t RecordType) FullName() string { return Namespace + "." + t.String() }
+
+// DefaultTopic returns the topic the record type is written to unless
+// configured otherwise (see Topic and TopicPrefix).
+func (t RecordType) DefaultTopic() string {
+	if !t.valid() {
+		return ""
+	}
+	return typeInfos[t].topic
+}
+
+// SchemaFile returns the name of the embedded .avsc file.
+func (t RecordType) SchemaFile() string {
+	if !t.valid() {
+		return ""
+	}
+	return typeInfos[t].file
+}
+
+// Schema returns the embedded Avro schema text of the record type, exactly
+// as it is registered with a schema registry.
+func (t RecordType) Schema() string {
+	if !t.valid() {
+		return ""
+	}
+	return builtins[t].text
+}
+
+// BuiltinID returns the schema id written for t when no registry is
+// configured: 0x434B0000 ("CK") | SchemaVersion<<8 | t. The range sits far
+// above the ids a registry assigns (which count up from 1), so built-in and
+// registry ids cannot be confused when a deployment moves to a registry.
+func BuiltinID(t RecordType) int {
+	return 0x434B0000 | SchemaVersion<<8 | int(t)
+}
+
+//go:embed *.avsc
+var schemaFiles embed.FS
+
+// builtin is one embedded schema, parsed once at start-up.
+type builtin struct {
+	text  string
+	codec *goavro.Codec
+	tree  *node
+}
+
+var builtins = loadBuiltins()
+
+// loadBuiltins parses every embedded schema. A failure is a defect of the
+// build (the golden tests catch it), so it panics like regexp.MustCompile.
+func loadBuiltins() [len(typeInfos)]builtin {
+	var out [len(typeInfos)]builtin
+	for _, t := range RecordTypes() {
+		raw, err := schemaFiles.ReadFile(typeInfos[t].file)
+		if err != nil {
+			panic("schemas: missing embedded schema: " + err.Error())
+		}
+		b, err := compile(string(raw))
+		if err != nil {
+			panic("schemas: embedded schema " + typeInfos[t].file + ": " + err.Error())
+		}
+		if b.tree.name != t.FullName() {
+			panic("schemas: embedded schema " + typeInfos[t].file + " defines " + b.tree.name + ", not " + t.FullName())
+		}
+		out[t] = b
+	}
+	return out
+}
+
+// compile parses a schema with goavro (the decoder) and with the bounds
+// checker's own parser.
+func compile(text string) (builtin, error) {
+	c, err := goavro.NewCodec(text)
+	if err != nil {
+		return builtin{}, err
+	}
+	tree, err := parseSchema(text)
+	if err != nil {
+		return builtin{}, err
+	}
+	return builtin{text: text, codec: c, tree: tree}, nil
+}
+
+const maxInt32 = 1<<31 - 1
+
+// symbolOf returns symbols[i], or a placeholder for values outside the table
+// (which only a caller's invalid conversion can produce).
+func symbolOf(symbols []string, i int) string {
+	if i >= 0 && i < len(symbols) && symbols[i] != "" {
+		return symbols[i]
+	}
+	return "INVALID(" + itoa(i) + ")"
+}

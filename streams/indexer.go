@@ -1,0 +1,294 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/uber-go/tally/v4"
+	"go.uber.org/zap"
+)
+
+// FreshnessPolicy says when a lane is too far behind its partition to be used in answers. A
+// lane beyond either bound is excluded (reported, and left out of query answers) until it is
+// back within both. A zero bound is not checked.
+type FreshnessPolicy struct {
+	// MaxRecordLag bounds high watermark - (applied offset + 1). Default 10,000 records.
+	MaxRecordLag int64
+	// MaxTimeLag bounds the age of the last applied record (its producer timestamp). With relay
+	// heartbeats every second, a lane whose relay stops is excluded after this long. Clocks of
+	// relays and indexers must agree to well within this bound. Default 10 s.
+	MaxTimeLag time.Duration
+}
+
+// IndexerTopics names the topics the indexer reads and writes.
+type IndexerTopics struct {
+	Lanes         string // the lane topic: partition p is physical lane p
+	SnapshotIndex string // compacted: latest complete snapshot per lane (written by relays)
+	Control       string // snapshot requests to relays
+	LaneEvents    string // lane state changes, keyed by lane
+	DeadLetter    string // rejected records
+}
+
+// IndexerConfig configures an Indexer. Zero fields take the defaults noted.
+type IndexerConfig struct {
+	Topics    IndexerTopics
+	Freshness FreshnessPolicy
+	// ProgressInterval is how often each lane reports progress on the lane-events topic
+	// (default 10 s; negative disables).
+	ProgressInterval time.Duration
+	// Pool configures the ingestion pool. Default: ckf.DefaultIngestionPoolConfig with a
+	// 1,024-command queue per worker and a 2 s MaxDirtyToAppliedAge: the reference's 10 ms bound
+	// assumes an in-process producer, while a Kafka lane that catches up feeds the pool in
+	// bursts and the runner already paces itself (MaxBacklogDeltas).
+	Pool ckf.IngestionPoolConfig
+	// MaxBacklogDeltas bounds the deltas one lane may have admitted to the pool but not applied;
+	// the lane's runner waits at the bound. Default 128.
+	MaxBacklogDeltas int
+	// Feed bounds the per-lane fetch queues.
+	Feed FeedConfig
+	// RestoreTimeout bounds reading the snapshot index at start-up (default 30 s).
+	RestoreTimeout time.Duration
+}
+
+func (c IndexerConfig) withDefaults() IndexerConfig {
+	if c.Freshness == (FreshnessPolicy{}) {
+		c.Freshness = FreshnessPolicy{MaxRecordLag: 10_000, MaxTimeLag: 10 * time.Second}
+	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = 10 * time.Second
+	}
+	if c.Pool == (ckf.IngestionPoolConfig{}) {
+		c.Pool = ckf.DefaultIngestionPoolConfig()
+		c.Pool.QueueCapacity = 1024
+		c.Pool.MaxDirtyToAppliedAge = 2 * time.Second
+	}
+	if c.MaxBacklogDeltas <= 0 {
+		c.MaxBacklogDeltas = 128
+	}
+	if c.RestoreTimeout <= 0 {
+		c.RestoreTimeout = 30 * time.Second
+	}
+	c.Feed = c.Feed.withDefaults()
+	return c
+}
+
+func (c IndexerConfig) validate() error {
+	if c.Topics.Lanes == "" || c.Topics.Control == "" || c.Topics.LaneEvents == "" || c.Topics.DeadLetter == "" {
+		return errors.New("streams: indexer topics: lanes, control, lane events and dead letter must be named")
+	}
+	if c.MaxBacklogDeltas >= c.Pool.QueueCapacity {
+		return fmt.Errorf("streams: indexer: max backlog deltas %d must be below the pool queue capacity %d", c.MaxBacklogDeltas, c.Pool.QueueCapacity)
+	}
+	return nil
+}
+
+// checkInterval is how often an idle lane checks its health and freshness.
+func (c IndexerConfig) checkInterval() time.Duration {
+	d := c.Freshness.MaxTimeLag / 10
+	return min(max(d, 20*time.Millisecond), 250*time.Millisecond)
+}
+
+// IndexerParams are what NewIndexer needs. ClientOpts carry the connection (seed brokers, TLS,
+// SASL, hooks); the indexer creates its own clients from them.
+type IndexerParams struct {
+	Config     IndexerConfig
+	Indexer    *ckf.GlobalIndexer
+	Codec      *schemas.Codec
+	ClientOpts []kgo.Opt
+	Metrics    tally.Scope
+	Log        *zap.Logger
+}
+
+// Indexer runs the global indexer on Kafka: every configured lane's partition is read by direct
+// assignment (every replica holds every lane), each lane's records go through that lane's runner
+// into the ingestion pool, and queries read the shared table lock-free.
+type Indexer struct {
+	cfg     IndexerConfig
+	g       *ckf.GlobalIndexer
+	codec   *schemas.Codec
+	opts    []kgo.Opt
+	log     *zap.Logger
+	metrics *indexerMetrics
+
+	pool    *ckf.IngestionPool
+	feed    *LaneFeed
+	out     *Outputs
+	outCl   *kgo.Client
+	laneCl  *kgo.Client
+	runners [MaxLanes]*laneRunner
+
+	excluded atomic.Uint32
+	started  chan struct{}
+}
+
+// NewIndexer validates the configuration and builds the indexer. Nothing runs until Run.
+func NewIndexer(p IndexerParams) (*Indexer, error) {
+	cfg := p.Config.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if p.Indexer == nil || p.Codec == nil {
+		return nil, errors.New("streams: indexer needs a ckf.GlobalIndexer and a codec")
+	}
+	log := p.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	ix := &Indexer{cfg: cfg, g: p.Indexer, codec: p.Codec, opts: p.ClientOpts, log: log.Named("indexer"),
+		metrics: newIndexerMetrics(p.Metrics), started: make(chan struct{})}
+	return ix, nil
+}
+
+// Started is closed once every lane's runner is running.
+func (ix *Indexer) Started() <-chan struct{} { return ix.started }
+
+// GlobalIndexer returns the table the indexer fills.
+func (ix *Indexer) GlobalIndexer() *ckf.GlobalIndexer { return ix.g }
+
+// EligibleLanes returns the lanes a query may use now: ready in the table and not excluded by
+// the freshness policy.
+func (ix *Indexer) EligibleLanes() uint16 {
+	return ix.g.ReadyLanes() &^ uint16(ix.excluded.Load())
+}
+
+func (ix *Indexer) setExcluded(bit uint16, on bool) {
+	if on {
+		ix.excluded.Or(uint32(bit))
+	} else {
+		ix.excluded.And(^uint32(bit))
+	}
+}
+
+// Lanes returns the status of every configured lane, in lane order.
+func (ix *Indexer) Lanes() []LaneStatus {
+	var out []LaneStatus
+	for _, r := range ix.runners {
+		if r != nil {
+			out = append(out, r.stats.snapshot())
+		}
+	}
+	return out
+}
+
+// Run restores every lane's start position, then reads and applies the lanes until ctx ends.
+// On return the pool is closed, and every output produced was flushed.
+func (ix *Indexer) Run(ctx context.Context) error {
+	m := ix.g.Manifest()
+	var lanes []int32
+	for l := uint8(0); l < ckf.LaneCount; l++ {
+		if _, ok := m.PoolOf(l); ok {
+			lanes = append(lanes, int32(l))
+		}
+	}
+	outCl, err := kgo.NewClient(append(append([]kgo.Opt{}, ix.opts...), kgo.ProducerLinger(5*time.Millisecond))...)
+	if err != nil {
+		return fmt.Errorf("streams: indexer output client: %w", err)
+	}
+	ix.outCl = outCl
+	defer outCl.Close()
+	ix.out = NewOutputs(outCl, ix.codec, m.ConsumerInstance(), OutputTopics{
+		LaneEvents: ix.cfg.Topics.LaneEvents, DeadLetter: ix.cfg.Topics.DeadLetter, Control: ix.cfg.Topics.Control,
+	}, ix.log)
+
+	rctx, cancel := context.WithTimeout(ctx, ix.cfg.RestoreTimeout)
+	plan, err := ix.restorePlan(rctx, lanes)
+	cancel()
+	if err != nil {
+		return err
+	}
+	start := map[int32]kgo.Offset{}
+	for _, l := range lanes {
+		start[l] = plan[l].start
+	}
+	laneCl, err := kgo.NewClient(append(append([]kgo.Opt{}, ix.opts...), LaneConsumerOpts(ix.cfg.Topics.Lanes, start)...)...)
+	if err != nil {
+		return fmt.Errorf("streams: indexer lane client: %w", err)
+	}
+	ix.laneCl = laneCl
+	defer laneCl.Close()
+	feedCfg := ix.cfg.Feed
+	feedCfg.OnFetchError = func(err error) { ix.log.Warn("lane fetch error", zap.Error(err)) }
+	if ix.feed, err = NewLaneFeed(laneCl, ix.cfg.Topics.Lanes, lanes, feedCfg); err != nil {
+		return err
+	}
+	if ix.pool, err = ckf.NewIngestionPool(ix.g, ix.cfg.Pool); err != nil {
+		return fmt.Errorf("streams: ingestion pool: %w", err)
+	}
+	for _, l := range lanes {
+		pool, _ := m.PoolOf(uint8(l))
+		r := newLaneRunner(ix, uint8(l), pool)
+		r.snapStart = plan[l].snapshotOffset
+		r.stats.s.SnapshotOffset = plan[l].snapshotOffset
+		ix.runners[l] = r
+	}
+
+	var wg sync.WaitGroup
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	feedErr := make(chan error, 1)
+	wg.Add(1)
+	go func() { defer wg.Done(); feedErr <- ix.feed.Run(runCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); ix.dispatchFaults(runCtx) }()
+	for _, l := range lanes {
+		r := ix.runners[l]
+		if plan[l].request != "" {
+			r.requestSnapshot(plan[l].request, schemas.ReasonNoSnapshotRetained)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); r.run(runCtx) }()
+	}
+	close(ix.started)
+	ix.log.Info("indexer running", zap.Int("lanes", len(lanes)), zap.Uint64("consumer_instance", uint64(m.ConsumerInstance())))
+
+	select {
+	case <-ctx.Done():
+	case err = <-feedErr:
+	}
+	stop()
+	wg.Wait()
+	if cerr := ix.pool.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer fcancel()
+	if ferr := ix.out.Flush(fctx); ferr != nil && err == nil {
+		err = fmt.Errorf("streams: flushing indexer outputs: %w", ferr)
+	}
+	return err
+}
+
+// dispatchFaults forwards the pool's diagnostics to the affected lanes' runners (best effort,
+// like the pool's channel itself: readiness stays the authoritative signal).
+func (ix *Indexer) dispatchFaults(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case f, ok := <-ix.pool.Faults():
+			if !ok {
+				return
+			}
+			lanes := uint16(1) << f.Lane
+			if f.Kind == ckf.PoolFaultWorkerFailed {
+				lanes = f.Lanes
+			}
+			for l := uint8(0); l < ckf.LaneCount; l++ {
+				if lanes&(1<<l) == 0 || ix.runners[l] == nil {
+					continue
+				}
+				select {
+				case ix.runners[l].faults <- f:
+				default:
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package streams
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/uber-go/tally/v4"
+)
+
+// indexerMetrics caches the indexer's per-lane metric handles (one set of tag keys per metric
+// name, lane as the only tag: bounded cardinality).
+type indexerMetrics struct {
+	lanes [MaxLanes]laneMetrics
+}
+
+type laneMetrics struct {
+	scope                                  tally.Scope
+	deltas, images, snapshots, rejected    tally.Counter
+	assemblyFaults                         tally.Counter
+	hwm, applied, lagRecords, lagSeconds   tally.Gauge
+	ready, excluded, installedSeq, backlog tally.Gauge
+	snapshotInstall                        tally.Histogram
+}
+
+var installBuckets = tally.DurationBuckets{
+	time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond,
+	50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, time.Second, 5 * time.Second,
+}
+
+func newIndexerMetrics(root tally.Scope) *indexerMetrics {
+	if root == nil {
+		root = tally.NoopScope
+	}
+	m := &indexerMetrics{}
+	s := root.SubScope("indexer")
+	for l := range m.lanes {
+		ls := s.Tagged(map[string]string{"lane": strconv.Itoa(l)})
+		m.lanes[l] = laneMetrics{
+			scope:           ls,
+			deltas:          ls.Counter("lane_deltas"),
+			images:          ls.Counter("lane_images"),
+			snapshots:       ls.Counter("lane_snapshots_installed"),
+			rejected:        ls.Counter("lane_records_rejected"),
+			assemblyFaults:  ls.Counter("lane_snapshot_assembly_faults"),
+			hwm:             ls.Gauge("lane_high_watermark"),
+			applied:         ls.Gauge("lane_applied_offset"),
+			lagRecords:      ls.Gauge("lane_offset_lag"),
+			lagSeconds:      ls.Gauge("lane_time_lag_seconds"),
+			ready:           ls.Gauge("lane_ready"),
+			excluded:        ls.Gauge("lane_excluded"),
+			installedSeq:    ls.Gauge("lane_installed_sequence"),
+			backlog:         ls.Gauge("lane_pool_backlog_deltas"),
+			snapshotInstall: ls.Histogram("lane_snapshot_install_seconds", installBuckets),
+		}
+	}
+	return m
+}
+
+func (m *indexerMetrics) delta(lane uint8, images int) {
+	l := &m.lanes[lane]
+	l.deltas.Inc(1)
+	l.images.Inc(int64(images))
+}
+
+func (m *indexerMetrics) snapshotInstalled(lane uint8, took time.Duration) {
+	l := &m.lanes[lane]
+	l.snapshots.Inc(1)
+	l.snapshotInstall.RecordDuration(took)
+}
+
+func (m *indexerMetrics) rejected(lane uint8)      { m.lanes[lane].rejected.Inc(1) }
+func (m *indexerMetrics) assemblyFault(lane uint8) { m.lanes[lane].assemblyFaults.Inc(1) }
+
+// fault counts a lane fault by kind. The kind tag set is fixed per metric name.
+func (m *indexerMetrics) fault(lane uint8, kind string) {
+	m.lanes[lane].scope.Tagged(map[string]string{"kind": kind}).Counter("lane_faults").Inc(1)
+}
+
+func (m *indexerMetrics) lag(lane uint8, hwm, applied, lagRecords int64, age time.Duration) {
+	l := &m.lanes[lane]
+	l.hwm.Update(float64(hwm))
+	l.applied.Update(float64(applied))
+	l.lagRecords.Update(float64(lagRecords))
+	l.lagSeconds.Update(age.Seconds())
+}
+
+func (m *indexerMetrics) state(lane uint8, ready, excluded bool, installed uint64, backlog int) {
+	l := &m.lanes[lane]
+	l.ready.Update(b2f(ready))
+	l.excluded.Update(b2f(excluded))
+	l.installedSeq.Update(float64(installed))
+	l.backlog.Update(float64(backlog))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,202 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// DefaultChunkWords is the bucket words per snapshot chunk: an encoded chunk stays under
+// franz-go's default 1,000,012-byte batch limit and the broker's default 1 MiB record limit.
+var DefaultChunkWords = schemas.MaxSnapshotChunkWords(960_000)
+
+// LaneWriterConfig configures a LaneWriter.
+type LaneWriterConfig struct {
+	LaneTopic     string // the lane topic
+	IndexTopic    string // the compacted snapshot index ("" = do not index)
+	Lane          uint8  // the physical lane = partition written
+	ChunkWords    int    // bucket words per snapshot chunk; default DefaultChunkWords
+	WriteTimeout  time.Duration
+	Transactional bool // the client has a transactional id: every write is one transaction
+}
+
+// LaneWriter writes one producer's lane records: snapshots (chunked, then indexed), deltas,
+// heartbeats and drain markers, all to the lane's own partition and in call order. It is the
+// relay's publication sink (it implements ckf.DeltaSink) and the test producer of the
+// integration tests. It is not safe for concurrent use: one producer, one writer.
+//
+// Delivery: each call returns only once the broker acknowledged every record it wrote (acks=all,
+// idempotent producer; with Transactional, once the transaction committed). An error means
+// delivery is uncertain: ckf.Publisher then fences itself (DeliveryUncertain) and the relay
+// recovers with a new snapshot.
+type LaneWriter struct {
+	cl       *kgo.Client
+	codec    *schemas.Codec
+	cfg      LaneWriterConfig
+	identity schemas.ProducerIdentity
+	key      []byte
+	buf      []byte
+}
+
+// LaneWriterClientOpts are the options a LaneWriter's client needs in addition to the
+// connection: records go to the partition the writer names, with acks from all in-sync replicas.
+func LaneWriterClientOpts() []kgo.Opt {
+	return []kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks())}
+}
+
+// NewLaneWriter returns a writer for identity's stream on cfg.Lane. cl must carry
+// LaneWriterClientOpts (and kgo.TransactionalID when cfg.Transactional).
+func NewLaneWriter(cl *kgo.Client, codec *schemas.Codec, identity ckf.ProducerIdentity, cfg LaneWriterConfig) *LaneWriter {
+	if cfg.ChunkWords <= 0 {
+		cfg.ChunkWords = DefaultChunkWords
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
+	return &LaneWriter{cl: cl, codec: codec, cfg: cfg, identity: WireIdentity(identity),
+		key: []byte(identity.Pool.String())}
+}
+
+// Identity returns the producer identity the writer stamps on every record.
+func (w *LaneWriter) Identity() schemas.ProducerIdentity { return w.identity }
+
+// SnapshotPosition says where a snapshot landed on the lane partition.
+type SnapshotPosition struct {
+	FirstOffset, LastOffset int64
+	Chunks                  int
+}
+
+func (w *LaneWriter) record(lr schemas.LaneRecord) (*kgo.Record, error) {
+	lr.Identity = w.identity
+	b, err := w.codec.EncodeLaneRecord(lr)
+	if err != nil {
+		return nil, err
+	}
+	return &kgo.Record{Topic: w.cfg.LaneTopic, Partition: int32(w.cfg.Lane), Key: w.key, Value: b}, nil
+}
+
+// write produces rs (and, when a function is given, what it adds once rs' offsets are known) as
+// one unit: one transaction when the writer is transactional.
+func (w *LaneWriter) write(ctx context.Context, rs []*kgo.Record, after func([]*kgo.Record) ([]*kgo.Record, error)) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+	defer cancel()
+	if w.cfg.Transactional {
+		if err := w.cl.BeginTransaction(); err != nil {
+			return fmt.Errorf("streams: begin transaction: %w", err)
+		}
+		defer func() {
+			commit := kgo.TryCommit
+			if err != nil {
+				commit = kgo.TryAbort
+			}
+			if eerr := w.cl.EndTransaction(ctx, commit); eerr != nil && err == nil {
+				err = fmt.Errorf("streams: commit transaction: %w", eerr)
+			}
+		}()
+	}
+	if err := w.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		return fmt.Errorf("streams: produce to %s[%d]: %w", w.cfg.LaneTopic, w.cfg.Lane, err)
+	}
+	if after != nil {
+		more, err := after(rs)
+		if err != nil {
+			return err
+		}
+		if err := w.cl.ProduceSync(ctx, more...).FirstErr(); err != nil {
+			return fmt.Errorf("streams: produce snapshot index entry: %w", err)
+		}
+	}
+	return nil
+}
+
+// WriteSnapshot writes s as chunks of ChunkWords words, then (when an index topic is set) the
+// lane's snapshot-index entry pointing at its first chunk.
+func (w *LaneWriter) WriteSnapshot(ctx context.Context, s *ckf.Snapshot) (SnapshotPosition, error) {
+	total := len(s.Buckets)
+	if total == 0 {
+		return SnapshotPosition{}, errors.New("streams: empty snapshot")
+	}
+	count := (total + w.cfg.ChunkWords - 1) / w.cfg.ChunkWords
+	rs := make([]*kgo.Record, 0, count)
+	for i := 0; i < count; i++ {
+		lo := i * w.cfg.ChunkWords
+		hi := min(lo+w.cfg.ChunkWords, total)
+		rec, err := w.record(schemas.LaneRecord{Kind: schemas.LaneSnapshotChunk, Snapshot: schemas.SnapshotChunk{
+			Sequence: s.Sequence, ChunkIndex: uint32(i), ChunkCount: uint32(count), FirstBucket: uint64(lo),
+			TotalBuckets: uint64(total), Words: schemas.AppendU64s(nil, s.Buckets[lo:hi]),
+		}})
+		if err != nil {
+			return SnapshotPosition{}, err
+		}
+		rs = append(rs, rec)
+	}
+	var pos SnapshotPosition
+	index := func(rs []*kgo.Record) ([]*kgo.Record, error) {
+		pos = SnapshotPosition{FirstOffset: rs[0].Offset, LastOffset: rs[len(rs)-1].Offset, Chunks: len(rs)}
+		if w.cfg.IndexTopic == "" {
+			return nil, nil
+		}
+		b, err := w.codec.EncodeSnapshotIndexEntry(schemas.SnapshotIndexEntry{
+			Lane: w.cfg.Lane, Identity: w.identity, Sequence: s.Sequence, FirstOffset: pos.FirstOffset,
+			LastOffset: pos.LastOffset, ChunkCount: uint32(pos.Chunks), WriteTime: time.Now(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return []*kgo.Record{{Topic: w.cfg.IndexTopic, Partition: 0, Key: laneKey(w.cfg.Lane), Value: b}}, nil
+	}
+	if err := w.write(ctx, rs, index); err != nil {
+		return SnapshotPosition{}, err
+	}
+	return pos, nil
+}
+
+// WriteDeltas writes ds in order (one transaction when transactional).
+func (w *LaneWriter) WriteDeltas(ctx context.Context, ds []ckf.Delta) error {
+	rs := make([]*kgo.Record, 0, len(ds))
+	for i := range ds {
+		d := &ds[i]
+		w.buf = w.buf[:0]
+		for _, im := range d.Images {
+			w.buf = schemas.AppendImage(w.buf, im.Bucket, im.Value)
+		}
+		rec, err := w.record(schemas.LaneRecord{Kind: schemas.LaneDelta, Delta: schemas.Delta{
+			BaseSequence: d.BaseSequence, Sequence: d.Sequence, Images: append(schemas.PackedImages(nil), w.buf...),
+		}})
+		if err != nil {
+			return err
+		}
+		rs = append(rs, rec)
+	}
+	return w.write(ctx, rs, nil)
+}
+
+// Enqueue implements ckf.DeltaSink: the delta is written and acknowledged before it returns.
+func (w *LaneWriter) Enqueue(d ckf.Delta) error {
+	return w.WriteDeltas(context.Background(), []ckf.Delta{d})
+}
+
+// WriteHeartbeat tells consumers the producer is alive at lastSequence.
+func (w *LaneWriter) WriteHeartbeat(ctx context.Context, lastSequence uint64) error {
+	rec, err := w.record(schemas.LaneRecord{Kind: schemas.LaneHeartbeat, Heartbeat: schemas.Heartbeat{
+		LastSequence: lastSequence, ProducerTime: time.Now()}})
+	if err != nil {
+		return err
+	}
+	return w.write(ctx, []*kgo.Record{rec}, nil)
+}
+
+// WriteDrainMarker ends a graceful stop: consumers acknowledge it only if they applied exactly
+// expectedSequence.
+func (w *LaneWriter) WriteDrainMarker(ctx context.Context, expectedSequence uint64) error {
+	rec, err := w.record(schemas.LaneRecord{Kind: schemas.LaneDrainMarker, Drain: schemas.DrainMarker{ExpectedSequence: expectedSequence}})
+	if err != nil {
+		return err
+	}
+	return w.write(ctx, []*kgo.Record{rec}, nil)
+}

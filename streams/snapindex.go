@@ -1,0 +1,176 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+)
+
+// The snapshot index is a compacted topic with one live record per lane (key "lane-<n>"): where
+// the latest complete snapshot of that lane starts on the lane topic. Relays write it in the
+// same transaction as the snapshot's last chunk, so an index entry never points at a snapshot
+// that was not committed whole. A starting indexer reads the index (a handful of records)
+// instead of scanning the lane partitions, and seeks each lane straight to its snapshot.
+
+// lanePlan is where a lane starts reading at start-up.
+type lanePlan struct {
+	start          kgo.Offset
+	snapshotOffset int64  // first offset of the latest complete snapshot known, or -1
+	request        string // non-empty: ask the relay for a snapshot, for this reason
+}
+
+// restorePlan decides each lane's start position: the latest indexed snapshot that is still
+// retained; otherwise the log start (any retained snapshot is found by reading) plus a snapshot
+// request so the lane does not depend on retention.
+func (ix *Indexer) restorePlan(ctx context.Context, lanes []int32) (map[int32]lanePlan, error) {
+	adm := kadm.NewClient(ix.outCl)
+	topic := ix.cfg.Topics.Lanes
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("streams: start offsets of %s: %w", topic, err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("streams: end offsets of %s: %w", topic, err)
+	}
+	entries := map[uint8]schemas.SnapshotIndexEntry{}
+	if ix.cfg.Topics.SnapshotIndex != "" {
+		if entries, err = ix.readSnapshotIndex(ctx, adm); err != nil {
+			return nil, err
+		}
+	}
+	m := ix.g.Manifest()
+	plan := map[int32]lanePlan{}
+	for _, l := range lanes {
+		so, _ := starts.Lookup(topic, l)
+		eo, _ := ends.Lookup(topic, l)
+		pool, _ := m.PoolOf(uint8(l))
+		e, ok := entries[uint8(l)]
+		if ok {
+			id, err := CkfIdentity(e.Identity)
+			if err != nil || id.Pool != pool || id.Format != m.Format() {
+				ix.log.Warn("snapshot index entry does not match the manifest; ignored", zap.Int32("lane", l))
+				ok = false
+			}
+		}
+		switch {
+		case ok && e.FirstOffset >= so.Offset && e.FirstOffset < eo.Offset:
+			plan[l] = lanePlan{start: kgo.NewOffset().At(e.FirstOffset), snapshotOffset: e.FirstOffset}
+			ix.log.Info("lane restores from indexed snapshot", zap.Int32("lane", l), zap.Int64("offset", e.FirstOffset),
+				zap.Uint64("sequence", e.Sequence))
+		case ok:
+			plan[l] = lanePlan{start: kgo.NewOffset().AtEnd(), snapshotOffset: -1,
+				request: fmt.Sprintf("indexed snapshot at offset %d is no longer retained (log start %d)", e.FirstOffset, so.Offset)}
+		default:
+			plan[l] = lanePlan{start: kgo.NewOffset().AtStart(), snapshotOffset: -1,
+				request: "no snapshot of this lane is indexed"}
+		}
+	}
+	return plan, nil
+}
+
+// readSnapshotIndex reads the compacted index topic from its start to its current end and
+// returns the latest entry per lane (a tombstone removes the lane's entry).
+func (ix *Indexer) readSnapshotIndex(ctx context.Context, adm *kadm.Client) (map[uint8]schemas.SnapshotIndexEntry, error) {
+	topic := ix.cfg.Topics.SnapshotIndex
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("streams: end offsets of snapshot index %s: %w", topic, err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+		}
+	})
+	out := map[uint8]schemas.SnapshotIndexEntry{}
+	if len(want) == 0 {
+		return out, nil
+	}
+	assign := map[int32]kgo.Offset{}
+	for p := range want {
+		assign[p] = kgo.NewOffset().AtStart()
+	}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, ix.opts...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: assign}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	for len(want) > 0 {
+		// Under read_committed the end offset can sit past a transaction marker that no record
+		// carries, so "offset+1 == end" may never be seen: a quiet poll after everything up to
+		// the end was fetchable also ends the read.
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("streams: reading snapshot index %s: %w", topic, err)
+		}
+		fs.EachError(func(t string, p int32, e error) {
+			if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) {
+				err = fmt.Errorf("streams: snapshot index %s[%d]: %w", t, p, e)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		if fs.NumRecords() == 0 {
+			break
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
+				delete(want, r.Partition)
+			}
+			lane, ok := parseLaneKey(r.Key)
+			if !ok {
+				return
+			}
+			if r.Value == nil {
+				delete(out, lane)
+				return
+			}
+			e, derr := ix.codec.DecodeSnapshotIndexEntry(r.Value)
+			if derr != nil || e.Lane != lane {
+				ix.log.Warn("unreadable snapshot index entry skipped", zap.Int64("offset", r.Offset), zap.Error(derr))
+				return
+			}
+			out[lane] = e
+		})
+	}
+	return out, nil
+}
+
+func parseLaneKey(k []byte) (uint8, bool) {
+	const prefix = "lane-"
+	if len(k) <= len(prefix) || string(k[:len(prefix)]) != prefix {
+		return 0, false
+	}
+	n := 0
+	for _, c := range k[len(prefix):] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+		if n >= MaxLanes {
+			return 0, false
+		}
+	}
+	return uint8(n), true
+}
