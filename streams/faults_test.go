@@ -16,7 +16,7 @@ import (
 
 // rawLane writes hand-made records to a lane partition, bypassing every producer-side check.
 type rawLane struct {
-	t     *testing.T
+	t     testing.TB
 	e     *testEnv
 	lane  uint8
 	cl    *kgo.Client
@@ -118,7 +118,9 @@ func TestIndexerLaneFaults(t *testing.T) {
 				r.delta(other, last(p), last(p)+1, valid(p))
 			}},
 		{name: "snapshot-while-ready", event: schemas.EventDeactivated, fault: schemas.FaultSnapshotWhileReady, deactivates: true,
-			inject: func(r *rawLane, p *testProducer) { r.chunks(p.id, last(p)+5, p.state.CopyWords(), 1000, []int{0, 1, 2}) }},
+			inject: func(r *rawLane, p *testProducer) {
+				r.chunks(p.id, last(p)+5, p.state.CopyWords(), 1000, []int{0, 1, 2})
+			}},
 		{name: "truncated", event: schemas.EventDeactivated, fault: schemas.FaultMalformedRecord, deactivates: true, deadLetter: true,
 			inject: func(r *rawLane, p *testProducer) {
 				b := r.encode(schemas.LaneRecord{Identity: streams.WireIdentity(p.id), Kind: schemas.LaneDelta,

@@ -30,14 +30,16 @@ func testPool(dc uint64) ckf.PoolID { return ckf.PoolID{Domain: testDomain, Dc: 
 
 // testEnv is one test's set of topics and the codec.
 type testEnv struct {
-	t      *testing.T
+	t      testing.TB
 	topics streams.IndexerTopics
 	codec  *schemas.Codec
 	format ckf.FormatIdentity
 	blocks uint64 // expected blocks per DC of the producers
+	// chunkWords is the producers' snapshot chunk size (small, so snapshots have several chunks).
+	chunkWords int
 }
 
-func newTestEnv(t *testing.T, expectedBlocks uint64) *testEnv {
+func newTestEnv(t testing.TB, expectedBlocks uint64) *testEnv {
 	t.Helper()
 	codec, err := schemas.NewCodec(context.Background())
 	if err != nil {
@@ -56,9 +58,10 @@ func newTestEnv(t *testing.T, expectedBlocks uint64) *testEnv {
 			LaneEvents:    testenv.NewTopic(t, streams.MaxLanes),
 			DeadLetter:    testenv.NewTopic(t, 1),
 		},
-		codec:  codec,
-		format: ckf.NewFormatIdentity(ckf.DefaultSeed, buckets),
-		blocks: expectedBlocks,
+		codec:      codec,
+		format:     ckf.NewFormatIdentity(ckf.DefaultSeed, buckets),
+		blocks:     expectedBlocks,
+		chunkWords: 700,
 	}
 }
 
@@ -131,7 +134,7 @@ func (ri *runningIndexer) stop() {
 
 // testProducer is one lane's producer: exact state, publisher, and writer.
 type testProducer struct {
-	t     *testing.T
+	t     testing.TB
 	lane  uint8
 	id    ckf.ProducerIdentity
 	state *ckf.DcState
@@ -160,7 +163,7 @@ func (e *testEnv) producerWithIdentity(lane uint8, id ckf.ProducerIdentity, stat
 	p := &testProducer{t: e.t, lane: lane, id: id, state: state,
 		rng: rand.New(rand.NewPCG(uint64(lane), id.Incarnation)), nextID: 1}
 	p.w = streams.NewLaneWriter(cl, e.codec, id, streams.LaneWriterConfig{
-		LaneTopic: e.topics.Lanes, IndexTopic: e.topics.SnapshotIndex, Lane: lane, ChunkWords: 700,
+		LaneTopic: e.topics.Lanes, IndexTopic: e.topics.SnapshotIndex, Lane: lane, ChunkWords: e.chunkWords,
 	})
 	p.pub = ckf.NewPublisher(id, 0, p.w)
 	return p

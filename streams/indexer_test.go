@@ -2,12 +2,14 @@ package streams_test
 
 import (
 	"context"
+	"math/bits"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -101,7 +103,9 @@ func TestIndexerEndToEndFourLanes(t *testing.T) {
 	for _, p := range ps {
 		waitLane(t, ri, p, converge)
 	}
-	compareQueries(t, ri.ix.GlobalIndexer(), referenceIndexer(t, m, ps...), ps...)
+	ref := referenceIndexer(t, m, ps...)
+	compareQueries(t, ri.ix.GlobalIndexer(), ref, ps...)
+	compareKafkaQueries(t, e, ri, ref, ps...)
 	for _, p := range ps {
 		events.waitFor(t, p.lane, 10*time.Second, "SNAPSHOT_INSTALLED", kindIs(schemas.EventSnapshotInstalled))
 		if st := laneStatus(ri, p.lane); st.Snapshots != 1 || st.Recoveries != 0 {
@@ -279,4 +283,59 @@ func (l *recordLog) snapshot() []*kgo.Record {
 	l.mu <- struct{}{}
 	defer func() { <-l.mu }()
 	return slices.Clone(l.recs)
+}
+
+// compareKafkaQueries sends queries over the query topics (QueryService + QueryClient on the real
+// broker) and checks every reply against the reference indexer.
+func compareKafkaQueries(t *testing.T, e *testEnv, ri *runningIndexer, ref *ckf.GlobalIndexer, ps ...*testProducer) {
+	t.Helper()
+	requests := testenv.NewTopic(t, 2)
+	replies := testenv.NewTopic(t, 2)
+	opts := []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}
+	svc, err := streams.NewQueryService(streams.QueryServiceParams{
+		Config: streams.QueryConfig{RequestTopic: requests, ReplyTopic: replies, DeadLetterTopic: e.topics.DeadLetter,
+			Group: testenv.UniqueName(t, "g")},
+		Answerer: streams.NewAnswerer(ri.ix.GlobalIndexer(), ri.ix.EligibleLanes), Codec: e.codec, ClientOpts: opts,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("query service: %v", err)
+		}
+	}()
+	cl, err := streams.NewQueryClient(context.Background(), streams.QueryClientParams{
+		Config: streams.QueryClientConfig{RequestTopic: requests, ReplyTopic: replies, CallTimeout: 30 * time.Second},
+		Codec:  e.codec, ClientOpts: opts,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	n := 0
+	for _, p := range ps {
+		for _, chain := range p.chains[:min(5, len(p.chains))] {
+			reply, err := cl.Query(context.Background(), schemas.QueryRequest{Input: schemas.InputLocalBlockHashes,
+				Hashes: schemas.AppendU64s(nil, chain)})
+			if err != nil {
+				t.Fatalf("query over Kafka: %v", err)
+			}
+			want, err := ref.FindPrefixMatches(chain)
+			if err != nil || reply.Status != schemas.QueryOK || reply.ReadyLanes != want.ReadyLanes || len(reply.Lanes) != bits.OnesCount16(want.ReadyLanes) {
+				t.Fatalf("reply %+v, reference %+v (%v)", reply, want, err)
+			}
+			for _, lm := range reply.Lanes {
+				if lm.Depth != want.Lanes[lm.Lane].Depth {
+					t.Fatalf("lane %d depth %d over Kafka, reference %d", lm.Lane, lm.Depth, want.Lanes[lm.Lane].Depth)
+				}
+			}
+			n++
+		}
+	}
+	t.Logf("%d queries over Kafka matched the reference", n)
 }

@@ -581,6 +581,8 @@ func (r *laneRunner) checkFreshness(now time.Time, force bool) {
 		s.Excluded = stale
 	})
 	r.ix.metrics.lag(r.lane, hwm, r.applied, lag, age)
+	backlog, _ := r.ix.pool.Backlog(r.lane)
+	r.ix.metrics.state(r.lane, r.ix.g.ReadyLanes()&r.bit != 0, stale, r.installed, backlog)
 	if stale != r.excluded {
 		r.excluded = stale
 		r.ix.setExcluded(r.bit, stale)
