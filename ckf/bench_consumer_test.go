@@ -5,7 +5,12 @@ package ckf
 // ratios are meaningful on a noisy shared VM; no benchmark asserts a
 // wall-clock threshold.
 //
-//	go test -run '^$' -bench 'Consumer' -benchtime 2000x ./ckf/
+//	go test -run '^$' -bench 'Consumer(Probe|Query|Delta)' -benchtime 20000x -count 3 ./ckf/
+//	go test -run '^$' -bench 'ConsumerSnapshotInstall' -benchtime 20x -count 3 ./ckf/
+//
+// (A snapshot install of 2^20 buckets takes ~15 ms, so never give it a
+// large fixed iteration count.) Baselines run after the measured variant in
+// the same process and report "x-slower" = baseline / measured.
 //
 // Targets: probe <= 30 ns in cache (T3), <= 100 ns per block at 2^20
 // buckets batched with prefetch (T4), 128-block query p50 <= 8 us with
@@ -122,6 +127,20 @@ func getBenchTable(b *testing.B, buckets uint64) *benchTable {
 
 var consumerBenchSink uint16
 
+// benchRef remembers the measured variant's per-op figure of a group so the
+// baselines of the same run can report their ratio to it.
+var benchRef = map[string]float64{}
+
+func setRef(group string, v float64) { benchRef[group] = v }
+
+func reportRatio(b *testing.B, group string, v float64) {
+	if ref := benchRef[group]; ref > 0 {
+		b.ReportMetric(v/ref, "x-slower")
+	}
+}
+
+func nsPerOp(b *testing.B) float64 { return float64(b.Elapsed().Nanoseconds()) / float64(b.N) }
+
 // ---- T3 / T4: transposed probe ----------------------------------------------
 
 func benchProbeLoop(b *testing.B, t *transposedTable, probes []Probe, kernel func(ra, rb *[LaneCount]uint64, fp uint16) uint16) {
@@ -139,9 +158,20 @@ func benchProbeLoop(b *testing.B, t *transposedTable, probes []Probe, kernel fun
 // Baseline: the per-lane Bucket.Contains reference kernel.
 func BenchmarkConsumerProbeCache(b *testing.B) {
 	bt := getBenchTable(b, 1<<12)
-	b.Run("kernel="+probeKernel, func(b *testing.B) { benchProbeLoop(b, &bt.f.g.table, bt.probes, probeRows) })
-	b.Run("kernel=swar", func(b *testing.B) { benchProbeLoop(b, &bt.f.g.table, bt.probes, probeRowsSWAR) })
-	b.Run("baseline=per-lane-contains", func(b *testing.B) { benchProbeLoop(b, &bt.f.g.table, bt.probes, probeRowsRef) })
+	b.Run("kernel="+probeKernel, func(b *testing.B) {
+		benchProbeLoop(b, &bt.f.g.table, bt.probes, probeRows)
+		setRef("probe", nsPerOp(b))
+	})
+	if probeKernel != "swar" {
+		b.Run("kernel=swar", func(b *testing.B) {
+			benchProbeLoop(b, &bt.f.g.table, bt.probes, probeRowsSWAR)
+			reportRatio(b, "probe", nsPerOp(b))
+		})
+	}
+	b.Run("baseline=per-lane-contains", func(b *testing.B) {
+		benchProbeLoop(b, &bt.f.g.table, bt.probes, probeRowsRef)
+		reportRatio(b, "probe", nsPerOp(b))
+	})
 }
 
 // BenchmarkConsumerProbeDRAM: 2^20 buckets (128 MiB). "plain" probes random
@@ -152,6 +182,7 @@ func BenchmarkConsumerProbeDRAM(b *testing.B) {
 	t := &bt.f.g.table
 	b.Run("plain", func(b *testing.B) { benchProbeLoop(b, t, bt.probes, probeRows) })
 	b.Run("batch8-prefetch", func(b *testing.B) {
+		defer func() { b.ReportMetric(nsPerOp(b), "ns/block") }()
 		mask := len(bt.probes) - 1
 		var acc uint16
 		b.ResetTimer()
@@ -213,7 +244,7 @@ func reportQuantiles(b *testing.B, d []time.Duration) {
 	b.ReportMetric(float64(d[len(d)*99/100].Nanoseconds()), "p99-ns")
 }
 
-func benchQueries(b *testing.B, run func(chain []uint64), chains [][]uint64) {
+func benchQueries(b *testing.B, run func(chain []uint64), chains [][]uint64) float64 {
 	b.ReportAllocs()
 	d := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
@@ -225,6 +256,10 @@ func benchQueries(b *testing.B, run func(chain []uint64), chains [][]uint64) {
 	}
 	b.StopTimer()
 	reportQuantiles(b, d)
+	if len(d) == 0 {
+		return 0
+	}
+	return float64(d[len(d)/2].Nanoseconds())
 }
 
 // BenchmarkConsumerQuery128: 128-block queries on a 2^20-bucket, 16-lane
@@ -240,26 +275,27 @@ func BenchmarkConsumerQuery128(b *testing.B) {
 		name   string
 		chains [][]uint64
 	}{{"shared", bt.chains[:benchChains]}, {"divergent", bt.chains[benchChains:]}} {
+		group := "query/" + shape.name
 		b.Run(shape.name+"/transposed", func(b *testing.B) {
-			benchQueries(b, func(c []uint64) {
+			setRef(group, benchQueries(b, func(c []uint64) {
 				if _, err := g.FindPrefixMatches(c); err != nil {
 					b.Fatal(err)
 				}
-			}, shape.chains)
+			}, shape.chains))
 		})
 		b.Run(shape.name+"/baseline=lane-major", func(b *testing.B) {
 			seq := make([]uint64, 0, benchChainLen)
-			benchQueries(b, func(c []uint64) { lm.query(c, seq, DefaultVerificationWindow) }, shape.chains)
+			reportRatio(b, group, benchQueries(b, func(c []uint64) { lm.query(c, seq, DefaultVerificationWindow) }, shape.chains))
 		})
 		b.Run(shape.name+"/baseline=linear-transposed", func(b *testing.B) {
 			seq := make([]uint64, 0, benchChainLen)
-			benchQueries(b, func(c []uint64) {
+			reportRatio(b, group, benchQueries(b, func(c []uint64) {
 				s := AppendSequenceHashes(seq[:0], c)
 				LinearPrefixDepths(len(s), 0xFFFF, func(pos int) uint16 {
 					p := g.addr.Probe(s[pos])
 					return g.table.probe(p.Fingerprint, p.BucketA, p.BucketB)
 				})
-			}, shape.chains)
+			}, shape.chains))
 		})
 	}
 }
@@ -342,6 +378,7 @@ func BenchmarkConsumerDeltaApply(b *testing.B) {
 			seq++
 		}
 		b.ReportMetric(float64(b.N)*imagesPerDelta/b.Elapsed().Seconds()/1e6, "M-images/s")
+		setRef("delta", nsPerOp(b))
 	})
 	b.Run("baseline=plain-store", func(b *testing.B) {
 		words := f.g.table.words
@@ -352,6 +389,7 @@ func BenchmarkConsumerDeltaApply(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.N)*imagesPerDelta/b.Elapsed().Seconds()/1e6, "M-images/s")
+		reportRatio(b, "delta", nsPerOp(b))
 	})
 }
 
@@ -382,6 +420,7 @@ func BenchmarkConsumerSnapshotInstall(b *testing.B) {
 			}
 		}
 		b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/install")
+		setRef("snapshot", nsPerOp(b))
 	})
 	b.Run("baseline=plain-copy", func(b *testing.B) {
 		dst := f.g.table.words
@@ -391,5 +430,6 @@ func BenchmarkConsumerSnapshotInstall(b *testing.B) {
 			}
 		}
 		b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/install")
+		reportRatio(b, "snapshot", nsPerOp(b))
 	})
 }

@@ -43,7 +43,7 @@ package ckf
 //   Race: injected worker panic → readiness cleared, Uncertain, WorkerFailed TestPoolWorkerPanic
 //   Sticky assignment is stable for (consumer, lane) ....................... TestPoolStickyWorkerFunction
 //
-// adapter.rs (consumer_prop_test.go, pool_test.go; composed with the
+// adapter.rs (consumer_adapter_test.go; composed with the
 // producer's DcState + Publisher)
 //   Actor publication plus exact drain converge (sequence 1, ready) ........ TestAdapterPublicationAndDrainConverge
 //   Delivery failure fences; recovery with a new lease (epoch 2, seq 0) .... TestAdapterDeliveryFailureRecovery
@@ -66,6 +66,11 @@ package ckf
 //   16-lane search = 16 single-lane searches (property) .................... TestPropSearchLanesIndependent
 //   SWAR probe equals the scalar reference ................................. TestProbeRowsEqualsReference
 //   Max-depth variant (optional, test-only upstream) ....................... not implemented
+//   Fallback-window study (expects default 2; ignored upstream) ............ TestSearchWindowStudy (CKF_STUDY=1)
+//   Fixed-window study (no fallback, expects 8) ............................ not implemented (no no-fallback variant)
+//   Bucket count helper, hash/probe vectors, SWAR membership and slot
+//   helpers, bounded relocation rollback, distinct hashes with the same
+//   representation, store/remove churn ..................................... producer-side tests (not in this half)
 //
 // tests.rs (Gen C) concurrency
 //   Reader never sees unknown lanes or depth > query length ............... TestStressQueriesDuringIngestion

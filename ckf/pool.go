@@ -209,6 +209,12 @@ func (p *IngestionPool) Assign(ctx context.Context, id ProducerIdentity, lease L
 	}
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
+	if !r.stale && r.err == nil {
+		// The ingestor accepted the epoch; keep the admission record in
+		// step even if the lane was retired meanwhile, so a later assign
+		// with the same epoch is rejected here and not by the worker.
+		lc.lastAssignEpoch, lc.hasLastAssign = lease.Epoch, true
+	}
 	if r.stale || lc.epoch != epoch {
 		return ErrLaneRetired
 	}
@@ -218,7 +224,6 @@ func (p *IngestionPool) Assign(ctx context.Context, id ProducerIdentity, lease L
 		return r.err
 	}
 	lc.state = laneAwaitingSnapshot
-	lc.lastAssignEpoch, lc.hasLastAssign = lease.Epoch, true
 	return nil
 }
 
@@ -476,8 +481,8 @@ func (p *IngestionPool) lagWatchdog() {
 		}
 		now := p.hooks.now()
 		for _, lc := range p.lanes {
-			if lc == nil {
-				continue
+			if lc == nil || p.workers[lc.worker].failed.Load() {
+				continue // a failed worker's lanes are already unready
 			}
 			lc.mu.Lock()
 			if !lc.fenced.Load() && lc.state == laneActive && lc.lagExceededLocked(now, p.cfg.MaxDirtyToAppliedAge) {
@@ -500,8 +505,8 @@ func (p *IngestionPool) Close() error {
 	p.closeOnce.Do(func() {
 		p.closed.Store(true)
 		for _, lc := range p.lanes {
-			if lc == nil {
-				continue
+			if lc == nil || p.workers[lc.worker].failed.Load() {
+				continue // a failed worker's lanes are already unready
 			}
 			lc.mu.Lock()
 			if !lc.fenced.Load() {

@@ -4,7 +4,7 @@ package ckf
 
 import "unsafe"
 
-// storeColumnAsm: see storecol_amd64.s.
+// storeColumnAsm: see table_storecol_amd64.s.
 //
 //go:noescape
 func storeColumnAsm(dst *uint64, src *uint64, n int)
@@ -13,7 +13,7 @@ func storeColumnAsm(dst *uint64, src *uint64, n int)
 // order, one atomic 64-bit store (XCHG) each — the snapshot install path.
 // The assembly loop prefetches each target line for writing 8 rows ahead,
 // so the serialising XCHG rarely waits for line ownership. Race builds use
-// the instrumented Go loop (storecol_generic.go) so the race detector sees
+// the instrumented Go loop (table_storecol_generic.go) so the race detector sees
 // the writes. len(words) must equal buckets.
 func (t *transposedTable) storeColumn(lane int, words []uint64) {
 	if len(words) == 0 {

@@ -6,7 +6,7 @@ import "unsafe"
 
 // prefetch4 issues PREFETCHT0 for both 64-byte lines of row a and of row b
 // (rows are 128-byte aligned, so two lines cover a row). Implemented in
-// prefetch_amd64.s; it never faults and has no semantic effect.
+// probe_prefetch_amd64.s; it never faults and has no semantic effect.
 //
 //go:noescape
 func prefetch4(a, b unsafe.Pointer)
