@@ -12,7 +12,8 @@ const (
 	cmdSnapshot
 	cmdDelta
 	cmdDrain
-	cmdRun // test hook: run fn on the worker (pause it, inject a panic)
+	cmdDeltas // a run of deltas admitted by SubmitDeltas (deltaID is the first id)
+	cmdRun    // test hook: run fn on the worker (pause it, inject a panic)
 )
 
 // command is one unit of work on a worker queue. Every lane command carries
@@ -25,6 +26,7 @@ type command struct {
 	lease    LaneLease        // assign
 	snapshot *Snapshot
 	delta    *Delta
+	deltas   []*Delta // cmdDeltas
 	deltaID  uint64
 	marker   DrainMarker
 	fn       func()
@@ -109,6 +111,16 @@ func (p *IngestionPool) failWorker(w *worker, panicValue any) {
 func (p *IngestionPool) handle(w *worker, cmd *command) {
 	if cmd.kind == cmdRun {
 		cmd.fn()
+		return
+	}
+	if cmd.kind == cmdDeltas {
+		// Each delta of the run is one delta command: same epoch, its own outstanding entry,
+		// the full fencing below. Once one deactivates the lane the epoch moves and the rest
+		// are stale (released and dropped).
+		for i, d := range cmd.deltas {
+			one := command{kind: cmdDelta, lane: cmd.lane, epoch: cmd.epoch, delta: d, deltaID: cmd.deltaID + uint64(i)}
+			p.handle(w, &one)
+		}
 		return
 	}
 	lc := p.lanes[cmd.lane]

@@ -56,9 +56,9 @@ func newIndexerMetrics(root tally.Scope) *indexerMetrics {
 	return m
 }
 
-func (m *indexerMetrics) delta(lane uint8, images int) {
+func (m *indexerMetrics) deltas(lane uint8, deltas, images int) {
 	l := &m.lanes[lane]
-	l.deltas.Inc(1)
+	l.deltas.Inc(int64(deltas))
 	l.images.Inc(int64(images))
 }
 

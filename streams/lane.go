@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -54,6 +55,9 @@ type laneRunner struct {
 
 	asm    assembly
 	faults chan ckf.PoolFault // forwarded by the indexer's fault dispatcher
+
+	pending       []*ckf.Delta // decoded deltas not yet submitted (see flushDeltas)
+	pendingImages int
 }
 
 func newLaneRunner(ix *Indexer, lane uint8, pool ckf.PoolID) *laneRunner {
@@ -61,7 +65,8 @@ func newLaneRunner(ix *Indexer, lane uint8, pool ckf.PoolID) *laneRunner {
 		ix: ix, lane: lane, bit: 1 << lane, pool: pool,
 		log:        ix.log.With(zap.Uint8("lane", lane), zap.String("pool", pool.String())),
 		needAssign: true, applied: -1, snapStart: -1, recoverUntil: -1, waitAfter: -1,
-		faults: make(chan ckf.PoolFault, 8),
+		faults:  make(chan ckf.PoolFault, 8),
+		pending: make([]*ckf.Delta, 0, maxDeltaRun),
 	}
 	r.stats.s = LaneStatus{Lane: lane, Pool: pool.String(), AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: -1,
 		Faults: map[string]uint64{}}
@@ -90,8 +95,10 @@ func (r *laneRunner) run(ctx context.Context) {
 				return
 			}
 			r.process(ctx, rec)
-			r.checkHealth(ctx)
 		}
+		r.flushDeltas(ctx)
+		r.checkHealth(ctx)
+		r.stats.update(func(s *LaneStatus) { s.AppliedOffset = r.applied })
 		r.checkFreshness(time.Now(), false)
 	}
 }
@@ -99,6 +106,7 @@ func (r *laneRunner) run(ctx context.Context) {
 // process handles one lane record.
 func (r *laneRunner) process(ctx context.Context, rec *kgo.Record) {
 	if r.phase == PhaseReplaying && rec.Offset > r.recoverUntil && r.active {
+		r.flushDeltas(ctx)
 		// The replay reaches the place of the fault. Application is asynchronous, so first let
 		// the pool apply everything submitted so far: a fault that recurs is then seen while
 		// the applied position is still within the replayed range, and the progress rule holds.
@@ -128,6 +136,10 @@ func (r *laneRunner) process(ctx context.Context, rec *kgo.Record) {
 			&schemas.LaneFault{Kind: schemas.FaultMalformedRecord, Detail: err.Error(), Offset: schemas.Some(rec.Offset)}, true)
 		return
 	}
+	if lr.Kind != schemas.LaneDelta {
+		r.flushDeltas(ctx)
+		r.checkHealth(ctx)
+	}
 	switch lr.Kind {
 	case schemas.LaneSnapshotChunk:
 		r.onChunk(ctx, rec, id, &lr.Snapshot)
@@ -143,13 +155,13 @@ func (r *laneRunner) process(ctx context.Context, rec *kgo.Record) {
 	case schemas.LaneDrainMarker:
 		r.onDrain(ctx, rec, id, lr.Drain.ExpectedSequence)
 	}
-	r.stats.update(func(s *LaneStatus) { s.AppliedOffset = rec.Offset })
 }
 
 // reject dead-letters rec and reports it. faultLane says whether the record, had it been
 // readable, could have carried state for the lane: then an active lane is deactivated (a gap:
 // what it carried is lost) and recovered per the spec; nothing is written to the table.
 func (r *laneRunner) reject(ctx context.Context, rec *kgo.Record, code schemas.DeadLetterReason, fault *schemas.LaneFault, faultLane bool) {
+	r.flushDeltas(ctx)
 	r.ix.out.DeadLetter(rec, code, fault.Detail, "indexer/lane")
 	r.ix.metrics.rejected(r.lane)
 	r.stats.update(func(s *LaneStatus) { s.Rejected++ })
@@ -473,7 +485,7 @@ func (r *laneRunner) drainBacklog(ctx context.Context) {
 func (r *laneRunner) onDelta(ctx context.Context, rec *kgo.Record, id ckf.ProducerIdentity, d *schemas.Delta) {
 	if id.Pool != r.pool {
 		// Dead-letter it; if the lane is active it is also the spec's WrongIdentity fault, which
-		// the ingestor reports below.
+		// the ingestor reports when the delta reaches it.
 		r.ix.out.DeadLetter(rec, schemas.DeadLetterRejected, "delta of pool "+id.Pool.String()+" on a lane owned by "+r.pool.String(), "indexer/lane")
 		r.ix.metrics.rejected(r.lane)
 		r.stats.update(func(s *LaneStatus) { s.Rejected++ })
@@ -484,17 +496,45 @@ func (r *laneRunner) onDelta(ctx context.Context, rec *kgo.Record, id ckf.Produc
 	if !r.active {
 		return // AwaitingSnapshot: deltas before the lane's snapshot are ignored
 	}
-	r.pace(ctx)
-	images := make([]ckf.BucketImage, d.Images.Len())
+	n := d.Images.Len()
+	images := make([]ckf.BucketImage, n)
 	for i := range images {
 		im := d.Images.At(i)
 		images[i] = ckf.BucketImage{Bucket: im.Bucket, Value: im.Value}
 	}
-	err := r.ix.pool.SubmitDelta(ctx, &ckf.Delta{Identity: id, Lease: r.lease, BaseSequence: d.BaseSequence, Sequence: d.Sequence, Images: images})
+	r.pending = append(r.pending, &ckf.Delta{Identity: id, Lease: r.lease, BaseSequence: d.BaseSequence, Sequence: d.Sequence, Images: images})
+	r.pendingImages += n
+	if len(r.pending) >= maxDeltaRun {
+		r.flushDeltas(ctx)
+	}
+}
+
+// maxDeltaRun bounds the deltas handed to the pool as one run (one worker queue slot, one
+// goroutine hand-off): enough to amortise the hand-off, small enough to keep apply latency low.
+const maxDeltaRun = 32
+
+// flushDeltas submits the deltas decoded since the last flush as one run. Every path that does
+// anything else with the lane (another record kind, a fault, a health check, the end of a
+// fetched batch) flushes first, so the pool sees the lane's records in log order.
+func (r *laneRunner) flushDeltas(ctx context.Context) {
+	if len(r.pending) == 0 {
+		return
+	}
+	run, images := r.pending, r.pendingImages
+	r.pending, r.pendingImages = make([]*ckf.Delta, 0, maxDeltaRun), 0
+	if !r.active {
+		return // deactivated while the run was being decoded
+	}
+	r.pace(ctx)
+	err := r.ix.pool.SubmitDeltas(ctx, run)
 	if err == nil {
-		r.installed = max(r.installed, d.Sequence)
-		r.ix.metrics.delta(r.lane, len(images))
-		r.stats.update(func(s *LaneStatus) { s.Deltas++; s.Images += uint64(len(images)); s.InstalledSequence = r.installed })
+		r.installed = max(r.installed, run[len(run)-1].Sequence)
+		r.ix.metrics.deltas(r.lane, len(run), images)
+		r.stats.update(func(s *LaneStatus) {
+			s.Deltas += uint64(len(run))
+			s.Images += uint64(images)
+			s.InstalledSequence = r.installed
+		})
 		return
 	}
 	if disp, ok := ckf.PoolErrorDisposition(err); ok {
@@ -506,15 +546,18 @@ func (r *laneRunner) onDelta(ctx context.Context, rec *kgo.Record, id ckf.Produc
 		case errors.Is(err, ckf.ErrWorkerFailed):
 			kind = schemas.FaultWorkerFailure
 		}
-		r.onFault(ctx, point, &schemas.LaneFault{Kind: kind, Detail: err.Error(), Offset: schemas.Some(rec.Offset)})
+		r.onFault(ctx, point, &schemas.LaneFault{Kind: kind, Detail: err.Error(), Offset: schemas.Some(r.applied)})
 		return
 	}
 	// A rejection without a disposition: the pool no longer has this lease (a retirement this
-	// runner has not seen yet, or the pool is closing). checkHealth picks up the retirement.
-	r.log.Debug("delta not admitted", zap.Error(err))
+	// runner has not seen yet, or the pool is closing).
+	r.log.Debug("deltas not admitted", zap.Error(err))
 	if errors.Is(err, ckf.ErrLaneRetired) && r.active {
-		r.onFault(ctx, ckf.ConsumerGapOrMalformedBeforeWrite,
-			&schemas.LaneFault{Kind: schemas.FaultUnknown, Detail: "lane retired: " + err.Error(), Offset: schemas.Some(rec.Offset)})
+		r.checkHealth(ctx)
+		if r.active {
+			r.onFault(ctx, ckf.ConsumerGapOrMalformedBeforeWrite,
+				&schemas.LaneFault{Kind: schemas.FaultUnknown, Detail: "lane retired: " + err.Error(), Offset: schemas.Some(r.applied)})
+		}
 	}
 }
 
@@ -531,10 +574,10 @@ func (r *laneRunner) pace(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if spin < 50 {
-			time.Sleep(20 * time.Microsecond)
+		if spin < 100 {
+			runtime.Gosched() // the worker is usually microseconds from making room
 		} else {
-			time.Sleep(200 * time.Microsecond)
+			time.Sleep(50 * time.Microsecond)
 		}
 	}
 }

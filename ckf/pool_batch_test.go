@@ -1,0 +1,97 @@
+package ckf
+
+import (
+	"errors"
+	"testing"
+)
+
+// TestPoolSubmitDeltasAppliesRunInOrder: a run of deltas is applied in order, each with its own
+// outstanding entry, and Backlog drains to zero.
+func TestPoolSubmitDeltasAppliesRunInOrder(t *testing.T) {
+	pf := newPoolFixture(t, 2, 64, quietConfig(), poolHooks{})
+	pf.activate(0, 1, 0, nil)
+	var run []*Delta
+	for seq := uint64(1); seq <= 30; seq++ {
+		run = append(run, pf.delta(0, 1, seq-1, seq, BucketImage{Bucket: seq % 64, Value: seq}, BucketImage{Bucket: 40, Value: seq}))
+	}
+	release := pf.pause(pf.worker(0))
+	if err := pf.p.SubmitDeltas(pf.ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	if d, im := pf.p.Backlog(0); d != 30 || im != 60 {
+		t.Fatalf("backlog %d deltas %d images, want 30 and 60", d, im)
+	}
+	release()
+	out, err := pf.p.CompleteDrain(pf.ctx, pf.marker(0, 1, 30))
+	if err != nil || out.Kind != OutcomeDrainAcknowledged {
+		t.Fatalf("drain %v %v", out, err)
+	}
+	if pf.word(40, 0) != 30 || pf.word(29, 0) != 29 {
+		t.Fatal("run not applied in order")
+	}
+	if d, im := pf.p.Backlog(0); d != 0 || im != 0 {
+		t.Fatalf("backlog %d/%d after the run", d, im)
+	}
+}
+
+// TestPoolSubmitDeltasFaultDropsRestOfRun: a gap inside a run deactivates the lane at that delta
+// (known unchanged: nothing of it or after it is written) and the rest of the run is stale.
+func TestPoolSubmitDeltasFaultDropsRestOfRun(t *testing.T) {
+	pf := newPoolFixture(t, 1, 64, quietConfig(), poolHooks{})
+	pf.activate(0, 1, 0, nil)
+	run := []*Delta{
+		pf.delta(0, 1, 0, 1, BucketImage{Bucket: 1, Value: 1}),
+		pf.delta(0, 1, 5, 6, BucketImage{Bucket: 2, Value: 2}), // gap
+		pf.delta(0, 1, 1, 2, BucketImage{Bucket: 3, Value: 3}),
+	}
+	if err := pf.p.SubmitDeltas(pf.ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	f := pf.waitFault(PoolFaultLaneDeactivated)
+	if f.Fault.Kind != FaultBaseSequenceMismatch {
+		t.Fatalf("fault %+v", f)
+	}
+	pf.flush(pf.worker(0))
+	if pf.word(1, 0) != 1 || pf.word(2, 0) != 0 || pf.word(3, 0) != 0 || pf.g.ReadyLanes() != 0 {
+		t.Fatal("the run was not cut at the faulting delta")
+	}
+	if d, _ := pf.p.Backlog(0); d != 0 {
+		t.Fatalf("%d outstanding entries leaked", d)
+	}
+}
+
+// TestPoolSubmitDeltasSaturationIsAllOrNothing: a full queue retires the lane and discards the
+// whole run; a foreign lease anywhere in the run rejects it before anything is admitted.
+func TestPoolSubmitDeltasSaturationIsAllOrNothing(t *testing.T) {
+	cfg := quietConfig()
+	cfg.QueueCapacity = 1
+	pf := newPoolFixture(t, 1, 64, cfg, poolHooks{})
+	pf.activate(0, 1, 0, nil)
+	foreign := []*Delta{pf.delta(0, 1, 0, 1, BucketImage{Bucket: 1, Value: 1}), pf.delta(0, 2, 1, 2, BucketImage{Bucket: 2, Value: 2})}
+	if err := pf.p.SubmitDeltas(pf.ctx, foreign); !errors.Is(err, ErrLaneRetired) {
+		t.Fatalf("run with a foreign lease: %v", err)
+	}
+	if d, _ := pf.p.Backlog(0); d != 0 || pf.g.ReadyLanes() != 1 {
+		t.Fatal("a rejected run admitted something or retired the lane")
+	}
+	release := pf.pause(pf.worker(0))
+	defer release()
+	if err := pf.p.SubmitDelta(pf.ctx, pf.delta(0, 1, 0, 1, BucketImage{Bucket: 1, Value: 1})); err != nil {
+		t.Fatal(err)
+	}
+	run := []*Delta{pf.delta(0, 1, 1, 2, BucketImage{Bucket: 2, Value: 2}), pf.delta(0, 1, 2, 3, BucketImage{Bucket: 3, Value: 3})}
+	if err := pf.p.SubmitDeltas(pf.ctx, run); !errors.Is(err, ErrSaturated) {
+		t.Fatalf("run on a full queue: %v", err)
+	}
+	if pf.g.ReadyLanes() != 0 {
+		t.Fatal("saturation must clear readiness")
+	}
+	release()
+	pf.flush(pf.worker(0))
+	if pf.word(2, 0) != 0 || pf.word(3, 0) != 0 {
+		t.Fatal("a discarded run was applied")
+	}
+	if d, _ := pf.p.Backlog(0); d != 0 {
+		t.Fatalf("%d outstanding entries leaked", d)
+	}
+}
