@@ -156,18 +156,23 @@ type Topics struct {
 	Control string `yaml:"control"`
 	// DeadLetter carries records rejected with their reason. Default "ckf-dead-letter".
 	DeadLetter string `yaml:"dead_letter"`
+	// SnapshotIndex is the compacted topic where relays record, per lane, where the latest
+	// complete snapshot starts on the lane topic; a starting indexer seeks there instead of
+	// scanning the lanes. Default "ckf-snapshot-index".
+	SnapshotIndex string `yaml:"snapshot_index"`
 }
 
 // DefaultTopics returns the default topic names with prefix prepended.
 func DefaultTopics(prefix string) Topics {
 	return Topics{
-		KVEvents:     prefix + "kv-events",
-		Lanes:        prefix + "ckf-lanes",
-		Queries:      prefix + "ckf-queries",
-		QueryReplies: prefix + "ckf-query-replies",
-		LaneEvents:   prefix + "ckf-lane-events",
-		Control:      prefix + "ckf-control",
-		DeadLetter:   prefix + "ckf-dead-letter",
+		KVEvents:      prefix + "kv-events",
+		Lanes:         prefix + "ckf-lanes",
+		Queries:       prefix + "ckf-queries",
+		QueryReplies:  prefix + "ckf-query-replies",
+		LaneEvents:    prefix + "ckf-lane-events",
+		Control:       prefix + "ckf-control",
+		DeadLetter:    prefix + "ckf-dead-letter",
+		SnapshotIndex: prefix + "ckf-snapshot-index",
 	}
 }
 
@@ -338,6 +343,7 @@ func (c *Config) resolve() {
 	fill(&c.Topics.LaneEvents, def.LaneEvents)
 	fill(&c.Topics.Control, def.Control)
 	fill(&c.Topics.DeadLetter, def.DeadLetter)
+	fill(&c.Topics.SnapshotIndex, def.SnapshotIndex)
 	c.Kafka.SASL.Mechanism = upperASCII(c.Kafka.SASL.Mechanism)
 	// An empty list or map from a file ([] or {}) means the same as none at all.
 	if len(c.Kafka.Brokers) == 0 {

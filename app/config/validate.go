@@ -144,6 +144,7 @@ func (t Topics) validate(p *problems) {
 		{"topics.kv_events", t.KVEvents}, {"topics.lanes", t.Lanes}, {"topics.queries", t.Queries},
 		{"topics.query_replies", t.QueryReplies}, {"topics.lane_events", t.LaneEvents},
 		{"topics.control", t.Control}, {"topics.dead_letter", t.DeadLetter},
+		{"topics.snapshot_index", t.SnapshotIndex},
 	} {
 		switch {
 		case f.name == "" || f.name == "." || f.name == "..":

@@ -29,6 +29,8 @@ func TopicLayout(t config.Topics) []TopicSpec {
 		{Name: t.LaneEvents, Partitions: config.LaneCount},
 		{Name: t.Control, Partitions: 1},
 		{Name: t.DeadLetter, Partitions: 1},
+		// One live record per lane; compaction keeps the latest.
+		{Name: t.SnapshotIndex, Partitions: 1, Configs: map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}},
 	}
 }
 
