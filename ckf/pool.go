@@ -307,10 +307,20 @@ func (lc *laneControl) admitControlLocked(lease LaneLease, allowAwaiting bool) e
 // d must not be modified after a successful submit. ctx is only checked
 // before admission (the call never waits).
 func (p *IngestionPool) SubmitDelta(ctx context.Context, d *Delta) error {
+	return p.submit(ctx, d.Lease, []*Delta{d}, len(d.Images), func(epoch, id uint64) command {
+		return command{kind: cmdDelta, lane: d.Lease.Lane, epoch: epoch, delta: d, deltaID: id}
+	})
+}
+
+// submit is the admission policy of §4.6 shared by SubmitDelta and SubmitDeltas: run (one
+// delta or a run of them, images in total, all on lease) is admitted as a unit and handed to
+// the lane's worker as the single command that cmd builds from the lane epoch and the first
+// delta id.
+func (p *IngestionPool) submit(ctx context.Context, lease LaneLease, run []*Delta, images int, cmd func(epoch, firstID uint64) command) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	lc, w, err := p.laneFor(d.Lease.Lane)
+	lc, w, err := p.laneFor(lease.Lane)
 	if err != nil {
 		return err
 	}
@@ -328,8 +338,10 @@ func (p *IngestionPool) SubmitDelta(ctx context.Context, d *Delta) error {
 	default:
 		return ErrLaneRetired
 	}
-	if !lc.hasLease || lc.lease != d.Lease {
-		return ErrLaneRetired
+	for _, d := range run {
+		if !lc.hasLease || lc.lease != d.Lease {
+			return ErrLaneRetired
+		}
 	}
 	now := p.hooks.now()
 	if lc.lagExceededLocked(now, p.cfg.MaxDirtyToAppliedAge) {
@@ -339,7 +351,7 @@ func (p *IngestionPool) SubmitDelta(ctx context.Context, d *Delta) error {
 		p.postFault(PoolFault{Kind: PoolFaultDirtyToAppliedAgeExceeded, Lane: lc.lane, Disposition: DispositionOf(ConsumerWorkerFailureMidApply)})
 		return ErrDirtyToAppliedAgeExceeded
 	}
-	requested := lc.outstandingImages + len(d.Images)
+	requested := lc.outstandingImages + images
 	if requested > p.limit || requested < lc.outstandingImages {
 		if err := p.retireAdmissionLocked(lc); err != nil {
 			return err
@@ -348,22 +360,26 @@ func (p *IngestionPool) SubmitDelta(ctx context.Context, d *Delta) error {
 			Disposition: DispositionOf(ConsumerGapOrMalformedBeforeWrite)})
 		return &OutstandingImageLimitError{Lane: lc.lane, Requested: requested, Limit: p.limit}
 	}
-	if lc.nextDeltaID == math.MaxUint64 {
+	if lc.nextDeltaID > math.MaxUint64-uint64(len(run)) {
 		p.fenceLocked(lc)
 		return ErrAdmissionEpochExhausted
 	}
-	lc.nextDeltaID++
-	id := lc.nextDeltaID
-	lc.outstanding = append(lc.outstanding, outstandingDelta{id: id, images: len(d.Images), admitted: now})
+	first := lc.nextDeltaID + 1
+	for i, d := range run {
+		lc.outstanding = append(lc.outstanding, outstandingDelta{id: first + uint64(i), images: len(d.Images), admitted: now})
+	}
+	lc.nextDeltaID += uint64(len(run))
 	lc.outstandingImages = requested
 	select {
-	case w.q <- command{kind: cmdDelta, lane: lc.lane, epoch: lc.epoch, delta: d, deltaID: id}:
+	case w.q <- cmd(lc.epoch, first):
 		return nil
 	default:
 	}
-	// Saturation: retire this lane only; the delta is discarded and this
+	// Saturation: retire this lane only; the run is discarded and this
 	// lane's queued commands become stale (epoch moved).
-	lc.releaseDeltaLocked(id)
+	for i := range run {
+		lc.releaseDeltaLocked(first + uint64(i))
+	}
 	if err := p.retireAdmissionLocked(lc); err != nil {
 		return err
 	}

@@ -1,9 +1,6 @@
 package ckf
 
-import (
-	"context"
-	"math"
-)
+import "context"
 
 // SubmitDeltas admits a run of consecutive deltas of one lane as one unit and hands them to the
 // lane's worker as a single queue command. It is SubmitDelta for a feeder that reads deltas in
@@ -18,79 +15,17 @@ import (
 // Either every delta is admitted (nil) or none is (the error of the first failed check). ds and
 // the deltas must not be modified after a successful submit. An empty run is a no-op.
 func (p *IngestionPool) SubmitDeltas(ctx context.Context, ds []*Delta) error {
-	if len(ds) == 0 {
+	switch len(ds) {
+	case 0:
 		return nil
-	}
-	if len(ds) == 1 {
+	case 1:
 		return p.SubmitDelta(ctx, ds[0])
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	lease := ds[0].Lease
-	lc, w, err := p.laneFor(lease.Lane)
-	if err != nil {
-		return err
-	}
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	if lc.fenced.Load() {
-		return ErrLaneRetired
-	}
-	switch lc.state {
-	case laneUnassigned:
-		return ErrLaneUnassigned
-	case laneAwaitingSnapshot:
-		return ErrAwaitingSnapshot
-	case laneActive:
-	default:
-		return ErrLaneRetired
 	}
 	images := 0
 	for _, d := range ds {
-		if !lc.hasLease || d.Lease != lc.lease {
-			return ErrLaneRetired
-		}
 		images += len(d.Images)
 	}
-	now := p.hooks.now()
-	if lc.lagExceededLocked(now, p.cfg.MaxDirtyToAppliedAge) {
-		if err := p.retireAdmissionLocked(lc); err != nil {
-			return err
-		}
-		p.postFault(PoolFault{Kind: PoolFaultDirtyToAppliedAgeExceeded, Lane: lc.lane, Disposition: DispositionOf(ConsumerWorkerFailureMidApply)})
-		return ErrDirtyToAppliedAgeExceeded
-	}
-	requested := lc.outstandingImages + images
-	if requested > p.limit || requested < lc.outstandingImages {
-		if err := p.retireAdmissionLocked(lc); err != nil {
-			return err
-		}
-		p.postFault(PoolFault{Kind: PoolFaultOutstandingImageLimit, Lane: lc.lane, Requested: requested, Limit: p.limit,
-			Disposition: DispositionOf(ConsumerGapOrMalformedBeforeWrite)})
-		return &OutstandingImageLimitError{Lane: lc.lane, Requested: requested, Limit: p.limit}
-	}
-	if lc.nextDeltaID > math.MaxUint64-uint64(len(ds)) {
-		p.fenceLocked(lc)
-		return ErrAdmissionEpochExhausted
-	}
-	first := lc.nextDeltaID + 1
-	for i, d := range ds {
-		lc.outstanding = append(lc.outstanding, outstandingDelta{id: first + uint64(i), images: len(d.Images), admitted: now})
-	}
-	lc.nextDeltaID += uint64(len(ds))
-	lc.outstandingImages = requested
-	select {
-	case w.q <- command{kind: cmdDeltas, lane: lc.lane, epoch: lc.epoch, deltas: ds, deltaID: first}:
-		return nil
-	default:
-	}
-	for i := range ds {
-		lc.releaseDeltaLocked(first + uint64(i))
-	}
-	if err := p.retireAdmissionLocked(lc); err != nil {
-		return err
-	}
-	p.postFault(PoolFault{Kind: PoolFaultSaturated, Lane: lc.lane, Disposition: DispositionOf(ConsumerGapOrMalformedBeforeWrite)})
-	return ErrSaturated
+	return p.submit(ctx, ds[0].Lease, ds, images, func(epoch, first uint64) command {
+		return command{kind: cmdDeltas, lane: ds[0].Lease.Lane, epoch: epoch, deltas: ds, deltaID: first}
+	})
 }
