@@ -10,7 +10,6 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
-	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -25,7 +24,7 @@ type rawLane struct {
 
 func (e *testEnv) raw(lane uint8) *rawLane {
 	return &rawLane{t: e.t, e: e, lane: lane, codec: e.codec,
-		cl: testenv.Client(e.t, streams.LaneWriterClientOpts()...)}
+		cl: e.cluster.Client(e.t, streams.LaneWriterClientOpts()...)}
 }
 
 func (r *rawLane) value(v []byte) {

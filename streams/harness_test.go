@@ -30,16 +30,23 @@ func testPool(dc uint64) ckf.PoolID { return ckf.PoolID{Domain: testDomain, Dc: 
 
 // testEnv is one test's set of topics and the codec.
 type testEnv struct {
-	t      testing.TB
-	topics streams.IndexerTopics
-	codec  *schemas.Codec
-	format ckf.FormatIdentity
-	blocks uint64 // expected blocks per DC of the producers
+	t       testing.TB
+	cluster *testenv.Cluster
+	topics  streams.IndexerTopics
+	codec   *schemas.Codec
+	format  ckf.FormatIdentity
+	blocks  uint64 // expected blocks per DC of the producers
 	// chunkWords is the producers' snapshot chunk size (small, so snapshots have several chunks).
 	chunkWords int
 }
 
 func newTestEnv(t testing.TB, expectedBlocks uint64) *testEnv {
+	t.Helper()
+	return newTestEnvOn(t, testenv.Default(t), expectedBlocks)
+}
+
+// newTestEnvOn is newTestEnv on a given cluster (a private broker the test may restart).
+func newTestEnvOn(t testing.TB, c *testenv.Cluster, expectedBlocks uint64) *testEnv {
 	t.Helper()
 	codec, err := schemas.NewCodec(context.Background())
 	if err != nil {
@@ -50,13 +57,14 @@ func newTestEnv(t testing.TB, expectedBlocks uint64) *testEnv {
 		t.Fatal(err)
 	}
 	return &testEnv{
-		t: t,
+		t:       t,
+		cluster: c,
 		topics: streams.IndexerTopics{
-			Lanes:         testenv.NewTopic(t, streams.MaxLanes),
-			SnapshotIndex: testenv.NewTopic(t, 1, testenv.TopicConfig("cleanup.policy", "compact")),
-			Control:       testenv.NewTopic(t, 1),
-			LaneEvents:    testenv.NewTopic(t, streams.MaxLanes),
-			DeadLetter:    testenv.NewTopic(t, 1),
+			Lanes:         c.NewTopic(t, streams.MaxLanes),
+			SnapshotIndex: c.NewTopic(t, 1, testenv.TopicConfig("cleanup.policy", "compact")),
+			Control:       c.NewTopic(t, 1),
+			LaneEvents:    c.NewTopic(t, streams.MaxLanes),
+			DeadLetter:    c.NewTopic(t, 1),
 		},
 		codec:      codec,
 		format:     ckf.NewFormatIdentity(ckf.DefaultSeed, buckets),
@@ -103,7 +111,7 @@ func (e *testEnv) startIndexer(m ckf.Manifest, cfg streams.IndexerConfig) *runni
 	}
 	ix, err := streams.NewIndexer(streams.IndexerParams{
 		Config: cfg, Indexer: g, Codec: e.codec,
-		ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(e.t)...)},
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.cluster.Seeds()...)},
 		Log:        zaptest.NewLogger(e.t).Named("ix"),
 	})
 	if err != nil {
@@ -159,7 +167,7 @@ func (e *testEnv) producer(lane uint8, incarnation uint64) *testProducer {
 
 func (e *testEnv) producerWithIdentity(lane uint8, id ckf.ProducerIdentity, state *ckf.DcState) *testProducer {
 	e.t.Helper()
-	cl := testenv.Client(e.t, streams.LaneWriterClientOpts()...)
+	cl := e.cluster.Client(e.t, streams.LaneWriterClientOpts()...)
 	p := &testProducer{t: e.t, lane: lane, id: id, state: state,
 		rng: rand.New(rand.NewPCG(uint64(lane), id.Incarnation)), nextID: 1}
 	p.w = streams.NewLaneWriter(cl, e.codec, id, streams.LaneWriterConfig{
@@ -268,7 +276,7 @@ func (e *testEnv) watchEvents() *eventLog {
 	for p := int32(0); p < streams.MaxLanes; p++ {
 		assign[p] = kgo.NewOffset().AtStart()
 	}
-	cl := testenv.Client(e.t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.topics.LaneEvents: assign}))
+	cl := e.cluster.Client(e.t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.topics.LaneEvents: assign}))
 	log := &eventLog{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -261,7 +261,7 @@ func (e *testEnv) records(topic string, partitions int32) *recordLog {
 	for p := int32(0); p < partitions; p++ {
 		assign[p] = kgo.NewOffset().AtStart()
 	}
-	cl := testenv.Client(e.t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: assign}))
+	cl := e.cluster.Client(e.t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: assign}))
 	l := &recordLog{codec: e.codec, mu: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -47,6 +47,7 @@ type laneRunner struct {
 	phase        LanePhase
 	applied      int64 // last offset processed
 	appliedTime  time.Time
+	appliedTxn   bool  // the last record processed was written in a transaction
 	snapStart    int64 // first offset of the latest complete snapshot seen; -1 if none
 	recoverUntil int64 // PhaseReplaying: the offset at which the fault was detected
 	waitAfter    int64 // PhaseWaitingForSnapshot: install only snapshots starting after this
@@ -118,6 +119,7 @@ func (r *laneRunner) process(ctx context.Context, rec *kgo.Record) {
 	}
 	r.applied = rec.Offset
 	r.appliedTime = rec.Timestamp
+	r.appliedTxn = rec.Attrs.IsTransactional()
 	lr, err := r.ix.codec.DecodeLaneRecord(rec.Value)
 	if err != nil {
 		reason := "undecodable lane record: " + err.Error()
@@ -610,7 +612,11 @@ func (r *laneRunner) checkFreshness(now time.Time, force bool) {
 	hwm := r.ix.feed.HighWatermark(int32(r.lane))
 	lag := int64(0)
 	if hwm >= 0 {
-		lag = max(hwm-(r.applied+1), 0)
+		next := r.applied + 1
+		if r.appliedTxn {
+			next++ // a committed transaction ends with a marker no consumer sees as a record
+		}
+		lag = max(hwm-next, 0)
 	}
 	var age time.Duration
 	if !r.appliedTime.IsZero() {

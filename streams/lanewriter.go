@@ -45,8 +45,12 @@ type LaneWriter struct {
 
 // LaneWriterClientOpts are the options a LaneWriter's client needs in addition to the
 // connection: records go to the partition the writer names, with acks from all in-sync replicas.
+// A restarting broker answers UNKNOWN_TOPIC_OR_PARTITION until it has loaded its metadata;
+// franz-go's default fails records after 4 such answers, which would fence the publisher over a
+// routine rolling restart. The writer retries them instead, bounded by WriteTimeout.
 func LaneWriterClientOpts() []kgo.Opt {
-	return []kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks())}
+	return []kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.UnknownTopicRetries(-1)}
 }
 
 // NewLaneWriter returns a writer for identity's stream on cfg.Lane. cl must carry

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +30,9 @@ type BrokerConfig struct {
 	StartTimeout time.Duration
 	// StopTimeout bounds the controlled shutdown before the JVM is killed. Default 30 s.
 	StopTimeout time.Duration
+	// KeepData restarts on the run directory's existing data instead of formatting a fresh one.
+	// It needs the same ports as before (the KRaft quorum is bound to the controller port).
+	KeepData bool
 }
 
 // Broker is a running single-node Kafka broker started by StartBroker.
@@ -59,6 +63,9 @@ func (c BrokerConfig) env() []string {
 	if c.StartTimeout > 0 {
 		env = append(env, "KAFKA_START_TIMEOUT="+strconv.Itoa(int(c.StartTimeout.Seconds()+0.5)))
 	}
+	if c.KeepData {
+		env = append(env, "KAFKA_KEEP_DATA=1")
+	}
 	if c.StopTimeout > 0 {
 		env = append(env, "KAFKA_STOP_TIMEOUT="+strconv.Itoa(int(c.StopTimeout.Seconds()+0.5)))
 	}
@@ -76,6 +83,17 @@ func (c BrokerConfig) runDir() string {
 // port serves requests. On failure the error carries the tail of the broker log. If a broker of
 // the same run directory is already up, StartBroker returns it as is.
 func StartBroker(ctx context.Context, cfg BrokerConfig) (*Broker, error) {
+	// Fix both ports now, so a Restart binds the same ones (the KRaft quorum names the
+	// controller's address).
+	for _, port := range []*int{&cfg.Port, &cfg.ControllerPort} {
+		if *port == 0 {
+			p, err := freeLoopbackPort()
+			if err != nil {
+				return nil, err
+			}
+			*port = p
+		}
+	}
 	began := time.Now()
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(ScriptDir(), "kafka-up.sh"))
 	cmd.Env = cfg.env()
@@ -178,4 +196,29 @@ func ProcessAlive(pid int) bool {
 		return false
 	}
 	return true
+}
+
+// Restart stops the broker (controlled shutdown) and starts it again on the same data and ports,
+// as an operator's rolling restart would. The Broker's pid and Startup are updated.
+func (b *Broker) Restart(ctx context.Context) error {
+	if err := b.Stop(ctx); err != nil {
+		return err
+	}
+	cfg := b.cfg
+	cfg.KeepData = true
+	nb, err := StartBroker(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	b.pid, b.Startup, b.addr = nb.pid, nb.Startup, nb.addr
+	return nil
+}
+
+func freeLoopbackPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -14,10 +14,38 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// Cluster is a Kafka cluster tests talk to: the shared test broker (Default) or a private one
+// started by StartBroker (Broker.Cluster), for tests that restart or kill their broker.
+type Cluster struct{ seeds []string }
+
+// Default returns the shared test broker, failing the test when none is reachable.
+func Default(t testing.TB) *Cluster { return &Cluster{seeds: Brokers(t)} }
+
+// Cluster returns the private broker as a Cluster.
+func (b *Broker) Cluster() *Cluster { return &Cluster{seeds: []string{b.addr}} }
+
+// Seeds returns the cluster's seed brokers.
+func (c *Cluster) Seeds() []string { return c.seeds }
+
 // Client returns a franz-go client seeded with the test broker, closed when the test ends.
 func Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(Brokers(t)...)}, opts...)...)
+	return Default(t).Client(t, opts...)
+}
+
+// Admin returns an admin client on the test broker, closed when the test ends.
+func Admin(t testing.TB) *kadm.Client { t.Helper(); return Default(t).Admin(t) }
+
+// NewTopic creates a uniquely named topic on the test broker; see (*Cluster).NewTopic.
+func NewTopic(t testing.TB, partitions int32, opts ...TopicOption) string {
+	t.Helper()
+	return Default(t).NewTopic(t, partitions, opts...)
+}
+
+// Client returns a franz-go client seeded with c, closed when the test ends.
+func (c *Cluster) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.seeds...)}, opts...)...)
 	if err != nil {
 		t.Fatalf("kafka client: %v", err)
 	}
@@ -25,10 +53,10 @@ func Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-// Admin returns an admin client on the test broker, closed when the test ends.
-func Admin(t testing.TB) *kadm.Client {
+// Admin returns an admin client on c, closed when the test ends.
+func (c *Cluster) Admin(t testing.TB) *kadm.Client {
 	t.Helper()
-	return kadm.NewClient(Client(t))
+	return kadm.NewClient(c.Client(t))
 }
 
 var unsafeTopicChars = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
@@ -63,14 +91,14 @@ func TopicConfig(key, value string) TopicOption {
 // NewTopic creates a uniquely named topic with the given partition count (replication factor 1)
 // and deletes it when the test ends. It waits until every partition has a leader, so a produce
 // right after it does not race topic creation.
-func NewTopic(t testing.TB, partitions int32, opts ...TopicOption) string {
+func (c *Cluster) NewTopic(t testing.TB, partitions int32, opts ...TopicOption) string {
 	t.Helper()
 	spec := topicSpec{configs: map[string]*string{}}
 	for _, o := range opts {
 		o(&spec)
 	}
 	name := UniqueName(t, "t")
-	adm := Admin(t)
+	adm := c.Admin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	resp, err := adm.CreateTopic(ctx, partitions, 1, spec.configs, name)

@@ -13,6 +13,7 @@
 #   KAFKA_HEAP_OPTS        JVM heap                                    (-Xms256m -Xmx512m)
 #   KAFKA_START_TIMEOUT    seconds to wait for readiness               (90)
 #   KAFKA_LIBS             jar folder                                  (testenv/kafka/libs)
+#   KAFKA_KEEP_DATA        1: restart on the run directory's existing data (same ports needed)
 #
 # With --resolve-only it only resolves the jars (for CI's install step) and exits.
 set -euo pipefail
@@ -69,21 +70,29 @@ if port_open "$KAFKA_PORT"; then
 fi
 : "${KAFKA_CONTROLLER_PORT:=$(free_port_from $((KAFKA_PORT + 1)))}"
 
-# 3) A fresh data directory and a concrete server.properties for this start.
-rm -rf -- "${KAFKA_RUN_DIR:?}"
+# 3) A fresh data directory (unless KAFKA_KEEP_DATA=1 restarts a broker on its existing data)
+#    and a concrete server.properties for this start.
+keep=0
+if [[ "${KAFKA_KEEP_DATA:-0}" == 1 && -f "$KAFKA_RUN_DIR/data/meta.properties" ]]; then
+  keep=1
+else
+  rm -rf -- "${KAFKA_RUN_DIR:?}"
+fi
 mkdir -p "$KAFKA_RUN_DIR/data"
 sed -e "s#^log.dirs=.*#log.dirs=$KAFKA_RUN_DIR/data#" \
     -e "s#127.0.0.1:9092#127.0.0.1:$KAFKA_PORT#g" \
     -e "s#127.0.0.1:9093#127.0.0.1:$KAFKA_CONTROLLER_PORT#g" \
     "$here/server.properties" > "$KAFKA_RUN_DIR/server.properties"
 
-# 4) Format the storage (static quorum: no --standalone).
-cluster_id="$("$java" -Xmx128m $log4j -Dkafka.log.level=WARN -cp "$cp" \
-  kafka.tools.StorageTool random-uuid | tail -n1)"
-"$java" -Xmx256m $log4j -Dkafka.log.level=WARN -cp "$cp" kafka.tools.StorageTool format \
-  --ignore-formatted -t "$cluster_id" -c "$KAFKA_RUN_DIR/server.properties" \
-  > "$KAFKA_RUN_DIR/format.out" 2>&1 || {
-    echo "kafka-up: storage format failed:" >&2; tail -n 40 "$KAFKA_RUN_DIR/format.out" >&2; exit 1; }
+# 4) Format the storage (static quorum: no --standalone), unless restarting on kept data.
+if (( ! keep )); then
+  cluster_id="$("$java" -Xmx128m $log4j -Dkafka.log.level=WARN -cp "$cp" \
+    kafka.tools.StorageTool random-uuid | tail -n1)"
+  "$java" -Xmx256m $log4j -Dkafka.log.level=WARN -cp "$cp" kafka.tools.StorageTool format \
+    --ignore-formatted -t "$cluster_id" -c "$KAFKA_RUN_DIR/server.properties" \
+    > "$KAFKA_RUN_DIR/format.out" 2>&1 || {
+      echo "kafka-up: storage format failed:" >&2; tail -n 40 "$KAFKA_RUN_DIR/format.out" >&2; exit 1; }
+fi
 
 # 5) Start in the background, detached from this shell's terminal.
 start=$SECONDS
@@ -92,7 +101,7 @@ nohup "$java" $KAFKA_HEAP_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
   -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
   -XX:+ExitOnOutOfMemoryError -XX:MaxMetaspaceSize=256m -Djava.awt.headless=true $log4j \
   -cp "$cp" kafka.Kafka "$KAFKA_RUN_DIR/server.properties" \
-  > "$KAFKA_RUN_DIR/kafka.out" 2>&1 < /dev/null &
+  >> "$KAFKA_RUN_DIR/kafka.out" 2>&1 < /dev/null &
 pid=$!
 echo "$pid" > "$KAFKA_RUN_DIR/kafka.pid"
 
