@@ -29,13 +29,11 @@ type prodChooser func(n int) int
 
 // streamDriver applies random operations and keeps a replica.
 type streamDriver struct {
-	s         *DcState
-	replica   []uint64
-	synced    bool // replica is valid (false while materialization is off)
-	sources   []SourceKey
-	nextExt   uint64
-	steps     int
-	lastOpErr error
+	s       *DcState
+	replica []uint64
+	synced  bool // replica is valid (false while materialization is off)
+	sources []SourceKey
+	steps   int
 }
 
 func newStreamDriver(tb prodFataler, cfg CkfConfig) *streamDriver {

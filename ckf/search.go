@@ -40,9 +40,6 @@ const (
 	DefaultVerificationWindow = 2
 	// MaxVerificationWindow is the largest accepted verification window.
 	MaxVerificationWindow = 8
-	// maxVerificationGroups bounds the distinct tail positions of one search:
-	// 16 lanes × 8 positions.
-	maxVerificationGroups = LaneCount * MaxVerificationWindow
 )
 
 // SearchConfig is the consumer's prefix-search configuration (spec §1.4).

@@ -4,12 +4,13 @@
 //
 // Commands:
 //
-//	demo          connect to Kafka (or start the embedded broker), create the product's topic
-//	              layout and report it; the relay, indexer and query paths join it as they land
-//	indexer       the global indexer (not yet implemented in this build)
-//	relay         one DC pool's relay (not yet implemented in this build)
-//	loadgen       synthetic engines and routers (not yet implemented in this build)
-//	query         command-line query client (not yet implemented in this build)
+//	demo          everything in one process: relays for 4 DCs, the indexer and the load
+//	              generator, with a live lane table, sample answers and a closing summary; on
+//	              the embedded broker when no Kafka cluster is configured
+//	indexer       the global indexer: lanes, Kafka query service, HTTP API
+//	relay         one DC pool's relay: KV events in, its CKF lane (snapshots, deltas) out
+//	loadgen       synthetic engines (KV events) and routers (queries), with a report
+//	query         one prefix-match query over Kafka or HTTP, printed as per-DC depths
 //	config print  print the effective configuration, secrets redacted (--format yaml|json)
 //	help          this text; "help config" lists every setting with its variable and default
 //
@@ -60,9 +61,14 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 			return exitUsage
 		}
 		return runConfigPrint(rest[1:], stdout, stderr, lookupEnv)
-	case "indexer", "relay", "loadgen", "query":
-		fmt.Fprintf(stderr, "processor: %s: not yet implemented in this build\n", cmd)
-		return exitFailure
+	case "indexer":
+		return runIndexer(rest, stdout, stderr, lookupEnv)
+	case "query":
+		return runQuery(rest, stdout, stderr, lookupEnv)
+	case "loadgen":
+		return runLoadgen(rest, stdout, stderr, lookupEnv)
+	case "relay":
+		return runRelay(rest, stdout, stderr, lookupEnv)
 	case "help":
 		if len(rest) > 0 && rest[0] == "config" {
 			printConfigHelp(stdout)
@@ -79,12 +85,15 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 const usage = `usage: processor <command> [--config FILE] [--<setting>=<value> ...]
 
 commands:
-  demo          connect to Kafka (embedded broker when none is configured), create the topic
-                layout and print it (the default command)
-  indexer       the global indexer              (not yet implemented in this build)
-  relay         one DC pool's relay             (not yet implemented in this build)
-  loadgen       synthetic engines and routers   (not yet implemented in this build)
-  query         command-line query client       (not yet implemented in this build)
+  demo          relays for 4 DCs, the indexer and synthetic load in one process, with a live
+                lane table and a summary; embedded broker when none is configured (default
+                command; --duration, --dcs, --event-rate, --query-rate, ...; see demo -h)
+  indexer       the global indexer: lanes, Kafka query service, HTTP API (needs
+                indexer.domain and indexer.lanes)
+  relay         one DC pool's relay: KV events in, its CKF lane out
+  loadgen       synthetic engines and routers, then a report (see loadgen -h)
+  query         one prefix-match query: --hashes H,... or --tokens T,... --block-size N,
+                over Kafka, or --http URL
   config print  print the effective configuration, secrets redacted [--format yaml|json]
   help [config] this text, or every setting with its variable and default
 

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -92,13 +94,7 @@ func TestInvalidConfigExits(t *testing.T) {
 	}
 }
 
-func TestNotYetImplemented(t *testing.T) {
-	for _, cmd := range []string{"indexer", "relay", "loadgen", "query"} {
-		code, out, errOut := runCmd(t, nil, cmd)
-		if code == 0 || out != "" || errOut != "processor: "+cmd+": not yet implemented in this build\n" {
-			t.Errorf("%s: exit %d, stdout %q, stderr %q", cmd, code, out, errOut)
-		}
-	}
+func TestUnknownCommand(t *testing.T) {
 	if code, _, errOut := runCmd(t, nil, "frobnicate"); code != exitUsage || !strings.Contains(errOut, `unknown command "frobnicate"`) {
 		t.Errorf("unknown command: exit %d, stderr %q", code, errOut)
 	}
@@ -107,7 +103,7 @@ func TestNotYetImplemented(t *testing.T) {
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
 		code, out, _ := runCmd(t, nil, args...)
-		if code != 0 || !strings.Contains(out, "usage: processor") || !strings.Contains(out, "not yet implemented") {
+		if code != 0 || !strings.Contains(out, "usage: processor") || strings.Contains(out, "not yet implemented") {
 			t.Errorf("%q: exit %d, stdout %q", args, code, out)
 		}
 	}
@@ -132,17 +128,46 @@ func checkLayoutPrinted(t *testing.T, out string, topics config.Topics) {
 	}
 }
 
-// TestDemoEmbedded is `make run` with no broker configured: the embedded broker, the layout
-// printed, exit 0.
+// TestDemoEmbedded is `make run` with no broker configured, shortened: the embedded broker, the
+// layout printed, relays, indexer and load running, sample answers with cached prefixes, the
+// summary, exit 0.
 func TestDemoEmbedded(t *testing.T) {
-	code, out, errOut := runCmd(t, nil, "demo", "--http.listen=127.0.0.1:0")
+	start := time.Now()
+	code, out, errOut := runCmd(t, nil, "demo", "--http.listen=127.0.0.1:0", "--duration=6s", "--table-every=2s",
+		"--event-rate=1000", "--query-rate=100", "--http-samples=200")
 	if code != 0 {
-		t.Fatalf("demo: exit %d, stderr:\n%s", code, errOut)
+		t.Fatalf("demo: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	if !strings.Contains(out, "ckf-stream: using embedded in-process broker") {
 		t.Errorf("demo did not use the embedded broker:\n%s", out)
 	}
 	checkLayoutPrinted(t, out, config.DefaultTopics(""))
+	checkDemoRan(t, out, 4)
+	t.Logf("demo took %v:\n%s", time.Since(start).Round(time.Millisecond), out)
+}
+
+// checkDemoRan checks the demo's live output and summary.
+func checkDemoRan(t *testing.T, out string, dcs int) {
+	t.Helper()
+	for _, want := range []string{
+		fmt.Sprintf("relays: %d DCs published their start-up snapshots", dcs),
+		fmt.Sprintf("indexer: all %d lanes ready", dcs),
+		"demo summary", "events through the relays:", "queries over Kafka:", "query latency over Kafka:    p50",
+		"HTTP query endpoint:         p50",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`sample answer \(OK\): .* depth per DC: .*=[1-9]`).MatchString(out) {
+		t.Errorf("no sample answer with a non-zero depth:\n%s", out)
+	}
+	if m := regexp.MustCompile(`sample answers printed: +(\d+), (\d+) with a non-zero depth`).FindStringSubmatch(out); m == nil || m[2] == "0" {
+		t.Errorf("sample answers: %v", m)
+	}
+	if m := regexp.MustCompile(`ok (\d+), unavailable`).FindStringSubmatch(out); m == nil || m[1] == "0" {
+		t.Errorf("no query answered OK over Kafka: %v", m)
+	}
 }
 
 func TestDemoRealBroker(t *testing.T) {
@@ -151,7 +176,7 @@ func TestDemoRealBroker(t *testing.T) {
 	topics := config.DefaultTopics(prefix)
 	adm := testenv.Admin(t)
 	t.Cleanup(func() {
-		var names []string
+		names := []string{topics.KVEvents + ".dc-dc01", topics.KVEvents + ".dc-dc02"}
 		for _, s := range kafka.TopicLayout(topics) {
 			names = append(names, s.Name)
 		}
@@ -159,10 +184,12 @@ func TestDemoRealBroker(t *testing.T) {
 		defer cancel()
 		_, _ = adm.DeleteTopics(ctx, names...)
 	})
-	code, out, errOut := runCmd(t, vars, "demo", "--http.listen=127.0.0.1:0")
+	code, out, errOut := runCmd(t, vars, "demo", "--http.listen=127.0.0.1:0", "--dcs=2", "--duration=3s",
+		"--table-every=1s", "--event-rate=500", "--query-rate=50", "--http-samples=50")
 	if code != 0 {
-		t.Fatalf("demo: exit %d, stderr:\n%s", code, errOut)
+		t.Fatalf("demo: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
+	checkDemoRan(t, out, 2)
 	if !strings.Contains(out, "ckf-stream: using Kafka cluster at "+vars["KAFKA_BROKERS"]) {
 		t.Errorf("demo output:\n%s", out)
 	}
@@ -191,7 +218,7 @@ func TestBinaryExitStatus(t *testing.T) {
 		stderr string
 	}{
 		{[]string{"demo", "--indexer.verification_window=9"}, exitUsage, "config: indexer.verification_window: 9 is not in [1,8]"},
-		{[]string{"relay"}, exitFailure, "processor: relay: not yet implemented in this build"},
+		{[]string{"indexer"}, exitUsage, "processor: config: indexer.domain: is required by the indexer"},
 		{[]string{"config", "print", "--kafka.brokers=b:1", "--kafka.sasl.mechanism=PLAIN", "--kafka.sasl.username=u", "--kafka.sasl.password=pw-xyz"}, 0, ""},
 	} {
 		cmd := exec.Command(bin, tc.args...)
@@ -227,10 +254,12 @@ func TestDemoWithSASL(t *testing.T) {
 		"CKF_KAFKA_SASL_PASSWORD":  "pw-512",
 		"CKF_HTTP_LISTEN":          "127.0.0.1:0",
 	}
-	code, out, errOut := runCmd(t, vars, "demo")
+	code, out, errOut := runCmd(t, vars, "demo", "--dcs=1", "--duration=2s", "--table-every=1s", "--event-rate=200",
+		"--query-rate=20", "--http-samples=20")
 	if code != 0 {
-		t.Fatalf("demo with SASL: exit %d, stderr:\n%s", code, errOut)
+		t.Fatalf("demo with SASL: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
+	checkDemoRan(t, out, 1)
 	checkLayoutPrinted(t, out, config.DefaultTopics(""))
 	if strings.Contains(out+errOut, "pw-512") {
 		t.Errorf("the password appears in the output")

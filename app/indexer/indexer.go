@@ -1,0 +1,327 @@
+// Package indexer wires the global indexer (processor indexer) into an fx application: the
+// manifest from config.Indexer, the ckf.GlobalIndexer, the lanes on Kafka (streams.Indexer), the
+// Kafka query service (streams.QueryService, a consumer group on the query topic) and the HTTP
+// endpoints, which share one streams.Answerer, so a query gets the same answer on either path.
+//
+// HTTP routes (registered with the process's HTTP server):
+//
+//	GET  /v1/lanes            the lane status table as JSON (LanesView)
+//	GET  / and GET /lanes     the same table as a page for people, reloading itself
+//	POST /v1/prefix-matches   a prefix-match query (PrefixMatchRequest -> PrefixMatchResponse)
+//
+// plus the "lanes" readiness check of /readyz (API.Ready says when a replica is ready).
+//
+// Metrics: the lanes report per lane under ckf_indexer_lane_* (streams.Indexer); both query
+// paths report under ckf_query_* tagged path="kafka" or path="http" (requests, replies by
+// status, latency_seconds histograms); this package adds ckf_indexer_configured_lanes,
+// ckf_indexer_eligible_lanes and ckf_indexer_degraded_lanes.
+package indexer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"sync"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/httpserver"
+	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/uber-go/tally/v4"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+)
+
+// Params are New's inputs.
+type Params struct {
+	fx.In
+
+	Config     config.Indexer
+	Kafka      config.Kafka
+	Connection *kafka.Connection
+	Scope      tally.Scope   `optional:"true"`
+	Logger     *zap.Logger   `optional:"true"`
+	Shutdowner fx.Shutdowner `optional:"true"`
+}
+
+// Indexer is one global indexer replica: its table, its lanes on Kafka, its Kafka query service
+// and its HTTP API. Build it with New, then Start and Stop it (Module does both with fx).
+type Indexer struct {
+	log        *zap.Logger
+	shutdowner fx.Shutdowner
+	g          *ckf.GlobalIndexer
+	lanes      *streams.Indexer
+	queries    *streams.QueryService
+	ans        *streams.Answerer
+	api        *API
+	gauges     struct{ configured, eligible, degraded tally.Gauge }
+
+	mu        sync.Mutex
+	cancel    context.CancelFunc
+	lanesDone chan error
+	queryDone chan error
+	watchDone chan struct{}
+}
+
+// NewCodec returns the codec of the product's records on the configured topic names (built-in
+// schema ids; the codec then does no I/O).
+func NewCodec(t config.Topics) (*schemas.Codec, error) {
+	codec, err := schemas.NewCodec(context.Background(),
+		schemas.Topic(schemas.TypeLaneRecord, t.Lanes),
+		schemas.Topic(schemas.TypeQueryRequest, t.Queries),
+		schemas.Topic(schemas.TypeQueryReply, t.QueryReplies),
+		schemas.Topic(schemas.TypeLaneEvent, t.LaneEvents),
+		schemas.Topic(schemas.TypeControlRecord, t.Control),
+		schemas.Topic(schemas.TypeDeadLetter, t.DeadLetter),
+		schemas.Topic(schemas.TypeKvEvent, t.KVEvents),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("indexer: codec: %w", err)
+	}
+	return codec, nil
+}
+
+// Freshness converts the configured policy. Both bounds 0 disables the policy (streams would
+// otherwise read an all-zero policy as "use the defaults").
+func Freshness(f config.Freshness) streams.FreshnessPolicy {
+	if f.MaxRecordLag == 0 && f.MaxTimeLag == 0 {
+		return streams.FreshnessPolicy{MaxRecordLag: math.MaxInt64, MaxTimeLag: time.Duration(math.MaxInt64)}
+	}
+	return streams.FreshnessPolicy{MaxRecordLag: f.MaxRecordLag, MaxTimeLag: f.MaxTimeLag}
+}
+
+// New builds the replica: manifest (a random consumer instance id when the configured one is 0,
+// logged), table, lanes, query service and API. Nothing connects until Start.
+func New(p Params) (*Indexer, error) {
+	log := p.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	log = log.Named("indexer")
+	scope := p.Scope
+	if scope == nil {
+		scope = tally.NoopScope
+	}
+	consumer, err := ConsumerInstance(p.Config.ConsumerInstanceID)
+	if err != nil {
+		return nil, err
+	}
+	m, warnings, err := BuildManifest(p.Config, consumer)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range warnings {
+		log.Warn(w.String())
+	}
+	g, err := ckf.NewGlobalIndexer(m, ckf.SearchConfig{VerificationWindow: p.Config.VerificationWindow})
+	if err != nil {
+		return nil, fmt.Errorf("indexer: global indexer: %w", err)
+	}
+	topics := p.Connection.Topics
+	codec, err := NewCodec(topics)
+	if err != nil {
+		return nil, err
+	}
+	// streams.Indexer builds two clients from one option list; kprom hooks cannot be shared
+	// by two clients (each registers its collectors), so its clients get the connection's
+	// options without metrics hooks. The query service's single client gets the full set.
+	laneOpts, err := kafka.ClientOpts(p.Kafka, p.Connection.Cluster.Brokers)
+	if err != nil {
+		return nil, fmt.Errorf("indexer: lane client options: %w", err)
+	}
+	lanes, err := streams.NewIndexer(streams.IndexerParams{
+		Config: streams.IndexerConfig{
+			Topics: streams.IndexerTopics{
+				Lanes: topics.Lanes, Control: topics.Control, LaneEvents: topics.LaneEvents, DeadLetter: topics.DeadLetter,
+				// The relays index each lane's latest complete snapshot here, so a starting
+				// replica seeks each lane straight to it instead of reading from the log start.
+				SnapshotIndex: topics.SnapshotIndex,
+			},
+			Freshness: Freshness(p.Config.Freshness),
+		},
+		Indexer:    g,
+		Codec:      codec,
+		ClientOpts: laneOpts,
+		Metrics:    scope,
+		Log:        log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("indexer: lanes: %w", err)
+	}
+	ans := streams.NewAnswerer(g, lanes.EligibleLanes)
+	queries, err := streams.NewQueryService(streams.QueryServiceParams{
+		Config: streams.QueryConfig{
+			RequestTopic: topics.Queries, ReplyTopic: topics.QueryReplies, DeadLetterTopic: topics.DeadLetter,
+			Group: p.Config.QueryGroup, MaxBatchRecords: p.Config.QueryBatchSize,
+		},
+		Answerer:   ans,
+		Codec:      codec,
+		ClientOpts: p.Connection.Opts("queries"),
+		Metrics:    scope.Tagged(map[string]string{"path": PathKafka}),
+		Log:        log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("indexer: query service: %w", err)
+	}
+	api, err := NewAPI(APIParams{Answerer: ans, Lanes: lanes.Lanes, Eligible: lanes.EligibleLanes, Metrics: scope})
+	if err != nil {
+		return nil, err
+	}
+	ix := &Indexer{log: log, shutdowner: p.Shutdowner, g: g, lanes: lanes, queries: queries, ans: ans, api: api}
+	s := scope.SubScope("indexer")
+	ix.gauges.configured = s.Gauge("configured_lanes")
+	ix.gauges.eligible = s.Gauge("eligible_lanes")
+	ix.gauges.degraded = s.Gauge("degraded_lanes")
+	log.Info("indexer built",
+		zap.String("consumer_instance", fmt.Sprintf("%016x", uint64(consumer))),
+		zap.Bool("consumer_instance_random", p.Config.ConsumerInstanceID == 0),
+		zap.String("domain", m.IndexerDomain().String()),
+		zap.Stringer("lanes", p.Config.Lanes),
+		zap.Uint64("bucket_count", m.Format().BucketCount),
+		zap.Int("verification_window", p.Config.VerificationWindow))
+	return ix, nil
+}
+
+// GlobalIndexer returns the table.
+func (ix *Indexer) GlobalIndexer() *ckf.GlobalIndexer { return ix.g }
+
+// Lanes returns the lanes on Kafka.
+func (ix *Indexer) Lanes() *streams.Indexer { return ix.lanes }
+
+// Answerer returns the answerer both query paths share.
+func (ix *Indexer) Answerer() *streams.Answerer { return ix.ans }
+
+// API returns the HTTP API.
+func (ix *Indexer) API() *API { return ix.api }
+
+// Start schedules the lanes, the query service and the lane watcher on goroutines of their own
+// and returns. A lane or query failure after start stops the application with exit status 1
+// through fx.Shutdowner (when there is one), so the replica restarts rather than serving a table
+// that no longer moves.
+func (ix *Indexer) Start(context.Context) error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.cancel != nil {
+		return errors.New("indexer: already started")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ix.cancel = cancel
+	ix.lanesDone, ix.queryDone, ix.watchDone = make(chan error, 1), make(chan error, 1), make(chan struct{})
+	go func() {
+		err := ix.lanes.Run(ctx)
+		ix.lanesDone <- err
+		ix.fail(ctx, "lanes", err)
+	}()
+	go func() {
+		err := ix.queries.Run(ctx)
+		ix.queryDone <- err
+		ix.fail(ctx, "query service", err)
+	}()
+	go ix.watch(ctx)
+	return nil
+}
+
+// fail reports a component that stopped on its own.
+func (ix *Indexer) fail(ctx context.Context, what string, err error) {
+	if ctx.Err() != nil {
+		return // stopping: not a failure
+	}
+	ix.log.Error(what+" stopped", zap.Error(err))
+	if ix.shutdowner != nil {
+		_ = ix.shutdowner.Shutdown(fx.ExitCode(1))
+	}
+}
+
+// watchInterval is how often the watcher samples lane eligibility for readiness and the gauges.
+const watchInterval = 100 * time.Millisecond
+
+// watch samples eligibility (so that a lane eligible for a moment counts for readiness even when
+// no probe ran then) and updates the lane-count gauges until ctx ends.
+func (ix *Indexer) watch(ctx context.Context) {
+	defer close(ix.watchDone)
+	t := time.NewTicker(watchInterval)
+	defer t.Stop()
+	configured := ix.g.Manifest().ConfiguredLanes()
+	for {
+		elig := ix.api.Observe() & configured
+		ever := uint16(ix.api.everEligible.Load())
+		ix.gauges.configured.Update(float64(bits.OnesCount16(configured)))
+		ix.gauges.eligible.Update(float64(bits.OnesCount16(elig)))
+		ix.gauges.degraded.Update(float64(bits.OnesCount16(ever &^ elig & configured)))
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Stop stops intake and waits, within ctx: first the query service (its batch in flight is
+// answered, flushed and committed, then it leaves the group), then the lanes (they stop reading,
+// the ingestion pool closes, lane events are flushed). It returns the first error of either,
+// or ctx's error when ctx ends first.
+func (ix *Indexer) Stop(ctx context.Context) error {
+	ix.mu.Lock()
+	cancel := ix.cancel
+	ix.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	// One context stops both: the query service's graceful stop and the lanes' are both driven
+	// by its cancellation, and both finish their work in flight before returning.
+	cancel()
+	var errs []error
+	for _, c := range []struct {
+		what string
+		ch   chan error
+	}{{"query service", ix.queryDone}, {"lanes", ix.lanesDone}} {
+		select {
+		case err := <-c.ch:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				errs = append(errs, fmt.Errorf("indexer: %s: %w", c.what, err))
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("indexer: stopping the %s: %w", c.what, ctx.Err())
+		}
+	}
+	<-ix.watchDone
+	ix.log.Info("indexer stopped")
+	return errors.Join(errs...)
+}
+
+// Result is what Provide returns to the fx graph.
+type Result struct {
+	fx.Out
+
+	Indexer *Indexer
+	Routes  []httpserver.Route        `group:"routes,flatten"`
+	Check   httpserver.ReadinessCheck `group:"readiness"`
+}
+
+// Provide is Module's constructor: New, with Start and Stop appended to lc's hooks, the HTTP
+// routes and the "lanes" readiness check.
+func Provide(lc fx.Lifecycle, p Params) (Result, error) {
+	ix, err := New(p)
+	if err != nil {
+		return Result{}, err
+	}
+	lc.Append(fx.Hook{OnStart: ix.Start, OnStop: ix.Stop})
+	return Result{
+		Indexer: ix,
+		Routes:  ix.api.Routes(),
+		Check:   httpserver.ReadinessCheck{Name: "lanes", Check: ix.api.Ready},
+	}, nil
+}
+
+// Module runs the global indexer in the application: it provides the *Indexer, starts it after
+// the Kafka connection and stops it before (fx stops in reverse order), and adds its routes and
+// readiness check to the HTTP server.
+var Module = fx.Module("indexer",
+	fx.Provide(Provide),
+	fx.Invoke(func(*Indexer) {}),
+)

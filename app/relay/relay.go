@@ -1,0 +1,237 @@
+// Package relay wires one DC pool's relay (processor relay) into an fx application: the pool
+// from config.Relay and the indexer domain of config.Indexer, the streams.Relay that reads the
+// DC's KV-events topic and publishes the pool's lane, and the "relay" readiness check.
+//
+// The relay's pool is (indexer.domain, relay.dc_id): a relay process needs indexer.domain (and
+// indexer.domain_source) set to the domain its indexers serve. When indexer.lanes is set too,
+// the relay refuses to start unless it maps relay.lane to relay.dc_id (a relay never writes a
+// lane it does not own); in any case it checks the lane's snapshot index at start.
+//
+// Lifecycle: Start schedules the relay's Run on a goroutine and returns; the relay replays the
+// retained KV events, writes its start-up snapshot and goes live (readiness turns ok then).
+// Stop cancels it and waits, within fx's stop context, for the graceful stop: the last delta and
+// a drain marker, committed. A relay that stops on its own (fenced by a newer instance of its
+// pool, lane not owned, producer invariant violated) shuts the application down with exit status
+// 1 through fx.Shutdowner.
+//
+// Metrics: streams.Relay reports under ckf_relay_* (events, capacity omissions, unknown
+// removals, deltas and images published, snapshots by reason, snapshot duration histogram,
+// filter occupancy, dead letters, transactions, heartbeats, recoveries, fenced, started).
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/httpserver"
+	"github.com/ckf-stream/ckf-stream/app/indexer"
+	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/uber-go/tally/v4"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+)
+
+// Params are New's inputs.
+type Params struct {
+	fx.In
+
+	Config config.Relay
+	// Indexer supplies the pool's indexer domain (indexer.domain, indexer.domain_source) and,
+	// when set, the deployment's lane map (indexer.lanes) for the ownership check.
+	Indexer    config.Indexer
+	Kafka      config.Kafka
+	Connection *kafka.Connection
+	Scope      tally.Scope   `optional:"true"`
+	Logger     *zap.Logger   `optional:"true"`
+	Shutdowner fx.Shutdowner `optional:"true"`
+}
+
+// Require checks what processor relay needs beyond config.Config.Validate: the indexer domain
+// of its pool. A missing field is a *config.FieldError (it matches config.ErrInvalid).
+func Require(ix config.Indexer) error {
+	if ix.Domain == "" {
+		return &config.FieldError{Field: "indexer.domain",
+			Reason: "is required by the relay: its pool is (indexer.domain, relay.dc_id) (<32 hex digits>:<32 hex digits>)"}
+	}
+	return nil
+}
+
+// StreamsConfig converts the configuration sections to the relay's streams configuration: the
+// pool (domain of ix, relay.dc_id), the lane map of ix as LaneOwners, the CKF sizing and
+// cadence, the timers and the topic names. Errors are *config.FieldError naming the field; a
+// lane that indexer.lanes does not map to relay.dc_id also matches streams.ErrLaneNotOwned.
+func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (streams.RelayConfig, error) {
+	if err := Require(ix); err != nil {
+		return streams.RelayConfig{}, err
+	}
+	domain, err := indexer.ParseDomain(ix.Domain, ix.DomainSource)
+	if err != nil {
+		return streams.RelayConfig{}, err
+	}
+	if rc.Lane < 0 || rc.Lane >= ckf.LaneCount {
+		return streams.RelayConfig{}, &config.FieldError{Field: "relay.lane", Reason: fmt.Sprintf("%d is not in [0,%d]", rc.Lane, ckf.LaneCount-1)}
+	}
+	var owners ckf.ManifestLanes
+	for _, l := range ix.Lanes.Lanes() {
+		if l < 0 || l >= ckf.LaneCount {
+			return streams.RelayConfig{}, &config.FieldError{Field: "indexer.lanes", Reason: fmt.Sprintf("lane %d is not in [0,%d]", l, ckf.LaneCount-1)}
+		}
+		owners[l] = &ckf.PoolID{Domain: domain, Dc: ckf.DcID(ix.Lanes[l])}
+	}
+	if len(ix.Lanes) > 0 {
+		if dc, ok := ix.Lanes[rc.Lane]; !ok || dc != rc.DcID {
+			return streams.RelayConfig{}, &config.FieldError{Field: "relay.lane",
+				Reason: fmt.Sprintf("lane %d is not mapped to relay.dc_id %#x by indexer.lanes (%v): a relay never writes a lane its pool does not own", rc.Lane, rc.DcID, ix.Lanes),
+				Err:    streams.ErrLaneNotOwned}
+		}
+	}
+	cc := ckf.NewCkfConfig(rc.ExpectedBlocks)
+	cc.Seed = rc.Seed
+	cc.PublishEveryNEvents = rc.PublishEveryEvents
+	cfg := streams.RelayConfig{
+		Topics: streams.RelayTopics{
+			KVEvents: topics.KVEvents, Lanes: topics.Lanes, SnapshotIndex: topics.SnapshotIndex,
+			Control: topics.Control, DeadLetter: topics.DeadLetter,
+		},
+		Pool:                ckf.PoolID{Domain: domain, Dc: ckf.DcID(rc.DcID)},
+		Lane:                uint8(rc.Lane),
+		LaneOwners:          owners,
+		CKF:                 cc,
+		PublishMaxDelay:     rc.PublishMaxDelay,
+		SnapshotEveryDeltas: rc.SnapshotEveryDeltas,
+		SnapshotInterval:    rc.SnapshotInterval,
+		HeartbeatInterval:   rc.HeartbeatInterval,
+	}
+	return cfg, nil
+}
+
+// Relay is the process's relay component. Build it with New, then Start and Stop it (Module
+// does both with fx).
+type Relay struct {
+	log        *zap.Logger
+	shutdowner fx.Shutdowner
+	r          *streams.Relay
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// New builds the relay from the configuration. Nothing connects until Start. Configuration
+// errors are *config.FieldError; a lane that the configured lane map gives to another pool is
+// streams.ErrLaneNotOwned.
+func New(p Params) (*Relay, error) {
+	log := p.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	log = log.Named("relay")
+	cfg, err := StreamsConfig(p.Config, p.Indexer, p.Connection.Topics)
+	if err != nil {
+		return nil, err
+	}
+	codec, err := indexer.NewCodec(p.Connection.Topics)
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	// The relay builds several clients (input, output, lane producer, and a new lane producer
+	// at every recovery) from one option list; kprom hooks cannot be shared between clients,
+	// so the list carries the connection without metrics hooks.
+	opts, err := kafka.ClientOpts(p.Kafka, p.Connection.Cluster.Brokers)
+	if err != nil {
+		return nil, fmt.Errorf("relay: client options: %w", err)
+	}
+	r, err := streams.NewRelay(streams.RelayParams{Config: cfg, Codec: codec, ClientOpts: opts, Metrics: p.Scope, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	eff := r.Config()
+	log.Info("relay built", zap.String("pool", cfg.Pool.String()), zap.Uint8("lane", cfg.Lane),
+		zap.Uint64("expected_blocks", cfg.CKF.ExpectedBlocksPerDC), zap.String("transactional_id", eff.TransactionalID),
+		zap.String("kv_events", cfg.Topics.KVEvents), zap.String("lanes", cfg.Topics.Lanes))
+	return &Relay{log: log, shutdowner: p.Shutdowner, r: r}, nil
+}
+
+// Streams returns the underlying relay (stats, identity, inspection).
+func (rl *Relay) Streams() *streams.Relay { return rl.r }
+
+// Start schedules the relay's Run and returns at once (the replay can take long; readiness
+// reports it).
+func (rl *Relay) Start(context.Context) error {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.cancel != nil {
+		return errors.New("relay: already started")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rl.cancel, rl.done = cancel, make(chan error, 1)
+	go func() {
+		err := rl.r.Run(ctx)
+		rl.done <- err
+		if ctx.Err() != nil {
+			return // stopping: Stop reports err
+		}
+		rl.log.Error("relay stopped", zap.Error(err))
+		if rl.shutdowner != nil {
+			_ = rl.shutdowner.Shutdown(fx.ExitCode(1))
+		}
+	}()
+	return nil
+}
+
+// Stop cancels the relay and waits for its graceful stop (last delta and drain marker
+// committed) within ctx. It returns Run's error, or ctx's when ctx ends first.
+func (rl *Relay) Stop(ctx context.Context) error {
+	rl.mu.Lock()
+	cancel, done := rl.cancel, rl.done
+	rl.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("relay: %w", err)
+		}
+		rl.log.Info("relay stopped", zap.Uint64("incarnation", rl.r.Stats().Incarnation))
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("relay: stopping: %w", ctx.Err())
+	}
+}
+
+// Ready is the "relay" readiness check: the start-up snapshot is committed and the relay is
+// not fenced (publication stopped after a failed write, until its recovery snapshot).
+func (rl *Relay) Ready(context.Context) error { return rl.r.Ready() }
+
+// Result is what Provide returns to the fx graph.
+type Result struct {
+	fx.Out
+
+	Relay *Relay
+	Check httpserver.ReadinessCheck `group:"readiness"`
+}
+
+// Provide is Module's constructor: New, with Start and Stop appended to lc's hooks and the
+// "relay" readiness check.
+func Provide(lc fx.Lifecycle, p Params) (Result, error) {
+	rl, err := New(p)
+	if err != nil {
+		return Result{}, err
+	}
+	lc.Append(fx.Hook{OnStart: rl.Start, OnStop: rl.Stop})
+	return Result{Relay: rl, Check: httpserver.ReadinessCheck{Name: "relay", Check: rl.Ready}}, nil
+}
+
+// Module provides the *Relay, runs it between start and stop, and adds the "relay" readiness
+// check.
+var Module = fx.Module("relay",
+	fx.Provide(Provide),
+	fx.Invoke(func(*Relay) {}),
+)

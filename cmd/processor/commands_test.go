@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/indexer"
+	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const testDomain = "c5000000000000000000000000000000:5c000000000000000000000000000000"
+
+// TestIndexerConfigErrors: every invalid field of the indexer section stops processor indexer
+// before it starts, with exit status 2 and a message naming the field.
+func TestIndexerConfigErrors(t *testing.T) {
+	ok := []string{"--indexer.domain=" + testDomain, "--indexer.lanes=0=0x10,1=0x11"}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{
+			"processor: config: indexer.domain: is required by the indexer",
+			"processor: config: indexer.lanes: is required by the indexer",
+		}},
+		{[]string{"--indexer.lanes=0=1"}, []string{"processor: config: indexer.domain: is required by the indexer"}},
+		{[]string{"--indexer.domain=" + testDomain}, []string{"processor: config: indexer.lanes: is required by the indexer"}},
+		{append(ok, "--indexer.domain=abc"), []string{`processor: config: indexer.domain: "abc" is not <32 hex digits>:<32 hex digits>`}},
+		{append(ok, "--indexer.domain_source=guessed"), []string{`processor: config: indexer.domain_source: "guessed" is not one of explicit, default_derived`}},
+		{append(ok, "--indexer.lanes=16=0x10"), []string{"processor: config: indexer.lanes: lane 16 is not in [0,15]"}},
+		{append(ok, "--indexer.lanes=0=7,3=7"), []string{"processor: config: indexer.lanes: DC 0x7 is on lanes 0 and 3"}},
+		{append(ok, "--indexer.lanes=0=x"), []string{`DC id "x" of lane 0 is not an unsigned 64-bit integer`}},
+		{append(ok, "--indexer.bucket_count=3"), []string{"processor: config: indexer.bucket_count: 3 is not 0 or a power of two in [2,16777216]"}},
+		{append(ok, "--indexer.expected_blocks_per_dc=0"), []string{"processor: config: indexer.expected_blocks_per_dc: must be positive when indexer.bucket_count is 0"}},
+		{append(ok, "--indexer.expected_blocks_per_dc=100000000000"), []string{"processor: config: indexer.expected_blocks_per_dc: 100000000000 needs more than 16777216 buckets"}},
+		{append(ok, "--indexer.verification_window=0"), []string{"processor: config: indexer.verification_window: 0 is not in [1,8]"}},
+		{append(ok, "--indexer.freshness.max_record_lag=-1"), []string{"processor: config: indexer.freshness.max_record_lag: -1 is negative"}},
+		{append(ok, "--indexer.freshness.max_time_lag=-1s"), []string{"processor: config: indexer.freshness.max_time_lag: -1s is negative"}},
+		{append(ok, "--indexer.query_group="), []string{"processor: config: indexer.query_group: must not be empty"}},
+		{append(ok, "--indexer.query_batch_size=70000"), []string{"processor: config: indexer.query_batch_size: 70000 is not in [1,65536]"}},
+	} {
+		code, out, errOut := runCmd(t, nil, append([]string{"indexer", "--http.listen=127.0.0.1:0"}, tc.args...)...)
+		if code != exitUsage || out != "" {
+			t.Errorf("indexer %q: exit %d, stdout %q; want exit %d", tc.args, code, out, exitUsage)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("indexer %q: stderr %q lacks %q", tc.args, errOut, w)
+			}
+		}
+	}
+}
+
+type discardSink struct{}
+
+func (discardSink) Enqueue(ckf.Delta) error { return nil }
+
+// testAnswerer returns an Answerer over an in-process table whose lane 0 (DC 0x10) holds the
+// chain 1..8 of local block hashes and whose lane 1 (DC 0x11) is configured but not ready.
+func testAnswerer(t *testing.T) *streams.Answerer {
+	t.Helper()
+	ixc := config.Default().Indexer
+	ixc.Domain, ixc.Lanes, ixc.ExpectedBlocksPerDC = testDomain, config.LaneMap{0: 0x10, 1: 0x11}, 4096
+	m, _, err := indexer.BuildManifest(ixc, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ckf.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, err := ckf.NewDcState(ckf.NewCkfConfig(4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, _ := m.PoolOf(0)
+	id := ckf.ProducerIdentity{Pool: pool, Incarnation: 1, LayoutGeneration: 1, Format: state.Format()}
+	pub := ckf.NewPublisher(id, 0, discardSink{})
+	var blocks []ckf.StoredBlock
+	for h := uint64(1); h <= 8; h++ {
+		blocks = append(blocks, ckf.StoredBlock{BlockHash: ckf.ExternalBlockHash(100 + h), TokensHash: ckf.LocalBlockHash(h)})
+	}
+	out := state.ApplyEvent(ckf.RouterEvent{WorkerID: 1, Event: ckf.KvCacheEvent{Kind: ckf.KvEventStored, Stored: ckf.StoreData{Blocks: blocks}}})
+	if out.FirstError != nil {
+		t.Fatal(out.FirstError)
+	}
+	if _, err := pub.Publish(out.Publication); err != nil {
+		t.Fatal(err)
+	}
+	lease := ckf.LaneLease{Consumer: 1, Lane: 0, Epoch: 1}
+	snap, err := pub.SnapshotAfterBarrier(state, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := g.ClaimLane(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Assign(id, lease); err != nil {
+		t.Fatal(err)
+	}
+	if out := in.InstallSnapshot(&snap); out.Kind != ckf.OutcomeSnapshotInstalled {
+		t.Fatalf("install: %v", out)
+	}
+	return streams.NewAnswerer(g, nil)
+}
+
+// testIndexerHTTP serves the indexer API of testAnswerer.
+func testIndexerHTTP(t *testing.T) string {
+	t.Helper()
+	ans := testAnswerer(t)
+	api, err := indexer.NewAPI(indexer.APIParams{Answerer: ans, Lanes: func() []streams.LaneStatus { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	for _, r := range api.Routes() {
+		mux.Handle(r.Pattern, r.Handler)
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+var depthRow = regexp.MustCompile(`(?m)^\s+0\s+0000000000000010\s+(\d+)\s+(\d+)\s*$`)
+
+func TestQueryCommandHTTP(t *testing.T) {
+	url := testIndexerHTTP(t)
+	code, out, errOut := runCmd(t, nil, "query", "--http", url, "--hashes", "1,2,3,0x4,5,77")
+	if m := depthRow.FindStringSubmatch(out); code != exitOK || m == nil || m[1] != "5" || m[2] != "6" || !strings.HasPrefix(out, "OK: 6 blocks, 1 lanes answered") {
+		t.Fatalf("query --hashes: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// Tokens: blocks of 2 tokens hash to other values than 1..8, so the depth is 0.
+	code, out, _ = runCmd(t, nil, "query", "--http", url, "--tokens", "1,2,3,4,5", "--block-size", "2", "--json")
+	if code != exitOK || !strings.Contains(out, `"query_blocks": 2`) || !strings.Contains(out, `"depth": 0`) {
+		t.Fatalf("query --tokens --json: exit %d, stdout %q", code, out)
+	}
+	// Lane 1 only: configured, never ready.
+	code, out, _ = runCmd(t, nil, "query", "--http", url, "--hashes", "1", "--lanes", "1")
+	if code != exitFailure || !strings.HasPrefix(out, "UNAVAILABLE: 1 blocks") {
+		t.Fatalf("query --lanes 1: exit %d, stdout %q", code, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "give --hashes, or --tokens with --block-size"},
+		{[]string{"--hashes", "1", "--tokens", "2"}, "not both"},
+		{[]string{"--tokens", "1,2"}, "--block-size 0 is not in [1,65536]"},
+		{[]string{"--hashes", "1,x"}, `--hashes: "x" is not an unsigned 64-bit integer`},
+		{[]string{"--tokens", "4294967296", "--block-size", "1"}, `--tokens: "4294967296" is not an unsigned 32-bit integer`},
+		{[]string{"--hashes", "1", "--lanes", "16"}, "--lanes: lane 16 is not in [0,15]"},
+		{[]string{"--hashes", "1", "--block-size", "4"}, "go with --tokens"},
+		{[]string{"--hashes", "1"}, "no Kafka cluster to ask"},
+	} {
+		code, _, errOut := runCmd(t, nil, append([]string{"query"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("query %q: exit %d, stderr %q; want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	code, _, errOut = runCmd(t, nil, "query", "--http", "http://127.0.0.1:1", "--hashes", "1", "--timeout", "2s")
+	if code != exitFailure || !strings.Contains(errOut, "processor: query:") {
+		t.Errorf("query of nobody: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestQueryCommandKafka asks over Kafka a query service that answers from testAnswerer.
+func TestQueryCommandKafka(t *testing.T) {
+	queries, replies, dead := testenv.NewTopic(t, 2), testenv.NewTopic(t, 2), testenv.NewTopic(t, 1)
+	codec, err := indexer.NewCodec(config.DefaultTopics(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := streams.NewQueryService(streams.QueryServiceParams{
+		Config:   streams.QueryConfig{RequestTopic: queries, ReplyTopic: replies, DeadLetterTopic: dead, Group: testenv.UniqueName(t, "g")},
+		Answerer: testAnswerer(t), Codec: codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = qs.Close(ctx)
+	})
+	vars := map[string]string{"KAFKA_BROKERS": strings.Join(testenv.Brokers(t), ",")}
+	code, out, errOut := runCmd(t, vars, "query", "--topics.queries="+queries, "--topics.query_replies="+replies,
+		"--topics.dead_letter="+dead, "--hashes", "1,2,3,9", "--timeout", "30s")
+	if m := depthRow.FindStringSubmatch(out); code != exitOK || m == nil || m[1] != "3" || !strings.Contains(out, "over Kafka "+vars["KAFKA_BROKERS"]) {
+		t.Fatalf("query over Kafka: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// TestLoadgenCommand runs a short load: events into per-DC topics on the broker, queries over
+// HTTP to an in-process indexer API; the progress lines and the report come out, exit 0.
+func TestLoadgenCommand(t *testing.T) {
+	url := testIndexerHTTP(t)
+	prefix := testenv.UniqueName(t, "lg") + "."
+	vars := map[string]string{"KAFKA_BROKERS": strings.Join(testenv.Brokers(t), ","), "CKF_TOPIC_PREFIX": prefix}
+	topics := config.DefaultTopics(prefix)
+	kvTopics := []string{topics.KVEvents + ".dc-a", topics.KVEvents + ".dc-b"}
+	t.Cleanup(func() {
+		names := kvTopics
+		for _, s := range kafka.TopicLayout(topics) {
+			names = append(names, s.Name)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = testenv.Admin(t).DeleteTopics(ctx, names...)
+	})
+	code, out, errOut := runCmd(t, vars, "loadgen", "--dcs=0xa,0xb", "--duration=2s", "--event-rate=400", "--query-rate=40",
+		"--http", url, "--progress=500ms", "--seed=9")
+	if code != exitOK {
+		t.Fatalf("loadgen: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, re := range []string{
+		`(?m)^loadgen +[0-9.]+s  events +\d+`,
+		`events (\d{3,}) acknowledged`,
+		`queries \d+ \([0-9.]+/s\): ok [1-9]\d*`,
+		`query latency p50 [0-9.]+[µm]?s`,
+		`workload: [1-9]\d* stores`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("loadgen output lacks %s:\n%s", re, out)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ends, err := testenv.Admin(t).ListEndOffsets(ctx, kvTopics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range kvTopics {
+		var n int64
+		for _, o := range ends[topic] {
+			n += o.Offset
+		}
+		if n < 100 {
+			t.Errorf("topic %s holds %d records", topic, n)
+		}
+	}
+	if code, _, errOut := runCmd(t, vars, "loadgen", "--event-rate=-1"); code != exitUsage || !strings.Contains(errOut, "must not be negative") {
+		t.Errorf("negative rate: exit %d, stderr %q", code, errOut)
+	}
+}

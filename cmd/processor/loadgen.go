@@ -1,0 +1,119 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/app"
+	"github.com/ckf-stream/ckf-stream/app/config"
+	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
+	"github.com/ckf-stream/ckf-stream/loadgen"
+	"go.uber.org/fx"
+)
+
+// loadFlags are the load flags processor loadgen and processor demo share.
+type loadFlags struct {
+	eventRate, queryRate float64
+	duration             time.Duration
+	seed                 uint64
+	workers              int
+	blockSize            int
+	routers              int
+}
+
+func (f *loadFlags) register(fs *flag.FlagSet, duration time.Duration, eventRate, queryRate float64) {
+	fs.Float64Var(&f.eventRate, "event-rate", eventRate, "KV events per second over all DCs (0: none)")
+	fs.Float64Var(&f.queryRate, "query-rate", queryRate, "queries per second over all routers (0: none)")
+	fs.DurationVar(&f.duration, "duration", duration, "run this long (0: until interrupted)")
+	fs.Uint64Var(&f.seed, "seed", 1, "workload seed: the same seed gives the same event stream")
+	fs.IntVar(&f.workers, "workers", 4, "engine workers per DC")
+	fs.IntVar(&f.blockSize, "block-size", 16, "tokens per KV block")
+	fs.IntVar(&f.routers, "routers", 32, "queries in flight at most")
+}
+
+func (f *loadFlags) validate() error {
+	switch {
+	case f.eventRate < 0 || f.queryRate < 0:
+		return errors.New("--event-rate and --query-rate must not be negative")
+	case f.duration < 0:
+		return errors.New("--duration must not be negative")
+	case f.workers < 1 || f.routers < 1:
+		return errors.New("--workers and --routers must be at least 1")
+	case f.blockSize < 1 || f.blockSize > 1<<16:
+		return errors.New("--block-size must be in [1,65536]")
+	}
+	return nil
+}
+
+func (f *loadFlags) runConfig(dcs []uint64) loadgen.RunConfig {
+	return loadgen.RunConfig{
+		Workload:  loadgen.Config{Seed: f.seed, DCs: dcs, WorkersPerDC: f.workers, BlockSize: f.blockSize},
+		EventRate: f.eventRate, QueryRate: f.queryRate, Duration: f.duration, Routers: f.routers,
+	}
+}
+
+// defaultDCs are the DC ids of the synthetic DCs when the configuration names none: 0xdc01...
+func defaultDCs(n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = 0xdc01 + uint64(i)
+	}
+	return out
+}
+
+func runLoadgen(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	var lf loadFlags
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	lf.register(fs, 30*time.Second, 2000, 200)
+	dcList := fs.String("dcs", "", "comma-separated DC `ids` of the engines (default: the DCs of indexer.lanes, else 0xdc01..0xdc04)")
+	httpURL := fs.String("http", "", "send the queries to the indexer at this `URL` (http://host:port) instead of over Kafka")
+	perDC := fs.String("kv-topic-per-dc", "auto", "send DC d's events to <topics.kv_events>.dc-<d in hex> (true), to topics.kv_events (false), or per DC when there are several (auto)")
+	progress := fs.Duration("progress", time.Second, "print a progress line this often")
+	cfg, code, ok := load(fs, args, stderr, lookupEnv)
+	if !ok {
+		return code
+	}
+	if err := lf.validate(); err != nil {
+		fmt.Fprintln(stderr, "processor: loadgen:", err)
+		return exitUsage
+	}
+	dcs := defaultDCs(4)
+	if len(cfg.Indexer.Lanes) > 0 {
+		dcs = dcs[:0]
+		for _, l := range cfg.Indexer.Lanes.Lanes() {
+			dcs = append(dcs, cfg.Indexer.Lanes[l])
+		}
+	}
+	if *dcList != "" {
+		var err error
+		if dcs, err = parseList(*dcList, 64); err != nil {
+			fmt.Fprintln(stderr, "processor: loadgen: --dcs:", err)
+			return exitUsage
+		}
+	}
+	opts := appload.Options{Run: lf.runConfig(dcs), HTTP: *httpURL, Out: stdout}
+	opts.Run.Progress, opts.Run.ProgressInterval = stdout, *progress
+	switch *perDC {
+	case "auto":
+		opts.TopicPerDC = len(dcs) > 1
+	case "true":
+		opts.TopicPerDC = true
+	case "false":
+	default:
+		fmt.Fprintf(stderr, "processor: loadgen: --kv-topic-per-dc %q is not one of auto, true, false\n", *perDC)
+		return exitUsage
+	}
+	// An indexer on this machine likely holds the default port: serve /metrics on a free one
+	// unless http.listen says otherwise.
+	if cfg.HTTP.Listen == config.DefaultHTTPListen {
+		cfg.HTTP.Listen = "127.0.0.1:0"
+	}
+	code, err := app.Run(app.New(cfg, fx.Supply(opts), appload.Module, logTo(stderr)))
+	if err != nil {
+		fmt.Fprintln(stderr, "processor: loadgen:", err)
+	}
+	return code
+}

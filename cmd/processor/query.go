@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/indexer"
+	"github.com/ckf-stream/ckf-stream/app/kafka"
+	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
+)
+
+// queryFlags are processor query's own flags.
+type queryFlags struct {
+	http      string
+	hashes    string
+	tokens    string
+	blockSize uint
+	lora      string
+	namespace string
+	lanes     string
+	timeout   time.Duration
+	json      bool
+}
+
+func (f *queryFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.http, "http", "", "ask the indexer at this `URL` (http://host:port) instead of over Kafka")
+	fs.StringVar(&f.hashes, "hashes", "", "comma-separated local block `hashes` (decimal or 0x hex), one per block")
+	fs.StringVar(&f.tokens, "tokens", "", "comma-separated token `ids`; cut into blocks of --block-size")
+	fs.UintVar(&f.blockSize, "block-size", 0, "tokens per block, required with --tokens")
+	fs.StringVar(&f.lora, "lora", "", "LoRA name salting the token blocks")
+	fs.StringVar(&f.namespace, "namespace", "", "cache namespace salting the token blocks")
+	fs.StringVar(&f.lanes, "lanes", "", "comma-separated `lanes` to ask (default: every lane)")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "give up after this long")
+	fs.BoolVar(&f.json, "json", false, "print the reply as JSON instead of a table")
+}
+
+// request builds the query from the flags.
+func (f *queryFlags) request() (schemas.QueryRequest, error) {
+	var req schemas.QueryRequest
+	switch {
+	case f.hashes != "" && f.tokens != "":
+		return req, errors.New("give --hashes or --tokens, not both")
+	case f.hashes != "":
+		hs, err := parseList(f.hashes, 64)
+		if err != nil {
+			return req, fmt.Errorf("--hashes: %w", err)
+		}
+		if f.blockSize != 0 || f.lora != "" || f.namespace != "" {
+			return req, errors.New("--block-size, --lora and --namespace go with --tokens")
+		}
+		req.Input, req.Hashes = schemas.InputLocalBlockHashes, schemas.AppendU64s(nil, hs)
+	case f.tokens != "":
+		ts, err := parseList(f.tokens, 32)
+		if err != nil {
+			return req, fmt.Errorf("--tokens: %w", err)
+		}
+		if f.blockSize < 1 || f.blockSize > schemas.MaxBlockSize {
+			return req, fmt.Errorf("--block-size %d is not in [1,%d] (required with --tokens)", f.blockSize, schemas.MaxBlockSize)
+		}
+		toks := make([]uint32, len(ts))
+		for i, t := range ts {
+			toks[i] = uint32(t)
+		}
+		req.Input, req.Tokens, req.BlockSize = schemas.InputTokenIDs, schemas.AppendU32s(nil, toks), uint32(f.blockSize)
+		req.LoraName, req.CacheNamespace = f.lora, f.namespace
+	default:
+		return req, errors.New("give --hashes, or --tokens with --block-size")
+	}
+	if f.lanes != "" {
+		ls, err := parseList(f.lanes, 8)
+		if err != nil {
+			return req, fmt.Errorf("--lanes: %w", err)
+		}
+		var mask uint16
+		for _, l := range ls {
+			if l >= ckf.LaneCount {
+				return req, fmt.Errorf("--lanes: lane %d is not in [0,%d]", l, ckf.LaneCount-1)
+			}
+			mask |= 1 << l
+		}
+		req.LaneMask = schemas.Some(mask)
+	}
+	return req, nil
+}
+
+// parseList parses comma-separated unsigned integers of the given bit size (decimal, or 0x hex).
+func parseList(s string, bitSize int) ([]uint64, error) {
+	var out []uint64
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		v, err := strconv.ParseUint(part, 0, bitSize)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an unsigned %d-bit integer", part, bitSize)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("the list is empty")
+	}
+	return out, nil
+}
+
+func runQuery(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	var f queryFlags
+	fs := flag.NewFlagSet("query", flag.ContinueOnError)
+	f.register(fs)
+	cfg, code, ok := load(fs, args, stderr, lookupEnv)
+	if !ok {
+		return code
+	}
+	req, err := f.request()
+	if err != nil {
+		fmt.Fprintln(stderr, "processor: query:", err)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	defer cancel()
+	path := "HTTP " + f.http
+	start := time.Now()
+	var reply schemas.QueryReply
+	if f.http != "" {
+		reply, err = appload.HTTPQuery(&http.Client{Timeout: f.timeout}, f.http)(ctx, req)
+	} else {
+		if len(cfg.Kafka.Brokers) == 0 {
+			fmt.Fprintln(stderr, "processor: query: no Kafka cluster to ask: set kafka.brokers (KAFKA_BROKERS), or use --http URL")
+			return exitUsage
+		}
+		path = "Kafka " + strings.Join(cfg.Kafka.Brokers, ",")
+		reply, err = queryKafka(ctx, cfg, f.timeout, req)
+	}
+	took := time.Since(start)
+	if err != nil {
+		fmt.Fprintln(stderr, "processor: query:", err)
+		return exitFailure
+	}
+	if f.json {
+		b, _ := json.MarshalIndent(replyJSON(reply), "", "  ")
+		fmt.Fprintln(stdout, string(b))
+	} else {
+		printReply(stdout, reply, path, took)
+	}
+	switch reply.Status {
+	case schemas.QueryOK:
+		return exitOK
+	case schemas.QueryInvalidRequest:
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// queryKafka sends one request through a streams.QueryClient (its own reply partition, read
+// from its end) and waits for the reply.
+func queryKafka(ctx context.Context, cfg config.Config, timeout time.Duration, req schemas.QueryRequest) (schemas.QueryReply, error) {
+	opts, err := kafka.ClientOpts(cfg.Kafka, nil)
+	if err != nil {
+		return schemas.QueryReply{}, err
+	}
+	codec, err := indexer.NewCodec(cfg.Topics)
+	if err != nil {
+		return schemas.QueryReply{}, err
+	}
+	qc, err := streams.NewQueryClient(ctx, streams.QueryClientParams{
+		Config: streams.QueryClientConfig{CallTimeout: timeout, StartTimeout: timeout},
+		Codec:  codec, ClientOpts: opts,
+	})
+	if err != nil {
+		return schemas.QueryReply{}, err
+	}
+	defer qc.Close()
+	return qc.Query(ctx, req)
+}
+
+// printReply prints the reply as a table of per-DC depths.
+func printReply(w io.Writer, r schemas.QueryReply, path string, took time.Duration) {
+	fmt.Fprintf(w, "%s: %d blocks, %d lanes answered, %v over %s (correlation id %s)\n",
+		r.Status, r.QueryBlocks, len(r.Lanes), took.Round(time.Microsecond), path, r.CorrelationID)
+	if r.ErrorMessage != "" {
+		fmt.Fprintln(w, "  "+r.ErrorMessage)
+	}
+	if len(r.Lanes) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "LANE\tDC\tDEPTH\tOF\t")
+	for _, l := range r.Lanes {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t\n", l.Lane, ckf.DcID(l.DcID), l.Depth, r.QueryBlocks)
+	}
+	_ = tw.Flush()
+}
+
+// replyJSON is the reply in the HTTP endpoint's JSON form, so both paths print alike.
+func replyJSON(r schemas.QueryReply) indexer.PrefixMatchResponse {
+	out := indexer.PrefixMatchResponse{CorrelationID: r.CorrelationID, Status: r.Status.String(), Error: r.ErrorMessage,
+		QueryBlocks: r.QueryBlocks, ReadyLanes: r.ReadyLanes, Matches: []indexer.DCMatch{}}
+	for _, l := range r.Lanes {
+		out.Matches = append(out.Matches, indexer.DCMatch{Lane: l.Lane, DcID: ckf.DcID(l.DcID).String(), Pool: l.Pool, Depth: l.Depth})
+	}
+	return out
+}

@@ -1,0 +1,448 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/uber-go/tally/v4"
+	"go.uber.org/zap"
+)
+
+// The relay: one DC pool's producer on Kafka (DESIGN §1, §3). It reads the DC's KV-events
+// topic, applies every event to the exact producer state (ckf.DcState) in the order of its
+// partition, and publishes the state's publication batches as sequenced deltas of absolute
+// bucket images on its lane partition, with barrier snapshots at start, periodically and on
+// request. The files:
+//
+//	relay.go          configuration, construction, accessors, errors
+//	relay_run.go      the run loop: start-up replay, live phase, graceful stop
+//	relay_publish.go  the transactional publication path: deltas, snapshots, heartbeats, recovery
+//	relay_events.go   KV-event conversion, application, rejection and dead letters
+//	relay_metrics.go  tally handles
+//
+// Input: direct assignment of every partition of the KV-events topic, no consumer group. The
+// relay's state is the exact state of the whole DC, so one relay instance must see every
+// partition; a group would split the partitions between instances and split the state with
+// them. Committed offsets would not help either: the state lives in memory, and a restarted
+// relay rebuilds it by replaying the retained KV events from the start of every partition
+// (the goka commit rule — commit an input only after everything it caused is acknowledged —
+// is met trivially: the relay commits no input offsets, its input position is rebuilt from the
+// log at every start).
+//
+// The partitions are assigned once, at start: partitions added to the KV-events topic later are
+// read only after a restart (which replays them like the others).
+//
+// Retention requirement: because a restart replays from the log start, the KV-events topic
+// must retain every event whose effect is still part of the DC's cache state (for example
+// retention.ms=-1 with a size bound sized for the DC, or compaction disabled and retention
+// longer than the engines' cache lifetime plus a clear at engine start). Events deleted by
+// retention are simply not replayed: a block stored by such an event and never removed would
+// be missing from the restarted relay's state (an under-report, never a false ownership).
+//
+// Leases: records carry no lease (DESIGN §2); every indexer replica mints its own. ckf.Publisher
+// still needs a lease to publish (without one it discards batches), so the relay gives it a
+// synthetic wire lease {consumer 0, the lane, epoch} whose epoch increases at every snapshot.
+// It never leaves the process; it only keeps the publisher's state machine (lease present,
+// snapshot after barrier, fence cleared by a new lease) exactly as the spec states it.
+//
+// Delivery: every write is a Kafka transaction of an idempotent, acks=all producer whose
+// transactional id is derived from the pool, so that the broker fences an older instance of the
+// same pool as soon as a newer one writes; indexers read with read_committed and never see the
+// records of an aborted transaction. A write whose outcome is uncertain (any error other than a
+// fence) abandons the stream: the publisher is fenced (DeliveryUncertain) and the relay
+// continues under a new producer incarnation whose first record is a barrier snapshot. A new
+// incarnation, not just a new wire lease, because only a new identity makes every indexer
+// replica mint a new lease and install the snapshot: a ready replica would ignore a snapshot of
+// the same identity as stale and silently miss the lost deltas' images.
+
+// Relay errors.
+var (
+	// ErrRelayFenced: the broker fenced this instance's transactional id, so a newer instance
+	// of the same pool is running. Run returns it (wrapped); the instance must stop, and must
+	// not be restarted in a loop (it would fence the newer one in turn).
+	ErrRelayFenced = errors.New("streams: relay fenced by a newer instance of its pool")
+	// ErrLaneNotOwned: the configured lane does not belong to the relay's pool, according to
+	// RelayConfig.LaneOwners or to the lane's latest snapshot-index entry. To hand a lane over
+	// to another pool on purpose, stop the old pool's relay and write a tombstone (null value)
+	// for the key "lane-<n>" on the snapshot-index topic before starting the new one.
+	ErrLaneNotOwned = errors.New("streams: relay lane is not owned by its pool")
+	// ErrProducerInvariant: an event hit a producer invariant violation (failure point
+	// PrewriteInvariantMismatch, action FenceAndRebuildProducer). The state is suspect; Run
+	// returns the error and a restart rebuilds the state by replay under a new incarnation.
+	ErrProducerInvariant = errors.New("streams: relay producer invariant violated")
+)
+
+// RelayConfigError reports an invalid RelayConfig field.
+type RelayConfigError struct {
+	Field, Reason string
+}
+
+// Error implements error.
+func (e *RelayConfigError) Error() string {
+	return "streams: relay config: " + e.Field + ": " + e.Reason
+}
+
+// RelayTopics names the topics a relay reads and writes.
+type RelayTopics struct {
+	// KVEvents is the DC's KV-events topic (input; every partition is read).
+	KVEvents string
+	// Lanes is the lane topic; the relay writes only partition RelayConfig.Lane.
+	Lanes string
+	// SnapshotIndex is the compacted snapshot index, written in each snapshot's transaction and
+	// read at start (ownership check, previous incarnation). "" neither writes nor reads it.
+	SnapshotIndex string
+	// Control carries snapshot requests; "" reads none.
+	Control string
+	// DeadLetter receives rejected KV events; "" only counts and logs them.
+	DeadLetter string
+}
+
+// RelayConfig configures a Relay. Zero fields take the defaults noted.
+type RelayConfig struct {
+	Topics RelayTopics
+	// Pool is the DC pool the relay publishes for. Required (a zero pool is refused).
+	Pool ckf.PoolID
+	// Lane is the physical lane (lane-topic partition) written, below ckf.LaneCount.
+	Lane uint8
+	// LaneOwners is the deployment's lane map as the indexers configure it. When any lane is
+	// set, Lane must be mapped to Pool and Pool to no other lane, or NewRelay fails with
+	// ErrLaneNotOwned. All nil (the default) skips this static check; the start-up check
+	// against the snapshot index still runs.
+	LaneOwners ckf.ManifestLanes
+	// CKF is the producer configuration. Zero fields take ckf.DefaultCkfConfig's values;
+	// ExpectedBlocksPerDC and Seed must match the indexers' manifest format.
+	CKF ckf.CkfConfig
+	// LayoutGeneration is stamped on the producer identity. Default 1.
+	LayoutGeneration uint64
+	// Incarnation is the first producer incarnation. 0 (the default) derives it from the start
+	// time: max(start time in Unix nanoseconds, the lane's last indexed incarnation + 1), so
+	// incarnations strictly increase across restarts while clocks move forward, and at least
+	// past the last one the snapshot index remembers. Every recovery takes the next one.
+	Incarnation uint64
+	// PublishMaxDelay closes a non-empty publication window this long after its first pending
+	// event (CKF.PublishEveryNEvents > 1 only). Default 5 ms.
+	PublishMaxDelay time.Duration
+	// MaxDeltasPerTransaction bounds how many deltas one Kafka transaction carries. Deltas of
+	// one poll of the input are grouped into one transaction up to this bound: the commit cost
+	// (a round trip to the transaction coordinator and markers on the partition) is paid per
+	// transaction, not per delta. Trade-off: indexers read committed records only, so under
+	// load a larger bound delays the first delta of a transaction by the time the whole
+	// transaction takes to write (TestRelayThroughput: 20,000 deltas in about 20
+	// transactions within 0.4 s on a local broker), while a smaller bound costs throughput
+	// (256 halved the live rate measured there). At low load a poll holds few events and transactions stay small
+	// whatever the bound. Default 1,024.
+	MaxDeltasPerTransaction int
+	// SnapshotEveryDeltas writes a barrier snapshot after this many deltas. 0 disables the
+	// count trigger (see SnapshotInterval for the default when both are 0).
+	SnapshotEveryDeltas uint64
+	// SnapshotInterval writes a barrier snapshot this long after the previous one. 0 disables
+	// the time trigger. When both triggers are 0 the defaults apply (1,000 deltas, 60 s): a
+	// recovering indexer needs a recent snapshot.
+	SnapshotInterval time.Duration
+	// SnapshotRequestMinInterval coalesces snapshot requests from the control topic: a request
+	// is served by the next snapshot, but not sooner than this after the previous snapshot, so
+	// a burst of requests (every replica asking at once) yields one snapshot. Default 250 ms.
+	SnapshotRequestMinInterval time.Duration
+	// HeartbeatInterval: a lane without any write for this long gets a heartbeat. Default 1 s.
+	HeartbeatInterval time.Duration
+	// TransactionalID is the lane producer's transactional id. Default "ckf-relay-" +
+	// Pool.String(): two instances of one pool share it, so the broker fences the older one.
+	TransactionalID string
+	// ChunkWords is the bucket words per snapshot chunk. Default DefaultChunkWords.
+	ChunkWords int
+	// WriteTimeout bounds one transaction. Default 30 s.
+	WriteTimeout time.Duration
+	// StopTimeout bounds the graceful stop's writes (tail, drain marker). Default 20 s.
+	StopTimeout time.Duration
+	// MaxPollRecords bounds the KV records taken per poll. Default 10,000.
+	MaxPollRecords int
+	// ReplayQuietPeriod ends the start-up replay early when no KV record arrived for this long
+	// (a partition's end offset can sit behind a transaction marker no record carries). Ending
+	// early only moves the start-up snapshot earlier; later events are published as deltas.
+	// Default 500 ms.
+	ReplayQuietPeriod time.Duration
+}
+
+func (c RelayConfig) withDefaults() RelayConfig {
+	def := ckf.DefaultCkfConfig()
+	if c.CKF.ExpectedBlocksPerDC == 0 {
+		c.CKF.ExpectedBlocksPerDC = def.ExpectedBlocksPerDC
+	}
+	if c.CKF.Seed == 0 {
+		c.CKF.Seed = def.Seed
+	}
+	if c.CKF.MaxKicks == 0 {
+		c.CKF.MaxKicks = def.MaxKicks
+	}
+	if c.CKF.VerificationWindow == 0 {
+		c.CKF.VerificationWindow = def.VerificationWindow
+	}
+	if c.CKF.PublishEveryNEvents == 0 {
+		c.CKF.PublishEveryNEvents = def.PublishEveryNEvents
+	}
+	if c.LayoutGeneration == 0 {
+		c.LayoutGeneration = 1
+	}
+	if c.PublishMaxDelay <= 0 {
+		c.PublishMaxDelay = 5 * time.Millisecond
+	}
+	if c.MaxDeltasPerTransaction <= 0 {
+		c.MaxDeltasPerTransaction = 1024
+	}
+	if c.SnapshotEveryDeltas == 0 && c.SnapshotInterval == 0 {
+		c.SnapshotEveryDeltas, c.SnapshotInterval = 1000, time.Minute
+	}
+	if c.SnapshotRequestMinInterval <= 0 {
+		c.SnapshotRequestMinInterval = 250 * time.Millisecond
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = time.Second
+	}
+	if c.TransactionalID == "" {
+		c.TransactionalID = "ckf-relay-" + c.Pool.String()
+	}
+	if c.ChunkWords <= 0 {
+		c.ChunkWords = DefaultChunkWords
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.StopTimeout <= 0 {
+		c.StopTimeout = 20 * time.Second
+	}
+	if c.MaxPollRecords <= 0 {
+		c.MaxPollRecords = 10_000
+	}
+	if c.ReplayQuietPeriod <= 0 {
+		c.ReplayQuietPeriod = 500 * time.Millisecond
+	}
+	return c
+}
+
+func (c RelayConfig) validate() error {
+	switch {
+	case c.Topics.KVEvents == "":
+		return &RelayConfigError{"Topics.KVEvents", "must be named"}
+	case c.Topics.Lanes == "":
+		return &RelayConfigError{"Topics.Lanes", "must be named"}
+	case c.Lane >= ckf.LaneCount:
+		return &RelayConfigError{"Lane", fmt.Sprintf("%d is not below %d", c.Lane, ckf.LaneCount)}
+	case c.Pool == ckf.PoolID{}:
+		return &RelayConfigError{"Pool", "must be set"}
+	case c.CKF.PublishEveryNEvents == 0:
+		return &RelayConfigError{"CKF.PublishEveryNEvents", "must be positive"}
+	}
+	if _, err := c.CKF.Format(); err != nil {
+		return fmt.Errorf("streams: relay config: CKF: %w", err)
+	}
+	if err := c.checkLaneOwners(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkLaneOwners is the static ownership check against the deployment's lane map.
+func (c RelayConfig) checkLaneOwners() error {
+	configured := false
+	for l, p := range c.LaneOwners {
+		if p == nil {
+			continue
+		}
+		configured = true
+		if uint8(l) != c.Lane && *p == c.Pool {
+			return fmt.Errorf("%w: pool %s is mapped to lane %d, not to the configured lane %d", ErrLaneNotOwned, c.Pool, l, c.Lane)
+		}
+	}
+	if !configured {
+		return nil
+	}
+	if p := c.LaneOwners[c.Lane]; p == nil || *p != c.Pool {
+		owner := "no pool"
+		if p != nil {
+			owner = "pool " + p.String()
+		}
+		return fmt.Errorf("%w: lane %d belongs to %s, not to %s", ErrLaneNotOwned, c.Lane, owner, c.Pool)
+	}
+	return nil
+}
+
+// RelayParams are what NewRelay needs. ClientOpts carry the connection (seed brokers, TLS,
+// SASL, hooks, logger); the relay creates its own clients from them and adds what each needs
+// (transactional id, manual partitioning, isolation level).
+type RelayParams struct {
+	Config     RelayConfig
+	Codec      *schemas.Codec
+	ClientOpts []kgo.Opt
+	Metrics    tally.Scope // optional
+	Log        *zap.Logger // optional
+}
+
+// RelayStats are the relay's counters, safe to read from any goroutine. Occupancy is
+// ResidentBlocks / (4 × BucketCount).
+type RelayStats struct {
+	Incarnation  uint64 // current producer incarnation
+	LastSequence uint64 // last published (or snapshot) sequence of the current incarnation
+	Started      bool   // the start-up snapshot is committed
+	Fenced       bool   // publication is stopped: a write failed, or the broker fenced this instance
+
+	Events         uint64 // KV records applied in the live phase (after the start-up snapshot)
+	ReplayedEvents uint64 // KV records applied during the start-up replay
+	Rejected       uint64 // events rejected by the state (source protocol, resource, invariant)
+	Undecodable    uint64 // records that did not decode as a KV event
+	DeadLetters    uint64 // dead letters produced (live phase only; replays do not repeat them)
+
+	CapacityOmissions uint64 // fingerprints omitted for capacity (lineage and ownership kept)
+	UnknownRemovals   uint64 // removals of ids this source never stored (ignored)
+
+	Deltas, Images     uint64 // published deltas and bucket images
+	Transactions       uint64 // committed lane transactions
+	Snapshots          uint64 // committed snapshots (start-up, periodic, requested, recovery)
+	SnapshotRequests   uint64 // control-topic requests for this lane and pool
+	Heartbeats         uint64
+	Recoveries         uint64 // new incarnations after an uncertain write
+	ResidentBlocks     uint64 // fingerprints in the filter
+	BucketCount        uint64
+	LastSnapshotMillis uint64 // duration of the last snapshot (barrier + write)
+}
+
+// relayCounters backs RelayStats.
+type relayCounters struct {
+	incarnation, lastSequence                                  atomic.Uint64
+	started, fenced                                            atomic.Bool
+	events, replayed, rejected, undecodable, deadLetters       atomic.Uint64
+	capacity, unknownRemovals                                  atomic.Uint64
+	deltas, images, txns, snapshots, requests, heartbeats, rec atomic.Uint64
+	resident, buckets, snapMillis                              atomic.Uint64
+}
+
+// Relay publishes one DC pool's CKF on its lane. Build it with NewRelay and run it with Run;
+// the accessors are safe from any goroutine. A Relay runs once.
+type Relay struct {
+	cfg     RelayConfig
+	codec   *schemas.Codec
+	opts    []kgo.Opt
+	log     *zap.Logger
+	metrics *relayMetrics
+	format  ckf.FormatIdentity
+
+	c        relayCounters
+	identity atomic.Pointer[ckf.ProducerIdentity]
+	started  chan struct{}
+	done     chan struct{} // closed when Run returns
+	inspect  chan inspectReq
+	ran      atomic.Bool
+
+	// writeFault, when set (tests only, through export_test.go), is called before each lane
+	// write; a non-nil error stands in for the write's failure.
+	writeFault atomic.Pointer[func(what string) error]
+}
+
+type inspectReq struct {
+	fn   func(*ckf.DcState, *ckf.Publisher)
+	done chan struct{}
+}
+
+// NewRelay validates the configuration (defaults applied) and builds the relay. Nothing
+// connects or runs until Run.
+func NewRelay(p RelayParams) (*Relay, error) {
+	cfg := p.Config.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if p.Codec == nil {
+		return nil, errors.New("streams: relay needs a codec")
+	}
+	format, err := cfg.CKF.Format()
+	if err != nil {
+		return nil, fmt.Errorf("streams: relay config: CKF: %w", err)
+	}
+	log := p.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	r := &Relay{
+		cfg: cfg, codec: p.Codec, opts: append([]kgo.Opt(nil), p.ClientOpts...),
+		log:     log.With(zap.Uint8("lane", cfg.Lane), zap.String("pool", cfg.Pool.String())),
+		metrics: newRelayMetrics(p.Metrics), format: format,
+		started: make(chan struct{}), done: make(chan struct{}), inspect: make(chan inspectReq),
+	}
+	r.c.buckets.Store(format.BucketCount)
+	return r, nil
+}
+
+// Config returns the effective configuration (defaults applied).
+func (r *Relay) Config() RelayConfig { return r.cfg }
+
+// Started is closed once the start-up replay has finished and the first snapshot of this
+// incarnation is committed on the lane.
+func (r *Relay) Started() <-chan struct{} { return r.started }
+
+// Identity returns the current producer identity (it changes at a recovery); the zero identity
+// before Run chose the first incarnation.
+func (r *Relay) Identity() ckf.ProducerIdentity {
+	if id := r.identity.Load(); id != nil {
+		return *id
+	}
+	return ckf.ProducerIdentity{}
+}
+
+// Ready is the readiness check: nil once started, while Run runs and the stream is not fenced
+// (a failed write fences it until the recovery snapshot of the next incarnation is committed).
+func (r *Relay) Ready() error {
+	select {
+	case <-r.started:
+	default:
+		return errors.New("relay not started: replaying KV events or writing the start-up snapshot")
+	}
+	select {
+	case <-r.done:
+		return errors.New("relay stopped")
+	default:
+	}
+	if r.c.fenced.Load() {
+		return errors.New("relay fenced: publication stopped")
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the counters.
+func (r *Relay) Stats() RelayStats {
+	c := &r.c
+	return RelayStats{
+		Incarnation: c.incarnation.Load(), LastSequence: c.lastSequence.Load(),
+		Started: c.started.Load(), Fenced: c.fenced.Load(),
+		Events: c.events.Load(), ReplayedEvents: c.replayed.Load(), Rejected: c.rejected.Load(),
+		Undecodable: c.undecodable.Load(), DeadLetters: c.deadLetters.Load(),
+		CapacityOmissions: c.capacity.Load(), UnknownRemovals: c.unknownRemovals.Load(),
+		Deltas: c.deltas.Load(), Images: c.images.Load(), Transactions: c.txns.Load(),
+		Snapshots: c.snapshots.Load(), SnapshotRequests: c.requests.Load(), Heartbeats: c.heartbeats.Load(),
+		Recoveries: c.rec.Load(), ResidentBlocks: c.resident.Load(), BucketCount: c.buckets.Load(),
+		LastSnapshotMillis: c.snapMillis.Load(),
+	}
+}
+
+// ErrRelayNotRunning is Inspect's error once Run has returned.
+var ErrRelayNotRunning = errors.New("streams: relay is not running")
+
+// Inspect runs fn on the relay's goroutine between two events, with the exact state and the
+// publisher of the current incarnation. fn must only read them and must not keep them. Called
+// before Run, it waits for the run loop. It returns ctx's error, or ErrRelayNotRunning when Run
+// returned before fn ran.
+func (r *Relay) Inspect(ctx context.Context, fn func(st *ckf.DcState, pub *ckf.Publisher)) error {
+	req := inspectReq{fn: fn, done: make(chan struct{})}
+	select {
+	case r.inspect <- req:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.done:
+		return ErrRelayNotRunning
+	}
+	<-req.done
+	return nil
+}

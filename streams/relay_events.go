@@ -1,0 +1,227 @@
+package streams
+
+import (
+	"fmt"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+)
+
+// unknownTier and unknownResidency stand for wire values this build does not know. They are
+// outside the defined constants on purpose: an unknown tier is not the Device tier (such an
+// event is not primary and is ignored, as for any other non-device tier), and an unknown
+// residency domain fails closed in DcState (UnsupportedResidencyDomain, no state change).
+const (
+	unknownTier      ckf.StorageTier     = 0xFF
+	unknownResidency ckf.ResidencyDomain = 0xFF
+)
+
+// RouterEventOf converts a decoded KV event to the producer's RouterEvent. It never fails:
+// values the producer must reject (an unknown residency domain, an unknown kind) are carried
+// so that DcState.ApplyEvent rejects them with the spec's outcome.
+func RouterEventOf(ev *schemas.KvEvent) ckf.RouterEvent {
+	re := ckf.RouterEvent{WorkerID: ckf.WorkerID(ev.WorkerID)}
+	switch ev.StorageTier {
+	case schemas.TierDevice:
+		re.StorageTier = ckf.StorageTierDevice
+	case schemas.TierHostPinned:
+		re.StorageTier = ckf.StorageTierHostPinned
+	case schemas.TierDisk:
+		re.StorageTier = ckf.StorageTierDisk
+	case schemas.TierExternal:
+		re.StorageTier = ckf.StorageTierExternal
+	default:
+		re.StorageTier = unknownTier
+	}
+	if d, ok := ev.ResidencyDomain.Get(); ok {
+		switch d {
+		case schemas.ResidencyWorker:
+			re.Residency = ckf.ResidencyWorker
+		case schemas.ResidencyCacheOwner:
+			re.Residency = ckf.ResidencyCacheOwner
+		default:
+			re.Residency = unknownResidency
+		}
+	}
+	e := &re.Event
+	e.EventID, e.DpRank = ev.EventID, ckf.DpRank(ev.DpRank)
+	switch ev.Kind {
+	case schemas.KvStoredEvent:
+		e.Kind = ckf.KvEventStored
+		s := &ev.Stored
+		if p, ok := s.ParentHash.Get(); ok {
+			e.Stored.HasParent, e.Stored.ParentHash = true, ckf.ExternalBlockHash(p)
+		}
+		if p, ok := s.StartPosition.Get(); ok {
+			e.Stored.HasStartPosition, e.Stored.StartPosition = true, p
+		}
+		e.Stored.SharedCacheEligible = s.SharedCacheEligible
+		e.Stored.Blocks = make([]ckf.StoredBlock, len(s.Blocks))
+		for i, b := range s.Blocks {
+			e.Stored.Blocks[i] = ckf.StoredBlock{BlockHash: ckf.ExternalBlockHash(b.BlockHash), TokensHash: ckf.LocalBlockHash(b.TokensHash)}
+		}
+	case schemas.KvRemovedEvent:
+		e.Kind = ckf.KvEventRemoved
+		e.Removed = make([]ckf.ExternalBlockHash, len(ev.Removed.BlockHashes))
+		for i, h := range ev.Removed.BlockHashes {
+			e.Removed[i] = ckf.ExternalBlockHash(h)
+		}
+	case schemas.KvClearedEvent:
+		e.Kind = ckf.KvEventCleared
+	}
+	return re
+}
+
+// KvEventOf converts a RouterEvent to its wire form (engines, load generators and tests).
+// Unknown tiers and residency values have no wire form and become TierUnknown and the
+// string "unknown".
+func KvEventOf(re ckf.RouterEvent) schemas.KvEvent {
+	ev := schemas.KvEvent{WorkerID: uint64(re.WorkerID), DpRank: uint32(re.Event.DpRank), EventID: re.Event.EventID}
+	switch re.StorageTier {
+	case ckf.StorageTierDevice:
+		ev.StorageTier = schemas.TierDevice
+	case ckf.StorageTierHostPinned:
+		ev.StorageTier = schemas.TierHostPinned
+	case ckf.StorageTierDisk:
+		ev.StorageTier = schemas.TierDisk
+	case ckf.StorageTierExternal:
+		ev.StorageTier = schemas.TierExternal
+	}
+	switch re.Residency {
+	case ckf.ResidencyUnspecified:
+	case ckf.ResidencyWorker:
+		ev.ResidencyDomain = schemas.Some(schemas.ResidencyWorker)
+	case ckf.ResidencyCacheOwner:
+		ev.ResidencyDomain = schemas.Some(schemas.ResidencyCacheOwner)
+	default:
+		ev.ResidencyDomain = schemas.Some("unknown")
+	}
+	switch re.Event.Kind {
+	case ckf.KvEventStored:
+		ev.Kind = schemas.KvStoredEvent
+		s := &re.Event.Stored
+		if s.HasParent {
+			ev.Stored.ParentHash = schemas.Some(uint64(s.ParentHash))
+		}
+		if s.HasStartPosition {
+			ev.Stored.StartPosition = schemas.Some(s.StartPosition)
+		}
+		ev.Stored.SharedCacheEligible = s.SharedCacheEligible
+		ev.Stored.Blocks = make([]schemas.KvBlock, len(s.Blocks))
+		for i, b := range s.Blocks {
+			ev.Stored.Blocks[i] = schemas.KvBlock{BlockHash: uint64(b.BlockHash), TokensHash: uint64(b.TokensHash)}
+		}
+	case ckf.KvEventRemoved:
+		ev.Kind = schemas.KvRemovedEvent
+		ev.Removed.BlockHashes = make([]uint64, len(re.Event.Removed))
+		for i, h := range re.Event.Removed {
+			ev.Removed.BlockHashes[i] = uint64(h)
+		}
+	case ckf.KvEventCleared:
+		ev.Kind = schemas.KvClearedEvent
+	}
+	return ev
+}
+
+// RelayEventError is the reason a KV record was rejected, as it is logged and dead-lettered:
+// the event's error with the failure point and action of the spec's disposition table.
+type RelayEventError struct {
+	Err         error
+	Point       ckf.FailurePoint
+	Disposition ckf.FailureDisposition
+}
+
+// Error implements error.
+func (e *RelayEventError) Error() string {
+	return fmt.Sprintf("%v (failure point %v, action %v)", e.Err, e.Point, e.Disposition.Action)
+}
+
+// Unwrap returns the event error.
+func (e *RelayEventError) Unwrap() error { return e.Err }
+
+// applyRecord decodes and applies one KV record to the live state, publishing the state's
+// publication batch when the event closed one. live says whether the record is new (written
+// after this incarnation started): only live rejections are dead-lettered, replayed ones were
+// dead-lettered by the incarnation that first read them. A non-nil error is fatal to Run.
+func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
+	r := rl.r
+	ev, err := r.codec.DecodeKvEvent(rec.Value)
+	if err != nil {
+		r.c.undecodable.Add(1)
+		r.metrics.undecodable.Inc(1)
+		rl.reject(rec, live, schemas.DeadLetterReasonOf(err), "undecodable KV event: "+err.Error(), err)
+		return nil
+	}
+	re := RouterEventOf(&ev)
+	out := rl.state.ApplyEvent(re)
+	if rl.replaying {
+		r.c.replayed.Add(1)
+	} else {
+		r.c.events.Add(1)
+	}
+	r.metrics.events.Inc(1)
+	if out.UnknownRemovals > 0 {
+		r.c.unknownRemovals.Add(uint64(out.UnknownRemovals))
+		r.metrics.unknownRemovals.Inc(int64(out.UnknownRemovals))
+	}
+	if out.FirstError != nil {
+		if err := rl.onEventError(rec, live, out.FirstError); err != nil {
+			return err
+		}
+	}
+	if !rl.replaying {
+		if len(out.Publication) > 0 {
+			rl.publish(out.Publication)
+		}
+		if out.PublicationBoundary {
+			rl.pendingSince = zeroTime
+		} else if rl.pendingSince.IsZero() && rl.state.HasPendingPublication() {
+			rl.pendingSince = rl.now()
+		}
+	}
+	return nil
+}
+
+// onEventError follows the event error's disposition (spec §8.4, §9).
+func (rl *relayLoop) onEventError(rec *kgo.Record, live bool, err error) error {
+	r := rl.r
+	point, _ := ckf.FailurePointOfEventError(err)
+	d := ckf.DispositionOf(point)
+	if d.Action == ckf.ActionContinueCapacityOmission {
+		// The event committed exactly (lineage and ownership); only physical admission was
+		// omitted. Nothing is retired and nothing is dead-lettered: count the omissions.
+		tel := rl.state.Telemetry()
+		if n := tel.CapacityFailures - rl.lastCapacity; n > 0 {
+			r.c.capacity.Add(n)
+			r.metrics.capacity.Inc(int64(n))
+		}
+		rl.lastCapacity = tel.CapacityFailures
+		return nil
+	}
+	ee := &RelayEventError{Err: err, Point: point, Disposition: d}
+	r.c.rejected.Add(1)
+	r.metrics.rejected(point).Inc(1)
+	rl.reject(rec, live, schemas.DeadLetterRejected, ee.Error(), ee)
+	if d.Action == ckf.ActionFenceAndRebuildProducer {
+		return fmt.Errorf("%w: %w", ErrProducerInvariant, ee)
+	}
+	return nil
+}
+
+// reject dead-letters a live record and logs it; replayed records are only logged at debug.
+func (rl *relayLoop) reject(rec *kgo.Record, live bool, code schemas.DeadLetterReason, reason string, err error) {
+	r := rl.r
+	if !live {
+		r.log.Debug("replayed KV event rejected again", zap.Int32("partition", rec.Partition), zap.Int64("offset", rec.Offset), zap.Error(err))
+		return
+	}
+	r.log.Warn("KV event rejected", zap.Int32("partition", rec.Partition), zap.Int64("offset", rec.Offset), zap.Error(err))
+	if rl.out == nil {
+		return
+	}
+	rl.out.DeadLetter(rec, code, reason, "relay")
+	r.c.deadLetters.Add(1)
+	r.metrics.deadLetters.Inc(1)
+}

@@ -1,0 +1,321 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+)
+
+// relaySink is the publisher's DeltaSink: it collects the deltas of the open transaction. The
+// publisher's "next owner" is that transaction: Enqueue accepts a delta into it, and the relay
+// commits the collected deltas as one transaction (commitDeltas). If the commit fails, every
+// collected delta is uncertain at once; the relay then abandons this publisher's whole stream
+// (new incarnation + snapshot), so the publisher's sequence, which already counted them, is
+// never continued. After a failure the sink refuses every delta with that failure, so a
+// publisher still asked to publish fences itself DeliveryUncertain as the spec requires.
+type relaySink struct {
+	pending []ckf.Delta
+	err     error
+}
+
+// Enqueue implements ckf.DeltaSink.
+func (s *relaySink) Enqueue(d ckf.Delta) error {
+	if s.err != nil {
+		return s.err
+	}
+	s.pending = append(s.pending, d)
+	return nil
+}
+
+// publish hands one publication batch to the publisher (collected into the open transaction).
+// While the stream is broken the batch is dropped: the recovery snapshot carries its images.
+func (rl *relayLoop) publish(images []ckf.BucketImage) {
+	if rl.broken {
+		return
+	}
+	out, err := rl.pub.Publish(images)
+	if err != nil {
+		rl.markBroken(err)
+		return
+	}
+	if out.Kind == ckf.Published {
+		rl.deltasSinceSnap++
+		rl.r.c.deltas.Add(1)
+		rl.r.c.images.Add(uint64(out.ImageCount))
+		rl.r.metrics.deltas.Inc(1)
+		rl.r.metrics.images.Inc(int64(out.ImageCount))
+	}
+}
+
+// commitDeltas writes the collected deltas as one transaction.
+func (rl *relayLoop) commitDeltas() error { return rl.commitDeltasCtx(context.Background()) }
+
+func (rl *relayLoop) commitDeltasCtx(ctx context.Context) error {
+	if rl.broken || len(rl.sink.pending) == 0 {
+		return nil
+	}
+	if err := rl.fault("deltas"); err != nil {
+		return rl.writeFailed("deltas", err)
+	}
+	if err := rl.w.WriteDeltas(ctx, rl.sink.pending); err != nil {
+		return rl.writeFailed("deltas", err)
+	}
+	clear(rl.sink.pending) // the images belong to the sink; let them go
+	rl.sink.pending = rl.sink.pending[:0]
+	rl.wrote()
+	return nil
+}
+
+// fault returns the injected failure of a write, if a test set one.
+func (rl *relayLoop) fault(what string) error {
+	if f := rl.r.writeFault.Load(); f != nil {
+		return (*f)(what)
+	}
+	return nil
+}
+
+// wrote records a committed transaction.
+func (rl *relayLoop) wrote() {
+	rl.lastWrite = rl.now()
+	rl.r.c.txns.Add(1)
+	rl.r.metrics.transactions.Inc(1)
+	seq := rl.pub.LastSequence()
+	rl.r.c.lastSequence.Store(seq)
+	rl.r.metrics.lastSequence.Update(float64(seq))
+}
+
+// isFenceError reports whether err says the broker fenced this transactional producer: a newer
+// instance with the same transactional id initialised it (its epoch is higher).
+func isFenceError(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+}
+
+// writeFailed handles a failed lane write. A fence is fatal (ErrRelayFenced): the newer
+// instance owns the lane now, and recovering would fence it in turn. Anything else makes
+// delivery uncertain: the stream is abandoned and recovery starts at once.
+func (rl *relayLoop) writeFailed(what string, err error) error {
+	r := rl.r
+	r.c.fenced.Store(true)
+	r.metrics.fenced.Update(1)
+	if isFenceError(err) {
+		r.log.Error("relay fenced by a newer instance of its pool; stopping", zap.String("write", what), zap.Error(err))
+		rl.broken = true
+		return fmt.Errorf("%w: %s: %w", ErrRelayFenced, what, err)
+	}
+	r.log.Error("lane write failed; delivery uncertain, recovering under a new incarnation",
+		zap.String("write", what), zap.Uint64("incarnation", rl.identity.Incarnation), zap.Error(err))
+	rl.markBroken(err)
+	return nil
+}
+
+// markBroken abandons the current stream (publisher fenced: DeliveryUncertain).
+func (rl *relayLoop) markBroken(err error) {
+	if rl.sink != nil && rl.sink.err == nil {
+		rl.sink.err = fmt.Errorf("streams: relay: delivery uncertain: %w", err)
+	}
+	rl.r.c.fenced.Store(true)
+	rl.r.metrics.fenced.Update(1)
+	if !rl.broken {
+		rl.broken, rl.retryAt = true, rl.now()
+	}
+}
+
+// recover starts a new incarnation with a barrier snapshot (also the start-up path). On a
+// non-fence failure it schedules the next attempt with exponential backoff (100 ms .. 5 s).
+func (rl *relayLoop) recover() error {
+	r := rl.r
+	reason := snapRecovery
+	if !r.c.started.Load() {
+		reason = snapStart // the start-up snapshot, or a retry of it
+	}
+	if err := rl.newIncarnation(); err != nil {
+		return err
+	}
+	if err := rl.snapshot(reason); err != nil {
+		return err
+	}
+	if rl.broken {
+		rl.failures++
+		rl.retryAt = rl.now().Add(min(100*time.Millisecond<<min(rl.failures, 6), 5*time.Second))
+		return nil
+	}
+	rl.failures = 0
+	r.c.fenced.Store(false)
+	r.metrics.fenced.Update(0)
+	if reason == snapRecovery {
+		r.c.rec.Add(1)
+		r.metrics.recoveries.Inc(1)
+	}
+	return nil
+}
+
+// newIncarnation replaces the publication path: a fresh transactional client (same
+// transactional id), a producer identity with the next incarnation, its publisher (sequence 0,
+// no lease yet) and its writer.
+func (rl *relayLoop) newIncarnation() error {
+	r, cfg := rl.r, rl.cfg
+	if rl.laneCl != nil {
+		rl.laneCl.Close()
+		rl.laneCl = nil
+	}
+	cl, err := kgo.NewClient(append(append(append([]kgo.Opt{}, r.opts...), LaneWriterClientOpts()...),
+		kgo.TransactionalID(cfg.TransactionalID))...)
+	if err != nil {
+		return fmt.Errorf("streams: relay lane client: %w", err)
+	}
+	rl.laneCl = cl
+	inc := cfg.Incarnation
+	if rl.identity.Incarnation != 0 || inc == 0 {
+		inc = max(uint64(rl.now().UnixNano()), rl.identity.Incarnation+1, rl.prevInc+1)
+	}
+	rl.identity = ckf.ProducerIdentity{Pool: cfg.Pool, Incarnation: inc, LayoutGeneration: cfg.LayoutGeneration, Format: rl.state.Format()}
+	id := rl.identity
+	r.identity.Store(&id)
+	r.c.incarnation.Store(inc)
+	rl.sink = &relaySink{}
+	rl.pub = ckf.NewPublisher(id, 0, rl.sink)
+	rl.w = NewLaneWriter(cl, r.codec, id, LaneWriterConfig{
+		LaneTopic: cfg.Topics.Lanes, IndexTopic: cfg.Topics.SnapshotIndex, Lane: cfg.Lane,
+		ChunkWords: cfg.ChunkWords, WriteTimeout: cfg.WriteTimeout, Transactional: true,
+	})
+	rl.epoch = 0
+	rl.broken = false
+	return nil
+}
+
+// snapshot writes a barrier snapshot: the collected deltas and the state's open window (the
+// tail, on the old wire lease) are committed first, then the snapshot's chunks and its index
+// entry in one transaction. The next delta continues the snapshot's sequence.
+func (rl *relayLoop) snapshot(reason string) error {
+	r := rl.r
+	start := rl.now()
+	if err := rl.commitDeltas(); err != nil || rl.broken {
+		return err
+	}
+	rl.epoch++
+	snap, err := rl.pub.SnapshotAfterBarrier(rl.state, ckf.LaneLease{Consumer: 0, Lane: rl.cfg.Lane, Epoch: rl.epoch})
+	switch {
+	case errors.Is(err, ckf.ErrSequenceExhausted):
+		r.log.Warn("sequence space exhausted; continuing under a new incarnation")
+		rl.markBroken(err)
+		return nil
+	case err != nil:
+		// A barrier build error leaves the state and the publisher untouched (the tail stays
+		// pending): a live stream retries at the next trigger, while a stream without a lease
+		// yet (start-up, recovery) must not run on (its batches would be discarded), so it
+		// retries as a recovery. A failed tail publish has fenced the publisher: recover.
+		r.log.Error("barrier snapshot failed", zap.Error(err))
+		if _, leased := rl.pub.Lease(); !leased || !errors.As(err, new(*ckf.BuildError)) {
+			rl.markBroken(err)
+		}
+		rl.lastSnapshot = rl.now()
+		return nil
+	}
+	rl.pendingSince = zeroTime
+	if err := rl.commitDeltas(); err != nil || rl.broken {
+		return err
+	}
+	err = rl.fault("snapshot")
+	var pos SnapshotPosition
+	if err == nil {
+		pos, err = rl.w.WriteSnapshot(context.Background(), &snap)
+	}
+	if err != nil {
+		return rl.writeFailed("snapshot", err)
+	}
+	rl.wrote()
+	took := rl.now().Sub(start)
+	rl.lastSnapshot = rl.now()
+	rl.deltasSinceSnap = 0
+	rl.requestPending = false
+	r.c.snapshots.Add(1)
+	r.c.snapMillis.Store(uint64(took.Milliseconds()))
+	r.metrics.snapshotsBy[reason].Inc(1)
+	r.metrics.snapshotDuration.RecordDuration(took)
+	rl.updateGauges()
+	r.log.Info("snapshot written", zap.String("reason", reason), zap.Uint64("incarnation", rl.identity.Incarnation),
+		zap.Uint64("sequence", snap.Sequence), zap.Int64("first_offset", pos.FirstOffset), zap.Int("chunks", pos.Chunks),
+		zap.Duration("took", took))
+	if !r.c.started.Load() {
+		r.c.started.Store(true)
+		r.metrics.started.Update(1)
+		close(r.started)
+	}
+	return nil
+}
+
+// heartbeat tells the indexers the relay is alive at its last sequence.
+func (rl *relayLoop) heartbeat() error {
+	if err := rl.w.WriteHeartbeat(context.Background(), rl.pub.LastSequence()); err != nil {
+		return rl.writeFailed("heartbeat", err)
+	}
+	rl.wrote()
+	rl.r.c.heartbeats.Add(1)
+	rl.r.metrics.heartbeats.Inc(1)
+	return nil
+}
+
+// readLaneIndexEntry reads the compacted snapshot index and returns lane's latest entry, if any.
+// The index is small (one live record per lane), so it is read from the start; the read ends at
+// the end offsets listed first, or at a quiet poll (under read_committed the end offset can sit
+// behind a transaction marker that no record carries).
+func readLaneIndexEntry(ctx context.Context, opts []kgo.Opt, codec *schemas.Codec, topic string, lane uint8, log *zap.Logger) (schemas.SnapshotIndexEntry, bool, error) {
+	var entry schemas.SnapshotIndexEntry
+	found := false
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...),
+		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		return entry, false, fmt.Errorf("streams: relay: snapshot index client: %w", err)
+	}
+	defer cl.Close()
+	ends, err := listOffsets(ctx, kadm.NewClient(cl), topic, false)
+	if err != nil {
+		return entry, false, err
+	}
+	left := map[int32]int64{}
+	for p, e := range ends {
+		if e > 0 {
+			left[p] = e
+		}
+	}
+	key := string(laneKey(lane))
+	for len(left) > 0 {
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return entry, false, fmt.Errorf("streams: relay: reading snapshot index %s: %w", topic, err)
+		}
+		if fs.NumRecords() == 0 {
+			break
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			if e, ok := left[rec.Partition]; ok && rec.Offset+1 >= e {
+				delete(left, rec.Partition)
+			}
+			if string(rec.Key) != key {
+				return
+			}
+			if rec.Value == nil {
+				found = false
+				return
+			}
+			e, derr := codec.DecodeSnapshotIndexEntry(rec.Value)
+			if derr != nil || e.Lane != lane {
+				log.Warn("unreadable snapshot index entry skipped", zap.Int64("offset", rec.Offset), zap.Error(derr))
+				return
+			}
+			entry, found = e, true
+		})
+	}
+	return entry, found, nil
+}

@@ -1,0 +1,477 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+)
+
+var zeroTime time.Time
+
+// relayLoop is the state of one Run: everything in it is owned by Run's goroutine (the poller
+// goroutine only hands fetches over a channel).
+type relayLoop struct {
+	r   *Relay
+	cfg RelayConfig
+	now func() time.Time
+
+	state *ckf.DcState
+	inCl  *kgo.Client // KV events + control requests (consumer)
+	outCl *kgo.Client // admin requests and dead letters (non-transactional producer)
+	out   *Outputs
+
+	// The current incarnation's publication path (replaced by every recovery).
+	laneCl   *kgo.Client
+	w        *LaneWriter
+	pub      *ckf.Publisher
+	sink     *relaySink
+	identity ckf.ProducerIdentity
+	epoch    uint64 // synthetic wire lease epoch, bumped at every snapshot
+	prevInc  uint64 // the lane's last indexed incarnation (0 = none)
+
+	// Replay.
+	replaying  bool
+	liveFrom   map[int32]int64 // KV partition -> end offset at start: records from here are live
+	replayLeft map[int32]int64 // KV partitions not yet replayed up to their end offset
+	lastRecord time.Time
+
+	// Cadence.
+	pendingSince    time.Time // first event of the open publication window (zero: none)
+	lastWrite       time.Time
+	lastSnapshot    time.Time
+	deltasSinceSnap uint64
+	requestPending  bool
+	lastCapacity    uint64
+
+	// Failure.
+	broken   bool      // the stream is abandoned; a new incarnation must start with a snapshot
+	retryAt  time.Time // next recovery attempt
+	failures int       // consecutive failed recovery attempts
+}
+
+// Run runs the relay until ctx ends or a fatal error. Start-up: it checks the lane's ownership
+// against the snapshot index, replays the retained KV events of every partition into a fresh
+// state without publishing, then writes the start-up snapshot of a new incarnation (Started
+// closes) and goes live. Live: events are applied in partition order and each publication batch
+// becomes a delta; the deltas of one poll are committed in one transaction (at most
+// MaxDeltasPerTransaction each); snapshots, heartbeats and delayed flushes run on their timers.
+//
+// Stop: when ctx ends, Run stops reading, publishes the open publication window as a last
+// delta, writes a drain marker expecting the last sequence, and returns nil once both are
+// committed (bounded by StopTimeout). Events read but not yet applied are not lost: the next
+// incarnation replays them from the log. A relay stopped before its start-up snapshot, or while
+// its stream is abandoned (recovering from an uncertain write), writes nothing and returns nil:
+// its lane then simply ends without a drain marker, and the next incarnation's snapshot
+// supersedes it.
+//
+// Errors: ErrRelayFenced (the broker fenced this instance: a newer one runs), ErrLaneNotOwned,
+// ErrProducerInvariant, a start-up failure (topics missing, broker unreachable), or the stop's
+// write error. A failed lane write is not an error of Run: the relay recovers under a new
+// incarnation, retrying with backoff while it cannot write (Ready fails meanwhile).
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.ran.CompareAndSwap(false, true) {
+		return errors.New("streams: relay: Run called twice")
+	}
+	defer close(r.done)
+	rl := &relayLoop{r: r, cfg: r.cfg, now: time.Now}
+	defer rl.close()
+	if err := rl.open(ctx); err != nil {
+		return err
+	}
+	return rl.run(ctx)
+}
+
+// open builds the state and the input clients, checks the lane, and plans the replay.
+func (rl *relayLoop) open(ctx context.Context) error {
+	r, cfg := rl.r, rl.cfg
+	state, err := ckf.NewDcState(cfg.CKF)
+	if err != nil {
+		return fmt.Errorf("streams: relay state: %w", err)
+	}
+	// No subscriber while replaying: drains on the cadence keep the dirty window small, but
+	// no images are materialised; the start-up snapshot carries the replayed state.
+	state.SetPublicationMaterializationEnabled(false)
+	rl.state = state
+
+	if rl.outCl, err = kgo.NewClient(append(append([]kgo.Opt{}, r.opts...), kgo.ProducerLinger(5*time.Millisecond))...); err != nil {
+		return fmt.Errorf("streams: relay output client: %w", err)
+	}
+	if cfg.Topics.DeadLetter != "" {
+		rl.out = NewOutputs(rl.outCl, r.codec, 0, OutputTopics{DeadLetter: cfg.Topics.DeadLetter}, r.log)
+	}
+	adm := kadm.NewClient(rl.outCl)
+
+	lanes, err := listOffsets(ctx, adm, cfg.Topics.Lanes, false)
+	if err != nil {
+		return err
+	}
+	if _, ok := lanes[int32(cfg.Lane)]; !ok {
+		return fmt.Errorf("streams: relay: lane topic %s has no partition %d", cfg.Topics.Lanes, cfg.Lane)
+	}
+	if cfg.Topics.SnapshotIndex != "" {
+		e, ok, err := readLaneIndexEntry(ctx, r.opts, r.codec, cfg.Topics.SnapshotIndex, cfg.Lane, r.log)
+		if err != nil {
+			return err
+		}
+		if ok {
+			pool, err := CkfPool(e.Identity.Pool)
+			if err != nil || pool != cfg.Pool {
+				return fmt.Errorf("%w: the latest snapshot on lane %d was written by pool %v", ErrLaneNotOwned, cfg.Lane, e.Identity.Pool)
+			}
+			rl.prevInc = e.Identity.Incarnation
+		}
+	}
+	if cfg.Incarnation != 0 && cfg.Incarnation <= rl.prevInc {
+		return &RelayConfigError{"Incarnation", fmt.Sprintf("%d is not above the lane's last indexed incarnation %d", cfg.Incarnation, rl.prevInc)}
+	}
+
+	starts, err := listOffsets(ctx, adm, cfg.Topics.KVEvents, true)
+	if err != nil {
+		return err
+	}
+	ends, err := listOffsets(ctx, adm, cfg.Topics.KVEvents, false)
+	if err != nil {
+		return err
+	}
+	rl.liveFrom, rl.replayLeft = ends, map[int32]int64{}
+	assign := map[string]map[int32]kgo.Offset{cfg.Topics.KVEvents: {}}
+	for p, end := range ends {
+		assign[cfg.Topics.KVEvents][p] = kgo.NewOffset().AtStart()
+		if end > starts[p] {
+			rl.replayLeft[p] = end
+		}
+	}
+	if cfg.Topics.Control != "" {
+		ctl, err := listOffsets(ctx, adm, cfg.Topics.Control, false)
+		if err != nil {
+			return err
+		}
+		// Requests written before the input client resolves the end are served by the start-up
+		// snapshot, which comes after it. (AtEnd rather than the exact offsets just listed: an
+		// exact offset on an empty partition stalled the whole direct consumer in testing.)
+		assign[cfg.Topics.Control] = map[int32]kgo.Offset{}
+		for p := range ctl {
+			assign[cfg.Topics.Control][p] = kgo.NewOffset().AtEnd()
+		}
+	}
+	rl.inCl, err = kgo.NewClient(append(append([]kgo.Opt{}, r.opts...),
+		kgo.ConsumePartitions(assign), kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		return fmt.Errorf("streams: relay input client: %w", err)
+	}
+	rl.replaying = true
+	rl.lastRecord = rl.now()
+	r.log.Info("relay replaying KV events", zap.String("topic", cfg.Topics.KVEvents),
+		zap.Int("partitions", len(ends)), zap.Int("partitions_to_replay", len(rl.replayLeft)),
+		zap.Uint64("previous_incarnation", rl.prevInc))
+	return nil
+}
+
+func (rl *relayLoop) close() {
+	if rl.inCl != nil {
+		rl.inCl.Close()
+	}
+	if rl.laneCl != nil {
+		rl.laneCl.Close()
+	}
+	if rl.outCl != nil {
+		rl.outCl.Close()
+	}
+}
+
+// listOffsets returns the start (or end) offset of every partition of topic.
+func listOffsets(ctx context.Context, adm *kadm.Client, topic string, start bool) (map[int32]int64, error) {
+	var (
+		lo  kadm.ListedOffsets
+		err error
+	)
+	if start {
+		lo, err = adm.ListStartOffsets(ctx, topic)
+	} else {
+		lo, err = adm.ListEndOffsets(ctx, topic)
+	}
+	if err == nil {
+		err = lo.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("streams: relay: offsets of %s: %w", topic, err)
+	}
+	out := map[int32]int64{}
+	lo.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	if len(out) == 0 {
+		return nil, fmt.Errorf("streams: relay: topic %s has no partitions", topic)
+	}
+	return out, nil
+}
+
+// run is the loop. Each iteration handles one fetch, one timer or one inspection, then checks
+// what became due.
+func (rl *relayLoop) run(ctx context.Context) error {
+	r := rl.r
+	fetches := make(chan kgo.Fetches, 1)
+	pollCtx, stopPoll := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			fs := rl.inCl.PollRecords(pollCtx, rl.cfg.MaxPollRecords)
+			if pollCtx.Err() != nil || fs.IsClientClosed() {
+				return
+			}
+			select {
+			case fetches <- fs:
+			case <-pollCtx.Done():
+				return
+			}
+			if fs.NumRecords() == 0 && len(fs.Errors()) > 0 {
+				// A persistent fetch error (a deleted topic, an authorization failure) returns at
+				// once on every poll: pace the retries instead of spinning.
+				select {
+				case <-time.After(250 * time.Millisecond):
+				case <-pollCtx.Done():
+					return
+				}
+			}
+		}
+	}()
+	defer func() { stopPoll(); wg.Wait() }()
+
+	if len(rl.replayLeft) == 0 {
+		rl.finishReplay()
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if err := rl.due(); err != nil {
+			return err
+		}
+		timer.Reset(max(rl.nextWake().Sub(rl.now()), time.Millisecond))
+		select {
+		case <-ctx.Done():
+			stopPoll()
+			wg.Wait()
+			return rl.stop()
+		case fs := <-fetches:
+			if err := rl.onFetches(fs); err != nil {
+				return err
+			}
+		case <-timer.C:
+		case req := <-r.inspect:
+			req.fn(rl.state, rl.pub)
+			close(req.done)
+		}
+	}
+}
+
+// onFetches applies one poll's records in partition order, then commits the deltas they caused.
+func (rl *relayLoop) onFetches(fs kgo.Fetches) error {
+	r := rl.r
+	fs.EachError(func(t string, p int32, err error) {
+		if !errors.Is(err, context.Canceled) {
+			r.log.Warn("relay fetch error", zap.String("topic", t), zap.Int32("partition", p), zap.Error(err))
+		}
+	})
+	kv := rl.cfg.Topics.KVEvents
+	n := 0
+	for it := fs.RecordIter(); !it.Done(); {
+		rec := it.Next()
+		if rec.Topic != kv {
+			rl.onControl(rec)
+			continue
+		}
+		n++
+		if err := rl.applyRecord(rec, rec.Offset >= rl.liveFrom[rec.Partition]); err != nil {
+			return err
+		}
+		if rl.replaying {
+			if end, ok := rl.replayLeft[rec.Partition]; ok && rec.Offset+1 >= end {
+				delete(rl.replayLeft, rec.Partition)
+			}
+		} else if rl.sink != nil && len(rl.sink.pending) >= rl.cfg.MaxDeltasPerTransaction {
+			if err := rl.commitDeltas(); err != nil {
+				return err
+			}
+		}
+	}
+	if n > 0 {
+		rl.lastRecord = rl.now()
+	}
+	if rl.replaying {
+		if len(rl.replayLeft) == 0 {
+			rl.finishReplay()
+		}
+		return nil
+	}
+	rl.updateGauges()
+	return rl.commitDeltas()
+}
+
+// onControl handles a control-topic record: a snapshot request for this lane and pool marks a
+// snapshot as wanted (coalesced with any other request until it is written).
+func (rl *relayLoop) onControl(rec *kgo.Record) {
+	r := rl.r
+	cr, err := r.codec.DecodeControlRecord(rec.Value)
+	if err != nil {
+		r.log.Warn("undecodable control record ignored", zap.Int64("offset", rec.Offset), zap.Error(err))
+		return
+	}
+	if cr.Kind != schemas.ControlSnapshotRequest || cr.SnapshotRequest.Lane != rl.cfg.Lane {
+		return
+	}
+	if pool, err := CkfPool(cr.SnapshotRequest.Pool); err != nil || pool != rl.cfg.Pool {
+		r.log.Warn("snapshot request for this lane names another pool; ignored",
+			zap.Int64("offset", rec.Offset), zap.Any("pool", cr.SnapshotRequest.Pool))
+		return
+	}
+	r.c.requests.Add(1)
+	r.metrics.requests.Inc(1)
+	if !rl.requestPending {
+		r.log.Info("snapshot requested", zap.Uint64("requester", cr.SnapshotRequest.Requester),
+			zap.Stringer("reason", cr.SnapshotRequest.Reason), zap.String("detail", cr.SnapshotRequest.Detail))
+	}
+	rl.requestPending = true
+}
+
+// finishReplay ends the replay: the state goes live and the first incarnation starts with its
+// start-up snapshot.
+func (rl *relayLoop) finishReplay() {
+	r := rl.r
+	rl.replaying = false
+	rl.state.Flush() // closes the replay's window; nothing is materialised
+	rl.state.SetPublicationMaterializationEnabled(true)
+	rl.lastCapacity = rl.state.Telemetry().CapacityFailures
+	r.c.capacity.Store(rl.lastCapacity)
+	r.log.Info("relay replay done", zap.Uint64("events", r.c.replayed.Load()),
+		zap.Uint64("resident_blocks", rl.state.ResidentCount()), zap.Uint64("capacity_omissions", rl.lastCapacity))
+	rl.broken, rl.retryAt = true, zeroTime // the start is the first "recovery": new incarnation + snapshot
+}
+
+// nextWake is the earliest time something may become due.
+func (rl *relayLoop) nextWake() time.Time {
+	cfg := rl.cfg
+	if rl.replaying {
+		return rl.lastRecord.Add(cfg.ReplayQuietPeriod)
+	}
+	if rl.broken {
+		return rl.retryAt
+	}
+	t := rl.lastWrite.Add(cfg.HeartbeatInterval)
+	if !rl.pendingSince.IsZero() {
+		t = minTime(t, rl.pendingSince.Add(cfg.PublishMaxDelay))
+	}
+	if cfg.SnapshotInterval > 0 {
+		t = minTime(t, rl.lastSnapshot.Add(cfg.SnapshotInterval))
+	}
+	if rl.requestPending {
+		t = minTime(t, rl.lastSnapshot.Add(cfg.SnapshotRequestMinInterval))
+	}
+	return t
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// due runs whatever is due now: the end of a quiet replay, a recovery attempt, a delayed flush,
+// a snapshot, a heartbeat. A non-nil error is fatal.
+func (rl *relayLoop) due() error {
+	now := rl.now()
+	cfg := rl.cfg
+	if rl.replaying {
+		if !now.Before(rl.lastRecord.Add(cfg.ReplayQuietPeriod)) {
+			rl.r.log.Info("relay replay ended by a quiet period", zap.Int("partitions_not_at_end", len(rl.replayLeft)))
+			rl.finishReplay()
+		} else {
+			return nil
+		}
+	}
+	if rl.broken {
+		if now.Before(rl.retryAt) {
+			return nil
+		}
+		return rl.recover()
+	}
+	if !rl.pendingSince.IsZero() && !now.Before(rl.pendingSince.Add(cfg.PublishMaxDelay)) {
+		rl.pendingSince = zeroTime
+		if images := rl.state.Flush(); len(images) > 0 {
+			rl.publish(images)
+		}
+		if err := rl.commitDeltas(); err != nil || rl.broken {
+			return err
+		}
+	}
+	reason := ""
+	switch {
+	case rl.requestPending && !now.Before(rl.lastSnapshot.Add(cfg.SnapshotRequestMinInterval)):
+		reason = snapRequest
+	case cfg.SnapshotEveryDeltas > 0 && rl.deltasSinceSnap >= cfg.SnapshotEveryDeltas:
+		reason = snapPeriodic
+	case cfg.SnapshotInterval > 0 && !now.Before(rl.lastSnapshot.Add(cfg.SnapshotInterval)):
+		reason = snapPeriodic
+	}
+	if reason != "" {
+		if err := rl.snapshot(reason); err != nil || rl.broken {
+			return err
+		}
+	}
+	if !now.Before(rl.lastWrite.Add(cfg.HeartbeatInterval)) {
+		return rl.heartbeat()
+	}
+	return nil
+}
+
+// stop is the graceful stop: the open window's last delta, then a drain marker expecting the
+// last sequence, both committed before it returns.
+func (rl *relayLoop) stop() error {
+	r := rl.r
+	if rl.replaying || rl.broken || rl.pub == nil {
+		r.log.Info("relay stopped without a drain marker", zap.Bool("replaying", rl.replaying), zap.Bool("fenced", rl.broken))
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rl.cfg.StopTimeout)
+	defer cancel()
+	if images := rl.state.Flush(); len(images) > 0 {
+		rl.publish(images)
+	}
+	if err := rl.commitDeltasCtx(ctx); err != nil {
+		return err
+	}
+	if rl.broken {
+		return fmt.Errorf("streams: relay stop: the last deltas were not written: %w", rl.sink.err)
+	}
+	marker, ok := rl.pub.ExactDrainMarker()
+	if !ok {
+		return nil
+	}
+	if err := rl.w.WriteDrainMarker(ctx, marker.ExpectedSequence); err != nil {
+		r.c.fenced.Store(true)
+		return fmt.Errorf("streams: relay stop: drain marker: %w", err)
+	}
+	if rl.out != nil {
+		if err := rl.out.Flush(ctx); err != nil {
+			r.log.Warn("dead letters not flushed at stop", zap.Error(err))
+		}
+	}
+	r.log.Info("relay drained", zap.Uint64("incarnation", rl.identity.Incarnation), zap.Uint64("sequence", marker.ExpectedSequence))
+	return nil
+}
+
+func (rl *relayLoop) updateGauges() {
+	r := rl.r
+	res := rl.state.ResidentCount()
+	r.c.resident.Store(res)
+	r.metrics.resident.Update(float64(res))
+	r.metrics.occupancy.Update(float64(res) / float64(4*rl.state.BucketCount()))
+}

@@ -1,0 +1,764 @@
+package streams_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap/zaptest"
+)
+
+// The relay's integration tests: KV events are produced to a real KV-events topic, a relay
+// publishes its lane, and the lead's indexer consumes it. The reference is an in-process
+// ckf.DcState fed the same events.
+
+// relayEnv adds a KV-events topic and a KV producer to testEnv.
+type relayEnv struct {
+	*testEnv
+	kvTopic string
+	kv      *kgo.Client
+}
+
+func newRelayEnv(t *testing.T, expectedBlocks uint64, kvPartitions int32) *relayEnv {
+	t.Helper()
+	return &relayEnv{testEnv: newTestEnv(t, expectedBlocks), kvTopic: testenv.NewTopic(t, kvPartitions), kv: testenv.Client(t)}
+}
+
+// relayConfig returns the configuration of the relay of lane (pool testPool(100+lane)), with
+// short timers and a transactional id unique to the test.
+func (e *relayEnv) relayConfig(lane uint8, txnID string) streams.RelayConfig {
+	return streams.RelayConfig{
+		Topics: streams.RelayTopics{KVEvents: e.kvTopic, Lanes: e.topics.Lanes, SnapshotIndex: e.topics.SnapshotIndex,
+			Control: e.topics.Control, DeadLetter: e.topics.DeadLetter},
+		Pool:                       testPool(100 + uint64(lane)),
+		Lane:                       lane,
+		CKF:                        ckf.NewCkfConfig(e.blocks),
+		SnapshotEveryDeltas:        1 << 40,
+		SnapshotInterval:           time.Hour,
+		SnapshotRequestMinInterval: 50 * time.Millisecond,
+		HeartbeatInterval:          200 * time.Millisecond,
+		TransactionalID:            txnID,
+		ChunkWords:                 700,
+		ReplayQuietPeriod:          time.Second,
+	}
+}
+
+// runningRelay is a relay started by startRelay.
+type runningRelay struct {
+	r      *streams.Relay
+	cancel context.CancelFunc
+	done   chan error
+	err    error
+}
+
+func (e *relayEnv) startRelay(cfg streams.RelayConfig, wait bool) *runningRelay {
+	e.t.Helper()
+	r, err := streams.NewRelay(streams.RelayParams{Config: cfg, Codec: e.codec,
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(e.t)...)},
+		Log:        zaptest.NewLogger(e.t).Named("relay")})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rr := &runningRelay{r: r, cancel: cancel, done: make(chan error, 1)}
+	go func() { rr.done <- r.Run(ctx) }()
+	e.t.Cleanup(func() { rr.stop() })
+	if wait {
+		select {
+		case <-r.Started():
+		case err := <-rr.done:
+			e.t.Fatalf("relay stopped at start-up: %v", err)
+		case <-time.After(time.Minute):
+			e.t.Fatal("relay did not start")
+		}
+	}
+	return rr
+}
+
+// stop cancels the relay (graceful stop) and returns Run's error.
+func (rr *runningRelay) stop() error {
+	if rr.cancel != nil {
+		rr.cancel()
+		rr.err = <-rr.done
+		rr.cancel = nil
+	}
+	return rr.err
+}
+
+// inspect returns the relay's words, last sequence and identity, read on its goroutine.
+func (rr *runningRelay) inspect(t *testing.T) (words []uint64, seq uint64) {
+	t.Helper()
+	err := rr.r.Inspect(context.Background(), func(st *ckf.DcState, pub *ckf.Publisher) {
+		words = st.CopyWords()
+		if pub != nil {
+			seq = pub.LastSequence()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return words, seq
+}
+
+// produce writes the events to the KV topic, keyed by worker, in order.
+func (e *relayEnv) produce(evs ...ckf.RouterEvent) {
+	e.t.Helper()
+	rs := make([]*kgo.Record, 0, len(evs))
+	for _, ev := range evs {
+		b, err := e.codec.EncodeKvEvent(streams.KvEventOf(ev))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		rs = append(rs, &kgo.Record{Topic: e.kvTopic, Key: []byte(strconv.FormatUint(uint64(ev.WorkerID), 10)), Value: b})
+	}
+	e.produceRaw(rs...)
+}
+
+func (e *relayEnv) produceRaw(rs ...*kgo.Record) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.kv.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// waitApplied waits until the relay applied n KV records (replayed or live, rejected ones
+// included).
+func waitApplied(t *testing.T, rr *runningRelay, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(converge)
+	for {
+		s := rr.r.Stats()
+		if got := s.Events + s.ReplayedEvents + s.Undecodable; got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("relay applied %d of %d KV records: %+v", s.Events+s.ReplayedEvents+s.Undecodable, n, s)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitRelayLane waits until the indexer's lane is ready with the relay's identity, at the
+// relay's last sequence, with the relay's words.
+func waitRelayLane(t *testing.T, ri *runningIndexer, rr *runningRelay, lane uint8) []uint64 {
+	t.Helper()
+	deadline := time.Now().Add(converge)
+	for {
+		words, seq := rr.inspect(t)
+		g := ri.ix.GlobalIndexer()
+		st := laneStatus(ri, lane)
+		ready := g.ReadyLanes()&(1<<lane) != 0
+		if ready && st.Identity == rr.r.Identity().String() && st.InstalledSequence == seq && slices.Equal(g.LaneWords(lane), words) {
+			return words
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lane %d did not converge: ready=%v words equal=%v status=%+v relay sequence %d identity %s",
+				lane, ready, slices.Equal(g.LaneWords(lane), words), st, seq, rr.r.Identity())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kvGen generates KV events of several workers and dp ranks: stores (new chains, children of
+// a chain of the same source, and chains that share tokens with other sources), evictions of
+// chain tails, and clears. It keeps what each source holds so that removals name real blocks.
+type kvGen struct {
+	rng     *rand.Rand
+	nextExt uint64
+	held    map[ckf.SourceKey][][]ckf.StoredBlock // chains per source
+	tokens  [][]uint64                            // every stored chain's tokens (queries)
+}
+
+func newKvGen(seed uint64) *kvGen {
+	return &kvGen{rng: rand.New(rand.NewPCG(seed, 7)), nextExt: 1, held: map[ckf.SourceKey][][]ckf.StoredBlock{}}
+}
+
+func (g *kvGen) source() ckf.SourceKey {
+	return ckf.SourceKey{Worker: ckf.WorkerID(1 + g.rng.IntN(4)), Rank: ckf.DpRank(g.rng.IntN(2))}
+}
+
+func (g *kvGen) blocks(tokens []uint64) []ckf.StoredBlock {
+	bs := make([]ckf.StoredBlock, len(tokens))
+	for i, tok := range tokens {
+		bs[i] = ckf.StoredBlock{BlockHash: ckf.ExternalBlockHash(g.nextExt), TokensHash: ckf.LocalBlockHash(tok)}
+		g.nextExt++
+	}
+	return bs
+}
+
+func storeEvent(src ckf.SourceKey, d ckf.StoreData) ckf.RouterEvent {
+	return ckf.RouterEvent{WorkerID: src.Worker, Event: ckf.KvCacheEvent{DpRank: src.Rank, Kind: ckf.KvEventStored, Stored: d}}
+}
+
+func (g *kvGen) next() ckf.RouterEvent {
+	src := g.source()
+	chains := g.held[src]
+	switch x := g.rng.IntN(100); {
+	case x < 30 || len(chains) == 0: // a new root chain
+		tokens := make([]uint64, 2+g.rng.IntN(5))
+		for i := range tokens {
+			tokens[i] = g.rng.Uint64()
+		}
+		bs := g.blocks(tokens)
+		g.held[src] = append(chains, bs)
+		g.tokens = append(g.tokens, tokens)
+		return storeEvent(src, ckf.StoreData{Blocks: bs})
+	case x < 50: // a chain sharing tokens with any stored chain (another source: owners > 1)
+		tokens := slices.Clone(g.tokens[g.rng.IntN(len(g.tokens))])
+		bs := g.blocks(tokens)
+		g.held[src] = append(chains, bs)
+		return storeEvent(src, ckf.StoreData{Blocks: bs})
+	case x < 70: // children of one of this source's chains
+		i := g.rng.IntN(len(chains))
+		parent := chains[i]
+		tokens := make([]uint64, 1+g.rng.IntN(3))
+		for j := range tokens {
+			tokens[j] = g.rng.Uint64()
+		}
+		bs := g.blocks(tokens)
+		chains[i] = append(slices.Clone(parent), bs...)
+		all := make([]uint64, len(chains[i]))
+		for j, b := range chains[i] {
+			all[j] = uint64(b.TokensHash)
+		}
+		g.tokens = append(g.tokens, all)
+		return storeEvent(src, ckf.StoreData{HasParent: true, ParentHash: parent[len(parent)-1].BlockHash, Blocks: bs})
+	case x < 95: // evict the tail of one chain
+		i := g.rng.IntN(len(chains))
+		c := chains[i]
+		k := 1 + g.rng.IntN(len(c))
+		ids := make([]ckf.ExternalBlockHash, k)
+		for j := range ids {
+			ids[j] = c[len(c)-1-j].BlockHash
+		}
+		if k == len(c) {
+			g.held[src] = slices.Delete(chains, i, i+1)
+		} else {
+			chains[i] = c[:len(c)-k]
+		}
+		return ckf.RouterEvent{WorkerID: src.Worker, Event: ckf.KvCacheEvent{DpRank: src.Rank, Kind: ckf.KvEventRemoved, Removed: ids}}
+	default: // clear the source
+		delete(g.held, src)
+		return ckf.RouterEvent{WorkerID: src.Worker, Event: ckf.KvCacheEvent{DpRank: src.Rank, Kind: ckf.KvEventCleared}}
+	}
+}
+
+func (g *kvGen) take(n int) []ckf.RouterEvent {
+	out := make([]ckf.RouterEvent, n)
+	for i := range out {
+		out[i] = g.next()
+	}
+	return out
+}
+
+// newReference returns a reference state fed evs.
+func newReference(t *testing.T, e *relayEnv, evs ...[]ckf.RouterEvent) *ckf.DcState {
+	t.Helper()
+	ref, err := ckf.NewDcState(ckf.NewCkfConfig(e.blocks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, batch := range evs {
+		for _, ev := range batch {
+			ref.ApplyEvent(ev)
+		}
+	}
+	return ref
+}
+
+// compareOwnership checks that the relay's exact state equals the reference's: sources and
+// their block counts, every (source, external id) -> canonical mapping the generator knows, the
+// owner count and residency of each canonical, and the aggregate counts.
+func compareOwnership(t *testing.T, rr *runningRelay, ref *ckf.DcState, g *kvGen) {
+	t.Helper()
+	var problems []string
+	err := rr.r.Inspect(context.Background(), func(st *ckf.DcState, _ *ckf.Publisher) {
+		a, b := st.Stats(), ref.Stats()
+		if a.MemberCount != b.MemberCount || a.ContributionCount != b.ContributionCount || a.UniqueBlockCount != b.UniqueBlockCount ||
+			a.OccupiedSlotCount != b.OccupiedSlotCount || a.CapacityFailures != b.CapacityFailures {
+			problems = append(problems, "stats differ")
+			t.Errorf("relay stats %+v\nreference stats %+v", a, b)
+		}
+		if !slices.Equal(st.MemberCounts(), ref.MemberCounts()) {
+			problems = append(problems, "member counts differ")
+		}
+		n := 0
+		for src, chains := range g.held {
+			for _, c := range chains {
+				for _, blk := range c {
+					ca, oka := st.Lookup(src, blk.BlockHash)
+					cb, okb := ref.Lookup(src, blk.BlockHash)
+					if oka != okb || ca != cb {
+						problems = append(problems, "lineage of "+src.String()+" differs")
+						return
+					}
+					if !oka {
+						continue
+					}
+					n++
+					oa, ra := st.Owners(ca)
+					ob, rb := ref.Owners(cb)
+					if oa != ob || ra != rb || st.Contains(ca) != ref.Contains(cb) {
+						problems = append(problems, "ownership of a canonical differs")
+						return
+					}
+				}
+			}
+		}
+		if n == 0 {
+			problems = append(problems, "no block compared")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) > 0 {
+		t.Fatalf("relay state differs from the reference: %v", problems)
+	}
+}
+
+// TestRelayEndToEnd: KV events of four workers with two dp ranks each, on four partitions, go
+// through the relay (some replayed at start, the rest live) to the indexer: the indexer's lane
+// equals the relay's words at the relay's sequence, the relay's ownership model equals an
+// in-process reference fed the same events, and queries answer like a reference indexer built
+// from the relay's words.
+func TestRelayEndToEnd(t *testing.T) {
+	e := newRelayEnv(t, 4096, 4)
+	const lane = 3
+	g := newKvGen(1)
+	before := g.take(250)
+	e.produce(before...)
+	ri := e.startIndexer(e.manifest(31, lane), e.indexerConfig())
+	rr := e.startRelay(e.relayConfig(lane, testenv.UniqueName(t, "relay")), true)
+	if s := rr.r.Stats(); s.ReplayedEvents != uint64(len(before)) || s.Snapshots != 1 {
+		t.Fatalf("after start-up: %+v; want %d replayed events and one snapshot", s, len(before))
+	}
+	waitRelayLane(t, ri, rr, lane)
+
+	after := g.take(400)
+	for i := 0; i < len(after); i += 40 {
+		e.produce(after[i:min(i+40, len(after))]...)
+	}
+	waitApplied(t, rr, uint64(len(before)+len(after)))
+	words := waitRelayLane(t, ri, rr, lane)
+
+	ref := newReference(t, e, before, after)
+	compareOwnership(t, rr, ref, g)
+	_, seq := rr.inspect(t)
+	// The reference indexer is built from the relay's own words (the physical layout depends on
+	// the interleaving of partitions; the ownership model, compared above, does not).
+	refIx := referenceIndexerWords(t, e.manifest(31, lane), lane, rr.r.Identity(), seq, words)
+	compareQueries(t, ri.ix.GlobalIndexer(), refIx, &testProducer{lane: lane, chains: g.tokens})
+
+	s := rr.r.Stats()
+	if s.Deltas == 0 || s.Images == 0 || s.Events != uint64(len(after)) || s.Rejected != 0 || s.DeadLetters != 0 {
+		t.Errorf("stats %+v", s)
+	}
+	t.Logf("relay: %d deltas (%d images) in %d transactions; %d events", s.Deltas, s.Images, s.Transactions, s.Events)
+}
+
+// referenceIndexerWords installs words as lane's snapshot in a fresh GlobalIndexer.
+func referenceIndexerWords(t *testing.T, m ckf.Manifest, lane uint8, id ckf.ProducerIdentity, seq uint64, words []uint64) *ckf.GlobalIndexer {
+	t.Helper()
+	g, err := ckf.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := g.ClaimLane(lane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := ckf.LaneLease{Consumer: m.ConsumerInstance(), Lane: lane, Epoch: 1}
+	if err := in.Assign(id, lease); err != nil {
+		t.Fatal(err)
+	}
+	if out := in.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: seq, Buckets: words}); out.Kind != ckf.OutcomeSnapshotInstalled {
+		t.Fatalf("reference install: %v", out)
+	}
+	return g
+}
+
+// TestRelayRestartRequestAndDrain: a snapshot request on the control topic yields a snapshot;
+// a graceful stop writes the tail and a drain marker that the indexer acknowledges; events
+// written while the relay is down are not lost: the restarted relay (a new incarnation) replays
+// everything, the indexer switches to its identity through its start-up snapshot, and its
+// answers equal those of a reference that never stopped.
+func TestRelayRestartRequestAndDrain(t *testing.T) {
+	e := newRelayEnv(t, 4096, 1) // one partition: the replay order is the reference's order
+	const lane = 5
+	g := newKvGen(2)
+	events := e.watchEvents()
+	ri := e.startIndexer(e.manifest(41, lane), e.indexerConfig())
+	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
+	cfg.CKF.PublishEveryNEvents = 4 // exercise the delayed flush and a non-empty tail at stop
+	cfg.PublishMaxDelay = 20 * time.Millisecond
+	first := e.startRelay(cfg, true)
+	a := g.take(200)
+	e.produce(a...)
+	waitApplied(t, first, uint64(len(a)))
+	waitRelayLane(t, ri, first, lane)
+
+	// A burst of snapshot requests (every replica asking at once) yields a snapshot.
+	before := first.r.Stats().Snapshots
+	out := streams.NewOutputs(testenv.Client(t), e.codec, 99, streams.OutputTopics{Control: e.topics.Control}, nil)
+	for i := 0; i < 5; i++ {
+		out.RequestSnapshot(lane, testPool(100+lane), schemas.ReasonOperator, "test", -1)
+	}
+	out.RequestSnapshot(lane, testPool(1), schemas.ReasonOperator, "a foreign pool: ignored", -1)
+	if err := out.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(converge)
+	for first.r.Stats().SnapshotRequests < 5 || first.r.Stats().Snapshots == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot after the requests: %+v", first.r.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := first.r.Stats().Snapshots - before; n > 2 {
+		t.Errorf("%d snapshots for one burst of requests; want them coalesced", n)
+	}
+
+	// The tail: events whose window is still open at stop.
+	tail := g.take(3)
+	e.produce(tail...)
+	waitApplied(t, first, uint64(len(a)+len(tail)))
+	firstID := first.r.Identity()
+	if err := first.stop(); err != nil {
+		t.Fatalf("graceful stop: %v", err)
+	}
+	events.waitFor(t, lane, converge, "DRAIN_ACKNOWLEDGED", kindIs(schemas.EventDrainAcknowledged))
+
+	b := g.take(150) // written while no relay runs
+	e.produce(b...)
+	second := e.startRelay(cfg, true)
+	if id := second.r.Identity(); id.Incarnation <= firstID.Incarnation {
+		t.Fatalf("incarnation %d after %d; want strictly increasing", id.Incarnation, firstID.Incarnation)
+	}
+	c := g.take(150)
+	e.produce(c...)
+	waitApplied(t, second, uint64(len(a)+len(tail)+len(b)+len(c)))
+	words := waitRelayLane(t, ri, second, lane)
+
+	ref := newReference(t, e, a, tail, b, c)
+	compareOwnership(t, second, ref, g)
+	if !slices.Equal(words, ref.CopyWords()) {
+		t.Log("note: the restarted relay's words differ from the reference's physical layout (same ownership)")
+	}
+	_, seq := second.inspect(t)
+	m := e.manifest(41, lane)
+	refIx := referenceIndexerWords(t, m, lane, second.r.Identity(), seq, ref.CopyWords())
+	compareQueries(t, ri.ix.GlobalIndexer(), refIx, &testProducer{lane: lane, chains: g.tokens})
+	if s := second.r.Stats(); s.ReplayedEvents != uint64(len(a)+len(tail)+len(b)) {
+		t.Errorf("second relay replayed %d events; want %d", s.ReplayedEvents, len(a)+len(tail)+len(b))
+	}
+}
+
+// TestRelayDeadLettersBadEvents: undecodable records, an unknown parent, an unsupported
+// residency domain and a remap of an external id are rejected per the spec's dispositions,
+// counted and dead-lettered with their reason, and the relay keeps publishing.
+func TestRelayDeadLettersBadEvents(t *testing.T) {
+	e := newRelayEnv(t, 4096, 2)
+	const lane = 7
+	ri := e.startIndexer(e.manifest(51, lane), e.indexerConfig())
+	rr := e.startRelay(e.relayConfig(lane, testenv.UniqueName(t, "relay")), true)
+	g := newKvGen(3)
+	good := g.take(50)
+	e.produce(good...)
+
+	src := ckf.SourceKey{Worker: 9, Rank: 1}
+	unknownParent := storeEvent(src, ckf.StoreData{HasParent: true, ParentHash: 999_999, Blocks: g.blocks([]uint64{1, 2})})
+	badResidency := storeEvent(src, ckf.StoreData{Blocks: g.blocks([]uint64{3})})
+	badResidency.Residency = 0x7F // KvEventOf writes "unknown"
+	stored := storeEvent(src, ckf.StoreData{Blocks: g.blocks([]uint64{4})})
+	remap := storeEvent(src, ckf.StoreData{Blocks: []ckf.StoredBlock{{BlockHash: stored.Event.Stored.Blocks[0].BlockHash, TokensHash: 5}}})
+	e.produce(unknownParent, badResidency, stored, remap)
+	e.produceRaw(&kgo.Record{Topic: e.kvTopic, Key: []byte("9"), Value: []byte("not avro")})
+	more := g.take(50)
+	e.produce(more...)
+
+	waitApplied(t, rr, uint64(len(good)+4+1+len(more)))
+	waitRelayLane(t, ri, rr, lane)
+	s := rr.r.Stats()
+	if s.Rejected != 3 || s.Undecodable != 1 || s.DeadLetters != 4 {
+		t.Fatalf("stats %+v; want 3 rejected, 1 undecodable, 4 dead letters", s)
+	}
+	ref := newReference(t, e, good, []ckf.RouterEvent{unknownParent, badResidency, stored, remap}, more)
+	compareOwnership(t, rr, ref, g)
+
+	// The dead letters carry the record and the reason.
+	cl := testenv.Client(t, kgo.ConsumeTopics(e.topics.DeadLetter), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var dls []schemas.DeadLetter
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+	for len(dls) < 4 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			d, err := e.codec.DecodeDeadLetter(r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Component == "relay" {
+				dls = append(dls, d)
+			}
+		})
+	}
+	if len(dls) != 4 {
+		t.Fatalf("%d relay dead letters; want 4", len(dls))
+	}
+	var reasons []string
+	for _, d := range dls {
+		reasons = append(reasons, d.ReasonCode.String()+": "+d.Reason)
+		if d.SourceTopic != e.kvTopic {
+			t.Errorf("dead letter of topic %q", d.SourceTopic)
+		}
+	}
+	for _, want := range []string{"parent block not found", "residency", "invalid block sequence", "undecodable KV event"} {
+		found := false
+		for _, r := range reasons {
+			found = found || containsFold(r, want)
+		}
+		if !found {
+			t.Errorf("no dead letter mentions %q: %q", want, reasons)
+		}
+	}
+}
+
+func containsFold(s, sub string) bool {
+	return len(sub) == 0 || len(s) >= len(sub) && (indexFold(s, sub) >= 0)
+}
+
+func indexFold(s, sub string) int {
+	lower := func(b byte) byte {
+		if 'A' <= b && b <= 'Z' {
+			return b + 'a' - 'A'
+		}
+		return b
+	}
+	for i := 0; i+len(sub) <= len(s); i++ {
+		ok := true
+		for j := 0; j < len(sub) && ok; j++ {
+			ok = lower(s[i+j]) == lower(sub[j])
+		}
+		if ok {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestRelayZombieFenced: a second instance of the same pool (same transactional id) takes the
+// lane over with its start-up snapshot; the broker fences the first, whose Run returns
+// ErrRelayFenced instead of writing again, and the indexer follows the new identity.
+func TestRelayZombieFenced(t *testing.T) {
+	e := newRelayEnv(t, 4096, 2)
+	const lane = 9
+	ri := e.startIndexer(e.manifest(61, lane), e.indexerConfig())
+	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
+	old := e.startRelay(cfg, true)
+	g := newKvGen(4)
+	e.produce(g.take(80)...)
+	waitApplied(t, old, 80)
+	waitRelayLane(t, ri, old, lane)
+
+	cur := e.startRelay(cfg, true)
+	select {
+	case err := <-old.done:
+		old.err, old.cancel = err, nil
+		if !errors.Is(err, streams.ErrRelayFenced) {
+			t.Fatalf("zombie's Run returned %v; want ErrRelayFenced", err)
+		}
+	case <-time.After(converge):
+		t.Fatal("the zombie was not fenced")
+	}
+	if err := old.r.Ready(); err == nil {
+		t.Error("a fenced relay reports ready")
+	}
+	e.produce(g.take(40)...)
+	waitApplied(t, cur, 120)
+	waitRelayLane(t, ri, cur, lane)
+	if err := cur.r.Ready(); err != nil {
+		t.Errorf("the new instance is not ready: %v", err)
+	}
+}
+
+// TestRelayRefusesForeignLane: a relay never writes to a lane its pool does not own: the static
+// lane map is checked by NewRelay, and the lane's snapshot index by Run.
+func TestRelayRefusesForeignLane(t *testing.T) {
+	e := newRelayEnv(t, 4096, 1)
+	cfg := e.relayConfig(2, testenv.UniqueName(t, "relay"))
+	other := testPool(500)
+	cfg.LaneOwners[2] = &other
+	if _, err := streams.NewRelay(streams.RelayParams{Config: cfg, Codec: e.codec}); !errors.Is(err, streams.ErrLaneNotOwned) {
+		t.Fatalf("NewRelay with a lane of another pool: %v; want ErrLaneNotOwned", err)
+	}
+	// Lane 4's latest snapshot was written by pool 104's producer; a relay of pool 102
+	// configured on lane 4 must refuse it.
+	p := e.producer(4, 1)
+	p.storeChain(3, nil, 0)
+	p.snapshot()
+	cfg = e.relayConfig(4, testenv.UniqueName(t, "relay"))
+	cfg.Pool = testPool(102)
+	r, err := streams.NewRelay(streams.RelayParams{Config: cfg, Codec: e.codec,
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	defer cancel()
+	if err := r.Run(ctx); !errors.Is(err, streams.ErrLaneNotOwned) {
+		t.Fatalf("Run on a lane indexed by another pool: %v; want ErrLaneNotOwned", err)
+	}
+}
+
+// TestRelayThroughput measures (reports, never asserts) the relay's throughput on this machine:
+// the start-up replay (apply only) and the live path (apply + deltas in transactions).
+func TestRelayThroughput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measurement")
+	}
+	e := newRelayEnv(t, 1<<20, 4) // the product default: 524,288 buckets (4 MiB)
+	g := newKvGen(5)
+	const n = 20_000
+	evs := g.take(2 * n)
+	ops := func(evs []ckf.RouterEvent) int {
+		k := 0
+		for _, ev := range evs {
+			k += len(ev.Event.Stored.Blocks) + len(ev.Event.Removed) + 1
+		}
+		return k
+	}
+	for i := 0; i < n; i += 2000 {
+		e.produce(evs[i : i+2000]...)
+	}
+	cfg := e.relayConfig(11, testenv.UniqueName(t, "relay"))
+	cfg.ChunkWords = 0 // default chunking
+	cfg.ReplayQuietPeriod = 2 * time.Second
+	start := time.Now()
+	rr := e.startRelay(cfg, true)
+	replay := time.Since(start)
+	// Live: measured from the first live produce to the commit of the last event's delta (the
+	// relay applies and publishes while the test produces).
+	prod := testenv.Client(t, kgo.ProducerLinger(time.Millisecond))
+	recs := make([]*kgo.Record, 0, n)
+	for _, ev := range evs[n:] {
+		b, err := e.codec.EncodeKvEvent(streams.KvEventOf(ev))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Topic: e.kvTopic, Key: []byte(strconv.FormatUint(uint64(ev.WorkerID), 10)), Value: b})
+	}
+	liveStart := time.Now()
+	for _, rec := range recs {
+		prod.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	waitApplied(t, rr, 2*n)
+	rr.inspect(t) // runs after the loop iteration that applied the last event committed its deltas
+	live := time.Since(liveStart)
+	s := rr.r.Stats()
+	t.Logf("start-up snapshot of %d buckets (barrier + chunked transactional write): %d ms", s.BucketCount, s.LastSnapshotMillis)
+	t.Logf("replay: %d KV events (%d block ops) in %v incl. start-up snapshot: %.0f events/s, %.0f block ops/s",
+		n, ops(evs[:n]), replay, float64(n)/replay.Seconds(), float64(ops(evs[:n]))/replay.Seconds())
+	t.Logf("live (produce + apply + publish, overlapped): %d KV events (%d block ops) in %v: %.0f events/s, %.0f block ops/s; %d deltas, %d images, %d transactions",
+		n, ops(evs[n:]), live, float64(n)/live.Seconds(), float64(ops(evs[n:]))/live.Seconds(), s.Deltas, s.Images, s.Transactions)
+}
+
+// TestRelayRecoversFromUncertainWrite: a failed delta transaction makes delivery uncertain; the
+// relay does not continue the stream: it fences it, starts a new incarnation whose first record
+// is a snapshot (a failed first attempt is retried), and the indexer switches to it and converges
+// with the relay's words.
+func TestRelayRecoversFromUncertainWrite(t *testing.T) {
+	e := newRelayEnv(t, 4096, 2)
+	const lane = 12
+	ri := e.startIndexer(e.manifest(71, lane), e.indexerConfig())
+	rr := e.startRelay(e.relayConfig(lane, testenv.UniqueName(t, "relay")), true)
+	g := newKvGen(6)
+	a := g.take(60)
+	e.produce(a...)
+	waitApplied(t, rr, 60)
+	waitRelayLane(t, ri, rr, lane)
+	firstID := rr.r.Identity()
+
+	failures := map[string]int{"deltas": 1, "snapshot": 1} // the delta write, then the first recovery snapshot
+	injectedCh := make(chan struct{})
+	streams.SetRelayWriteFault(rr.r, func(what string) error { // runs on the relay's goroutine
+		if failures[what] > 0 {
+			failures[what]--
+			if failures["deltas"] == 0 && failures["snapshot"] == 0 {
+				close(injectedCh)
+			}
+			return errors.New("injected: broker unreachable")
+		}
+		return nil
+	})
+	b := g.take(60)
+	e.produce(b...)
+	select {
+	case <-injectedCh:
+	case <-time.After(converge):
+		t.Fatal("the injected faults were not reached")
+	}
+	waitApplied(t, rr, 120)
+	deadline := time.Now().Add(converge)
+	for rr.r.Stats().Recoveries == 0 || rr.r.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery: %+v", rr.r.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if id := rr.r.Identity(); id.Incarnation <= firstID.Incarnation {
+		t.Fatalf("recovered under incarnation %d, first %d", id.Incarnation, firstID.Incarnation)
+	}
+	c := g.take(30)
+	e.produce(c...)
+	waitApplied(t, rr, 150)
+	waitRelayLane(t, ri, rr, lane)
+	compareOwnership(t, rr, newReference(t, e, a, b, c), g)
+	if s := rr.r.Stats(); s.Recoveries != 1 || s.Fenced {
+		t.Errorf("stats %+v; want one recovery, not fenced", s)
+	}
+}
+
+// TestRelayCountsCapacityOmissions: a filter too small for its blocks omits fingerprints; the
+// relay counts the omissions (as the reference does), keeps lineage and ownership, dead-letters
+// nothing, retires nothing, and the indexer still converges with its words.
+func TestRelayCountsCapacityOmissions(t *testing.T) {
+	e := newRelayEnv(t, 16, 1) // 8 buckets, 32 slots
+	const lane = 14
+	ri := e.startIndexer(e.manifest(81, lane), e.indexerConfig())
+	rr := e.startRelay(e.relayConfig(lane, testenv.UniqueName(t, "relay")), true)
+	g := newKvGen(8)
+	var evs []ckf.RouterEvent
+	for len(evs) < 40 {
+		if ev := g.next(); ev.Event.Kind == ckf.KvEventStored {
+			evs = append(evs, ev)
+		}
+	}
+	e.produce(evs...)
+	waitApplied(t, rr, uint64(len(evs)))
+	waitRelayLane(t, ri, rr, lane)
+	ref := newReference(t, e, evs)
+	s := rr.r.Stats()
+	if want := ref.Telemetry().CapacityFailures; want == 0 || s.CapacityOmissions != want {
+		t.Fatalf("capacity omissions %d, reference %d (want equal and non-zero)", s.CapacityOmissions, want)
+	}
+	if s.Rejected != 0 || s.DeadLetters != 0 || s.Fenced || s.Recoveries != 0 {
+		t.Fatalf("stats %+v: capacity omissions must not reject, dead-letter or fence", s)
+	}
+	compareOwnership(t, rr, ref, g)
+}
