@@ -1,6 +1,9 @@
 package ckf
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // Mutator (spec §6): SplitMix64, bounded-kick insertion with full rollback,
 // and removal over the producer's packed lane.
@@ -48,13 +51,15 @@ type PackedFilter struct {
 	addr    Addressing
 	words   []uint64
 	rng     SplitMix64
-	touched []Touch
+	touched []Touch   // touched-log buffer, len == cap == maxKicks+1
+	keys    probeKeys // inline addressing for the hot paths (mutator_addr.go)
 }
 
 // NewPackedFilter allocates bucketCount zero words for addr (bucketCount =
 // addr.BucketCount()) with the RNG at LaneRngSeed(addr.Seed(), 0) and a
-// touched-log scratch of capacity maxKicks+1. A byte size that overflows
-// returns ErrCapacityOverflow.
+// touched-log scratch of capacity maxKicks+1, allocated once here (an
+// insert does not allocate). A byte size that overflows returns
+// ErrCapacityOverflow.
 func NewPackedFilter(addr Addressing, maxKicks uint64) (*PackedFilter, error) {
 	n := addr.BucketCount()
 	if n == 0 || n > math.MaxInt/8 || maxKicks > MaxKicks {
@@ -64,7 +69,8 @@ func NewPackedFilter(addr Addressing, maxKicks uint64) (*PackedFilter, error) {
 		addr:    addr,
 		words:   make([]uint64, n),
 		rng:     SplitMix64{State: LaneRngSeed(addr.Seed(), 0)},
-		touched: make([]Touch, 0, maxKicks+1),
+		touched: make([]Touch, maxKicks+1),
+		keys:    newProbeKeys(addr),
 	}, nil
 }
 
@@ -85,8 +91,8 @@ func (f *PackedFilter) RngState() uint64 { return f.rng.State }
 // bucket (false positives possible, no false negatives for resident
 // hashes). It does not allocate.
 func (f *PackedFilter) Contains(hash uint64) bool {
-	p := f.addr.Probe(hash)
-	return f.ContainsProbe(p)
+	fp, a := f.keys.probe(hash)
+	return f.ContainsProbe(Probe{Fingerprint: fp, BucketA: a, BucketB: a ^ f.keys.delta(fp)})
 }
 
 // ContainsProbe is Contains for a precomputed probe. Both buckets are
@@ -110,67 +116,128 @@ func (f *PackedFilter) ContainsProbe(p Probe) bool {
 // when it fails, and (when both candidates are full) even for maxKicks == 0
 // ("relocation-free admission").
 func (f *PackedFilter) Insert(hash uint64, maxKicks uint64) ([]Touch, error) {
-	return f.InsertProbe(f.addr.Probe(hash), maxKicks)
+	fp, a := f.keys.probe(hash)
+	words := f.words
+	wa := words[a]
+	if z := ZeroLanes16(wa); z != 0 {
+		return f.place(a, wa, z, fp), nil
+	}
+	return f.insertB(fp, a, a^f.keys.delta(fp), wa, maxKicks)
 }
 
 // InsertProbe is Insert for a precomputed probe.
 func (f *PackedFilter) InsertProbe(p Probe, maxKicks uint64) ([]Touch, error) {
-	f.touched = f.touched[:0]
-	if f.tryPlace(p.BucketA, p.Fingerprint) || f.tryPlace(p.BucketB, p.Fingerprint) {
-		return f.touched, nil
+	wa := f.words[p.BucketA]
+	if z := ZeroLanes16(wa); z != 0 {
+		return f.place(p.BucketA, wa, z, p.Fingerprint), nil
 	}
-	bucket := p.BucketA
-	if f.rng.Next()&1 != 0 {
-		bucket = p.BucketB
+	return f.insertB(p.Fingerprint, p.BucketA, p.BucketB, wa, maxKicks)
+}
+
+// The procedure below is §6.2 step for step (a, then b, then the walk). It
+// departs from a literal transcription only where nothing can observe it:
+// the lowest empty slot is found with one SWAR mask instead of a branch per
+// slot, delta(fp) is computed rather than read from the 256 KiB table (a
+// cache access less on each step of the walk's dependent chain), and the
+// RNG state and the touched log live in registers and in a buffer allocated
+// once, so the walk neither appends nor writes the filter struct per step.
+
+// place writes fp into the lowest empty slot of bucket (whose word is
+// before; z = ZeroLanes16(before) != 0) and returns the one-entry log.
+func (f *PackedFilter) place(bucket, before, z uint64, fp uint16) []Touch {
+	f.words[bucket] = before | uint64(fp)<<(uint(bits.TrailingZeros64(z))&48)
+	log := f.touched
+	log[0] = Touch{Bucket: bucket, Before: before}
+	return log[:1:1]
+}
+
+// insertB continues Insert once bucket a (word wa) is known to be full.
+func (f *PackedFilter) insertB(fp uint16, a, b, wa, maxKicks uint64) ([]Touch, error) {
+	wb := f.words[b]
+	if z := ZeroLanes16(wb); z != 0 {
+		return f.place(b, wb, z, fp), nil
 	}
-	fp := p.Fingerprint
+	return f.relocate(fp, a, b, wa, wb, maxKicks)
+}
+
+// relocate is the bounded kick walk of §6.2, entered when both candidates
+// (words wa, wb) are full. It is a separate function so that its loop gets
+// a register allocation of its own.
+func (f *PackedFilter) relocate(fp uint16, a, b, wa, wb, maxKicks uint64) ([]Touch, error) {
+	words := f.words
+	rng, r := splitMixStep(f.rng.State) // drawn even when maxKicks == 0
+	bucket, before := a, wa
+	if r&1 != 0 {
+		bucket, before = b, wb
+	}
+	log := f.touched
+	if uint64(len(log)) <= maxKicks {
+		log = f.growTouched(maxKicks)
+	}
+	keys := f.keys
 	for k := uint64(0); k < maxKicks; k++ {
-		before := f.words[bucket]
-		slot := int(f.rng.Next() & 3)
-		evicted := Bucket(before).Slot(slot)
-		f.words[bucket] = uint64(Bucket(before).WithSlot(slot, fp))
-		f.touched = append(f.touched, Touch{Bucket: bucket, Before: before})
-		fp = evicted
-		bucket = f.addr.AltBucket(bucket, fp)
-		if f.tryPlace(bucket, fp) {
-			return f.touched, nil
+		rng, r = splitMixStep(rng)
+		shift := uint(r&3) * 16
+		words[bucket] = before&^(0xFFFF<<shift) | uint64(fp)<<shift
+		log[k] = Touch{Bucket: bucket, Before: before}
+		fp = uint16(before >> shift) // the evicted fingerprint
+		bucket ^= keys.delta(fp)
+		before = words[bucket]
+		if z := ZeroLanes16(before); z != 0 {
+			words[bucket] = before | uint64(fp)<<(uint(bits.TrailingZeros64(z))&48)
+			log[k+1] = Touch{Bucket: bucket, Before: before}
+			f.rng.State = rng
+			return log[: k+2 : k+2], nil
 		}
 	}
-	for i := len(f.touched) - 1; i >= 0; i-- {
-		t := f.touched[i]
-		f.words[t.Bucket] = t.Before
+	f.rng.State = rng
+	for i := int(maxKicks) - 1; i >= 0; i-- {
+		t := log[i]
+		words[t.Bucket] = t.Before
 	}
-	f.touched = f.touched[:0]
 	return nil, ErrCapacityExhausted
 }
 
-// tryPlace writes fp into bucket's lowest empty slot and logs the write.
-func (f *PackedFilter) tryPlace(bucket uint64, fp uint16) bool {
-	before := Bucket(f.words[bucket])
-	s, ok := before.FreeSlot()
-	if !ok {
-		return false
-	}
-	f.words[bucket] = uint64(before.WithSlot(s, fp))
-	f.touched = append(f.touched, Touch{Bucket: bucket, Before: uint64(before)})
-	return true
+// growTouched enlarges the touched-log buffer for a call whose maxKicks
+// exceeds the one the filter was built with.
+func (f *PackedFilter) growTouched(maxKicks uint64) []Touch {
+	f.touched = make([]Touch, maxKicks+1)
+	return f.touched
+}
+
+// splitMixStep is SplitMix64.Next on a state held in a register: it returns
+// the advanced state and the output.
+func splitMixStep(s uint64) (uint64, uint64) {
+	s += splitMixIncrement
+	z := s
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return s, z ^ (z >> 31)
 }
 
 // Remove clears one slot holding hash's fingerprint, trying bucket A then
 // B (spec §6.3), and returns the write. Any slot with the same fingerprint
 // in either candidate is equivalent (same representation). If neither
 // bucket holds the fingerprint it returns ErrIndexerInvariantViolation (the
-// caller believed the hash resident) and changes nothing.
+// caller believed the hash resident) and changes nothing. Both words are
+// loaded before either is tested; the lowest matching slot of A wins, then
+// the lowest of B, exactly as the sequential search would choose.
 func (f *PackedFilter) Remove(hash uint64) (Touch, error) {
-	p := f.addr.Probe(hash)
-	for _, b := range [2]uint64{p.BucketA, p.BucketB} {
-		before := Bucket(f.words[b])
-		if s, ok := before.First(p.Fingerprint); ok {
-			f.words[b] = uint64(before.WithSlot(s, 0))
-			return Touch{Bucket: b, Before: uint64(before)}, nil
-		}
+	fp, a := f.keys.probe(hash)
+	b := a ^ f.keys.delta(fp)
+	words := f.words
+	wa, wb := words[a], words[b]
+	rep := BroadcastFingerprint(fp)
+	ma, mb := ZeroLanes16(wa^rep), ZeroLanes16(wb^rep)
+	bucket, before, m := a, wa, ma
+	if ma == 0 {
+		bucket, before, m = b, wb, mb
 	}
-	return Touch{}, eventErr(EventIndexerInvariantViolation, "fingerprint not found in either candidate bucket")
+	if m == 0 {
+		return Touch{}, eventErr(EventIndexerInvariantViolation, "fingerprint not found in either candidate bucket")
+	}
+	words[bucket] = before &^ (0xFFFF << (uint(bits.TrailingZeros64(m)) & 48))
+	return Touch{Bucket: bucket, Before: before}, nil
 }
 
 // OccupiedBuckets counts non-zero words (full scan; diagnostic only).
