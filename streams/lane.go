@@ -57,6 +57,7 @@ type laneRunner struct {
 	asm    assembly
 	faults chan ckf.PoolFault // forwarded by the indexer's fault dispatcher
 
+	deadUpTo      int64        // highest offset dead-lettered (a replay does not repeat it)
 	pending       []*ckf.Delta // decoded deltas not yet submitted (see flushDeltas)
 	pendingImages int
 }
@@ -65,7 +66,7 @@ func newLaneRunner(ix *Indexer, lane uint8, pool ckf.PoolID) *laneRunner {
 	r := &laneRunner{
 		ix: ix, lane: lane, bit: 1 << lane, pool: pool,
 		log:        ix.log.With(zap.Uint8("lane", lane), zap.String("pool", pool.String())),
-		needAssign: true, applied: -1, snapStart: -1, recoverUntil: -1, waitAfter: -1,
+		needAssign: true, applied: -1, deadUpTo: -1, snapStart: -1, recoverUntil: -1, waitAfter: -1,
 		faults:  make(chan ckf.PoolFault, 8),
 		pending: make([]*ckf.Delta, 0, maxDeltaRun),
 	}
@@ -164,7 +165,7 @@ func (r *laneRunner) process(ctx context.Context, rec *kgo.Record) {
 // what it carried is lost) and recovered per the spec; nothing is written to the table.
 func (r *laneRunner) reject(ctx context.Context, rec *kgo.Record, code schemas.DeadLetterReason, fault *schemas.LaneFault, faultLane bool) {
 	r.flushDeltas(ctx)
-	r.ix.out.DeadLetter(rec, code, fault.Detail, "indexer/lane")
+	r.deadLetter(rec, code, fault.Detail)
 	r.ix.metrics.rejected(r.lane)
 	r.stats.update(func(s *LaneStatus) { s.Rejected++ })
 	r.log.Warn("lane record rejected", zap.Int64("offset", rec.Offset), zap.String("reason", fault.Detail))
@@ -337,7 +338,7 @@ func (r *laneRunner) onChunk(ctx context.Context, rec *kgo.Record, id ckf.Produc
 			if id.Pool == r.pool {
 				kind, what = schemas.FaultWrongFormat, "snapshot format differs from the indexer's"
 			}
-			r.ix.out.DeadLetter(rec, schemas.DeadLetterRejected, what, "indexer/lane")
+			r.deadLetter(rec, schemas.DeadLetterRejected, what)
 			r.ix.metrics.rejected(r.lane)
 			r.stats.update(func(s *LaneStatus) { s.Rejected++ })
 			r.event(schemas.LaneEvent{Kind: schemas.EventRecordRejected,
@@ -488,7 +489,7 @@ func (r *laneRunner) onDelta(ctx context.Context, rec *kgo.Record, id ckf.Produc
 	if id.Pool != r.pool {
 		// Dead-letter it; if the lane is active it is also the spec's WrongIdentity fault, which
 		// the ingestor reports when the delta reaches it.
-		r.ix.out.DeadLetter(rec, schemas.DeadLetterRejected, "delta of pool "+id.Pool.String()+" on a lane owned by "+r.pool.String(), "indexer/lane")
+		r.deadLetter(rec, schemas.DeadLetterRejected, "delta of pool "+id.Pool.String()+" on a lane owned by "+r.pool.String())
 		r.ix.metrics.rejected(r.lane)
 		r.stats.update(func(s *LaneStatus) { s.Rejected++ })
 	}
@@ -647,4 +648,14 @@ func (r *laneRunner) checkFreshness(now time.Time, force bool) {
 		r.lastProgress = now
 		r.event(schemas.LaneEvent{Kind: schemas.EventProgress, LagMicros: schemas.Some(age.Microseconds())})
 	}
+}
+
+// deadLetter copies rec to the dead-letter topic once: a recovery that replays the partition
+// reads the same bad record again, and it is not dead-lettered a second time.
+func (r *laneRunner) deadLetter(rec *kgo.Record, code schemas.DeadLetterReason, reason string) {
+	if rec.Offset <= r.deadUpTo {
+		return
+	}
+	r.deadUpTo = rec.Offset
+	r.ix.out.DeadLetter(rec, code, reason, "indexer/lane")
 }

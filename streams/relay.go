@@ -152,7 +152,9 @@ type RelayConfig struct {
 	// HeartbeatInterval: a lane without any write for this long gets a heartbeat. Default 1 s.
 	HeartbeatInterval time.Duration
 	// TransactionalID is the lane producer's transactional id. Default "ckf-relay-" +
-	// Pool.String(): two instances of one pool share it, so the broker fences the older one.
+	// Topics.Lanes + "-" + Pool.String(): two instances of one pool writing the same lane topic
+	// share it, so the broker fences the older one, while deployments on one cluster under
+	// different topic names never fence each other.
 	TransactionalID string
 	// ChunkWords is the bucket words per snapshot chunk. Default DefaultChunkWords.
 	ChunkWords int
@@ -205,7 +207,7 @@ func (c RelayConfig) withDefaults() RelayConfig {
 		c.HeartbeatInterval = time.Second
 	}
 	if c.TransactionalID == "" {
-		c.TransactionalID = "ckf-relay-" + c.Pool.String()
+		c.TransactionalID = "ckf-relay-" + c.Topics.Lanes + "-" + c.Pool.String()
 	}
 	if c.ChunkWords <= 0 {
 		c.ChunkWords = DefaultChunkWords

@@ -1,0 +1,111 @@
+//go:build linux
+
+package faults
+
+import (
+	"context"
+	mrand "math/rand/v2"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/testenv"
+)
+
+// TestBrokerRestartProcesses runs two relays and two replicas as processes on a private broker
+// while the engines keep writing, then restarts the broker twice: a controlled restart (an
+// operator's rolling restart) and a crash (SIGKILL of the JVM, then a start on the same data).
+// Every process must ride through both without exiting; afterwards the relays hold exactly the
+// model's resident blocks, both replicas serve every lane at the relays' last sequences, answer
+// alike, and answer no less than the model (no acknowledged KV event lost).
+func TestBrokerRestartProcesses(t *testing.T) {
+	testenv.Brokers(t) // the jars come with the shared broker; fail early with the usual message
+	seed := uint64(envInt(t, "FAULTS_SEED", 1))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := testenv.BrokerConfig{RunDir: filepath.Join(t.TempDir(), "kafka"), Port: freePort(t), ControllerPort: freePort(t)}
+	b, err := testenv.StartBroker(ctx, cfg)
+	if err != nil {
+		t.Fatalf("private broker: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Kill() })
+	t.Logf("private broker at %s started in %v", b.Addr(), b.Startup.Round(time.Millisecond))
+
+	s := newSystem(t, []string{b.Addr()}, 2, 2)
+	s.startAll()
+	w := s.newWriter(seed+200, 150)
+	w.run()
+	procs := append(append([]*proc{}, s.relays...), s.indexes...)
+	pids := map[string]int{}
+	for _, p := range procs {
+		pids[p.name] = p.pid()
+	}
+	checkAlive := func(when string) {
+		t.Helper()
+		for _, p := range procs {
+			if !p.alive() || p.pid() != pids[p.name] {
+				t.Fatalf("%s: %s exited (%v):\n%s", when, p.name, p.exitError(), tail(p.logPath(p.runs), 20))
+			}
+		}
+	}
+	rng := mrand.New(mrand.NewPCG(seed, 0x62726b))
+	time.Sleep(time.Second + time.Duration(rng.Int64N(int64(2*time.Second))))
+
+	start := time.Now()
+	if err := b.Restart(ctx); err != nil {
+		t.Fatalf("restart: %v\n%s", err, b.LogTail(20))
+	}
+	t.Logf("controlled restart: broker back after %v (start-up %v)", time.Since(start).Round(time.Millisecond), b.Startup.Round(time.Millisecond))
+	time.Sleep(2*time.Second + time.Duration(rng.Int64N(int64(2*time.Second))))
+	checkAlive("after the controlled restart")
+
+	start = time.Now()
+	if err := b.Kill(); err != nil {
+		t.Fatalf("kill -9 of the broker: %v", err)
+	}
+	time.Sleep(time.Duration(rng.Int64N(int64(time.Second))))
+	restart := cfg
+	restart.KeepData = true
+	nb, err := testenv.StartBroker(ctx, restart)
+	if err != nil {
+		t.Fatalf("start after the crash: %v", err)
+	}
+	b = nb
+	t.Cleanup(func() { _ = nb.Kill() })
+	t.Logf("crash: broker back after %v (start-up %v)", time.Since(start).Round(time.Millisecond), nb.Startup.Round(time.Millisecond))
+	time.Sleep(3 * time.Second)
+	checkAlive("after the crash")
+
+	w.pause()
+	seqs := s.relaySettled(w, 2*time.Minute)
+	pages := s.replicasCaughtUp(seqs, 2*time.Minute)
+	rep := s.compareAnswers(w, w.queries(mrand.New(mrand.NewPCG(seed, 0x73)), 200))
+	checkAlive("at the end")
+	var recoveries uint64
+	for _, page := range pages {
+		for _, l := range page.Lanes {
+			recoveries += l.Recoveries
+		}
+	}
+	relayRecoveries := 0.0
+	for _, r := range s.relays {
+		m, err := r.metrics()
+		if err == nil {
+			relayRecoveries += m["ckf_relay_recoveries"]
+		}
+	}
+	t.Logf("SUMMARY broker: 2 broker faults (controlled restart, kill -9), processes alive %d/%d without restart; KV events sent %d, acknowledged %d, failed %d; "+
+		"relay recoveries %v, lane recoveries %d; lanes at sequences %v; %d queries, %d probes, replica mismatches %d, answers below the model %d",
+		countAlive(procs), len(procs), w.sent.Load(), w.acked.Load(), w.failed.Load(), relayRecoveries, recoveries, seqs, rep.queries, rep.probes, rep.mismatches, rep.lost)
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,552 @@
+//go:build linux
+
+package faults
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/loadgen"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// expectedBlocks sizes every filter of the suite (relays and indexers): 8,192 blocks give 4,096
+// buckets, room for the workload's resident blocks (2 workers x 1,024 per DC) without capacity
+// omissions, and snapshots of 32 KiB that install in milliseconds.
+const expectedBlocks = 8192
+
+// system is one test's deployment: relays (one per DC, lane i = DC i) and indexer replicas as
+// processes, under a topic prefix, an indexer domain and a query group of their own.
+type system struct {
+	t       *testing.T
+	seeds   []string
+	prefix  string
+	domain  string
+	dcs     []uint64
+	topics  config.Topics
+	kv      []string // KV-events topic of each DC
+	logDir  string
+	codec   *schemas.Codec
+	relays  []*proc
+	indexes []*proc
+}
+
+// newSystem prepares (does not start) relays for dcs DCs and replicas indexer replicas.
+func newSystem(t *testing.T, seeds []string, dcs, replicas int) *system {
+	t.Helper()
+	var d [32]byte
+	if _, err := rand.Read(d[:]); err != nil {
+		t.Fatal(err)
+	}
+	s := &system{t: t, seeds: seeds, prefix: testenv.UniqueName(t, "ckff") + "-",
+		domain: hex.EncodeToString(d[:16]) + ":" + hex.EncodeToString(d[16:])}
+	s.topics = config.DefaultTopics(s.prefix)
+	s.logDir = filepath.Join(t.TempDir(), "logs")
+	if err := os.MkdirAll(s.logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	codec, err := schemas.NewCodec(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.codec = codec
+	var lanes []string
+	for i := 0; i < dcs; i++ {
+		dc := 0xdc01 + uint64(i)
+		s.dcs = append(s.dcs, dc)
+		s.kv = append(s.kv, loadgen.KVTopic(s.topics.KVEvents, dc))
+		lanes = append(lanes, fmt.Sprintf("%d=%#x", i, dc))
+	}
+	common := []string{
+		"KAFKA_BROKERS=" + strings.Join(seeds, ","),
+		"CKF_TOPIC_PREFIX=" + s.prefix,
+		"CKF_INDEXER_DOMAIN=" + s.domain,
+		"CKF_INDEXER_LANES=" + strings.Join(lanes, ","),
+		"CKF_INDEXER_EXPECTED_BLOCKS_PER_DC=" + strconv.Itoa(expectedBlocks),
+		"CKF_RELAY_EXPECTED_BLOCKS=" + strconv.Itoa(expectedBlocks),
+		"CKF_METRICS_REPORT_INTERVAL=100ms",
+		"CKF_SHUTDOWN_TIMEOUT=10s",
+		"CKF_LOG_LEVEL=info",
+	}
+	for i, dc := range s.dcs {
+		env := append(slices.Clone(common),
+			fmt.Sprintf("CKF_RELAY_DC_ID=%#x", dc), "CKF_RELAY_LANE="+strconv.Itoa(i),
+			"CKF_TOPICS_KV_EVENTS="+s.kv[i],
+			"CKF_RELAY_SNAPSHOT_EVERY_DELTAS=400", "CKF_RELAY_SNAPSHOT_INTERVAL=5s")
+		s.relays = append(s.relays, newProc(t, s.logDir, fmt.Sprintf("relay-%d", i), env, "relay"))
+	}
+	group := s.prefix + "queries"
+	for i := 0; i < replicas; i++ {
+		env := append(slices.Clone(common),
+			"CKF_INDEXER_CONSUMER_INSTANCE_ID="+strconv.Itoa(1001+i), "CKF_INDEXER_QUERY_GROUP="+group)
+		s.indexes = append(s.indexes, newProc(t, s.logDir, fmt.Sprintf("indexer-%d", i), env, "indexer"))
+	}
+	t.Logf("topic prefix %s, domain %s, logs in %s", s.prefix, s.domain, s.logDir)
+	return s
+}
+
+// ensureTopics creates the layout (as the processes would) plus each DC's KV-events topic, so
+// that no process races another to create them.
+func (s *system) ensureTopics() {
+	s.t.Helper()
+	adm := kadm.NewClient(s.client())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type spec struct {
+		name    string
+		parts   int32
+		configs map[string]*string
+	}
+	specs := []spec{
+		{s.topics.Lanes, 16, nil}, {s.topics.Queries, 4, nil}, {s.topics.QueryReplies, 4, nil},
+		{s.topics.LaneEvents, 16, nil}, {s.topics.Control, 1, nil}, {s.topics.DeadLetter, 1, nil},
+		{s.topics.KVEvents, 16, nil},
+		{s.topics.SnapshotIndex, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}},
+	}
+	for _, kv := range s.kv {
+		specs = append(specs, spec{kv, 16, nil})
+	}
+	for _, sp := range specs {
+		resp, err := adm.CreateTopic(ctx, sp.parts, -1, sp.configs, sp.name)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			s.t.Fatalf("create %s: %v", sp.name, err)
+		}
+	}
+}
+
+// client is a franz-go client on the system's cluster, closed at the end of the test.
+func (s *system) client(opts ...kgo.Opt) *kgo.Client {
+	s.t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.seeds...)}, opts...)...)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(cl.Close)
+	return cl
+}
+
+// startAll starts the relays, waits for them, then the replicas, and waits for every lane.
+func (s *system) startAll() {
+	s.t.Helper()
+	s.ensureTopics()
+	for _, r := range s.relays {
+		r.start()
+	}
+	for _, r := range s.relays {
+		r.waitReady(time.Minute)
+	}
+	for _, ix := range s.indexes {
+		ix.start()
+	}
+	for _, ix := range s.indexes {
+		ix.waitReady(time.Minute)
+	}
+}
+
+// ---- the KV event writer and the model ----
+
+// writer is a seeded synthetic-engine writer (loadgen's workload) that remembers what the broker
+// acknowledged: every acknowledged event is applied, in acknowledgement order, to a model
+// ckf.DcState of its DC. Records of one worker share a partition, so their acknowledgements come
+// in production order and the model sees every source's events in the relay's order.
+type writer struct {
+	t      testing.TB
+	s      *system
+	w      *loadgen.Workload
+	cl     *kgo.Client
+	rate   float64
+	models []*ckf.DcState
+
+	mu      sync.Mutex // guards models
+	sent    atomic.Int64
+	acked   atomic.Int64
+	failed  atomic.Int64
+	lastErr atomic.Value
+
+	paused  atomic.Bool
+	cancel  context.CancelFunc
+	stopped chan struct{}
+}
+
+func (s *system) newWriter(seed uint64, rate float64) *writer {
+	s.t.Helper()
+	w, err := loadgen.NewWorkload(loadgen.Config{Seed: seed, DCs: s.dcs, WorkersPerDC: 2, WorkerCapacity: 1024,
+		ConversationsPerDC: 24, SystemPrompts: 4, TokenQueries: 1e-9})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	wr := &writer{t: s.t, s: s, w: w, rate: rate,
+		cl: s.client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(2*time.Minute))}
+	for range s.dcs {
+		m, err := ckf.NewDcState(ckf.NewCkfConfig(expectedBlocks))
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		wr.models = append(wr.models, m)
+	}
+	return wr
+}
+
+// run produces events at the writer's rate until stop.
+func (w *writer) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel, w.stopped = cancel, make(chan struct{})
+	go func() {
+		defer close(w.stopped)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		start, sent := time.Now(), 0.0
+		for ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			due := w.rate * time.Since(start).Seconds()
+			if w.paused.Load() {
+				sent = due
+				continue
+			}
+			for ; sent+1 <= due; sent++ {
+				w.send(ctx)
+			}
+		}
+	}()
+	w.t.Cleanup(w.stop)
+}
+
+func (w *writer) send(ctx context.Context) {
+	ev := w.w.NextEvent()
+	b, err := w.s.codec.EncodeKvEvent(ev.KV)
+	if err != nil {
+		w.t.Errorf("encode: %v", err)
+		return
+	}
+	rec := &kgo.Record{Topic: w.s.kv[ev.DCIndex], Key: strconv.AppendUint(nil, ev.KV.WorkerID, 10), Value: b}
+	w.sent.Add(1)
+	kv, dc := ev.KV, ev.DCIndex
+	w.cl.Produce(context.WithoutCancel(ctx), rec, func(_ *kgo.Record, err error) {
+		if err != nil {
+			w.failed.Add(1)
+			w.lastErr.Store(err.Error())
+			return
+		}
+		w.mu.Lock()
+		w.models[dc].ApplyEvent(streams.RouterEventOf(&kv))
+		w.mu.Unlock()
+		w.acked.Add(1)
+	})
+}
+
+// pause stops producing and waits until everything produced is acknowledged (or failed).
+func (w *writer) pause() {
+	w.t.Helper()
+	w.paused.Store(true)
+	time.Sleep(30 * time.Millisecond) // let a tick in progress finish
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := w.cl.Flush(ctx); err != nil {
+		w.t.Fatalf("flushing the writer: %v", err)
+	}
+}
+
+func (w *writer) resume() { w.paused.Store(false) }
+
+func (w *writer) stop() {
+	if w.cancel == nil {
+		return
+	}
+	w.cancel()
+	<-w.stopped
+	w.cancel = nil
+}
+
+func (w *writer) resident(dc int) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.models[dc].ResidentCount()
+}
+
+// query is one prompt as local block hashes.
+type query []uint64
+
+// queries draws n prompts from the workload's live conversations and fresh ones.
+func (w *writer) queries(rng *mrand.Rand, n int) []query {
+	out := make([]query, 0, n)
+	salt := ckf.BlockSaltSeed("", "")
+	for len(out) < n {
+		q := w.w.NextQuery(rng).Request
+		switch q.Input {
+		case schemas.InputLocalBlockHashes:
+			out = append(out, q.Hashes.AppendTo(nil))
+		default:
+			toks := q.Tokens.AppendTo(nil)
+			var hs []uint64
+			for _, h := range ckf.TokenBlockHashes(toks, int(q.BlockSize), salt) {
+				hs = append(hs, uint64(h))
+			}
+			out = append(out, hs)
+		}
+	}
+	return out
+}
+
+// modelDepth is the longest prefix of q whose every block is resident (exactly, by ownership) in
+// the model of DC dc: the depth the indexer must reach at least.
+func (w *writer) modelDepth(dc int, q query) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var c ckf.CanonicalHash
+	for i, h := range q {
+		if i == 0 {
+			c = ckf.CanonicalRoot(ckf.LocalBlockHash(h))
+		} else {
+			c = ckf.CanonicalChild(c, ckf.LocalBlockHash(h))
+		}
+		if _, resident := w.models[dc].Owners(c); !resident {
+			return i
+		}
+	}
+	return len(q)
+}
+
+// ---- the indexer's HTTP API ----
+
+type laneView struct {
+	Lane              uint8             `json:"lane"`
+	State             string            `json:"state"`
+	Ready             bool              `json:"ready"`
+	Identity          string            `json:"identity"`
+	InstalledSequence uint64            `json:"installed_sequence"`
+	AppliedOffset     int64             `json:"applied_offset"`
+	HighWatermark     int64             `json:"high_watermark"`
+	Rejected          uint64            `json:"rejected"`
+	Recoveries        uint64            `json:"recoveries"`
+	Faults            map[string]uint64 `json:"faults"`
+	LastFault         string            `json:"last_fault"`
+}
+
+type lanesPage struct {
+	Ready bool       `json:"ready"`
+	Lanes []laneView `json:"lanes"`
+}
+
+func (p *proc) lanes() (lanesPage, error) {
+	var page lanesPage
+	c := &http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get("http://" + p.http + "/v1/lanes")
+	if err != nil {
+		return page, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return page, fmt.Errorf("%s /v1/lanes: %s", p.name, resp.Status)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&page)
+	return page, err
+}
+
+type match struct {
+	Lane  uint8  `json:"lane"`
+	Depth uint32 `json:"depth"`
+}
+
+type answer struct {
+	Status  string  `json:"status"`
+	Error   string  `json:"error"`
+	Matches []match `json:"matches"`
+}
+
+// ask asks replica p for q's prefix depths over HTTP.
+func (p *proc) ask(q query) (answer, error) {
+	var a answer
+	body, _ := json.Marshal(map[string]any{"local_block_hashes": []uint64(q)})
+	c := &http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Post("http://"+p.http+"/v1/prefix-matches", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return a, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &a); err != nil {
+		return a, fmt.Errorf("%s: %s: %w", p.name, b, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return a, fmt.Errorf("%s: %s: %s", p.name, resp.Status, b)
+	}
+	return a, nil
+}
+
+// ---- convergence and the oracle ----
+
+// relaySettled waits until every relay holds the model's resident block count and its last
+// sequence stops moving, and returns the last sequence of each lane.
+func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	seqs := make([]uint64, len(s.relays))
+	for i, r := range s.relays {
+		want := w.resident(i)
+		var stable int
+		var last float64 = -1
+		for {
+			m, err := r.metrics()
+			if err == nil {
+				res, seq := m["ckf_relay_resident_blocks"], m["ckf_relay_last_sequence"]
+				if uint64(res) == want && seq == last && m["ckf_relay_started"] == 1 {
+					stable++
+				} else {
+					stable = 0
+				}
+				last = seq
+				if stable >= 3 {
+					seqs[i] = uint64(seq)
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				s.t.Fatalf("%s did not settle within %v: resident blocks %v (model %d), last sequence %v, err %v",
+					r.name, timeout, m["ckf_relay_resident_blocks"], want, m["ckf_relay_last_sequence"], err)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	return seqs
+}
+
+// replicasCaughtUp waits until every replica serves every lane at the relays' last sequences
+// and returns the pages.
+func (s *system) replicasCaughtUp(seqs []uint64, timeout time.Duration) []lanesPage {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	pages := make([]lanesPage, len(s.indexes))
+	for i, ix := range s.indexes {
+		for {
+			page, err := ix.lanes()
+			ok := err == nil && len(page.Lanes) == len(seqs)
+			if ok {
+				for _, l := range page.Lanes {
+					if l.State != "serving" || l.InstalledSequence != seqs[l.Lane] {
+						ok = false
+					}
+				}
+			}
+			if ok {
+				pages[i] = page
+				break
+			}
+			if time.Now().After(deadline) {
+				s.t.Fatalf("%s did not catch up within %v with sequences %v: %+v (%v)", ix.name, timeout, seqs, page.Lanes, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return pages
+}
+
+// oracleReport counts what compareAnswers checked.
+type oracleReport struct {
+	queries, probes, nonZero int
+	deepest                  int
+	// mismatches are queries the replicas answered differently; lost are lane answers below
+	// the model's resident prefix (an acknowledged event missing).
+	mismatches, lost int
+}
+
+// compareAnswers asks every replica every query: the answers must be identical across replicas,
+// and no lane may answer less than the model's resident prefix (no acknowledged event lost).
+func (s *system) compareAnswers(w *writer, qs []query) oracleReport {
+	s.t.Helper()
+	var rep oracleReport
+	for qi, q := range qs {
+		var first answer
+		for i, ix := range s.indexes {
+			a, err := ix.ask(q)
+			if err != nil {
+				s.t.Fatalf("query %d: %v", qi, err)
+			}
+			if a.Status != "OK" || len(a.Matches) != len(s.dcs) {
+				s.t.Fatalf("query %d on %s: %+v", qi, ix.name, a)
+			}
+			if i == 0 {
+				first = a
+			} else if !slices.Equal(a.Matches, first.Matches) {
+				rep.mismatches++
+				s.t.Errorf("query %d: %s answers %v, %s answers %v", qi, ix.name, a.Matches, s.indexes[0].name, first.Matches)
+			}
+			for _, m := range a.Matches {
+				want := w.modelDepth(int(m.Lane), q)
+				rep.probes++
+				if int(m.Depth) < want {
+					rep.lost++
+					s.t.Errorf("query %d (%d blocks) on %s lane %d: depth %d < resident prefix %d: an acknowledged event is missing",
+						qi, len(q), ix.name, m.Lane, m.Depth, want)
+				}
+				if want > 0 {
+					rep.nonZero++
+				}
+				rep.deepest = max(rep.deepest, want)
+			}
+		}
+		rep.queries++
+	}
+	return rep
+}
+
+// deadLetters reads the whole dead-letter topic.
+func (s *system) deadLetters() []schemas.DeadLetter {
+	s.t.Helper()
+	cl := s.client(kgo.ConsumeTopics(s.topics.DeadLetter), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(ctx, s.topics.DeadLetter)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var want int64
+	ends.Each(func(o kadm.ListedOffset) { want += o.Offset })
+	var out []schemas.DeadLetter
+	for int64(len(out)) < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			s.t.Fatalf("read %d of %d dead letters", len(out), want)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			d, err := s.codec.DecodeDeadLetter(r.Value)
+			if err != nil {
+				s.t.Errorf("undecodable dead letter at %d: %v", r.Offset, err)
+				d = schemas.DeadLetter{Reason: "undecodable"}
+			}
+			out = append(out, d)
+		})
+	}
+	return out
+}
