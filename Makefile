@@ -11,10 +11,19 @@ BENCH_FLAGS ?= -run '^$$' -bench . -benchmem -count 5 -timeout 60m
 FUZZTIME  ?= 10s
 KAFKA_DIR := testenv/kafka
 BENCH_OUT ?= bench.txt
+BENCH_E2E_OUT ?= bench-e2e.txt
+# The end-to-end benchmarks (streams/bench_e2e_more_test.go); each one runs its own repetitions.
+BENCH_E2E ?= E2E
+PERF_DIR  ?= docs/perf
+# make soak: the load the soak holds (the measured capacity, see docs/RELIABILITY.md) and for how long.
+SOAK_DURATION ?= 10m
+SOAK_EVENT_RATE ?= 8000
+SOAK_QUERY_RATE ?= 200
+BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: ## build the processor binary into bin/
@@ -28,13 +37,44 @@ run: ## run the main job (embedded in-process broker unless KAFKA_BROKERS is set
 test: ## unit + integration tests against a real Kafka broker (started and stopped if none is running)
 	bash $(KAFKA_DIR)/with-kafka.sh $(GO) test $(TEST_FLAGS) $(PKGS)
 
+.PHONY: test-faults
+test-faults: ## the multi-process fault suite (kill -9, broker restart, hostile input); FAULTS_ITERATIONS, FAULTS_SEED, FAULTS_FLAGS=-long
+	bash $(KAFKA_DIR)/with-kafka.sh $(GO) test -count=1 -timeout 30m -v ./faults/ $(FAULTS_FLAGS)
+
+.PHONY: soak
+soak: build ## 16 lanes under load for SOAK_DURATION (10m) with queries; RSS and lane state in $(PERF_DIR)/soak.csv (not part of test)
+	@mkdir -p $(PERF_DIR)
+	bash $(KAFKA_DIR)/with-kafka.sh $(GO) run ./tools/soak -processor bin/processor -duration $(SOAK_DURATION) \
+	  -event-rate $(SOAK_EVENT_RATE) -query-rate $(SOAK_QUERY_RATE) -out $(PERF_DIR)/soak.csv -log $(PERF_DIR)/soak-demo.log
+
 .PHONY: test-unit
 test-unit: ## tests that need no broker (packages without integration tests)
 	$(GO) test $(TEST_FLAGS) ./ckf/... ./schemas/...
 
 .PHONY: bench
-bench: ## Go benchmarks with baselines in the same run; writes $(BENCH_OUT) for benchstat
-	$(GO) test $(BENCH_FLAGS) ./ckf/... ./schemas/... | tee $(BENCH_OUT)
+bench: ## Go benchmarks with baselines in the same run; writes $(BENCH_OUT) for benchstat and a ratio report
+	@mkdir -p $(PERF_DIR)
+	@{ echo "nproc: $$(nproc)"; echo "loadavg-start: $$(cut -d' ' -f1-3 /proc/loadavg)"; } > $(BENCH_OUT)
+	$(GO) test $(BENCH_FLAGS) ./ckf/... ./schemas/... | tee -a $(BENCH_OUT)
+	@echo "loadavg-end: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(BENCH_OUT)
+	$(GO) run ./tools/benchreport -o $(PERF_DIR)/bench-report.md -csv $(PERF_DIR) $(BENCH_OUT)
+
+.PHONY: benchstat
+benchstat: ## summarise $(BENCH_OUT) with golang.org/x/perf's benchstat (fetched by go run)
+	$(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) $(BENCH_OUT)
+
+.PHONY: bench-e2e
+bench-e2e: ## end-to-end benchmarks on the real broker (ingest vs raw, lag, queries, restore, relay); results in $(PERF_DIR)
+	@mkdir -p $(PERF_DIR)
+	@{ echo "nproc: $$(nproc)"; echo "loadavg-start: $$(cut -d' ' -f1-3 /proc/loadavg)"; } > $(BENCH_E2E_OUT)
+	CKF_PERF_DIR=$(abspath $(PERF_DIR)) bash $(KAFKA_DIR)/with-kafka.sh \
+	  $(GO) test -run '^$$' -bench '$(BENCH_E2E)' -benchtime 1x -count 1 -timeout 90m ./streams/ | tee -a $(BENCH_E2E_OUT)
+	@echo "loadavg-end: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(BENCH_E2E_OUT)
+	$(GO) run ./tools/benchreport -o $(PERF_DIR)/bench-e2e-report.md $(BENCH_E2E_OUT)
+
+.PHONY: plots
+plots: ## PNG plots in $(PERF_DIR) from the results of bench and bench-e2e
+	$(GO) run ./tools/plots -dir $(PERF_DIR)
 
 .PHONY: fuzz
 fuzz: ## a short run ($(FUZZTIME)) of every fuzz target
@@ -66,4 +106,4 @@ kafka-down: ## stop the broker started by kafka-up
 
 .PHONY: clean
 clean: ## remove build outputs (keeps the cached Kafka jars)
-	rm -rf bin $(BENCH_OUT)
+	rm -rf bin $(BENCH_OUT) $(BENCH_E2E_OUT)

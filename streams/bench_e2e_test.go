@@ -2,14 +2,11 @@ package streams_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
-	"github.com/ckf-stream/ckf-stream/testenv"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // End-to-end benchmarks against the real broker (make bench-e2e). They report; nothing here
@@ -54,76 +51,6 @@ func writeSyntheticDeltas(b *testing.B, e *testEnv, lane uint8, n, k int) []uint
 	flush()
 	return words
 }
-
-// BenchmarkLaneIngestVsRawConsume compares, on the same records, a bare franz-go consumer reading
-// one lane partition with the indexer ingesting it (decode, pool, table writes). The ratio
-// ingest/raw is the figure of merit (target >= 0.8 for deltas of <= 64 images).
-func BenchmarkLaneIngestVsRawConsume(b *testing.B) {
-	for _, k := range []int{16, 64, 256} {
-		b.Run(fmt.Sprintf("images=%d", k), func(b *testing.B) {
-			e := newTestEnv(b, 1<<16)
-			const lane = 3
-			const n = 50_000
-			words := writeSyntheticDeltas(b, e, lane, n, k)
-			b.ResetTimer()
-			var rawTotal, ixTotal time.Duration
-			for i := 0; i < b.N; i++ {
-				rawTotal += rawConsume(b, e, lane, n+3) // snapshot chunks + deltas
-				ixTotal += indexerIngest(b, e, lane, words)
-			}
-			b.ReportMetric(float64(n*b.N)/rawTotal.Seconds(), "raw-records/s")
-			b.ReportMetric(float64(n*b.N)/ixTotal.Seconds(), "ingest-records/s")
-			b.ReportMetric(float64(n*k*b.N)/ixTotal.Seconds(), "ingest-images/s")
-			b.ReportMetric(rawTotal.Seconds()/ixTotal.Seconds(), "ingest/raw")
-		})
-	}
-}
-
-func rawConsume(b *testing.B, e *testEnv, lane uint8, records int) time.Duration {
-	b.Helper()
-	start := time.Now()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(testenv.Brokers(b)...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.topics.Lanes: {int32(lane): kgo.NewOffset().AtStart()}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxPartitionBytes(8<<20), kgo.FetchMaxBytes(32<<20))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	got := 0
-	for got < records {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			b.Fatalf("raw consume: %d of %d records", got, records)
-		}
-		got += fs.NumRecords()
-	}
-	return time.Since(start)
-}
-
-func indexerIngest(b *testing.B, e *testEnv, lane uint8, words []uint64) time.Duration {
-	b.Helper()
-	ri := e.startIndexer(e.manifest(ckf.ConsumerInstanceID(time.Now().UnixNano()), lane), e.indexerConfig())
-	defer ri.stop()
-	// Timed from the moment the lanes' consumer starts (after the restore plan), like rawConsume
-	// is timed from its client's creation.
-	start := time.Now()
-	for {
-		g := ri.ix.GlobalIndexer()
-		if g.ReadyLanes() != 0 && laneStatus(ri, lane).AppliedOffset >= laneHWM(ri, lane)-1 {
-			if equalWords(g.LaneWords(lane), words) {
-				return time.Since(start)
-			}
-		}
-		if time.Since(start) > 5*time.Minute {
-			b.Fatal("indexer did not ingest the lane")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func laneHWM(ri *runningIndexer, lane uint8) int64 { return laneStatus(ri, lane).HighWatermark }
 
 func equalWords(a, b []uint64) bool {
 	if len(a) != len(b) {
