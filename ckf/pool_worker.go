@@ -117,8 +117,9 @@ func (p *IngestionPool) handle(w *worker, cmd *command) {
 		// Each delta of the run is one delta command: same epoch, its own outstanding entry,
 		// the full fencing below. Once one deactivates the lane the epoch moves and the rest
 		// are stale (released and dropped).
+		one := command{kind: cmdDelta, lane: cmd.lane, epoch: cmd.epoch} // one value per run, not per delta
 		for i, d := range cmd.deltas {
-			one := command{kind: cmdDelta, lane: cmd.lane, epoch: cmd.epoch, delta: d, deltaID: cmd.deltaID + uint64(i)}
+			one.delta, one.deltaID = d, cmd.deltaID+uint64(i)
 			p.handle(w, &one)
 		}
 		return
