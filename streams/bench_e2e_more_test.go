@@ -890,40 +890,6 @@ func BenchmarkE2EQueryHTTP(b *testing.B) {
 	}
 }
 
-// pfEchoFloor is the two-hop round trip of a bare franz-go echo on the broker (produce,
-// consume, produce back, consume), the floor under any request-reply over Kafka.
-func pfEchoFloor(b *testing.B) (p50, p99 time.Duration) {
-	in, out := testenv.NewTopic(b, 1), testenv.NewTopic(b, 1)
-	echo := testenv.Client(b, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{in: {0: kgo.NewOffset().At(0)}}),
-		kgo.ProducerLinger(0), kgo.DefaultProduceTopic(out))
-	cl := testenv.Client(b, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{out: {0: kgo.NewOffset().At(0)}}),
-		kgo.ProducerLinger(0), kgo.DefaultProduceTopic(in))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			echo.PollFetches(ctx).EachRecord(func(r *kgo.Record) { echo.Produce(ctx, &kgo.Record{Value: r.Value}, nil) })
-		}
-	}()
-	defer func() { cancel(); <-done }()
-	var ds []time.Duration
-	for i := range 550 {
-		t0 := time.Now()
-		cl.Produce(ctx, &kgo.Record{Value: []byte("x")}, nil)
-		for cl.PollFetches(ctx).NumRecords() == 0 {
-			if ctx.Err() != nil {
-				b.Fatalf("echo floor: %v", ctx.Err())
-			}
-		}
-		if i >= 50 {
-			ds = append(ds, time.Since(t0))
-		}
-	}
-	return pfDurQuantile(ds, 0.5), pfDurQuantile(ds, 0.99)
-}
-
 // BenchmarkE2EQueryKafka: QueryClient -> ckf-queries -> QueryService (one replica, default
 // batching) -> ckf-query-replies -> QueryClient, 128-block queries, one shared client.
 func BenchmarkE2EQueryKafka(b *testing.B) {
@@ -951,7 +917,7 @@ func BenchmarkE2EQueryKafka(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	echo50, echo99 := pfEchoFloor(b)
+	echo50, echo99 := qEchoFloor(b, 500) // the floor under any request-reply over Kafka
 	for _, callers := range pfCallers {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			var pt pfLoadPoint

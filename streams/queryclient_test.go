@@ -274,7 +274,7 @@ func TestQueryRoundTripLatency(t *testing.T) {
 	t.Logf("Kafka round trip, 128-block queries, %d callers: n=%d p50=%v p99=%v throughput=%.0f queries/s",
 		workers, len(all), p50, p99, float64(len(all))/elapsed.Seconds())
 
-	p50, p99 = qEchoFloor(t)
+	p50, p99 = qEchoFloor(t, 400)
 	t.Logf("floor: bare franz-go echo (produce, consume, produce back, consume) on the same broker: p50=%v p99=%v", p50, p99)
 
 	var sc streams.QueryScratch
@@ -290,7 +290,8 @@ func TestQueryRoundTripLatency(t *testing.T) {
 
 // qEchoFloor measures the two-hop round trip of a bare franz-go echo (one record out, echoed
 // back by a direct consumer-producer), the floor under any request-reply over the broker.
-func qEchoFloor(t *testing.T) (p50, p99 time.Duration) {
+// It measures n round trips after 50 warm-up ones.
+func qEchoFloor(t testing.TB, n int) (p50, p99 time.Duration) {
 	in, out := testenv.NewTopic(t, 1), testenv.NewTopic(t, 1)
 	echo := testenv.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{in: {0: kgo.NewOffset().At(0)}}),
 		kgo.ProducerLinger(0), kgo.DefaultProduceTopic(out))
@@ -307,7 +308,7 @@ func qEchoFloor(t *testing.T) (p50, p99 time.Duration) {
 	}()
 	defer func() { cancel(); <-done }()
 	var ds []time.Duration
-	for i := range 450 {
+	for i := range n + 50 {
 		t0 := time.Now()
 		cl.Produce(ctx, &kgo.Record{Value: []byte("x")}, nil)
 		for cl.PollFetches(ctx).NumRecords() == 0 {
