@@ -289,7 +289,7 @@ type RelayParams struct {
 // ResidentBlocks / (4 × BucketCount).
 type RelayStats struct {
 	Incarnation  uint64 // current producer incarnation
-	LastSequence uint64 // last published (or snapshot) sequence of the current incarnation
+	LastSequence uint64 // sequence of the last committed transaction (snapshot or deltas) of the current incarnation
 	Started      bool   // the start-up snapshot is committed
 	Fenced       bool   // publication is stopped: a write failed, or the broker fenced this instance
 

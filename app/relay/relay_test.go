@@ -129,9 +129,11 @@ func TestRelayModuleOnRealBroker(t *testing.T) {
 	if err := admin.ProduceSync(ctx, &kgo.Record{Topic: cfg.Topics.KVEvents, Key: []byte("4"), Value: b}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	for rl.Streams().Stats().Deltas == 0 {
+	// Deltas counts a delta when it is published into the open transaction; LastSequence moves
+	// when that transaction commits. The drain marker names the committed sequence, so wait for it.
+	for s := rl.Streams().Stats(); s.Deltas == 0 || s.LastSequence == 0; s = rl.Streams().Stats() {
 		if ctx.Err() != nil {
-			t.Fatalf("no delta: %+v", rl.Streams().Stats())
+			t.Fatalf("no committed delta: %+v", s)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
