@@ -366,7 +366,7 @@ func (p *IngestionPool) submit(ctx context.Context, lease LaneLease, run []*Delt
 	}
 	first := lc.nextDeltaID + 1
 	for i, d := range run {
-		lc.outstanding = append(lc.outstanding, outstandingDelta{id: first + uint64(i), images: len(d.Images), admitted: now})
+		lc.outstanding.push(outstandingDelta{id: first + uint64(i), images: len(d.Images), admitted: now})
 	}
 	lc.nextDeltaID += uint64(len(run))
 	lc.outstandingImages = requested

@@ -12,7 +12,7 @@ func (p *IngestionPool) Backlog(lane uint8) (deltas, images int) {
 	lc := p.lanes[lane]
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
-	return len(lc.outstanding), lc.outstandingImages
+	return lc.outstanding.Len(), lc.outstandingImages
 }
 
 // Config returns the pool's configuration, with MaxOutstandingImagesPerLane resolved to the

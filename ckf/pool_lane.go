@@ -19,13 +19,6 @@ const (
 	laneRetired
 )
 
-// outstandingDelta is one admitted, not yet applied or discarded delta.
-type outstandingDelta struct {
-	id       uint64
-	images   int
-	admitted time.Time
-}
-
 // laneControl is the per-lane admission control block (§4.3).
 //
 // Locking: mu (the admission mutex) guards every field below it and is held
@@ -61,7 +54,7 @@ type laneControl struct {
 	hasLastAssign     bool
 	nextDeltaID       uint64
 	outstandingImages int
-	outstanding       []outstandingDelta // FIFO, oldest first
+	outstanding       outstandingFIFO // admitted, not yet applied; oldest first
 }
 
 // retireAdmissionLocked is retire-admission (§4.3); mu must be held. It
@@ -108,27 +101,15 @@ func (p *IngestionPool) retireIfEpochLocked(lc *laneControl, epoch uint64) {
 // its images. Entries are released in FIFO order except for a saturated
 // submit, which removes its own (newest) entry.
 func (lc *laneControl) releaseDeltaLocked(id uint64) {
-	for i := range lc.outstanding {
-		if lc.outstanding[i].id == id {
-			lc.outstandingImages -= lc.outstanding[i].images
-			if i == 0 {
-				lc.outstanding[0] = outstandingDelta{}
-				lc.outstanding = lc.outstanding[1:]
-			} else {
-				lc.outstanding = append(lc.outstanding[:i], lc.outstanding[i+1:]...)
-			}
-			if len(lc.outstanding) == 0 {
-				lc.outstanding = lc.outstanding[:0:0]
-			}
-			return
-		}
+	if images, ok := lc.outstanding.remove(id); ok {
+		lc.outstandingImages -= images
 	}
 }
 
 // lagExceededLocked reports whether the oldest outstanding delta was
 // admitted at least maxAge before now.
 func (lc *laneControl) lagExceededLocked(now time.Time, maxAge time.Duration) bool {
-	return len(lc.outstanding) > 0 && now.Sub(lc.outstanding[0].admitted) >= maxAge
+	return lc.outstanding.Len() > 0 && now.Sub(lc.outstanding.oldest().admitted) >= maxAge
 }
 
 // stickyWorker is the sticky lane → worker function of §4.2 (a SplitMix64

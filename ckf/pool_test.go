@@ -462,7 +462,7 @@ func TestPoolSaturationRetiresAndDiscardsTail(t *testing.T) {
 	}
 	lc := pf.p.lanes[0]
 	lc.mu.Lock()
-	n := len(lc.outstanding)
+	n := lc.outstanding.Len()
 	lc.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("%d outstanding entries leaked", n)

@@ -70,10 +70,10 @@ func appendLaneRecordBody(dst []byte, r *LaneRecord) []byte {
 	return dst
 }
 
-func (r *reader) digest(path string) DigestIdentity {
+func (r *reader) digest(enum string) DigestIdentity {
 	var d DigestIdentity
 	copy(d.Digest[:], r.fixed(len(d.Digest)))
-	d.Source = IdentitySource(r.index(len(identitySourceSymbols), path+" enum"))
+	d.Source = IdentitySource(r.index(len(identitySourceSymbols), enum))
 	return d
 }
 
@@ -94,8 +94,8 @@ func decodeLaneRecordBody(body []byte) (LaneRecord, error) {
 	var rec LaneRecord
 	id := &rec.Identity
 	id.Pool.IdentityVersion = uint32(narrow(int64(r.int()), 0, maxInt32, "identity.pool.identity_version", &nf))
-	id.Pool.Domain.CacheSemantics = r.digest("cache_semantics")
-	id.Pool.Domain.RoutingScope = r.digest("routing_scope")
+	id.Pool.Domain.CacheSemantics = r.digest("cache_semantics enum")
+	id.Pool.Domain.RoutingScope = r.digest("routing_scope enum")
 	id.Pool.DcID = r.u64()
 	id.Incarnation = r.u64()
 	id.LayoutGeneration = r.u64()

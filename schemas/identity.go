@@ -93,21 +93,25 @@ type ProducerIdentity struct {
 	Format           CkfFormat
 }
 
-func (p PoolID) validate(path string) error {
+func (p PoolID) validate(path string) error { return p.validateAt(path, "") }
+
+// validateAt is validate for the field path+suffix; the path is joined only for an error, so
+// validating a valid record (every lane record does) builds no string.
+func (p PoolID) validateAt(path, suffix string) error {
 	if p.IdentityVersion > maxInt32 {
-		return invalid(path+".identity_version", "%d does not fit an Avro int", p.IdentityVersion)
+		return invalid(path+suffix+".identity_version", "%d does not fit an Avro int", p.IdentityVersion)
 	}
 	if p.Domain.CacheSemantics.Source > SourceExplicit {
-		return invalid(path+".indexer_domain.cache_semantics.source", "unknown source %d", p.Domain.CacheSemantics.Source)
+		return invalid(path+suffix+".indexer_domain.cache_semantics.source", "unknown source %d", p.Domain.CacheSemantics.Source)
 	}
 	if p.Domain.RoutingScope.Source > SourceExplicit {
-		return invalid(path+".indexer_domain.routing_scope.source", "unknown source %d", p.Domain.RoutingScope.Source)
+		return invalid(path+suffix+".indexer_domain.routing_scope.source", "unknown source %d", p.Domain.RoutingScope.Source)
 	}
 	return nil
 }
 
 func (id *ProducerIdentity) validate(path string) error {
-	if err := id.Pool.validate(path + ".pool"); err != nil {
+	if err := id.Pool.validateAt(path, ".pool"); err != nil {
 		return err
 	}
 	if id.LayoutGeneration == 0 {

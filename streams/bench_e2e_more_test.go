@@ -7,7 +7,8 @@ package streams_test
 //
 // With CKF_PERF_DIR set, each writes its raw figures (JSON, CSV) there for tools/plots.
 // CKF_E2E_REPS (default 5) sets the alternating raw/ingest repetitions, CKF_E2E_SECONDS
-// (default 4) the length of each timed load phase.
+// (default 4) the length of each timed load phase, CKF_E2E_INDEXER_GOGC (default 400, the
+// indexer's indexer.gc_percent) the GC target of the ingest phases.
 //
 //   - E2EIngestVsRaw: bare franz-go consume of a lane partition vs the indexer's lane ingest of
 //     the same records, alternating, median of the repetitions (T9, DESIGN §6).
@@ -35,6 +36,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,6 +64,10 @@ func pfEnvInt(name string, def int) int {
 }
 
 func pfReps() int { return pfEnvInt("CKF_E2E_REPS", 5) }
+
+// pfIndexerGCPercent is the GC target the ingest phase runs with: CKF_E2E_INDEXER_GOGC, default
+// 400, the indexer's default indexer.gc_percent (app/config.DefaultIndexerGCPercent).
+func pfIndexerGCPercent() int { return pfEnvInt("CKF_E2E_INDEXER_GOGC", 400) }
 
 // pfScaled divides a record count by CKF_E2E_DIVIDE (default 1; a quick smoke run uses 10).
 func pfScaled(n int) int           { return max(1000, n/pfEnvInt("CKF_E2E_DIVIDE", 1)) }
@@ -254,6 +260,9 @@ func pfEndOffsets(b *testing.B, topic string, ps []int32) int64 {
 // lane holds words (timed like indexerIngest: from the consumer's start, after the plan).
 func pfIngestOnce(b *testing.B, e *testEnv, lane uint8, words []uint64, hwm int64) time.Duration {
 	b.Helper()
+	// The indexer process runs with its configured GC target (indexer.gc_percent, default 400);
+	// the bare consumer before it keeps the runtime default, as a plain consumer process would.
+	defer debug.SetGCPercent(debug.SetGCPercent(pfIndexerGCPercent()))
 	ri := pfStartIndexer(b, e, e.manifest(ckf.ConsumerInstanceID(time.Now().UnixNano()), lane))
 	defer ri.stop()
 	start := time.Now()
@@ -289,6 +298,7 @@ type pfIngestResult struct {
 	IngestSelfCPUus, IngestBrokerCPUus []float64
 	MedianPairRatio                    float64 `json:"median_pair_ratio"`
 	LoadAvg                            [3]float64
+	IndexerGCPercent                   int `json:"indexer_gc_percent"` // GC target of the ingest phase
 }
 
 // BenchmarkE2EIngestVsRaw alternates a bare franz-go consumer and a fresh indexer over the same
@@ -304,7 +314,7 @@ func BenchmarkE2EIngestVsRaw(b *testing.B) {
 			words := writeSyntheticDeltas(b, e, lane, c.records, c.images)
 			hwm := pfEndOffsets(b, e.topics.Lanes, []int32{lane})
 			reps := pfReps()
-			res := pfIngestResult{Images: c.images, Records: c.records, Reps: reps}
+			res := pfIngestResult{Images: c.images, Records: c.records, Reps: reps, IndexerGCPercent: pfIndexerGCPercent()}
 			var pair []float64
 			b.ResetTimer()
 			for range b.N {

@@ -59,6 +59,7 @@ type laneRunner struct {
 
 	deadUpTo      int64        // highest offset dead-lettered (a replay does not repeat it)
 	pending       []*ckf.Delta // decoded deltas not yet submitted (see flushDeltas)
+	slab          deltaSlab    // where pending deltas and their images live
 	pendingImages int
 }
 
@@ -67,9 +68,9 @@ func newLaneRunner(ix *Indexer, lane uint8, pool ckf.PoolID) *laneRunner {
 		ix: ix, lane: lane, bit: 1 << lane, pool: pool,
 		log:        ix.log.With(zap.Uint8("lane", lane), zap.String("pool", pool.String())),
 		needAssign: true, applied: -1, deadUpTo: -1, snapStart: -1, recoverUntil: -1, waitAfter: -1,
-		faults:  make(chan ckf.PoolFault, 8),
-		pending: make([]*ckf.Delta, 0, maxDeltaRun),
+		faults: make(chan ckf.PoolFault, 8),
 	}
+	r.pending = r.slab.run()
 	r.stats.s = LaneStatus{Lane: lane, Pool: pool.String(), AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: -1,
 		Faults: map[string]uint64{}}
 	return r
@@ -500,12 +501,14 @@ func (r *laneRunner) onDelta(ctx context.Context, rec *kgo.Record, id ckf.Produc
 		return // AwaitingSnapshot: deltas before the lane's snapshot are ignored
 	}
 	n := d.Images.Len()
-	images := make([]ckf.BucketImage, n)
+	images := r.slab.images(n)
 	for i := range images {
 		im := d.Images.At(i)
 		images[i] = ckf.BucketImage{Bucket: im.Bucket, Value: im.Value}
 	}
-	r.pending = append(r.pending, &ckf.Delta{Identity: id, Lease: r.lease, BaseSequence: d.BaseSequence, Sequence: d.Sequence, Images: images})
+	delta := r.slab.delta()
+	*delta = ckf.Delta{Identity: id, Lease: r.lease, BaseSequence: d.BaseSequence, Sequence: d.Sequence, Images: images}
+	r.pending = append(r.pending, delta)
 	r.pendingImages += n
 	if len(r.pending) >= maxDeltaRun {
 		r.flushDeltas(ctx)
@@ -524,7 +527,7 @@ func (r *laneRunner) flushDeltas(ctx context.Context) {
 		return
 	}
 	run, images := r.pending, r.pendingImages
-	r.pending, r.pendingImages = make([]*ckf.Delta, 0, maxDeltaRun), 0
+	r.pending, r.pendingImages = r.slab.run(), 0
 	if !r.active {
 		return // deactivated while the run was being decoded
 	}

@@ -48,6 +48,9 @@ const (
 	DefaultVerificationWindow = 2
 	// MaxVerificationWindow is the largest verification window the search accepts.
 	MaxVerificationWindow = 8
+	// DefaultIndexerGCPercent is the GOGC the indexer sets (indexer.gc_percent): measured on the
+	// lane ingest benchmark, 400 cut the CPU per 16-image delta record by about a sixth.
+	DefaultIndexerGCPercent = 400
 	// DefaultShutdownTimeout bounds a graceful stop: stop intake, drain lanes, flush producers,
 	// commit offsets, close clients.
 	DefaultShutdownTimeout = 30 * time.Second
@@ -239,6 +242,12 @@ type Indexer struct {
 	// QueryBatchSize is the largest number of query requests answered as one batch, in
 	// [1,65536]. Default 256.
 	QueryBatchSize int `yaml:"query_batch_size"`
+	// GCPercent is the Go garbage collector's target (GOGC) the indexer sets when it starts, in
+	// [0,10000]; 0 keeps the runtime's own setting. A GOGC environment variable, when set, wins.
+	// The table lives off the Go heap, so the heap is mostly records in flight and a higher
+	// target trades little memory for less collection work per lane record. To cap the heap,
+	// set GOMEMLIMIT as well. Default 400.
+	GCPercent int `yaml:"gc_percent"`
 }
 
 // Freshness is the policy that takes a lane out of answers while it lags its partition: a
@@ -304,6 +313,7 @@ func defaultConfig() Config {
 			Freshness:           Freshness{MaxRecordLag: 10_000, MaxTimeLag: 10 * time.Second},
 			QueryGroup:          "ckf-indexer-queries",
 			QueryBatchSize:      256,
+			GCPercent:           DefaultIndexerGCPercent,
 		},
 		Relay: Relay{
 			ExpectedBlocks:      DefaultExpectedBlocks,

@@ -210,6 +210,9 @@ func (ix Indexer) validate(p *problems) {
 	if ix.QueryBatchSize < 1 || ix.QueryBatchSize > 65536 {
 		p.add("indexer.query_batch_size", "%d is not in [1,65536]", ix.QueryBatchSize)
 	}
+	if ix.GCPercent < 0 || ix.GCPercent > 10000 {
+		p.add("indexer.gc_percent", "%d is not in [0,10000]", ix.GCPercent)
+	}
 }
 
 func (r Relay) validate(p *problems) {

@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -60,6 +62,7 @@ type Indexer struct {
 	ans        *streams.Answerer
 	api        *API
 	gauges     struct{ configured, eligible, degraded tally.Gauge }
+	gcPercent  int // config.Indexer.GCPercent, applied at Start
 
 	mu        sync.Mutex
 	cancel    context.CancelFunc
@@ -172,7 +175,8 @@ func New(p Params) (*Indexer, error) {
 	if err != nil {
 		return nil, err
 	}
-	ix := &Indexer{log: log, shutdowner: p.Shutdowner, g: g, lanes: lanes, queries: queries, ans: ans, api: api}
+	ix := &Indexer{log: log, shutdowner: p.Shutdowner, g: g, lanes: lanes, queries: queries, ans: ans, api: api,
+		gcPercent: p.Config.GCPercent}
 	s := scope.SubScope("indexer")
 	ix.gauges.configured = s.Gauge("configured_lanes")
 	ix.gauges.eligible = s.Gauge("eligible_lanes")
@@ -209,6 +213,7 @@ func (ix *Indexer) Start(context.Context) error {
 	if ix.cancel != nil {
 		return errors.New("indexer: already started")
 	}
+	ix.applyGCPercent(os.LookupEnv)
 	ctx, cancel := context.WithCancel(context.Background())
 	ix.cancel = cancel
 	ix.lanesDone, ix.queryDone, ix.watchDone = make(chan error, 1), make(chan error, 1), make(chan struct{})
@@ -224,6 +229,21 @@ func (ix *Indexer) Start(context.Context) error {
 	}()
 	go ix.watch(ctx)
 	return nil
+}
+
+// applyGCPercent sets the collector's target from the configuration, unless the operator set
+// GOGC in the environment (the runtime already applied it) or the configuration says 0. It is a
+// process-wide setting: in the demo, the relays sharing the process get it too.
+func (ix *Indexer) applyGCPercent(lookupEnv func(string) (string, bool)) {
+	if v, ok := lookupEnv("GOGC"); ok {
+		ix.log.Info("GOGC set in the environment; indexer.gc_percent not applied", zap.String("GOGC", v))
+		return
+	}
+	if ix.gcPercent == 0 {
+		return
+	}
+	was := debug.SetGCPercent(ix.gcPercent)
+	ix.log.Info("garbage collector target set", zap.Int("gc_percent", ix.gcPercent), zap.Int("was", was))
 }
 
 // fail reports a component that stopped on its own.
