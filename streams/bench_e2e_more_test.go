@@ -405,6 +405,9 @@ type pfMarker struct {
 // tops out below the indexer's ingest rate on this machine.
 func BenchmarkE2EDeltaVisibleLatency(b *testing.B) {
 	const images = 16
+	// The indexer runs with its configured GC target, as in E2EIngestVsRaw. The producer shares
+	// the process and so the setting; its own allocation is small (pre-encoded records).
+	defer debug.SetGCPercent(debug.SetGCPercent(pfIndexerGCPercent()))
 	// Capacity: first a burst (every delta produced at once, large batches), then a paced run
 	// offered at the burst rate; what that paced run achieves is the sustained capacity with a
 	// steady producer (smaller batches cost the broker and the consumer more per record than a
