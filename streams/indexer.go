@@ -99,14 +99,16 @@ func (c IndexerConfig) checkInterval() time.Duration {
 }
 
 // IndexerParams are what NewIndexer needs. ClientOpts carry the connection (seed brokers, TLS,
-// SASL, hooks); the indexer creates its own clients from them.
+// SASL); the indexer creates its own clients from them. ClientOptsFor, when set, is used instead,
+// once per client, with the roles "indexer-outputs", "lanes" and "snapshot-index".
 type IndexerParams struct {
-	Config     IndexerConfig
-	Indexer    *ckf.GlobalIndexer
-	Codec      *schemas.Codec
-	ClientOpts []kgo.Opt
-	Metrics    tally.Scope
-	Log        *zap.Logger
+	Config        IndexerConfig
+	Indexer       *ckf.GlobalIndexer
+	Codec         *schemas.Codec
+	ClientOpts    []kgo.Opt
+	ClientOptsFor ClientOptsFunc
+	Metrics       tally.Scope
+	Log           *zap.Logger
 }
 
 // Indexer runs the global indexer on Kafka: every configured lane's partition is read by direct
@@ -116,7 +118,7 @@ type Indexer struct {
 	cfg     IndexerConfig
 	g       *ckf.GlobalIndexer
 	codec   *schemas.Codec
-	opts    []kgo.Opt
+	opts    clientOpts
 	log     *zap.Logger
 	metrics *indexerMetrics
 
@@ -144,7 +146,7 @@ func NewIndexer(p IndexerParams) (*Indexer, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	ix := &Indexer{cfg: cfg, g: p.Indexer, codec: p.Codec, opts: p.ClientOpts, log: log.Named("indexer"),
+	ix := &Indexer{cfg: cfg, g: p.Indexer, codec: p.Codec, opts: clientOpts{shared: p.ClientOpts, perRole: p.ClientOptsFor}, log: log.Named("indexer"),
 		metrics: newIndexerMetrics(p.Metrics), started: make(chan struct{})}
 	return ix, nil
 }
@@ -190,7 +192,7 @@ func (ix *Indexer) Run(ctx context.Context) error {
 			lanes = append(lanes, int32(l))
 		}
 	}
-	outCl, err := kgo.NewClient(append(append([]kgo.Opt{}, ix.opts...), kgo.ProducerLinger(5*time.Millisecond))...)
+	outCl, err := kgo.NewClient(ix.opts.forRole("indexer-outputs", kgo.ProducerLinger(5*time.Millisecond))...)
 	if err != nil {
 		return fmt.Errorf("streams: indexer output client: %w", err)
 	}
@@ -210,7 +212,7 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	for _, l := range lanes {
 		start[l] = plan[l].start
 	}
-	laneCl, err := kgo.NewClient(append(append([]kgo.Opt{}, ix.opts...), LaneConsumerOpts(ix.cfg.Topics.Lanes, start)...)...)
+	laneCl, err := kgo.NewClient(ix.opts.forRole("lanes", LaneConsumerOpts(ix.cfg.Topics.Lanes, start)...)...)
 	if err != nil {
 		return fmt.Errorf("streams: indexer lane client: %w", err)
 	}

@@ -57,12 +57,14 @@ func (c QueryClientConfig) withDefaults(codec *schemas.Codec) QueryClientConfig 
 }
 
 // QueryClientParams are what NewQueryClient needs. ClientOpts carry the connection (seed
-// brokers, TLS, SASL, client id); Log may be nil.
+// brokers, TLS, SASL, client id); ClientOptsFor, when set, is used instead, once per client, with
+// the roles "query-requests" and "query-replies". Log may be nil.
 type QueryClientParams struct {
-	Config     QueryClientConfig
-	Codec      *schemas.Codec
-	ClientOpts []kgo.Opt
-	Log        *zap.Logger
+	Config        QueryClientConfig
+	Codec         *schemas.Codec
+	ClientOpts    []kgo.Opt
+	ClientOptsFor ClientOptsFunc
+	Log           *zap.Logger
 }
 
 // Errors of the query client, for errors.Is.
@@ -192,7 +194,8 @@ func NewQueryClient(ctx context.Context, p QueryClientParams) (*QueryClient, err
 	c := &QueryClient{cfg: cfg, codec: p.Codec, log: log.Named("query_client"),
 		prefix: hex.EncodeToString(idBytes[:]) + "-", waiting: map[string]*queryCall{}, done: make(chan struct{})}
 
-	prod, err := kgo.NewClient(append(append([]kgo.Opt{}, p.ClientOpts...),
+	opts := clientOpts{shared: p.ClientOpts, perRole: p.ClientOptsFor}
+	prod, err := kgo.NewClient(opts.forRole("query-requests",
 		kgo.DefaultProduceTopic(cfg.RequestTopic), kgo.ProducerLinger(cfg.RequestLinger))...)
 	if err != nil {
 		return nil, fmt.Errorf("streams: query client producer: %w", err)
@@ -204,7 +207,7 @@ func NewQueryClient(ctx context.Context, p QueryClientParams) (*QueryClient, err
 		prod.Close()
 		return nil, err
 	}
-	cons, err := kgo.NewClient(append(append([]kgo.Opt{}, p.ClientOpts...),
+	cons, err := kgo.NewClient(opts.forRole("query-replies",
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.ReplyTopic: {partition: kgo.NewOffset().At(start)}}),
 		// If retention ever removes our position, skip ahead: old replies are nobody's.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),

@@ -275,14 +275,17 @@ func (c RelayConfig) checkLaneOwners() error {
 }
 
 // RelayParams are what NewRelay needs. ClientOpts carry the connection (seed brokers, TLS,
-// SASL, hooks, logger); the relay creates its own clients from them and adds what each needs
-// (transactional id, manual partitioning, isolation level).
+// SASL, logger); the relay creates its own clients from them and adds what each needs
+// (transactional id, manual partitioning, isolation level). ClientOptsFor, when set, is used
+// instead, once per client, with the roles "relay-input", "relay-outputs", "relay-lanes" (a new
+// client at every incarnation, after the previous one closed) and "relay-snapshot-index".
 type RelayParams struct {
-	Config     RelayConfig
-	Codec      *schemas.Codec
-	ClientOpts []kgo.Opt
-	Metrics    tally.Scope // optional
-	Log        *zap.Logger // optional
+	Config        RelayConfig
+	Codec         *schemas.Codec
+	ClientOpts    []kgo.Opt
+	ClientOptsFor ClientOptsFunc // optional
+	Metrics       tally.Scope    // optional
+	Log           *zap.Logger    // optional
 }
 
 // RelayStats are the relay's counters, safe to read from any goroutine. Occupancy is
@@ -328,7 +331,7 @@ type relayCounters struct {
 type Relay struct {
 	cfg     RelayConfig
 	codec   *schemas.Codec
-	opts    []kgo.Opt
+	opts    clientOpts
 	log     *zap.Logger
 	metrics *relayMetrics
 	format  ckf.FormatIdentity
@@ -369,7 +372,7 @@ func NewRelay(p RelayParams) (*Relay, error) {
 		log = zap.NewNop()
 	}
 	r := &Relay{
-		cfg: cfg, codec: p.Codec, opts: append([]kgo.Opt(nil), p.ClientOpts...),
+		cfg: cfg, codec: p.Codec, opts: clientOpts{shared: append([]kgo.Opt(nil), p.ClientOpts...), perRole: p.ClientOptsFor},
 		log:     log.With(zap.Uint8("lane", cfg.Lane), zap.String("pool", cfg.Pool.String())),
 		metrics: newRelayMetrics(p.Metrics), format: format,
 		started: make(chan struct{}), done: make(chan struct{}), inspect: make(chan inspectReq),

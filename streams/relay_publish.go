@@ -166,8 +166,8 @@ func (rl *relayLoop) newIncarnation() error {
 		rl.laneCl.Close()
 		rl.laneCl = nil
 	}
-	cl, err := kgo.NewClient(append(append(append([]kgo.Opt{}, r.opts...), LaneWriterClientOpts()...),
-		kgo.TransactionalID(cfg.TransactionalID))...)
+	cl, err := kgo.NewClient(r.opts.forRole("relay-lanes", append(LaneWriterClientOpts(),
+		kgo.TransactionalID(cfg.TransactionalID))...)...)
 	if err != nil {
 		return fmt.Errorf("streams: relay lane client: %w", err)
 	}

@@ -101,7 +101,7 @@ func (rl *relayLoop) open(ctx context.Context) error {
 	state.SetPublicationMaterializationEnabled(false)
 	rl.state = state
 
-	if rl.outCl, err = kgo.NewClient(append(append([]kgo.Opt{}, r.opts...), kgo.ProducerLinger(5*time.Millisecond))...); err != nil {
+	if rl.outCl, err = kgo.NewClient(r.opts.forRole("relay-outputs", kgo.ProducerLinger(5*time.Millisecond))...); err != nil {
 		return fmt.Errorf("streams: relay output client: %w", err)
 	}
 	if cfg.Topics.DeadLetter != "" {
@@ -117,7 +117,7 @@ func (rl *relayLoop) open(ctx context.Context) error {
 		return fmt.Errorf("streams: relay: lane topic %s has no partition %d", cfg.Topics.Lanes, cfg.Lane)
 	}
 	if cfg.Topics.SnapshotIndex != "" {
-		e, ok, err := readLaneIndexEntry(ctx, r.opts, r.codec, cfg.Topics.SnapshotIndex, cfg.Lane, r.log)
+		e, ok, err := readLaneIndexEntry(ctx, r.opts.forRole("relay-snapshot-index"), r.codec, cfg.Topics.SnapshotIndex, cfg.Lane, r.log)
 		if err != nil {
 			return err
 		}
@@ -162,7 +162,7 @@ func (rl *relayLoop) open(ctx context.Context) error {
 			assign[cfg.Topics.Control][p] = kgo.NewOffset().AtEnd()
 		}
 	}
-	rl.inCl, err = kgo.NewClient(append(append([]kgo.Opt{}, r.opts...),
+	rl.inCl, err = kgo.NewClient(r.opts.forRole("relay-input",
 		kgo.ConsumePartitions(assign), kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
 	if err != nil {
 		return fmt.Errorf("streams: relay input client: %w", err)

@@ -106,7 +106,7 @@ func (ix *Indexer) readSnapshotIndex(ctx context.Context, adm *kadm.Client) (map
 	for p := range want {
 		assign[p] = kgo.NewOffset().AtStart()
 	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, ix.opts...),
+	cl, err := kgo.NewClient(ix.opts.forRole("snapshot-index",
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: assign}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
 	if err != nil {

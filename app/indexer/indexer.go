@@ -34,6 +34,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
@@ -130,13 +131,6 @@ func New(p Params) (*Indexer, error) {
 	if err != nil {
 		return nil, err
 	}
-	// streams.Indexer builds two clients from one option list; kprom hooks cannot be shared
-	// by two clients (each registers its collectors), so its clients get the connection's
-	// options without metrics hooks. The query service's single client gets the full set.
-	laneOpts, err := kafka.ClientOpts(p.Kafka, p.Connection.Cluster.Brokers)
-	if err != nil {
-		return nil, fmt.Errorf("indexer: lane client options: %w", err)
-	}
 	lanes, err := streams.NewIndexer(streams.IndexerParams{
 		Config: streams.IndexerConfig{
 			Topics: streams.IndexerTopics{
@@ -147,11 +141,12 @@ func New(p Params) (*Indexer, error) {
 			},
 			Freshness: Freshness(p.Config.Freshness),
 		},
-		Indexer:    g,
-		Codec:      codec,
-		ClientOpts: laneOpts,
-		Metrics:    scope,
-		Log:        log,
+		Indexer: g,
+		Codec:   codec,
+		// One option set per client: each gets its own kprom collectors (client=<role>).
+		ClientOptsFor: func(role string) []kgo.Opt { return p.Connection.Opts(role) },
+		Metrics:       scope,
+		Log:           log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("indexer: lanes: %w", err)

@@ -226,6 +226,13 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	if v := metric(after, "ckf_indexer_eligible_lanes"); v != 2 {
 		t.Errorf("eligible lanes gauge %v", v)
 	}
+	// Each Kafka client of the lanes has its own franz-go series, labelled by its role.
+	if v := metric(after, "ckf_kafka_fetch_records_total", `client="lanes"`); v < 20 {
+		t.Errorf(`ckf_kafka_fetch_records_total{client="lanes"} = %v, want >= 20 (the deltas just applied)`, v)
+	}
+	if v := metric(after, "ckf_kafka_connects_total", `client="indexer-outputs"`); v < 1 {
+		t.Errorf(`ckf_kafka_connects_total{client="indexer-outputs"} = %v, want >= 1`, v)
+	}
 
 	// Both query paths give the table's answer.
 	q := append(slices.Clone(shared), 21, 22, 99)

@@ -125,13 +125,9 @@ func (l *Loadgen) Start(ctx context.Context) error {
 		if l.opts.HTTP != "" {
 			query = HTTPQuery(&http.Client{Timeout: 10 * time.Second}, l.opts.HTTP)
 		} else {
-			// The query client builds two clients (producer, reply reader), and kprom hooks
-			// cannot be shared between clients: it gets the options without metrics hooks.
-			opts, err := kafka.ClientOpts(l.kafkaCfg, l.conn.Cluster.Brokers)
-			if err != nil {
-				return err
-			}
-			l.qc, err = streams.NewQueryClient(ctx, streams.QueryClientParams{Codec: codec, ClientOpts: opts, Log: l.log})
+			// Each of the query client's two clients gets its own options (and kprom collectors).
+			perRole := func(role string) []kgo.Opt { return l.conn.Opts("loadgen-" + role) }
+			l.qc, err = streams.NewQueryClient(ctx, streams.QueryClientParams{Codec: codec, ClientOptsFor: perRole, Log: l.log})
 			if err != nil {
 				return fmt.Errorf("loadgen: query client: %w", err)
 			}

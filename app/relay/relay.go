@@ -31,6 +31,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
@@ -139,14 +140,10 @@ func New(p Params) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	// The relay builds several clients (input, output, lane producer, and a new lane producer
-	// at every recovery) from one option list; kprom hooks cannot be shared between clients,
-	// so the list carries the connection without metrics hooks.
-	opts, err := kafka.ClientOpts(p.Kafka, p.Connection.Cluster.Brokers)
-	if err != nil {
-		return nil, fmt.Errorf("relay: client options: %w", err)
-	}
-	r, err := streams.NewRelay(streams.RelayParams{Config: cfg, Codec: codec, ClientOpts: opts, Metrics: p.Scope, Log: log})
+	// One option set per client (input, outputs, the lane producer of each incarnation, the
+	// snapshot index reader): each gets its own kprom collectors, labelled client=<role>.
+	r, err := streams.NewRelay(streams.RelayParams{Config: cfg, Codec: codec,
+		ClientOptsFor: func(role string) []kgo.Opt { return p.Connection.Opts(role) }, Metrics: p.Scope, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}

@@ -139,11 +139,20 @@ func TestRelayModuleOnRealBroker(t *testing.T) {
 	}
 	for {
 		_, body := get(t, url+"/metrics")
-		if strings.Contains(body, "ckf_relay_deltas_published") && strings.Contains(body, "ckf_relay_snapshot_duration_seconds_bucket") {
+		// The relay's own series, and franz-go's for each of its clients (labelled by role).
+		wants := []string{"ckf_relay_deltas_published", "ckf_relay_snapshot_duration_seconds_bucket",
+			`ckf_kafka_produce_records_total{client="relay-lanes"`, `ckf_kafka_fetch_records_total{client="relay-input"`}
+		missing := ""
+		for _, w := range wants {
+			if !strings.Contains(body, w) {
+				missing = w
+			}
+		}
+		if missing == "" {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatal("relay metrics not on /metrics")
+			t.Fatalf("%s not on /metrics", missing)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

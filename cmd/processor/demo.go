@@ -25,6 +25,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
@@ -167,12 +168,6 @@ func (d *demo) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally.S
 			owners[l] = &p
 		}
 	}
-	// A relay builds several clients from one option list, and kprom hooks cannot be shared
-	// between clients: the relays' clients get the connection's options without metrics hooks.
-	opts, err := kafka.ClientOpts(d.cfg.Kafka, conn.Cluster.Brokers)
-	if err != nil {
-		return err
-	}
 	rc := d.cfg.Relay
 	for l := uint8(0); l < ckf.LaneCount; l++ {
 		pool, ok := m.PoolOf(l)
@@ -190,10 +185,11 @@ func (d *demo) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally.S
 				SnapshotInterval:    rc.SnapshotInterval,
 				HeartbeatInterval:   rc.HeartbeatInterval,
 			},
-			Codec:      codec,
-			ClientOpts: opts,
-			Metrics:    scope.Tagged(map[string]string{"dc": pool.Dc.String()}),
-			Log:        log.With(zap.Uint8("lane", l)),
+			Codec: codec,
+			// One option set per client, each with its own kprom collectors: client=lane<N>-<role>.
+			ClientOptsFor: func(role string) []kgo.Opt { return conn.Opts(fmt.Sprintf("lane%d-%s", l, role)) },
+			Metrics:       scope.Tagged(map[string]string{"dc": pool.Dc.String()}),
+			Log:           log.With(zap.Uint8("lane", l)),
 		})
 		if err != nil {
 			return fmt.Errorf("demo: relay of lane %d: %w", l, err)
@@ -342,12 +338,9 @@ func (d *demo) drive(ctx context.Context) error {
 		return err
 	}
 	defer prod.Close()
-	// The query client builds two clients (producer, reply reader): no shared kprom hooks.
-	qcOpts, err := kafka.ClientOpts(d.cfg.Kafka, d.conn.Cluster.Brokers)
-	if err != nil {
-		return err
-	}
-	qc, err := streams.NewQueryClient(ctx, streams.QueryClientParams{Codec: d.codec, ClientOpts: qcOpts, Log: d.log})
+	// The query client's two clients (requests, replies) each get their own options.
+	qcOpts := func(role string) []kgo.Opt { return d.conn.Opts("demo-" + role) }
+	qc, err := streams.NewQueryClient(ctx, streams.QueryClientParams{Codec: d.codec, ClientOptsFor: qcOpts, Log: d.log})
 	if err != nil {
 		return err
 	}
