@@ -2,6 +2,7 @@ package ckf
 
 import (
 	"errors"
+	"runtime"
 	"testing"
 )
 
@@ -93,5 +94,48 @@ func TestPoolSubmitDeltasSaturationIsAllOrNothing(t *testing.T) {
 	}
 	if d, _ := pf.p.Backlog(0); d != 0 {
 		t.Fatalf("%d outstanding entries leaked", d)
+	}
+}
+
+// TestPoolSubmitDeltasSteadyStateAllocations: admitting and applying runs of deltas allocates
+// (next to) nothing per delta once the lane is warm: the outstanding FIFO keeps its ring, the
+// command is a value, and the worker applies in place (T11: at most one allocation per delta).
+func TestPoolSubmitDeltasSteadyStateAllocations(t *testing.T) {
+	const runs, perRun = 200, 32
+	pf := newPoolFixture(t, 1, 64, quietConfig(), poolHooks{})
+	pf.activate(0, 1, 0, nil)
+	all := make([][]*Delta, runs+1)
+	seq := uint64(0)
+	for r := range all {
+		for range perRun {
+			seq++
+			all[r] = append(all[r], pf.delta(0, 1, seq-1, seq, BucketImage{Bucket: seq % 64, Value: seq}))
+		}
+	}
+	submit := func(run []*Delta) {
+		if err := pf.p.SubmitDeltas(pf.ctx, run); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if d, _ := pf.p.Backlog(0); d == 0 {
+				return
+			}
+			runtime.Gosched()
+		}
+	}
+	submit(all[0]) // warm: the FIFO grows its ring once
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, run := range all[1:] {
+		submit(run)
+	}
+	runtime.ReadMemStats(&after)
+	perDelta := float64(after.Mallocs-before.Mallocs) / (runs * perRun)
+	t.Logf("%.4f allocations per delta over %d runs of %d", perDelta, runs, perRun)
+	if perDelta > 0.1 {
+		t.Fatalf("%.3f allocations per delta, want (next to) none", perDelta)
+	}
+	if pf.word(seq%64, 0) != seq {
+		t.Fatal("the last run was not applied")
 	}
 }
