@@ -1,6 +1,7 @@
 package streams
 
 import (
+	"runtime"
 	"testing"
 	"unsafe"
 
@@ -50,6 +51,7 @@ func TestDeltaSlabHandsOutDisjointMemory(t *testing.T) {
 			add(unsafe.Pointer(unsafe.SliceData(r[:1])), maxDeltaRun*unsafe.Sizeof(r[:1][0]))
 		}
 	}
+	runtime.KeepAlive(live)
 }
 
 // TestDeltaSlabAllocationsPerDelta: collecting runs of 32 sixteen-image deltas costs far less
