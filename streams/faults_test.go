@@ -207,3 +207,34 @@ func runFaultCase(t *testing.T, tc faultCase) {
 		}
 	}
 }
+
+// TestAwaitingLaneAsksForSnapshot: a lane that is not ready and meets an incomplete snapshot
+// (RetrySnapshot: keep the lease, take the next snapshot) also asks the relay for one, because
+// an idle relay writes its next snapshot only after its SnapshotIdleInterval; the lane installs
+// the snapshot that answers.
+func TestAwaitingLaneAsksForSnapshot(t *testing.T) {
+	t.Parallel()
+	const lane = 7
+	e := newTestEnv(t, 4096) // 2,048 buckets: a snapshot is 3 chunks of 1,000 words
+	p := e.producer(lane, 1)
+	events := e.watchEvents()
+	cfg := e.indexerConfig()
+	cfg.RetrySnapshotRequestGap = 50 * time.Millisecond
+	ri := e.startIndexer(e.manifest(61, lane), cfg)
+
+	requested := kindIs(schemas.EventSnapshotRequested)
+	events.waitFor(t, lane, converge, "SNAPSHOT_REQUESTED (start-up: no snapshot retained)", requested)
+	time.Sleep(2 * cfg.RetrySnapshotRequestGap) // the next request is not held back by the gap
+	e.raw(lane).chunks(p.id, 0, make([]uint64, p.state.BucketCount()), 1000, []int{0, 2, 1})
+	events.waitFor(t, lane, converge, "AWAITING_SNAPSHOT(SNAPSHOT_ASSEMBLY)",
+		faultIs(schemas.EventAwaitingSnapshot, schemas.FaultSnapshotAssembly))
+	deadline := time.Now().Add(converge)
+	for events.count(lane, requested) < 2 || laneStatus(ri, lane).SnapshotRequests < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the awaiting lane did not ask for a snapshot: %d requests", laneStatus(ri, lane).SnapshotRequests)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.snapshot() // the relay answers
+	waitLane(t, ri, p, converge)
+}

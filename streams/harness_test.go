@@ -332,6 +332,19 @@ func (l *eventLog) waitFor(t *testing.T, lane uint8, timeout time.Duration, what
 	}
 }
 
+// count returns how many events of lane seen so far match.
+func (l *eventLog) count(lane uint8, match func(ev schemas.LaneEvent) bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, ev := range l.events {
+		if ev.Lane == lane && match(ev) {
+			n++
+		}
+	}
+	return n
+}
+
 func kindIs(k schemas.LaneEventKind) func(schemas.LaneEvent) bool {
 	return func(ev schemas.LaneEvent) bool { return ev.Kind == k }
 }

@@ -58,6 +58,13 @@ type IndexerConfig struct {
 	Feed FeedConfig
 	// RestoreTimeout bounds reading the snapshot index at start-up (default 30 s).
 	RestoreTimeout time.Duration
+	// RetrySnapshotRequestGap is the least time between two snapshot requests of a lane that
+	// waits for the next snapshot under RetrySnapshot (an incomplete or uninstallable snapshot
+	// on a lane that is not ready). The lane asks because an idle relay writes its next
+	// snapshot only after RelayConfig.SnapshotIdleInterval; the gap keeps a relay whose
+	// snapshots keep failing from being driven to write one per SnapshotRequestMinInterval.
+	// Default 5 s.
+	RetrySnapshotRequestGap time.Duration
 }
 
 func (c IndexerConfig) withDefaults() IndexerConfig {
@@ -77,6 +84,9 @@ func (c IndexerConfig) withDefaults() IndexerConfig {
 	}
 	if c.RestoreTimeout <= 0 {
 		c.RestoreTimeout = 30 * time.Second
+	}
+	if c.RetrySnapshotRequestGap <= 0 {
+		c.RetrySnapshotRequestGap = 5 * time.Second
 	}
 	c.Feed = c.Feed.withDefaults()
 	return c

@@ -47,10 +47,11 @@ type laneRunner struct {
 	phase        LanePhase
 	applied      int64 // last offset processed
 	appliedTime  time.Time
-	appliedTxn   bool  // the last record processed was written in a transaction
-	snapStart    int64 // first offset of the latest complete snapshot seen; -1 if none
-	recoverUntil int64 // PhaseReplaying: the offset at which the fault was detected
-	waitAfter    int64 // PhaseWaitingForSnapshot: install only snapshots starting after this
+	appliedTxn   bool      // the last record processed was written in a transaction
+	snapStart    int64     // first offset of the latest complete snapshot seen; -1 if none
+	recoverUntil int64     // PhaseReplaying: the offset at which the fault was detected
+	waitAfter    int64     // PhaseWaitingForSnapshot: install only snapshots starting after this
+	lastRequest  time.Time // when this lane last asked the relay for a snapshot
 	excluded     bool
 	lastProgress time.Time
 
@@ -202,6 +203,7 @@ func (r *laneRunner) onFault(ctx context.Context, point ckf.FailurePoint, fault 
 	r.event(schemas.LaneEvent{Kind: schemas.EventDeactivated, Fault: fault, Disposition: wireDisposition(point)})
 	if point == ckf.InactiveSnapshotInstallFailure {
 		r.setPhase(PhaseAwaitingSnapshot) // RetrySnapshot: same lease, next snapshot
+		r.askForRetrySnapshot(fault.Detail)
 		return
 	}
 	r.needAssign = true
@@ -226,6 +228,22 @@ func (r *laneRunner) requestSnapshot(detail string, reason schemas.SnapshotReque
 	r.waitAfter = r.applied
 	r.setPhase(PhaseWaitingForSnapshot)
 	r.asm.reset()
+	r.sendSnapshotRequest(detail, reason)
+}
+
+// askForRetrySnapshot serves RetrySnapshot (keep the lease, take the next snapshot): an idle
+// relay writes its next snapshot only after RelayConfig.SnapshotIdleInterval, so the lane also
+// asks for one, unless it asked less than IndexerConfig.RetrySnapshotRequestGap ago (that
+// request's snapshot is on its way). The phase is unchanged: any next complete snapshot will do.
+func (r *laneRunner) askForRetrySnapshot(detail string) {
+	if !r.lastRequest.IsZero() && time.Since(r.lastRequest) < r.ix.cfg.RetrySnapshotRequestGap {
+		return
+	}
+	r.sendSnapshotRequest(detail, schemas.ReasonFaultRecovery)
+}
+
+func (r *laneRunner) sendSnapshotRequest(detail string, reason schemas.SnapshotRequestReason) {
+	r.lastRequest = time.Now()
 	r.ix.out.RequestSnapshot(r.lane, r.pool, reason, detail, r.applied)
 	r.stats.update(func(s *LaneStatus) { s.SnapshotRequests++ })
 	r.event(schemas.LaneEvent{Kind: schemas.EventSnapshotRequested})
@@ -327,6 +345,7 @@ func (r *laneRunner) abandonAssembly(offset int64, why string) {
 	r.stats.update(func(s *LaneStatus) { s.Faults[fault.Kind.String()]++; s.LastFault = why })
 	r.event(schemas.LaneEvent{Kind: schemas.EventAwaitingSnapshot, Fault: fault,
 		Disposition: wireDisposition(ckf.InactiveSnapshotInstallFailure)})
+	r.askForRetrySnapshot(why)
 }
 
 func (r *laneRunner) onChunk(ctx context.Context, rec *kgo.Record, id ckf.ProducerIdentity, c *schemas.SnapshotChunk) {

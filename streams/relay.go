@@ -145,6 +145,14 @@ type RelayConfig struct {
 	// the time trigger. When both triggers are 0 the defaults apply (1,000 deltas, 60 s): a
 	// recovering indexer needs a recent snapshot.
 	SnapshotInterval time.Duration
+	// SnapshotIdleInterval replaces SnapshotInterval while the lane is idle: when no delta was
+	// published since the previous snapshot, the time trigger waits this long instead. An idle
+	// DC then costs one full snapshot per SnapshotIdleInterval rather than one per
+	// SnapshotInterval (8 MiB per snapshot at 2^20 buckets), while its latest snapshot is still
+	// rewritten often enough to stay inside the lane topic's retention (keep retention.ms above
+	// it). Replicas that need a snapshot sooner ask for one on the control topic. Default 1 h;
+	// a value below SnapshotInterval is raised to it; ignored when SnapshotInterval is 0.
+	SnapshotIdleInterval time.Duration
 	// SnapshotRequestMinInterval coalesces snapshot requests from the control topic: a request
 	// is served by the next snapshot, but not sooner than this after the previous snapshot, so
 	// a burst of requests (every replica asking at once) yields one snapshot. Default 250 ms.
@@ -200,6 +208,10 @@ func (c RelayConfig) withDefaults() RelayConfig {
 	if c.SnapshotEveryDeltas == 0 && c.SnapshotInterval == 0 {
 		c.SnapshotEveryDeltas, c.SnapshotInterval = 1000, time.Minute
 	}
+	if c.SnapshotIdleInterval <= 0 {
+		c.SnapshotIdleInterval = time.Hour
+	}
+	c.SnapshotIdleInterval = max(c.SnapshotIdleInterval, c.SnapshotInterval)
 	if c.SnapshotRequestMinInterval <= 0 {
 		c.SnapshotRequestMinInterval = 250 * time.Millisecond
 	}

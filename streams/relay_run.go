@@ -368,13 +368,33 @@ func (rl *relayLoop) nextWake() time.Time {
 	if !rl.pendingSince.IsZero() {
 		t = minTime(t, rl.pendingSince.Add(cfg.PublishMaxDelay))
 	}
-	if cfg.SnapshotInterval > 0 {
-		t = minTime(t, rl.lastSnapshot.Add(cfg.SnapshotInterval))
+	if due, ok := rl.timedSnapshotAt(); ok {
+		t = minTime(t, due)
 	}
 	if rl.requestPending {
 		t = minTime(t, rl.lastSnapshot.Add(cfg.SnapshotRequestMinInterval))
 	}
 	return t
+}
+
+// timedSnapshotAt is when the time trigger next writes a snapshot: SnapshotInterval after the
+// previous one if a delta was published since, SnapshotIdleInterval after it otherwise (an idle
+// lane's snapshot would repeat the previous one word for word). ok is false when the time
+// trigger is off.
+func (rl *relayLoop) timedSnapshotAt() (at time.Time, ok bool) {
+	cfg := rl.cfg
+	if cfg.SnapshotInterval <= 0 {
+		return time.Time{}, false
+	}
+	if rl.deltasSinceSnap == 0 {
+		return rl.lastSnapshot.Add(cfg.SnapshotIdleInterval), true
+	}
+	return rl.lastSnapshot.Add(cfg.SnapshotInterval), true
+}
+
+func (rl *relayLoop) timedSnapshotDue(now time.Time) bool {
+	at, ok := rl.timedSnapshotAt()
+	return ok && !now.Before(at)
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -418,7 +438,7 @@ func (rl *relayLoop) due() error {
 		reason = snapRequest
 	case cfg.SnapshotEveryDeltas > 0 && rl.deltasSinceSnap >= cfg.SnapshotEveryDeltas:
 		reason = snapPeriodic
-	case cfg.SnapshotInterval > 0 && !now.Before(rl.lastSnapshot.Add(cfg.SnapshotInterval)):
+	case rl.timedSnapshotDue(now):
 		reason = snapPeriodic
 	}
 	if reason != "" {

@@ -368,6 +368,48 @@ func TestRelayEndToEnd(t *testing.T) {
 	t.Logf("relay: %d deltas (%d images) in %d transactions; %d events", s.Deltas, s.Images, s.Transactions, s.Events)
 }
 
+// TestRelayIdleLaneSnapshotsLessOften: the time trigger writes a snapshot SnapshotInterval after
+// the previous one only when a delta was published since; an idle lane's next snapshot waits
+// SnapshotIdleInterval, since it would repeat the previous one word for word.
+func TestRelayIdleLaneSnapshotsLessOften(t *testing.T) {
+	e := newRelayEnv(t, 4096, 1)
+	const lane = 6
+	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
+	cfg.SnapshotInterval = 100 * time.Millisecond
+	cfg.SnapshotIdleInterval = time.Hour
+	rr := e.startRelay(cfg, true)
+
+	// Idle from the start: only the start-up snapshot (a busy lane would have had about ten
+	// more by now; a slow machine can only make that number smaller).
+	time.Sleep(time.Second)
+	if s := rr.r.Stats(); s.Snapshots != 1 {
+		t.Fatalf("idle lane: %d snapshots after 1 s; want only the start-up one", s.Snapshots)
+	}
+
+	// Busy: the timed snapshot follows the deltas.
+	g := newKvGen(3)
+	ev := g.take(30)
+	e.produce(ev...)
+	waitApplied(t, rr, uint64(len(ev)))
+	deadline := time.Now().Add(converge)
+	for rr.r.Stats().Snapshots < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no timed snapshot after the deltas: %+v", rr.r.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// Idle again: at most one more (for deltas published after the snapshot just seen).
+	n := rr.r.Stats().Snapshots
+	time.Sleep(time.Second)
+	if s := rr.r.Stats(); s.Snapshots > n+1 {
+		t.Fatalf("idle lane: %d snapshots in 1 s after the last delta; want at most 1", s.Snapshots-n)
+	}
+	if s := rr.r.Stats(); s.Heartbeats == 0 {
+		t.Errorf("an idle lane still gets heartbeats: %+v", s)
+	}
+}
+
 // referenceIndexerWords installs words as lane's snapshot in a fresh GlobalIndexer.
 func referenceIndexerWords(t *testing.T, m ckf.Manifest, lane uint8, id ckf.ProducerIdentity, seq uint64, words []uint64) *ckf.GlobalIndexer {
 	t.Helper()

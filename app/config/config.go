@@ -283,6 +283,12 @@ type Relay struct {
 	// the time trigger; the two triggers cannot both be off, since a recovering indexer needs
 	// a recent snapshot. Default 60s.
 	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
+	// SnapshotIdleInterval is the time trigger's period while the lane is idle (no delta since
+	// the previous snapshot): an idle DC's snapshot would repeat the previous one, so it is
+	// rewritten only this often, enough to keep it inside the lane topic's retention (keep
+	// retention.ms above it). 0 snapshots idle lanes every snapshot_interval, like busy ones.
+	// At least snapshot_interval. Default 1h.
+	SnapshotIdleInterval time.Duration `yaml:"snapshot_idle_interval"`
 	// HeartbeatInterval is how often an idle lane gets a heartbeat record, which lets indexers
 	// tell an idle relay from a dead one. Default 1s.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
@@ -293,6 +299,15 @@ type Relay struct {
 	// however few events it holds, which bounds how stale the indexers' view of this DC gets.
 	// Default 5ms.
 	PublishMaxDelay time.Duration `yaml:"publish_max_delay"`
+}
+
+// EffectiveSnapshotIdleInterval is the idle period the relay runs with: SnapshotIdleInterval,
+// or SnapshotInterval when it is 0 (idle lanes snapshot as often as busy ones).
+func (r Relay) EffectiveSnapshotIdleInterval() time.Duration {
+	if r.SnapshotIdleInterval == 0 {
+		return r.SnapshotInterval
+	}
+	return r.SnapshotIdleInterval
 }
 
 // defaultConfig returns the defaults documented on each field, before topic names are resolved.
@@ -316,13 +331,14 @@ func defaultConfig() Config {
 			GCPercent:           DefaultIndexerGCPercent,
 		},
 		Relay: Relay{
-			ExpectedBlocks:      DefaultExpectedBlocks,
-			Seed:                DefaultSeed,
-			SnapshotEveryDeltas: 1_000,
-			SnapshotInterval:    time.Minute,
-			HeartbeatInterval:   time.Second,
-			PublishEveryEvents:  1,
-			PublishMaxDelay:     5 * time.Millisecond,
+			ExpectedBlocks:       DefaultExpectedBlocks,
+			Seed:                 DefaultSeed,
+			SnapshotEveryDeltas:  1_000,
+			SnapshotInterval:     time.Minute,
+			SnapshotIdleInterval: time.Hour,
+			HeartbeatInterval:    time.Second,
+			PublishEveryEvents:   1,
+			PublishMaxDelay:      5 * time.Millisecond,
 		},
 		ShutdownTimeout: DefaultShutdownTimeout,
 		StartupTimeout:  DefaultStartupTimeout,

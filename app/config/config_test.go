@@ -248,6 +248,8 @@ func TestInvalidFieldMessages(t *testing.T) {
 		{args: []string{"--relay.lane=-1"}, want: "config: relay.lane: -1 is not in [0,15]"},
 		{args: []string{"--relay.expected_blocks=0"}, want: "config: relay.expected_blocks: must be positive"},
 		{args: []string{"--relay.snapshot_interval=0s", "--relay.snapshot_every_deltas=0"}, want: "config: relay.snapshot_interval: is 0 and so is relay.snapshot_every_deltas"},
+		{args: []string{"--relay.snapshot_idle_interval=-1s"}, want: "config: relay.snapshot_idle_interval: -1s is negative"},
+		{args: []string{"--relay.snapshot_idle_interval=30s"}, want: "config: relay.snapshot_idle_interval: 30s is shorter than relay.snapshot_interval (1m0s)"},
 		{args: []string{"--relay.heartbeat_interval=0s"}, want: "config: relay.heartbeat_interval: 0s is not positive"},
 		{args: []string{"--relay.publish_every_events=0"}, want: "config: relay.publish_every_events: must be positive"},
 		{args: []string{"--relay.publish_max_delay=0s"}, want: "config: relay.publish_max_delay: 0s is not positive"},

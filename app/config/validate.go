@@ -229,6 +229,12 @@ func (r Relay) validate(p *problems) {
 	} else if r.SnapshotInterval == 0 && r.SnapshotEveryDeltas == 0 {
 		p.add("relay.snapshot_interval", "is 0 and so is relay.snapshot_every_deltas: at least one snapshot trigger must be on")
 	}
+	if r.SnapshotIdleInterval < 0 {
+		p.add("relay.snapshot_idle_interval", "%v is negative", r.SnapshotIdleInterval)
+	} else if r.SnapshotIdleInterval > 0 && r.SnapshotIdleInterval < r.SnapshotInterval {
+		p.add("relay.snapshot_idle_interval", "%v is shorter than relay.snapshot_interval (%v); use 0 to snapshot idle lanes as often as busy ones",
+			r.SnapshotIdleInterval, r.SnapshotInterval)
+	}
 	if r.HeartbeatInterval <= 0 {
 		p.add("relay.heartbeat_interval", "%v is not positive", r.HeartbeatInterval)
 	}

@@ -99,14 +99,15 @@ func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (st
 			KVEvents: topics.KVEvents, Lanes: topics.Lanes, SnapshotIndex: topics.SnapshotIndex,
 			Control: topics.Control, DeadLetter: topics.DeadLetter,
 		},
-		Pool:                ckf.PoolID{Domain: domain, Dc: ckf.DcID(rc.DcID)},
-		Lane:                uint8(rc.Lane),
-		LaneOwners:          owners,
-		CKF:                 cc,
-		PublishMaxDelay:     rc.PublishMaxDelay,
-		SnapshotEveryDeltas: rc.SnapshotEveryDeltas,
-		SnapshotInterval:    rc.SnapshotInterval,
-		HeartbeatInterval:   rc.HeartbeatInterval,
+		Pool:                 ckf.PoolID{Domain: domain, Dc: ckf.DcID(rc.DcID)},
+		Lane:                 uint8(rc.Lane),
+		LaneOwners:           owners,
+		CKF:                  cc,
+		PublishMaxDelay:      rc.PublishMaxDelay,
+		SnapshotEveryDeltas:  rc.SnapshotEveryDeltas,
+		SnapshotInterval:     rc.SnapshotInterval,
+		SnapshotIdleInterval: rc.EffectiveSnapshotIdleInterval(),
+		HeartbeatInterval:    rc.HeartbeatInterval,
 	}
 	return cfg, nil
 }
