@@ -65,11 +65,9 @@ func NewPackedFilter(addr Addressing, maxKicks uint64) (*PackedFilter, error) {
 	if n == 0 || n > math.MaxInt/8 || maxKicks > MaxKicks {
 		return nil, &BuildError{Kind: BuildCapacityOverflow}
 	}
-	words := make([]uint64, n)
-	adviseHugePages(words)
 	return &PackedFilter{
 		addr:    addr,
-		words:   words,
+		words:   make([]uint64, n),
 		rng:     SplitMix64{State: LaneRngSeed(addr.Seed(), 0)},
 		touched: make([]Touch, maxKicks+1),
 		keys:    newProbeKeys(addr),
