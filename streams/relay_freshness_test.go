@@ -49,6 +49,9 @@ func TestStoppedRelayLaneExcludedThenReadmitted(t *testing.T) {
 	evs3 := g.take(100)
 	e.produce(evs3...) // written while no relay runs: the next incarnation replays them
 	restarted := e.startRelay(e.relayConfig(lane, txn), true)
+	// The new incarnation applies every retained event (replayed, or live after a replay that a
+	// slow first fetch ended early) before its state can equal the reference's.
+	waitApplied(t, restarted, uint64(len(evs1)+len(evs2)+len(evs3)))
 	waitRelayLane(t, ri, restarted, lane)
 	events.waitFor(t, lane, converge, "READMITTED", kindIs(schemas.EventReadmitted))
 	if ri.ix.EligibleLanes() != 1<<lane {

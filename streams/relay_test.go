@@ -48,7 +48,10 @@ func (e *relayEnv) relayConfig(lane uint8, txnID string) streams.RelayConfig {
 		HeartbeatInterval:          200 * time.Millisecond,
 		TransactionalID:            txnID,
 		ChunkWords:                 700,
-		ReplayQuietPeriod:          time.Second,
+		// Replays here end at the partitions' end offsets (no transactions on the KV topic); the
+		// quiet period is only a fallback, long enough that a slow first fetch on a loaded CI
+		// machine cannot end a replay early (tests assert how many events were replayed).
+		ReplayQuietPeriod: 10 * time.Second,
 	}
 }
 
