@@ -162,8 +162,14 @@ func (rl *relayLoop) open(ctx context.Context) error {
 			assign[cfg.Topics.Control][p] = kgo.NewOffset().AtEnd()
 		}
 	}
+	// FetchMaxWait is short because a partition whose start offset resolves while a fetch of the
+	// others is already in flight joins only the next fetch: with the default 5 s long poll on
+	// the idle control partitions, the KV partitions could sit unfetched past ReplayQuietPeriod
+	// and the replay would end before its first record (seen on a loaded CI machine). Idle, it
+	// costs four small fetches a second.
 	rl.inCl, err = kgo.NewClient(r.opts.forRole("relay-input",
-		kgo.ConsumePartitions(assign), kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+		kgo.ConsumePartitions(assign), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(relayInputFetchMaxWait))...)
 	if err != nil {
 		return fmt.Errorf("streams: relay input client: %w", err)
 	}
@@ -354,6 +360,10 @@ func (rl *relayLoop) finishReplay() {
 		zap.Uint64("resident_blocks", rl.state.ResidentCount()), zap.Uint64("capacity_omissions", rl.lastCapacity))
 	rl.broken, rl.retryAt = true, zeroTime // the start is the first "recovery": new incarnation + snapshot
 }
+
+// relayInputFetchMaxWait bounds the broker's long poll for the relay's input client; it must
+// stay below the default ReplayQuietPeriod (500 ms).
+const relayInputFetchMaxWait = 250 * time.Millisecond
 
 // nextWake is the earliest time something may become due.
 func (rl *relayLoop) nextWake() time.Time {
