@@ -20,6 +20,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
+	"github.com/ckf-stream/ckf-stream/app/relay"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
@@ -162,31 +163,23 @@ func (d *demo) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally.S
 	if err != nil {
 		return err
 	}
-	var owners ckf.ManifestLanes
-	for l := uint8(0); l < ckf.LaneCount; l++ {
-		if p, ok := m.PoolOf(l); ok {
-			owners[l] = &p
-		}
-	}
-	rc := d.cfg.Relay
 	for l := uint8(0); l < ckf.LaneCount; l++ {
 		pool, ok := m.PoolOf(l)
 		if !ok {
 			continue
 		}
+		// The same conversion as processor relay, for this lane's DC; only the KV-events topic
+		// differs (the demo gives every DC its own).
+		rc := d.cfg.Relay
+		rc.DcID, rc.Lane = uint64(pool.Dc), int(l)
+		sc, err := relay.StreamsConfig(rc, d.cfg.Indexer, conn.Topics)
+		if err != nil {
+			return fmt.Errorf("demo: relay of lane %d: %w", l, err)
+		}
+		sc.Topics.KVEvents = d.kvTopic(uint64(pool.Dc))
 		r, err := streams.NewRelay(streams.RelayParams{
-			Config: streams.RelayConfig{
-				Topics: streams.RelayTopics{KVEvents: d.kvTopic(uint64(pool.Dc)), Lanes: conn.Topics.Lanes,
-					SnapshotIndex: conn.Topics.SnapshotIndex, Control: conn.Topics.Control, DeadLetter: conn.Topics.DeadLetter},
-				Pool: pool, Lane: l, LaneOwners: owners,
-				CKF:                  ckf.CkfConfig{ExpectedBlocksPerDC: rc.ExpectedBlocks, Seed: rc.Seed, PublishEveryNEvents: rc.PublishEveryEvents},
-				PublishMaxDelay:      rc.PublishMaxDelay,
-				SnapshotEveryDeltas:  rc.SnapshotEveryDeltas,
-				SnapshotInterval:     rc.SnapshotInterval,
-				SnapshotIdleInterval: rc.EffectiveSnapshotIdleInterval(),
-				HeartbeatInterval:    rc.HeartbeatInterval,
-			},
-			Codec: codec,
+			Config: sc,
+			Codec:  codec,
 			// One option set per client, each with its own kprom collectors: client=lane<N>-<role>.
 			ClientOptsFor: func(role string) []kgo.Opt { return conn.Opts(fmt.Sprintf("lane%d-%s", l, role)) },
 			Metrics:       scope.Tagged(map[string]string{"dc": pool.Dc.String()}),
