@@ -7,10 +7,10 @@ import "math/bits"
 // the empty marker; fingerprints are never 0.
 
 const (
-	// swarOne has 1 in the low bit of every 16-bit lane.
-	swarOne uint64 = 0x0001_0001_0001_0001
-	// swarHigh has the high bit of every 16-bit lane set.
-	swarHigh uint64 = 0x8000_8000_8000_8000
+	// SlotLowBits has 1 in the low bit of every 16-bit lane.
+	SlotLowBits uint64 = 0x0001_0001_0001_0001
+	// SlotHighBits has the high bit of every 16-bit lane set.
+	SlotHighBits uint64 = 0x8000_8000_8000_8000
 	// swarLow15 has the low 15 bits of every 16-bit lane set.
 	swarLow15 uint64 = 0x7FFF_7FFF_7FFF_7FFF
 )
@@ -20,11 +20,11 @@ const (
 type Bucket uint64
 
 // BroadcastFingerprint returns fp replicated into every 16-bit lane.
-func BroadcastFingerprint(fp uint16) uint64 { return uint64(fp) * swarOne }
+func BroadcastFingerprint(fp uint16) uint64 { return uint64(fp) * SlotLowBits }
 
 // HasZeroLane16 reports whether any 16-bit lane of x is zero (the SWAR
 // has-zero-lane test of spec §4; exact as a boolean).
-func HasZeroLane16(x uint64) bool { return (x-swarOne)&^x&swarHigh != 0 }
+func HasZeroLane16(x uint64) bool { return (x-SlotLowBits)&^x&SlotHighBits != 0 }
 
 // ZeroLanes16 returns a mask with the high bit (bit 16i+15) set for exactly
 // the 16-bit lanes i of x that are zero. Unlike the borrow-based test it is
@@ -32,7 +32,7 @@ func HasZeroLane16(x uint64) bool { return (x-swarOne)&^x&swarHigh != 0 }
 // 15 bits plus 0x7FFF fit in 16 bits.
 func ZeroLanes16(x uint64) uint64 {
 	t := ((x & swarLow15) + swarLow15) | x
-	return ^t & swarHigh
+	return ^t & SlotHighBits
 }
 
 // Contains reports whether some slot equals fp (SWAR, exact). For fp == 0

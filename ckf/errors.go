@@ -167,6 +167,7 @@ var (
 	ErrUnsupportedResidencyDomain error = &EventError{Kind: EventUnsupportedResidencyDomain}
 )
 
-func eventErr(k EventErrorKind, detail string) *EventError {
+// NewEventError returns an *EventError of kind k with detail.
+func NewEventError(k EventErrorKind, detail string) *EventError {
 	return &EventError{Kind: k, Detail: detail}
 }

@@ -3,6 +3,8 @@
 package faults
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -182,7 +184,7 @@ type writer struct {
 	w      *loadgen.Workload
 	cl     *kgo.Client
 	rate   float64
-	models []*ckf.DcState
+	models []*producer.DcState
 
 	mu      sync.Mutex // guards models
 	sent    atomic.Int64
@@ -205,7 +207,7 @@ func (s *system) newWriter(seed uint64, rate float64) *writer {
 	wr := &writer{t: s.t, s: s, w: w, rate: rate,
 		cl: s.client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(2*time.Minute))}
 	for range s.dcs {
-		m, err := ckf.NewDcState(ckf.NewCkfConfig(expectedBlocks))
+		m, err := producer.NewDcState(ckf.NewCkfConfig(expectedBlocks))
 		if err != nil {
 			s.t.Fatal(err)
 		}

@@ -1,6 +1,8 @@
 package loadgen_test
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"errors"
 	"math/rand/v2"
 	"reflect"
@@ -59,9 +61,9 @@ func TestWorkloadIsValidEngineOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	states := map[uint64]*ckf.DcState{}
+	states := map[uint64]*producer.DcState{}
 	for _, dc := range dcs {
-		if states[dc], err = ckf.NewDcState(ckf.NewCkfConfig(1 << 14)); err != nil {
+		if states[dc], err = producer.NewDcState(ckf.NewCkfConfig(1 << 14)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -25,6 +25,9 @@ package streams_test
 //     block operations/s; baseline: a bare consumer reading the same KV records.
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"bytes"
 	"cmp"
 	"context"
@@ -186,9 +189,9 @@ func pfCDF(ds []time.Duration, points int) [][2]float64 {
 
 // pfStartIndexer starts an indexer like startIndexer, with a silent logger (the benchmarks
 // must not pay for, or print, the test logger's lines).
-func pfStartIndexer(b *testing.B, e *testEnv, m ckf.Manifest) *runningIndexer {
+func pfStartIndexer(b *testing.B, e *testEnv, m index.Manifest) *runningIndexer {
 	b.Helper()
-	g, err := ckf.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -665,7 +668,7 @@ var pfQueryDomain = ckf.IndexerDomainID{
 }
 
 type pfQueryIndex struct {
-	g      *ckf.GlobalIndexer
+	g      *index.GlobalIndexer
 	ans    *streams.Answerer
 	chains [][]uint64 // 128-block chains: even ones cached by every lane to the end
 	reqs   []schemas.QueryRequest
@@ -684,16 +687,16 @@ func pfQueryIndexOf(b *testing.B) *pfQueryIndex {
 	pfQIOnce.Do(func() {
 		const buckets = 1 << 20
 		format := ckf.NewFormatIdentity(ckf.DefaultSeed, buckets)
-		var ml ckf.ManifestLanes
+		var ml index.ManifestLanes
 		for l := range ckf.LaneCount {
 			p := ckf.PoolID{Domain: pfQueryDomain, Dc: ckf.DcID(500 + l)}
 			ml[l] = &p
 		}
-		m, _, err := ckf.NewManifest(91, pfQueryDomain, format, ml)
+		m, _, err := index.NewManifest(91, pfQueryDomain, format, ml)
 		if err != nil {
 			b.Fatal(err)
 		}
-		g, err := ckf.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+		g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -756,7 +759,7 @@ func pfQueryIndexOf(b *testing.B) *pfQueryIndex {
 			if err := in.Assign(id, lease); err != nil {
 				b.Fatal(err)
 			}
-			if out := in.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Buckets: lanes[l]}); out.Kind != ckf.OutcomeSnapshotInstalled {
+			if out := in.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Buckets: lanes[l]}); out.Kind != index.OutcomeSnapshotInstalled {
 				b.Fatal(out)
 			}
 		}
@@ -1087,15 +1090,15 @@ func pfKvEvents(b *testing.B, codec *schemas.Codec, topic string, n int) ([]*kgo
 	for len(recs) < n {
 		w := ckf.WorkerID(1 + rng.IntN(8))
 		cs := held[w]
-		var ev ckf.RouterEvent
+		var ev producer.RouterEvent
 		if rng.IntN(100) < 70 || len(cs) == 0 {
 			k := 4 + rng.IntN(13)
-			blocks := make([]ckf.StoredBlock, k)
+			blocks := make([]producer.StoredBlock, k)
 			for i := range blocks {
-				blocks[i] = ckf.StoredBlock{BlockHash: ckf.ExternalBlockHash(next), TokensHash: ckf.LocalBlockHash(rng.Uint64())}
+				blocks[i] = producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(next), TokensHash: ckf.LocalBlockHash(rng.Uint64())}
 				next++
 			}
-			sd := ckf.StoreData{Blocks: blocks}
+			sd := producer.StoreData{Blocks: blocks}
 			c := &chain{}
 			if len(cs) > 0 && rng.IntN(2) == 0 {
 				parent := cs[rng.IntN(len(cs))]
@@ -1107,7 +1110,7 @@ func pfKvEvents(b *testing.B, codec *schemas.Codec, topic string, n int) ([]*kgo
 				c.ids = append(c.ids, bl.BlockHash)
 			}
 			held[w] = append(cs, c)
-			ev = ckf.RouterEvent{WorkerID: w, Event: ckf.KvCacheEvent{Kind: ckf.KvEventStored, Stored: sd}}
+			ev = producer.RouterEvent{WorkerID: w, Event: producer.KvCacheEvent{Kind: producer.KvEventStored, Stored: sd}}
 			ops += int64(k)
 		} else {
 			i := rng.IntN(len(cs))
@@ -1121,7 +1124,7 @@ func pfKvEvents(b *testing.B, codec *schemas.Codec, topic string, n int) ([]*kgo
 			if len(c.ids) == 0 {
 				held[w] = slices.Delete(cs, i, i+1)
 			}
-			ev = ckf.RouterEvent{WorkerID: w, Event: ckf.KvCacheEvent{Kind: ckf.KvEventRemoved, Removed: ids}}
+			ev = producer.RouterEvent{WorkerID: w, Event: producer.KvCacheEvent{Kind: producer.KvEventRemoved, Removed: ids}}
 			ops += int64(k)
 		}
 		v, err := codec.EncodeKvEvent(streams.KvEventOf(ev))

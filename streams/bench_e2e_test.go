@@ -1,6 +1,8 @@
 package streams_test
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"context"
 	"math/rand/v2"
 	"testing"
@@ -96,12 +98,12 @@ func BenchmarkRestoreFourLanes2to20(b *testing.B) {
 func fill(p *testProducer, n int, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	for i := 0; i < n; i += 16 {
-		blocks := make([]ckf.StoredBlock, 16)
+		blocks := make([]producer.StoredBlock, 16)
 		for j := range blocks {
-			blocks[j] = ckf.StoredBlock{BlockHash: ckf.ExternalBlockHash(p.nextID), TokensHash: ckf.LocalBlockHash(rng.Uint64())}
+			blocks[j] = producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(p.nextID), TokensHash: ckf.LocalBlockHash(rng.Uint64())}
 			p.nextID++
 		}
-		p.state.ApplyEvent(ckf.RouterEvent{WorkerID: 1, Event: ckf.KvCacheEvent{Kind: ckf.KvEventStored, Stored: ckf.StoreData{Blocks: blocks}}})
+		p.state.ApplyEvent(producer.RouterEvent{WorkerID: 1, Event: producer.KvCacheEvent{Kind: producer.KvEventStored, Stored: producer.StoreData{Blocks: blocks}}})
 	}
 	p.state.Flush()
 }

@@ -1,6 +1,9 @@
 package streams_test
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -74,14 +77,14 @@ func newTestEnvOn(t testing.TB, c *testenv.Cluster, expectedBlocks uint64) *test
 }
 
 // manifest returns a manifest with lane l owned by DC 100+l for each given lane.
-func (e *testEnv) manifest(consumer ckf.ConsumerInstanceID, lanes ...uint8) ckf.Manifest {
+func (e *testEnv) manifest(consumer ckf.ConsumerInstanceID, lanes ...uint8) index.Manifest {
 	e.t.Helper()
-	var ml ckf.ManifestLanes
+	var ml index.ManifestLanes
 	for _, l := range lanes {
 		p := testPool(100 + uint64(l))
 		ml[l] = &p
 	}
-	m, _, err := ckf.NewManifest(consumer, testDomain, e.format, ml)
+	m, _, err := index.NewManifest(consumer, testDomain, e.format, ml)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -103,9 +106,9 @@ func (e *testEnv) indexerConfig() streams.IndexerConfig {
 	}
 }
 
-func (e *testEnv) startIndexer(m ckf.Manifest, cfg streams.IndexerConfig) *runningIndexer {
+func (e *testEnv) startIndexer(m index.Manifest, cfg streams.IndexerConfig) *runningIndexer {
 	e.t.Helper()
-	g, err := ckf.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -145,8 +148,8 @@ type testProducer struct {
 	t     testing.TB
 	lane  uint8
 	id    ckf.ProducerIdentity
-	state *ckf.DcState
-	pub   *ckf.Publisher
+	state *producer.DcState
+	pub   *producer.Publisher
 	w     *streams.LaneWriter
 	epoch uint64
 	rng   *rand.Rand
@@ -157,7 +160,7 @@ type testProducer struct {
 
 func (e *testEnv) producer(lane uint8, incarnation uint64) *testProducer {
 	e.t.Helper()
-	state, err := ckf.NewDcState(ckf.NewCkfConfig(e.blocks))
+	state, err := producer.NewDcState(ckf.NewCkfConfig(e.blocks))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -165,7 +168,7 @@ func (e *testEnv) producer(lane uint8, incarnation uint64) *testProducer {
 	return e.producerWithIdentity(lane, id, state)
 }
 
-func (e *testEnv) producerWithIdentity(lane uint8, id ckf.ProducerIdentity, state *ckf.DcState) *testProducer {
+func (e *testEnv) producerWithIdentity(lane uint8, id ckf.ProducerIdentity, state *producer.DcState) *testProducer {
 	e.t.Helper()
 	cl := e.cluster.Client(e.t, streams.LaneWriterClientOpts()...)
 	p := &testProducer{t: e.t, lane: lane, id: id, state: state,
@@ -173,7 +176,7 @@ func (e *testEnv) producerWithIdentity(lane uint8, id ckf.ProducerIdentity, stat
 	p.w = streams.NewLaneWriter(cl, e.codec, id, streams.LaneWriterConfig{
 		LaneTopic: e.topics.Lanes, IndexTopic: e.topics.SnapshotIndex, Lane: lane, ChunkWords: e.chunkWords,
 	})
-	p.pub = ckf.NewPublisher(id, 0, p.w)
+	p.pub = producer.NewPublisher(id, 0, p.w)
 	return p
 }
 
@@ -202,18 +205,18 @@ func (p *testProducer) storeChain(n int, prefixOf []uint64, k int) []uint64 {
 	}
 	// Store the whole chain as one event of fresh external ids (the canonical hashes depend only
 	// on the token hashes).
-	blocks := make([]ckf.StoredBlock, len(tokens))
+	blocks := make([]producer.StoredBlock, len(tokens))
 	for i, tok := range tokens {
-		blocks[i] = ckf.StoredBlock{BlockHash: ckf.ExternalBlockHash(p.nextID), TokensHash: ckf.LocalBlockHash(tok)}
+		blocks[i] = producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(p.nextID), TokensHash: ckf.LocalBlockHash(tok)}
 		p.nextID++
 	}
-	p.apply(ckf.RouterEvent{WorkerID: 1, Event: ckf.KvCacheEvent{Kind: ckf.KvEventStored, Stored: ckf.StoreData{Blocks: blocks}}})
+	p.apply(producer.RouterEvent{WorkerID: 1, Event: producer.KvCacheEvent{Kind: producer.KvEventStored, Stored: producer.StoreData{Blocks: blocks}}})
 	p.chains = append(p.chains, tokens)
 	return tokens
 }
 
 // apply applies one event and publishes its publication, if any.
-func (p *testProducer) apply(ev ckf.RouterEvent) {
+func (p *testProducer) apply(ev producer.RouterEvent) {
 	p.t.Helper()
 	out := p.state.ApplyEvent(ev)
 	if out.FirstError != nil && !errorsIsCapacity(out.FirstError) {
@@ -230,7 +233,7 @@ func errorsIsCapacity(err error) bool { return errors.Is(err, ckf.ErrCapacityExh
 
 // clearWorker clears everything worker 1 stored.
 func (p *testProducer) clearWorker() {
-	p.apply(ckf.RouterEvent{WorkerID: 1, Event: ckf.KvCacheEvent{Kind: ckf.KvEventCleared}})
+	p.apply(producer.RouterEvent{WorkerID: 1, Event: producer.KvCacheEvent{Kind: producer.KvEventCleared}})
 	p.chains = nil
 }
 

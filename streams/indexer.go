@@ -1,6 +1,8 @@
 package streams
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+
 	"context"
 	"errors"
 	"fmt"
@@ -48,7 +50,7 @@ type IndexerConfig struct {
 	// assumes an in-process producer, while a Kafka lane that catches up feeds the pool in
 	// bursts and the runner already paces itself (MaxBacklogDeltas). The queue holds every
 	// lane of a worker at its backlog bound even when each delta is its own command.
-	Pool ckf.IngestionPoolConfig
+	Pool index.IngestionPoolConfig
 	// MaxBacklogDeltas bounds the deltas one lane may have admitted to the pool but not applied;
 	// the lane's runner waits at the bound. Default 512 (about half a millisecond of worker
 	// time for 16-image deltas: a lower bound lets the worker run dry while the runner sleeps;
@@ -74,8 +76,8 @@ func (c IndexerConfig) withDefaults() IndexerConfig {
 	if c.ProgressInterval == 0 {
 		c.ProgressInterval = 10 * time.Second
 	}
-	if c.Pool == (ckf.IngestionPoolConfig{}) {
-		c.Pool = ckf.DefaultIngestionPoolConfig()
+	if c.Pool == (index.IngestionPoolConfig{}) {
+		c.Pool = index.DefaultIngestionPoolConfig()
 		c.Pool.QueueCapacity = 4096
 		c.Pool.MaxDirtyToAppliedAge = 2 * time.Second
 	}
@@ -113,7 +115,7 @@ func (c IndexerConfig) checkInterval() time.Duration {
 // once per client, with the roles "indexer-outputs", "lanes" and "snapshot-index".
 type IndexerParams struct {
 	Config        IndexerConfig
-	Indexer       *ckf.GlobalIndexer
+	Indexer       *index.GlobalIndexer
 	Codec         *schemas.Codec
 	ClientOpts    []kgo.Opt
 	ClientOptsFor ClientOptsFunc
@@ -126,13 +128,13 @@ type IndexerParams struct {
 // into the ingestion pool, and queries read the shared table lock-free.
 type Indexer struct {
 	cfg     IndexerConfig
-	g       *ckf.GlobalIndexer
+	g       *index.GlobalIndexer
 	codec   *schemas.Codec
 	opts    clientOpts
 	log     *zap.Logger
 	metrics *indexerMetrics
 
-	pool    *ckf.IngestionPool
+	pool    *index.IngestionPool
 	feed    *LaneFeed
 	out     *Outputs
 	outCl   *kgo.Client
@@ -165,7 +167,7 @@ func NewIndexer(p IndexerParams) (*Indexer, error) {
 func (ix *Indexer) Started() <-chan struct{} { return ix.started }
 
 // GlobalIndexer returns the table the indexer fills.
-func (ix *Indexer) GlobalIndexer() *ckf.GlobalIndexer { return ix.g }
+func (ix *Indexer) GlobalIndexer() *index.GlobalIndexer { return ix.g }
 
 // EligibleLanes returns the lanes a query may use now: ready in the table and not excluded by
 // the freshness policy.
@@ -233,7 +235,7 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	if ix.feed, err = NewLaneFeed(laneCl, ix.cfg.Topics.Lanes, lanes, feedCfg); err != nil {
 		return err
 	}
-	if ix.pool, err = ckf.NewIngestionPool(ix.g, ix.cfg.Pool); err != nil {
+	if ix.pool, err = index.NewIngestionPool(ix.g, ix.cfg.Pool); err != nil {
 		return fmt.Errorf("streams: ingestion pool: %w", err)
 	}
 	for _, l := range lanes {
@@ -292,7 +294,7 @@ func (ix *Indexer) dispatchFaults(ctx context.Context) {
 				return
 			}
 			lanes := uint16(1) << f.Lane
-			if f.Kind == ckf.PoolFaultWorkerFailed {
+			if f.Kind == index.PoolFaultWorkerFailed {
 				lanes = f.Lanes
 			}
 			for l := uint8(0); l < ckf.LaneCount; l++ {

@@ -1,6 +1,8 @@
 package streams_test
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+
 	"context"
 	"math/bits"
 	"slices"
@@ -19,9 +21,9 @@ const converge = 45 * time.Second
 
 // referenceIndexer builds the in-process reference: a GlobalIndexer with the same manifest whose
 // lanes are installed directly from the producers' exact words.
-func referenceIndexer(t *testing.T, m ckf.Manifest, ps ...*testProducer) *ckf.GlobalIndexer {
+func referenceIndexer(t *testing.T, m index.Manifest, ps ...*testProducer) *index.GlobalIndexer {
 	t.Helper()
-	g, err := ckf.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +37,7 @@ func referenceIndexer(t *testing.T, m ckf.Manifest, ps ...*testProducer) *ckf.Gl
 			t.Fatal(err)
 		}
 		out := in.InstallSnapshot(&ckf.Snapshot{Identity: p.id, Lease: lease, Sequence: p.pub.LastSequence(), Buckets: p.state.CopyWords()})
-		if out.Kind != ckf.OutcomeSnapshotInstalled {
+		if out.Kind != index.OutcomeSnapshotInstalled {
 			t.Fatalf("reference install: %v", out)
 		}
 	}
@@ -44,7 +46,7 @@ func referenceIndexer(t *testing.T, m ckf.Manifest, ps ...*testProducer) *ckf.Gl
 
 // compareQueries checks that the indexer answers every prefix of every producer chain, plus
 // divergent variants, exactly like the reference.
-func compareQueries(t *testing.T, got, want *ckf.GlobalIndexer, ps ...*testProducer) {
+func compareQueries(t *testing.T, got, want *index.GlobalIndexer, ps ...*testProducer) {
 	t.Helper()
 	n := 0
 	for _, p := range ps {
@@ -287,7 +289,7 @@ func (l *recordLog) snapshot() []*kgo.Record {
 
 // compareKafkaQueries sends queries over the query topics (QueryService + QueryClient on the real
 // broker) and checks every reply against the reference indexer.
-func compareKafkaQueries(t *testing.T, e *testEnv, ri *runningIndexer, ref *ckf.GlobalIndexer, ps ...*testProducer) {
+func compareKafkaQueries(t *testing.T, e *testEnv, ri *runningIndexer, ref *index.GlobalIndexer, ps ...*testProducer) {
 	t.Helper()
 	requests := testenv.NewTopic(t, 2)
 	replies := testenv.NewTopic(t, 2)

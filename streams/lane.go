@@ -1,6 +1,8 @@
 package streams
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+
 	"context"
 	"errors"
 	"fmt"
@@ -56,7 +58,7 @@ type laneRunner struct {
 	lastProgress time.Time
 
 	asm    assembly
-	faults chan ckf.PoolFault // forwarded by the indexer's fault dispatcher
+	faults chan index.PoolFault // forwarded by the indexer's fault dispatcher
 
 	deadUpTo      int64        // highest offset dead-lettered (a replay does not repeat it)
 	pending       []*ckf.Delta // decoded deltas not yet submitted (see flushDeltas)
@@ -69,7 +71,7 @@ func newLaneRunner(ix *Indexer, lane uint8, pool ckf.PoolID) *laneRunner {
 		ix: ix, lane: lane, bit: 1 << lane, pool: pool,
 		log:        ix.log.With(zap.Uint8("lane", lane), zap.String("pool", pool.String())),
 		needAssign: true, applied: -1, deadUpTo: -1, snapStart: -1, recoverUntil: -1, waitAfter: -1,
-		faults: make(chan ckf.PoolFault, 8),
+		faults: make(chan index.PoolFault, 8),
 	}
 	r.pending = r.slab.run()
 	r.stats.s = LaneStatus{Lane: lane, Pool: pool.String(), AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: -1,
@@ -259,7 +261,7 @@ func (r *laneRunner) setPhase(p LanePhase) {
 // saturation, the lag watchdog, a worker failure): the ready bit is the authoritative signal;
 // the pool's fault channel, forwarded here, names the fault when it was not dropped.
 func (r *laneRunner) checkHealth(ctx context.Context) {
-	var last *ckf.PoolFault
+	var last *index.PoolFault
 	for {
 		select {
 		case f := <-r.faults:
@@ -277,11 +279,11 @@ func (r *laneRunner) checkHealth(ctx context.Context) {
 	if last != nil {
 		point = consumerPoint(last.Disposition)
 		switch last.Kind {
-		case ckf.PoolFaultLaneDeactivated:
+		case index.PoolFaultLaneDeactivated:
 			fault = wireFault(last.Fault, r.applied)
-		case ckf.PoolFaultDirtyToAppliedAgeExceeded:
+		case index.PoolFaultDirtyToAppliedAgeExceeded:
 			fault.Kind, fault.Detail = schemas.FaultLagExceeded, "dirty-to-applied age exceeded"
-		case ckf.PoolFaultWorkerFailed:
+		case index.PoolFaultWorkerFailed:
 			fault.Kind, fault.Detail = schemas.FaultWorkerFailure, fmt.Sprintf("ingestion worker failed: %v", last.Panic)
 		default:
 			fault.Detail = "ingestion pool: " + last.Kind.String()
@@ -447,7 +449,7 @@ func (r *laneRunner) install(ctx context.Context, rec *kgo.Record) {
 		r.epoch++
 		lease := ckf.LaneLease{Consumer: r.ix.g.Manifest().ConsumerInstance(), Lane: r.lane, Epoch: r.epoch}
 		if err := r.ix.pool.Assign(ctx, a.identity, lease); err != nil {
-			var ae *ckf.AssignmentError
+			var ae *index.AssignmentError
 			if errors.As(err, &ae) {
 				r.event(schemas.LaneEvent{Kind: schemas.EventRecordRejected, Fault: assignmentFault(ae, a.first)})
 			}
@@ -468,7 +470,7 @@ func (r *laneRunner) install(ctx context.Context, rec *kgo.Record) {
 		return
 	}
 	switch out.Kind {
-	case ckf.OutcomeSnapshotInstalled:
+	case index.OutcomeSnapshotInstalled:
 		r.active, r.installed = true, out.Sequence
 		r.markSnapshot(a.first)
 		if r.phase != PhaseReplaying || rec.Offset > r.recoverUntil {
@@ -480,7 +482,7 @@ func (r *laneRunner) install(ctx context.Context, rec *kgo.Record) {
 		r.event(schemas.LaneEvent{Kind: schemas.EventSnapshotInstalled})
 		r.log.Info("snapshot installed", zap.Uint64("sequence", out.Sequence), zap.Int64("offset", a.first),
 			zap.Duration("took", time.Since(start)))
-	case ckf.OutcomeLaneDeactivated:
+	case index.OutcomeLaneDeactivated:
 		// Spec §3.3: a snapshot fault on a lane that is not ready is retry-class (INACT); on a
 		// ready lane it is gap-class and the pool retired the lane.
 		point := ckf.InactiveSnapshotInstallFailure
@@ -488,7 +490,7 @@ func (r *laneRunner) install(ctx context.Context, rec *kgo.Record) {
 			point = ckf.ConsumerGapOrMalformedBeforeWrite
 		}
 		r.onFault(ctx, point, wireFault(out.Fault, rec.Offset))
-	case ckf.OutcomeAwaitingSnapshot:
+	case index.OutcomeAwaitingSnapshot:
 		r.needAssign = true // the admission guard refused activation: the lease moved meanwhile
 	}
 }
@@ -562,13 +564,13 @@ func (r *laneRunner) flushDeltas(ctx context.Context) {
 		})
 		return
 	}
-	if disp, ok := ckf.PoolErrorDisposition(err); ok {
+	if disp, ok := index.PoolErrorDisposition(err); ok {
 		point := consumerPoint(disp)
 		kind := schemas.FaultUnknown
 		switch {
-		case errors.Is(err, ckf.ErrDirtyToAppliedAgeExceeded):
+		case errors.Is(err, index.ErrDirtyToAppliedAgeExceeded):
 			kind = schemas.FaultLagExceeded
-		case errors.Is(err, ckf.ErrWorkerFailed):
+		case errors.Is(err, index.ErrWorkerFailed):
 			kind = schemas.FaultWorkerFailure
 		}
 		r.onFault(ctx, point, &schemas.LaneFault{Kind: kind, Detail: err.Error(), Offset: schemas.Some(r.applied)})
@@ -577,7 +579,7 @@ func (r *laneRunner) flushDeltas(ctx context.Context) {
 	// A rejection without a disposition: the pool no longer has this lease (a retirement this
 	// runner has not seen yet, or the pool is closing).
 	r.log.Debug("deltas not admitted", zap.Error(err))
-	if errors.Is(err, ckf.ErrLaneRetired) && r.active {
+	if errors.Is(err, index.ErrLaneRetired) && r.active {
 		r.checkHealth(ctx)
 		if r.active {
 			r.onFault(ctx, ckf.ConsumerGapOrMalformedBeforeWrite,
@@ -617,9 +619,9 @@ func (r *laneRunner) onDrain(ctx context.Context, rec *kgo.Record, id ckf.Produc
 		return
 	}
 	switch out.Kind {
-	case ckf.OutcomeDrainAcknowledged:
+	case index.OutcomeDrainAcknowledged:
 		r.event(schemas.LaneEvent{Kind: schemas.EventDrainAcknowledged})
-	case ckf.OutcomeLaneDeactivated:
+	case index.OutcomeLaneDeactivated:
 		r.onFault(ctx, ckf.ConsumerGapOrMalformedBeforeWrite, wireFault(out.Fault, rec.Offset))
 	}
 }

@@ -1,6 +1,8 @@
 package streams
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+
 	"context"
 	"fmt"
 	"strconv"
@@ -110,28 +112,28 @@ func (o *Outputs) RequestSnapshot(lane uint8, pool ckf.PoolID, reason schemas.Sn
 func (o *Outputs) Flush(ctx context.Context) error { return o.cl.Flush(ctx) }
 
 // wireFault converts an ingestor fault to the lane-event fault.
-func wireFault(f ckf.LaneFault, offset int64) *schemas.LaneFault {
+func wireFault(f index.LaneFault, offset int64) *schemas.LaneFault {
 	out := &schemas.LaneFault{Detail: f.Error(), Offset: schemas.Some(offset)}
 	switch f.Kind {
-	case ckf.FaultWrongIdentity:
+	case index.FaultWrongIdentity:
 		out.Kind = schemas.FaultWrongIdentity
-	case ckf.FaultInvalidSnapshotBucketCount:
+	case index.FaultInvalidSnapshotBucketCount:
 		out.Kind, out.Expected, out.Actual = schemas.FaultInvalidSnapshotBucketCount, schemas.Some(f.Expected), schemas.Some(f.Actual)
-	case ckf.FaultEmptyDelta:
+	case index.FaultEmptyDelta:
 		out.Kind = schemas.FaultEmptyDelta
-	case ckf.FaultBaseSequenceMismatch:
+	case index.FaultBaseSequenceMismatch:
 		out.Kind, out.Expected, out.Actual = schemas.FaultBaseSequenceMismatch, schemas.Some(f.Expected), schemas.Some(f.Actual)
-	case ckf.FaultNonContiguousSequence:
+	case index.FaultNonContiguousSequence:
 		out.Kind, out.Expected, out.Actual = schemas.FaultNonContiguousSequence, schemas.Some(f.Base+1), schemas.Some(f.Sequence)
-	case ckf.FaultSequenceExhausted:
+	case index.FaultSequenceExhausted:
 		out.Kind = schemas.FaultSequenceExhausted
-	case ckf.FaultInvalidImageIndex:
+	case index.FaultInvalidImageIndex:
 		out.Kind, out.Actual = schemas.FaultInvalidImageIndex, schemas.Some(f.Bucket)
-	case ckf.FaultDuplicateImageIndex:
+	case index.FaultDuplicateImageIndex:
 		out.Kind, out.Actual = schemas.FaultDuplicateImageIndex, schemas.Some(f.Bucket)
-	case ckf.FaultSnapshotWhileReady:
+	case index.FaultSnapshotWhileReady:
 		out.Kind, out.Expected, out.Actual = schemas.FaultSnapshotWhileReady, schemas.Some(f.Installed), schemas.Some(f.Sequence)
-	case ckf.FaultTerminalSequenceMismatch:
+	case index.FaultTerminalSequenceMismatch:
 		out.Kind, out.Expected = schemas.FaultTerminalSequenceMismatch, schemas.Some(f.Expected)
 		if f.HasActual {
 			out.Actual = schemas.Some(f.Actual)
@@ -143,18 +145,18 @@ func wireFault(f ckf.LaneFault, offset int64) *schemas.LaneFault {
 }
 
 // assignmentFault converts an assignment error to the lane-event fault.
-func assignmentFault(err *ckf.AssignmentError, offset int64) *schemas.LaneFault {
+func assignmentFault(err *index.AssignmentError, offset int64) *schemas.LaneFault {
 	out := &schemas.LaneFault{Detail: err.Error(), Offset: schemas.Some(offset)}
 	switch err.Kind {
-	case ckf.AssignWrongConsumerInstance:
+	case index.AssignWrongConsumerInstance:
 		out.Kind = schemas.FaultWrongConsumerInstance
-	case ckf.AssignWrongPhysicalLane:
+	case index.AssignWrongPhysicalLane:
 		out.Kind = schemas.FaultWrongPhysicalLane
-	case ckf.AssignWrongLaneOwner:
+	case index.AssignWrongLaneOwner:
 		out.Kind = schemas.FaultWrongLaneOwner
-	case ckf.AssignWrongFormat:
+	case index.AssignWrongFormat:
 		out.Kind = schemas.FaultWrongFormat
-	case ckf.AssignStaleAssignmentEpoch:
+	case index.AssignStaleAssignmentEpoch:
 		out.Kind = schemas.FaultStaleAssignmentEpoch
 	}
 	return out

@@ -1,6 +1,8 @@
 package streams
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+
 	"errors"
 	"fmt"
 	"math/bits"
@@ -35,7 +37,7 @@ const (
 // query (ckf.GlobalIndexer.FindPrefixMatches). An empty intersection is an explicit UNAVAILABLE
 // reply, never an empty OK.
 type Answerer struct {
-	g        *ckf.GlobalIndexer
+	g        *index.GlobalIndexer
 	eligible func() uint16
 	now      func() time.Time
 
@@ -50,7 +52,7 @@ type Answerer struct {
 // NewAnswerer returns an Answerer over g. eligible returns the lanes the freshness policy allows
 // in answers (bit l = lane l); it is called once per query, must be safe for concurrent use and
 // should be cheap (an atomic load). A nil eligible makes every lane eligible.
-func NewAnswerer(g *ckf.GlobalIndexer, eligible func() uint16) *Answerer {
+func NewAnswerer(g *index.GlobalIndexer, eligible func() uint16) *Answerer {
 	a := &Answerer{g: g, eligible: eligible, now: time.Now}
 	m := g.Manifest()
 	for l := uint8(0); l < ckf.LaneCount; l++ {
@@ -63,7 +65,7 @@ func NewAnswerer(g *ckf.GlobalIndexer, eligible func() uint16) *Answerer {
 }
 
 // Indexer returns the indexer the answers come from.
-func (a *Answerer) Indexer() *ckf.GlobalIndexer { return a.g }
+func (a *Answerer) Indexer() *index.GlobalIndexer { return a.g }
 
 // QueryScratch is the per-goroutine working memory of Answer: the unpacked local block hashes,
 // the sequence-hash buffer of the search and the reply's lane entries. Reusing one scratch per
@@ -131,7 +133,7 @@ func (a *Answerer) Answer(req *schemas.QueryRequest, sc *QueryScratch) schemas.Q
 		// ErrUnavailable is the only error FindPrefixMatches returns today; any other error also
 		// means "no answer from the table", which the router must hear about rather than time
 		// out on.
-		if errors.Is(err, ckf.ErrUnavailable) {
+		if errors.Is(err, index.ErrUnavailable) {
 			return a.unavailable(reply, unavailableNotReady)
 		}
 		return a.unavailable(reply, err.Error())

@@ -1,6 +1,9 @@
 package streams_test
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"context"
 	"encoding/binary"
 	"errors"
@@ -35,12 +38,12 @@ var qDomain = ckf.IndexerDomainID{
 // lane, which makes it ready.
 type qIndex struct {
 	t         testing.TB
-	g         *ckf.GlobalIndexer
+	g         *index.GlobalIndexer
 	cfg       ckf.CkfConfig
 	format    ckf.FormatIdentity
 	pools     [ckf.LaneCount]ckf.PoolID
-	states    [ckf.LaneCount]*ckf.DcState
-	ingestors [ckf.LaneCount]*ckf.LaneIngestor
+	states    [ckf.LaneCount]*producer.DcState
+	ingestors [ckf.LaneCount]*index.LaneIngestor
 	epochs    [ckf.LaneCount]uint64
 	nextExt   uint64
 }
@@ -53,21 +56,21 @@ func newQIndex(t testing.TB, lanes ...uint8) *qIndex {
 		t.Fatal(err)
 	}
 	x.format = format
-	var ml ckf.ManifestLanes
+	var ml index.ManifestLanes
 	for _, l := range lanes {
 		x.pools[l] = ckf.PoolID{Domain: qDomain, Dc: ckf.DcID(1000 + uint64(l))}
 		p := x.pools[l]
 		ml[l] = &p
 	}
-	m, _, err := ckf.NewManifest(qConsumer, qDomain, format, ml)
+	m, _, err := index.NewManifest(qConsumer, qDomain, format, ml)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if x.g, err = ckf.NewGlobalIndexer(m, ckf.SearchConfig{VerificationWindow: 2}); err != nil {
+	if x.g, err = index.NewGlobalIndexer(m, ckf.SearchConfig{VerificationWindow: 2}); err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range lanes {
-		if x.states[l], err = ckf.NewDcState(x.cfg); err != nil {
+		if x.states[l], err = producer.NewDcState(x.cfg); err != nil {
 			t.Fatal(err)
 		}
 		if x.ingestors[l], err = x.g.ClaimLane(l); err != nil {
@@ -81,12 +84,12 @@ func newQIndex(t testing.TB, lanes ...uint8) *qIndex {
 // event, no parent: the chain starts at the root).
 func (x *qIndex) store(lane uint8, local []uint64) {
 	x.t.Helper()
-	blocks := make([]ckf.StoredBlock, len(local))
+	blocks := make([]producer.StoredBlock, len(local))
 	for i, h := range local {
 		x.nextExt++
-		blocks[i] = ckf.StoredBlock{BlockHash: ckf.ExternalBlockHash(x.nextExt), TokensHash: ckf.LocalBlockHash(h)}
+		blocks[i] = producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(x.nextExt), TokensHash: ckf.LocalBlockHash(h)}
 	}
-	ev := ckf.RouterEvent{WorkerID: 1, Event: ckf.KvCacheEvent{Kind: ckf.KvEventStored, Stored: ckf.StoreData{Blocks: blocks}}}
+	ev := producer.RouterEvent{WorkerID: 1, Event: producer.KvCacheEvent{Kind: producer.KvEventStored, Stored: producer.StoreData{Blocks: blocks}}}
 	if out := x.states[lane].ApplyEvent(ev); out.FirstError != nil {
 		x.t.Fatalf("lane %d: store: %v", lane, out.FirstError)
 	}
@@ -107,7 +110,7 @@ func (x *qIndex) activate(lanes ...uint8) {
 		if err := x.ingestors[l].Assign(id, lease); err != nil {
 			x.t.Fatalf("lane %d: assign: %v", l, err)
 		}
-		if out := x.ingestors[l].InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Buckets: words}); out.Kind != ckf.OutcomeSnapshotInstalled {
+		if out := x.ingestors[l].InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Buckets: words}); out.Kind != index.OutcomeSnapshotInstalled {
 			x.t.Fatalf("lane %d: install: %v", l, out)
 		}
 	}
@@ -186,11 +189,11 @@ func qTokenRequest(id string, tokens []uint32, blockSize uint32, lora, ns string
 }
 
 // qWantReply is the reply FindPrefixMatches implies for hashes restricted to mask.
-func qWantReply(t testing.TB, g *ckf.GlobalIndexer, hashes []uint64, mask uint16) schemas.QueryReply {
+func qWantReply(t testing.TB, g *index.GlobalIndexer, hashes []uint64, mask uint16) schemas.QueryReply {
 	t.Helper()
 	res, err := g.FindPrefixMatches(hashes)
 	want := schemas.QueryReply{QueryBlocks: uint32(len(hashes))}
-	if errors.Is(err, ckf.ErrUnavailable) || res.ReadyLanes&mask == 0 {
+	if errors.Is(err, index.ErrUnavailable) || res.ReadyLanes&mask == 0 {
 		want.Status = schemas.QueryUnavailable
 		return want
 	}

@@ -1,6 +1,9 @@
 package streams
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"context"
 	"errors"
 	"fmt"
@@ -114,7 +117,7 @@ type RelayConfig struct {
 	// set, Lane must be mapped to Pool and Pool to no other lane, or NewRelay fails with
 	// ErrLaneNotOwned. All nil (the default) skips this static check; the start-up check
 	// against the snapshot index still runs.
-	LaneOwners ckf.ManifestLanes
+	LaneOwners index.ManifestLanes
 	// CKF is the producer configuration. Zero fields take ckf.DefaultCkfConfig's values;
 	// ExpectedBlocksPerDC and Seed must match the indexers' manifest format.
 	CKF ckf.CkfConfig
@@ -361,7 +364,7 @@ type Relay struct {
 }
 
 type inspectReq struct {
-	fn   func(*ckf.DcState, *ckf.Publisher)
+	fn   func(*producer.DcState, *producer.Publisher)
 	done chan struct{}
 }
 
@@ -451,7 +454,7 @@ var ErrRelayNotRunning = errors.New("streams: relay is not running")
 // publisher of the current incarnation. fn must only read them and must not keep them. Called
 // before Run, it waits for the run loop. It returns ctx's error, or ErrRelayNotRunning when Run
 // returned before fn ran.
-func (r *Relay) Inspect(ctx context.Context, fn func(st *ckf.DcState, pub *ckf.Publisher)) error {
+func (r *Relay) Inspect(ctx context.Context, fn func(st *producer.DcState, pub *producer.Publisher)) error {
 	req := inspectReq{fn: fn, done: make(chan struct{})}
 	select {
 	case r.inspect <- req:

@@ -1,6 +1,8 @@
 package streams
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"fmt"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -14,33 +16,33 @@ import (
 // event is not primary and is ignored, as for any other non-device tier), and an unknown
 // residency domain fails closed in DcState (UnsupportedResidencyDomain, no state change).
 const (
-	unknownTier      ckf.StorageTier     = 0xFF
-	unknownResidency ckf.ResidencyDomain = 0xFF
+	unknownTier      producer.StorageTier     = 0xFF
+	unknownResidency producer.ResidencyDomain = 0xFF
 )
 
 // RouterEventOf converts a decoded KV event to the producer's RouterEvent. It never fails:
 // values the producer must reject (an unknown residency domain, an unknown kind) are carried
 // so that DcState.ApplyEvent rejects them with the spec's outcome.
-func RouterEventOf(ev *schemas.KvEvent) ckf.RouterEvent {
-	re := ckf.RouterEvent{WorkerID: ckf.WorkerID(ev.WorkerID)}
+func RouterEventOf(ev *schemas.KvEvent) producer.RouterEvent {
+	re := producer.RouterEvent{WorkerID: ckf.WorkerID(ev.WorkerID)}
 	switch ev.StorageTier {
 	case schemas.TierDevice:
-		re.StorageTier = ckf.StorageTierDevice
+		re.StorageTier = producer.StorageTierDevice
 	case schemas.TierHostPinned:
-		re.StorageTier = ckf.StorageTierHostPinned
+		re.StorageTier = producer.StorageTierHostPinned
 	case schemas.TierDisk:
-		re.StorageTier = ckf.StorageTierDisk
+		re.StorageTier = producer.StorageTierDisk
 	case schemas.TierExternal:
-		re.StorageTier = ckf.StorageTierExternal
+		re.StorageTier = producer.StorageTierExternal
 	default:
 		re.StorageTier = unknownTier
 	}
 	if d, ok := ev.ResidencyDomain.Get(); ok {
 		switch d {
 		case schemas.ResidencyWorker:
-			re.Residency = ckf.ResidencyWorker
+			re.Residency = producer.ResidencyWorker
 		case schemas.ResidencyCacheOwner:
-			re.Residency = ckf.ResidencyCacheOwner
+			re.Residency = producer.ResidencyCacheOwner
 		default:
 			re.Residency = unknownResidency
 		}
@@ -49,7 +51,7 @@ func RouterEventOf(ev *schemas.KvEvent) ckf.RouterEvent {
 	e.EventID, e.DpRank = ev.EventID, ckf.DpRank(ev.DpRank)
 	switch ev.Kind {
 	case schemas.KvStoredEvent:
-		e.Kind = ckf.KvEventStored
+		e.Kind = producer.KvEventStored
 		s := &ev.Stored
 		if p, ok := s.ParentHash.Get(); ok {
 			e.Stored.HasParent, e.Stored.ParentHash = true, ckf.ExternalBlockHash(p)
@@ -58,18 +60,18 @@ func RouterEventOf(ev *schemas.KvEvent) ckf.RouterEvent {
 			e.Stored.HasStartPosition, e.Stored.StartPosition = true, p
 		}
 		e.Stored.SharedCacheEligible = s.SharedCacheEligible
-		e.Stored.Blocks = make([]ckf.StoredBlock, len(s.Blocks))
+		e.Stored.Blocks = make([]producer.StoredBlock, len(s.Blocks))
 		for i, b := range s.Blocks {
-			e.Stored.Blocks[i] = ckf.StoredBlock{BlockHash: ckf.ExternalBlockHash(b.BlockHash), TokensHash: ckf.LocalBlockHash(b.TokensHash)}
+			e.Stored.Blocks[i] = producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(b.BlockHash), TokensHash: ckf.LocalBlockHash(b.TokensHash)}
 		}
 	case schemas.KvRemovedEvent:
-		e.Kind = ckf.KvEventRemoved
+		e.Kind = producer.KvEventRemoved
 		e.Removed = make([]ckf.ExternalBlockHash, len(ev.Removed.BlockHashes))
 		for i, h := range ev.Removed.BlockHashes {
 			e.Removed[i] = ckf.ExternalBlockHash(h)
 		}
 	case schemas.KvClearedEvent:
-		e.Kind = ckf.KvEventCleared
+		e.Kind = producer.KvEventCleared
 	}
 	return re
 }
@@ -77,29 +79,29 @@ func RouterEventOf(ev *schemas.KvEvent) ckf.RouterEvent {
 // KvEventOf converts a RouterEvent to its wire form (engines, load generators and tests).
 // Unknown tiers and residency values have no wire form and become TierUnknown and the
 // string "unknown".
-func KvEventOf(re ckf.RouterEvent) schemas.KvEvent {
+func KvEventOf(re producer.RouterEvent) schemas.KvEvent {
 	ev := schemas.KvEvent{WorkerID: uint64(re.WorkerID), DpRank: uint32(re.Event.DpRank), EventID: re.Event.EventID}
 	switch re.StorageTier {
-	case ckf.StorageTierDevice:
+	case producer.StorageTierDevice:
 		ev.StorageTier = schemas.TierDevice
-	case ckf.StorageTierHostPinned:
+	case producer.StorageTierHostPinned:
 		ev.StorageTier = schemas.TierHostPinned
-	case ckf.StorageTierDisk:
+	case producer.StorageTierDisk:
 		ev.StorageTier = schemas.TierDisk
-	case ckf.StorageTierExternal:
+	case producer.StorageTierExternal:
 		ev.StorageTier = schemas.TierExternal
 	}
 	switch re.Residency {
-	case ckf.ResidencyUnspecified:
-	case ckf.ResidencyWorker:
+	case producer.ResidencyUnspecified:
+	case producer.ResidencyWorker:
 		ev.ResidencyDomain = schemas.Some(schemas.ResidencyWorker)
-	case ckf.ResidencyCacheOwner:
+	case producer.ResidencyCacheOwner:
 		ev.ResidencyDomain = schemas.Some(schemas.ResidencyCacheOwner)
 	default:
 		ev.ResidencyDomain = schemas.Some("unknown")
 	}
 	switch re.Event.Kind {
-	case ckf.KvEventStored:
+	case producer.KvEventStored:
 		ev.Kind = schemas.KvStoredEvent
 		s := &re.Event.Stored
 		if s.HasParent {
@@ -113,13 +115,13 @@ func KvEventOf(re ckf.RouterEvent) schemas.KvEvent {
 		for i, b := range s.Blocks {
 			ev.Stored.Blocks[i] = schemas.KvBlock{BlockHash: uint64(b.BlockHash), TokensHash: uint64(b.TokensHash)}
 		}
-	case ckf.KvEventRemoved:
+	case producer.KvEventRemoved:
 		ev.Kind = schemas.KvRemovedEvent
 		ev.Removed.BlockHashes = make([]uint64, len(re.Event.Removed))
 		for i, h := range re.Event.Removed {
 			ev.Removed.BlockHashes[i] = uint64(h)
 		}
-	case ckf.KvEventCleared:
+	case producer.KvEventCleared:
 		ev.Kind = schemas.KvClearedEvent
 	}
 	return ev

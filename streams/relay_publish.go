@@ -1,6 +1,8 @@
 package streams
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"context"
 	"errors"
 	"fmt"
@@ -46,7 +48,7 @@ func (rl *relayLoop) publish(images []ckf.BucketImage) {
 		rl.markBroken(err)
 		return
 	}
-	if out.Kind == ckf.Published {
+	if out.Kind == producer.Published {
 		rl.deltasSinceSnap++
 		rl.r.c.deltas.Add(1)
 		rl.r.c.images.Add(uint64(out.ImageCount))
@@ -181,7 +183,7 @@ func (rl *relayLoop) newIncarnation() error {
 	r.identity.Store(&id)
 	r.c.incarnation.Store(inc)
 	rl.sink = &relaySink{}
-	rl.pub = ckf.NewPublisher(id, 0, rl.sink)
+	rl.pub = producer.NewPublisher(id, 0, rl.sink)
 	rl.w = NewLaneWriter(cl, r.codec, id, LaneWriterConfig{
 		LaneTopic: cfg.Topics.Lanes, IndexTopic: cfg.Topics.SnapshotIndex, Lane: cfg.Lane,
 		ChunkWords: cfg.ChunkWords, WriteTimeout: cfg.WriteTimeout, Transactional: true,
@@ -203,7 +205,7 @@ func (rl *relayLoop) snapshot(reason string) error {
 	rl.epoch++
 	snap, err := rl.pub.SnapshotAfterBarrier(rl.state, ckf.LaneLease{Consumer: 0, Lane: rl.cfg.Lane, Epoch: rl.epoch})
 	switch {
-	case errors.Is(err, ckf.ErrSequenceExhausted):
+	case errors.Is(err, producer.ErrSequenceExhausted):
 		r.log.Warn("sequence space exhausted; continuing under a new incarnation")
 		rl.markBroken(err)
 		return nil

@@ -1,6 +1,8 @@
 package streams
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"context"
 	"errors"
 	"fmt"
@@ -23,7 +25,7 @@ type relayLoop struct {
 	cfg RelayConfig
 	now func() time.Time
 
-	state *ckf.DcState
+	state *producer.DcState
 	inCl  *kgo.Client // KV events + control requests (consumer)
 	outCl *kgo.Client // admin requests and dead letters (non-transactional producer)
 	out   *Outputs
@@ -31,7 +33,7 @@ type relayLoop struct {
 	// The current incarnation's publication path (replaced by every recovery).
 	laneCl   *kgo.Client
 	w        *LaneWriter
-	pub      *ckf.Publisher
+	pub      *producer.Publisher
 	sink     *relaySink
 	identity ckf.ProducerIdentity
 	epoch    uint64 // synthetic wire lease epoch, bumped at every snapshot
@@ -92,7 +94,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // open builds the state and the input clients, checks the lane, and plans the replay.
 func (rl *relayLoop) open(ctx context.Context) error {
 	r, cfg := rl.r, rl.cfg
-	state, err := ckf.NewDcState(cfg.CKF)
+	state, err := producer.NewDcState(cfg.CKF)
 	if err != nil {
 		return fmt.Errorf("streams: relay state: %w", err)
 	}

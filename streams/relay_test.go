@@ -1,6 +1,9 @@
 package streams_test
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -100,7 +103,7 @@ func (rr *runningRelay) stop() error {
 // inspect returns the relay's words, last sequence and identity, read on its goroutine.
 func (rr *runningRelay) inspect(t *testing.T) (words []uint64, seq uint64) {
 	t.Helper()
-	err := rr.r.Inspect(context.Background(), func(st *ckf.DcState, pub *ckf.Publisher) {
+	err := rr.r.Inspect(context.Background(), func(st *producer.DcState, pub *producer.Publisher) {
 		words = st.CopyWords()
 		if pub != nil {
 			seq = pub.LastSequence()
@@ -113,7 +116,7 @@ func (rr *runningRelay) inspect(t *testing.T) (words []uint64, seq uint64) {
 }
 
 // produce writes the events to the KV topic, keyed by worker, in order.
-func (e *relayEnv) produce(evs ...ckf.RouterEvent) {
+func (e *relayEnv) produce(evs ...producer.RouterEvent) {
 	e.t.Helper()
 	rs := make([]*kgo.Record, 0, len(evs))
 	for _, ev := range evs {
@@ -179,32 +182,32 @@ func waitRelayLane(t *testing.T, ri *runningIndexer, rr *runningRelay, lane uint
 type kvGen struct {
 	rng     *rand.Rand
 	nextExt uint64
-	held    map[ckf.SourceKey][][]ckf.StoredBlock // chains per source
-	tokens  [][]uint64                            // every stored chain's tokens (queries)
+	held    map[ckf.SourceKey][][]producer.StoredBlock // chains per source
+	tokens  [][]uint64                                 // every stored chain's tokens (queries)
 }
 
 func newKvGen(seed uint64) *kvGen {
-	return &kvGen{rng: rand.New(rand.NewPCG(seed, 7)), nextExt: 1, held: map[ckf.SourceKey][][]ckf.StoredBlock{}}
+	return &kvGen{rng: rand.New(rand.NewPCG(seed, 7)), nextExt: 1, held: map[ckf.SourceKey][][]producer.StoredBlock{}}
 }
 
 func (g *kvGen) source() ckf.SourceKey {
 	return ckf.SourceKey{Worker: ckf.WorkerID(1 + g.rng.IntN(4)), Rank: ckf.DpRank(g.rng.IntN(2))}
 }
 
-func (g *kvGen) blocks(tokens []uint64) []ckf.StoredBlock {
-	bs := make([]ckf.StoredBlock, len(tokens))
+func (g *kvGen) blocks(tokens []uint64) []producer.StoredBlock {
+	bs := make([]producer.StoredBlock, len(tokens))
 	for i, tok := range tokens {
-		bs[i] = ckf.StoredBlock{BlockHash: ckf.ExternalBlockHash(g.nextExt), TokensHash: ckf.LocalBlockHash(tok)}
+		bs[i] = producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(g.nextExt), TokensHash: ckf.LocalBlockHash(tok)}
 		g.nextExt++
 	}
 	return bs
 }
 
-func storeEvent(src ckf.SourceKey, d ckf.StoreData) ckf.RouterEvent {
-	return ckf.RouterEvent{WorkerID: src.Worker, Event: ckf.KvCacheEvent{DpRank: src.Rank, Kind: ckf.KvEventStored, Stored: d}}
+func storeEvent(src ckf.SourceKey, d producer.StoreData) producer.RouterEvent {
+	return producer.RouterEvent{WorkerID: src.Worker, Event: producer.KvCacheEvent{DpRank: src.Rank, Kind: producer.KvEventStored, Stored: d}}
 }
 
-func (g *kvGen) next() ckf.RouterEvent {
+func (g *kvGen) next() producer.RouterEvent {
 	src := g.source()
 	chains := g.held[src]
 	switch x := g.rng.IntN(100); {
@@ -216,12 +219,12 @@ func (g *kvGen) next() ckf.RouterEvent {
 		bs := g.blocks(tokens)
 		g.held[src] = append(chains, bs)
 		g.tokens = append(g.tokens, tokens)
-		return storeEvent(src, ckf.StoreData{Blocks: bs})
+		return storeEvent(src, producer.StoreData{Blocks: bs})
 	case x < 50: // a chain sharing tokens with any stored chain (another source: owners > 1)
 		tokens := slices.Clone(g.tokens[g.rng.IntN(len(g.tokens))])
 		bs := g.blocks(tokens)
 		g.held[src] = append(chains, bs)
-		return storeEvent(src, ckf.StoreData{Blocks: bs})
+		return storeEvent(src, producer.StoreData{Blocks: bs})
 	case x < 70: // children of one of this source's chains
 		i := g.rng.IntN(len(chains))
 		parent := chains[i]
@@ -236,7 +239,7 @@ func (g *kvGen) next() ckf.RouterEvent {
 			all[j] = uint64(b.TokensHash)
 		}
 		g.tokens = append(g.tokens, all)
-		return storeEvent(src, ckf.StoreData{HasParent: true, ParentHash: parent[len(parent)-1].BlockHash, Blocks: bs})
+		return storeEvent(src, producer.StoreData{HasParent: true, ParentHash: parent[len(parent)-1].BlockHash, Blocks: bs})
 	case x < 95: // evict the tail of one chain
 		i := g.rng.IntN(len(chains))
 		c := chains[i]
@@ -250,15 +253,15 @@ func (g *kvGen) next() ckf.RouterEvent {
 		} else {
 			chains[i] = c[:len(c)-k]
 		}
-		return ckf.RouterEvent{WorkerID: src.Worker, Event: ckf.KvCacheEvent{DpRank: src.Rank, Kind: ckf.KvEventRemoved, Removed: ids}}
+		return producer.RouterEvent{WorkerID: src.Worker, Event: producer.KvCacheEvent{DpRank: src.Rank, Kind: producer.KvEventRemoved, Removed: ids}}
 	default: // clear the source
 		delete(g.held, src)
-		return ckf.RouterEvent{WorkerID: src.Worker, Event: ckf.KvCacheEvent{DpRank: src.Rank, Kind: ckf.KvEventCleared}}
+		return producer.RouterEvent{WorkerID: src.Worker, Event: producer.KvCacheEvent{DpRank: src.Rank, Kind: producer.KvEventCleared}}
 	}
 }
 
-func (g *kvGen) take(n int) []ckf.RouterEvent {
-	out := make([]ckf.RouterEvent, n)
+func (g *kvGen) take(n int) []producer.RouterEvent {
+	out := make([]producer.RouterEvent, n)
 	for i := range out {
 		out[i] = g.next()
 	}
@@ -266,9 +269,9 @@ func (g *kvGen) take(n int) []ckf.RouterEvent {
 }
 
 // newReference returns a reference state fed evs.
-func newReference(t *testing.T, e *relayEnv, evs ...[]ckf.RouterEvent) *ckf.DcState {
+func newReference(t *testing.T, e *relayEnv, evs ...[]producer.RouterEvent) *producer.DcState {
 	t.Helper()
-	ref, err := ckf.NewDcState(ckf.NewCkfConfig(e.blocks))
+	ref, err := producer.NewDcState(ckf.NewCkfConfig(e.blocks))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,10 +286,10 @@ func newReference(t *testing.T, e *relayEnv, evs ...[]ckf.RouterEvent) *ckf.DcSt
 // compareOwnership checks that the relay's exact state equals the reference's: sources and
 // their block counts, every (source, external id) -> canonical mapping the generator knows, the
 // owner count and residency of each canonical, and the aggregate counts.
-func compareOwnership(t *testing.T, rr *runningRelay, ref *ckf.DcState, g *kvGen) {
+func compareOwnership(t *testing.T, rr *runningRelay, ref *producer.DcState, g *kvGen) {
 	t.Helper()
 	var problems []string
-	err := rr.r.Inspect(context.Background(), func(st *ckf.DcState, _ *ckf.Publisher) {
+	err := rr.r.Inspect(context.Background(), func(st *producer.DcState, _ *producer.Publisher) {
 		a, b := st.Stats(), ref.Stats()
 		if a.MemberCount != b.MemberCount || a.ContributionCount != b.ContributionCount || a.UniqueBlockCount != b.UniqueBlockCount ||
 			a.OccupiedSlotCount != b.OccupiedSlotCount || a.CapacityFailures != b.CapacityFailures {
@@ -414,9 +417,9 @@ func TestRelayIdleLaneSnapshotsLessOften(t *testing.T) {
 }
 
 // referenceIndexerWords installs words as lane's snapshot in a fresh GlobalIndexer.
-func referenceIndexerWords(t *testing.T, m ckf.Manifest, lane uint8, id ckf.ProducerIdentity, seq uint64, words []uint64) *ckf.GlobalIndexer {
+func referenceIndexerWords(t *testing.T, m index.Manifest, lane uint8, id ckf.ProducerIdentity, seq uint64, words []uint64) *index.GlobalIndexer {
 	t.Helper()
-	g, err := ckf.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +431,7 @@ func referenceIndexerWords(t *testing.T, m ckf.Manifest, lane uint8, id ckf.Prod
 	if err := in.Assign(id, lease); err != nil {
 		t.Fatal(err)
 	}
-	if out := in.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: seq, Buckets: words}); out.Kind != ckf.OutcomeSnapshotInstalled {
+	if out := in.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: seq, Buckets: words}); out.Kind != index.OutcomeSnapshotInstalled {
 		t.Fatalf("reference install: %v", out)
 	}
 	return g
@@ -524,11 +527,11 @@ func TestRelayDeadLettersBadEvents(t *testing.T) {
 	e.produce(good...)
 
 	src := ckf.SourceKey{Worker: 9, Rank: 1}
-	unknownParent := storeEvent(src, ckf.StoreData{HasParent: true, ParentHash: 999_999, Blocks: g.blocks([]uint64{1, 2})})
-	badResidency := storeEvent(src, ckf.StoreData{Blocks: g.blocks([]uint64{3})})
+	unknownParent := storeEvent(src, producer.StoreData{HasParent: true, ParentHash: 999_999, Blocks: g.blocks([]uint64{1, 2})})
+	badResidency := storeEvent(src, producer.StoreData{Blocks: g.blocks([]uint64{3})})
 	badResidency.Residency = 0x7F // KvEventOf writes "unknown"
-	stored := storeEvent(src, ckf.StoreData{Blocks: g.blocks([]uint64{4})})
-	remap := storeEvent(src, ckf.StoreData{Blocks: []ckf.StoredBlock{{BlockHash: stored.Event.Stored.Blocks[0].BlockHash, TokensHash: 5}}})
+	stored := storeEvent(src, producer.StoreData{Blocks: g.blocks([]uint64{4})})
+	remap := storeEvent(src, producer.StoreData{Blocks: []producer.StoredBlock{{BlockHash: stored.Event.Stored.Blocks[0].BlockHash, TokensHash: 5}}})
 	e.produce(unknownParent, badResidency, stored, remap)
 	e.produceRaw(&kgo.Record{Topic: e.kvTopic, Key: []byte("9"), Value: []byte("not avro")})
 	more := g.take(50)
@@ -540,7 +543,7 @@ func TestRelayDeadLettersBadEvents(t *testing.T) {
 	if s.Rejected != 3 || s.Undecodable != 1 || s.DeadLetters != 4 {
 		t.Fatalf("stats %+v; want 3 rejected, 1 undecodable, 4 dead letters", s)
 	}
-	ref := newReference(t, e, good, []ckf.RouterEvent{unknownParent, badResidency, stored, remap}, more)
+	ref := newReference(t, e, good, []producer.RouterEvent{unknownParent, badResidency, stored, remap}, more)
 	compareOwnership(t, rr, ref, g)
 
 	// The dead letters carry the record and the reason.
@@ -677,7 +680,7 @@ func TestRelayThroughput(t *testing.T) {
 	g := newKvGen(5)
 	const n = 20_000
 	evs := g.take(2 * n)
-	ops := func(evs []ckf.RouterEvent) int {
+	ops := func(evs []producer.RouterEvent) int {
 		k := 0
 		for _, ev := range evs {
 			k += len(ev.Event.Stored.Blocks) + len(ev.Event.Removed) + 1
@@ -788,9 +791,9 @@ func TestRelayCountsCapacityOmissions(t *testing.T) {
 	ri := e.startIndexer(e.manifest(81, lane), e.indexerConfig())
 	rr := e.startRelay(e.relayConfig(lane, testenv.UniqueName(t, "relay")), true)
 	g := newKvGen(8)
-	var evs []ckf.RouterEvent
+	var evs []producer.RouterEvent
 	for len(evs) < 40 {
-		if ev := g.next(); ev.Event.Kind == ckf.KvEventStored {
+		if ev := g.next(); ev.Event.Kind == producer.KvEventStored {
 			evs = append(evs, ev)
 		}
 	}

@@ -1,6 +1,8 @@
 package indexer
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,7 +53,7 @@ type APIParams struct {
 // beyond the mask of lanes seen eligible since start (see Ready).
 type API struct {
 	ans      *streams.Answerer
-	g        *ckf.GlobalIndexer
+	g        *index.GlobalIndexer
 	lanes    func() []streams.LaneStatus
 	eligible func() uint16
 	m        queryMetrics

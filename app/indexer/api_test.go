@@ -1,6 +1,9 @@
 package indexer_test
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -47,7 +50,7 @@ func (discardSink) Enqueue(ckf.Delta) error { return nil }
 // table is an in-process indexer state: lanes 0 and 1 installed with stored chains, lane 5
 // configured but never ready.
 type table struct {
-	g        *ckf.GlobalIndexer
+	g        *index.GlobalIndexer
 	eligible atomic.Uint32
 	chains   map[uint8][][]uint64 // token-hash chains stored per lane
 	api      *indexer.API
@@ -61,7 +64,7 @@ func newTable(t testing.TB) *table {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := ckf.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +142,7 @@ func tokenChain(blockSize, blocks int) []uint64 {
 func (tb *table) install(t testing.TB, lane uint8, chains [][]uint64) {
 	t.Helper()
 	m := tb.g.Manifest()
-	state, err := ckf.NewDcState(ckf.NewCkfConfig(testBlocks))
+	state, err := producer.NewDcState(ckf.NewCkfConfig(testBlocks))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,15 +151,15 @@ func (tb *table) install(t testing.TB, lane uint8, chains [][]uint64) {
 	}
 	pool, _ := m.PoolOf(lane)
 	id := ckf.ProducerIdentity{Pool: pool, Incarnation: 1, LayoutGeneration: 1, Format: state.Format()}
-	pub := ckf.NewPublisher(id, 0, discardSink{})
+	pub := producer.NewPublisher(id, 0, discardSink{})
 	ext := uint64(1)
 	for _, c := range chains {
-		blocks := make([]ckf.StoredBlock, len(c))
+		blocks := make([]producer.StoredBlock, len(c))
 		for i, h := range c {
-			blocks[i] = ckf.StoredBlock{BlockHash: ckf.ExternalBlockHash(ext), TokensHash: ckf.LocalBlockHash(h)}
+			blocks[i] = producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(ext), TokensHash: ckf.LocalBlockHash(h)}
 			ext++
 		}
-		out := state.ApplyEvent(ckf.RouterEvent{WorkerID: 1, Event: ckf.KvCacheEvent{Kind: ckf.KvEventStored, Stored: ckf.StoreData{Blocks: blocks}}})
+		out := state.ApplyEvent(producer.RouterEvent{WorkerID: 1, Event: producer.KvCacheEvent{Kind: producer.KvEventStored, Stored: producer.StoreData{Blocks: blocks}}})
 		if out.FirstError != nil {
 			t.Fatal(out.FirstError)
 		}
@@ -178,7 +181,7 @@ func (tb *table) install(t testing.TB, lane uint8, chains [][]uint64) {
 	if err := in.Assign(id, lease); err != nil {
 		t.Fatal(err)
 	}
-	if out := in.InstallSnapshot(&snap); out.Kind != ckf.OutcomeSnapshotInstalled {
+	if out := in.InstallSnapshot(&snap); out.Kind != index.OutcomeSnapshotInstalled {
 		t.Fatalf("lane %d: install: %v", lane, out)
 	}
 	tb.chains[lane] = chains
@@ -201,7 +204,7 @@ func (tb *table) post(t *testing.T, body string) (int, indexer.PrefixMatchRespon
 
 // wantDirect checks resp against a direct GlobalIndexer.FindPrefixMatches of local, restricted
 // to mask.
-func wantDirect(t *testing.T, g *ckf.GlobalIndexer, local []uint64, mask uint16, resp indexer.PrefixMatchResponse) {
+func wantDirect(t *testing.T, g *index.GlobalIndexer, local []uint64, mask uint16, resp indexer.PrefixMatchResponse) {
 	t.Helper()
 	direct, err := g.FindPrefixMatches(local)
 	if err != nil {

@@ -18,6 +18,8 @@
 package indexer
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+
 	"context"
 	"errors"
 	"fmt"
@@ -57,7 +59,7 @@ type Params struct {
 type Indexer struct {
 	log        *zap.Logger
 	shutdowner fx.Shutdowner
-	g          *ckf.GlobalIndexer
+	g          *index.GlobalIndexer
 	lanes      *streams.Indexer
 	queries    *streams.QueryService
 	ans        *streams.Answerer
@@ -122,7 +124,7 @@ func New(p Params) (*Indexer, error) {
 	for _, w := range warnings {
 		log.Warn(w.String())
 	}
-	g, err := ckf.NewGlobalIndexer(m, ckf.SearchConfig{VerificationWindow: p.Config.VerificationWindow})
+	g, err := index.NewGlobalIndexer(m, ckf.SearchConfig{VerificationWindow: p.Config.VerificationWindow})
 	if err != nil {
 		return nil, fmt.Errorf("indexer: global indexer: %w", err)
 	}
@@ -187,7 +189,7 @@ func New(p Params) (*Indexer, error) {
 }
 
 // GlobalIndexer returns the table.
-func (ix *Indexer) GlobalIndexer() *ckf.GlobalIndexer { return ix.g }
+func (ix *Indexer) GlobalIndexer() *index.GlobalIndexer { return ix.g }
 
 // Lanes returns the lanes on Kafka.
 func (ix *Indexer) Lanes() *streams.Indexer { return ix.lanes }

@@ -1,6 +1,8 @@
 package indexer_test
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"bufio"
 	"context"
 	"encoding/json"
@@ -32,15 +34,15 @@ import (
 type laneProducer struct {
 	t     *testing.T
 	lane  uint8
-	state *ckf.DcState
-	pub   *ckf.Publisher
+	state *producer.DcState
+	pub   *producer.Publisher
 	w     *streams.LaneWriter
 	ext   uint64
 }
 
 func newLaneProducer(t *testing.T, topics config.Topics, codec *schemas.Codec, lane uint8, dc uint64) *laneProducer {
 	t.Helper()
-	state, err := ckf.NewDcState(ckf.NewCkfConfig(testBlocks))
+	state, err := producer.NewDcState(ckf.NewCkfConfig(testBlocks))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +53,7 @@ func newLaneProducer(t *testing.T, topics config.Topics, codec *schemas.Codec, l
 	id := ckf.ProducerIdentity{Pool: ckf.PoolID{Domain: domain, Dc: ckf.DcID(dc)}, Incarnation: 1, LayoutGeneration: 1, Format: state.Format()}
 	cl := testenv.Client(t, streams.LaneWriterClientOpts()...)
 	w := streams.NewLaneWriter(cl, codec, id, streams.LaneWriterConfig{LaneTopic: topics.Lanes, Lane: lane})
-	p := &laneProducer{t: t, lane: lane, state: state, w: w, pub: ckf.NewPublisher(id, 0, w), ext: 1}
+	p := &laneProducer{t: t, lane: lane, state: state, w: w, pub: producer.NewPublisher(id, 0, w), ext: 1}
 	snap, err := p.pub.SnapshotAfterBarrier(state, ckf.LaneLease{Lane: lane, Epoch: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -65,12 +67,12 @@ func newLaneProducer(t *testing.T, topics config.Topics, codec *schemas.Codec, l
 // store stores chain as one event and publishes its delta.
 func (p *laneProducer) store(chain []uint64) {
 	p.t.Helper()
-	blocks := make([]ckf.StoredBlock, len(chain))
+	blocks := make([]producer.StoredBlock, len(chain))
 	for i, h := range chain {
-		blocks[i] = ckf.StoredBlock{BlockHash: ckf.ExternalBlockHash(p.ext), TokensHash: ckf.LocalBlockHash(h)}
+		blocks[i] = producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(p.ext), TokensHash: ckf.LocalBlockHash(h)}
 		p.ext++
 	}
-	out := p.state.ApplyEvent(ckf.RouterEvent{WorkerID: 1, Event: ckf.KvCacheEvent{Kind: ckf.KvEventStored, Stored: ckf.StoreData{Blocks: blocks}}})
+	out := p.state.ApplyEvent(producer.RouterEvent{WorkerID: 1, Event: producer.KvCacheEvent{Kind: producer.KvEventStored, Stored: producer.StoreData{Blocks: blocks}}})
 	if out.FirstError != nil {
 		p.t.Fatal(out.FirstError)
 	}

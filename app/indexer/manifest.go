@@ -1,6 +1,8 @@
 package indexer
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -99,29 +101,29 @@ func ConsumerInstance(configured uint64) (ckf.ConsumerInstanceID, error) {
 // default-derived domain across several DCs), for the caller to log. Errors are
 // *config.FieldError for a field that cannot be used, or ckf's *ckf.ManifestError wrapped in one
 // naming indexer.lanes.
-func BuildManifest(ix config.Indexer, consumer ckf.ConsumerInstanceID) (ckf.Manifest, []ckf.ManifestWarning, error) {
+func BuildManifest(ix config.Indexer, consumer ckf.ConsumerInstanceID) (index.Manifest, []index.ManifestWarning, error) {
 	if err := Require(ix); err != nil {
-		return ckf.Manifest{}, nil, err
+		return index.Manifest{}, nil, err
 	}
 	domain, err := ParseDomain(ix.Domain, ix.DomainSource)
 	if err != nil {
-		return ckf.Manifest{}, nil, err
+		return index.Manifest{}, nil, err
 	}
 	format, err := Format(ix)
 	if err != nil {
-		return ckf.Manifest{}, nil, err
+		return index.Manifest{}, nil, err
 	}
-	var lanes ckf.ManifestLanes
+	var lanes index.ManifestLanes
 	for _, l := range ix.Lanes.Lanes() {
 		if l < 0 || l >= ckf.LaneCount {
-			return ckf.Manifest{}, nil, &config.FieldError{Field: "indexer.lanes",
+			return index.Manifest{}, nil, &config.FieldError{Field: "indexer.lanes",
 				Reason: fmt.Sprintf("lane %d is not in [0,%d]", l, ckf.LaneCount-1)}
 		}
 		lanes[l] = &ckf.PoolID{Domain: domain, Dc: ckf.DcID(ix.Lanes[l])}
 	}
-	m, warnings, err := ckf.NewManifest(consumer, domain, format, lanes)
+	m, warnings, err := index.NewManifest(consumer, domain, format, lanes)
 	if err != nil {
-		return ckf.Manifest{}, nil, &config.FieldError{Field: "indexer.lanes", Reason: err.Error(), Err: err}
+		return index.Manifest{}, nil, &config.FieldError{Field: "indexer.lanes", Reason: err.Error(), Err: err}
 	}
 	return m, warnings, nil
 }

@@ -1,6 +1,8 @@
 package loadgen_test
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+
 	"context"
 	"encoding/json"
 	"net/http"
@@ -41,7 +43,7 @@ func TestHTTPQueryStatuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := ckf.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,8 @@
 package relay
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+
 	"context"
 	"errors"
 	"fmt"
@@ -77,7 +79,7 @@ func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (st
 	if rc.Lane < 0 || rc.Lane >= ckf.LaneCount {
 		return streams.RelayConfig{}, &config.FieldError{Field: "relay.lane", Reason: fmt.Sprintf("%d is not in [0,%d]", rc.Lane, ckf.LaneCount-1)}
 	}
-	var owners ckf.ManifestLanes
+	var owners index.ManifestLanes
 	for _, l := range ix.Lanes.Lanes() {
 		if l < 0 || l >= ckf.LaneCount {
 			return streams.RelayConfig{}, &config.FieldError{Field: "indexer.lanes", Reason: fmt.Sprintf("lane %d is not in [0,%d]", l, ckf.LaneCount-1)}

@@ -1,6 +1,8 @@
 package relay_test
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"context"
 	"errors"
 	"io"
@@ -129,8 +131,8 @@ func TestRelayModuleOnRealBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := streams.KvEventOf(ckf.RouterEvent{WorkerID: 4, Event: ckf.KvCacheEvent{Kind: ckf.KvEventStored,
-		Stored: ckf.StoreData{Blocks: []ckf.StoredBlock{{BlockHash: 1, TokensHash: 11}, {BlockHash: 2, TokensHash: 22}}}}})
+	ev := streams.KvEventOf(producer.RouterEvent{WorkerID: 4, Event: producer.KvCacheEvent{Kind: producer.KvEventStored,
+		Stored: producer.StoreData{Blocks: []producer.StoredBlock{{BlockHash: 1, TokensHash: 11}, {BlockHash: 2, TokensHash: 22}}}}})
 	b, err := codec.EncodeKvEvent(ev)
 	if err != nil {
 		t.Fatal(err)

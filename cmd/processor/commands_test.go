@@ -1,6 +1,9 @@
 package main
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -74,22 +77,22 @@ func testAnswerer(t *testing.T) *streams.Answerer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := ckf.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	state, err := ckf.NewDcState(ckf.NewCkfConfig(4096))
+	state, err := producer.NewDcState(ckf.NewCkfConfig(4096))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool, _ := m.PoolOf(0)
 	id := ckf.ProducerIdentity{Pool: pool, Incarnation: 1, LayoutGeneration: 1, Format: state.Format()}
-	pub := ckf.NewPublisher(id, 0, discardSink{})
-	var blocks []ckf.StoredBlock
+	pub := producer.NewPublisher(id, 0, discardSink{})
+	var blocks []producer.StoredBlock
 	for h := uint64(1); h <= 8; h++ {
-		blocks = append(blocks, ckf.StoredBlock{BlockHash: ckf.ExternalBlockHash(100 + h), TokensHash: ckf.LocalBlockHash(h)})
+		blocks = append(blocks, producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(100 + h), TokensHash: ckf.LocalBlockHash(h)})
 	}
-	out := state.ApplyEvent(ckf.RouterEvent{WorkerID: 1, Event: ckf.KvCacheEvent{Kind: ckf.KvEventStored, Stored: ckf.StoreData{Blocks: blocks}}})
+	out := state.ApplyEvent(producer.RouterEvent{WorkerID: 1, Event: producer.KvCacheEvent{Kind: producer.KvEventStored, Stored: producer.StoreData{Blocks: blocks}}})
 	if out.FirstError != nil {
 		t.Fatal(out.FirstError)
 	}
@@ -108,7 +111,7 @@ func testAnswerer(t *testing.T) *streams.Answerer {
 	if err := in.Assign(id, lease); err != nil {
 		t.Fatal(err)
 	}
-	if out := in.InstallSnapshot(&snap); out.Kind != ckf.OutcomeSnapshotInstalled {
+	if out := in.InstallSnapshot(&snap); out.Kind != index.OutcomeSnapshotInstalled {
 		t.Fatalf("install: %v", out)
 	}
 	return streams.NewAnswerer(g, nil)

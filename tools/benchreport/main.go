@@ -186,26 +186,26 @@ func t(id, what, pattern, unit string, le bool, limit float64) target {
 }
 
 var targets = []target{
-	t("T1", "producer lookup, 2^16 buckets (ns)", `ckf\.ProducerLookup/buckets=2\^16/(hit|miss)/impl=ckf$`, "ns/op", true, 15),
-	t("T1", "producer insert at 90 % load, 2^16 (ns)", `ckf\.ProducerInsertAt90/buckets=2\^16/impl=ckf$`, "ns/op", true, 50),
-	t("T1", "producer FPR at 90 % load", `ckf\.ProducerLookup/buckets=2\^16/miss/impl=ckf$`, "fpr", true, 1.3e-4),
-	t("T2", "producer lookup, 2^20 buckets, unbatched (ns)", `ckf\.ProducerLookup/buckets=2\^20/(hit|miss)/impl=ckf$`, "ns/op", true, 70),
-	t("T2", "producer insert at 90 % load, 2^20 (ns)", `ckf\.ProducerInsertAt90/buckets=2\^20/impl=ckf$`, "ns/op", true, 200),
-	t("T3", "transposed probe, L2-resident (ns)", `ckf\.ConsumerProbeCache/kernel=[a-z0-9]+$`, "ns/op", true, 30),
-	t("T4", "transposed probe 2^20, batch 8 + prefetch (ns/block)", `ckf\.ConsumerProbeDRAM/batch8-prefetch$`, "ns/block", true, 100),
-	t("T5", "128-block query p50, shared prefixes (ns)", `ckf\.ConsumerQuery128/shared/transposed$`, "p50-ns", true, 8000),
-	t("T5", "128-block query p50, divergent lanes (ns)", `ckf\.ConsumerQuery128/divergent/transposed$`, "p50-ns", true, 15000),
-	t("T5", "128-block query p99, no ingest (ns)", `ckf\.ConsumerQuery128/(shared|divergent)/transposed$`, "p99-ns", true, 50000),
-	t("T6", "queries/s/core, shared, 128 blocks (ns/query <= 10,000)", `ckf\.ConsumerQuery128/shared/transposed$`, "ns/op", true, 10000),
-	t("T6", "queries/s/core, divergent, 128 blocks (ns/query <= 16,667)", `ckf\.ConsumerQuery128/divergent/transposed$`, "ns/op", true, 16667),
-	t("T7", "delta apply, atomic (M images/s)", `ckf\.ConsumerDeltaApply/ingestor$`, "M-images/s", false, 30),
-	t("T7", "delta apply, plain stores (M images/s)", `ckf\.ConsumerDeltaApply/baseline=plain-store$`, "M-images/s", false, 60),
-	t("T8", "snapshot install, one lane 2^20 (ms)", `ckf\.ConsumerSnapshotInstall/ingestor$`, "ms/install", true, 15),
-	t("T10", "sequence chain (ns/block)", `ckf\.ProducerHashing/sequence_chain_128_blocks$`, "ns/block", true, 10),
-	t("T10", "CKF addressing (ns/probe)", `ckf\.ProducerHashing/probe$`, "ns/op", true, 10),
-	t("T11", "allocations per query", `ckf\.ConsumerQuery128/(shared|divergent)/transposed$`, "allocs/op", true, 0),
-	t("T11", "allocations per query, any length", `ckf\.QueryCostVsLength/.*/transposed$`, "allocs/op", true, 0),
-	t("T11", "allocations per delta (ingestor)", `ckf\.ConsumerDeltaApply/ingestor$`, "allocs/op", true, 1),
+	t("T1", "producer lookup, 2^16 buckets (ns)", `producer\.ProducerLookup/buckets=2\^16/(hit|miss)/impl=ckf$`, "ns/op", true, 15),
+	t("T1", "producer insert at 90 % load, 2^16 (ns)", `producer\.ProducerInsertAt90/buckets=2\^16/impl=ckf$`, "ns/op", true, 50),
+	t("T1", "producer FPR at 90 % load", `producer\.ProducerLookup/buckets=2\^16/miss/impl=ckf$`, "fpr", true, 1.3e-4),
+	t("T2", "producer lookup, 2^20 buckets, unbatched (ns)", `producer\.ProducerLookup/buckets=2\^20/(hit|miss)/impl=ckf$`, "ns/op", true, 70),
+	t("T2", "producer insert at 90 % load, 2^20 (ns)", `producer\.ProducerInsertAt90/buckets=2\^20/impl=ckf$`, "ns/op", true, 200),
+	t("T3", "transposed probe, L2-resident (ns)", `index\.ConsumerProbeCache/kernel=[a-z0-9]+$`, "ns/op", true, 30),
+	t("T4", "transposed probe 2^20, batch 8 + prefetch (ns/block)", `index\.ConsumerProbeDRAM/batch8-prefetch$`, "ns/block", true, 100),
+	t("T5", "128-block query p50, shared prefixes (ns)", `index\.ConsumerQuery128/shared/transposed$`, "p50-ns", true, 8000),
+	t("T5", "128-block query p50, divergent lanes (ns)", `index\.ConsumerQuery128/divergent/transposed$`, "p50-ns", true, 15000),
+	t("T5", "128-block query p99, no ingest (ns)", `index\.ConsumerQuery128/(shared|divergent)/transposed$`, "p99-ns", true, 50000),
+	t("T6", "queries/s/core, shared, 128 blocks (ns/query <= 10,000)", `index\.ConsumerQuery128/shared/transposed$`, "ns/op", true, 10000),
+	t("T6", "queries/s/core, divergent, 128 blocks (ns/query <= 16,667)", `index\.ConsumerQuery128/divergent/transposed$`, "ns/op", true, 16667),
+	t("T7", "delta apply, atomic (M images/s)", `index\.ConsumerDeltaApply/ingestor$`, "M-images/s", false, 30),
+	t("T7", "delta apply, plain stores (M images/s)", `index\.ConsumerDeltaApply/baseline=plain-store$`, "M-images/s", false, 60),
+	t("T8", "snapshot install, one lane 2^20 (ms)", `index\.ConsumerSnapshotInstall/ingestor$`, "ms/install", true, 15),
+	t("T10", "sequence chain (ns/block)", `producer\.ProducerHashing/sequence_chain_128_blocks$`, "ns/block", true, 10),
+	t("T10", "CKF addressing (ns/probe)", `producer\.ProducerHashing/probe$`, "ns/op", true, 10),
+	t("T11", "allocations per query", `index\.ConsumerQuery128/(shared|divergent)/transposed$`, "allocs/op", true, 0),
+	t("T11", "allocations per query, any length", `index\.QueryCostVsLength/.*/transposed$`, "allocs/op", true, 0),
+	t("T11", "allocations per delta (ingestor)", `index\.ConsumerDeltaApply/ingestor$`, "allocs/op", true, 1),
 	// End to end (make bench-e2e).
 	t("T9", "lane ingest / raw consume, deltas <= 64 images", `streams\.E2EIngestVsRaw/images=(16|64)$`, "ingest/raw", false, 0.8),
 	t("T9", "lane ingest / raw consume, deltas >= 256 images", `streams\.E2EIngestVsRaw/images=(256|[0-9]{4,})$`, "ingest/raw", false, 0.5),
@@ -409,7 +409,7 @@ func commonPrefix(a, b string) string {
 	return ""
 }
 
-var lenName = regexp.MustCompile(`^ckf\.QueryCostVsLength/shape=([a-z]+)/L=(\d+)/(.+)$`)
+var lenName = regexp.MustCompile(`^index\.QueryCostVsLength/shape=([a-z]+)/L=(\d+)/(.+)$`)
 
 type point struct{ l, y float64 }
 

@@ -1,0 +1,138 @@
+package index
+
+import (
+	"github.com/ckf-stream/ckf-stream/ckf"
+
+	"sync/atomic"
+)
+
+// GlobalIndexer is GlobalCkfIndexer (spec §2.2): the consumer-side global
+// index of one indexer domain. It owns the transposed table shared by up to
+// sixteen lanes (one per DC pool), the immutable addressing, the search
+// configuration and two lane masks.
+//
+// Concurrency model: any number of goroutines may query (FindPrefixMatches,
+// ReadyLanes) at any time, without locks. Each configured lane is written by
+// at most one LaneIngestor (ClaimLane enforces a single owner), which is used
+// by a single goroutine (the lane's sticky worker in the ingestion pool).
+//
+// Memory-ordering contract. Go's sync/atomic operations are sequentially
+// consistent, which is at least as strong as every ordering the reference
+// specifies (§2.4); the mapping is:
+//
+//	snapshot activation   ready |= bit     (Release)  -> atomic.Uint32.Or
+//	ingestor clear_ready  ready &^= bit    (AcqRel)   -> atomic.Uint32.And
+//	pool retirement       ready &^= bit    (Release)  -> atomic.Uint32.And
+//	query capture         load, once       (Acquire)  -> atomic.Uint32.Load
+//	ReadyLanes()          load             (Acquire)  -> atomic.Uint32.Load
+//	claim                 claimed |= bit   (AcqRel)   -> atomic.Uint32.Or (old value tested)
+//	release               claimed &^= bit  (Release)  -> atomic.Uint32.And
+//	table words           one atomic 64-bit load/store each (Relaxed in the reference)
+//
+// A snapshot's words are all stored before its Or; a query's Load that
+// observes the bit therefore observes every snapshot word (Go memory model:
+// the Or is synchronized before the Load that reads it). Deltas are not
+// atomic for readers and a query that captured a bit may finish after the
+// lane was retired or re-snapshotted ("weak read", §5.5); results are
+// advisory.
+type GlobalIndexer struct {
+	manifest Manifest
+	addr     ckf.Addressing
+	table    transposedTable
+	window   int
+
+	ready   atomic.Uint32 // low 16 bits: bit l set ⇔ lane l queryable
+	claimed atomic.Uint32 // low 16 bits: bit l set ⇔ an ingestor owns lane l
+}
+
+// NewGlobalIndexer validates the search configuration (window 1..8, else a
+// *BuildError matching ErrBuildInvalidVerificationWindow), validates the
+// manifest format (version 1, 16-bit fingerprints, 4 slots, power-of-two
+// bucket count >= 2 — a choice: the reference trusts the format), builds the
+// addressing and allocates bucket_count × 16 zeroed words (ErrCapacityOverflow
+// if that size overflows). Both lane masks start at 0.
+func NewGlobalIndexer(m Manifest, search ckf.SearchConfig) (*GlobalIndexer, error) {
+	if err := search.Validate(); err != nil {
+		return nil, err
+	}
+	if err := m.format.Validate(); err != nil {
+		return nil, err
+	}
+	addr, err := ckf.NewAddressing(m.format.BucketCount, m.format.Seed)
+	if err != nil {
+		return nil, err
+	}
+	t, err := newTransposedTable(m.format.BucketCount)
+	if err != nil {
+		return nil, err
+	}
+	return &GlobalIndexer{manifest: m, addr: addr, table: t, window: search.VerificationWindow}, nil
+}
+
+// Manifest returns the immutable manifest.
+func (g *GlobalIndexer) Manifest() Manifest { return g.manifest }
+
+// Addressing returns the immutable addressing shared with every query.
+func (g *GlobalIndexer) Addressing() ckf.Addressing { return g.addr }
+
+// VerificationWindow returns the configured verification window.
+func (g *GlobalIndexer) VerificationWindow() int { return g.window }
+
+// BucketCount returns the number of buckets per lane.
+func (g *GlobalIndexer) BucketCount() uint64 { return g.table.buckets }
+
+// ReadyLanes returns the current ready mask (one atomic load). It may be
+// stale by the time the caller uses it.
+func (g *GlobalIndexer) ReadyLanes() uint16 { return uint16(g.ready.Load()) }
+
+// ClaimedLanes returns the current claim mask (one atomic load).
+func (g *GlobalIndexer) ClaimedLanes() uint16 { return uint16(g.claimed.Load()) }
+
+// LaneWords returns a copy of lane's words in bucket order (diagnostics and
+// tests; it reads each word atomically but the copy is not a consistent cut
+// while the lane is being written). lane must be < LaneCount.
+func (g *GlobalIndexer) LaneWords(lane uint8) []uint64 {
+	return g.table.laneWords(int(lane), make([]uint64, 0, g.table.buckets))
+}
+
+// ClaimLane makes the caller the single owner of lane and returns its
+// ingestor in state Unassigned (§2.3). Errors, in order: ErrInvalidLane
+// (lane >= 16), ErrUnconfiguredLane, ErrLaneAlreadyClaimed. The claim is
+// released by LaneIngestor.Close, which first clears the lane's ready bit.
+//
+// The validation scratch (a bitmap of ceil(bucket_count/64) words and the
+// list of touched words) is allocated here. The reference clears the claim
+// and reports AllocationFailed when that allocation fails; a Go allocation
+// failure aborts the process instead, so that error is never returned.
+func (g *GlobalIndexer) ClaimLane(lane uint8) (*LaneIngestor, error) {
+	if lane >= ckf.LaneCount {
+		return nil, ErrInvalidLane
+	}
+	pool, ok := g.manifest.PoolOf(lane)
+	if !ok {
+		return nil, ErrUnconfiguredLane
+	}
+	bit := uint32(1) << lane
+	if g.claimed.Or(bit)&bit != 0 {
+		return nil, ErrLaneAlreadyClaimed
+	}
+	words := (g.table.buckets + 63) / 64
+	return &LaneIngestor{
+		g:       g,
+		lane:    lane,
+		bit:     bit,
+		pool:    pool,
+		seen:    make([]uint64, words),
+		touched: make([]uint32, 0, words),
+	}, nil
+}
+
+// activateLane sets lane's ready bit (snapshot activation, Release).
+func (g *GlobalIndexer) activateLane(bit uint32) { g.ready.Or(bit) }
+
+// clearReadyLane clears lane's ready bit (ingestor clear_ready, AcqRel, and
+// pool retirement, Release).
+func (g *GlobalIndexer) clearReadyLane(bit uint32) { g.ready.And(^bit) }
+
+// releaseLane clears lane's claim bit (Release).
+func (g *GlobalIndexer) releaseLane(bit uint32) { g.claimed.And(^bit) }

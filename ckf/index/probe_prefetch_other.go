@@ -1,0 +1,12 @@
+//go:build !amd64 || purego
+
+package index
+
+import "github.com/ckf-stream/ckf-stream/ckf"
+
+// prefetchRows is a no-op where no prefetch instruction is wired up (§5.4:
+// x86-64 only).
+func prefetchRows(ra, rb *[ckf.LaneCount]uint64) {}
+
+// prefetchWord is a no-op where no prefetch instruction is wired up.
+func prefetchWord(p *uint64) {}

@@ -1,0 +1,111 @@
+package index
+
+import (
+	"github.com/ckf-stream/ckf-stream/ckf"
+
+	"math"
+	"sync/atomic"
+	"unsafe"
+)
+
+// transposedTable is TransposedCkfTable<16> (spec §5.1): bucketCount rows of
+// LaneCount words, bucket-major and lane-minor, so the word of (bucket b,
+// lane l) is words[b*LaneCount+l] and one probe of all sixteen lanes touches
+// exactly one 128-byte row per candidate bucket.
+//
+// Deviation from the reference (which only has natural 8-byte alignment,
+// §5.1 and §15): the first row is aligned to 128 bytes, so every row is
+// exactly two 64-byte cache lines and a probe touches four lines, never six.
+// This changes no observable behaviour.
+//
+// Memory-ordering contract ("weak read", §5.5):
+//
+//   - Every word is written with one 64-bit atomic store (store) and read with
+//     one 64-bit atomic load (load, probe). Go's sync/atomic operations are
+//     sequentially consistent, which is stronger than the Relaxed order the
+//     reference uses; on amd64 a load is a plain MOV and a store an XCHG.
+//   - There is no multi-word atomicity: a query concurrent with a delta may
+//     observe any mix of old and new words (a fingerprint mid-relocation can
+//     be visible twice or in neither bucket: a transient false positive or
+//     negative). A snapshot's words are all stored before the lane's ready
+//     bit is set, so a query that observed the bit (one load of the ready
+//     mask per query) observes the complete snapshot or something newer.
+//   - No lock, seqlock, double buffer or retry is used, by design (§5.5).
+//
+// The table itself does not know about readiness; probe always evaluates all
+// sixteen lanes and the caller masks the result with its captured ready
+// lanes.
+type transposedTable struct {
+	words   []uint64 // len = buckets*LaneCount, 128-byte aligned
+	buckets uint64
+	backing []uint64 // owns words (words may start inside it for alignment)
+}
+
+// rowBytes is the size of one bucket row: 16 lanes × 8 bytes.
+const rowBytes = ckf.LaneCount * 8
+
+// newTransposedTable allocates bucketCount zeroed rows. A size that
+// overflows the address space returns ErrCapacityOverflow (a *BuildError). Go cannot
+// report an allocation failure (the runtime aborts), so AllocationFailed is
+// never returned (recorded deviation).
+func newTransposedTable(bucketCount uint64) (transposedTable, error) {
+	if bucketCount == 0 || bucketCount > (math.MaxInt/8-ckf.LaneCount)/ckf.LaneCount {
+		return transposedTable{}, &ckf.BuildError{Kind: ckf.BuildCapacityOverflow}
+	}
+	n := int(bucketCount) * ckf.LaneCount
+	backing := make([]uint64, n+ckf.LaneCount)
+	off := 0
+	if r := uintptr(unsafe.Pointer(&backing[0])) % rowBytes; r != 0 {
+		off = int((rowBytes - r) / 8)
+	}
+	words := backing[off : off+n : off+n]
+	adviseHugePages(words)
+	return transposedTable{words: words, buckets: bucketCount, backing: backing}, nil
+}
+
+// row returns the 16 words of bucket b. b must be < buckets.
+func (t *transposedTable) row(b uint64) *[ckf.LaneCount]uint64 {
+	return (*[ckf.LaneCount]uint64)(t.words[b*ckf.LaneCount : b*ckf.LaneCount+ckf.LaneCount])
+}
+
+// load returns the word of (b, lane) with an atomic load.
+func (t *transposedTable) load(b uint64, lane int) uint64 {
+	return atomic.LoadUint64(&t.words[b*ckf.LaneCount+uint64(lane)])
+}
+
+// store writes the word of (b, lane) with one atomic 64-bit store
+// (store_image, §5.2). It is the only write path of the consumer; there are
+// no read-modify-write updates.
+func (t *transposedTable) store(b uint64, lane int, v uint64) {
+	atomic.StoreUint64(&t.words[b*ckf.LaneCount+uint64(lane)], v)
+}
+
+// storeIndex stores v at flat word index i (= bucket*LaneCount + lane) with
+// one atomic 64-bit store; the ingestor's hot loops precompute the index.
+func (t *transposedTable) storeIndex(i uint64, v uint64) {
+	atomic.StoreUint64(&t.words[i], v)
+}
+
+// laneWords copies lane's column into dst (len(dst) == buckets); tests and
+// convergence checks only.
+func (t *transposedTable) laneWords(lane int, dst []uint64) []uint64 {
+	dst = dst[:0]
+	for b := uint64(0); b < t.buckets; b++ {
+		dst = append(dst, t.load(b, lane))
+	}
+	return dst
+}
+
+// probe returns the 16-lane hit mask of fingerprint fp in buckets a and b
+// (§5.3): bit l is set iff lane l's word in a or in b holds fp in some slot.
+// fp must be non-zero (empty slots would match 0). a and b must be <
+// buckets. It evaluates all lanes regardless of readiness.
+func (t *transposedTable) probe(fp uint16, a, b uint64) uint16 {
+	return probeRows(t.row(a), t.row(b), fp)
+}
+
+// prefetch touches the rows of a and b ahead of a probe (§5.4); a pure
+// optimisation with no semantic effect.
+func (t *transposedTable) prefetch(a, b uint64) {
+	prefetchRows(t.row(a), t.row(b))
+}

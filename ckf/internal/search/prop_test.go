@@ -1,0 +1,68 @@
+package search
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// The galloping search equals the linear reference on every monotone
+// membership, for every window and ready mask.
+func TestPropSearchEqualsLinearOnMonotone(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(0, 600).Draw(rt, "n")
+		ready := rapid.Uint16().Draw(rt, "ready")
+		w := rapid.IntRange(1, 8).Draw(rt, "window")
+		var depth [Lanes]int
+		for l := range depth {
+			// Bias towards shared depths (common prefixes) and the ends.
+			switch rapid.IntRange(0, 3).Draw(rt, "shape") {
+			case 0:
+				depth[l] = n
+			case 1:
+				depth[l] = 0
+			default:
+				depth[l] = rapid.IntRange(0, n).Draw(rt, "depth")
+			}
+		}
+		m := laneDepths(n, depth)
+		got := Find(n, ready, w, m.probe)
+		want := Linear(n, ready, m.probe)
+		if got != want {
+			rt.Fatalf("n=%d ready=%016b w=%d depths=%v: got %v want %v", n, ready, w, depth, got, want)
+		}
+	})
+}
+
+// The 16-lane search equals 16 independent single-lane searches on any
+// (non-monotone) membership: sharing probes never couples lanes.
+func TestPropSearchLanesIndependent(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(0, 300).Draw(rt, "n")
+		ready := rapid.Uint16().Draw(rt, "ready")
+		w := rapid.IntRange(1, 8).Draw(rt, "window")
+		density := rapid.IntRange(0, 64).Draw(rt, "holes")
+		seed := rapid.Uint64().Draw(rt, "seed")
+		r := rand.New(rand.NewPCG(seed, 7))
+		m := make(membership, n)
+		for i := range m {
+			for l := 0; l < Lanes; l++ {
+				if r.IntN(65) >= density {
+					m[i] |= 1 << uint(l)
+				}
+			}
+		}
+		all := Find(n, ready, w, m.probe)
+		for l := 0; l < Lanes; l++ {
+			bit := uint16(1) << uint(l)
+			one := Find(n, ready&bit, w, func(pos int) uint16 { return m[pos] & bit })
+			if one[l] != all[l] {
+				rt.Fatalf("lane %d: alone %d, together %d", l, one[l], all[l])
+			}
+			if all[l] > uint32(n) || (ready&bit == 0 && all[l] != 0) {
+				rt.Fatalf("lane %d depth %d (n=%d ready=%016b)", l, all[l], n, ready)
+			}
+		}
+	})
+}

@@ -1,0 +1,365 @@
+// Package search is the pure prefix-search algorithm of consumer spec §7.
+//
+// The search answers, for every lane of a 16-bit mask at once, "how many
+// leading positions 0..n-1 appear present in that lane". A position's
+// membership is only observable through a probe callback that returns the
+// 16-lane hit mask for that position; one call costs two bucket rows (32 word
+// loads), so the algorithm minimises probe calls and shares every call
+// between all lanes that need the same position:
+//
+//  1. position 0 is probed once (§7.1);
+//  2. an exponential ("galloping") phase probes 1, 2, 4, … while any lane
+//     keeps hitting (§7.2);
+//  3. a level-synchronised binary phase narrows every lane's [lower, upper)
+//     bracket, merging lanes whose midpoints coincide into one probe (§7.3);
+//  4. the last w positions below each tentative depth are re-checked one by
+//     one (tail verification, §7.4);
+//  5. a lane whose first verification miss is the left edge of its window
+//     re-scans the gap the binary search skipped ("provenance fallback",
+//     §7.5).
+//
+// Binary search assumes monotone membership. Cuckoo false positives, stable
+// capacity holes and torn multi-word deltas make membership non-monotone, so
+// the result is advisory: it may over- or under-report by design (§7.8). The
+// linear reference Linear is the exact answer the search
+// approximates; both agree on every monotone membership (property-tested).
+//
+// Neither Find nor Linear allocates: all per-lane state lives in fixed-size arrays
+// on the caller's stack.
+//
+// It knows nothing of tables or identities, only the width of the lane mask:
+// package ckf re-exports it (FindPrefixDepths, LinearPrefixDepths) and
+// ckf/index runs it over the transposed table.
+package search
+
+import (
+	"math"
+	"math/bits"
+)
+
+const (
+	// Lanes is the number of lanes a search covers: one per bit of the
+	// uint16 lane mask. ckf.LaneCount is the same fact; the compiler pins it
+	// (ckf.FindPrefixDepths returns this package's [Lanes]uint32 as
+	// [ckf.LaneCount]uint32).
+	Lanes = 16
+	// MaxWindow is the largest verification window (consumer §1.2); ckf
+	// exports it as MaxVerificationWindow. Larger windows are clamped.
+	MaxWindow = 8
+)
+
+// Linear is the exact linear reference (§7.6): lanes are removed
+// from the active set at their first miss, so a lane's depth is the length of
+// its leading run of hits. Tests and benchmarks only.
+func Linear(n int, ready uint16, probe func(pos int) uint16) [Lanes]uint32 {
+	var depths [Lanes]uint32
+	active := ready
+	for i := 0; i < n && active != 0; i++ {
+		active &= probe(i)
+		d := saturateDepth(i + 1)
+		for m := active; m != 0; m &= m - 1 {
+			depths[lowestLane(m)] = d
+		}
+	}
+	return depths
+}
+
+// Stats counts what the search did; used by tests to pin probe
+// schedules and by benchmarks. It is filled only when a non-nil pointer is
+// passed to FindWith.
+type Stats struct {
+	Probes          int // probe calls, all phases
+	FallbackLanes   int // lanes whose first verification miss was the left edge
+	FallbackActive  int // of those, lanes with a non-empty fallback range
+	FallbackProbes  int // probe calls in the fallback phase
+	ProvenanceSkips int // left-edge lanes skipped because lower_pred >= start
+}
+
+func saturateDepth(v int) uint32 {
+	if v < 0 {
+		return 0
+	}
+	if uint64(v) > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(v)
+}
+
+// lowestLane returns the index of the lowest set bit of m (m != 0).
+func lowestLane(m uint16) int { return bits.TrailingZeros16(m) }
+
+// Find is the production search (§7, with tail verification and provenance
+// fallback) for n positions over the lanes in ready with the given
+// verification window; it returns one depth per lane (lanes outside ready are
+// 0). probe(pos) must return the 16-lane hit mask of position pos (0 <= pos <
+// n); it is called at most once per distinct position per phase and never for
+// pos >= n. window is clamped into 1..MaxWindow. Depths saturate at
+// math.MaxUint32.
+func Find(n int, ready uint16, window int, probe func(pos int) uint16) [Lanes]uint32 {
+	return FindWith(n, ready, window, probe, nil, nil)
+}
+
+// FindWith is Find with two optional hooks: prefetch, when not nil, is called
+// with each position shortly before it is probed (one sample ahead in the
+// exponential phase, a whole level ahead in the binary phase), so the caller
+// can prefetch its rows; st, when not nil, receives what the search did.
+func FindWith(n int, ready uint16, window int, probe func(pos int) uint16, prefetch func(pos int), st *Stats) [Lanes]uint32 {
+	var depths [Lanes]uint32
+	if n <= 0 {
+		return depths
+	}
+	if window < 1 {
+		window = 1
+	} else if window > MaxWindow {
+		window = MaxWindow
+	}
+	nprobe := 0
+
+	// §7.1 initial probe.
+	active := ready & probe(0)
+	nprobe++
+	if active == 0 {
+		if st != nil {
+			st.Probes = nprobe
+		}
+		return depths
+	}
+
+	var lower, lowerPred, upper [Lanes]int
+	for m := active; m != 0; m &= m - 1 {
+		l := lowestLane(m)
+		upper[l] = n
+	}
+
+	// §7.2 exponential phase: 1, 2, 4, … while any lane keeps hitting; the
+	// prefetch runs exactly one sample ahead.
+	sampling := active
+	pos := 1
+	if prefetch != nil && 1 < n {
+		prefetch(1)
+	}
+	for pos < n && sampling != 0 {
+		next := pos * 2
+		overflow := pos > math.MaxInt/2
+		if prefetch != nil && !overflow && next < n {
+			prefetch(next)
+		}
+		h := probe(pos)
+		nprobe++
+		for m := sampling; m != 0; m &= m - 1 {
+			l := lowestLane(m)
+			if h&(1<<uint(l)) != 0 {
+				lowerPred[l] = lower[l]
+				lower[l] = pos
+			} else {
+				upper[l] = pos
+			}
+		}
+		sampling &= h
+		if overflow {
+			break
+		}
+		pos = next
+	}
+
+	// §7.3 grouped binary phase, level by level. Groups keep
+	// first-appearance order (ascending lane of their first member).
+	var groupPos [Lanes]int
+	var groupLanes [Lanes]uint16
+	for {
+		ng := 0
+		for m := active; m != 0; m &= m - 1 {
+			l := lowestLane(m)
+			if upper[l]-lower[l] <= 1 {
+				continue
+			}
+			mid := lower[l] + (upper[l]-lower[l])/2
+			g := 0
+			for g < ng && groupPos[g] != mid {
+				g++
+			}
+			if g == ng {
+				groupPos[ng] = mid
+				groupLanes[ng] = 0
+				ng++
+			}
+			groupLanes[g] |= 1 << uint(l)
+		}
+		if ng == 0 {
+			break
+		}
+		if prefetch != nil {
+			for g := 0; g < ng; g++ {
+				prefetch(groupPos[g])
+			}
+		}
+		for g := 0; g < ng; g++ {
+			mid := groupPos[g]
+			h := probe(mid)
+			nprobe++
+			for m := groupLanes[g]; m != 0; m &= m - 1 {
+				l := lowestLane(m)
+				if h&(1<<uint(l)) != 0 {
+					lowerPred[l] = lower[l]
+					lower[l] = mid
+				} else {
+					upper[l] = mid
+				}
+			}
+		}
+	}
+
+	// Tentative depth = upper.
+	var start, cursor [Lanes]int
+	for m := active; m != 0; m &= m - 1 {
+		l := lowestLane(m)
+		depths[l] = saturateDepth(upper[l])
+		s := upper[l] - window
+		if s < 0 {
+			s = 0
+		}
+		start[l] = s
+		cursor[l] = s
+	}
+
+	// §7.4 tail verification. The reference builds the union of every
+	// active lane's window [start, upper) as position groups sorted
+	// ascending and probes each position once for the lanes of its group
+	// that are still verifying. Walking the per-lane cursors in lock-step
+	// (always the smallest cursor next) visits exactly the same positions in
+	// the same order with the same participants, without a sort: a position
+	// whose group has no verifying lane left is never reached because only
+	// verifying lanes' cursors are considered.
+	verifying := active
+	var fallback uint16
+	if prefetch != nil {
+		// Issue every window's loads up front so the serial verification
+		// probes overlap their misses (a pure optimisation: the reference
+		// prefetches each position right before probing it).
+		var seen uint16
+		for m := active; m != 0; m &= m - 1 {
+			l := lowestLane(m)
+			dup := false
+			for o := seen; o != 0; o &= o - 1 {
+				k := lowestLane(o)
+				if start[k] == start[l] && upper[k] == upper[l] {
+					dup = true
+					break
+				}
+			}
+			if dup {
+				continue
+			}
+			seen |= 1 << uint(l)
+			for p := start[l]; p < upper[l]; p++ {
+				prefetch(p)
+			}
+		}
+	}
+	for {
+		p := -1
+		var part uint16
+		for m := verifying; m != 0; m &= m - 1 {
+			l := lowestLane(m)
+			c := cursor[l]
+			if c >= upper[l] {
+				continue
+			}
+			switch {
+			case p < 0 || c < p:
+				p = c
+				part = 1 << uint(l)
+			case c == p:
+				part |= 1 << uint(l)
+			}
+		}
+		if p < 0 {
+			break
+		}
+		h := probe(p)
+		nprobe++
+		miss := part &^ h
+		for m := part; m != 0; m &= m - 1 {
+			cursor[lowestLane(m)] = p + 1
+		}
+		for m := miss; m != 0; m &= m - 1 {
+			l := lowestLane(m)
+			depths[l] = saturateDepth(p)
+			if p == start[l] {
+				fallback |= 1 << uint(l)
+			}
+		}
+		verifying &^= miss
+		// Lanes whose window is exhausted stop participating; keeping them
+		// in verifying is harmless because their cursor is at upper.
+	}
+
+	// §7.5 provenance fallback: scan [lower_pred+1, start) for left-edge
+	// lanes, in lock-step, one probe per distinct cursor.
+	if fallback != 0 {
+		var end [Lanes]int
+		var scanning uint16
+		for m := fallback; m != 0; m &= m - 1 {
+			l := lowestLane(m)
+			if st != nil {
+				st.FallbackLanes++
+			}
+			if lowerPred[l] >= start[l] {
+				if st != nil {
+					st.ProvenanceSkips++
+				}
+				continue
+			}
+			from := lowerPred[l] + 1
+			if from >= start[l] {
+				continue
+			}
+			cursor[l] = from
+			end[l] = start[l]
+			scanning |= 1 << uint(l)
+			if st != nil {
+				st.FallbackActive++
+			}
+		}
+		for scanning != 0 {
+			p := -1
+			var part uint16
+			for m := scanning; m != 0; m &= m - 1 {
+				l := lowestLane(m)
+				c := cursor[l]
+				switch {
+				case p < 0 || c < p:
+					p = c
+					part = 1 << uint(l)
+				case c == p:
+					part |= 1 << uint(l)
+				}
+			}
+			if prefetch != nil {
+				prefetch(p)
+			}
+			h := probe(p)
+			nprobe++
+			if st != nil {
+				st.FallbackProbes++
+			}
+			for m := part; m != 0; m &= m - 1 {
+				l := lowestLane(m)
+				bit := uint16(1) << uint(l)
+				if h&bit == 0 {
+					depths[l] = saturateDepth(p)
+					scanning &^= bit
+					continue
+				}
+				cursor[l] = p + 1
+				if cursor[l] >= end[l] {
+					scanning &^= bit
+				}
+			}
+		}
+	}
+	if st != nil {
+		st.Probes = nprobe
+	}
+	return depths
+}

@@ -1,0 +1,299 @@
+package producer
+
+import (
+	"github.com/ckf-stream/ckf-stream/ckf"
+
+	"math"
+	"slices"
+)
+
+// DcState is DcCkfState (spec §7, G3): the exact per-DC producer.
+//
+// It keeps, per source (worker, dp rank), the engine vocabulary
+// external id -> canonical hash (the lineage), and per canonical hash the
+// number of lineage mappings that point at it plus whether its fingerprint
+// is physically in the filter. Invariants (checked by the property tests):
+//
+//   - a source entry exists only while it has at least one mapping;
+//   - owners(c) == number of mappings (across all sources, aliases included)
+//     whose canonical is c, and an ownership entry exists iff owners > 0;
+//   - a canonical contributes exactly one physical fingerprint while
+//     resident; extra owners only change the count;
+//   - residentCount == number of resident entries;
+//   - lineage and ownership commit even when the physical admission is
+//     omitted for capacity (resident == false).
+//
+// Failure behaviour: every validation, overflow or reservation error of an
+// event is raised before its first mutation, so an error other than
+// ErrCapacityExhausted means nothing from that event was committed (see
+// ApplyEvent for per-id removals).
+//
+// Concurrency: a DcState is owned by one goroutine (the pool actor); it has
+// no internal synchronisation. Everything it hands out (batches, snapshot
+// words) is a fresh copy the caller owns.
+type DcState struct {
+	cfg           ckf.CkfConfig
+	format        ckf.FormatIdentity
+	filter        *PackedFilter
+	lineage       map[ckf.SourceKey]map[ckf.ExternalBlockHash]ckf.CanonicalHash
+	owners        map[ckf.CanonicalHash]ownerEntry
+	residentCount uint64
+	contributions uint64
+	win           pubWindow
+	tel           Telemetry
+
+	// delegate, when set, observes canonical creation/removal (G3
+	// delegate variant). Never called by the off-side rebuild state.
+	delegate CanonicalDelegate
+
+	// failReserve, when set (tests only), makes the reservation at site
+	// fail, simulating allocation failure (Go cannot observe a failed
+	// allocation; see reserve).
+	failReserve func(site reserveSite) bool
+}
+
+// CanonicalDelegate observes the set of canonical hashes with at least one
+// owner (the G3 "delegate" variant, KvIndexerDelegate): OnCreate when a
+// canonical goes from 0 to >0 owners, OnRemove when it goes back to 0.
+// Residency is not reported (an omitted canonical is still created).
+// Calls happen synchronously on the goroutine that owns the DcState, after
+// the corresponding change is committed; the delegate must not call back
+// into the DcState.
+type CanonicalDelegate interface {
+	OnCreate(c ckf.CanonicalHash)
+	OnRemove(c ckf.CanonicalHash)
+}
+
+// NewDcStateWithDelegate is NewDcState with a delegate (nil = none).
+func NewDcStateWithDelegate(cfg ckf.CkfConfig, d CanonicalDelegate) (*DcState, error) {
+	s, err := NewDcState(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.delegate = d
+	return s, nil
+}
+
+// ownerEntry is the ownership record of one canonical hash.
+type ownerEntry struct {
+	owners   uint32
+	resident bool
+}
+
+// Telemetry is the producer's saturating diagnostic counters (§7.1).
+type Telemetry struct {
+	UnknownRemovals        uint64
+	ParentNotFound         uint64
+	CapacityFailures       uint64
+	PhysicalTouches        uint64
+	DistinctTouchedBuckets uint64
+	EmittedImages          uint64
+	NetRevertedBuckets     uint64
+}
+
+// satAdd adds saturating at MaxUint64.
+func satAdd(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}
+
+// reserveSite names a pre-commit reservation point.
+type reserveSite uint8
+
+const (
+	siteLineage reserveSite = iota + 1
+	siteDirty
+	siteSnapshot
+	siteRebuild
+)
+
+// NewDcState validates cfg and builds an empty producer: zero words, RNG at
+// LaneRngSeed(seed, 0), materialization enabled. Errors are *BuildError:
+// config errors, and ErrCapacityOverflow for a bucket count above 2^32 or
+// a byte size that overflows. Go cannot report a failed allocation (the
+// runtime aborts), so the producer config, which applies no cap (§5.2),
+// should be bounded by the caller; the WAN cap MaxWireBucketCount (2^24
+// buckets, 128 MiB of words) is reached at about 53.7 M expected blocks.
+func NewDcState(cfg ckf.CkfConfig) (*DcState, error) {
+	n, err := cfg.BucketCount()
+	if err != nil {
+		return nil, err
+	}
+	addr, err := ckf.NewAddressing(n, cfg.Seed)
+	if err != nil {
+		return nil, &ckf.BuildError{Kind: ckf.BuildCapacityOverflow}
+	}
+	return newDcStateWith(cfg, addr)
+}
+
+func newDcStateWith(cfg ckf.CkfConfig, addr ckf.Addressing) (*DcState, error) {
+	f, err := NewPackedFilter(addr, cfg.MaxKicks)
+	if err != nil {
+		return nil, err
+	}
+	n := addr.BucketCount()
+	return &DcState{
+		cfg:     cfg,
+		format:  addr.Format(),
+		filter:  f,
+		lineage: make(map[ckf.SourceKey]map[ckf.ExternalBlockHash]ckf.CanonicalHash),
+		owners:  make(map[ckf.CanonicalHash]ownerEntry),
+		win:     newPubWindow(n),
+	}, nil
+}
+
+// reserve performs a pre-commit reservation of n units at site. Go aborts
+// the process on a real allocation failure, so the only observable
+// failures are an impossible size (n beyond what fits in memory) and the
+// test hook; both return ErrAllocationFailed before any mutation.
+func (s *DcState) reserve(site reserveSite, n uint64) error {
+	if s.failReserve != nil && s.failReserve(site) {
+		return ckf.NewEventError(ckf.EventAllocationFailed, "reservation refused")
+	}
+	if n > math.MaxInt/16 {
+		return ckf.NewEventError(ckf.EventAllocationFailed, "reservation too large")
+	}
+	return nil
+}
+
+// reserveDirty reserves room for n more dirty buckets, capped at the
+// buckets not yet dirty.
+func (s *DcState) reserveDirty(n uint64) error {
+	free := s.format.BucketCount - uint64(len(s.win.dirty))
+	n = min(n, free)
+	if err := s.reserve(siteDirty, n); err != nil {
+		return err
+	}
+	s.win.grow(int(n))
+	return nil
+}
+
+// Config returns the validated configuration.
+func (s *DcState) Config() ckf.CkfConfig { return s.cfg }
+
+// Format returns the producer's FormatIdentity.
+func (s *DcState) Format() ckf.FormatIdentity { return s.format }
+
+// Addressing returns the producer's addressing.
+func (s *DcState) Addressing() ckf.Addressing { return s.filter.addr }
+
+// BucketCount returns the number of buckets.
+func (s *DcState) BucketCount() uint64 { return s.format.BucketCount }
+
+// Word returns bucket b's current word.
+func (s *DcState) Word(b uint64) uint64 { return s.filter.words[b] }
+
+// CopyWords returns a copy of all bucket words in bucket order.
+func (s *DcState) CopyWords() []uint64 { return slices.Clone(s.filter.words) }
+
+// Contains probes both candidate buckets of canonical (false positives
+// possible; never a false negative for a resident canonical). It does not
+// allocate.
+func (s *DcState) Contains(canonical ckf.CanonicalHash) bool {
+	return s.filter.Contains(uint64(canonical))
+}
+
+// Telemetry returns the counters.
+func (s *DcState) Telemetry() Telemetry { return s.tel }
+
+// LifetimeCapacityOmissions returns telemetry.capacity_failures.
+func (s *DcState) LifetimeCapacityOmissions() uint64 { return s.tel.CapacityFailures }
+
+// ResidentCount returns the number of resident canonical hashes (=
+// occupied slots).
+func (s *DcState) ResidentCount() uint64 { return s.residentCount }
+
+// Owners returns canonical's owner count and residency (0, false if
+// absent).
+func (s *DcState) Owners(canonical ckf.CanonicalHash) (owners uint32, resident bool) {
+	e := s.owners[canonical]
+	return e.owners, e.resident
+}
+
+// Lookup returns the canonical hash source maps ext to.
+func (s *DcState) Lookup(source ckf.SourceKey, ext ckf.ExternalBlockHash) (ckf.CanonicalHash, bool) {
+	c, ok := s.lineage[source][ext]
+	return c, ok
+}
+
+// MemberBlockCount returns the number of mappings of source.
+func (s *DcState) MemberBlockCount(source ckf.SourceKey) int { return len(s.lineage[source]) }
+
+// MemberCount is one source and its mapping count.
+type MemberCount struct {
+	Source ckf.SourceKey
+	Blocks int
+}
+
+// MemberCounts returns every source with its mapping count, sorted by
+// source.
+func (s *DcState) MemberCounts() []MemberCount {
+	out := make([]MemberCount, 0, len(s.lineage))
+	for k, m := range s.lineage {
+		out = append(out, MemberCount{Source: k, Blocks: len(m)})
+	}
+	slices.SortFunc(out, func(a, b MemberCount) int { return a.Source.Compare(b.Source) })
+	return out
+}
+
+// sortedSources returns the source keys in ascending order.
+func (s *DcState) sortedSources() []ckf.SourceKey {
+	keys := make([]ckf.SourceKey, 0, len(s.lineage))
+	for k := range s.lineage {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, ckf.SourceKey.Compare)
+	return keys
+}
+
+// DcStats is the diagnostic stats view (§7.8).
+type DcStats struct {
+	// Aggregation.
+	MemberCount         uint64
+	ContributionCount   uint64
+	UniqueBlockCount    uint64
+	UnknownRemovals     uint64
+	ParentNotFound      uint64
+	CapacityFailures    uint64
+	OccupiedBucketCount uint64 // full scan of non-zero words
+	OccupiedSlotCount   uint64 // = resident count
+	// Publication.
+	PendingEvents          uint64
+	PhysicalTouches        uint64
+	DistinctTouchedBuckets uint64
+	EmittedImages          uint64
+	NetRevertedBuckets     uint64
+	// Memory. Go maps expose no capacity, so the lineage and owner figures
+	// are entry counts, not capacities.
+	LineageEntries           uint64
+	OwnerEntries             uint64
+	FilterBytes              uint64
+	DirtyTrackingBytes       uint64
+	InsertionScratchCapacity uint64
+}
+
+// Stats computes the stats (O(bucket_count) for OccupiedBucketCount).
+func (s *DcState) Stats() DcStats {
+	return DcStats{
+		MemberCount:              uint64(len(s.lineage)),
+		ContributionCount:        s.contributions,
+		UniqueBlockCount:         uint64(len(s.owners)),
+		UnknownRemovals:          s.tel.UnknownRemovals,
+		ParentNotFound:           s.tel.ParentNotFound,
+		CapacityFailures:         s.tel.CapacityFailures,
+		OccupiedBucketCount:      s.filter.OccupiedBuckets(),
+		OccupiedSlotCount:        s.residentCount,
+		PendingEvents:            s.win.pending,
+		PhysicalTouches:          s.tel.PhysicalTouches,
+		DistinctTouchedBuckets:   s.tel.DistinctTouchedBuckets,
+		EmittedImages:            s.tel.EmittedImages,
+		NetRevertedBuckets:       s.tel.NetRevertedBuckets,
+		LineageEntries:           s.contributions,
+		OwnerEntries:             uint64(len(s.owners)),
+		FilterBytes:              8 * s.format.BucketCount,
+		DirtyTrackingBytes:       s.win.bytes(),
+		InsertionScratchCapacity: uint64(cap(s.filter.touched)),
+	}
+}

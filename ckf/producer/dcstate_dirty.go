@@ -1,0 +1,140 @@
+package producer
+
+import (
+	"slices"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+)
+
+// pubWindow is the publication window (§7.6): a dirty bitmap of
+// ceil(bucket_count/64) words, the insertion-ordered dirty list and, in
+// parallel, each dirty bucket's first pre-mutation word in this window.
+// Only successful physical mutations mark buckets; rolled-back kicks never
+// do.
+type pubWindow struct {
+	bits        []uint64
+	dirty       []uint64
+	orig        []uint64
+	pending     uint64
+	materialize bool
+}
+
+func newPubWindow(bucketCount uint64) pubWindow {
+	return pubWindow{bits: make([]uint64, (bucketCount+63)/64), materialize: true}
+}
+
+// marked reports whether bucket b is dirty in this window.
+func (w *pubWindow) marked(b uint64) bool { return w.bits[b>>6]&(1<<(b&63)) != 0 }
+
+// mark records b with its pre-mutation word; a no-op if already marked.
+func (w *pubWindow) mark(b, before uint64) {
+	bit := uint64(1) << (b & 63)
+	if w.bits[b>>6]&bit != 0 {
+		return
+	}
+	w.bits[b>>6] |= bit
+	w.dirty = append(w.dirty, b)
+	w.orig = append(w.orig, before)
+}
+
+// grow ensures room for n more dirty entries without reallocation.
+func (w *pubWindow) grow(n int) {
+	w.dirty = slices.Grow(w.dirty, n)
+	w.orig = slices.Grow(w.orig, n)
+}
+
+// reset clears the window (not the materialization flag).
+func (w *pubWindow) reset() {
+	for _, b := range w.dirty {
+		w.bits[b>>6] = 0
+	}
+	w.dirty = w.dirty[:0]
+	w.orig = w.orig[:0]
+	w.pending = 0
+}
+
+func (w *pubWindow) bytes() uint64 {
+	return uint64(8*len(w.bits) + 8*cap(w.dirty) + 8*cap(w.orig))
+}
+
+// markTouches marks every logged write (first touch wins) and counts them
+// as physical touches.
+func (s *DcState) markTouches(ts []Touch) {
+	for _, t := range ts {
+		s.win.mark(t.Bucket, t.Before)
+	}
+	s.tel.PhysicalTouches = satAdd(s.tel.PhysicalTouches, uint64(len(ts)))
+}
+
+// drain is drain_publication (§7.6). It returns the absolute images of the
+// dirty buckets whose word differs from the window's first-touch original,
+// in first-touch order, or nil when there is nothing to publish (nothing
+// pending, every dirty bucket net-reverted, or materialization disabled).
+// A returned batch is never empty, has unique buckets < bucket_count, and
+// is a fresh slice owned by the caller. The window is cleared either way.
+func (s *DcState) drain() []ckf.BucketImage {
+	w := &s.win
+	if w.pending == 0 && len(w.dirty) == 0 {
+		return nil
+	}
+	words := s.filter.words
+	changed := 0
+	for i, b := range w.dirty {
+		if words[b] != w.orig[i] {
+			changed++
+		}
+	}
+	s.tel.DistinctTouchedBuckets = satAdd(s.tel.DistinctTouchedBuckets, uint64(len(w.dirty)))
+	s.tel.NetRevertedBuckets = satAdd(s.tel.NetRevertedBuckets, uint64(len(w.dirty)-changed))
+	var images []ckf.BucketImage
+	if w.materialize && changed > 0 {
+		images = make([]ckf.BucketImage, 0, changed)
+		for i, b := range w.dirty {
+			if words[b] != w.orig[i] {
+				images = append(images, ckf.BucketImage{Bucket: b, Value: words[b]})
+			}
+		}
+		s.tel.EmittedImages = satAdd(s.tel.EmittedImages, uint64(len(images)))
+	}
+	w.reset()
+	return images
+}
+
+// Flush is a forced drain: it returns the pending batch (nil if none)
+// regardless of the cadence.
+func (s *DcState) Flush() []ckf.BucketImage { return s.drain() }
+
+// HasPendingPublication reports pending_events != 0 or a non-empty dirty
+// list.
+func (s *DcState) HasPendingPublication() bool {
+	return s.win.pending != 0 || len(s.win.dirty) != 0
+}
+
+// PendingEventCount returns pending_events.
+func (s *DcState) PendingEventCount() uint64 { return s.win.pending }
+
+// SetPublicationMaterializationEnabled toggles materialization (G3
+// ai-dynamo variant). While disabled, drains still happen on the same
+// boundaries and clear the window but yield no batch and count no emitted
+// images; a pool without subscribers uses this, and its next subscriber
+// starts from a barrier snapshot.
+func (s *DcState) SetPublicationMaterializationEnabled(enabled bool) {
+	s.win.materialize = enabled
+}
+
+// PublicationMaterializationEnabled reports the flag (initially true).
+func (s *DcState) PublicationMaterializationEnabled() bool { return s.win.materialize }
+
+// BarrierSnapshot is barrier_snapshot (§7.7): it copies every bucket word
+// first and only then drains the window into tail (nil if nothing to
+// publish). If the copy cannot be reserved it returns
+// ErrBuildAllocationFailed and the dirty tail stays pending, so the next
+// snapshot returns it. The caller (Publisher) must ship tail on the old
+// stream before the words.
+func (s *DcState) BarrierSnapshot() (tail []ckf.BucketImage, words []uint64, err error) {
+	if err := s.reserve(siteSnapshot, s.format.BucketCount); err != nil {
+		return nil, nil, &ckf.BuildError{Kind: ckf.BuildAllocationFailed}
+	}
+	words = slices.Clone(s.filter.words)
+	return s.drain(), words, nil
+}

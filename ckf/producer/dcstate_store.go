@@ -1,0 +1,286 @@
+package producer
+
+import (
+	"github.com/ckf-stream/ckf-stream/ckf"
+
+	"errors"
+	"math"
+)
+
+// newMapping is one lineage mapping a store will add.
+type newMapping struct {
+	ext   ckf.ExternalBlockHash
+	canon ckf.CanonicalHash
+}
+
+// preparedStore is the pure result of validating one store against a
+// source's lineage (§7.3 "Prepare"): nothing has been mutated yet.
+type preparedStore struct {
+	mappings   []newMapping        // new (external, canonical) pairs, in block order
+	candidates []ckf.CanonicalHash // canonicals of new mappings, deduplicated
+	reoffers   []ckf.CanonicalHash // already-mapped canonicals, deduplicated, minus candidates
+}
+
+func (p *preparedStore) empty() bool {
+	return len(p.mappings) == 0 && len(p.candidates) == 0 && len(p.reoffers) == 0
+}
+
+// prepareStore validates d against lin (the source's lineage, may be nil)
+// and returns what a commit would do. It never mutates lin.
+//
+//   - parent present: it must be in lin (ParentBlockNotFound); the chain
+//     starts at its canonical and start_position is not checked;
+//   - parent absent: start_position must be absent or 0
+//     (InvalidBlockSequence); the chain starts at root;
+//   - an external already mapped (in lin or earlier in this batch) to a
+//     different canonical rejects the whole event (InvalidBlockSequence);
+//     mapped to the same canonical it is a re-offer.
+func prepareStore(lin map[ckf.ExternalBlockHash]ckf.CanonicalHash, d *StoreData) (preparedStore, error) {
+	var p preparedStore
+	if len(d.Blocks) == 0 {
+		return p, nil
+	}
+	var prev ckf.CanonicalHash
+	havePrev := false
+	if d.HasParent {
+		c, ok := lin[d.ParentHash]
+		if !ok {
+			return p, ckf.NewEventError(ckf.EventParentBlockNotFound, "parent not in source lineage")
+		}
+		prev, havePrev = c, true
+	} else if d.HasStartPosition && d.StartPosition != 0 {
+		return p, ckf.NewEventError(ckf.EventInvalidBlockSequence, "non-zero start position without a parent")
+	}
+	var cands, reoffers uniqueHashes
+	var batch map[ckf.ExternalBlockHash]ckf.CanonicalHash
+	if len(d.Blocks) > 8 {
+		batch = make(map[ckf.ExternalBlockHash]ckf.CanonicalHash, len(d.Blocks))
+	}
+	lookupBatch := func(ext ckf.ExternalBlockHash) (ckf.CanonicalHash, bool) {
+		if batch != nil {
+			c, ok := batch[ext]
+			return c, ok
+		}
+		for _, m := range p.mappings {
+			if m.ext == ext {
+				return m.canon, true
+			}
+		}
+		return 0, false
+	}
+	for _, blk := range d.Blocks {
+		var canon ckf.CanonicalHash
+		if havePrev {
+			canon = ckf.CanonicalChild(prev, blk.TokensHash)
+		} else {
+			canon = ckf.CanonicalRoot(blk.TokensHash)
+		}
+		prev, havePrev = canon, true
+		existing, ok := lin[blk.BlockHash]
+		if !ok {
+			existing, ok = lookupBatch(blk.BlockHash)
+		}
+		switch {
+		case ok && existing != canon:
+			return preparedStore{}, ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id remapped to a different chain")
+		case ok:
+			reoffers.add(canon)
+		default:
+			p.mappings = append(p.mappings, newMapping{ext: blk.BlockHash, canon: canon})
+			if batch != nil {
+				batch[blk.BlockHash] = canon
+			}
+			cands.add(canon)
+		}
+	}
+	p.candidates = cands.list
+	for _, c := range reoffers.list {
+		if !cands.has(c) {
+			p.reoffers = append(p.reoffers, c)
+		}
+	}
+	return p, nil
+}
+
+func containsHash(s []ckf.CanonicalHash, c ckf.CanonicalHash) bool {
+	for _, x := range s {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// uniqueHashes is an insertion-ordered set of canonical hashes: a linear
+// scan while small (one event's chain, the common case), plus an index map
+// once it grows past 16 entries.
+type uniqueHashes struct {
+	list []ckf.CanonicalHash
+	idx  map[ckf.CanonicalHash]struct{}
+}
+
+func (u *uniqueHashes) add(c ckf.CanonicalHash) {
+	if u.has(c) {
+		return
+	}
+	u.list = append(u.list, c)
+	if u.idx != nil {
+		u.idx[c] = struct{}{}
+	} else if len(u.list) > 16 {
+		u.idx = make(map[ckf.CanonicalHash]struct{}, 2*len(u.list))
+		for _, x := range u.list {
+			u.idx[x] = struct{}{}
+		}
+	}
+}
+
+func (u *uniqueHashes) has(c ckf.CanonicalHash) bool {
+	if u.idx != nil {
+		_, ok := u.idx[c]
+		return ok
+	}
+	return containsHash(u.list, c)
+}
+
+// canonInc is the number of new mappings to one canonical.
+type canonInc struct {
+	canon ckf.CanonicalHash
+	n     uint64
+}
+
+// ownerIncrements returns, per canonical, the number of new mappings to it,
+// in first-appearance order. Short lists (the common case: one event's
+// blocks) are counted with a linear scan to avoid allocating a map.
+func ownerIncrements(ms []newMapping) []canonInc {
+	out := make([]canonInc, 0, len(ms))
+	if len(ms) <= 32 {
+	next:
+		for _, m := range ms {
+			for i := range out {
+				if out[i].canon == m.canon {
+					out[i].n++
+					continue next
+				}
+			}
+			out = append(out, canonInc{canon: m.canon, n: 1})
+		}
+		return out
+	}
+	idx := make(map[ckf.CanonicalHash]int, len(ms))
+	for _, m := range ms {
+		if i, ok := idx[m.canon]; ok {
+			out[i].n++
+			continue
+		}
+		idx[m.canon] = len(out)
+		out = append(out, canonInc{canon: m.canon, n: 1})
+	}
+	return out
+}
+
+// storeBatch is §7.3 "Commit": every fallible check (overflow, lineage and
+// dirty-window reservations) happens before the first mutation. It returns
+// the number of capacity omissions among new candidates (re-offer
+// omissions are silent). The only error after the first mutation would be
+// a physical insert failing with something other than ErrCapacityExhausted,
+// which the mutator cannot produce.
+func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
+	lin := s.lineage[src]
+	p, err := prepareStore(lin, d)
+	if err != nil {
+		return 0, err
+	}
+	if p.empty() {
+		return 0, nil
+	}
+	incs := ownerIncrements(p.mappings)
+	for _, ci := range incs {
+		if uint64(s.owners[ci.canon].owners)+ci.n > math.MaxUint32 {
+			return 0, ckf.NewEventError(ckf.EventOwnershipDegreeOverflow, "owner count would exceed 2^32-1")
+		}
+	}
+	if err := s.reserve(siteLineage, uint64(len(p.mappings))); err != nil {
+		return 0, err
+	}
+	var nrc, nrr uint64
+	for _, c := range p.candidates {
+		if !s.owners[c].resident {
+			nrc++
+		}
+	}
+	for _, c := range p.reoffers {
+		if !s.owners[c].resident {
+			nrr++
+		}
+	}
+	need := satAdd(satMul(nrc, s.cfg.MaxKicks+1), nrr)
+	if err := s.reserveDirty(min(need, s.format.BucketCount)); err != nil {
+		return 0, err
+	}
+
+	// Mutation starts here.
+	if len(p.mappings) > 0 {
+		if lin == nil {
+			lin = make(map[ckf.ExternalBlockHash]ckf.CanonicalHash, len(p.mappings))
+			s.lineage[src] = lin
+		}
+		for _, m := range p.mappings {
+			lin[m.ext] = m.canon
+		}
+		for _, ci := range incs {
+			e := s.owners[ci.canon]
+			created := e.owners == 0
+			e.owners += uint32(ci.n)
+			s.owners[ci.canon] = e
+			if created && s.delegate != nil {
+				s.delegate.OnCreate(ci.canon)
+			}
+		}
+		s.contributions += uint64(len(p.mappings))
+	}
+	var omissions uint64
+	for _, c := range p.candidates {
+		ok, err := s.admit(c, s.cfg.MaxKicks)
+		if err != nil {
+			return omissions, err
+		}
+		if !ok {
+			omissions++
+		}
+	}
+	for _, c := range p.reoffers {
+		if _, err := s.admit(c, 0); err != nil {
+			return omissions, err
+		}
+	}
+	return omissions, nil
+}
+
+// admit physically inserts a non-resident canonical with maxKicks
+// relocations. It returns (true, nil) if resident afterwards, (false, nil)
+// on a capacity omission (table unchanged).
+func (s *DcState) admit(c ckf.CanonicalHash, maxKicks uint64) (bool, error) {
+	e := s.owners[c]
+	if e.resident {
+		return true, nil
+	}
+	ts, err := s.filter.Insert(uint64(c), maxKicks)
+	if err != nil {
+		if errors.Is(err, ckf.ErrCapacityExhausted) {
+			return false, nil
+		}
+		return false, err
+	}
+	s.markTouches(ts)
+	e.resident = true
+	s.owners[c] = e
+	s.residentCount++
+	return true, nil
+}
+
+func satMul(a, b uint64) uint64 {
+	if a != 0 && b > math.MaxUint64/a {
+		return math.MaxUint64
+	}
+	return a * b
+}

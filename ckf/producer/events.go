@@ -1,0 +1,170 @@
+package producer
+
+import (
+	"strconv"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+)
+
+// Go model of Dynamo's RouterEvent / KvCacheEvent (producer spec §7.2–§7.3,
+// consumer spec §10). Plain values; the producer never retains them.
+
+// StorageTier is the storage medium an event refers to. Only
+// StorageTierDevice events (and clears) reach the filter. The zero value is
+// Device, the tier of legacy events that carry none.
+type StorageTier uint8
+
+const (
+	// StorageTierDevice: accelerator memory (the primary tier).
+	StorageTierDevice StorageTier = iota
+	// StorageTierHostPinned: pinned host memory.
+	StorageTierHostPinned
+	// StorageTierDisk: local disk.
+	StorageTierDisk
+	// StorageTierExternal: external/remote storage.
+	StorageTierExternal
+)
+
+// String names the tier.
+func (t StorageTier) String() string {
+	switch t {
+	case StorageTierDevice:
+		return "device"
+	case StorageTierHostPinned:
+		return "host_pinned"
+	case StorageTierDisk:
+		return "disk"
+	case StorageTierExternal:
+		return "external"
+	}
+	return "storage_tier(" + strconv.Itoa(int(t)) + ")"
+}
+
+// ResidencyDomain is the event's (wire) residency domain. The exact wire
+// strings are UNKNOWN in the spec; ParseResidencyDomain accepts "",
+// "worker" and "cache_owner" (our choice). Any value other than the three
+// constants is an unknown encoding and fails closed with
+// ErrUnsupportedResidencyDomain.
+type ResidencyDomain uint8
+
+const (
+	// ResidencyUnspecified: absent on the wire (legacy "all"), treated as
+	// Worker.
+	ResidencyUnspecified ResidencyDomain = iota
+	// ResidencyWorker: the worker's own residency (primary).
+	ResidencyWorker
+	// ResidencyCacheOwner: a shared cache owner's residency (never primary;
+	// invalid for Device-tier stores/removes).
+	ResidencyCacheOwner
+)
+
+// String names the domain.
+func (r ResidencyDomain) String() string {
+	switch r {
+	case ResidencyUnspecified:
+		return ""
+	case ResidencyWorker:
+		return "worker"
+	case ResidencyCacheOwner:
+		return "cache_owner"
+	}
+	return "residency(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Known reports whether r is one of the three defined encodings.
+func (r ResidencyDomain) Known() bool { return r <= ResidencyCacheOwner }
+
+// ParseResidencyDomain decodes a wire string; unknown strings return
+// ErrUnsupportedResidencyDomain.
+func ParseResidencyDomain(s string) (ResidencyDomain, error) {
+	switch s {
+	case "":
+		return ResidencyUnspecified, nil
+	case "worker":
+		return ResidencyWorker, nil
+	case "cache_owner":
+		return ResidencyCacheOwner, nil
+	}
+	return 0, ckf.NewEventError(ckf.EventUnsupportedResidencyDomain, strconv.Quote(s))
+}
+
+// KvEventKind selects the payload of a KvCacheEvent.
+type KvEventKind uint8
+
+const (
+	// KvEventStored: blocks were stored (KvCacheEvent.Stored).
+	KvEventStored KvEventKind = iota + 1
+	// KvEventRemoved: blocks were removed (KvCacheEvent.Removed).
+	KvEventRemoved
+	// KvEventCleared: the (worker, dp rank) member dropped everything.
+	KvEventCleared
+)
+
+// StoredBlock is one stored block: the engine's external id and the token
+// content hash. Multimodal extra info is ignored by the CKF and not
+// modelled.
+type StoredBlock struct {
+	BlockHash  ckf.ExternalBlockHash
+	TokensHash ckf.LocalBlockHash
+}
+
+// StoreData is KvCacheStoreData. ParentHash is meaningful only when
+// HasParent; StartPosition only when HasStartPosition.
+type StoreData struct {
+	HasParent           bool
+	ParentHash          ckf.ExternalBlockHash
+	HasStartPosition    bool
+	StartPosition       uint32
+	Blocks              []StoredBlock
+	SharedCacheEligible bool
+}
+
+// KvCacheEvent is one engine event for (worker, DpRank). Exactly the
+// payload selected by Kind is meaningful; any other Kind is rejected with
+// ErrInvalidBlockSequence.
+type KvCacheEvent struct {
+	EventID uint64
+	DpRank  ckf.DpRank
+	Kind    KvEventKind
+	Stored  StoreData
+	Removed []ckf.ExternalBlockHash
+}
+
+// RouterEvent is a KV event addressed to one worker.
+type RouterEvent struct {
+	WorkerID    ckf.WorkerID
+	StorageTier StorageTier
+	Residency   ResidencyDomain
+	Event       KvCacheEvent
+}
+
+// Source returns the event's source key (worker, dp rank).
+func (e RouterEvent) Source() ckf.SourceKey {
+	return ckf.SourceKey{Worker: e.WorkerID, Rank: e.Event.DpRank}
+}
+
+// targetsPrimary is the residency gate (§7.2 step 1). It returns
+// (primary, nil), or (false, ErrUnsupportedResidencyDomain) when the domain
+// cannot be resolved:
+//
+//   - any unknown encoding fails closed, clears included (our choice: the
+//     encoding is parsed before the kind is considered);
+//   - Cleared: CacheOwner -> not primary; Worker/unspecified -> primary;
+//     the storage tier is not checked;
+//   - other events: CacheOwner on the Device tier is invalid; otherwise
+//     primary iff the tier is Device.
+func (e RouterEvent) targetsPrimary() (bool, error) {
+	if !e.Residency.Known() {
+		return false, ckf.NewEventError(ckf.EventUnsupportedResidencyDomain, e.Residency.String())
+	}
+	if e.Event.Kind == KvEventCleared {
+		return e.Residency != ResidencyCacheOwner, nil
+	}
+	if e.Residency == ResidencyCacheOwner {
+		if e.StorageTier == StorageTierDevice {
+			return false, ckf.NewEventError(ckf.EventUnsupportedResidencyDomain, "cache_owner residency on the device tier")
+		}
+		return false, nil
+	}
+	return e.StorageTier == StorageTierDevice, nil
+}
