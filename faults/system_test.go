@@ -3,8 +3,6 @@
 package faults
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -27,6 +25,7 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"

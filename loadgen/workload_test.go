@@ -1,14 +1,13 @@
 package loadgen_test
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"errors"
 	"math/rand/v2"
 	"reflect"
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"

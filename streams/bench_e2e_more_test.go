@@ -25,9 +25,6 @@ package streams_test
 //     block operations/s; baseline: a bare consumer reading the same KV records.
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"bytes"
 	"cmp"
 	"context"
@@ -50,6 +47,8 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/testenv"

@@ -1,14 +1,13 @@
 package streams_test
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 )
 
 // End-to-end benchmarks against the real broker (make bench-e2e). They report; nothing here

@@ -1,8 +1,6 @@
 package streams
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"

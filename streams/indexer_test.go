@@ -1,8 +1,6 @@
 package streams_test
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-
 	"context"
 	"math/bits"
 	"slices"
@@ -10,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/testenv"

@@ -1,8 +1,6 @@
 package streams
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-
 	"errors"
 	"fmt"
 	"math/bits"
@@ -11,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/zeebo/xxh3"
 )

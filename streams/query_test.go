@@ -1,9 +1,6 @@
 package streams_test
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"context"
 	"encoding/binary"
 	"errors"
@@ -15,6 +12,8 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/testenv"

@@ -1,9 +1,6 @@
 package streams
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"

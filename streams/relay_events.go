@@ -1,11 +1,10 @@
 package streams
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"fmt"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"

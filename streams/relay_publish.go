@@ -1,14 +1,13 @@
 package streams
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"

@@ -1,8 +1,6 @@
 package indexer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +16,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/httpserver"
 	"github.com/ckf-stream/ckf-stream/app/metrics"
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/uber-go/tally/v4"

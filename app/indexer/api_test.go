@@ -1,9 +1,6 @@
 package indexer_test
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -21,6 +18,8 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/streams"
 )
 

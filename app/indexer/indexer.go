@@ -18,8 +18,6 @@
 package indexer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +32,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/httpserver"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/twmb/franz-go/pkg/kgo"

@@ -1,8 +1,6 @@
 package indexer_test
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"bufio"
 	"context"
 	"encoding/json"
@@ -20,6 +18,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/testenv"

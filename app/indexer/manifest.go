@@ -1,8 +1,6 @@
 package indexer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 )
 
 // Require checks what processor indexer needs beyond config.Config.Validate, which accepts an

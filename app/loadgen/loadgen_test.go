@@ -1,8 +1,6 @@
 package loadgen_test
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-
 	"context"
 	"encoding/json"
 	"net/http"
@@ -15,6 +13,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 )

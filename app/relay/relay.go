@@ -20,8 +20,6 @@
 package relay
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +30,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"

@@ -1,8 +1,6 @@
 package relay_test
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"context"
 	"errors"
 	"io"
@@ -18,6 +16,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/app/relay"
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/testenv"

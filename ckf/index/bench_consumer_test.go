@@ -18,13 +18,13 @@ package index
 // of 2^20 buckets <= 15 ms (T8), 0 allocations per query (T11).
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // benchTable is a populated indexer shared by the benchmarks of one size.

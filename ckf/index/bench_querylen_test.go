@@ -28,14 +28,13 @@ package index
 // against L; tools/plots draws docs/perf/query-cost-vs-length.png.
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/internal/search"
 )
 

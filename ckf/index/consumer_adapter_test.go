@@ -1,13 +1,13 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"context"
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 )
 
 // testAdapter is a test-only LocalCkfAdapter (spec §9.2): the producer's

@@ -1,10 +1,10 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"encoding/binary"
 	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // fuzzReader decodes fuzz input into small integers; it returns zeros when

@@ -1,15 +1,14 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"context"
 	"errors"
 	"math/rand/v2"
 	"sync"
 	"testing"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"pgregory.net/rapid"
 )
 

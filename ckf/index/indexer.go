@@ -1,9 +1,9 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"sync/atomic"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // GlobalIndexer is GlobalCkfIndexer (spec §2.2): the consumer-side global

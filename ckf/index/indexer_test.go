@@ -76,10 +76,10 @@ package index
 //   Reader never sees unknown lanes or depth > query length ............... TestStressQueriesDuringIngestion
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"errors"
 	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // ---- fixture ---------------------------------------------------------------

@@ -1,10 +1,10 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"errors"
 	"strconv"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // Outcomes, lane faults and assignment errors of the lane ingestor (spec

@@ -1,9 +1,9 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"strconv"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // Manifest is GlobalCkfManifest (spec §2.1): the immutable description of

@@ -1,13 +1,13 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"context"
 	"math"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // IngestionPool is GlobalCkfIngestionPool (spec §4): the bounded,

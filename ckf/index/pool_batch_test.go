@@ -1,11 +1,11 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"errors"
 	"runtime"
 	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // TestPoolSubmitDeltasAppliesRunInOrder: a run of deltas is applied in order, each with its own

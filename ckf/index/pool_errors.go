@@ -1,11 +1,11 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"errors"
 	"strconv"
 	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // Ingestion-pool configuration, errors and fault diagnostics (spec §4.1,

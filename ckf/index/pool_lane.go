@@ -1,12 +1,12 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"math"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // laneState is the pool-side admission state of one lane (§4.3). The

@@ -1,8 +1,6 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"context"
 	"errors"
 	"runtime"
@@ -10,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // ---- pool fixture -------------------------------------------------------------

@@ -1,10 +1,10 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"math/bits"
 	"sync/atomic"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // cmdKind enumerates worker commands.

@@ -1,11 +1,11 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"math/rand/v2"
 	"testing"
 	"unsafe"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // randomRow fills a row with words; with probability ~1/3 per slot the slot

@@ -1,11 +1,11 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // TestSearchWindowStudy is an opt-in, scaled-down version of the

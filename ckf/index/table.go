@@ -1,11 +1,11 @@
 package index
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"math"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // transposedTable is TransposedCkfTable<16> (spec §5.1): bucketCount rows of

@@ -1,13 +1,13 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"encoding/binary"
 	"fmt"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // Like-for-like variants of the insertion benchmarks in

@@ -1,13 +1,12 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
 	cuckoo "github.com/panmari/cuckoofilter"
 )
 

@@ -1,10 +1,10 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"math"
 	"slices"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // DcState is DcCkfState (spec §7, G3): the exact per-DC producer.

@@ -1,10 +1,10 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"math"
 	"slices"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // RemoveRank is remove_rank: drop every mapping of source, then force a

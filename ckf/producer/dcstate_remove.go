@@ -1,10 +1,10 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"errors"
 	"slices"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // remove is §7.4: it drops source's mapping of ext. It returns false (and

@@ -1,10 +1,10 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"errors"
 	"math"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // newMapping is one lineage mapping a store will add.

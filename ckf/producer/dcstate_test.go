@@ -59,13 +59,13 @@ package producer
 //	55 TestBehaviour55_CanonicalRootAndChild                producer_vectors_test.go
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"errors"
 	"maps"
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 func TestBehaviour01_SharedOwnership(t *testing.T) {

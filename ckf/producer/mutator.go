@@ -1,10 +1,10 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"math"
 	"math/bits"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // Mutator (spec §6): SplitMix64, bounded-kick insertion with full rollback,

@@ -1,12 +1,12 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"errors"
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // Reference-model tests for the optimised mutator (mutator.go,

@@ -1,11 +1,11 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // Mutator behaviours 45–47 (see the table at the top of dcstate_test.go).

@@ -1,11 +1,11 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // Fuzz targets (go test -fuzz=FuzzX -fuzztime=10s ./ckf/producer/):

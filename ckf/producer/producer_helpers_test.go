@@ -1,12 +1,12 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"errors"
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // Test helpers shared by the producer tests (dcstate_test.go,

@@ -1,12 +1,11 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"fmt"
 	"slices"
 	"testing"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"pgregory.net/rapid"
 )
 

@@ -1,9 +1,9 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 func TestRngVector(t *testing.T) {

@@ -1,11 +1,11 @@
 package producer
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"errors"
 	"math"
 	"strconv"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // DeltaSink receives the publisher's deltas. Enqueue must return nil only

@@ -7,13 +7,13 @@ package producer
 // independently of the consumer half's ingestor.
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf"
-
 	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 func TestBehaviour36_SnapshotSequenceThenDeltaThenMarker(t *testing.T) {

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
-
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +13,8 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
