@@ -195,10 +195,6 @@ func pfStartIndexer(b *testing.B, e *testEnv, m index.Manifest) *runningIndexer 
 		b.Fatal(err)
 	}
 	cfg := e.indexerConfig()
-	// Tuning experiments: CKF_E2E_MAX_BACKLOG overrides IndexerConfig.MaxBacklogDeltas.
-	if n := pfEnvInt("CKF_E2E_MAX_BACKLOG", 0); n > 0 {
-		cfg.MaxBacklogDeltas = n
-	}
 	ix, err := streams.NewIndexer(streams.IndexerParams{
 		Config: cfg, Indexer: g, Codec: e.codec,
 		ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)},
@@ -252,7 +248,7 @@ func pfRawConsume(b *testing.B, topic string, partitions []int32, records int64)
 }
 
 // pfEndOffsets returns the sum of the end offsets of topic's partitions ps.
-func pfEndOffsets(b *testing.B, topic string, ps []int32) int64 {
+func pfEndOffsets(b testing.TB, topic string, ps []int32) int64 {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

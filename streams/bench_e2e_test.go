@@ -15,7 +15,7 @@ import (
 
 // writeSyntheticDeltas writes a snapshot of an empty filter and n deltas of k random images each
 // to lane, as a relay would, and returns the producer's final words.
-func writeSyntheticDeltas(b *testing.B, e *testEnv, lane uint8, n, k int) []uint64 {
+func writeSyntheticDeltas(b testing.TB, e *testEnv, lane uint8, n, k int) []uint64 {
 	b.Helper()
 	p := e.producer(lane, 1)
 	p.snapshot()

@@ -3,6 +3,7 @@ package streams_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ type rawLane struct {
 	lane  uint8
 	cl    *kgo.Client
 	codec *schemas.Codec
+	last  int64 // offset of the last record written
 }
 
 func (e *testEnv) raw(lane uint8) *rawLane {
@@ -33,6 +35,7 @@ func (r *rawLane) value(v []byte) {
 	if err := r.cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
 		r.t.Fatal(err)
 	}
+	r.last = rec.Offset
 }
 
 func (r *rawLane) encode(rec schemas.LaneRecord) []byte {
@@ -162,7 +165,8 @@ func runFaultCase(t *testing.T, tc faultCase) {
 	waitLane(t, ri, p, converge)
 	before := ri.ix.GlobalIndexer().LaneWords(lane)
 
-	tc.inject(e.raw(lane), p)
+	raw := e.raw(lane)
+	tc.inject(raw, p)
 	ev := events.waitFor(t, lane, converge, tc.event.String()+"("+tc.fault.String()+")", faultIs(tc.event, tc.fault))
 	if tc.deactivates && (ev.Disposition == nil || ev.Disposition.Action != schemas.ActionDeactivateAndSnapshot) {
 		t.Errorf("disposition %+v, want DEACTIVATE_AND_SNAPSHOT", ev.Disposition)
@@ -182,7 +186,9 @@ func runFaultCase(t *testing.T, tc faultCase) {
 		}
 		p.snapshot() // the relay answers the request
 	} else {
-		time.Sleep(200 * time.Millisecond)
+		// The lane publishes its status after a record's effects: once its applied position
+		// passes the injected records, whatever they did to the lane has happened.
+		waitUntil(t, converge, "the lane processes the injected records", func() bool { return laneStatus(ri, lane).AppliedOffset >= raw.last })
 		if ri.ix.GlobalIndexer().ReadyLanes()&(1<<lane) == 0 {
 			t.Fatal("the lane left service; this fault must only reject the record")
 		}
@@ -194,13 +200,7 @@ func runFaultCase(t *testing.T, tc faultCase) {
 	p.storeChain(5, nil, 0)
 	waitLane(t, ri, p, converge)
 	if tc.deadLetter {
-		deadline := time.Now().Add(10 * time.Second)
-		for len(dead.snapshot()) == 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("no dead-letter record")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitUntil(t, converge, "a dead-letter record", func() bool { return len(dead.snapshot()) > 0 })
 		d, err := e.codec.DecodeDeadLetter(dead.snapshot()[0].Value)
 		if err != nil || d.SourceTopic != e.topics.Lanes || d.SourcePartition != lane || d.Reason == "" {
 			t.Fatalf("dead letter %+v (%v): want the source coordinates and a reason", d, err)
@@ -224,17 +224,15 @@ func TestAwaitingLaneAsksForSnapshot(t *testing.T) {
 
 	requested := kindIs(schemas.EventSnapshotRequested)
 	events.waitFor(t, lane, converge, "SNAPSHOT_REQUESTED (start-up: no snapshot retained)", requested)
-	time.Sleep(2 * cfg.RetrySnapshotRequestGap) // the next request is not held back by the gap
+	// The next request must not be held back by the gap: let the gap pass since the first one.
+	first := time.Now()
+	waitUntil(t, converge, "the retry gap passes", func() bool { return time.Since(first) > cfg.RetrySnapshotRequestGap })
 	e.raw(lane).chunks(p.id, 0, make([]uint64, p.state.BucketCount()), 1000, []int{0, 2, 1})
 	events.waitFor(t, lane, converge, "AWAITING_SNAPSHOT(SNAPSHOT_ASSEMBLY)",
 		faultIs(schemas.EventAwaitingSnapshot, schemas.FaultSnapshotAssembly))
-	deadline := time.Now().Add(converge)
-	for events.count(lane, requested) < 2 || laneStatus(ri, lane).SnapshotRequests < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the awaiting lane did not ask for a snapshot: %d requests", laneStatus(ri, lane).SnapshotRequests)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntil(t, converge, "the awaiting lane asks for a snapshot again", func() bool {
+		return events.count(lane, requested) >= 2 && laneStatus(ri, lane).SnapshotRequests >= 2
+	}, func() string { return fmt.Sprintf("%d requests", laneStatus(ri, lane).SnapshotRequests) })
 	p.snapshot() // the relay answers
 	waitLane(t, ri, p, converge)
 }

@@ -3,6 +3,7 @@ package streams_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -62,10 +63,10 @@ func newTestEnvOn(t testing.TB, c *testenv.Cluster, expectedBlocks uint64) *test
 		t:       t,
 		cluster: c,
 		topics: streams.IndexerTopics{
-			Lanes:         c.NewTopic(t, streams.MaxLanes),
+			Lanes:         c.NewTopic(t, ckf.LaneCount),
 			SnapshotIndex: c.NewTopic(t, 1, testenv.TopicConfig("cleanup.policy", "compact")),
 			Control:       c.NewTopic(t, 1),
-			LaneEvents:    c.NewTopic(t, streams.MaxLanes),
+			LaneEvents:    c.NewTopic(t, ckf.LaneCount),
 			DeadLetter:    c.NewTopic(t, 1),
 		},
 		codec:      codec,
@@ -107,6 +108,12 @@ func (e *testEnv) indexerConfig() streams.IndexerConfig {
 
 func (e *testEnv) startIndexer(m index.Manifest, cfg streams.IndexerConfig) *runningIndexer {
 	e.t.Helper()
+	return e.startIndexerWith(m, cfg, nil)
+}
+
+// startIndexerWith is startIndexer with setup applied to the Indexer before it runs (test hooks).
+func (e *testEnv) startIndexerWith(m index.Manifest, cfg streams.IndexerConfig, setup func(*streams.Indexer)) *runningIndexer {
+	e.t.Helper()
 	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
 	if err != nil {
 		e.t.Fatal(err)
@@ -118,6 +125,9 @@ func (e *testEnv) startIndexer(m index.Manifest, cfg streams.IndexerConfig) *run
 	})
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	if setup != nil {
+		setup(ix)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ri := &runningIndexer{ix: ix, cancel: cancel, done: make(chan error, 1)}
@@ -167,13 +177,31 @@ func (e *testEnv) producer(lane uint8, incarnation uint64) *testProducer {
 	return e.producerWithIdentity(lane, id, state)
 }
 
+// transactionalProducer is producer with a transactional writer, as a relay's: every write is
+// one transaction, so the lane partition holds commit markers.
+func (e *testEnv) transactionalProducer(lane uint8, incarnation uint64) *testProducer {
+	e.t.Helper()
+	state, err := producer.NewDcState(ckf.NewCkfConfig(e.blocks))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	id := ckf.ProducerIdentity{Pool: testPool(100 + uint64(lane)), Incarnation: incarnation, LayoutGeneration: 1, Format: state.Format()}
+	cl := e.cluster.Client(e.t, append(streams.LaneWriterClientOpts(), kgo.TransactionalID(testenv.UniqueName(e.t, "txn")))...)
+	return e.producerOn(cl, true, lane, id, state)
+}
+
 func (e *testEnv) producerWithIdentity(lane uint8, id ckf.ProducerIdentity, state *producer.DcState) *testProducer {
 	e.t.Helper()
-	cl := e.cluster.Client(e.t, streams.LaneWriterClientOpts()...)
+	return e.producerOn(e.cluster.Client(e.t, streams.LaneWriterClientOpts()...), false, lane, id, state)
+}
+
+func (e *testEnv) producerOn(cl *kgo.Client, transactional bool, lane uint8, id ckf.ProducerIdentity, state *producer.DcState) *testProducer {
+	e.t.Helper()
 	p := &testProducer{t: e.t, lane: lane, id: id, state: state,
 		rng: rand.New(rand.NewPCG(uint64(lane), id.Incarnation)), nextID: 1}
 	p.w = streams.NewLaneWriter(cl, e.codec, id, streams.LaneWriterConfig{
 		LaneTopic: e.topics.Lanes, IndexTopic: e.topics.SnapshotIndex, Lane: lane, ChunkWords: e.chunkWords,
+		Transactional: transactional,
 	})
 	p.pub = producer.NewPublisher(id, 0, p.w)
 	return p
@@ -236,25 +264,37 @@ func (p *testProducer) clearWorker() {
 	p.chains = nil
 }
 
+// waitUntil polls cond every few milliseconds until it holds, and fails the test after timeout
+// with what (and detail's account of the state, when given). It is this package's one wait
+// helper: tests wait for a condition that an event makes true, never for a fixed time.
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			msg := ""
+			for _, d := range detail {
+				msg += ": " + d()
+			}
+			t.Fatalf("%s: not within %v%s", what, timeout, msg)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // waitLane waits until the indexer's words of the lane equal the producer's words and the lane
 // is ready at the producer's last sequence.
 func waitLane(t *testing.T, ri *runningIndexer, p *testProducer, timeout time.Duration) {
 	t.Helper()
 	want := p.state.CopyWords()
-	deadline := time.Now().Add(timeout)
-	for {
-		g := ri.ix.GlobalIndexer()
-		ready := g.ReadyLanes()&(1<<p.lane) != 0
-		if ready && slices.Equal(g.LaneWords(p.lane), want) && laneStatus(ri, p.lane).InstalledSequence == p.pub.LastSequence() {
-			return
-		}
-		if time.Now().After(deadline) {
-			st := laneStatus(ri, p.lane)
-			t.Fatalf("lane %d did not converge within %v: ready=%v words equal=%v status=%+v producer sequence %d",
-				p.lane, timeout, ready, slices.Equal(g.LaneWords(p.lane), want), st, p.pub.LastSequence())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	g := ri.ix.GlobalIndexer()
+	waitUntil(t, timeout, fmt.Sprintf("lane %d converges to the producer", p.lane), func() bool {
+		return g.ReadyLanes()&(1<<p.lane) != 0 && slices.Equal(g.LaneWords(p.lane), want) &&
+			laneStatus(ri, p.lane).InstalledSequence == p.pub.LastSequence()
+	}, func() string {
+		return fmt.Sprintf("ready=%v words equal=%v status=%+v producer sequence %d", g.ReadyLanes()&(1<<p.lane) != 0,
+			slices.Equal(g.LaneWords(p.lane), want), laneStatus(ri, p.lane), p.pub.LastSequence())
+	})
 }
 
 func laneStatus(ri *runningIndexer, lane uint8) streams.LaneStatus {
@@ -275,7 +315,7 @@ type eventLog struct {
 func (e *testEnv) watchEvents() *eventLog {
 	e.t.Helper()
 	assign := map[int32]kgo.Offset{}
-	for p := int32(0); p < streams.MaxLanes; p++ {
+	for p := int32(0); p < ckf.LaneCount; p++ {
 		assign[p] = kgo.NewOffset().AtStart()
 	}
 	cl := e.cluster.Client(e.t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.topics.LaneEvents: assign}))
@@ -305,33 +345,33 @@ func (e *testEnv) watchEvents() *eventLog {
 // waitFor returns the first event of lane matching match, waiting up to timeout.
 func (l *eventLog) waitFor(t *testing.T, lane uint8, timeout time.Duration, what string, match func(ev schemas.LaneEvent) bool) schemas.LaneEvent {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var found schemas.LaneEvent
+	waitUntil(t, timeout, fmt.Sprintf("lane %d: a %s event", lane, what), func() bool {
 		l.mu.Lock()
+		defer l.mu.Unlock()
 		for _, ev := range l.events {
 			if ev.Lane == lane && match(ev) {
-				l.mu.Unlock()
-				return ev
+				found = ev
+				return true
 			}
 		}
-		l.mu.Unlock()
-		if time.Now().After(deadline) {
-			l.mu.Lock()
-			var kinds []string
-			for _, ev := range l.events {
-				if ev.Lane == lane {
-					s := ev.Kind.String()
-					if ev.Fault != nil {
-						s += "(" + ev.Fault.Kind.String() + ")"
-					}
-					kinds = append(kinds, s)
+		return false
+	}, func() string {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		var kinds []string
+		for _, ev := range l.events {
+			if ev.Lane == lane {
+				s := ev.Kind.String()
+				if ev.Fault != nil {
+					s += "(" + ev.Fault.Kind.String() + ")"
 				}
+				kinds = append(kinds, s)
 			}
-			l.mu.Unlock()
-			t.Fatalf("lane %d: no %s event within %v; lane events seen: %v", lane, what, timeout, kinds)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Sprintf("lane events seen: %v", kinds)
+	})
+	return found
 }
 
 // count returns how many events of lane seen so far match.

@@ -44,18 +44,8 @@ type IndexerConfig struct {
 	// ProgressInterval is how often each lane reports progress on the lane-events topic
 	// (default 10 s; negative disables).
 	ProgressInterval time.Duration
-	// Pool configures the ingestion pool. Default: ckf.DefaultIngestionPoolConfig with a
-	// 4,096-command queue per worker and a 2 s MaxDirtyToAppliedAge: the reference's 10 ms bound
-	// assumes an in-process producer, while a Kafka lane that catches up feeds the pool in
-	// bursts and the runner already paces itself (MaxBacklogDeltas). The queue holds every
-	// lane of a worker at its backlog bound even when each delta is its own command.
-	Pool index.IngestionPoolConfig
-	// MaxBacklogDeltas bounds the deltas one lane may have admitted to the pool but not applied;
-	// the lane's runner waits at the bound. Default 512 (about half a millisecond of worker
-	// time for 16-image deltas: a lower bound lets the worker run dry while the runner sleeps;
-	// measured on BenchmarkE2EIngestVsRaw, 128 → 512 raised the 16-image ingest by ~7 %).
-	MaxBacklogDeltas int
-	// Feed bounds the per-lane fetch queues.
+	// Feed bounds the per-lane fetch queues: a lane whose queue reaches Feed.PauseBytes has its
+	// partition paused until it drains (Kafka backpressure; other lanes keep fetching).
 	Feed FeedConfig
 	// RestoreTimeout bounds reading the snapshot index at start-up (default 30 s).
 	RestoreTimeout time.Duration
@@ -75,14 +65,6 @@ func (c IndexerConfig) withDefaults() IndexerConfig {
 	if c.ProgressInterval == 0 {
 		c.ProgressInterval = 10 * time.Second
 	}
-	if c.Pool == (index.IngestionPoolConfig{}) {
-		c.Pool = index.DefaultIngestionPoolConfig()
-		c.Pool.QueueCapacity = 4096
-		c.Pool.MaxDirtyToAppliedAge = 2 * time.Second
-	}
-	if c.MaxBacklogDeltas <= 0 {
-		c.MaxBacklogDeltas = 512
-	}
 	if c.RestoreTimeout <= 0 {
 		c.RestoreTimeout = 30 * time.Second
 	}
@@ -96,9 +78,6 @@ func (c IndexerConfig) withDefaults() IndexerConfig {
 func (c IndexerConfig) validate() error {
 	if c.Topics.Lanes == "" || c.Topics.Control == "" || c.Topics.LaneEvents == "" || c.Topics.DeadLetter == "" {
 		return errors.New("streams: indexer topics: lanes, control, lane events and dead letter must be named")
-	}
-	if c.MaxBacklogDeltas >= c.Pool.QueueCapacity {
-		return fmt.Errorf("streams: indexer: max backlog deltas %d must be below the pool queue capacity %d", c.MaxBacklogDeltas, c.Pool.QueueCapacity)
 	}
 	return nil
 }
@@ -123,8 +102,8 @@ type IndexerParams struct {
 }
 
 // Indexer runs the global indexer on Kafka: every configured lane's partition is read by direct
-// assignment (every replica holds every lane), each lane's records go through that lane's runner
-// into the ingestion pool, and queries read the shared table lock-free.
+// assignment (every replica holds every lane), each lane's records are applied by that lane's
+// own goroutine to its LaneIngestor, and queries read the shared table lock-free.
 type Indexer struct {
 	cfg     IndexerConfig
 	g       *index.GlobalIndexer
@@ -132,16 +111,22 @@ type Indexer struct {
 	opts    clientOpts
 	log     *zap.Logger
 	metrics *indexerMetrics
+	hooks   indexerHooks
 
-	pool    *index.IngestionPool
-	feed    *LaneFeed
-	out     *Outputs
-	outCl   *kgo.Client
-	laneCl  *kgo.Client
-	runners [MaxLanes]*laneRunner
+	feed   *LaneFeed
+	out    *Outputs
+	outCl  *kgo.Client
+	laneCl *kgo.Client
+	lanes  [ckf.LaneCount]*lane
 
 	excluded atomic.Uint32
 	started  chan struct{}
+}
+
+// indexerHooks are test-only interception points (nil in production; see export_test.go).
+type indexerHooks struct {
+	// beforeRecord runs on a lane's goroutine before it handles the record at offset.
+	beforeRecord func(lane uint8, offset int64)
 }
 
 // NewIndexer validates the configuration and builds the indexer. Nothing runs until Run.
@@ -162,7 +147,7 @@ func NewIndexer(p IndexerParams) (*Indexer, error) {
 	return ix, nil
 }
 
-// Started is closed once every lane's runner is running.
+// Started is closed once every lane's goroutine is running.
 func (ix *Indexer) Started() <-chan struct{} { return ix.started }
 
 // GlobalIndexer returns the table the indexer fills.
@@ -184,17 +169,22 @@ func (ix *Indexer) setExcluded(bit uint16, on bool) {
 
 // Lanes returns the status of every configured lane, in lane order.
 func (ix *Indexer) Lanes() []LaneStatus {
+	select {
+	case <-ix.started: // Run created the lanes before it closed started
+	default:
+		return nil
+	}
 	var out []LaneStatus
-	for _, r := range ix.runners {
-		if r != nil {
-			out = append(out, r.stats.snapshot())
+	for _, l := range ix.lanes {
+		if l != nil {
+			out = append(out, l.stats.snapshot())
 		}
 	}
 	return out
 }
 
 // Run restores every lane's start position, then reads and applies the lanes until ctx ends.
-// On return the pool is closed, and every output produced was flushed.
+// On return every lane is released (out of answers) and every output produced was flushed.
 func (ix *Indexer) Run(ctx context.Context) error {
 	m := ix.g.Manifest()
 	var lanes []int32
@@ -234,16 +224,18 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	if ix.feed, err = NewLaneFeed(laneCl, ix.cfg.Topics.Lanes, lanes, feedCfg); err != nil {
 		return err
 	}
-	if ix.pool, err = index.NewIngestionPool(ix.g, ix.cfg.Pool); err != nil {
-		return fmt.Errorf("streams: ingestion pool: %w", err)
-	}
+	// Claim every lane's ingestor: this Indexer is the only writer of the table's lanes
+	// (consumer §2.3); a second Indexer on the same GlobalIndexer fails here.
 	for _, l := range lanes {
+		in, err := ix.g.ClaimLane(uint8(l))
+		if err != nil {
+			ix.closeLanes()
+			return fmt.Errorf("streams: claiming lane %d: %w", l, err)
+		}
 		pool, _ := m.PoolOf(uint8(l))
-		r := newLaneRunner(ix, uint8(l), pool)
-		r.snapStart = plan[l].snapshotOffset
-		r.stats.s.SnapshotOffset = plan[l].snapshotOffset
-		ix.runners[l] = r
+		ix.lanes[l] = newLane(ix, uint8(l), pool, in, plan[l].snapshotOffset)
 	}
+	defer ix.closeLanes()
 
 	var wg sync.WaitGroup
 	runCtx, stop := context.WithCancel(ctx)
@@ -251,15 +243,13 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	feedErr := make(chan error, 1)
 	wg.Add(1)
 	go func() { defer wg.Done(); feedErr <- ix.feed.Run(runCtx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); ix.dispatchFaults(runCtx) }()
 	for _, l := range lanes {
-		r := ix.runners[l]
+		ln := ix.lanes[l]
 		if plan[l].request != "" {
-			r.requestSnapshot(plan[l].request, schemas.ReasonNoSnapshotRetained)
+			ln.requestSnapshot(plan[l].request, schemas.ReasonNoSnapshotRetained)
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); r.run(runCtx) }()
+		go func() { defer wg.Done(); ln.run(runCtx) }()
 	}
 	close(ix.started)
 	ix.log.Info("indexer running", zap.Int("lanes", len(lanes)), zap.Uint64("consumer_instance", uint64(m.ConsumerInstance())))
@@ -270,9 +260,7 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	}
 	stop()
 	wg.Wait()
-	if cerr := ix.pool.Close(); cerr != nil && err == nil {
-		err = cerr
-	}
+	ix.closeLanes() // no lane goroutine runs: the lanes leave answers before outputs are flushed
 	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer fcancel()
 	if ferr := ix.out.Flush(fctx); ferr != nil && err == nil {
@@ -281,30 +269,11 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	return err
 }
 
-// dispatchFaults forwards the pool's diagnostics to the affected lanes' runners (best effort,
-// like the pool's channel itself: readiness stays the authoritative signal).
-func (ix *Indexer) dispatchFaults(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case f, ok := <-ix.pool.Faults():
-			if !ok {
-				return
-			}
-			lanes := uint16(1) << f.Lane
-			if f.Kind == index.PoolFaultWorkerFailed {
-				lanes = f.Lanes
-			}
-			for l := uint8(0); l < ckf.LaneCount; l++ {
-				if lanes&(1<<l) == 0 || ix.runners[l] == nil {
-					continue
-				}
-				select {
-				case ix.runners[l].faults <- f:
-				default:
-				}
-			}
+// closeLanes releases every claimed lane (ready bits cleared, claims released). Idempotent.
+func (ix *Indexer) closeLanes() {
+	for _, l := range ix.lanes {
+		if l != nil {
+			l.close()
 		}
 	}
 }

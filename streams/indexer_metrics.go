@@ -4,22 +4,24 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/uber-go/tally/v4"
 )
 
 // indexerMetrics caches the indexer's per-lane metric handles (one set of tag keys per metric
 // name, lane as the only tag: bounded cardinality).
 type indexerMetrics struct {
-	lanes [MaxLanes]laneMetrics
+	lanes [ckf.LaneCount]laneMetrics
 }
 
 type laneMetrics struct {
-	scope                                  tally.Scope
-	deltas, images, snapshots, rejected    tally.Counter
-	assemblyFaults                         tally.Counter
-	hwm, applied, lagRecords, lagSeconds   tally.Gauge
-	ready, excluded, installedSeq, backlog tally.Gauge
-	snapshotInstall                        tally.Histogram
+	scope                                tally.Scope
+	deltas, images, snapshots, rejected  tally.Counter
+	assemblyFaults                       tally.Counter
+	hwm, applied, lagRecords, lagSeconds tally.Gauge
+	ready, excluded, installedSeq        tally.Gauge
+	queuedBytes, fetchPaused             tally.Gauge
+	snapshotInstall                      tally.Histogram
 }
 
 var installBuckets = tally.DurationBuckets{
@@ -49,14 +51,15 @@ func newIndexerMetrics(root tally.Scope) *indexerMetrics {
 			ready:           ls.Gauge("lane_ready"),
 			excluded:        ls.Gauge("lane_excluded"),
 			installedSeq:    ls.Gauge("lane_installed_sequence"),
-			backlog:         ls.Gauge("lane_pool_backlog_deltas"),
+			queuedBytes:     ls.Gauge("lane_fetch_queue_bytes"),
+			fetchPaused:     ls.Gauge("lane_fetch_paused"),
 			snapshotInstall: ls.Histogram("lane_snapshot_install_seconds", installBuckets),
 		}
 	}
 	return m
 }
 
-func (m *indexerMetrics) deltas(lane uint8, deltas, images int) {
+func (m *indexerMetrics) deltas(lane uint8, deltas, images uint64) {
 	l := &m.lanes[lane]
 	l.deltas.Inc(int64(deltas))
 	l.images.Inc(int64(images))
@@ -84,12 +87,13 @@ func (m *indexerMetrics) lag(lane uint8, hwm, applied, lagRecords int64, age tim
 	l.lagSeconds.Update(age.Seconds())
 }
 
-func (m *indexerMetrics) state(lane uint8, ready, excluded bool, installed uint64, backlog int) {
+func (m *indexerMetrics) state(lane uint8, ready, excluded bool, installed uint64, queue QueueState) {
 	l := &m.lanes[lane]
 	l.ready.Update(b2f(ready))
 	l.excluded.Update(b2f(excluded))
 	l.installedSeq.Update(float64(installed))
-	l.backlog.Update(float64(backlog))
+	l.queuedBytes.Update(float64(queue.Bytes))
+	l.fetchPaused.Update(b2f(queue.Paused))
 }
 
 func b2f(b bool) float64 {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -14,117 +14,150 @@ import (
 	"go.uber.org/zap"
 )
 
-// laneRunner is the one goroutine that owns a lane on this indexer replica: it decodes the
-// lane partition's records in offset order, assembles snapshot chunks, mints the replica's own
-// LaneLease for the lane, feeds the ingestion pool, and recovers the lane after a fault by
-// seeking back to the latest complete snapshot it knows.
+// lane is the one owner of a physical lane on this indexer replica. One goroutine (run) reads
+// the lane partition's records in offset order from the LaneFeed, decodes them, assembles
+// snapshot chunks, mints the replica's own LaneLease, and drives the lane's LaneIngestor
+// directly: every ingestor outcome, fault included, comes back on the call that caused it, so
+// nothing about the lane is learnt by polling, and no other goroutine writes the lane (design
+// §1: each lane's records through that lane's ingestor on one goroutine).
 //
-// Leases (DESIGN §2): records carry no lease. The runner mints LaneLease{consumer instance,
-// lane, epoch} with an epoch that increases by one at every (re)subscription — a snapshot of a
-// new producer identity, or the first snapshot after a fault that retired the lane — so the
-// spec's lease checks run unchanged inside the pool.
+// Backpressure: the lane applies a record before it takes the next one from its feed queue, and
+// the feed pauses the partition when that queue holds FeedConfig.PauseBytes. A burst of valid
+// deltas therefore only slows the partition's fetching; it is never a fault.
 //
-// Progress rule (DESIGN §3): the log keeps a bad record forever. After a gap-class fault detected
-// at offset F the runner replays from the latest snapshot; if the lane faults again before its
-// applied position passes F, replaying cannot help: the runner asks the relay for a new snapshot
+// Leases (design §2): records carry no lease. The lane mints LaneLease{consumer instance, lane,
+// epoch} with an epoch that increases by one at every (re)subscription: a snapshot of a new
+// producer identity, or the first snapshot after a fault that retired the lane. The spec's lease
+// checks (consumer §3.2, §3.3) then run unchanged inside the ingestor.
+//
+// Progress rule (design §3): the log keeps a bad record forever. After a gap-class fault detected
+// at offset F the lane replays from the latest snapshot; if the lane faults again before its
+// applied position passes F, replaying cannot help: it asks the relay for a new snapshot
 // (control topic) and installs only a complete snapshot whose first chunk comes after F.
-type laneRunner struct {
+//
+// Failure behaviour: a panic while handling a record (a bug, in the decoder, the ingestor or
+// here) is recovered per record: the lane replaces its ingestor (the old one's words and scratch
+// are uncertain), reports a WORKER_FAILURE fault with disposition
+// ConsumerWorkerFailureMidApply, and recovers like any other fault, so it never waits forever.
+type lane struct {
 	ix   *Indexer
-	lane uint8
+	num  uint8 // physical lane = partition
 	bit  uint16
 	pool ckf.PoolID
 	log  *zap.Logger
+	in   *index.LaneIngestor // claimed in newLane, replaced after a panic, closed by close
 
+	st    laneState
+	asm   assembly
 	stats laneStats
 
-	// Lease and admission, as this runner knows them.
-	epoch      uint64 // last minted assignment epoch (0 = none yet)
-	lease      ckf.LaneLease
-	identity   ckf.ProducerIdentity
-	needAssign bool // the next snapshot must be installed under a new lease
-	active     bool // a snapshot is installed and no fault has been seen since
-	installed  uint64
-
-	phase        LanePhase
-	applied      int64 // last offset processed
-	appliedTime  time.Time
-	appliedTxn   bool      // the last record processed was written in a transaction
-	snapStart    int64     // first offset of the latest complete snapshot seen; -1 if none
-	recoverUntil int64     // PhaseReplaying: the offset at which the fault was detected
-	waitAfter    int64     // PhaseWaitingForSnapshot: install only snapshots starting after this
-	lastRequest  time.Time // when this lane last asked the relay for a snapshot
-	excluded     bool
-	lastProgress time.Time
-
-	asm    assembly
-	faults chan index.PoolFault // forwarded by the indexer's fault dispatcher
-
-	deadUpTo      int64        // highest offset dead-lettered (a replay does not repeat it)
-	pending       []*ckf.Delta // decoded deltas not yet submitted (see flushDeltas)
-	slab          deltaSlab    // where pending deltas and their images live
-	pendingImages int
+	// delta and images are the decode target of the delta being applied: the ingestor is done
+	// with them when ApplyDelta returns, so one buffer serves every delta of the lane.
+	delta  ckf.Delta
+	images []ckf.BucketImage
 }
 
-func newLaneRunner(ix *Indexer, lane uint8, pool ckf.PoolID) *laneRunner {
-	r := &laneRunner{
-		ix: ix, lane: lane, bit: 1 << lane, pool: pool,
-		log:        ix.log.With(zap.Uint8("lane", lane), zap.String("pool", pool.String())),
-		needAssign: true, applied: -1, deadUpTo: -1, snapStart: -1, recoverUntil: -1, waitAfter: -1,
-		faults: make(chan index.PoolFault, 8),
+// laneState is what the lane's goroutine knows beyond its ingestor. The ingestor holds the
+// spec's part (assignment, lease, installed sequence, readiness); nothing here copies it.
+type laneState struct {
+	phase LanePhase
+	// epoch is the last assignment epoch minted for this lane (0: none yet). It only grows, so a
+	// new lease always passes the ingestor's strictly-increasing check, also after Retire.
+	epoch uint64
+	// newest is the newest producer generation the lane installed a snapshot of (valid when
+	// hasNewest). A snapshot of an older generation of the same pool is a zombie relay's and is
+	// refused.
+	newest    ckf.ProducerIdentity
+	hasNewest bool
+
+	applied     int64     // last offset processed (a data record or a transaction marker); -1 before any
+	appliedTime time.Time // producer timestamp of the last data record processed
+	seeked      bool      // a seek was issued while processing the current batch: drop its rest
+	stopped     bool      // the lane lost its ingestor (see panicked); run returns
+
+	snapStart int64 // first offset of the latest complete snapshot recovery may seek to; -1 if none
+	faultAt   int64 // PhaseReplaying: the offset at which the fault being replayed past was detected
+	waitAfter int64 // PhaseWaitingForSnapshot: install only snapshots whose first chunk comes after this
+
+	lastRequest  time.Time // when the lane last asked the relay for a snapshot
+	lastProgress time.Time // when the lane last reported progress
+	excluded     bool      // left out of answers by the freshness policy
+	deadUpTo     int64     // highest offset dead-lettered (a replay does not repeat it)
+
+	// Counters not yet published to stats and metrics (published per batch: one lock, not one
+	// per delta).
+	newDeltas, newImages uint64
+}
+
+func newLane(ix *Indexer, num uint8, pool ckf.PoolID, in *index.LaneIngestor, snapStart int64) *lane {
+	l := &lane{
+		ix: ix, num: num, bit: 1 << num, pool: pool, in: in,
+		log: ix.log.With(zap.Uint8("lane", num), zap.String("pool", pool.String())),
+		st:  laneState{applied: -1, snapStart: snapStart, faultAt: -1, waitAfter: -1, deadUpTo: -1},
 	}
-	r.pending = r.slab.run()
-	r.stats.s = LaneStatus{Lane: lane, Pool: pool.String(), AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: -1,
+	l.stats.s = LaneStatus{Lane: num, Pool: pool.String(), AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: snapStart,
 		Faults: map[string]uint64{}}
-	return r
+	return l
 }
+
+// close releases the lane's ingestor (its ready bit is cleared, then its claim).
+func (l *lane) close() { l.in.Close() }
 
 // run processes the lane until ctx ends.
-func (r *laneRunner) run(ctx context.Context) {
-	tick := time.NewTicker(r.ix.cfg.checkInterval())
+func (l *lane) run(ctx context.Context) {
+	tick := time.NewTicker(l.ix.cfg.checkInterval())
 	defer tick.Stop()
 	for {
-		b, ok := r.ix.feed.TryNext(int32(r.lane))
+		b, ok := l.ix.feed.TryNext(int32(l.num))
 		if !ok {
 			select {
 			case <-ctx.Done():
 				return
-			case <-r.ix.feed.Ready(int32(r.lane)):
+			case <-l.ix.feed.Ready(int32(l.num)):
 			case <-tick.C:
-				r.checkHealth(ctx)
-				r.checkFreshness(time.Now(), false)
+				l.checkFreshness(time.Now(), false)
 			}
 			continue
 		}
+		l.st.seeked = false
 		for _, rec := range b.Records {
-			if ctx.Err() != nil {
-				return
+			if ctx.Err() != nil || l.st.seeked || l.st.stopped {
+				break // records after a seek were fetched before it: the feed drops the rest
 			}
-			r.process(ctx, rec)
+			l.handle(rec)
 		}
-		r.flushDeltas(ctx)
-		r.checkHealth(ctx)
-		r.stats.update(func(s *LaneStatus) { s.AppliedOffset = r.applied })
-		r.checkFreshness(time.Now(), false)
+		l.publish()
+		if l.st.stopped {
+			return
+		}
+		l.checkFreshness(time.Now(), false)
 	}
 }
 
-// process handles one lane record.
-func (r *laneRunner) process(ctx context.Context, rec *kgo.Record) {
-	if r.phase == PhaseReplaying && rec.Offset > r.recoverUntil && r.active {
-		r.flushDeltas(ctx)
-		// The replay reaches the place of the fault. Application is asynchronous, so first let
-		// the pool apply everything submitted so far: a fault that recurs is then seen while
-		// the applied position is still within the replayed range, and the progress rule holds.
-		r.drainBacklog(ctx)
-		r.checkHealth(ctx)
-		if r.active {
-			r.setPhase(PhaseActive) // replay passed the fault: the fault did not recur
+// handle processes one record and turns a panic into a lane fault.
+func (l *lane) handle(rec *kgo.Record) {
+	defer func() {
+		if v := recover(); v != nil {
+			l.panicked(rec, v)
 		}
+	}()
+	if h := l.ix.hooks.beforeRecord; h != nil {
+		h(l.num, rec.Offset)
 	}
-	r.applied = rec.Offset
-	r.appliedTime = rec.Timestamp
-	r.appliedTxn = rec.Attrs.IsTransactional()
-	lr, err := r.ix.codec.DecodeLaneRecord(rec.Value)
+	l.process(rec)
+}
+
+// process handles one lane record.
+func (l *lane) process(rec *kgo.Record) {
+	if l.st.phase == PhaseReplaying && rec.Offset > l.st.faultAt && l.in.Ready() {
+		l.setPhase(PhaseActive) // the replay passed the fault: it did not recur
+	}
+	l.st.applied = rec.Offset
+	if rec.Attrs.IsControl() {
+		return // a transaction marker: it only moves the position (exact lag, design §3)
+	}
+	l.st.appliedTime = rec.Timestamp
+	lr, err := l.ix.codec.DecodeLaneRecord(rec.Value)
 	if err != nil {
 		reason := "undecodable lane record: " + err.Error()
 		fault := &schemas.LaneFault{Kind: schemas.FaultMalformedRecord, Detail: reason, Offset: schemas.Some(rec.Offset)}
@@ -133,552 +166,232 @@ func (r *laneRunner) process(ctx context.Context, rec *kgo.Record) {
 			// Validated at decode, before any use; reported as the spec's fault for it.
 			fault.Kind, fault.Actual = schemas.FaultInvalidImageIndex, schemas.Some(ire.Bucket)
 		}
-		r.reject(ctx, rec, schemas.DeadLetterReasonOf(err), fault, true)
+		l.reject(rec, schemas.DeadLetterReasonOf(err), fault, true)
 		return
 	}
 	id, err := CkfIdentity(lr.Identity)
 	if err != nil {
-		r.reject(ctx, rec, schemas.DeadLetterInvalidField,
+		l.reject(rec, schemas.DeadLetterInvalidField,
 			&schemas.LaneFault{Kind: schemas.FaultMalformedRecord, Detail: err.Error(), Offset: schemas.Some(rec.Offset)}, true)
 		return
 	}
-	if lr.Kind != schemas.LaneDelta {
-		r.flushDeltas(ctx)
-		r.checkHealth(ctx)
-	}
 	switch lr.Kind {
 	case schemas.LaneSnapshotChunk:
-		r.onChunk(ctx, rec, id, &lr.Snapshot)
+		l.onChunk(rec, id, &lr.Snapshot)
 	case schemas.LaneDelta:
-		r.onDelta(ctx, rec, id, &lr.Delta)
+		l.onDelta(rec, id, &lr.Delta)
 	case schemas.LaneHeartbeat:
-		r.stats.update(func(s *LaneStatus) { s.Heartbeats++ })
-		if id.Pool != r.pool {
-			what := "heartbeat of pool " + id.Pool.String() + " on a lane owned by " + r.pool.String()
-			r.reject(ctx, rec, schemas.DeadLetterRejected,
+		l.stats.update(func(s *LaneStatus) { s.Heartbeats++ })
+		if id.Pool != l.pool {
+			what := "heartbeat of pool " + id.Pool.String() + " on a lane owned by " + l.pool.String()
+			l.reject(rec, schemas.DeadLetterRejected,
 				&schemas.LaneFault{Kind: schemas.FaultWrongLaneOwner, Detail: what, Offset: schemas.Some(rec.Offset)}, false)
 		}
 	case schemas.LaneDrainMarker:
-		r.onDrain(ctx, rec, id, lr.Drain.ExpectedSequence)
+		l.onDrain(rec, id, lr.Drain.ExpectedSequence)
 	}
 }
+
+// ---- deltas and drain markers ----
+
+func (l *lane) onDelta(rec *kgo.Record, id ckf.ProducerIdentity, d *schemas.Delta) {
+	if id.Pool != l.pool {
+		// Dead-letter it; on a ready lane it is also the spec's WrongIdentity fault, which the
+		// ingestor reports below.
+		l.deadLetter(rec, schemas.DeadLetterRejected, "delta of pool "+id.Pool.String()+" on a lane owned by "+l.pool.String())
+		l.ix.metrics.rejected(l.num)
+		l.stats.update(func(s *LaneStatus) { s.Rejected++ })
+	}
+	if l.asm.active {
+		l.abandonAssembly(rec.Offset, "delta inside a snapshot")
+	}
+	if !l.in.Ready() {
+		return // awaiting a snapshot: deltas before it are ignored (consumer §3.3)
+	}
+	_, lease, _ := l.in.Assignment()
+	n := d.Images.Len()
+	if cap(l.images) < n {
+		l.images = make([]ckf.BucketImage, n)
+	}
+	images := l.images[:n]
+	for i := range images {
+		im := d.Images.At(i)
+		images[i] = ckf.BucketImage{Bucket: im.Bucket, Value: im.Value}
+	}
+	l.delta = ckf.Delta{Identity: id, Lease: lease, BaseSequence: d.BaseSequence, Sequence: d.Sequence, Images: images}
+	out := l.in.ApplyDelta(&l.delta)
+	switch out.Kind {
+	case index.OutcomeDeltaApplied:
+		l.st.newDeltas++
+		l.st.newImages += uint64(out.Images)
+	case index.OutcomeLaneDeactivated:
+		l.fault(ckf.ConsumerGapOrMalformedBeforeWrite, wireFault(out.Fault, rec.Offset))
+	}
+	// IgnoredStaleOrDuplicate: a delta the installed snapshot already covers (consumer §3.3).
+}
+
+func (l *lane) onDrain(rec *kgo.Record, id ckf.ProducerIdentity, expected uint64) {
+	identity, lease, _ := l.in.Assignment()
+	if !l.in.Ready() || id != identity {
+		return // a marker for a stream this lane is not applying
+	}
+	out := l.in.CompleteDrain(ckf.DrainMarker{Lease: lease, ExpectedSequence: expected})
+	switch out.Kind {
+	case index.OutcomeDrainAcknowledged:
+		l.event(schemas.LaneEvent{Kind: schemas.EventDrainAcknowledged})
+		// The relay stopped gracefully: nothing will keep this lane fresh, so it leaves answers
+		// now rather than after the freshness policy's time bound. Retire drops the lease, so
+		// the next generation's snapshot is assigned afresh.
+		l.event(schemas.LaneEvent{Kind: schemas.EventDrained}) // with the installed sequence, before Retire
+		l.in.Retire()
+		l.setPhase(PhaseDrained)
+		l.stats.update(func(s *LaneStatus) { s.Drains++ })
+		l.log.Info("relay drained: lane left answers", zap.Uint64("sequence", expected), zap.Int64("offset", rec.Offset))
+	case index.OutcomeLaneDeactivated:
+		l.fault(ckf.ConsumerGapOrMalformedBeforeWrite, wireFault(out.Fault, rec.Offset))
+	}
+}
+
+// ---- rejected records, faults, recovery ----
 
 // reject dead-letters rec and reports it. faultLane says whether the record, had it been
-// readable, could have carried state for the lane: then an active lane is deactivated (a gap:
-// what it carried is lost) and recovered per the spec; nothing is written to the table.
-func (r *laneRunner) reject(ctx context.Context, rec *kgo.Record, code schemas.DeadLetterReason, fault *schemas.LaneFault, faultLane bool) {
-	r.flushDeltas(ctx)
-	r.deadLetter(rec, code, fault.Detail)
-	r.ix.metrics.rejected(r.lane)
-	r.stats.update(func(s *LaneStatus) { s.Rejected++ })
-	r.log.Warn("lane record rejected", zap.Int64("offset", rec.Offset), zap.String("reason", fault.Detail))
-	r.event(schemas.LaneEvent{Kind: schemas.EventRecordRejected, Fault: fault})
-	if r.asm.active {
+// readable, could have carried state for the lane: then a ready lane is deactivated (a gap: what
+// it carried is lost) and recovered per the spec; nothing is written to the table.
+func (l *lane) reject(rec *kgo.Record, code schemas.DeadLetterReason, fault *schemas.LaneFault, faultLane bool) {
+	l.deadLetter(rec, code, fault.Detail)
+	l.ix.metrics.rejected(l.num)
+	l.stats.update(func(s *LaneStatus) { s.Rejected++ })
+	l.log.Warn("lane record rejected", zap.Int64("offset", rec.Offset), zap.String("reason", fault.Detail))
+	l.event(schemas.LaneEvent{Kind: schemas.EventRecordRejected, Fault: fault})
+	if l.asm.active {
 		// A record between two chunks of one snapshot breaks its contiguity.
-		r.abandonAssembly(rec.Offset, "unreadable record inside a snapshot")
+		l.abandonAssembly(rec.Offset, "unreadable record inside a snapshot")
 	}
-	if faultLane && r.active {
-		// Everything before the bad record is valid: let the pool apply it first, so the lane
-		// stops exactly at the bad record (and a replay stops at the same state).
-		r.drainBacklog(ctx)
-		r.checkHealth(ctx)
-		if !r.active {
-			return // an earlier delta faulted; that fault is the one reported and recovered
-		}
-		_ = r.ix.pool.RetireLane(r.lease) // retire-admission: ready bit cleared, lease dropped
-		r.onFault(ctx, ckf.ConsumerGapOrMalformedBeforeWrite, fault)
+	if faultLane && l.in.Ready() {
+		l.fault(ckf.ConsumerGapOrMalformedBeforeWrite, fault)
 	}
 }
 
-// onFault handles a fault that retired or deactivated the lane. Retry-class faults keep the
-// lease and wait for the next snapshot; the others start recovery.
-func (r *laneRunner) onFault(ctx context.Context, point ckf.FailurePoint, fault *schemas.LaneFault) {
-	r.active = false
+// fault handles a fault that deactivated the lane (the ingestor already cleared its ready bit,
+// or the caller's fault is about to). Retry-class faults (InactiveSnapshotInstallFailure) keep
+// the lease and wait for the next snapshot; the others retire the lease, so the next snapshot is
+// installed under a new one, and start recovery.
+func (l *lane) fault(point ckf.FailurePoint, fault *schemas.LaneFault) {
 	kind := fault.Kind.String()
-	r.stats.update(func(s *LaneStatus) {
+	l.stats.update(func(s *LaneStatus) {
 		s.Faults[kind]++
 		s.LastFault, s.LastFaultTime = fault.Detail, time.Now()
 	})
-	r.ix.metrics.fault(r.lane, kind)
-	r.log.Warn("lane deactivated", zap.String("fault", fault.Detail), zap.Stringer("point", point), zap.Int64("offset", r.applied))
-	r.event(schemas.LaneEvent{Kind: schemas.EventDeactivated, Fault: fault, Disposition: wireDisposition(point)})
+	l.ix.metrics.fault(l.num, kind)
+	l.log.Warn("lane deactivated", zap.String("fault", fault.Detail), zap.Stringer("point", point), zap.Int64("offset", l.st.applied))
+	l.event(schemas.LaneEvent{Kind: schemas.EventDeactivated, Fault: fault, Disposition: wireDisposition(point)})
 	if point == ckf.InactiveSnapshotInstallFailure {
-		r.setPhase(PhaseAwaitingSnapshot) // RetrySnapshot: same lease, next snapshot
-		r.askForRetrySnapshot(fault.Detail)
+		l.setPhase(PhaseAwaitingSnapshot) // RetrySnapshot: same lease, next snapshot
+		l.askForRetrySnapshot(fault.Detail)
 		return
 	}
-	r.needAssign = true
+	l.in.Retire() // DeactivateAndSnapshot: ready bit cleared, lease dropped
 	switch {
-	case r.phase == PhaseReplaying && r.applied <= r.recoverUntil:
-		r.requestSnapshot("the fault recurred on replay before offset "+fmt.Sprint(r.recoverUntil), schemas.ReasonFaultRecovery)
-	case r.snapStart < 0:
-		r.requestSnapshot("no complete snapshot of this lane is known", schemas.ReasonFaultRecovery)
+	case l.st.phase == PhaseReplaying && l.st.applied <= l.st.faultAt:
+		l.requestSnapshot("the fault recurred on replay before offset "+fmt.Sprint(l.st.faultAt), schemas.ReasonFaultRecovery)
+	case l.st.snapStart < 0:
+		l.requestSnapshot("no complete snapshot of this lane is known", schemas.ReasonFaultRecovery)
 	default:
-		r.recoverUntil = r.applied
-		r.setPhase(PhaseReplaying)
-		r.asm.reset()
-		r.stats.update(func(s *LaneStatus) { s.Recoveries++ })
-		r.log.Info("recovering lane by seek", zap.Int64("snapshot_offset", r.snapStart), zap.Int64("fault_offset", r.applied))
-		r.ix.feed.Seek(int32(r.lane), r.snapStart)
+		l.st.faultAt = l.st.applied
+		l.setPhase(PhaseReplaying)
+		l.asm.reset()
+		l.stats.update(func(s *LaneStatus) { s.Recoveries++ })
+		l.log.Info("recovering lane by seek", zap.Int64("snapshot_offset", l.st.snapStart), zap.Int64("fault_offset", l.st.applied))
+		l.ix.feed.Seek(int32(l.num), l.st.snapStart)
+		l.st.seeked = true
 	}
+}
+
+// panicked handles a panic raised while handling rec. The ingestor's words and scratch are
+// uncertain after it, so the lane closes it (ready bit cleared, claim released), claims a fresh
+// one, and recovers as from an uncertain write (ConsumerWorkerFailureMidApply, consumer §11).
+// If the lane cannot be claimed again it stays out of service and says so: that is a bug, and
+// the process keeps answering for the other lanes.
+func (l *lane) panicked(rec *kgo.Record, v any) {
+	l.log.Error("panic while handling a lane record", zap.Int64("offset", rec.Offset), zap.Any("panic", v),
+		zap.ByteString("stack", debug.Stack()))
+	l.in.Close()
+	in, err := l.ix.g.ClaimLane(l.num)
+	if err != nil {
+		l.log.Error("lane cannot be claimed again after a panic; it stays out of service", zap.Error(err))
+		in = nil
+	}
+	l.asm.reset()
+	fault := &schemas.LaneFault{Kind: schemas.FaultWorkerFailure, Detail: fmt.Sprintf("panic while handling the record: %v", v),
+		Offset: schemas.Some(rec.Offset)}
+	if in == nil {
+		l.event(schemas.LaneEvent{Kind: schemas.EventDeactivated, Fault: fault, Disposition: wireDisposition(ckf.ConsumerWorkerFailureMidApply)})
+		l.st.stopped = true // run returns: a closed ingestor must not be driven
+		return
+	}
+	l.in = in
+	l.fault(ckf.ConsumerWorkerFailureMidApply, fault)
 }
 
 // requestSnapshot asks the relay for a snapshot written after the current position and waits
 // for it.
-func (r *laneRunner) requestSnapshot(detail string, reason schemas.SnapshotRequestReason) {
-	r.waitAfter = r.applied
-	r.setPhase(PhaseWaitingForSnapshot)
-	r.asm.reset()
-	r.sendSnapshotRequest(detail, reason)
+func (l *lane) requestSnapshot(detail string, reason schemas.SnapshotRequestReason) {
+	l.st.waitAfter = l.st.applied
+	l.setPhase(PhaseWaitingForSnapshot)
+	l.asm.reset()
+	l.sendSnapshotRequest(detail, reason)
 }
 
 // askForRetrySnapshot serves RetrySnapshot (keep the lease, take the next snapshot): an idle
 // relay writes its next snapshot only after RelayConfig.SnapshotIdleInterval, so the lane also
 // asks for one, unless it asked less than IndexerConfig.RetrySnapshotRequestGap ago (that
 // request's snapshot is on its way). The phase is unchanged: any next complete snapshot will do.
-func (r *laneRunner) askForRetrySnapshot(detail string) {
-	if !r.lastRequest.IsZero() && time.Since(r.lastRequest) < r.ix.cfg.RetrySnapshotRequestGap {
+func (l *lane) askForRetrySnapshot(detail string) {
+	if !l.st.lastRequest.IsZero() && time.Since(l.st.lastRequest) < l.ix.cfg.RetrySnapshotRequestGap {
 		return
 	}
-	r.sendSnapshotRequest(detail, schemas.ReasonFaultRecovery)
+	l.sendSnapshotRequest(detail, schemas.ReasonFaultRecovery)
 }
 
-func (r *laneRunner) sendSnapshotRequest(detail string, reason schemas.SnapshotRequestReason) {
-	r.lastRequest = time.Now()
-	r.ix.out.RequestSnapshot(r.lane, r.pool, reason, detail, r.applied)
-	r.stats.update(func(s *LaneStatus) { s.SnapshotRequests++ })
-	r.event(schemas.LaneEvent{Kind: schemas.EventSnapshotRequested})
-	r.log.Info("snapshot requested", zap.String("why", detail), zap.Int64("after_offset", r.applied))
+func (l *lane) sendSnapshotRequest(detail string, reason schemas.SnapshotRequestReason) {
+	l.st.lastRequest = time.Now()
+	l.ix.out.RequestSnapshot(l.num, l.pool, reason, detail, l.st.applied)
+	l.stats.update(func(s *LaneStatus) { s.SnapshotRequests++ })
+	l.event(schemas.LaneEvent{Kind: schemas.EventSnapshotRequested})
+	l.log.Info("snapshot requested", zap.String("why", detail), zap.Int64("after_offset", l.st.applied))
 }
 
-func (r *laneRunner) setPhase(p LanePhase) {
-	r.phase = p
-	r.stats.update(func(s *LaneStatus) { s.Phase = p })
-}
-
-// checkHealth notices a retirement the pool made asynchronously (a delta's application fault,
-// saturation, the lag watchdog, a worker failure): the ready bit is the authoritative signal;
-// the pool's fault channel, forwarded here, names the fault when it was not dropped.
-func (r *laneRunner) checkHealth(ctx context.Context) {
-	var last *index.PoolFault
-	for {
-		select {
-		case f := <-r.faults:
-			last = &f
-			continue
-		default:
-		}
-		break
-	}
-	if !r.active || r.ix.g.ReadyLanes()&r.bit != 0 {
-		return
-	}
-	point := ckf.ConsumerGapOrMalformedBeforeWrite
-	fault := &schemas.LaneFault{Kind: schemas.FaultUnknown, Detail: "lane retired by the ingestion pool", Offset: schemas.Some(r.applied)}
-	if last != nil {
-		point = consumerPoint(last.Disposition)
-		switch last.Kind {
-		case index.PoolFaultLaneDeactivated:
-			fault = wireFault(last.Fault, r.applied)
-		case index.PoolFaultDirtyToAppliedAgeExceeded:
-			fault.Kind, fault.Detail = schemas.FaultLagExceeded, "dirty-to-applied age exceeded"
-		case index.PoolFaultWorkerFailed:
-			fault.Kind, fault.Detail = schemas.FaultWorkerFailure, fmt.Sprintf("ingestion worker failed: %v", last.Panic)
-		default:
-			fault.Detail = "ingestion pool: " + last.Kind.String()
-		}
-	}
-	r.onFault(ctx, point, fault)
-}
-
-// event produces a lane event for this lane with the runner's current position filled in.
-func (r *laneRunner) event(ev schemas.LaneEvent) {
-	ev.Lane = r.lane
-	ev.Pool = WirePool(r.pool)
-	if r.epoch > 0 {
-		ev.LeaseEpoch = schemas.Some(r.epoch)
-	}
-	if r.active {
-		ev.InstalledSequence = schemas.Some(r.installed)
-	}
-	if r.applied >= 0 {
-		ev.AppliedOffset = schemas.Some(r.applied)
-	}
-	if hwm := r.ix.feed.HighWatermark(int32(r.lane)); hwm >= 0 {
-		ev.HighWatermark = schemas.Some(hwm)
-		ev.LagRecords = schemas.Some(max(hwm-(r.applied+1), 0))
-	}
-	r.ix.out.LaneEvent(ev)
-}
-
-// ---- snapshots ----
-
-// assembly collects the chunks of one snapshot. Chunks must arrive in order, with one sequence,
-// identity, chunk count and bucket count, covering the buckets contiguously; anything else
-// abandons the snapshot and nothing becomes ready.
-type assembly struct {
-	active   bool
-	skip     bool // header checks only: a stale snapshot a ready lane ignores, or one not wanted
-	stale    bool // skipped because the ready lane already has its sequence
-	identity ckf.ProducerIdentity
-	sequence uint64
-	count    uint32
-	next     uint32
-	bucket   uint64 // next expected first bucket
-	total    uint64
-	first    int64 // offset of chunk 0
-	words    []uint64
-}
-
-func (a *assembly) reset() { a.active, a.skip = false, false }
-
-func (r *laneRunner) abandonAssembly(offset int64, why string) {
-	wasSkipped := r.asm.skip
-	r.asm.reset()
-	r.ix.metrics.assemblyFault(r.lane)
-	fault := &schemas.LaneFault{Kind: schemas.FaultSnapshotAssembly, Detail: why, Offset: schemas.Some(offset)}
-	if wasSkipped || r.active {
-		r.event(schemas.LaneEvent{Kind: schemas.EventRecordRejected, Fault: fault})
-		return
-	}
-	// An incomplete snapshot on a lane that is not ready: InactiveSnapshotInstallFailure,
-	// RetrySnapshot — keep the lease, take the next snapshot.
-	r.stats.update(func(s *LaneStatus) { s.Faults[fault.Kind.String()]++; s.LastFault = why })
-	r.event(schemas.LaneEvent{Kind: schemas.EventAwaitingSnapshot, Fault: fault,
-		Disposition: wireDisposition(ckf.InactiveSnapshotInstallFailure)})
-	r.askForRetrySnapshot(why)
-}
-
-func (r *laneRunner) onChunk(ctx context.Context, rec *kgo.Record, id ckf.ProducerIdentity, c *schemas.SnapshotChunk) {
-	if c.ChunkIndex == 0 {
-		if r.asm.active {
-			r.abandonAssembly(rec.Offset, "a new snapshot started before the previous one completed")
-		}
-		if id.Pool != r.pool || id.Format != r.ix.g.Manifest().Format() {
-			kind, what := schemas.FaultWrongLaneOwner, "pool "+id.Pool.String()+" does not own lane (owner "+r.pool.String()+")"
-			if id.Pool == r.pool {
-				kind, what = schemas.FaultWrongFormat, "snapshot format differs from the indexer's"
-			}
-			r.deadLetter(rec, schemas.DeadLetterRejected, what)
-			r.ix.metrics.rejected(r.lane)
-			r.stats.update(func(s *LaneStatus) { s.Rejected++ })
-			r.event(schemas.LaneEvent{Kind: schemas.EventRecordRejected,
-				Fault: &schemas.LaneFault{Kind: kind, Detail: what, Offset: schemas.Some(rec.Offset)}})
-			return // its later chunks are orphans and are ignored
-		}
-		wanted, stale := true, false
-		switch {
-		case r.active && id == r.identity && c.Sequence <= r.installed:
-			wanted, stale = false, true // stale for a ready lane (spec: IgnoredStaleOrDuplicate)
-		case r.phase == PhaseWaitingForSnapshot && rec.Offset <= r.waitAfter:
-			wanted = false // written before the fault that made this lane ask for a new one
-		}
-		r.asm = assembly{active: true, skip: !wanted, stale: stale, identity: id, sequence: c.Sequence, count: c.ChunkCount,
-			total: c.TotalBuckets, first: rec.Offset, words: r.asm.words}
-		if wanted && uint64(cap(r.asm.words)) < c.TotalBuckets {
-			r.asm.words = make([]uint64, c.TotalBuckets)
-		}
-		r.asm.words = r.asm.words[:c.TotalBuckets*boolToU64(wanted)]
-	} else if !r.asm.active {
-		return // a chunk of a snapshot whose start this replica did not read (joined mid-snapshot)
-	}
-	a := &r.asm
-	switch {
-	case id != a.identity:
-		r.abandonAssembly(rec.Offset, "chunk of another producer identity inside a snapshot")
-		return
-	case c.Sequence != a.sequence || c.ChunkCount != a.count || c.TotalBuckets != a.total:
-		r.abandonAssembly(rec.Offset, fmt.Sprintf("chunk %d/%d of sequence %d does not match snapshot %d (%d chunks, %d buckets)",
-			c.ChunkIndex, c.ChunkCount, c.Sequence, a.sequence, a.count, a.total))
-		return
-	case c.ChunkIndex != a.next:
-		r.abandonAssembly(rec.Offset, fmt.Sprintf("chunk %d arrived, expected %d", c.ChunkIndex, a.next))
-		return
-	case c.FirstBucket != a.bucket:
-		r.abandonAssembly(rec.Offset, fmt.Sprintf("chunk %d starts at bucket %d, expected %d", c.ChunkIndex, c.FirstBucket, a.bucket))
-		return
-	}
-	n := uint64(c.Words.Len())
-	if a.bucket+n > a.total || n == 0 {
-		r.abandonAssembly(rec.Offset, fmt.Sprintf("chunk %d covers buckets [%d,%d) beyond %d", c.ChunkIndex, a.bucket, a.bucket+n, a.total))
-		return
-	}
-	if !a.skip {
-		c.Words.AppendTo(a.words[a.bucket:a.bucket])
-	}
-	a.bucket += n
-	a.next++
-	if a.next < a.count {
-		return
-	}
-	if a.bucket != a.total {
-		r.abandonAssembly(rec.Offset, fmt.Sprintf("snapshot ends at bucket %d of %d", a.bucket, a.total))
-		return
-	}
-	// Complete. Recovery may seek to it if it is consistent with this lane's stream: a stale
-	// snapshot of the installed identity, or one that installs.
-	if a.stale {
-		r.markSnapshot(a.first)
-	}
-	if !a.skip {
-		r.install(ctx, rec)
-	}
-	a.reset()
-}
-
-// markSnapshot records the first offset of the latest complete snapshot recovery may seek to.
-func (r *laneRunner) markSnapshot(first int64) {
-	r.snapStart = first
-	r.stats.update(func(s *LaneStatus) { s.SnapshotOffset = first })
-}
-
-func boolToU64(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// install assigns (when needed) and installs the assembled snapshot through the pool.
-func (r *laneRunner) install(ctx context.Context, rec *kgo.Record) {
-	a := &r.asm
-	wasActive := r.active
-	if r.needAssign || a.identity != r.identity {
-		r.active = false
-		r.epoch++
-		lease := ckf.LaneLease{Consumer: r.ix.g.Manifest().ConsumerInstance(), Lane: r.lane, Epoch: r.epoch}
-		if err := r.ix.pool.Assign(ctx, a.identity, lease); err != nil {
-			var ae *index.AssignmentError
-			if errors.As(err, &ae) {
-				r.event(schemas.LaneEvent{Kind: schemas.EventRecordRejected, Fault: assignmentFault(ae, a.first)})
-			}
-			r.log.Error("lane assignment failed", zap.Error(err))
-			return
-		}
-		r.lease, r.identity, r.needAssign = lease, a.identity, false
-		r.stats.update(func(s *LaneStatus) { s.Identity, s.LeaseEpoch = a.identity.String(), lease.Epoch })
-		r.event(schemas.LaneEvent{Kind: schemas.EventAssigned})
-	}
-	start := time.Now()
-	out, err := r.ix.pool.InstallSnapshot(ctx, &ckf.Snapshot{Identity: a.identity, Lease: r.lease, Sequence: a.sequence, Buckets: a.words})
-	if err != nil {
-		// The lane was retired (or the pool closed) while the snapshot was in flight: the next
-		// snapshot needs a new lease.
-		r.needAssign = true
-		r.log.Warn("snapshot not installed", zap.Error(err))
-		return
-	}
-	switch out.Kind {
-	case index.OutcomeSnapshotInstalled:
-		r.active, r.installed = true, out.Sequence
-		r.markSnapshot(a.first)
-		if r.phase != PhaseReplaying || rec.Offset > r.recoverUntil {
-			r.setPhase(PhaseActive)
-		}
-		r.waitAfter = -1
-		r.ix.metrics.snapshotInstalled(r.lane, time.Since(start))
-		r.stats.update(func(s *LaneStatus) { s.Snapshots++; s.InstalledSequence = out.Sequence })
-		r.event(schemas.LaneEvent{Kind: schemas.EventSnapshotInstalled})
-		r.log.Info("snapshot installed", zap.Uint64("sequence", out.Sequence), zap.Int64("offset", a.first),
-			zap.Duration("took", time.Since(start)))
-	case index.OutcomeLaneDeactivated:
-		// Spec §3.3: a snapshot fault on a lane that is not ready is retry-class (INACT); on a
-		// ready lane it is gap-class and the pool retired the lane.
-		point := ckf.InactiveSnapshotInstallFailure
-		if wasActive {
-			point = ckf.ConsumerGapOrMalformedBeforeWrite
-		}
-		r.onFault(ctx, point, wireFault(out.Fault, rec.Offset))
-	case index.OutcomeAwaitingSnapshot:
-		r.needAssign = true // the admission guard refused activation: the lease moved meanwhile
-	}
-}
-
-// drainBacklog waits until the pool has applied (or discarded) every delta this lane submitted.
-func (r *laneRunner) drainBacklog(ctx context.Context) {
-	for ctx.Err() == nil {
-		if deltas, _ := r.ix.pool.Backlog(r.lane); deltas == 0 {
-			return
-		}
-		time.Sleep(50 * time.Microsecond)
-	}
-}
-
-// ---- deltas and drain markers ----
-
-func (r *laneRunner) onDelta(ctx context.Context, rec *kgo.Record, id ckf.ProducerIdentity, d *schemas.Delta) {
-	if id.Pool != r.pool {
-		// Dead-letter it; if the lane is active it is also the spec's WrongIdentity fault, which
-		// the ingestor reports when the delta reaches it.
-		r.deadLetter(rec, schemas.DeadLetterRejected, "delta of pool "+id.Pool.String()+" on a lane owned by "+r.pool.String())
-		r.ix.metrics.rejected(r.lane)
-		r.stats.update(func(s *LaneStatus) { s.Rejected++ })
-	}
-	if r.asm.active {
-		r.abandonAssembly(rec.Offset, "delta inside a snapshot")
-	}
-	if !r.active {
-		return // AwaitingSnapshot: deltas before the lane's snapshot are ignored
-	}
-	n := d.Images.Len()
-	images := r.slab.images(n)
-	for i := range images {
-		im := d.Images.At(i)
-		images[i] = ckf.BucketImage{Bucket: im.Bucket, Value: im.Value}
-	}
-	delta := r.slab.delta()
-	*delta = ckf.Delta{Identity: id, Lease: r.lease, BaseSequence: d.BaseSequence, Sequence: d.Sequence, Images: images}
-	r.pending = append(r.pending, delta)
-	r.pendingImages += n
-	if len(r.pending) >= maxDeltaRun {
-		r.flushDeltas(ctx)
-	}
-}
-
-// maxDeltaRun bounds the deltas handed to the pool as one run (one worker queue slot, one
-// goroutine hand-off): enough to amortise the hand-off, small enough to keep apply latency low.
-const maxDeltaRun = 32
-
-// flushDeltas submits the deltas decoded since the last flush as one run. Every path that does
-// anything else with the lane (another record kind, a fault, a health check, the end of a
-// fetched batch) flushes first, so the pool sees the lane's records in log order.
-func (r *laneRunner) flushDeltas(ctx context.Context) {
-	if len(r.pending) == 0 {
-		return
-	}
-	run, images := r.pending, r.pendingImages
-	r.pending, r.pendingImages = r.slab.run(), 0
-	if !r.active {
-		return // deactivated while the run was being decoded
-	}
-	r.pace(ctx)
-	err := r.ix.pool.SubmitDeltas(ctx, run)
-	if err == nil {
-		r.installed = max(r.installed, run[len(run)-1].Sequence)
-		r.ix.metrics.deltas(r.lane, len(run), images)
-		r.stats.update(func(s *LaneStatus) {
-			s.Deltas += uint64(len(run))
-			s.Images += uint64(images)
-			s.InstalledSequence = r.installed
-		})
-		return
-	}
-	if disp, ok := index.PoolErrorDisposition(err); ok {
-		point := consumerPoint(disp)
-		kind := schemas.FaultUnknown
-		switch {
-		case errors.Is(err, index.ErrDirtyToAppliedAgeExceeded):
-			kind = schemas.FaultLagExceeded
-		case errors.Is(err, index.ErrWorkerFailed):
-			kind = schemas.FaultWorkerFailure
-		}
-		r.onFault(ctx, point, &schemas.LaneFault{Kind: kind, Detail: err.Error(), Offset: schemas.Some(r.applied)})
-		return
-	}
-	// A rejection without a disposition: the pool no longer has this lease (a retirement this
-	// runner has not seen yet, or the pool is closing).
-	r.log.Debug("deltas not admitted", zap.Error(err))
-	if errors.Is(err, index.ErrLaneRetired) && r.active {
-		r.checkHealth(ctx)
-		if r.active {
-			r.onFault(ctx, ckf.ConsumerGapOrMalformedBeforeWrite,
-				&schemas.LaneFault{Kind: schemas.FaultUnknown, Detail: "lane retired: " + err.Error(), Offset: schemas.Some(r.applied)})
-		}
-	}
-}
-
-// pace keeps this lane's backlog in the pool below the configured bound, so a lane catching up
-// on its partition never trips the pool's fail-closed saturation or outstanding-image limits.
-func (r *laneRunner) pace(ctx context.Context) {
-	maxDeltas := r.ix.cfg.MaxBacklogDeltas
-	maxImages := r.ix.pool.Config().MaxOutstandingImagesPerLane / 2
-	for spin := 0; ; spin++ {
-		deltas, images := r.ix.pool.Backlog(r.lane)
-		if deltas < maxDeltas && images < maxImages {
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if spin < 100 {
-			runtime.Gosched() // the worker is usually microseconds from making room
-		} else {
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-}
-
-func (r *laneRunner) onDrain(ctx context.Context, rec *kgo.Record, id ckf.ProducerIdentity, expected uint64) {
-	if !r.active || id != r.identity {
-		return // a marker for a stream this lane is not applying
-	}
-	out, err := r.ix.pool.CompleteDrain(ctx, ckf.DrainMarker{Lease: r.lease, ExpectedSequence: expected})
-	if err != nil {
-		r.log.Warn("drain marker not processed", zap.Error(err))
-		return
-	}
-	switch out.Kind {
-	case index.OutcomeDrainAcknowledged:
-		r.event(schemas.LaneEvent{Kind: schemas.EventDrainAcknowledged})
-	case index.OutcomeLaneDeactivated:
-		r.onFault(ctx, ckf.ConsumerGapOrMalformedBeforeWrite, wireFault(out.Fault, rec.Offset))
-	}
-}
-
-// ---- freshness ----
-
-// checkFreshness applies the freshness policy: a lane whose applied position lags the
-// partition's high watermark by more than MaxRecordLag records, or whose last applied record is
-// older than MaxTimeLag (the relay fell silent: no delta or heartbeat), is excluded from answers
-// until it catches up. The table's ready bit is not touched; exclusion is the indexer's
-// eligibility mask. Progress events go out every ProgressInterval.
-func (r *laneRunner) checkFreshness(now time.Time, force bool) {
-	hwm := r.ix.feed.HighWatermark(int32(r.lane))
-	lag := int64(0)
-	if hwm >= 0 {
-		next := r.applied + 1
-		if r.appliedTxn {
-			next++ // a committed transaction ends with a marker no consumer sees as a record
-		}
-		lag = max(hwm-next, 0)
-	}
-	var age time.Duration
-	if !r.appliedTime.IsZero() {
-		age = max(now.Sub(r.appliedTime), 0)
-	}
-	pol := r.ix.cfg.Freshness
-	stale := r.active && ((pol.MaxRecordLag > 0 && lag > pol.MaxRecordLag) || (pol.MaxTimeLag > 0 && age > pol.MaxTimeLag))
-	r.stats.update(func(s *LaneStatus) {
-		s.HighWatermark, s.LagRecords, s.LagTime = hwm, lag, age
-		s.Ready = r.ix.g.ReadyLanes()&r.bit != 0
-		s.Excluded = stale
-	})
-	r.ix.metrics.lag(r.lane, hwm, r.applied, lag, age)
-	backlog, _ := r.ix.pool.Backlog(r.lane)
-	r.ix.metrics.state(r.lane, r.ix.g.ReadyLanes()&r.bit != 0, stale, r.installed, backlog)
-	if stale != r.excluded {
-		r.excluded = stale
-		r.ix.setExcluded(r.bit, stale)
-		kind := schemas.EventReadmitted
-		if stale {
-			kind = schemas.EventExcludedForLag
-		}
-		ev := schemas.LaneEvent{Kind: kind, LagMicros: schemas.Some(age.Microseconds())}
-		r.event(ev)
-		r.log.Info("lane freshness changed", zap.Bool("excluded", stale), zap.Int64("lag_records", lag), zap.Duration("lag_time", age))
-	}
-	if force || (r.ix.cfg.ProgressInterval > 0 && now.Sub(r.lastProgress) >= r.ix.cfg.ProgressInterval) {
-		r.lastProgress = now
-		r.event(schemas.LaneEvent{Kind: schemas.EventProgress, LagMicros: schemas.Some(age.Microseconds())})
-	}
+func (l *lane) setPhase(p LanePhase) {
+	l.st.phase = p
+	l.stats.update(func(s *LaneStatus) { s.Phase = p })
 }
 
 // deadLetter copies rec to the dead-letter topic once: a recovery that replays the partition
 // reads the same bad record again, and it is not dead-lettered a second time.
-func (r *laneRunner) deadLetter(rec *kgo.Record, code schemas.DeadLetterReason, reason string) {
-	if rec.Offset <= r.deadUpTo {
+func (l *lane) deadLetter(rec *kgo.Record, code schemas.DeadLetterReason, reason string) {
+	if rec.Offset <= l.st.deadUpTo {
 		return
 	}
-	r.deadUpTo = rec.Offset
-	r.ix.out.DeadLetter(rec, code, reason, "indexer/lane")
+	l.st.deadUpTo = rec.Offset
+	l.ix.out.DeadLetter(rec, code, reason, "indexer/lane")
+}
+
+// event produces a lane event for this lane with the lane's current position filled in.
+func (l *lane) event(ev schemas.LaneEvent) {
+	ev.Lane = l.num
+	ev.Pool = WirePool(l.pool)
+	if l.st.epoch > 0 {
+		ev.LeaseEpoch = schemas.Some(l.st.epoch)
+	}
+	if s, ok := l.in.InstalledSequence(); ok {
+		ev.InstalledSequence = schemas.Some(s)
+	}
+	if l.st.applied >= 0 {
+		ev.AppliedOffset = schemas.Some(l.st.applied)
+	}
+	if hwm := l.ix.feed.HighWatermark(int32(l.num)); hwm >= 0 {
+		ev.HighWatermark = schemas.Some(hwm)
+		ev.LagRecords = schemas.Some(max(hwm-(l.st.applied+1), 0))
+	}
+	l.ix.out.LaneEvent(ev)
 }

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// MaxLanes is the number of physical lanes: partition p of the lane topic is lane p.
-const MaxLanes = 16
 
 // LaneBatch is a run of consecutive records of one lane partition, in offset order, as one
 // poll returned them.
@@ -58,7 +56,7 @@ type LaneFeed struct {
 	topic string
 	cfg   FeedConfig
 
-	queues [MaxLanes]*laneQueue
+	queues [ckf.LaneCount]*laneQueue
 
 	mu         sync.Mutex
 	pending    map[int32]pendingSeek
@@ -75,8 +73,8 @@ type pendingSeek struct {
 func NewLaneFeed(cl *kgo.Client, topic string, lanes []int32, cfg FeedConfig) (*LaneFeed, error) {
 	f := &LaneFeed{cl: cl, topic: topic, cfg: cfg.withDefaults(), pending: map[int32]pendingSeek{}}
 	for _, l := range lanes {
-		if l < 0 || l >= MaxLanes {
-			return nil, fmt.Errorf("streams: lane %d out of range [0,%d)", l, MaxLanes)
+		if l < 0 || l >= ckf.LaneCount {
+			return nil, fmt.Errorf("streams: lane %d out of range [0,%d)", l, ckf.LaneCount)
 		}
 		if f.queues[l] != nil {
 			return nil, fmt.Errorf("streams: lane %d listed twice", l)
@@ -87,12 +85,15 @@ func NewLaneFeed(cl *kgo.Client, topic string, lanes []int32, cfg FeedConfig) (*
 }
 
 // LaneConsumerOpts returns the client options a LaneFeed needs: direct assignment of the lane
-// partitions starting at the given offsets (kgo.NewOffset().AtStart() where none is known), and
-// read_committed isolation so aborted records of a fenced relay are never applied.
+// partitions (partition p is lane p) starting at the given offsets (kgo.NewOffset().AtStart()
+// where none is known); read_committed isolation, so aborted records of a fenced relay are never
+// applied; and transaction markers kept as records (Attrs.IsControl), so a lane's applied
+// position reaches the last stable offset exactly when it is caught up.
 func LaneConsumerOpts(topic string, start map[int32]kgo.Offset) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
 		kgo.FetchMaxPartitionBytes(8 << 20),
 		kgo.FetchMaxBytes(32 << 20),
 	}
@@ -135,7 +136,7 @@ func (f *LaneFeed) Run(ctx context.Context) error {
 			f.deliverError(fatal)
 		}
 		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if fp.Topic != f.topic || fp.Partition < 0 || fp.Partition >= MaxLanes {
+			if fp.Topic != f.topic || fp.Partition < 0 || fp.Partition >= ckf.LaneCount {
 				return
 			}
 			q := f.queues[fp.Partition]
@@ -253,13 +254,19 @@ func (f *LaneFeed) HighWatermark(lane int32) int64 {
 	return q.hwm
 }
 
-// QueuedBytes returns how many record bytes wait in lane's queue, and whether its partition is
-// paused.
-func (f *LaneFeed) QueuedBytes(lane int32) (int, bool) {
+// QueueState is the state of one lane's fetch queue.
+type QueueState struct {
+	Bytes  int    // record bytes waiting for the lane
+	Paused bool   // the partition is paused because Bytes reached FeedConfig.PauseBytes
+	Pauses uint64 // how many times the partition was paused so far
+}
+
+// Queue returns the state of lane's fetch queue.
+func (f *LaneFeed) Queue(lane int32) QueueState {
 	q := f.queues[lane]
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.bytes, q.paused
+	return QueueState{Bytes: q.bytes, Paused: q.paused, Pauses: q.pauses}
 }
 
 type laneQueue struct {
@@ -272,6 +279,7 @@ type laneQueue struct {
 	epoch     uint64 // epoch of the seek the poller last applied
 	wantEpoch uint64 // epoch of the latest seek requested
 	paused    bool
+	pauses    uint64
 	hwm       int64
 	seenHWM   bool
 }
@@ -289,6 +297,7 @@ func (q *laneQueue) push(rs []*kgo.Record, hwm int64, pauseBytes int, pause func
 	q.hwm, q.seenHWM = hwm, true
 	if q.bytes >= pauseBytes && !q.paused {
 		q.paused = true
+		q.pauses++
 		pause()
 	}
 	q.mu.Unlock()

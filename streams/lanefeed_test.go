@@ -82,19 +82,10 @@ func TestLaneFeedBackpressurePausesOnlyThatLane(t *testing.T) {
 	feed := startFeed(t, topic, []int32{0, 1}, streams.FeedConfig{PauseBytes: 64 << 10})
 
 	readUntil(t, feed, 1, 0, 399) // lane 1 flows while lane 0 is not drained at all
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		queued, paused := feed.QueuedBytes(0)
-		if paused {
-			if queued > 64<<10+8<<20 { // bound: the pause threshold plus one fetch's worth
-				t.Fatalf("lane 0 queued %d bytes; bound exceeded", queued)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lane 0 never paused (queued %d bytes)", queued)
-		}
-		time.Sleep(20 * time.Millisecond)
+	waitUntil(t, 30*time.Second, "lane 0 pauses", func() bool { return feed.Queue(0).Paused },
+		func() string { return fmt.Sprintf("queue %+v", feed.Queue(0)) })
+	if q := feed.Queue(0); q.Bytes > 64<<10+8<<20 || q.Pauses != 1 { // bound: the pause threshold plus one fetch's worth
+		t.Fatalf("lane 0 queue %+v; want at most one fetch past the bound, paused once", q)
 	}
 	readUntil(t, feed, 0, 0, 399)
 	if hwm := feed.HighWatermark(0); hwm != 400 {

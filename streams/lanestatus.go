@@ -5,25 +5,32 @@ import (
 	"time"
 )
 
-// LanePhase is where a lane runner stands in its recovery cycle.
+// LanePhase is where a lane stands in its recovery cycle on this replica. Together with the
+// lane's LaneIngestor (consumer §3: unassigned, awaiting a snapshot, ready) it is the whole state
+// of the lane; see laneState.
 type LanePhase uint8
 
 const (
-	// PhaseAwaitingSnapshot: no snapshot installed under the current lease; the runner installs
-	// the next complete snapshot it reads.
+	// PhaseAwaitingSnapshot: no snapshot is installed under the current lease; the lane installs
+	// the next complete snapshot it reads (any position, any producer generation not older than
+	// the newest one it followed).
 	PhaseAwaitingSnapshot LanePhase = iota
 	// PhaseActive: a snapshot is installed and deltas are applied.
 	PhaseActive
-	// PhaseReplaying: after a fault, the runner seeked back to the latest complete snapshot it
-	// knows and replays from there.
+	// PhaseReplaying: after a fault, the lane seeked back to the latest complete snapshot it knows
+	// and replays from there; it becomes Active once it applies a record past the fault.
 	PhaseReplaying
 	// PhaseWaitingForSnapshot: replaying would fault again at the same place (or no snapshot is
-	// known), so the runner asked the relay for a new snapshot and waits for one written after
+	// known), so the lane asked the relay for a new snapshot and installs only one written after
 	// the fault.
 	PhaseWaitingForSnapshot
+	// PhaseDrained: the relay stopped gracefully; its drain marker matched the installed
+	// sequence and the lane left answers at once. The next producer generation's snapshot brings
+	// it back.
+	PhaseDrained
 )
 
-var lanePhaseNames = [...]string{"awaiting_snapshot", "active", "replaying", "waiting_for_snapshot"}
+var lanePhaseNames = [...]string{"awaiting_snapshot", "active", "replaying", "waiting_for_snapshot", "drained"}
 
 func (p LanePhase) String() string {
 	if int(p) < len(lanePhaseNames) {
@@ -32,7 +39,10 @@ func (p LanePhase) String() string {
 	return "unknown"
 }
 
-// LaneStatus is a point-in-time view of one lane, for the lane table, metrics and tests.
+// LaneStatus is a point-in-time view of one lane, for the lane table, metrics and tests. It is
+// published by the lane's goroutine after every fetched batch and at every state change, so a
+// reader that sees AppliedOffset >= o also sees every effect of the records up to o (faults,
+// counters, readiness).
 type LaneStatus struct {
 	Lane     uint8
 	Pool     string
@@ -43,25 +53,32 @@ type LaneStatus struct {
 	Identity          string
 	LeaseEpoch        uint64
 	InstalledSequence uint64
-	AppliedOffset     int64 // last lane-partition offset processed; -1 before any
-	HighWatermark     int64 // -1 before the first fetch
+	AppliedOffset     int64 // last lane-partition offset processed (data or transaction marker); -1 before any
+	HighWatermark     int64 // last stable offset seen by the fetcher; -1 before the first fetch
 	LagRecords        int64
 	LagTime           time.Duration
 	SnapshotOffset    int64 // first offset of the latest complete snapshot known; -1 if none
-	Deltas            uint64
-	Images            uint64
-	Snapshots         uint64
-	Heartbeats        uint64
-	Rejected          uint64 // records dead-lettered
-	Recoveries        uint64 // seeks back to a snapshot
-	SnapshotRequests  uint64
-	Faults            map[string]uint64 // by fault kind
-	LastFault         string
-	LastFaultTime     time.Time
+	// QueuedBytes is how many fetched record bytes wait for the lane; FetchPaused says whether
+	// the lane's partition is paused because they reached FeedConfig.PauseBytes (backpressure),
+	// FetchPauses how often that happened.
+	QueuedBytes      int
+	FetchPaused      bool
+	FetchPauses      uint64
+	Deltas           uint64
+	Images           uint64
+	Snapshots        uint64
+	Heartbeats       uint64
+	Rejected         uint64 // records dead-lettered
+	Recoveries       uint64 // seeks back to a snapshot
+	SnapshotRequests uint64
+	Drains           uint64            // drain markers acknowledged
+	Faults           map[string]uint64 // by fault kind
+	LastFault        string
+	LastFaultTime    time.Time
 }
 
-// laneStats is the mutable part of a lane's status, written by the lane's runner goroutine and
-// read by status readers under mu.
+// laneStats is the published copy of a lane's status: written by the lane's goroutine, read by
+// status readers, under mu.
 type laneStats struct {
 	mu sync.Mutex
 	s  LaneStatus

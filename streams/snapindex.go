@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -168,7 +169,7 @@ func parseLaneKey(k []byte) (uint8, bool) {
 			return 0, false
 		}
 		n = n*10 + int(c-'0')
-		if n >= MaxLanes {
+		if n >= ckf.LaneCount {
 			return 0, false
 		}
 	}

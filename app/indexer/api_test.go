@@ -24,7 +24,7 @@ import (
 )
 
 // The API tests build the indexer's table in-process: exact producer state (ckf.DcState), a
-// barrier snapshot, and the lane ingestor installing it, exactly as a lane runner would from
+// barrier snapshot, and the lane ingestor installing it, exactly as a lane would from
 // Kafka, without a broker. The Kafka path is covered by the integration tests in
 // indexer_test.go.
 

@@ -279,7 +279,7 @@ func (ix *Indexer) watch(ctx context.Context) {
 
 // Stop stops intake and waits, within ctx: first the query service (its batch in flight is
 // answered, flushed and committed, then it leaves the group), then the lanes (they stop reading,
-// the ingestion pool closes, lane events are flushed). It returns the first error of either,
+// release their lanes of the table, and lane events are flushed). It returns the first error of either,
 // or ctx's error when ctx ends first.
 func (ix *Indexer) Stop(ctx context.Context) error {
 	ix.mu.Lock()

@@ -1,0 +1,163 @@
+package streams_test
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
+)
+
+// The lane owner's behaviours beyond the spec's fault table (faults_test.go): backpressure,
+// panics, zombie relays, drains, exact lag.
+
+// TestLaneBurstIsBackpressure: a burst of valid deltas far beyond one lane's worth of images (a
+// 512-bucket lane receiving 3,000 deltas of 64 images, already in the log when the indexer
+// starts) only pauses the lane's partition; it is never a fault. The lane applies every delta
+// and ends with the producer's words.
+func TestLaneBurstIsBackpressure(t *testing.T) {
+	t.Parallel()
+	const lane, deltas, images = 4, 3000, 64
+	e := newTestEnv(t, 1500) // 512 buckets
+	if e.format.BucketCount != 512 {
+		t.Fatalf("bucket count %d, want 512", e.format.BucketCount)
+	}
+	words := writeSyntheticDeltas(t, e, lane, deltas, images)
+	end := pfEndOffsets(t, e.topics.Lanes, []int32{lane})
+	cfg := e.indexerConfig()
+	cfg.Feed.PauseBytes = 64 << 10 // 2.3 MB of deltas wait in the log: the partition must pause
+	ri := e.startIndexer(e.manifest(81, lane), cfg)
+
+	waitUntil(t, converge, "the lane applies the whole burst", func() bool { return laneStatus(ri, lane).AppliedOffset >= end-1 },
+		func() string { return fmt.Sprintf("status %+v, end %d", laneStatus(ri, lane), end) })
+	st := laneStatus(ri, lane)
+	if len(st.Faults) != 0 || st.Recoveries != 0 || st.Deltas != deltas || st.Images != deltas*images {
+		t.Fatalf("after the burst: faults %v, recoveries %d, %d deltas and %d images applied; want no fault and every delta",
+			st.Faults, st.Recoveries, st.Deltas, st.Images)
+	}
+	if st.FetchPauses == 0 {
+		t.Fatalf("the partition was never paused (status %+v): the burst did not exercise backpressure", st)
+	}
+	g := ri.ix.GlobalIndexer()
+	if g.ReadyLanes() != 1<<lane || !slices.Equal(g.LaneWords(lane), words) {
+		t.Fatalf("ready %016b, words equal %v; want the lane ready with the producer's words", g.ReadyLanes(), slices.Equal(g.LaneWords(lane), words))
+	}
+}
+
+// TestLanePanicFaultsAndRecovers: a panic while a lane handles a record deactivates the lane
+// with WORKER_FAILURE (disposition CONSUMER_WORKER_FAILURE_MID_APPLY) and the lane recovers: by
+// replaying from its snapshot when the panic does not recur, and by asking the relay for a new
+// snapshot when it does (the progress rule). Other lanes are not touched.
+func TestLanePanicFaultsAndRecovers(t *testing.T) {
+	t.Parallel()
+	for _, recurring := range []bool{false, true} {
+		t.Run(fmt.Sprintf("recurring=%v", recurring), func(t *testing.T) {
+			t.Parallel()
+			const lane, other = 6, 7
+			e := newTestEnv(t, 4096)
+			p := e.producer(lane, 1)
+			q := e.producer(other, 1)
+			p.snapshot()
+			q.snapshot()
+			p.storeChain(5, nil, 0)
+			q.storeChain(5, nil, 0)
+			at := pfEndOffsets(t, e.topics.Lanes, []int32{lane}) // the next delta's record
+			p.storeChain(5, p.chains[0], 2)
+
+			events := e.watchEvents()
+			ri := e.startIndexerWith(e.manifest(82, lane, other), e.indexerConfig(), func(ix *streams.Indexer) {
+				var panics atomic.Int32
+				streams.SetBeforeRecord(ix, func(l uint8, offset int64) {
+					if l == lane && offset == at && (recurring || panics.Load() == 0) {
+						panics.Add(1)
+						panic(fmt.Sprintf("injected panic at offset %d", offset))
+					}
+				})
+			})
+			ev := events.waitFor(t, lane, converge, "DEACTIVATED(WORKER_FAILURE)", faultIs(schemas.EventDeactivated, schemas.FaultWorkerFailure))
+			if ev.Disposition == nil || ev.Disposition.Point != schemas.PointConsumerWorkerFailureMidApply {
+				t.Fatalf("disposition %+v, want CONSUMER_WORKER_FAILURE_MID_APPLY", ev.Disposition)
+			}
+			if recurring {
+				events.waitFor(t, lane, converge, "SNAPSHOT_REQUESTED", kindIs(schemas.EventSnapshotRequested))
+				p.snapshot() // the relay answers: written after the bad offset, so installed
+			}
+			p.storeChain(3, nil, 0)
+			waitLane(t, ri, p, converge)
+			q.storeChain(3, nil, 0)
+			waitLane(t, ri, q, converge)
+			if st := laneStatus(ri, lane); st.Recoveries < 1 || st.Faults[schemas.FaultWorkerFailure.String()] < 1 {
+				t.Fatalf("status %+v: want a WORKER_FAILURE fault and a recovery by seek", st)
+			}
+			if st := laneStatus(ri, other); len(st.Faults) != 0 {
+				t.Fatalf("the other lane faulted: %+v", st.Faults)
+			}
+		})
+	}
+}
+
+// TestZombieSnapshotRefused: a snapshot of an older producer incarnation than the one a lane
+// follows (a replaced relay that still writes) is refused with STALE_INCARNATION, whether the
+// lane is ready or waiting for a snapshot after a fault; the current incarnation keeps the lane.
+func TestZombieSnapshotRefused(t *testing.T) {
+	t.Parallel()
+	const lane = 3
+	e := newTestEnv(t, 4096)
+	current := e.producer(lane, 2)
+	zombie := e.producer(lane, 1)
+	zombie.storeChain(4, nil, 0)
+	current.snapshot()
+	current.storeChain(6, nil, 0)
+	events := e.watchEvents()
+	ri := e.startIndexer(e.manifest(83, lane), e.indexerConfig())
+	waitLane(t, ri, current, converge)
+	g := ri.ix.GlobalIndexer()
+
+	// Ready lane: the zombie's snapshot is refused and changes nothing.
+	zombie.snapshot()
+	events.waitFor(t, lane, converge, "RECORD_REJECTED(STALE_INCARNATION)", faultIs(schemas.EventRecordRejected, schemas.FaultStaleIncarnation))
+	current.storeChain(3, nil, 0)
+	waitLane(t, ri, current, converge)
+
+	// A lane waiting for a snapshot after a fault does not take the zombie's either.
+	last := current.pub.LastSequence()
+	e.raw(lane).delta(current.id, last+1, last+2, [2]uint64{1, 1}) // a gap: deactivates the lane
+	events.waitFor(t, lane, converge, "SNAPSHOT_REQUESTED", kindIs(schemas.EventSnapshotRequested))
+	before := events.count(lane, faultIs(schemas.EventRecordRejected, schemas.FaultStaleIncarnation))
+	zombie.snapshot()
+	waitUntil(t, converge, "a second STALE_INCARNATION rejection", func() bool {
+		return events.count(lane, faultIs(schemas.EventRecordRejected, schemas.FaultStaleIncarnation)) > before
+	})
+	if g.ReadyLanes() != 0 {
+		t.Fatal("the waiting lane installed the zombie's snapshot")
+	}
+	current.snapshot()
+	current.storeChain(2, nil, 0)
+	waitLane(t, ri, current, converge)
+	if st := laneStatus(ri, lane); st.Identity != current.id.String() {
+		t.Fatalf("lane follows %s, want %s", st.Identity, current.id)
+	}
+}
+
+// TestLaneLagIsExact: the lane consumer sees transaction markers, so a lane that applied every
+// record reports an applied offset just below the partition's last stable offset and a lag of
+// zero, also when the partition ends with a commit marker.
+func TestLaneLagIsExact(t *testing.T) {
+	t.Parallel()
+	const lane = 11
+	e := newTestEnv(t, 4096)
+	p := e.transactionalProducer(lane, 1)
+	p.snapshot()
+	for range 5 {
+		p.storeChain(4, nil, 0) // one transaction each: data record, then commit marker
+	}
+	end := pfEndOffsets(t, e.topics.Lanes, []int32{lane})
+	ri := e.startIndexer(e.manifest(84, lane), e.indexerConfig())
+	waitLane(t, ri, p, converge)
+	waitUntil(t, converge, "the applied offset reaches the last stable offset", func() bool {
+		st := laneStatus(ri, lane)
+		return st.AppliedOffset == end-1 && st.HighWatermark == end && st.LagRecords == 0
+	}, func() string { return fmt.Sprintf("status %+v, end %d", laneStatus(ri, lane), end) })
+}

@@ -1,0 +1,64 @@
+package streams_test
+
+import (
+	"testing"
+
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/testenv"
+)
+
+// TestDrainedRelayLaneLeavesAnswersThenReturns: a relay that stops gracefully writes a drain
+// marker; the indexer acknowledges it and takes the lane out of answers at once (DRAINED: ready
+// bit cleared, not eligible) instead of serving it until the freshness policy's time bound. A
+// restarted relay (a new incarnation) brings the lane back with its exact state. The indexer
+// itself is restarted in the middle of the run and loses nothing.
+func TestDrainedRelayLaneLeavesAnswersThenReturns(t *testing.T) {
+	e := newRelayEnv(t, 4096, 1)
+	const lane = 9
+	g := newKvGen(9)
+	evs1 := g.take(150)
+	e.produce(evs1...)
+	events := e.watchEvents()
+	cfg := e.indexerConfig() // freshness bounds of an hour: only the drain can take the lane out
+	txn := testenv.UniqueName(t, "relay")
+	first := e.startIndexer(e.manifest(71, lane), cfg)
+	rr := e.startRelay(e.relayConfig(lane, txn), true)
+	waitRelayLane(t, first, rr, lane)
+
+	// The indexer restarts mid-run: a new replica restores from the snapshot index and the log.
+	first.stop()
+	evs2 := g.take(100)
+	e.produce(evs2...)
+	ri := e.startIndexer(e.manifest(72, lane), cfg)
+	waitApplied(t, rr, 250)
+	waitRelayLane(t, ri, rr, lane)
+	if ri.ix.EligibleLanes() != 1<<lane {
+		t.Fatalf("eligible lanes %016b, want lane %d", ri.ix.EligibleLanes(), lane)
+	}
+
+	if err := rr.stop(); err != nil {
+		t.Fatalf("relay stop: %v", err)
+	}
+	events.waitFor(t, lane, converge, "DRAIN_ACKNOWLEDGED", kindIs(schemas.EventDrainAcknowledged))
+	events.waitFor(t, lane, converge, "DRAINED", kindIs(schemas.EventDrained))
+	// The lane publishes its status after the record's effects: once it reports the drain, the
+	// ready bit is already clear.
+	waitUntil(t, converge, "lane status reports the drain", func() bool { return laneStatus(ri, lane).Drains == 1 })
+	if st := laneStatus(ri, lane); st.Phase.String() != "drained" || ri.ix.EligibleLanes() != 0 || ri.ix.GlobalIndexer().ReadyLanes() != 0 {
+		t.Fatalf("after the drain: phase %v, eligible %016b, ready %016b; want drained and out of answers",
+			st.Phase, ri.ix.EligibleLanes(), ri.ix.GlobalIndexer().ReadyLanes())
+	}
+	if n := events.count(lane, kindIs(schemas.EventExcludedForLag)); n != 0 {
+		t.Fatalf("%d EXCLUDED_FOR_LAG events: the drain, not the freshness policy, takes the lane out", n)
+	}
+
+	evs3 := g.take(100)
+	e.produce(evs3...) // written while no relay runs: the next incarnation replays them
+	restarted := e.startRelay(e.relayConfig(lane, txn), true)
+	waitApplied(t, restarted, uint64(len(evs1)+len(evs2)+len(evs3)))
+	waitRelayLane(t, ri, restarted, lane)
+	if ri.ix.EligibleLanes() != 1<<lane {
+		t.Fatalf("eligible lanes %016b after the relay restart, want lane %d", ri.ix.EligibleLanes(), lane)
+	}
+	compareOwnership(t, restarted, newReference(t, e, evs1, evs2, evs3), g)
+}
