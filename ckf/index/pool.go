@@ -309,20 +309,10 @@ func (lc *laneControl) admitControlLocked(lease ckf.LaneLease, allowAwaiting boo
 // d must not be modified after a successful submit. ctx is only checked
 // before admission (the call never waits).
 func (p *IngestionPool) SubmitDelta(ctx context.Context, d *ckf.Delta) error {
-	return p.submit(ctx, d.Lease, []*ckf.Delta{d}, len(d.Images), func(epoch, id uint64) command {
-		return command{kind: cmdDelta, lane: d.Lease.Lane, epoch: epoch, delta: d, deltaID: id}
-	})
-}
-
-// submit is the admission policy of §4.6 shared by SubmitDelta and SubmitDeltas: run (one
-// delta or a run of them, images in total, all on lease) is admitted as a unit and handed to
-// the lane's worker as the single command that cmd builds from the lane epoch and the first
-// delta id.
-func (p *IngestionPool) submit(ctx context.Context, lease ckf.LaneLease, run []*ckf.Delta, images int, cmd func(epoch, firstID uint64) command) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	lc, w, err := p.laneFor(lease.Lane)
+	lc, w, err := p.laneFor(d.Lease.Lane)
 	if err != nil {
 		return err
 	}
@@ -340,10 +330,8 @@ func (p *IngestionPool) submit(ctx context.Context, lease ckf.LaneLease, run []*
 	default:
 		return ErrLaneRetired
 	}
-	for _, d := range run {
-		if !lc.hasLease || lc.lease != d.Lease {
-			return ErrLaneRetired
-		}
+	if !lc.hasLease || lc.lease != d.Lease {
+		return ErrLaneRetired
 	}
 	now := p.hooks.now()
 	if lc.lagExceededLocked(now, p.cfg.MaxDirtyToAppliedAge) {
@@ -353,6 +341,7 @@ func (p *IngestionPool) submit(ctx context.Context, lease ckf.LaneLease, run []*
 		p.postFault(PoolFault{Kind: PoolFaultDirtyToAppliedAgeExceeded, Lane: lc.lane, Disposition: ckf.DispositionOf(ckf.ConsumerWorkerFailureMidApply)})
 		return ErrDirtyToAppliedAgeExceeded
 	}
+	images := len(d.Images)
 	requested := lc.outstandingImages + images
 	if requested > p.limit || requested < lc.outstandingImages {
 		if err := p.retireAdmissionLocked(lc); err != nil {
@@ -362,26 +351,22 @@ func (p *IngestionPool) submit(ctx context.Context, lease ckf.LaneLease, run []*
 			Disposition: ckf.DispositionOf(ckf.ConsumerGapOrMalformedBeforeWrite)})
 		return &OutstandingImageLimitError{Lane: lc.lane, Requested: requested, Limit: p.limit}
 	}
-	if lc.nextDeltaID > math.MaxUint64-uint64(len(run)) {
+	if lc.nextDeltaID == math.MaxUint64 {
 		p.fenceLocked(lc)
 		return ErrAdmissionEpochExhausted
 	}
-	first := lc.nextDeltaID + 1
-	for i, d := range run {
-		lc.outstanding.push(outstandingDelta{id: first + uint64(i), images: len(d.Images), admitted: now})
-	}
-	lc.nextDeltaID += uint64(len(run))
+	lc.nextDeltaID++
+	id := lc.nextDeltaID
+	lc.outstanding.push(outstandingDelta{id: id, images: images, admitted: now})
 	lc.outstandingImages = requested
 	select {
-	case w.q <- cmd(lc.epoch, first):
+	case w.q <- command{kind: cmdDelta, lane: d.Lease.Lane, epoch: lc.epoch, delta: d, deltaID: id}:
 		return nil
 	default:
 	}
-	// Saturation: retire this lane only; the run is discarded and this
-	// lane's queued commands become stale (epoch moved).
-	for i := range run {
-		lc.releaseDeltaLocked(first + uint64(i))
-	}
+	// Saturation: retire this lane only; the delta is discarded and this lane's queued commands
+	// become stale (epoch moved).
+	lc.releaseDeltaLocked(id)
 	if err := p.retireAdmissionLocked(lc); err != nil {
 		return err
 	}

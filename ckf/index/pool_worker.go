@@ -15,8 +15,7 @@ const (
 	cmdSnapshot
 	cmdDelta
 	cmdDrain
-	cmdDeltas // a run of deltas admitted by SubmitDeltas (deltaID is the first id)
-	cmdRun    // test hook: run fn on the worker (pause it, inject a panic)
+	cmdRun // test hook: run fn on the worker (pause it, inject a panic)
 )
 
 // command is one unit of work on a worker queue. Every lane command carries
@@ -29,7 +28,6 @@ type command struct {
 	lease    ckf.LaneLease        // assign
 	snapshot *ckf.Snapshot
 	delta    *ckf.Delta
-	deltas   []*ckf.Delta // cmdDeltas
 	deltaID  uint64
 	marker   ckf.DrainMarker
 	fn       func()
@@ -114,17 +112,6 @@ func (p *IngestionPool) failWorker(w *worker, panicValue any) {
 func (p *IngestionPool) handle(w *worker, cmd *command) {
 	if cmd.kind == cmdRun {
 		cmd.fn()
-		return
-	}
-	if cmd.kind == cmdDeltas {
-		// Each delta of the run is one delta command: same epoch, its own outstanding entry,
-		// the full fencing below. Once one deactivates the lane the epoch moves and the rest
-		// are stale (released and dropped).
-		one := command{kind: cmdDelta, lane: cmd.lane, epoch: cmd.epoch} // one value per run, not per delta
-		for i, d := range cmd.deltas {
-			one.delta, one.deltaID = d, cmd.deltaID+uint64(i)
-			p.handle(w, &one)
-		}
 		return
 	}
 	lc := p.lanes[cmd.lane]
