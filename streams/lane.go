@@ -20,12 +20,12 @@ import (
 // LaneLease for the lane, feeds the ingestion pool, and recovers the lane after a fault by
 // seeking back to the latest complete snapshot it knows.
 //
-// Leases (DESIGN §2): records carry no lease. The runner mints LaneLease{consumer instance,
+// Leases (design §2): records carry no lease. The runner mints LaneLease{consumer instance,
 // lane, epoch} with an epoch that increases by one at every (re)subscription — a snapshot of a
 // new producer identity, or the first snapshot after a fault that retired the lane — so the
 // spec's lease checks run unchanged inside the pool.
 //
-// Progress rule (DESIGN §3): the log keeps a bad record forever. After a gap-class fault detected
+// Progress rule (design §3): the log keeps a bad record forever. After a gap-class fault detected
 // at offset F the runner replays from the latest snapshot; if the lane faults again before its
 // applied position passes F, replaying cannot help: the runner asks the relay for a new snapshot
 // (control topic) and installs only a complete snapshot whose first chunk comes after F.
@@ -483,7 +483,7 @@ func (r *laneRunner) install(ctx context.Context, rec *kgo.Record) {
 		r.log.Info("snapshot installed", zap.Uint64("sequence", out.Sequence), zap.Int64("offset", a.first),
 			zap.Duration("took", time.Since(start)))
 	case index.OutcomeLaneDeactivated:
-		// Spec §3.3: a snapshot fault on a lane that is not ready is retry-class (INACT); on a
+		// Per consumer §3.3, a snapshot fault on a lane that is not ready is retry-class (INACT); on a
 		// ready lane it is gap-class and the pool retired the lane.
 		point := ckf.InactiveSnapshotInstallFailure
 		if wasActive {

@@ -2,7 +2,7 @@
 // indexer domain holds a transposed, bucket-major table shared by up to
 // sixteen lanes (one per DC pool), answers prefix-match queries over every
 // ready lane lock-free, and is written by one LaneIngestor per lane (consumer
-// spec §2–§7).
+// consumer §2–§7).
 //
 // A lane's ingestor is driven by exactly one goroutine. The Kafka indexer
 // (package streams) drives each ingestor from its lane's own goroutine;

@@ -1,6 +1,6 @@
 package producer
 
-// Behaviour -> test (producer spec §13). All in package ckf.
+// Behaviour -> test (producer §13). All in package ckf.
 //
 //	 1 TestBehaviour01_SharedOwnership                      dcstate_test.go
 //	 2 TestBehaviour02_ClearOneRankKeepsSiblingAndSharedHash

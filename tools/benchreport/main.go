@@ -1,6 +1,6 @@
 // Command benchreport summarises Go benchmark output (the files written by `make bench` and
 // `make bench-e2e`): the median of every metric over the repetitions, each measured result as a
-// ratio to its baseline from the same run, the PERFORMANCE-ANCHORS targets met or missed, and a
+// ratio to its baseline from the same run, the targets of design §6 met or missed, and a
 // log2 fit of the cost per query against the query length.
 //
 //	go run ./tools/benchreport [-o report.md] [-csv dir] bench.txt [more.txt ...]
@@ -172,7 +172,7 @@ var ratioUnits = []string{"ns/op", "p50-ns", "p99-ns", "ms/install", "ns/block",
 
 func isRate(u string) bool { return strings.HasSuffix(u, "/s") }
 
-// target is one PERFORMANCE-ANCHORS target checked on a benchmark metric.
+// target is one target of design §6 checked on a benchmark metric.
 type target struct {
 	id, what string
 	match    *regexp.Regexp
