@@ -20,7 +20,7 @@ type Probe struct {
 	BucketB     uint64
 }
 
-// Addressing maps a canonical hash to its Probe (spec §3):
+// Addressing maps a canonical hash to its Probe (producer §3):
 //
 //	mixed       = XXH3_64(LE64(h), seed)
 //	fingerprint = uint16(mixed), 0 -> 1
@@ -81,7 +81,7 @@ func NewAddressing(bucketCount, seed uint64) (Addressing, error) {
 	return Addressing{mask: mask, seed: seed, delta: actual.(*altTable)}, nil
 }
 
-// directAltDelta is the unmemoised delta(fp) of spec §3.
+// directAltDelta is the unmemoised delta(fp) of producer §3.
 func directAltDelta(fp uint16, seed, mask uint64) uint64 {
 	var b [2]byte
 	binary.LittleEndian.PutUint16(b[:], fp)

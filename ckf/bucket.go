@@ -2,7 +2,7 @@ package ckf
 
 import "math/bits"
 
-// Packed bucket layout (spec §4): one uint64 holds four 16-bit slots; slot i
+// Packed bucket layout (producer §4): one uint64 holds four 16-bit slots; slot i
 // occupies bits [16i, 16i+16) (slot 0 is the low 16 bits). Slot value 0 is
 // the empty marker; fingerprints are never 0.
 
@@ -23,7 +23,7 @@ type Bucket uint64
 func BroadcastFingerprint(fp uint16) uint64 { return uint64(fp) * SlotLowBits }
 
 // HasZeroLane16 reports whether any 16-bit lane of x is zero (the SWAR
-// has-zero-lane test of spec §4; exact as a boolean).
+// has-zero-lane test of producer §4; exact as a boolean).
 func HasZeroLane16(x uint64) bool { return (x-SlotLowBits)&^x&SlotHighBits != 0 }
 
 // ZeroLanes16 returns a mask with the high bit (bit 16i+15) set for exactly

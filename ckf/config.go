@@ -2,7 +2,7 @@ package ckf
 
 import "math/bits"
 
-// Configuration constants (spec §5, consumer spec §1.2).
+// Configuration constants (producer §5, consumer §1.2).
 // DefaultVerificationWindow (2) and MaxVerificationWindow (8) are declared by
 // the consumer half in search.go and shared.
 const (
@@ -24,7 +24,7 @@ const (
 // CkfConfig is the producer configuration. Build it with DefaultCkfConfig
 // or NewCkfConfig; the zero value is invalid (ExpectedBlocksPerDC == 0).
 type CkfConfig struct {
-	// ExpectedBlocksPerDC sizes the filter (§5.2). Must be > 0. Default 1.
+	// ExpectedBlocksPerDC sizes the filter (producer §5.2). Must be > 0. Default 1.
 	ExpectedBlocksPerDC uint64
 	// Seed is the addressing seed; any value. Default DefaultSeed.
 	Seed uint64
@@ -40,7 +40,7 @@ type CkfConfig struct {
 	PublishEveryNEvents uint64
 }
 
-// DefaultCkfConfig returns the defaults of §5.1.
+// DefaultCkfConfig returns the defaults of producer §5.1.
 func DefaultCkfConfig() CkfConfig {
 	return CkfConfig{
 		ExpectedBlocksPerDC: DefaultExpectedBlocksPerDC,
@@ -77,7 +77,7 @@ func (c CkfConfig) Validate() error {
 	return nil
 }
 
-// BucketCount validates the config and returns its bucket count (§5.2)
+// BucketCount validates the config and returns its bucket count (producer §5.2)
 // without allocating anything.
 func (c CkfConfig) BucketCount() (uint64, error) {
 	if err := c.Validate(); err != nil {

@@ -20,6 +20,7 @@
 // NewAddressing, SequenceHashes and BucketCountFor, because conformance tests
 // outside this module import them from ckf.
 //
-// Nothing here knows Kafka, Avro or fx. Section references (producer §N,
-// consumer §N) point into docs/spec/.
+// Nothing here knows Kafka, Avro or fx. Section references
+// name their document (producer §7.3, consumer §3.3, design §3);
+// docs/spec/README.md states the convention.
 package ckf

@@ -9,7 +9,7 @@ import (
 // count that is not a power of two in 2..=2^32.
 var ErrInvalidBucketCount = errors.New("ckf: invalid bucket count")
 
-// BuildErrorKind enumerates CkfBuildError (spec §5.3, G3).
+// BuildErrorKind enumerates CkfBuildError (producer §5.3, G3).
 type BuildErrorKind uint8
 
 const (
@@ -89,7 +89,7 @@ var (
 	ErrBuildAllocationFailed          error = &BuildError{Kind: BuildAllocationFailed}
 )
 
-// EventErrorKind enumerates KvCacheEventError (spec §5.4).
+// EventErrorKind enumerates KvCacheEventError (producer §5.4).
 type EventErrorKind uint8
 
 const (

@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// Failure dispositions (producer spec §9, consumer spec §11), as data.
+// Failure dispositions (producer §9, consumer §11), as data.
 //
 // Principle: recovery targets the state whose commit became uncertain. A
 // consumer lane fault never triggers producer recovery; a suspect producer
@@ -170,7 +170,7 @@ type FailureDisposition struct {
 	Action         FailureAction
 }
 
-// dispositions is the §9 table with the G3 commit state for
+// dispositions is the producer §9 table with the G3 commit state for
 // BoundedRelocationFailure (G2 had CommitKnownUnchanged there).
 var dispositions = [...]FailureDisposition{
 	BoundedRelocationFailure:          {DomainProducerCore, CommitExactCommittedPhysicalOmitted, NoRecoveryDomain, ActionContinueCapacityOmission},
@@ -192,7 +192,7 @@ func DispositionOf(p FailurePoint) FailureDisposition {
 }
 
 // FailurePointOfEventError maps a producer event error to its failure point
-// as the relay actor does (§8.4): CapacityExhausted ->
+// as the relay actor does (producer §8.4): CapacityExhausted ->
 // BoundedRelocationFailure; AllocationFailed -> PrecommitAllocationFailure;
 // IndexerInvariantViolation -> PrewriteInvariantMismatch; everything else
 // (OwnershipDegreeOverflow, ParentBlockNotFound, BlockNotFound,

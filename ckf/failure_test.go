@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// Failure disposition behaviours 48–49 and the full §9 / consumer §11
+// Failure disposition behaviours 48–49 and the full producer §9 / consumer §11
 // table (G3 commit state for BoundedRelocationFailure).
 
 func TestFailureDispositionTable(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// Hashing (spec §2). Every hash is XXH3-64 (xxh3_64bits_withSeed) over
+// Hashing (producer §2). Every hash is XXH3-64 (xxh3_64bits_withSeed) over
 // little-endian integer encodings, computed with github.com/zeebo/xxh3.
 
 // ChainHashSeed is CHAIN_XXH3_SEED, the seed of the rolling sequence hash
@@ -69,7 +69,7 @@ func AppendSequenceHashes(dst []uint64, local []uint64) []uint64 {
 	return dst
 }
 
-// BlockSaltSeed returns the seed of the token-block hash (spec §2.2): 1337,
+// BlockSaltSeed returns the seed of the token-block hash (producer §2.2): 1337,
 // plus (wrapping) XXH3_64(loraName, seed 0) when loraName is non-empty, plus
 // (wrapping) XXH3_64(cacheNamespace, seed 1) when cacheNamespace is
 // non-empty.

@@ -36,7 +36,7 @@ func (k SourceKey) Compare(o SourceKey) int {
 func (k SourceKey) Less(o SourceKey) bool { return k.Compare(o) < 0 }
 
 // String renders "<worker>:<rank>" in decimal. The form is diagnostic only;
-// the spec does not define one (interpretation recorded in the report).
+// the spec does not define one (a choice, producer §1.1).
 func (k SourceKey) String() string {
 	return strconv.FormatUint(uint64(k.Worker), 10) + ":" + strconv.FormatUint(uint64(k.Rank), 10)
 }
@@ -205,7 +205,7 @@ func (p PoolID) Compare(o PoolID) int {
 // ConsumerInstanceID identifies one consumer (global indexer) instance.
 type ConsumerInstanceID uint64
 
-// Format constants of DcCkfFormatIdentity (spec §1.4).
+// Format constants of DcCkfFormatIdentity (producer §1.4).
 const (
 	// FormatVersion1 is the only defined format_version.
 	FormatVersion1 uint16 = 1
@@ -239,7 +239,7 @@ func NewFormatIdentity(seed, bucketCount uint64) FormatIdentity {
 
 // Validate checks the fixed fields (version 1, 16 bits, 4 slots) and that
 // BucketCount is a power of two >= 2. It does not apply the WAN cap
-// MaxWireBucketCount (the producer config does not cap, §5.2); use
+// MaxWireBucketCount (the producer config does not cap, producer §5.2); use
 // ValidateWire for that.
 func (f FormatIdentity) Validate() error {
 	switch {

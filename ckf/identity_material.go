@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 )
 
-// Identity material (spec §1.2): the bytes a runtime layer hashes with
+// Identity material (producer §1.2): the bytes a runtime layer hashes with
 // BLAKE3 to obtain the 16-byte CacheSemanticsID / RoutingScopeID digests.
 // BLAKE3 itself, and how the 16 bytes are cut from its output (UNKNOWN in
 // the spec), are out of scope for this package: ckf builds, validates and

@@ -4,13 +4,13 @@ import "github.com/ckf-stream/ckf-stream/ckf/internal/search"
 
 const (
 	// DefaultVerificationWindow is the verification window of the default
-	// search configuration (§1.4): two positions below the tentative depth.
+	// search configuration (consumer §1.4): two positions below the tentative depth.
 	DefaultVerificationWindow = 2
 	// MaxVerificationWindow is the largest accepted verification window.
 	MaxVerificationWindow = search.MaxWindow
 )
 
-// SearchConfig is the consumer's prefix-search configuration (spec §1.4).
+// SearchConfig is the consumer's prefix-search configuration (consumer §1.4).
 type SearchConfig struct {
 	// VerificationWindow is the number of positions directly below the
 	// tentative depth that are re-checked one by one. Valid range 1..8;
@@ -40,7 +40,7 @@ func (c SearchConfig) Validate() error {
 	return nil
 }
 
-// FindPrefixDepths runs the production prefix search (§7, with tail
+// FindPrefixDepths runs the production prefix search (consumer §7, with tail
 // verification and provenance fallback) for n positions over the lanes in
 // ready, with the given verification window, and returns one depth per lane
 // (lanes outside ready are 0). probe(pos) must return the 16-lane hit mask of
@@ -54,7 +54,7 @@ func FindPrefixDepths(n int, ready uint16, window int, probe func(pos int) uint1
 	return search.Find(n, ready, window, probe)
 }
 
-// LinearPrefixDepths is the exact linear reference (§7.6) the galloping
+// LinearPrefixDepths is the exact linear reference (consumer §7.6) the galloping
 // search approximates: a lane's depth is the length of its leading run of
 // hits. Tests and benchmarks only.
 func LinearPrefixDepths(n int, ready uint16, probe func(pos int) uint16) [LaneCount]uint32 {

@@ -9,7 +9,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// Vectors of spec §2.2 and §3, and behaviours 42, 43, 44 and 55. The
+// Vectors of producer §2.2 and §3, and behaviours 42, 43, 44 and 55 of producer §13. The
 // behaviour -> test table is at the top of dcstate_test.go.
 
 func TestSequenceHashVector(t *testing.T) {
@@ -56,7 +56,7 @@ func TestAddressingVectors(t *testing.T) {
 	}
 }
 
-// directProbe is the unmemoised §3 formula (two xxh3 calls).
+// directProbe is the unmemoised producer §3 formula (two xxh3 calls).
 func directProbe(h, seed, bucketCount uint64) Probe {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], h)

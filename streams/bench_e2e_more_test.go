@@ -11,7 +11,7 @@ package streams_test
 // indexer's indexer.gc_percent) the GC target of the ingest phases.
 //
 //   - E2EIngestVsRaw: bare franz-go consume of a lane partition vs the indexer's lane ingest of
-//     the same records, alternating, median of the repetitions (T9, DESIGN §6).
+//     the same records, alternating, median of the repetitions (T9, design §6).
 //   - E2EDeltaVisibleLatency: a producer writes deltas at a fixed rate (a fraction of the
 //     measured ingest capacity); a prober queries each delta's marker block and records when it
 //     becomes visible to queries (T9 apply lag).

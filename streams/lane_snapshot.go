@@ -197,7 +197,7 @@ func (l *lane) install(rec *kgo.Record) {
 		l.log.Info("snapshot installed", zap.Uint64("sequence", out.Sequence), zap.Int64("offset", a.first),
 			zap.Duration("took", time.Since(start)))
 	case index.OutcomeLaneDeactivated:
-		// Consumer §3.3: a snapshot fault on a lane that is not ready is retry-class (INACT); on a
+		// Consumer consumer §3.3: a snapshot fault on a lane that is not ready is retry-class (INACT); on a
 		// ready lane it is gap-class.
 		point := ckf.InactiveSnapshotInstallFailure
 		if wasReady {

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// The relay: one DC pool's producer on Kafka (DESIGN §1, §3). It reads the DC's KV-events
+// The relay: one DC pool's producer on Kafka (design §1, §3). It reads the DC's KV-events
 // topic, applies every event to the exact producer state (ckf.DcState) in the order of its
 // partition, and publishes the state's publication batches as sequenced deltas of absolute
 // bucket images on its lane partition, with barrier snapshots at start, periodically and on
@@ -47,7 +47,7 @@ import (
 // retention are simply not replayed: a block stored by such an event and never removed would
 // be missing from the restarted relay's state (an under-report, never a false ownership).
 //
-// Leases: records carry no lease (DESIGN §2); every indexer replica mints its own. ckf.Publisher
+// Leases: records carry no lease (design §2); every indexer replica mints its own. ckf.Publisher
 // still needs a lease to publish (without one it discards batches), so the relay gives it a
 // synthetic wire lease {consumer 0, the lane, epoch} whose epoch increases at every snapshot.
 // It never leaves the process; it only keeps the publisher's state machine (lease present,

@@ -185,7 +185,7 @@ func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 	return nil
 }
 
-// onEventError follows the event error's disposition (spec §8.4, §9).
+// onEventError follows the event error's disposition (producer §8.4, §9).
 func (rl *relayLoop) onEventError(rec *kgo.Record, live bool, err error) error {
 	r := rl.r
 	point, _ := ckf.FailurePointOfEventError(err)

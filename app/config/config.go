@@ -244,9 +244,10 @@ type Indexer struct {
 	QueryBatchSize int `yaml:"query_batch_size"`
 	// GCPercent is the Go garbage collector's target (GOGC) the indexer sets when it starts, in
 	// [0,10000]; 0 keeps the runtime's own setting. A GOGC environment variable, when set, wins.
-	// The table lives off the Go heap, so the heap is mostly records in flight and a higher
-	// target trades little memory for less collection work per lane record. To cap the heap,
-	// set GOMEMLIMIT as well. Default 400.
+	// The table is an ordinary pointer-free Go slice: the collector never scans it, but it counts
+	// as live heap, so with target P the heap may grow to (1 + P/100) times the live heap, table
+	// included, before the next collection. A higher target means less collection work per lane
+	// record at the cost of that headroom; to cap the heap, set GOMEMLIMIT as well. Default 400.
 	GCPercent int `yaml:"gc_percent"`
 }
 

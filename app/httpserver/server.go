@@ -2,14 +2,16 @@
 // contribute (/metrics from the metrics module; the indexer's query endpoint and lane pages).
 //
 // A module adds a route by providing a Route into the value group "routes", and a readiness
-// condition by providing a ReadinessCheck into the value group "readiness":
+// condition by providing a ReadinessCheck into the value group "readiness", either as fields of
+// an fx.Out result (app/indexer's Provide returns its API's routes and its "lanes" check so) or
+// one at a time:
 //
 //	fx.Provide(
-//		httpserver.AsRoute(func(ix *Indexer) httpserver.Route {
-//			return httpserver.Route{Pattern: "GET /v1/lanes", Handler: ix.LanesHandler()}
+//		httpserver.AsRoute(func(a *indexer.API) httpserver.Route {
+//			return httpserver.Route{Pattern: "GET /v1/lanes", Handler: a.LanesHandler()}
 //		}),
-//		httpserver.AsReadinessCheck(func(ix *Indexer) httpserver.ReadinessCheck {
-//			return httpserver.ReadinessCheck{Name: "lanes", Check: ix.LanesReady}
+//		httpserver.AsReadinessCheck(func(a *indexer.API) httpserver.ReadinessCheck {
+//			return httpserver.ReadinessCheck{Name: "lanes", Check: a.Ready}
 //		}),
 //	)
 package httpserver

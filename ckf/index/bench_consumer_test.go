@@ -1,6 +1,6 @@
 package index
 
-// Consumer benchmarks (PERFORMANCE-ANCHORS targets T3–T8, T11). Every
+// Consumer benchmarks (design §6.2 targets T3–T8, T11). Every
 // benchmark reports its own baseline in the same run where one exists, so
 // ratios are meaningful on a noisy shared VM; no benchmark asserts a
 // wall-clock threshold.

@@ -1,6 +1,6 @@
 package index
 
-// Cost per query versus query length (DESIGN §6 "Scaling": the cost of a
+// Cost per query versus query length (design §6.1 "Scaling": the cost of a
 // query must grow with log2 of its length per lane, not linearly).
 //
 //	go test -run '^$' -bench 'QueryCostVsLength' -count 5 ./ckf/

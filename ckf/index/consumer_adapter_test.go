@@ -10,9 +10,9 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 )
 
-// testAdapter is a test-only LocalCkfAdapter (spec §9.2): the producer's
+// testAdapter is a test-only LocalCkfAdapter (consumer §9.2): the producer's
 // DcState and Publisher wired to one lane of an IngestionPool, with fault
-// injection on the delivery path. It exists to check the §12 adapter.rs
+// injection on the delivery path. It exists to check the consumer §12 adapter.rs
 // behaviours end to end; the production composition belongs to the app
 // layer.
 type testAdapter struct {
@@ -185,7 +185,7 @@ func cClear(w ckf.WorkerID) producer.RouterEvent {
 	return producer.RouterEvent{WorkerID: w, StorageTier: producer.StorageTierDevice, Event: producer.KvCacheEvent{Kind: producer.KvEventCleared}}
 }
 
-// ---- §12 adapter.rs ---------------------------------------------------------
+// ---- consumer §12 adapter.rs ------------------------------------------------
 
 func TestAdapterPublicationAndDrainConverge(t *testing.T) {
 	pf := newPoolFixture(t, 1, 64, quietConfig(), poolHooks{})

@@ -2,11 +2,12 @@
 // indexer domain holds a transposed, bucket-major table shared by up to
 // sixteen lanes (one per DC pool), answers prefix-match queries over every
 // ready lane lock-free, and is written by one LaneIngestor per lane (consumer
-// spec §2–§7).
+// consumer §2–§7).
 //
-// A lane's ingestor is driven by exactly one goroutine. The Kafka indexer
-// (package streams) drives each ingestor from its lane's own goroutine;
-// IngestionPool is the spec's in-process transport (consumer §4), with
-// lane-sticky workers, admission epochs and fail-closed limits, for a
-// producer that feeds an indexer in the same process.
+// A lane's ingestor is driven by exactly one goroutine: a worker of the
+// IngestionPool (consumer §4), the bounded transport with lane-sticky
+// workers, admission epochs and fail-closed limits. The Kafka indexer
+// (package streams) feeds the pool from one runner goroutine per lane
+// partition (design §1), using SubmitDeltas and Backlog to hand over runs
+// of deltas and to pace itself below the pool's limits.
 package index

@@ -6,7 +6,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// GlobalIndexer is GlobalCkfIndexer (spec §2.2): the consumer-side global
+// GlobalIndexer is GlobalCkfIndexer (consumer §2.2): the consumer-side global
 // index of one indexer domain. It owns the transposed table shared by up to
 // sixteen lanes (one per DC pool), the immutable addressing, the search
 // configuration and two lane masks.
@@ -18,7 +18,7 @@ import (
 //
 // Memory-ordering contract. Go's sync/atomic operations are sequentially
 // consistent, which is at least as strong as every ordering the reference
-// specifies (§2.4); the mapping is:
+// specifies (consumer §2.4); the mapping is:
 //
 //	snapshot activation   ready |= bit     (Release)  -> atomic.Uint32.Or
 //	ingestor clear_ready  ready &^= bit    (AcqRel)   -> atomic.Uint32.And
@@ -33,7 +33,7 @@ import (
 // observes the bit therefore observes every snapshot word (Go memory model:
 // the Or is synchronized before the Load that reads it). Deltas are not
 // atomic for readers and a query that captured a bit may finish after the
-// lane was retired or re-snapshotted ("weak read", §5.5); results are
+// lane was retired or re-snapshotted ("weak read", consumer §5.5); results are
 // advisory.
 type GlobalIndexer struct {
 	manifest Manifest
@@ -96,7 +96,7 @@ func (g *GlobalIndexer) LaneWords(lane uint8) []uint64 {
 }
 
 // ClaimLane makes the caller the single owner of lane and returns its
-// ingestor in state Unassigned (§2.3). Errors, in order: ErrInvalidLane
+// ingestor in state Unassigned (consumer §2.3). Errors, in order: ErrInvalidLane
 // (lane >= 16), ErrUnconfiguredLane, ErrLaneAlreadyClaimed. The claim is
 // released by LaneIngestor.Close, which first clears the lane's ready bit.
 //

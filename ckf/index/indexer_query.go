@@ -7,7 +7,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/internal/search"
 )
 
-// Query path (spec §6): find_prefix_matches.
+// Query path (consumer §6): find_prefix_matches.
 
 // queryStackBlocks is the query length served from a stack buffer; longer
 // queries allocate once in FindPrefixMatches, or use FindPrefixMatchesScratch.
@@ -60,15 +60,15 @@ func (r *PrefixMatches) Depths() [ckf.LaneCount]uint32 {
 // started, the depth of the longest prefix of localHashes (LocalBlockHash
 // values, one per full block) that appears cached in that lane's pool.
 //
-// Steps (§6.1): the ready mask is loaded exactly once (the only readiness
+// Steps (consumer §6.1): the ready mask is loaded exactly once (the only readiness
 // read; a lane retired after that load is still searched and reported, a
 // lane activated after it is not) and restricted to configured lanes; if
 // nothing is ready the result is ErrUnavailable. An empty query returns
 // depth 0 for every captured lane. Otherwise the canonical sequence hashes
-// are computed, each position's probe is derived lazily, and the §7 search
+// are computed, each position's probe is derived lazily, and the consumer §7 search
 // runs with the configured verification window.
 //
-// Results are advisory (§5.5, §7.8). No depth exceeds len(localHashes). It
+// Results are advisory (consumer §5.5, §7.8). No depth exceeds len(localHashes). It
 // does not allocate for queries of up to 256 blocks; longer queries allocate
 // the sequence-hash buffer once (use FindPrefixMatchesScratch to avoid that).
 func (g *GlobalIndexer) FindPrefixMatches(localHashes []uint64) (PrefixMatches, error) {

@@ -1,6 +1,6 @@
 package index
 
-// §12 behaviour map (consumer side). Each line of the spec's §12 list and
+// Behaviour map of consumer §12. Each line of that list and
 // the test that checks it.
 //
 // global.rs
@@ -25,7 +25,7 @@ package index
 //   Drain marker: higher expected detects a dropped delta; exact acks ...... TestDrainMarkerDetectsDroppedFinalDelta
 //   Assignment epoch must strictly increase, also after retire ............. TestAssignmentEpochStrictlyIncreasesAcrossRetire
 //   A lane can have only one ingestion owner ............................... TestLaneHasSingleOwner
-//   (also: §3.3 row precedence, readiness/claim release) ................... TestIngestorRowPrecedence, TestIngestorCloseReleasesLane
+//   (also: consumer §3.3 row precedence, readiness/claim release) ................... TestIngestorRowPrecedence, TestIngestorCloseReleasesLane
 //
 // ingestion_pool.rs (pool_test.go)
 //   Async delta applied before a later awaited drain (sticky lane) ......... TestPoolAsyncDeltaAppliedBeforeDrain
@@ -771,7 +771,7 @@ func TestAssignmentValidationOrderAndNoChange(t *testing.T) {
 	}
 }
 
-// §3.3 "first matching row wins": identity before staleness, staleness
+// consumer §3.3 "first matching row wins": identity before staleness, staleness
 // before base, base before contiguity/emptiness, emptiness before range.
 func TestIngestorRowPrecedence(t *testing.T) {
 	f := newFixture(t, 1, 64, 2)

@@ -4,7 +4,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// LaneIngestor is GlobalCkfLaneIngestor (spec §3): the single writer of one
+// LaneIngestor is GlobalCkfLaneIngestor (consumer §3): the single writer of one
 // lane of a GlobalIndexer, obtained from ClaimLane. It is NOT safe for
 // concurrent use: one goroutine (the lane's sticky worker) drives it. Its
 // assignment, sequence and validation scratch are private; only the lane's
@@ -12,7 +12,7 @@ import (
 //
 // States: U (unassigned), W (assigned, awaiting a snapshot, not ready) and
 // R (assigned, ready, installed sequence s). Every input is evaluated
-// against the §3.3 input × state table, top to bottom, first matching row
+// against the consumer §3.3 input × state table, top to bottom, first matching row
 // wins. Invariants:
 //
 //   - validation of an input completes before its first table write
@@ -121,7 +121,7 @@ func (in *LaneIngestor) deactivate(f LaneFault, point ckf.FailurePoint) IngestOu
 	return IngestOutcome{Kind: OutcomeLaneDeactivated, Fault: f}
 }
 
-// Assign validates (§3.2: consumer instance, physical lane, lane owner,
+// Assign validates (consumer §3.2: consumer instance, physical lane, lane owner,
 // format, strictly increasing epoch) and, if valid, clears readiness first,
 // then installs the assignment: last assignment epoch := lease.Epoch,
 // installed := 0, state W. An invalid assignment returns *AssignmentError and
@@ -156,7 +156,7 @@ func (in *LaneIngestor) Retire() {
 	in.installed = 0
 }
 
-// InstallSnapshot applies a barrier snapshot (§3.3 rows install_snapshot).
+// InstallSnapshot applies a barrier snapshot (consumer §3.3 rows install_snapshot).
 // On a not-ready lane a well-formed snapshot clears readiness, stores every
 // word (bucket 0..N-1) and activates the lane at s.Sequence (any value). On
 // a ready lane a snapshot is either stale (ignored, not even validated) or a
@@ -216,7 +216,7 @@ func (in *LaneIngestor) installSnapshot(s *ckf.Snapshot, guard activationGuard) 
 	return IngestOutcome{Kind: OutcomeSnapshotInstalled, Sequence: s.Sequence}
 }
 
-// ApplyDelta applies one delta (§3.3 rows apply_delta). Every check —
+// ApplyDelta applies one delta (consumer §3.3 rows apply_delta). Every check —
 // identity, readiness, staleness (before base), base, overflow,
 // contiguity, emptiness, index range (first offender in list order), then
 // duplicates (at the repeat) — completes before the first store; a valid
@@ -301,7 +301,7 @@ func (in *LaneIngestor) findDuplicate(images []ckf.BucketImage) (uint64, bool) {
 	return dup, found
 }
 
-// CompleteDrain checks a drain marker (§3.3 rows complete_drain): on the
+// CompleteDrain checks a drain marker (consumer §3.3 rows complete_drain): on the
 // current lease, a ready lane whose installed sequence equals
 // m.ExpectedSequence acknowledges; anything else is a gap-class
 // TerminalSequenceMismatch (actual = installed sequence if ready, none

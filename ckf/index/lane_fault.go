@@ -7,7 +7,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// Outcomes, lane faults and assignment errors of the lane ingestor (spec
+// Outcomes, lane faults and assignment errors of the lane ingestor (consumer
 // §3.4). All are plain values: reporting an outcome never allocates.
 
 // OutcomeKind enumerates IngestOutcome.
@@ -202,7 +202,7 @@ var (
 	ErrFaultTerminalSequenceMismatch   error = LaneFault{Kind: FaultTerminalSequenceMismatch}
 )
 
-// AssignmentErrorKind enumerates AssignmentError (§3.2).
+// AssignmentErrorKind enumerates AssignmentError (consumer §3.2).
 type AssignmentErrorKind uint8
 
 const (
@@ -235,7 +235,7 @@ func (k AssignmentErrorKind) String() string {
 	return "assignment_error(" + strconv.Itoa(int(k)) + ")"
 }
 
-// AssignmentError is a rejected assignment (§3.2). errors.Is matches the
+// AssignmentError is a rejected assignment (consumer §3.2). errors.Is matches the
 // sentinel of the same kind (ErrWrongConsumerInstance, …,
 // ErrStaleAssignmentEpoch) and ErrAssignment for any kind.
 type AssignmentError struct {
@@ -274,7 +274,7 @@ var (
 	ErrStaleAssignmentEpoch  error = &AssignmentError{Kind: AssignStaleAssignmentEpoch}
 )
 
-// validateAssignment applies §3.2 in order for lane of manifest m, given the
+// validateAssignment applies consumer §3.2 in order for lane of manifest m, given the
 // lane's last assignment epoch (hasLast == false before the first assign,
 // which accepts any epoch including 0). Shared by LaneIngestor.Assign and
 // the ingestion pool's admission check.

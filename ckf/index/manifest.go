@@ -6,7 +6,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// Manifest is GlobalCkfManifest (spec §2.1): the immutable description of
+// Manifest is GlobalCkfManifest (consumer §2.1): the immutable description of
 // one global indexer — its consumer instance, its single indexer domain, the
 // CKF format every lane must publish, and the fixed physical lane → PoolID
 // map (at most LaneCount lanes).
@@ -35,7 +35,7 @@ type ManifestWarningKind uint8
 const (
 	// WarnDefaultDerivedDomainAcrossDCs: more than one DC is configured and
 	// at least one digest of the indexer domain is DefaultDerived, so the
-	// DCs are joined on a default-derived identity. Allowed (§2.1 rule 5);
+	// DCs are joined on a default-derived identity. Allowed (consumer §2.1 rule 5);
 	// the reference logs a warning.
 	WarnDefaultDerivedDomainAcrossDCs ManifestWarningKind = iota + 1
 )
@@ -60,7 +60,7 @@ func (w ManifestWarning) String() string {
 	return "ckf: manifest warning " + strconv.Itoa(int(w.Kind))
 }
 
-// ManifestErrorKind enumerates the manifest build errors (§2.1).
+// ManifestErrorKind enumerates the manifest build errors (consumer §2.1).
 type ManifestErrorKind uint8
 
 const (
@@ -124,7 +124,7 @@ var (
 //
 // When more than one DC is configured and domain relies on a
 // DefaultDerived digest, the manifest is still built and one
-// WarnDefaultDerivedDomainAcrossDCs warning is returned (§2.1 rule 5).
+// WarnDefaultDerivedDomainAcrossDCs warning is returned (consumer §2.1 rule 5).
 //
 // The format is not validated here; NewGlobalIndexer validates it when it
 // sizes the table.

@@ -10,7 +10,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// IngestionPool is GlobalCkfIngestionPool (spec §4): the bounded,
+// IngestionPool is GlobalCkfIngestionPool (consumer §4): the bounded,
 // lane-sticky transport in front of the lane ingestors of one
 // GlobalIndexer. At construction it claims every configured lane and hands
 // each lane's ingestor to one worker goroutine chosen by the sticky hash,
@@ -65,7 +65,7 @@ type poolHooks struct {
 	noWatchdog bool
 }
 
-// NewIngestionPool builds the pool over g (§4.1): validates cfg, claims every
+// NewIngestionPool builds the pool over g (consumer §4.1): validates cfg, claims every
 // configured lane of g (so g must have no claimed lane), and starts
 // cfg.Workers workers plus the lag watchdog. Call Close to stop them.
 func NewIngestionPool(g *GlobalIndexer, cfg IngestionPoolConfig) (*IngestionPool, error) {
@@ -170,8 +170,8 @@ func (p *IngestionPool) laneFor(lane uint8) (*laneControl, *worker, error) {
 	return lc, w, nil
 }
 
-// Assign (§4.5) validates the assignment against the lane's admission
-// record (§3.2; *AssignmentError, nothing changes), then bumps the epoch,
+// Assign (consumer §4.5) validates the assignment against the lane's admission
+// record (consumer §3.2; *AssignmentError, nothing changes), then bumps the epoch,
 // clears readiness before the lease changes, records the new lease
 // (Transitioning) and has the worker assign the ingestor. On success the
 // lane awaits a snapshot. A fenced lane returns ErrAdmissionEpochExhausted.
@@ -229,7 +229,7 @@ func (p *IngestionPool) Assign(ctx context.Context, id ckf.ProducerIdentity, lea
 	return nil
 }
 
-// InstallSnapshot (§4.5) sends a barrier snapshot for the lane's current
+// InstallSnapshot (consumer §4.5) sends a barrier snapshot for the lane's current
 // lease to its worker. Outcomes: SnapshotInstalled (lane Active);
 // IgnoredStaleOrDuplicate (an Active lane stays Active, no rollback);
 // LaneDeactivated with an InactiveSnapshotInstallFailure fault (lease kept,
@@ -293,7 +293,7 @@ func (lc *laneControl) admitControlLocked(lease ckf.LaneLease, allowAwaiting boo
 	return nil
 }
 
-// SubmitDelta admits one delta for asynchronous application (§4.6) and
+// SubmitDelta admits one delta for asynchronous application (consumer §4.6) and
 // returns once it is enqueued; it never blocks on a full queue. Checks, in
 // order: lane Active (else ErrLaneUnassigned / ErrAwaitingSnapshot /
 // ErrLaneRetired) with the current lease (ErrLaneRetired); lag (the oldest
@@ -374,7 +374,7 @@ func (p *IngestionPool) SubmitDelta(ctx context.Context, d *ckf.Delta) error {
 	return ErrSaturated
 }
 
-// CompleteDrain (§4.5) sends a drain marker through the lane's FIFO, after
+// CompleteDrain (consumer §4.5) sends a drain marker through the lane's FIFO, after
 // every delta admitted before it, and returns the ingestor's verdict:
 // DrainAcknowledged, or LaneDeactivated (TerminalSequenceMismatch; the lane
 // is retired). The lane must be Active on marker's lease, else
@@ -409,7 +409,7 @@ func (p *IngestionPool) CompleteDrain(ctx context.Context, m ckf.DrainMarker) (I
 // RetireLane retires the lane's admission if lease is its current lease
 // (ready bit cleared, epoch bumped, lease dropped); otherwise it returns
 // ErrLaneRetired and changes nothing. The reference's retire_lane(lease) is
-// not published (spec §4.7, UNKNOWN); this is the presumed semantics.
+// not published (consumer §4.7, UNKNOWN); this is the presumed semantics.
 func (p *IngestionPool) RetireLane(lease ckf.LaneLease) error {
 	lc, _, err := p.laneFor(lease.Lane)
 	if err != nil {

@@ -8,10 +8,10 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// Ingestion-pool configuration, errors and fault diagnostics (spec §4.1,
+// Ingestion-pool configuration, errors and fault diagnostics (consumer §4.1,
 // §4.5–§4.7).
 
-// Defaults of IngestionPoolConfig (§1.2).
+// Defaults of IngestionPoolConfig (consumer §1.2).
 const (
 	DefaultIngestionWorkers        = 4
 	DefaultIngestionQueueCapacity  = 256
@@ -27,7 +27,7 @@ const (
 // full lane", Rust's None).
 type IngestionPoolConfig struct {
 	// Workers is the number of lane-sticky worker goroutines (> 0, default
-	// 4). Lanes map to workers with the sticky hash of §4.2.
+	// 4). Lanes map to workers with the sticky hash of consumer §4.2.
 	Workers int
 	// QueueCapacity is the bounded FIFO length per worker, shared by every
 	// lane on that worker (> 0, default 256). A full queue on SubmitDelta
@@ -144,7 +144,7 @@ func (e *OutstandingImageLimitError) Error() string {
 // Is matches ErrOutstandingImageLimit.
 func (e *OutstandingImageLimitError) Is(target error) bool { return target == ErrOutstandingImageLimit }
 
-// PoolErrorDisposition maps a pool error to its failure disposition (§4.7):
+// PoolErrorDisposition maps a pool error to its failure disposition (consumer §4.7):
 // Saturated and OutstandingImageLimit are gap-class
 // (ConsumerGapOrMalformedBeforeWrite); DirtyToAppliedAgeExceeded,
 // ControlTimeout and WorkerFailed are ConsumerWorkerFailureMidApply

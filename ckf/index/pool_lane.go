@@ -9,7 +9,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// laneState is the pool-side admission state of one lane (§4.3). The
+// laneState is the pool-side admission state of one lane (consumer §4.3). The
 // permanently fenced state is the separate terminal flag laneControl.fenced.
 type laneState uint8
 
@@ -21,7 +21,7 @@ const (
 	laneRetired
 )
 
-// laneControl is the per-lane admission control block (§4.3).
+// laneControl is the per-lane admission control block (consumer §4.3).
 //
 // Locking: mu (the admission mutex) guards every field below it and is held
 // only briefly, never while waiting for a worker. transition serialises the
@@ -33,7 +33,7 @@ const (
 // and published (atomic store) to published, which the worker compares
 // with the epoch each command carried at admission. A command admitted
 // under an older epoch is stale and never runs; a command that was running
-// when the epoch moved has its effect retired right after it (§4.4).
+// when the epoch moved has its effect retired right after it (consumer §4.4).
 // Readiness can only be published by a snapshot activation, which runs under
 // mu and re-checks the epoch, so an in-flight command can never re-publish
 // readiness after a retirement.
@@ -59,7 +59,7 @@ type laneControl struct {
 	outstanding       outstandingFIFO // admitted, not yet applied; oldest first
 }
 
-// retireAdmissionLocked is retire-admission (§4.3); mu must be held. It
+// retireAdmissionLocked is retire-admission (consumer §4.3); mu must be held. It
 // clears the ready bit while holding mu, bumps and publishes the epoch,
 // drops the lease and moves to Retired. If the epoch would overflow the
 // lane is permanently fenced instead and ErrAdmissionEpochExhausted is
@@ -114,7 +114,7 @@ func (lc *laneControl) lagExceededLocked(now time.Time, maxAge time.Duration) bo
 	return lc.outstanding.Len() > 0 && now.Sub(lc.outstanding.oldest().admitted) >= maxAge
 }
 
-// stickyWorker is the sticky lane → worker function of §4.2 (a SplitMix64
+// stickyWorker is the sticky lane → worker function of consumer §4.2 (a SplitMix64
 // finaliser over consumer XOR lane·golden-ratio), reduced mod workers.
 func stickyWorker(consumer ckf.ConsumerInstanceID, lane uint8, workers int) int {
 	v := uint64(consumer) ^ (uint64(lane) * 0x9E3779B97F4A7C15)

@@ -91,7 +91,7 @@ func quietConfig() IngestionPoolConfig {
 	return cfg
 }
 
-// ---- §12 ingestion_pool.rs ---------------------------------------------------
+// ---- consumer §12 ingestion_pool.rs ------------------------------------------
 
 func TestPoolStickyWorkerFunction(t *testing.T) {
 	want := []int{2, 3, 1, 2, 1, 2, 1, 1, 1, 0, 1, 2, 2, 3, 2, 1}
@@ -368,7 +368,7 @@ func TestPoolLagWatchdogRetiresStalledLane(t *testing.T) {
 	}
 }
 
-// SubmitDelta itself enforces the lag bound (§4.6 step 2).
+// SubmitDelta itself enforces the lag bound (consumer §4.6 step 2).
 func TestPoolSubmitChecksLag(t *testing.T) {
 	var fakeNanos atomic.Int64
 	base := time.Unix(1_000_000, 0)

@@ -108,7 +108,7 @@ func (p *IngestionPool) failWorker(w *worker, panicValue any) {
 		Disposition: ckf.DispositionOf(ckf.ConsumerWorkerFailureMidApply)})
 }
 
-// handle runs one command with the epoch fencing of §4.4.
+// handle runs one command with the epoch fencing of consumer §4.4.
 func (p *IngestionPool) handle(w *worker, cmd *command) {
 	if cmd.kind == cmdRun {
 		cmd.fn()
@@ -188,7 +188,7 @@ func (p *IngestionPool) rejectStale(cmd *command) {
 	}
 }
 
-// activationGuard returns the pool's snapshot activation guard (§4.4): under
+// activationGuard returns the pool's snapshot activation guard (consumer §4.4): under
 // the admission mutex, activate only if the lane is not fenced, its epoch is
 // still the command's, its lease is the snapshot's lease and it is
 // AwaitingSnapshot; the lane then becomes Active in the same critical

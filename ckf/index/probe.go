@@ -6,13 +6,13 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// Transposed probe kernels (spec §5.3).
+// Transposed probe kernels (consumer §5.3).
 //
 // A probe asks, for all sixteen lanes at once, whether fingerprint fp is in
 // any of the four slots of the lane's word in row A or row B. The reference
 // applies the SWAR has-zero test per word and ORs per lane. Done naively that
 // is ~30 ALU operations and a branchy gather per lane (≈55 ns per probe in
-// plain Go, PERFORMANCE-ANCHORS §1g). probeRows formulates it with ~10
+// plain Go, design §6.3). probeRows formulates it with ~10
 // branch-free operations per lane:
 //
 //	xa = wa ^ rep, xb = wb ^ rep           // a matching slot becomes 0x0000
@@ -31,7 +31,7 @@ import (
 //
 // Every word is read with an atomic 64-bit load (a plain MOV on amd64), so a
 // probe concurrent with stores is race-free and may observe any mix of old
-// and new words (§5.5).
+// and new words (consumer §5.5).
 
 // probeRowsRef is the obviously-correct reference: per lane, per row,
 // Bucket.Contains. Tests and benchmarks only.

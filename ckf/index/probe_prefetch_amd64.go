@@ -15,7 +15,7 @@ import (
 //go:noescape
 func prefetch4(a, b unsafe.Pointer)
 
-// prefetchRows prefetches the two rows of a probe (§5.4).
+// prefetchRows prefetches the two rows of a probe (consumer §5.4).
 func prefetchRows(ra, rb *[ckf.LaneCount]uint64) {
 	prefetch4(unsafe.Pointer(ra), unsafe.Pointer(rb))
 }

@@ -4,7 +4,7 @@ package index
 
 import "github.com/ckf-stream/ckf-stream/ckf"
 
-// prefetchRows is a no-op where no prefetch instruction is wired up (§5.4:
+// prefetchRows is a no-op where no prefetch instruction is wired up (consumer §5.4:
 // x86-64 only).
 func prefetchRows(ra, rb *[ckf.LaneCount]uint64) {}
 

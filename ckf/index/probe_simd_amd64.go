@@ -17,7 +17,7 @@ import "simd/archsimd"
 // Memory-ordering note: a 256-bit load is not specified as four atomic
 // 64-bit loads, and the race detector does not see it. On x86-64 an aligned
 // 32-byte load never tears an aligned 8-byte element in practice, and the
-// weak-read contract (§5.5) tolerates any mix of old and new words, so the
+// weak-read contract (consumer §5.5) tolerates any mix of old and new words, so the
 // kernel is acceptable for the experiment build; the default build uses
 // atomic 64-bit loads only.
 

@@ -8,17 +8,17 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// transposedTable is TransposedCkfTable<16> (spec §5.1): bucketCount rows of
+// transposedTable is TransposedCkfTable<16> (consumer §5.1): bucketCount rows of
 // LaneCount words, bucket-major and lane-minor, so the word of (bucket b,
 // lane l) is words[b*LaneCount+l] and one probe of all sixteen lanes touches
 // exactly one 128-byte row per candidate bucket.
 //
 // Deviation from the reference (which only has natural 8-byte alignment,
-// §5.1 and §15): the first row is aligned to 128 bytes, so every row is
+// consumer §5.1 and §15): the first row is aligned to 128 bytes, so every row is
 // exactly two 64-byte cache lines and a probe touches four lines, never six.
 // This changes no observable behaviour.
 //
-// Memory-ordering contract ("weak read", §5.5):
+// Memory-ordering contract ("weak read", consumer §5.5):
 //
 //   - Every word is written with one 64-bit atomic store (store) and read with
 //     one 64-bit atomic load (load, probe). Go's sync/atomic operations are
@@ -30,7 +30,7 @@ import (
 //     negative). A snapshot's words are all stored before the lane's ready
 //     bit is set, so a query that observed the bit (one load of the ready
 //     mask per query) observes the complete snapshot or something newer.
-//   - No lock, seqlock, double buffer or retry is used, by design (§5.5).
+//   - No lock, seqlock, double buffer or retry is used, by design (consumer §5.5).
 //
 // The table itself does not know about readiness; probe always evaluates all
 // sixteen lanes and the caller masks the result with its captured ready
@@ -74,7 +74,7 @@ func (t *transposedTable) load(b uint64, lane int) uint64 {
 }
 
 // store writes the word of (b, lane) with one atomic 64-bit store
-// (store_image, §5.2). It is the only write path of the consumer; there are
+// (store_image, consumer §5.2). It is the only write path of the consumer; there are
 // no read-modify-write updates.
 func (t *transposedTable) store(b uint64, lane int, v uint64) {
 	atomic.StoreUint64(&t.words[b*ckf.LaneCount+uint64(lane)], v)
@@ -97,14 +97,14 @@ func (t *transposedTable) laneWords(lane int, dst []uint64) []uint64 {
 }
 
 // probe returns the 16-lane hit mask of fingerprint fp in buckets a and b
-// (§5.3): bit l is set iff lane l's word in a or in b holds fp in some slot.
+// (consumer §5.3): bit l is set iff lane l's word in a or in b holds fp in some slot.
 // fp must be non-zero (empty slots would match 0). a and b must be <
 // buckets. It evaluates all lanes regardless of readiness.
 func (t *transposedTable) probe(fp uint16, a, b uint64) uint16 {
 	return probeRows(t.row(a), t.row(b), fp)
 }
 
-// prefetch touches the rows of a and b ahead of a probe (§5.4); a pure
+// prefetch touches the rows of a and b ahead of a probe (consumer §5.4); a pure
 // optimisation with no semantic effect.
 func (t *transposedTable) prefetch(a, b uint64) {
 	prefetchRows(t.row(a), t.row(b))

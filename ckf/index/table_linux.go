@@ -14,7 +14,7 @@ const hugePageBytes = 2 << 20
 // adviseHugePages asks the kernel to back the table with transparent huge
 // pages (madvise MADV_HUGEPAGE on the 2 MiB-aligned interior). A 2^20-bucket
 // table is 128 MiB; huge pages cut TLB misses on random probes (measured
-// 10–25 % on DRAM-bound probes, PERFORMANCE-ANCHORS §4). Best effort: the
+// 10–25 % on DRAM-bound probes, design §6.3). Best effort: the
 // result is ignored and small tables are left alone. The memory stays owned
 // by the Go heap; the advice is only a hint to the kernel.
 func adviseHugePages(words []uint64) {

@@ -7,7 +7,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// DcState is DcCkfState (spec §7, G3): the exact per-DC producer.
+// DcState is DcCkfState (producer §7, G3): the exact per-DC producer.
 //
 // It keeps, per source (worker, dp rank), the engine vocabulary
 // external id -> canonical hash (the lineage), and per canonical hash the
@@ -80,7 +80,7 @@ type ownerEntry struct {
 	resident bool
 }
 
-// Telemetry is the producer's saturating diagnostic counters (§7.1).
+// Telemetry is the producer's saturating diagnostic counters (producer §7.1).
 type Telemetry struct {
 	UnknownRemovals        uint64
 	ParentNotFound         uint64
@@ -113,7 +113,7 @@ const (
 // LaneRngSeed(seed, 0), materialization enabled. Errors are *BuildError:
 // config errors, and ErrCapacityOverflow for a bucket count above 2^32 or
 // a byte size that overflows. Go cannot report a failed allocation (the
-// runtime aborts), so the producer config, which applies no cap (§5.2),
+// runtime aborts), so the producer config, which applies no cap (producer §5.2),
 // should be bounded by the caller; the WAN cap MaxWireBucketCount (2^24
 // buckets, 128 MiB of words) is reached at about 53.7 M expected blocks.
 func NewDcState(cfg ckf.CkfConfig) (*DcState, error) {
@@ -248,7 +248,7 @@ func (s *DcState) sortedSources() []ckf.SourceKey {
 	return keys
 }
 
-// DcStats is the diagnostic stats view (§7.8).
+// DcStats is the diagnostic stats view (producer §7.8).
 type DcStats struct {
 	// Aggregation.
 	MemberCount         uint64

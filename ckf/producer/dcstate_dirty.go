@@ -6,7 +6,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// pubWindow is the publication window (§7.6): a dirty bitmap of
+// pubWindow is the publication window (producer §7.6): a dirty bitmap of
 // ceil(bucket_count/64) words, the insertion-ordered dirty list and, in
 // parallel, each dirty bucket's first pre-mutation word in this window.
 // Only successful physical mutations mark buckets; rolled-back kicks never
@@ -66,7 +66,7 @@ func (s *DcState) markTouches(ts []Touch) {
 	s.tel.PhysicalTouches = satAdd(s.tel.PhysicalTouches, uint64(len(ts)))
 }
 
-// drain is drain_publication (§7.6). It returns the absolute images of the
+// drain is drain_publication (producer §7.6). It returns the absolute images of the
 // dirty buckets whose word differs from the window's first-touch original,
 // in first-touch order, or nil when there is nothing to publish (nothing
 // pending, every dirty bucket net-reverted, or materialization disabled).
@@ -125,7 +125,7 @@ func (s *DcState) SetPublicationMaterializationEnabled(enabled bool) {
 // PublicationMaterializationEnabled reports the flag (initially true).
 func (s *DcState) PublicationMaterializationEnabled() bool { return s.win.materialize }
 
-// BarrierSnapshot is barrier_snapshot (§7.7): it copies every bucket word
+// BarrierSnapshot is barrier_snapshot (producer §7.7): it copies every bucket word
 // first and only then drains the window into tail (nil if nothing to
 // publish). If the copy cannot be reserved it returns
 // ErrBuildAllocationFailed and the dirty tail stays pending, so the next

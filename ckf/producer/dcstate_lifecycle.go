@@ -112,7 +112,7 @@ func (s *DcState) ReplaceRank(source ckf.SourceKey, r *RankReplacement) ([]ckf.B
 	return s.ReplaceRanks(map[ckf.SourceKey]*RankReplacement{source: r})
 }
 
-// ReplaceRanks is the transactional off-side rebuild (§7.5): a fresh state
+// ReplaceRanks is the transactional off-side rebuild (producer §7.5): a fresh state
 // with the same config (fresh RNG, empty filter) re-installs every retained
 // source in ascending source order from its lineage, then each replacement
 // in ascending order (nil = empty). Any error leaves s untouched and

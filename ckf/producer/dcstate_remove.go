@@ -7,7 +7,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// remove is §7.4: it drops source's mapping of ext. It returns false (and
+// remove is producer §7.4: it drops source's mapping of ext. It returns false (and
 // changes nothing) for an unknown (source, ext) pair: removals never delete
 // by fingerprint. On the last owner of a resident canonical it removes one
 // fingerprint first; if that fingerprint is missing it returns
@@ -95,7 +95,7 @@ type EventOutcome struct {
 	PublicationBoundary bool
 }
 
-// ApplyEvent is apply_event (§7.2).
+// ApplyEvent is apply_event (producer §7.2).
 //
 //  1. Residency gate: a non-primary event returns the zero outcome and
 //     changes nothing (no counters); an unresolvable residency returns

@@ -14,7 +14,7 @@ type newMapping struct {
 }
 
 // preparedStore is the pure result of validating one store against a
-// source's lineage (§7.3 "Prepare"): nothing has been mutated yet.
+// source's lineage (producer §7.3 "Prepare"): nothing has been mutated yet.
 type preparedStore struct {
 	mappings   []newMapping        // new (external, canonical) pairs, in block order
 	candidates []ckf.CanonicalHash // canonicals of new mappings, deduplicated
@@ -178,7 +178,7 @@ func ownerIncrements(ms []newMapping) []canonInc {
 	return out
 }
 
-// storeBatch is §7.3 "Commit": every fallible check (overflow, lineage and
+// storeBatch is producer §7.3 "Commit": every fallible check (overflow, lineage and
 // dirty-window reservations) happens before the first mutation. It returns
 // the number of capacity omissions among new candidates (re-offer
 // omissions are silent). The only error after the first mutation would be

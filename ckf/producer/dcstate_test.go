@@ -1,6 +1,7 @@
 package producer
 
-// Behaviour -> test (producer spec §13). All in package ckf.
+// Behaviour -> test (producer §13). Tests without a file name are in this file; 42-44, 48, 49
+// and 55 test the shared core and live in package ckf.
 //
 //	 1 TestBehaviour01_SharedOwnership                      dcstate_test.go
 //	 2 TestBehaviour02_ClearOneRankKeepsSiblingAndSharedHash
@@ -43,20 +44,20 @@ package producer
 //	39 TestBehaviour39_ReplacementSnapshotEmitsOldTailFirst publisher_test.go
 //	40 TestBehaviour40_FailedOldTailThenRetry               publisher_test.go
 //	41 TestBehaviour41_SequenceRollover                     publisher_test.go
-//	42 TestBehaviour42_ConfigBucketCountWithoutAllocating   producer_vectors_test.go
-//	43 TestBehaviour43_SwarMembershipAndSlotHelpers         producer_vectors_test.go
-//	44 TestBehaviour44_AddressingVectorsAndProperties       producer_vectors_test.go
+//	42 TestBehaviour42_ConfigBucketCountWithoutAllocating   ckf/vectors_test.go
+//	43 TestBehaviour43_SwarMembershipAndSlotHelpers         ckf/vectors_test.go
+//	44 TestBehaviour44_AddressingVectorsAndProperties       ckf/vectors_test.go
 //	45 TestBehaviour45_FailedBoundedRelocationRestoresEveryWord mutator_test.go
 //	46 TestBehaviour46_SameRepresentationKeepsTwoCopies     mutator_test.go
 //	47 TestBehaviour47_InsertRemove128In64BucketsDrains     mutator_test.go
-//	48 TestBehaviour48_CapacityDispositionAndMidApply       producer_failure_test.go
-//	49 TestBehaviour49_CapacityVsAllocationActions          producer_failure_test.go
+//	48 TestBehaviour48_CapacityDispositionAndMidApply       ckf/failure_test.go
+//	49 TestBehaviour49_CapacityVsAllocationActions          ckf/failure_test.go
 //	50 TestBehaviour50_AdapterPublishThenExactDrain         publisher_test.go
 //	51 TestBehaviour51_AdapterDeliveryFailureRecovery       publisher_test.go
 //	52 TestBehaviour52_AdapterFailedRecoveryKeepsAdmissionClosed publisher_test.go
 //	53 TestBehaviour53_AdapterDroppedFinalDeltaCaught       publisher_test.go
 //	54 TestBehaviour54_AdapterCapacityOmissionNeverRetiresLane publisher_test.go
-//	55 TestBehaviour55_CanonicalRootAndChild                producer_vectors_test.go
+//	55 TestBehaviour55_CanonicalRootAndChild                ckf/vectors_test.go
 
 import (
 	"errors"

@@ -1,7 +1,7 @@
 // Package producer is the DC side of the CKF index: the exact ownership model
 // of one DC pool's KV cache (DcState) with its packed cuckoo filter, and the
 // Publisher that turns the filter's changes into sequenced deltas of absolute
-// bucket images and barrier snapshots (producer spec §6–§8).
+// bucket images and barrier snapshots (producer §6–§8).
 //
 // DcState is an actor: one goroutine applies events in order. Every event is
 // validated before its first mutation, so an error means nothing of that event

@@ -6,8 +6,8 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// Go model of Dynamo's RouterEvent / KvCacheEvent (producer spec §7.2–§7.3,
-// consumer spec §10). Plain values; the producer never retains them.
+// Go model of Dynamo's RouterEvent / KvCacheEvent (producer §7.2–§7.3,
+// consumer §10). Plain values; the producer never retains them.
 
 // StorageTier is the storage medium an event refers to. Only
 // StorageTierDevice events (and clears) reach the filter. The zero value is
@@ -143,7 +143,7 @@ func (e RouterEvent) Source() ckf.SourceKey {
 	return ckf.SourceKey{Worker: e.WorkerID, Rank: e.Event.DpRank}
 }
 
-// targetsPrimary is the residency gate (§7.2 step 1). It returns
+// targetsPrimary is the residency gate (producer §7.2 step 1). It returns
 // (primary, nil), or (false, ErrUnsupportedResidencyDomain) when the domain
 // cannot be resolved:
 //

@@ -7,7 +7,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// Mutator (spec §6): SplitMix64, bounded-kick insertion with full rollback,
+// Mutator (producer §6): SplitMix64, bounded-kick insertion with full rollback,
 // and removal over the producer's packed lane.
 
 // splitMixIncrement is the SplitMix64 state increment (golden ratio).
@@ -110,7 +110,7 @@ func (f *PackedFilter) ContainsProbe(p ckf.Probe) bool {
 }
 
 // Insert stores one fingerprint of hash with at most maxKicks relocations
-// (spec §6.2). On success it returns the touched log in write order (a
+// (producer §6.2). On success it returns the touched log in write order (a
 // bucket may appear more than once); the slice aliases internal scratch and
 // is valid only until the next mutation. On failure it restores every
 // logged word in reverse order, so the words are identical to before, and
@@ -136,7 +136,7 @@ func (f *PackedFilter) InsertProbe(p ckf.Probe, maxKicks uint64) ([]Touch, error
 	return f.insertB(p.Fingerprint, p.BucketA, p.BucketB, wa, maxKicks)
 }
 
-// The procedure below is §6.2 step for step (a, then b, then the walk). It
+// The procedure below is producer §6.2 step for step (a, then b, then the walk). It
 // departs from a literal transcription only where nothing can observe it:
 // the lowest empty slot is found with one SWAR mask instead of a branch per
 // slot, delta(fp) is computed rather than read from the 256 KiB table (a
@@ -162,7 +162,7 @@ func (f *PackedFilter) insertB(fp uint16, a, b, wa, maxKicks uint64) ([]Touch, e
 	return f.relocate(fp, a, b, wa, wb, maxKicks)
 }
 
-// relocate is the bounded kick walk of §6.2, entered when both candidates
+// relocate is the bounded kick walk of producer §6.2, entered when both candidates
 // (words wa, wb) are full. It is a separate function so that its loop gets
 // a register allocation of its own.
 func (f *PackedFilter) relocate(fp uint16, a, b, wa, wb, maxKicks uint64) ([]Touch, error) {
@@ -218,7 +218,7 @@ func splitMixStep(s uint64) (uint64, uint64) {
 }
 
 // Remove clears one slot holding hash's fingerprint, trying bucket A then
-// B (spec §6.3), and returns the write. Any slot with the same fingerprint
+// B (producer §6.3), and returns the write. Any slot with the same fingerprint
 // in either candidate is equivalent (same representation). If neither
 // bucket holds the fingerprint it returns ErrIndexerInvariantViolation (the
 // caller believed the hash resident) and changes nothing. Both words are

@@ -7,7 +7,7 @@ import (
 )
 
 // Inline addressing for the mutator's hot paths. The functions below
-// evaluate exactly the formulas of spec §3 (tested against Addressing for
+// evaluate exactly the formulas of producer §3 (tested against Addressing for
 // every fingerprint and against the published vectors), specialised to the
 // input sizes the spec fixes: XXH3-64 of an 8-byte little-endian hash (the
 // 4..8-byte path of XXH3) and of a 2-byte little-endian fingerprint (the
@@ -65,7 +65,7 @@ func (k *probeKeys) probe(h uint64) (uint16, uint64) {
 	return fp, (m >> 16) & k.mask
 }
 
-// delta is delta(fp) of spec §3: XXH3_64(LE16(fp), seed ^ domain) & mask,
+// delta is delta(fp) of producer §3: XXH3_64(LE16(fp), seed ^ domain) & mask,
 // 0 -> 1.
 func (k *probeKeys) delta(fp uint16) uint64 {
 	c := uint64(fp)

@@ -10,11 +10,11 @@ import (
 )
 
 // Reference-model tests for the optimised mutator (mutator.go,
-// mutator_addr.go): a direct transcription of spec §6.2/§6.3 over the
+// mutator_addr.go): a direct transcription of producer §6.2/§6.3 over the
 // table-based Addressing is driven side by side with PackedFilter, and every
 // observable (touched logs, errors, words, RNG state) must match.
 
-// refInsert is spec §6.2 one slot operation at a time.
+// refInsert is producer §6.2 one slot operation at a time.
 func refInsert(f *PackedFilter, p ckf.Probe, maxKicks uint64) ([]Touch, error) {
 	var log []Touch
 	place := func(bucket uint64, fp uint16) bool {
@@ -53,7 +53,7 @@ func refInsert(f *PackedFilter, p ckf.Probe, maxKicks uint64) ([]Touch, error) {
 	return nil, ckf.ErrCapacityExhausted
 }
 
-// refRemove is spec §6.3.
+// refRemove is producer §6.3.
 func refRemove(f *PackedFilter, h uint64) (Touch, error) {
 	p := f.addr.Probe(h)
 	for _, b := range [2]uint64{p.BucketA, p.BucketB} {
@@ -109,7 +109,7 @@ func TestInlineProbeMatchesAddressing(t *testing.T) {
 			}
 		}
 	}
-	// The spec vectors (§3), through the inline path.
+	// The spec vectors (producer §3), through the inline path.
 	a, _ := ckf.NewAddressing(1024, 0x123456789ABCDEF0)
 	k := newProbeKeys(a)
 	for _, v := range []struct {

@@ -79,7 +79,7 @@ func prodWantErr(t testing.TB, got, want error) {
 	}
 }
 
-// checkInvariants verifies the DcState ownership invariants (§7.1) by
+// checkInvariants verifies the DcState ownership invariants (producer §7.1) by
 // recomputing everything from the lineage.
 func checkInvariants(s *DcState) error {
 	counts := make(map[ckf.CanonicalHash]uint64)

@@ -104,7 +104,7 @@ type PublishOutcome struct {
 	ImageCount int
 }
 
-// Publisher is DcCkfPublisher (§8.2): it stamps DcState batches with the
+// Publisher is DcCkfPublisher (producer §8.2): it stamps DcState batches with the
 // producer identity, the current lease and a sequence that is per producer
 // generation (not per lease), and enforces the fence rules. Not safe for
 // concurrent use (one per pool, driven by the pool actor).
@@ -135,7 +135,7 @@ func (p *Publisher) LastSequence() uint64 { return p.last }
 // Fenced returns the fence reason (FenceNone if not fenced).
 func (p *Publisher) Fenced() FenceReason { return p.fenced }
 
-// Publish sends one batch (§8.2):
+// Publish sends one batch (producer §8.2):
 //  1. fenced -> *FencedError;
 //  2. no lease -> PublishNoSubscriber, the batch is discarded, sequence
 //     unchanged;
@@ -192,7 +192,7 @@ func (e *SnapshotError) Error() string { return "ckf: barrier snapshot failed: "
 // Unwrap returns the cause.
 func (e *SnapshotError) Unwrap() error { return e.Err }
 
-// SnapshotAfterBarrier installs newLease behind a barrier (§8.2):
+// SnapshotAfterBarrier installs newLease behind a barrier (producer §8.2):
 //  1. last == 2^64-1 or fenced SequenceExhausted -> ErrSequenceExhausted
 //     (a new producer generation is needed);
 //  2. state.BarrierSnapshot(); a build error -> *SnapshotError (the tail

@@ -3,7 +3,7 @@ package producer
 // Publisher behaviours 36–41 and local-adapter behaviours 50–54 (table at
 // the top of dcstate_test.go). The adapter tests use a test-local replica
 // lane (replicaLane) that applies the consumer acceptance rules of producer
-// spec §8.3, so these tests pin the producer's side of the contract
+// producer §8.3, so these tests pin the producer's side of the contract
 // independently of the consumer half's ingestor.
 
 import (
@@ -206,7 +206,7 @@ func TestPublisherNoSubscriberAndRetire(t *testing.T) {
 
 var errReplicaFault = errors.New("replica lane fault")
 
-// replicaLane applies the consumer acceptance rules of §8.3 to one lane.
+// replicaLane applies the consumer acceptance rules of producer §8.3 to one lane.
 type replicaLane struct {
 	identity  ckf.ProducerIdentity
 	lease     ckf.LaneLease
@@ -305,7 +305,7 @@ func (s *replicaSink) Enqueue(d ckf.Delta) error {
 
 var errAdmissionClosed = errors.New("admission closed")
 
-// localAdapter is a minimal LocalCkfAdapter (§8.4) over DcState, Publisher
+// localAdapter is a minimal LocalCkfAdapter (producer §8.4) over DcState, Publisher
 // and the replica.
 type localAdapter struct {
 	state     *DcState

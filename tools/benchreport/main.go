@@ -1,6 +1,6 @@
 // Command benchreport summarises Go benchmark output (the files written by `make bench` and
 // `make bench-e2e`): the median of every metric over the repetitions, each measured result as a
-// ratio to its baseline from the same run, the PERFORMANCE-ANCHORS targets met or missed, and a
+// ratio to its baseline from the same run, the targets of design §6 met or missed, and a
 // log2 fit of the cost per query against the query length.
 //
 //	go run ./tools/benchreport [-o report.md] [-csv dir] bench.txt [more.txt ...]
@@ -172,7 +172,7 @@ var ratioUnits = []string{"ns/op", "p50-ns", "p99-ns", "ms/install", "ns/block",
 
 func isRate(u string) bool { return strings.HasSuffix(u, "/s") }
 
-// target is one PERFORMANCE-ANCHORS target checked on a benchmark metric.
+// target is one target of design §6 checked on a benchmark metric.
 type target struct {
 	id, what string
 	match    *regexp.Regexp
@@ -212,8 +212,8 @@ var targets = []target{
 	t("T9", "delta produced -> visible p99 at 50 % load (ms)", `streams\.E2EDeltaVisibleLatency/load=50%$`, "p99-ms", true, 5),
 	t("T9", "produce ack -> visible p99 at 50 % load (ms; the indexer's share)", `streams\.E2EDeltaVisibleLatency/load=50%$`, "ack-to-visible-p99-ms", true, 5),
 	t("T8", "snapshot install end to end, per lane of 2^20 (ms)", `streams\.E2ERestore16Lanes2to20$`, "ms/lane", true, 60),
-	t("§6", "lane ingest / raw consume (DESIGN §6: >= 0.8)", `streams\.E2EIngestVsRaw/images=[0-9]+$`, "ingest/raw", false, 0.8),
-	t("§6", "HTTP query p99 on loopback, 1 caller (µs, well under 1 ms)", `streams\.E2EQueryHTTP/callers=1$`, "p99-µs", true, 1000),
+	t("design §6.1", "lane ingest / raw consume (>= 0.8)", `streams\.E2EIngestVsRaw/images=[0-9]+$`, "ingest/raw", false, 0.8),
+	t("design §6.1", "HTTP query p99 on loopback, 1 caller (µs, well under 1 ms)", `streams\.E2EQueryHTTP/callers=1$`, "p99-µs", true, 1000),
 	t("T6", "in-process queries/s, 1 caller, shared 128-block (>= 100k/core)", `streams\.E2EQueryInProcess/callers=1$`, "queries/s", false, 100000),
 }
 
@@ -347,7 +347,7 @@ func report(w *strings.Builder, res *results) {
 	fmt.Fprintln(w)
 
 	// 3. Targets.
-	fmt.Fprintln(w, "## Targets (PERFORMANCE-ANCHORS §3)")
+	fmt.Fprintln(w, "## Targets (design §6 of docs/design.md)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| target | what | benchmark | median | limit | verdict |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")

@@ -1,4 +1,4 @@
-// Package search is the pure prefix-search algorithm of consumer spec §7.
+// Package search is the pure prefix-search algorithm of consumer §7.
 //
 // The search answers, for every lane of a 16-bit mask at once, "how many
 // leading positions 0..n-1 appear present in that lane". A position's
@@ -7,20 +7,20 @@
 // loads), so the algorithm minimises probe calls and shares every call
 // between all lanes that need the same position:
 //
-//  1. position 0 is probed once (§7.1);
+//  1. position 0 is probed once (consumer §7.1);
 //  2. an exponential ("galloping") phase probes 1, 2, 4, … while any lane
-//     keeps hitting (§7.2);
+//     keeps hitting (consumer §7.2);
 //  3. a level-synchronised binary phase narrows every lane's [lower, upper)
-//     bracket, merging lanes whose midpoints coincide into one probe (§7.3);
+//     bracket, merging lanes whose midpoints coincide into one probe (consumer §7.3);
 //  4. the last w positions below each tentative depth are re-checked one by
-//     one (tail verification, §7.4);
+//     one (tail verification, consumer §7.4);
 //  5. a lane whose first verification miss is the left edge of its window
 //     re-scans the gap the binary search skipped ("provenance fallback",
-//     §7.5).
+//     consumer §7.5).
 //
 // Binary search assumes monotone membership. Cuckoo false positives, stable
 // capacity holes and torn multi-word deltas make membership non-monotone, so
-// the result is advisory: it may over- or under-report by design (§7.8). The
+// the result is advisory: it may over- or under-report by design (consumer §7.8). The
 // linear reference Linear is the exact answer the search
 // approximates; both agree on every monotone membership (property-tested).
 //
@@ -48,7 +48,7 @@ const (
 	MaxWindow = 8
 )
 
-// Linear is the exact linear reference (§7.6): lanes are removed
+// Linear is the exact linear reference (consumer §7.6): lanes are removed
 // from the active set at their first miss, so a lane's depth is the length of
 // its leading run of hits. Tests and benchmarks only.
 func Linear(n int, ready uint16, probe func(pos int) uint16) [Lanes]uint32 {
@@ -88,7 +88,7 @@ func saturateDepth(v int) uint32 {
 // lowestLane returns the index of the lowest set bit of m (m != 0).
 func lowestLane(m uint16) int { return bits.TrailingZeros16(m) }
 
-// Find is the production search (§7, with tail verification and provenance
+// Find is the production search (consumer §7, with tail verification and provenance
 // fallback) for n positions over the lanes in ready with the given
 // verification window; it returns one depth per lane (lanes outside ready are
 // 0). probe(pos) must return the 16-lane hit mask of position pos (0 <= pos <
@@ -115,7 +115,7 @@ func FindWith(n int, ready uint16, window int, probe func(pos int) uint16, prefe
 	}
 	nprobe := 0
 
-	// §7.1 initial probe.
+	// consumer §7.1 initial probe.
 	active := ready & probe(0)
 	nprobe++
 	if active == 0 {
@@ -131,7 +131,7 @@ func FindWith(n int, ready uint16, window int, probe func(pos int) uint16, prefe
 		upper[l] = n
 	}
 
-	// §7.2 exponential phase: 1, 2, 4, … while any lane keeps hitting; the
+	// consumer §7.2 exponential phase: 1, 2, 4, … while any lane keeps hitting; the
 	// prefetch runs exactly one sample ahead.
 	sampling := active
 	pos := 1
@@ -162,7 +162,7 @@ func FindWith(n int, ready uint16, window int, probe func(pos int) uint16, prefe
 		pos = next
 	}
 
-	// §7.3 grouped binary phase, level by level. Groups keep
+	// consumer §7.3 grouped binary phase, level by level. Groups keep
 	// first-appearance order (ascending lane of their first member).
 	var groupPos [Lanes]int
 	var groupLanes [Lanes]uint16
@@ -222,7 +222,7 @@ func FindWith(n int, ready uint16, window int, probe func(pos int) uint16, prefe
 		cursor[l] = s
 	}
 
-	// §7.4 tail verification. The reference builds the union of every
+	// consumer §7.4 tail verification. The reference builds the union of every
 	// active lane's window [start, upper) as position groups sorted
 	// ascending and probes each position once for the lanes of its group
 	// that are still verifying. Walking the per-lane cursors in lock-step
@@ -294,7 +294,7 @@ func FindWith(n int, ready uint16, window int, probe func(pos int) uint16, prefe
 		// in verifying is harmless because their cursor is at upper.
 	}
 
-	// §7.5 provenance fallback: scan [lower_pred+1, start) for left-edge
+	// consumer §7.5 provenance fallback: scan [lower_pred+1, start) for left-edge
 	// lanes, in lock-step, one probe per distinct cursor.
 	if fallback != 0 {
 		var end [Lanes]int

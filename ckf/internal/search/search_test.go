@@ -83,7 +83,7 @@ func TestSearchEmptyQueryAndEmptyMask(t *testing.T) {
 	}
 }
 
-// Spec §7.4 window contract on [1,1,1,0,1,1,1,1]: w=1 -> 8, w=8 -> 3.
+// The window contract of consumer §7.4 on [1,1,1,0,1,1,1,1]: w=1 -> 8, w=8 -> 3.
 func TestSearchWindowContract(t *testing.T) {
 	m := singleLane(1, 1, 1, 0, 1, 1, 1, 1)
 	if got := Find(len(m), 1, 1, m.probe)[0]; got != 8 {
@@ -97,7 +97,7 @@ func TestSearchWindowContract(t *testing.T) {
 	}
 }
 
-// Spec §7.2 tested schedule for n=9.
+// The schedule of consumer §7.2 for n=9.
 func TestSearchExponentialPrefetchSchedule(t *testing.T) {
 	r := &recorder{m: withHits(9, 9)}
 	FindWith(9, 1, 1, r.probe, r.prefetch, nil)
@@ -109,7 +109,7 @@ func TestSearchExponentialPrefetchSchedule(t *testing.T) {
 
 // Grouped binary phase: lanes with equal midpoints share one probe per
 // level; the whole schedule is pinned for a three-lane case (derived by hand
-// from §7.2–§7.4).
+// from consumer §7.2–§7.4).
 func TestSearchGroupedBinaryMidpointsOncePerLevel(t *testing.T) {
 	m := laneDepths(8, [Lanes]int{0: 5, 1: 5, 2: 3})
 	r := &recorder{m: m}
@@ -200,7 +200,7 @@ func TestSearchOverlappingWindowsStayPerLane(t *testing.T) {
 	}
 }
 
-// §7.4: window 8 repairs holes at offsets 1..8 below the end of a fully
+// consumer §7.4: window 8 repairs holes at offsets 1..8 below the end of a fully
 // present 33-block query; a hole 9 below the end stays advisory; w=1 does
 // not repair a hole at offset 2.
 func TestSearchWindowRepairsNearHoles(t *testing.T) {
@@ -224,7 +224,7 @@ func TestSearchWindowRepairsNearHoles(t *testing.T) {
 	}
 }
 
-// §7.5: a false pivot at 48 over a true depth of 40 (n=65) makes the binary
+// consumer §7.5: a false pivot at 48 over a true depth of 40 (n=65) makes the binary
 // search answer 49; the first verification miss is the window's left edge
 // (47), so the fallback scans [33, 47) and repairs the depth to 40.
 func TestSearchFallbackRepairsClippedFalsePivot(t *testing.T) {
@@ -239,7 +239,7 @@ func TestSearchFallbackRepairsClippedFalsePivot(t *testing.T) {
 	}
 }
 
-// §7.5: lanes in fallback are scanned in lock-step; a probe is shared only
+// consumer §7.5: lanes in fallback are scanned in lock-step; a probe is shared only
 // by lanes whose cursors are at the same position.
 func TestSearchFallbackStaggeredCursorsGroupedAtEqualPositions(t *testing.T) {
 	// Lanes 0 and 1: false pivot 48 over true depths 40 and 36 (n=65): both
@@ -288,7 +288,7 @@ func TestSearchFallbackStaggeredCursorsGroupedAtEqualPositions(t *testing.T) {
 	}
 }
 
-// §7.5: second-order provenance. lower_pred >= verification start skips the
+// consumer §7.5: second-order provenance. lower_pred >= verification start skips the
 // fallback (no inverted range); the documented residual stays.
 func TestSearchFallbackSecondOrderProvenanceSkipped(t *testing.T) {
 	// True depth 30; false hits at 32, 40, 44, 46, 47; w=3 → tentative 48,
@@ -304,7 +304,7 @@ func TestSearchFallbackSecondOrderProvenanceSkipped(t *testing.T) {
 	}
 }
 
-// §7.5 documented false-predecessor residual: when lower_pred is itself a
+// consumer §7.5 documented false-predecessor residual: when lower_pred is itself a
 // false hit the fallback starts above the true depth.
 func TestSearchFallbackFalsePredecessorResidual(t *testing.T) {
 	m := withHits(65, 30, 32, 48)
