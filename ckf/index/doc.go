@@ -2,12 +2,12 @@
 // indexer domain holds a transposed, bucket-major table shared by up to
 // sixteen lanes (one per DC pool), answers prefix-match queries over every
 // ready lane lock-free, and is written by one LaneIngestor per lane (consumer
-// consumer §2–§7).
+// §2–§7).
 //
-// A lane's ingestor is driven by exactly one goroutine: a worker of the
-// IngestionPool (consumer §4), the bounded transport with lane-sticky
-// workers, admission epochs and fail-closed limits. The Kafka indexer
-// (package streams) feeds the pool from one runner goroutine per lane
-// partition (design §1), using SubmitDeltas and Backlog to hand over runs
-// of deltas and to pace itself below the pool's limits.
+// A lane's ingestor is driven by exactly one goroutine. The Kafka indexer
+// (package streams) drives each ingestor from its lane's own goroutine
+// (design §1). IngestionPool (consumer §4) is the spec's in-process
+// transport, with lane-sticky workers, admission epochs and fail-closed
+// limits, for a producer that feeds an indexer in the same process; its
+// behaviours are the spec's and are tested as such.
 package index

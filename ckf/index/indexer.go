@@ -14,7 +14,8 @@ import (
 // Concurrency model: any number of goroutines may query (FindPrefixMatches,
 // ReadyLanes) at any time, without locks. Each configured lane is written by
 // at most one LaneIngestor (ClaimLane enforces a single owner), which is used
-// by a single goroutine (the lane's sticky worker in the ingestion pool).
+// by a single goroutine (the lane's goroutine in streams, or its sticky
+// worker in an IngestionPool).
 //
 // Memory-ordering contract. Go's sync/atomic operations are sequentially
 // consistent, which is at least as strong as every ordering the reference
