@@ -45,7 +45,7 @@ type lane struct {
 	bit  uint16
 	pool ckf.PoolID
 	log  *zap.Logger
-	in   *index.LaneIngestor // claimed in newLane, replaced after a panic, closed by close
+	in   *index.LaneIngestor // claimed by Indexer.Run, replaced after a panic, released by close
 
 	st    laneState
 	asm   assembly

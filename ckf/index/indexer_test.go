@@ -294,6 +294,33 @@ func TestNewGlobalIndexerValidatesWindowAndFormat(t *testing.T) {
 	}
 }
 
+// A closed ingestor no longer owns its lane: it refuses a new assignment and
+// every other input sees it unassigned, so it never writes the table or the
+// ready bit again, even while the lane has a new owner.
+func TestClosedIngestorNeverWrites(t *testing.T) {
+	f := newFixture(t, 1, 64, 2)
+	words := make([]uint64, 64)
+	words[3] = 7
+	old := f.readyLane(0, 1, 5, words)
+	old.Close()
+	if f.g.ReadyLanes() != 0 || f.g.ClaimedLanes() != 0 {
+		t.Fatalf("after Close: ready %b claimed %b", f.g.ReadyLanes(), f.g.ClaimedLanes())
+	}
+	owner := f.readyLane(0, 1, 9, make([]uint64, 64)) // the lane's new owner
+	if err := old.Assign(f.identity(0), f.lease(0, 2)); !errors.Is(err, ErrIngestorClosed) {
+		t.Fatalf("Assign on a closed ingestor: %v", err)
+	}
+	if out := old.InstallSnapshot(f.snapshot(0, 2, 10, words)); out.Kind != OutcomeIgnoredForeignLease {
+		t.Fatalf("snapshot on a closed ingestor: %v", out)
+	}
+	if out := old.ApplyDelta(f.delta(0, 1, 5, 6, ckf.BucketImage{Bucket: 4, Value: 9})); out.Kind != OutcomeIgnoredForeignLease {
+		t.Fatalf("delta on a closed ingestor: %v", out)
+	}
+	if f.word(3, 0) != 0 || f.word(4, 0) != 0 || f.g.ReadyLanes() != 1 || !owner.Ready() {
+		t.Fatal("a closed ingestor wrote the table or the ready bit")
+	}
+}
+
 func TestLaneHasSingleOwner(t *testing.T) {
 	f := newFixture(t, 2, 64, 2)
 	in := f.claim(0)

@@ -36,13 +36,12 @@ type LaneIngestor struct {
 	pool   ckf.PoolID
 	closed bool
 
-	assigned     bool
-	identity     ckf.ProducerIdentity
-	lease        ckf.LaneLease
+	state        ingestorState
+	identity     ckf.ProducerIdentity // valid unless state is unassigned
+	lease        ckf.LaneLease        // valid unless state is unassigned
 	lastEpoch    uint64
 	hasLastEpoch bool
-	installed    uint64
-	ready        bool
+	installed    uint64 // meaningful in state ready
 
 	lastFailure    ckf.FailureDisposition
 	hasLastFailure bool
@@ -54,6 +53,17 @@ type LaneIngestor struct {
 	touched []uint32
 }
 
+// ingestorState is the ingestor's state of consumer §3.1: U, W or R. The
+// shared ready bit is set exactly while the state is ready (set last, after
+// the snapshot's words; cleared first, before anything else changes).
+type ingestorState uint8
+
+const (
+	stateUnassigned ingestorState = iota // U: no assignment
+	stateAwaiting                        // W: assigned, awaiting a snapshot, not ready
+	stateReady                           // R: assigned, snapshot installed, queryable
+)
+
 // Lane returns the physical lane.
 func (in *LaneIngestor) Lane() uint8 { return in.lane }
 
@@ -61,12 +71,12 @@ func (in *LaneIngestor) Lane() uint8 { return in.lane }
 func (in *LaneIngestor) Pool() ckf.PoolID { return in.pool }
 
 // Ready reports whether the lane is in state R.
-func (in *LaneIngestor) Ready() bool { return in.ready }
+func (in *LaneIngestor) Ready() bool { return in.state == stateReady }
 
 // Assignment returns the current producer identity and lease; ok == false
 // in state U.
 func (in *LaneIngestor) Assignment() (ckf.ProducerIdentity, ckf.LaneLease, bool) {
-	return in.identity, in.lease, in.assigned
+	return in.identity, in.lease, in.state != stateUnassigned
 }
 
 // LastAssignmentEpoch returns the epoch of the last accepted assignment; ok
@@ -75,7 +85,7 @@ func (in *LaneIngestor) LastAssignmentEpoch() (uint64, bool) { return in.lastEpo
 
 // InstalledSequence returns the installed sequence; ok only in state R.
 func (in *LaneIngestor) InstalledSequence() (uint64, bool) {
-	if !in.ready {
+	if in.state != stateReady {
 		return 0, false
 	}
 	return in.installed, true
@@ -99,13 +109,16 @@ func (in *LaneIngestor) Close() {
 	}
 	in.closed = true
 	in.clearReady()
-	in.assigned = false
+	in.state = stateUnassigned
 	in.g.releaseLane(in.bit)
 }
 
-// clearReady clears local readiness and the shared ready bit.
+// clearReady clears the shared ready bit and leaves state R (R -> W; U and
+// W are unchanged).
 func (in *LaneIngestor) clearReady() {
-	in.ready = false
+	if in.state == stateReady {
+		in.state = stateAwaiting
+	}
 	in.g.clearReadyLane(in.bit)
 }
 
@@ -125,14 +138,18 @@ func (in *LaneIngestor) deactivate(f LaneFault, point ckf.FailurePoint) IngestOu
 // format, strictly increasing epoch) and, if valid, clears readiness first,
 // then installs the assignment: last assignment epoch := lease.Epoch,
 // installed := 0, state W. An invalid assignment returns *AssignmentError and
-// changes nothing (a ready lane stays ready).
+// changes nothing (a ready lane stays ready). A closed ingestor returns
+// ErrIngestorClosed.
 func (in *LaneIngestor) Assign(id ckf.ProducerIdentity, lease ckf.LaneLease) error {
 	in.beginInput()
+	if in.closed {
+		return ErrIngestorClosed
+	}
 	if err := validateAssignment(&in.g.manifest, in.lane, in.lastEpoch, in.hasLastEpoch, id, lease); err != nil {
 		return err
 	}
 	in.clearReady()
-	in.assigned = true
+	in.state = stateAwaiting
 	in.identity = id
 	in.lease = lease
 	in.lastEpoch = lease.Epoch
@@ -146,11 +163,11 @@ func (in *LaneIngestor) Assign(id ckf.ProducerIdentity, lease ckf.LaneLease) err
 // Assign still needs a strictly greater epoch. Retire in U changes nothing.
 func (in *LaneIngestor) Retire() {
 	in.beginInput()
-	if !in.assigned {
+	if in.state == stateUnassigned {
 		return
 	}
 	in.clearReady()
-	in.assigned = false
+	in.state = stateUnassigned
 	in.identity = ckf.ProducerIdentity{}
 	in.lease = ckf.LaneLease{}
 	in.installed = 0
@@ -173,24 +190,24 @@ type activationGuard func(activate func()) bool
 
 func (in *LaneIngestor) installSnapshot(s *ckf.Snapshot, guard activationGuard) IngestOutcome {
 	in.beginInput()
-	if !in.assigned || s.Lease != in.lease {
+	if in.state == stateUnassigned || s.Lease != in.lease {
 		return IngestOutcome{Kind: OutcomeIgnoredForeignLease}
 	}
 	point := ckf.InactiveSnapshotInstallFailure
-	if in.ready {
+	if in.state == stateReady {
 		point = ckf.ConsumerGapOrMalformedBeforeWrite
 	}
 	if s.Identity != in.identity {
 		return in.deactivate(LaneFault{Kind: FaultWrongIdentity}, point)
 	}
-	if in.ready && s.Sequence <= in.installed {
+	if in.state == stateReady && s.Sequence <= in.installed {
 		return IngestOutcome{Kind: OutcomeIgnoredStaleOrDuplicate, InstalledSequence: in.installed}
 	}
 	n := in.g.table.buckets
 	if uint64(len(s.Buckets)) != n {
 		return in.deactivate(LaneFault{Kind: FaultInvalidSnapshotBucketCount, Expected: n, Actual: uint64(len(s.Buckets))}, point)
 	}
-	if in.ready {
+	if in.state == stateReady {
 		return in.deactivate(LaneFault{Kind: FaultSnapshotWhileReady, Installed: in.installed, Sequence: s.Sequence}, ckf.ConsumerGapOrMalformedBeforeWrite)
 	}
 	// Well-formed, not ready: clear (already clear in W; the store is the
@@ -201,7 +218,7 @@ func (in *LaneIngestor) installSnapshot(s *ckf.Snapshot, guard activationGuard) 
 	activated := false
 	activate := func() {
 		in.installed = s.Sequence
-		in.ready = true
+		in.state = stateReady
 		in.g.activateLane(in.bit)
 		activated = true
 	}
@@ -224,13 +241,13 @@ func (in *LaneIngestor) installSnapshot(s *ckf.Snapshot, guard activationGuard) 
 // advances the installed sequence.
 func (in *LaneIngestor) ApplyDelta(d *ckf.Delta) IngestOutcome {
 	in.beginInput()
-	if !in.assigned || d.Lease != in.lease {
+	if in.state == stateUnassigned || d.Lease != in.lease {
 		return IngestOutcome{Kind: OutcomeIgnoredForeignLease}
 	}
 	if d.Identity != in.identity {
 		return in.deactivate(LaneFault{Kind: FaultWrongIdentity}, ckf.ConsumerGapOrMalformedBeforeWrite)
 	}
-	if !in.ready {
+	if in.state != stateReady {
 		return IngestOutcome{Kind: OutcomeAwaitingSnapshot}
 	}
 	s := in.installed
@@ -308,14 +325,14 @@ func (in *LaneIngestor) findDuplicate(images []ckf.BucketImage) (uint64, bool) {
 // otherwise) — it detects a final delta that no later delta would reveal.
 func (in *LaneIngestor) CompleteDrain(m ckf.DrainMarker) IngestOutcome {
 	in.beginInput()
-	if !in.assigned || m.Lease != in.lease {
+	if in.state == stateUnassigned || m.Lease != in.lease {
 		return IngestOutcome{Kind: OutcomeIgnoredForeignLease}
 	}
-	if in.ready && in.installed == m.ExpectedSequence {
+	if in.state == stateReady && in.installed == m.ExpectedSequence {
 		return IngestOutcome{Kind: OutcomeDrainAcknowledged, InstalledSequence: in.installed}
 	}
 	f := LaneFault{Kind: FaultTerminalSequenceMismatch, Expected: m.ExpectedSequence}
-	if in.ready {
+	if in.state == stateReady {
 		f.Actual, f.HasActual = in.installed, true
 	}
 	return in.deactivate(f, ckf.ConsumerGapOrMalformedBeforeWrite)

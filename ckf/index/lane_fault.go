@@ -305,6 +305,10 @@ var (
 	ErrUnconfiguredLane = errors.New("ckf: unconfigured lane")
 	// ErrLaneAlreadyClaimed: another ingestor owns the lane.
 	ErrLaneAlreadyClaimed = errors.New("ckf: lane already claimed")
+	// ErrIngestorClosed: Assign on an ingestor after Close. A closed
+	// ingestor no longer owns its lane, so it never writes the table again:
+	// every other input sees it unassigned (IgnoredForeignLease).
+	ErrIngestorClosed = errors.New("ckf: lane ingestor closed")
 	// ErrUnavailable is QueryError::Unavailable: no configured lane was
 	// ready when the query captured the ready mask.
 	ErrUnavailable = errors.New("ckf: no ready lane")
