@@ -58,6 +58,16 @@ type QueryRequest struct {
 	RequestTime time.Time
 }
 
+// QueryRoute is where the answer to a query request goes: the fields of a
+// QueryRequest a reply is addressed with.
+type QueryRoute struct {
+	CorrelationID string
+	// ReplyTopic is empty for the indexer's default reply topic.
+	ReplyTopic string
+	// ReplyPartition is absent to let the indexer choose.
+	ReplyPartition Optional[int32]
+}
+
 func (q *QueryRequest) validate() error {
 	if n := len(q.CorrelationID); n == 0 || n > MaxCorrelationIDBytes || !utf8.ValidString(q.CorrelationID) {
 		return invalid("correlation_id", "must be 1..%d bytes of UTF-8, got %d bytes", MaxCorrelationIDBytes, n)
