@@ -5,32 +5,27 @@ import (
 	"time"
 )
 
+// LanePhase's String method is generated from the constants' line comments,
+// the names the HTTP lane table shows; run make generate after changing one.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=LanePhase -linecomment -output=lanestatus_string.go
+
 // LanePhase is where a lane runner stands in its recovery cycle.
 type LanePhase uint8
 
 const (
 	// PhaseAwaitingSnapshot: no snapshot installed under the current lease; the runner installs
 	// the next complete snapshot it reads.
-	PhaseAwaitingSnapshot LanePhase = iota
+	PhaseAwaitingSnapshot LanePhase = iota // awaiting_snapshot
 	// PhaseActive: a snapshot is installed and deltas are applied.
-	PhaseActive
+	PhaseActive // active
 	// PhaseReplaying: after a fault, the runner seeked back to the latest complete snapshot it
 	// knows and replays from there.
-	PhaseReplaying
+	PhaseReplaying // replaying
 	// PhaseWaitingForSnapshot: replaying would fault again at the same place (or no snapshot is
 	// known), so the runner asked the relay for a new snapshot and waits for one written after
 	// the fault.
-	PhaseWaitingForSnapshot
+	PhaseWaitingForSnapshot // waiting_for_snapshot
 )
-
-var lanePhaseNames = [...]string{"awaiting_snapshot", "active", "replaying", "waiting_for_snapshot"}
-
-func (p LanePhase) String() string {
-	if int(p) < len(lanePhaseNames) {
-		return lanePhaseNames[p]
-	}
-	return "unknown"
-}
 
 // LaneStatus is a point-in-time view of one lane, for the lane table, metrics and tests.
 type LaneStatus struct {
