@@ -129,7 +129,8 @@ func (c *Codec) DecodeQueryRequest(b []byte) (QueryRequest, error) {
 // topic that cannot be a Kafka topic name (longer than 249 bytes or not
 // UTF-8) and a negative reply partition are left out, which sends the reply
 // to the default destination; the caller must still check that it may
-// write to the topic. Only the correlation id and topic are copied.
+// write to the topic. It copies the request's strings (correlation id, salts,
+// reply topic), which is fine on the error path it is meant for.
 func (c *Codec) QueryRoute(b []byte) (rt QueryRoute, ok bool) {
 	id, body, err := ParseHeader(b)
 	if err != nil {
