@@ -85,8 +85,20 @@ fuzz: ## a short run ($(FUZZTIME)) of every fuzz target
 	  done; \
 	done
 
+.PHONY: generate
+generate: ## regenerate the generated Go files (stringer String methods of the enums; versions pinned in the go:generate lines)
+	$(GO) generate $(PKGS)
+
 .PHONY: lint
-lint: ## gofmt check, go vet, staticcheck (installed on first use)
+lint: ## generated files up to date, gofmt check, go vet, staticcheck (installed on first use)
+	@snap() { for f in $$(git ls-files -co --exclude-standard -- '*.go' 2>/dev/null || find . -name '*.go'); do \
+	    if [[ -f "$$f" ]]; then sha256sum "$$f"; fi; \
+	  done; }; \
+	  before=$$(snap); $(GO) generate $(PKGS); after=$$(snap); \
+	  if [[ "$$before" != "$$after" ]]; then \
+	    echo "go generate changed these files; run make generate and commit the result:"; \
+	    diff <(echo "$$before") <(echo "$$after") | sed -n 's/^[<>] [0-9a-f]*  /  /p' | sort -u; exit 1; \
+	  fi
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)

@@ -5,6 +5,11 @@ import (
 	"strconv"
 )
 
+// String methods of the enums below are generated from the constants' line
+// comments, which are the names logs, errors and metric labels show; run
+// make generate after changing a constant.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=BuildErrorKind,EventErrorKind -linecomment -output=errors_string.go
+
 // ErrInvalidBucketCount is returned (wrapped) by NewAddressing for a bucket
 // count that is not a power of two in 2..=2^32.
 var ErrInvalidBucketCount = errors.New("ckf: invalid bucket count")
@@ -14,36 +19,19 @@ type BuildErrorKind uint8
 
 const (
 	// BuildExpectedCapacityZero: expected_blocks_per_dc == 0.
-	BuildExpectedCapacityZero BuildErrorKind = iota + 1
+	BuildExpectedCapacityZero BuildErrorKind = iota + 1 // expected capacity is zero
 	// BuildInvalidMaxKicks: max_kicks outside 1..=MaxKicks (Value, Maximum set).
-	BuildInvalidMaxKicks
+	BuildInvalidMaxKicks // invalid max kicks
 	// BuildInvalidVerificationWindow: verification window outside
 	// 1..=MaxVerificationWindow (Value set).
-	BuildInvalidVerificationWindow
+	BuildInvalidVerificationWindow // invalid verification window
 	// BuildInvalidPublishEveryNEvents: publish_every_n_events == 0.
-	BuildInvalidPublishEveryNEvents
+	BuildInvalidPublishEveryNEvents // invalid publish_every_n_events
 	// BuildCapacityOverflow: the bucket count or byte size overflowed.
-	BuildCapacityOverflow
+	BuildCapacityOverflow // capacity overflow
 	// BuildAllocationFailed: a (bounded) allocation was refused.
-	BuildAllocationFailed
+	BuildAllocationFailed // allocation failed
 )
-
-var buildKindNames = [...]string{
-	BuildExpectedCapacityZero:       "expected capacity is zero",
-	BuildInvalidMaxKicks:            "invalid max kicks",
-	BuildInvalidVerificationWindow:  "invalid verification window",
-	BuildInvalidPublishEveryNEvents: "invalid publish_every_n_events",
-	BuildCapacityOverflow:           "capacity overflow",
-	BuildAllocationFailed:           "allocation failed",
-}
-
-// String names the kind.
-func (k BuildErrorKind) String() string {
-	if int(k) < len(buildKindNames) && buildKindNames[k] != "" {
-		return buildKindNames[k]
-	}
-	return "build_error(" + strconv.Itoa(int(k)) + ")"
-}
 
 // BuildError is CkfBuildError. Value carries the offending value of
 // InvalidMaxKicks / InvalidVerificationWindow; Maximum carries the bound of
@@ -94,45 +82,26 @@ type EventErrorKind uint8
 
 const (
 	// EventParentBlockNotFound: a store's parent is not in the source lineage.
-	EventParentBlockNotFound EventErrorKind = iota + 1
+	EventParentBlockNotFound EventErrorKind = iota + 1 // parent block not found
 	// EventBlockNotFound: a referenced block is unknown (kept for parity;
 	// the G3 producer reports unknown removals as counts, not errors).
-	EventBlockNotFound
+	EventBlockNotFound // block not found
 	// EventInvalidBlockSequence: positional/remap/ordering violation.
-	EventInvalidBlockSequence
+	EventInvalidBlockSequence // invalid block sequence
 	// EventCapacityExhausted: a bounded insertion was omitted. It does not
 	// prove the table is full; lineage and ownership were still committed.
-	EventCapacityExhausted
+	EventCapacityExhausted // capacity exhausted
 	// EventAllocationFailed: a pre-commit reservation failed; nothing was
 	// committed.
-	EventAllocationFailed
+	EventAllocationFailed // allocation failed
 	// EventOwnershipDegreeOverflow: an owner count would exceed 2^32-1.
-	EventOwnershipDegreeOverflow
+	EventOwnershipDegreeOverflow // ownership degree overflow
 	// EventIndexerInvariantViolation: internal state disagrees with itself.
-	EventIndexerInvariantViolation
+	EventIndexerInvariantViolation // indexer invariant violation
 	// EventUnsupportedResidencyDomain: the residency domain is unknown or
 	// invalid for the event; the event was rejected with no state change.
-	EventUnsupportedResidencyDomain
+	EventUnsupportedResidencyDomain // unsupported residency domain
 )
-
-var eventKindNames = [...]string{
-	EventParentBlockNotFound:        "parent block not found",
-	EventBlockNotFound:              "block not found",
-	EventInvalidBlockSequence:       "invalid block sequence",
-	EventCapacityExhausted:          "capacity exhausted",
-	EventAllocationFailed:           "allocation failed",
-	EventOwnershipDegreeOverflow:    "ownership degree overflow",
-	EventIndexerInvariantViolation:  "indexer invariant violation",
-	EventUnsupportedResidencyDomain: "unsupported residency domain",
-}
-
-// String names the kind.
-func (k EventErrorKind) String() string {
-	if int(k) < len(eventKindNames) && eventKindNames[k] != "" {
-		return eventKindNames[k]
-	}
-	return "event_error(" + strconv.Itoa(int(k)) + ")"
-}
 
 // EventError is KvCacheEventError. errors.Is matches any *EventError of the
 // same Kind (Detail ignored).

@@ -1,9 +1,11 @@
 package ckf
 
-import (
-	"errors"
-	"strconv"
-)
+import "errors"
+
+// String methods of the enums below are generated from the constants' line
+// comments, which are the names logs, errors and metric labels show; run
+// make generate after changing a constant.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=FailureDomain,CommitState,FailureAction,FailurePoint -linecomment -output=failure_string.go
 
 // Failure dispositions (producer §9, consumer §11), as data.
 //
@@ -20,88 +22,43 @@ type FailureDomain uint8
 
 const (
 	// NoRecoveryDomain: no recovery action is required.
-	NoRecoveryDomain FailureDomain = iota
+	NoRecoveryDomain FailureDomain = iota // none
 	// DomainProducerCore: the exact per-DC producer state.
-	DomainProducerCore
+	DomainProducerCore // producer_core
 	// DomainConsumerLane: one consumer lane of the transposed table.
-	DomainConsumerLane
+	DomainConsumerLane // consumer_lane
 )
-
-// String names the domain.
-func (d FailureDomain) String() string {
-	switch d {
-	case NoRecoveryDomain:
-		return "none"
-	case DomainProducerCore:
-		return "producer_core"
-	case DomainConsumerLane:
-		return "consumer_lane"
-	}
-	return "failure_domain(" + strconv.Itoa(int(d)) + ")"
-}
 
 // CommitState says what is known about the state after the failure.
 type CommitState uint8
 
 const (
 	// CommitKnownUnchanged: nothing was written.
-	CommitKnownUnchanged CommitState = iota + 1
+	CommitKnownUnchanged CommitState = iota + 1 // known_unchanged
 	// CommitExactCommittedPhysicalOmitted (G3): lineage and ownership were
 	// committed exactly; only the physical fingerprint was omitted.
-	CommitExactCommittedPhysicalOmitted
+	CommitExactCommittedPhysicalOmitted // exact_committed_physical_omitted
 	// CommitUncertain: an unknown subset of writes happened.
-	CommitUncertain
+	CommitUncertain // uncertain
 )
-
-// String names the commit state.
-func (c CommitState) String() string {
-	switch c {
-	case CommitKnownUnchanged:
-		return "known_unchanged"
-	case CommitExactCommittedPhysicalOmitted:
-		return "exact_committed_physical_omitted"
-	case CommitUncertain:
-		return "uncertain"
-	}
-	return "commit_state(" + strconv.Itoa(int(c)) + ")"
-}
 
 // FailureAction is what the owner of the failing component must do.
 type FailureAction uint8
 
 const (
 	// ActionContinueCapacityOmission: keep going; the omission is counted.
-	ActionContinueCapacityOmission FailureAction = iota + 1
+	ActionContinueCapacityOmission FailureAction = iota + 1 // continue_capacity_omission
 	// ActionReportResourceFailure: report; nothing was committed.
-	ActionReportResourceFailure
+	ActionReportResourceFailure // report_resource_failure
 	// ActionRejectSource: reject the offending source's event.
-	ActionRejectSource
+	ActionRejectSource // reject_source
 	// ActionFenceAndRebuildProducer: fence the stream, new producer generation.
-	ActionFenceAndRebuildProducer
+	ActionFenceAndRebuildProducer // fence_and_rebuild_producer
 	// ActionDeactivateAndSnapshot: retire the lane; new lease + snapshot.
-	ActionDeactivateAndSnapshot
+	ActionDeactivateAndSnapshot // deactivate_and_snapshot
 	// ActionRetrySnapshot: the lane was not ready; retry the snapshot.
-	ActionRetrySnapshot
+	ActionRetrySnapshot // retry_snapshot
 )
-
-// String names the action.
-func (a FailureAction) String() string {
-	switch a {
-	case ActionContinueCapacityOmission:
-		return "continue_capacity_omission"
-	case ActionReportResourceFailure:
-		return "report_resource_failure"
-	case ActionRejectSource:
-		return "reject_source"
-	case ActionFenceAndRebuildProducer:
-		return "fence_and_rebuild_producer"
-	case ActionDeactivateAndSnapshot:
-		return "deactivate_and_snapshot"
-	case ActionRetrySnapshot:
-		return "retry_snapshot"
-	}
-	return "failure_action(" + strconv.Itoa(int(a)) + ")"
-}
 
 // FailurePoint is CkfFailurePoint: where a failure happened (seven points).
 type FailurePoint uint8
@@ -109,24 +66,24 @@ type FailurePoint uint8
 const (
 	// BoundedRelocationFailure: an insertion exhausted max_kicks and rolled
 	// back (producer capacity omission).
-	BoundedRelocationFailure FailurePoint = iota + 1
+	BoundedRelocationFailure FailurePoint = iota + 1 // bounded_relocation_failure
 	// PrecommitAllocationFailure: a reservation failed before any write.
-	PrecommitAllocationFailure
+	PrecommitAllocationFailure // precommit_allocation_failure
 	// SourceProtocolFailure: a source sent an invalid event.
-	SourceProtocolFailure
+	SourceProtocolFailure // source_protocol_failure
 	// PrewriteInvariantMismatch: producer state found inconsistent before a
 	// write.
-	PrewriteInvariantMismatch
+	PrewriteInvariantMismatch // prewrite_invariant_mismatch
 	// ConsumerGapOrMalformedBeforeWrite: a current-lease input of a ready
 	// lane was rejected before any write (gap, identity, malformed images,
 	// snapshot-while-ready, drain mismatch, saturation).
-	ConsumerGapOrMalformedBeforeWrite
+	ConsumerGapOrMalformedBeforeWrite // consumer_gap_or_malformed_before_write
 	// ConsumerWorkerFailureMidApply: a consumer worker failed (panic,
 	// disconnect, lag-age violation, control timeout) possibly mid-apply.
-	ConsumerWorkerFailureMidApply
+	ConsumerWorkerFailureMidApply // consumer_worker_failure_mid_apply
 	// InactiveSnapshotInstallFailure: a snapshot for a not-ready lane failed
 	// validation (identity or size).
-	InactiveSnapshotInstallFailure
+	InactiveSnapshotInstallFailure // inactive_snapshot_install_failure
 )
 
 // FailurePoints lists the seven points in table order.
@@ -138,27 +95,6 @@ var FailurePoints = [...]FailurePoint{
 	ConsumerGapOrMalformedBeforeWrite,
 	ConsumerWorkerFailureMidApply,
 	InactiveSnapshotInstallFailure,
-}
-
-// String names the point.
-func (p FailurePoint) String() string {
-	switch p {
-	case BoundedRelocationFailure:
-		return "bounded_relocation_failure"
-	case PrecommitAllocationFailure:
-		return "precommit_allocation_failure"
-	case SourceProtocolFailure:
-		return "source_protocol_failure"
-	case PrewriteInvariantMismatch:
-		return "prewrite_invariant_mismatch"
-	case ConsumerGapOrMalformedBeforeWrite:
-		return "consumer_gap_or_malformed_before_write"
-	case ConsumerWorkerFailureMidApply:
-		return "consumer_worker_failure_mid_apply"
-	case InactiveSnapshotInstallFailure:
-		return "inactive_snapshot_install_failure"
-	}
-	return "failure_point(" + strconv.Itoa(int(p)) + ")"
 }
 
 // FailureDisposition is CkfFailureDisposition. RecoveryDomain is

@@ -7,6 +7,11 @@ import (
 	"strconv"
 )
 
+// String methods of the enums below are generated from the constants' line
+// comments, which are the names logs, errors and metric labels show; run
+// make generate after changing a constant.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=IdentitySource -linecomment -output=identity_string.go
+
 // WorkerID identifies one engine worker (Dynamo's WorkerId, a u64).
 type WorkerID uint64
 
@@ -52,22 +57,10 @@ type IdentitySource uint8
 
 const (
 	// IdentityDefaultDerived: the digest was computed from default material.
-	IdentityDefaultDerived IdentitySource = iota
+	IdentityDefaultDerived IdentitySource = iota // default_derived
 	// IdentityExplicit: the digest was computed from an explicit map.
-	IdentityExplicit
+	IdentityExplicit // explicit
 )
-
-// String returns the serde snake_case name: "default_derived" or "explicit".
-// An out-of-range value renders as "identity_source(<n>)".
-func (s IdentitySource) String() string {
-	switch s {
-	case IdentityDefaultDerived:
-		return "default_derived"
-	case IdentityExplicit:
-		return "explicit"
-	}
-	return "identity_source(" + strconv.Itoa(int(s)) + ")"
-}
 
 // Valid reports whether s is one of the two defined sources.
 func (s IdentitySource) Valid() bool { return s <= IdentityExplicit }

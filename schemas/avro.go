@@ -5,8 +5,10 @@ import (
 	"strconv"
 )
 
-// This file holds the Avro binary primitives shared by the bounds checker
-// and the hand-written lane-record codec. Reading never allocates: byte
+// This file holds the Avro binary primitives of the package's two readers:
+// the hand-written codecs of the hot records (fastlane.go, fastquery.go,
+// fastkv.go) and the bounds checker that walks every body before goavro sees
+// it (skim.go). No other code reads Avro bytes. Reading never allocates: byte
 // values are returned as subslices of the input.
 
 // reader walks an Avro binary body. The first failure is kept in err (kind

@@ -51,11 +51,20 @@ func hasFastPath(t RecordType) bool {
 
 // schemaEntry is one schema id the codec can read.
 type schemaEntry struct {
-	id    int
-	typ   RecordType // 0: a schema that is none of ours
-	fast  bool       // the embedded schema of a type with a hand-written decoder
-	codec *goavro.Codec
-	tree  *node
+	id  int
+	typ RecordType // 0: a schema that is none of ours
+	// embedded: the schema has the parsing canonical form of typ's embedded
+	// schema, so its binary layout is the one the hand-written readers know.
+	embedded bool
+	fast     bool // embedded, typ has a hand-written decoder, and it is enabled
+	codec    *goavro.Codec
+	tree     *node
+}
+
+// newEntry returns the entry of schema id for t's embedded schema.
+func (c *Codec) newEntry(id int, t RecordType) *schemaEntry {
+	b := &builtins[t]
+	return &schemaEntry{id: id, typ: t, embedded: true, fast: hasFastPath(t) && !c.cfg.disableFast, codec: b.codec, tree: b.tree}
 }
 
 type cfg struct {
@@ -162,10 +171,8 @@ func NewCodec(ctx context.Context, opts ...Opt) (*Codec, error) {
 	}
 	table := make(map[int]*schemaEntry, 2*len(typeInfos))
 	for _, t := range RecordTypes() {
-		b := &builtins[t]
-		e := &schemaEntry{id: BuiltinID(t), typ: t, fast: hasFastPath(t) && !c.cfg.disableFast, codec: b.codec, tree: b.tree}
-		table[e.id] = e
-		c.writeIDs[t] = e.id
+		table[BuiltinID(t)] = c.newEntry(BuiltinID(t), t)
+		c.writeIDs[t] = BuiltinID(t)
 	}
 	if c.client != nil {
 		for _, t := range RecordTypes() {
@@ -173,8 +180,7 @@ func NewCodec(ctx context.Context, opts ...Opt) (*Codec, error) {
 			if err != nil {
 				return nil, err
 			}
-			b := &builtins[t]
-			table[id] = &schemaEntry{id: id, typ: t, fast: hasFastPath(t) && !c.cfg.disableFast, codec: b.codec, tree: b.tree}
+			table[id] = c.newEntry(id, t)
 			c.writeIDs[t] = id
 		}
 	}
@@ -257,8 +263,8 @@ func (c *Codec) lookup(id int) (*schemaEntry, error) {
 					// embedded one has the same binary layout (only docs,
 					// defaults or formatting differ), so the hand-written
 					// codec can read it.
-					e.fast = hasFastPath(t) && !c.cfg.disableFast &&
-						b.codec.CanonicalSchema() == builtins[t].codec.CanonicalSchema()
+					e.embedded = b.codec.CanonicalSchema() == builtins[t].codec.CanonicalSchema()
+					e.fast = e.embedded && hasFastPath(t) && !c.cfg.disableFast
 				}
 			}
 		}

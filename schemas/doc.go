@@ -23,11 +23,15 @@
 // records alias the input buffer for those fields instead of copying them, and
 // PackedU64, PackedImages and PackedU32 read elements in place.
 //
-// Lane records, query requests and replies, and KV events written with the
-// embedded schemas are encoded and decoded by hand-written codecs that never
-// touch goavro's map-based native form; every other schema version goes
-// through goavro and is matched by field name. The tests and fuzz targets
-// hold both paths to the same bytes and the same results.
+// Avro bytes are read in exactly two ways, both here. Lane records, query
+// requests and replies, and KV events written with the embedded schemas are
+// encoded and decoded by hand-written codecs that never touch goavro's
+// map-based native form; every other record type and schema version goes
+// through goavro (after a bounds check over the same primitives) and is
+// matched by field name. The tests and fuzz targets hold both paths to the
+// same bytes and the same results. Codec.QueryRoute is the hand-written
+// request reader without the contract checks: it recovers the reply address
+// of a request the decoder rejected.
 //
 // Decoders never panic and never allocate more than a small multiple of the
 // input size: every declared length and count is checked against the bytes

@@ -5,30 +5,32 @@ import (
 	"time"
 )
 
+// String methods of the enums below are generated from the constants' line
+// comments, which are the Avro symbols (or, for union branches, record
+// names); run make generate after changing a constant.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=LaneEventKind,LaneFaultKind,FailurePoint,FailureDomain,CommitState,FailureAction,ControlKind,SnapshotRequestReason,DeadLetterReason -linecomment -output=events_string.go
+
 // LaneEventKind says what happened on a lane (Avro enum LaneEventKind).
 // Symbols unknown to this reader decode as EventUnknown.
 type LaneEventKind uint8
 
 // Lane event kinds, in Avro symbol order; see lane_event.avsc.
 const (
-	EventUnknown LaneEventKind = iota
-	EventAssigned
-	EventSnapshotInstalled
-	EventDeactivated
-	EventDrainAcknowledged
-	EventAwaitingSnapshot
-	EventSnapshotRequested
-	EventExcludedForLag
-	EventReadmitted
-	EventProgress
-	EventRecordRejected
-	EventDrained
+	EventUnknown           LaneEventKind = iota // UNKNOWN
+	EventAssigned                               // ASSIGNED
+	EventSnapshotInstalled                      // SNAPSHOT_INSTALLED
+	EventDeactivated                            // DEACTIVATED
+	EventDrainAcknowledged                      // DRAIN_ACKNOWLEDGED
+	EventAwaitingSnapshot                       // AWAITING_SNAPSHOT
+	EventSnapshotRequested                      // SNAPSHOT_REQUESTED
+	EventExcludedForLag                         // EXCLUDED_FOR_LAG
+	EventReadmitted                             // READMITTED
+	EventProgress                               // PROGRESS
+	EventRecordRejected                         // RECORD_REJECTED
+	EventDrained                                // DRAINED
 )
 
-var laneEventKindSymbols = []string{"UNKNOWN", "ASSIGNED", "SNAPSHOT_INSTALLED", "DEACTIVATED", "DRAIN_ACKNOWLEDGED", "AWAITING_SNAPSHOT", "SNAPSHOT_REQUESTED", "EXCLUDED_FOR_LAG", "READMITTED", "PROGRESS", "RECORD_REJECTED", "DRAINED"}
-
-// String returns the Avro symbol.
-func (k LaneEventKind) String() string { return symbolOf(laneEventKindSymbols, int(k)) }
+var laneEventKindSymbols = enumSymbols[LaneEventKind]()
 
 // LaneFaultKind classifies a lane fault (Avro enum LaneFaultKind). Symbols
 // unknown to this reader decode as FaultUnknown.
@@ -36,66 +38,57 @@ type LaneFaultKind uint8
 
 // Lane fault kinds, in Avro symbol order; see lane_event.avsc.
 const (
-	FaultUnknown LaneFaultKind = iota
-	FaultWrongIdentity
-	FaultInvalidSnapshotBucketCount
-	FaultEmptyDelta
-	FaultBaseSequenceMismatch
-	FaultNonContiguousSequence
-	FaultSequenceExhausted
-	FaultInvalidImageIndex
-	FaultDuplicateImageIndex
-	FaultSnapshotWhileReady
-	FaultTerminalSequenceMismatch
-	FaultWrongConsumerInstance
-	FaultWrongPhysicalLane
-	FaultWrongLaneOwner
-	FaultWrongFormat
-	FaultStaleAssignmentEpoch
-	FaultMalformedRecord
-	FaultSnapshotAssembly
-	FaultLagExceeded
-	FaultWorkerFailure
-	FaultStaleIncarnation
+	FaultUnknown                    LaneFaultKind = iota // UNKNOWN
+	FaultWrongIdentity                                   // WRONG_IDENTITY
+	FaultInvalidSnapshotBucketCount                      // INVALID_SNAPSHOT_BUCKET_COUNT
+	FaultEmptyDelta                                      // EMPTY_DELTA
+	FaultBaseSequenceMismatch                            // BASE_SEQUENCE_MISMATCH
+	FaultNonContiguousSequence                           // NON_CONTIGUOUS_SEQUENCE
+	FaultSequenceExhausted                               // SEQUENCE_EXHAUSTED
+	FaultInvalidImageIndex                               // INVALID_IMAGE_INDEX
+	FaultDuplicateImageIndex                             // DUPLICATE_IMAGE_INDEX
+	FaultSnapshotWhileReady                              // SNAPSHOT_WHILE_READY
+	FaultTerminalSequenceMismatch                        // TERMINAL_SEQUENCE_MISMATCH
+	FaultWrongConsumerInstance                           // WRONG_CONSUMER_INSTANCE
+	FaultWrongPhysicalLane                               // WRONG_PHYSICAL_LANE
+	FaultWrongLaneOwner                                  // WRONG_LANE_OWNER
+	FaultWrongFormat                                     // WRONG_FORMAT
+	FaultStaleAssignmentEpoch                            // STALE_ASSIGNMENT_EPOCH
+	FaultMalformedRecord                                 // MALFORMED_RECORD
+	FaultSnapshotAssembly                                // SNAPSHOT_ASSEMBLY
+	FaultLagExceeded                                     // LAG_EXCEEDED
+	FaultWorkerFailure                                   // WORKER_FAILURE
+	FaultStaleIncarnation                                // STALE_INCARNATION
 )
 
-var laneFaultKindSymbols = []string{"UNKNOWN", "WRONG_IDENTITY", "INVALID_SNAPSHOT_BUCKET_COUNT", "EMPTY_DELTA", "BASE_SEQUENCE_MISMATCH", "NON_CONTIGUOUS_SEQUENCE", "SEQUENCE_EXHAUSTED", "INVALID_IMAGE_INDEX", "DUPLICATE_IMAGE_INDEX", "SNAPSHOT_WHILE_READY", "TERMINAL_SEQUENCE_MISMATCH", "WRONG_CONSUMER_INSTANCE", "WRONG_PHYSICAL_LANE", "WRONG_LANE_OWNER", "WRONG_FORMAT", "STALE_ASSIGNMENT_EPOCH", "MALFORMED_RECORD", "SNAPSHOT_ASSEMBLY", "LAG_EXCEEDED", "WORKER_FAILURE", "STALE_INCARNATION"}
-
-// String returns the Avro symbol.
-func (k LaneFaultKind) String() string { return symbolOf(laneFaultKindSymbols, int(k)) }
+var laneFaultKindSymbols = enumSymbols[LaneFaultKind]()
 
 // FailurePoint is a row of the CKF failure table (Avro enum FailurePoint).
 type FailurePoint uint8
 
 // Failure points, in Avro symbol order.
 const (
-	PointBoundedRelocationFailure FailurePoint = iota
-	PointPrecommitAllocationFailure
-	PointSourceProtocolFailure
-	PointPrewriteInvariantMismatch
-	PointConsumerGapOrMalformedBeforeWrite
-	PointConsumerWorkerFailureMidApply
-	PointInactiveSnapshotInstallFailure
+	PointBoundedRelocationFailure          FailurePoint = iota // BOUNDED_RELOCATION_FAILURE
+	PointPrecommitAllocationFailure                            // PRECOMMIT_ALLOCATION_FAILURE
+	PointSourceProtocolFailure                                 // SOURCE_PROTOCOL_FAILURE
+	PointPrewriteInvariantMismatch                             // PREWRITE_INVARIANT_MISMATCH
+	PointConsumerGapOrMalformedBeforeWrite                     // CONSUMER_GAP_OR_MALFORMED_BEFORE_WRITE
+	PointConsumerWorkerFailureMidApply                         // CONSUMER_WORKER_FAILURE_MID_APPLY
+	PointInactiveSnapshotInstallFailure                        // INACTIVE_SNAPSHOT_INSTALL_FAILURE
 )
 
-var failurePointSymbols = []string{"BOUNDED_RELOCATION_FAILURE", "PRECOMMIT_ALLOCATION_FAILURE", "SOURCE_PROTOCOL_FAILURE", "PREWRITE_INVARIANT_MISMATCH", "CONSUMER_GAP_OR_MALFORMED_BEFORE_WRITE", "CONSUMER_WORKER_FAILURE_MID_APPLY", "INACTIVE_SNAPSHOT_INSTALL_FAILURE"}
-
-// String returns the Avro symbol.
-func (p FailurePoint) String() string { return symbolOf(failurePointSymbols, int(p)) }
+var failurePointSymbols = enumSymbols[FailurePoint]()
 
 // FailureDomain is the side a failure belongs to (Avro enum FailureDomain).
 type FailureDomain uint8
 
 // Failure domains, in Avro symbol order.
 const (
-	DomainProducerCore FailureDomain = iota
-	DomainConsumerLane
+	DomainProducerCore FailureDomain = iota // PRODUCER_CORE
+	DomainConsumerLane                      // CONSUMER_LANE
 )
 
-var failureDomainSymbols = []string{"PRODUCER_CORE", "CONSUMER_LANE"}
-
-// String returns the Avro symbol.
-func (d FailureDomain) String() string { return symbolOf(failureDomainSymbols, int(d)) }
+var failureDomainSymbols = enumSymbols[FailureDomain]()
 
 // CommitState is what is known about interrupted state (Avro enum
 // CommitState).
@@ -103,33 +96,27 @@ type CommitState uint8
 
 // Commit states, in Avro symbol order.
 const (
-	CommitKnownUnchanged CommitState = iota
-	CommitExactCommittedPhysicalOmitted
-	CommitUncertain
+	CommitKnownUnchanged                CommitState = iota // KNOWN_UNCHANGED
+	CommitExactCommittedPhysicalOmitted                    // EXACT_COMMITTED_PHYSICAL_OMITTED
+	CommitUncertain                                        // UNCERTAIN
 )
 
-var commitStateSymbols = []string{"KNOWN_UNCHANGED", "EXACT_COMMITTED_PHYSICAL_OMITTED", "UNCERTAIN"}
-
-// String returns the Avro symbol.
-func (c CommitState) String() string { return symbolOf(commitStateSymbols, int(c)) }
+var commitStateSymbols = enumSymbols[CommitState]()
 
 // FailureAction is a recovery action (Avro enum FailureAction).
 type FailureAction uint8
 
 // Failure actions, in Avro symbol order.
 const (
-	ActionContinueCapacityOmission FailureAction = iota
-	ActionReportResourceFailure
-	ActionRejectSource
-	ActionFenceAndRebuildProducer
-	ActionDeactivateAndSnapshot
-	ActionRetrySnapshot
+	ActionContinueCapacityOmission FailureAction = iota // CONTINUE_CAPACITY_OMISSION
+	ActionReportResourceFailure                         // REPORT_RESOURCE_FAILURE
+	ActionRejectSource                                  // REJECT_SOURCE
+	ActionFenceAndRebuildProducer                       // FENCE_AND_REBUILD_PRODUCER
+	ActionDeactivateAndSnapshot                         // DEACTIVATE_AND_SNAPSHOT
+	ActionRetrySnapshot                                 // RETRY_SNAPSHOT
 )
 
-var failureActionSymbols = []string{"CONTINUE_CAPACITY_OMISSION", "REPORT_RESOURCE_FAILURE", "REJECT_SOURCE", "FENCE_AND_REBUILD_PRODUCER", "DEACTIVATE_AND_SNAPSHOT", "RETRY_SNAPSHOT"}
-
-// String returns the Avro symbol.
-func (a FailureAction) String() string { return symbolOf(failureActionSymbols, int(a)) }
+var failureActionSymbols = enumSymbols[FailureAction]()
 
 // FailureDisposition is the failure-table row a fault maps to (Avro record
 // FailureDisposition).
@@ -205,13 +192,8 @@ type ControlKind uint8
 
 const (
 	// ControlSnapshotRequest: ControlRecord.SnapshotRequest is set.
-	ControlSnapshotRequest ControlKind = iota + 1
+	ControlSnapshotRequest ControlKind = iota + 1 // SnapshotRequest
 )
-
-var controlKindNames = []string{"", "SnapshotRequest"}
-
-// String returns the Avro record name of the branch.
-func (k ControlKind) String() string { return symbolOf(controlKindNames, int(k)) }
 
 // ControlRecord is a request from an indexer replica to a relay (Avro record
 // ControlRecord).
@@ -227,16 +209,13 @@ type SnapshotRequestReason uint8
 
 // Snapshot request reasons, in Avro symbol order.
 const (
-	ReasonUnknown SnapshotRequestReason = iota
-	ReasonNoSnapshotRetained
-	ReasonFaultRecovery
-	ReasonOperator
+	ReasonUnknown            SnapshotRequestReason = iota // UNKNOWN
+	ReasonNoSnapshotRetained                              // NO_SNAPSHOT_RETAINED
+	ReasonFaultRecovery                                   // FAULT_RECOVERY
+	ReasonOperator                                        // OPERATOR
 )
 
-var snapshotRequestReasonSymbols = []string{"UNKNOWN", "NO_SNAPSHOT_RETAINED", "FAULT_RECOVERY", "OPERATOR"}
-
-// String returns the Avro symbol.
-func (r SnapshotRequestReason) String() string { return symbolOf(snapshotRequestReasonSymbols, int(r)) }
+var snapshotRequestReasonSymbols = enumSymbols[SnapshotRequestReason]()
 
 // SnapshotRequest asks the relay owning a lane for a barrier snapshot (Avro
 // record SnapshotRequest).
@@ -280,20 +259,17 @@ type DeadLetterReason uint8
 
 // Dead-letter reasons, in Avro symbol order.
 const (
-	DeadLetterUnknown DeadLetterReason = iota
-	DeadLetterUnknownMagic
-	DeadLetterUnknownSchemaID
-	DeadLetterSchemaMismatch
-	DeadLetterTruncated
-	DeadLetterMalformed
-	DeadLetterInvalidField
-	DeadLetterRejected
+	DeadLetterUnknown         DeadLetterReason = iota // UNKNOWN
+	DeadLetterUnknownMagic                            // UNKNOWN_MAGIC
+	DeadLetterUnknownSchemaID                         // UNKNOWN_SCHEMA_ID
+	DeadLetterSchemaMismatch                          // SCHEMA_MISMATCH
+	DeadLetterTruncated                               // TRUNCATED
+	DeadLetterMalformed                               // MALFORMED
+	DeadLetterInvalidField                            // INVALID_FIELD
+	DeadLetterRejected                                // REJECTED
 )
 
-var deadLetterReasonSymbols = []string{"UNKNOWN", "UNKNOWN_MAGIC", "UNKNOWN_SCHEMA_ID", "SCHEMA_MISMATCH", "TRUNCATED", "MALFORMED", "INVALID_FIELD", "REJECTED"}
-
-// String returns the Avro symbol.
-func (r DeadLetterReason) String() string { return symbolOf(deadLetterReasonSymbols, int(r)) }
+var deadLetterReasonSymbols = enumSymbols[DeadLetterReason]()
 
 // DeadLetterReasonOf maps a decode error to its reason code: the kind of a
 // *DecodeError in err's chain, or DeadLetterUnknown.

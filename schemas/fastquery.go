@@ -1,6 +1,9 @@
 package schemas
 
-import "time"
+import (
+	"time"
+	"unicode/utf8"
+)
 
 // Hand-written Avro codecs for the embedded QueryRequest and QueryReply
 // schemas: the query path over Kafka decodes one request and encodes one
@@ -58,6 +61,18 @@ func (r *reader) optString() string {
 func decodeQueryRequestBody(body []byte) (QueryRequest, error) {
 	r := reader{b: body}
 	var nf nat
+	q := r.queryRequest(&nf)
+	if err := r.end(&nf); err != nil {
+		return QueryRequest{}, err
+	}
+	return q, nil
+}
+
+// queryRequest reads a QueryRequest body of the embedded schema. Wire
+// failures stay in r; a value outside its field's range is reported through
+// nf and left zero, or absent for the optional ones, so that QueryRoute never
+// mistakes a negative reply partition for partition 0.
+func (r *reader) queryRequest(nf *nat) QueryRequest {
 	var q QueryRequest
 	q.CorrelationID = r.str()
 	switch r.index(2, "union") {
@@ -67,24 +82,48 @@ func decodeQueryRequestBody(body []byte) (QueryRequest, error) {
 	case 1:
 		q.Input = InputTokenIDs
 		q.Tokens = r.bytes()
-		q.BlockSize = uint32(narrow(int64(r.int()), 0, maxInt32, "input.block_size", &nf))
+		q.BlockSize = uint32(narrow(int64(r.int()), 0, maxInt32, "input.block_size", nf))
 		q.LoraName = r.optString()
 		q.CacheNamespace = r.optString()
 	}
 	if r.optIndex() {
-		q.LaneMask = Some(uint16(narrow(int64(r.int()), 0, int64(AllLanes), "lane_mask", &nf)))
+		if m := int64(r.int()); narrow(m, 0, int64(AllLanes), "lane_mask", nf) == m {
+			q.LaneMask = Some(uint16(m))
+		}
 	}
 	q.ReplyTopic = r.optString()
 	if r.optIndex() {
-		q.ReplyPartition = Some(int32(narrow(int64(r.int()), 0, maxInt32, "reply_partition", &nf)))
+		if p := int64(r.int()); narrow(p, 0, maxInt32, "reply_partition", nf) == p {
+			q.ReplyPartition = Some(int32(p))
+		}
 	}
 	if r.optIndex() {
 		q.RequestTime = time.UnixMicro(r.long()).UTC()
 	}
-	if err := r.end(&nf); err != nil {
-		return QueryRequest{}, err
+	return q
+}
+
+// maxTopicNameBytes is Kafka's limit on the length of a topic name.
+const maxTopicNameBytes = 249
+
+// queryRoute reads the routing fields of a QueryRequest body of the embedded
+// schema; see Codec.QueryRoute.
+func queryRoute(body []byte) (QueryRoute, bool) {
+	r := reader{b: body}
+	var nf nat // range violations are the caller's error, not a reason to drop the route
+	q := r.queryRequest(&nf)
+	_ = r.end(&nf)
+	if r.failed() {
+		return QueryRoute{}, false
 	}
-	return q, nil
+	if n := len(q.CorrelationID); n == 0 || n > MaxCorrelationIDBytes || !utf8.ValidString(q.CorrelationID) {
+		return QueryRoute{}, false
+	}
+	rt := QueryRoute{CorrelationID: q.CorrelationID, ReplyPartition: q.ReplyPartition}
+	if len(q.ReplyTopic) <= maxTopicNameBytes && utf8.ValidString(q.ReplyTopic) {
+		rt.ReplyTopic = q.ReplyTopic
+	}
+	return rt, true
 }
 
 func appendQueryReplyBody(dst []byte, q *QueryReply) []byte {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"unicode/utf8"
 )
 
 var errorKinds = []error{ErrUnknownMagic, ErrUnknownSchemaID, ErrSchemaMismatch, ErrTruncated, ErrMalformed, ErrInvalidField, ErrRegistry}
@@ -27,8 +28,10 @@ func kindOf(t *testing.T, err error) error {
 // fuzzDecoder checks the contract every decoder keeps on arbitrary input: no
 // panic, a typed error or a record that re-encodes to a record that decodes
 // to itself. For a type with a hand-written codec it also checks that the
-// goavro path agrees: the same record or the same error kind.
-func fuzzDecoder[T any](f *testing.F, rt RecordType, seeds map[string]T, enc func(*Codec, T) ([]byte, error), dec func(*Codec, []byte) (T, error)) {
+// goavro path agrees: the same record or the same error kind. If also is set,
+// it checks more of the decoder's contract on each input and its result.
+func fuzzDecoder[T any](f *testing.F, rt RecordType, seeds map[string]T, enc func(*Codec, T) ([]byte, error), dec func(*Codec, []byte) (T, error),
+	also func(t *testing.T, c *Codec, data []byte, v T, err error)) {
 	c, slow := newTestCodec(f), newTestCodec(f, disableFastPath())
 	for _, s := range seeds {
 		b, err := enc(c, s)
@@ -42,6 +45,9 @@ func fuzzDecoder[T any](f *testing.F, rt RecordType, seeds map[string]T, enc fun
 	f.Add([]byte{0, 0x43, 0x4B, 0x01, 0x01})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		v, err := dec(c, data)
+		if also != nil {
+			also(t, c, data, v, err)
+		}
 		if hasFastPath(rt) {
 			v2, err2 := dec(slow, data)
 			if (err == nil) != (err2 == nil) {
@@ -114,28 +120,60 @@ func FuzzDecodeLaneRecord(f *testing.F) {
 	})
 }
 
+// FuzzDecodeQueryRequest also holds QueryRoute to the decoder: a valid
+// request routes to its own address, a request that only breaks a contract
+// rule routes unless its correlation id is unusable, anything else does not.
 func FuzzDecodeQueryRequest(f *testing.F) {
-	fuzzDecoder(f, TypeQueryRequest, testQueryRequests(), (*Codec).EncodeQueryRequest, (*Codec).DecodeQueryRequest)
+	fuzzDecoder(f, TypeQueryRequest, testQueryRequests(), (*Codec).EncodeQueryRequest, (*Codec).DecodeQueryRequest, checkQueryRoute)
+}
+
+func checkQueryRoute(t *testing.T, c *Codec, data []byte, q QueryRequest, err error) {
+	rt, ok := c.QueryRoute(data)
+	switch {
+	case err == nil:
+		want := QueryRoute{CorrelationID: q.CorrelationID, ReplyPartition: q.ReplyPartition}
+		if len(q.ReplyTopic) <= maxTopicNameBytes && utf8.ValidString(q.ReplyTopic) {
+			want.ReplyTopic = q.ReplyTopic
+		}
+		if !ok || rt != want {
+			t.Fatalf("valid request %+v routes to %+v, %v", q, rt, ok)
+		}
+	case errors.Is(err, ErrInvalidField):
+		_, body, _ := ParseHeader(data)
+		r := reader{b: body}
+		cid := r.bytes()
+		usable := !r.failed() && len(cid) > 0 && len(cid) <= MaxCorrelationIDBytes && utf8.Valid(cid)
+		if ok != usable || ok && rt.CorrelationID != string(cid) {
+			t.Fatalf("request rejected with %v: route %+v, %v; correlation id %q", err, rt, ok, cid)
+		}
+		if p, has := rt.ReplyPartition.Get(); has && p < 0 {
+			t.Fatalf("negative reply partition routed: %+v", rt)
+		}
+	default:
+		if ok {
+			t.Fatalf("request rejected with %v routes to %+v", err, rt)
+		}
+	}
 }
 
 func FuzzDecodeQueryReply(f *testing.F) {
-	fuzzDecoder(f, TypeQueryReply, testQueryReplies(), (*Codec).EncodeQueryReply, (*Codec).DecodeQueryReply)
+	fuzzDecoder(f, TypeQueryReply, testQueryReplies(), (*Codec).EncodeQueryReply, (*Codec).DecodeQueryReply, nil)
 }
 
 func FuzzDecodeLaneEvent(f *testing.F) {
-	fuzzDecoder(f, TypeLaneEvent, testLaneEvents(), (*Codec).EncodeLaneEvent, (*Codec).DecodeLaneEvent)
+	fuzzDecoder(f, TypeLaneEvent, testLaneEvents(), (*Codec).EncodeLaneEvent, (*Codec).DecodeLaneEvent, nil)
 }
 
 func FuzzDecodeControlRecord(f *testing.F) {
-	fuzzDecoder(f, TypeControlRecord, testControlRecords(), (*Codec).EncodeControlRecord, (*Codec).DecodeControlRecord)
+	fuzzDecoder(f, TypeControlRecord, testControlRecords(), (*Codec).EncodeControlRecord, (*Codec).DecodeControlRecord, nil)
 }
 
 func FuzzDecodeDeadLetter(f *testing.F) {
-	fuzzDecoder(f, TypeDeadLetter, testDeadLetters(), (*Codec).EncodeDeadLetter, (*Codec).DecodeDeadLetter)
+	fuzzDecoder(f, TypeDeadLetter, testDeadLetters(), (*Codec).EncodeDeadLetter, (*Codec).DecodeDeadLetter, nil)
 }
 
 func FuzzDecodeKvEvent(f *testing.F) {
-	fuzzDecoder(f, TypeKvEvent, testKvEvents(), (*Codec).EncodeKvEvent, (*Codec).DecodeKvEvent)
+	fuzzDecoder(f, TypeKvEvent, testKvEvents(), (*Codec).EncodeKvEvent, (*Codec).DecodeKvEvent, nil)
 }
 
 func FuzzUnpackImages(f *testing.F) {

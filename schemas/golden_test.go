@@ -180,6 +180,47 @@ func TestEnumSymbolsMatchSchemas(t *testing.T) {
 	}
 }
 
+// The generated names of the record-kind enums are the Avro record names of
+// their union's branches, in schema order (kind 1 is the first branch).
+func TestUnionKindNamesMatchSchemas(t *testing.T) {
+	for _, u := range []struct {
+		rt    RecordType
+		field string
+		names func(i int) string // the Go name of branch i
+	}{
+		{TypeLaneRecord, "body", func(i int) string { return LaneRecordKind(i + 1).String() }},
+		{TypeQueryRequest, "input", func(i int) string { return QueryInputKind(i + 1).String() }},
+		{TypeControlRecord, "body", func(i int) string { return ControlKind(i + 1).String() }},
+		{TypeKvEvent, "data", func(i int) string { return KvEventKind(i + 1).String() }},
+	} {
+		var top map[string]any
+		if err := json.Unmarshal([]byte(u.rt.Schema()), &top); err != nil {
+			t.Fatal(err)
+		}
+		var branches []any
+		for _, f := range top["fields"].([]any) {
+			if fm := f.(map[string]any); fm["name"] == u.field {
+				branches = fm["type"].([]any)
+			}
+		}
+		if len(branches) == 0 {
+			t.Fatalf("%s has no union field %s", u.rt, u.field)
+		}
+		for i, b := range branches {
+			name, _ := b.(string)
+			if m, ok := b.(map[string]any); ok {
+				name, _ = m["name"].(string)
+			}
+			if got := u.names(i); got != name {
+				t.Errorf("%s.%s branch %d is %s, Go names it %s", u.rt, u.field, i, name, got)
+			}
+		}
+		if extra := u.names(len(branches)); !strings.Contains(extra, "(") {
+			t.Errorf("%s.%s: Go names a kind %s beyond the schema's %d branches", u.rt, u.field, extra, len(branches))
+		}
+	}
+}
+
 func TestBuiltinIDs(t *testing.T) {
 	ids := map[int]RecordType{}
 	for _, rt := range RecordTypes() {

@@ -5,6 +5,11 @@ import (
 	"strconv"
 )
 
+// String methods of the enums below are generated from the constants' line
+// comments, which are the Avro symbols (or, for union branches, record
+// names); run make generate after changing a constant.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=IdentitySource -linecomment -output=identity_string.go
+
 // PoolIdentityVersion is the identity_version written in every PoolId of
 // this namespace.
 const PoolIdentityVersion = 1
@@ -20,15 +25,12 @@ type IdentitySource uint8
 
 const (
 	// SourceDefaultDerived: the material was derived from runtime defaults.
-	SourceDefaultDerived IdentitySource = iota
+	SourceDefaultDerived IdentitySource = iota // DEFAULT_DERIVED
 	// SourceExplicit: an operator supplied an explicit map.
-	SourceExplicit
+	SourceExplicit // EXPLICIT
 )
 
-var identitySourceSymbols = []string{"DEFAULT_DERIVED", "EXPLICIT"}
-
-// String returns the Avro symbol.
-func (s IdentitySource) String() string { return symbolOf(identitySourceSymbols, int(s)) }
+var identitySourceSymbols = enumSymbols[IdentitySource]()
 
 // Digest128 is a 16-byte identity digest (Avro fixed Digest128).
 type Digest128 [16]byte

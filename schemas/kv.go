@@ -1,22 +1,24 @@
 package schemas
 
+// String methods of the enums below are generated from the constants' line
+// comments, which are the Avro symbols (or, for union branches, record
+// names); run make generate after changing a constant.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=StorageTier,KvEventKind -linecomment -output=kv_string.go
+
 // StorageTier is where an event's blocks live (Avro enum StorageTier).
 // Symbols unknown to this reader decode as TierUnknown.
 type StorageTier uint8
 
 // Storage tiers, in Avro symbol order.
 const (
-	TierUnknown StorageTier = iota
-	TierDevice
-	TierHostPinned
-	TierDisk
-	TierExternal
+	TierUnknown    StorageTier = iota // UNKNOWN
+	TierDevice                        // DEVICE
+	TierHostPinned                    // HOST_PINNED
+	TierDisk                          // DISK
+	TierExternal                      // EXTERNAL
 )
 
-var storageTierSymbols = []string{"UNKNOWN", "DEVICE", "HOST_PINNED", "DISK", "EXTERNAL"}
-
-// String returns the Avro symbol.
-func (t StorageTier) String() string { return symbolOf(storageTierSymbols, int(t)) }
+var storageTierSymbols = enumSymbols[StorageTier]()
 
 // Residency domains with a defined meaning. KvEvent.ResidencyDomain carries
 // any other string unchanged so the relay can fail closed on it.
@@ -30,17 +32,12 @@ type KvEventKind uint8
 
 const (
 	// KvStoredEvent: KvEvent.Stored is set.
-	KvStoredEvent KvEventKind = iota + 1
+	KvStoredEvent KvEventKind = iota + 1 // KvStored
 	// KvRemovedEvent: KvEvent.Removed is set.
-	KvRemovedEvent
+	KvRemovedEvent // KvRemoved
 	// KvClearedEvent: the event has no payload.
-	KvClearedEvent
+	KvClearedEvent // KvCleared
 )
-
-var kvEventKindNames = []string{"", "KvStored", "KvRemoved", "KvCleared"}
-
-// String returns the Avro record name of the branch.
-func (k KvEventKind) String() string { return symbolOf(kvEventKindNames, int(k)) }
 
 // KvEvent is one KV-cache event of an engine worker (Avro record KvEvent).
 type KvEvent struct {

@@ -2,24 +2,24 @@ package schemas
 
 import "time"
 
+// String methods of the enums below are generated from the constants' line
+// comments, which are the Avro symbols (or, for union branches, record
+// names); run make generate after changing a constant.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=LaneRecordKind -linecomment -output=lane_string.go
+
 // LaneRecordKind says which branch of LaneRecord.body a record carries.
 type LaneRecordKind uint8
 
 const (
 	// LaneSnapshotChunk: LaneRecord.Snapshot is set.
-	LaneSnapshotChunk LaneRecordKind = iota + 1
+	LaneSnapshotChunk LaneRecordKind = iota + 1 // SnapshotChunk
 	// LaneDelta: LaneRecord.Delta is set.
-	LaneDelta
+	LaneDelta // Delta
 	// LaneHeartbeat: LaneRecord.Heartbeat is set.
-	LaneHeartbeat
+	LaneHeartbeat // Heartbeat
 	// LaneDrainMarker: LaneRecord.Drain is set.
-	LaneDrainMarker
+	LaneDrainMarker // DrainMarker
 )
-
-var laneRecordKindNames = []string{"", "SnapshotChunk", "Delta", "Heartbeat", "DrainMarker"}
-
-// String returns the Avro record name of the branch.
-func (k LaneRecordKind) String() string { return symbolOf(laneRecordKindNames, int(k)) }
 
 // LaneRecord is one record of the lane topic (Avro record LaneRecord). Kind
 // selects which of Snapshot, Delta, Heartbeat and Drain is meaningful; the

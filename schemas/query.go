@@ -5,6 +5,11 @@ import (
 	"unicode/utf8"
 )
 
+// String methods of the enums below are generated from the constants' line
+// comments, which are the Avro symbols (or, for union branches, record
+// names); run make generate after changing a constant.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=QueryInputKind,QueryStatus -linecomment -output=query_string.go
+
 // LaneCount is the number of physical lanes; lane masks are 16 bits.
 const LaneCount = 16
 
@@ -23,16 +28,11 @@ type QueryInputKind uint8
 const (
 	// InputLocalBlockHashes: QueryRequest.Hashes holds one local block hash
 	// per block.
-	InputLocalBlockHashes QueryInputKind = iota + 1
+	InputLocalBlockHashes QueryInputKind = iota + 1 // LocalBlockHashes
 	// InputTokenIDs: QueryRequest.Tokens and BlockSize (and the optional
 	// salts) describe the prompt.
-	InputTokenIDs
+	InputTokenIDs // TokenIds
 )
-
-var queryInputKindNames = []string{"", "LocalBlockHashes", "TokenIds"}
-
-// String returns the Avro record name of the branch.
-func (k QueryInputKind) String() string { return symbolOf(queryInputKindNames, int(k)) }
 
 // QueryRequest is a prefix-match query (Avro record QueryRequest).
 type QueryRequest struct {
@@ -56,6 +56,16 @@ type QueryRequest struct {
 	ReplyPartition Optional[int32]
 	// RequestTime is the zero Time (null on the wire) when not set.
 	RequestTime time.Time
+}
+
+// QueryRoute is where the answer to a query request goes: the fields of a
+// QueryRequest a reply is addressed with.
+type QueryRoute struct {
+	CorrelationID string
+	// ReplyTopic is empty for the indexer's default reply topic.
+	ReplyTopic string
+	// ReplyPartition is absent to let the indexer choose.
+	ReplyPartition Optional[int32]
 }
 
 func (q *QueryRequest) validate() error {
@@ -88,17 +98,14 @@ type QueryStatus uint8
 
 const (
 	// QueryOK: QueryReply.Lanes holds the answer.
-	QueryOK QueryStatus = iota
+	QueryOK QueryStatus = iota // OK
 	// QueryUnavailable: no requested lane was ready.
-	QueryUnavailable
+	QueryUnavailable // UNAVAILABLE
 	// QueryInvalidRequest: the request was rejected; ErrorMessage says why.
-	QueryInvalidRequest
+	QueryInvalidRequest // INVALID_REQUEST
 )
 
-var queryStatusSymbols = []string{"OK", "UNAVAILABLE", "INVALID_REQUEST"}
-
-// String returns the Avro symbol.
-func (s QueryStatus) String() string { return symbolOf(queryStatusSymbols, int(s)) }
+var queryStatusSymbols = enumSymbols[QueryStatus]()
 
 // QueryReply answers one QueryRequest (Avro record QueryReply).
 type QueryReply struct {

@@ -114,6 +114,35 @@ func (c *Codec) DecodeQueryRequest(b []byte) (QueryRequest, error) {
 	return q, nil
 }
 
+// QueryRoute reads the reply address of a framed QueryRequest without
+// applying the request's contract, so that a request DecodeQueryRequest
+// rejected with ErrInvalidField (a block size of 0, say) can still be
+// answered with INVALID_REQUEST instead of leaving its caller to time out.
+//
+// It reads only a body whose schema id the codec already holds for the
+// embedded query_request.avsc layout (the id it writes, the built-in id, or
+// a registry id with the same parsing canonical form); it never asks the
+// registry, and no other schema version is trusted. ok is false for any other
+// frame, for a body that is not valid Avro (nothing in it can be trusted),
+// and for an unusable correlation id (empty, longer than
+// MaxCorrelationIDBytes or not UTF-8: there is no one to answer). A reply
+// topic that cannot be a Kafka topic name (longer than 249 bytes or not
+// UTF-8) and a negative reply partition are left out, which sends the reply
+// to the default destination; the caller must still check that it may
+// write to the topic. It copies the request's strings (correlation id, salts,
+// reply topic), which is fine on the error path it is meant for.
+func (c *Codec) QueryRoute(b []byte) (rt QueryRoute, ok bool) {
+	id, body, err := ParseHeader(b)
+	if err != nil {
+		return QueryRoute{}, false
+	}
+	e, known := (*c.byID.Load())[id]
+	if !known || e.typ != TypeQueryRequest || !e.embedded {
+		return QueryRoute{}, false
+	}
+	return queryRoute(body)
+}
+
 // AppendQueryReply appends the framed encoding of r to dst; an invalid reply
 // is reported as an *EncodeError of kind ErrInvalidField.
 func (c *Codec) AppendQueryReply(dst []byte, r QueryReply) ([]byte, error) {

@@ -47,7 +47,7 @@ func TestSnapshotIndexEntryValidation(t *testing.T) {
 }
 
 func FuzzDecodeSnapshotIndexEntry(f *testing.F) {
-	fuzzDecoder(f, TypeSnapshotIndex, testSnapshotIndexEntries(), (*Codec).EncodeSnapshotIndexEntry, (*Codec).DecodeSnapshotIndexEntry)
+	fuzzDecoder(f, TypeSnapshotIndex, testSnapshotIndexEntries(), (*Codec).EncodeSnapshotIndexEntry, (*Codec).DecodeSnapshotIndexEntry, nil)
 }
 
 // TestImageRangeErrorIsTyped: an out-of-range delta image is rejected at decode with a typed

@@ -3,6 +3,8 @@ package schemas
 import (
 	"embed"
 	"fmt"
+	"reflect"
+	"strconv"
 
 	"github.com/linkedin/goavro/v2"
 )
@@ -149,11 +151,23 @@ func compile(text string) (builtin, error) {
 
 const maxInt32 = 1<<31 - 1
 
-// symbolOf returns symbols[i], or a placeholder for values outside the table
-// (which only a caller's invalid conversion can produce).
-func symbolOf(symbols []string, i int) string {
-	if i >= 0 && i < len(symbols) && symbols[i] != "" {
-		return symbols[i]
+// enumSymbols lists the names the generated String method gives E's values
+// 0, 1, 2, ... up to the first value it has no name for: an Avro enum's
+// symbols in schema order, taken from the constants' line comments so that a
+// constant added (and generated) is a symbol with no second list to update.
+// TestEnumSymbolsMatchSchemas holds every list to its .avsc.
+func enumSymbols[E interface {
+	~uint8
+	String() string
+}]() []string {
+	typeName := reflect.TypeFor[E]().Name()
+	var out []string
+	for v := range 256 {
+		s := E(v).String()
+		if s == typeName+"("+strconv.Itoa(v)+")" { // stringer's form for a value without a name
+			break
+		}
+		out = append(out, s)
 	}
-	return "INVALID(" + itoa(i) + ")"
+	return out
 }

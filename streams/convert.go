@@ -18,18 +18,39 @@ func (e *ErrIdentityVersion) Error() string {
 	return fmt.Sprintf("pool identity_version %d is not supported (want %d)", e.Version, schemas.PoolIdentityVersion)
 }
 
-func wireSource(s ckf.IdentitySource) schemas.IdentitySource {
-	if s == ckf.IdentityExplicit {
-		return schemas.SourceExplicit
+// The enum mappings of this package are tables indexed by the source enum, so a value added
+// to the source is either mapped in the table or visibly left out; convert_test.go walks every
+// named value of every source enum (from its generated String method) and fails until the
+// new value is mapped.
+
+// lookup returns table[v], or outside for a value beyond the table.
+func lookup[V ~uint8, T any](table []T, v V, outside T) T {
+	if int(v) < len(table) {
+		return table[v]
 	}
-	return schemas.SourceDefaultDerived
+	return outside
+}
+
+// wireSources is the wire form of each identity source.
+var wireSources = [...]schemas.IdentitySource{
+	ckf.IdentityDefaultDerived: schemas.SourceDefaultDerived,
+	ckf.IdentityExplicit:       schemas.SourceExplicit,
+}
+
+// ckfSources is the identity source of each wire symbol.
+var ckfSources = [...]ckf.IdentitySource{
+	schemas.SourceDefaultDerived: ckf.IdentityDefaultDerived,
+	schemas.SourceExplicit:       ckf.IdentityExplicit,
+}
+
+// wireSource and ckfSource map a value outside the enum (which validation elsewhere rejects)
+// to DefaultDerived, the conservative reading of identity material.
+func wireSource(s ckf.IdentitySource) schemas.IdentitySource {
+	return lookup(wireSources[:], s, schemas.SourceDefaultDerived)
 }
 
 func ckfSource(s schemas.IdentitySource) ckf.IdentitySource {
-	if s == schemas.SourceExplicit {
-		return ckf.IdentityExplicit
-	}
-	return ckf.IdentityDefaultDerived
+	return lookup(ckfSources[:], s, ckf.IdentityDefaultDerived)
 }
 
 // WireDomain converts an indexer domain to its wire form.

@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// LanePhase's String method is generated from the constants' line comments,
+// the names the HTTP lane table shows; run make generate after changing one.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=LanePhase -linecomment -output=lanestatus_string.go
+
 // LanePhase is where a lane stands in its recovery cycle on this replica. Together with the
 // lane's LaneIngestor (consumer §3: unassigned, awaiting a snapshot, ready) it is the whole state
 // of the lane; see laneState.
@@ -14,30 +18,21 @@ const (
 	// PhaseAwaitingSnapshot: no snapshot is installed under the current lease; the lane installs
 	// the next complete snapshot it reads (any position, any producer generation not older than
 	// the newest one it followed).
-	PhaseAwaitingSnapshot LanePhase = iota
+	PhaseAwaitingSnapshot LanePhase = iota // awaiting_snapshot
 	// PhaseActive: a snapshot is installed and deltas are applied.
-	PhaseActive
+	PhaseActive // active
 	// PhaseReplaying: after a fault, the lane seeked back to the latest complete snapshot it knows
 	// and replays from there; it becomes Active once it applies a record past the fault.
-	PhaseReplaying
+	PhaseReplaying // replaying
 	// PhaseWaitingForSnapshot: replaying would fault again at the same place (or no snapshot is
 	// known), so the lane asked the relay for a new snapshot and installs only one written after
 	// the fault.
-	PhaseWaitingForSnapshot
+	PhaseWaitingForSnapshot // waiting_for_snapshot
 	// PhaseDrained: the relay stopped gracefully; its drain marker matched the installed
 	// sequence and the lane left answers at once. The next producer generation's snapshot brings
 	// it back.
-	PhaseDrained
+	PhaseDrained // drained
 )
-
-var lanePhaseNames = [...]string{"awaiting_snapshot", "active", "replaying", "waiting_for_snapshot", "drained"}
-
-func (p LanePhase) String() string {
-	if int(p) < len(lanePhaseNames) {
-		return lanePhaseNames[p]
-	}
-	return "unknown"
-}
 
 // LaneStatus is a point-in-time view of one lane, for the lane table, metrics and tests. It is
 // published by the lane's goroutine after every fetched batch and at every state change, so a

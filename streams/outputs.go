@@ -2,7 +2,6 @@ package streams
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -110,95 +109,125 @@ func (o *Outputs) RequestSnapshot(lane uint8, pool ckf.PoolID, reason schemas.Sn
 // Flush waits until every output produced so far is acknowledged or failed.
 func (o *Outputs) Flush(ctx context.Context) error { return o.cl.Flush(ctx) }
 
-// wireFault converts an ingestor fault to the lane-event fault.
+// laneFaultKinds is the lane-event fault kind of each ingestor fault kind.
+var laneFaultKinds = [...]schemas.LaneFaultKind{
+	index.FaultWrongIdentity:              schemas.FaultWrongIdentity,
+	index.FaultInvalidSnapshotBucketCount: schemas.FaultInvalidSnapshotBucketCount,
+	index.FaultEmptyDelta:                 schemas.FaultEmptyDelta,
+	index.FaultBaseSequenceMismatch:       schemas.FaultBaseSequenceMismatch,
+	index.FaultNonContiguousSequence:      schemas.FaultNonContiguousSequence,
+	index.FaultSequenceExhausted:          schemas.FaultSequenceExhausted,
+	index.FaultInvalidImageIndex:          schemas.FaultInvalidImageIndex,
+	index.FaultDuplicateImageIndex:        schemas.FaultDuplicateImageIndex,
+	index.FaultSnapshotWhileReady:         schemas.FaultSnapshotWhileReady,
+	index.FaultTerminalSequenceMismatch:   schemas.FaultTerminalSequenceMismatch,
+}
+
+// wireFault converts an ingestor fault to the lane-event fault: the kind from laneFaultKinds
+// (FaultUnknown for a kind outside it), the payload as the wire's expected/actual pair.
 func wireFault(f index.LaneFault, offset int64) *schemas.LaneFault {
-	out := &schemas.LaneFault{Detail: f.Error(), Offset: schemas.Some(offset)}
+	out := &schemas.LaneFault{Kind: lookup(laneFaultKinds[:], f.Kind, schemas.FaultUnknown), Detail: f.Error(), Offset: schemas.Some(offset)}
 	switch f.Kind {
-	case index.FaultWrongIdentity:
-		out.Kind = schemas.FaultWrongIdentity
-	case index.FaultInvalidSnapshotBucketCount:
-		out.Kind, out.Expected, out.Actual = schemas.FaultInvalidSnapshotBucketCount, schemas.Some(f.Expected), schemas.Some(f.Actual)
-	case index.FaultEmptyDelta:
-		out.Kind = schemas.FaultEmptyDelta
-	case index.FaultBaseSequenceMismatch:
-		out.Kind, out.Expected, out.Actual = schemas.FaultBaseSequenceMismatch, schemas.Some(f.Expected), schemas.Some(f.Actual)
+	case index.FaultInvalidSnapshotBucketCount, index.FaultBaseSequenceMismatch:
+		out.Expected, out.Actual = schemas.Some(f.Expected), schemas.Some(f.Actual)
 	case index.FaultNonContiguousSequence:
-		out.Kind, out.Expected, out.Actual = schemas.FaultNonContiguousSequence, schemas.Some(f.Base+1), schemas.Some(f.Sequence)
-	case index.FaultSequenceExhausted:
-		out.Kind = schemas.FaultSequenceExhausted
-	case index.FaultInvalidImageIndex:
-		out.Kind, out.Actual = schemas.FaultInvalidImageIndex, schemas.Some(f.Bucket)
-	case index.FaultDuplicateImageIndex:
-		out.Kind, out.Actual = schemas.FaultDuplicateImageIndex, schemas.Some(f.Bucket)
+		out.Expected, out.Actual = schemas.Some(f.Base+1), schemas.Some(f.Sequence)
+	case index.FaultInvalidImageIndex, index.FaultDuplicateImageIndex:
+		out.Actual = schemas.Some(f.Bucket)
 	case index.FaultSnapshotWhileReady:
-		out.Kind, out.Expected, out.Actual = schemas.FaultSnapshotWhileReady, schemas.Some(f.Installed), schemas.Some(f.Sequence)
+		out.Expected, out.Actual = schemas.Some(f.Installed), schemas.Some(f.Sequence)
 	case index.FaultTerminalSequenceMismatch:
-		out.Kind, out.Expected = schemas.FaultTerminalSequenceMismatch, schemas.Some(f.Expected)
+		out.Expected = schemas.Some(f.Expected)
 		if f.HasActual {
 			out.Actual = schemas.Some(f.Actual)
 		}
-	default:
-		out.Kind = schemas.FaultUnknown
 	}
 	return out
+}
+
+// assignmentFaultKinds is the lane-event fault kind of each assignment error kind.
+var assignmentFaultKinds = [...]schemas.LaneFaultKind{
+	index.AssignWrongConsumerInstance: schemas.FaultWrongConsumerInstance,
+	index.AssignWrongPhysicalLane:     schemas.FaultWrongPhysicalLane,
+	index.AssignWrongLaneOwner:        schemas.FaultWrongLaneOwner,
+	index.AssignWrongFormat:           schemas.FaultWrongFormat,
+	index.AssignStaleAssignmentEpoch:  schemas.FaultStaleAssignmentEpoch,
 }
 
 // assignmentFault converts an assignment error to the lane-event fault.
 func assignmentFault(err *index.AssignmentError, offset int64) *schemas.LaneFault {
-	out := &schemas.LaneFault{Detail: err.Error(), Offset: schemas.Some(offset)}
-	switch err.Kind {
-	case index.AssignWrongConsumerInstance:
-		out.Kind = schemas.FaultWrongConsumerInstance
-	case index.AssignWrongPhysicalLane:
-		out.Kind = schemas.FaultWrongPhysicalLane
-	case index.AssignWrongLaneOwner:
-		out.Kind = schemas.FaultWrongLaneOwner
-	case index.AssignWrongFormat:
-		out.Kind = schemas.FaultWrongFormat
-	case index.AssignStaleAssignmentEpoch:
-		out.Kind = schemas.FaultStaleAssignmentEpoch
-	}
-	return out
+	return &schemas.LaneFault{Kind: lookup(assignmentFaultKinds[:], err.Kind, schemas.FaultUnknown), Detail: err.Error(), Offset: schemas.Some(offset)}
 }
 
-// consumerPoint names the consumer failure point of a consumer-lane disposition; the three
-// consumer rows of the failure table differ in (commit, action), so the mapping is exact.
+// consumerPoints is the inverse of the failure table's consumer-lane rows: their dispositions
+// differ, so each names exactly one failure point.
+var consumerPoints = func() map[ckf.FailureDisposition]ckf.FailurePoint {
+	m := make(map[ckf.FailureDisposition]ckf.FailurePoint)
+	for _, p := range ckf.FailurePoints {
+		if d := ckf.DispositionOf(p); d.Domain == ckf.DomainConsumerLane {
+			m[d] = p
+		}
+	}
+	return m
+}()
+
+// consumerPoint names the consumer failure point of a consumer-lane disposition; any other
+// disposition is reported as the generic consumer fault, ConsumerGapOrMalformedBeforeWrite.
 func consumerPoint(d ckf.FailureDisposition) ckf.FailurePoint {
-	switch {
-	case d.Action == ckf.ActionRetrySnapshot:
-		return ckf.InactiveSnapshotInstallFailure
-	case d.Commit == ckf.CommitUncertain:
-		return ckf.ConsumerWorkerFailureMidApply
-	default:
-		return ckf.ConsumerGapOrMalformedBeforeWrite
+	if p, ok := consumerPoints[d]; ok {
+		return p
 	}
+	return ckf.ConsumerGapOrMalformedBeforeWrite
 }
 
-// wireDisposition converts a consumer-lane disposition (with its failure point) to the wire.
+// The failure-table enums on the wire. The wire enums have no "none": NoRecoveryDomain is an
+// absent recovery_domain, and an undefined value has no wire form.
+var (
+	wirePoints = [...]schemas.Optional[schemas.FailurePoint]{
+		ckf.BoundedRelocationFailure:          schemas.Some(schemas.PointBoundedRelocationFailure),
+		ckf.PrecommitAllocationFailure:        schemas.Some(schemas.PointPrecommitAllocationFailure),
+		ckf.SourceProtocolFailure:             schemas.Some(schemas.PointSourceProtocolFailure),
+		ckf.PrewriteInvariantMismatch:         schemas.Some(schemas.PointPrewriteInvariantMismatch),
+		ckf.ConsumerGapOrMalformedBeforeWrite: schemas.Some(schemas.PointConsumerGapOrMalformedBeforeWrite),
+		ckf.ConsumerWorkerFailureMidApply:     schemas.Some(schemas.PointConsumerWorkerFailureMidApply),
+		ckf.InactiveSnapshotInstallFailure:    schemas.Some(schemas.PointInactiveSnapshotInstallFailure),
+	}
+	wireDomains = [...]schemas.Optional[schemas.FailureDomain]{
+		ckf.NoRecoveryDomain:   {},
+		ckf.DomainProducerCore: schemas.Some(schemas.DomainProducerCore),
+		ckf.DomainConsumerLane: schemas.Some(schemas.DomainConsumerLane),
+	}
+	wireCommits = [...]schemas.Optional[schemas.CommitState]{
+		ckf.CommitKnownUnchanged:                schemas.Some(schemas.CommitKnownUnchanged),
+		ckf.CommitExactCommittedPhysicalOmitted: schemas.Some(schemas.CommitExactCommittedPhysicalOmitted),
+		ckf.CommitUncertain:                     schemas.Some(schemas.CommitUncertain),
+	}
+	wireActions = [...]schemas.Optional[schemas.FailureAction]{
+		ckf.ActionContinueCapacityOmission: schemas.Some(schemas.ActionContinueCapacityOmission),
+		ckf.ActionReportResourceFailure:    schemas.Some(schemas.ActionReportResourceFailure),
+		ckf.ActionRejectSource:             schemas.Some(schemas.ActionRejectSource),
+		ckf.ActionFenceAndRebuildProducer:  schemas.Some(schemas.ActionFenceAndRebuildProducer),
+		ckf.ActionDeactivateAndSnapshot:    schemas.Some(schemas.ActionDeactivateAndSnapshot),
+		ckf.ActionRetrySnapshot:            schemas.Some(schemas.ActionRetrySnapshot),
+	}
+)
+
+// wireDisposition converts failure point p and its row of the failure table to the wire. It
+// returns nil (no disposition on the lane event) for a point that is not in the table.
 func wireDisposition(p ckf.FailurePoint) *schemas.FailureDisposition {
 	d := ckf.DispositionOf(p)
-	out := &schemas.FailureDisposition{}
-	switch p {
-	case ckf.ConsumerGapOrMalformedBeforeWrite:
-		out.Point = schemas.PointConsumerGapOrMalformedBeforeWrite
-	case ckf.ConsumerWorkerFailureMidApply:
-		out.Point = schemas.PointConsumerWorkerFailureMidApply
-	case ckf.InactiveSnapshotInstallFailure:
-		out.Point = schemas.PointInactiveSnapshotInstallFailure
-	default:
-		panic(fmt.Sprintf("streams: %v is not a consumer failure point", p))
+	point := lookup(wirePoints[:], p, schemas.Optional[schemas.FailurePoint]{})
+	domain := lookup(wireDomains[:], d.Domain, schemas.Optional[schemas.FailureDomain]{})
+	commit := lookup(wireCommits[:], d.Commit, schemas.Optional[schemas.CommitState]{})
+	action := lookup(wireActions[:], d.Action, schemas.Optional[schemas.FailureAction]{})
+	if !point.Valid || !domain.Valid || !commit.Valid || !action.Valid {
+		return nil
 	}
-	out.Domain = schemas.DomainConsumerLane
-	out.RecoveryDomain = schemas.Some(schemas.DomainConsumerLane)
-	if d.Commit == ckf.CommitUncertain {
-		out.Commit = schemas.CommitUncertain
-	} else {
-		out.Commit = schemas.CommitKnownUnchanged
+	return &schemas.FailureDisposition{
+		Point:          point.Value,
+		Domain:         domain.Value,
+		Commit:         commit.Value,
+		RecoveryDomain: lookup(wireDomains[:], d.RecoveryDomain, schemas.Optional[schemas.FailureDomain]{}),
+		Action:         action.Value,
 	}
-	if d.Action == ckf.ActionRetrySnapshot {
-		out.Action = schemas.ActionRetrySnapshot
-	} else {
-		out.Action = schemas.ActionDeactivateAndSnapshot
-	}
-	return out
 }

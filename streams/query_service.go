@@ -233,10 +233,6 @@ type QueryService struct {
 	log   *zap.Logger
 	m     queryMetrics
 
-	// requestWriterID is the schema id this build writes QueryRequests with: the only id whose
-	// body salvageQueryRequest trusts.
-	requestWriterID int
-
 	started atomic.Bool
 	// hard is cancelled when Close's context ends: it abandons the batch in flight (no commit).
 	hard       context.Context
@@ -270,8 +266,7 @@ func NewQueryService(p QueryServiceParams) (*QueryService, error) {
 	}
 	s := &QueryService{
 		cfg: cfg, ans: p.Answerer, codec: p.Codec, opts: p.ClientOpts, log: log.Named("query"),
-		m: newQueryMetrics(p.Metrics), requestWriterID: p.Codec.SchemaID(schemas.TypeQueryRequest),
-		done: make(chan struct{}),
+		m: newQueryMetrics(p.Metrics), done: make(chan struct{}),
 	}
 	s.hard, s.hardCancel = context.WithCancel(context.Background())
 	s.onAck = s.batch.ack
@@ -617,9 +612,9 @@ func (s *QueryService) handle(r *kgo.Record) error {
 		}
 		s.m.invalid.Inc(1)
 		if errors.Is(err, schemas.ErrInvalidField) {
-			if sv, ok := salvageQueryRequest(r.Value, s.requestWriterID); ok {
-				topic, part := s.route(sv.replyTopic, sv.replyPartition)
-				if err := s.produceReply(r, s.ans.InvalidReply(sv.correlationID, err.Error()), topic, part, true, time.Time{}); err != nil {
+			if rt, ok := s.codec.QueryRoute(r.Value); ok {
+				topic, part := s.route(rt.ReplyTopic, rt.ReplyPartition)
+				if err := s.produceReply(r, s.ans.InvalidReply(rt.CorrelationID, err.Error()), topic, part, true, time.Time{}); err != nil {
 					return err
 				}
 			}

@@ -14,43 +14,67 @@ import (
 // outside the defined constants on purpose: an unknown tier is not the Device tier (such an
 // event is not primary and is ignored, as for any other non-device tier), and an unknown
 // residency domain fails closed in DcState (UnsupportedResidencyDomain, no state change).
+// unknownResidencyWire is what KvEventOf writes for a residency domain without a wire form.
 const (
-	unknownTier      producer.StorageTier     = 0xFF
-	unknownResidency producer.ResidencyDomain = 0xFF
+	unknownTier          producer.StorageTier     = 0xFF
+	unknownResidency     producer.ResidencyDomain = 0xFF
+	unknownResidencyWire                          = "unknown"
+)
+
+// The KV-event enum mappings, one table per direction (see lookup).
+var (
+	producerTiers = [...]producer.StorageTier{
+		schemas.TierUnknown:    unknownTier,
+		schemas.TierDevice:     producer.StorageTierDevice,
+		schemas.TierHostPinned: producer.StorageTierHostPinned,
+		schemas.TierDisk:       producer.StorageTierDisk,
+		schemas.TierExternal:   producer.StorageTierExternal,
+	}
+	wireTiers = [...]schemas.StorageTier{
+		producer.StorageTierDevice:     schemas.TierDevice,
+		producer.StorageTierHostPinned: schemas.TierHostPinned,
+		producer.StorageTierDisk:       schemas.TierDisk,
+		producer.StorageTierExternal:   schemas.TierExternal,
+	}
+	// producerResidencies is keyed by the wire strings with a defined meaning; any other
+	// present string is unknownResidency.
+	producerResidencies = map[string]producer.ResidencyDomain{
+		schemas.ResidencyWorker:     producer.ResidencyWorker,
+		schemas.ResidencyCacheOwner: producer.ResidencyCacheOwner,
+	}
+	wireResidencies = [...]schemas.Optional[string]{
+		producer.ResidencyUnspecified: {},
+		producer.ResidencyWorker:      schemas.Some(schemas.ResidencyWorker),
+		producer.ResidencyCacheOwner:  schemas.Some(schemas.ResidencyCacheOwner),
+	}
+	producerKinds = [...]producer.KvEventKind{
+		schemas.KvStoredEvent:  producer.KvEventStored,
+		schemas.KvRemovedEvent: producer.KvEventRemoved,
+		schemas.KvClearedEvent: producer.KvEventCleared,
+	}
+	wireKinds = [...]schemas.KvEventKind{
+		producer.KvEventStored:  schemas.KvStoredEvent,
+		producer.KvEventRemoved: schemas.KvRemovedEvent,
+		producer.KvEventCleared: schemas.KvClearedEvent,
+	}
 )
 
 // RouterEventOf converts a decoded KV event to the producer's RouterEvent. It never fails:
 // values the producer must reject (an unknown residency domain, an unknown kind) are carried
 // so that DcState.ApplyEvent rejects them with the spec's outcome.
 func RouterEventOf(ev *schemas.KvEvent) producer.RouterEvent {
-	re := producer.RouterEvent{WorkerID: ckf.WorkerID(ev.WorkerID)}
-	switch ev.StorageTier {
-	case schemas.TierDevice:
-		re.StorageTier = producer.StorageTierDevice
-	case schemas.TierHostPinned:
-		re.StorageTier = producer.StorageTierHostPinned
-	case schemas.TierDisk:
-		re.StorageTier = producer.StorageTierDisk
-	case schemas.TierExternal:
-		re.StorageTier = producer.StorageTierExternal
-	default:
-		re.StorageTier = unknownTier
-	}
+	re := producer.RouterEvent{WorkerID: ckf.WorkerID(ev.WorkerID), StorageTier: lookup(producerTiers[:], ev.StorageTier, unknownTier)}
 	if d, ok := ev.ResidencyDomain.Get(); ok {
-		switch d {
-		case schemas.ResidencyWorker:
-			re.Residency = producer.ResidencyWorker
-		case schemas.ResidencyCacheOwner:
-			re.Residency = producer.ResidencyCacheOwner
-		default:
-			re.Residency = unknownResidency
+		re.Residency = unknownResidency
+		if r, known := producerResidencies[d]; known {
+			re.Residency = r
 		}
 	}
 	e := &re.Event
 	e.EventID, e.DpRank = ev.EventID, ckf.DpRank(ev.DpRank)
-	switch ev.Kind {
-	case schemas.KvStoredEvent:
-		e.Kind = producer.KvEventStored
+	e.Kind = lookup(producerKinds[:], ev.Kind, 0)
+	switch e.Kind {
+	case producer.KvEventStored:
 		s := &ev.Stored
 		if p, ok := s.ParentHash.Get(); ok {
 			e.Stored.HasParent, e.Stored.ParentHash = true, ckf.ExternalBlockHash(p)
@@ -63,14 +87,11 @@ func RouterEventOf(ev *schemas.KvEvent) producer.RouterEvent {
 		for i, b := range s.Blocks {
 			e.Stored.Blocks[i] = producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(b.BlockHash), TokensHash: ckf.LocalBlockHash(b.TokensHash)}
 		}
-	case schemas.KvRemovedEvent:
-		e.Kind = producer.KvEventRemoved
+	case producer.KvEventRemoved:
 		e.Removed = make([]ckf.ExternalBlockHash, len(ev.Removed.BlockHashes))
 		for i, h := range ev.Removed.BlockHashes {
 			e.Removed[i] = ckf.ExternalBlockHash(h)
 		}
-	case schemas.KvClearedEvent:
-		e.Kind = producer.KvEventCleared
 	}
 	return re
 }
@@ -79,29 +100,13 @@ func RouterEventOf(ev *schemas.KvEvent) producer.RouterEvent {
 // Unknown tiers and residency values have no wire form and become TierUnknown and the
 // string "unknown".
 func KvEventOf(re producer.RouterEvent) schemas.KvEvent {
-	ev := schemas.KvEvent{WorkerID: uint64(re.WorkerID), DpRank: uint32(re.Event.DpRank), EventID: re.Event.EventID}
-	switch re.StorageTier {
-	case producer.StorageTierDevice:
-		ev.StorageTier = schemas.TierDevice
-	case producer.StorageTierHostPinned:
-		ev.StorageTier = schemas.TierHostPinned
-	case producer.StorageTierDisk:
-		ev.StorageTier = schemas.TierDisk
-	case producer.StorageTierExternal:
-		ev.StorageTier = schemas.TierExternal
+	ev := schemas.KvEvent{WorkerID: uint64(re.WorkerID), DpRank: uint32(re.Event.DpRank), EventID: re.Event.EventID,
+		StorageTier:     lookup(wireTiers[:], re.StorageTier, schemas.TierUnknown),
+		ResidencyDomain: lookup(wireResidencies[:], re.Residency, schemas.Some(unknownResidencyWire)),
+		Kind:            lookup(wireKinds[:], re.Event.Kind, 0),
 	}
-	switch re.Residency {
-	case producer.ResidencyUnspecified:
-	case producer.ResidencyWorker:
-		ev.ResidencyDomain = schemas.Some(schemas.ResidencyWorker)
-	case producer.ResidencyCacheOwner:
-		ev.ResidencyDomain = schemas.Some(schemas.ResidencyCacheOwner)
-	default:
-		ev.ResidencyDomain = schemas.Some("unknown")
-	}
-	switch re.Event.Kind {
-	case producer.KvEventStored:
-		ev.Kind = schemas.KvStoredEvent
+	switch ev.Kind {
+	case schemas.KvStoredEvent:
 		s := &re.Event.Stored
 		if s.HasParent {
 			ev.Stored.ParentHash = schemas.Some(uint64(s.ParentHash))
@@ -114,14 +119,11 @@ func KvEventOf(re producer.RouterEvent) schemas.KvEvent {
 		for i, b := range s.Blocks {
 			ev.Stored.Blocks[i] = schemas.KvBlock{BlockHash: uint64(b.BlockHash), TokensHash: uint64(b.TokensHash)}
 		}
-	case producer.KvEventRemoved:
-		ev.Kind = schemas.KvRemovedEvent
+	case schemas.KvRemovedEvent:
 		ev.Removed.BlockHashes = make([]uint64, len(re.Event.Removed))
 		for i, h := range re.Event.Removed {
 			ev.Removed.BlockHashes[i] = uint64(h)
 		}
-	case producer.KvEventCleared:
-		ev.Kind = schemas.KvClearedEvent
 	}
 	return ev
 }

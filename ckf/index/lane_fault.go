@@ -1,11 +1,16 @@
 package index
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf"
+
 	"errors"
 	"strconv"
-
-	"github.com/ckf-stream/ckf-stream/ckf"
 )
+
+// String methods of the enums below are generated from the constants' line
+// comments, which are the names logs, errors and metric labels show; run
+// make generate after changing a constant.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=OutcomeKind,FaultKind,AssignmentErrorKind -linecomment -output=lane_fault_string.go
 
 // Outcomes, lane faults and assignment errors of the lane ingestor (consumer
 // §3.4). All are plain values: reporting an outcome never allocates.
@@ -16,45 +21,27 @@ type OutcomeKind uint8
 const (
 	// OutcomeSnapshotInstalled: a snapshot was installed and the lane is
 	// ready at Sequence.
-	OutcomeSnapshotInstalled OutcomeKind = iota + 1
+	OutcomeSnapshotInstalled OutcomeKind = iota + 1 // snapshot_installed
 	// OutcomeDeltaApplied: a delta moved the lane to Sequence; Images words
 	// were stored.
-	OutcomeDeltaApplied
+	OutcomeDeltaApplied // delta_applied
 	// OutcomeIgnoredForeignLease: the input's lease is not the lane's
 	// current lease (or the lane is unassigned). Nothing changed.
-	OutcomeIgnoredForeignLease
+	OutcomeIgnoredForeignLease // ignored_foreign_lease
 	// OutcomeIgnoredStaleOrDuplicate: sequence <= InstalledSequence on a
 	// ready lane. Nothing changed; the payload was not validated.
-	OutcomeIgnoredStaleOrDuplicate
+	OutcomeIgnoredStaleOrDuplicate // ignored_stale_or_duplicate
 	// OutcomeDrainAcknowledged: the lane is ready at exactly the marker's
 	// expected sequence (InstalledSequence).
-	OutcomeDrainAcknowledged
+	OutcomeDrainAcknowledged // drain_acknowledged
 	// OutcomeAwaitingSnapshot: a current-lease delta on a not-ready lane
 	// (ignored), or, in the ingestion pool, a snapshot whose words were
 	// written but whose activation was refused by the admission guard.
-	OutcomeAwaitingSnapshot
+	OutcomeAwaitingSnapshot // awaiting_snapshot
 	// OutcomeLaneDeactivated: the input was rejected before any write; the
 	// lane is not ready, the lease is kept, Fault says why.
-	OutcomeLaneDeactivated
+	OutcomeLaneDeactivated // lane_deactivated
 )
-
-var outcomeNames = [...]string{
-	OutcomeSnapshotInstalled:       "snapshot_installed",
-	OutcomeDeltaApplied:            "delta_applied",
-	OutcomeIgnoredForeignLease:     "ignored_foreign_lease",
-	OutcomeIgnoredStaleOrDuplicate: "ignored_stale_or_duplicate",
-	OutcomeDrainAcknowledged:       "drain_acknowledged",
-	OutcomeAwaitingSnapshot:        "awaiting_snapshot",
-	OutcomeLaneDeactivated:         "lane_deactivated",
-}
-
-// String names the kind in the reference's snake_case.
-func (k OutcomeKind) String() string {
-	if int(k) < len(outcomeNames) && outcomeNames[k] != "" {
-		return outcomeNames[k]
-	}
-	return "outcome(" + strconv.Itoa(int(k)) + ")"
-}
 
 // IngestOutcome is the result of one ingestor input. Fields beyond Kind are
 // meaningful only for the kinds noted.
@@ -91,49 +78,28 @@ type FaultKind uint8
 const (
 	// FaultWrongIdentity: the input's producer identity differs from the
 	// assigned one.
-	FaultWrongIdentity FaultKind = iota + 1
+	FaultWrongIdentity FaultKind = iota + 1 // wrong_identity
 	// FaultInvalidSnapshotBucketCount{Expected, Actual}.
-	FaultInvalidSnapshotBucketCount
+	FaultInvalidSnapshotBucketCount // invalid_snapshot_bucket_count
 	// FaultEmptyDelta: a current-stream delta with no image.
-	FaultEmptyDelta
+	FaultEmptyDelta // empty_delta
 	// FaultBaseSequenceMismatch{Expected: installed, Actual: base}.
-	FaultBaseSequenceMismatch
+	FaultBaseSequenceMismatch // base_sequence_mismatch
 	// FaultNonContiguousSequence{Base, Sequence}: sequence != base+1.
-	FaultNonContiguousSequence
+	FaultNonContiguousSequence // non_contiguous_sequence
 	// FaultSequenceExhausted: base+1 overflows.
-	FaultSequenceExhausted
+	FaultSequenceExhausted // sequence_exhausted
 	// FaultInvalidImageIndex{Bucket}: bucket >= bucket_count.
-	FaultInvalidImageIndex
+	FaultInvalidImageIndex // invalid_image_index
 	// FaultDuplicateImageIndex{Bucket}: a bucket repeats within a delta.
-	FaultDuplicateImageIndex
+	FaultDuplicateImageIndex // duplicate_image_index
 	// FaultSnapshotWhileReady{Installed, Sequence}: a newer snapshot on a
 	// ready lane (recovery is always new lease → snapshot).
-	FaultSnapshotWhileReady
+	FaultSnapshotWhileReady // snapshot_while_ready
 	// FaultTerminalSequenceMismatch{Expected, Actual (if HasActual)}: a drain
 	// marker did not match the installed sequence.
-	FaultTerminalSequenceMismatch
+	FaultTerminalSequenceMismatch // terminal_sequence_mismatch
 )
-
-var faultNames = [...]string{
-	FaultWrongIdentity:              "wrong_identity",
-	FaultInvalidSnapshotBucketCount: "invalid_snapshot_bucket_count",
-	FaultEmptyDelta:                 "empty_delta",
-	FaultBaseSequenceMismatch:       "base_sequence_mismatch",
-	FaultNonContiguousSequence:      "non_contiguous_sequence",
-	FaultSequenceExhausted:          "sequence_exhausted",
-	FaultInvalidImageIndex:          "invalid_image_index",
-	FaultDuplicateImageIndex:        "duplicate_image_index",
-	FaultSnapshotWhileReady:         "snapshot_while_ready",
-	FaultTerminalSequenceMismatch:   "terminal_sequence_mismatch",
-}
-
-// String names the kind in the reference's snake_case.
-func (k FaultKind) String() string {
-	if int(k) < len(faultNames) && faultNames[k] != "" {
-		return faultNames[k]
-	}
-	return "fault(" + strconv.Itoa(int(k)) + ")"
-}
 
 // LaneFault is a lane fault: why a current-lease input deactivated a lane.
 // It implements error; errors.Is matches any *LaneFault / LaneFault of the
@@ -207,33 +173,17 @@ type AssignmentErrorKind uint8
 
 const (
 	// AssignWrongConsumerInstance: lease.Consumer != manifest consumer.
-	AssignWrongConsumerInstance AssignmentErrorKind = iota + 1
+	AssignWrongConsumerInstance AssignmentErrorKind = iota + 1 // wrong_consumer_instance
 	// AssignWrongPhysicalLane: lease.Lane != the ingestor's lane.
-	AssignWrongPhysicalLane
+	AssignWrongPhysicalLane // wrong_physical_lane
 	// AssignWrongLaneOwner: identity.Pool != the lane's pool.
-	AssignWrongLaneOwner
+	AssignWrongLaneOwner // wrong_lane_owner
 	// AssignWrongFormat: identity.Format != manifest format.
-	AssignWrongFormat
+	AssignWrongFormat // wrong_format
 	// AssignStaleAssignmentEpoch{MinimumExclusive, Actual}: lease.Epoch <=
 	// the previous assignment epoch of the lane (survives retire).
-	AssignStaleAssignmentEpoch
+	AssignStaleAssignmentEpoch // stale_assignment_epoch
 )
-
-var assignNames = [...]string{
-	AssignWrongConsumerInstance: "wrong_consumer_instance",
-	AssignWrongPhysicalLane:     "wrong_physical_lane",
-	AssignWrongLaneOwner:        "wrong_lane_owner",
-	AssignWrongFormat:           "wrong_format",
-	AssignStaleAssignmentEpoch:  "stale_assignment_epoch",
-}
-
-// String names the kind.
-func (k AssignmentErrorKind) String() string {
-	if int(k) < len(assignNames) && assignNames[k] != "" {
-		return assignNames[k]
-	}
-	return "assignment_error(" + strconv.Itoa(int(k)) + ")"
-}
 
 // AssignmentError is a rejected assignment (consumer §3.2). errors.Is matches the
 // sentinel of the same kind (ErrWrongConsumerInstance, …,

@@ -1,12 +1,17 @@
 package index
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf"
+
 	"errors"
 	"strconv"
 	"time"
-
-	"github.com/ckf-stream/ckf-stream/ckf"
 )
+
+// String methods of the enums below are generated from the constants' line
+// comments, which are the names logs, errors and metric labels show; run
+// make generate after changing a constant.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=PoolFaultKind -linecomment -output=pool_errors_string.go
 
 // Ingestion-pool configuration, errors and fault diagnostics (consumer §4.1,
 // §4.5–§4.7).
@@ -165,36 +170,19 @@ type PoolFaultKind uint8
 const (
 	// PoolFaultLaneDeactivated: an ingestor input deactivated the lane
 	// (Fault set).
-	PoolFaultLaneDeactivated PoolFaultKind = iota + 1
+	PoolFaultLaneDeactivated PoolFaultKind = iota + 1 // lane_deactivated
 	// PoolFaultSaturated: the worker queue was full on SubmitDelta.
-	PoolFaultSaturated
+	PoolFaultSaturated // saturated
 	// PoolFaultOutstandingImageLimit: Requested > Limit.
-	PoolFaultOutstandingImageLimit
+	PoolFaultOutstandingImageLimit // outstanding_image_limit
 	// PoolFaultDirtyToAppliedAgeExceeded: lag bound exceeded (watchdog or
 	// submit).
-	PoolFaultDirtyToAppliedAgeExceeded
+	PoolFaultDirtyToAppliedAgeExceeded // dirty_to_applied_age_exceeded
 	// PoolFaultControlTimeout: a control command timed out.
-	PoolFaultControlTimeout
+	PoolFaultControlTimeout // control_timeout
 	// PoolFaultWorkerFailed: a worker panicked (Worker, Lanes set).
-	PoolFaultWorkerFailed
+	PoolFaultWorkerFailed // worker_failed
 )
-
-var poolFaultNames = [...]string{
-	PoolFaultLaneDeactivated:           "lane_deactivated",
-	PoolFaultSaturated:                 "saturated",
-	PoolFaultOutstandingImageLimit:     "outstanding_image_limit",
-	PoolFaultDirtyToAppliedAgeExceeded: "dirty_to_applied_age_exceeded",
-	PoolFaultControlTimeout:            "control_timeout",
-	PoolFaultWorkerFailed:              "worker_failed",
-}
-
-// String names the kind.
-func (k PoolFaultKind) String() string {
-	if int(k) < len(poolFaultNames) && poolFaultNames[k] != "" {
-		return poolFaultNames[k]
-	}
-	return "pool_fault(" + strconv.Itoa(int(k)) + ")"
-}
 
 // PoolFault is one best-effort diagnostic of the ingestion pool. Readiness
 // is the authoritative signal; faults are dropped when the channel is full.

@@ -6,6 +6,11 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
+// String methods of the enums below are generated from the constants' line
+// comments, which are the names logs, errors and metric labels show; run
+// make generate after changing a constant.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=StorageTier,ResidencyDomain,KvEventKind -linecomment -output=events_string.go
+
 // Go model of Dynamo's RouterEvent / KvCacheEvent (producer §7.2–§7.3,
 // consumer §10). Plain values; the producer never retains them.
 
@@ -16,33 +21,19 @@ type StorageTier uint8
 
 const (
 	// StorageTierDevice: accelerator memory (the primary tier).
-	StorageTierDevice StorageTier = iota
+	StorageTierDevice StorageTier = iota // device
 	// StorageTierHostPinned: pinned host memory.
-	StorageTierHostPinned
+	StorageTierHostPinned // host_pinned
 	// StorageTierDisk: local disk.
-	StorageTierDisk
+	StorageTierDisk // disk
 	// StorageTierExternal: external/remote storage.
-	StorageTierExternal
+	StorageTierExternal // external
 )
-
-// String names the tier.
-func (t StorageTier) String() string {
-	switch t {
-	case StorageTierDevice:
-		return "device"
-	case StorageTierHostPinned:
-		return "host_pinned"
-	case StorageTierDisk:
-		return "disk"
-	case StorageTierExternal:
-		return "external"
-	}
-	return "storage_tier(" + strconv.Itoa(int(t)) + ")"
-}
 
 // ResidencyDomain is the event's (wire) residency domain. The exact wire
 // strings are UNKNOWN in the spec; ParseResidencyDomain accepts "",
-// "worker" and "cache_owner" (our choice). Any value other than the three
+// "worker" and "cache_owner" (our choice), which are also the String names
+// (the empty line comment of ResidencyUnspecified is its empty name). Any value other than the three
 // constants is an unknown encoding and fails closed with
 // ErrUnsupportedResidencyDomain.
 type ResidencyDomain uint8
@@ -50,26 +41,13 @@ type ResidencyDomain uint8
 const (
 	// ResidencyUnspecified: absent on the wire (legacy "all"), treated as
 	// Worker.
-	ResidencyUnspecified ResidencyDomain = iota
+	ResidencyUnspecified ResidencyDomain = iota //
 	// ResidencyWorker: the worker's own residency (primary).
-	ResidencyWorker
+	ResidencyWorker // worker
 	// ResidencyCacheOwner: a shared cache owner's residency (never primary;
 	// invalid for Device-tier stores/removes).
-	ResidencyCacheOwner
+	ResidencyCacheOwner // cache_owner
 )
-
-// String names the domain.
-func (r ResidencyDomain) String() string {
-	switch r {
-	case ResidencyUnspecified:
-		return ""
-	case ResidencyWorker:
-		return "worker"
-	case ResidencyCacheOwner:
-		return "cache_owner"
-	}
-	return "residency(" + strconv.Itoa(int(r)) + ")"
-}
 
 // Known reports whether r is one of the three defined encodings.
 func (r ResidencyDomain) Known() bool { return r <= ResidencyCacheOwner }
@@ -93,11 +71,11 @@ type KvEventKind uint8
 
 const (
 	// KvEventStored: blocks were stored (KvCacheEvent.Stored).
-	KvEventStored KvEventKind = iota + 1
+	KvEventStored KvEventKind = iota + 1 // stored
 	// KvEventRemoved: blocks were removed (KvCacheEvent.Removed).
-	KvEventRemoved
+	KvEventRemoved // removed
 	// KvEventCleared: the (worker, dp rank) member dropped everything.
-	KvEventCleared
+	KvEventCleared // cleared
 )
 
 // StoredBlock is one stored block: the engine's external id and the token

@@ -1,12 +1,16 @@
 package producer
 
 import (
+	"github.com/ckf-stream/ckf-stream/ckf"
+
 	"errors"
 	"math"
-	"strconv"
-
-	"github.com/ckf-stream/ckf-stream/ckf"
 )
+
+// String methods of the enums below are generated from the constants' line
+// comments, which are the names logs, errors and metric labels show; run
+// make generate after changing a constant.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=FenceReason -linecomment -output=publisher_string.go
 
 // DeltaSink receives the publisher's deltas. Enqueue must return nil only
 // if the next owner accepted the complete delta; any error makes delivery
@@ -23,32 +27,17 @@ type FenceReason uint8
 
 const (
 	// FenceNone: the publisher is not fenced.
-	FenceNone FenceReason = iota
+	FenceNone FenceReason = iota // none
 	// FenceSequenceExhausted: the sequence reached 2^64-1; only a new
 	// producer generation can continue.
-	FenceSequenceExhausted
+	FenceSequenceExhausted // sequence_exhausted
 	// FenceDeliveryUncertain: a sink failure left the consumer's state
 	// unknown; a new lease + snapshot recovers.
-	FenceDeliveryUncertain
+	FenceDeliveryUncertain // delivery_uncertain
 	// FenceLeaseStalled: the lease was retired as stalled; a new lease +
 	// snapshot recovers.
-	FenceLeaseStalled
+	FenceLeaseStalled // lease_stalled
 )
-
-// String names the reason.
-func (r FenceReason) String() string {
-	switch r {
-	case FenceNone:
-		return "none"
-	case FenceSequenceExhausted:
-		return "sequence_exhausted"
-	case FenceDeliveryUncertain:
-		return "delivery_uncertain"
-	case FenceLeaseStalled:
-		return "lease_stalled"
-	}
-	return "fence_reason(" + strconv.Itoa(int(r)) + ")"
-}
 
 // ErrFenced matches every *FencedError via errors.Is.
 var ErrFenced = errors.New("ckf: publisher fenced")

@@ -1,0 +1,247 @@
+package streams
+
+import (
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+	"github.com/ckf-stream/ckf-stream/schemas"
+)
+
+// The enum mapping tests walk every value the source enum's generated String method names, so a
+// constant added to a source enum (and generated) fails them until its table maps it.
+
+type namedEnum interface {
+	~uint8
+	String() string
+}
+
+// namedValues returns every value of E that has a name, in order: all 256 values except those
+// String prints in stringer's form for a value without a name, "E(n)".
+func namedValues[E namedEnum](t *testing.T) []E {
+	t.Helper()
+	typeName := reflect.TypeFor[E]().Name()
+	var out []E
+	for v := range 256 {
+		if E(v).String() != typeName+"("+strconv.Itoa(v)+")" {
+			out = append(out, E(v))
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s has no named value: is its String method generated?", typeName)
+	}
+	return out
+}
+
+// wireName is the Avro symbol a snake_case name of package ckf stands for.
+func wireName(v interface{ String() string }) string { return strings.ToUpper(v.String()) }
+
+func TestNamedValuesSeesOnlyNamedValues(t *testing.T) {
+	got := namedValues[ckf.FailurePoint](t)
+	if !reflect.DeepEqual(got, ckf.FailurePoints[:]) {
+		t.Fatalf("named failure points %v, want %v", got, ckf.FailurePoints)
+	}
+}
+
+func TestIdentitySourceMapsEveryValue(t *testing.T) {
+	for _, s := range namedValues[ckf.IdentitySource](t) {
+		w := wireSource(s)
+		if int(s) >= len(wireSources) || w.String() != wireName(s) {
+			t.Errorf("ckf %v: wire %v", s, w)
+		}
+		if back := ckfSource(w); back != s {
+			t.Errorf("ckf %v: back from the wire as %v", s, back)
+		}
+	}
+	for _, w := range namedValues[schemas.IdentitySource](t) {
+		if s := ckfSource(w); int(w) >= len(ckfSources) || wireName(s) != w.String() {
+			t.Errorf("wire %v: ckf %v", w, s)
+		}
+	}
+}
+
+func TestStorageTierMapsEveryValue(t *testing.T) {
+	for _, tier := range namedValues[producer.StorageTier](t) {
+		w := lookup(wireTiers[:], tier, schemas.TierUnknown)
+		if int(tier) >= len(wireTiers) || w.String() != wireName(tier) {
+			t.Errorf("producer %v: wire %v", tier, w)
+		}
+		if back := RouterEventOf(&schemas.KvEvent{StorageTier: w}).StorageTier; back != tier {
+			t.Errorf("producer %v: back from the wire as %v", tier, back)
+		}
+	}
+	for _, w := range namedValues[schemas.StorageTier](t) {
+		got := RouterEventOf(&schemas.KvEvent{StorageTier: w}).StorageTier
+		if int(w) >= len(producerTiers) || w == schemas.TierUnknown && got != unknownTier || w != schemas.TierUnknown && wireName(got) != w.String() {
+			t.Errorf("wire %v: producer %v", w, got)
+		}
+	}
+	if got := KvEventOf(producer.RouterEvent{StorageTier: unknownTier}).StorageTier; got != schemas.TierUnknown {
+		t.Errorf("an unknown tier is written as %v", got)
+	}
+}
+
+func TestResidencyMapsEveryValue(t *testing.T) {
+	for _, r := range namedValues[producer.ResidencyDomain](t) {
+		w := KvEventOf(producer.RouterEvent{Residency: r}).ResidencyDomain
+		if int(r) >= len(wireResidencies) || w.Valid != (r != producer.ResidencyUnspecified) || w.Value != r.String() {
+			t.Errorf("producer %q: wire %+v", r, w)
+		}
+		if back := RouterEventOf(&schemas.KvEvent{ResidencyDomain: w}).Residency; back != r {
+			t.Errorf("producer %q: back from the wire as %v", r, back)
+		}
+		// The relay's table and the producer's own parser agree on every wire string.
+		if parsed, err := producer.ParseResidencyDomain(w.Value); err != nil || parsed != r {
+			t.Errorf("producer %q: ParseResidencyDomain(%q) = %v, %v", r, w.Value, parsed, err)
+		}
+	}
+	for _, d := range []string{schemas.ResidencyWorker, schemas.ResidencyCacheOwner} {
+		if r := RouterEventOf(&schemas.KvEvent{ResidencyDomain: schemas.Some(d)}).Residency; r.String() != d {
+			t.Errorf("wire %q: producer %v", d, r)
+		}
+	}
+	for _, d := range []string{"", "Worker", unknownResidencyWire} {
+		if r := RouterEventOf(&schemas.KvEvent{ResidencyDomain: schemas.Some(d)}).Residency; r != unknownResidency {
+			t.Errorf("wire %q: producer %v, want the unknown residency", d, r)
+		}
+	}
+	if w := KvEventOf(producer.RouterEvent{Residency: unknownResidency}).ResidencyDomain; w != schemas.Some(unknownResidencyWire) {
+		t.Errorf("an unknown residency is written as %+v", w)
+	}
+}
+
+func TestKvEventKindMapsEveryValue(t *testing.T) {
+	for _, k := range namedValues[producer.KvEventKind](t) {
+		w := KvEventOf(producer.RouterEvent{Event: producer.KvCacheEvent{Kind: k}}).Kind
+		if int(k) >= len(wireKinds) || w.String() != "Kv"+strings.ToUpper(k.String()[:1])+k.String()[1:] {
+			t.Errorf("producer %v: wire %v", k, w)
+		}
+		if back := RouterEventOf(&schemas.KvEvent{Kind: w}).Event.Kind; back != k {
+			t.Errorf("producer %v: back from the wire as %v", k, back)
+		}
+	}
+	for _, w := range namedValues[schemas.KvEventKind](t) {
+		if k := RouterEventOf(&schemas.KvEvent{Kind: w}).Event.Kind; int(w) >= len(producerKinds) || k == 0 {
+			t.Errorf("wire %v: producer %v", w, k)
+		}
+	}
+}
+
+func TestLaneFaultMapsEveryKind(t *testing.T) {
+	// The payload each kind carries on the wire (expected, actual), from a fault with distinct
+	// payload fields.
+	f := index.LaneFault{Expected: 11, Actual: 12, HasActual: true, Base: 20, Sequence: 30, Installed: 40, Bucket: 50}
+	some := schemas.Some[uint64]
+	none := schemas.Optional[uint64]{}
+	payload := map[index.FaultKind][2]schemas.Optional[uint64]{
+		index.FaultWrongIdentity:              {none, none},
+		index.FaultInvalidSnapshotBucketCount: {some(11), some(12)},
+		index.FaultEmptyDelta:                 {none, none},
+		index.FaultBaseSequenceMismatch:       {some(11), some(12)},
+		index.FaultNonContiguousSequence:      {some(21), some(30)},
+		index.FaultSequenceExhausted:          {none, none},
+		index.FaultInvalidImageIndex:          {none, some(50)},
+		index.FaultDuplicateImageIndex:        {none, some(50)},
+		index.FaultSnapshotWhileReady:         {some(40), some(30)},
+		index.FaultTerminalSequenceMismatch:   {some(11), some(12)},
+	}
+	for _, k := range namedValues[index.FaultKind](t) {
+		f.Kind = k
+		w := wireFault(f, 77)
+		if int(k) >= len(laneFaultKinds) || w.Kind.String() != wireName(k) {
+			t.Errorf("ingestor fault %v: wire kind %v", k, w.Kind)
+		}
+		want, ok := payload[k]
+		if !ok {
+			t.Errorf("ingestor fault %v: no payload expectation in this test", k)
+		}
+		if w.Expected != want[0] || w.Actual != want[1] || w.Offset != schemas.Some[int64](77) || w.Detail != f.Error() {
+			t.Errorf("ingestor fault %v: wire %+v, want expected %+v actual %+v", k, w, want[0], want[1])
+		}
+	}
+	f = index.LaneFault{Kind: index.FaultTerminalSequenceMismatch, Expected: 5}
+	if w := wireFault(f, 0); w.Actual.Valid {
+		t.Errorf("terminal mismatch without an actual sequence: %+v", w)
+	}
+}
+
+func TestAssignmentFaultMapsEveryKind(t *testing.T) {
+	for _, k := range namedValues[index.AssignmentErrorKind](t) {
+		err := &index.AssignmentError{Kind: k}
+		w := assignmentFault(err, 9)
+		if int(k) >= len(assignmentFaultKinds) || w.Kind.String() != wireName(k) || w.Detail != err.Error() || w.Offset != schemas.Some[int64](9) {
+			t.Errorf("assignment error %v: wire %+v", k, w)
+		}
+	}
+}
+
+func TestFailureTableMapsEveryValue(t *testing.T) {
+	for _, d := range namedValues[ckf.FailureDomain](t) {
+		w := lookup(wireDomains[:], d, schemas.Optional[schemas.FailureDomain]{})
+		if int(d) >= len(wireDomains) || w.Valid != (d != ckf.NoRecoveryDomain) || w.Valid && w.Value.String() != wireName(d) {
+			t.Errorf("domain %v: wire %+v", d, w)
+		}
+	}
+	for _, c := range namedValues[ckf.CommitState](t) {
+		if w := lookup(wireCommits[:], c, schemas.Optional[schemas.CommitState]{}); !w.Valid || w.Value.String() != wireName(c) {
+			t.Errorf("commit state %v: wire %+v", c, w)
+		}
+	}
+	for _, a := range namedValues[ckf.FailureAction](t) {
+		if w := lookup(wireActions[:], a, schemas.Optional[schemas.FailureAction]{}); !w.Valid || w.Value.String() != wireName(a) {
+			t.Errorf("action %v: wire %+v", a, w)
+		}
+	}
+	for _, p := range namedValues[ckf.FailurePoint](t) {
+		d := ckf.DispositionOf(p)
+		w := wireDisposition(p)
+		if w == nil {
+			t.Errorf("point %v: no wire disposition", p)
+			continue
+		}
+		rd, hasRD := w.RecoveryDomain.Get()
+		if w.Point.String() != wireName(p) || w.Domain.String() != wireName(d.Domain) || w.Commit.String() != wireName(d.Commit) ||
+			w.Action.String() != wireName(d.Action) || hasRD != (d.RecoveryDomain != ckf.NoRecoveryDomain) || hasRD && rd.String() != wireName(d.RecoveryDomain) {
+			t.Errorf("point %v (%+v): wire %+v", p, d, w)
+		}
+	}
+	for _, p := range []ckf.FailurePoint{0, ckf.FailurePoints[len(ckf.FailurePoints)-1] + 1} {
+		if w := wireDisposition(p); w != nil {
+			t.Errorf("undefined point %d: wire %+v", p, w)
+		}
+	}
+}
+
+func TestConsumerPointInvertsTheFailureTable(t *testing.T) {
+	consumer := 0
+	for _, p := range namedValues[ckf.FailurePoint](t) {
+		if ckf.DispositionOf(p).Domain != ckf.DomainConsumerLane {
+			continue
+		}
+		consumer++
+		if got := consumerPoint(ckf.DispositionOf(p)); got != p {
+			t.Errorf("disposition of %v maps back to %v", p, got)
+		}
+	}
+	if consumer != len(consumerPoints) || consumer == 0 {
+		t.Errorf("%d consumer points, %d in the inverse table", consumer, len(consumerPoints))
+	}
+	// Every disposition the ingestion pool reports names its own point.
+	for err, want := range map[error]ckf.FailurePoint{
+		index.ErrSaturated:                 ckf.ConsumerGapOrMalformedBeforeWrite,
+		index.ErrDirtyToAppliedAgeExceeded: ckf.ConsumerWorkerFailureMidApply,
+		index.ErrWorkerFailed:              ckf.ConsumerWorkerFailureMidApply,
+	} {
+		d, ok := index.PoolErrorDisposition(err)
+		if !ok || consumerPoint(d) != want {
+			t.Errorf("%v: point %v, want %v", err, consumerPoint(d), want)
+		}
+	}
+	if got := consumerPoint(ckf.DispositionOf(ckf.SourceProtocolFailure)); got != ckf.ConsumerGapOrMalformedBeforeWrite {
+		t.Errorf("a producer disposition maps to %v", got)
+	}
+}
