@@ -24,10 +24,6 @@ import (
 	"go.uber.org/fx"
 )
 
-// LaneCount is the number of physical lanes: the lane topic has one partition per lane, and lane
-// p is partition p. It equals ckf.LaneCount; app does not import ckf for one constant.
-const LaneCount = 16
-
 // MaxBucketCount is the largest bucket count the wire format carries (2^24, ckf's
 // MaxWireBucketCount).
 const MaxBucketCount = 1 << 24
@@ -99,7 +95,7 @@ type Kafka struct {
 	ClientID string `yaml:"client_id"`
 	// CreateTopics creates missing topics of the layout at start. Default true. Set it to false
 	// where topics are provisioned by operators and the principal may not create them; start-up
-	// then only checks that the layout exists and that the lane topic has LaneCount partitions.
+	// then only checks that the layout exists and that the lane topic has ckf.LaneCount partitions.
 	CreateTopics bool `yaml:"create_topics"`
 	TLS          TLS  `yaml:"tls"`
 	SASL         SASL `yaml:"sasl"`

@@ -8,6 +8,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // ErrInvalid matches every validation and loading error of this package via errors.Is.
@@ -174,8 +176,8 @@ func (ix Indexer) validate(p *problems) {
 	}
 	dcLane := map[uint64]int{}
 	for _, lane := range ix.Lanes.Lanes() {
-		if lane < 0 || lane >= LaneCount {
-			p.add("indexer.lanes", "lane %d is not in [0,%d]", lane, LaneCount-1)
+		if lane < 0 || lane >= ckf.LaneCount {
+			p.add("indexer.lanes", "lane %d is not in [0,%d]", lane, ckf.LaneCount-1)
 			continue
 		}
 		dc := ix.Lanes[lane]
@@ -216,8 +218,8 @@ func (ix Indexer) validate(p *problems) {
 }
 
 func (r Relay) validate(p *problems) {
-	if r.Lane < 0 || r.Lane >= LaneCount {
-		p.add("relay.lane", "%d is not in [0,%d]", r.Lane, LaneCount-1)
+	if r.Lane < 0 || r.Lane >= ckf.LaneCount {
+		p.add("relay.lane", "%d is not in [0,%d]", r.Lane, ckf.LaneCount-1)
 	}
 	if r.ExpectedBlocks == 0 {
 		p.add("relay.expected_blocks", "must be positive")

@@ -111,7 +111,7 @@ func (c *Connection) NewClient(client string, extra ...kgo.Opt) (*kgo.Client, er
 
 // Start waits for a broker to answer, then ensures the topic layout: it creates the missing
 // topics when kafka.create_topics is set, and otherwise only verifies them; either way the lane
-// topic must have config.LaneCount partitions. It returns when the layout is usable, when a
+// topic must have ckf.LaneCount partitions. It returns when the layout is usable, when a
 // broker refuses the client for good (an authentication or authorization error), or shortly
 // before ctx ends: it keeps a margin so that its own error, which names the cause, reaches the
 // caller before fx's start timeout reports a bare "context deadline exceeded".

@@ -21,6 +21,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/ckf"
 	lg "github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
@@ -33,7 +34,7 @@ import (
 
 // KVPartitions is the partition count of the KV-events topics loadgen creates (as the layout's
 // kv-events topic).
-const KVPartitions = config.LaneCount
+const KVPartitions = ckf.LaneCount
 
 // Options configure the module.
 type Options struct {

@@ -63,8 +63,8 @@ func runDemo(args []string, stdout, stderr io.Writer, lookupEnv func(string) (st
 		fmt.Fprintln(stderr, "processor: demo:", err)
 		return exitUsage
 	}
-	if o.dcs < 1 || o.dcs > config.LaneCount {
-		fmt.Fprintf(stderr, "processor: demo: --dcs %d is not in [1,%d]\n", o.dcs, config.LaneCount)
+	if o.dcs < 1 || o.dcs > ckf.LaneCount {
+		fmt.Fprintf(stderr, "processor: demo: --dcs %d is not in [1,%d]\n", o.dcs, ckf.LaneCount)
 		return exitUsage
 	}
 	demoConfig(&cfg, o, args, lookupEnv)

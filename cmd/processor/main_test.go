@@ -15,6 +15,7 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -197,7 +198,7 @@ func TestDemoRealBroker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	details, err := adm.ListTopics(ctx, topics.Lanes)
-	if err != nil || len(details[topics.Lanes].Partitions) != config.LaneCount {
+	if err != nil || len(details[topics.Lanes].Partitions) != ckf.LaneCount {
 		t.Errorf("lane topic on the broker: %v, %v", details, err)
 	}
 }
