@@ -21,29 +21,24 @@ package config
 import (
 	"time"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"go.uber.org/fx"
 )
 
-// MaxBucketCount is the largest bucket count the wire format carries (2^24, ckf's
-// MaxWireBucketCount).
-const MaxBucketCount = 1 << 24
-
-// Defaults that other packages and the documentation refer to.
+// Defaults that other packages and the documentation refer to. The CKF format's defaults and
+// limits (seed, verification window, wire bucket cap, lane count) are ckf's constants, used here
+// as they are rather than copied.
 const (
 	// DefaultClientID is the Kafka client.id every client of the process sends.
 	DefaultClientID = "ckf-stream"
 	// DefaultHTTPListen is the HTTP server's listen address: loopback only, so that a process
 	// started with no configuration exposes nothing to the network.
 	DefaultHTTPListen = "127.0.0.1:8080"
-	// DefaultSeed is the CKF addressing seed, ckf.DefaultSeed.
-	DefaultSeed uint64 = 0x5DEECE66D1B54A33
-	// DefaultExpectedBlocks sizes a DC's filter: 1,048,576 blocks give 524,288 buckets (4 MiB
-	// per lane on the indexer).
+	// DefaultExpectedBlocks sizes a DC's filter, for the relays (relay.expected_blocks) and the
+	// indexers (indexer.expected_blocks_per_dc) alike: 1,048,576 blocks give 524,288 buckets
+	// (4 MiB per lane on the indexer). ckf's own default (ckf.DefaultExpectedBlocksPerDC, 1) is a
+	// placeholder for callers that size the filter themselves, which the process does here.
 	DefaultExpectedBlocks uint64 = 1 << 20
-	// DefaultVerificationWindow is the prefix search's verification window, ckf's default.
-	DefaultVerificationWindow = 2
-	// MaxVerificationWindow is the largest verification window the search accepts.
-	MaxVerificationWindow = 8
 	// DefaultIndexerGCPercent is the GOGC the indexer sets (indexer.gc_percent): measured on the
 	// lane ingest benchmark, 400 cut the CPU per 16-image delta record by about a sixth.
 	DefaultIndexerGCPercent = 400
@@ -217,18 +212,20 @@ type Indexer struct {
 	// on at most one lane. Empty by default; the indexer needs at least one lane.
 	Lanes LaneMap `yaml:"lanes"`
 	// BucketCount is the CKF bucket count every lane must publish: a power of two in
-	// [2, 2^24]. 0 (the default) derives it from ExpectedBlocksPerDC; a non-zero value wins.
+	// [2, 2^24] (ckf.MaxWireBucketCount). 0 (the default) derives it from ExpectedBlocksPerDC; a
+	// non-zero value wins.
 	BucketCount uint64 `yaml:"bucket_count"`
 	// ExpectedBlocksPerDC derives the bucket count when BucketCount is 0: the next power of
 	// two of ceil(5n/16), at least 2. It must equal the relays' relay.expected_blocks. Default
 	// 1,048,576.
 	ExpectedBlocksPerDC uint64 `yaml:"expected_blocks_per_dc"`
 	// Seed is the CKF addressing seed every lane must publish with. Default
-	// 0x5DEECE66D1B54A33.
+	// 0x5DEECE66D1B54A33 (ckf.DefaultSeed).
 	Seed uint64 `yaml:"seed"`
 	// VerificationWindow is the number of positions below the tentative prefix depth that the
-	// search re-checks one by one, in [1,8]. A larger window lowers false-positive depth at
-	// the cost of probes per query. Default 2.
+	// search re-checks one by one, in [1,8] (ckf.MaxVerificationWindow). A larger window lowers
+	// false-positive depth at the cost of probes per query. Default 2
+	// (ckf.DefaultVerificationWindow).
 	VerificationWindow int `yaml:"verification_window"`
 	// Freshness excludes lagging lanes from answers.
 	Freshness Freshness `yaml:"freshness"`
@@ -271,7 +268,7 @@ type Relay struct {
 	// indexer.expected_blocks_per_dc (or yield their bucket_count). Default 1,048,576.
 	ExpectedBlocks uint64 `yaml:"expected_blocks"`
 	// Seed is the CKF addressing seed; it must equal the indexers' indexer.seed. Default
-	// 0x5DEECE66D1B54A33.
+	// 0x5DEECE66D1B54A33 (ckf.DefaultSeed).
 	Seed uint64 `yaml:"seed"`
 	// SnapshotEveryDeltas writes a barrier snapshot after this many deltas. 0 disables the
 	// count trigger. Default 1,000.
@@ -320,8 +317,8 @@ func defaultConfig() Config {
 		Indexer: Indexer{
 			DomainSource:        "explicit",
 			ExpectedBlocksPerDC: DefaultExpectedBlocks,
-			Seed:                DefaultSeed,
-			VerificationWindow:  DefaultVerificationWindow,
+			Seed:                ckf.DefaultSeed,
+			VerificationWindow:  ckf.DefaultVerificationWindow,
 			Freshness:           Freshness{MaxRecordLag: 10_000, MaxTimeLag: 10 * time.Second},
 			QueryGroup:          "ckf-indexer-queries",
 			QueryBatchSize:      256,
@@ -329,7 +326,7 @@ func defaultConfig() Config {
 		},
 		Relay: Relay{
 			ExpectedBlocks:       DefaultExpectedBlocks,
-			Seed:                 DefaultSeed,
+			Seed:                 ckf.DefaultSeed,
 			SnapshotEveryDeltas:  1_000,
 			SnapshotInterval:     time.Minute,
 			SnapshotIdleInterval: time.Hour,

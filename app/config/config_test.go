@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"gopkg.in/yaml.v3"
 )
 
@@ -91,7 +92,7 @@ topic_prefix: fromfile.
 		{"kafka.tls.enabled (last flag wins)", cfg.Kafka.TLS.Enabled, false},
 		{"kafka.brokers (KAFKA_BROKERS over file)", cfg.Kafka.Brokers, []string{"alias:9092", "alias2:9092"}},
 		{"topics.lanes (prefix from file)", cfg.Topics.Lanes, "fromfile.ckf-lanes"},
-		{"relay.seed (default)", cfg.Relay.Seed, config.DefaultSeed},
+		{"relay.seed (default)", cfg.Relay.Seed, ckf.DefaultSeed},
 	} {
 		if !reflect.DeepEqual(c.got, c.want) {
 			t.Errorf("%s = %v, want %v", c.field, c.got, c.want)
@@ -345,6 +346,51 @@ func TestEffectiveBucketCount(t *testing.T) {
 	} {
 		if got := tc.ix.EffectiveBucketCount(); got != tc.want {
 			t.Errorf("%+v: %d, want %d", tc.ix, got, tc.want)
+		}
+	}
+}
+
+// TestCKFFactsAreCKFs: the configuration's CKF defaults and limits are ckf's own (the lane count,
+// the wire bucket cap, the verification window's range and default, the seed, the derived bucket
+// count), so the configuration accepts exactly what ckf accepts at each boundary.
+func TestCKFFactsAreCKFs(t *testing.T) {
+	def := config.Default()
+	if def.Indexer.Seed != ckf.DefaultSeed || def.Relay.Seed != ckf.DefaultSeed {
+		t.Errorf("default seeds %#x, %#x; ckf.DefaultSeed is %#x", def.Indexer.Seed, def.Relay.Seed, uint64(ckf.DefaultSeed))
+	}
+	if def.Indexer.VerificationWindow != ckf.DefaultVerificationWindow {
+		t.Errorf("default verification window %d; ckf's is %d", def.Indexer.VerificationWindow, ckf.DefaultVerificationWindow)
+	}
+	valid := func(args ...string) error {
+		_, err := config.Load(config.Sources{Args: args, LookupEnv: env(nil)})
+		return err
+	}
+	for _, tc := range []struct {
+		field     string
+		ok, notOK string
+	}{
+		{"indexer.bucket_count", fmt.Sprint(uint64(ckf.MaxWireBucketCount)), fmt.Sprint(uint64(ckf.MaxWireBucketCount) * 2)},
+		// The largest n whose bucket count is the cap, and the next one.
+		{"indexer.expected_blocks_per_dc", fmt.Sprint(uint64(ckf.MaxWireBucketCount) * 16 / 5), fmt.Sprint(uint64(ckf.MaxWireBucketCount)*16/5 + 1)},
+		{"relay.expected_blocks", fmt.Sprint(uint64(ckf.MaxWireBucketCount) * 16 / 5), fmt.Sprint(uint64(ckf.MaxWireBucketCount)*16/5 + 1)},
+		{"indexer.verification_window", fmt.Sprint(ckf.MaxVerificationWindow), fmt.Sprint(ckf.MaxVerificationWindow + 1)},
+		{"relay.lane", fmt.Sprint(ckf.LaneCount - 1), fmt.Sprint(ckf.LaneCount)},
+		{"indexer.lanes", fmt.Sprintf("%d=7", ckf.LaneCount-1), fmt.Sprintf("%d=7", ckf.LaneCount)},
+	} {
+		if err := valid("--" + tc.field + "=" + tc.ok); err != nil {
+			t.Errorf("%s=%s refused: %v", tc.field, tc.ok, err)
+		}
+		if err := valid("--" + tc.field + "=" + tc.notOK); !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s=%s: %v, want an error naming the field", tc.field, tc.notOK, err)
+		}
+	}
+	for _, n := range []uint64{1, 5, 32, 1000, 1 << 20, uint64(ckf.MaxWireBucketCount) * 16 / 5, ^uint64(0)} {
+		want, err := ckf.BucketCountFor(n)
+		if err != nil {
+			want = 0
+		}
+		if got := (config.Indexer{ExpectedBlocksPerDC: n}).EffectiveBucketCount(); got != want {
+			t.Errorf("EffectiveBucketCount(%d) = %d; ckf.BucketCountFor gives %d (%v)", n, got, want, err)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/bits"
 	"net"
 	"strconv"
 	"strings"
@@ -187,18 +186,19 @@ func (ix Indexer) validate(p *problems) {
 		}
 		dcLane[dc] = lane
 	}
-	if ix.BucketCount != 0 && (ix.BucketCount < 2 || ix.BucketCount > MaxBucketCount || bits.OnesCount64(ix.BucketCount) != 1) {
-		p.add("indexer.bucket_count", "%d is not 0 or a power of two in [2,%d]", ix.BucketCount, MaxBucketCount)
+	// The format's own check is the rule: a power of two in [2, ckf.MaxWireBucketCount].
+	if ix.BucketCount != 0 && ckf.NewFormatIdentity(ix.Seed, ix.BucketCount).ValidateWire() != nil {
+		p.add("indexer.bucket_count", "%d is not 0 or a power of two in [2,%d]", ix.BucketCount, ckf.MaxWireBucketCount)
 	}
 	if ix.BucketCount == 0 {
 		if ix.ExpectedBlocksPerDC == 0 {
 			p.add("indexer.expected_blocks_per_dc", "must be positive when indexer.bucket_count is 0")
-		} else if n := bucketCountFor(ix.ExpectedBlocksPerDC); n == 0 || n > MaxBucketCount {
-			p.add("indexer.expected_blocks_per_dc", "%d needs more than %d buckets", ix.ExpectedBlocksPerDC, MaxBucketCount)
+		} else if n := bucketCountFor(ix.ExpectedBlocksPerDC); n == 0 || n > ckf.MaxWireBucketCount {
+			p.add("indexer.expected_blocks_per_dc", "%d needs more than %d buckets", ix.ExpectedBlocksPerDC, ckf.MaxWireBucketCount)
 		}
 	}
-	if w := ix.VerificationWindow; w < 1 || w > MaxVerificationWindow {
-		p.add("indexer.verification_window", "%d is not in [1,%d]", w, MaxVerificationWindow)
+	if w := ix.VerificationWindow; w < 1 || w > ckf.MaxVerificationWindow {
+		p.add("indexer.verification_window", "%d is not in [1,%d]", w, ckf.MaxVerificationWindow)
 	}
 	if ix.Freshness.MaxRecordLag < 0 {
 		p.add("indexer.freshness.max_record_lag", "%d is negative", ix.Freshness.MaxRecordLag)
@@ -223,8 +223,8 @@ func (r Relay) validate(p *problems) {
 	}
 	if r.ExpectedBlocks == 0 {
 		p.add("relay.expected_blocks", "must be positive")
-	} else if n := bucketCountFor(r.ExpectedBlocks); n == 0 || n > MaxBucketCount {
-		p.add("relay.expected_blocks", "%d needs more than %d buckets", r.ExpectedBlocks, MaxBucketCount)
+	} else if n := bucketCountFor(r.ExpectedBlocks); n == 0 || n > ckf.MaxWireBucketCount {
+		p.add("relay.expected_blocks", "%d needs more than %d buckets", r.ExpectedBlocks, ckf.MaxWireBucketCount)
 	}
 	if r.SnapshotInterval < 0 {
 		p.add("relay.snapshot_interval", "%v is negative", r.SnapshotInterval)
@@ -258,25 +258,13 @@ func (ix Indexer) EffectiveBucketCount() uint64 {
 	return bucketCountFor(ix.ExpectedBlocksPerDC)
 }
 
-// bucketCountFor mirrors ckf.BucketCountFor: the next power of two of floor((5n+15)/16), at
-// least 2; 0 on overflow or n == 0.
+// bucketCountFor is ckf.BucketCountFor, with 0 for the inputs it refuses (n == 0, overflow).
 func bucketCountFor(n uint64) uint64 {
-	if n == 0 {
+	b, err := ckf.BucketCountFor(n)
+	if err != nil {
 		return 0
 	}
-	hi, lo := bits.Mul64(n, 5)
-	if hi != 0 || lo > ^uint64(0)-15 {
-		return 0
-	}
-	want := max((lo+15)/16, 2)
-	if bits.OnesCount64(want) == 1 {
-		return want
-	}
-	shift := 64 - bits.LeadingZeros64(want)
-	if shift >= 64 {
-		return 0
-	}
-	return 1 << shift
+	return b
 }
 
 func checkHostPort(s string, allowAnyPort bool) error {
