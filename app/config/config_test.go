@@ -395,6 +395,33 @@ func TestCKFFactsAreCKFs(t *testing.T) {
 	}
 }
 
+// TestDomainID: the indexer domain is read by ckf's parser with the configured source, and its
+// errors name the field and wrap ckf's.
+func TestDomainID(t *testing.T) {
+	const domain = "c5000000000000000000000000000000:5c000000000000000000000000000000"
+	want, err := ckf.ParseIndexerDomainID(domain, ckf.IdentityDefaultDerived)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := (config.Indexer{Domain: domain, DomainSource: "default_derived"}).DomainID(); err != nil || got != want {
+		t.Errorf("DomainID() = %v, %v; want %v", got, err, want)
+	}
+	var fe *config.FieldError
+	_, err = config.Indexer{Domain: "c5:5c", DomainSource: "explicit"}.DomainID()
+	if !errors.As(err, &fe) || fe.Field != "indexer.domain" || !errors.Is(err, ckf.ErrInvalidIndexerDomain) || !errors.Is(err, config.ErrInvalid) {
+		t.Errorf("short domain: %v", err)
+	}
+	_, err = config.Indexer{Domain: domain, DomainSource: "guessed"}.DomainID()
+	if !errors.As(err, &fe) || fe.Field != "indexer.domain_source" {
+		t.Errorf("unknown source: %v", err)
+	}
+	// Validation reports both fields when both are wrong.
+	_, err = config.Load(config.Sources{Args: []string{"--indexer.domain=abc", "--indexer.domain_source=guessed"}, LookupEnv: env(nil)})
+	if err == nil || !strings.Contains(err.Error(), "indexer.domain:") || !strings.Contains(err.Error(), "indexer.domain_source:") {
+		t.Errorf("both wrong: %v", err)
+	}
+}
+
 func TestFieldsListsEveryVariable(t *testing.T) {
 	seen := map[string]bool{}
 	for _, f := range config.Fields() {

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -163,15 +162,15 @@ func (t Topics) validate(p *problems) {
 }
 
 func (ix Indexer) validate(p *problems) {
-	if ix.Domain != "" {
-		if err := checkDomain(ix.Domain); err != nil {
-			p.add("indexer.domain", "%q %v", ix.Domain, err)
-		}
+	// Both are reported: the source's validity does not depend on the domain's, nor the other way.
+	src, err := ix.domainSource()
+	if err != nil {
+		*p = append(*p, err)
 	}
-	switch ix.DomainSource {
-	case "explicit", "default_derived":
-	default:
-		p.add("indexer.domain_source", "%q is not one of explicit, default_derived", ix.DomainSource)
+	if ix.Domain != "" {
+		if _, err := ix.domainWith(src); err != nil {
+			*p = append(*p, err)
+		}
 	}
 	dcLane := map[uint64]int{}
 	for _, lane := range ix.Lanes.Lanes() {
@@ -248,6 +247,37 @@ func (r Relay) validate(p *problems) {
 	}
 }
 
+// DomainID parses Domain with DomainSource as the source of both digests (ckf's
+// ParseIndexerDomainID, the one reading of the text form). An empty or malformed Domain, or an
+// unknown DomainSource, is a *FieldError naming the field, wrapping ckf's error.
+func (ix Indexer) DomainID() (ckf.IndexerDomainID, error) {
+	src, err := ix.domainSource()
+	if err != nil {
+		return ckf.IndexerDomainID{}, err
+	}
+	return ix.domainWith(src)
+}
+
+// domainWith parses Domain with src as the source of both digests.
+func (ix Indexer) domainWith(src ckf.IdentitySource) (ckf.IndexerDomainID, error) {
+	id, err := ckf.ParseIndexerDomainID(ix.Domain, src)
+	if err != nil {
+		return ckf.IndexerDomainID{}, &FieldError{Field: "indexer.domain",
+			Reason: fmt.Sprintf("%q is not <32 hex digits>:<32 hex digits>", ix.Domain), Err: err}
+	}
+	return id, nil
+}
+
+// domainSource parses DomainSource with ckf's names of the identity sources.
+func (ix Indexer) domainSource() (ckf.IdentitySource, error) {
+	var src ckf.IdentitySource
+	if err := src.UnmarshalText([]byte(ix.DomainSource)); err != nil {
+		return 0, &FieldError{Field: "indexer.domain_source",
+			Reason: fmt.Sprintf("%q is not one of %s, %s", ix.DomainSource, ckf.IdentityExplicit, ckf.IdentityDefaultDerived), Err: err}
+	}
+	return src, nil
+}
+
 // EffectiveBucketCount returns the bucket count the indexer expects every lane to publish:
 // BucketCount when set, else the one derived from ExpectedBlocksPerDC. It is 0 only for an
 // invalid Indexer.
@@ -281,19 +311,6 @@ func checkHostPort(s string, allowAnyPort bool) error {
 	}
 	if host == "" && !allowAnyPort {
 		return errors.New("has no host")
-	}
-	return nil
-}
-
-func checkDomain(s string) error {
-	sem, route, ok := strings.Cut(s, ":")
-	if !ok {
-		return errors.New("is not <32 hex digits>:<32 hex digits>")
-	}
-	for _, part := range []string{sem, route} {
-		if b, err := hex.DecodeString(part); err != nil || len(b) != 16 {
-			return errors.New("is not <32 hex digits>:<32 hex digits>")
-		}
 	}
 	return nil
 }

@@ -45,7 +45,7 @@ func newLaneProducer(t *testing.T, topics config.Topics, codec *schemas.Codec, l
 	if err != nil {
 		t.Fatal(err)
 	}
-	domain, err := indexer.ParseDomain(testDomain, "explicit")
+	domain, err := ckf.ParseIndexerDomainID(testDomain, ckf.IdentityExplicit)
 	if err != nil {
 		t.Fatal(err)
 	}

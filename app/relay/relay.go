@@ -71,7 +71,7 @@ func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (st
 	if err := Require(ix); err != nil {
 		return streams.RelayConfig{}, err
 	}
-	domain, err := indexer.ParseDomain(ix.Domain, ix.DomainSource)
+	domain, err := ix.DomainID()
 	if err != nil {
 		return streams.RelayConfig{}, err
 	}

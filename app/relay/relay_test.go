@@ -57,7 +57,7 @@ func TestRelayStreamsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := indexer.ParseDomain(domain, "explicit")
+	d, err := ckf.ParseIndexerDomainID(domain, ckf.IdentityExplicit)
 	if err != nil {
 		t.Fatal(err)
 	}
