@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
 	"go.uber.org/fx"
 )
 
@@ -130,7 +131,10 @@ type SASL struct {
 	Password Secret `yaml:"password"`
 }
 
-// Topics names every topic the product uses. After Load each field is the effective name.
+// Topics names every topic the product uses, one per record type of the Avro contract. After
+// Load each field is the effective name. The default names are the contract's
+// (schemas.RecordType.DefaultTopic), with topic_prefix prepended; they are repeated below only as
+// documentation.
 type Topics struct {
 	// KVEvents carries KV-cache events from inference engines, keyed by worker. Default
 	// "kv-events".
@@ -156,18 +160,49 @@ type Topics struct {
 	SnapshotIndex string `yaml:"snapshot_index"`
 }
 
-// DefaultTopics returns the default topic names with prefix prepended.
-func DefaultTopics(prefix string) Topics {
-	return Topics{
-		KVEvents:      prefix + "kv-events",
-		Lanes:         prefix + "ckf-lanes",
-		Queries:       prefix + "ckf-queries",
-		QueryReplies:  prefix + "ckf-query-replies",
-		LaneEvents:    prefix + "ckf-lane-events",
-		Control:       prefix + "ckf-control",
-		DeadLetter:    prefix + "ckf-dead-letter",
-		SnapshotIndex: prefix + "ckf-snapshot-index",
+// name returns the field of t that names the topic of record type rt, or nil for a value that is
+// not a record type of the contract.
+func (t *Topics) name(rt schemas.RecordType) *string {
+	switch rt {
+	case schemas.TypeKvEvent:
+		return &t.KVEvents
+	case schemas.TypeLaneRecord:
+		return &t.Lanes
+	case schemas.TypeQueryRequest:
+		return &t.Queries
+	case schemas.TypeQueryReply:
+		return &t.QueryReplies
+	case schemas.TypeLaneEvent:
+		return &t.LaneEvents
+	case schemas.TypeControlRecord:
+		return &t.Control
+	case schemas.TypeDeadLetter:
+		return &t.DeadLetter
+	case schemas.TypeSnapshotIndex:
+		return &t.SnapshotIndex
 	}
+	return nil
+}
+
+// Of returns the name of the topic that carries record type rt ("" for a value that is not a
+// record type of the contract).
+func (t Topics) Of(rt schemas.RecordType) string {
+	if p := t.name(rt); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// DefaultTopics returns the default topic names, the contract's (schemas.RecordType.DefaultTopic),
+// with prefix prepended.
+func DefaultTopics(prefix string) Topics {
+	var t Topics
+	for _, rt := range schemas.RecordTypes() {
+		if p := t.name(rt); p != nil {
+			*p = prefix + rt.DefaultTopic()
+		}
+	}
+	return t
 }
 
 // HTTP is the process's HTTP server: /healthz, /readyz, /metrics and the routes that the
@@ -350,20 +385,11 @@ func Default() Config {
 // resolve fills derived fields (the effective topic names) and normalises the SASL mechanism's
 // case and empty collections.
 func (c *Config) resolve() {
-	def := DefaultTopics(c.TopicPrefix)
-	fill := func(dst *string, d string) {
-		if *dst == "" {
-			*dst = d
+	for _, rt := range schemas.RecordTypes() {
+		if p := c.Topics.name(rt); p != nil && *p == "" {
+			*p = c.TopicPrefix + rt.DefaultTopic()
 		}
 	}
-	fill(&c.Topics.KVEvents, def.KVEvents)
-	fill(&c.Topics.Lanes, def.Lanes)
-	fill(&c.Topics.Queries, def.Queries)
-	fill(&c.Topics.QueryReplies, def.QueryReplies)
-	fill(&c.Topics.LaneEvents, def.LaneEvents)
-	fill(&c.Topics.Control, def.Control)
-	fill(&c.Topics.DeadLetter, def.DeadLetter)
-	fill(&c.Topics.SnapshotIndex, def.SnapshotIndex)
 	c.Kafka.SASL.Mechanism = upperASCII(c.Kafka.SASL.Mechanism)
 	// An empty list or map from a file ([] or {}) means the same as none at all.
 	if len(c.Kafka.Brokers) == 0 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
 	"gopkg.in/yaml.v3"
 )
 
@@ -315,6 +316,37 @@ func TestTopicOverridesAndPrefix(t *testing.T) {
 	want.Lanes = "prod.lanes.v2"
 	if cfg.Topics != want {
 		t.Errorf("topics = %+v, want %+v", cfg.Topics, want)
+	}
+}
+
+// TestTopicsAreTheContracts: the default topic names are the Avro contract's
+// (schemas.RecordType.DefaultTopic) with the prefix, and Topics has one field per record type,
+// no more and no fewer.
+func TestTopicsAreTheContracts(t *testing.T) {
+	d := config.DefaultTopics("p.")
+	seen := map[string]schemas.RecordType{}
+	for _, rt := range schemas.RecordTypes() {
+		got := d.Of(rt)
+		if got != "p."+rt.DefaultTopic() {
+			t.Errorf("%s: default topic %q, the contract's is %q", rt, got, rt.DefaultTopic())
+		}
+		if other, dup := seen[got]; dup {
+			t.Errorf("%s and %s share the topic %q", rt, other, got)
+		}
+		seen[got] = rt
+	}
+	v := reflect.ValueOf(d)
+	for i := 0; i < v.NumField(); i++ {
+		if _, ok := seen[v.Field(i).String()]; !ok {
+			t.Errorf("Topics.%s (%q) carries no record type of the contract", v.Type().Field(i).Name, v.Field(i).String())
+		}
+	}
+	if got := d.Of(schemas.RecordType(0)); got != "" {
+		t.Errorf("Of(an invalid record type) = %q", got)
+	}
+	// The dead-letter topic keeps the name deployments, docs/design.md and the README use.
+	if got := config.Default().Topics.DeadLetter; got != "ckf-dead-letter" {
+		t.Errorf("default dead-letter topic %q", got)
 	}
 }
 
