@@ -1,6 +1,7 @@
 // Package kafka is the process's connection to Kafka: the cluster (configured, or embedded when
 // none is), the client options every component builds its clients from (seed brokers, client.id,
-// TLS, SASL, metrics hooks, logger), and the product's topic layout, ensured at start.
+// TLS, SASL, metrics hooks, logger), the product's topic layout, ensured at start, and the codec
+// of the product's records on those topics (NewCodec).
 //
 // The package hands out options, not clients: each component builds and closes its own
 // kgo.Client (a lane consumer, a transactional producer and a query group member want different

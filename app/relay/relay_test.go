@@ -12,7 +12,6 @@ import (
 	"github.com/ckf-stream/ckf-stream/app"
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/httpserver"
-	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/app/relay"
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -126,7 +125,7 @@ func TestRelayModuleOnRealBroker(t *testing.T) {
 		t.Fatalf("/readyz: %d %q", code, body)
 	}
 
-	codec, err := indexer.NewCodec(cfg.Topics)
+	codec, err := kafka.NewCodec(cfg.Topics)
 	if err != nil {
 		t.Fatal(err)
 	}
