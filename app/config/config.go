@@ -23,6 +23,7 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
 	"go.uber.org/fx"
 )
 
@@ -265,10 +266,11 @@ type Indexer struct {
 	// Freshness excludes lagging lanes from answers.
 	Freshness Freshness `yaml:"freshness"`
 	// QueryGroup is the consumer group of the query topic; replicas in one group share the
-	// query load. Default "ckf-indexer-queries". Kafka property: group.id.
+	// query load. Default "ckf-indexer-queries" (streams.DefaultQueryGroup). Kafka property:
+	// group.id.
 	QueryGroup string `yaml:"query_group"`
 	// QueryBatchSize is the largest number of query requests answered as one batch, in
-	// [1,65536]. Default 256.
+	// [1,65536] (streams.MaxQueryBatchRecords). Default 256 (streams.DefaultQueryBatchRecords).
 	QueryBatchSize int `yaml:"query_batch_size"`
 	// GCPercent is the Go garbage collector's target (GOGC) the indexer sets when it starts, in
 	// [0,10000]; 0 keeps the runtime's own setting. A GOGC environment variable, when set, wins.
@@ -355,19 +357,20 @@ func defaultConfig() Config {
 			Seed:                ckf.DefaultSeed,
 			VerificationWindow:  ckf.DefaultVerificationWindow,
 			Freshness:           Freshness{MaxRecordLag: 10_000, MaxTimeLag: 10 * time.Second},
-			QueryGroup:          "ckf-indexer-queries",
-			QueryBatchSize:      256,
+			QueryGroup:          streams.DefaultQueryGroup,
+			QueryBatchSize:      streams.DefaultQueryBatchRecords,
 			GCPercent:           DefaultIndexerGCPercent,
 		},
+		// The relay's defaults are streams' (and ckf's for the CKF format and cadence).
 		Relay: Relay{
 			ExpectedBlocks:       DefaultExpectedBlocks,
 			Seed:                 ckf.DefaultSeed,
-			SnapshotEveryDeltas:  1_000,
-			SnapshotInterval:     time.Minute,
-			SnapshotIdleInterval: time.Hour,
-			HeartbeatInterval:    time.Second,
-			PublishEveryEvents:   1,
-			PublishMaxDelay:      5 * time.Millisecond,
+			SnapshotEveryDeltas:  streams.DefaultRelaySnapshotEveryDeltas,
+			SnapshotInterval:     streams.DefaultRelaySnapshotInterval,
+			SnapshotIdleInterval: streams.DefaultRelaySnapshotIdleInterval,
+			HeartbeatInterval:    streams.DefaultRelayHeartbeatInterval,
+			PublishEveryEvents:   ckf.DefaultPublishEveryNEvents,
+			PublishMaxDelay:      streams.DefaultRelayPublishMaxDelay,
 		},
 		ShutdownTimeout: DefaultShutdownTimeout,
 		StartupTimeout:  DefaultStartupTimeout,

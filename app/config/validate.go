@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/streams"
 )
 
 // ErrInvalid matches every validation and loading error of this package via errors.Is.
@@ -208,8 +209,8 @@ func (ix Indexer) validate(p *problems) {
 	if ix.QueryGroup == "" {
 		p.add("indexer.query_group", "must not be empty")
 	}
-	if ix.QueryBatchSize < 1 || ix.QueryBatchSize > 65536 {
-		p.add("indexer.query_batch_size", "%d is not in [1,65536]", ix.QueryBatchSize)
+	if ix.QueryBatchSize < 1 || ix.QueryBatchSize > streams.MaxQueryBatchRecords {
+		p.add("indexer.query_batch_size", "%d is not in [1,%d]", ix.QueryBatchSize, streams.MaxQueryBatchRecords)
 	}
 	if ix.GCPercent < 0 || ix.GCPercent > 10000 {
 		p.add("indexer.gc_percent", "%d is not in [0,10000]", ix.GCPercent)
