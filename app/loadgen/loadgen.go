@@ -36,6 +36,16 @@ import (
 // kv-events topic).
 const KVPartitions = ckf.LaneCount
 
+// DefaultDCs returns the DC ids of n synthetic DCs, 0xdc01, 0xdc02, ...: the DCs processor loadgen
+// and processor demo use when the configuration names none.
+func DefaultDCs(n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = 0xdc01 + uint64(i)
+	}
+	return out
+}
+
 // Options configure the module.
 type Options struct {
 	// Run is the load: workload, rates, duration, routers.
