@@ -20,6 +20,12 @@ SOAK_DURATION ?= 10m
 SOAK_EVENT_RATE ?= 8000
 SOAK_QUERY_RATE ?= 200
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
+STATICCHECK_VERSION ?= v0.8.2
+# tools/ (benchreport, plots, soak) is a module of its own, tools/go.mod, so that the service
+# module does not depend on gonum. $(call tool,NAME) builds tools/NAME into bin/ and names the
+# binary, which then runs from the repository root (relative paths keep their meaning).
+TOOLS_BIN := $(abspath bin)
+tool = $(GO) -C tools build -o $(TOOLS_BIN)/$(1) ./$(1) && $(TOOLS_BIN)/$(1)
 
 .PHONY: help
 help: ## list the targets
@@ -44,7 +50,8 @@ test-faults: ## the multi-process fault suite (kill -9, broker restart, hostile 
 .PHONY: soak
 soak: build ## 16 lanes under load for SOAK_DURATION (10m) with queries; RSS and lane state in $(PERF_DIR)/soak.csv (not part of test)
 	@mkdir -p $(PERF_DIR)
-	bash $(KAFKA_DIR)/with-kafka.sh $(GO) run ./tools/soak -processor bin/processor -duration $(SOAK_DURATION) \
+	$(GO) -C tools build -o $(TOOLS_BIN)/soak ./soak
+	bash $(KAFKA_DIR)/with-kafka.sh $(TOOLS_BIN)/soak -processor bin/processor -duration $(SOAK_DURATION) \
 	  -event-rate $(SOAK_EVENT_RATE) -query-rate $(SOAK_QUERY_RATE) -out $(PERF_DIR)/soak.csv -log $(PERF_DIR)/soak-demo.log
 
 .PHONY: test-unit
@@ -57,7 +64,7 @@ bench: ## Go benchmarks with baselines in the same run; writes $(BENCH_OUT) for 
 	@{ echo "nproc: $$(nproc)"; echo "loadavg-start: $$(cut -d' ' -f1-3 /proc/loadavg)"; } > $(BENCH_OUT)
 	$(GO) test $(BENCH_FLAGS) ./ckf/... ./schemas/... | tee -a $(BENCH_OUT)
 	@echo "loadavg-end: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(BENCH_OUT)
-	$(GO) run ./tools/benchreport -o $(PERF_DIR)/bench-report.md -csv $(PERF_DIR) $(BENCH_OUT)
+	$(call tool,benchreport) -o $(PERF_DIR)/bench-report.md -csv $(PERF_DIR) $(BENCH_OUT)
 
 .PHONY: benchstat
 benchstat: ## summarise $(BENCH_OUT) with golang.org/x/perf's benchstat (fetched by go run)
@@ -70,11 +77,11 @@ bench-e2e: ## end-to-end benchmarks on the real broker (ingest vs raw, lag, quer
 	CKF_PERF_DIR=$(abspath $(PERF_DIR)) bash $(KAFKA_DIR)/with-kafka.sh \
 	  $(GO) test -run '^$$' -bench '$(BENCH_E2E)' -benchtime 1x -count 1 -timeout 90m ./streams/ | tee -a $(BENCH_E2E_OUT)
 	@echo "loadavg-end: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(BENCH_E2E_OUT)
-	$(GO) run ./tools/benchreport -o $(PERF_DIR)/bench-e2e-report.md $(BENCH_E2E_OUT)
+	$(call tool,benchreport) -o $(PERF_DIR)/bench-e2e-report.md $(BENCH_E2E_OUT)
 
 .PHONY: plots
 plots: ## PNG plots in $(PERF_DIR) from the results of bench and bench-e2e
-	$(GO) run ./tools/plots -dir $(PERF_DIR)
+	$(call tool,plots) -dir $(PERF_DIR)
 
 .PHONY: fuzz
 fuzz: ## a short run ($(FUZZTIME)) of every fuzz target
@@ -90,7 +97,7 @@ generate: ## regenerate the generated Go files (stringer String methods of the e
 	$(GO) generate $(PKGS)
 
 .PHONY: lint
-lint: ## generated files up to date, gofmt check, go vet, staticcheck (installed on first use)
+lint: ## generated files up to date, gofmt, go mod tidy (no diff), go vet and staticcheck of the service and tools/ modules (staticcheck installed on first use)
 	@snap() { for f in $$(git ls-files -co --exclude-standard -- '*.go' 2>/dev/null || find . -name '*.go'); do \
 	    if [[ -f "$$f" ]]; then sha256sum "$$f"; fi; \
 	  done; }; \
@@ -101,12 +108,21 @@ lint: ## generated files up to date, gofmt check, go vet, staticcheck (installed
 	  fi
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) mod tidy -diff
+	$(GO) -C tools mod tidy -diff
 	$(GO) vet $(PKGS)
-	@sc=$$(command -v staticcheck || echo "$$($(GO) env GOPATH)/bin/staticcheck"); \
-	  if [[ ! -x "$$sc" ]]; then \
-	    echo "installing staticcheck"; $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2 || sc=""; \
+	$(GO) -C tools vet ./...
+	@sc=$$(command -v staticcheck || true); \
+	  if [[ -z "$$sc" ]]; then \
+	    bin=$$($(GO) env GOBIN); [[ -n "$$bin" ]] || bin="$$($(GO) env GOPATH | cut -d: -f1)/bin"; \
+	    sc="$$bin/staticcheck"; \
+	    if [[ ! -x "$$sc" ]]; then \
+	      echo "installing staticcheck $(STATICCHECK_VERSION) into $$bin"; \
+	      $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
+	    fi; \
 	  fi; \
-	  if [[ -n "$$sc" && -x "$$sc" ]]; then "$$sc" $(PKGS); else echo "staticcheck unavailable; skipped"; fi
+	  echo "$$sc $(PKGS)"; "$$sc" $(PKGS); \
+	  echo "(cd tools && $$sc ./...)"; cd tools && "$$sc" ./...
 
 .PHONY: kafka-up
 kafka-up: ## start the real single-node Kafka broker (prints its address)
@@ -117,5 +133,5 @@ kafka-down: ## stop the broker started by kafka-up
 	@bash $(KAFKA_DIR)/kafka-down.sh
 
 .PHONY: clean
-clean: ## remove build outputs (keeps the cached Kafka jars)
+clean: ## remove build outputs, tool binaries included (keeps the cached Kafka jars)
 	rm -rf bin $(BENCH_OUT) $(BENCH_E2E_OUT)

@@ -3,8 +3,10 @@ package ckf
 import (
 	"cmp"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // String methods of the enums below are generated from the constants' line
@@ -152,6 +154,33 @@ type IndexerDomainID struct {
 // String renders "<semantics>:<routing>".
 func (id IndexerDomainID) String() string {
 	return id.CacheSemantics.String() + ":" + id.RoutingScope.String()
+}
+
+// ErrInvalidIndexerDomain matches (errors.Is) every error of ParseIndexerDomainID.
+var ErrInvalidIndexerDomain = errors.New("ckf: invalid indexer domain")
+
+// ParseIndexerDomainID parses an indexer domain as String renders it: the cache-semantics digest
+// and the routing-scope digest, 32 hex digits each (either case), joined by one colon. source is
+// the identity source of both digests, which the text form does not carry. Anything else is an
+// error wrapping ErrInvalidIndexerDomain, and the zero IndexerDomainID.
+func ParseIndexerDomainID(s string, source IdentitySource) (IndexerDomainID, error) {
+	if !source.Valid() {
+		return IndexerDomainID{}, fmt.Errorf("%w: invalid identity source %d", ErrInvalidIndexerDomain, uint8(source))
+	}
+	sem, route, ok := strings.Cut(s, ":")
+	var d [2]Digest128
+	for i, part := range []string{sem, route} {
+		if !ok || len(part) != 2*len(d[i]) {
+			return IndexerDomainID{}, fmt.Errorf("%w: %q is not <32 hex digits>:<32 hex digits>", ErrInvalidIndexerDomain, s)
+		}
+		if _, err := hex.Decode(d[i][:], []byte(part)); err != nil {
+			return IndexerDomainID{}, fmt.Errorf("%w: %q is not <32 hex digits>:<32 hex digits>: %w", ErrInvalidIndexerDomain, s, err)
+		}
+	}
+	return IndexerDomainID{
+		CacheSemantics: CacheSemanticsID{Digest: d[0], Source: source},
+		RoutingScope:   RoutingScopeID{Digest: d[1], Source: source},
+	}, nil
 }
 
 // ReliesOnDefaults reports whether either digest was default-derived.

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
@@ -131,7 +130,7 @@ func TestHostileInput(t *testing.T) {
 	w.resume()
 
 	in := &injector{t: t, s: s, cl: s.client(kgo.RecordPartitioner(kgo.ManualPartitioner())), rng: mrand.New(mrand.NewPCG(seed, 0x686f7374)), codec: s.codec}
-	domain, err := indexer.ParseDomain(s.domain, "explicit")
+	domain, err := ckf.ParseIndexerDomainID(s.domain, ckf.IdentityExplicit)
 	if err != nil {
 		t.Fatal(err)
 	}

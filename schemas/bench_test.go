@@ -1,6 +1,10 @@
 package schemas
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+)
 
 func benchEncode(b *testing.B, c *Codec, rec LaneRecord) {
 	buf, err := c.AppendLaneRecord(nil, rec)
@@ -109,7 +113,7 @@ func BenchmarkQueryRequest(b *testing.B) {
 // BenchmarkQueryReply: an answer from all 16 lanes.
 func BenchmarkQueryReply(b *testing.B) {
 	r := QueryReply{CorrelationID: "router-7/123456", Status: QueryOK, ReadyLanes: AllLanes, QueryBlocks: 32, ReplyTime: testTime(1)}
-	for lane := range LaneCount {
+	for lane := range ckf.LaneCount {
 		r.Lanes = append(r.Lanes, LaneMatch{Lane: uint8(lane), DcID: uint64(lane) << 56, Pool: testIdentity().Pool.String(), Depth: uint32(lane * 2)})
 	}
 	benchEncodeDecode(b, r, (*Codec).AppendQueryReply, (*Codec).DecodeQueryReply)

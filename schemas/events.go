@@ -3,6 +3,8 @@ package schemas
 import (
 	"errors"
 	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // String methods of the enums below are generated from the constants' line
@@ -158,8 +160,8 @@ type LaneEvent struct {
 }
 
 func (e *LaneEvent) validate() error {
-	if e.Lane >= LaneCount {
-		return invalid("lane", "%d is not below %d", e.Lane, LaneCount)
+	if e.Lane >= ckf.LaneCount {
+		return invalid("lane", "%d is not below %d", e.Lane, ckf.LaneCount)
 	}
 	if err := e.Pool.validate("pool"); err != nil {
 		return err
@@ -234,8 +236,8 @@ func (c *ControlRecord) validate() error {
 	switch c.Kind {
 	case ControlSnapshotRequest:
 		s := &c.SnapshotRequest
-		if s.Lane >= LaneCount {
-			return invalid("body.lane", "%d is not below %d", s.Lane, LaneCount)
+		if s.Lane >= ckf.LaneCount {
+			return invalid("body.lane", "%d is not below %d", s.Lane, ckf.LaneCount)
 		}
 		if err := s.Pool.validate("body.pool"); err != nil {
 			return err

@@ -3,6 +3,8 @@ package schemas
 import (
 	"time"
 	"unicode/utf8"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // String methods of the enums below are generated from the constants' line
@@ -10,11 +12,16 @@ import (
 // names); run make generate after changing a constant.
 //go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=QueryInputKind,QueryStatus -linecomment -output=query_string.go
 
-// LaneCount is the number of physical lanes; lane masks are 16 bits.
-const LaneCount = 16
+// LaneCount is ckf.LaneCount, the number of physical lanes, under the name the record readers
+// of this package were written against; the value has its one home in ckf.
+//
+// Deprecated: use ckf.LaneCount. This name stays only until the last readers that spell it
+// (native.go, fastquery.go) move to ckf.LaneCount.
+const LaneCount = ckf.LaneCount
 
-// AllLanes is the lane mask with every lane set.
-const AllLanes uint16 = 0xFFFF
+// AllLanes is the lane mask with every one of the ckf.LaneCount lanes set (lane masks are 16
+// bits because ckf.LaneCount is 16; the constant expression stops compiling if it grows).
+const AllLanes uint16 = 1<<ckf.LaneCount - 1
 
 // MaxCorrelationIDBytes bounds QueryRequest.CorrelationID.
 const MaxCorrelationIDBytes = 256
@@ -143,7 +150,7 @@ func (r *QueryReply) validate() error {
 	}
 	prev := -1
 	for i, m := range r.Lanes {
-		if m.Lane >= LaneCount || int(m.Lane) <= prev {
+		if m.Lane >= ckf.LaneCount || int(m.Lane) <= prev {
 			return invalid("lanes", "entry %d: lane %d is out of range or not ascending", i, m.Lane)
 		}
 		if m.Depth > r.QueryBlocks {

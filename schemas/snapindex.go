@@ -1,6 +1,10 @@
 package schemas
 
-import "time"
+import (
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+)
 
 // SnapshotIndexEntry says where the latest complete snapshot of one lane starts on the lane
 // topic (Avro record SnapshotIndexEntry, compacted topic ckf-snapshot-index, key "lane-<n>").
@@ -16,8 +20,8 @@ type SnapshotIndexEntry struct {
 }
 
 func (e *SnapshotIndexEntry) validate() error {
-	if e.Lane >= LaneCount {
-		return invalid("lane", "%d is not below %d", e.Lane, LaneCount)
+	if e.Lane >= ckf.LaneCount {
+		return invalid("lane", "%d is not below %d", e.Lane, ckf.LaneCount)
 	}
 	if err := e.Identity.validate("identity"); err != nil {
 		return err
@@ -49,7 +53,7 @@ func snapshotIndexNative(e *SnapshotIndexEntry) map[string]any {
 func (n *nat) snapshotIndex(v any) SnapshotIndexEntry {
 	m := n.rec(v, "")
 	return SnapshotIndexEntry{
-		Lane:        uint8(n.rangeInt(m, "", "lane", 0, LaneCount-1)),
+		Lane:        uint8(n.rangeInt(m, "", "lane", 0, ckf.LaneCount-1)),
 		Identity:    n.identity(n.get(m, "", "identity", false), "identity"),
 		Sequence:    uint64(n.long(m, "", "sequence")),
 		FirstOffset: n.long(m, "", "first_offset"),

@@ -44,7 +44,7 @@ var typeInfos = [...]typeInfo{
 	TypeQueryReply:    {"QueryReply", "query_reply.avsc", "ckf-query-replies"},
 	TypeLaneEvent:     {"LaneEvent", "lane_event.avsc", "ckf-lane-events"},
 	TypeControlRecord: {"ControlRecord", "control_record.avsc", "ckf-control"},
-	TypeDeadLetter:    {"DeadLetter", "dead_letter.avsc", "ckf-dead-letters"},
+	TypeDeadLetter:    {"DeadLetter", "dead_letter.avsc", "ckf-dead-letter"},
 	TypeKvEvent:       {"KvEvent", "kv_event.avsc", "kv-events"},
 	TypeSnapshotIndex: {"SnapshotIndexEntry", "snapshot_index.avsc", "ckf-snapshot-index"},
 }

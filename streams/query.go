@@ -74,7 +74,7 @@ func (a *Answerer) Indexer() *index.GlobalIndexer { return a.g }
 type QueryScratch struct {
 	local []uint64
 	seq   []uint64
-	lanes [schemas.LaneCount]schemas.LaneMatch
+	lanes [ckf.LaneCount]schemas.LaneMatch
 }
 
 // Answer answers req. It never fails: every outcome is a reply.

@@ -56,10 +56,18 @@ type QueryConfig struct {
 	Component string
 }
 
+// Query service defaults and limits that the process configuration (app/config: indexer.query_group,
+// indexer.query_batch_size) takes as its own, so that each has this one home.
 const (
-	defaultQueryGroup      = "ckf-indexer-queries"
-	defaultQueryBatch      = 256
-	maxQueryBatch          = 1 << 16
+	// DefaultQueryGroup is QueryConfig.Group's default.
+	DefaultQueryGroup = "ckf-indexer-queries"
+	// DefaultQueryBatchRecords is QueryConfig.MaxBatchRecords's default.
+	DefaultQueryBatchRecords = 256
+	// MaxQueryBatchRecords is the largest QueryConfig.MaxBatchRecords accepted.
+	MaxQueryBatchRecords = 1 << 16
+)
+
+const (
 	defaultReplyLinger     = time.Millisecond
 	defaultReplyTimeout    = 30 * time.Second
 	defaultCommitTimeout   = 10 * time.Second
@@ -79,10 +87,10 @@ func (c QueryConfig) withDefaults(codec *schemas.Codec) QueryConfig {
 		c.DeadLetterTopic = codec.Topic(schemas.TypeDeadLetter)
 	}
 	if c.Group == "" {
-		c.Group = defaultQueryGroup
+		c.Group = DefaultQueryGroup
 	}
 	if c.MaxBatchRecords == 0 {
-		c.MaxBatchRecords = defaultQueryBatch
+		c.MaxBatchRecords = DefaultQueryBatchRecords
 	}
 	switch {
 	case c.ReplyLinger == 0:
@@ -104,8 +112,8 @@ func (c QueryConfig) withDefaults(codec *schemas.Codec) QueryConfig {
 
 func (c QueryConfig) validate() error {
 	switch {
-	case c.MaxBatchRecords < 1 || c.MaxBatchRecords > maxQueryBatch:
-		return fmt.Errorf("streams: query service: max batch records %d is not in [1, %d]", c.MaxBatchRecords, maxQueryBatch)
+	case c.MaxBatchRecords < 1 || c.MaxBatchRecords > MaxQueryBatchRecords:
+		return fmt.Errorf("streams: query service: max batch records %d is not in [1, %d]", c.MaxBatchRecords, MaxQueryBatchRecords)
 	case c.ReplyTimeout < 0:
 		return fmt.Errorf("streams: query service: reply timeout %v is negative", c.ReplyTimeout)
 	case c.CommitTimeout < 0:

@@ -105,6 +105,24 @@ type RelayTopics struct {
 	DeadLetter string
 }
 
+// Relay defaults: what NewRelay gives a zero field of RelayConfig, and what the process
+// configuration (app/config, section relay) takes as its own defaults, so that each has this one
+// home. The CKF sizing and cadence defaults are ckf's (ckf.DefaultCkfConfig).
+const (
+	// DefaultRelaySnapshotEveryDeltas is SnapshotEveryDeltas's default (when SnapshotInterval
+	// is 0 too).
+	DefaultRelaySnapshotEveryDeltas = 1000
+	// DefaultRelaySnapshotInterval is SnapshotInterval's default (when SnapshotEveryDeltas is 0
+	// too).
+	DefaultRelaySnapshotInterval = time.Minute
+	// DefaultRelaySnapshotIdleInterval is SnapshotIdleInterval's default.
+	DefaultRelaySnapshotIdleInterval = time.Hour
+	// DefaultRelayHeartbeatInterval is HeartbeatInterval's default.
+	DefaultRelayHeartbeatInterval = time.Second
+	// DefaultRelayPublishMaxDelay is PublishMaxDelay's default.
+	DefaultRelayPublishMaxDelay = 5 * time.Millisecond
+)
+
 // RelayConfig configures a Relay. Zero fields take the defaults noted.
 type RelayConfig struct {
 	Topics RelayTopics
@@ -202,23 +220,23 @@ func (c RelayConfig) withDefaults() RelayConfig {
 		c.LayoutGeneration = 1
 	}
 	if c.PublishMaxDelay <= 0 {
-		c.PublishMaxDelay = 5 * time.Millisecond
+		c.PublishMaxDelay = DefaultRelayPublishMaxDelay
 	}
 	if c.MaxDeltasPerTransaction <= 0 {
 		c.MaxDeltasPerTransaction = 1024
 	}
 	if c.SnapshotEveryDeltas == 0 && c.SnapshotInterval == 0 {
-		c.SnapshotEveryDeltas, c.SnapshotInterval = 1000, time.Minute
+		c.SnapshotEveryDeltas, c.SnapshotInterval = DefaultRelaySnapshotEveryDeltas, DefaultRelaySnapshotInterval
 	}
 	if c.SnapshotIdleInterval <= 0 {
-		c.SnapshotIdleInterval = time.Hour
+		c.SnapshotIdleInterval = DefaultRelaySnapshotIdleInterval
 	}
 	c.SnapshotIdleInterval = max(c.SnapshotIdleInterval, c.SnapshotInterval)
 	if c.SnapshotRequestMinInterval <= 0 {
 		c.SnapshotRequestMinInterval = 250 * time.Millisecond
 	}
 	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = time.Second
+		c.HeartbeatInterval = DefaultRelayHeartbeatInterval
 	}
 	if c.TransactionalID == "" {
 		c.TransactionalID = "ckf-relay-" + c.Topics.Lanes + "-" + c.Pool.String()

@@ -21,33 +21,26 @@ package config
 import (
 	"time"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
 	"go.uber.org/fx"
 )
 
-// LaneCount is the number of physical lanes: the lane topic has one partition per lane, and lane
-// p is partition p. It equals ckf.LaneCount; app does not import ckf for one constant.
-const LaneCount = 16
-
-// MaxBucketCount is the largest bucket count the wire format carries (2^24, ckf's
-// MaxWireBucketCount).
-const MaxBucketCount = 1 << 24
-
-// Defaults that other packages and the documentation refer to.
+// Defaults that other packages and the documentation refer to. The CKF format's defaults and
+// limits (seed, verification window, wire bucket cap, lane count) are ckf's constants, used here
+// as they are rather than copied.
 const (
 	// DefaultClientID is the Kafka client.id every client of the process sends.
 	DefaultClientID = "ckf-stream"
 	// DefaultHTTPListen is the HTTP server's listen address: loopback only, so that a process
 	// started with no configuration exposes nothing to the network.
 	DefaultHTTPListen = "127.0.0.1:8080"
-	// DefaultSeed is the CKF addressing seed, ckf.DefaultSeed.
-	DefaultSeed uint64 = 0x5DEECE66D1B54A33
-	// DefaultExpectedBlocks sizes a DC's filter: 1,048,576 blocks give 524,288 buckets (4 MiB
-	// per lane on the indexer).
+	// DefaultExpectedBlocks sizes a DC's filter, for the relays (relay.expected_blocks) and the
+	// indexers (indexer.expected_blocks_per_dc) alike: 1,048,576 blocks give 524,288 buckets
+	// (4 MiB per lane on the indexer). ckf's own default (ckf.DefaultExpectedBlocksPerDC, 1) is a
+	// placeholder for callers that size the filter themselves, which the process does here.
 	DefaultExpectedBlocks uint64 = 1 << 20
-	// DefaultVerificationWindow is the prefix search's verification window, ckf's default.
-	DefaultVerificationWindow = 2
-	// MaxVerificationWindow is the largest verification window the search accepts.
-	MaxVerificationWindow = 8
 	// DefaultIndexerGCPercent is the GOGC the indexer sets (indexer.gc_percent): measured on the
 	// lane ingest benchmark, 400 cut the CPU per 16-image delta record by about a sixth.
 	DefaultIndexerGCPercent = 400
@@ -99,7 +92,7 @@ type Kafka struct {
 	ClientID string `yaml:"client_id"`
 	// CreateTopics creates missing topics of the layout at start. Default true. Set it to false
 	// where topics are provisioned by operators and the principal may not create them; start-up
-	// then only checks that the layout exists and that the lane topic has LaneCount partitions.
+	// then only checks that the layout exists and that the lane topic has ckf.LaneCount partitions.
 	CreateTopics bool `yaml:"create_topics"`
 	TLS          TLS  `yaml:"tls"`
 	SASL         SASL `yaml:"sasl"`
@@ -139,7 +132,10 @@ type SASL struct {
 	Password Secret `yaml:"password"`
 }
 
-// Topics names every topic the product uses. After Load each field is the effective name.
+// Topics names every topic the product uses, one per record type of the Avro contract. After
+// Load each field is the effective name. The default names are the contract's
+// (schemas.RecordType.DefaultTopic), with topic_prefix prepended; they are repeated below only as
+// documentation.
 type Topics struct {
 	// KVEvents carries KV-cache events from inference engines, keyed by worker. Default
 	// "kv-events".
@@ -165,18 +161,49 @@ type Topics struct {
 	SnapshotIndex string `yaml:"snapshot_index"`
 }
 
-// DefaultTopics returns the default topic names with prefix prepended.
-func DefaultTopics(prefix string) Topics {
-	return Topics{
-		KVEvents:      prefix + "kv-events",
-		Lanes:         prefix + "ckf-lanes",
-		Queries:       prefix + "ckf-queries",
-		QueryReplies:  prefix + "ckf-query-replies",
-		LaneEvents:    prefix + "ckf-lane-events",
-		Control:       prefix + "ckf-control",
-		DeadLetter:    prefix + "ckf-dead-letter",
-		SnapshotIndex: prefix + "ckf-snapshot-index",
+// name returns the field of t that names the topic of record type rt, or nil for a value that is
+// not a record type of the contract.
+func (t *Topics) name(rt schemas.RecordType) *string {
+	switch rt {
+	case schemas.TypeKvEvent:
+		return &t.KVEvents
+	case schemas.TypeLaneRecord:
+		return &t.Lanes
+	case schemas.TypeQueryRequest:
+		return &t.Queries
+	case schemas.TypeQueryReply:
+		return &t.QueryReplies
+	case schemas.TypeLaneEvent:
+		return &t.LaneEvents
+	case schemas.TypeControlRecord:
+		return &t.Control
+	case schemas.TypeDeadLetter:
+		return &t.DeadLetter
+	case schemas.TypeSnapshotIndex:
+		return &t.SnapshotIndex
 	}
+	return nil
+}
+
+// Of returns the name of the topic that carries record type rt ("" for a value that is not a
+// record type of the contract).
+func (t Topics) Of(rt schemas.RecordType) string {
+	if p := t.name(rt); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// DefaultTopics returns the default topic names, the contract's (schemas.RecordType.DefaultTopic),
+// with prefix prepended.
+func DefaultTopics(prefix string) Topics {
+	var t Topics
+	for _, rt := range schemas.RecordTypes() {
+		if p := t.name(rt); p != nil {
+			*p = prefix + rt.DefaultTopic()
+		}
+	}
+	return t
 }
 
 // HTTP is the process's HTTP server: /healthz, /readyz, /metrics and the routes that the
@@ -221,26 +248,29 @@ type Indexer struct {
 	// on at most one lane. Empty by default; the indexer needs at least one lane.
 	Lanes LaneMap `yaml:"lanes"`
 	// BucketCount is the CKF bucket count every lane must publish: a power of two in
-	// [2, 2^24]. 0 (the default) derives it from ExpectedBlocksPerDC; a non-zero value wins.
+	// [2, 2^24] (ckf.MaxWireBucketCount). 0 (the default) derives it from ExpectedBlocksPerDC; a
+	// non-zero value wins.
 	BucketCount uint64 `yaml:"bucket_count"`
 	// ExpectedBlocksPerDC derives the bucket count when BucketCount is 0: the next power of
 	// two of ceil(5n/16), at least 2. It must equal the relays' relay.expected_blocks. Default
 	// 1,048,576.
 	ExpectedBlocksPerDC uint64 `yaml:"expected_blocks_per_dc"`
 	// Seed is the CKF addressing seed every lane must publish with. Default
-	// 0x5DEECE66D1B54A33.
+	// 0x5DEECE66D1B54A33 (ckf.DefaultSeed).
 	Seed uint64 `yaml:"seed"`
 	// VerificationWindow is the number of positions below the tentative prefix depth that the
-	// search re-checks one by one, in [1,8]. A larger window lowers false-positive depth at
-	// the cost of probes per query. Default 2.
+	// search re-checks one by one, in [1,8] (ckf.MaxVerificationWindow). A larger window lowers
+	// false-positive depth at the cost of probes per query. Default 2
+	// (ckf.DefaultVerificationWindow).
 	VerificationWindow int `yaml:"verification_window"`
 	// Freshness excludes lagging lanes from answers.
 	Freshness Freshness `yaml:"freshness"`
 	// QueryGroup is the consumer group of the query topic; replicas in one group share the
-	// query load. Default "ckf-indexer-queries". Kafka property: group.id.
+	// query load. Default "ckf-indexer-queries" (streams.DefaultQueryGroup). Kafka property:
+	// group.id.
 	QueryGroup string `yaml:"query_group"`
 	// QueryBatchSize is the largest number of query requests answered as one batch, in
-	// [1,65536]. Default 256.
+	// [1,65536] (streams.MaxQueryBatchRecords). Default 256 (streams.DefaultQueryBatchRecords).
 	QueryBatchSize int `yaml:"query_batch_size"`
 	// GCPercent is the Go garbage collector's target (GOGC) the indexer sets when it starts, in
 	// [0,10000]; 0 keeps the runtime's own setting. A GOGC environment variable, when set, wins.
@@ -275,7 +305,7 @@ type Relay struct {
 	// indexer.expected_blocks_per_dc (or yield their bucket_count). Default 1,048,576.
 	ExpectedBlocks uint64 `yaml:"expected_blocks"`
 	// Seed is the CKF addressing seed; it must equal the indexers' indexer.seed. Default
-	// 0x5DEECE66D1B54A33.
+	// 0x5DEECE66D1B54A33 (ckf.DefaultSeed).
 	Seed uint64 `yaml:"seed"`
 	// SnapshotEveryDeltas writes a barrier snapshot after this many deltas. 0 disables the
 	// count trigger. Default 1,000.
@@ -324,22 +354,23 @@ func defaultConfig() Config {
 		Indexer: Indexer{
 			DomainSource:        "explicit",
 			ExpectedBlocksPerDC: DefaultExpectedBlocks,
-			Seed:                DefaultSeed,
-			VerificationWindow:  DefaultVerificationWindow,
+			Seed:                ckf.DefaultSeed,
+			VerificationWindow:  ckf.DefaultVerificationWindow,
 			Freshness:           Freshness{MaxRecordLag: 10_000, MaxTimeLag: 10 * time.Second},
-			QueryGroup:          "ckf-indexer-queries",
-			QueryBatchSize:      256,
+			QueryGroup:          streams.DefaultQueryGroup,
+			QueryBatchSize:      streams.DefaultQueryBatchRecords,
 			GCPercent:           DefaultIndexerGCPercent,
 		},
+		// The relay's defaults are streams' (and ckf's for the CKF format and cadence).
 		Relay: Relay{
 			ExpectedBlocks:       DefaultExpectedBlocks,
-			Seed:                 DefaultSeed,
-			SnapshotEveryDeltas:  1_000,
-			SnapshotInterval:     time.Minute,
-			SnapshotIdleInterval: time.Hour,
-			HeartbeatInterval:    time.Second,
-			PublishEveryEvents:   1,
-			PublishMaxDelay:      5 * time.Millisecond,
+			Seed:                 ckf.DefaultSeed,
+			SnapshotEveryDeltas:  streams.DefaultRelaySnapshotEveryDeltas,
+			SnapshotInterval:     streams.DefaultRelaySnapshotInterval,
+			SnapshotIdleInterval: streams.DefaultRelaySnapshotIdleInterval,
+			HeartbeatInterval:    streams.DefaultRelayHeartbeatInterval,
+			PublishEveryEvents:   ckf.DefaultPublishEveryNEvents,
+			PublishMaxDelay:      streams.DefaultRelayPublishMaxDelay,
 		},
 		ShutdownTimeout: DefaultShutdownTimeout,
 		StartupTimeout:  DefaultStartupTimeout,
@@ -357,20 +388,11 @@ func Default() Config {
 // resolve fills derived fields (the effective topic names) and normalises the SASL mechanism's
 // case and empty collections.
 func (c *Config) resolve() {
-	def := DefaultTopics(c.TopicPrefix)
-	fill := func(dst *string, d string) {
-		if *dst == "" {
-			*dst = d
+	for _, rt := range schemas.RecordTypes() {
+		if p := c.Topics.name(rt); p != nil && *p == "" {
+			*p = c.TopicPrefix + rt.DefaultTopic()
 		}
 	}
-	fill(&c.Topics.KVEvents, def.KVEvents)
-	fill(&c.Topics.Lanes, def.Lanes)
-	fill(&c.Topics.Queries, def.Queries)
-	fill(&c.Topics.QueryReplies, def.QueryReplies)
-	fill(&c.Topics.LaneEvents, def.LaneEvents)
-	fill(&c.Topics.Control, def.Control)
-	fill(&c.Topics.DeadLetter, def.DeadLetter)
-	fill(&c.Topics.SnapshotIndex, def.SnapshotIndex)
 	c.Kafka.SASL.Mechanism = upperASCII(c.Kafka.SASL.Mechanism)
 	// An empty list or map from a file ([] or {}) means the same as none at all.
 	if len(c.Kafka.Brokers) == 0 {

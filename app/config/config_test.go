@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
 	"gopkg.in/yaml.v3"
 )
 
@@ -91,7 +93,7 @@ topic_prefix: fromfile.
 		{"kafka.tls.enabled (last flag wins)", cfg.Kafka.TLS.Enabled, false},
 		{"kafka.brokers (KAFKA_BROKERS over file)", cfg.Kafka.Brokers, []string{"alias:9092", "alias2:9092"}},
 		{"topics.lanes (prefix from file)", cfg.Topics.Lanes, "fromfile.ckf-lanes"},
-		{"relay.seed (default)", cfg.Relay.Seed, config.DefaultSeed},
+		{"relay.seed (default)", cfg.Relay.Seed, ckf.DefaultSeed},
 	} {
 		if !reflect.DeepEqual(c.got, c.want) {
 			t.Errorf("%s = %v, want %v", c.field, c.got, c.want)
@@ -317,6 +319,37 @@ func TestTopicOverridesAndPrefix(t *testing.T) {
 	}
 }
 
+// TestTopicsAreTheContracts: the default topic names are the Avro contract's
+// (schemas.RecordType.DefaultTopic) with the prefix, and Topics has one field per record type,
+// no more and no fewer.
+func TestTopicsAreTheContracts(t *testing.T) {
+	d := config.DefaultTopics("p.")
+	seen := map[string]schemas.RecordType{}
+	for _, rt := range schemas.RecordTypes() {
+		got := d.Of(rt)
+		if got != "p."+rt.DefaultTopic() {
+			t.Errorf("%s: default topic %q, the contract's is %q", rt, got, rt.DefaultTopic())
+		}
+		if other, dup := seen[got]; dup {
+			t.Errorf("%s and %s share the topic %q", rt, other, got)
+		}
+		seen[got] = rt
+	}
+	v := reflect.ValueOf(d)
+	for i := 0; i < v.NumField(); i++ {
+		if _, ok := seen[v.Field(i).String()]; !ok {
+			t.Errorf("Topics.%s (%q) carries no record type of the contract", v.Type().Field(i).Name, v.Field(i).String())
+		}
+	}
+	if got := d.Of(schemas.RecordType(0)); got != "" {
+		t.Errorf("Of(an invalid record type) = %q", got)
+	}
+	// The dead-letter topic keeps the name deployments, docs/design.md and the README use.
+	if got := config.Default().Topics.DeadLetter; got != "ckf-dead-letter" {
+		t.Errorf("default dead-letter topic %q", got)
+	}
+}
+
 func TestFlagErrors(t *testing.T) {
 	_, err := config.Load(config.Sources{Args: []string{"--no-such-setting=1"}, LookupEnv: env(nil)})
 	if err == nil || !strings.Contains(err.Error(), "no-such-setting") {
@@ -346,6 +379,78 @@ func TestEffectiveBucketCount(t *testing.T) {
 		if got := tc.ix.EffectiveBucketCount(); got != tc.want {
 			t.Errorf("%+v: %d, want %d", tc.ix, got, tc.want)
 		}
+	}
+}
+
+// TestCKFFactsAreCKFs: the configuration's CKF defaults and limits are ckf's own (the lane count,
+// the wire bucket cap, the verification window's range and default, the seed, the derived bucket
+// count), so the configuration accepts exactly what ckf accepts at each boundary.
+func TestCKFFactsAreCKFs(t *testing.T) {
+	def := config.Default()
+	if def.Indexer.Seed != ckf.DefaultSeed || def.Relay.Seed != ckf.DefaultSeed {
+		t.Errorf("default seeds %#x, %#x; ckf.DefaultSeed is %#x", def.Indexer.Seed, def.Relay.Seed, uint64(ckf.DefaultSeed))
+	}
+	if def.Indexer.VerificationWindow != ckf.DefaultVerificationWindow {
+		t.Errorf("default verification window %d; ckf's is %d", def.Indexer.VerificationWindow, ckf.DefaultVerificationWindow)
+	}
+	valid := func(args ...string) error {
+		_, err := config.Load(config.Sources{Args: args, LookupEnv: env(nil)})
+		return err
+	}
+	for _, tc := range []struct {
+		field     string
+		ok, notOK string
+	}{
+		{"indexer.bucket_count", fmt.Sprint(uint64(ckf.MaxWireBucketCount)), fmt.Sprint(uint64(ckf.MaxWireBucketCount) * 2)},
+		// The largest n whose bucket count is the cap, and the next one.
+		{"indexer.expected_blocks_per_dc", fmt.Sprint(uint64(ckf.MaxWireBucketCount) * 16 / 5), fmt.Sprint(uint64(ckf.MaxWireBucketCount)*16/5 + 1)},
+		{"relay.expected_blocks", fmt.Sprint(uint64(ckf.MaxWireBucketCount) * 16 / 5), fmt.Sprint(uint64(ckf.MaxWireBucketCount)*16/5 + 1)},
+		{"indexer.verification_window", fmt.Sprint(ckf.MaxVerificationWindow), fmt.Sprint(ckf.MaxVerificationWindow + 1)},
+		{"relay.lane", fmt.Sprint(ckf.LaneCount - 1), fmt.Sprint(ckf.LaneCount)},
+		{"indexer.lanes", fmt.Sprintf("%d=7", ckf.LaneCount-1), fmt.Sprintf("%d=7", ckf.LaneCount)},
+	} {
+		if err := valid("--" + tc.field + "=" + tc.ok); err != nil {
+			t.Errorf("%s=%s refused: %v", tc.field, tc.ok, err)
+		}
+		if err := valid("--" + tc.field + "=" + tc.notOK); !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s=%s: %v, want an error naming the field", tc.field, tc.notOK, err)
+		}
+	}
+	for _, n := range []uint64{1, 5, 32, 1000, 1 << 20, uint64(ckf.MaxWireBucketCount) * 16 / 5, ^uint64(0)} {
+		want, err := ckf.BucketCountFor(n)
+		if err != nil {
+			want = 0
+		}
+		if got := (config.Indexer{ExpectedBlocksPerDC: n}).EffectiveBucketCount(); got != want {
+			t.Errorf("EffectiveBucketCount(%d) = %d; ckf.BucketCountFor gives %d (%v)", n, got, want, err)
+		}
+	}
+}
+
+// TestDomainID: the indexer domain is read by ckf's parser with the configured source, and its
+// errors name the field and wrap ckf's.
+func TestDomainID(t *testing.T) {
+	const domain = "c5000000000000000000000000000000:5c000000000000000000000000000000"
+	want, err := ckf.ParseIndexerDomainID(domain, ckf.IdentityDefaultDerived)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := (config.Indexer{Domain: domain, DomainSource: "default_derived"}).DomainID(); err != nil || got != want {
+		t.Errorf("DomainID() = %v, %v; want %v", got, err, want)
+	}
+	var fe *config.FieldError
+	_, err = config.Indexer{Domain: "c5:5c", DomainSource: "explicit"}.DomainID()
+	if !errors.As(err, &fe) || fe.Field != "indexer.domain" || !errors.Is(err, ckf.ErrInvalidIndexerDomain) || !errors.Is(err, config.ErrInvalid) {
+		t.Errorf("short domain: %v", err)
+	}
+	_, err = config.Indexer{Domain: domain, DomainSource: "guessed"}.DomainID()
+	if !errors.As(err, &fe) || fe.Field != "indexer.domain_source" {
+		t.Errorf("unknown source: %v", err)
+	}
+	// Validation reports both fields when both are wrong.
+	_, err = config.Load(config.Sources{Args: []string{"--indexer.domain=abc", "--indexer.domain_source=guessed"}, LookupEnv: env(nil)})
+	if err == nil || !strings.Contains(err.Error(), "indexer.domain:") || !strings.Contains(err.Error(), "indexer.domain_source:") {
+		t.Errorf("both wrong: %v", err)
 	}
 }
 

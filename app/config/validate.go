@@ -1,13 +1,14 @@
 package config
 
 import (
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/bits"
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/streams"
 )
 
 // ErrInvalid matches every validation and loading error of this package via errors.Is.
@@ -162,20 +163,20 @@ func (t Topics) validate(p *problems) {
 }
 
 func (ix Indexer) validate(p *problems) {
-	if ix.Domain != "" {
-		if err := checkDomain(ix.Domain); err != nil {
-			p.add("indexer.domain", "%q %v", ix.Domain, err)
-		}
+	// Both are reported: the source's validity does not depend on the domain's, nor the other way.
+	src, err := ix.domainSource()
+	if err != nil {
+		*p = append(*p, err)
 	}
-	switch ix.DomainSource {
-	case "explicit", "default_derived":
-	default:
-		p.add("indexer.domain_source", "%q is not one of explicit, default_derived", ix.DomainSource)
+	if ix.Domain != "" {
+		if _, err := ix.domainWith(src); err != nil {
+			*p = append(*p, err)
+		}
 	}
 	dcLane := map[uint64]int{}
 	for _, lane := range ix.Lanes.Lanes() {
-		if lane < 0 || lane >= LaneCount {
-			p.add("indexer.lanes", "lane %d is not in [0,%d]", lane, LaneCount-1)
+		if lane < 0 || lane >= ckf.LaneCount {
+			p.add("indexer.lanes", "lane %d is not in [0,%d]", lane, ckf.LaneCount-1)
 			continue
 		}
 		dc := ix.Lanes[lane]
@@ -185,18 +186,19 @@ func (ix Indexer) validate(p *problems) {
 		}
 		dcLane[dc] = lane
 	}
-	if ix.BucketCount != 0 && (ix.BucketCount < 2 || ix.BucketCount > MaxBucketCount || bits.OnesCount64(ix.BucketCount) != 1) {
-		p.add("indexer.bucket_count", "%d is not 0 or a power of two in [2,%d]", ix.BucketCount, MaxBucketCount)
+	// The format's own check is the rule: a power of two in [2, ckf.MaxWireBucketCount].
+	if ix.BucketCount != 0 && ckf.NewFormatIdentity(ix.Seed, ix.BucketCount).ValidateWire() != nil {
+		p.add("indexer.bucket_count", "%d is not 0 or a power of two in [2,%d]", ix.BucketCount, ckf.MaxWireBucketCount)
 	}
 	if ix.BucketCount == 0 {
 		if ix.ExpectedBlocksPerDC == 0 {
 			p.add("indexer.expected_blocks_per_dc", "must be positive when indexer.bucket_count is 0")
-		} else if n := bucketCountFor(ix.ExpectedBlocksPerDC); n == 0 || n > MaxBucketCount {
-			p.add("indexer.expected_blocks_per_dc", "%d needs more than %d buckets", ix.ExpectedBlocksPerDC, MaxBucketCount)
+		} else if n := bucketCountFor(ix.ExpectedBlocksPerDC); n == 0 || n > ckf.MaxWireBucketCount {
+			p.add("indexer.expected_blocks_per_dc", "%d needs more than %d buckets", ix.ExpectedBlocksPerDC, ckf.MaxWireBucketCount)
 		}
 	}
-	if w := ix.VerificationWindow; w < 1 || w > MaxVerificationWindow {
-		p.add("indexer.verification_window", "%d is not in [1,%d]", w, MaxVerificationWindow)
+	if w := ix.VerificationWindow; w < 1 || w > ckf.MaxVerificationWindow {
+		p.add("indexer.verification_window", "%d is not in [1,%d]", w, ckf.MaxVerificationWindow)
 	}
 	if ix.Freshness.MaxRecordLag < 0 {
 		p.add("indexer.freshness.max_record_lag", "%d is negative", ix.Freshness.MaxRecordLag)
@@ -207,8 +209,8 @@ func (ix Indexer) validate(p *problems) {
 	if ix.QueryGroup == "" {
 		p.add("indexer.query_group", "must not be empty")
 	}
-	if ix.QueryBatchSize < 1 || ix.QueryBatchSize > 65536 {
-		p.add("indexer.query_batch_size", "%d is not in [1,65536]", ix.QueryBatchSize)
+	if ix.QueryBatchSize < 1 || ix.QueryBatchSize > streams.MaxQueryBatchRecords {
+		p.add("indexer.query_batch_size", "%d is not in [1,%d]", ix.QueryBatchSize, streams.MaxQueryBatchRecords)
 	}
 	if ix.GCPercent < 0 || ix.GCPercent > 10000 {
 		p.add("indexer.gc_percent", "%d is not in [0,10000]", ix.GCPercent)
@@ -216,13 +218,13 @@ func (ix Indexer) validate(p *problems) {
 }
 
 func (r Relay) validate(p *problems) {
-	if r.Lane < 0 || r.Lane >= LaneCount {
-		p.add("relay.lane", "%d is not in [0,%d]", r.Lane, LaneCount-1)
+	if r.Lane < 0 || r.Lane >= ckf.LaneCount {
+		p.add("relay.lane", "%d is not in [0,%d]", r.Lane, ckf.LaneCount-1)
 	}
 	if r.ExpectedBlocks == 0 {
 		p.add("relay.expected_blocks", "must be positive")
-	} else if n := bucketCountFor(r.ExpectedBlocks); n == 0 || n > MaxBucketCount {
-		p.add("relay.expected_blocks", "%d needs more than %d buckets", r.ExpectedBlocks, MaxBucketCount)
+	} else if n := bucketCountFor(r.ExpectedBlocks); n == 0 || n > ckf.MaxWireBucketCount {
+		p.add("relay.expected_blocks", "%d needs more than %d buckets", r.ExpectedBlocks, ckf.MaxWireBucketCount)
 	}
 	if r.SnapshotInterval < 0 {
 		p.add("relay.snapshot_interval", "%v is negative", r.SnapshotInterval)
@@ -246,6 +248,37 @@ func (r Relay) validate(p *problems) {
 	}
 }
 
+// DomainID parses Domain with DomainSource as the source of both digests (ckf's
+// ParseIndexerDomainID, the one reading of the text form). An empty or malformed Domain, or an
+// unknown DomainSource, is a *FieldError naming the field, wrapping ckf's error.
+func (ix Indexer) DomainID() (ckf.IndexerDomainID, error) {
+	src, err := ix.domainSource()
+	if err != nil {
+		return ckf.IndexerDomainID{}, err
+	}
+	return ix.domainWith(src)
+}
+
+// domainWith parses Domain with src as the source of both digests.
+func (ix Indexer) domainWith(src ckf.IdentitySource) (ckf.IndexerDomainID, error) {
+	id, err := ckf.ParseIndexerDomainID(ix.Domain, src)
+	if err != nil {
+		return ckf.IndexerDomainID{}, &FieldError{Field: "indexer.domain",
+			Reason: fmt.Sprintf("%q is not <32 hex digits>:<32 hex digits>", ix.Domain), Err: err}
+	}
+	return id, nil
+}
+
+// domainSource parses DomainSource with ckf's names of the identity sources.
+func (ix Indexer) domainSource() (ckf.IdentitySource, error) {
+	var src ckf.IdentitySource
+	if err := src.UnmarshalText([]byte(ix.DomainSource)); err != nil {
+		return 0, &FieldError{Field: "indexer.domain_source",
+			Reason: fmt.Sprintf("%q is not one of %s, %s", ix.DomainSource, ckf.IdentityExplicit, ckf.IdentityDefaultDerived), Err: err}
+	}
+	return src, nil
+}
+
 // EffectiveBucketCount returns the bucket count the indexer expects every lane to publish:
 // BucketCount when set, else the one derived from ExpectedBlocksPerDC. It is 0 only for an
 // invalid Indexer.
@@ -256,25 +289,13 @@ func (ix Indexer) EffectiveBucketCount() uint64 {
 	return bucketCountFor(ix.ExpectedBlocksPerDC)
 }
 
-// bucketCountFor mirrors ckf.BucketCountFor: the next power of two of floor((5n+15)/16), at
-// least 2; 0 on overflow or n == 0.
+// bucketCountFor is ckf.BucketCountFor, with 0 for the inputs it refuses (n == 0, overflow).
 func bucketCountFor(n uint64) uint64 {
-	if n == 0 {
+	b, err := ckf.BucketCountFor(n)
+	if err != nil {
 		return 0
 	}
-	hi, lo := bits.Mul64(n, 5)
-	if hi != 0 || lo > ^uint64(0)-15 {
-		return 0
-	}
-	want := max((lo+15)/16, 2)
-	if bits.OnesCount64(want) == 1 {
-		return want
-	}
-	shift := 64 - bits.LeadingZeros64(want)
-	if shift >= 64 {
-		return 0
-	}
-	return 1 << shift
+	return b
 }
 
 func checkHostPort(s string, allowAnyPort bool) error {
@@ -291,19 +312,6 @@ func checkHostPort(s string, allowAnyPort bool) error {
 	}
 	if host == "" && !allowAnyPort {
 		return errors.New("has no host")
-	}
-	return nil
-}
-
-func checkDomain(s string) error {
-	sem, route, ok := strings.Cut(s, ":")
-	if !ok {
-		return errors.New("is not <32 hex digits>:<32 hex digits>")
-	}
-	for _, part := range []string{sem, route} {
-		if b, err := hex.DecodeString(part); err != nil || len(b) != 16 {
-			return errors.New("is not <32 hex digits>:<32 hex digits>")
-		}
 	}
 	return nil
 }

@@ -33,7 +33,6 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
-	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
@@ -73,24 +72,6 @@ type Indexer struct {
 	watchDone chan struct{}
 }
 
-// NewCodec returns the codec of the product's records on the configured topic names (built-in
-// schema ids; the codec then does no I/O).
-func NewCodec(t config.Topics) (*schemas.Codec, error) {
-	codec, err := schemas.NewCodec(context.Background(),
-		schemas.Topic(schemas.TypeLaneRecord, t.Lanes),
-		schemas.Topic(schemas.TypeQueryRequest, t.Queries),
-		schemas.Topic(schemas.TypeQueryReply, t.QueryReplies),
-		schemas.Topic(schemas.TypeLaneEvent, t.LaneEvents),
-		schemas.Topic(schemas.TypeControlRecord, t.Control),
-		schemas.Topic(schemas.TypeDeadLetter, t.DeadLetter),
-		schemas.Topic(schemas.TypeKvEvent, t.KVEvents),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("indexer: codec: %w", err)
-	}
-	return codec, nil
-}
-
 // Freshness converts the configured policy. Both bounds 0 disables the policy (streams would
 // otherwise read an all-zero policy as "use the defaults").
 func Freshness(f config.Freshness) streams.FreshnessPolicy {
@@ -128,7 +109,7 @@ func New(p Params) (*Indexer, error) {
 		return nil, fmt.Errorf("indexer: global indexer: %w", err)
 	}
 	topics := p.Connection.Topics
-	codec, err := NewCodec(topics)
+	codec, err := kafka.NewCodec(topics)
 	if err != nil {
 		return nil, err
 	}

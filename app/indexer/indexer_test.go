@@ -45,7 +45,7 @@ func newLaneProducer(t *testing.T, topics config.Topics, codec *schemas.Codec, l
 	if err != nil {
 		t.Fatal(err)
 	}
-	domain, err := indexer.ParseDomain(testDomain, "explicit")
+	domain, err := ckf.ParseIndexerDomainID(testDomain, ckf.IdentityExplicit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 // the indexer becomes ready, and both query paths answer as the table does.
 func TestMetricsMoveWhileProducing(t *testing.T) {
 	r := startIndexer(t)
-	codec, err := indexer.NewCodec(r.cfg.Topics)
+	codec, err := kafka.NewCodec(r.cfg.Topics)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,8 @@ package indexer
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -28,31 +26,6 @@ func Require(ix config.Indexer) error {
 			Reason: "is required by the indexer: map at least one lane to its DC (lane=dc pairs, e.g. 0=0x1a)"})
 	}
 	return errors.Join(errs...)
-}
-
-// ParseDomain parses an indexer domain as config.Indexer.Domain spells it (the cache-semantics
-// digest and the routing-scope digest, 32 hex digits each, joined by a colon) with source as the
-// identity source of both digests ("explicit" or "default_derived").
-func ParseDomain(domain, source string) (ckf.IndexerDomainID, error) {
-	var src ckf.IdentitySource
-	if err := src.UnmarshalText([]byte(source)); err != nil {
-		return ckf.IndexerDomainID{}, &config.FieldError{Field: "indexer.domain_source",
-			Reason: fmt.Sprintf("%q is not one of explicit, default_derived", source), Err: err}
-	}
-	sem, route, ok := strings.Cut(domain, ":")
-	var d [2]ckf.Digest128
-	for i, part := range []string{sem, route} {
-		b, err := hex.DecodeString(part)
-		if !ok || err != nil || len(b) != len(d[i]) {
-			return ckf.IndexerDomainID{}, &config.FieldError{Field: "indexer.domain",
-				Reason: fmt.Sprintf("%q is not <32 hex digits>:<32 hex digits>", domain), Err: err}
-		}
-		copy(d[i][:], b)
-	}
-	return ckf.IndexerDomainID{
-		CacheSemantics: ckf.CacheSemanticsID{Digest: d[0], Source: src},
-		RoutingScope:   ckf.RoutingScopeID{Digest: d[1], Source: src},
-	}, nil
 }
 
 // Format returns the CKF format every lane of ix must publish: ix.Seed and the bucket count of
@@ -104,7 +77,7 @@ func BuildManifest(ix config.Indexer, consumer ckf.ConsumerInstanceID) (index.Ma
 	if err := Require(ix); err != nil {
 		return index.Manifest{}, nil, err
 	}
-	domain, err := ParseDomain(ix.Domain, ix.DomainSource)
+	domain, err := ix.DomainID()
 	if err != nil {
 		return index.Manifest{}, nil, err
 	}

@@ -1,6 +1,7 @@
 // Package kafka is the process's connection to Kafka: the cluster (configured, or embedded when
 // none is), the client options every component builds its clients from (seed brokers, client.id,
-// TLS, SASL, metrics hooks, logger), and the product's topic layout, ensured at start.
+// TLS, SASL, metrics hooks, logger), the product's topic layout, ensured at start, and the codec
+// of the product's records on those topics (NewCodec).
 //
 // The package hands out options, not clients: each component builds and closes its own
 // kgo.Client (a lane consumer, a transactional producer and a query group member want different
@@ -111,7 +112,7 @@ func (c *Connection) NewClient(client string, extra ...kgo.Opt) (*kgo.Client, er
 
 // Start waits for a broker to answer, then ensures the topic layout: it creates the missing
 // topics when kafka.create_topics is set, and otherwise only verifies them; either way the lane
-// topic must have config.LaneCount partitions. It returns when the layout is usable, when a
+// topic must have ckf.LaneCount partitions. It returns when the layout is usable, when a
 // broker refuses the client for good (an authentication or authorization error), or shortly
 // before ctx ends: it keeps a margin so that its own error, which names the cause, reaches the
 // caller before fx's start timeout reports a bare "context deadline exceeded".

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -22,11 +23,11 @@ type TopicSpec struct {
 // TopicLayout returns every topic the product uses with its partition count and configs.
 func TopicLayout(t config.Topics) []TopicSpec {
 	return []TopicSpec{
-		{Name: t.KVEvents, Partitions: config.LaneCount},
-		{Name: t.Lanes, Partitions: config.LaneCount},
+		{Name: t.KVEvents, Partitions: ckf.LaneCount},
+		{Name: t.Lanes, Partitions: ckf.LaneCount},
 		{Name: t.Queries, Partitions: 4},
 		{Name: t.QueryReplies, Partitions: 4},
-		{Name: t.LaneEvents, Partitions: config.LaneCount},
+		{Name: t.LaneEvents, Partitions: ckf.LaneCount},
 		{Name: t.Control, Partitions: 1},
 		{Name: t.DeadLetter, Partitions: 1},
 		// One live record per lane; compaction keeps the latest.
@@ -35,11 +36,11 @@ func TopicLayout(t config.Topics) []TopicSpec {
 }
 
 // ErrLaneTopicPartitions is returned (wrapped) when the lane topic exists with fewer than
-// config.LaneCount partitions: partition p must be physical lane p, so such a topic cannot serve.
+// ckf.LaneCount partitions: partition p must be physical lane p, so such a topic cannot serve.
 var ErrLaneTopicPartitions = errors.New("lane topic has too few partitions")
 
 // EnsureTopics creates every topic of the layout that does not exist yet. Existing topics are
-// left as they are; an existing lane topic with fewer than config.LaneCount partitions is an
+// left as they are; an existing lane topic with fewer than ckf.LaneCount partitions is an
 // error, since partition p must be physical lane p.
 func EnsureTopics(ctx context.Context, cl *kgo.Client, t config.Topics) error {
 	adm := kadm.NewClient(cl)
@@ -56,7 +57,7 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t config.Topics) error {
 }
 
 // VerifyTopics waits until every topic of the layout exists with a leader for each partition,
-// and checks that the lane topic has config.LaneCount partitions. It creates nothing. Topic
+// and checks that the lane topic has ckf.LaneCount partitions. It creates nothing. Topic
 // creation is asynchronous on a real cluster, so a topic that was just created may take a moment
 // to appear; VerifyTopics retries until ctx ends.
 func VerifyTopics(ctx context.Context, cl *kgo.Client, t config.Topics) error {
@@ -78,9 +79,9 @@ func VerifyTopics(ctx context.Context, cl *kgo.Client, t config.Topics) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if d := details[t.Lanes]; len(d.Partitions) < config.LaneCount {
+	if d := details[t.Lanes]; len(d.Partitions) < ckf.LaneCount {
 		return fmt.Errorf("topic %s has %d partitions; the lane topic needs %d (one per physical lane): %w",
-			t.Lanes, len(d.Partitions), config.LaneCount, ErrLaneTopicPartitions)
+			t.Lanes, len(d.Partitions), ckf.LaneCount, ErrLaneTopicPartitions)
 	}
 	return nil
 }

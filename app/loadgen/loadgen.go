@@ -21,6 +21,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/ckf"
 	lg "github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
@@ -33,7 +34,17 @@ import (
 
 // KVPartitions is the partition count of the KV-events topics loadgen creates (as the layout's
 // kv-events topic).
-const KVPartitions = config.LaneCount
+const KVPartitions = ckf.LaneCount
+
+// DefaultDCs returns the DC ids of n synthetic DCs, 0xdc01, 0xdc02, ...: the DCs processor loadgen
+// and processor demo use when the configuration names none.
+func DefaultDCs(n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = 0xdc01 + uint64(i)
+	}
+	return out
+}
 
 // Options configure the module.
 type Options struct {
@@ -116,7 +127,7 @@ func (o Options) Topics(base string) func(dc uint64) string {
 func (l *Loadgen) Start(ctx context.Context) error {
 	topicOf := l.opts.Topics(l.conn.Topics.KVEvents)
 	run := l.opts.Run
-	codec, err := indexer.NewCodec(l.conn.Topics)
+	codec, err := kafka.NewCodec(l.conn.Topics)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,6 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/httpserver"
-	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
@@ -71,7 +70,7 @@ func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (st
 	if err := Require(ix); err != nil {
 		return streams.RelayConfig{}, err
 	}
-	domain, err := indexer.ParseDomain(ix.Domain, ix.DomainSource)
+	domain, err := ix.DomainID()
 	if err != nil {
 		return streams.RelayConfig{}, err
 	}
@@ -138,7 +137,7 @@ func New(p Params) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	codec, err := indexer.NewCodec(p.Connection.Topics)
+	codec, err := kafka.NewCodec(p.Connection.Topics)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/ckf-stream/ckf-stream/app"
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/httpserver"
-	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/app/relay"
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -57,7 +56,7 @@ func TestRelayStreamsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := indexer.ParseDomain(domain, "explicit")
+	d, err := ckf.ParseIndexerDomainID(domain, ckf.IdentityExplicit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +125,7 @@ func TestRelayModuleOnRealBroker(t *testing.T) {
 		t.Fatalf("/readyz: %d %q", code, body)
 	}
 
-	codec, err := indexer.NewCodec(cfg.Topics)
+	codec, err := kafka.NewCodec(cfg.Topics)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -178,7 +178,7 @@ func TestQueryCommandHTTP(t *testing.T) {
 // TestQueryCommandKafka asks over Kafka a query service that answers from testAnswerer.
 func TestQueryCommandKafka(t *testing.T) {
 	queries, replies, dead := testenv.NewTopic(t, 2), testenv.NewTopic(t, 2), testenv.NewTopic(t, 1)
-	codec, err := indexer.NewCodec(config.DefaultTopics(""))
+	codec, err := kafka.NewCodec(config.DefaultTopics(""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,15 +55,6 @@ func (f *loadFlags) runConfig(dcs []uint64) loadgen.RunConfig {
 	}
 }
 
-// defaultDCs are the DC ids of the synthetic DCs when the configuration names none: 0xdc01...
-func defaultDCs(n int) []uint64 {
-	out := make([]uint64, n)
-	for i := range out {
-		out[i] = 0xdc01 + uint64(i)
-	}
-	return out
-}
-
 func runLoadgen(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	var lf loadFlags
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
@@ -80,7 +71,7 @@ func runLoadgen(args []string, stdout, stderr io.Writer, lookupEnv func(string) 
 		fmt.Fprintln(stderr, "processor: loadgen:", err)
 		return exitUsage
 	}
-	dcs := defaultDCs(4)
+	dcs := appload.DefaultDCs(4)
 	if len(cfg.Indexer.Lanes) > 0 {
 		dcs = dcs[:0]
 		for _, l := range cfg.Indexer.Lanes.Lanes() {

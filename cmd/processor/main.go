@@ -30,6 +30,8 @@ import (
 	"strings"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
+	"go.uber.org/fx"
+	"go.uber.org/zap/zapcore"
 )
 
 // Exit statuses.
@@ -158,3 +160,8 @@ func runConfigPrint(args []string, stdout, stderr io.Writer, lookupEnv func(stri
 // validation (Load returns it with the error), rather than failing to parse a file or flag: Load
 // fills every topic name of a configuration it returns, and returns the zero Config otherwise.
 func loadedButInvalid(cfg config.Config) bool { return cfg.Topics.Lanes != "" }
+
+// logTo sends the process log to w (standard error in main; a buffer in tests).
+func logTo(w io.Writer) fx.Option {
+	return fx.Supply(fx.Annotate(zapcore.Lock(zapcore.AddSync(w)), fx.As(new(zapcore.WriteSyncer))))
+}

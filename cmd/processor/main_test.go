@@ -15,6 +15,7 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -86,6 +87,8 @@ func TestInvalidConfigExits(t *testing.T) {
 		{[]string{"demo", "--config=/no/such/file.yaml"}, nil, "processor: config: file /no/such/file.yaml: open /no/such/file.yaml: no such file or directory"},
 		{[]string{"demo", "--no-such-flag"}, nil, "flag provided but not defined: -no-such-flag"},
 		{[]string{"demo", "stray"}, nil, `processor: demo: unexpected argument "stray"`},
+		{[]string{"demo", "--dcs=17"}, nil, "processor: demo: --dcs 17 is not in [1,16]"},
+		{[]string{"demo", "--table-every=0s"}, nil, "processor: demo: --table-every 0s is not positive"},
 	} {
 		code, _, errOut := runCmd(t, tc.vars, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {
@@ -197,7 +200,7 @@ func TestDemoRealBroker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	details, err := adm.ListTopics(ctx, topics.Lanes)
-	if err != nil || len(details[topics.Lanes].Partitions) != config.LaneCount {
+	if err != nil || len(details[topics.Lanes].Partitions) != ckf.LaneCount {
 		t.Errorf("lane topic on the broker: %v, %v", details, err)
 	}
 }

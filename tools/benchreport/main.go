@@ -3,7 +3,8 @@
 // ratio to its baseline from the same run, the targets of design §6 met or missed, and a
 // log2 fit of the cost per query against the query length.
 //
-//	go run ./tools/benchreport [-o report.md] [-csv dir] bench.txt [more.txt ...]
+//	go -C tools build -o ../bin/ ./benchreport   # tools/ is a module of its own
+//	bin/benchreport [-o report.md] [-csv dir] bench.txt [more.txt ...]
 //
 // Ratios are measured/baseline of the medians: below 1 the measured variant is cheaper (for
 // time-like units), above 1 it costs more. Rates (units ending in "/s") are compared the same

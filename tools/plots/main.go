@@ -9,7 +9,8 @@
 //   - query-latency-cdf.png, query-throughput-vs-load.png: queries over Kafka, HTTP and in
 //     process (e2e-query-*-callers=*.json).
 //
-//     go run ./tools/plots -dir docs/perf
+//     go -C tools build -o ../bin/ ./plots   # tools/ is a module of its own
+//     bin/plots -dir docs/perf
 //
 // A plot whose inputs are missing is skipped with a note.
 package main

@@ -1,0 +1,588 @@
+// Package demo wires processor demo: relays for every configured lane (one per DC), the global
+// indexer and the synthetic load generator in one process, on the embedded broker when no Kafka
+// cluster is configured. While the load runs it prints a live lane table with sample answers to
+// Options.Out, and at the end a summary (events and queries per second, query latency over Kafka
+// and over HTTP), then stops the application: with exit status 0 when events were acknowledged
+// and queries answered OK, 1 otherwise.
+//
+// cmd/processor parses the command line into Options and the configuration, and runs
+// app.New(cfg, demo.Module(cfg, opts)); everything else the demo does lives here.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/indexer"
+	"github.com/ckf-stream/ckf-stream/app/kafka"
+	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
+	"github.com/ckf-stream/ckf-stream/app/relay"
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/loadgen"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/uber-go/tally/v4"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+)
+
+// Exit statuses the demo stops the application with (fx.Shutdowner): the process's own.
+const (
+	exitOK      = 0
+	exitFailure = 1
+)
+
+// Domain is the indexer domain of the demo's pools when indexer.domain is not set.
+const Domain = "64656d6f2d63616368652d73656d616e:64656d6f2d726f7574696e672d73636f"
+
+// Options are the demo's own settings, besides the process configuration. processor demo sets
+// each from the flag named in its comment.
+type Options struct {
+	// Load is the synthetic load: workload (seed, workers per DC, block size), event and query
+	// rates, duration (0: until the application stops) and routers. Load.Workload.DCs is
+	// ignored: the demo's DCs are the configured lanes' (see Configure).
+	Load loadgen.RunConfig
+	// DCs is the number of DCs, one relay each on lanes 0..DCs-1, when indexer.lanes is not
+	// set; in [1, ckf.LaneCount] (--dcs, default 4).
+	DCs int
+	// ExpectedBlocks sizes every filter, the indexer's and the relays' alike (--expected-blocks,
+	// default 65,536: a demo's DCs hold far fewer blocks than a production DC).
+	ExpectedBlocks uint64
+	// TableEvery is how often the lane table and two sample answers are printed; positive
+	// (--table-every, default 3s).
+	TableEvery time.Duration
+	// ReadyTimeout bounds the wait for the relays' start-up snapshots and the indexer's lanes;
+	// the demo fails after it (--ready-timeout, default 60s).
+	ReadyTimeout time.Duration
+	// HTTPSamples is the number of sequential queries of the closing HTTP latency measurement;
+	// 0 measures nothing (--http-samples, default 2,000).
+	HTTPSamples int
+	// Out receives the layout, the live table, the sample answers and the summary.
+	Out io.Writer
+}
+
+// Validate reports the first option out of its range, naming it by its processor demo flag.
+func (o Options) Validate() error {
+	switch {
+	case o.DCs < 1 || o.DCs > ckf.LaneCount:
+		return fmt.Errorf("--dcs %d is not in [1,%d]", o.DCs, ckf.LaneCount)
+	case o.TableEvery <= 0:
+		return fmt.Errorf("--table-every %v is not positive", o.TableEvery)
+	case o.ReadyTimeout <= 0:
+		return fmt.Errorf("--ready-timeout %v is not positive", o.ReadyTimeout)
+	case o.HTTPSamples < 0:
+		return fmt.Errorf("--http-samples %d is negative", o.HTTPSamples)
+	case o.Out == nil:
+		return errors.New("no output for the demo's table and summary")
+	}
+	return nil
+}
+
+// Configure fills what the demo needs and cfg leaves open: the indexer domain (Domain, explicit)
+// when none is set, one lane per DC (appload.DefaultDCs(o.DCs) on lanes 0..DCs-1) when
+// indexer.lanes is empty, and o.ExpectedBlocks as the filter size of the indexer and the relays,
+// with the relays on the indexer's seed.
+func Configure(cfg *config.Config, o Options) {
+	if cfg.Indexer.Domain == "" {
+		cfg.Indexer.Domain, cfg.Indexer.DomainSource = Domain, "explicit"
+	}
+	if len(cfg.Indexer.Lanes) == 0 {
+		cfg.Indexer.Lanes = config.LaneMap{}
+		for i, dc := range appload.DefaultDCs(o.DCs) {
+			cfg.Indexer.Lanes[i] = dc
+		}
+	}
+	cfg.Indexer.BucketCount, cfg.Indexer.ExpectedBlocksPerDC = 0, o.ExpectedBlocks
+	cfg.Relay.ExpectedBlocks, cfg.Relay.Seed = o.ExpectedBlocks, cfg.Indexer.Seed
+}
+
+// Module returns the demo's components for app.New: the indexer (with its HTTP routes and
+// readiness check), one relay per lane of cfg.Indexer.Lanes, each reading its own DC's KV-events
+// topic, and the driver that waits for them, runs the load, prints, and stops the application.
+// cfg is the configuration after Configure; invalid options fail the application's build.
+func Module(cfg config.Config, o Options) fx.Option {
+	if err := o.Validate(); err != nil {
+		return fx.Error(fmt.Errorf("demo: %w", err))
+	}
+	d := &demo{cfg: cfg, opts: o, out: o.Out}
+	return d.module()
+}
+
+// demo runs relays for every configured lane, the indexer and the load generator in one process,
+// prints a live lane table with sample answers, and ends with a summary.
+type demo struct {
+	cfg  config.Config
+	opts Options
+	out  io.Writer
+
+	conn   *kafka.Connection
+	log    *zap.Logger
+	sd     fx.Shutdowner
+	ix     *indexer.Indexer
+	codec  *schemas.Codec
+	relays []*demoRelay
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// demoRelay is one DC's relay and its run.
+type demoRelay struct {
+	lane  uint8
+	dc    uint64
+	relay *streams.Relay
+	done  chan error
+}
+
+func (d *demo) kvTopic(dc uint64) string { return loadgen.KVTopic(d.cfg.Topics.KVEvents, dc) }
+
+// module wires the demo. Hook order matters (fx starts hooks in the order they are appended and
+// stops them in reverse): topics -> relays -> indexer -> driver, so that the relays find their
+// topics, and on shutdown the load stops first, then the indexer, then the relays.
+func (d *demo) module() fx.Option {
+	return fx.Module("demo",
+		fx.Provide(indexer.Provide),
+		fx.Invoke(d.wireRelays),
+		// Requesting the indexer here, after wireRelays, appends its hooks after the relays'.
+		fx.Invoke(func(lc fx.Lifecycle, ix *indexer.Indexer) {
+			d.ix = ix
+			lc.Append(fx.Hook{OnStart: d.start, OnStop: d.stop})
+		}),
+	)
+}
+
+func (d *demo) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally.Scope, log *zap.Logger, sd fx.Shutdowner) error {
+	d.conn, d.log, d.sd = conn, log.Named("demo"), sd
+	codec, err := kafka.NewCodec(conn.Topics)
+	if err != nil {
+		return err
+	}
+	d.codec = codec
+	m, _, err := indexer.BuildManifest(d.cfg.Indexer, 1)
+	if err != nil {
+		return err
+	}
+	for l := uint8(0); l < ckf.LaneCount; l++ {
+		pool, ok := m.PoolOf(l)
+		if !ok {
+			continue
+		}
+		// The same conversion as processor relay, for this lane's DC; only the KV-events topic
+		// differs (the demo gives every DC its own).
+		rc := d.cfg.Relay
+		rc.DcID, rc.Lane = uint64(pool.Dc), int(l)
+		sc, err := relay.StreamsConfig(rc, d.cfg.Indexer, conn.Topics)
+		if err != nil {
+			return fmt.Errorf("demo: relay of lane %d: %w", l, err)
+		}
+		sc.Topics.KVEvents = d.kvTopic(uint64(pool.Dc))
+		r, err := streams.NewRelay(streams.RelayParams{
+			Config: sc,
+			Codec:  codec,
+			// One option set per client, each with its own kprom collectors: client=lane<N>-<role>.
+			ClientOptsFor: func(role string) []kgo.Opt { return conn.Opts(fmt.Sprintf("lane%d-%s", l, role)) },
+			Metrics:       scope.Tagged(map[string]string{"dc": pool.Dc.String()}),
+			Log:           log.With(zap.Uint8("lane", l)),
+		})
+		if err != nil {
+			return fmt.Errorf("demo: relay of lane %d: %w", l, err)
+		}
+		d.relays = append(d.relays, &demoRelay{lane: l, dc: uint64(pool.Dc), relay: r, done: make(chan error, 1)})
+	}
+	lc.Append(fx.StartHook(d.prepare))
+	var stop context.CancelFunc
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			var ctx context.Context
+			ctx, stop = context.WithCancel(context.Background())
+			for _, r := range d.relays {
+				go func() {
+					err := r.relay.Run(ctx)
+					r.done <- err
+					if err != nil && ctx.Err() == nil {
+						d.log.Error("relay stopped", zap.Uint8("lane", r.lane), zap.Error(err))
+						_ = d.sd.Shutdown(fx.ExitCode(exitFailure))
+					}
+				}()
+			}
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			if stop == nil {
+				return nil
+			}
+			stop()
+			var errs []error
+			for _, r := range d.relays {
+				select {
+				case err := <-r.done:
+					if err != nil && !errors.Is(err, context.Canceled) {
+						errs = append(errs, fmt.Errorf("demo: relay of lane %d: %w", r.lane, err))
+					}
+				case <-ctx.Done():
+					return fmt.Errorf("demo: stopping the relays: %w", ctx.Err())
+				}
+			}
+			return errors.Join(errs...)
+		},
+	})
+	return nil
+}
+
+// prepare prints the cluster and the topic layout, and creates the demo's own topics: one
+// KV-events topic per DC (a relay reads every partition of its DC's topic).
+func (d *demo) prepare(ctx context.Context) error {
+	if err := printLayout(ctx, d.out, d.conn); err != nil {
+		return err
+	}
+	var names []string
+	for _, r := range d.relays {
+		names = append(names, d.kvTopic(r.dc))
+	}
+	return appload.EnsureTopics(ctx, d.conn, names, appload.KVPartitions, nil)
+}
+
+func printLayout(ctx context.Context, out io.Writer, conn *kafka.Connection) error {
+	cl, err := conn.NewClient("demo")
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	details, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil {
+		return fmt.Errorf("demo: list topics: %w", err)
+	}
+	fmt.Fprintln(out, "ckf-stream: using", conn.Cluster.Describe())
+	fmt.Fprintln(out, "topic layout:")
+	for _, spec := range kafka.TopicLayout(conn.Topics) {
+		fmt.Fprintf(out, "  %-22s %2d partitions\n", spec.Name, len(details[spec.Name].Partitions))
+	}
+	return nil
+}
+
+func (d *demo) start(context.Context) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel, d.done = cancel, make(chan struct{})
+	go func() {
+		defer close(d.done)
+		code := exitOK
+		if err := d.drive(ctx); err != nil {
+			if ctx.Err() != nil {
+				return // interrupted: the application is stopping already
+			}
+			fmt.Fprintln(d.out, "demo failed:", err)
+			code = exitFailure
+		}
+		_ = d.sd.Shutdown(fx.ExitCode(code))
+	}()
+	return nil
+}
+
+func (d *demo) stop(ctx context.Context) error {
+	if d.cancel == nil {
+		return nil
+	}
+	d.cancel()
+	select {
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("demo: stopping the load: %w", ctx.Err())
+	}
+}
+
+// drive waits for the relays and the lanes, runs the load while printing the lane table and
+// sample answers, and prints the summary.
+func (d *demo) drive(ctx context.Context) error {
+	t0 := time.Now()
+	for _, r := range d.relays {
+		select {
+		case <-r.relay.Started():
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d.opts.ReadyTimeout - time.Since(t0)):
+			return fmt.Errorf("the relay of lane %d did not start within %v", r.lane, d.opts.ReadyTimeout)
+		}
+	}
+	fmt.Fprintf(d.out, "relays: %d DCs published their start-up snapshots after %v\n", len(d.relays), time.Since(t0).Round(time.Millisecond))
+	for {
+		err := d.ix.API().Ready(ctx)
+		if err == nil {
+			break
+		}
+		if time.Since(t0) > d.opts.ReadyTimeout {
+			return fmt.Errorf("the indexer is not ready after %v: %w", d.opts.ReadyTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	fmt.Fprintf(d.out, "indexer: all %d lanes ready after %v; running the load for %v (%.0f events/s, %.0f queries/s over Kafka)\n",
+		len(d.relays), time.Since(t0).Round(time.Millisecond), d.opts.Load.Duration, d.opts.Load.EventRate, d.opts.Load.QueryRate)
+
+	var dcs []uint64
+	for _, r := range d.relays {
+		dcs = append(dcs, r.dc)
+	}
+	prod, err := d.conn.NewClient("demo-events", appload.ProducerOpts()...)
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	// The query client's two clients (requests, replies) each get their own options.
+	qcOpts := func(role string) []kgo.Opt { return d.conn.Opts("demo-" + role) }
+	qc, err := streams.NewQueryClient(ctx, streams.QueryClientParams{Codec: d.codec, ClientOptsFor: qcOpts, Log: d.log})
+	if err != nil {
+		return err
+	}
+	defer qc.Close()
+	run := d.opts.Load
+	run.Workload.DCs = dcs
+	runner, err := loadgen.NewRunner(loadgen.RunnerParams{
+		Config: run, Producer: prod, Codec: d.codec, Topic: d.kvTopic, Query: qc.Query,
+	})
+	if err != nil {
+		return err
+	}
+	before := d.relayTotals()
+	lanesBefore := d.laneTotals()
+	runStart := time.Now()
+	var rep loadgen.Report
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); rep, _ = runner.Run(ctx) }()
+	stats := d.live(ctx, runner.Workload(), &wg)
+	wg.Wait()
+	elapsed := time.Since(runStart)
+	// Interrupted (the application is stopping): summarise what ran, without waiting for the
+	// lanes to settle or measuring HTTP; the indexer stops only after this returns.
+	interrupted := ctx.Err() != nil
+	if !interrupted {
+		// Let the relays and lanes settle so the totals cover every acknowledged event.
+		d.settle(ctx, before.events+rep.EventAcks)
+	}
+	after := d.relayTotals()
+	lanesAfter := d.laneTotals()
+	d.printTable(time.Since(t0))
+	var httpP50, httpP99 time.Duration
+	var httpErr error
+	if !interrupted {
+		httpP50, httpP99, httpErr = d.measureHTTP(runner.Workload())
+	}
+	d.summary(elapsed, rep, before, after, lanesBefore, lanesAfter, stats, httpP50, httpP99, httpErr, interrupted)
+	if interrupted {
+		return ctx.Err()
+	}
+	switch {
+	case rep.EventAcks == 0 && d.opts.Load.EventRate > 0:
+		return errors.New("no KV event was acknowledged")
+	case rep.OK == 0 && d.opts.Load.QueryRate > 0:
+		return errors.New("no query was answered OK")
+	}
+	return nil
+}
+
+type relayTotals struct{ events, deltas, images, snapshots uint64 }
+
+func (d *demo) relayTotals() relayTotals {
+	var t relayTotals
+	for _, r := range d.relays {
+		s := r.relay.Stats()
+		t.events += s.Events
+		t.deltas += s.Deltas
+		t.images += s.Images
+		t.snapshots += s.Snapshots
+	}
+	return t
+}
+
+type laneTotals struct{ deltas, images uint64 }
+
+func (d *demo) laneTotals() laneTotals {
+	var t laneTotals
+	for _, s := range d.ix.Lanes().Lanes() {
+		t.deltas += s.Deltas
+		t.images += s.Images
+	}
+	return t
+}
+
+// settle waits (at most 10 s) until the relays have applied every acknowledged event and every
+// lane of the indexer has installed its relay's last sequence. (A lane's offset lag does not
+// reach 0 while a relay writes transactions: the commit marker after its last record holds an
+// offset no record carries.)
+func (d *demo) settle(ctx context.Context, events uint64) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		caughtUp := d.relayTotals().events >= events
+		lanes := d.ix.Lanes().Lanes()
+		for _, r := range d.relays {
+			seq := r.relay.Stats().LastSequence
+			for _, s := range lanes {
+				if s.Lane == r.lane {
+					caughtUp = caughtUp && s.InstalledSequence >= seq
+				}
+			}
+		}
+		if caughtUp {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sampleStats counts the sample answers the live view printed.
+type sampleStats struct{ asked, nonZero int }
+
+// live prints the lane table and two sample answers every tableEvery until the run (wg) ends.
+func (d *demo) live(ctx context.Context, w *loadgen.Workload, wg *sync.WaitGroup) sampleStats {
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	rng := rand.New(rand.NewPCG(d.opts.Load.Workload.Seed, 1234))
+	t := time.NewTicker(d.opts.TableEvery)
+	defer t.Stop()
+	start := time.Now()
+	var st sampleStats
+	for {
+		select {
+		case <-finished:
+			return st
+		case <-ctx.Done():
+			return st
+		case <-t.C:
+		}
+		d.printTable(time.Since(start))
+		for i := 0; i < 2; i++ {
+			q := w.NextQuery(rng)
+			q.Request.CorrelationID = fmt.Sprintf("demo-sample-%d", st.asked)
+			reply := d.ix.Answerer().AnswerPooled(&q.Request)
+			st.asked++
+			if d.printSample(q, reply) {
+				st.nonZero++
+			}
+		}
+	}
+}
+
+// printTable prints one line per lane.
+func (d *demo) printTable(at time.Duration) {
+	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "t=%.1fs\tlane\tDC\tstate\tseq\tdeltas\timages\tsnapshots\tlag\trelay events\tresident blocks\t\n", at.Seconds())
+	view := d.ix.API().View()
+	for _, l := range view.Lanes {
+		var rs streams.RelayStats
+		for _, r := range d.relays {
+			if r.lane == l.Lane {
+				rs = r.relay.Stats()
+			}
+		}
+		fmt.Fprintf(tw, "\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", l.Lane, strings.TrimLeft(l.DcID, "0"), l.State,
+			l.InstalledSequence, l.Deltas, l.Images, l.Snapshots, l.LagRecords, rs.Events, rs.ResidentBlocks)
+	}
+	_ = tw.Flush()
+}
+
+// printSample prints one answer as per-DC depths and reports whether any depth is non-zero.
+func (d *demo) printSample(q loadgen.Query, r schemas.QueryReply) bool {
+	from := "a new conversation"
+	if q.HomeDC >= 0 {
+		from = "a conversation of DC " + strings.TrimLeft(ckf.DcID(d.relays[q.HomeDC].dc).String(), "0")
+	}
+	var parts []string
+	nonZero := false
+	for _, l := range r.Lanes {
+		parts = append(parts, fmt.Sprintf("%s=%d", strings.TrimLeft(ckf.DcID(l.DcID).String(), "0"), l.Depth))
+		nonZero = nonZero || l.Depth > 0
+	}
+	input := "hashes"
+	if q.Request.Input == schemas.InputTokenIDs {
+		input = "tokens"
+	}
+	fmt.Fprintf(d.out, "  sample answer (%s): %d blocks (by %s) from %s -> depth per DC: %s\n",
+		r.Status, r.QueryBlocks, input, from, strings.Join(parts, " "))
+	return nonZero
+}
+
+// measureHTTP sends sequential queries to the indexer's POST /v1/prefix-matches handler over a
+// loopback listener of its own (the same handler the process's HTTP server serves) and returns
+// the latency percentiles.
+func (d *demo) measureHTTP(w *loadgen.Workload) (p50, p99 time.Duration, err error) {
+	if d.opts.HTTPSamples <= 0 {
+		return 0, 0, nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, 0, err
+	}
+	srv := &http.Server{Handler: d.ix.API().QueryHandler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	query := appload.HTTPQuery(&http.Client{Timeout: 5 * time.Second}, "http://"+ln.Addr().String())
+	rng := rand.New(rand.NewPCG(d.opts.Load.Workload.Seed, 77))
+	var lat []time.Duration
+	for i := 0; i < d.opts.HTTPSamples+100; i++ {
+		q := w.NextQuery(rng)
+		start := time.Now()
+		if _, err := query(context.Background(), q.Request); err != nil {
+			return 0, 0, err
+		}
+		if i >= 100 { // warm-up excluded
+			lat = append(lat, time.Since(start))
+		}
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[len(lat)*99/100], nil
+}
+
+func (d *demo) summary(elapsed time.Duration, rep loadgen.Report, before, after relayTotals, lb, la laneTotals,
+	st sampleStats, httpP50, httpP99 time.Duration, httpErr error, interrupted bool) {
+	secs := elapsed.Seconds()
+	events := after.events - before.events
+	how := ""
+	if interrupted {
+		how = " (interrupted)"
+	}
+	fmt.Fprintf(d.out, "\ndemo summary: %.1fs of load over %d DCs%s\n", secs, len(d.relays), how)
+	fmt.Fprintf(d.out, "  KV events produced:          %d acknowledged (%.0f/s), %d failed\n", rep.EventAcks, rep.EventsPerSec, rep.EventErrors)
+	fmt.Fprintf(d.out, "  events through the relays:   %d (%.0f/s); %d deltas, %d images published; %d snapshots\n",
+		events, float64(events)/secs, after.deltas-before.deltas, after.images-before.images, after.snapshots-before.snapshots)
+	fmt.Fprintf(d.out, "  indexer lanes applied:       %d deltas, %d images (%.0f images/s)\n",
+		la.deltas-lb.deltas, la.images-lb.images, float64(la.images-lb.images)/secs)
+	fmt.Fprintf(d.out, "  queries over Kafka:          %d replies (%.1f/s): ok %d, unavailable %d, invalid %d, errors %d, skipped %d\n",
+		rep.OK+rep.Unavailable+rep.Invalid, rep.QueriesPerSec, rep.OK, rep.Unavailable, rep.Invalid, rep.QueryErrors, rep.Skipped)
+	fmt.Fprintf(d.out, "  query latency over Kafka:    p50 %v, p90 %v, p99 %v, max %v\n",
+		rep.P50.Round(time.Microsecond), rep.P90.Round(time.Microsecond), rep.P99.Round(time.Microsecond), rep.Max.Round(time.Microsecond))
+	if rep.OK > 0 {
+		fmt.Fprintf(d.out, "  answers with a cached prefix: %.0f%% (mean deepest DC %.1f blocks); the conversation's own DC matched in %.0f%%\n",
+			100*float64(rep.Hits)/float64(rep.OK), rep.MeanBestDepth, 100*float64(rep.HomeHits)/float64(max(rep.HomeQueries, 1)))
+	}
+	fmt.Fprintf(d.out, "  sample answers printed:      %d, %d with a non-zero depth\n", st.asked, st.nonZero)
+	switch {
+	case httpErr != nil:
+		fmt.Fprintf(d.out, "  HTTP query endpoint:         failed: %v\n", httpErr)
+	case d.opts.HTTPSamples > 0 && !interrupted:
+		fmt.Fprintf(d.out, "  HTTP query endpoint:         p50 %v, p99 %v (loopback, %d sequential queries)\n",
+			httpP50.Round(time.Microsecond), httpP99.Round(time.Microsecond), d.opts.HTTPSamples)
+	}
+	if rep.FirstError != nil {
+		fmt.Fprintf(d.out, "  first error:                 %v\n", rep.FirstError)
+	}
+	ws := rep.Workload
+	fmt.Fprintf(d.out, "  workload:                    %d stores (%d blocks), %d removals (%d blocks), %d clears, %d conversations, %d branches\n",
+		ws.Stored, ws.StoredBlocks, ws.Removed, ws.Evictions, ws.Cleared, ws.Conversations, ws.Branches)
+}

@@ -1,0 +1,51 @@
+package indexer_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/indexer"
+	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/streams"
+)
+
+// TestQueryDefaultsAreStreams: indexer.query_group and indexer.query_batch_size default to what
+// the query service chooses for a zero configuration, and the batch size's upper bound is the
+// service's.
+func TestQueryDefaultsAreStreams(t *testing.T) {
+	m, _, err := indexer.BuildManifest(testConfig(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec, err := kafka.NewCodec(config.DefaultTopics(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(c streams.QueryConfig) (*streams.QueryService, error) {
+		return streams.NewQueryService(streams.QueryServiceParams{Config: c, Answerer: streams.NewAnswerer(g, nil), Codec: codec})
+	}
+	qs, err := build(streams.QueryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := config.Default().Indexer
+	if eff := qs.Config(); eff.Group != def.QueryGroup || eff.MaxBatchRecords != def.QueryBatchSize {
+		t.Errorf("query service defaults: group %q, batch %d; configuration defaults: %q, %d",
+			eff.Group, eff.MaxBatchRecords, def.QueryGroup, def.QueryBatchSize)
+	}
+	for _, n := range []int{streams.MaxQueryBatchRecords, streams.MaxQueryBatchRecords + 1} {
+		_, cfgErr := config.Load(config.Sources{Args: []string{fmt.Sprintf("--indexer.query_batch_size=%d", n)},
+			LookupEnv: func(string) (string, bool) { return "", false }})
+		_, svcErr := build(streams.QueryConfig{MaxBatchRecords: n})
+		if (cfgErr == nil) != (svcErr == nil) {
+			t.Errorf("query batch size %d: configuration says %v, query service says %v", n, cfgErr, svcErr)
+		}
+	}
+}
