@@ -3,6 +3,8 @@ package schemas
 import (
 	"time"
 	"unicode/utf8"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // Hand-written Avro codecs for the embedded QueryRequest and QueryReply
@@ -167,7 +169,7 @@ func decodeQueryReplyBody(body []byte) (QueryReply, error) {
 		}
 		for ; n > 0 && !r.failed(); n-- {
 			q.Lanes = append(q.Lanes, LaneMatch{
-				Lane:  uint8(narrow(int64(r.int()), 0, LaneCount-1, "lanes.lane", &nf)),
+				Lane:  uint8(narrow(int64(r.int()), 0, ckf.LaneCount-1, "lanes.lane", &nf)),
 				DcID:  r.u64(),
 				Pool:  r.str(),
 				Depth: uint32(narrow(int64(r.int()), 0, maxInt32, "lanes.depth", &nf)),

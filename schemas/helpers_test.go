@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 func testIdentity() ProducerIdentity {
@@ -14,7 +16,7 @@ func testIdentity() ProducerIdentity {
 	}
 	return ProducerIdentity{
 		Pool: PoolID{
-			IdentityVersion: PoolIdentityVersion,
+			IdentityVersion: ckf.PoolIdentityVersion,
 			Domain: IndexerDomainID{
 				CacheSemantics: DigestIdentity{Digest: sem, Source: SourceExplicit},
 				RoutingScope:   DigestIdentity{Digest: route, Source: SourceDefaultDerived},

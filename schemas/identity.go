@@ -10,10 +10,6 @@ import (
 // names); run make generate after changing a constant.
 //go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=IdentitySource -linecomment -output=identity_string.go
 
-// PoolIdentityVersion is the identity_version written in every PoolId of
-// this namespace.
-const PoolIdentityVersion = 1
-
 // MaxBucketCount is the largest bucket_count a decoder accepts (2^40
 // buckets, 8 TiB of words). It bounds what a consumer may be asked to
 // allocate for a lane; real deployments stay far below it.
@@ -60,7 +56,7 @@ func (d IndexerDomainID) String() string {
 // PoolID identifies one DC-local producer and its publication stream (Avro
 // record PoolId).
 type PoolID struct {
-	// IdentityVersion is PoolIdentityVersion for records of this namespace.
+	// IdentityVersion is ckf.PoolIdentityVersion for records of this namespace.
 	// It travels as an Avro int, so values above 2^31-1 cannot be encoded.
 	IdentityVersion uint32
 	Domain          IndexerDomainID

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/linkedin/goavro/v2"
 )
 
@@ -595,7 +596,7 @@ func (n *nat) queryReply(v any) QueryReply {
 	for _, e := range arr {
 		lm := n.rec(e, "lanes")
 		r.Lanes = append(r.Lanes, LaneMatch{
-			Lane:  uint8(n.rangeInt(lm, "lanes", "lane", 0, LaneCount-1)),
+			Lane:  uint8(n.rangeInt(lm, "lanes", "lane", 0, ckf.LaneCount-1)),
 			DcID:  uint64(n.long(lm, "lanes", "dc_id")),
 			Pool:  n.str(lm, "lanes", "pool"),
 			Depth: uint32(n.rangeInt(lm, "lanes", "depth", 0, maxInt32)),
@@ -607,7 +608,7 @@ func (n *nat) queryReply(v any) QueryReply {
 func (n *nat) laneEvent(v any) LaneEvent {
 	m := n.rec(v, "")
 	e := LaneEvent{
-		Lane:              uint8(n.rangeInt(m, "", "lane", 0, LaneCount-1)),
+		Lane:              uint8(n.rangeInt(m, "", "lane", 0, ckf.LaneCount-1)),
 		Pool:              n.pool(n.get(m, "", "pool", false), "pool"),
 		ConsumerInstance:  uint64(n.long(m, "", "consumer_instance")),
 		LeaseEpoch:        n.optU64(m, "", "lease_epoch"),
@@ -653,7 +654,7 @@ func (n *nat) controlRecord(v any) ControlRecord {
 	case nsName("SnapshotRequest"):
 		c.Kind = ControlSnapshotRequest
 		c.SnapshotRequest = SnapshotRequest{
-			Lane:        uint8(n.rangeInt(b, "body", "lane", 0, LaneCount-1)),
+			Lane:        uint8(n.rangeInt(b, "body", "lane", 0, ckf.LaneCount-1)),
 			Pool:        n.pool(n.get(b, "body", "pool", false), "body.pool"),
 			Requester:   uint64(n.long(b, "body", "requester")),
 			Reason:      SnapshotRequestReason(n.enum(b, "body", "reason", snapshotRequestReasonSymbols)),

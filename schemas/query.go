@@ -12,13 +12,6 @@ import (
 // names); run make generate after changing a constant.
 //go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=QueryInputKind,QueryStatus -linecomment -output=query_string.go
 
-// LaneCount is ckf.LaneCount, the number of physical lanes, under the name the record readers
-// of this package were written against; the value has its one home in ckf.
-//
-// Deprecated: use ckf.LaneCount. This name stays only until the last readers that spell it
-// (native.go, fastquery.go) move to ckf.LaneCount.
-const LaneCount = ckf.LaneCount
-
 // AllLanes is the lane mask with every one of the ckf.LaneCount lanes set (lane masks are 16
 // bits because ckf.LaneCount is 16; the constant expression stops compiling if it grows).
 const AllLanes uint16 = 1<<ckf.LaneCount - 1

@@ -9,13 +9,13 @@ import (
 
 // The conversions between the wire identities of package schemas and the algorithm's
 // identities of package ckf. They are field-for-field: the wire adds only PoolId's
-// identity_version, which must be schemas.PoolIdentityVersion.
+// identity_version, which must be ckf.PoolIdentityVersion.
 
 // ErrIdentityVersion reports a wire pool id of an identity version this build does not know.
 type ErrIdentityVersion struct{ Version uint32 }
 
 func (e *ErrIdentityVersion) Error() string {
-	return fmt.Sprintf("pool identity_version %d is not supported (want %d)", e.Version, schemas.PoolIdentityVersion)
+	return fmt.Sprintf("pool identity_version %d is not supported (want %d)", e.Version, ckf.PoolIdentityVersion)
 }
 
 // The enum mappings of this package are tables indexed by the source enum, so a value added
@@ -63,12 +63,12 @@ func WireDomain(d ckf.IndexerDomainID) schemas.IndexerDomainID {
 
 // WirePool converts a pool id to its wire form (identity version 1).
 func WirePool(p ckf.PoolID) schemas.PoolID {
-	return schemas.PoolID{IdentityVersion: schemas.PoolIdentityVersion, Domain: WireDomain(p.Domain), DcID: uint64(p.Dc)}
+	return schemas.PoolID{IdentityVersion: ckf.PoolIdentityVersion, Domain: WireDomain(p.Domain), DcID: uint64(p.Dc)}
 }
 
 // CkfPool converts a wire pool id, rejecting unknown identity versions.
 func CkfPool(p schemas.PoolID) (ckf.PoolID, error) {
-	if p.IdentityVersion != schemas.PoolIdentityVersion {
+	if p.IdentityVersion != ckf.PoolIdentityVersion {
 		return ckf.PoolID{}, &ErrIdentityVersion{Version: p.IdentityVersion}
 	}
 	d := p.Domain
