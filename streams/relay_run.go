@@ -118,7 +118,7 @@ func (rl *relayLoop) open(ctx context.Context) error {
 		return fmt.Errorf("streams: relay: lane topic %s has no partition %d", cfg.Topics.Lanes, cfg.Lane)
 	}
 	if cfg.Topics.SnapshotIndex != "" {
-		e, ok, err := readLaneIndexEntry(ctx, r.opts.forRole("relay-snapshot-index"), r.codec, cfg.Topics.SnapshotIndex, cfg.Lane, r.log)
+		e, ok, err := readLaneIndexEntry(ctx, adm, r.opts.forRole("relay-snapshot-index"), r.codec, cfg.Topics.SnapshotIndex, cfg.Lane, r.log)
 		if err != nil {
 			return err
 		}
