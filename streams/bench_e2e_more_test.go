@@ -1153,8 +1153,7 @@ func BenchmarkE2ERelay(b *testing.B) {
 						Control: e.topics.Control, DeadLetter: e.topics.DeadLetter},
 					Pool: testPool(100 + lane), Lane: lane, CKF: ckf.NewCkfConfig(e.blocks),
 					SnapshotEveryDeltas: 1 << 40, SnapshotInterval: time.Hour,
-					TransactionalID:   testenv.UniqueName(b, "bench-relay") + strconv.Itoa(rep),
-					ReplayQuietPeriod: 200 * time.Millisecond,
+					TransactionalID: testenv.UniqueName(b, "bench-relay") + strconv.Itoa(rep),
 				},
 				Codec: e.codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)}, Log: zap.NewNop(),
 			})

@@ -38,7 +38,9 @@ import (
 // log at every start).
 //
 // The partitions are assigned once, at start: partitions added to the KV-events topic later are
-// read only after a restart (which replays them like the others).
+// read only after a restart (which replays them like the others). The replay covers exactly the
+// records below each partition's end (last stable offset) listed at start, and ends when every
+// partition is read up to it (endoflog.go); records written after the listing are live.
 //
 // Retention requirement: because a restart replays from the log start, the KV-events topic
 // must retain every event whose effect is still part of the DC's cache state (for example
@@ -192,11 +194,6 @@ type RelayConfig struct {
 	StopTimeout time.Duration
 	// MaxPollRecords bounds the KV records taken per poll. Default 10,000.
 	MaxPollRecords int
-	// ReplayQuietPeriod ends the start-up replay early when no KV record arrived for this long
-	// (a partition's end offset can sit behind a transaction marker no record carries). Ending
-	// early only moves the start-up snapshot earlier; later events are published as deltas.
-	// Default 500 ms.
-	ReplayQuietPeriod time.Duration
 }
 
 func (c RelayConfig) withDefaults() RelayConfig {
@@ -252,9 +249,6 @@ func (c RelayConfig) withDefaults() RelayConfig {
 	}
 	if c.MaxPollRecords <= 0 {
 		c.MaxPollRecords = 10_000
-	}
-	if c.ReplayQuietPeriod <= 0 {
-		c.ReplayQuietPeriod = 500 * time.Millisecond
 	}
 	return c
 }
@@ -328,8 +322,8 @@ type RelayStats struct {
 	Started      bool   // the start-up snapshot is committed
 	Fenced       bool   // publication is stopped: a write failed, or the broker fenced this instance
 
-	Events         uint64 // KV records applied in the live phase (after the start-up snapshot)
-	ReplayedEvents uint64 // KV records applied during the start-up replay
+	Events         uint64 // live KV records: at or past their partition's end listed at start
+	ReplayedEvents uint64 // KV records of the start-up replay: below their partition's end listed at start
 	Rejected       uint64 // events rejected by the state (source protocol, resource, invariant)
 	Undecodable    uint64 // records that did not decode as a KV event
 	DeadLetters    uint64 // dead letters produced (live phase only; replays do not repeat them)

@@ -55,7 +55,12 @@ func TestDrainedRelayLaneLeavesAnswersThenReturns(t *testing.T) {
 	evs3 := g.take(100)
 	e.produce(evs3...) // written while no relay runs: the next incarnation replays them
 	restarted := e.startRelay(e.relayConfig(lane, txn), true)
-	waitApplied(t, restarted, uint64(len(evs1)+len(evs2)+len(evs3)))
+	// The start-up replay ends exactly at the end offsets listed at the start: every retained
+	// event is replayed before the start-up snapshot.
+	if s := restarted.r.Stats(); s.ReplayedEvents != uint64(len(evs1)+len(evs2)+len(evs3)) || s.Events != 0 {
+		t.Fatalf("restarted relay: %d replayed and %d live events; want all %d replayed",
+			s.ReplayedEvents, s.Events, len(evs1)+len(evs2)+len(evs3))
+	}
 	waitRelayLane(t, ri, restarted, lane)
 	if ri.ix.EligibleLanes() != 1<<lane {
 		t.Fatalf("eligible lanes %016b after the relay restart, want lane %d", ri.ix.EligibleLanes(), lane)

@@ -145,9 +145,12 @@ func (e *RelayEventError) Error() string {
 func (e *RelayEventError) Unwrap() error { return e.Err }
 
 // applyRecord decodes and applies one KV record to the live state, publishing the state's
-// publication batch when the event closed one. live says whether the record is new (written
-// after this incarnation started): only live rejections are dead-lettered, replayed ones were
-// dead-lettered by the incarnation that first read them. A non-nil error is fatal to Run.
+// publication batch when the event closed one (not during the replay: the start-up snapshot
+// carries the replay's state). live says whether the record is new (at or past its partition's
+// end listed when this incarnation started): it counts as a live event, and only live
+// rejections are dead-lettered; replayed ones were dead-lettered by the incarnation that first
+// read them. A live record read before every partition finished its replay is applied before
+// the start-up snapshot, which carries it. A non-nil error is fatal to Run.
 func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 	r := rl.r
 	ev, err := r.codec.DecodeKvEvent(rec.Value)
@@ -159,10 +162,10 @@ func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 	}
 	re := RouterEventOf(&ev)
 	out := rl.state.ApplyEvent(re)
-	if rl.replaying {
-		r.c.replayed.Add(1)
-	} else {
+	if live {
 		r.c.events.Add(1)
+	} else {
+		r.c.replayed.Add(1)
 	}
 	r.metrics.events.Inc(1)
 	if out.UnknownRemovals > 0 {

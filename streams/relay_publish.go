@@ -264,59 +264,13 @@ func (rl *relayLoop) heartbeat() error {
 	return nil
 }
 
-// readLaneIndexEntry reads the compacted snapshot index and returns lane's latest entry, if any.
-// The index is small (one live record per lane), so it is read from the start; the read ends at
-// the end offsets listed first, or at a quiet poll (under read_committed the end offset can sit
-// behind a transaction marker that no record carries).
-func readLaneIndexEntry(ctx context.Context, opts []kgo.Opt, codec *schemas.Codec, topic string, lane uint8, log *zap.Logger) (schemas.SnapshotIndexEntry, bool, error) {
-	var entry schemas.SnapshotIndexEntry
-	found := false
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...),
-		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+// readLaneIndexEntry reads the compacted snapshot index up to its end at the call (see
+// readSnapshotIndexTopic) and returns lane's latest entry, if any.
+func readLaneIndexEntry(ctx context.Context, adm *kadm.Client, opts []kgo.Opt, codec *schemas.Codec, topic string, lane uint8, log *zap.Logger) (schemas.SnapshotIndexEntry, bool, error) {
+	entries, err := readSnapshotIndexTopic(ctx, adm, opts, codec, topic, log)
 	if err != nil {
-		return entry, false, fmt.Errorf("streams: relay: snapshot index client: %w", err)
+		return schemas.SnapshotIndexEntry{}, false, fmt.Errorf("streams: relay: reading the snapshot index: %w", err)
 	}
-	defer cl.Close()
-	ends, err := listOffsets(ctx, kadm.NewClient(cl), topic, false)
-	if err != nil {
-		return entry, false, err
-	}
-	left := map[int32]int64{}
-	for p, e := range ends {
-		if e > 0 {
-			left[p] = e
-		}
-	}
-	key := string(laneKey(lane))
-	for len(left) > 0 {
-		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		if err := ctx.Err(); err != nil {
-			return entry, false, fmt.Errorf("streams: relay: reading snapshot index %s: %w", topic, err)
-		}
-		if fs.NumRecords() == 0 {
-			break
-		}
-		fs.EachRecord(func(rec *kgo.Record) {
-			if e, ok := left[rec.Partition]; ok && rec.Offset+1 >= e {
-				delete(left, rec.Partition)
-			}
-			if string(rec.Key) != key {
-				return
-			}
-			if rec.Value == nil {
-				found = false
-				return
-			}
-			e, derr := codec.DecodeSnapshotIndexEntry(rec.Value)
-			if derr != nil || e.Lane != lane {
-				log.Warn("unreadable snapshot index entry skipped", zap.Int64("offset", rec.Offset), zap.Error(derr))
-				return
-			}
-			entry, found = e, true
-		})
-	}
-	return entry, found, nil
+	e, ok := entries[lane]
+	return e, ok, nil
 }

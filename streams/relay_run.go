@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,11 +39,10 @@ type relayLoop struct {
 	epoch    uint64 // synthetic wire lease epoch, bumped at every snapshot
 	prevInc  uint64 // the lane's last indexed incarnation (0 = none)
 
-	// Replay.
-	replaying  bool
-	liveFrom   map[int32]int64 // KV partition -> end offset at start: records from here are live
-	replayLeft map[int32]int64 // KV partitions not yet replayed up to their end offset
-	lastRecord time.Time
+	// Replay: the KV partitions' ends listed at start. Records below them are replayed; records
+	// from them on are live. The replay ends when every partition is read up to its end.
+	replaying bool
+	replay    *endOfLog
 
 	// Cadence.
 	pendingSince    time.Time // first event of the open publication window (zero: none)
@@ -60,10 +60,14 @@ type relayLoop struct {
 
 // Run runs the relay until ctx ends or a fatal error. Start-up: it checks the lane's ownership
 // against the snapshot index, replays the retained KV events of every partition into a fresh
-// state without publishing, then writes the start-up snapshot of a new incarnation (Started
-// closes) and goes live. Live: events are applied in partition order and each publication batch
-// becomes a delta; the deltas of one poll are committed in one transaction (at most
-// MaxDeltasPerTransaction each); snapshots, heartbeats and delayed flushes run on their timers.
+// state without publishing, up to the end (last stable offset) each partition had when Run
+// listed it, then writes the start-up snapshot of a new incarnation (Started closes) and goes
+// live. The replay ends when every partition is read up to that end, transaction markers
+// included, and at no other moment: a slow fetch makes it longer, never shorter; records written
+// after the listing are live events. Live: events are applied in partition order and each
+// publication batch becomes a delta; the deltas of one poll are committed in one transaction (at
+// most MaxDeltasPerTransaction each); snapshots, heartbeats and delayed flushes run on their
+// timers.
 //
 // Stop: when ctx ends, Run stops reading, publishes the open publication window as a last
 // delta, writes a drain marker expecting the last sequence, and returns nil once both are
@@ -110,15 +114,15 @@ func (rl *relayLoop) open(ctx context.Context) error {
 	}
 	adm := kadm.NewClient(rl.outCl)
 
-	lanes, err := listOffsets(ctx, adm, cfg.Topics.Lanes, false)
+	lanes, err := listPartitions(ctx, adm, cfg.Topics.Lanes)
 	if err != nil {
 		return err
 	}
-	if _, ok := lanes[int32(cfg.Lane)]; !ok {
+	if !slices.Contains(lanes, int32(cfg.Lane)) {
 		return fmt.Errorf("streams: relay: lane topic %s has no partition %d", cfg.Topics.Lanes, cfg.Lane)
 	}
 	if cfg.Topics.SnapshotIndex != "" {
-		e, ok, err := readLaneIndexEntry(ctx, r.opts.forRole("relay-snapshot-index"), r.codec, cfg.Topics.SnapshotIndex, cfg.Lane, r.log)
+		e, ok, err := readLaneIndexEntry(ctx, adm, r.opts.forRole("relay-snapshot-index"), r.codec, cfg.Topics.SnapshotIndex, cfg.Lane, r.log)
 		if err != nil {
 			return err
 		}
@@ -134,24 +138,17 @@ func (rl *relayLoop) open(ctx context.Context) error {
 		return &RelayConfigError{"Incarnation", fmt.Sprintf("%d is not above the lane's last indexed incarnation %d", cfg.Incarnation, rl.prevInc)}
 	}
 
-	starts, err := listOffsets(ctx, adm, cfg.Topics.KVEvents, true)
-	if err != nil {
-		return err
+	if rl.replay, err = listEndOfLog(ctx, adm, cfg.Topics.KVEvents); err != nil {
+		return fmt.Errorf("streams: relay: KV events: %w", err)
 	}
-	ends, err := listOffsets(ctx, adm, cfg.Topics.KVEvents, false)
-	if err != nil {
-		return err
-	}
-	rl.liveFrom, rl.replayLeft = ends, map[int32]int64{}
+	// Every partition is read from its start: the replayed ones up to their end and on (live),
+	// the empty ones from their first live record.
 	assign := map[string]map[int32]kgo.Offset{cfg.Topics.KVEvents: {}}
-	for p, end := range ends {
+	for _, p := range rl.replay.partitions() {
 		assign[cfg.Topics.KVEvents][p] = kgo.NewOffset().AtStart()
-		if end > starts[p] {
-			rl.replayLeft[p] = end
-		}
 	}
 	if cfg.Topics.Control != "" {
-		ctl, err := listOffsets(ctx, adm, cfg.Topics.Control, false)
+		ctl, err := listPartitions(ctx, adm, cfg.Topics.Control)
 		if err != nil {
 			return err
 		}
@@ -159,25 +156,20 @@ func (rl *relayLoop) open(ctx context.Context) error {
 		// snapshot, which comes after it. (AtEnd rather than the exact offsets just listed: an
 		// exact offset on an empty partition stalled the whole direct consumer in testing.)
 		assign[cfg.Topics.Control] = map[int32]kgo.Offset{}
-		for p := range ctl {
+		for _, p := range ctl {
 			assign[cfg.Topics.Control][p] = kgo.NewOffset().AtEnd()
 		}
 	}
-	// FetchMaxWait is short because a partition whose start offset resolves while a fetch of the
-	// others is already in flight joins only the next fetch: with the default 5 s long poll on
-	// the idle control partitions, the KV partitions could sit unfetched past ReplayQuietPeriod
-	// and the replay would end before its first record (seen on a loaded CI machine). Idle, it
-	// costs four small fetches a second.
+	// The end-of-log reader's options: read_committed, and transaction markers delivered as
+	// records, so that a KV partition whose log ends with a marker is seen to reach its end.
 	rl.inCl, err = kgo.NewClient(r.opts.forRole("relay-input",
-		kgo.ConsumePartitions(assign), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(relayInputFetchMaxWait))...)
+		append([]kgo.Opt{kgo.ConsumePartitions(assign)}, endOfLogConsumerOpts()...)...)...)
 	if err != nil {
 		return fmt.Errorf("streams: relay input client: %w", err)
 	}
 	rl.replaying = true
-	rl.lastRecord = rl.now()
 	r.log.Info("relay replaying KV events", zap.String("topic", cfg.Topics.KVEvents),
-		zap.Int("partitions", len(ends)), zap.Int("partitions_to_replay", len(rl.replayLeft)),
+		zap.Int("partitions", len(rl.replay.partitions())), zap.Int("partitions_to_replay", rl.replay.remaining()),
 		zap.Uint64("previous_incarnation", rl.prevInc))
 	return nil
 }
@@ -194,28 +186,22 @@ func (rl *relayLoop) close() {
 	}
 }
 
-// listOffsets returns the start (or end) offset of every partition of topic.
-func listOffsets(ctx context.Context, adm *kadm.Client, topic string, start bool) (map[int32]int64, error) {
-	var (
-		lo  kadm.ListedOffsets
-		err error
-	)
-	if start {
-		lo, err = adm.ListStartOffsets(ctx, topic)
-	} else {
-		lo, err = adm.ListEndOffsets(ctx, topic)
-	}
+// listPartitions returns the partitions of topic, in order (listed with their end offsets,
+// which also proves each has a reachable leader).
+func listPartitions(ctx context.Context, adm *kadm.Client, topic string) ([]int32, error) {
+	lo, err := adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = lo.Error()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("streams: relay: offsets of %s: %w", topic, err)
 	}
-	out := map[int32]int64{}
-	lo.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	var out []int32
+	lo.Each(func(o kadm.ListedOffset) { out = append(out, o.Partition) })
 	if len(out) == 0 {
-		return nil, fmt.Errorf("streams: relay: topic %s has no partitions", topic)
+		return nil, fmt.Errorf("streams: relay: %s: %w", topic, ErrNoPartitions)
 	}
+	slices.Sort(out)
 	return out, nil
 }
 
@@ -252,7 +238,7 @@ func (rl *relayLoop) run(ctx context.Context) error {
 	}()
 	defer func() { stopPoll(); wg.Wait() }()
 
-	if len(rl.replayLeft) == 0 {
+	if rl.replay.reached() {
 		rl.finishReplay()
 	}
 	timer := time.NewTimer(time.Hour)
@@ -261,7 +247,11 @@ func (rl *relayLoop) run(ctx context.Context) error {
 		if err := rl.due(); err != nil {
 			return err
 		}
-		timer.Reset(max(rl.nextWake().Sub(rl.now()), time.Millisecond))
+		var wake <-chan time.Time // nil while nothing is scheduled (the replay)
+		if at, ok := rl.nextWake(); ok {
+			timer.Reset(max(at.Sub(rl.now()), time.Millisecond))
+			wake = timer.C
+		}
 		select {
 		case <-ctx.Done():
 			stopPoll()
@@ -271,7 +261,7 @@ func (rl *relayLoop) run(ctx context.Context) error {
 			if err := rl.onFetches(fs); err != nil {
 				return err
 			}
-		case <-timer.C:
+		case <-wake:
 		case req := <-r.inspect:
 			req.fn(rl.state, rl.pub)
 			close(req.done)
@@ -280,6 +270,7 @@ func (rl *relayLoop) run(ctx context.Context) error {
 }
 
 // onFetches applies one poll's records in partition order, then commits the deltas they caused.
+// Transaction markers (control records, on either topic) only count towards the replay's end.
 func (rl *relayLoop) onFetches(fs kgo.Fetches) error {
 	r := rl.r
 	fs.EachError(func(t string, p int32, err error) {
@@ -288,32 +279,29 @@ func (rl *relayLoop) onFetches(fs kgo.Fetches) error {
 		}
 	})
 	kv := rl.cfg.Topics.KVEvents
-	n := 0
 	for it := fs.RecordIter(); !it.Done(); {
 		rec := it.Next()
 		if rec.Topic != kv {
-			rl.onControl(rec)
+			if !rec.Attrs.IsControl() {
+				rl.onControl(rec)
+			}
 			continue
 		}
-		n++
-		if err := rl.applyRecord(rec, rec.Offset >= rl.liveFrom[rec.Partition]); err != nil {
+		live := !rl.replay.observe(rec) // at or past its partition's start-time end
+		if rec.Attrs.IsControl() {
+			continue
+		}
+		if err := rl.applyRecord(rec, live); err != nil {
 			return err
 		}
-		if rl.replaying {
-			if end, ok := rl.replayLeft[rec.Partition]; ok && rec.Offset+1 >= end {
-				delete(rl.replayLeft, rec.Partition)
-			}
-		} else if rl.sink != nil && len(rl.sink.pending) >= rl.cfg.MaxDeltasPerTransaction {
+		if !rl.replaying && rl.sink != nil && len(rl.sink.pending) >= rl.cfg.MaxDeltasPerTransaction {
 			if err := rl.commitDeltas(); err != nil {
 				return err
 			}
 		}
 	}
-	if n > 0 {
-		rl.lastRecord = rl.now()
-	}
 	if rl.replaying {
-		if len(rl.replayLeft) == 0 {
+		if rl.replay.reached() {
 			rl.finishReplay()
 		}
 		return nil
@@ -362,18 +350,15 @@ func (rl *relayLoop) finishReplay() {
 	rl.broken, rl.retryAt = true, zeroTime // the start is the first "recovery": new incarnation + snapshot
 }
 
-// relayInputFetchMaxWait bounds the broker's long poll for the relay's input client; it must
-// stay below the default ReplayQuietPeriod (500 ms).
-const relayInputFetchMaxWait = 250 * time.Millisecond
-
-// nextWake is the earliest time something may become due.
-func (rl *relayLoop) nextWake() time.Time {
+// nextWake is the earliest time something may become due; ok is false while nothing is
+// scheduled: during the replay, which only a fetch ends.
+func (rl *relayLoop) nextWake() (at time.Time, ok bool) {
 	cfg := rl.cfg
 	if rl.replaying {
-		return rl.lastRecord.Add(cfg.ReplayQuietPeriod)
+		return time.Time{}, false
 	}
 	if rl.broken {
-		return rl.retryAt
+		return rl.retryAt, true
 	}
 	t := rl.lastWrite.Add(cfg.HeartbeatInterval)
 	if !rl.pendingSince.IsZero() {
@@ -385,7 +370,7 @@ func (rl *relayLoop) nextWake() time.Time {
 	if rl.requestPending {
 		t = minTime(t, rl.lastSnapshot.Add(cfg.SnapshotRequestMinInterval))
 	}
-	return t
+	return t, true
 }
 
 // timedSnapshotAt is when the time trigger next writes a snapshot: SnapshotInterval after the
@@ -415,18 +400,14 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// due runs whatever is due now: the end of a quiet replay, a recovery attempt, a delayed flush,
-// a snapshot, a heartbeat. A non-nil error is fatal.
+// due runs whatever is due now: a recovery attempt (the first one writes the start-up
+// snapshot), a delayed flush, a snapshot, a heartbeat. Nothing is due during the replay. A
+// non-nil error is fatal.
 func (rl *relayLoop) due() error {
 	now := rl.now()
 	cfg := rl.cfg
 	if rl.replaying {
-		if !now.Before(rl.lastRecord.Add(cfg.ReplayQuietPeriod)) {
-			rl.r.log.Info("relay replay ended by a quiet period", zap.Int("partitions_not_at_end", len(rl.replayLeft)))
-			rl.finishReplay()
-		} else {
-			return nil
-		}
+		return nil
 	}
 	if rl.broken {
 		if now.Before(rl.retryAt) {

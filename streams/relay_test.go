@@ -50,10 +50,6 @@ func (e *relayEnv) relayConfig(lane uint8, txnID string) streams.RelayConfig {
 		HeartbeatInterval:          200 * time.Millisecond,
 		TransactionalID:            txnID,
 		ChunkWords:                 700,
-		// Replays here end at the partitions' end offsets (no transactions on the KV topic); the
-		// quiet period is only a fallback, long enough that a slow first fetch on a loaded CI
-		// machine cannot end a replay early (tests assert how many events were replayed).
-		ReplayQuietPeriod: 10 * time.Second,
 	}
 }
 
@@ -67,9 +63,14 @@ type runningRelay struct {
 
 func (e *relayEnv) startRelay(cfg streams.RelayConfig, wait bool) *runningRelay {
 	e.t.Helper()
-	r, err := streams.NewRelay(streams.RelayParams{Config: cfg, Codec: e.codec,
-		ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(e.t)...)},
-		Log:        zaptest.NewLogger(e.t).Named("relay")})
+	return e.startRelayWith(streams.RelayParams{Config: cfg, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(e.t)...)}}, wait)
+}
+
+// startRelayWith is startRelay with the test's own parameters (the codec and logger are added).
+func (e *relayEnv) startRelayWith(p streams.RelayParams, wait bool) *runningRelay {
+	e.t.Helper()
+	p.Codec, p.Log = e.codec, zaptest.NewLogger(e.t).Named("relay")
+	r, err := streams.NewRelay(p)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -691,7 +692,6 @@ func TestRelayThroughput(t *testing.T) {
 	}
 	cfg := e.relayConfig(11, testenv.UniqueName(t, "relay"))
 	cfg.ChunkWords = 0 // default chunking
-	cfg.ReplayQuietPeriod = 2 * time.Second
 	start := time.Now()
 	rr := e.startRelay(cfg, true)
 	replay := time.Since(start)

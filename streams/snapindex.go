@@ -2,9 +2,7 @@ package streams
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
@@ -82,78 +80,43 @@ func (ix *Indexer) restorePlan(ctx context.Context, lanes []int32) (map[int32]la
 	return plan, nil
 }
 
-// readSnapshotIndex reads the compacted index topic from its start to its current end and
-// returns the latest entry per lane (a tombstone removes the lane's entry).
+// readSnapshotIndex reads the compacted index topic up to its end at the call and returns the
+// latest entry per lane (a tombstone removes the lane's entry).
 func (ix *Indexer) readSnapshotIndex(ctx context.Context, adm *kadm.Client) (map[uint8]schemas.SnapshotIndexEntry, error) {
-	topic := ix.cfg.Topics.SnapshotIndex
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("streams: end offsets of snapshot index %s: %w", topic, err)
-	}
-	want := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			want[o.Partition] = o.Offset
-		}
-	})
-	out := map[uint8]schemas.SnapshotIndexEntry{}
-	if len(want) == 0 {
-		return out, nil
-	}
-	assign := map[int32]kgo.Offset{}
-	for p := range want {
-		assign[p] = kgo.NewOffset().AtStart()
-	}
-	cl, err := kgo.NewClient(ix.opts.forRole("snapshot-index",
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: assign}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	return readSnapshotIndexTopic(ctx, adm, ix.opts.forRole("snapshot-index"), ix.codec, ix.cfg.Topics.SnapshotIndex, ix.log)
+}
+
+// readSnapshotIndexTopic reads the snapshot index topic from its start to the end listed at the
+// call (see endOfLog: the read ends exactly when every partition is read up to its last stable
+// offset, transaction markers included) and returns the latest entry per lane; a tombstone
+// removes the lane's entry, and an entry that does not decode, or names another lane than its
+// key, is skipped with a warning. Entries written after the listing are not part of the result.
+// opts carry the connection (the reader adds its assignment and isolation). Errors are
+// *EndOfLogError (listing, fetch, or ctx ending first).
+func readSnapshotIndexTopic(ctx context.Context, adm *kadm.Client, opts []kgo.Opt, codec *schemas.Codec, topic string, log *zap.Logger) (map[uint8]schemas.SnapshotIndexEntry, error) {
+	end, err := listEndOfLog(ctx, adm, topic)
 	if err != nil {
 		return nil, err
 	}
-	defer cl.Close()
-	for len(want) > 0 {
-		// Under read_committed the end offset can sit past a transaction marker that no record
-		// carries, so "offset+1 == end" may never be seen: a quiet poll after everything up to
-		// the end was fetchable also ends the read.
-		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("streams: reading snapshot index %s: %w", topic, err)
+	out := map[uint8]schemas.SnapshotIndexEntry{}
+	err = end.read(ctx, opts, func(r *kgo.Record) {
+		lane, ok := parseLaneKey(r.Key)
+		if !ok {
+			return
 		}
-		fs.EachError(func(t string, p int32, e error) {
-			if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) {
-				err = fmt.Errorf("streams: snapshot index %s[%d]: %w", t, p, e)
-			}
-		})
-		if err != nil {
-			return nil, err
+		if r.Value == nil {
+			delete(out, lane)
+			return
 		}
-		if fs.NumRecords() == 0 {
-			break
+		e, derr := codec.DecodeSnapshotIndexEntry(r.Value)
+		if derr != nil || e.Lane != lane {
+			log.Warn("unreadable snapshot index entry skipped", zap.Int32("partition", r.Partition), zap.Int64("offset", r.Offset), zap.Error(derr))
+			return
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
-				delete(want, r.Partition)
-			}
-			lane, ok := parseLaneKey(r.Key)
-			if !ok {
-				return
-			}
-			if r.Value == nil {
-				delete(out, lane)
-				return
-			}
-			e, derr := ix.codec.DecodeSnapshotIndexEntry(r.Value)
-			if derr != nil || e.Lane != lane {
-				ix.log.Warn("unreadable snapshot index entry skipped", zap.Int64("offset", r.Offset), zap.Error(derr))
-				return
-			}
-			out[lane] = e
-		})
+		out[lane] = e
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

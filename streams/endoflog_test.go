@@ -1,0 +1,150 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Unit tests of the end-of-log helper. The readers on the broker are tested in
+// endoflog_broker_test.go and relay_replay_test.go.
+
+func dataRecord(topic string, p int32, off int64) *kgo.Record {
+	return &kgo.Record{Topic: topic, Partition: p, Offset: off}
+}
+
+func markerRecord(topic string, p int32, off int64) *kgo.Record {
+	return &kgo.Record{Topic: topic, Partition: p, Offset: off,
+		Attrs: kgo.NewRecordAttrs(kgo.RecordAttrsOpts{Transactional: true, Control: true})}
+}
+
+// fetchOf is one poll's result holding recs (grouped by topic and partition, in order).
+func fetchOf(recs ...*kgo.Record) kgo.Fetches {
+	var f kgo.Fetch
+	for _, r := range recs {
+		if len(f.Topics) == 0 || f.Topics[len(f.Topics)-1].Topic != r.Topic {
+			f.Topics = append(f.Topics, kgo.FetchTopic{Topic: r.Topic})
+		}
+		ft := &f.Topics[len(f.Topics)-1]
+		if len(ft.Partitions) == 0 || ft.Partitions[len(ft.Partitions)-1].Partition != r.Partition {
+			ft.Partitions = append(ft.Partitions, kgo.FetchPartition{Partition: r.Partition})
+		}
+		fp := &ft.Partitions[len(ft.Partitions)-1]
+		fp.Records = append(fp.Records, r)
+	}
+	return kgo.Fetches{f}
+}
+
+// chanPoller hands out the fetches the test sends; with none, a poll blocks like a broker long
+// poll that has nothing to return, until ctx ends.
+type chanPoller chan kgo.Fetches
+
+func (c chanPoller) PollFetches(ctx context.Context) kgo.Fetches {
+	select {
+	case fs := <-c:
+		return fs
+	case <-ctx.Done():
+		return kgo.NewErrFetch(ctx.Err())
+	}
+}
+
+// TestEndOfLogObserve: empty partitions and partitions whose start passed their end are
+// reached at once; a partition is reached by the record at end-1, transaction marker or not, or
+// by any record past its end; records of other topics or partitions do not count.
+func TestEndOfLogObserve(t *testing.T) {
+	const topic = "kv"
+	e := newEndOfLog(topic,
+		map[int32]int64{0: 0, 1: 5, 2: 3, 3: 0},
+		map[int32]int64{0: 10, 1: 5, 2: 2, 3: 4})
+	if got := e.remaining(); got != 2 {
+		t.Fatalf("remaining %d at listing; want 2 (partition 1 is empty, partition 2's start passed its end)", got)
+	}
+	if !slices.Equal(e.partitions(), []int32{0, 1, 2, 3}) {
+		t.Fatalf("partitions %v", e.partitions())
+	}
+	if end, ok := e.end(0); !ok || end != 10 {
+		t.Fatalf("end(0) = %d, %v", end, ok)
+	}
+	if !e.observe(dataRecord(topic, 0, 8)) || e.remaining() != 2 {
+		t.Fatal("offset 8 of 10 is below the end and does not reach it")
+	}
+	if e.observe(dataRecord("other", 0, 9)) || e.observe(dataRecord(topic, 7, 9)) || e.remaining() != 2 {
+		t.Fatal("a record of another topic or of an unlisted partition counted")
+	}
+	if !e.observe(markerRecord(topic, 0, 9)) || e.remaining() != 1 {
+		t.Fatal("the commit marker at end-1 must reach partition 0")
+	}
+	// Partition 3's records below its end were aborted (filtered by read_committed): the first
+	// record it delivers is past the end, and it reaches the end all the same.
+	if e.observe(dataRecord(topic, 3, 6)) || !e.reached() {
+		t.Fatal("a record past the end must reach the partition and not count as below it")
+	}
+	if e.observe(dataRecord(topic, 0, 10)) {
+		t.Fatal("offset 10 of end 10 was written after the listing")
+	}
+}
+
+// TestEndOfLogReadToEndNeedsNoTimer: a read ends when, and only when, every partition reaches its
+// end. A day of silence between two fetches does not end it (a reader that takes silence for the
+// end would have returned with partition 0 short of its end), the markers end it, and the data
+// records past the end are not handed to the caller.
+func TestEndOfLogReadToEndNeedsNoTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const topic = "index"
+		e := newEndOfLog(topic, map[int32]int64{}, map[int32]int64{0: 3, 1: 2})
+		polls := make(chanPoller)
+		var got []int64
+		done := make(chan error, 1)
+		go func() {
+			done <- e.readToEnd(context.Background(), polls, func(r *kgo.Record) {
+				got = append(got, int64(r.Partition)*100+r.Offset)
+			})
+		}()
+		polls <- fetchOf(dataRecord(topic, 0, 0), dataRecord(topic, 0, 1), dataRecord(topic, 1, 0))
+		time.Sleep(24 * time.Hour)
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("the read ended (%v) with partition 0 at offset 1 of end 3 and partition 1 at 0 of 2", err)
+		default:
+		}
+		polls <- fetchOf(markerRecord(topic, 0, 2), dataRecord(topic, 0, 3), markerRecord(topic, 1, 1))
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if want := []int64{0, 1, 100}; !slices.Equal(got, want) {
+			t.Fatalf("records handed over %v; want %v (no marker, nothing past the end)", got, want)
+		}
+	})
+}
+
+// TestEndOfLogReadToEndErrors: the context ending first and a fetch error end the read with a
+// typed error that wraps the cause.
+func TestEndOfLogReadToEndErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEndOfLog("kv", map[int32]int64{}, map[int32]int64{0: 1})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		err := e.readToEnd(ctx, make(chanPoller), func(*kgo.Record) {})
+		var eol *EndOfLogError
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &eol) || eol.Op != "wait" || eol.Topic != "kv" {
+			t.Fatalf("read with an ended context: %v; want an *EndOfLogError wrapping DeadlineExceeded", err)
+		}
+	})
+
+	e := newEndOfLog("kv", map[int32]int64{}, map[int32]int64{0: 1, 1: 1})
+	polls := make(chanPoller, 1)
+	polls <- kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: "kv", Partitions: []kgo.FetchPartition{
+		{Partition: 1, Err: kerr.TopicAuthorizationFailed}}}}}}
+	err := e.readToEnd(context.Background(), polls, func(*kgo.Record) {})
+	var eol *EndOfLogError
+	if !errors.Is(err, kerr.TopicAuthorizationFailed) || !errors.As(err, &eol) || eol.Partition != 1 || eol.Op != "fetch" {
+		t.Fatalf("read with a fetch error: %v; want an *EndOfLogError of partition 1 wrapping the error", err)
+	}
+}
