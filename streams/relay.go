@@ -153,12 +153,11 @@ type RelayConfig struct {
 	// MaxDeltasPerTransaction bounds how many deltas one Kafka transaction carries. Deltas of
 	// one poll of the input are grouped into one transaction up to this bound: the commit cost
 	// (a round trip to the transaction coordinator and markers on the partition) is paid per
-	// transaction, not per delta. Trade-off: indexers read committed records only, so under
-	// load a larger bound delays the first delta of a transaction by the time the whole
-	// transaction takes to write (TestRelayThroughput: 20,000 deltas in about 20
-	// transactions within 0.4 s on a local broker), while a smaller bound costs throughput
-	// (256 halved the live rate measured there). At low load a poll holds few events and transactions stay small
-	// whatever the bound. Default 1,024.
+	// transaction, not per delta (TestRelayBoundsTransactions). Trade-off: indexers read
+	// committed records only, so under load a larger bound delays the first delta of a
+	// transaction by the time the whole transaction takes to write, while a smaller bound
+	// costs throughput (BenchmarkE2ERelay measures it). At low load a poll holds few events and
+	// transactions stay small whatever the bound. Default 1,024.
 	MaxDeltasPerTransaction int
 	// SnapshotEveryDeltas writes a barrier snapshot after this many deltas. 0 disables the
 	// count trigger (see SnapshotInterval for the default when both are 0).

@@ -3,6 +3,7 @@ package streams_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -142,38 +143,41 @@ func (e *relayEnv) produceRaw(rs ...*kgo.Record) {
 // included).
 func waitApplied(t *testing.T, rr *runningRelay, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(converge)
-	for {
+	waitUntil(t, converge, fmt.Sprintf("the relay applies %d KV records", n), func() bool {
 		s := rr.r.Stats()
-		if got := s.Events + s.ReplayedEvents + s.Undecodable; got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("relay applied %d of %d KV records: %+v", s.Events+s.ReplayedEvents+s.Undecodable, n, s)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return s.Events+s.ReplayedEvents+s.Undecodable >= n
+	}, func() string { return fmt.Sprintf("stats %+v", rr.r.Stats()) })
+}
+
+// waitHeartbeats waits until the relay wrote k more heartbeats than it had when called. A
+// heartbeat is written by the relay's loop after HeartbeatInterval without any write, on the
+// same pass that runs the snapshot triggers: k of them prove that the loop ran its timers for
+// at least k intervals with nothing else to write. Tests use it to show that a snapshot that was
+// not due did not happen.
+func waitHeartbeats(t *testing.T, rr *runningRelay, k uint64) {
+	t.Helper()
+	from := rr.r.Stats().Heartbeats
+	waitUntil(t, converge, fmt.Sprintf("%d relay heartbeats", k), func() bool { return rr.r.Stats().Heartbeats >= from+k },
+		func() string { return fmt.Sprintf("stats %+v", rr.r.Stats()) })
 }
 
 // waitRelayLane waits until the indexer's lane is ready with the relay's identity, at the
 // relay's last sequence, with the relay's words.
 func waitRelayLane(t *testing.T, ri *runningIndexer, rr *runningRelay, lane uint8) []uint64 {
 	t.Helper()
-	deadline := time.Now().Add(converge)
-	for {
-		words, seq := rr.inspect(t)
-		g := ri.ix.GlobalIndexer()
+	g := ri.ix.GlobalIndexer()
+	var words []uint64
+	var seq uint64
+	waitUntil(t, converge, fmt.Sprintf("lane %d converges to the relay", lane), func() bool {
+		words, seq = rr.inspect(t)
 		st := laneStatus(ri, lane)
-		ready := g.ReadyLanes()&(1<<lane) != 0
-		if ready && st.Identity == rr.r.Identity().String() && st.InstalledSequence == seq && slices.Equal(g.LaneWords(lane), words) {
-			return words
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lane %d did not converge: ready=%v words equal=%v status=%+v relay sequence %d identity %s",
-				lane, ready, slices.Equal(g.LaneWords(lane), words), st, seq, rr.r.Identity())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return g.ReadyLanes()&(1<<lane) != 0 && st.Identity == rr.r.Identity().String() && st.InstalledSequence == seq &&
+			slices.Equal(g.LaneWords(lane), words)
+	}, func() string {
+		return fmt.Sprintf("ready=%v words equal=%v status=%+v relay sequence %d identity %s", g.ReadyLanes()&(1<<lane) != 0,
+			slices.Equal(g.LaneWords(lane), words), laneStatus(ri, lane), seq, rr.r.Identity())
+	})
+	return words
 }
 
 // kvGen generates KV events of several workers and dp ranks: stores (new chains, children of
@@ -383,13 +387,14 @@ func TestRelayIdleLaneSnapshotsLessOften(t *testing.T) {
 	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
 	cfg.SnapshotInterval = 100 * time.Millisecond
 	cfg.SnapshotIdleInterval = time.Hour
+	cfg.HeartbeatInterval = 50 * time.Millisecond
 	rr := e.startRelay(cfg, true)
 
-	// Idle from the start: only the start-up snapshot (a busy lane would have had about ten
-	// more by now; a slow machine can only make that number smaller).
-	time.Sleep(time.Second)
+	// Idle from the start: only the start-up snapshot, even after the relay's loop ran its
+	// timers for four heartbeat intervals (twice SnapshotInterval).
+	waitHeartbeats(t, rr, 4)
 	if s := rr.r.Stats(); s.Snapshots != 1 {
-		t.Fatalf("idle lane: %d snapshots after 1 s; want only the start-up one", s.Snapshots)
+		t.Fatalf("idle lane: %d snapshots; want only the start-up one", s.Snapshots)
 	}
 
 	// Busy: the timed snapshot follows the deltas.
@@ -397,19 +402,15 @@ func TestRelayIdleLaneSnapshotsLessOften(t *testing.T) {
 	ev := g.take(30)
 	e.produce(ev...)
 	waitApplied(t, rr, uint64(len(ev)))
-	deadline := time.Now().Add(converge)
-	for rr.r.Stats().Snapshots < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no timed snapshot after the deltas: %+v", rr.r.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntil(t, converge, "a timed snapshot after the deltas", func() bool { return rr.r.Stats().Snapshots >= 2 },
+		func() string { return fmt.Sprintf("stats %+v", rr.r.Stats()) })
 
-	// Idle again: at most one more (for deltas published after the snapshot just seen).
+	// Idle again: at most one more (for deltas published after the snapshot just seen), however
+	// many intervals pass.
 	n := rr.r.Stats().Snapshots
-	time.Sleep(time.Second)
+	waitHeartbeats(t, rr, 8)
 	if s := rr.r.Stats(); s.Snapshots > n+1 {
-		t.Fatalf("idle lane: %d snapshots in 1 s after the last delta; want at most 1", s.Snapshots-n)
+		t.Fatalf("idle lane: %d snapshots after the last delta; want at most 1", s.Snapshots-n)
 	}
 	if s := rr.r.Stats(); s.Heartbeats == 0 {
 		t.Errorf("an idle lane still gets heartbeats: %+v", s)
@@ -467,14 +468,12 @@ func TestRelayRestartRequestAndDrain(t *testing.T) {
 	if err := out.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(converge)
-	for first.r.Stats().SnapshotRequests < 5 || first.r.Stats().Snapshots == before {
-		if time.Now().After(deadline) {
-			t.Fatalf("no snapshot after the requests: %+v", first.r.Stats())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond)
+	waitUntil(t, converge, "a snapshot after the requests", func() bool {
+		return first.r.Stats().SnapshotRequests >= 5 && first.r.Stats().Snapshots > before
+	}, func() string { return fmt.Sprintf("stats %+v", first.r.Stats()) })
+	// Three idle heartbeat intervals (well past SnapshotRequestMinInterval) with every request
+	// read: a request not coalesced would have had its snapshot by now.
+	waitHeartbeats(t, first, 3)
 	if n := first.r.Stats().Snapshots - before; n > 2 {
 		t.Errorf("%d snapshots for one burst of requests; want them coalesced", n)
 	}
@@ -670,59 +669,75 @@ func TestRelayRefusesForeignLane(t *testing.T) {
 	}
 }
 
-// TestRelayThroughput measures (reports, never asserts) the relay's throughput on this machine:
-// the start-up replay (apply only) and the live path (apply + deltas in transactions).
-func TestRelayThroughput(t *testing.T) {
-	if testing.Short() {
-		t.Skip("measurement")
-	}
-	e := newRelayEnv(t, 1<<20, 4) // the product default: 524,288 buckets (4 MiB)
-	g := newKvGen(5)
-	const n = 20_000
-	evs := g.take(2 * n)
-	ops := func(evs []producer.RouterEvent) int {
-		k := 0
-		for _, ev := range evs {
-			k += len(ev.Event.Stored.Blocks) + len(ev.Event.Removed) + 1
-		}
-		return k
-	}
-	for i := 0; i < n; i += 2000 {
-		e.produce(evs[i : i+2000]...)
-	}
-	cfg := e.relayConfig(11, testenv.UniqueName(t, "relay"))
-	cfg.ChunkWords = 0 // default chunking
-	start := time.Now()
+// TestRelayBoundsTransactions: under a burst, the relay groups the deltas of one input poll
+// into one Kafka transaction (the commit cost is paid per transaction), and no transaction
+// carries more than MaxDeltasPerTransaction deltas. Counted on the lane partition itself: the
+// reader keeps transaction markers, so the deltas between two markers are one transaction.
+// (Throughput is measured by BenchmarkE2ERelay, not here.)
+func TestRelayBoundsTransactions(t *testing.T) {
+	e := newRelayEnv(t, 4096, 2)
+	const lane, bound = 12, 16
+	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
+	cfg.MaxDeltasPerTransaction = bound
 	rr := e.startRelay(cfg, true)
-	replay := time.Since(start)
-	// Live: measured from the first live produce to the commit of the last event's delta (the
-	// relay applies and publishes while the test produces).
+	g := newKvGen(12)
+	evs := g.take(3000)
 	prod := testenv.Client(t, kgo.ProducerLinger(time.Millisecond))
-	recs := make([]*kgo.Record, 0, n)
-	for _, ev := range evs[n:] {
+	for _, ev := range evs { // asynchronously, as fast as the client goes: a burst
 		b, err := e.codec.EncodeKvEvent(streams.KvEventOf(ev))
 		if err != nil {
 			t.Fatal(err)
 		}
-		recs = append(recs, &kgo.Record{Topic: e.kvTopic, Key: []byte(strconv.FormatUint(uint64(ev.WorkerID), 10)), Value: b})
+		prod.Produce(context.Background(), &kgo.Record{Topic: e.kvTopic, Key: []byte(strconv.FormatUint(uint64(ev.WorkerID), 10)), Value: b},
+			func(_ *kgo.Record, err error) {
+				if err != nil {
+					t.Error(err)
+				}
+			})
 	}
-	liveStart := time.Now()
-	for _, rec := range recs {
-		prod.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
-			if err != nil {
-				t.Error(err)
+	waitApplied(t, rr, uint64(len(evs)))
+	rr.inspect(t) // runs after the loop pass that applied the last event committed its deltas
+	s := rr.r.Stats()
+
+	ends, err := testenv.Admin(t).ListEndOffsets(context.Background(), e.topics.Lanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := ends.Lookup(e.topics.Lanes, lane)
+	cl := testenv.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.topics.Lanes: {lane: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	var deltas, txns, inTxn, largest int
+	for next := int64(0); next < end.Offset; {
+		fs := cl.PollFetches(context.Background())
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			next = r.Offset + 1
+			if r.Attrs.IsControl() {
+				if inTxn > 0 {
+					txns++
+					largest = max(largest, inTxn)
+				}
+				inTxn = 0
+				return
+			}
+			if lr, err := e.codec.DecodeLaneRecord(r.Value); err == nil && lr.Kind == schemas.LaneDelta {
+				deltas++
+				inTxn++
 			}
 		})
 	}
-	waitApplied(t, rr, 2*n)
-	rr.inspect(t) // runs after the loop iteration that applied the last event committed its deltas
-	live := time.Since(liveStart)
-	s := rr.r.Stats()
-	t.Logf("start-up snapshot of %d buckets (barrier + chunked transactional write): %d ms", s.BucketCount, s.LastSnapshotMillis)
-	t.Logf("replay: %d KV events (%d block ops) in %v incl. start-up snapshot: %.0f events/s, %.0f block ops/s",
-		n, ops(evs[:n]), replay, float64(n)/replay.Seconds(), float64(ops(evs[:n]))/replay.Seconds())
-	t.Logf("live (produce + apply + publish, overlapped): %d KV events (%d block ops) in %v: %.0f events/s, %.0f block ops/s; %d deltas, %d images, %d transactions",
-		n, ops(evs[n:]), live, float64(n)/live.Seconds(), float64(ops(evs[n:]))/live.Seconds(), s.Deltas, s.Images, s.Transactions)
+	if uint64(deltas) != s.Deltas || deltas == 0 {
+		t.Fatalf("%d deltas on the lane, relay published %d", deltas, s.Deltas)
+	}
+	if largest > bound {
+		t.Fatalf("a transaction carried %d deltas; bound %d", largest, bound)
+	}
+	if txns >= deltas {
+		t.Fatalf("%d deltas in %d transactions: the burst's deltas were not grouped", deltas, txns)
+	}
+	t.Logf("%d deltas in %d transactions (largest %d, bound %d)", deltas, txns, largest, bound)
 }
 
 // TestRelayRecoversFromUncertainWrite: a failed delta transaction makes delivery uncertain; the
@@ -761,13 +776,8 @@ func TestRelayRecoversFromUncertainWrite(t *testing.T) {
 		t.Fatal("the injected faults were not reached")
 	}
 	waitApplied(t, rr, 120)
-	deadline := time.Now().Add(converge)
-	for rr.r.Stats().Recoveries == 0 || rr.r.Ready() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("no recovery: %+v", rr.r.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntil(t, converge, "the relay recovers", func() bool { return rr.r.Stats().Recoveries > 0 && rr.r.Ready() == nil },
+		func() string { return fmt.Sprintf("stats %+v", rr.r.Stats()) })
 	if id := rr.r.Identity(); id.Incarnation <= firstID.Incarnation {
 		t.Fatalf("recovered under incarnation %d, first %d", id.Incarnation, firstID.Incarnation)
 	}
