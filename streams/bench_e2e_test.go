@@ -2,6 +2,7 @@ package streams_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -81,12 +82,9 @@ func BenchmarkRestoreFourLanes2to20(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
 		ri := e.startIndexer(e.manifest(ckf.ConsumerInstanceID(1000+i), lanes...), e.indexerConfig())
-		for ri.ix.GlobalIndexer().ReadyLanes() != 1|1<<5|1<<10|1<<15 {
-			if time.Since(start) > 5*time.Minute {
-				b.Fatal("lanes not restored")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitUntil(b, 5*time.Minute, "the four lanes are restored", func() bool {
+			return ri.ix.GlobalIndexer().ReadyLanes() == 1|1<<5|1<<10|1<<15
+		}, func() string { return fmt.Sprintf("ready lanes %016b", ri.ix.GlobalIndexer().ReadyLanes()) })
 		total += time.Since(start)
 		ri.stop()
 	}

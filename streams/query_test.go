@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
 )
@@ -250,25 +252,24 @@ func qCreateTopic(t *testing.T, name string, partitions int32) string {
 		_, _ = adm.DeleteTopics(ctx, name)
 	})
 	// Wait until every partition has a leader, as testenv.NewTopic does.
-	for {
+	var last error
+	waitUntil(t, 30*time.Second, "topic "+name+" has a leader on every partition", func() bool {
 		md, err := adm.Metadata(ctx, name)
-		if err == nil {
-			if td, ok := md.Topics[name]; ok && td.Err == nil && len(td.Partitions) == int(partitions) {
-				ready := true
-				for _, p := range td.Partitions {
-					ready = ready && p.Leader >= 0 && p.Err == nil
-				}
-				if ready {
-					return name
-				}
+		if last = err; err != nil {
+			return false
+		}
+		td, ok := md.Topics[name]
+		if !ok || td.Err != nil || len(td.Partitions) != int(partitions) {
+			return false
+		}
+		for _, p := range td.Partitions {
+			if p.Leader < 0 || p.Err != nil {
+				return false
 			}
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("topic %s: no leaders: %v", name, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return true
+	}, func() string { return fmt.Sprintf("last metadata error %v", last) })
+	return name
 }
 
 func qCodec(t testing.TB) *schemas.Codec {
@@ -322,11 +323,13 @@ type qObserver[T any] struct {
 	byID map[string][]T
 	recs map[string][]*kgo.Record
 	bad  int
+	// next is, per partition, the offset after the last record read (decodable or not).
+	next map[int32]int64
 }
 
 func qObserve[T any](t *testing.T, topic string, decode func([]byte) (T, error), key func(T, *kgo.Record) string) *qObserver[T] {
 	t.Helper()
-	o := &qObserver[T]{byID: map[string][]T{}, recs: map[string][]*kgo.Record{}}
+	o := &qObserver[T]{byID: map[string][]T{}, recs: map[string][]*kgo.Record{}, next: map[int32]int64{}}
 	cl := testenv.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -338,6 +341,7 @@ func qObserve[T any](t *testing.T, topic string, decode func([]byte) (T, error),
 				v, err := decode(r.Value)
 				o.mu.Lock()
 				defer o.mu.Unlock()
+				o.next[r.Partition] = r.Offset + 1
 				if err != nil {
 					o.bad++
 					return
@@ -383,11 +387,11 @@ func (o *qObserver[T]) count() (ids, total int) {
 // assertion).
 func (o *qObserver[T]) waitIDs(t *testing.T, ids []string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		missing := 0
-		first := ""
+	missing, first := 0, ""
+	waitUntil(t, within, fmt.Sprintf("a record for each of %d ids", len(ids)), func() bool {
 		o.mu.Lock()
+		defer o.mu.Unlock()
+		missing, first = 0, ""
 		for _, id := range ids {
 			if len(o.byID[id]) == 0 {
 				if missing == 0 {
@@ -396,15 +400,29 @@ func (o *qObserver[T]) waitIDs(t *testing.T, ids []string, within time.Duration)
 				missing++
 			}
 		}
-		o.mu.Unlock()
-		if missing == 0 {
-			return
+		return missing == 0
+	}, func() string { return fmt.Sprintf("%d ids have no record (first: %q)", missing, first) })
+}
+
+// waitCaughtUp waits until the observer has read every partition of topic up to the end offset
+// it has now: every record written to the topic before the call has then been seen.
+func (o *qObserver[T]) waitCaughtUp(t *testing.T, topic string, partitions int32, within time.Duration) {
+	t.Helper()
+	ends := qEndOffsets(t, topic, partitions)
+	waitUntil(t, within, "the observer reads "+topic+" to its end", func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		for p, end := range ends {
+			if end > 0 && o.next[int32(p)] < end {
+				return false
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d ids have no record after %v (first: %q)", missing, len(ids), within, first)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true
+	}, func() string {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return fmt.Sprintf("read up to %v, end offsets %v", o.next, ends)
+	})
 }
 
 func qReplies(t *testing.T, codec *schemas.Codec, topic string) *qObserver[schemas.QueryReply] {
@@ -606,7 +624,8 @@ func TestQueryServiceAnswersOverKafka(t *testing.T) {
 	tp := newQTopics(t, 2)
 	altReplies := qCreateTopic(t, tp.replies+"-ok-alt", 2)
 	scope := tally.NewTestScope("", nil)
-	qStartService(t, ans, codec, qConfig(tp, testenv.UniqueName(t, "g")), scope)
+	group := testenv.UniqueName(t, "g")
+	qStartService(t, ans, codec, qConfig(tp, group), scope)
 	replies := qReplies(t, codec, tp.replies)
 	alt := qReplies(t, codec, altReplies)
 	dlq := qDeadLetters(t, codec, tp.deadLetters)
@@ -721,8 +740,13 @@ func TestQueryServiceAnswersOverKafka(t *testing.T) {
 			t.Errorf("dead letter %d: reason %s, want %s (%s)", i, d.ReasonCode, wantCodes[i], d.Reason)
 		}
 	}
-	// Undecodable records have no reply at all (nothing to address it to).
-	time.Sleep(200 * time.Millisecond)
+	// Undecodable records have no reply at all (nothing to address it to). The service commits a
+	// request only once its reply or dead letter is acknowledged, so when the group's committed
+	// offsets reach the end of the request topic, every reply it will ever write for these
+	// requests is on the reply topics; the observers then read those topics to their end.
+	qWaitCommitted(t, group, tp.requests, 2)
+	replies.waitCaughtUp(t, tp.replies, 4, time.Minute)
+	alt.waitCaughtUp(t, altReplies, 2, time.Minute)
 	if n, _ := replies.count(); n != len(want)+1+3+1 {
 		t.Errorf("%d distinct correlation ids on the reply topic, want %d", n, len(want)+1+3+1)
 	}
@@ -733,13 +757,9 @@ func TestQueryServiceAnswersOverKafka(t *testing.T) {
 	total := int64(len(values) + 3 + len(rs))
 	waitCounter := func(name string, tags map[string]string, want int64) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for qCounter(scope, name, tags) != want && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if got := qCounter(scope, name, tags); got != want {
-			t.Errorf("counter %s %v = %d, want %d", name, tags, got, want)
-		}
+		waitUntil(t, 10*time.Second, fmt.Sprintf("counter %s %v reaches %d", name, tags, want),
+			func() bool { return qCounter(scope, name, tags) == want },
+			func() string { return fmt.Sprintf("it is %d", qCounter(scope, name, tags)) })
 	}
 	waitCounter("query.requests", nil, total)
 	waitCounter("query.invalid_requests", nil, 4)
@@ -855,21 +875,11 @@ func TestQueryServiceCommitsOnlyAfterReplies(t *testing.T) {
 func qWaitCommitted(t *testing.T, group, topic string, partitions int32) {
 	t.Helper()
 	ends := qEndOffsets(t, topic, partitions)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := qCommitted(t, group, topic, partitions)
-		done := true
-		for p := range got {
-			done = done && got[p] == ends[p]
-		}
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("committed %v, want the end offsets %v", got, ends)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var got []int64
+	waitUntil(t, 30*time.Second, "group "+group+" commits the end offsets of "+topic, func() bool {
+		got = qCommitted(t, group, topic, partitions)
+		return slices.Equal(got, ends)
+	}, func() string { return fmt.Sprintf("committed %v, end offsets %v", got, ends) })
 }
 
 // TestQueryServiceRestartMidStream: requests keep arriving while one instance is closed
@@ -895,6 +905,11 @@ func TestQueryServiceRestartMidStream(t *testing.T) {
 	go func() { // a steady stream of requests, 10 every ~5 ms
 		defer close(produced)
 		for i := 0; i < total; i += chunk {
+			if i > 0 {
+				// The pacing of the stream, not a wait for an outcome: requests must keep
+				// arriving while the first instance closes and the second takes over.
+				time.Sleep(5 * time.Millisecond)
+			}
 			rs := make([]*kgo.Record, 0, chunk)
 			for j := i; j < i+chunk; j++ {
 				rs = append(rs, &kgo.Record{Topic: tp.requests, Key: []byte(ids[j]), Value: values[j]})
@@ -903,7 +918,6 @@ func TestQueryServiceRestartMidStream(t *testing.T) {
 				t.Errorf("produce requests: %v", err)
 				return
 			}
-			time.Sleep(5 * time.Millisecond)
 		}
 	}()
 
@@ -911,13 +925,10 @@ func TestQueryServiceRestartMidStream(t *testing.T) {
 	if err := a.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for n, _ := replies.count(); n < 150; n, _ = replies.count() {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d replies from the first instance", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(t, time.Minute, "150 replies from the first instance", func() bool {
+		n, _ := replies.count()
+		return n >= 150
+	}, func() string { n, _ := replies.count(); return fmt.Sprintf("%d replies", n) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	if err := a.Close(ctx); err != nil {
 		t.Fatalf("graceful close: %v", err)
@@ -952,28 +963,29 @@ func TestQueryServiceGroupSharesLoad(t *testing.T) {
 	}
 	// Wait until both members hold partitions, so the load can split.
 	adm := testenv.Admin(t)
-	deadline := time.Now().Add(time.Minute)
-	for {
+	var (
+		holding int
+		state   string
+		err     error
+	)
+	waitUntil(t, time.Minute, "group "+group+" has two members holding partitions", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		groups, err := adm.DescribeGroups(ctx, group)
-		cancel()
-		holding := 0
-		if err == nil {
-			g := groups[group]
-			for _, m := range g.Members {
-				if ca, ok := m.Assigned.AsConsumer(); ok && len(ca.Topics) > 0 && len(ca.Topics[0].Partitions) > 0 {
-					holding++
-				}
-			}
-			if g.State == "Stable" && holding == 2 {
-				break
+		defer cancel()
+		var groups kadm.DescribedGroups
+		groups, err = adm.DescribeGroups(ctx, group)
+		holding, state = 0, ""
+		if err != nil {
+			return false
+		}
+		g := groups[group]
+		state = g.State
+		for _, m := range g.Members {
+			if ca, ok := m.Assigned.AsConsumer(); ok && len(ca.Topics) > 0 && len(ca.Topics[0].Partitions) > 0 {
+				holding++
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("group %s never had two members holding partitions (last: %d, %v)", group, holding, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return state == "Stable" && holding == 2
+	}, func() string { return fmt.Sprintf("last: state %q, %d holding, %v", state, holding, err) })
 	replies := qReplies(t, codec, tp.replies)
 	ids, values := qRequests(t, codec, p, "l", 0, 400)
 	qProduce(t, testenv.Client(t), tp.requests, ids, values)

@@ -108,22 +108,41 @@ func TestQueryClientConcurrentCalls(t *testing.T) {
 	if st.Answered != workers*calls || st.Sent != workers*calls || st.TimedOut != 0 {
 		t.Errorf("stats %+v, want %d sent and answered", st, workers*calls)
 	}
+}
 
-	// A correlation id already in flight is refused.
-	block := make(chan struct{})
+// TestQueryClientRefusesDuplicateInFlightID: a call whose correlation id is already in flight is
+// refused with ErrDuplicateCorrelationID. No service runs, so the first call stays in flight
+// until the test cancels it; the duplicate is sent once the broker acknowledged the first
+// request (Stats().Sent), which the client counts only after registering the call.
+func TestQueryClientRefusesDuplicateInFlightID(t *testing.T) {
+	codec := qCodec(t)
+	c := qNewClient(t, codec, newQTopics(t, 1), streams.QueryClientConfig{CallTimeout: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
 	go func() {
-		defer close(block)
-		req := cases[0].req
-		req.CorrelationID = "dup"
-		_, _ = c.Query(context.Background(), req)
+		_, err := c.Query(ctx, qHashRequest("dup", []uint64{1, 2, 3}))
+		first <- err
 	}()
-	time.Sleep(time.Millisecond)
-	req := cases[0].req
-	req.CorrelationID = "dup"
-	if _, err := c.Query(context.Background(), req); err != nil && !errors.Is(err, streams.ErrDuplicateCorrelationID) {
-		t.Errorf("duplicate id: %v", err)
+	waitUntil(t, 30*time.Second, "the first call's request is acknowledged", func() bool { return c.Stats().Sent == 1 },
+		func() string { return fmt.Sprintf("stats %+v", c.Stats()) })
+	// The duplicate's context is already over: refused, it fails with the duplicate error before
+	// its context matters; accepted by mistake, it fails on the context at once.
+	over, stop := context.WithCancel(context.Background())
+	stop()
+	_, err := c.Query(over, qHashRequest("dup", []uint64{4, 5}))
+	var ce *streams.QueryCallError
+	if !errors.Is(err, streams.ErrDuplicateCorrelationID) || !errors.As(err, &ce) || ce.CorrelationID != "dup" {
+		t.Errorf("second call with an id in flight: %v, want ErrDuplicateCorrelationID", err)
 	}
-	<-block
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Errorf("the first call after its context was cancelled: %v", err)
+	}
+	// The id is free again once its call returned: a call with it fails on its context, not as a
+	// duplicate.
+	if _, err := c.Query(over, qHashRequest("dup", []uint64{6})); errors.Is(err, streams.ErrDuplicateCorrelationID) || !errors.Is(err, context.Canceled) {
+		t.Errorf("a call reusing the id of a finished call: %v, want context.Canceled", err)
+	}
 }
 
 // TestQueryClientSharedReplyPartition: two clients on the same reply partition each get only
@@ -162,11 +181,10 @@ func TestQueryClientSharedReplyPartition(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for _, c := range clients {
-		for c.Stats().Unmatched < 40 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
+	for i, c := range clients {
+		// Each client reads the other's 40 replies too; they may still be on their way.
+		waitUntil(t, 10*time.Second, fmt.Sprintf("client %d skips the other's 40 replies", i), func() bool { return c.Stats().Unmatched >= 40 },
+			func() string { return fmt.Sprintf("stats %+v", c.Stats()) })
 		if st := c.Stats(); st.Answered != 40 || st.Unmatched < 40 || c.ReplyPartition() != 2 {
 			t.Errorf("stats %+v on partition %d: want 40 answered and the other's 40 skipped", st, c.ReplyPartition())
 		}

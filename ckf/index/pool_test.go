@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -328,44 +329,60 @@ func TestPoolOutstandingImageLimit(t *testing.T) {
 }
 
 // Race: a stalled worker makes the lag watchdog retire the lane once the
-// oldest outstanding delta reaches the dirty-to-applied deadline (fake
-// clock: the deadline is exact, not timing-dependent).
+// oldest outstanding delta reaches the dirty-to-applied deadline. Deterministic
+// on both clocks: the admission age comes from the injected clock (exactly one
+// nanosecond short of the deadline, then exactly at it), and the watchdog's
+// ticker runs in a synctest bubble, so time.Sleep(4 periods) makes exactly four
+// ticks due and synctest.Wait returns only once the watchdog has handled them
+// and blocks again. "The lane stays" is therefore checked after four real
+// watchdog passes, not after a wall-clock pause.
 func TestPoolLagWatchdogRetiresStalledLane(t *testing.T) {
-	var fakeNanos atomic.Int64
-	base := time.Unix(1_000_000, 0)
-	hooks := poolHooks{now: func() time.Time { return base.Add(time.Duration(fakeNanos.Load())) }}
-	cfg := DefaultIngestionPoolConfig()
-	cfg.MaxDirtyToAppliedAge = 10 * time.Millisecond
-	pf := newPoolFixture(t, 2, 64, cfg, hooks)
-	pf.activate(0, 1, 0, nil)
-	pf.activate(1, 1, 0, nil)
-	release := pf.pause(pf.worker(0))
-	defer release()
-	if err := pf.p.SubmitDelta(pf.ctx, pf.delta(0, 1, 0, 1, ckf.BucketImage{Bucket: 1, Value: 1})); err != nil {
-		t.Fatal(err)
-	}
-	// Just below the deadline: several watchdog periods pass, lane stays.
-	fakeNanos.Store(int64(10*time.Millisecond - 1))
-	time.Sleep(4 * cfg.lagWatchdogPeriod())
-	if pf.g.ReadyLanes()&1 == 0 {
-		t.Fatal("retired before the deadline")
-	}
-	fakeNanos.Store(int64(10 * time.Millisecond))
-	f := pf.waitFault(PoolFaultDirtyToAppliedAgeExceeded)
-	if f.Lane != 0 || f.Disposition != ckf.DispositionOf(ckf.ConsumerWorkerFailureMidApply) || f.Disposition.Commit != ckf.CommitUncertain {
-		t.Fatalf("fault %+v", f)
-	}
-	if pf.g.ReadyLanes() != 0b10 {
-		t.Fatalf("ready %b", pf.g.ReadyLanes())
-	}
-	if err := pf.p.SubmitDelta(pf.ctx, pf.delta(0, 1, 1, 2, ckf.BucketImage{Bucket: 1})); !errors.Is(err, ErrLaneRetired) {
-		t.Fatalf("submit after lag retirement: %v", err)
-	}
-	release()
-	pf.flush(pf.worker(0))
-	if pf.word(1, 0) != 0 {
-		t.Fatal("stale delta applied after retirement")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		var fakeNanos atomic.Int64
+		base := time.Unix(1_000_000, 0)
+		hooks := poolHooks{now: func() time.Time { return base.Add(time.Duration(fakeNanos.Load())) }}
+		cfg := DefaultIngestionPoolConfig()
+		cfg.MaxDirtyToAppliedAge = 10 * time.Millisecond
+		pf := newPoolFixture(t, 2, 64, cfg, hooks)
+		pf.activate(0, 1, 0, nil)
+		pf.activate(1, 1, 0, nil)
+		release := pf.pause(pf.worker(0))
+		defer release()
+		if err := pf.p.SubmitDelta(pf.ctx, pf.delta(0, 1, 0, 1, ckf.BucketImage{Bucket: 1, Value: 1})); err != nil {
+			t.Fatal(err)
+		}
+		// Just below the deadline: four watchdog passes see the lane, and it stays.
+		fakeNanos.Store(int64(10*time.Millisecond - 1))
+		time.Sleep(4 * cfg.lagWatchdogPeriod())
+		synctest.Wait()
+		if pf.g.ReadyLanes()&1 == 0 {
+			t.Fatal("retired before the deadline")
+		}
+		select {
+		case f := <-pf.p.Faults():
+			t.Fatalf("fault before the deadline: %+v", f)
+		default:
+		}
+		// At the deadline: the next pass retires it.
+		fakeNanos.Store(int64(10 * time.Millisecond))
+		time.Sleep(cfg.lagWatchdogPeriod())
+		synctest.Wait()
+		f := pf.waitFault(PoolFaultDirtyToAppliedAgeExceeded)
+		if f.Lane != 0 || f.Disposition != ckf.DispositionOf(ckf.ConsumerWorkerFailureMidApply) || f.Disposition.Commit != ckf.CommitUncertain {
+			t.Fatalf("fault %+v", f)
+		}
+		if pf.g.ReadyLanes() != 0b10 {
+			t.Fatalf("ready %b", pf.g.ReadyLanes())
+		}
+		if err := pf.p.SubmitDelta(pf.ctx, pf.delta(0, 1, 1, 2, ckf.BucketImage{Bucket: 1})); !errors.Is(err, ErrLaneRetired) {
+			t.Fatalf("submit after lag retirement: %v", err)
+		}
+		release()
+		pf.flush(pf.worker(0))
+		if pf.word(1, 0) != 0 {
+			t.Fatal("stale delta applied after retirement")
+		}
+	})
 }
 
 // SubmitDelta itself enforces the lag bound (consumer §4.6 step 2).
@@ -499,27 +516,37 @@ func TestPoolWorkerPanic(t *testing.T) {
 	}
 }
 
+// The control timeout runs in a synctest bubble: with the worker paused, every
+// goroutine blocks, so the bubble's clock jumps straight to the timeout; the
+// test neither waits 20 ms of real time nor depends on how long it takes.
 func TestPoolControlTimeoutRetiresLane(t *testing.T) {
-	cfg := quietConfig()
-	cfg.ControlTimeout = 20 * time.Millisecond
-	pf := newPoolFixture(t, 1, 64, cfg, poolHooks{})
-	pf.activate(0, 1, 0, nil)
-	release := pf.pause(pf.worker(0))
-	_, err := pf.p.CompleteDrain(pf.ctx, pf.marker(0, 1, 0))
-	if !errors.Is(err, ErrControlTimeout) {
-		t.Fatalf("drain on a stalled worker: %v", err)
-	}
-	if pf.g.ReadyLanes() != 0 {
-		t.Fatal("timeout must retire the lane")
-	}
-	if f := pf.waitFault(PoolFaultControlTimeout); f.Disposition.Commit != ckf.CommitUncertain {
-		t.Fatalf("fault %+v", f)
-	}
-	release()
-	pf.flush(pf.worker(0)) // the late marker is discarded as stale
-	if pf.g.ReadyLanes() != 0 {
-		t.Fatal("late marker re-activated the lane")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		cfg := quietConfig()
+		cfg.ControlTimeout = 20 * time.Millisecond
+		pf := newPoolFixture(t, 1, 64, cfg, poolHooks{})
+		pf.activate(0, 1, 0, nil)
+		release := pf.pause(pf.worker(0))
+		defer release()
+		began := time.Now()
+		_, err := pf.p.CompleteDrain(pf.ctx, pf.marker(0, 1, 0))
+		if !errors.Is(err, ErrControlTimeout) {
+			t.Fatalf("drain on a stalled worker: %v", err)
+		}
+		if d := time.Since(began); d != cfg.ControlTimeout {
+			t.Fatalf("the drain gave up after %v of the bubble's clock, want exactly ControlTimeout %v", d, cfg.ControlTimeout)
+		}
+		if pf.g.ReadyLanes() != 0 {
+			t.Fatal("timeout must retire the lane")
+		}
+		if f := pf.waitFault(PoolFaultControlTimeout); f.Disposition.Commit != ckf.CommitUncertain {
+			t.Fatalf("fault %+v", f)
+		}
+		release()
+		pf.flush(pf.worker(0)) // the late marker is discarded as stale
+		if pf.g.ReadyLanes() != 0 {
+			t.Fatal("late marker re-activated the lane")
+		}
+	})
 }
 
 func TestPoolAdmissionStateErrors(t *testing.T) {
@@ -597,31 +624,36 @@ func TestPoolConfigValidation(t *testing.T) {
 	in.Close()
 }
 
+// The leak check runs in a synctest bubble: after Close, synctest.Wait returns
+// once every other goroutine of the bubble has exited or blocked for good, so the
+// goroutine count is final when it is read (no polling, no grace period). A
+// worker or watchdog that outlived Close would also make synctest.Test fail on
+// its own, as a bubble that cannot finish.
 func TestPoolCloseReleasesLanesWithoutLeaks(t *testing.T) {
-	before := runtime.NumGoroutine()
-	f := newFixture(t, 4, 64, 2)
-	p, err := NewIngestionPool(f.g, quietConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pf := &poolFixture{fixture: f, p: p, ctx: context.Background()}
-	pf.activate(0, 1, 0, nil)
-	pf.activate(3, 1, 0, nil)
-	if err := p.SubmitDelta(pf.ctx, pf.delta(3, 1, 0, 1, ckf.BucketImage{Bucket: 1, Value: 1})); err != nil {
-		t.Fatal(err)
-	}
-	p.Close()
-	if f.g.ReadyLanes() != 0 || f.g.ClaimedLanes() != 0 {
-		t.Fatalf("after close ready=%b claimed=%b", f.g.ReadyLanes(), f.g.ClaimedLanes())
-	}
-	if err := p.SubmitDelta(pf.ctx, pf.delta(0, 1, 0, 1, ckf.BucketImage{Bucket: 1})); !errors.Is(err, ErrPoolClosed) {
-		t.Fatalf("after close: %v", err)
-	}
-	p.Close()
-	for i := 0; i < 100 && runtime.NumGoroutine() > before; i++ {
-		time.Sleep(time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		t.Fatalf("goroutines leaked: %d > %d", n, before)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		before := runtime.NumGoroutine()
+		f := newFixture(t, 4, 64, 2)
+		p, err := NewIngestionPool(f.g, quietConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pf := &poolFixture{fixture: f, p: p, ctx: context.Background()}
+		pf.activate(0, 1, 0, nil)
+		pf.activate(3, 1, 0, nil)
+		if err := p.SubmitDelta(pf.ctx, pf.delta(3, 1, 0, 1, ckf.BucketImage{Bucket: 1, Value: 1})); err != nil {
+			t.Fatal(err)
+		}
+		p.Close()
+		if f.g.ReadyLanes() != 0 || f.g.ClaimedLanes() != 0 {
+			t.Fatalf("after close ready=%b claimed=%b", f.g.ReadyLanes(), f.g.ClaimedLanes())
+		}
+		if err := p.SubmitDelta(pf.ctx, pf.delta(0, 1, 0, 1, ckf.BucketImage{Bucket: 1})); !errors.Is(err, ErrPoolClosed) {
+			t.Fatalf("after close: %v", err)
+		}
+		p.Close()
+		synctest.Wait()
+		if n := runtime.NumGoroutine(); n > before {
+			t.Fatalf("goroutines leaked: %d > %d", n, before)
+		}
+	})
 }
