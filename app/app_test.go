@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -100,32 +101,22 @@ func TestProcessOnRealBroker(t *testing.T) {
 	if code, body, err := get(base + "/readyz"); err != nil || code != 200 || body != "ready\nok kafka\n" {
 		t.Errorf("/readyz = %d %q %v", code, body, err)
 	}
-	var body string
 	wants := []string{
 		"ckf_test_produced_total 1",
 		`ckf_kafka_produce_records_total{client="test-producer",`,
 		`ckf_kafka_connects_total{client="admin",`,
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, body, _ = get(base + "/metrics")
-		ok := true
+	var missing []string
+	waitUntil(t, 10*time.Second, "the component's and the Kafka clients' series on /metrics", func() bool {
+		_, body, _ := get(base + "/metrics")
+		missing = missing[:0]
 		for _, w := range wants {
-			ok = ok && strings.Contains(body, w)
-		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			for _, w := range wants {
-				if !strings.Contains(body, w) {
-					t.Errorf("/metrics lacks %q", w)
-				}
+			if !strings.Contains(body, w) {
+				missing = append(missing, w)
 			}
-			break
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(missing) == 0
+	}, func() string { return fmt.Sprintf("/metrics lacks %q", missing) })
 	if err := a.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -172,5 +163,23 @@ func TestRunFailures(t *testing.T) {
 	})))
 	if code != 1 || !errors.As(err, &re) || re.Phase != app.PhaseStop || !strings.Contains(err.Error(), "shutdown_timeout 50ms") {
 		t.Errorf("slow stop: Run = %d, %v; want 1 and a stop error naming shutdown_timeout", code, err)
+	}
+}
+
+// waitUntil polls cond every few milliseconds until it holds, and fails the test after timeout
+// with what (and detail's account of the state, when given). It is this package's one wait
+// helper: tests wait for a condition that an event makes true, never for a fixed time.
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			msg := ""
+			for _, d := range detail {
+				msg += ": " + d()
+			}
+			t.Fatalf("%s: not within %v%s", what, timeout, msg)
+		}
+		time.Sleep(5 * time.Millisecond) // the polling period, not a wait for an outcome
 	}
 }

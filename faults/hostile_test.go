@@ -19,6 +19,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -92,10 +93,10 @@ func TestHostileInput(t *testing.T) {
 	s.startAll()
 	w := s.newWriter(seed+100, 150)
 	w.run()
-	time.Sleep(2 * time.Second)
+	w.waitAcked(300, time.Minute) // good load first: two seconds' worth at 150 events/s
 	w.pause()
 	seqs := s.relaySettled(w, time.Minute)
-	s.replicasCaughtUp(seqs, time.Minute)
+	pagesBefore := s.replicasCaughtUp(seqs, time.Minute)
 	procs := append(slices.Clone(s.relays), s.indexes...)
 	rssBefore := map[string]int64{}
 	pids := map[string]int{}
@@ -111,20 +112,29 @@ func TestHostileInput(t *testing.T) {
 		before[p.name] = m
 	}
 
-	// Watch lane 0 on both replicas while the hostile records go in: it must stay serving.
+	// Watch lane 0 on both replicas while the hostile records go in: it must stay serving. The
+	// watcher samples the lane pages (every 100 ms) to catch a lane that leaves service and comes
+	// back; the proof that lane 0 was untouched is its counters at the end (no fault, no
+	// rejection, no recovery, the same producer identity).
 	var lane0Left atomic.Int64
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	var watch sync.WaitGroup
 	watch.Add(1)
 	go func() {
 		defer watch.Done()
-		for watchCtx.Err() == nil {
+		sample := time.NewTicker(100 * time.Millisecond)
+		defer sample.Stop()
+		for {
 			for _, ix := range s.indexes {
 				if page, err := ix.lanes(); err == nil && len(page.Lanes) > 0 && page.Lanes[0].State != "serving" {
 					lane0Left.Add(1)
 				}
 			}
-			time.Sleep(100 * time.Millisecond)
+			select {
+			case <-watchCtx.Done():
+				return
+			case <-sample.C:
+			}
 		}
 	}()
 	w.resume()
@@ -208,7 +218,7 @@ func TestHostileInput(t *testing.T) {
 	in.put("query/huge-declared-length", qt, 2, nil, zigzag(slices.Clone(goodQ[:5]), 1<<40))
 
 	t.Logf("injected %d hostile records", len(in.sent))
-	time.Sleep(3 * time.Second) // good load continues after the hostile records
+	w.waitAcked(w.acked.Load()+450, time.Minute) // good load continues after the hostile records (3 s at 150/s)
 	w.pause()
 	seqs = s.relaySettled(w, time.Minute)
 	pages := s.replicasCaughtUp(seqs, 2*time.Minute)
@@ -226,8 +236,9 @@ func TestHostileInput(t *testing.T) {
 	}
 	for i, page := range pages {
 		l0, l1 := page.Lanes[0], page.Lanes[1]
-		if len(l0.Faults) != 0 || l0.Rejected != 0 {
-			t.Errorf("%s lane 0: faults %v, rejected %d: it received no hostile record", s.indexes[i].name, l0.Faults, l0.Rejected)
+		if was := pagesBefore[i].Lanes[0]; len(l0.Faults) != 0 || l0.Rejected != 0 || l0.Recoveries != was.Recoveries || l0.Identity != was.Identity {
+			t.Errorf("%s lane 0: faults %v, rejected %d, recoveries %d (was %d), identity %s (was %s): it received no hostile record",
+				s.indexes[i].name, l0.Faults, l0.Rejected, l0.Recoveries, was.Recoveries, l0.Identity, was.Identity)
 		}
 		if len(l1.Faults) == 0 {
 			t.Errorf("%s lane 1: no fault counted", s.indexes[i].name)
@@ -244,25 +255,22 @@ func TestHostileInput(t *testing.T) {
 	}
 	dead := map[coord][]schemas.DeadLetter{}
 	var letters []schemas.DeadLetter
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	missing := 0
+	waitUntil(t, 30*time.Second, "every hostile record is dead-lettered", func() bool {
 		letters = s.deadLetters()
 		clear(dead)
 		for _, d := range letters {
 			c := coord{d.SourceTopic, d.SourcePartition, d.SourceOffset}
 			dead[c] = append(dead[c], d)
 		}
-		missing := 0
+		missing = 0
 		for _, h := range in.sent {
 			if len(dead[coord{h.topic, h.partition, h.offset}]) == 0 {
 				missing++
 			}
 		}
-		if missing == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Second)
-	}
+		return missing == 0
+	}, func() string { return fmt.Sprintf("%d of %d have no dead letter", missing, len(in.sent)) })
 	byReason := map[string]int{}
 	for _, h := range in.sent {
 		ds := dead[coord{h.topic, h.partition, h.offset}]
@@ -333,14 +341,34 @@ func TestHostileInput(t *testing.T) {
 		t.Errorf("rogue relay: exit %v, want a failure naming the lane owner; log:\n%s", rogue.exitError(), tail(rogue.logPath(1), 5))
 	}
 	t.Logf("rogue relay of pool dc99 on lane 1: %v", rogue.exitError())
-	time.Sleep(500 * time.Millisecond)
-	for i, ix := range s.indexes {
-		page, err := ix.lanes()
-		if err != nil {
-			t.Fatal(err)
+	// Whatever the rogue committed to lane 1 before it exited lies below the lane partition's
+	// last stable offset now: once both replicas have processed lane 1 up to it, the rogue's
+	// effect on them, if any, is visible.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	lso, err := kadm.NewClient(s.client()).ListCommittedOffsets(ctx, lanes)
+	cancel()
+	if err == nil {
+		err = lso.Error()
+	}
+	if err != nil {
+		t.Fatalf("last stable offsets of %s: %v", lanes, err)
+	}
+	stable, _ := lso.Lookup(lanes, lane)
+	var rogueAfter []lanesPage
+	waitUntil(t, time.Minute, fmt.Sprintf("both replicas process lane 1 up to offset %d", stable.Offset-1), func() bool {
+		rogueAfter = rogueAfter[:0]
+		for _, ix := range s.indexes {
+			page, err := ix.lanes()
+			if err != nil || len(page.Lanes) < 2 || page.Lanes[1].AppliedOffset < stable.Offset-1 {
+				return false
+			}
+			rogueAfter = append(rogueAfter, page)
 		}
+		return true
+	}, func() string { return fmt.Sprintf("pages %+v", rogueAfter) })
+	for i, page := range rogueAfter {
 		if a, b := page.Lanes[1], pages[i].Lanes[1]; a.Identity != b.Identity || a.InstalledSequence != b.InstalledSequence || a.State != "serving" {
-			t.Errorf("%s lane 1 changed after the rogue relay: %+v, was %+v", ix.name, a, b)
+			t.Errorf("%s lane 1 changed after the rogue relay: %+v, was %+v", s.indexes[i].name, a, b)
 		}
 	}
 

@@ -44,6 +44,8 @@ func TestKillNine(t *testing.T) {
 	victims := []*proc{victimIx, victimIx, s.relays[0], s.relays[1]} // the indexer half the time
 	start := time.Now()
 	for i := 0; i < iters; i++ {
+		// The seeded random moment of the next kill: the fault schedule itself (the load runs
+		// meanwhile), not a wait for an outcome; what happens next is waited for with waitReady.
 		time.Sleep(hold[0] + time.Duration(rng.Int64N(int64(hold[1]-hold[0]))))
 		v := victims[rng.IntN(len(victims))]
 		st := counts[v.name]
@@ -56,7 +58,7 @@ func TestKillNine(t *testing.T) {
 		v.start()
 		if rng.IntN(4) == 0 {
 			// A second crash while the new incarnation replays, installs or writes its
-			// start-up snapshot.
+			// start-up snapshot: a seeded random moment within its first 400 ms.
 			time.Sleep(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
 			v.kill9()
 			st.injected++

@@ -230,32 +230,47 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// waitReady waits until /readyz answers 200, failing the test if the process exits first.
+// waitUntil polls cond every 50 ms until it holds, and fails the test after timeout with what
+// (and detail's account of the state, when given). It is this package's one wait helper: tests
+// wait for a condition that an event makes true, never for a fixed time. The period is longer
+// than in the in-process suites because a poll here is usually an HTTP scrape of a process.
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			msg := ""
+			for _, d := range detail {
+				msg += ": " + d()
+			}
+			t.Fatalf("%s: not within %v%s", what, timeout, msg)
+		}
+		time.Sleep(50 * time.Millisecond) // the polling period, not a wait for an outcome
+	}
+}
+
+// waitReady waits until /readyz answers 200, failing the test if the process exits first, and
+// returns how long that took (to the polling period).
 func (p *proc) waitReady(timeout time.Duration) time.Duration {
 	p.t.Helper()
 	start := time.Now()
-	deadline := start.Add(timeout)
 	c := &http.Client{Timeout: time.Second}
 	var last string
-	for time.Now().Before(deadline) {
+	waitUntil(p.t, timeout, p.name+" is ready", func() bool {
 		if !p.alive() {
 			p.t.Fatalf("%s exited while starting (%v):\n%s", p.name, p.exitError(), tail(p.logPath(p.runs), 25))
 		}
 		resp, err := c.Get("http://" + p.http + "/readyz")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return time.Since(start)
-			}
-			last = string(b)
-		} else {
+		if err != nil {
 			last = err.Error()
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	p.t.Fatalf("%s not ready within %v: %s\n%s", p.name, timeout, last, tail(p.logPath(p.runs), 25))
-	return 0
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		last = string(b)
+		return resp.StatusCode == http.StatusOK
+	}, func() string { return last + "\n" + tail(p.logPath(p.runs), 25) })
+	return time.Since(start)
 }
 
 // rss reads the resident set size of the current incarnation from /proc.

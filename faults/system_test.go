@@ -191,7 +191,10 @@ type writer struct {
 	failed  atomic.Int64
 	lastErr atomic.Value
 
-	paused  atomic.Bool
+	paused atomic.Bool
+	// tick is held while the run loop handles one tick (checks paused and sends what is due),
+	// so that pause can wait for a tick in progress to end.
+	tick    sync.Mutex
 	cancel  context.CancelFunc
 	stopped chan struct{}
 }
@@ -230,14 +233,15 @@ func (w *writer) run() {
 				return
 			case <-tick.C:
 			}
+			w.tick.Lock()
 			due := w.rate * time.Since(start).Seconds()
 			if w.paused.Load() {
 				sent = due
-				continue
 			}
 			for ; sent+1 <= due; sent++ {
 				w.send(ctx)
 			}
+			w.tick.Unlock()
 		}
 	}()
 	w.t.Cleanup(w.stop)
@@ -267,10 +271,13 @@ func (w *writer) send(ctx context.Context) {
 }
 
 // pause stops producing and waits until everything produced is acknowledged (or failed).
+// paused is set under the tick lock: a tick in progress has ended by then and every later tick
+// sees it, so the flush covers every event the writer sends before resume.
 func (w *writer) pause() {
 	w.t.Helper()
+	w.tick.Lock()
 	w.paused.Store(true)
-	time.Sleep(30 * time.Millisecond) // let a tick in progress finish
+	w.tick.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := w.cl.Flush(ctx); err != nil {
@@ -279,6 +286,16 @@ func (w *writer) pause() {
 }
 
 func (w *writer) resume() { w.paused.Store(false) }
+
+// waitAcked waits until the broker has acknowledged n events of the writer in all: the load the
+// test wants to have run, counted in events rather than in seconds.
+func (w *writer) waitAcked(n int64, timeout time.Duration) {
+	w.t.Helper()
+	waitUntil(w.t, timeout, fmt.Sprintf("%d KV events acknowledged", n), func() bool { return w.acked.Load() >= n },
+		func() string {
+			return fmt.Sprintf("%d acknowledged, %d sent, %d failed (%v)", w.acked.Load(), w.sent.Load(), w.failed.Load(), w.lastErr.Load())
+		})
+}
 
 func (w *writer) stop() {
 	if w.cancel == nil {
@@ -407,37 +424,83 @@ func (p *proc) ask(q query) (answer, error) {
 
 // ---- convergence and the oracle ----
 
-// relaySettled waits until every relay holds the model's resident block count and its last
-// sequence stops moving, and returns the last sequence of each lane.
+// relaySettled waits until every relay has applied every record of its KV-events topic and
+// committed everything that caused, checks that it then holds exactly the model's resident
+// blocks, and returns the last sequence of each lane. Call it with the writer paused.
+//
+// Applied: a relay counts every KV record it reads, replayed or live, either as an event
+// (ckf_relay_events) or as undecodable, so their sum reaching the topic's end offsets (listed
+// after the pause) means every record was applied. Committed: the publication window a record
+// leaves open is flushed and committed PublishMaxDelay (default 5 ms) after its first event,
+// while a heartbeat is written only after HeartbeatInterval (default 1 s) without any write.
+// Two heartbeats counted after the records were applied are therefore a heartbeat interval
+// apart, the second one after that flush, and the last sequence the relay then reports is
+// final.
 func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
+	adm := kadm.NewClient(s.client())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type relayState struct {
+		records    float64 // records on the KV-events topic
+		applied    bool
+		heartbeats float64 // heartbeats counted when the records were first seen applied
+		done       bool
+		last       map[string]float64
+		err        error
+	}
+	st := make([]relayState, len(s.relays))
+	for i := range s.relays {
+		ends, err := adm.ListEndOffsets(ctx, s.kv[i])
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil {
+			s.t.Fatalf("end offsets of %s: %v", s.kv[i], err)
+		}
+		ends.Each(func(o kadm.ListedOffset) { st[i].records += float64(o.Offset) })
+	}
+	waitUntil(s.t, timeout, "every relay applies and commits its KV events", func() bool {
+		all := true
+		for i, r := range s.relays {
+			rs := &st[i]
+			if rs.done {
+				continue
+			}
+			all = false
+			m, err := r.metrics()
+			if rs.err = err; err != nil {
+				continue
+			}
+			rs.last = m
+			hb := sumMetrics(m, "ckf_relay_heartbeats")
+			switch {
+			case !rs.applied:
+				if m["ckf_relay_started"] == 1 && sumMetrics(m, "ckf_relay_events")+sumMetrics(m, "ckf_relay_events_undecodable") >= rs.records {
+					rs.applied, rs.heartbeats = true, hb
+				}
+			case hb >= rs.heartbeats+2:
+				rs.done = true
+			}
+		}
+		return all
+	}, func() string {
+		var b strings.Builder
+		for i, r := range s.relays {
+			rs := st[i]
+			fmt.Fprintf(&b, "\n%s: %v records, applied %v (events %v + undecodable %v), heartbeats %v since, done %v, err %v",
+				r.name, rs.records, rs.applied, sumMetrics(rs.last, "ckf_relay_events"), sumMetrics(rs.last, "ckf_relay_events_undecodable"),
+				sumMetrics(rs.last, "ckf_relay_heartbeats")-rs.heartbeats, rs.done, rs.err)
+		}
+		return b.String()
+	})
 	seqs := make([]uint64, len(s.relays))
 	for i, r := range s.relays {
-		want := w.resident(i)
-		var stable int
-		var last float64 = -1
-		for {
-			m, err := r.metrics()
-			if err == nil {
-				res, seq := m["ckf_relay_resident_blocks"], m["ckf_relay_last_sequence"]
-				if uint64(res) == want && seq == last && m["ckf_relay_started"] == 1 {
-					stable++
-				} else {
-					stable = 0
-				}
-				last = seq
-				if stable >= 3 {
-					seqs[i] = uint64(seq)
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				s.t.Fatalf("%s did not settle within %v: resident blocks %v (model %d), last sequence %v, err %v",
-					r.name, timeout, m["ckf_relay_resident_blocks"], want, m["ckf_relay_last_sequence"], err)
-			}
-			time.Sleep(300 * time.Millisecond)
+		m := st[i].last
+		if want := w.resident(i); uint64(m["ckf_relay_resident_blocks"]) != want {
+			s.t.Fatalf("%s applied every KV record but holds %v resident blocks, the model %d", r.name, m["ckf_relay_resident_blocks"], want)
 		}
+		seqs[i] = uint64(m["ckf_relay_last_sequence"])
 	}
 	return seqs
 }
@@ -446,11 +509,13 @@ func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 // and returns the pages.
 func (s *system) replicasCaughtUp(seqs []uint64, timeout time.Duration) []lanesPage {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
 	pages := make([]lanesPage, len(s.indexes))
-	for i, ix := range s.indexes {
-		for {
+	errs := make([]error, len(s.indexes))
+	waitUntil(s.t, timeout, fmt.Sprintf("every replica serves every lane at the sequences %v", seqs), func() bool {
+		all := true
+		for i, ix := range s.indexes {
 			page, err := ix.lanes()
+			pages[i], errs[i] = page, err
 			ok := err == nil && len(page.Lanes) == len(seqs)
 			if ok {
 				for _, l := range page.Lanes {
@@ -459,16 +524,16 @@ func (s *system) replicasCaughtUp(seqs []uint64, timeout time.Duration) []lanesP
 					}
 				}
 			}
-			if ok {
-				pages[i] = page
-				break
-			}
-			if time.Now().After(deadline) {
-				s.t.Fatalf("%s did not catch up within %v with sequences %v: %+v (%v)", ix.name, timeout, seqs, page.Lanes, err)
-			}
-			time.Sleep(100 * time.Millisecond)
+			all = all && ok
 		}
-	}
+		return all
+	}, func() string {
+		var b strings.Builder
+		for i, ix := range s.indexes {
+			fmt.Fprintf(&b, "\n%s: %+v (%v)", ix.name, pages[i].Lanes, errs[i])
+		}
+		return b.String()
+	})
 	return pages
 }
 
@@ -521,10 +586,15 @@ func (s *system) compareAnswers(w *writer, qs []query) oracleReport {
 	return rep
 }
 
-// deadLetters reads the whole dead-letter topic.
+// deadLetters reads the whole dead-letter topic (with a client of its own, closed on return, so
+// that it can be polled).
 func (s *system) deadLetters() []schemas.DeadLetter {
 	s.t.Helper()
-	cl := s.client(kgo.ConsumeTopics(s.topics.DeadLetter), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.seeds...), kgo.ConsumeTopics(s.topics.DeadLetter), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -3,7 +3,9 @@ package httpserver_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -89,14 +91,26 @@ func TestServerInApp(t *testing.T) {
 }
 
 // TestReadinessCheckTimeout: a check that blocks until its context ends is reported as failed
-// after CheckTimeout, and /readyz still answers.
+// once CheckTimeout passes, and /readyz still answers. The bound is read from the check's
+// context, not from a stopwatch: its deadline is at least CheckTimeout after the request was
+// sent and at most CheckTimeout after the check was called.
 func TestReadinessCheckTimeout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for CheckTimeout")
 	}
+	type bound struct {
+		deadline, called time.Time
+		ok               bool
+	}
+	bounds := make(chan bound, 1)
 	s, err := httpserver.New(httpserver.Params{
 		Config: config.HTTP{Listen: "127.0.0.1:0"},
 		Checks: []httpserver.ReadinessCheck{{Name: "slow", Check: func(ctx context.Context) error {
+			dl, ok := ctx.Deadline()
+			bounds <- bound{deadline: dl, called: time.Now(), ok: ok}
+			if !ok {
+				return errors.New("the check's context has no deadline")
+			}
 			<-ctx.Done()
 			return ctx.Err()
 		}}},
@@ -108,13 +122,15 @@ func TestReadinessCheckTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Stop(context.Background())
-	began := time.Now()
+	sent := time.Now()
 	code, body := get(t, "http://"+s.Addr().String()+"/readyz")
 	if code != 503 || !strings.Contains(body, "fail slow: context deadline exceeded") {
 		t.Errorf("/readyz = %d %q", code, body)
 	}
-	if d := time.Since(began); d > httpserver.CheckTimeout+time.Second {
-		t.Errorf("/readyz took %v", d)
+	b := <-bounds
+	if !b.ok || b.deadline.Before(sent.Add(httpserver.CheckTimeout)) || b.deadline.After(b.called.Add(httpserver.CheckTimeout)) {
+		t.Errorf("check context deadline %v (set: %v), want CheckTimeout (%v) after the check started; request sent at %v, check called at %v",
+			b.deadline, b.ok, httpserver.CheckTimeout, sent, b.called)
 	}
 }
 
@@ -153,15 +169,24 @@ func TestListenErrorFailsStart(t *testing.T) {
 	}
 }
 
-// TestGracefulStopWaitsForRequests: Stop lets a request in flight finish.
-func TestGracefulStopWaitsForRequests(t *testing.T) {
-	started := make(chan struct{})
-	release := make(chan struct{})
+// gatedServer is a started server whose GET /slow handler closes started when it runs, then
+// blocks until release is closed; returned is set once the handler has returned.
+type gatedServer struct {
+	s        *httpserver.Server
+	started  chan struct{}
+	release  chan struct{}
+	returned atomic.Bool
+}
+
+func startGatedServer(t *testing.T) *gatedServer {
+	t.Helper()
+	g := &gatedServer{started: make(chan struct{}), release: make(chan struct{})}
 	s, err := httpserver.New(httpserver.Params{
 		Config: config.HTTP{Listen: "127.0.0.1:0"},
 		Routes: []httpserver.Route{{Pattern: "GET /slow", Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			close(started)
-			<-release
+			defer g.returned.Store(true)
+			close(g.started)
+			<-g.release
 			_, _ = io.WriteString(w, "done")
 		})}},
 	})
@@ -171,24 +196,103 @@ func TestGracefulStopWaitsForRequests(t *testing.T) {
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan string, 1)
+	g.s = s
+	return g
+}
+
+// slowRequest sends GET /slow in a goroutine and delivers its body (or error) on the channel.
+func (g *gatedServer) slowRequest() <-chan error {
+	out := make(chan error, 1)
 	go func() {
-		_, body := get(t, "http://"+s.Addr().String()+"/slow")
-		got <- body
+		resp, err := http.Get("http://" + g.s.Addr().String() + "/slow")
+		if err == nil {
+			var body []byte
+			body, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil && string(body) != "done" {
+				err = fmt.Errorf("body %q", body)
+			}
+		}
+		out <- err
 	}()
-	<-started
+	return out
+}
+
+// waitRefusing waits until the server refuses new connections: Stop closes the listener first,
+// so from then on Stop is under way.
+func (g *gatedServer) waitRefusing(t *testing.T) {
+	t.Helper()
+	addr := g.s.Addr().String()
+	waitUntil(t, 30*time.Second, "Stop closes the listener of "+addr, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+}
+
+// TestGracefulStopWaitsForRequests: Stop lets a request in flight finish, and returns only after
+// its handler did.
+func TestGracefulStopWaitsForRequests(t *testing.T) {
+	g := startGatedServer(t)
+	got := g.slowRequest()
+	<-g.started
+	type stopResult struct {
+		err             error
+		handlerReturned bool
+	}
+	stopped := make(chan stopResult, 1)
+	go func() {
+		err := g.s.Stop(context.Background())
+		stopped <- stopResult{err, g.returned.Load()}
+	}()
+	g.waitRefusing(t)
+	close(g.release)
+	if err := <-got; err != nil {
+		t.Errorf("the in-flight request: %v", err)
+	}
+	if r := <-stopped; r.err != nil || !r.handlerReturned {
+		t.Errorf("Stop = %v, handler returned before it: %v; want nil after the handler", r.err, r.handlerReturned)
+	}
+}
+
+// TestStopWaitsUntilItsContextEnds: with a request in flight, Stop is still waiting when its
+// context is cancelled, and then reports the cancellation (a Stop that did not wait for the
+// request would have returned nil). No sleep is needed to show the wait: the handler cannot
+// finish before the test releases it, which it does only after Stop returned.
+func TestStopWaitsUntilItsContextEnds(t *testing.T) {
+	g := startGatedServer(t)
+	got := g.slowRequest()
+	<-g.started
+	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
-	go func() { stopped <- s.Stop(context.Background()) }()
-	select {
-	case err := <-stopped:
-		t.Fatalf("Stop returned (%v) with a request in flight", err)
-	case <-time.After(100 * time.Millisecond):
+	go func() { stopped <- g.s.Stop(ctx) }()
+	g.waitRefusing(t)
+	cancel()
+	if err := <-stopped; !errors.Is(err, context.Canceled) {
+		t.Errorf("Stop = %v, want the cancellation of its context", err)
 	}
-	close(release)
-	if body := <-got; body != "done" {
-		t.Errorf("in-flight request got %q", body)
+	close(g.release) // Stop has returned: a request it left open could now complete
+	if err := <-got; err == nil {
+		t.Error("the request left in flight when Stop gave up was answered; Stop must close it")
 	}
-	if err := <-stopped; err != nil {
-		t.Errorf("Stop: %v", err)
+}
+
+// waitUntil polls cond every few milliseconds until it holds, and fails the test after timeout
+// with what (and detail's account of the state, when given). It is this package's one wait
+// helper: tests wait for a condition that an event makes true, never for a fixed time.
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			msg := ""
+			for _, d := range detail {
+				msg += ": " + d()
+			}
+			t.Fatalf("%s: not within %v%s", what, timeout, msg)
+		}
+		time.Sleep(5 * time.Millisecond) // the polling period, not a wait for an outcome
 	}
 }

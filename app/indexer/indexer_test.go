@@ -166,14 +166,21 @@ func metric(body, name string, labels ...string) float64 {
 	return -1
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+// waitUntil polls cond every few milliseconds until it holds, and fails the test after timeout
+// with what (and detail's account of the state, when given). It is this package's one wait
+// helper: tests wait for a condition that an event makes true, never for a fixed time.
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
+			msg := ""
+			for _, d := range detail {
+				msg += ": " + d()
+			}
+			t.Fatalf("%s: not within %v%s", what, timeout, msg)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the polling period, not a wait for an outcome
 	}
 }
 
@@ -191,14 +198,14 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	shared := []uint64{11, 12, 13, 14, 15, 16}
 	p0.store(append(slices.Clone(shared), 21, 22, 23))
 	p1.store(append(slices.Clone(shared), 31))
-	waitFor(t, "readiness", time.Minute, func() bool { return r.ix.API().Ready(context.Background()) == nil })
+	waitUntil(t, time.Minute, "readiness", func() bool { return r.ix.API().Ready(context.Background()) == nil })
 	if code, body := r.get(t, "/readyz"); code != http.StatusOK || !strings.Contains(body, "ok lanes") {
 		t.Fatalf("/readyz: %d %s", code, body)
 	}
 
 	lane0 := `lane="0"`
 	var before string
-	waitFor(t, "lane 0 series on /metrics", 30*time.Second, func() bool {
+	waitUntil(t, 30*time.Second, "lane 0 series on /metrics", func() bool {
 		_, before = r.get(t, "/metrics")
 		return metric(before, "ckf_indexer_lane_deltas", lane0) >= 1 && metric(before, "ckf_indexer_lane_high_watermark", lane0) > 0
 	})
@@ -207,7 +214,7 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	}
 	seq := p0.pub.LastSequence()
 	var after string
-	waitFor(t, "lane 0 metrics to move", 30*time.Second, func() bool {
+	waitUntil(t, 30*time.Second, "lane 0 metrics to move", func() bool {
 		_, after = r.get(t, "/metrics")
 		return metric(after, "ckf_indexer_lane_installed_sequence", lane0) == float64(seq)
 	})
@@ -276,7 +283,7 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || len(hr.Matches) != 2 || hr.Matches[0].Depth != want[0] || hr.Matches[1].Depth != want[1] {
 		t.Fatalf("HTTP answer %d %+v; want depths %v", resp.StatusCode, hr, want)
 	}
-	waitFor(t, "query metrics of both paths", 10*time.Second, func() bool {
+	waitUntil(t, 10*time.Second, "query metrics of both paths", func() bool {
 		_, m := r.get(t, "/metrics")
 		return metric(m, "ckf_query_requests", `path="kafka"`) >= 1 && metric(m, "ckf_query_requests", `path="http"`) >= 1 &&
 			metric(m, "ckf_query_replies", `path="http"`, `status="ok"`) >= 1 &&

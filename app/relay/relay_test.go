@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -140,31 +141,24 @@ func TestRelayModuleOnRealBroker(t *testing.T) {
 	}
 	// Deltas counts a delta when it is published into the open transaction; LastSequence moves
 	// when that transaction commits. The drain marker names the committed sequence, so wait for it.
-	for s := rl.Streams().Stats(); s.Deltas == 0 || s.LastSequence == 0; s = rl.Streams().Stats() {
-		if ctx.Err() != nil {
-			t.Fatalf("no committed delta: %+v", s)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	for {
+	waitUntil(t, time.Minute, "a committed delta", func() bool {
+		s := rl.Streams().Stats()
+		return s.Deltas > 0 && s.LastSequence > 0
+	}, func() string { return fmt.Sprintf("stats %+v", rl.Streams().Stats()) })
+	// The relay's own series, and franz-go's for each of its clients (labelled by role).
+	wants := []string{"ckf_relay_deltas_published", "ckf_relay_snapshot_duration_seconds_bucket",
+		`ckf_kafka_produce_records_total{client="relay-lanes"`, `ckf_kafka_fetch_records_total{client="relay-input"`}
+	var missing []string
+	waitUntil(t, time.Minute, "the relay's series on /metrics", func() bool {
 		_, body := get(t, url+"/metrics")
-		// The relay's own series, and franz-go's for each of its clients (labelled by role).
-		wants := []string{"ckf_relay_deltas_published", "ckf_relay_snapshot_duration_seconds_bucket",
-			`ckf_kafka_produce_records_total{client="relay-lanes"`, `ckf_kafka_fetch_records_total{client="relay-input"`}
-		missing := ""
+		missing = missing[:0]
 		for _, w := range wants {
 			if !strings.Contains(body, w) {
-				missing = w
+				missing = append(missing, w)
 			}
 		}
-		if missing == "" {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("%s not on /metrics", missing)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(missing) == 0
+	}, func() string { return fmt.Sprintf("/metrics lacks %q", missing) })
 	last := rl.Streams().Stats().LastSequence
 
 	stopped = true
@@ -217,4 +211,22 @@ func get(t *testing.T, url string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(body)
+}
+
+// waitUntil polls cond every few milliseconds until it holds, and fails the test after timeout
+// with what (and detail's account of the state, when given). It is this package's one wait
+// helper: tests wait for a condition that an event makes true, never for a fixed time.
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			msg := ""
+			for _, d := range detail {
+				msg += ": " + d()
+			}
+			t.Fatalf("%s: not within %v%s", what, timeout, msg)
+		}
+		time.Sleep(5 * time.Millisecond) // the polling period, not a wait for an outcome
+	}
 }

@@ -353,7 +353,7 @@ func TestPoolLagWatchdogRetiresStalledLane(t *testing.T) {
 		}
 		// Just below the deadline: four watchdog passes see the lane, and it stays.
 		fakeNanos.Store(int64(10*time.Millisecond - 1))
-		time.Sleep(4 * cfg.lagWatchdogPeriod())
+		time.Sleep(4 * cfg.lagWatchdogPeriod()) // the bubble's clock: exactly four watchdog ticks fall due
 		synctest.Wait()
 		if pf.g.ReadyLanes()&1 == 0 {
 			t.Fatal("retired before the deadline")
@@ -365,7 +365,7 @@ func TestPoolLagWatchdogRetiresStalledLane(t *testing.T) {
 		}
 		// At the deadline: the next pass retires it.
 		fakeNanos.Store(int64(10 * time.Millisecond))
-		time.Sleep(cfg.lagWatchdogPeriod())
+		time.Sleep(cfg.lagWatchdogPeriod()) // the bubble's clock: the next tick falls due
 		synctest.Wait()
 		f := pf.waitFault(PoolFaultDirtyToAppliedAgeExceeded)
 		if f.Lane != 0 || f.Disposition != ckf.DispositionOf(ckf.ConsumerWorkerFailureMidApply) || f.Disposition.Commit != ckf.CommitUncertain {
