@@ -215,33 +215,3 @@ func TestFailureTableMapsEveryValue(t *testing.T) {
 		}
 	}
 }
-
-func TestConsumerPointInvertsTheFailureTable(t *testing.T) {
-	consumer := 0
-	for _, p := range namedValues[ckf.FailurePoint](t) {
-		if ckf.DispositionOf(p).Domain != ckf.DomainConsumerLane {
-			continue
-		}
-		consumer++
-		if got := consumerPoint(ckf.DispositionOf(p)); got != p {
-			t.Errorf("disposition of %v maps back to %v", p, got)
-		}
-	}
-	if consumer != len(consumerPoints) || consumer == 0 {
-		t.Errorf("%d consumer points, %d in the inverse table", consumer, len(consumerPoints))
-	}
-	// Every disposition the ingestion pool reports names its own point.
-	for err, want := range map[error]ckf.FailurePoint{
-		index.ErrSaturated:                 ckf.ConsumerGapOrMalformedBeforeWrite,
-		index.ErrDirtyToAppliedAgeExceeded: ckf.ConsumerWorkerFailureMidApply,
-		index.ErrWorkerFailed:              ckf.ConsumerWorkerFailureMidApply,
-	} {
-		d, ok := index.PoolErrorDisposition(err)
-		if !ok || consumerPoint(d) != want {
-			t.Errorf("%v: point %v, want %v", err, consumerPoint(d), want)
-		}
-	}
-	if got := consumerPoint(ckf.DispositionOf(ckf.SourceProtocolFailure)); got != ckf.ConsumerGapOrMalformedBeforeWrite {
-		t.Errorf("a producer disposition maps to %v", got)
-	}
-}

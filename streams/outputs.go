@@ -159,27 +159,6 @@ func assignmentFault(err *index.AssignmentError, offset int64) *schemas.LaneFaul
 	return &schemas.LaneFault{Kind: lookup(assignmentFaultKinds[:], err.Kind, schemas.FaultUnknown), Detail: err.Error(), Offset: schemas.Some(offset)}
 }
 
-// consumerPoints is the inverse of the failure table's consumer-lane rows: their dispositions
-// differ, so each names exactly one failure point.
-var consumerPoints = func() map[ckf.FailureDisposition]ckf.FailurePoint {
-	m := make(map[ckf.FailureDisposition]ckf.FailurePoint)
-	for _, p := range ckf.FailurePoints {
-		if d := ckf.DispositionOf(p); d.Domain == ckf.DomainConsumerLane {
-			m[d] = p
-		}
-	}
-	return m
-}()
-
-// consumerPoint names the consumer failure point of a consumer-lane disposition; any other
-// disposition is reported as the generic consumer fault, ConsumerGapOrMalformedBeforeWrite.
-func consumerPoint(d ckf.FailureDisposition) ckf.FailurePoint {
-	if p, ok := consumerPoints[d]; ok {
-		return p
-	}
-	return ckf.ConsumerGapOrMalformedBeforeWrite
-}
-
 // The failure-table enums on the wire. The wire enums have no "none": NoRecoveryDomain is an
 // absent recovery_domain, and an undefined value has no wire form.
 var (
