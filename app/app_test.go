@@ -107,7 +107,7 @@ func TestProcessOnRealBroker(t *testing.T) {
 		`ckf_kafka_connects_total{client="admin",`,
 	}
 	var missing []string
-	waitUntil(t, 10*time.Second, "the component's and the Kafka clients' series on /metrics", func() bool {
+	testenv.WaitUntil(t, 10*time.Second, "the component's and the Kafka clients' series on /metrics", func() bool {
 		_, body, _ := get(base + "/metrics")
 		missing = missing[:0]
 		for _, w := range wants {
@@ -163,23 +163,5 @@ func TestRunFailures(t *testing.T) {
 	})))
 	if code != 1 || !errors.As(err, &re) || re.Phase != app.PhaseStop || !strings.Contains(err.Error(), "shutdown_timeout 50ms") {
 		t.Errorf("slow stop: Run = %d, %v; want 1 and a stop error naming shutdown_timeout", code, err)
-	}
-}
-
-// waitUntil polls cond every few milliseconds until it holds, and fails the test after timeout
-// with what (and detail's account of the state, when given). It is this package's one wait
-// helper: tests wait for a condition that an event makes true, never for a fixed time.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := ""
-			for _, d := range detail {
-				msg += ": " + d()
-			}
-			t.Fatalf("%s: not within %v%s", what, timeout, msg)
-		}
-		time.Sleep(5 * time.Millisecond) // the polling period, not a wait for an outcome
 	}
 }

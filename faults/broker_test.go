@@ -68,7 +68,7 @@ func TestBrokerRestartProcesses(t *testing.T) {
 			}
 			base[i] = sumMetrics(m, "ckf_relay_transactions")
 		}
-		waitUntil(t, 2*time.Minute, when+": every relay commits a transaction", func() bool {
+		testenv.WaitUntilEvery(t, scrapePoll, 2*time.Minute, when+": every relay commits a transaction", func() bool {
 			checkAlive(when)
 			for i, r := range s.relays {
 				m, err := r.metrics()
@@ -88,7 +88,7 @@ func TestBrokerRestartProcesses(t *testing.T) {
 			t.Fatalf("%s: last stable offsets of the lanes: %v", when, err)
 		}
 		var last []lanesPage
-		waitUntil(t, 2*time.Minute, when+": every replica applies every lane up to its last stable offset", func() bool {
+		testenv.WaitUntilEvery(t, scrapePoll, 2*time.Minute, when+": every replica applies every lane up to its last stable offset", func() bool {
 			checkAlive(when)
 			last = last[:0]
 			for _, ix := range s.indexes {

@@ -256,7 +256,7 @@ func TestHostileInput(t *testing.T) {
 	dead := map[coord][]schemas.DeadLetter{}
 	var letters []schemas.DeadLetter
 	missing := 0
-	waitUntil(t, 30*time.Second, "every hostile record is dead-lettered", func() bool {
+	testenv.WaitUntilEvery(t, scrapePoll, 30*time.Second, "every hostile record is dead-lettered", func() bool {
 		letters = s.deadLetters()
 		clear(dead)
 		for _, d := range letters {
@@ -355,7 +355,7 @@ func TestHostileInput(t *testing.T) {
 	}
 	stable, _ := lso.Lookup(lanes, lane)
 	var rogueAfter []lanesPage
-	waitUntil(t, time.Minute, fmt.Sprintf("both replicas process lane 1 up to offset %d", stable.Offset-1), func() bool {
+	testenv.WaitUntilEvery(t, scrapePoll, time.Minute, fmt.Sprintf("both replicas process lane 1 up to offset %d", stable.Offset-1), func() bool {
 		rogueAfter = rogueAfter[:0]
 		for _, ix := range s.indexes {
 			page, err := ix.lanes()

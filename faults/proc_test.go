@@ -230,25 +230,6 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// waitUntil polls cond every 50 ms until it holds, and fails the test after timeout with what
-// (and detail's account of the state, when given). It is this package's one wait helper: tests
-// wait for a condition that an event makes true, never for a fixed time. The period is longer
-// than in the in-process suites because a poll here is usually an HTTP scrape of a process.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := ""
-			for _, d := range detail {
-				msg += ": " + d()
-			}
-			t.Fatalf("%s: not within %v%s", what, timeout, msg)
-		}
-		time.Sleep(50 * time.Millisecond) // the polling period, not a wait for an outcome
-	}
-}
-
 // waitReady waits until /readyz answers 200, failing the test if the process exits first, and
 // returns how long that took (to the polling period).
 func (p *proc) waitReady(timeout time.Duration) time.Duration {
@@ -256,7 +237,7 @@ func (p *proc) waitReady(timeout time.Duration) time.Duration {
 	start := time.Now()
 	c := &http.Client{Timeout: time.Second}
 	var last string
-	waitUntil(p.t, timeout, p.name+" is ready", func() bool {
+	testenv.WaitUntil(p.t, timeout, p.name+" is ready", func() bool {
 		if !p.alive() {
 			p.t.Fatalf("%s exited while starting (%v):\n%s", p.name, p.exitError(), tail(p.logPath(p.runs), 25))
 		}
@@ -344,3 +325,6 @@ func freeAddr(t testing.TB) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// scrapePoll is how often the suite's waits poll: a poll is usually an HTTP scrape of a process.
+const scrapePoll = 50 * time.Millisecond

@@ -291,7 +291,7 @@ func (w *writer) resume() { w.paused.Store(false) }
 // test wants to have run, counted in events rather than in seconds.
 func (w *writer) waitAcked(n int64, timeout time.Duration) {
 	w.t.Helper()
-	waitUntil(w.t, timeout, fmt.Sprintf("%d KV events acknowledged", n), func() bool { return w.acked.Load() >= n },
+	testenv.WaitUntil(w.t, timeout, fmt.Sprintf("%d KV events acknowledged", n), func() bool { return w.acked.Load() >= n },
 		func() string {
 			return fmt.Sprintf("%d acknowledged, %d sent, %d failed (%v)", w.acked.Load(), w.sent.Load(), w.failed.Load(), w.lastErr.Load())
 		})
@@ -460,7 +460,7 @@ func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 		}
 		ends.Each(func(o kadm.ListedOffset) { st[i].records += float64(o.Offset) })
 	}
-	waitUntil(s.t, timeout, "every relay applies and commits its KV events", func() bool {
+	testenv.WaitUntil(s.t, timeout, "every relay applies and commits its KV events", func() bool {
 		all := true
 		for i, r := range s.relays {
 			rs := &st[i]
@@ -511,7 +511,7 @@ func (s *system) replicasCaughtUp(seqs []uint64, timeout time.Duration) []lanesP
 	s.t.Helper()
 	pages := make([]lanesPage, len(s.indexes))
 	errs := make([]error, len(s.indexes))
-	waitUntil(s.t, timeout, fmt.Sprintf("every replica serves every lane at the sequences %v", seqs), func() bool {
+	testenv.WaitUntil(s.t, timeout, fmt.Sprintf("every replica serves every lane at the sequences %v", seqs), func() bool {
 		all := true
 		for i, ix := range s.indexes {
 			page, err := ix.lanes()

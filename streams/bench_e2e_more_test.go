@@ -276,7 +276,7 @@ func pfIngestOnce(b *testing.B, e *testEnv, lane uint8, words []uint64, hwm int6
 	ri := pfStartIndexer(b, e, e.manifest(ckf.ConsumerInstanceID(time.Now().UnixNano()), lane))
 	defer ri.stop()
 	start := time.Now()
-	waitUntil(b, 5*time.Minute, fmt.Sprintf("the indexer ingests lane %d", lane), func() bool {
+	testenv.WaitUntil(b, 5*time.Minute, fmt.Sprintf("the indexer ingests lane %d", lane), func() bool {
 		return ri.ix.GlobalIndexer().ReadyLanes() != 0 && laneStatus(ri, lane).AppliedOffset >= hwm-1 &&
 			equalWords(ri.ix.GlobalIndexer().LaneWords(lane), words)
 	}, func() string { return fmt.Sprintf("status %+v, high watermark %d", laneStatus(ri, lane), hwm) })
@@ -485,7 +485,7 @@ func pfLagRun(b *testing.B, rate float64, images, total int) pfLagResult {
 	ri := pfStartIndexer(b, e, e.manifest(ckf.ConsumerInstanceID(time.Now().UnixNano()), lane))
 	defer ri.stop()
 	g := ri.ix.GlobalIndexer()
-	waitUntil(b, time.Minute, fmt.Sprintf("lane %d is ready", lane), func() bool { return g.ReadyLanes()&(1<<lane) != 0 })
+	testenv.WaitUntil(b, time.Minute, fmt.Sprintf("lane %d is ready", lane), func() bool { return g.ReadyLanes()&(1<<lane) != 0 })
 	addr := g.Addressing()
 	bc := g.BucketCount()
 	rng := rand.New(rand.NewPCG(11, uint64(rate)))
@@ -1023,7 +1023,7 @@ func BenchmarkE2ERestore16Lanes2to20(b *testing.B) {
 			res.RawMs = append(res.RawMs, float64(raw.Microseconds())/1e3)
 			start := time.Now()
 			ri := pfStartIndexer(b, e, e.manifest(ckf.ConsumerInstanceID(5000+i), lanes...))
-			waitUntil(b, 5*time.Minute, "every lane is restored", func() bool { return ri.ix.GlobalIndexer().ReadyLanes() == all },
+			testenv.WaitUntil(b, 5*time.Minute, "every lane is restored", func() bool { return ri.ix.GlobalIndexer().ReadyLanes() == all },
 				func() string { return fmt.Sprintf("ready lanes %016b", ri.ix.GlobalIndexer().ReadyLanes()) })
 			res.RestoreMs = append(res.RestoreMs, float64(time.Since(start).Microseconds())/1e3)
 			ri.stop()
@@ -1175,7 +1175,7 @@ func BenchmarkE2ERelay(b *testing.B) {
 			// Done when every event is applied and everything the relay published is committed:
 			// read on the relay's goroutine between two events, no publication is pending (the
 			// open window was flushed) and the publisher's last sequence is the committed one.
-			waitUntil(b, 5*time.Minute, fmt.Sprintf("the relay applies and commits %d events", n), func() bool {
+			testenv.WaitUntil(b, 5*time.Minute, fmt.Sprintf("the relay applies and commits %d events", n), func() bool {
 				s := r.Stats()
 				if s.Events+s.Undecodable < uint64(n) || s.Events == before.Events {
 					return false

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
+	"github.com/ckf-stream/ckf-stream/testenv"
 )
 
 // End-to-end benchmarks against the real broker (make bench-e2e). They report; nothing here
@@ -82,7 +83,7 @@ func BenchmarkRestoreFourLanes2to20(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
 		ri := e.startIndexer(e.manifest(ckf.ConsumerInstanceID(1000+i), lanes...), e.indexerConfig())
-		waitUntil(b, 5*time.Minute, "the four lanes are restored", func() bool {
+		testenv.WaitUntil(b, 5*time.Minute, "the four lanes are restored", func() bool {
 			return ri.ix.GlobalIndexer().ReadyLanes() == 1|1<<5|1<<10|1<<15
 		}, func() string { return fmt.Sprintf("ready lanes %016b", ri.ix.GlobalIndexer().ReadyLanes()) })
 		total += time.Since(start)

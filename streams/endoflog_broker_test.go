@@ -26,7 +26,7 @@ import (
 // find the markers inside the end it lists waits for them here.
 func waitTransactionsSettled(t testing.TB, adm *kadm.Client, topic string) {
 	t.Helper()
-	waitUntil(t, converge, "the transactions on "+topic+" settle", func() bool {
+	testenv.WaitUntil(t, converge, "the transactions on "+topic+" settle", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), converge)
 		defer cancel()
 		stable, err := adm.ListCommittedOffsets(ctx, topic)

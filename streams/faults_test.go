@@ -11,6 +11,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -188,7 +189,7 @@ func runFaultCase(t *testing.T, tc faultCase) {
 	} else {
 		// The lane publishes its status after a record's effects: once its applied position
 		// passes the injected records, whatever they did to the lane has happened.
-		waitUntil(t, converge, "the lane processes the injected records", func() bool { return laneStatus(ri, lane).AppliedOffset >= raw.last })
+		testenv.WaitUntil(t, converge, "the lane processes the injected records", func() bool { return laneStatus(ri, lane).AppliedOffset >= raw.last })
 		if ri.ix.GlobalIndexer().ReadyLanes()&(1<<lane) == 0 {
 			t.Fatal("the lane left service; this fault must only reject the record")
 		}
@@ -200,7 +201,7 @@ func runFaultCase(t *testing.T, tc faultCase) {
 	p.storeChain(5, nil, 0)
 	waitLane(t, ri, p, converge)
 	if tc.deadLetter {
-		waitUntil(t, converge, "a dead-letter record", func() bool { return len(dead.snapshot()) > 0 })
+		testenv.WaitUntil(t, converge, "a dead-letter record", func() bool { return len(dead.snapshot()) > 0 })
 		d, err := e.codec.DecodeDeadLetter(dead.snapshot()[0].Value)
 		if err != nil || d.SourceTopic != e.topics.Lanes || d.SourcePartition != lane || d.Reason == "" {
 			t.Fatalf("dead letter %+v (%v): want the source coordinates and a reason", d, err)
@@ -226,11 +227,11 @@ func TestAwaitingLaneAsksForSnapshot(t *testing.T) {
 	events.waitFor(t, lane, converge, "SNAPSHOT_REQUESTED (start-up: no snapshot retained)", requested)
 	// The next request must not be held back by the gap: let the gap pass since the first one.
 	first := time.Now()
-	waitUntil(t, converge, "the retry gap passes", func() bool { return time.Since(first) > cfg.RetrySnapshotRequestGap })
+	testenv.WaitUntil(t, converge, "the retry gap passes", func() bool { return time.Since(first) > cfg.RetrySnapshotRequestGap })
 	e.raw(lane).chunks(p.id, 0, make([]uint64, p.state.BucketCount()), 1000, []int{0, 2, 1})
 	events.waitFor(t, lane, converge, "AWAITING_SNAPSHOT(SNAPSHOT_ASSEMBLY)",
 		faultIs(schemas.EventAwaitingSnapshot, schemas.FaultSnapshotAssembly))
-	waitUntil(t, converge, "the awaiting lane asks for a snapshot again", func() bool {
+	testenv.WaitUntil(t, converge, "the awaiting lane asks for a snapshot again", func() bool {
 		return events.count(lane, requested) >= 2 && laneStatus(ri, lane).SnapshotRequests >= 2
 	}, func() string { return fmt.Sprintf("%d requests", laneStatus(ri, lane).SnapshotRequests) })
 	p.snapshot() // the relay answers

@@ -264,38 +264,13 @@ func (p *testProducer) clearWorker() {
 	p.chains = nil
 }
 
-// waitUntil polls cond until it holds, and fails the test after timeout with what (and
-// detail's account of the state, when given). It is this package's one wait helper: tests wait
-// for a condition that an event makes true, never for a fixed time, and a test that checks that
-// something did NOT happen first waits here for an event proving the system got past the point
-// where it would have happened. Tests poll every 5 ms; benchmarks, which time the wait, every
-// 200 µs.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
-	t.Helper()
-	poll := 5 * time.Millisecond
-	if _, timed := t.(*testing.B); timed {
-		poll = 200 * time.Microsecond
-	}
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := ""
-			for _, d := range detail {
-				msg += ": " + d()
-			}
-			t.Fatalf("%s: not within %v%s", what, timeout, msg)
-		}
-		time.Sleep(poll) // the polling period, not a wait for an outcome
-	}
-}
-
 // waitLane waits until the indexer's words of the lane equal the producer's words and the lane
 // is ready at the producer's last sequence.
 func waitLane(t *testing.T, ri *runningIndexer, p *testProducer, timeout time.Duration) {
 	t.Helper()
 	want := p.state.CopyWords()
 	g := ri.ix.GlobalIndexer()
-	waitUntil(t, timeout, fmt.Sprintf("lane %d converges to the producer", p.lane), func() bool {
+	testenv.WaitUntil(t, timeout, fmt.Sprintf("lane %d converges to the producer", p.lane), func() bool {
 		return g.ReadyLanes()&(1<<p.lane) != 0 && slices.Equal(g.LaneWords(p.lane), want) &&
 			laneStatus(ri, p.lane).InstalledSequence == p.pub.LastSequence()
 	}, func() string {
@@ -353,7 +328,7 @@ func (e *testEnv) watchEvents() *eventLog {
 func (l *eventLog) waitFor(t *testing.T, lane uint8, timeout time.Duration, what string, match func(ev schemas.LaneEvent) bool) schemas.LaneEvent {
 	t.Helper()
 	var found schemas.LaneEvent
-	waitUntil(t, timeout, fmt.Sprintf("lane %d: a %s event", lane, what), func() bool {
+	testenv.WaitUntil(t, timeout, fmt.Sprintf("lane %d: a %s event", lane, what), func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for _, ev := range l.events {

@@ -240,7 +240,7 @@ func (c *controlLog) count() int { return len(c.snapshot()) }
 func (c *controlLog) waitLane(t *testing.T, lane uint8, timeout time.Duration) schemas.SnapshotRequest {
 	t.Helper()
 	var found schemas.SnapshotRequest
-	waitUntil(t, timeout, fmt.Sprintf("a snapshot request for lane %d", lane), func() bool {
+	testenv.WaitUntil(t, timeout, fmt.Sprintf("a snapshot request for lane %d", lane), func() bool {
 		for _, r := range c.snapshot() {
 			rec, err := c.codec.DecodeControlRecord(r.Value)
 			if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/testenv"
 )
 
 // The lane owner's behaviours beyond the spec's fault table (faults_test.go): backpressure,
@@ -30,7 +31,7 @@ func TestLaneBurstIsBackpressure(t *testing.T) {
 	cfg.Feed.PauseBytes = 64 << 10 // 2.3 MB of deltas wait in the log: the partition must pause
 	ri := e.startIndexer(e.manifest(81, lane), cfg)
 
-	waitUntil(t, converge, "the lane applies the whole burst", func() bool { return laneStatus(ri, lane).AppliedOffset >= end-1 },
+	testenv.WaitUntil(t, converge, "the lane applies the whole burst", func() bool { return laneStatus(ri, lane).AppliedOffset >= end-1 },
 		func() string { return fmt.Sprintf("status %+v, end %d", laneStatus(ri, lane), end) })
 	st := laneStatus(ri, lane)
 	if len(st.Faults) != 0 || st.Recoveries != 0 || st.Deltas != deltas || st.Images != deltas*images {
@@ -127,7 +128,7 @@ func TestZombieSnapshotRefused(t *testing.T) {
 	events.waitFor(t, lane, converge, "SNAPSHOT_REQUESTED", kindIs(schemas.EventSnapshotRequested))
 	before := events.count(lane, faultIs(schemas.EventRecordRejected, schemas.FaultStaleIncarnation))
 	zombie.snapshot()
-	waitUntil(t, converge, "a second STALE_INCARNATION rejection", func() bool {
+	testenv.WaitUntil(t, converge, "a second STALE_INCARNATION rejection", func() bool {
 		return events.count(lane, faultIs(schemas.EventRecordRejected, schemas.FaultStaleIncarnation)) > before
 	})
 	if g.ReadyLanes() != 0 {
@@ -156,7 +157,7 @@ func TestLaneLagIsExact(t *testing.T) {
 	end := pfEndOffsets(t, e.topics.Lanes, []int32{lane})
 	ri := e.startIndexer(e.manifest(84, lane), e.indexerConfig())
 	waitLane(t, ri, p, converge)
-	waitUntil(t, converge, "the applied offset reaches the last stable offset", func() bool {
+	testenv.WaitUntil(t, converge, "the applied offset reaches the last stable offset", func() bool {
 		st := laneStatus(ri, lane)
 		return st.AppliedOffset == end-1 && st.HighWatermark == end && st.LagRecords == 0
 	}, func() string { return fmt.Sprintf("status %+v, end %d", laneStatus(ri, lane), end) })

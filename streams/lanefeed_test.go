@@ -82,7 +82,7 @@ func TestLaneFeedBackpressurePausesOnlyThatLane(t *testing.T) {
 	feed := startFeed(t, topic, []int32{0, 1}, streams.FeedConfig{PauseBytes: 64 << 10})
 
 	readUntil(t, feed, 1, 0, 399) // lane 1 flows while lane 0 is not drained at all
-	waitUntil(t, 30*time.Second, "lane 0 pauses", func() bool { return feed.Queue(0).Paused },
+	testenv.WaitUntil(t, 30*time.Second, "lane 0 pauses", func() bool { return feed.Queue(0).Paused },
 		func() string { return fmt.Sprintf("queue %+v", feed.Queue(0)) })
 	if q := feed.Queue(0); q.Bytes > 64<<10+8<<20 || q.Pauses != 1 { // bound: the pause threshold plus one fetch's worth
 		t.Fatalf("lane 0 queue %+v; want at most one fetch past the bound, paused once", q)

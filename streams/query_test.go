@@ -253,7 +253,7 @@ func qCreateTopic(t *testing.T, name string, partitions int32) string {
 	})
 	// Wait until every partition has a leader, as testenv.NewTopic does.
 	var last error
-	waitUntil(t, 30*time.Second, "topic "+name+" has a leader on every partition", func() bool {
+	testenv.WaitUntil(t, 30*time.Second, "topic "+name+" has a leader on every partition", func() bool {
 		md, err := adm.Metadata(ctx, name)
 		if last = err; err != nil {
 			return false
@@ -388,7 +388,7 @@ func (o *qObserver[T]) count() (ids, total int) {
 func (o *qObserver[T]) waitIDs(t *testing.T, ids []string, within time.Duration) {
 	t.Helper()
 	missing, first := 0, ""
-	waitUntil(t, within, fmt.Sprintf("a record for each of %d ids", len(ids)), func() bool {
+	testenv.WaitUntil(t, within, fmt.Sprintf("a record for each of %d ids", len(ids)), func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		missing, first = 0, ""
@@ -409,7 +409,7 @@ func (o *qObserver[T]) waitIDs(t *testing.T, ids []string, within time.Duration)
 func (o *qObserver[T]) waitCaughtUp(t *testing.T, topic string, partitions int32, within time.Duration) {
 	t.Helper()
 	ends := qEndOffsets(t, topic, partitions)
-	waitUntil(t, within, "the observer reads "+topic+" to its end", func() bool {
+	testenv.WaitUntil(t, within, "the observer reads "+topic+" to its end", func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		for p, end := range ends {
@@ -757,7 +757,7 @@ func TestQueryServiceAnswersOverKafka(t *testing.T) {
 	total := int64(len(values) + 3 + len(rs))
 	waitCounter := func(name string, tags map[string]string, want int64) {
 		t.Helper()
-		waitUntil(t, 10*time.Second, fmt.Sprintf("counter %s %v reaches %d", name, tags, want),
+		testenv.WaitUntil(t, 10*time.Second, fmt.Sprintf("counter %s %v reaches %d", name, tags, want),
 			func() bool { return qCounter(scope, name, tags) == want },
 			func() string { return fmt.Sprintf("it is %d", qCounter(scope, name, tags)) })
 	}
@@ -876,7 +876,7 @@ func qWaitCommitted(t *testing.T, group, topic string, partitions int32) {
 	t.Helper()
 	ends := qEndOffsets(t, topic, partitions)
 	var got []int64
-	waitUntil(t, 30*time.Second, "group "+group+" commits the end offsets of "+topic, func() bool {
+	testenv.WaitUntil(t, 30*time.Second, "group "+group+" commits the end offsets of "+topic, func() bool {
 		got = qCommitted(t, group, topic, partitions)
 		return slices.Equal(got, ends)
 	}, func() string { return fmt.Sprintf("committed %v, end offsets %v", got, ends) })
@@ -925,7 +925,7 @@ func TestQueryServiceRestartMidStream(t *testing.T) {
 	if err := a.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, time.Minute, "150 replies from the first instance", func() bool {
+	testenv.WaitUntil(t, time.Minute, "150 replies from the first instance", func() bool {
 		n, _ := replies.count()
 		return n >= 150
 	}, func() string { n, _ := replies.count(); return fmt.Sprintf("%d replies", n) })
@@ -968,7 +968,7 @@ func TestQueryServiceGroupSharesLoad(t *testing.T) {
 		state   string
 		err     error
 	)
-	waitUntil(t, time.Minute, "group "+group+" has two members holding partitions", func() bool {
+	testenv.WaitUntil(t, time.Minute, "group "+group+" has two members holding partitions", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		var groups kadm.DescribedGroups

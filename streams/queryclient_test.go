@@ -123,7 +123,7 @@ func TestQueryClientRefusesDuplicateInFlightID(t *testing.T) {
 		_, err := c.Query(ctx, qHashRequest("dup", []uint64{1, 2, 3}))
 		first <- err
 	}()
-	waitUntil(t, 30*time.Second, "the first call's request is acknowledged", func() bool { return c.Stats().Sent == 1 },
+	testenv.WaitUntil(t, 30*time.Second, "the first call's request is acknowledged", func() bool { return c.Stats().Sent == 1 },
 		func() string { return fmt.Sprintf("stats %+v", c.Stats()) })
 	// The duplicate's context is already over: refused, it fails with the duplicate error before
 	// its context matters; accepted by mistake, it fails on the context at once.
@@ -183,7 +183,7 @@ func TestQueryClientSharedReplyPartition(t *testing.T) {
 	wg.Wait()
 	for i, c := range clients {
 		// Each client reads the other's 40 replies too; they may still be on their way.
-		waitUntil(t, 10*time.Second, fmt.Sprintf("client %d skips the other's 40 replies", i), func() bool { return c.Stats().Unmatched >= 40 },
+		testenv.WaitUntil(t, 10*time.Second, fmt.Sprintf("client %d skips the other's 40 replies", i), func() bool { return c.Stats().Unmatched >= 40 },
 			func() string { return fmt.Sprintf("stats %+v", c.Stats()) })
 		if st := c.Stats(); st.Answered != 40 || st.Unmatched < 40 || c.ReplyPartition() != 2 {
 			t.Errorf("stats %+v on partition %d: want 40 answered and the other's 40 skipped", st, c.ReplyPartition())

@@ -43,7 +43,7 @@ func TestDrainedRelayLaneLeavesAnswersThenReturns(t *testing.T) {
 	events.waitFor(t, lane, converge, "DRAINED", kindIs(schemas.EventDrained))
 	// The lane publishes its status after the record's effects: once it reports the drain, the
 	// ready bit is already clear.
-	waitUntil(t, converge, "lane status reports the drain", func() bool { return laneStatus(ri, lane).Drains == 1 })
+	testenv.WaitUntil(t, converge, "lane status reports the drain", func() bool { return laneStatus(ri, lane).Drains == 1 })
 	if st := laneStatus(ri, lane); st.Phase.String() != "drained" || ri.ix.EligibleLanes() != 0 || ri.ix.GlobalIndexer().ReadyLanes() != 0 {
 		t.Fatalf("after the drain: phase %v, eligible %016b, ready %016b; want drained and out of answers",
 			st.Phase, ri.ix.EligibleLanes(), ri.ix.GlobalIndexer().ReadyLanes())

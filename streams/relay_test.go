@@ -143,7 +143,7 @@ func (e *relayEnv) produceRaw(rs ...*kgo.Record) {
 // included).
 func waitApplied(t *testing.T, rr *runningRelay, n uint64) {
 	t.Helper()
-	waitUntil(t, converge, fmt.Sprintf("the relay applies %d KV records", n), func() bool {
+	testenv.WaitUntil(t, converge, fmt.Sprintf("the relay applies %d KV records", n), func() bool {
 		s := rr.r.Stats()
 		return s.Events+s.ReplayedEvents+s.Undecodable >= n
 	}, func() string { return fmt.Sprintf("stats %+v", rr.r.Stats()) })
@@ -157,7 +157,7 @@ func waitApplied(t *testing.T, rr *runningRelay, n uint64) {
 func waitHeartbeats(t *testing.T, rr *runningRelay, k uint64) {
 	t.Helper()
 	from := rr.r.Stats().Heartbeats
-	waitUntil(t, converge, fmt.Sprintf("%d relay heartbeats", k), func() bool { return rr.r.Stats().Heartbeats >= from+k },
+	testenv.WaitUntil(t, converge, fmt.Sprintf("%d relay heartbeats", k), func() bool { return rr.r.Stats().Heartbeats >= from+k },
 		func() string { return fmt.Sprintf("stats %+v", rr.r.Stats()) })
 }
 
@@ -168,7 +168,7 @@ func waitRelayLane(t *testing.T, ri *runningIndexer, rr *runningRelay, lane uint
 	g := ri.ix.GlobalIndexer()
 	var words []uint64
 	var seq uint64
-	waitUntil(t, converge, fmt.Sprintf("lane %d converges to the relay", lane), func() bool {
+	testenv.WaitUntil(t, converge, fmt.Sprintf("lane %d converges to the relay", lane), func() bool {
 		words, seq = rr.inspect(t)
 		st := laneStatus(ri, lane)
 		return g.ReadyLanes()&(1<<lane) != 0 && st.Identity == rr.r.Identity().String() && st.InstalledSequence == seq &&
@@ -402,7 +402,7 @@ func TestRelayIdleLaneSnapshotsLessOften(t *testing.T) {
 	ev := g.take(30)
 	e.produce(ev...)
 	waitApplied(t, rr, uint64(len(ev)))
-	waitUntil(t, converge, "a timed snapshot after the deltas", func() bool { return rr.r.Stats().Snapshots >= 2 },
+	testenv.WaitUntil(t, converge, "a timed snapshot after the deltas", func() bool { return rr.r.Stats().Snapshots >= 2 },
 		func() string { return fmt.Sprintf("stats %+v", rr.r.Stats()) })
 
 	// Idle again: at most one more (for deltas published after the snapshot just seen), however
@@ -468,7 +468,7 @@ func TestRelayRestartRequestAndDrain(t *testing.T) {
 	if err := out.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, converge, "a snapshot after the requests", func() bool {
+	testenv.WaitUntil(t, converge, "a snapshot after the requests", func() bool {
 		return first.r.Stats().SnapshotRequests >= 5 && first.r.Stats().Snapshots > before
 	}, func() string { return fmt.Sprintf("stats %+v", first.r.Stats()) })
 	// Three idle heartbeat intervals (well past SnapshotRequestMinInterval) with every request
@@ -776,7 +776,7 @@ func TestRelayRecoversFromUncertainWrite(t *testing.T) {
 		t.Fatal("the injected faults were not reached")
 	}
 	waitApplied(t, rr, 120)
-	waitUntil(t, converge, "the relay recovers", func() bool { return rr.r.Stats().Recoveries > 0 && rr.r.Ready() == nil },
+	testenv.WaitUntil(t, converge, "the relay recovers", func() bool { return rr.r.Stats().Recoveries > 0 && rr.r.Ready() == nil },
 		func() string { return fmt.Sprintf("stats %+v", rr.r.Stats()) })
 	if id := rr.r.Identity(); id.Incarnation <= firstID.Incarnation {
 		t.Fatalf("recovered under incarnation %d, first %d", id.Incarnation, firstID.Incarnation)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/httpserver"
+	"github.com/ckf-stream/ckf-stream/testenv"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 )
@@ -223,7 +224,7 @@ func (g *gatedServer) slowRequest() <-chan error {
 func (g *gatedServer) waitRefusing(t *testing.T) {
 	t.Helper()
 	addr := g.s.Addr().String()
-	waitUntil(t, 30*time.Second, "Stop closes the listener of "+addr, func() bool {
+	testenv.WaitUntil(t, 30*time.Second, "Stop closes the listener of "+addr, func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
@@ -276,23 +277,5 @@ func TestStopWaitsUntilItsContextEnds(t *testing.T) {
 	close(g.release) // Stop has returned: a request it left open could now complete
 	if err := <-got; err == nil {
 		t.Error("the request left in flight when Stop gave up was answered; Stop must close it")
-	}
-}
-
-// waitUntil polls cond every few milliseconds until it holds, and fails the test after timeout
-// with what (and detail's account of the state, when given). It is this package's one wait
-// helper: tests wait for a condition that an event makes true, never for a fixed time.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := ""
-			for _, d := range detail {
-				msg += ": " + d()
-			}
-			t.Fatalf("%s: not within %v%s", what, timeout, msg)
-		}
-		time.Sleep(5 * time.Millisecond) // the polling period, not a wait for an outcome
 	}
 }

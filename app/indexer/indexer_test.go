@@ -166,24 +166,6 @@ func metric(body, name string, labels ...string) float64 {
 	return -1
 }
 
-// waitUntil polls cond every few milliseconds until it holds, and fails the test after timeout
-// with what (and detail's account of the state, when given). It is this package's one wait
-// helper: tests wait for a condition that an event makes true, never for a fixed time.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := ""
-			for _, d := range detail {
-				msg += ": " + d()
-			}
-			t.Fatalf("%s: not within %v%s", what, timeout, msg)
-		}
-		time.Sleep(5 * time.Millisecond) // the polling period, not a wait for an outcome
-	}
-}
-
 // TestMetricsMoveWhileProducing scrapes /metrics while test producers publish on two lanes: the
 // per-lane counters (deltas, images) and gauges (installed sequence, high watermark, lag) move,
 // the indexer becomes ready, and both query paths answer as the table does.
@@ -198,14 +180,14 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	shared := []uint64{11, 12, 13, 14, 15, 16}
 	p0.store(append(slices.Clone(shared), 21, 22, 23))
 	p1.store(append(slices.Clone(shared), 31))
-	waitUntil(t, time.Minute, "readiness", func() bool { return r.ix.API().Ready(context.Background()) == nil })
+	testenv.WaitUntil(t, time.Minute, "readiness", func() bool { return r.ix.API().Ready(context.Background()) == nil })
 	if code, body := r.get(t, "/readyz"); code != http.StatusOK || !strings.Contains(body, "ok lanes") {
 		t.Fatalf("/readyz: %d %s", code, body)
 	}
 
 	lane0 := `lane="0"`
 	var before string
-	waitUntil(t, 30*time.Second, "lane 0 series on /metrics", func() bool {
+	testenv.WaitUntil(t, 30*time.Second, "lane 0 series on /metrics", func() bool {
 		_, before = r.get(t, "/metrics")
 		return metric(before, "ckf_indexer_lane_deltas", lane0) >= 1 && metric(before, "ckf_indexer_lane_high_watermark", lane0) > 0
 	})
@@ -214,7 +196,7 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	}
 	seq := p0.pub.LastSequence()
 	var after string
-	waitUntil(t, 30*time.Second, "lane 0 metrics to move", func() bool {
+	testenv.WaitUntil(t, 30*time.Second, "lane 0 metrics to move", func() bool {
 		_, after = r.get(t, "/metrics")
 		return metric(after, "ckf_indexer_lane_installed_sequence", lane0) == float64(seq)
 	})
@@ -283,7 +265,7 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || len(hr.Matches) != 2 || hr.Matches[0].Depth != want[0] || hr.Matches[1].Depth != want[1] {
 		t.Fatalf("HTTP answer %d %+v; want depths %v", resp.StatusCode, hr, want)
 	}
-	waitUntil(t, 10*time.Second, "query metrics of both paths", func() bool {
+	testenv.WaitUntil(t, 10*time.Second, "query metrics of both paths", func() bool {
 		_, m := r.get(t, "/metrics")
 		return metric(m, "ckf_query_requests", `path="kafka"`) >= 1 && metric(m, "ckf_query_requests", `path="http"`) >= 1 &&
 			metric(m, "ckf_query_replies", `path="http"`, `status="ok"`) >= 1 &&

@@ -141,7 +141,7 @@ func TestRelayModuleOnRealBroker(t *testing.T) {
 	}
 	// Deltas counts a delta when it is published into the open transaction; LastSequence moves
 	// when that transaction commits. The drain marker names the committed sequence, so wait for it.
-	waitUntil(t, time.Minute, "a committed delta", func() bool {
+	testenv.WaitUntil(t, time.Minute, "a committed delta", func() bool {
 		s := rl.Streams().Stats()
 		return s.Deltas > 0 && s.LastSequence > 0
 	}, func() string { return fmt.Sprintf("stats %+v", rl.Streams().Stats()) })
@@ -149,7 +149,7 @@ func TestRelayModuleOnRealBroker(t *testing.T) {
 	wants := []string{"ckf_relay_deltas_published", "ckf_relay_snapshot_duration_seconds_bucket",
 		`ckf_kafka_produce_records_total{client="relay-lanes"`, `ckf_kafka_fetch_records_total{client="relay-input"`}
 	var missing []string
-	waitUntil(t, time.Minute, "the relay's series on /metrics", func() bool {
+	testenv.WaitUntil(t, time.Minute, "the relay's series on /metrics", func() bool {
 		_, body := get(t, url+"/metrics")
 		missing = missing[:0]
 		for _, w := range wants {
@@ -211,22 +211,4 @@ func get(t *testing.T, url string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(body)
-}
-
-// waitUntil polls cond every few milliseconds until it holds, and fails the test after timeout
-// with what (and detail's account of the state, when given). It is this package's one wait
-// helper: tests wait for a condition that an event makes true, never for a fixed time.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := ""
-			for _, d := range detail {
-				msg += ": " + d()
-			}
-			t.Fatalf("%s: not within %v%s", what, timeout, msg)
-		}
-		time.Sleep(5 * time.Millisecond) // the polling period, not a wait for an outcome
-	}
 }
