@@ -169,11 +169,7 @@ type testProducer struct {
 
 func (e *testEnv) producer(lane uint8, incarnation uint64) *testProducer {
 	e.t.Helper()
-	state, err := producer.NewDcState(ckf.NewCkfConfig(e.blocks))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	id := ckf.ProducerIdentity{Pool: testPool(100 + uint64(lane)), Incarnation: incarnation, LayoutGeneration: 1, Format: state.Format()}
+	id, state := e.producerState(lane, incarnation)
 	return e.producerWithIdentity(lane, id, state)
 }
 
@@ -181,13 +177,20 @@ func (e *testEnv) producer(lane uint8, incarnation uint64) *testProducer {
 // one transaction, so the lane partition holds commit markers.
 func (e *testEnv) transactionalProducer(lane uint8, incarnation uint64) *testProducer {
 	e.t.Helper()
+	id, state := e.producerState(lane, incarnation)
+	cl := e.cluster.Client(e.t, append(streams.LaneWriterClientOpts(), kgo.TransactionalID(testenv.UniqueName(e.t, "txn")))...)
+	return e.producerOn(cl, true, lane, id, state)
+}
+
+// producerState is a fresh exact state of the env's size and the identity of lane's pool at
+// incarnation.
+func (e *testEnv) producerState(lane uint8, incarnation uint64) (ckf.ProducerIdentity, *producer.DcState) {
+	e.t.Helper()
 	state, err := producer.NewDcState(ckf.NewCkfConfig(e.blocks))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	id := ckf.ProducerIdentity{Pool: testPool(100 + uint64(lane)), Incarnation: incarnation, LayoutGeneration: 1, Format: state.Format()}
-	cl := e.cluster.Client(e.t, append(streams.LaneWriterClientOpts(), kgo.TransactionalID(testenv.UniqueName(e.t, "txn")))...)
-	return e.producerOn(cl, true, lane, id, state)
+	return ckf.ProducerIdentity{Pool: testPool(100 + uint64(lane)), Incarnation: incarnation, LayoutGeneration: 1, Format: state.Format()}, state
 }
 
 func (e *testEnv) producerWithIdentity(lane uint8, id ckf.ProducerIdentity, state *producer.DcState) *testProducer {
