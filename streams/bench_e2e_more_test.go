@@ -1135,15 +1135,15 @@ func BenchmarkE2ERelay(b *testing.B) {
 			recs, ops := pfKvEvents(b, e.codec, kvTopic, n)
 			res.BlockOps = ops
 			const lane = 2
+			cfg := streams.DefaultRelayConfig()
+			cfg.Topics = streams.RelayTopics{KVEvents: kvTopic, Lanes: e.topics.Lanes, SnapshotIndex: e.topics.SnapshotIndex,
+				Control: e.topics.Control, DeadLetter: e.topics.DeadLetter}
+			cfg.Pool, cfg.Lane, cfg.CKF = testPool(100+lane), lane, ckf.NewCkfConfig(e.blocks)
+			cfg.SnapshotEveryDeltas, cfg.SnapshotInterval = 1<<40, time.Hour
+			cfg.TransactionalID = testenv.UniqueName(b, "bench-relay") + strconv.Itoa(rep)
 			r, err := streams.NewRelay(streams.RelayParams{
-				Config: streams.RelayConfig{
-					Topics: streams.RelayTopics{KVEvents: kvTopic, Lanes: e.topics.Lanes, SnapshotIndex: e.topics.SnapshotIndex,
-						Control: e.topics.Control, DeadLetter: e.topics.DeadLetter},
-					Pool: testPool(100 + lane), Lane: lane, CKF: ckf.NewCkfConfig(e.blocks),
-					SnapshotEveryDeltas: 1 << 40, SnapshotInterval: time.Hour,
-					TransactionalID: testenv.UniqueName(b, "bench-relay") + strconv.Itoa(rep),
-				},
-				Codec: e.codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)}, Log: zap.NewNop(),
+				Config: cfg,
+				Codec:  e.codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)}, Log: zap.NewNop(),
 			})
 			if err != nil {
 				b.Fatal(err)

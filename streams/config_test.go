@@ -1,0 +1,130 @@
+package streams_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
+)
+
+// The validation tests of every configuration type: each illegal value of each field is a
+// *streams.ConfigError naming the field (and nothing replaces it with a default), and each legal
+// zero survives as zero in the component's configuration.
+
+// wantConfigError fails unless err is a *streams.ConfigError of config naming field, matching
+// streams.ErrInvalidConfig, with a message that starts with both.
+func wantConfigError(t *testing.T, err error, config, field string) {
+	t.Helper()
+	var ce *streams.ConfigError
+	if !errors.As(err, &ce) || !errors.Is(err, streams.ErrInvalidConfig) {
+		t.Fatalf("got %v, want a *streams.ConfigError matching ErrInvalidConfig", err)
+	}
+	if ce.Config != config || ce.Field != field {
+		t.Fatalf("%q names %s config field %s, want %s config field %s", err, ce.Config, ce.Field, config, field)
+	}
+	if prefix := "streams: " + config + " config: " + field + " "; !strings.HasPrefix(err.Error(), prefix) {
+		t.Fatalf("%q does not start with %q", err, prefix)
+	}
+}
+
+// illegalCase sets one field of a configuration of type C to an illegal value.
+type illegalCase[C any] struct {
+	field string // the field the error must name
+	set   func(*C)
+}
+
+// legalCase sets fields of a configuration of type C to legal values, zeros mostly.
+type legalCase[C any] struct {
+	name string
+	set  func(*C)
+}
+
+func configCodec(t *testing.T) *schemas.Codec {
+	t.Helper()
+	codec, err := schemas.NewCodec(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return codec
+}
+
+func TestRelayConfigValidate(t *testing.T) {
+	codec := configCodec(t)
+	base := func() streams.RelayConfig {
+		c := streams.DefaultRelayConfig()
+		c.Topics = streams.RelayTopics{KVEvents: "kv", Lanes: "lanes", SnapshotIndex: "index", Control: "control", DeadLetter: "dead"}
+		c.Pool, c.Lane, c.CKF.ExpectedBlocksPerDC = testPool(103), 3, 4096
+		return c
+	}
+	build := func(c streams.RelayConfig) (*streams.Relay, error) {
+		return streams.NewRelay(streams.RelayParams{Config: c, Codec: codec})
+	}
+	for _, tc := range []illegalCase[streams.RelayConfig]{
+		{"Topics.KVEvents", func(c *streams.RelayConfig) { c.Topics.KVEvents = "" }},
+		{"Topics.Lanes", func(c *streams.RelayConfig) { c.Topics.Lanes = "" }},
+		{"Pool", func(c *streams.RelayConfig) { c.Pool = ckf.PoolID{} }},
+		{"Lane", func(c *streams.RelayConfig) { c.Lane = ckf.LaneCount }},
+		{"CKF", func(c *streams.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 0 }},
+		{"CKF", func(c *streams.RelayConfig) { c.CKF.MaxKicks = 0 }},
+		{"CKF", func(c *streams.RelayConfig) { c.CKF.VerificationWindow = 0 }},
+		{"CKF", func(c *streams.RelayConfig) { c.CKF.PublishEveryNEvents = 0 }},
+		{"CKF", func(c *streams.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 1 << 62 }},
+		{"LayoutGeneration", func(c *streams.RelayConfig) { c.LayoutGeneration = 0 }},
+		{"PublishMaxDelay", func(c *streams.RelayConfig) { c.PublishMaxDelay = -1 }},
+		{"MaxDeltasPerTransaction", func(c *streams.RelayConfig) { c.MaxDeltasPerTransaction = 0 }},
+		{"SnapshotInterval", func(c *streams.RelayConfig) { c.SnapshotInterval = -time.Second }},
+		{"SnapshotInterval", func(c *streams.RelayConfig) { c.SnapshotInterval, c.SnapshotEveryDeltas = 0, 0 }},
+		{"SnapshotIdleInterval", func(c *streams.RelayConfig) { c.SnapshotIdleInterval = -1 }},
+		{"SnapshotIdleInterval", func(c *streams.RelayConfig) { c.SnapshotIdleInterval = c.SnapshotInterval - 1 }},
+		{"SnapshotIdleInterval", func(c *streams.RelayConfig) { c.SnapshotIdleInterval = 0 }},
+		{"SnapshotIdleInterval", func(c *streams.RelayConfig) { c.SnapshotInterval, c.SnapshotIdleInterval = 0, -1 }},
+		{"SnapshotRequestMinInterval", func(c *streams.RelayConfig) { c.SnapshotRequestMinInterval = -1 }},
+		{"HeartbeatInterval", func(c *streams.RelayConfig) { c.HeartbeatInterval = 0 }},
+		{"HeartbeatInterval", func(c *streams.RelayConfig) { c.HeartbeatInterval = -time.Second }},
+		{"ChunkWords", func(c *streams.RelayConfig) { c.ChunkWords = 0 }},
+		{"WriteTimeout", func(c *streams.RelayConfig) { c.WriteTimeout = 0 }},
+		{"StopTimeout", func(c *streams.RelayConfig) { c.StopTimeout = 0 }},
+		{"MaxPollRecords", func(c *streams.RelayConfig) { c.MaxPollRecords = 0 }},
+	} {
+		c := base()
+		tc.set(&c)
+		_, err := build(c)
+		wantConfigError(t, err, "relay", tc.field)
+	}
+	for _, tc := range []legalCase[streams.RelayConfig]{
+		{"the defaults", func(*streams.RelayConfig) {}},
+		{"lane 0", func(c *streams.RelayConfig) { c.Lane = 0 }},
+		{"seed 0", func(c *streams.RelayConfig) { c.CKF.Seed = 0 }},
+		{"windows closed at once", func(c *streams.RelayConfig) { c.CKF.PublishEveryNEvents, c.PublishMaxDelay = 8, 0 }},
+		{"no count trigger", func(c *streams.RelayConfig) { c.SnapshotEveryDeltas = 0 }},
+		{"no time trigger: the idle interval is not used", func(c *streams.RelayConfig) { c.SnapshotInterval = 0 }},
+		{"no time trigger, no idle interval", func(c *streams.RelayConfig) { c.SnapshotInterval, c.SnapshotIdleInterval = 0, 0 }},
+		{"idle lanes as often as busy ones", func(c *streams.RelayConfig) { c.SnapshotIdleInterval = c.SnapshotInterval }},
+		{"requests served without coalescing", func(c *streams.RelayConfig) { c.SnapshotRequestMinInterval = 0 }},
+		{"explicit transactional id", func(c *streams.RelayConfig) { c.TransactionalID = "relay-7" }},
+		{"explicit first incarnation", func(c *streams.RelayConfig) { c.Incarnation = 42 }},
+		{"no optional topics", func(c *streams.RelayConfig) {
+			c.Topics.SnapshotIndex, c.Topics.Control, c.Topics.DeadLetter = "", "", ""
+		}},
+	} {
+		c := base()
+		tc.set(&c)
+		r, err := build(c)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		want := c
+		if want.TransactionalID == "" {
+			want.TransactionalID = "ckf-relay-" + c.Topics.Lanes + "-" + c.Pool.String()
+		}
+		if got := r.Config(); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: the relay runs with\n%+v\nnot the configuration given\n%+v", tc.name, got, want)
+		}
+	}
+}
