@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 )
@@ -52,6 +53,99 @@ func configCodec(t *testing.T) *schemas.Codec {
 		t.Fatal(err)
 	}
 	return codec
+}
+
+func TestIndexerConfigValidate(t *testing.T) {
+	pool := testPool(100)
+	m, _, err := index.NewManifest(1, testDomain, ckf.NewFormatIdentity(ckf.DefaultSeed, 1024), index.ManifestLanes{0: &pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec := configCodec(t)
+	base := func() streams.IndexerConfig {
+		c := streams.DefaultIndexerConfig()
+		c.Topics = streams.IndexerTopics{Lanes: "lanes", SnapshotIndex: "index", Control: "control", LaneEvents: "events", DeadLetter: "dead"}
+		return c
+	}
+	build := func(c streams.IndexerConfig) (*streams.Indexer, error) {
+		return streams.NewIndexer(streams.IndexerParams{Config: c, Indexer: g, Codec: codec})
+	}
+	for _, tc := range []illegalCase[streams.IndexerConfig]{
+		{"Topics.Lanes", func(c *streams.IndexerConfig) { c.Topics.Lanes = "" }},
+		{"Topics.Control", func(c *streams.IndexerConfig) { c.Topics.Control = "" }},
+		{"Topics.LaneEvents", func(c *streams.IndexerConfig) { c.Topics.LaneEvents = "" }},
+		{"Topics.DeadLetter", func(c *streams.IndexerConfig) { c.Topics.DeadLetter = "" }},
+		{"Freshness.MaxRecordLag", func(c *streams.IndexerConfig) { c.Freshness.MaxRecordLag = -1 }},
+		{"Freshness.MaxTimeLag", func(c *streams.IndexerConfig) { c.Freshness.MaxTimeLag = -time.Nanosecond }},
+		{"ProgressInterval", func(c *streams.IndexerConfig) { c.ProgressInterval = -1 }},
+		{"Feed.PauseBytes", func(c *streams.IndexerConfig) { c.Feed.PauseBytes = 0 }},
+		{"Feed.ResumeBytes", func(c *streams.IndexerConfig) { c.Feed.ResumeBytes = -1 }},
+		{"Feed.ResumeBytes", func(c *streams.IndexerConfig) { c.Feed.ResumeBytes = c.Feed.PauseBytes }},
+		{"RestoreTimeout", func(c *streams.IndexerConfig) { c.RestoreTimeout = 0 }},
+		{"RestoreTimeout", func(c *streams.IndexerConfig) { c.RestoreTimeout = -time.Second }},
+		{"RetrySnapshotRequestGap", func(c *streams.IndexerConfig) { c.RetrySnapshotRequestGap = -1 }},
+	} {
+		c := base()
+		tc.set(&c)
+		_, err := build(c)
+		wantConfigError(t, err, "indexer", tc.field)
+	}
+	for _, tc := range []legalCase[streams.IndexerConfig]{
+		{"the defaults", func(*streams.IndexerConfig) {}},
+		{"no snapshot index: the lanes are scanned", func(c *streams.IndexerConfig) { c.Topics.SnapshotIndex = "" }},
+		{"no bound checked", func(c *streams.IndexerConfig) { c.Freshness = streams.FreshnessPolicy{} }},
+		{"no record bound", func(c *streams.IndexerConfig) { c.Freshness.MaxRecordLag = 0 }},
+		{"no progress events", func(c *streams.IndexerConfig) { c.ProgressInterval = 0 }},
+		{"resume only when empty", func(c *streams.IndexerConfig) { c.Feed.ResumeBytes = 0 }},
+		{"no gap between retried snapshot requests", func(c *streams.IndexerConfig) { c.RetrySnapshotRequestGap = 0 }},
+	} {
+		c := base()
+		tc.set(&c)
+		ix, err := build(c)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := ix.Config(); !reflect.DeepEqual(got, c) {
+			t.Errorf("%s: the indexer runs with\n%+v\nnot the configuration given\n%+v", tc.name, got, c)
+		}
+	}
+}
+
+func TestFeedConfigValidate(t *testing.T) {
+	build := func(c streams.FeedConfig) (*streams.LaneFeed, error) {
+		return streams.NewLaneFeed(nil, "lanes", []int32{0}, c) // the client is not used before Run
+	}
+	for _, tc := range []illegalCase[streams.FeedConfig]{
+		{"PauseBytes", func(c *streams.FeedConfig) { c.PauseBytes = 0 }},
+		{"PauseBytes", func(c *streams.FeedConfig) { c.PauseBytes = -1 }},
+		{"ResumeBytes", func(c *streams.FeedConfig) { c.ResumeBytes = -1 }},
+		{"ResumeBytes", func(c *streams.FeedConfig) { c.ResumeBytes = c.PauseBytes }},
+		{"ResumeBytes", func(c *streams.FeedConfig) { c.ResumeBytes = c.PauseBytes + 1 }},
+	} {
+		c := streams.DefaultFeedConfig()
+		tc.set(&c)
+		_, err := build(c)
+		wantConfigError(t, err, "lane feed", tc.field)
+	}
+	for _, tc := range []legalCase[streams.FeedConfig]{
+		{"the defaults", func(*streams.FeedConfig) {}},
+		{"resume only when empty", func(c *streams.FeedConfig) { c.ResumeBytes = 0 }},
+		{"pause at one byte", func(c *streams.FeedConfig) { c.PauseBytes, c.ResumeBytes = 1, 0 }},
+	} {
+		c := streams.DefaultFeedConfig()
+		tc.set(&c)
+		f, err := build(c)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := f.Config(); got.PauseBytes != c.PauseBytes || got.ResumeBytes != c.ResumeBytes {
+			t.Errorf("%s: the feed runs with %+v, not the configuration given %+v", tc.name, got, c)
+		}
+	}
 }
 
 func TestRelayConfigValidate(t *testing.T) {

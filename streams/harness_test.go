@@ -98,12 +98,14 @@ type runningIndexer struct {
 	done   chan error
 }
 
+// indexerConfig returns the indexer configuration of the tests: the defaults on the test's
+// topics, with freshness bounds no test reaches by accident and no periodic progress events.
 func (e *testEnv) indexerConfig() streams.IndexerConfig {
-	return streams.IndexerConfig{
-		Topics:           e.topics,
-		Freshness:        streams.FreshnessPolicy{MaxRecordLag: 1 << 40, MaxTimeLag: time.Hour},
-		ProgressInterval: -1,
-	}
+	cfg := streams.DefaultIndexerConfig()
+	cfg.Topics = e.topics
+	cfg.Freshness = streams.FreshnessPolicy{MaxRecordLag: 1 << 40, MaxTimeLag: time.Hour}
+	cfg.ProgressInterval = 0
+	return cfg
 }
 
 func (e *testEnv) startIndexer(m index.Manifest, cfg streams.IndexerConfig) *runningIndexer {

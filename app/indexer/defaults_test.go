@@ -2,6 +2,7 @@ package indexer_test
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
@@ -11,6 +12,39 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/streams"
 )
+
+// fieldDiffs lists the fields of two values of one struct type that differ, with both values.
+func fieldDiffs(fromConfig, fromStreams any) []string {
+	c, s := reflect.ValueOf(fromConfig), reflect.ValueOf(fromStreams)
+	var out []string
+	for i := range c.NumField() {
+		if !reflect.DeepEqual(c.Field(i).Interface(), s.Field(i).Interface()) {
+			out = append(out, fmt.Sprintf("%s: configuration %+v, streams %+v", c.Type().Field(i).Name, c.Field(i), s.Field(i)))
+		}
+	}
+	return out
+}
+
+// TestIndexerDefaultsAreStreams: the indexer section's defaults, converted by StreamsConfig, are
+// streams.DefaultIndexerConfig field by field (the topic names, which streams leaves to the
+// deployment, aside), so the freshness bounds (indexer.freshness) have one value; and a policy
+// with both bounds 0, which the configuration documents as "disabled", is streams' policy that
+// checks neither bound.
+func TestIndexerDefaultsAreStreams(t *testing.T) {
+	def := config.Default()
+	sc := indexer.StreamsConfig(def.Indexer, def.Topics)
+	want := streams.DefaultIndexerConfig()
+	want.Topics = sc.Topics
+	for _, d := range fieldDiffs(sc, want) {
+		t.Error(d)
+	}
+	if got, want := indexer.Freshness(def.Indexer.Freshness), streams.DefaultFreshnessPolicy(); got != want {
+		t.Errorf("default freshness: configuration %+v, streams %+v", got, want)
+	}
+	if got := indexer.Freshness(config.Freshness{}); got != (streams.FreshnessPolicy{}) {
+		t.Errorf("freshness with both bounds 0 (disabled) converts to %+v, want the zero policy (no bound checked)", got)
+	}
+}
 
 // TestQueryDefaultsAreStreams: indexer.query_group and indexer.query_batch_size default to what
 // the query service chooses for a zero configuration, and the batch size's upper bound is the
