@@ -921,9 +921,11 @@ func BenchmarkE2EQueryKafka(b *testing.B) {
 		b.Fatal(err)
 	}
 	tp := qTopics{requests: testenv.NewTopic(b, 4), replies: testenv.NewTopic(b, 4), deadLetters: testenv.NewTopic(b, 1)}
+	qcfg := streams.DefaultQueryConfig()
+	qcfg.RequestTopic, qcfg.ReplyTopic, qcfg.DeadLetterTopic = tp.requests, tp.replies, tp.deadLetters
+	qcfg.Group = testenv.UniqueName(b, "bench-q")
 	svc, err := streams.NewQueryService(streams.QueryServiceParams{
-		Config: streams.QueryConfig{RequestTopic: tp.requests, ReplyTopic: tp.replies, DeadLetterTopic: tp.deadLetters,
-			Group: testenv.UniqueName(b, "bench-q")},
+		Config:   qcfg,
 		Answerer: x.ans, Codec: codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)},
 	})
 	if err != nil {
@@ -933,7 +935,7 @@ func BenchmarkE2EQueryKafka(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = svc.Close(context.Background()) }()
-	c := qNewClient(b, codec, tp, streams.QueryClientConfig{CallTimeout: 30 * time.Second})
+	c := qNewClient(b, codec, tp, qClientConfig(30*time.Second))
 	for i := range 30 { // group join, metadata, connections
 		if _, err := c.Query(context.Background(), x.reqs[i%len(x.reqs)]); err != nil {
 			b.Fatal(err)

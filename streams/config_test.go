@@ -222,3 +222,82 @@ func TestRelayConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestQueryConfigValidate(t *testing.T) {
+	x := newQIndex(t, 0)
+	codec := configCodec(t)
+	build := func(c streams.QueryConfig) (*streams.QueryService, error) {
+		return streams.NewQueryService(streams.QueryServiceParams{Config: c, Answerer: streams.NewAnswerer(x.g, nil), Codec: codec})
+	}
+	for _, tc := range []illegalCase[streams.QueryConfig]{
+		{"ReplyTopicPrefixes[1]", func(c *streams.QueryConfig) { c.ReplyTopicPrefixes = []string{"replies-", ""} }},
+		{"Group", func(c *streams.QueryConfig) { c.Group = "" }},
+		{"MaxBatchRecords", func(c *streams.QueryConfig) { c.MaxBatchRecords = 0 }},
+		{"MaxBatchRecords", func(c *streams.QueryConfig) { c.MaxBatchRecords = streams.MaxQueryBatchRecords + 1 }},
+		{"ReplyLinger", func(c *streams.QueryConfig) { c.ReplyLinger = -1 }},
+		{"ReplyTimeout", func(c *streams.QueryConfig) { c.ReplyTimeout = 0 }},
+		{"ReplyTimeout", func(c *streams.QueryConfig) { c.ReplyTimeout = -time.Second }},
+		{"CommitTimeout", func(c *streams.QueryConfig) { c.CommitTimeout = 0 }},
+		{"CommitTimeout", func(c *streams.QueryConfig) { c.CommitTimeout = -time.Second }},
+		{"Component", func(c *streams.QueryConfig) { c.Component = "" }},
+	} {
+		c := streams.DefaultQueryConfig()
+		tc.set(&c)
+		_, err := build(c)
+		wantConfigError(t, err, "query service", tc.field)
+	}
+	for _, tc := range []legalCase[streams.QueryConfig]{
+		{"the defaults", func(*streams.QueryConfig) {}},
+		{"no linger", func(c *streams.QueryConfig) { c.ReplyLinger = 0 }},
+		{"batches of one", func(c *streams.QueryConfig) { c.MaxBatchRecords = 1 }},
+		{"the largest batches", func(c *streams.QueryConfig) { c.MaxBatchRecords = streams.MaxQueryBatchRecords }},
+		{"named topics", func(c *streams.QueryConfig) {
+			c.RequestTopic, c.ReplyTopic, c.DeadLetterTopic, c.ReplyTopicPrefixes = "q", "r", "d", []string{"r-"}
+		}},
+	} {
+		c := streams.DefaultQueryConfig()
+		tc.set(&c)
+		svc, err := build(c)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		want := c // empty topic names are derived from the codec
+		for _, d := range []struct {
+			name *string
+			rt   schemas.RecordType
+		}{{&want.RequestTopic, schemas.TypeQueryRequest}, {&want.ReplyTopic, schemas.TypeQueryReply}, {&want.DeadLetterTopic, schemas.TypeDeadLetter}} {
+			if *d.name == "" {
+				*d.name = codec.Topic(d.rt)
+			}
+		}
+		if got := svc.Config(); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: the service runs with\n%+v\nnot the configuration given\n%+v", tc.name, got, want)
+		}
+	}
+}
+
+func TestQueryClientConfigValidate(t *testing.T) {
+	codec := configCodec(t)
+	for _, tc := range []illegalCase[streams.QueryClientConfig]{
+		{"ReplyPartition", func(c *streams.QueryClientConfig) { c.ReplyPartition = schemas.Some[int32](-1) }},
+		{"CallTimeout", func(c *streams.QueryClientConfig) { c.CallTimeout = 0 }},
+		{"CallTimeout", func(c *streams.QueryClientConfig) { c.CallTimeout = -time.Second }},
+		{"RequestLinger", func(c *streams.QueryClientConfig) { c.RequestLinger = -1 }},
+		{"StartTimeout", func(c *streams.QueryClientConfig) { c.StartTimeout = 0 }},
+		{"StartTimeout", func(c *streams.QueryClientConfig) { c.StartTimeout = -time.Second }},
+	} {
+		c := streams.DefaultQueryClientConfig()
+		tc.set(&c)
+		// Validation comes before any connection: no broker is needed to be refused.
+		_, err := streams.NewQueryClient(context.Background(), streams.QueryClientParams{Config: c, Codec: codec})
+		wantConfigError(t, err, "query client", tc.field)
+	}
+	// The legal zero, RequestLinger 0 (the default: requests sent at once), on the real broker.
+	tp := newQTopics(t, 1)
+	c := qNewClient(t, codec, tp, streams.DefaultQueryClientConfig())
+	want := streams.DefaultQueryClientConfig()
+	want.RequestTopic, want.ReplyTopic = tp.requests, tp.replies
+	if got := c.Config(); !reflect.DeepEqual(got, want) || got.RequestLinger != 0 {
+		t.Errorf("the client runs with %+v, not the configuration given %+v", got, want)
+	}
+}

@@ -326,9 +326,11 @@ func compareKafkaQueries(t *testing.T, e *testEnv, ri *runningIndexer, ref *inde
 	requests := testenv.NewTopic(t, 2)
 	replies := testenv.NewTopic(t, 2)
 	opts := []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}
+	qcfg := streams.DefaultQueryConfig()
+	qcfg.RequestTopic, qcfg.ReplyTopic, qcfg.DeadLetterTopic = requests, replies, e.topics.DeadLetter
+	qcfg.Group = testenv.UniqueName(t, "g")
 	svc, err := streams.NewQueryService(streams.QueryServiceParams{
-		Config: streams.QueryConfig{RequestTopic: requests, ReplyTopic: replies, DeadLetterTopic: e.topics.DeadLetter,
-			Group: testenv.UniqueName(t, "g")},
+		Config:   qcfg,
 		Answerer: streams.NewAnswerer(ri.ix.GlobalIndexer(), ri.ix.EligibleLanes), Codec: e.codec, ClientOpts: opts,
 	})
 	if err != nil {
@@ -343,9 +345,10 @@ func compareKafkaQueries(t *testing.T, e *testEnv, ri *runningIndexer, ref *inde
 			t.Errorf("query service: %v", err)
 		}
 	}()
+	ccfg := streams.DefaultQueryClientConfig()
+	ccfg.RequestTopic, ccfg.ReplyTopic, ccfg.CallTimeout = requests, replies, 30*time.Second
 	cl, err := streams.NewQueryClient(context.Background(), streams.QueryClientParams{
-		Config: streams.QueryClientConfig{RequestTopic: requests, ReplyTopic: replies, CallTimeout: 30 * time.Second},
-		Codec:  e.codec, ClientOpts: opts,
+		Config: ccfg, Codec: e.codec, ClientOpts: opts,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -92,6 +92,16 @@ func StreamsConfig(ix config.Indexer, topics config.Topics) streams.IndexerConfi
 	return cfg
 }
 
+// QueryConfig converts the indexer section and the topic names to the query service's streams
+// configuration: streams' defaults (streams.DefaultQueryConfig) with the topics, the group and
+// the batch size of the configuration.
+func QueryConfig(ix config.Indexer, topics config.Topics) streams.QueryConfig {
+	cfg := streams.DefaultQueryConfig()
+	cfg.RequestTopic, cfg.ReplyTopic, cfg.DeadLetterTopic = topics.Queries, topics.QueryReplies, topics.DeadLetter
+	cfg.Group, cfg.MaxBatchRecords = ix.QueryGroup, ix.QueryBatchSize
+	return cfg
+}
+
 // New builds the replica: manifest (a random consumer instance id when the configured one is 0,
 // logged), table, lanes, query service and API. Nothing connects until Start.
 func New(p Params) (*Indexer, error) {
@@ -138,10 +148,7 @@ func New(p Params) (*Indexer, error) {
 	}
 	ans := streams.NewAnswerer(g, lanes.EligibleLanes)
 	queries, err := streams.NewQueryService(streams.QueryServiceParams{
-		Config: streams.QueryConfig{
-			RequestTopic: topics.Queries, ReplyTopic: topics.QueryReplies, DeadLetterTopic: topics.DeadLetter,
-			Group: p.Config.QueryGroup, MaxBatchRecords: p.Config.QueryBatchSize,
-		},
+		Config:     QueryConfig(p.Config, topics),
 		Answerer:   ans,
 		Codec:      codec,
 		ClientOpts: p.Connection.Opts("queries"),
