@@ -223,6 +223,44 @@ func TestRelayConfigValidate(t *testing.T) {
 	}
 }
 
+func TestLaneWriterConfigValidate(t *testing.T) {
+	codec := configCodec(t)
+	id := ckf.ProducerIdentity{Pool: testPool(100), Incarnation: 1, LayoutGeneration: 1, Format: ckf.NewFormatIdentity(ckf.DefaultSeed, 1024)}
+	base := func() streams.LaneWriterConfig {
+		c := streams.DefaultLaneWriterConfig()
+		c.LaneTopic, c.IndexTopic, c.Lane = "lanes", "index", 5
+		return c
+	}
+	build := func(c streams.LaneWriterConfig) (*streams.LaneWriter, error) {
+		return streams.NewLaneWriter(nil, codec, id, c) // the client is not used before a write
+	}
+	for _, tc := range []illegalCase[streams.LaneWriterConfig]{
+		{"LaneTopic", func(c *streams.LaneWriterConfig) { c.LaneTopic = "" }},
+		{"Lane", func(c *streams.LaneWriterConfig) { c.Lane = ckf.LaneCount }},
+		{"ChunkWords", func(c *streams.LaneWriterConfig) { c.ChunkWords = 0 }},
+		{"ChunkWords", func(c *streams.LaneWriterConfig) { c.ChunkWords = -1 }},
+		{"WriteTimeout", func(c *streams.LaneWriterConfig) { c.WriteTimeout = 0 }},
+		{"WriteTimeout", func(c *streams.LaneWriterConfig) { c.WriteTimeout = -time.Second }},
+	} {
+		c := base()
+		tc.set(&c)
+		_, err := build(c)
+		wantConfigError(t, err, "lane writer", tc.field)
+	}
+	for _, tc := range []legalCase[streams.LaneWriterConfig]{
+		{"the defaults", func(*streams.LaneWriterConfig) {}},
+		{"no snapshot index", func(c *streams.LaneWriterConfig) { c.IndexTopic = "" }},
+		{"lane 0", func(c *streams.LaneWriterConfig) { c.Lane = 0 }},
+		{"one word per chunk", func(c *streams.LaneWriterConfig) { c.ChunkWords = 1 }},
+	} {
+		c := base()
+		tc.set(&c)
+		if _, err := build(c); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+}
+
 func TestQueryConfigValidate(t *testing.T) {
 	x := newQIndex(t, 0)
 	codec := configCodec(t)
