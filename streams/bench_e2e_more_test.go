@@ -921,9 +921,11 @@ func BenchmarkE2EQueryKafka(b *testing.B) {
 		b.Fatal(err)
 	}
 	tp := qTopics{requests: testenv.NewTopic(b, 4), replies: testenv.NewTopic(b, 4), deadLetters: testenv.NewTopic(b, 1)}
+	qcfg := streams.DefaultQueryConfig()
+	qcfg.RequestTopic, qcfg.ReplyTopic, qcfg.DeadLetterTopic = tp.requests, tp.replies, tp.deadLetters
+	qcfg.Group = testenv.UniqueName(b, "bench-q")
 	svc, err := streams.NewQueryService(streams.QueryServiceParams{
-		Config: streams.QueryConfig{RequestTopic: tp.requests, ReplyTopic: tp.replies, DeadLetterTopic: tp.deadLetters,
-			Group: testenv.UniqueName(b, "bench-q")},
+		Config:   qcfg,
 		Answerer: x.ans, Codec: codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)},
 	})
 	if err != nil {
@@ -933,7 +935,7 @@ func BenchmarkE2EQueryKafka(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = svc.Close(context.Background()) }()
-	c := qNewClient(b, codec, tp, streams.QueryClientConfig{CallTimeout: 30 * time.Second})
+	c := qNewClient(b, codec, tp, qClientConfig(30*time.Second))
 	for i := range 30 { // group join, metadata, connections
 		if _, err := c.Query(context.Background(), x.reqs[i%len(x.reqs)]); err != nil {
 			b.Fatal(err)
@@ -1135,15 +1137,15 @@ func BenchmarkE2ERelay(b *testing.B) {
 			recs, ops := pfKvEvents(b, e.codec, kvTopic, n)
 			res.BlockOps = ops
 			const lane = 2
+			cfg := streams.DefaultRelayConfig()
+			cfg.Topics = streams.RelayTopics{KVEvents: kvTopic, Lanes: e.topics.Lanes, SnapshotIndex: e.topics.SnapshotIndex,
+				Control: e.topics.Control, DeadLetter: e.topics.DeadLetter}
+			cfg.Pool, cfg.Lane, cfg.CKF = testPool(100+lane), lane, ckf.NewCkfConfig(e.blocks)
+			cfg.SnapshotEveryDeltas, cfg.SnapshotInterval = 1<<40, time.Hour
+			cfg.TransactionalID = testenv.UniqueName(b, "bench-relay") + strconv.Itoa(rep)
 			r, err := streams.NewRelay(streams.RelayParams{
-				Config: streams.RelayConfig{
-					Topics: streams.RelayTopics{KVEvents: kvTopic, Lanes: e.topics.Lanes, SnapshotIndex: e.topics.SnapshotIndex,
-						Control: e.topics.Control, DeadLetter: e.topics.DeadLetter},
-					Pool: testPool(100 + lane), Lane: lane, CKF: ckf.NewCkfConfig(e.blocks),
-					SnapshotEveryDeltas: 1 << 40, SnapshotInterval: time.Hour,
-					TransactionalID: testenv.UniqueName(b, "bench-relay") + strconv.Itoa(rep),
-				},
-				Codec: e.codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)}, Log: zap.NewNop(),
+				Config: cfg,
+				Codec:  e.codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)}, Log: zap.NewNop(),
 			})
 			if err != nil {
 				b.Fatal(err)

@@ -98,12 +98,14 @@ type runningIndexer struct {
 	done   chan error
 }
 
+// indexerConfig returns the indexer configuration of the tests: the defaults on the test's
+// topics, with freshness bounds no test reaches by accident and no periodic progress events.
 func (e *testEnv) indexerConfig() streams.IndexerConfig {
-	return streams.IndexerConfig{
-		Topics:           e.topics,
-		Freshness:        streams.FreshnessPolicy{MaxRecordLag: 1 << 40, MaxTimeLag: time.Hour},
-		ProgressInterval: -1,
-	}
+	cfg := streams.DefaultIndexerConfig()
+	cfg.Topics = e.topics
+	cfg.Freshness = streams.FreshnessPolicy{MaxRecordLag: 1 << 40, MaxTimeLag: time.Hour}
+	cfg.ProgressInterval = 0
+	return cfg
 }
 
 func (e *testEnv) startIndexer(m index.Manifest, cfg streams.IndexerConfig) *runningIndexer {
@@ -202,10 +204,16 @@ func (e *testEnv) producerOn(cl *kgo.Client, transactional bool, lane uint8, id 
 	e.t.Helper()
 	p := &testProducer{t: e.t, lane: lane, id: id, state: state,
 		rng: rand.New(rand.NewPCG(uint64(lane), id.Incarnation)), nextID: 1}
-	p.w = streams.NewLaneWriter(cl, e.codec, id, streams.LaneWriterConfig{
-		LaneTopic: e.topics.Lanes, IndexTopic: e.topics.SnapshotIndex, Lane: lane, ChunkWords: e.chunkWords,
-		Transactional: transactional,
-	})
+	cfg := streams.DefaultLaneWriterConfig()
+	cfg.LaneTopic, cfg.IndexTopic, cfg.Lane, cfg.Transactional = e.topics.Lanes, e.topics.SnapshotIndex, lane, transactional
+	if e.chunkWords > 0 {
+		cfg.ChunkWords = e.chunkWords
+	}
+	w, err := streams.NewLaneWriter(cl, e.codec, id, cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	p.w = w
 	p.pub = producer.NewPublisher(id, 0, p.w)
 	return p
 }

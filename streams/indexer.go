@@ -16,74 +16,117 @@ import (
 	"go.uber.org/zap"
 )
 
+// Freshness defaults: DefaultFreshnessPolicy's bounds, and the process configuration's
+// (app/config, indexer.freshness), so that each has this one home.
+const (
+	// DefaultFreshnessMaxRecordLag is FreshnessPolicy.MaxRecordLag's default.
+	DefaultFreshnessMaxRecordLag int64 = 10_000
+	// DefaultFreshnessMaxTimeLag is FreshnessPolicy.MaxTimeLag's default.
+	DefaultFreshnessMaxTimeLag = 10 * time.Second
+)
+
 // FreshnessPolicy says when a lane is too far behind its partition to be used in answers. A
 // lane beyond either bound is excluded (reported, and left out of query answers) until it is
-// back within both. A zero bound is not checked.
+// back within both. A zero bound is not checked, so FreshnessPolicy{} excludes no lane for lag;
+// a negative bound is a configuration error.
 type FreshnessPolicy struct {
-	// MaxRecordLag bounds high watermark - (applied offset + 1). Default 10,000 records.
+	// MaxRecordLag bounds high watermark - (applied offset + 1), in records. Default 10,000
+	// (DefaultFreshnessMaxRecordLag); >= 0; 0 does not check the record lag.
 	MaxRecordLag int64
 	// MaxTimeLag bounds the age of the last applied record (its producer timestamp). With relay
 	// heartbeats every second, a lane whose relay stops is excluded after this long. Clocks of
-	// relays and indexers must agree to well within this bound. Default 10 s.
+	// relays and indexers must agree to well within this bound. Default 10 s
+	// (DefaultFreshnessMaxTimeLag); >= 0; 0 does not check the time lag.
 	MaxTimeLag time.Duration
 }
 
-// IndexerTopics names the topics the indexer reads and writes.
-type IndexerTopics struct {
-	Lanes         string // the lane topic: partition p is physical lane p
-	SnapshotIndex string // compacted: latest complete snapshot per lane (written by relays)
-	Control       string // snapshot requests to relays
-	LaneEvents    string // lane state changes, keyed by lane
-	DeadLetter    string // rejected records
+// DefaultFreshnessPolicy returns the default policy: a lane is excluded beyond 10,000 records
+// (DefaultFreshnessMaxRecordLag) or 10 s (DefaultFreshnessMaxTimeLag) of lag.
+func DefaultFreshnessPolicy() FreshnessPolicy {
+	return FreshnessPolicy{MaxRecordLag: DefaultFreshnessMaxRecordLag, MaxTimeLag: DefaultFreshnessMaxTimeLag}
 }
 
-// IndexerConfig configures an Indexer. Zero fields take the defaults noted.
+func (p FreshnessPolicy) check(k *configCheck, prefix string) {
+	if p.MaxRecordLag < 0 {
+		k.fail(prefix+"MaxRecordLag", "must not be negative, got %d", p.MaxRecordLag)
+	}
+	k.nonNegative(prefix+"MaxTimeLag", p.MaxTimeLag)
+}
+
+// IndexerTopics names the topics the indexer reads and writes. They have no defaults: the
+// indexer reads and writes what the deployment names.
+type IndexerTopics struct {
+	Lanes         string // the lane topic: partition p is physical lane p. Required.
+	SnapshotIndex string // compacted: latest complete snapshot per lane (written by relays); "" scans the lanes instead
+	Control       string // snapshot requests to relays. Required.
+	LaneEvents    string // lane state changes, keyed by lane. Required.
+	DeadLetter    string // rejected records. Required.
+}
+
+// IndexerConfig configures an Indexer. Start from DefaultIndexerConfig and name the topics:
+// NewIndexer takes every field as it is (see the package's configuration style in config.go).
 type IndexerConfig struct {
-	Topics    IndexerTopics
+	// Topics names the topics; every one but SnapshotIndex is required. No default.
+	Topics IndexerTopics
+	// Freshness excludes lagging lanes from answers. Default DefaultFreshnessPolicy(); a zero
+	// bound is not checked.
 	Freshness FreshnessPolicy
-	// ProgressInterval is how often each lane reports progress on the lane-events topic
-	// (default 10 s; negative disables).
+	// ProgressInterval is how often each lane reports progress on the lane-events topic.
+	// Default 10 s; >= 0; 0 sends no periodic progress events.
 	ProgressInterval time.Duration
 	// Feed bounds the per-lane fetch queues: a lane whose queue reaches Feed.PauseBytes has its
-	// partition paused until it drains (Kafka backpressure; other lanes keep fetching).
+	// partition paused until it drains (Kafka backpressure; other lanes keep fetching). Default
+	// DefaultFeedConfig(). Feed.OnFetchError is the indexer's own (it logs fetch errors): a
+	// value set here is not used.
 	Feed FeedConfig
-	// RestoreTimeout bounds reading the snapshot index at start-up (default 30 s).
+	// RestoreTimeout bounds reading the snapshot index at start-up; Run fails when it passes.
+	// Default 30 s; > 0.
 	RestoreTimeout time.Duration
 	// RetrySnapshotRequestGap is the least time between two snapshot requests of a lane that
 	// waits for the next snapshot under RetrySnapshot (an incomplete or uninstallable snapshot
 	// on a lane that is not ready). The lane asks because an idle relay writes its next
 	// snapshot only after RelayConfig.SnapshotIdleInterval; the gap keeps a relay whose
 	// snapshots keep failing from being driven to write one per SnapshotRequestMinInterval.
-	// Default 5 s.
+	// Default 5 s; >= 0; 0 asks at every retry (the relay's SnapshotRequestMinInterval still
+	// coalesces the requests).
 	RetrySnapshotRequestGap time.Duration
 }
 
-func (c IndexerConfig) withDefaults() IndexerConfig {
-	if c.Freshness == (FreshnessPolicy{}) {
-		c.Freshness = FreshnessPolicy{MaxRecordLag: 10_000, MaxTimeLag: 10 * time.Second}
+// DefaultIndexerConfig returns the indexer's defaults: freshness DefaultFreshnessPolicy()
+// (10,000 records, 10 s), progress events every 10 s, fetch queues DefaultFeedConfig() (pause at
+// 64 MiB, resume at 16 MiB), a 30 s restore timeout and a 5 s gap between retried snapshot
+// requests. Topics are left empty: the caller names them.
+func DefaultIndexerConfig() IndexerConfig {
+	return IndexerConfig{
+		Freshness:               DefaultFreshnessPolicy(),
+		ProgressInterval:        10 * time.Second,
+		Feed:                    DefaultFeedConfig(),
+		RestoreTimeout:          30 * time.Second,
+		RetrySnapshotRequestGap: 5 * time.Second,
 	}
-	if c.ProgressInterval == 0 {
-		c.ProgressInterval = 10 * time.Second
-	}
-	if c.RestoreTimeout <= 0 {
-		c.RestoreTimeout = 30 * time.Second
-	}
-	if c.RetrySnapshotRequestGap <= 0 {
-		c.RetrySnapshotRequestGap = 5 * time.Second
-	}
-	c.Feed = c.Feed.withDefaults()
-	return c
 }
 
+// validate checks every field in order and returns the first violation as a *ConfigError.
 func (c IndexerConfig) validate() error {
-	if c.Topics.Lanes == "" || c.Topics.Control == "" || c.Topics.LaneEvents == "" || c.Topics.DeadLetter == "" {
-		return errors.New("streams: indexer topics: lanes, control, lane events and dead letter must be named")
-	}
-	return nil
+	k := configCheck{config: "indexer"}
+	k.named("Topics.Lanes", c.Topics.Lanes)
+	k.named("Topics.Control", c.Topics.Control)
+	k.named("Topics.LaneEvents", c.Topics.LaneEvents)
+	k.named("Topics.DeadLetter", c.Topics.DeadLetter)
+	c.Freshness.check(&k, "Freshness.")
+	k.nonNegative("ProgressInterval", c.ProgressInterval)
+	c.Feed.check(&k, "Feed.")
+	k.positive("RestoreTimeout", c.RestoreTimeout)
+	k.nonNegative("RetrySnapshotRequestGap", c.RetrySnapshotRequestGap)
+	return k.result()
 }
 
-// checkInterval is how often an idle lane checks its health and freshness.
+// checkInterval is how often an idle lane checks its health and freshness: a tenth of the time
+// bound, within [20 ms, 250 ms]; 250 ms when the time lag is not checked.
 func (c IndexerConfig) checkInterval() time.Duration {
+	if c.Freshness.MaxTimeLag == 0 {
+		return 250 * time.Millisecond
+	}
 	d := c.Freshness.MaxTimeLag / 10
 	return min(max(d, 20*time.Millisecond), 250*time.Millisecond)
 }
@@ -129,9 +172,10 @@ type indexerHooks struct {
 	beforeRecord func(lane uint8, offset int64)
 }
 
-// NewIndexer validates the configuration and builds the indexer. Nothing runs until Run.
+// NewIndexer validates the configuration, taken as it is (an invalid field is a *ConfigError),
+// and builds the indexer. Nothing runs until Run.
 func NewIndexer(p IndexerParams) (*Indexer, error) {
-	cfg := p.Config.withDefaults()
+	cfg := p.Config
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -146,6 +190,9 @@ func NewIndexer(p IndexerParams) (*Indexer, error) {
 		metrics: newIndexerMetrics(p.Metrics), started: make(chan struct{})}
 	return ix, nil
 }
+
+// Config returns the configuration the indexer runs with: the one it was built with.
+func (ix *Indexer) Config() IndexerConfig { return ix.cfg }
 
 // Started is closed once every lane's goroutine is running.
 func (ix *Indexer) Started() <-chan struct{} { return ix.started }

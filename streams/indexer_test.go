@@ -228,6 +228,32 @@ func TestIndexerFreshnessExcludesSilentLane(t *testing.T) {
 	}
 }
 
+// TestIndexerFreshnessZeroBoundsNotChecked: the zero policy checks neither bound: a ready lane
+// whose last record ages is reported with its time lag and stays in answers (a zero bound once
+// meant "the default bound").
+func TestIndexerFreshnessZeroBoundsNotChecked(t *testing.T) {
+	e := newTestEnv(t, 4096)
+	p := e.producer(7, 1)
+	p.snapshot()
+	p.storeChain(5, nil, 0)
+	cfg := e.indexerConfig()
+	cfg.Freshness = streams.FreshnessPolicy{}
+	ri := e.startIndexer(e.manifest(42, 7), cfg)
+	waitLane(t, ri, p, converge)
+	var st streams.LaneStatus
+	// Lag, readiness and exclusion are reported together, by the check that decides exclusion.
+	waitUntil(t, converge, "the lane reports a time lag", func() bool {
+		st = laneStatus(ri, 7)
+		return st.Ready && st.LagTime > 0
+	}, func() string { return fmt.Sprintf("status %+v", st) })
+	if st.Excluded {
+		t.Fatalf("lane excluded with no bound checked: %+v", st)
+	}
+	if ri.ix.EligibleLanes() != 1<<7 {
+		t.Fatalf("eligible lanes %016b, want lane 7", ri.ix.EligibleLanes())
+	}
+}
+
 // controlLog collects snapshot requests from the control topic.
 type controlLog struct{ *recordLog }
 
@@ -300,9 +326,11 @@ func compareKafkaQueries(t *testing.T, e *testEnv, ri *runningIndexer, ref *inde
 	requests := testenv.NewTopic(t, 2)
 	replies := testenv.NewTopic(t, 2)
 	opts := []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}
+	qcfg := streams.DefaultQueryConfig()
+	qcfg.RequestTopic, qcfg.ReplyTopic, qcfg.DeadLetterTopic = requests, replies, e.topics.DeadLetter
+	qcfg.Group = testenv.UniqueName(t, "g")
 	svc, err := streams.NewQueryService(streams.QueryServiceParams{
-		Config: streams.QueryConfig{RequestTopic: requests, ReplyTopic: replies, DeadLetterTopic: e.topics.DeadLetter,
-			Group: testenv.UniqueName(t, "g")},
+		Config:   qcfg,
 		Answerer: streams.NewAnswerer(ri.ix.GlobalIndexer(), ri.ix.EligibleLanes), Codec: e.codec, ClientOpts: opts,
 	})
 	if err != nil {
@@ -317,9 +345,10 @@ func compareKafkaQueries(t *testing.T, e *testEnv, ri *runningIndexer, ref *inde
 			t.Errorf("query service: %v", err)
 		}
 	}()
+	ccfg := streams.DefaultQueryClientConfig()
+	ccfg.RequestTopic, ccfg.ReplyTopic, ccfg.CallTimeout = requests, replies, 30*time.Second
 	cl, err := streams.NewQueryClient(context.Background(), streams.QueryClientParams{
-		Config: streams.QueryClientConfig{RequestTopic: requests, ReplyTopic: replies, CallTimeout: 30 * time.Second},
-		Codec:  e.codec, ClientOpts: opts,
+		Config: ccfg, Codec: e.codec, ClientOpts: opts,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ func TestLaneBurstIsBackpressure(t *testing.T) {
 	end := pfEndOffsets(t, e.topics.Lanes, []int32{lane})
 	cfg := e.indexerConfig()
 	cfg.Feed.PauseBytes = 64 << 10 // 2.3 MB of deltas wait in the log: the partition must pause
+	cfg.Feed.ResumeBytes = 16 << 10
 	ri := e.startIndexer(e.manifest(81, lane), cfg)
 
 	testenv.WaitUntil(t, converge, "the lane applies the whole burst", func() bool { return laneStatus(ri, lane).AppliedOffset >= end-1 },

@@ -21,26 +21,43 @@ type LaneBatch struct {
 	bytes         int
 }
 
-// FeedConfig bounds the per-lane queues of a LaneFeed.
+// FeedConfig bounds the per-lane queues of a LaneFeed. Start from DefaultFeedConfig:
+// NewLaneFeed takes every field as it is.
 type FeedConfig struct {
 	// PauseBytes pauses fetching of a lane's partition once that many bytes of its records wait
-	// in its queue. Default 64 MiB (16 one-MiB snapshot chunks per lane, four lanes' worth of a
-	// 2^20-bucket snapshot). Other lanes keep fetching.
+	// in its queue. Other lanes keep fetching. Default 64 MiB (16 one-MiB snapshot chunks per
+	// lane, four lanes' worth of a 2^20-bucket snapshot); > 0. Trade-off: a larger bound lets a
+	// slow lane hold more memory, a smaller one pauses and resumes its partition more often.
 	PauseBytes int
-	// ResumeBytes resumes fetching once the queue drains to this many bytes. Default PauseBytes/4.
+	// ResumeBytes resumes fetching once the queue drains to this many bytes. Default 16 MiB
+	// (a quarter of the default PauseBytes); in [0, PauseBytes); 0 resumes only once the queue
+	// is empty.
 	ResumeBytes int
 	// OnFetchError, when set, receives fetch errors (the client keeps retrying the partition).
+	// Default nil: fetch errors are not reported.
 	OnFetchError func(error)
 }
 
-func (c FeedConfig) withDefaults() FeedConfig {
+// DefaultFeedConfig returns the feed's defaults: pause a lane's partition at 64 MiB queued,
+// resume it at 16 MiB, fetch errors not reported.
+func DefaultFeedConfig() FeedConfig {
+	return FeedConfig{PauseBytes: 64 << 20, ResumeBytes: 16 << 20}
+}
+
+func (c FeedConfig) check(k *configCheck, prefix string) {
 	if c.PauseBytes <= 0 {
-		c.PauseBytes = 64 << 20
+		k.fail(prefix+"PauseBytes", "must be > 0, got %d", c.PauseBytes)
 	}
-	if c.ResumeBytes <= 0 || c.ResumeBytes >= c.PauseBytes {
-		c.ResumeBytes = c.PauseBytes / 4
+	if c.ResumeBytes < 0 || c.ResumeBytes >= c.PauseBytes {
+		k.fail(prefix+"ResumeBytes", "must be in [0, PauseBytes=%d), got %d", c.PauseBytes, c.ResumeBytes)
 	}
-	return c
+}
+
+// validate checks every field in order and returns the first violation as a *ConfigError.
+func (c FeedConfig) validate() error {
+	k := configCheck{config: "lane feed"}
+	c.check(&k, "")
+	return k.result()
 }
 
 // LaneFeed fetches the partitions of the lane topic by direct assignment (no consumer group:
@@ -69,9 +86,13 @@ type pendingSeek struct {
 }
 
 // NewLaneFeed returns a feed for the given lanes of topic. cl must be a client created with
-// kgo.ConsumePartitions for exactly those partitions (see LaneConsumerOpts).
+// kgo.ConsumePartitions for exactly those partitions (see LaneConsumerOpts). cfg is taken as it
+// is; an invalid field is a *ConfigError.
 func NewLaneFeed(cl *kgo.Client, topic string, lanes []int32, cfg FeedConfig) (*LaneFeed, error) {
-	f := &LaneFeed{cl: cl, topic: topic, cfg: cfg.withDefaults(), pending: map[int32]pendingSeek{}}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	f := &LaneFeed{cl: cl, topic: topic, cfg: cfg, pending: map[int32]pendingSeek{}}
 	for _, l := range lanes {
 		if l < 0 || l >= ckf.LaneCount {
 			return nil, fmt.Errorf("streams: lane %d out of range [0,%d)", l, ckf.LaneCount)
@@ -83,6 +104,9 @@ func NewLaneFeed(cl *kgo.Client, topic string, lanes []int32, cfg FeedConfig) (*
 	}
 	return f, nil
 }
+
+// Config returns the configuration the feed runs with: the one it was built with.
+func (f *LaneFeed) Config() FeedConfig { return f.cfg }
 
 // LaneConsumerOpts returns the client options a LaneFeed needs: direct assignment of the lane
 // partitions (partition p is lane p) starting at the given offsets (kgo.NewOffset().AtStart()

@@ -79,7 +79,9 @@ func TestLaneFeedBackpressurePausesOnlyThatLane(t *testing.T) {
 	prod := testenv.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	produceN(t, prod, topic, 0, 0, 400, 4096)
 	produceN(t, prod, topic, 1, 0, 400, 4096)
-	feed := startFeed(t, topic, []int32{0, 1}, streams.FeedConfig{PauseBytes: 64 << 10})
+	cfg := streams.DefaultFeedConfig()
+	cfg.PauseBytes, cfg.ResumeBytes = 64<<10, 16<<10
+	feed := startFeed(t, topic, []int32{0, 1}, cfg)
 
 	readUntil(t, feed, 1, 0, 399) // lane 1 flows while lane 0 is not drained at all
 	testenv.WaitUntil(t, 30*time.Second, "lane 0 pauses", func() bool { return feed.Queue(0).Paused },
@@ -99,7 +101,7 @@ func TestLaneFeedSeekDiscardsQueued(t *testing.T) {
 	topic := testenv.NewTopic(t, 1)
 	prod := testenv.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	produceN(t, prod, topic, 0, 0, 50, 64)
-	feed := startFeed(t, topic, []int32{0}, streams.FeedConfig{})
+	feed := startFeed(t, topic, []int32{0}, streams.DefaultFeedConfig())
 	readUntil(t, feed, 0, 0, 20)
 	for i := 0; i < 3; i++ {
 		feed.Seek(0, 7)
@@ -110,10 +112,10 @@ func TestLaneFeedSeekDiscardsQueued(t *testing.T) {
 }
 
 func TestLaneFeedRejectsBadLanes(t *testing.T) {
-	if _, err := streams.NewLaneFeed(nil, "x", []int32{16}, streams.FeedConfig{}); err == nil {
+	if _, err := streams.NewLaneFeed(nil, "x", []int32{16}, streams.DefaultFeedConfig()); err == nil {
 		t.Fatal("lane 16 accepted")
 	}
-	if _, err := streams.NewLaneFeed(nil, "x", []int32{3, 3}, streams.FeedConfig{}); err == nil {
+	if _, err := streams.NewLaneFeed(nil, "x", []int32{3, 3}, streams.DefaultFeedConfig()); err == nil {
 		t.Fatal("duplicate lane accepted")
 	}
 }

@@ -15,14 +15,43 @@ import (
 // franz-go's default 1,000,012-byte batch limit and the broker's default 1 MiB record limit.
 var DefaultChunkWords = schemas.MaxSnapshotChunkWords(960_000)
 
-// LaneWriterConfig configures a LaneWriter.
+// LaneWriterConfig configures a LaneWriter. Start from DefaultLaneWriterConfig and name the
+// lane topic: NewLaneWriter takes every field as it is.
 type LaneWriterConfig struct {
-	LaneTopic     string // the lane topic
-	IndexTopic    string // the compacted snapshot index ("" = do not index)
-	Lane          uint8  // the physical lane = partition written
-	ChunkWords    int    // bucket words per snapshot chunk; default DefaultChunkWords
-	WriteTimeout  time.Duration
-	Transactional bool // the client has a transactional id: every write is one transaction
+	// LaneTopic is the lane topic. Required.
+	LaneTopic string
+	// IndexTopic is the compacted snapshot index; "" (the default) does not index snapshots.
+	IndexTopic string
+	// Lane is the physical lane = partition written, in [0, ckf.LaneCount). Default 0.
+	Lane uint8
+	// ChunkWords is the bucket words per snapshot chunk. Default DefaultChunkWords; >= 1.
+	ChunkWords int
+	// WriteTimeout bounds one write (one transaction when Transactional). Default 30 s; > 0.
+	WriteTimeout time.Duration
+	// Transactional says the client has a transactional id: every write is one transaction.
+	// Default false.
+	Transactional bool
+}
+
+// DefaultLaneWriterConfig returns the lane writer's defaults: lane 0, no snapshot index,
+// DefaultChunkWords words per chunk, 30 s per write, not transactional. LaneTopic is left
+// empty: the caller names it.
+func DefaultLaneWriterConfig() LaneWriterConfig {
+	return LaneWriterConfig{ChunkWords: DefaultChunkWords, WriteTimeout: 30 * time.Second}
+}
+
+// validate checks every field in order and returns the first violation as a *ConfigError.
+func (c LaneWriterConfig) validate() error {
+	k := configCheck{config: "lane writer"}
+	k.named("LaneTopic", c.LaneTopic)
+	if c.Lane >= ckf.LaneCount {
+		k.fail("Lane", "must be below %d, got %d", ckf.LaneCount, c.Lane)
+	}
+	if c.ChunkWords < 1 {
+		k.fail("ChunkWords", "must be >= 1, got %d", c.ChunkWords)
+	}
+	k.positive("WriteTimeout", c.WriteTimeout)
+	return k.result()
 }
 
 // LaneWriter writes one producer's lane records: snapshots (chunked, then indexed), deltas,
@@ -54,16 +83,14 @@ func LaneWriterClientOpts() []kgo.Opt {
 }
 
 // NewLaneWriter returns a writer for identity's stream on cfg.Lane. cl must carry
-// LaneWriterClientOpts (and kgo.TransactionalID when cfg.Transactional).
-func NewLaneWriter(cl *kgo.Client, codec *schemas.Codec, identity ckf.ProducerIdentity, cfg LaneWriterConfig) *LaneWriter {
-	if cfg.ChunkWords <= 0 {
-		cfg.ChunkWords = DefaultChunkWords
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 30 * time.Second
+// LaneWriterClientOpts (and kgo.TransactionalID when cfg.Transactional). cfg is taken as it is;
+// an invalid field is a *ConfigError.
+func NewLaneWriter(cl *kgo.Client, codec *schemas.Codec, identity ckf.ProducerIdentity, cfg LaneWriterConfig) (*LaneWriter, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	return &LaneWriter{cl: cl, codec: codec, cfg: cfg, identity: WireIdentity(identity),
-		key: []byte(identity.Pool.String())}
+		key: []byte(identity.Pool.String())}, nil
 }
 
 // Identity returns the producer identity the writer stamps on every record.

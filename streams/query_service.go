@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,42 +18,47 @@ import (
 	"go.uber.org/zap"
 )
 
-// QueryConfig configures a QueryService. Zero fields take the defaults noted.
+// QueryConfig configures a QueryService. Start from DefaultQueryConfig: NewQueryService takes
+// every field as it is (see the package's configuration style in config.go); only the empty
+// topic names are derived, from the codec.
 type QueryConfig struct {
-	// RequestTopic is the topic of query requests. Default: the codec's QueryRequest topic
-	// (ckf-queries unless the codec was configured otherwise).
+	// RequestTopic is the topic of query requests. "" (the default) derives the codec's
+	// QueryRequest topic (ckf-queries unless the codec was configured otherwise).
 	RequestTopic string
-	// ReplyTopic receives every reply whose request names no reply topic. Default: the codec's
-	// QueryReply topic (ckf-query-replies).
+	// ReplyTopic receives every reply whose request names no reply topic. "" (the default)
+	// derives the codec's QueryReply topic (ckf-query-replies).
 	ReplyTopic string
 	// ReplyTopicPrefixes lists the prefixes a request's reply_topic may start with; a request may
 	// always name ReplyTopic itself. Anything else is refused (INVALID_REQUEST reply on
 	// ReplyTopic, plus a dead letter), so a request cannot make the indexer write into an
-	// arbitrary topic it can reach (the lane topic, say). Default: none.
+	// arbitrary topic it can reach (the lane topic, say). Default: none. An empty prefix would
+	// allow every topic and is an error.
 	ReplyTopicPrefixes []string
 	// DeadLetterTopic receives a copy of every request that could not be answered normally.
-	// Default: the codec's DeadLetter topic.
+	// "" (the default) derives the codec's DeadLetter topic.
 	DeadLetterTopic string
 	// Group is the consumer group that replicas join to share the request partitions. Kafka
-	// property: group.id. Default "ckf-indexer-queries".
+	// property: group.id. Default "ckf-indexer-queries" (DefaultQueryGroup); required.
 	Group string
 	// MaxBatchRecords bounds the requests taken by one poll, answered and committed as one batch,
-	// in [1, 65536]. Larger batches amortise the produce round trip and the commit; smaller ones
-	// bound the work redone after a failure. Default 256.
+	// in [1, 65536] (MaxQueryBatchRecords). Larger batches amortise the produce round trip and
+	// the commit; smaller ones bound the work redone after a failure. Default 256
+	// (DefaultQueryBatchRecords).
 	MaxBatchRecords int
 	// ReplyLinger is the producer linger of replies (Kafka property linger.ms). The service
 	// flushes at the end of every batch, which releases lingering replies at once, so the linger
 	// only decides how the replies of one batch coalesce into produce requests; it never delays
-	// a reply beyond the end of its batch. Default 1 ms; a negative value disables lingering.
+	// a reply beyond the end of its batch. Default 1 ms; >= 0; 0 sends every reply at once,
+	// without lingering.
 	ReplyLinger time.Duration
 	// ReplyTimeout bounds the delivery of one reply or dead letter, franz-go's retries included
 	// (Kafka property delivery.timeout.ms); an output still unacknowledged by then counts as
 	// failed (see QueryService for what a failure does). Keep it below the group's rebalance
-	// timeout (60 s), since a batch holds off rebalances while it waits. Default 30 s.
+	// timeout (60 s), since a batch holds off rebalances while it waits. Default 30 s; > 0.
 	ReplyTimeout time.Duration
-	// CommitTimeout bounds one offset commit and the final leave of the group. Default 10 s.
+	// CommitTimeout bounds one offset commit and the final leave of the group. Default 10 s; > 0.
 	CommitTimeout time.Duration
-	// Component names this service in dead letters. Default "indexer".
+	// Component names this service in dead letters. Default "indexer"; required.
 	Component string
 }
 
@@ -68,15 +74,27 @@ const (
 )
 
 const (
-	defaultReplyLinger     = time.Millisecond
-	defaultReplyTimeout    = 30 * time.Second
-	defaultCommitTimeout   = 10 * time.Second
-	defaultQueryComponent  = "indexer"
 	fetchErrorBackoff      = 250 * time.Millisecond
 	maxReplyTopicNameBytes = 249 // Kafka's topic name limit
 )
 
-func (c QueryConfig) withDefaults(codec *schemas.Codec) QueryConfig {
+// DefaultQueryConfig returns the query service's defaults: topics derived from the codec, no
+// extra reply topic prefixes, group DefaultQueryGroup, batches of at most 256 requests
+// (DefaultQueryBatchRecords), replies lingering 1 ms and delivered within 30 s, commits within
+// 10 s, dead letters signed "indexer".
+func DefaultQueryConfig() QueryConfig {
+	return QueryConfig{
+		Group:           DefaultQueryGroup,
+		MaxBatchRecords: DefaultQueryBatchRecords,
+		ReplyLinger:     time.Millisecond,
+		ReplyTimeout:    30 * time.Second,
+		CommitTimeout:   10 * time.Second,
+		Component:       "indexer",
+	}
+}
+
+// withDerived fills the empty topic names from the codec.
+func (c QueryConfig) withDerived(codec *schemas.Codec) QueryConfig {
 	if c.RequestTopic == "" {
 		c.RequestTopic = codec.Topic(schemas.TypeQueryRequest)
 	}
@@ -86,45 +104,27 @@ func (c QueryConfig) withDefaults(codec *schemas.Codec) QueryConfig {
 	if c.DeadLetterTopic == "" {
 		c.DeadLetterTopic = codec.Topic(schemas.TypeDeadLetter)
 	}
-	if c.Group == "" {
-		c.Group = DefaultQueryGroup
-	}
-	if c.MaxBatchRecords == 0 {
-		c.MaxBatchRecords = DefaultQueryBatchRecords
-	}
-	switch {
-	case c.ReplyLinger == 0:
-		c.ReplyLinger = defaultReplyLinger
-	case c.ReplyLinger < 0:
-		c.ReplyLinger = 0
-	}
-	if c.ReplyTimeout == 0 {
-		c.ReplyTimeout = defaultReplyTimeout
-	}
-	if c.CommitTimeout == 0 {
-		c.CommitTimeout = defaultCommitTimeout
-	}
-	if c.Component == "" {
-		c.Component = defaultQueryComponent
-	}
+	c.ReplyTopicPrefixes = slices.Clone(c.ReplyTopicPrefixes)
 	return c
 }
 
+// validate checks every field in order and returns the first violation as a *ConfigError.
 func (c QueryConfig) validate() error {
-	switch {
-	case c.MaxBatchRecords < 1 || c.MaxBatchRecords > MaxQueryBatchRecords:
-		return fmt.Errorf("streams: query service: max batch records %d is not in [1, %d]", c.MaxBatchRecords, MaxQueryBatchRecords)
-	case c.ReplyTimeout < 0:
-		return fmt.Errorf("streams: query service: reply timeout %v is negative", c.ReplyTimeout)
-	case c.CommitTimeout < 0:
-		return fmt.Errorf("streams: query service: commit timeout %v is negative", c.CommitTimeout)
-	}
-	for _, p := range c.ReplyTopicPrefixes {
+	k := configCheck{config: "query service"}
+	for i, p := range c.ReplyTopicPrefixes {
 		if p == "" {
-			return errors.New("streams: query service: an empty reply topic prefix would allow every topic")
+			k.fail(fmt.Sprintf("ReplyTopicPrefixes[%d]", i), "is empty, which would allow every topic")
 		}
 	}
-	return nil
+	k.named("Group", c.Group)
+	if c.MaxBatchRecords < 1 || c.MaxBatchRecords > MaxQueryBatchRecords {
+		k.fail("MaxBatchRecords", "must be in [1, %d], got %d", MaxQueryBatchRecords, c.MaxBatchRecords)
+	}
+	k.nonNegative("ReplyLinger", c.ReplyLinger)
+	k.positive("ReplyTimeout", c.ReplyTimeout)
+	k.positive("CommitTimeout", c.CommitTimeout)
+	k.named("Component", c.Component)
+	return k.result()
 }
 
 // QueryServiceParams are what NewQueryService needs. ClientOpts carry the connection (seed
@@ -258,13 +258,14 @@ type QueryService struct {
 	onAck     func(*kgo.Record, error)
 }
 
-// NewQueryService validates the configuration and builds the service. Nothing connects until
-// Run or Start.
+// NewQueryService validates the configuration, taken as it is (an invalid field is a
+// *ConfigError; empty topic names are derived from the codec), and builds the service. Nothing
+// connects until Run or Start.
 func NewQueryService(p QueryServiceParams) (*QueryService, error) {
 	if p.Answerer == nil || p.Codec == nil {
 		return nil, errors.New("streams: query service needs an Answerer and a codec")
 	}
-	cfg := p.Config.withDefaults(p.Codec)
+	cfg := p.Config.withDerived(p.Codec)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -281,7 +282,8 @@ func NewQueryService(p QueryServiceParams) (*QueryService, error) {
 	return s, nil
 }
 
-// Config returns the effective configuration (defaults applied).
+// Config returns the configuration the service runs with: the one it was built with, its empty
+// topic names derived from the codec.
 func (s *QueryService) Config() QueryConfig { return s.cfg }
 
 func (s *QueryService) clientOpts() []kgo.Opt {

@@ -281,9 +281,12 @@ func qCodec(t testing.TB) *schemas.Codec {
 	return codec
 }
 
+// qConfig is the service configuration of the tests: the defaults on the test's topics and group.
 func qConfig(tp qTopics, group string) streams.QueryConfig {
-	return streams.QueryConfig{RequestTopic: tp.requests, ReplyTopic: tp.replies, DeadLetterTopic: tp.deadLetters, Group: group,
-		ReplyTopicPrefixes: []string{tp.replies + "-ok-"}}
+	cfg := streams.DefaultQueryConfig()
+	cfg.RequestTopic, cfg.ReplyTopic, cfg.DeadLetterTopic, cfg.Group = tp.requests, tp.replies, tp.deadLetters, group
+	cfg.ReplyTopicPrefixes = []string{tp.replies + "-ok-"}
+	return cfg
 }
 
 // qNewService builds a service; the caller starts and closes it.

@@ -18,42 +18,59 @@ import (
 	"go.uber.org/zap"
 )
 
-// QueryClientConfig configures a QueryClient. Zero fields take the defaults noted.
+// QueryClientConfig configures a QueryClient. Start from DefaultQueryClientConfig:
+// NewQueryClient takes every field as it is (see the package's configuration style in
+// config.go); only the empty topic names are derived, from the codec.
 type QueryClientConfig struct {
-	// RequestTopic is where requests are produced. Default: the codec's QueryRequest topic.
+	// RequestTopic is where requests are produced. "" (the default) derives the codec's
+	// QueryRequest topic.
 	RequestTopic string
 	// ReplyTopic is the topic the client reads its replies from; it must be the indexers'
-	// QueryConfig.ReplyTopic or allowed by their ReplyTopicPrefixes. Default: the codec's
-	// QueryReply topic.
+	// QueryConfig.ReplyTopic or allowed by their ReplyTopicPrefixes. "" (the default) derives
+	// the codec's QueryReply topic.
 	ReplyTopic string
 	// ReplyPartition is the partition of ReplyTopic this client reads. Absent (the default): one
 	// partition picked at random when the client starts, which spreads many clients over the
-	// partitions.
+	// partitions. When set it must be >= 0 and name an existing partition.
 	ReplyPartition schemas.Optional[int32]
-	// CallTimeout bounds one Query when its context has no earlier deadline. Default 5 s.
+	// CallTimeout bounds one Query when its context has no earlier deadline. Default 5 s; > 0.
 	CallTimeout time.Duration
 	// RequestLinger is the producer linger of requests (linger.ms). Default 0: a request is sent
 	// as soon as it is produced, which is what a caller waiting for the answer wants; a load tool
-	// with many requests in flight may trade a little latency for larger batches.
+	// with many requests in flight may trade a little latency for larger batches. >= 0.
 	RequestLinger time.Duration
-	// StartTimeout bounds NewQueryClient's look-up of the reply partition. Default 30 s.
+	// StartTimeout bounds NewQueryClient's look-up of the reply partition. Default 30 s; > 0.
 	StartTimeout time.Duration
 }
 
-func (c QueryClientConfig) withDefaults(codec *schemas.Codec) QueryClientConfig {
+// DefaultQueryClientConfig returns the query client's defaults: topics derived from the codec,
+// a random reply partition, 5 s per call, requests sent without linger, 30 s to find the reply
+// partition at start.
+func DefaultQueryClientConfig() QueryClientConfig {
+	return QueryClientConfig{CallTimeout: 5 * time.Second, StartTimeout: 30 * time.Second}
+}
+
+// withDerived fills the empty topic names from the codec.
+func (c QueryClientConfig) withDerived(codec *schemas.Codec) QueryClientConfig {
 	if c.RequestTopic == "" {
 		c.RequestTopic = codec.Topic(schemas.TypeQueryRequest)
 	}
 	if c.ReplyTopic == "" {
 		c.ReplyTopic = codec.Topic(schemas.TypeQueryReply)
 	}
-	if c.CallTimeout == 0 {
-		c.CallTimeout = 5 * time.Second
-	}
-	if c.StartTimeout == 0 {
-		c.StartTimeout = 30 * time.Second
-	}
 	return c
+}
+
+// validate checks every field in order and returns the first violation as a *ConfigError.
+func (c QueryClientConfig) validate() error {
+	k := configCheck{config: "query client"}
+	if p, ok := c.ReplyPartition.Get(); ok && p < 0 {
+		k.fail("ReplyPartition", "must not be negative, got %d", p)
+	}
+	k.positive("CallTimeout", c.CallTimeout)
+	k.nonNegative("RequestLinger", c.RequestLinger)
+	k.positive("StartTimeout", c.StartTimeout)
+	return k.result()
 }
 
 // QueryClientParams are what NewQueryClient needs. ClientOpts carry the connection (seed
@@ -171,17 +188,19 @@ type queryOutcome struct {
 	err   error
 }
 
-// NewQueryClient connects, picks the reply partition, looks up its end offset and starts reading
-// replies from there. It fails at once when the configured partition is out of range, and after
+// NewQueryClient validates the configuration, taken as it is (an invalid field is a
+// *ConfigError; empty topic names are derived from the codec), connects, picks the reply
+// partition, looks up its end offset and starts reading replies from there. It fails at once
+// when the configured partition is out of range, and after
 // StartTimeout (or ctx's end) when the reply topic cannot be found: it retries meanwhile, as a
 // topic just created may take a moment to appear.
 func NewQueryClient(ctx context.Context, p QueryClientParams) (*QueryClient, error) {
 	if p.Codec == nil {
 		return nil, errors.New("streams: query client needs a codec")
 	}
-	cfg := p.Config.withDefaults(p.Codec)
-	if cfg.CallTimeout < 0 || cfg.RequestLinger < 0 || cfg.StartTimeout < 0 {
-		return nil, errors.New("streams: query client: negative timeout or linger")
+	cfg := p.Config.withDerived(p.Codec)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	log := p.Log
 	if log == nil {
@@ -253,6 +272,10 @@ func pickReplyPartition(ctx context.Context, adm *kadm.Client, topic string, wan
 		}
 	}
 }
+
+// Config returns the configuration the client runs with: the one it was built with, its empty
+// topic names derived from the codec.
+func (c *QueryClient) Config() QueryClientConfig { return c.cfg }
 
 // ReplyPartition returns the partition of the reply topic this client reads.
 func (c *QueryClient) ReplyPartition() int32 { return c.partition }

@@ -17,6 +17,13 @@ import (
 	"github.com/uber-go/tally/v4"
 )
 
+// qClientConfig is the client configuration of the tests: the defaults with callTimeout.
+func qClientConfig(callTimeout time.Duration) streams.QueryClientConfig {
+	cfg := streams.DefaultQueryClientConfig()
+	cfg.CallTimeout = callTimeout
+	return cfg
+}
+
 func qNewClient(t testing.TB, codec *schemas.Codec, tp qTopics, cfg streams.QueryClientConfig) *streams.QueryClient {
 	t.Helper()
 	cfg.RequestTopic, cfg.ReplyTopic = tp.requests, tp.replies
@@ -63,7 +70,7 @@ func TestQueryClientConcurrentCalls(t *testing.T) {
 	codec := qCodec(t)
 	tp := newQTopics(t, 4)
 	qStartService(t, streams.NewAnswerer(x.g, nil), codec, qConfig(tp, testenv.UniqueName(t, "g")), nil)
-	c := qNewClient(t, codec, tp, streams.QueryClientConfig{CallTimeout: 30 * time.Second})
+	c := qNewClient(t, codec, tp, qClientConfig(30*time.Second))
 	cases := qClientCases(p)
 	wants := make([]schemas.QueryReply, len(cases))
 	for i, qc := range cases {
@@ -116,7 +123,7 @@ func TestQueryClientConcurrentCalls(t *testing.T) {
 // request (Stats().Sent), which the client counts only after registering the call.
 func TestQueryClientRefusesDuplicateInFlightID(t *testing.T) {
 	codec := qCodec(t)
-	c := qNewClient(t, codec, newQTopics(t, 1), streams.QueryClientConfig{CallTimeout: time.Minute})
+	c := qNewClient(t, codec, newQTopics(t, 1), qClientConfig(time.Minute))
 	ctx, cancel := context.WithCancel(context.Background())
 	first := make(chan error, 1)
 	go func() {
@@ -155,7 +162,8 @@ func TestQueryClientSharedReplyPartition(t *testing.T) {
 	codec := qCodec(t)
 	tp := newQTopics(t, 2)
 	qStartService(t, streams.NewAnswerer(x.g, nil), codec, qConfig(tp, testenv.UniqueName(t, "g")), nil)
-	cfg := streams.QueryClientConfig{ReplyPartition: schemas.Some[int32](2), CallTimeout: 30 * time.Second}
+	cfg := qClientConfig(30 * time.Second)
+	cfg.ReplyPartition = schemas.Some[int32](2)
 	clients := []*streams.QueryClient{qNewClient(t, codec, tp, cfg), qNewClient(t, codec, tp, cfg)}
 	cases := qClientCases(p)
 	wants := make([]schemas.QueryReply, len(cases))
@@ -197,7 +205,7 @@ func TestQueryClientSharedReplyPartition(t *testing.T) {
 func TestQueryClientTimeoutAndClose(t *testing.T) {
 	codec := qCodec(t)
 	tp := newQTopics(t, 1)
-	c := qNewClient(t, codec, tp, streams.QueryClientConfig{CallTimeout: 300 * time.Millisecond})
+	c := qNewClient(t, codec, tp, qClientConfig(300*time.Millisecond))
 	_, err := c.Query(context.Background(), qHashRequest("", []uint64{1, 2, 3}))
 	var ce *streams.QueryCallError
 	if !errors.Is(err, streams.ErrQueryTimeout) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ce) || ce.Stage != "reply" {
@@ -211,9 +219,10 @@ func TestQueryClientTimeoutAndClose(t *testing.T) {
 	if _, err := c.Query(context.Background(), qHashRequest("", nil)); !errors.Is(err, streams.ErrQueryClientClosed) {
 		t.Fatalf("closed client: got %v", err)
 	}
+	cfg := streams.DefaultQueryClientConfig()
+	cfg.RequestTopic, cfg.ReplyTopic, cfg.ReplyPartition = tp.requests, tp.replies, schemas.Some[int32](9)
 	_, err = streams.NewQueryClient(context.Background(), streams.QueryClientParams{
-		Config: streams.QueryClientConfig{RequestTopic: tp.requests, ReplyTopic: tp.replies, ReplyPartition: schemas.Some[int32](9)},
-		Codec:  codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)},
+		Config: cfg, Codec: codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)},
 	})
 	if err == nil {
 		t.Fatal("a client on partition 9 of a 4-partition reply topic started")
@@ -240,7 +249,7 @@ func TestQueryRoundTripLatency(t *testing.T) {
 	ans := streams.NewAnswerer(x.g, nil)
 	scope := tally.NewTestScope("", nil)
 	qStartService(t, ans, codec, qConfig(tp, testenv.UniqueName(t, "g")), scope)
-	c := qNewClient(t, codec, tp, streams.QueryClientConfig{CallTimeout: 30 * time.Second})
+	c := qNewClient(t, codec, tp, qClientConfig(30*time.Second))
 	reqs := []schemas.QueryRequest{qHashRequest("", p.a), qHashRequest("", p.b), qTokenRequest("", p.tokens, qBlockSize, qLora, qNamespace)}
 
 	call := func(i int) time.Duration {
@@ -386,7 +395,7 @@ func BenchmarkQueryRoundTrip(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = svc.Close(context.Background()) })
-	c := qNewClient(b, codec, tp, streams.QueryClientConfig{CallTimeout: 30 * time.Second})
+	c := qNewClient(b, codec, tp, qClientConfig(30*time.Second))
 	req := qHashRequest("", p.a)
 	for range 20 {
 		if _, err := c.Query(context.Background(), req); err != nil {

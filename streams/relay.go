@@ -82,21 +82,12 @@ var (
 	ErrProducerInvariant = errors.New("streams: relay producer invariant violated")
 )
 
-// RelayConfigError reports an invalid RelayConfig field.
-type RelayConfigError struct {
-	Field, Reason string
-}
-
-// Error implements error.
-func (e *RelayConfigError) Error() string {
-	return "streams: relay config: " + e.Field + ": " + e.Reason
-}
-
-// RelayTopics names the topics a relay reads and writes.
+// RelayTopics names the topics a relay reads and writes. They have no defaults: the relay
+// reads and writes what the deployment names.
 type RelayTopics struct {
-	// KVEvents is the DC's KV-events topic (input; every partition is read).
+	// KVEvents is the DC's KV-events topic (input; every partition is read). Required.
 	KVEvents string
-	// Lanes is the lane topic; the relay writes only partition RelayConfig.Lane.
+	// Lanes is the lane topic; the relay writes only partition RelayConfig.Lane. Required.
 	Lanes string
 	// SnapshotIndex is the compacted snapshot index, written in each snapshot's transaction and
 	// read at start (ownership check, previous incarnation). "" neither writes nor reads it.
@@ -107,15 +98,13 @@ type RelayTopics struct {
 	DeadLetter string
 }
 
-// Relay defaults: what NewRelay gives a zero field of RelayConfig, and what the process
-// configuration (app/config, section relay) takes as its own defaults, so that each has this one
-// home. The CKF sizing and cadence defaults are ckf's (ckf.DefaultCkfConfig).
+// Relay defaults: DefaultRelayConfig's values, and what the process configuration (app/config,
+// section relay) takes as its own defaults, so that each has this one home. The CKF sizing and
+// cadence defaults are ckf's (ckf.DefaultCkfConfig).
 const (
-	// DefaultRelaySnapshotEveryDeltas is SnapshotEveryDeltas's default (when SnapshotInterval
-	// is 0 too).
+	// DefaultRelaySnapshotEveryDeltas is SnapshotEveryDeltas's default.
 	DefaultRelaySnapshotEveryDeltas = 1000
-	// DefaultRelaySnapshotInterval is SnapshotInterval's default (when SnapshotEveryDeltas is 0
-	// too).
+	// DefaultRelaySnapshotInterval is SnapshotInterval's default.
 	DefaultRelaySnapshotInterval = time.Minute
 	// DefaultRelaySnapshotIdleInterval is SnapshotIdleInterval's default.
 	DefaultRelaySnapshotIdleInterval = time.Hour
@@ -125,30 +114,41 @@ const (
 	DefaultRelayPublishMaxDelay = 5 * time.Millisecond
 )
 
-// RelayConfig configures a Relay. Zero fields take the defaults noted.
+// RelayConfig configures a Relay. Start from DefaultRelayConfig, then set the topics, the pool,
+// the lane and the filter size (CKF.ExpectedBlocksPerDC): NewRelay takes every field as it is
+// (see the package's configuration style in config.go). The only empty fields NewRelay fills
+// are TransactionalID and Incarnation, each derived as its comment says; Relay.Config returns
+// the configuration with them derived.
 type RelayConfig struct {
+	// Topics names the topics; KVEvents and Lanes are required. No default.
 	Topics RelayTopics
-	// Pool is the DC pool the relay publishes for. Required (a zero pool is refused).
+	// Pool is the DC pool the relay publishes for. Required: the zero pool is refused.
 	Pool ckf.PoolID
-	// Lane is the physical lane (lane-topic partition) written, below ckf.LaneCount.
+	// Lane is the physical lane (lane-topic partition) written, in [0, ckf.LaneCount). Default 0.
 	Lane uint8
 	// LaneOwners is the deployment's lane map as the indexers configure it. When any lane is
 	// set, Lane must be mapped to Pool and Pool to no other lane, or NewRelay fails with
 	// ErrLaneNotOwned. All nil (the default) skips this static check; the start-up check
 	// against the snapshot index still runs.
 	LaneOwners index.ManifestLanes
-	// CKF is the producer configuration. Zero fields take ckf.DefaultCkfConfig's values;
-	// ExpectedBlocksPerDC and Seed must match the indexers' manifest format.
+	// CKF is the producer configuration, taken as it is and checked by ckf (CkfConfig.Validate):
+	// every field is legal as ckf defines it, Seed 0 included. Default ckf.DefaultCkfConfig(),
+	// whose ExpectedBlocksPerDC (1) is a placeholder: size the filter. ExpectedBlocksPerDC and
+	// Seed must match the indexers' manifest format.
 	CKF ckf.CkfConfig
-	// LayoutGeneration is stamped on the producer identity. Default 1.
+	// LayoutGeneration is stamped on the producer identity. Default 1; >= 1 (the wire rejects
+	// layout generation 0).
 	LayoutGeneration uint64
 	// Incarnation is the first producer incarnation. 0 (the default) derives it from the start
 	// time: max(start time in Unix nanoseconds, the lane's last indexed incarnation + 1), so
 	// incarnations strictly increase across restarts while clocks move forward, and at least
-	// past the last one the snapshot index remembers. Every recovery takes the next one.
+	// past the last one the snapshot index remembers. Incarnation 0 is never used, so 0 is not
+	// an explicit incarnation; an explicit one must be above the lane's last indexed
+	// incarnation (Run fails otherwise). Every recovery takes the next one.
 	Incarnation uint64
 	// PublishMaxDelay closes a non-empty publication window this long after its first pending
-	// event (CKF.PublishEveryNEvents > 1 only). Default 5 ms.
+	// event (CKF.PublishEveryNEvents > 1 only). Default 5 ms (DefaultRelayPublishMaxDelay);
+	// >= 0; 0 closes a window as soon as the events of the poll that opened it are applied.
 	PublishMaxDelay time.Duration
 	// MaxDeltasPerTransaction bounds how many deltas one Kafka transaction carries. Deltas of
 	// one poll of the input are grouped into one transaction up to this bound: the commit cost
@@ -157,121 +157,126 @@ type RelayConfig struct {
 	// committed records only, so under load a larger bound delays the first delta of a
 	// transaction by the time the whole transaction takes to write, while a smaller bound
 	// costs throughput (BenchmarkE2ERelay measures it). At low load a poll holds few events and
-	// transactions stay small whatever the bound. Default 1,024.
+	// transactions stay small whatever the bound. Default 1,024; >= 1.
 	MaxDeltasPerTransaction int
-	// SnapshotEveryDeltas writes a barrier snapshot after this many deltas. 0 disables the
-	// count trigger (see SnapshotInterval for the default when both are 0).
+	// SnapshotEveryDeltas writes a barrier snapshot after this many deltas. Default 1,000
+	// (DefaultRelaySnapshotEveryDeltas); 0 disables the count trigger. At least one of the two
+	// triggers must be on: a recovering indexer needs a recent snapshot.
 	SnapshotEveryDeltas uint64
-	// SnapshotInterval writes a barrier snapshot this long after the previous one. 0 disables
-	// the time trigger. When both triggers are 0 the defaults apply (1,000 deltas, 60 s): a
-	// recovering indexer needs a recent snapshot.
+	// SnapshotInterval writes a barrier snapshot this long after the previous one. Default 60 s
+	// (DefaultRelaySnapshotInterval); >= 0; 0 disables the time trigger. SnapshotInterval and
+	// SnapshotEveryDeltas both 0 is a configuration error.
 	SnapshotInterval time.Duration
 	// SnapshotIdleInterval replaces SnapshotInterval while the lane is idle: when no delta was
 	// published since the previous snapshot, the time trigger waits this long instead. An idle
 	// DC then costs one full snapshot per SnapshotIdleInterval rather than one per
 	// SnapshotInterval (8 MiB per snapshot at 2^20 buckets), while its latest snapshot is still
 	// rewritten often enough to stay inside the lane topic's retention (keep retention.ms above
-	// it). Replicas that need a snapshot sooner ask for one on the control topic. Default 1 h;
-	// a value below SnapshotInterval is raised to it; ignored when SnapshotInterval is 0.
+	// it). Replicas that need a snapshot sooner ask for one on the control topic. Default 1 h
+	// (DefaultRelaySnapshotIdleInterval). With the time trigger on it must be at least
+	// SnapshotInterval (a shorter one is an error, not raised: set it equal to snapshot idle
+	// lanes as often as busy ones); with SnapshotInterval 0 it is not used and must be >= 0.
 	SnapshotIdleInterval time.Duration
 	// SnapshotRequestMinInterval coalesces snapshot requests from the control topic: a request
 	// is served by the next snapshot, but not sooner than this after the previous snapshot, so
-	// a burst of requests (every replica asking at once) yields one snapshot. Default 250 ms.
+	// a burst of requests (every replica asking at once) yields one snapshot. Default 250 ms;
+	// >= 0; 0 serves every request at once, without coalescing.
 	SnapshotRequestMinInterval time.Duration
-	// HeartbeatInterval: a lane without any write for this long gets a heartbeat. Default 1 s.
+	// HeartbeatInterval: a lane without any write for this long gets a heartbeat. Default 1 s
+	// (DefaultRelayHeartbeatInterval); > 0.
 	HeartbeatInterval time.Duration
-	// TransactionalID is the lane producer's transactional id. Default "ckf-relay-" +
-	// Topics.Lanes + "-" + Pool.String(): two instances of one pool writing the same lane topic
-	// share it, so the broker fences the older one, while deployments on one cluster under
-	// different topic names never fence each other.
+	// TransactionalID is the lane producer's transactional id. "" (the default) derives
+	// "ckf-relay-" + Topics.Lanes + "-" + Pool.String(): two instances of one pool writing the
+	// same lane topic share it, so the broker fences the older one, while deployments on one
+	// cluster under different topic names never fence each other.
 	TransactionalID string
-	// ChunkWords is the bucket words per snapshot chunk. Default DefaultChunkWords.
+	// ChunkWords is the bucket words per snapshot chunk. Default DefaultChunkWords; >= 1.
 	ChunkWords int
-	// WriteTimeout bounds one transaction. Default 30 s.
+	// WriteTimeout bounds one transaction. Default 30 s; > 0.
 	WriteTimeout time.Duration
-	// StopTimeout bounds the graceful stop's writes (tail, drain marker). Default 20 s.
+	// StopTimeout bounds the graceful stop's writes (tail, drain marker). Default 20 s; > 0.
 	StopTimeout time.Duration
-	// MaxPollRecords bounds the KV records taken per poll. Default 10,000.
+	// MaxPollRecords bounds the KV records taken per poll. Default 10,000; >= 1.
 	MaxPollRecords int
 }
 
-func (c RelayConfig) withDefaults() RelayConfig {
-	def := ckf.DefaultCkfConfig()
-	if c.CKF.ExpectedBlocksPerDC == 0 {
-		c.CKF.ExpectedBlocksPerDC = def.ExpectedBlocksPerDC
+// DefaultRelayConfig returns the relay's defaults: CKF ckf.DefaultCkfConfig() (its one-block
+// filter size is the caller's to set), layout generation 1, the first incarnation and the
+// transactional id derived, publication windows closed after 5 ms, at most 1,024 deltas per
+// transaction, a snapshot every 1,000 deltas or 60 s (1 h while idle), snapshot requests
+// coalesced over 250 ms, a heartbeat after 1 s without a write, DefaultChunkWords words per
+// snapshot chunk, 30 s per transaction, 20 s for the graceful stop and 10,000 KV records per
+// poll. Topics and Pool are left empty: the caller sets them.
+func DefaultRelayConfig() RelayConfig {
+	return RelayConfig{
+		CKF:                        ckf.DefaultCkfConfig(),
+		LayoutGeneration:           1,
+		PublishMaxDelay:            DefaultRelayPublishMaxDelay,
+		MaxDeltasPerTransaction:    1024,
+		SnapshotEveryDeltas:        DefaultRelaySnapshotEveryDeltas,
+		SnapshotInterval:           DefaultRelaySnapshotInterval,
+		SnapshotIdleInterval:       DefaultRelaySnapshotIdleInterval,
+		SnapshotRequestMinInterval: 250 * time.Millisecond,
+		HeartbeatInterval:          DefaultRelayHeartbeatInterval,
+		ChunkWords:                 DefaultChunkWords,
+		WriteTimeout:               30 * time.Second,
+		StopTimeout:                20 * time.Second,
+		MaxPollRecords:             10_000,
 	}
-	if c.CKF.Seed == 0 {
-		c.CKF.Seed = def.Seed
-	}
-	if c.CKF.MaxKicks == 0 {
-		c.CKF.MaxKicks = def.MaxKicks
-	}
-	if c.CKF.VerificationWindow == 0 {
-		c.CKF.VerificationWindow = def.VerificationWindow
-	}
-	if c.CKF.PublishEveryNEvents == 0 {
-		c.CKF.PublishEveryNEvents = def.PublishEveryNEvents
-	}
-	if c.LayoutGeneration == 0 {
-		c.LayoutGeneration = 1
-	}
-	if c.PublishMaxDelay <= 0 {
-		c.PublishMaxDelay = DefaultRelayPublishMaxDelay
-	}
-	if c.MaxDeltasPerTransaction <= 0 {
-		c.MaxDeltasPerTransaction = 1024
-	}
-	if c.SnapshotEveryDeltas == 0 && c.SnapshotInterval == 0 {
-		c.SnapshotEveryDeltas, c.SnapshotInterval = DefaultRelaySnapshotEveryDeltas, DefaultRelaySnapshotInterval
-	}
-	if c.SnapshotIdleInterval <= 0 {
-		c.SnapshotIdleInterval = DefaultRelaySnapshotIdleInterval
-	}
-	c.SnapshotIdleInterval = max(c.SnapshotIdleInterval, c.SnapshotInterval)
-	if c.SnapshotRequestMinInterval <= 0 {
-		c.SnapshotRequestMinInterval = 250 * time.Millisecond
-	}
-	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = DefaultRelayHeartbeatInterval
-	}
+}
+
+// withDerived fills the empty fields that have a derivation: the transactional id.
+func (c RelayConfig) withDerived() RelayConfig {
 	if c.TransactionalID == "" {
 		c.TransactionalID = "ckf-relay-" + c.Topics.Lanes + "-" + c.Pool.String()
-	}
-	if c.ChunkWords <= 0 {
-		c.ChunkWords = DefaultChunkWords
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 30 * time.Second
-	}
-	if c.StopTimeout <= 0 {
-		c.StopTimeout = 20 * time.Second
-	}
-	if c.MaxPollRecords <= 0 {
-		c.MaxPollRecords = 10_000
 	}
 	return c
 }
 
+// validate checks every field in order and returns the first violation as a *ConfigError; a
+// lane the static lane map gives to another pool is ErrLaneNotOwned.
 func (c RelayConfig) validate() error {
-	switch {
-	case c.Topics.KVEvents == "":
-		return &RelayConfigError{"Topics.KVEvents", "must be named"}
-	case c.Topics.Lanes == "":
-		return &RelayConfigError{"Topics.Lanes", "must be named"}
-	case c.Lane >= ckf.LaneCount:
-		return &RelayConfigError{"Lane", fmt.Sprintf("%d is not below %d", c.Lane, ckf.LaneCount)}
-	case c.Pool == ckf.PoolID{}:
-		return &RelayConfigError{"Pool", "must be set"}
-	case c.CKF.PublishEveryNEvents == 0:
-		return &RelayConfigError{"CKF.PublishEveryNEvents", "must be positive"}
+	k := configCheck{config: "relay"}
+	k.named("Topics.KVEvents", c.Topics.KVEvents)
+	k.named("Topics.Lanes", c.Topics.Lanes)
+	if c.Pool == (ckf.PoolID{}) {
+		k.fail("Pool", "must be set")
 	}
-	if _, err := c.CKF.Format(); err != nil {
-		return fmt.Errorf("streams: relay config: CKF: %w", err)
+	if c.Lane >= ckf.LaneCount {
+		k.fail("Lane", "must be below %d, got %d", ckf.LaneCount, c.Lane)
 	}
-	if err := c.checkLaneOwners(); err != nil {
+	if _, err := c.CKF.Format(); err != nil { // ckf's rules: CkfConfig.Validate and the bucket count
+		k.failWith("CKF", "is invalid", err)
+	}
+	if c.LayoutGeneration == 0 {
+		k.fail("LayoutGeneration", "must be >= 1 (the wire rejects 0)")
+	}
+	k.nonNegative("PublishMaxDelay", c.PublishMaxDelay)
+	if c.MaxDeltasPerTransaction < 1 {
+		k.fail("MaxDeltasPerTransaction", "must be >= 1, got %d", c.MaxDeltasPerTransaction)
+	}
+	k.nonNegative("SnapshotInterval", c.SnapshotInterval)
+	if c.SnapshotInterval == 0 && c.SnapshotEveryDeltas == 0 {
+		k.fail("SnapshotInterval", "is 0 and so is SnapshotEveryDeltas: at least one snapshot trigger must be on (a recovering indexer needs a recent snapshot)")
+	}
+	k.nonNegative("SnapshotIdleInterval", c.SnapshotIdleInterval)
+	if c.SnapshotInterval > 0 && c.SnapshotIdleInterval < c.SnapshotInterval {
+		k.fail("SnapshotIdleInterval", "must be at least SnapshotInterval (%v), got %v", c.SnapshotInterval, c.SnapshotIdleInterval)
+	}
+	k.nonNegative("SnapshotRequestMinInterval", c.SnapshotRequestMinInterval)
+	k.positive("HeartbeatInterval", c.HeartbeatInterval)
+	if c.ChunkWords < 1 {
+		k.fail("ChunkWords", "must be >= 1, got %d", c.ChunkWords)
+	}
+	k.positive("WriteTimeout", c.WriteTimeout)
+	k.positive("StopTimeout", c.StopTimeout)
+	if c.MaxPollRecords < 1 {
+		k.fail("MaxPollRecords", "must be >= 1, got %d", c.MaxPollRecords)
+	}
+	if err := k.result(); err != nil {
 		return err
 	}
-	return nil
+	return c.checkLaneOwners()
 }
 
 // checkLaneOwners is the static ownership check against the deployment's lane map.
@@ -378,19 +383,20 @@ type inspectReq struct {
 	done chan struct{}
 }
 
-// NewRelay validates the configuration (defaults applied) and builds the relay. Nothing
-// connects or runs until Run.
+// NewRelay validates the configuration, taken as it is (an invalid field is a *ConfigError),
+// derives the transactional id when it is empty, and builds the relay. Nothing connects or runs
+// until Run.
 func NewRelay(p RelayParams) (*Relay, error) {
-	cfg := p.Config.withDefaults()
+	cfg := p.Config.withDerived()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if p.Codec == nil {
 		return nil, errors.New("streams: relay needs a codec")
 	}
-	format, err := cfg.CKF.Format()
+	format, err := cfg.CKF.Format() // validate checked it
 	if err != nil {
-		return nil, fmt.Errorf("streams: relay config: CKF: %w", err)
+		return nil, err
 	}
 	log := p.Log
 	if log == nil {
@@ -406,7 +412,9 @@ func NewRelay(p RelayParams) (*Relay, error) {
 	return r, nil
 }
 
-// Config returns the effective configuration (defaults applied).
+// Config returns the configuration the relay runs with: the one it was built with, its
+// transactional id derived when it was empty. Incarnation stays as configured (0: derived at
+// Run; Identity and Stats give the current one).
 func (r *Relay) Config() RelayConfig { return r.cfg }
 
 // Started is closed once the start-up replay has finished and the first snapshot of this

@@ -183,10 +183,12 @@ func (rl *relayLoop) newIncarnation() error {
 	r.c.incarnation.Store(inc)
 	rl.sink = &relaySink{}
 	rl.pub = producer.NewPublisher(id, 0, rl.sink)
-	rl.w = NewLaneWriter(cl, r.codec, id, LaneWriterConfig{
+	if rl.w, err = NewLaneWriter(cl, r.codec, id, LaneWriterConfig{
 		LaneTopic: cfg.Topics.Lanes, IndexTopic: cfg.Topics.SnapshotIndex, Lane: cfg.Lane,
 		ChunkWords: cfg.ChunkWords, WriteTimeout: cfg.WriteTimeout, Transactional: true,
-	})
+	}); err != nil {
+		return err // not reached: NewRelay validated every field the writer takes
+	}
 	rl.epoch = 0
 	rl.broken = false
 	return nil

@@ -135,7 +135,7 @@ func (rl *relayLoop) open(ctx context.Context) error {
 		}
 	}
 	if cfg.Incarnation != 0 && cfg.Incarnation <= rl.prevInc {
-		return &RelayConfigError{"Incarnation", fmt.Sprintf("%d is not above the lane's last indexed incarnation %d", cfg.Incarnation, rl.prevInc)}
+		return &ConfigError{Config: "relay", Field: "Incarnation", Reason: fmt.Sprintf("must be above the lane's last indexed incarnation %d, got %d", rl.prevInc, cfg.Incarnation)}
 	}
 
 	if rl.replay, err = listEndOfLog(ctx, adm, cfg.Topics.KVEvents); err != nil {

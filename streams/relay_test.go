@@ -39,19 +39,19 @@ func newRelayEnv(t *testing.T, expectedBlocks uint64, kvPartitions int32) *relay
 // relayConfig returns the configuration of the relay of lane (pool testPool(100+lane)), with
 // short timers and a transactional id unique to the test.
 func (e *relayEnv) relayConfig(lane uint8, txnID string) streams.RelayConfig {
-	return streams.RelayConfig{
-		Topics: streams.RelayTopics{KVEvents: e.kvTopic, Lanes: e.topics.Lanes, SnapshotIndex: e.topics.SnapshotIndex,
-			Control: e.topics.Control, DeadLetter: e.topics.DeadLetter},
-		Pool:                       testPool(100 + uint64(lane)),
-		Lane:                       lane,
-		CKF:                        ckf.NewCkfConfig(e.blocks),
-		SnapshotEveryDeltas:        1 << 40,
-		SnapshotInterval:           time.Hour,
-		SnapshotRequestMinInterval: 50 * time.Millisecond,
-		HeartbeatInterval:          200 * time.Millisecond,
-		TransactionalID:            txnID,
-		ChunkWords:                 700,
-	}
+	cfg := streams.DefaultRelayConfig()
+	cfg.Topics = streams.RelayTopics{KVEvents: e.kvTopic, Lanes: e.topics.Lanes, SnapshotIndex: e.topics.SnapshotIndex,
+		Control: e.topics.Control, DeadLetter: e.topics.DeadLetter}
+	cfg.Pool = testPool(100 + uint64(lane))
+	cfg.Lane = lane
+	cfg.CKF = ckf.NewCkfConfig(e.blocks)
+	cfg.SnapshotEveryDeltas = 1 << 40
+	cfg.SnapshotInterval = time.Hour
+	cfg.SnapshotRequestMinInterval = 50 * time.Millisecond
+	cfg.HeartbeatInterval = 200 * time.Millisecond
+	cfg.TransactionalID = txnID
+	cfg.ChunkWords = 700
+	return cfg
 }
 
 // runningRelay is a relay started by startRelay.

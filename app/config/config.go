@@ -287,10 +287,10 @@ type Indexer struct {
 // excluded until it catches up.
 type Freshness struct {
 	// MaxRecordLag is the largest offset lag still answered. 0 disables the record bound.
-	// Default 10,000.
+	// Default 10,000 (streams.DefaultFreshnessMaxRecordLag).
 	MaxRecordLag int64 `yaml:"max_record_lag"`
 	// MaxTimeLag is the largest time lag still answered. 0 disables the time bound. Default
-	// 10s.
+	// 10s (streams.DefaultFreshnessMaxTimeLag).
 	MaxTimeLag time.Duration `yaml:"max_time_lag"`
 }
 
@@ -356,12 +356,13 @@ func defaultConfig() Config {
 			ExpectedBlocksPerDC: DefaultExpectedBlocks,
 			Seed:                ckf.DefaultSeed,
 			VerificationWindow:  ckf.DefaultVerificationWindow,
-			Freshness:           Freshness{MaxRecordLag: 10_000, MaxTimeLag: 10 * time.Second},
+			Freshness:           Freshness{MaxRecordLag: streams.DefaultFreshnessMaxRecordLag, MaxTimeLag: streams.DefaultFreshnessMaxTimeLag},
 			QueryGroup:          streams.DefaultQueryGroup,
 			QueryBatchSize:      streams.DefaultQueryBatchRecords,
 			GCPercent:           DefaultIndexerGCPercent,
 		},
-		// The relay's defaults are streams' (and ckf's for the CKF format and cadence).
+		// The relay's and the freshness defaults are streams' (and ckf's for the CKF format and
+		// cadence); defaults_test.go in app/relay and app/indexer pins them field by field.
 		Relay: Relay{
 			ExpectedBlocks:       DefaultExpectedBlocks,
 			Seed:                 ckf.DefaultSeed,

@@ -2,6 +2,7 @@ package indexer_test
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
@@ -12,9 +13,42 @@ import (
 	"github.com/ckf-stream/ckf-stream/streams"
 )
 
-// TestQueryDefaultsAreStreams: indexer.query_group and indexer.query_batch_size default to what
-// the query service chooses for a zero configuration, and the batch size's upper bound is the
-// service's.
+// fieldDiffs lists the fields of two values of one struct type that differ, with both values.
+func fieldDiffs(fromConfig, fromStreams any) []string {
+	c, s := reflect.ValueOf(fromConfig), reflect.ValueOf(fromStreams)
+	var out []string
+	for i := range c.NumField() {
+		if !reflect.DeepEqual(c.Field(i).Interface(), s.Field(i).Interface()) {
+			out = append(out, fmt.Sprintf("%s: configuration %+v, streams %+v", c.Type().Field(i).Name, c.Field(i), s.Field(i)))
+		}
+	}
+	return out
+}
+
+// TestIndexerDefaultsAreStreams: the indexer section's defaults, converted by StreamsConfig, are
+// streams.DefaultIndexerConfig field by field (the topic names, which streams leaves to the
+// deployment, aside), so the freshness bounds (indexer.freshness) have one value; and a policy
+// with both bounds 0, which the configuration documents as "disabled", is streams' policy that
+// checks neither bound.
+func TestIndexerDefaultsAreStreams(t *testing.T) {
+	def := config.Default()
+	sc := indexer.StreamsConfig(def.Indexer, def.Topics)
+	want := streams.DefaultIndexerConfig()
+	want.Topics = sc.Topics
+	for _, d := range fieldDiffs(sc, want) {
+		t.Error(d)
+	}
+	if got, want := indexer.Freshness(def.Indexer.Freshness), streams.DefaultFreshnessPolicy(); got != want {
+		t.Errorf("default freshness: configuration %+v, streams %+v", got, want)
+	}
+	if got := indexer.Freshness(config.Freshness{}); got != (streams.FreshnessPolicy{}) {
+		t.Errorf("freshness with both bounds 0 (disabled) converts to %+v, want the zero policy (no bound checked)", got)
+	}
+}
+
+// TestQueryDefaultsAreStreams: the query section's defaults (indexer.query_group,
+// indexer.query_batch_size), converted by QueryConfig, are streams.DefaultQueryConfig field by
+// field (the topic names aside), and the batch size's upper bound is the service's.
 func TestQueryDefaultsAreStreams(t *testing.T) {
 	m, _, err := indexer.BuildManifest(testConfig(), 1)
 	if err != nil {
@@ -31,19 +65,22 @@ func TestQueryDefaultsAreStreams(t *testing.T) {
 	build := func(c streams.QueryConfig) (*streams.QueryService, error) {
 		return streams.NewQueryService(streams.QueryServiceParams{Config: c, Answerer: streams.NewAnswerer(g, nil), Codec: codec})
 	}
-	qs, err := build(streams.QueryConfig{})
-	if err != nil {
-		t.Fatal(err)
+	def := config.Default()
+	qc := indexer.QueryConfig(def.Indexer, def.Topics)
+	want := streams.DefaultQueryConfig()
+	want.RequestTopic, want.ReplyTopic, want.DeadLetterTopic = qc.RequestTopic, qc.ReplyTopic, qc.DeadLetterTopic
+	for _, d := range fieldDiffs(qc, want) {
+		t.Error(d)
 	}
-	def := config.Default().Indexer
-	if eff := qs.Config(); eff.Group != def.QueryGroup || eff.MaxBatchRecords != def.QueryBatchSize {
-		t.Errorf("query service defaults: group %q, batch %d; configuration defaults: %q, %d",
-			eff.Group, eff.MaxBatchRecords, def.QueryGroup, def.QueryBatchSize)
+	if _, err := build(qc); err != nil {
+		t.Fatalf("the default configuration's query service: %v", err)
 	}
 	for _, n := range []int{streams.MaxQueryBatchRecords, streams.MaxQueryBatchRecords + 1} {
 		_, cfgErr := config.Load(config.Sources{Args: []string{fmt.Sprintf("--indexer.query_batch_size=%d", n)},
 			LookupEnv: func(string) (string, bool) { return "", false }})
-		_, svcErr := build(streams.QueryConfig{MaxBatchRecords: n})
+		c := streams.DefaultQueryConfig()
+		c.MaxBatchRecords = n
+		_, svcErr := build(c)
 		if (cfgErr == nil) != (svcErr == nil) {
 			t.Errorf("query batch size %d: configuration says %v, query service says %v", n, cfgErr, svcErr)
 		}

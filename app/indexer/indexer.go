@@ -21,7 +21,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/bits"
 	"os"
 	"runtime/debug"
@@ -72,13 +71,35 @@ type Indexer struct {
 	watchDone chan struct{}
 }
 
-// Freshness converts the configured policy. Both bounds 0 disables the policy (streams would
-// otherwise read an all-zero policy as "use the defaults").
+// Freshness converts the configured policy. Both sides read a zero bound as "not checked", so
+// each bound maps as it is: indexer.freshness with both bounds 0 excludes no lane for lag.
 func Freshness(f config.Freshness) streams.FreshnessPolicy {
-	if f.MaxRecordLag == 0 && f.MaxTimeLag == 0 {
-		return streams.FreshnessPolicy{MaxRecordLag: math.MaxInt64, MaxTimeLag: time.Duration(math.MaxInt64)}
-	}
 	return streams.FreshnessPolicy{MaxRecordLag: f.MaxRecordLag, MaxTimeLag: f.MaxTimeLag}
+}
+
+// StreamsConfig converts the indexer section and the topic names to the lanes' streams
+// configuration: streams' defaults (streams.DefaultIndexerConfig) with the topics and the
+// freshness policy of the configuration.
+func StreamsConfig(ix config.Indexer, topics config.Topics) streams.IndexerConfig {
+	cfg := streams.DefaultIndexerConfig()
+	cfg.Topics = streams.IndexerTopics{
+		Lanes: topics.Lanes, Control: topics.Control, LaneEvents: topics.LaneEvents, DeadLetter: topics.DeadLetter,
+		// The relays index each lane's latest complete snapshot here, so a starting replica
+		// seeks each lane straight to it instead of reading from the log start.
+		SnapshotIndex: topics.SnapshotIndex,
+	}
+	cfg.Freshness = Freshness(ix.Freshness)
+	return cfg
+}
+
+// QueryConfig converts the indexer section and the topic names to the query service's streams
+// configuration: streams' defaults (streams.DefaultQueryConfig) with the topics, the group and
+// the batch size of the configuration.
+func QueryConfig(ix config.Indexer, topics config.Topics) streams.QueryConfig {
+	cfg := streams.DefaultQueryConfig()
+	cfg.RequestTopic, cfg.ReplyTopic, cfg.DeadLetterTopic = topics.Queries, topics.QueryReplies, topics.DeadLetter
+	cfg.Group, cfg.MaxBatchRecords = ix.QueryGroup, ix.QueryBatchSize
+	return cfg
 }
 
 // New builds the replica: manifest (a random consumer instance id when the configured one is 0,
@@ -114,15 +135,7 @@ func New(p Params) (*Indexer, error) {
 		return nil, err
 	}
 	lanes, err := streams.NewIndexer(streams.IndexerParams{
-		Config: streams.IndexerConfig{
-			Topics: streams.IndexerTopics{
-				Lanes: topics.Lanes, Control: topics.Control, LaneEvents: topics.LaneEvents, DeadLetter: topics.DeadLetter,
-				// The relays index each lane's latest complete snapshot here, so a starting
-				// replica seeks each lane straight to it instead of reading from the log start.
-				SnapshotIndex: topics.SnapshotIndex,
-			},
-			Freshness: Freshness(p.Config.Freshness),
-		},
+		Config:  StreamsConfig(p.Config, topics),
 		Indexer: g,
 		Codec:   codec,
 		// One option set per client: each gets its own kprom collectors (client=<role>).
@@ -135,10 +148,7 @@ func New(p Params) (*Indexer, error) {
 	}
 	ans := streams.NewAnswerer(g, lanes.EligibleLanes)
 	queries, err := streams.NewQueryService(streams.QueryServiceParams{
-		Config: streams.QueryConfig{
-			RequestTopic: topics.Queries, ReplyTopic: topics.QueryReplies, DeadLetterTopic: topics.DeadLetter,
-			Group: p.Config.QueryGroup, MaxBatchRecords: p.Config.QueryBatchSize,
-		},
+		Config:     QueryConfig(p.Config, topics),
 		Answerer:   ans,
 		Codec:      codec,
 		ClientOpts: p.Connection.Opts("queries"),

@@ -51,7 +51,12 @@ func newLaneProducer(t *testing.T, topics config.Topics, codec *schemas.Codec, l
 	}
 	id := ckf.ProducerIdentity{Pool: ckf.PoolID{Domain: domain, Dc: ckf.DcID(dc)}, Incarnation: 1, LayoutGeneration: 1, Format: state.Format()}
 	cl := testenv.Client(t, streams.LaneWriterClientOpts()...)
-	w := streams.NewLaneWriter(cl, codec, id, streams.LaneWriterConfig{LaneTopic: topics.Lanes, Lane: lane})
+	wcfg := streams.DefaultLaneWriterConfig()
+	wcfg.LaneTopic, wcfg.Lane = topics.Lanes, lane
+	w, err := streams.NewLaneWriter(cl, codec, id, wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := &laneProducer{t: t, lane: lane, state: state, w: w, pub: producer.NewPublisher(id, 0, w), ext: 1}
 	snap, err := p.pub.SnapshotAfterBarrier(state, ckf.LaneLease{Lane: lane, Epoch: 1})
 	if err != nil {
@@ -238,8 +243,10 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	qcfg := streams.DefaultQueryClientConfig()
+	qcfg.CallTimeout = 30 * time.Second
 	qc, err := streams.NewQueryClient(context.Background(), streams.QueryClientParams{
-		Config: streams.QueryClientConfig{CallTimeout: 30 * time.Second}, Codec: codec, ClientOpts: append(opts, kgo.SeedBrokers(testenv.Brokers(t)...)),
+		Config: qcfg, Codec: codec, ClientOpts: append(opts, kgo.SeedBrokers(testenv.Brokers(t)...)),
 	})
 	if err != nil {
 		t.Fatal(err)

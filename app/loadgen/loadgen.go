@@ -138,7 +138,8 @@ func (l *Loadgen) Start(ctx context.Context) error {
 		} else {
 			// Each of the query client's two clients gets its own options (and kprom collectors).
 			perRole := func(role string) []kgo.Opt { return l.conn.Opts("loadgen-" + role) }
-			l.qc, err = streams.NewQueryClient(ctx, streams.QueryClientParams{Codec: codec, ClientOptsFor: perRole, Log: l.log})
+			l.qc, err = streams.NewQueryClient(ctx, streams.QueryClientParams{Config: streams.DefaultQueryClientConfig(),
+				Codec: codec, ClientOptsFor: perRole, Log: l.log})
 			if err != nil {
 				return fmt.Errorf("loadgen: query client: %w", err)
 			}

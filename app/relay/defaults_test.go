@@ -1,21 +1,58 @@
 package relay_test
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/app/relay"
-	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/streams"
 )
 
-// TestDefaultsAreStreams: the relay section's defaults, converted by StreamsConfig, give the
-// relay streams builds from a configuration holding only its topics, pool, lane and filter size:
+// fieldDiffs lists the fields of two values of one struct type that differ, with both values.
+func fieldDiffs(fromConfig, fromStreams any) []string {
+	c, s := reflect.ValueOf(fromConfig), reflect.ValueOf(fromStreams)
+	var out []string
+	for i := range c.NumField() {
+		if !reflect.DeepEqual(c.Field(i).Interface(), s.Field(i).Interface()) {
+			out = append(out, fmt.Sprintf("%s: configuration %+v, streams %+v", c.Type().Field(i).Name, c.Field(i), s.Field(i)))
+		}
+	}
+	return out
+}
+
+// TestDefaultsAreStreams: the relay section's defaults, converted by StreamsConfig, are
+// streams.DefaultRelayConfig field by field, except the fields that have no streams default (the
+// topics, the pool, the lane and its map) and the filter size, which the deployment chooses:
 // every relay default (snapshot triggers, idle interval, heartbeat, publication delay and
-// cadence, seed) has one value.
+// cadence, seed, and the timers the configuration does not expose) has one value.
 func TestDefaultsAreStreams(t *testing.T) {
 	cfg := load(t, "--indexer.domain="+domain, "--relay.dc_id=0x2a", "--relay.lane=3")
+	sc, err := relay.StreamsConfig(cfg.Relay, cfg.Indexer, cfg.Topics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := streams.DefaultRelayConfig()
+	want.Topics, want.Pool, want.Lane, want.LaneOwners = sc.Topics, sc.Pool, sc.Lane, sc.LaneOwners
+	want.CKF.ExpectedBlocksPerDC = cfg.Relay.ExpectedBlocks
+	for _, d := range fieldDiffs(sc, want) {
+		t.Error(d)
+	}
+	codec, err := kafka.NewCodec(cfg.Topics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := streams.NewRelay(streams.RelayParams{Config: sc, Codec: codec}); err != nil {
+		t.Fatalf("the default configuration's relay: %v", err)
+	}
+}
+
+// TestSeedZeroIsKept: relay.seed=0 is seed 0 for the relay, as indexer.seed=0 is for the
+// indexers (streams once read a zero seed as "the default seed", which made such a relay's
+// format differ from its indexers').
+func TestSeedZeroIsKept(t *testing.T) {
+	cfg := load(t, "--indexer.domain="+domain, "--relay.dc_id=0x2a", "--relay.seed=0")
 	sc, err := relay.StreamsConfig(cfg.Relay, cfg.Indexer, cfg.Topics)
 	if err != nil {
 		t.Fatal(err)
@@ -24,17 +61,11 @@ func TestDefaultsAreStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromConfig, err := streams.NewRelay(streams.RelayParams{Config: sc, Codec: codec})
+	r, err := streams.NewRelay(streams.RelayParams{Config: sc, Codec: codec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bare := streams.RelayConfig{Topics: sc.Topics, Pool: sc.Pool, Lane: sc.Lane,
-		CKF: ckf.CkfConfig{ExpectedBlocksPerDC: cfg.Relay.ExpectedBlocks}}
-	fromZero, err := streams.NewRelay(streams.RelayParams{Config: bare, Codec: codec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := fromConfig.Config(), fromZero.Config(); !reflect.DeepEqual(got, want) {
-		t.Errorf("relay from the configuration's defaults:\n%+v\nrelay from streams' defaults:\n%+v", got, want)
+	if seed := r.Config().CKF.Seed; seed != 0 {
+		t.Fatalf("relay.seed=0 runs the relay with seed %#x", seed)
 	}
 }

@@ -62,9 +62,10 @@ func Require(ix config.Indexer) error {
 	return nil
 }
 
-// StreamsConfig converts the configuration sections to the relay's streams configuration: the
-// pool (domain of ix, relay.dc_id), the lane map of ix as LaneOwners, the CKF sizing and
-// cadence, the timers and the topic names. Errors are *config.FieldError naming the field; a
+// StreamsConfig converts the configuration sections to the relay's streams configuration:
+// streams' defaults (streams.DefaultRelayConfig) with the pool (domain of ix, relay.dc_id), the
+// lane map of ix as LaneOwners, the CKF sizing, seed and cadence, the timers and the topic
+// names of the configuration. Errors are *config.FieldError naming the field; a
 // lane that indexer.lanes does not map to relay.dc_id also matches streams.ErrLaneNotOwned.
 func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (streams.RelayConfig, error) {
 	if err := Require(ix); err != nil {
@@ -91,24 +92,22 @@ func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (st
 				Err:    streams.ErrLaneNotOwned}
 		}
 	}
-	cc := ckf.NewCkfConfig(rc.ExpectedBlocks)
-	cc.Seed = rc.Seed
-	cc.PublishEveryNEvents = rc.PublishEveryEvents
-	cfg := streams.RelayConfig{
-		Topics: streams.RelayTopics{
-			KVEvents: topics.KVEvents, Lanes: topics.Lanes, SnapshotIndex: topics.SnapshotIndex,
-			Control: topics.Control, DeadLetter: topics.DeadLetter,
-		},
-		Pool:                 ckf.PoolID{Domain: domain, Dc: ckf.DcID(rc.DcID)},
-		Lane:                 uint8(rc.Lane),
-		LaneOwners:           owners,
-		CKF:                  cc,
-		PublishMaxDelay:      rc.PublishMaxDelay,
-		SnapshotEveryDeltas:  rc.SnapshotEveryDeltas,
-		SnapshotInterval:     rc.SnapshotInterval,
-		SnapshotIdleInterval: rc.EffectiveSnapshotIdleInterval(),
-		HeartbeatInterval:    rc.HeartbeatInterval,
+	cfg := streams.DefaultRelayConfig()
+	cfg.Topics = streams.RelayTopics{
+		KVEvents: topics.KVEvents, Lanes: topics.Lanes, SnapshotIndex: topics.SnapshotIndex,
+		Control: topics.Control, DeadLetter: topics.DeadLetter,
 	}
+	cfg.Pool = ckf.PoolID{Domain: domain, Dc: ckf.DcID(rc.DcID)}
+	cfg.Lane = uint8(rc.Lane)
+	cfg.LaneOwners = owners
+	cfg.CKF.ExpectedBlocksPerDC = rc.ExpectedBlocks
+	cfg.CKF.Seed = rc.Seed
+	cfg.CKF.PublishEveryNEvents = rc.PublishEveryEvents
+	cfg.PublishMaxDelay = rc.PublishMaxDelay
+	cfg.SnapshotEveryDeltas = rc.SnapshotEveryDeltas
+	cfg.SnapshotInterval = rc.SnapshotInterval
+	cfg.SnapshotIdleInterval = rc.EffectiveSnapshotIdleInterval()
+	cfg.HeartbeatInterval = rc.HeartbeatInterval
 	return cfg, nil
 }
 

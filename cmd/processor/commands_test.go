@@ -182,8 +182,10 @@ func TestQueryCommandKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	qcfg := streams.DefaultQueryConfig()
+	qcfg.RequestTopic, qcfg.ReplyTopic, qcfg.DeadLetterTopic, qcfg.Group = queries, replies, dead, testenv.UniqueName(t, "g")
 	qs, err := streams.NewQueryService(streams.QueryServiceParams{
-		Config:   streams.QueryConfig{RequestTopic: queries, ReplyTopic: replies, DeadLetterTopic: dead, Group: testenv.UniqueName(t, "g")},
+		Config:   qcfg,
 		Answerer: testAnswerer(t), Codec: codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)},
 	})
 	if err != nil {

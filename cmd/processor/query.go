@@ -175,10 +175,9 @@ func queryKafka(ctx context.Context, cfg config.Config, timeout time.Duration, r
 	if err != nil {
 		return schemas.QueryReply{}, err
 	}
-	qc, err := streams.NewQueryClient(ctx, streams.QueryClientParams{
-		Config: streams.QueryClientConfig{CallTimeout: timeout, StartTimeout: timeout},
-		Codec:  codec, ClientOpts: opts,
-	})
+	qcfg := streams.DefaultQueryClientConfig()
+	qcfg.CallTimeout, qcfg.StartTimeout = timeout, timeout
+	qc, err := streams.NewQueryClient(ctx, streams.QueryClientParams{Config: qcfg, Codec: codec, ClientOpts: opts})
 	if err != nil {
 		return schemas.QueryReply{}, err
 	}

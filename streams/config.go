@@ -1,0 +1,108 @@
+package streams
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Configuration style, the same for every component of the package (Indexer, LaneFeed, Relay,
+// LaneWriter, QueryService, QueryClient):
+//
+//   - Each configuration type has a constructor of its defaults (DefaultIndexerConfig,
+//     DefaultRelayConfig, ...). Callers start from it and change what they need; the zero value
+//     of a configuration is not its defaults.
+//   - The New… function takes the configuration literally and validates it: an illegal field is
+//     a *ConfigError naming it, never replaced by a default. Where zero is a legal value it means
+//     zero (no linger, no progress events, no coalescing, seed 0); each field's doc comment says
+//     its default, its legal range and what zero means.
+//   - The only empty values that are filled in are names with a natural derivation (topic names
+//     from the codec, the relay's transactional id from its lane topic and pool) and the relay's
+//     first incarnation (from the start time); their doc comments say so, and the component's
+//     Config accessor returns the configuration with them derived.
+
+// ErrInvalidConfig is matched (errors.Is) by every configuration error of the package's New…
+// functions.
+var ErrInvalidConfig = errors.New("streams: invalid configuration")
+
+// ConfigError reports an invalid field of one of the package's configurations. It matches
+// ErrInvalidConfig and, when set, Err.
+type ConfigError struct {
+	// Config names the configuration: "indexer", "lane feed", "relay", "lane writer",
+	// "query service" or "query client".
+	Config string
+	// Field is the Go path of the field within the configuration, for example "HeartbeatInterval"
+	// or "Feed.ResumeBytes".
+	Field string
+	// Reason says what is wrong, as a predicate of the field ("must be > 0, got -1s").
+	Reason string
+	// Err is the underlying cause, if any (for example a ckf build error of the CKF field).
+	Err error
+}
+
+// Error implements error: "streams: <config> config: <field> <reason>[: <cause>]".
+func (e *ConfigError) Error() string {
+	s := "streams: " + e.Config + " config: " + e.Field + " " + e.Reason
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns ErrInvalidConfig and the cause.
+func (e *ConfigError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrInvalidConfig}
+	}
+	return []error{ErrInvalidConfig, e.Err}
+}
+
+// configCheck collects the first violation of one configuration's rules, in the order the
+// rules are checked (field order), so validate methods read as a list of rules.
+type configCheck struct {
+	config string
+	err    *ConfigError
+}
+
+// fail records a violation of field unless an earlier one was recorded.
+func (c *configCheck) fail(field, format string, args ...any) {
+	if c.err == nil {
+		c.err = &ConfigError{Config: c.config, Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+}
+
+// failWith records a violation of field caused by err unless an earlier one was recorded.
+func (c *configCheck) failWith(field, reason string, err error) {
+	if c.err == nil {
+		c.err = &ConfigError{Config: c.config, Field: field, Reason: reason, Err: err}
+	}
+}
+
+// positive requires d > 0.
+func (c *configCheck) positive(field string, d time.Duration) {
+	if d <= 0 {
+		c.fail(field, "must be > 0, got %v", d)
+	}
+}
+
+// nonNegative requires d >= 0 (zero's meaning is the field's).
+func (c *configCheck) nonNegative(field string, d time.Duration) {
+	if d < 0 {
+		c.fail(field, "must not be negative, got %v", d)
+	}
+}
+
+// named requires a non-empty name.
+func (c *configCheck) named(field, name string) {
+	if name == "" {
+		c.fail(field, "must be named")
+	}
+}
+
+// result returns the first violation, or nil (a typed nil never escapes as a non-nil error).
+func (c *configCheck) result() error {
+	if c.err == nil {
+		return nil
+	}
+	return c.err
+}

@@ -1,0 +1,102 @@
+package streams
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestLaneFeedResumeBytes: a paused lane's partition resumes once its queue drains to
+// ResumeBytes; with ResumeBytes 0, only once the queue is empty. The queue is filled and drained
+// by hand (four 100-byte batches against PauseBytes 400), and the client's own paused set must
+// agree with the queue after every step.
+func TestLaneFeedResumeBytes(t *testing.T) {
+	const topic, lane, batchBytes, batches = "lanes", 3, 100, 4
+	for _, tc := range []struct {
+		resume int
+		// pausedAfter[i] is whether the partition is paused after the i-th batch is taken
+		// (300, 200, 100 and 0 bytes left).
+		pausedAfter [batches]bool
+	}{
+		{resume: 0, pausedAfter: [batches]bool{true, true, true, false}},
+		{resume: 100, pausedAfter: [batches]bool{true, true, false, false}},
+		{resume: 250, pausedAfter: [batches]bool{true, false, false, false}},
+	} {
+		t.Run(fmt.Sprintf("resume=%d", tc.resume), func(t *testing.T) {
+			cl, err := kgo.NewClient() // never connects: pausing and resuming a partition are local
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			f, err := NewLaneFeed(cl, topic, []int32{lane}, FeedConfig{PauseBytes: batches * batchBytes, ResumeBytes: tc.resume})
+			if err != nil {
+				t.Fatal(err)
+			}
+			clientPaused := func() bool { return len(cl.PauseFetchPartitions(nil)[topic]) > 0 }
+			q := f.queues[lane]
+			for i := range batches {
+				// As Run pushes a fetched batch.
+				q.push([]*kgo.Record{{Value: make([]byte, batchBytes)}}, int64(i+1), f.cfg.PauseBytes, func() {
+					f.cl.PauseFetchPartitions(map[string][]int32{topic: {lane}})
+				})
+			}
+			if st := f.Queue(lane); !st.Paused || st.Pauses != 1 || !clientPaused() {
+				t.Fatalf("after %d bytes queued: %+v, client paused %v; want paused once", batches*batchBytes, st, clientPaused())
+			}
+			for i, want := range tc.pausedAfter {
+				if _, ok := f.TryNext(lane); !ok {
+					t.Fatalf("batch %d not returned", i)
+				}
+				if st := f.Queue(lane); st.Paused != want || clientPaused() != want {
+					t.Fatalf("after taking batch %d (%d bytes left): queue paused %v, client paused %v; want %v",
+						i, st.Bytes, st.Paused, clientPaused(), want)
+				}
+			}
+		})
+	}
+}
+
+// TestQueryServiceReplyLinger: the service's client lingers exactly ReplyLinger, and 0 means no
+// linger (it once meant "the default, 1 ms").
+func TestQueryServiceReplyLinger(t *testing.T) {
+	pool := ckf.PoolID{Dc: 1}
+	m, _, err := index.NewManifest(1, pool.Domain, ckf.NewFormatIdentity(ckf.DefaultSeed, 1024), index.ManifestLanes{0: &pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec, err := schemas.NewCodec(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, linger := range []time.Duration{0, time.Millisecond, 7 * time.Millisecond} {
+		cfg := DefaultQueryConfig()
+		cfg.ReplyLinger = linger
+		// A group and a request topic of this test alone: the client joins the group at once.
+		cfg.RequestTopic, cfg.Group = testenv.UniqueName(t, "queries"), testenv.UniqueName(t, "g")
+		s, err := NewQueryService(QueryServiceParams{Config: cfg, Answerer: NewAnswerer(g, nil), Codec: codec,
+			ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kgo.NewClient(s.clientOpts()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := cl.OptValue(kgo.ProducerLinger)
+		cl.Close()
+		if got != linger {
+			t.Errorf("ReplyLinger %v: the client lingers %v", linger, got)
+		}
+	}
+}
