@@ -242,7 +242,7 @@ func TestIndexerFreshnessZeroBoundsNotChecked(t *testing.T) {
 	waitLane(t, ri, p, converge)
 	var st streams.LaneStatus
 	// Lag, readiness and exclusion are reported together, by the check that decides exclusion.
-	waitUntil(t, converge, "the lane reports a time lag", func() bool {
+	testenv.WaitUntil(t, converge, "the lane reports a time lag", func() bool {
 		st = laneStatus(ri, 7)
 		return st.Ready && st.LagTime > 0
 	}, func() string { return fmt.Sprintf("status %+v", st) })
