@@ -14,16 +14,18 @@ import (
 	"go.uber.org/zap"
 )
 
-// lane is the one owner of a physical lane on this indexer replica. One goroutine (run) reads
-// the lane partition's records in offset order from the LaneFeed, decodes them, assembles
-// snapshot chunks, mints the replica's own LaneLease, and drives the lane's LaneIngestor
-// directly: every ingestor outcome, fault included, comes back on the call that caused it, so
-// nothing about the lane is learnt by polling, and no other goroutine writes the lane (design
-// §1: each lane's records through that lane's ingestor on one goroutine).
+// lane is the one owner of a physical lane on this indexer replica. One goroutine (run) takes
+// the lane partition's records in offset order, decoded by the lane's decode stage
+// (lane_decode.go: a stateless goroutine that only parses bytes), assembles snapshot chunks,
+// mints the replica's own LaneLease, and drives the lane's LaneIngestor directly: every ingestor
+// outcome, fault included, comes back on the call that caused it, so nothing about the lane is
+// learnt by polling, and no other goroutine writes the lane (design §1: each lane's records
+// through that lane's ingestor on one goroutine).
 //
-// Backpressure: the lane applies a record before it takes the next one from its feed queue, and
-// the feed pauses the partition when that queue holds FeedConfig.PauseBytes. A burst of valid
-// deltas therefore only slows the partition's fetching; it is never a fault.
+// Backpressure: the decode stage has a fixed number of run buffers; when the owner falls behind
+// they are all in use, the stage stops taking records from the feed, and the feed pauses the
+// partition once FeedConfig.PauseBytes of its records wait. A burst of valid deltas therefore
+// only slows the partition's fetching; it is never a fault.
 //
 // Leases (design §2): records carry no lease. The lane mints LaneLease{consumer instance, lane,
 // epoch} with an epoch that increases by one at every (re)subscription: a snapshot of a new
@@ -51,25 +53,25 @@ type lane struct {
 	asm   assembly
 	stats laneStats
 
-	// delta and images are the decode target of the delta being applied: the ingestor is done
-	// with them when ApplyDelta returns, so one buffer serves every delta of the lane.
-	delta  ckf.Delta
-	images []ckf.BucketImage
+	// delta is the delta being applied: the ingestor is done with it when ApplyDelta returns,
+	// so one value serves every delta of the lane.
+	delta ckf.Delta
 }
 
 // laneState is what the lane's goroutine knows beyond its ingestor. The ingestor holds the
 // spec's part (assignment, lease, installed sequence, readiness); nothing here copies it.
 type laneState struct {
 	phase LanePhase
-	// epoch is the last assignment epoch minted for this lane (0: none yet). It only grows, so a
-	// new lease always passes the ingestor's strictly-increasing check, also after Retire.
-	epoch uint64
+	// leaseEpoch is the last assignment epoch minted for this lane (0: none yet). It only grows,
+	// so a new lease always passes the ingestor's strictly-increasing check, also after Retire.
+	leaseEpoch uint64
 	// newest is the newest producer generation the lane installed a snapshot of (valid when
 	// hasNewest). A snapshot of an older generation of the same pool is a zombie relay's and is
 	// refused.
 	newest    ckf.ProducerIdentity
 	hasNewest bool
 
+	seekEpoch   uint64    // the feed epoch of the lane's latest seek: decoded runs of another are stale
 	applied     int64     // last offset processed (a data record or a transaction marker); -1 before any
 	appliedTime time.Time // producer timestamp of the last data record processed
 	seeked      bool      // a seek was issued while processing the current batch: drop its rest
@@ -103,52 +105,71 @@ func newLane(ix *Indexer, num uint8, pool ckf.PoolID, in *index.LaneIngestor, sn
 // close releases the lane's ingestor (its ready bit is cleared, then its claim).
 func (l *lane) close() { l.in.Close() }
 
-// run processes the lane until ctx ends.
+// run processes the lane until ctx ends. Its decode stage runs alongside and ends with it.
 func (l *lane) run(ctx context.Context) {
+	dec := newLaneDecoder(l.ix.feed, l.ix.codec, l.num)
+	dctx, stop := context.WithCancel(ctx)
+	decoded := make(chan struct{})
+	go func() { defer close(decoded); dec.run(dctx) }()
+	defer func() { stop(); <-decoded }()
 	tick := time.NewTicker(l.ix.cfg.checkInterval())
 	defer tick.Stop()
 	for {
-		b, ok := l.ix.feed.TryNext(int32(l.num))
-		if !ok {
-			select {
-			case <-ctx.Done():
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			l.publish()
+			l.checkFreshness(time.Now(), false)
+		case r := <-dec.out:
+			l.handleRun(ctx, r)
+			dec.release(r)
+			if l.st.stopped {
 				return
-			case <-l.ix.feed.Ready(int32(l.num)):
-			case <-tick.C:
+			}
+			if len(dec.out) == 0 { // caught up with the decoded records: say where the lane stands
+				l.publish()
 				l.checkFreshness(time.Now(), false)
 			}
-			continue
 		}
-		l.st.seeked = false
-		for _, rec := range b.Records {
-			if ctx.Err() != nil || l.st.seeked || l.st.stopped {
-				break // records after a seek were fetched before it: the feed drops the rest
-			}
-			l.handle(rec)
-		}
-		l.publish()
-		if l.st.stopped {
-			return
-		}
-		l.checkFreshness(time.Now(), false)
 	}
 }
 
-// handle processes one record and turns a panic into a lane fault.
-func (l *lane) handle(rec *kgo.Record) {
+// handleRun processes a decoded run of records. A run fetched before the lane's latest seek is
+// stale and dropped whole; a seek while processing drops the run's rest.
+func (l *lane) handleRun(ctx context.Context, r *decodedRun) {
+	if r.epoch != l.st.seekEpoch {
+		return
+	}
+	l.st.seeked = false
+	for i := range r.recs {
+		if ctx.Err() != nil || l.st.seeked || l.st.stopped {
+			return
+		}
+		l.handle(&r.recs[i])
+	}
+}
+
+// handle processes one decoded record and turns a panic into a lane fault.
+func (l *lane) handle(d *decodedRecord) {
 	defer func() {
 		if v := recover(); v != nil {
-			l.panicked(rec, v)
+			l.panicked(d.rec, v)
 		}
 	}()
 	if h := l.ix.hooks.beforeRecord; h != nil {
-		h(l.num, rec.Offset)
+		h(l.num, d.rec.Offset)
 	}
-	l.process(rec)
+	if d.panicked != nil {
+		l.panicked(d.rec, d.panicked)
+		return
+	}
+	l.process(d)
 }
 
 // process handles one lane record.
-func (l *lane) process(rec *kgo.Record) {
+func (l *lane) process(d *decodedRecord) {
+	rec := d.rec
 	if l.st.phase == PhaseReplaying && rec.Offset > l.st.faultAt && l.in.Ready() {
 		l.setPhase(PhaseActive) // the replay passed the fault: it did not recur
 	}
@@ -157,8 +178,7 @@ func (l *lane) process(rec *kgo.Record) {
 		return // a transaction marker: it only moves the position (exact lag, design §3)
 	}
 	l.st.appliedTime = rec.Timestamp
-	lr, err := l.ix.codec.DecodeLaneRecord(rec.Value)
-	if err != nil {
+	if err := d.err; err != nil {
 		reason := "undecodable lane record: " + err.Error()
 		fault := &schemas.LaneFault{Kind: schemas.FaultMalformedRecord, Detail: reason, Offset: schemas.Some(rec.Offset)}
 		var ire *schemas.ImageRangeError
@@ -169,17 +189,17 @@ func (l *lane) process(rec *kgo.Record) {
 		l.reject(rec, schemas.DeadLetterReasonOf(err), fault, true)
 		return
 	}
-	id, err := CkfIdentity(lr.Identity)
-	if err != nil {
+	if err := d.idErr; err != nil {
 		l.reject(rec, schemas.DeadLetterInvalidField,
 			&schemas.LaneFault{Kind: schemas.FaultMalformedRecord, Detail: err.Error(), Offset: schemas.Some(rec.Offset)}, true)
 		return
 	}
+	lr, id := &d.lr, d.id
 	switch lr.Kind {
 	case schemas.LaneSnapshotChunk:
 		l.onChunk(rec, id, &lr.Snapshot)
 	case schemas.LaneDelta:
-		l.onDelta(rec, id, &lr.Delta)
+		l.onDelta(rec, id, &lr.Delta, d.images)
 	case schemas.LaneHeartbeat:
 		l.stats.update(func(s *LaneStatus) { s.Heartbeats++ })
 		if id.Pool != l.pool {
@@ -194,7 +214,8 @@ func (l *lane) process(rec *kgo.Record) {
 
 // ---- deltas and drain markers ----
 
-func (l *lane) onDelta(rec *kgo.Record, id ckf.ProducerIdentity, d *schemas.Delta) {
+// onDelta applies a delta whose images the decode stage unpacked.
+func (l *lane) onDelta(rec *kgo.Record, id ckf.ProducerIdentity, d *schemas.Delta, images []ckf.BucketImage) {
 	if id.Pool != l.pool {
 		// Dead-letter it; on a ready lane it is also the spec's WrongIdentity fault, which the
 		// ingestor reports below.
@@ -209,15 +230,6 @@ func (l *lane) onDelta(rec *kgo.Record, id ckf.ProducerIdentity, d *schemas.Delt
 		return // awaiting a snapshot: deltas before it are ignored (consumer §3.3)
 	}
 	_, lease, _ := l.in.Assignment()
-	n := d.Images.Len()
-	if cap(l.images) < n {
-		l.images = make([]ckf.BucketImage, n)
-	}
-	images := l.images[:n]
-	for i := range images {
-		im := d.Images.At(i)
-		images[i] = ckf.BucketImage{Bucket: im.Bucket, Value: im.Value}
-	}
 	l.delta = ckf.Delta{Identity: id, Lease: lease, BaseSequence: d.BaseSequence, Sequence: d.Sequence, Images: images}
 	out := l.in.ApplyDelta(&l.delta)
 	switch out.Kind {
@@ -302,7 +314,7 @@ func (l *lane) fault(point ckf.FailurePoint, fault *schemas.LaneFault) {
 		l.asm.reset()
 		l.stats.update(func(s *LaneStatus) { s.Recoveries++ })
 		l.log.Info("recovering lane by seek", zap.Int64("snapshot_offset", l.st.snapStart), zap.Int64("fault_offset", l.st.applied))
-		l.ix.feed.Seek(int32(l.num), l.st.snapStart)
+		l.st.seekEpoch = l.ix.feed.Seek(int32(l.num), l.st.snapStart)
 		l.st.seeked = true
 	}
 }
@@ -380,8 +392,8 @@ func (l *lane) deadLetter(rec *kgo.Record, code schemas.DeadLetterReason, reason
 func (l *lane) event(ev schemas.LaneEvent) {
 	ev.Lane = l.num
 	ev.Pool = WirePool(l.pool)
-	if l.st.epoch > 0 {
-		ev.LeaseEpoch = schemas.Some(l.st.epoch)
+	if l.st.leaseEpoch > 0 {
+		ev.LeaseEpoch = schemas.Some(l.st.leaseEpoch)
 	}
 	if s, ok := l.in.InstalledSequence(); ok {
 		ev.InstalledSequence = schemas.Some(s)

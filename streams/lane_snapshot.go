@@ -166,8 +166,8 @@ func (l *lane) install(rec *kgo.Record) {
 	identity, _, assigned := l.in.Assignment()
 	wasReady := l.in.Ready()
 	if !assigned || identity != a.identity {
-		l.st.epoch++
-		lease := ckf.LaneLease{Consumer: l.ix.g.Manifest().ConsumerInstance(), Lane: l.num, Epoch: l.st.epoch}
+		l.st.leaseEpoch++
+		lease := ckf.LaneLease{Consumer: l.ix.g.Manifest().ConsumerInstance(), Lane: l.num, Epoch: l.st.leaseEpoch}
 		if err := l.in.Assign(a.identity, lease); err != nil {
 			var ae *index.AssignmentError
 			if errors.As(err, &ae) {

@@ -17,8 +17,11 @@ type LaneBatch struct {
 	// HighWatermark is the partition's high watermark (under read_committed: the last stable
 	// offset) reported with these records.
 	HighWatermark int64
-	epoch         uint64
-	bytes         int
+	// Epoch is the seek generation the records belong to: the value Seek returned for the
+	// latest seek before they were fetched, 0 before any seek. A consumer that hands batches to
+	// another stage compares it with its own latest Seek to drop what the seek made stale.
+	Epoch uint64
+	bytes int
 }
 
 // FeedConfig bounds the per-lane queues of a LaneFeed. Start from DefaultFeedConfig:
@@ -185,8 +188,9 @@ func (f *LaneFeed) deliverError(err error) {
 
 // Seek makes lane's next records start at offset. Records already queued for the lane, and any
 // fetched before the seek takes effect, are discarded. It returns at once; the polling goroutine
-// carries the seek out before its next poll.
-func (f *LaneFeed) Seek(lane int32, offset int64) {
+// carries the seek out before its next poll. It returns the seek's epoch: every batch of records
+// fetched after it carries it (LaneBatch.Epoch).
+func (f *LaneFeed) Seek(lane int32, offset int64) uint64 {
 	q := f.queues[lane]
 	q.mu.Lock()
 	q.wantEpoch++
@@ -198,6 +202,7 @@ func (f *LaneFeed) Seek(lane int32, offset int64) {
 		f.cancelPoll()
 	}
 	f.mu.Unlock()
+	return epoch
 }
 
 func (f *LaneFeed) applySeeks() {
@@ -254,7 +259,7 @@ func (f *LaneFeed) TryNext(lane int32) (LaneBatch, bool) {
 			q.paused = false
 			f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {lane}})
 		}
-		if b.epoch != q.wantEpoch {
+		if b.Epoch != q.wantEpoch {
 			continue // fetched before a seek that is still pending or was just applied
 		}
 		return b, true
@@ -316,7 +321,7 @@ func (q *laneQueue) push(rs []*kgo.Record, hwm int64, pauseBytes int, pause func
 		n += len(r.Key) + len(r.Value)
 	}
 	q.mu.Lock()
-	q.batches = append(q.batches, LaneBatch{Records: rs, HighWatermark: hwm, epoch: q.epoch, bytes: n})
+	q.batches = append(q.batches, LaneBatch{Records: rs, HighWatermark: hwm, Epoch: q.epoch, bytes: n})
 	q.bytes += n
 	q.hwm, q.seenHWM = hwm, true
 	if q.bytes >= pauseBytes && !q.paused {
