@@ -35,9 +35,10 @@ const (
 )
 
 // LaneStatus is a point-in-time view of one lane, for the lane table, metrics and tests. It is
-// published by the lane's goroutine after every fetched batch and at every state change, so a
-// reader that sees AppliedOffset >= o also sees every effect of the records up to o (faults,
-// counters, readiness).
+// published by the lane's goroutine whenever it has handled every record decoded so far, at
+// every state change, and at least every check interval; the effects of a record are published
+// before the position that includes it, so a reader that sees AppliedOffset >= o also sees every
+// effect of the records up to o (faults, counters, readiness).
 type LaneStatus struct {
 	Lane     uint8
 	Pool     string
