@@ -16,9 +16,13 @@ import (
 // decode travels on with its error, and the owner rejects it. On two cores this lifts the lane
 // from decode-then-apply in series to the slower of the two (BenchmarkE2EIngestVsRaw).
 
-// decodeRunRecords bounds the records of one decoded run: enough to amortise the hand-over, small
-// enough to keep the owner busy while the next run is decoded.
-const decodeRunRecords = 256
+// decodeRunRecords and decodeRunImages bound one decoded run: enough records to amortise the
+// hand-over, few enough images (8,192 × 16 bytes = 128 KiB) that the owner applies them while
+// they are still in cache. A single larger delta makes a run of its own.
+const (
+	decodeRunRecords = 256
+	decodeRunImages  = 8192
+)
 
 // decodeBuffers is how many runs exist per lane: one the owner processes, one being decoded, one
 // queued between them. The stage blocks when all are in use, stops taking records from the
@@ -59,7 +63,7 @@ func newLaneDecoder(feed *LaneFeed, codec *schemas.Codec, lane uint8) *laneDecod
 	d := &laneDecoder{feed: feed, codec: codec, lane: int32(lane),
 		out: make(chan *decodedRun, decodeBuffers), free: make(chan *decodedRun, decodeBuffers)}
 	for range decodeBuffers {
-		d.free <- &decodedRun{recs: make([]decodedRecord, 0, decodeRunRecords)}
+		d.free <- &decodedRun{recs: make([]decodedRecord, 0, decodeRunRecords), images: make([]ckf.BucketImage, 0, decodeRunImages)}
 	}
 	return d
 }
@@ -86,9 +90,7 @@ func (d *laneDecoder) run(ctx context.Context) {
 				return
 			case r = <-d.free:
 			}
-			n := min(len(recs), decodeRunRecords)
-			d.decodeRun(r, b.Epoch, recs[:n])
-			recs = recs[n:]
+			recs = recs[d.fill(r, b.Epoch, recs):]
 			select {
 			case <-ctx.Done():
 				return
@@ -98,37 +100,35 @@ func (d *laneDecoder) run(ctx context.Context) {
 	}
 }
 
-// decodeRun decodes recs into r, reusing r's memory: first every record, then the deltas' images
-// into one buffer sized for the whole run.
-func (d *laneDecoder) decodeRun(r *decodedRun, epoch uint64, recs []*kgo.Record) {
+// fill decodes records from the front of recs into r, reusing r's memory, and returns how many
+// it took: at least one, at most decodeRunRecords, and no delta whose images would overflow r's
+// image buffer (unless it is the run's first record, for which the buffer grows).
+func (d *laneDecoder) fill(r *decodedRun, epoch uint64, recs []*kgo.Record) int {
 	r.epoch = epoch
-	if cap(r.recs) < len(recs) {
-		r.recs = make([]decodedRecord, len(recs))
-	}
-	r.recs = r.recs[:len(recs)]
-	total := 0
-	for i, rec := range recs {
-		out := &r.recs[i]
-		d.decode(out, rec)
+	r.recs = r.recs[:0]
+	r.images = r.images[:0]
+	for _, rec := range recs {
+		if len(r.recs) == decodeRunRecords {
+			break
+		}
+		var out decodedRecord
+		d.decode(&out, rec)
 		if out.deltaOK() {
-			total += out.lr.Delta.Images.Len()
+			n := out.lr.Delta.Images.Len()
+			if len(r.images)+n > cap(r.images) {
+				if len(r.recs) > 0 {
+					break // the next run starts with this record (decoding it again is cheap)
+				}
+				r.images = make([]ckf.BucketImage, 0, n)
+			}
+			start := len(r.images)
+			r.images = r.images[:start+n]
+			out.images = r.images[start : start+n : start+n]
+			convertImages(&out)
 		}
+		r.recs = append(r.recs, out)
 	}
-	if cap(r.images) < total {
-		r.images = make([]ckf.BucketImage, 0, total)
-	}
-	r.images = r.images[:total]
-	off := 0
-	for i := range r.recs {
-		out := &r.recs[i]
-		if !out.deltaOK() {
-			continue
-		}
-		n := out.lr.Delta.Images.Len()
-		out.images = r.images[off : off+n : off+n]
-		off += n
-		convertImages(out)
-	}
+	return len(r.recs)
 }
 
 // deltaOK reports whether the record is a delta that decoded cleanly.
