@@ -1,14 +1,10 @@
 package streams
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/ckf-stream/ckf-stream/ckf"
-	"github.com/ckf-stream/ckf-stream/ckf/index"
-	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -66,19 +62,7 @@ func TestLaneFeedResumeBytes(t *testing.T) {
 // TestQueryServiceReplyLinger: the service's client lingers exactly ReplyLinger, and 0 means no
 // linger (it once meant "the default, 1 ms").
 func TestQueryServiceReplyLinger(t *testing.T) {
-	pool := ckf.PoolID{Dc: 1}
-	m, _, err := index.NewManifest(1, pool.Domain, ckf.NewFormatIdentity(ckf.DefaultSeed, 1024), index.ManifestLanes{0: &pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	codec, err := schemas.NewCodec(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, codec, _ := oneLaneIndexer(t, 1024)
 	for _, linger := range []time.Duration{0, time.Millisecond, 7 * time.Millisecond} {
 		cfg := DefaultQueryConfig()
 		cfg.ReplyLinger = linger

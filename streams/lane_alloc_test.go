@@ -16,22 +16,8 @@ import (
 // images into its run's reusable buffer, and the owner applies them to the table. (The lane path
 // before the single-owner design allocated slab chunks for deltas in flight to a pool worker.)
 func TestLaneDeltaPathAllocations(t *testing.T) {
-	pool := ckf.PoolID{Dc: 1}
-	format := ckf.NewFormatIdentity(ckf.DefaultSeed, 1024)
-	var lanes index.ManifestLanes
-	lanes[0] = &pool
-	m, _, err := index.NewManifest(7, pool.Domain, format, lanes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	codec, err := schemas.NewCodec(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, codec, pool := oneLaneIndexer(t, 1024)
+	format := g.Manifest().Format()
 	in, err := g.ClaimLane(0)
 	if err != nil {
 		t.Fatal(err)
@@ -81,4 +67,24 @@ func TestLaneDeltaPathAllocations(t *testing.T) {
 	if perDelta := allocs / (deltas / 2); perDelta > 0 {
 		t.Fatalf("%.3f allocations per applied delta, want 0", perDelta)
 	}
+}
+
+// oneLaneIndexer is a GlobalIndexer with lane 0 owned by the pool of DC 1 (consumer instance 7,
+// bucketCount buckets, the default search), and a codec with the built-in schemas.
+func oneLaneIndexer(t testing.TB, bucketCount uint64) (*index.GlobalIndexer, *schemas.Codec, ckf.PoolID) {
+	t.Helper()
+	pool := ckf.PoolID{Dc: 1}
+	m, _, err := index.NewManifest(7, pool.Domain, ckf.NewFormatIdentity(ckf.DefaultSeed, bucketCount), index.ManifestLanes{0: &pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec, err := schemas.NewCodec(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, codec, pool
 }

@@ -2,7 +2,6 @@ package indexer_test
 
 import (
 	"fmt"
-	"reflect"
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
@@ -11,19 +10,8 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/testenv"
 )
-
-// fieldDiffs lists the fields of two values of one struct type that differ, with both values.
-func fieldDiffs(fromConfig, fromStreams any) []string {
-	c, s := reflect.ValueOf(fromConfig), reflect.ValueOf(fromStreams)
-	var out []string
-	for i := range c.NumField() {
-		if !reflect.DeepEqual(c.Field(i).Interface(), s.Field(i).Interface()) {
-			out = append(out, fmt.Sprintf("%s: configuration %+v, streams %+v", c.Type().Field(i).Name, c.Field(i), s.Field(i)))
-		}
-	}
-	return out
-}
 
 // TestIndexerDefaultsAreStreams: the indexer section's defaults, converted by StreamsConfig, are
 // streams.DefaultIndexerConfig field by field (the topic names, which streams leaves to the
@@ -35,7 +23,7 @@ func TestIndexerDefaultsAreStreams(t *testing.T) {
 	sc := indexer.StreamsConfig(def.Indexer, def.Topics)
 	want := streams.DefaultIndexerConfig()
 	want.Topics = sc.Topics
-	for _, d := range fieldDiffs(sc, want) {
+	for _, d := range testenv.FieldDiffs(sc, want, "configuration", "streams") {
 		t.Error(d)
 	}
 	if got, want := indexer.Freshness(def.Indexer.Freshness), streams.DefaultFreshnessPolicy(); got != want {
@@ -69,7 +57,7 @@ func TestQueryDefaultsAreStreams(t *testing.T) {
 	qc := indexer.QueryConfig(def.Indexer, def.Topics)
 	want := streams.DefaultQueryConfig()
 	want.RequestTopic, want.ReplyTopic, want.DeadLetterTopic = qc.RequestTopic, qc.ReplyTopic, qc.DeadLetterTopic
-	for _, d := range fieldDiffs(qc, want) {
+	for _, d := range testenv.FieldDiffs(qc, want, "configuration", "streams") {
 		t.Error(d)
 	}
 	if _, err := build(qc); err != nil {

@@ -1,26 +1,13 @@
 package relay_test
 
 import (
-	"fmt"
-	"reflect"
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/app/relay"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/testenv"
 )
-
-// fieldDiffs lists the fields of two values of one struct type that differ, with both values.
-func fieldDiffs(fromConfig, fromStreams any) []string {
-	c, s := reflect.ValueOf(fromConfig), reflect.ValueOf(fromStreams)
-	var out []string
-	for i := range c.NumField() {
-		if !reflect.DeepEqual(c.Field(i).Interface(), s.Field(i).Interface()) {
-			out = append(out, fmt.Sprintf("%s: configuration %+v, streams %+v", c.Type().Field(i).Name, c.Field(i), s.Field(i)))
-		}
-	}
-	return out
-}
 
 // TestDefaultsAreStreams: the relay section's defaults, converted by StreamsConfig, are
 // streams.DefaultRelayConfig field by field, except the fields that have no streams default (the
@@ -36,7 +23,7 @@ func TestDefaultsAreStreams(t *testing.T) {
 	want := streams.DefaultRelayConfig()
 	want.Topics, want.Pool, want.Lane, want.LaneOwners = sc.Topics, sc.Pool, sc.Lane, sc.LaneOwners
 	want.CKF.ExpectedBlocksPerDC = cfg.Relay.ExpectedBlocks
-	for _, d := range fieldDiffs(sc, want) {
+	for _, d := range testenv.FieldDiffs(sc, want, "configuration", "streams") {
 		t.Error(d)
 	}
 	codec, err := kafka.NewCodec(cfg.Topics)
