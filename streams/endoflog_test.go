@@ -107,7 +107,7 @@ func TestEndOfLogReadToEndNeedsNoTimer(t *testing.T) {
 			})
 		}()
 		polls <- fetchOf(dataRecord(topic, 0, 0), dataRecord(topic, 0, 1), dataRecord(topic, 1, 0))
-		time.Sleep(24 * time.Hour)
+		time.Sleep(24 * time.Hour) // the bubble's clock: a silent day passes, then synctest.Wait lets the reader act on it
 		synctest.Wait()
 		select {
 		case err := <-done:
