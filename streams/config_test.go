@@ -185,6 +185,12 @@ func TestRelayConfigValidate(t *testing.T) {
 		{"WriteTimeout", func(c *streams.RelayConfig) { c.WriteTimeout = 0 }},
 		{"StopTimeout", func(c *streams.RelayConfig) { c.StopTimeout = 0 }},
 		{"MaxPollRecords", func(c *streams.RelayConfig) { c.MaxPollRecords = 0 }},
+		{"CheckpointInterval", func(c *streams.RelayConfig) { c.CheckpointInterval = -1 }},
+		{"CheckpointInterval", func(c *streams.RelayConfig) {
+			c.Topics.Checkpoints, c.CheckpointInterval, c.CheckpointEveryEvents = "ckpt", 0, 0
+		}},
+		{"CheckpointChunkBytes", func(c *streams.RelayConfig) { c.CheckpointChunkBytes = 0 }},
+		{"LagCommitInterval", func(c *streams.RelayConfig) { c.LagCommitInterval = -1 }},
 	} {
 		c := base()
 		tc.set(&c)
@@ -203,6 +209,15 @@ func TestRelayConfigValidate(t *testing.T) {
 		{"requests served without coalescing", func(c *streams.RelayConfig) { c.SnapshotRequestMinInterval = 0 }},
 		{"explicit transactional id", func(c *streams.RelayConfig) { c.TransactionalID = "relay-7" }},
 		{"explicit first incarnation", func(c *streams.RelayConfig) { c.Incarnation = 42 }},
+		{"checkpoints on the count trigger only", func(c *streams.RelayConfig) {
+			c.Topics.Checkpoints, c.CheckpointInterval = "ckpt", 0
+		}},
+		{"checkpoints on the time trigger only", func(c *streams.RelayConfig) {
+			c.Topics.Checkpoints, c.CheckpointEveryEvents = "ckpt", 0
+		}},
+		{"no checkpoint topic, no trigger", func(c *streams.RelayConfig) { c.CheckpointInterval, c.CheckpointEveryEvents = 0, 0 }},
+		{"lag commits after every transaction", func(c *streams.RelayConfig) { c.LagCommitInterval = 0 }},
+		{"explicit lag group", func(c *streams.RelayConfig) { c.LagGroup = "relay-lag" }},
 		{"no optional topics", func(c *streams.RelayConfig) {
 			c.Topics.SnapshotIndex, c.Topics.Control, c.Topics.DeadLetter = "", "", ""
 		}},
@@ -216,6 +231,9 @@ func TestRelayConfigValidate(t *testing.T) {
 		want := c
 		if want.TransactionalID == "" {
 			want.TransactionalID = "ckf-relay-" + c.Topics.Lanes + "-" + c.Pool.String()
+		}
+		if want.LagGroup == "" {
+			want.LagGroup = "ckf-relay-" + c.Topics.KVEvents + "-" + c.Pool.String()
 		}
 		if got := r.Config(); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: the relay runs with\n%+v\nnot the configuration given\n%+v", tc.name, got, want)

@@ -70,6 +70,7 @@ func (e *EndOfLogError) Unwrap() error { return e.Err }
 type endOfLog struct {
 	topic   string
 	ends    map[int32]int64 // partition -> last stable offset at listing
+	starts  map[int32]int64 // partition -> log start offset at listing (absent: 0)
 	pending map[int32]struct{}
 }
 
@@ -111,7 +112,7 @@ func listEndOfLog(ctx context.Context, adm *kadm.Client, topic string) (*endOfLo
 // newEndOfLog builds the target from listed offsets: a partition is pending while its end is
 // above its start (a partition without a listed start counts from 0).
 func newEndOfLog(topic string, starts, ends map[int32]int64) *endOfLog {
-	e := &endOfLog{topic: topic, ends: make(map[int32]int64, len(ends)), pending: map[int32]struct{}{}}
+	e := &endOfLog{topic: topic, ends: make(map[int32]int64, len(ends)), starts: starts, pending: map[int32]struct{}{}}
 	for p, end := range ends {
 		e.ends[p] = end
 		if end > starts[p] {
@@ -136,6 +137,9 @@ func (e *endOfLog) end(p int32) (int64, bool) {
 	end, ok := e.ends[p]
 	return end, ok
 }
+
+// start returns partition p's log start as listed (0 when none was listed).
+func (e *endOfLog) start(p int32) int64 { return e.starts[p] }
 
 // reached reports whether every partition has been read up to its end.
 func (e *endOfLog) reached() bool { return len(e.pending) == 0 }

@@ -139,7 +139,7 @@ func (w *LaneWriter) write(ctx context.Context, rs []*kgo.Record, after func([]*
 			return err
 		}
 		if err := w.cl.ProduceSync(ctx, more...).FirstErr(); err != nil {
-			return fmt.Errorf("streams: produce snapshot index entry: %w", err)
+			return fmt.Errorf("streams: produce %s: %w", more[0].Topic, err)
 		}
 	}
 	return nil
@@ -189,7 +189,14 @@ func (w *LaneWriter) WriteSnapshot(ctx context.Context, s *ckf.Snapshot) (Snapsh
 
 // WriteDeltas writes ds in order (one transaction when transactional).
 func (w *LaneWriter) WriteDeltas(ctx context.Context, ds []ckf.Delta) error {
-	rs := make([]*kgo.Record, 0, len(ds))
+	return w.writeDeltasWith(ctx, ds, nil, nil)
+}
+
+// writeDeltasWith writes ds in order, then extra (records of other partitions, the relay's
+// checkpoint chunks), then what after adds once their offsets are known: one unit, one
+// transaction when transactional.
+func (w *LaneWriter) writeDeltasWith(ctx context.Context, ds []ckf.Delta, extra []*kgo.Record, after func([]*kgo.Record) ([]*kgo.Record, error)) error {
+	rs := make([]*kgo.Record, 0, len(ds)+len(extra))
 	for i := range ds {
 		d := &ds[i]
 		w.buf = w.buf[:0]
@@ -204,7 +211,7 @@ func (w *LaneWriter) WriteDeltas(ctx context.Context, ds []ckf.Delta) error {
 		}
 		rs = append(rs, rec)
 	}
-	return w.write(ctx, rs, nil)
+	return w.write(ctx, append(rs, extra...), after)
 }
 
 // Enqueue implements ckf.DeltaSink: the delta is written and acknowledged before it returns.

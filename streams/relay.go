@@ -94,8 +94,13 @@ type RelayTopics struct {
 	SnapshotIndex string
 	// Control carries snapshot requests; "" reads none.
 	Control string
-	// DeadLetter receives rejected KV events; "" only counts and logs them.
+	// DeadLetter receives rejected KV events and unusable checkpoint records; "" only counts
+	// and logs them.
 	DeadLetter string
+	// Checkpoints holds the relay's state checkpoints (relay.md, "State checkpoint"): partition
+	// Lane, so it needs more partitions than the highest lane written. "" writes none, and a
+	// start replays the KV-events topic from its start (which must then retain every event).
+	Checkpoints string
 }
 
 // Relay defaults: DefaultRelayConfig's values, and what the process configuration (app/config,
@@ -112,12 +117,21 @@ const (
 	DefaultRelayHeartbeatInterval = time.Second
 	// DefaultRelayPublishMaxDelay is PublishMaxDelay's default.
 	DefaultRelayPublishMaxDelay = 5 * time.Millisecond
+	// DefaultRelayCheckpointInterval is CheckpointInterval's default.
+	DefaultRelayCheckpointInterval = 30 * time.Second
+	// DefaultRelayCheckpointEveryEvents is CheckpointEveryEvents's default.
+	DefaultRelayCheckpointEveryEvents = 2_000_000
+	// DefaultRelayCheckpointChunkBytes is CheckpointChunkBytes's default: a chunk record stays
+	// under the broker's default 1 MiB record limit and franz-go's 1,000,012-byte batch limit.
+	DefaultRelayCheckpointChunkBytes = 900_000
+	// DefaultRelayLagCommitInterval is LagCommitInterval's default.
+	DefaultRelayLagCommitInterval = time.Second
 )
 
 // RelayConfig configures a Relay. Start from DefaultRelayConfig, then set the topics, the pool,
 // the lane and the filter size (CKF.ExpectedBlocksPerDC): NewRelay takes every field as it is
 // (see the package's configuration style in config.go). The only empty fields NewRelay fills
-// are TransactionalID and Incarnation, each derived as its comment says; Relay.Config returns
+// are TransactionalID, LagGroup and Incarnation, each derived as its comment says; Relay.Config returns
 // the configuration with them derived.
 type RelayConfig struct {
 	// Topics names the topics; KVEvents and Lanes are required. No default.
@@ -198,6 +212,30 @@ type RelayConfig struct {
 	StopTimeout time.Duration
 	// MaxPollRecords bounds the KV records taken per poll. Default 10,000; >= 1.
 	MaxPollRecords int
+	// CheckpointInterval writes a state checkpoint (with Topics.Checkpoints set) this long after
+	// the previous one. A restart replays the KV events written since the last checkpoint, so
+	// this bounds the replay: at r events/s about CheckpointInterval × r events, replayed at
+	// several hundred thousand per second. Each checkpoint writes the whole exact state (about
+	// 30 bytes per resident block: 30 MB at 1M blocks). Default 30 s
+	// (DefaultRelayCheckpointInterval); >= 0; 0 disables the time trigger.
+	CheckpointInterval time.Duration
+	// CheckpointEveryEvents also writes a checkpoint once this many KV records were applied
+	// since the previous one, so a busy DC's tail stays short. Default 2,000,000
+	// (DefaultRelayCheckpointEveryEvents); 0 disables the count trigger. With Topics.Checkpoints
+	// set, at least one trigger must be on.
+	CheckpointEveryEvents uint64
+	// CheckpointChunkBytes is the state bytes per checkpoint chunk record. It must fit the
+	// checkpoint topic's max.message.bytes. Default 900,000 (DefaultRelayCheckpointChunkBytes);
+	// >= 1.
+	CheckpointChunkBytes int
+	// LagGroup is the consumer group whose committed offsets show the relay's input progress
+	// to standard lag tools (relay.md, "Lag"). "" (the default) derives
+	// "ckf-relay-" + Topics.KVEvents + "-" + Pool.String(). The group has no members; the relay
+	// only commits into it.
+	LagGroup string
+	// LagCommitInterval is the least time between two commits to LagGroup. Default 1 s
+	// (DefaultRelayLagCommitInterval); >= 0; 0 commits after every lane transaction.
+	LagCommitInterval time.Duration
 }
 
 // DefaultRelayConfig returns the relay's defaults: CKF ckf.DefaultCkfConfig() (its one-block
@@ -222,6 +260,10 @@ func DefaultRelayConfig() RelayConfig {
 		WriteTimeout:               30 * time.Second,
 		StopTimeout:                20 * time.Second,
 		MaxPollRecords:             10_000,
+		CheckpointInterval:         DefaultRelayCheckpointInterval,
+		CheckpointEveryEvents:      DefaultRelayCheckpointEveryEvents,
+		CheckpointChunkBytes:       DefaultRelayCheckpointChunkBytes,
+		LagCommitInterval:          DefaultRelayLagCommitInterval,
 	}
 }
 
@@ -229,6 +271,9 @@ func DefaultRelayConfig() RelayConfig {
 func (c RelayConfig) withDerived() RelayConfig {
 	if c.TransactionalID == "" {
 		c.TransactionalID = "ckf-relay-" + c.Topics.Lanes + "-" + c.Pool.String()
+	}
+	if c.LagGroup == "" {
+		c.LagGroup = "ckf-relay-" + c.Topics.KVEvents + "-" + c.Pool.String()
 	}
 	return c
 }
@@ -273,6 +318,14 @@ func (c RelayConfig) validate() error {
 	if c.MaxPollRecords < 1 {
 		k.fail("MaxPollRecords", "must be >= 1, got %d", c.MaxPollRecords)
 	}
+	k.nonNegative("CheckpointInterval", c.CheckpointInterval)
+	if c.Topics.Checkpoints != "" && c.CheckpointInterval == 0 && c.CheckpointEveryEvents == 0 {
+		k.fail("CheckpointInterval", "is 0 and so is CheckpointEveryEvents, with Topics.Checkpoints set: at least one checkpoint trigger must be on")
+	}
+	if c.CheckpointChunkBytes < 1 {
+		k.fail("CheckpointChunkBytes", "must be >= 1, got %d", c.CheckpointChunkBytes)
+	}
+	k.nonNegative("LagCommitInterval", c.LagCommitInterval)
 	if err := k.result(); err != nil {
 		return err
 	}
@@ -344,6 +397,14 @@ type RelayStats struct {
 	ResidentBlocks     uint64 // fingerprints in the filter
 	BucketCount        uint64
 	LastSnapshotMillis uint64 // duration of the last snapshot (barrier + write)
+
+	Checkpoints         uint64 // state checkpoints committed by this run
+	LastCheckpoint      uint64 // id of the last checkpoint committed by this run (0: none)
+	CheckpointBytes     uint64 // encoded size of the last checkpoint
+	CheckpointsRejected uint64 // checkpoint records or checkpoints found unusable at start
+	RestoredCheckpoint  uint64 // id of the checkpoint the run started from (0: full replay)
+	CheckpointGaps      uint64 // input partitions whose checkpointed offset was already deleted by retention at start
+	LagCommits          uint64 // commits of the published offsets to LagGroup
 }
 
 // relayCounters backs RelayStats.
@@ -354,6 +415,9 @@ type relayCounters struct {
 	capacity, unknownRemovals                                  atomic.Uint64
 	deltas, images, txns, snapshots, requests, heartbeats, rec atomic.Uint64
 	resident, buckets, snapMillis                              atomic.Uint64
+	checkpoints, checkpointBytes, checkpointsRejected          atomic.Uint64
+	lastCheckpoint                                             atomic.Uint64
+	restored, checkpointGaps, lagCommits                       atomic.Uint64
 }
 
 // Relay publishes one DC pool's CKF on its lane. Build it with NewRelay and run it with Run;
@@ -413,7 +477,7 @@ func NewRelay(p RelayParams) (*Relay, error) {
 }
 
 // Config returns the configuration the relay runs with: the one it was built with, its
-// transactional id derived when it was empty. Incarnation stays as configured (0: derived at
+// transactional id and lag group derived when they were empty. Incarnation stays as configured (0: derived at
 // Run; Identity and Stats give the current one).
 func (r *Relay) Config() RelayConfig { return r.cfg }
 
@@ -462,6 +526,9 @@ func (r *Relay) Stats() RelayStats {
 		Snapshots: c.snapshots.Load(), SnapshotRequests: c.requests.Load(), Heartbeats: c.heartbeats.Load(),
 		Recoveries: c.rec.Load(), ResidentBlocks: c.resident.Load(), BucketCount: c.buckets.Load(),
 		LastSnapshotMillis: c.snapMillis.Load(),
+		Checkpoints: c.checkpoints.Load(), LastCheckpoint: c.lastCheckpoint.Load(), CheckpointBytes: c.checkpointBytes.Load(),
+		CheckpointsRejected: c.checkpointsRejected.Load(), RestoredCheckpoint: c.restored.Load(),
+		CheckpointGaps: c.checkpointGaps.Load(), LagCommits: c.lagCommits.Load(),
 	}
 }
 

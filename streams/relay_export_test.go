@@ -9,3 +9,14 @@ func SetRelayWriteFault(r *Relay, f func(what string) error) {
 	}
 	r.writeFault.Store(&f)
 }
+
+// CheckpointRecordValues returns the values of a relay checkpoint of payload under id (its
+// chunks, chunkBytes each, and a function building its manifest once the first chunk's offset
+// is known), so tests can write damaged or foreign checkpoints.
+func CheckpointRecordValues(id uint64, pool string, lane uint8, inputTopic string, payload []byte, chunkBytes int) (chunks [][]byte, manifest func(firstChunkOffset int64) []byte) {
+	chunks = splitCheckpoint(id, payload, chunkBytes)
+	return chunks, func(first int64) []byte {
+		return appendCheckpointManifest(nil, &checkpointManifest{ID: id, Pool: pool, Lane: lane, Chunks: uint32(len(chunks)),
+			FirstChunkOffset: first, PayloadLen: uint64(len(payload)), PayloadHash: hashPayload(payload), InputTopic: inputTopic})
+	}
+}

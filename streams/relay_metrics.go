@@ -15,6 +15,10 @@ type relayMetrics struct {
 	events, undecodable, deadLetters, capacity, unknownRemovals tally.Counter
 	deltas, images, transactions, heartbeats, recoveries        tally.Counter
 	requests                                                    tally.Counter
+	checkpoints, checkpointsRejected, checkpointGaps            tally.Counter
+	lagCommitErrors                                             tally.Counter
+	checkpointBytes                                             tally.Gauge
+	checkpointDuration                                          tally.Histogram
 	rejectedBy                                                  map[ckf.FailurePoint]tally.Counter
 	snapshotsBy                                                 map[string]tally.Counter
 	snapshotDuration                                            tally.Histogram
@@ -57,6 +61,12 @@ func newRelayMetrics(root tally.Scope) *relayMetrics {
 		rejectedBy:       map[ckf.FailurePoint]tally.Counter{},
 		snapshotsBy:      map[string]tally.Counter{},
 		snapshotDuration: s.Histogram("snapshot_duration_seconds", snapshotBuckets),
+		checkpoints:         s.Counter("checkpoints"),
+		checkpointsRejected: s.Counter("checkpoints_rejected"),
+		checkpointGaps:      s.Counter("checkpoint_gaps"),
+		lagCommitErrors:     s.Counter("lag_commit_errors"),
+		checkpointBytes:     s.Gauge("checkpoint_bytes"),
+		checkpointDuration:  s.Histogram("checkpoint_duration_seconds", snapshotBuckets),
 		occupancy:        s.Gauge("filter_occupancy"),
 		resident:         s.Gauge("resident_blocks"),
 		lastSequence:     s.Gauge("last_sequence"),

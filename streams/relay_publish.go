@@ -72,6 +72,7 @@ func (rl *relayLoop) commitDeltasCtx(ctx context.Context) error {
 	clear(rl.sink.pending) // the images belong to the sink; let them go
 	rl.sink.pending = rl.sink.pending[:0]
 	rl.wrote()
+	rl.notePublished()
 	return nil
 }
 
@@ -235,6 +236,7 @@ func (rl *relayLoop) snapshot(reason string) error {
 		return rl.writeFailed("snapshot", err)
 	}
 	rl.wrote()
+	rl.notePublished()
 	took := rl.now().Sub(start)
 	rl.lastSnapshot = rl.now()
 	rl.deltasSinceSnap = 0

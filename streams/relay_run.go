@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -52,6 +53,9 @@ type relayLoop struct {
 	requestPending  bool
 	lastCapacity    uint64
 
+	// Checkpoints and input positions (relay_checkpoint.go).
+	ck checkpointState
+
 	// Failure.
 	broken   bool      // the stream is abandoned; a new incarnation must start with a snapshot
 	retryAt  time.Time // next recovery attempt
@@ -97,15 +101,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // open builds the state and the input clients, checks the lane, and plans the replay.
 func (rl *relayLoop) open(ctx context.Context) error {
 	r, cfg := rl.r, rl.cfg
-	state, err := producer.NewDcState(cfg.CKF)
-	if err != nil {
-		return fmt.Errorf("streams: relay state: %w", err)
-	}
-	// No subscriber while replaying: drains on the cadence keep the dirty window small, but
-	// no images are materialised; the start-up snapshot carries the replayed state.
-	state.SetPublicationMaterializationEnabled(false)
-	rl.state = state
-
+	var err error
 	if rl.outCl, err = kgo.NewClient(r.opts.forRole("relay-outputs", kgo.ProducerLinger(5*time.Millisecond))...); err != nil {
 		return fmt.Errorf("streams: relay output client: %w", err)
 	}
@@ -138,15 +134,29 @@ func (rl *relayLoop) open(ctx context.Context) error {
 		return &ConfigError{Config: "relay", Field: "Incarnation", Reason: fmt.Sprintf("must be above the lane's last indexed incarnation %d, got %d", rl.prevInc, cfg.Incarnation)}
 	}
 
-	if rl.replay, err = listEndOfLog(ctx, adm, cfg.Topics.KVEvents); err != nil {
+	kv, err := listEndOfLog(ctx, adm, cfg.Topics.KVEvents)
+	if err != nil {
 		return fmt.Errorf("streams: relay: KV events: %w", err)
 	}
-	// Every partition is read from its start: the replayed ones up to their end and on (live),
-	// the empty ones from their first live record.
-	assign := map[string]map[int32]kgo.Offset{cfg.Topics.KVEvents: {}}
-	for _, p := range rl.replay.partitions() {
-		assign[cfg.Topics.KVEvents][p] = kgo.NewOffset().AtStart()
+	from, err := rl.openState(ctx, adm, kv)
+	if err != nil {
+		return err
 	}
+	// Every partition is read from where the state needs it (its log start without a
+	// checkpoint): the replayed ones up to their end and on (live), the others from their first
+	// live record.
+	assign := map[string]map[int32]kgo.Offset{cfg.Topics.KVEvents: {}}
+	starts, ends := map[int32]int64{}, map[int32]int64{}
+	for _, p := range kv.partitions() {
+		ends[p], _ = kv.end(p)
+		starts[p] = from[p]
+		if from[p] <= kv.start(p) {
+			assign[cfg.Topics.KVEvents][p] = kgo.NewOffset().AtStart()
+		} else {
+			assign[cfg.Topics.KVEvents][p] = kgo.NewOffset().At(from[p])
+		}
+	}
+	rl.replay = newEndOfLog(cfg.Topics.KVEvents, starts, ends)
 	if cfg.Topics.Control != "" {
 		ctl, err := listPartitions(ctx, adm, cfg.Topics.Control)
 		if err != nil {
@@ -289,11 +299,13 @@ func (rl *relayLoop) onFetches(fs kgo.Fetches) error {
 		}
 		live := !rl.replay.observe(rec) // at or past its partition's start-time end
 		if rec.Attrs.IsControl() {
+			rl.noteRead(rec)
 			continue
 		}
 		if err := rl.applyRecord(rec, live); err != nil {
 			return err
 		}
+		rl.noteRead(rec)
 		if !rl.replaying && rl.sink != nil && len(rl.sink.pending) >= rl.cfg.MaxDeltasPerTransaction {
 			if err := rl.commitDeltas(); err != nil {
 				return err
@@ -367,6 +379,12 @@ func (rl *relayLoop) nextWake() (at time.Time, ok bool) {
 	if due, ok := rl.timedSnapshotAt(); ok {
 		t = minTime(t, due)
 	}
+	if due, ok := rl.nextCheckpointAt(); ok {
+		t = minTime(t, due)
+	}
+	if !maps.Equal(rl.ck.published, rl.ck.lagCommitted) {
+		t = minTime(t, rl.ck.lastLagCommit.Add(cfg.LagCommitInterval))
+	}
 	if rl.requestPending {
 		t = minTime(t, rl.lastSnapshot.Add(cfg.SnapshotRequestMinInterval))
 	}
@@ -424,6 +442,12 @@ func (rl *relayLoop) due() error {
 			return err
 		}
 	}
+	if rl.checkpointDue(now) {
+		if err := rl.checkpoint(); err != nil || rl.broken {
+			return err
+		}
+	}
+	rl.commitLag(false)
 	reason := ""
 	switch {
 	case rl.requestPending && !now.Before(rl.lastSnapshot.Add(cfg.SnapshotRequestMinInterval)):
@@ -476,6 +500,8 @@ func (rl *relayLoop) stop() error {
 			r.log.Warn("dead letters not flushed at stop", zap.Error(err))
 		}
 	}
+	rl.notePublished()
+	rl.commitLag(true)
 	r.log.Info("relay drained", zap.Uint64("incarnation", rl.identity.Incarnation), zap.Uint64("sequence", marker.ExpectedSequence))
 	return nil
 }

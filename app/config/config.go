@@ -132,10 +132,10 @@ type SASL struct {
 	Password Secret `yaml:"password"`
 }
 
-// Topics names every topic the product uses, one per record type of the Avro contract. After
-// Load each field is the effective name. The default names are the contract's
-// (schemas.RecordType.DefaultTopic), with topic_prefix prepended; they are repeated below only as
-// documentation.
+// Topics names every topic the product uses: one per record type of the Avro contract, and the
+// relays' private checkpoint topic. After Load each field is the effective name. The default
+// names are the contract's (schemas.RecordType.DefaultTopic), with topic_prefix prepended; they
+// are repeated below only as documentation.
 type Topics struct {
 	// KVEvents carries KV-cache events from inference engines, keyed by worker. Default
 	// "kv-events".
@@ -159,7 +159,15 @@ type Topics struct {
 	// complete snapshot starts on the lane topic; a starting indexer seeks there instead of
 	// scanning the lanes. Default "ckf-snapshot-index".
 	SnapshotIndex string `yaml:"snapshot_index"`
+	// RelayCheckpoints holds the relays' state checkpoints (streams/relay.md, "State
+	// checkpoint"): partition p is lane p's relay. It is the relays' own state store, read by
+	// no other process, so it is not a record type of the contract. Default
+	// "ckf-relay-checkpoints".
+	RelayCheckpoints string `yaml:"relay_checkpoints"`
 }
+
+// DefaultRelayCheckpointsTopic is Topics.RelayCheckpoints' default name (before topic_prefix).
+const DefaultRelayCheckpointsTopic = "ckf-relay-checkpoints"
 
 // name returns the field of t that names the topic of record type rt, or nil for a value that is
 // not a record type of the contract.
@@ -203,6 +211,7 @@ func DefaultTopics(prefix string) Topics {
 			*p = prefix + rt.DefaultTopic()
 		}
 	}
+	t.RelayCheckpoints = prefix + DefaultRelayCheckpointsTopic
 	return t
 }
 
@@ -330,6 +339,17 @@ type Relay struct {
 	// however few events it holds, which bounds how stale the indexers' view of this DC gets.
 	// Default 5ms.
 	PublishMaxDelay time.Duration `yaml:"publish_max_delay"`
+	// CheckpointInterval writes the relay's exact state and its KV-events offsets to
+	// topics.relay_checkpoints this long after the previous checkpoint; a restart restores the
+	// newest one and replays only the KV events after it. Keep the KV-events topic's retention
+	// well above it (streams/relay.md, "Retention"). 0 disables the time trigger. Default 30s
+	// (streams.DefaultRelayCheckpointInterval).
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	// CheckpointEveryEvents also checkpoints once this many KV events were applied since the
+	// previous checkpoint. 0 disables the count trigger; both triggers 0 disables checkpoints,
+	// and a restart then replays the KV-events topic from its start. Default 2,000,000
+	// (streams.DefaultRelayCheckpointEveryEvents).
+	CheckpointEveryEvents uint64 `yaml:"checkpoint_every_events"`
 }
 
 // EffectiveSnapshotIdleInterval is the idle period the relay runs with: SnapshotIdleInterval,
@@ -372,6 +392,8 @@ func defaultConfig() Config {
 			HeartbeatInterval:    streams.DefaultRelayHeartbeatInterval,
 			PublishEveryEvents:   ckf.DefaultPublishEveryNEvents,
 			PublishMaxDelay:      streams.DefaultRelayPublishMaxDelay,
+			CheckpointInterval:    streams.DefaultRelayCheckpointInterval,
+			CheckpointEveryEvents: streams.DefaultRelayCheckpointEveryEvents,
 		},
 		ShutdownTimeout: DefaultShutdownTimeout,
 		StartupTimeout:  DefaultStartupTimeout,
@@ -393,6 +415,9 @@ func (c *Config) resolve() {
 		if p := c.Topics.name(rt); p != nil && *p == "" {
 			*p = c.TopicPrefix + rt.DefaultTopic()
 		}
+	}
+	if c.Topics.RelayCheckpoints == "" {
+		c.Topics.RelayCheckpoints = c.TopicPrefix + DefaultRelayCheckpointsTopic
 	}
 	c.Kafka.SASL.Mechanism = upperASCII(c.Kafka.SASL.Mechanism)
 	// An empty list or map from a file ([] or {}) means the same as none at all.

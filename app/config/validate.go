@@ -246,6 +246,9 @@ func (r Relay) validate(p *problems) {
 	if r.PublishMaxDelay <= 0 {
 		p.add("relay.publish_max_delay", "%v is not positive", r.PublishMaxDelay)
 	}
+	if r.CheckpointInterval < 0 {
+		p.add("relay.checkpoint_interval", "%v is negative", r.CheckpointInterval)
+	}
 }
 
 // DomainID parses Domain with DomainSource as the source of both digests (ckf's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
@@ -20,18 +21,52 @@ type TopicSpec struct {
 	Configs    map[string]*string
 }
 
+// Topic retention of the layout (streams/relay.md, "Retention"). Every topic the processes
+// create has a finite bound; the relays no longer need the KV events of all time, only those
+// since their last checkpoint.
+const (
+	// KVEventsRetention bounds the KV-events topic by time: a relay restarts from its newest
+	// checkpoint (every 30 s by default) and replays the events since, so the topic must keep
+	// at least the checkpoint interval plus the longest time a relay may stay down; 7 days
+	// leaves a week to repair one.
+	KVEventsRetention = 7 * 24 * time.Hour
+	// LanesRetention keeps a lane's latest snapshot: busy lanes write one every minute or 1,000
+	// deltas, idle ones every hour (relay.snapshot_idle_interval).
+	LanesRetention = 24 * time.Hour
+	// CheckpointRetentionBytes bounds each relay's checkpoint partition by size, not time, so a
+	// relay that stays down keeps its checkpoints: 1 GiB in segments of 128 MiB keeps the newest
+	// checkpoints (30 MB at 1M resident blocks) whatever their age. Keep it above three
+	// checkpoints of the largest DC.
+	CheckpointRetentionBytes = 1 << 30
+	checkpointSegmentBytes   = 128 << 20
+	// ShortRetention is for records read within seconds (queries, replies, control requests).
+	ShortRetention = time.Hour
+	// EventRetention is for records operators read later (lane events, dead letters).
+	EventRetention = 7 * 24 * time.Hour
+)
+
+func retention(d time.Duration) map[string]*string {
+	return map[string]*string{"cleanup.policy": kadm.StringPtr("delete"), "retention.ms": kadm.StringPtr(strconv.FormatInt(d.Milliseconds(), 10))}
+}
+
 // TopicLayout returns every topic the product uses with its partition count and configs.
 func TopicLayout(t config.Topics) []TopicSpec {
 	return []TopicSpec{
-		{Name: t.KVEvents, Partitions: ckf.LaneCount},
-		{Name: t.Lanes, Partitions: ckf.LaneCount},
-		{Name: t.Queries, Partitions: 4},
-		{Name: t.QueryReplies, Partitions: 4},
-		{Name: t.LaneEvents, Partitions: ckf.LaneCount},
-		{Name: t.Control, Partitions: 1},
-		{Name: t.DeadLetter, Partitions: 1},
+		{Name: t.KVEvents, Partitions: ckf.LaneCount, Configs: retention(KVEventsRetention)},
+		{Name: t.Lanes, Partitions: ckf.LaneCount, Configs: retention(LanesRetention)},
+		{Name: t.Queries, Partitions: 4, Configs: retention(ShortRetention)},
+		{Name: t.QueryReplies, Partitions: 4, Configs: retention(ShortRetention)},
+		{Name: t.LaneEvents, Partitions: ckf.LaneCount, Configs: retention(EventRetention)},
+		{Name: t.Control, Partitions: 1, Configs: retention(ShortRetention)},
+		{Name: t.DeadLetter, Partitions: 1, Configs: retention(EventRetention)},
 		// One live record per lane; compaction keeps the latest.
 		{Name: t.SnapshotIndex, Partitions: 1, Configs: map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}},
+		// Partition p is lane p's relay.
+		{Name: t.RelayCheckpoints, Partitions: ckf.LaneCount, Configs: map[string]*string{
+			"cleanup.policy": kadm.StringPtr("delete"), "retention.ms": kadm.StringPtr("-1"),
+			"retention.bytes": kadm.StringPtr(strconv.Itoa(CheckpointRetentionBytes)),
+			"segment.bytes":   kadm.StringPtr(strconv.Itoa(checkpointSegmentBytes)),
+		}},
 	}
 }
 

@@ -34,6 +34,34 @@ func checkLayout(t *testing.T, cl *kgo.Client, topics config.Topics) {
 			t.Errorf("%s: %d partitions, want %d", spec.Name, got, spec.Partitions)
 		}
 	}
+	// Every topic is bounded: by compaction, by time or by size, as the layout sets it.
+	for _, spec := range kafka.TopicLayout(topics) {
+		rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, spec.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := rcs.On(spec.Name, nil)
+		if err == nil {
+			err = rc.Err
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", spec.Name, err)
+		}
+		got := map[string]string{}
+		for _, c := range rc.Configs {
+			got[c.Key] = c.MaybeValue()
+		}
+		bounded := got["cleanup.policy"] == "compact" || got["retention.ms"] != "-1" || got["retention.bytes"] != "-1"
+		if !bounded {
+			t.Errorf("%s: unbounded (cleanup.policy %s, retention.ms %s, retention.bytes %s)", spec.Name,
+				got["cleanup.policy"], got["retention.ms"], got["retention.bytes"])
+		}
+		for k, v := range spec.Configs {
+			if got[k] != *v {
+				t.Errorf("%s: %s = %q, the layout sets %q", spec.Name, k, got[k], *v)
+			}
+		}
+	}
 }
 
 func deleteLayout(t *testing.T, cl *kgo.Client, topics config.Topics) {

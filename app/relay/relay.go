@@ -97,6 +97,9 @@ func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (st
 		KVEvents: topics.KVEvents, Lanes: topics.Lanes, SnapshotIndex: topics.SnapshotIndex,
 		Control: topics.Control, DeadLetter: topics.DeadLetter,
 	}
+	if rc.CheckpointInterval > 0 || rc.CheckpointEveryEvents > 0 {
+		cfg.Topics.Checkpoints = topics.RelayCheckpoints
+	}
 	cfg.Pool = ckf.PoolID{Domain: domain, Dc: ckf.DcID(rc.DcID)}
 	cfg.Lane = uint8(rc.Lane)
 	cfg.LaneOwners = owners
@@ -108,6 +111,8 @@ func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (st
 	cfg.SnapshotInterval = rc.SnapshotInterval
 	cfg.SnapshotIdleInterval = rc.EffectiveSnapshotIdleInterval()
 	cfg.HeartbeatInterval = rc.HeartbeatInterval
+	cfg.CheckpointInterval = rc.CheckpointInterval
+	cfg.CheckpointEveryEvents = rc.CheckpointEveryEvents
 	return cfg, nil
 }
 
