@@ -262,6 +262,7 @@ func (rl *relayLoop) openState(ctx context.Context, adm *kadm.Client, kv *endOfL
 			rl.ck.lastAt, rl.ck.lastID, rl.ck.restoredFromID = m.WriteTime, m.ID, m.ID
 			rl.prevInc = max(rl.prevInc, m.Incarnation)
 			r.c.restored.Store(m.ID)
+			r.metrics.restoredCheckpoint.Update(1)
 			for _, o := range m.Offsets {
 				rl.ck.next[o.Partition] = o.Next
 				if o.Next < kv.start(o.Partition) {

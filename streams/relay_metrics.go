@@ -17,7 +17,7 @@ type relayMetrics struct {
 	requests                                                    tally.Counter
 	checkpoints, checkpointsRejected, checkpointGaps            tally.Counter
 	lagCommitErrors                                             tally.Counter
-	checkpointBytes                                             tally.Gauge
+	checkpointBytes, restoredCheckpoint                         tally.Gauge
 	checkpointDuration                                          tally.Histogram
 	rejectedBy                                                  map[ckf.FailurePoint]tally.Counter
 	snapshotsBy                                                 map[string]tally.Counter
@@ -66,6 +66,7 @@ func newRelayMetrics(root tally.Scope) *relayMetrics {
 		checkpointGaps:      s.Counter("checkpoint_gaps"),
 		lagCommitErrors:     s.Counter("lag_commit_errors"),
 		checkpointBytes:     s.Gauge("checkpoint_bytes"),
+		restoredCheckpoint:  s.Gauge("restored_from_checkpoint"),
 		checkpointDuration:  s.Histogram("checkpoint_duration_seconds", snapshotBuckets),
 		occupancy:        s.Gauge("filter_occupancy"),
 		resident:         s.Gauge("resident_blocks"),
