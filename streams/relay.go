@@ -526,7 +526,7 @@ func (r *Relay) Stats() RelayStats {
 		Snapshots: c.snapshots.Load(), SnapshotRequests: c.requests.Load(), Heartbeats: c.heartbeats.Load(),
 		Recoveries: c.rec.Load(), ResidentBlocks: c.resident.Load(), BucketCount: c.buckets.Load(),
 		LastSnapshotMillis: c.snapMillis.Load(),
-		Checkpoints: c.checkpoints.Load(), LastCheckpoint: c.lastCheckpoint.Load(), CheckpointBytes: c.checkpointBytes.Load(),
+		Checkpoints:        c.checkpoints.Load(), LastCheckpoint: c.lastCheckpoint.Load(), CheckpointBytes: c.checkpointBytes.Load(),
 		CheckpointsRejected: c.checkpointsRejected.Load(), RestoredCheckpoint: c.restored.Load(),
 		CheckpointGaps: c.checkpointGaps.Load(), LagCommits: c.lagCommits.Load(),
 	}

@@ -17,7 +17,7 @@ type relayMetrics struct {
 	requests                                                    tally.Counter
 	checkpoints, checkpointsRejected, checkpointGaps            tally.Counter
 	lagCommitErrors                                             tally.Counter
-	checkpointBytes, restoredCheckpoint                         tally.Gauge
+	checkpointBytes, restoredCheckpoint, appliedRecords         tally.Gauge
 	checkpointDuration                                          tally.Histogram
 	rejectedBy                                                  map[ckf.FailurePoint]tally.Counter
 	snapshotsBy                                                 map[string]tally.Counter
@@ -47,32 +47,33 @@ func newRelayMetrics(root tally.Scope) *relayMetrics {
 	}
 	s := root.SubScope("relay")
 	m := &relayMetrics{
-		events:           s.Counter("events"),
-		undecodable:      s.Counter("events_undecodable"),
-		deadLetters:      s.Counter("dead_letters"),
-		capacity:         s.Counter("capacity_omissions"),
-		unknownRemovals:  s.Counter("unknown_removals"),
-		deltas:           s.Counter("deltas_published"),
-		images:           s.Counter("images_published"),
-		transactions:     s.Counter("transactions"),
-		heartbeats:       s.Counter("heartbeats"),
-		recoveries:       s.Counter("recoveries"),
-		requests:         s.Counter("snapshot_requests"),
-		rejectedBy:       map[ckf.FailurePoint]tally.Counter{},
-		snapshotsBy:      map[string]tally.Counter{},
-		snapshotDuration: s.Histogram("snapshot_duration_seconds", snapshotBuckets),
+		events:              s.Counter("events"),
+		undecodable:         s.Counter("events_undecodable"),
+		deadLetters:         s.Counter("dead_letters"),
+		capacity:            s.Counter("capacity_omissions"),
+		unknownRemovals:     s.Counter("unknown_removals"),
+		deltas:              s.Counter("deltas_published"),
+		images:              s.Counter("images_published"),
+		transactions:        s.Counter("transactions"),
+		heartbeats:          s.Counter("heartbeats"),
+		recoveries:          s.Counter("recoveries"),
+		requests:            s.Counter("snapshot_requests"),
+		rejectedBy:          map[ckf.FailurePoint]tally.Counter{},
+		snapshotsBy:         map[string]tally.Counter{},
+		snapshotDuration:    s.Histogram("snapshot_duration_seconds", snapshotBuckets),
 		checkpoints:         s.Counter("checkpoints"),
 		checkpointsRejected: s.Counter("checkpoints_rejected"),
 		checkpointGaps:      s.Counter("checkpoint_gaps"),
 		lagCommitErrors:     s.Counter("lag_commit_errors"),
 		checkpointBytes:     s.Gauge("checkpoint_bytes"),
 		restoredCheckpoint:  s.Gauge("restored_from_checkpoint"),
+		appliedRecords:      s.Gauge("applied_records"),
 		checkpointDuration:  s.Histogram("checkpoint_duration_seconds", snapshotBuckets),
-		occupancy:        s.Gauge("filter_occupancy"),
-		resident:         s.Gauge("resident_blocks"),
-		lastSequence:     s.Gauge("last_sequence"),
-		fenced:           s.Gauge("fenced"),
-		started:          s.Gauge("started"),
+		occupancy:           s.Gauge("filter_occupancy"),
+		resident:            s.Gauge("resident_blocks"),
+		lastSequence:        s.Gauge("last_sequence"),
+		fenced:              s.Gauge("fenced"),
+		started:             s.Gauge("started"),
 	}
 	for _, p := range []ckf.FailurePoint{ckf.BoundedRelocationFailure, ckf.PrecommitAllocationFailure,
 		ckf.SourceProtocolFailure, ckf.PrewriteInvariantMismatch} {

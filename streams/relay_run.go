@@ -512,4 +512,5 @@ func (rl *relayLoop) updateGauges() {
 	r.c.resident.Store(res)
 	r.metrics.resident.Update(float64(res))
 	r.metrics.occupancy.Update(float64(res) / float64(4*rl.state.BucketCount()))
+	r.metrics.appliedRecords.Update(float64(rl.ck.events))
 }

@@ -384,14 +384,14 @@ func defaultConfig() Config {
 		// The relay's and the freshness defaults are streams' (and ckf's for the CKF format and
 		// cadence); defaults_test.go in app/relay and app/indexer pins them field by field.
 		Relay: Relay{
-			ExpectedBlocks:       DefaultExpectedBlocks,
-			Seed:                 ckf.DefaultSeed,
-			SnapshotEveryDeltas:  streams.DefaultRelaySnapshotEveryDeltas,
-			SnapshotInterval:     streams.DefaultRelaySnapshotInterval,
-			SnapshotIdleInterval: streams.DefaultRelaySnapshotIdleInterval,
-			HeartbeatInterval:    streams.DefaultRelayHeartbeatInterval,
-			PublishEveryEvents:   ckf.DefaultPublishEveryNEvents,
-			PublishMaxDelay:      streams.DefaultRelayPublishMaxDelay,
+			ExpectedBlocks:        DefaultExpectedBlocks,
+			Seed:                  ckf.DefaultSeed,
+			SnapshotEveryDeltas:   streams.DefaultRelaySnapshotEveryDeltas,
+			SnapshotInterval:      streams.DefaultRelaySnapshotInterval,
+			SnapshotIdleInterval:  streams.DefaultRelaySnapshotIdleInterval,
+			HeartbeatInterval:     streams.DefaultRelayHeartbeatInterval,
+			PublishEveryEvents:    ckf.DefaultPublishEveryNEvents,
+			PublishMaxDelay:       streams.DefaultRelayPublishMaxDelay,
 			CheckpointInterval:    streams.DefaultRelayCheckpointInterval,
 			CheckpointEveryEvents: streams.DefaultRelayCheckpointEveryEvents,
 		},
