@@ -27,27 +27,30 @@ import (
 //	relay_publish.go  the transactional publication path: deltas, snapshots, heartbeats, recovery
 //	relay_events.go   KV-event conversion, application, rejection and dead letters
 //	relay_metrics.go  tally handles
+//	relay_checkpoint.go  state checkpoints, restore, lag offsets (checkpoint_record.go: framing;
+//	                     checkpoint_read.go: finding the newest usable checkpoint)
 //
 // Input: direct assignment of every partition of the KV-events topic, no consumer group. The
 // relay's state is the exact state of the whole DC, so one relay instance must see every
 // partition; a group would split the partitions between instances and split the state with
-// them. Committed offsets would not help either: the state lives in memory, and a restarted
-// relay rebuilds it by replaying the retained KV events from the start of every partition
-// (the goka commit rule — commit an input only after everything it caused is acknowledged —
-// is met trivially: the relay commits no input offsets, its input position is rebuilt from the
-// log at every start).
+// them. The input position is part of the state checkpoint instead (relay_checkpoint.go): the
+// checkpointed offsets commit in the same transaction as the state and the lane records they
+// produced (the goka commit rule — commit an input only after everything it caused is
+// acknowledged — holds by construction), and a restart seeks every partition to them and
+// replays only the tail. A consumer group receives the published offsets too, for lag tools
+// only.
 //
 // The partitions are assigned once, at start: partitions added to the KV-events topic later are
-// read only after a restart (which replays them like the others). The replay covers exactly the
-// records below each partition's end (last stable offset) listed at start, and ends when every
-// partition is read up to it (endoflog.go); records written after the listing are live.
+// read only after a restart (from their start). The replay covers exactly the records from the
+// checkpointed offset (or the log start) below each partition's end (last stable offset) listed
+// at start, and ends when every partition is read up to it (endoflog.go); records written after
+// the listing are live.
 //
-// Retention requirement: because a restart replays from the log start, the KV-events topic
-// must retain every event whose effect is still part of the DC's cache state (for example
-// retention.ms=-1 with a size bound sized for the DC, or compaction disabled and retention
-// longer than the engines' cache lifetime plus a clear at engine start). Events deleted by
-// retention are simply not replayed: a block stored by such an event and never removed would
-// be missing from the restarted relay's state (an under-report, never a false ownership).
+// Retention: the KV-events topic must keep the events since the newest checkpoint (relay.md,
+// "Retention"); without a checkpoint topic, every event whose effect is still part of the DC's
+// cache. Events deleted before a restart read them are a gap (logged, counted): a block stored
+// by such an event and never removed is missing from the restarted relay's state (an
+// under-report, never a false ownership).
 //
 // Leases: records carry no lease (design §2); every indexer replica mints its own. ckf.Publisher
 // still needs a lease to publish (without one it discards batches), so the relay gives it a
