@@ -68,8 +68,8 @@ type pfRestartPoint struct {
 	Tail             int       `json:"tail_events"`
 	ResidentBlocks   uint64    `json:"resident_blocks"`
 	CheckpointBytes  uint64    `json:"checkpoint_bytes"`
-	RestartSecs      []float64 `json:"restart_secs"`      // restored from the checkpoint + tail
-	FullReplaySecs   []float64 `json:"full_replay_secs"`  // the same start without a checkpoint topic
+	RestartSecs      []float64 `json:"restart_secs"`     // restored from the checkpoint + tail
+	FullReplaySecs   []float64 `json:"full_replay_secs"` // the same start without a checkpoint topic
 	MedianRestart    float64   `json:"median_restart_secs"`
 	MedianFullReplay float64   `json:"median_full_replay_secs"`
 }
