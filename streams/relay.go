@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -110,8 +111,12 @@ type RelayTopics struct {
 // section relay) takes as its own defaults, so that each has this one home. The CKF sizing and
 // cadence defaults are ckf's (ckf.DefaultCkfConfig).
 const (
-	// DefaultRelaySnapshotEveryDeltas is SnapshotEveryDeltas's default.
-	DefaultRelaySnapshotEveryDeltas = 1000
+	// DefaultRelaySnapshotEveryDeltas is SnapshotEveryDeltas's default: off, the byte trigger
+	// (SnapshotDeltaRatio) bounds what snapshots cost instead.
+	DefaultRelaySnapshotEveryDeltas = 0
+	// DefaultRelaySnapshotDeltaRatio is SnapshotDeltaRatio's default: snapshots stay at most
+	// 1/(1+9) = 10 % of the lane's bytes under steady load.
+	DefaultRelaySnapshotDeltaRatio = 9.0
 	// DefaultRelaySnapshotInterval is SnapshotInterval's default.
 	DefaultRelaySnapshotInterval = time.Minute
 	// DefaultRelaySnapshotIdleInterval is SnapshotIdleInterval's default.
@@ -176,10 +181,19 @@ type RelayConfig struct {
 	// costs throughput (BenchmarkE2ERelay measures it). At low load a poll holds few events and
 	// transactions stay small whatever the bound. Default 1,024; >= 1.
 	MaxDeltasPerTransaction int
-	// SnapshotEveryDeltas writes a barrier snapshot after this many deltas. Default 1,000
-	// (DefaultRelaySnapshotEveryDeltas); 0 disables the count trigger. At least one of the two
-	// triggers must be on: a recovering indexer needs a recent snapshot.
+	// SnapshotEveryDeltas writes a barrier snapshot after this many deltas. Default 0 (off:
+	// DefaultRelaySnapshotEveryDeltas): a count of deltas says nothing about their size once
+	// deltas coalesce many events, while SnapshotDeltaRatio bounds the snapshots' share of the
+	// lane's bytes. At least one of the three triggers must be on: a recovering indexer needs a
+	// recent snapshot.
 	SnapshotEveryDeltas uint64
+	// SnapshotDeltaRatio writes a barrier snapshot once the deltas published since the previous
+	// one weigh this many times a snapshot (8 bytes per bucket; a delta weighs 16 bytes per image
+	// plus its record): under steady load snapshots are then at most 1/(1+ratio) of the lane
+	// topic's bytes, and a replica restoring from the latest snapshot reads at most ratio
+	// snapshots' worth of deltas after it. Default 9 (DefaultRelaySnapshotDeltaRatio: at most
+	// 10 %); >= 0; 0 disables the byte trigger.
+	SnapshotDeltaRatio float64
 	// SnapshotInterval writes a barrier snapshot this long after the previous one. Default 60 s
 	// (DefaultRelaySnapshotInterval); >= 0; 0 disables the time trigger. SnapshotInterval and
 	// SnapshotEveryDeltas both 0 is a configuration error.
@@ -255,6 +269,7 @@ func DefaultRelayConfig() RelayConfig {
 		PublishMaxDelay:            DefaultRelayPublishMaxDelay,
 		MaxDeltasPerTransaction:    1024,
 		SnapshotEveryDeltas:        DefaultRelaySnapshotEveryDeltas,
+		SnapshotDeltaRatio:         DefaultRelaySnapshotDeltaRatio,
 		SnapshotInterval:           DefaultRelaySnapshotInterval,
 		SnapshotIdleInterval:       DefaultRelaySnapshotIdleInterval,
 		SnapshotRequestMinInterval: 250 * time.Millisecond,
@@ -304,8 +319,11 @@ func (c RelayConfig) validate() error {
 		k.fail("MaxDeltasPerTransaction", "must be >= 1, got %d", c.MaxDeltasPerTransaction)
 	}
 	k.nonNegative("SnapshotInterval", c.SnapshotInterval)
-	if c.SnapshotInterval == 0 && c.SnapshotEveryDeltas == 0 {
-		k.fail("SnapshotInterval", "is 0 and so is SnapshotEveryDeltas: at least one snapshot trigger must be on (a recovering indexer needs a recent snapshot)")
+	if c.SnapshotDeltaRatio < 0 || math.IsNaN(c.SnapshotDeltaRatio) {
+		k.fail("SnapshotDeltaRatio", "must be >= 0, got %v", c.SnapshotDeltaRatio)
+	}
+	if c.SnapshotInterval == 0 && c.SnapshotEveryDeltas == 0 && c.SnapshotDeltaRatio == 0 {
+		k.fail("SnapshotInterval", "is 0 and so are SnapshotEveryDeltas and SnapshotDeltaRatio: at least one snapshot trigger must be on (a recovering indexer needs a recent snapshot)")
 	}
 	k.nonNegative("SnapshotIdleInterval", c.SnapshotIdleInterval)
 	if c.SnapshotInterval > 0 && c.SnapshotIdleInterval < c.SnapshotInterval {

@@ -239,7 +239,7 @@ func (rl *relayLoop) snapshot(reason string) error {
 	rl.notePublished()
 	took := rl.now().Sub(start)
 	rl.lastSnapshot = rl.now()
-	rl.deltasSinceSnap = 0
+	rl.deltasSinceSnap, rl.deltaBytesSinceSnap = 0, 0
 	rl.requestPending = false
 	r.c.snapshots.Add(1)
 	r.c.snapMillis.Store(uint64(took.Milliseconds()))

@@ -46,12 +46,13 @@ type relayLoop struct {
 	replay    *endOfLog
 
 	// Cadence.
-	pendingSince    time.Time // first event of the open publication window (zero: none)
-	lastWrite       time.Time
-	lastSnapshot    time.Time
-	deltasSinceSnap uint64
-	requestPending  bool
-	lastCapacity    uint64
+	pendingSince        time.Time // first event of the open publication window (zero: none)
+	lastWrite           time.Time
+	lastSnapshot        time.Time
+	deltasSinceSnap     uint64
+	deltaBytesSinceSnap uint64 // the weight of those deltas (16 bytes per image plus a record)
+	requestPending      bool
+	lastCapacity        uint64
 
 	// Checkpoints and input positions (relay_checkpoint.go).
 	ck checkpointState
@@ -453,6 +454,8 @@ func (rl *relayLoop) due() error {
 	case rl.requestPending && !now.Before(rl.lastSnapshot.Add(cfg.SnapshotRequestMinInterval)):
 		reason = snapRequest
 	case cfg.SnapshotEveryDeltas > 0 && rl.deltasSinceSnap >= cfg.SnapshotEveryDeltas:
+		reason = snapPeriodic
+	case cfg.SnapshotDeltaRatio > 0 && float64(rl.deltaBytesSinceSnap) >= cfg.SnapshotDeltaRatio*float64(8*rl.state.BucketCount()):
 		reason = snapPeriodic
 	case rl.timedSnapshotDue(now):
 		reason = snapPeriodic

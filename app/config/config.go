@@ -317,10 +317,15 @@ type Relay struct {
 	// 0x5DEECE66D1B54A33 (ckf.DefaultSeed).
 	Seed uint64 `yaml:"seed"`
 	// SnapshotEveryDeltas writes a barrier snapshot after this many deltas. 0 disables the
-	// count trigger. Default 1,000.
+	// count trigger. Default 0 (streams.DefaultRelaySnapshotEveryDeltas): the byte trigger
+	// bounds the snapshots' cost instead.
 	SnapshotEveryDeltas uint64 `yaml:"snapshot_every_deltas"`
+	// SnapshotDeltaRatio writes a barrier snapshot once the deltas since the previous one weigh
+	// this many snapshots, so snapshots stay at most 1/(1+ratio) of the lane's bytes under
+	// steady load. 0 disables the byte trigger. Default 9 (streams.DefaultRelaySnapshotDeltaRatio).
+	SnapshotDeltaRatio float64 `yaml:"snapshot_delta_ratio"`
 	// SnapshotInterval writes a barrier snapshot this long after the previous one. 0 disables
-	// the time trigger; the two triggers cannot both be off, since a recovering indexer needs
+	// the time trigger; the three triggers cannot all be off, since a recovering indexer needs
 	// a recent snapshot. Default 60s.
 	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
 	// SnapshotIdleInterval is the time trigger's period while the lane is idle (no delta since
@@ -387,6 +392,7 @@ func defaultConfig() Config {
 			ExpectedBlocks:        DefaultExpectedBlocks,
 			Seed:                  ckf.DefaultSeed,
 			SnapshotEveryDeltas:   streams.DefaultRelaySnapshotEveryDeltas,
+			SnapshotDeltaRatio:    streams.DefaultRelaySnapshotDeltaRatio,
 			SnapshotInterval:      streams.DefaultRelaySnapshotInterval,
 			SnapshotIdleInterval:  streams.DefaultRelaySnapshotIdleInterval,
 			HeartbeatInterval:     streams.DefaultRelayHeartbeatInterval,

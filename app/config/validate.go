@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -228,8 +229,11 @@ func (r Relay) validate(p *problems) {
 	}
 	if r.SnapshotInterval < 0 {
 		p.add("relay.snapshot_interval", "%v is negative", r.SnapshotInterval)
-	} else if r.SnapshotInterval == 0 && r.SnapshotEveryDeltas == 0 {
-		p.add("relay.snapshot_interval", "is 0 and so is relay.snapshot_every_deltas: at least one snapshot trigger must be on")
+	} else if r.SnapshotInterval == 0 && r.SnapshotEveryDeltas == 0 && r.SnapshotDeltaRatio == 0 {
+		p.add("relay.snapshot_interval", "is 0 and so are relay.snapshot_every_deltas and relay.snapshot_delta_ratio: at least one snapshot trigger must be on")
+	}
+	if r.SnapshotDeltaRatio < 0 || math.IsNaN(r.SnapshotDeltaRatio) {
+		p.add("relay.snapshot_delta_ratio", "%v is negative", r.SnapshotDeltaRatio)
 	}
 	if r.SnapshotIdleInterval < 0 {
 		p.add("relay.snapshot_idle_interval", "%v is negative", r.SnapshotIdleInterval)

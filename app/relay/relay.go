@@ -108,6 +108,7 @@ func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (st
 	cfg.CKF.PublishEveryNEvents = rc.PublishEveryEvents
 	cfg.PublishMaxDelay = rc.PublishMaxDelay
 	cfg.SnapshotEveryDeltas = rc.SnapshotEveryDeltas
+	cfg.SnapshotDeltaRatio = rc.SnapshotDeltaRatio
 	cfg.SnapshotInterval = rc.SnapshotInterval
 	cfg.SnapshotIdleInterval = rc.EffectiveSnapshotIdleInterval()
 	cfg.HeartbeatInterval = rc.HeartbeatInterval
