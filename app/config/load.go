@@ -208,6 +208,12 @@ func setString(v reflect.Value, s string) error {
 			return errors.New("not an unsigned 64-bit integer (decimal or 0x hex)")
 		}
 		v.SetUint(n)
+	case reflect.Float64:
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return errors.New("not a number")
+		}
+		v.SetFloat(f)
 	default:
 		return fmt.Errorf("unsupported field type %s", v.Type())
 	}
