@@ -1,0 +1,127 @@
+package streams_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+)
+
+type pfRelaysResult struct {
+	Relays          int        `json:"relays"`
+	OfferedPerSec   float64    `json:"offered_events_per_sec"`
+	ProducedPerSec  float64    `json:"produced_events_per_sec"`
+	AppliedPerSec   float64    `json:"applied_events_per_sec"` // all events over first produce .. last applied
+	DrainSecs       float64    `json:"drain_secs"`             // last produce acknowledged .. last event applied
+	AppliedOverProd float64    `json:"applied_over_produced"`
+	Deltas, Images  uint64     `json:"-"`
+	Snapshots       uint64     `json:"snapshots"`
+	LoadAvg         [3]float64 `json:"loadavg"`
+}
+
+// BenchmarkE2ERelays16: 16 relays in one process (one KV topic and one lane each, as in a
+// 16-DC deployment served from one host) while KV events arrive at 100,000 per second in total
+// for CKF_E2E_SECONDS (4 s), paced in 10 ms steps. They keep up when the applied rate over
+// the whole run matches the produced rate and the drain after the last produce is short.
+func BenchmarkE2ERelays16(b *testing.B) {
+	const relays, rate = 16, 100_000
+	secs := pfPhase().Seconds()
+	total := int(rate * secs)
+	per := total / relays
+	var res pfRelaysResult
+	res.Relays, res.OfferedPerSec = relays, rate
+	b.ResetTimer()
+	for range b.N {
+		e := newTestEnv(b, 1<<18)
+		type running struct {
+			r    *streams.Relay
+			stop func()
+			recs []*kgo.Record
+		}
+		rs := make([]running, relays)
+		for i := range rs {
+			kvTopic := testenv.NewTopic(b, 2)
+			recs, _ := pfKvEvents(b, e.codec, kvTopic, per)
+			lane := uint8(i)
+			cfg := streams.DefaultRelayConfig()
+			cfg.Topics = streams.RelayTopics{KVEvents: kvTopic, Lanes: e.topics.Lanes, SnapshotIndex: e.topics.SnapshotIndex,
+				Control: e.topics.Control}
+			cfg.Pool, cfg.Lane, cfg.CKF = testPool(100+uint64(lane)), lane, ckf.NewCkfConfig(e.blocks)
+			cfg.TransactionalID = testenv.UniqueName(b, "relays16-"+strconv.Itoa(i))
+			r, err := streams.NewRelay(streams.RelayParams{Config: cfg, Codec: e.codec,
+				ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)}, Log: zap.NewNop()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- r.Run(ctx) }()
+			rs[i] = running{r: r, stop: func() { cancel(); <-done }, recs: recs}
+		}
+		for _, x := range rs {
+			select {
+			case <-x.r.Started():
+			case <-time.After(time.Minute):
+				b.Fatal("relay did not start")
+			}
+		}
+		prod := testenv.Client(b, kgo.ProducerLinger(time.Millisecond))
+		const step = 10 * time.Millisecond
+		perStep := int(rate * step.Seconds())
+		start := time.Now()
+		sent := 0
+		for sent < total {
+			for k := 0; k < perStep && sent < total; k++ {
+				x := rs[sent%relays]
+				rec := x.recs[sent/relays]
+				prod.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
+					if err != nil {
+						b.Error(err)
+					}
+				})
+				sent++
+			}
+			if d := time.Until(start.Add(time.Duration(sent/perStep) * step)); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		if err := prod.Flush(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		produced := time.Since(start)
+		testenv.WaitUntil(b, 5*time.Minute, fmt.Sprintf("16 relays apply %d events", total), func() bool {
+			for _, x := range rs {
+				if s := x.r.Stats(); s.Events+s.Undecodable < uint64(per) {
+					return false
+				}
+			}
+			return true
+		})
+		all := time.Since(start)
+		for _, x := range rs {
+			s := x.r.Stats()
+			res.Deltas += s.Deltas
+			res.Images += s.Images
+			res.Snapshots += s.Snapshots
+			x.stop()
+		}
+		res.ProducedPerSec = float64(total) / produced.Seconds()
+		res.AppliedPerSec = float64(total) / all.Seconds()
+		res.DrainSecs = (all - produced).Seconds()
+		res.AppliedOverProd = res.AppliedPerSec / res.ProducedPerSec
+	}
+	b.StopTimer()
+	res.LoadAvg = pfLoadAvg()
+	b.ReportMetric(res.ProducedPerSec, "produced-events/s")
+	b.ReportMetric(res.AppliedPerSec, "applied-events/s")
+	b.ReportMetric(res.AppliedOverProd, "applied/produced")
+	b.ReportMetric(res.DrainSecs, "drain-s")
+	pfWrite(b, "e2e-relays16.json", res)
+}
