@@ -123,6 +123,9 @@ const (
 	DefaultRelaySnapshotIdleInterval = time.Hour
 	// DefaultRelayHeartbeatInterval is HeartbeatInterval's default.
 	DefaultRelayHeartbeatInterval = time.Second
+	// DefaultRelayPublishEveryEvents is the relay's publication window in KV events
+	// (CKF.PublishEveryNEvents): one delta per window instead of one per event.
+	DefaultRelayPublishEveryEvents = 64
 	// DefaultRelayPublishMaxDelay is PublishMaxDelay's default.
 	DefaultRelayPublishMaxDelay = 5 * time.Millisecond
 	// DefaultRelayCheckpointInterval is CheckpointInterval's default.
@@ -264,7 +267,7 @@ type RelayConfig struct {
 // poll. Topics and Pool are left empty: the caller sets them.
 func DefaultRelayConfig() RelayConfig {
 	return RelayConfig{
-		CKF:                        ckf.DefaultCkfConfig(),
+		CKF:                        relayCkfDefaults(),
 		LayoutGeneration:           1,
 		PublishMaxDelay:            DefaultRelayPublishMaxDelay,
 		MaxDeltasPerTransaction:    1024,
@@ -283,6 +286,15 @@ func DefaultRelayConfig() RelayConfig {
 		CheckpointChunkBytes:       DefaultRelayCheckpointChunkBytes,
 		LagCommitInterval:          DefaultRelayLagCommitInterval,
 	}
+}
+
+// relayCkfDefaults is ckf.DefaultCkfConfig with the relay's publication cadence: windows of
+// DefaultRelayPublishEveryEvents events (PublishMaxDelay closes a window sooner when events are
+// sparse).
+func relayCkfDefaults() ckf.CkfConfig {
+	c := ckf.DefaultCkfConfig()
+	c.PublishEveryNEvents = DefaultRelayPublishEveryEvents
+	return c
 }
 
 // withDerived fills the empty fields that have a derivation: the transactional id.
