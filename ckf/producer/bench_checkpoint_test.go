@@ -13,9 +13,10 @@ import (
 //
 //	go test -run '^$' -bench 'Checkpoint' -benchtime 3x -count 1 ./ckf/producer/
 //
-// "bytes" is the checkpoint size, "resident" the resident blocks. The
-// recovery budget (restore and Kafka read together within 2 s) is a
-// target these report against; no test asserts a time.
+// "bytes" is the checkpoint size, "resident" the resident blocks. Decode
+// is the restarted relay's cost before it replays the tail; encode is how
+// long a checkpoint holds up the pool actor. Benchmarks report; no test
+// asserts a time.
 
 const ckptBenchResident = 1_000_000
 
