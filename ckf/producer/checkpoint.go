@@ -259,9 +259,9 @@ func boolByte(b bool) byte {
 // (Truncated when short, Malformed when bytes follow the checksum), the
 // checksum (ChecksumMismatch), then config and format equal to cfg's
 // (ConfigMismatch: every CkfConfig field must match, not only those that
-// shape the filter, so a checkpoint is never silently reinterpreted), the
-// payload's structure (Malformed) and finally the DcState invariants
-// (Inconsistent):
+// shape the filter, so a checkpoint is never silently reinterpreted), and,
+// as the payload is read, its structure (Malformed) and the DcState
+// invariants (Inconsistent):
 //
 //   - every source has at least one mapping, and the mappings number
 //     exactly contributions;
