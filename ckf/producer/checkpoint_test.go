@@ -677,3 +677,38 @@ func TestCheckpointErrorKindsAreDistinct(t *testing.T) {
 	wrapped := fmt.Errorf("relay restore: %w", &CheckpointError{Kind: CheckpointChecksumMismatch, Detail: "x"})
 	prodWantErr(t, wrapped, ErrCheckpointChecksumMismatch)
 }
+
+// TestCheckpointRadixSorts checks both radix sorts against slices.Sort on
+// short inputs (comparison path), random keys (all eight passes) and keys
+// that agree on most bytes (skipped passes).
+func TestCheckpointRadixSorts(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, tc := range []struct {
+		n    int
+		mask uint64
+	}{{0, math.MaxUint64}, {200, math.MaxUint64}, {5000, math.MaxUint64}, {5000, 0xFF_FF00}, {70000, 0xFFFF_0000_0000_00FF}} {
+		keys := make([]uint64, tc.n)
+		seen := make(map[uint64]bool)
+		for i := range keys {
+			k := r.Uint64()&tc.mask | 0x1234_0000_0000_0000&^tc.mask
+			for seen[k] {
+				k = r.Uint64()&tc.mask | 0x1234_0000_0000_0000&^tc.mask
+			}
+			seen[k], keys[i] = true, k
+		}
+		pairs := make([]keyedPair, tc.n)
+		hashes := make([]ckf.CanonicalHash, tc.n)
+		for i, k := range keys {
+			pairs[i] = keyedPair{key: k, val: ^k}
+			hashes[i] = ckf.CanonicalHash(k)
+		}
+		radixSortPairs(pairs, make([]keyedPair, tc.n))
+		radixSortHashes(hashes, make([]ckf.CanonicalHash, tc.n))
+		slices.Sort(keys)
+		for i, k := range keys {
+			if pairs[i].key != k || pairs[i].val != ^k || uint64(hashes[i]) != k {
+				t.Fatalf("n %d mask %#x: position %d wrong", tc.n, tc.mask, i)
+			}
+		}
+	}
+}

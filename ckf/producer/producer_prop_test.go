@@ -35,6 +35,9 @@ type streamDriver struct {
 	synced  bool // replica is valid (false while materialization is off)
 	sources []ckf.SourceKey
 	steps   int
+	// published records every batch handed to publish and every barrier
+	// tail, nil included, in order (compared by the checkpoint property).
+	published [][]ckf.BucketImage
 }
 
 func newStreamDriver(tb prodFataler, cfg ckf.CkfConfig) *streamDriver {
@@ -51,6 +54,7 @@ func (d *streamDriver) resync() error {
 	if err != nil {
 		return err
 	}
+	d.published = append(d.published, tail)
 	if d.synced {
 		prodApplyImages(d.replica, tail)
 		if !slices.Equal(d.replica, words) {
@@ -62,6 +66,7 @@ func (d *streamDriver) resync() error {
 }
 
 func (d *streamDriver) publish(images []ckf.BucketImage) error {
+	d.published = append(d.published, images)
 	if err := prodCheckBatch(d.s.BucketCount(), images); err != nil {
 		return err
 	}
