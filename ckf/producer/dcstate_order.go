@@ -29,14 +29,14 @@ const noEdge int32 = -1
 // largest window seen, ordering allocates nothing. Indices are positions in
 // the dirty list (first-touch order).
 type orderScratch struct {
-	// slotOf is an open-addressing map bucket -> dirty index of the changed
-	// buckets: keys hold bucket+1 (0 = empty), vals the index. Its size is
-	// a power of two of at least twice the changed count.
+	// keys and vals are an open-addressing map bucket -> dirty index of the
+	// changed buckets: keys hold bucket+1 (0 = empty), vals the index. Its
+	// size is a power of two of at least twice the dirty count.
 	keys []uint64
 	vals []int32
-	// moves has four entries per node, one per slot of its original word:
-	// the node index the slot's fingerprint moved to (noEdge if none) and
-	// the fingerprint.
+	// moveTo and moveFp have four entries per node, one per slot of its
+	// original word: the node the slot's fingerprint moved to (noEdge if
+	// none) and the fingerprint.
 	moveTo []int32
 	moveFp []uint16
 	// waiting counts, per node, its live moves whose destination is not
@@ -139,13 +139,24 @@ func replaceSlot(word uint64, from, to uint16) uint64 {
 // every bucket keeps its slot count, so the multiset of (fingerprint, pair)
 // and thus every lookup, removal and the resident count are unchanged. The
 // rewrite removes exactly the k cycle edges (each source holds its value
-// again) and creates none: a new edge into or out of x_t would need v_t or
-// v_t-1 to be absent from I[x_t] and present in F[x_t] or the reverse,
-// which the cycle's own edges exclude, and values other than those two are
-// untouched. Kahn then continues; a bucket whose word is back to its
+// again) and creates none. In x_t only two counts change: v_t gains a copy
+// and v_t-1 loses one. A new edge out of x_t needs a value in I[x_t] that
+// F[x_t] no longer holds: v_t-1 is not in I[x_t] (it arrived). A new edge
+// into x_t needs a value F[x_t] holds and I[x_t] does not: v_t is in I[x_t]
+// (it left). Kahn then continues; a bucket whose word is back to its
 // original is dropped from the batch. Each cycle removes at least two of
 // the at most 4n edges, so the loop ends. Undone cycles are counted in
-// Telemetry.UnrotatedCycles.
+// Telemetry.UnrotatedCycles. The rewrite runs whether or not the batch is
+// materialized, so the words depend on the events and the drain
+// boundaries only.
+//
+// # What it does not cover
+//
+// The guarantee is about instants of the consumer's table. A probe loads
+// its two buckets one after the other (consumer §5.5, weak read); if a
+// delta moves a fingerprint from the bucket loaded second to the bucket
+// loaded first and both stores fall between the two loads, the probe
+// misses it, whatever the order of the two stores.
 //
 // Cost: O(n) over the dirty list plus O(4n) over the edges, and O(n) per
 // undone cycle for the cycle search and the rescan. No allocation once

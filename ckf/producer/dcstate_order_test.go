@@ -376,3 +376,23 @@ func TestPropertyPublicationOrderPrefixSafe(t *testing.T) {
 		}
 	})
 }
+
+// Ordering a window reuses the window's scratch: once it has grown, it
+// allocates nothing.
+func TestPublicationOrderDoesNotAllocate(t *testing.T) {
+	wb := newWindowBuilder(t)
+	const a = 80
+	v1, b := wb.fpFrom(a, 100)
+	v2, c := wb.fpFrom(b, 400, a, b)
+	wb.start(map[uint64][]uint16{a: {v1, 201, 202, 203}, b: {v2, 301, 302, 303}, c: {501}})
+	wb.replace(a, v1, 999)
+	wb.replace(b, v2, v1)
+	wb.set(c, 501, v2)
+	want := []int32{2, 1, 0} // c, b, a as dirty indices
+	if got := wb.s.publicationOrder(); !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { wb.s.publicationOrder() }); n != 0 {
+		t.Fatalf("publicationOrder allocates %v per call", n)
+	}
+}
