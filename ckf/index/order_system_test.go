@@ -2,7 +2,6 @@ package index
 
 import (
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -87,7 +86,7 @@ func TestPublicationOrderNoTransientFalseNegatives(t *testing.T) {
 	var (
 		hot      atomic.Pointer[[]hotBlock]
 		gen      atomic.Uint64
-		acks     [queriers]atomic.Uint64
+		acks     = make(chan struct{}, queriers)
 		done     atomic.Bool
 		misses   atomic.Uint64
 		straddle atomic.Uint64
@@ -100,21 +99,27 @@ func TestPublicationOrderNoTransientFalseNegatives(t *testing.T) {
 		all[i] = hotBlock{tok: tok}
 	}
 	hot.Store(&all)
-	for q := range queriers {
+	for range queriers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var local [1]uint64
+			var seen uint64
 			for !done.Load() {
+				// The list is stored before gen is advanced, so a new gen
+				// comes with its list; the applier waits for every ack.
 				g := gen.Load()
 				list := *hot.Load()
-				acks[q].Store(g)
+				if g != seen {
+					seen = g
+					acks <- struct{}{}
+				}
 				for _, h := range list {
 					local[0] = h.tok
 					res, err := f.g.FindPrefixMatches(local[:])
 					if err != nil {
 						firstErr.CompareAndSwap(nil, &err)
-						return
+						break // keep acknowledging so the applier never blocks
 					}
 					if m, _ := res.Match(0); m.Depth == 0 {
 						if h.bToA {
@@ -169,11 +174,9 @@ func TestPublicationOrderNoTransientFalseNegatives(t *testing.T) {
 			moved = all
 		}
 		hot.Store(&moved)
-		g := gen.Add(1)
-		for q := range queriers {
-			for acks[q].Load() < g && firstErr.Load() == nil {
-				runtime.Gosched()
-			}
+		gen.Add(1)
+		for range queriers {
+			<-acks
 		}
 		seq++
 		if out := in.ApplyDelta(f.delta(0, 1, seq-1, seq, batch...)); out.Kind != OutcomeDeltaApplied {
