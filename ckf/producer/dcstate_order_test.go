@@ -396,3 +396,30 @@ func TestPublicationOrderDoesNotAllocate(t *testing.T) {
 		t.Fatalf("publicationOrder allocates %v per call", n)
 	}
 }
+
+// A barrier snapshot whose tail undoes a cycle carries the words the tail
+// ends at (the copy follows the drain).
+func TestBarrierSnapshotCarriesUndoneWords(t *testing.T) {
+	wb := newWindowBuilder(t)
+	const a = 90
+	v1, v2, b := wb.twoWithSameDelta(a, 100)
+	wb.start(map[uint64][]uint16{a: {v1, 201}, b: {v2, 301}})
+	published := slices.Clone(wb.s.filter.words)
+	wb.replace(a, v1, v2)
+	wb.replace(b, v2, v1)
+	wb.set(b, v1, 301, 888)
+	tail, words, err := wb.s.BarrierSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wb.s.Telemetry().UnrotatedCycles != 1 {
+		t.Fatal("no cycle undone")
+	}
+	after, err := prefixSafe(wb.s.Addressing(), published, tail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(after, words) || !slices.Equal(words, wb.s.filter.words) {
+		t.Fatal("published words + tail, snapshot words and state words differ")
+	}
+}
