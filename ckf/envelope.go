@@ -23,7 +23,9 @@ type Snapshot struct {
 // Delta is DcCkfDelta: the absolute images that move a consumer from
 // BaseSequence to Sequence (= BaseSequence+1). A producer never emits an
 // empty delta, a duplicate bucket or a bucket >= BucketCount; Images are in
-// first-touch order.
+// publication order (a bucket that received a relocated fingerprint before
+// the bucket it left; producer.DcState.drain), which a consumer keeps by
+// storing them in list order.
 type Delta struct {
 	Identity     ProducerIdentity
 	Lease        LaneLease

@@ -89,6 +89,10 @@ type Telemetry struct {
 	DistinctTouchedBuckets uint64
 	EmittedImages          uint64
 	NetRevertedBuckets     uint64
+	// UnrotatedCycles counts relocation cycles a drain undid in the words
+	// so that its batch could be ordered without a transient false
+	// negative (see publicationOrder); not part of producer §7.1.
+	UnrotatedCycles uint64
 }
 
 // satAdd adds saturating at MaxUint64.

@@ -10,13 +10,15 @@ import (
 // ceil(bucket_count/64) words, the insertion-ordered dirty list and, in
 // parallel, each dirty bucket's first pre-mutation word in this window.
 // Only successful physical mutations mark buckets; rolled-back kicks never
-// do.
+// do. scratch is the publication ordering's reusable working memory
+// (dcstate_order.go).
 type pubWindow struct {
 	bits        []uint64
 	dirty       []uint64
 	orig        []uint64
 	pending     uint64
 	materialize bool
+	scratch     orderScratch
 }
 
 func newPubWindow(bucketCount uint64) pubWindow {
@@ -54,7 +56,7 @@ func (w *pubWindow) reset() {
 }
 
 func (w *pubWindow) bytes() uint64 {
-	return uint64(8*len(w.bits) + 8*cap(w.dirty) + 8*cap(w.orig))
+	return uint64(8*len(w.bits)+8*cap(w.dirty)+8*cap(w.orig)) + w.scratch.bytes()
 }
 
 // markTouches marks every logged write (first touch wins) and counts them
@@ -68,31 +70,33 @@ func (s *DcState) markTouches(ts []Touch) {
 
 // drain is drain_publication (producer §7.6). It returns the absolute images of the
 // dirty buckets whose word differs from the window's first-touch original,
-// in first-touch order, or nil when there is nothing to publish (nothing
-// pending, every dirty bucket net-reverted, or materialization disabled).
-// A returned batch is never empty, has unique buckets < bucket_count, and
-// is a fresh slice owned by the caller. The window is cleared either way.
+// in publication order (publicationOrder): a bucket that received a
+// fingerprint relocated out of another bucket comes before that bucket, so
+// a consumer storing the images one by one never shows a fingerprint that
+// is resident before and after the batch as absent in between; otherwise
+// first-touch order. To make such an order exist, a relocation cycle of the
+// window is undone in the words first (placement changes, membership does
+// not; Telemetry.UnrotatedCycles counts them), also while materialization
+// is disabled, so the words never depend on the flag. It returns nil when
+// there is nothing to publish (nothing pending, every dirty bucket
+// net-reverted, or materialization disabled). A returned batch is never
+// empty, has unique buckets < bucket_count, and is a fresh slice owned by
+// the caller. The window is cleared either way.
 func (s *DcState) drain() []ckf.BucketImage {
 	w := &s.win
 	if w.pending == 0 && len(w.dirty) == 0 {
 		return nil
 	}
+	order := s.publicationOrder()
 	words := s.filter.words
-	changed := 0
-	for i, b := range w.dirty {
-		if words[b] != w.orig[i] {
-			changed++
-		}
-	}
 	s.tel.DistinctTouchedBuckets = satAdd(s.tel.DistinctTouchedBuckets, uint64(len(w.dirty)))
-	s.tel.NetRevertedBuckets = satAdd(s.tel.NetRevertedBuckets, uint64(len(w.dirty)-changed))
+	s.tel.NetRevertedBuckets = satAdd(s.tel.NetRevertedBuckets, uint64(len(w.dirty)-len(order)))
 	var images []ckf.BucketImage
-	if w.materialize && changed > 0 {
-		images = make([]ckf.BucketImage, 0, changed)
-		for i, b := range w.dirty {
-			if words[b] != w.orig[i] {
-				images = append(images, ckf.BucketImage{Bucket: b, Value: words[b]})
-			}
+	if w.materialize && len(order) > 0 {
+		images = make([]ckf.BucketImage, 0, len(order))
+		for _, i := range order {
+			b := w.dirty[i]
+			images = append(images, ckf.BucketImage{Bucket: b, Value: words[b]})
 		}
 		s.tel.EmittedImages = satAdd(s.tel.EmittedImages, uint64(len(images)))
 	}
@@ -100,8 +104,8 @@ func (s *DcState) drain() []ckf.BucketImage {
 	return images
 }
 
-// Flush is a forced drain: it returns the pending batch (nil if none)
-// regardless of the cadence.
+// Flush is a forced drain: it returns the pending batch (nil if none), in
+// publication order (see drain), regardless of the cadence.
 func (s *DcState) Flush() []ckf.BucketImage { return s.drain() }
 
 // HasPendingPublication reports pending_events != 0 or a non-empty dirty
@@ -125,16 +129,18 @@ func (s *DcState) SetPublicationMaterializationEnabled(enabled bool) {
 // PublicationMaterializationEnabled reports the flag (initially true).
 func (s *DcState) PublicationMaterializationEnabled() bool { return s.win.materialize }
 
-// BarrierSnapshot is barrier_snapshot (producer §7.7): it copies every bucket word
-// first and only then drains the window into tail (nil if nothing to
-// publish). If the copy cannot be reserved it returns
-// ErrBuildAllocationFailed and the dirty tail stays pending, so the next
-// snapshot returns it. The caller (Publisher) must ship tail on the old
-// stream before the words.
+// BarrierSnapshot is barrier_snapshot (producer §7.7): it reserves the copy
+// of every bucket word first, then drains the window into tail (nil if
+// nothing to publish; publication order, see drain) and copies the words.
+// The copy follows the drain because the drain may undo a relocation cycle
+// in the words: the snapshot must carry the words the tail ends at. If the
+// copy cannot be reserved it returns ErrBuildAllocationFailed and the dirty
+// tail stays pending, so the next snapshot returns it. The caller
+// (Publisher) must ship tail on the old stream before the words.
 func (s *DcState) BarrierSnapshot() (tail []ckf.BucketImage, words []uint64, err error) {
 	if err := s.reserve(siteSnapshot, s.format.BucketCount); err != nil {
 		return nil, nil, &ckf.BuildError{Kind: ckf.BuildAllocationFailed}
 	}
-	words = slices.Clone(s.filter.words)
-	return s.drain(), words, nil
+	tail = s.drain()
+	return tail, slices.Clone(s.filter.words), nil
 }

@@ -7,5 +7,10 @@
 // validated before its first mutation, so an error means nothing of that event
 // was committed, except a capacity omission, which commits lineage and
 // ownership and only omits the fingerprint (producer §7.3). A publication is
-// cut only after a complete event, never empty, with unique buckets.
+// cut only after a complete event, never empty, with unique buckets, and
+// lists its images in publication order rather than first-touch order: a
+// bucket that received a relocated fingerprint before the bucket it left,
+// so a consumer applying the images one by one under concurrent queries
+// never loses a block that is resident before and after the batch
+// (DcState.drain, publicationOrder).
 package producer

@@ -21,7 +21,9 @@ import (
 //
 //  1. ownership invariants (checkInvariants);
 //  2. barrier snapshot + every published batch reconstructs the producer's
-//     words exactly; every batch is non-empty with unique in-range buckets;
+//     words exactly; every batch is non-empty with unique in-range buckets
+//     and keeps, at every prefix, each fingerprint present before and
+//     after it (prefixSafe, the publication order);
 //  3. every resident canonical is found by Contains (part of 1);
 //  4. removing everything drains the table to zero words.
 
@@ -56,8 +58,11 @@ func (d *streamDriver) resync() error {
 	}
 	d.published = append(d.published, tail)
 	if d.synced {
-		prodApplyImages(d.replica, tail)
-		if !slices.Equal(d.replica, words) {
+		after, err := prefixSafe(d.s.Addressing(), d.replica, tail)
+		if err != nil {
+			return err
+		}
+		if d.replica = after; !slices.Equal(d.replica, words) {
 			return fmt.Errorf("replica + tail != barrier words")
 		}
 	}
@@ -71,7 +76,11 @@ func (d *streamDriver) publish(images []ckf.BucketImage) error {
 		return err
 	}
 	if d.synced {
-		prodApplyImages(d.replica, images)
+		after, err := prefixSafe(d.s.Addressing(), d.replica, images)
+		if err != nil {
+			return err
+		}
+		d.replica = after
 	}
 	return nil
 }
