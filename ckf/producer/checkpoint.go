@@ -40,7 +40,7 @@ import (
 //	telemetry    = unknown_removals:u64 parent_not_found:u64
 //	               capacity_failures:u64 physical_touches:u64
 //	               distinct_touched_buckets:u64 emitted_images:u64
-//	               net_reverted_buckets:u64
+//	               net_reverted_buckets:u64 unrotated_cycles:u64
 //	window       = pending_events:u64 materialize:u8(0|1)
 //	words        = bucket_count × u64, in bucket order
 //	sources      = count:u64 source*     (strictly ascending (worker, rank))
@@ -62,8 +62,8 @@ const (
 	checkpointHeaderLen  = len(checkpointMagic) + 4 + 8
 	checkpointTrailerLen = 8
 	// Fixed part of the payload: config (5×8), format (2+8+8+1+1), rng,
-	// resident count, contributions (3×8), telemetry (7×8), window (8+1).
-	checkpointFixedLen   = 5*8 + 20 + 3*8 + 7*8 + 9
+	// resident count, contributions (3×8), telemetry (8×8), window (8+1).
+	checkpointFixedLen   = 5*8 + 20 + 3*8 + 8*8 + 9
 	checkpointSourceLen  = 8 + 4 + 8 // worker, rank, mapping count
 	checkpointMappingLen = 8 + 8
 	checkpointOwnerLen   = 8 + 4 + 1
@@ -196,7 +196,7 @@ func (s *DcState) AppendCheckpoint(dst []byte) ([]byte, error) {
 	dst = le.AppendUint64(dst, s.contributions)
 	t := s.tel
 	for _, v := range [...]uint64{t.UnknownRemovals, t.ParentNotFound, t.CapacityFailures, t.PhysicalTouches,
-		t.DistinctTouchedBuckets, t.EmittedImages, t.NetRevertedBuckets} {
+		t.DistinctTouchedBuckets, t.EmittedImages, t.NetRevertedBuckets, t.UnrotatedCycles} {
 		dst = le.AppendUint64(dst, v)
 	}
 	dst = le.AppendUint64(dst, s.win.pending)
@@ -401,7 +401,7 @@ func restoreDcState(cfg ckf.CkfConfig, b []byte) (*DcState, error) {
 	contributions := r.u64()
 	var tel Telemetry
 	for _, p := range [...]*uint64{&tel.UnknownRemovals, &tel.ParentNotFound, &tel.CapacityFailures, &tel.PhysicalTouches,
-		&tel.DistinctTouchedBuckets, &tel.EmittedImages, &tel.NetRevertedBuckets} {
+		&tel.DistinctTouchedBuckets, &tel.EmittedImages, &tel.NetRevertedBuckets, &tel.UnrotatedCycles} {
 		*p = r.u64()
 	}
 	pending := r.u64()
