@@ -31,7 +31,11 @@ import (
 //
 // Every word is read with an atomic 64-bit load (a plain MOV on amd64), so a
 // probe concurrent with stores is race-free and may observe any mix of old
-// and new words (consumer §5.5).
+// and new words (consumer §5.5). A lane that misses in both rows is probed
+// once more in row A alone (probeRow; transposedTable.probe): the producer
+// stores a relocation's destination before its source (producer §7.6), and
+// a fingerprint moved from B to A between the probe's load of A and its
+// load of B is then in A by the time of the second load of A.
 
 // probeRowsRef is the obviously-correct reference: per lane, per row,
 // Bucket.Contains. Tests and benchmarks only.
@@ -51,6 +55,21 @@ func probeLaneFlags(wa, wb, rep uint64) uint64 {
 	xa := wa ^ rep
 	xb := wb ^ rep
 	return ((xa - ckf.SlotLowBits) &^ xa) | ((xb - ckf.SlotLowBits) &^ xb)
+}
+
+// probeRow returns the 16-lane hit mask of fp in row r alone (the SWAR test
+// of probeRowsSWAR on one row), with atomic loads.
+func probeRow(r *[ckf.LaneCount]uint64, fp uint16) uint16 {
+	rep := ckf.BroadcastFingerprint(fp)
+	const h = ckf.SlotHighBits
+	var acc uint64
+	for l := range ckf.LaneCount {
+		x := atomic.LoadUint64(&r[l]) ^ rep
+		acc |= (((x - ckf.SlotLowBits) &^ x) & h) >> (15 - uint(l))
+	}
+	acc |= acc >> 32
+	acc |= acc >> 16
+	return uint16(acc)
 }
 
 // probeRowsSWAR is the portable fast kernel described above, fully unrolled

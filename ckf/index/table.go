@@ -104,6 +104,26 @@ func (t *transposedTable) probe(fp uint16, a, b uint64) uint16 {
 	return probeRows(t.row(a), t.row(b), fp)
 }
 
+// probeSettled is probe plus a second load of row a for the lanes of recheck
+// that missed in both rows (A, B, A). With images stored destination before
+// source (producer §7.6), a fingerprint that one delta moves between a and
+// b is seen by at least one of the three loads, whichever stores fall
+// between them: a move a→b stores b before a, so the first load of a sees
+// it unless a was already stored, and then the load of b, which follows,
+// sees it in b; a move b→a stores a before b, so a load of b that no longer
+// sees it follows the store to a, which the second load of a sees. What
+// stays possible is a fingerprint moved by two deltas applied between two
+// loads of the same probe (consumer §5.5). The second load costs one row
+// when some lane of recheck misses, nothing otherwise.
+func (t *transposedTable) probeSettled(fp uint16, a, b uint64, recheck uint16) uint16 {
+	ra := t.row(a)
+	m := probeRows(ra, t.row(b), fp)
+	if miss := recheck &^ m; miss != 0 {
+		m |= probeRow(ra, fp) & miss
+	}
+	return m
+}
+
 // prefetch touches the rows of a and b ahead of a probe (consumer §5.4); a pure
 // optimisation with no semantic effect.
 func (t *transposedTable) prefetch(a, b uint64) {
