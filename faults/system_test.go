@@ -38,10 +38,11 @@ import (
 
 // relayCheckpointEveryEvents is the suite relays' relay.checkpoint_every_events. The writers
 // produce 150 KV events/s over two DCs, about 75 per relay, so each relay commits a state
-// checkpoint (about 90 KiB here) a little more often than once a second: the kills of TestKillNine
-// (every 0.2 to 1.5 s) then land before, during and after checkpoint transactions, between a
-// checkpoint's produce and its commit, and in the tail replays after a restore, and the broker
-// faults of TestBrokerRestartProcesses hit checkpoint writes. relay.checkpoint_interval keeps its
+// checkpoint (60 to 90 KiB here) a little more often than once a second: the kills of
+// TestKillNine (every 0.2 to 1.5 s, at seeded random moments) fall before, during and after
+// checkpoint transactions, between a checkpoint's produce and its commit, and in the tail
+// replays after a restore, and the broker faults of TestBrokerRestartProcesses hit checkpoint
+// writes. relay.checkpoint_interval keeps its
 // default (30 s): it is longer than the heartbeat interval (1 s), so an idle relay still writes
 // the heartbeats relaySettled counts.
 const relayCheckpointEveryEvents = 64
