@@ -20,7 +20,9 @@ import (
 // operator's rolling restart) and a crash (SIGKILL of the JVM, then a start on the same data).
 // Every process must ride through both without exiting; afterwards the relays hold exactly the
 // model's resident blocks, both replicas serve every lane at the relays' last sequences, answer
-// alike, and answer no less than the model (no acknowledged KV event lost).
+// alike, and answer no less than the model (no acknowledged KV event lost). The relays checkpoint
+// their state about once a second (relayCheckpointEveryEvents), so the broker faults hit
+// checkpoint transactions; after each fault every relay must commit a checkpoint again.
 func TestBrokerRestartProcesses(t *testing.T) {
 	testenv.Brokers(t) // the jars come with the shared broker; fail early with the usual message
 	seed := uint64(envInt(t, "FAULTS_SEED", 1))
@@ -53,26 +55,27 @@ func TestBrokerRestartProcesses(t *testing.T) {
 	}
 	// rodeThrough waits for the proof that every process rode through a broker fault, then
 	// checks that none exited: the writer's events are acknowledged again, every relay commits
-	// a transaction on the broker as it is now, and every replica applies each lane's records up
-	// to the lane's last stable offset as listed after those commits. A process that the fault
-	// made exit fails the wait at once.
+	// a transaction and a state checkpoint on the broker as it is now, and every replica applies
+	// each lane's records up to the lane's last stable offset as listed after those commits. A
+	// process that the fault made exit fails the wait at once.
 	admin := kadm.NewClient(s.client())
 	rodeThrough := func(when string) {
 		t.Helper()
 		w.waitAcked(w.acked.Load()+150, 2*time.Minute)
 		base := make([]float64, len(s.relays))
+		baseCheckpoints := make([]float64, len(s.relays))
 		for i, r := range s.relays {
 			m, err := r.metrics()
 			if err != nil {
 				t.Fatalf("%s: %s: %v", when, r.name, err)
 			}
-			base[i] = sumMetrics(m, "ckf_relay_transactions")
+			base[i], baseCheckpoints[i] = sumMetrics(m, "ckf_relay_transactions"), sumMetrics(m, "ckf_relay_checkpoints")
 		}
-		testenv.WaitUntilEvery(t, scrapePoll, 2*time.Minute, when+": every relay commits a transaction", func() bool {
+		testenv.WaitUntilEvery(t, scrapePoll, 2*time.Minute, when+": every relay commits a transaction and a checkpoint", func() bool {
 			checkAlive(when)
 			for i, r := range s.relays {
 				m, err := r.metrics()
-				if err != nil || sumMetrics(m, "ckf_relay_transactions") <= base[i] {
+				if err != nil || sumMetrics(m, "ckf_relay_transactions") <= base[i] || sumMetrics(m, "ckf_relay_checkpoints") <= baseCheckpoints[i] {
 					return false
 				}
 			}
@@ -149,15 +152,18 @@ func TestBrokerRestartProcesses(t *testing.T) {
 		}
 	}
 	relayRecoveries := 0.0
+	var checkpoints []float64
 	for _, r := range s.relays {
 		m, err := r.metrics()
-		if err == nil {
-			relayRecoveries += m["ckf_relay_recoveries"]
+		if err != nil {
+			t.Fatalf("%s: %v", r.name, err)
 		}
+		relayRecoveries += m["ckf_relay_recoveries"]
+		checkpoints = append(checkpoints, sumMetrics(m, "ckf_relay_checkpoints"))
 	}
 	t.Logf("SUMMARY broker: 2 broker faults (controlled restart, kill -9), processes alive %d/%d without restart; KV events sent %d, acknowledged %d, failed %d; "+
-		"relay recoveries %v, lane recoveries %d; lanes at sequences %v; %d queries, %d probes, replica mismatches %d, answers below the model %d",
-		countAlive(procs), len(procs), w.sent.Load(), w.acked.Load(), w.failed.Load(), relayRecoveries, recoveries, seqs, rep.queries, rep.probes, rep.mismatches, rep.lost)
+		"relay recoveries %v, relay checkpoints committed %v, lane recoveries %d; lanes at sequences %v; %d queries, %d probes, replica mismatches %d, answers below the model %d",
+		countAlive(procs), len(procs), w.sent.Load(), w.acked.Load(), w.failed.Load(), relayRecoveries, checkpoints, recoveries, seqs, rep.queries, rep.probes, rep.mismatches, rep.lost)
 }
 
 func freePort(t testing.TB) int {

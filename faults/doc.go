@@ -2,14 +2,17 @@
 // per test binary, run real relays and indexer replicas as separate processes against the real
 // broker (each test under its own topic prefix, domain and consumer group), and inject faults
 // from outside: kill -9 of an indexer replica or a relay at seeded random moments, a broker
-// restart on a private broker, and hostile records on the KV-events, lane and query topics.
+// restart on a private broker, hostile records on the KV-events, lane and query topics, and
+// damaged records on a relay's checkpoint partition. The relays checkpoint their state about
+// once a second at the suite's load, so kills and broker faults land around checkpoint
+// transactions and relay restarts restore checkpoints.
 //
 // The oracle is twofold. A reference indexer replica that is never touched must answer exactly
 // as the victim replica once both have installed the same sequences; and an in-process model
 // (one ckf.DcState per DC, fed every KV event the broker acknowledged, in acknowledgement order)
 // gives, for every query, the depth that the exact state guarantees: neither replica may answer
 // less (no acknowledged KV event is lost), and each relay's resident block count must equal the
-// model's.
+// model's, with every record of its KV-events topic applied exactly once across its restarts.
 //
 // Knobs: FAULTS_SEED (default 1) seeds the victims, the moments and the workload; FAULTS_ITERATIONS
 // (default 20) is the number of kill -9 iterations; -long (go test ./faults/ -args -long, or

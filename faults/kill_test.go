@@ -15,9 +15,14 @@ import (
 // TestKillNine kills, at seeded random moments, either the victim indexer replica or one of the
 // relays with SIGKILL while the engines keep writing, restarts it, and goes on; sometimes it
 // kills the victim again while it is still starting. The reference replica is never touched.
-// At the end the victim answers exactly like the reference at the same installed sequences,
-// every relay holds exactly the model's resident blocks, and no replica answers less than the
-// resident prefix of any query (no acknowledged KV event is lost).
+// The relays checkpoint their state about once a second (relayCheckpointEveryEvents), so relay
+// kills land before, during and after checkpoint transactions and in the tail replays after a
+// restore. At the end the victim answers exactly like the reference at the same installed
+// sequences, every relay holds exactly the model's resident blocks, and no replica answers less
+// than the resident prefix of any query (no acknowledged KV event is lost). At least one relay
+// restart must have restored a checkpoint (else the run did not cover the restore path), and no
+// restart may have rejected one: a kill aborts the checkpoint transaction it interrupts, so every
+// committed checkpoint is whole.
 func TestKillNine(t *testing.T) {
 	seeds := testenv.Brokers(t)
 	seed := uint64(envInt(t, "FAULTS_SEED", 1))
@@ -39,6 +44,9 @@ func TestKillNine(t *testing.T) {
 	type stats struct {
 		injected, recovered int
 		recovery            []time.Duration
+		// restored counts the recovered relay restarts that started from a checkpoint;
+		// rejected sums the checkpoints those restarts found unusable.
+		restored, rejected int
 	}
 	counts := map[string]*stats{}
 	victims := []*proc{victimIx, victimIx, s.relays[0], s.relays[1]} // the indexer half the time
@@ -67,6 +75,13 @@ func TestKillNine(t *testing.T) {
 		d := v.waitReady(2 * time.Minute)
 		st.recovered++
 		st.recovery = append(st.recovery, d)
+		if slices.Contains(s.relays, v) {
+			m := s.relayStarted(v, time.Minute)
+			if m["ckf_relay_restored_from_checkpoint"] == 1 {
+				st.restored++
+			}
+			st.rejected += int(sumMetrics(m, "ckf_relay_checkpoints_rejected"))
+		}
 		if !ref.alive() {
 			t.Fatalf("iteration %d: the reference replica died", i)
 		}
@@ -90,7 +105,7 @@ func TestKillNine(t *testing.T) {
 	qs := w.queries(mrand.New(mrand.NewPCG(seed, 0x71)), 300)
 	rep := s.compareAnswers(w, qs)
 
-	injected, recovered := 0, 0
+	injected, recovered, relayRestarts, restored, rejected := 0, 0, 0, 0, 0
 	names := make([]string, 0, len(counts))
 	for n := range counts {
 		names = append(names, n)
@@ -104,10 +119,28 @@ func TestKillNine(t *testing.T) {
 		t.Logf("  %-10s kill -9: %d injected, %d restarts recovered; time to ready p50 %v max %v", n, st.injected, st.recovered,
 			st.recovery[len(st.recovery)/2].Round(time.Millisecond), st.recovery[len(st.recovery)-1].Round(time.Millisecond))
 	}
-	t.Logf("SUMMARY kill9: seed %d, iterations %d, kills %d, restarts recovered %d/%d; KV events sent %d, acknowledged %d, failed %d; "+
+	var checkpoints []int
+	for _, r := range s.relays {
+		if st := counts[r.name]; st != nil {
+			relayRestarts += st.recovered
+			restored += st.restored
+			rejected += st.rejected
+		}
+		checkpoints = append(checkpoints, r.logCount(checkpointCommittedLog))
+	}
+	t.Logf("  relays: %d restarts recovered, %d of them restored from a checkpoint, %d checkpoints rejected; checkpoints committed per relay (all incarnations) %v",
+		relayRestarts, restored, rejected, checkpoints)
+	t.Logf("SUMMARY kill9: seed %d, iterations %d, kills %d, restarts recovered %d/%d (relay restarts restored from a checkpoint %d/%d, checkpoints rejected %d, committed %v); "+
+		"KV events sent %d, acknowledged %d, failed %d; "+
 		"lanes at sequences %v; %d queries x %d replicas, %d lane probes (%d with a resident prefix, deepest %d): replica mismatches %d, answers below the model (lost) %d",
-		seed, iters, injected, recovered, iters, w.sent.Load(), w.acked.Load(), w.failed.Load(), seqs,
+		seed, iters, injected, recovered, iters, restored, relayRestarts, rejected, checkpoints, w.sent.Load(), w.acked.Load(), w.failed.Load(), seqs,
 		rep.queries, len(s.indexes), rep.probes, rep.nonZero, rep.deepest, rep.mismatches, rep.lost)
+	if relayRestarts > 0 && restored == 0 {
+		t.Errorf("none of the %d relay restarts restored a checkpoint: the run did not cover the checkpoint restore", relayRestarts)
+	}
+	if rejected != 0 {
+		t.Errorf("relay restarts rejected %d checkpoints: a kill -9 left a committed checkpoint unusable (see the relays' logs)", rejected)
+	}
 	if w.failed.Load() != 0 {
 		t.Errorf("%d KV events were not acknowledged (%v); the broker stayed up, so none should fail", w.failed.Load(), w.lastErr.Load())
 	}

@@ -218,6 +218,36 @@ func (p *proc) cleanup() {
 	}
 }
 
+// logLines returns the lines of incarnation run's log that contain substr.
+func (p *proc) logLines(run int, substr string) []string {
+	p.t.Helper()
+	b, err := os.ReadFile(p.logPath(run))
+	if err != nil {
+		p.t.Fatalf("%s: %v", p.name, err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// logCount counts the log lines containing substr over every incarnation so far: what the
+// process did across restarts, where a counter on /metrics covers only the current incarnation.
+func (p *proc) logCount(substr string) int {
+	p.t.Helper()
+	p.mu.Lock()
+	runs := p.runs
+	p.mu.Unlock()
+	n := 0
+	for run := 1; run <= runs; run++ {
+		n += len(p.logLines(run, substr))
+	}
+	return n
+}
+
 func tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
+	appkafka "github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/loadgen"
@@ -34,6 +35,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
+
+// relayCheckpointEveryEvents is the suite relays' relay.checkpoint_every_events. The writers
+// produce 150 KV events/s over two DCs, about 75 per relay, so each relay commits a state
+// checkpoint (60 to 90 KiB here) a little more often than once a second: the kills of
+// TestKillNine (every 0.2 to 1.5 s, at seeded random moments) fall before, during and after
+// checkpoint transactions, between a checkpoint's produce and its commit, and in the tail
+// replays after a restore, and the broker faults of TestBrokerRestartProcesses hit checkpoint
+// writes. relay.checkpoint_interval keeps its
+// default (30 s): it is longer than the heartbeat interval (1 s), so an idle relay still writes
+// the heartbeats relaySettled counts.
+const relayCheckpointEveryEvents = 64
 
 // expectedBlocks sizes every filter of the suite (relays and indexers): 8,192 blocks give 4,096
 // buckets, room for the workload's resident blocks (2 workers x 1,024 per DC) without capacity
@@ -97,7 +109,8 @@ func newSystem(t *testing.T, seeds []string, dcs, replicas int) *system {
 		env := append(slices.Clone(common),
 			fmt.Sprintf("CKF_RELAY_DC_ID=%#x", dc), "CKF_RELAY_LANE="+strconv.Itoa(i),
 			"CKF_TOPICS_KV_EVENTS="+s.kv[i],
-			"CKF_RELAY_SNAPSHOT_EVERY_DELTAS=400", "CKF_RELAY_SNAPSHOT_INTERVAL=5s")
+			"CKF_RELAY_SNAPSHOT_EVERY_DELTAS=400", "CKF_RELAY_SNAPSHOT_INTERVAL=5s",
+			"CKF_RELAY_CHECKPOINT_EVERY_EVENTS="+strconv.Itoa(relayCheckpointEveryEvents))
 		s.relays = append(s.relays, newProc(t, s.logDir, fmt.Sprintf("relay-%d", i), env, "relay"))
 	}
 	group := s.prefix + "queries"
@@ -110,34 +123,30 @@ func newSystem(t *testing.T, seeds []string, dcs, replicas int) *system {
 	return s
 }
 
-// ensureTopics creates the layout (as the processes would) plus each DC's KV-events topic, so
-// that no process races another to create them.
+// ensureTopics creates the product's topic layout (as the processes would, relay checkpoints
+// included) plus each DC's KV-events topic, so that no process races another to create them.
 func (s *system) ensureTopics() {
 	s.t.Helper()
 	adm := kadm.NewClient(s.client())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	type spec struct {
-		name    string
-		parts   int32
-		configs map[string]*string
-	}
-	specs := []spec{
-		{s.topics.Lanes, 16, nil}, {s.topics.Queries, 4, nil}, {s.topics.QueryReplies, 4, nil},
-		{s.topics.LaneEvents, 16, nil}, {s.topics.Control, 1, nil}, {s.topics.DeadLetter, 1, nil},
-		{s.topics.KVEvents, 16, nil},
-		{s.topics.SnapshotIndex, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}},
+	specs := appkafka.TopicLayout(s.topics)
+	i := slices.IndexFunc(specs, func(sp appkafka.TopicSpec) bool { return sp.Name == s.topics.KVEvents })
+	if i < 0 {
+		s.t.Fatalf("the topic layout has no KV-events topic %s", s.topics.KVEvents)
 	}
 	for _, kv := range s.kv {
-		specs = append(specs, spec{kv, 16, nil})
+		spec := specs[i] // the layout's KV-events topic: its partitions and retention
+		spec.Name = kv
+		specs = append(specs, spec)
 	}
 	for _, sp := range specs {
-		resp, err := adm.CreateTopic(ctx, sp.parts, -1, sp.configs, sp.name)
+		resp, err := adm.CreateTopic(ctx, sp.Partitions, -1, sp.Configs, sp.Name)
 		if err == nil {
 			err = resp.Err
 		}
 		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			s.t.Fatalf("create %s: %v", sp.name, err)
+			s.t.Fatalf("create %s: %v", sp.Name, err)
 		}
 	}
 }
@@ -428,9 +437,14 @@ func (p *proc) ask(q query) (answer, error) {
 // committed everything that caused, checks that it then holds exactly the model's resident
 // blocks, and returns the last sequence of each lane. Call it with the writer paused.
 //
-// Applied: a relay counts every KV record it reads, replayed or live, either as an event
-// (ckf_relay_events) or as undecodable, so their sum reaching the topic's end offsets (listed
-// after the pause) means every record was applied. Committed: the publication window a record
+// Applied: ckf_relay_applied_records is the number of KV records in the relay's state, decoded
+// or not, across restarts (a restored checkpoint carries the count of the records it holds, and
+// the tail replayed after it adds its own), so its reaching the topic's record count (the sum of
+// the end offsets listed after the pause; the writers are not transactional, so every offset is
+// a record) means every record was applied. The per-process counters ckf_relay_events and
+// ckf_relay_events_undecodable would not do: after a restore they count only the tail. The
+// gauge must then equal the record count exactly: more would mean a record applied twice (a
+// checkpoint's offsets and its state disagreeing). Committed: the publication window a record
 // leaves open is flushed and committed PublishMaxDelay (default 5 ms) after its first event,
 // while a heartbeat is written only after HeartbeatInterval (default 1 s) without any write.
 // Two heartbeats counted after the records were applied are therefore a heartbeat interval
@@ -476,7 +490,7 @@ func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 			hb := sumMetrics(m, "ckf_relay_heartbeats")
 			switch {
 			case !rs.applied:
-				if m["ckf_relay_started"] == 1 && sumMetrics(m, "ckf_relay_events")+sumMetrics(m, "ckf_relay_events_undecodable") >= rs.records {
+				if m["ckf_relay_started"] == 1 && m["ckf_relay_applied_records"] >= rs.records {
 					rs.applied, rs.heartbeats = true, hb
 				}
 			case hb >= rs.heartbeats+2:
@@ -488,8 +502,9 @@ func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 		var b strings.Builder
 		for i, r := range s.relays {
 			rs := st[i]
-			fmt.Fprintf(&b, "\n%s: %v records, applied %v (events %v + undecodable %v), heartbeats %v since, done %v, err %v",
-				r.name, rs.records, rs.applied, sumMetrics(rs.last, "ckf_relay_events"), sumMetrics(rs.last, "ckf_relay_events_undecodable"),
+			fmt.Fprintf(&b, "\n%s: %v records, applied %v (applied records %v; this incarnation: events %v + undecodable %v, restored from a checkpoint %v), heartbeats %v since, done %v, err %v",
+				r.name, rs.records, rs.applied, rs.last["ckf_relay_applied_records"], sumMetrics(rs.last, "ckf_relay_events"),
+				sumMetrics(rs.last, "ckf_relay_events_undecodable"), rs.last["ckf_relay_restored_from_checkpoint"],
 				sumMetrics(rs.last, "ckf_relay_heartbeats")-rs.heartbeats, rs.done, rs.err)
 		}
 		return b.String()
@@ -497,12 +512,35 @@ func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 	seqs := make([]uint64, len(s.relays))
 	for i, r := range s.relays {
 		m := st[i].last
+		if got := m["ckf_relay_applied_records"]; got != st[i].records {
+			s.t.Fatalf("%s holds %v applied KV records, more than the %v records of its topic", r.name, got, st[i].records)
+		}
 		if want := w.resident(i); uint64(m["ckf_relay_resident_blocks"]) != want {
 			s.t.Fatalf("%s applied every KV record but holds %v resident blocks, the model %d", r.name, m["ckf_relay_resident_blocks"], want)
 		}
 		seqs[i] = uint64(m["ckf_relay_last_sequence"])
 	}
 	return seqs
+}
+
+// checkpointCommittedLog is the message a relay logs after each committed state checkpoint
+// (streams/relay_checkpoint.go).
+const checkpointCommittedLog = `"msg":"relay state checkpointed"`
+
+// relayStarted waits until relay r's current incarnation reports that it has started (written
+// its start-up snapshot: ckf_relay_started 1) and returns its metrics then. Whatever the start
+// set before that, the checkpoint restore's ckf_relay_restored_from_checkpoint included, was
+// reported to /metrics no later than ckf_relay_started (tally reports every updated gauge at
+// each report interval); a gauge still absent then was never set (0).
+func (s *system) relayStarted(r *proc, timeout time.Duration) map[string]float64 {
+	s.t.Helper()
+	var m map[string]float64
+	var err error
+	testenv.WaitUntilEvery(s.t, scrapePoll, timeout, r.name+" reports its start", func() bool {
+		m, err = r.metrics()
+		return err == nil && m["ckf_relay_started"] == 1
+	}, func() string { return fmt.Sprintf("last scrape error %v", err) })
+	return m
 }
 
 // replicasCaughtUp waits until every replica serves every lane at the relays' last sequences
