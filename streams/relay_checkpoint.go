@@ -60,15 +60,22 @@ func (rl *relayLoop) checkpointDue(now time.Time) bool {
 	if cfg.Topics.Checkpoints == "" || rl.replaying || rl.broken || rl.pub == nil {
 		return false
 	}
+	if rl.ck.events == rl.ck.eventsAtLast {
+		// Nothing applied since the last checkpoint (transaction markers may have moved the
+		// offsets; replaying them changes nothing): an idle DC would rewrite the same state.
+		// The checkpoint topic is bounded by size, so the last one stays.
+		return false
+	}
 	if cfg.CheckpointEveryEvents > 0 && rl.ck.events-rl.ck.eventsAtLast >= cfg.CheckpointEveryEvents {
 		return true
 	}
 	return cfg.CheckpointInterval > 0 && !now.Before(rl.ck.lastAt.Add(cfg.CheckpointInterval))
 }
 
-// nextCheckpointAt is when the interval trigger fires next (ok false: no checkpoints).
+// nextCheckpointAt is when the interval trigger fires next (ok false: no checkpoints, or none
+// due until an event is applied).
 func (rl *relayLoop) nextCheckpointAt() (time.Time, bool) {
-	if rl.cfg.Topics.Checkpoints == "" || rl.cfg.CheckpointInterval <= 0 {
+	if rl.cfg.Topics.Checkpoints == "" || rl.cfg.CheckpointInterval <= 0 || rl.ck.events == rl.ck.eventsAtLast {
 		return time.Time{}, false
 	}
 	return rl.ck.lastAt.Add(rl.cfg.CheckpointInterval), true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
@@ -201,5 +202,23 @@ func TestRelayFallsBackFromDamagedCheckpoint(t *testing.T) {
 	}
 	if magic != 1 || state != 1 {
 		t.Errorf("reasons %q, %q: want one bad magic and one unusable state", dls[0].Reason, dls[1].Reason)
+	}
+}
+
+// TestRelayIdleWritesNoCheckpoint: the time trigger checkpoints a relay that applied events (20,
+// replayed at start), and an idle one not again: while five heartbeats pass (each proving the loop ran its timers for
+// one heartbeat interval, four checkpoint intervals), no second checkpoint is written.
+func TestRelayIdleWritesNoCheckpoint(t *testing.T) {
+	e := newRelayEnv(t, 4096, 2)
+	const lane = 13
+	cfg := e.checkpointRelayConfig(lane, 0)
+	cfg.CheckpointInterval = 50 * time.Millisecond
+	g := newKvGen(23)
+	e.produceKV(g.take(20))
+	rr := e.startRelay(cfg, true) // the 20 events are replayed before the first checkpoint is due
+	waitCheckpoints(t, rr, 1)
+	waitHeartbeats(t, rr, 5)
+	if n := rr.r.Stats().Checkpoints; n != 1 {
+		t.Fatalf("%d checkpoints; want 1: nothing was applied after the first", n)
 	}
 }
