@@ -119,7 +119,7 @@ func (g *GlobalIndexer) findPrefixMatchesCaptured(local []uint64, seq []uint64, 
 		return res, nil
 	}
 	seq = ckf.AppendSequenceHashes(seq, local)
-	q := queryProber{table: &g.table, addr: &g.addr, seq: seq, lanes: captured}
+	q := queryProber{table: &g.table, addr: &g.addr, seq: seq}
 	depths := search.FindWith(len(seq), captured, g.window, q.probe, q.prefetch, nil)
 	for m := captured; m != 0; m &= m - 1 {
 		l := bits.TrailingZeros16(m)
@@ -134,7 +134,6 @@ type queryProber struct {
 	table *transposedTable
 	addr  *ckf.Addressing
 	seq   []uint64
-	lanes uint16              // the captured lanes: misses among them are probed again in row A
 	tags  [probeCacheSize]int // position+1, 0 = empty
 	cache [probeCacheSize]ckf.Probe
 }
@@ -150,9 +149,11 @@ func (q *queryProber) at(pos int) ckf.Probe {
 	return p
 }
 
-func (q *queryProber) probe(pos int) uint16 {
+// probe returns the hit mask of position pos; lanes are those the search decides with it,
+// which probeSettled checks once more in row A when they miss.
+func (q *queryProber) probe(pos int, lanes uint16) uint16 {
 	p := q.at(pos)
-	return q.table.probeSettled(p.Fingerprint, p.BucketA, p.BucketB, q.lanes)
+	return q.table.probeSettled(p.Fingerprint, p.BucketA, p.BucketB, lanes)
 }
 
 func (q *queryProber) prefetch(pos int) {

@@ -96,14 +96,19 @@ func lowestLane(m uint16) int { return bits.TrailingZeros16(m) }
 // pos >= n. window is clamped into 1..MaxWindow. Depths saturate at
 // math.MaxUint32.
 func Find(n int, ready uint16, window int, probe func(pos int) uint16) [Lanes]uint32 {
-	return FindWith(n, ready, window, probe, nil, nil)
+	return FindWith(n, ready, window, func(pos int, _ uint16) uint16 { return probe(pos) }, nil, nil)
 }
 
-// FindWith is Find with two optional hooks: prefetch, when not nil, is called
-// with each position shortly before it is probed (one sample ahead in the
-// exponential phase, a whole level ahead in the binary phase), so the caller
-// can prefetch its rows; st, when not nil, receives what the search did.
-func FindWith(n int, ready uint16, window int, probe func(pos int) uint16, prefetch func(pos int), st *Stats) [Lanes]uint32 {
+// FindWith is Find with the lanes each probe decides and two optional hooks.
+// probe(pos, lanes) receives the lanes whose bit of the returned mask the
+// search reads at this call (a subset of ready); the other bits are
+// ignored, so a prober may spend extra work (the indexer's second load of
+// row A for a missing lane) on those lanes only. prefetch, when not nil, is
+// called with each position shortly before it is probed (one sample ahead
+// in the exponential phase, a whole level ahead in the binary phase), so
+// the caller can prefetch its rows; st, when not nil, receives what the
+// search did.
+func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16) uint16, prefetch func(pos int), st *Stats) [Lanes]uint32 {
 	var depths [Lanes]uint32
 	if n <= 0 {
 		return depths
@@ -116,7 +121,7 @@ func FindWith(n int, ready uint16, window int, probe func(pos int) uint16, prefe
 	nprobe := 0
 
 	// consumer §7.1 initial probe.
-	active := ready & probe(0)
+	active := ready & probe(0, ready)
 	nprobe++
 	if active == 0 {
 		if st != nil {
@@ -144,7 +149,7 @@ func FindWith(n int, ready uint16, window int, probe func(pos int) uint16, prefe
 		if prefetch != nil && !overflow && next < n {
 			prefetch(next)
 		}
-		h := probe(pos)
+		h := probe(pos, sampling)
 		nprobe++
 		for m := sampling; m != 0; m &= m - 1 {
 			l := lowestLane(m)
@@ -195,7 +200,7 @@ func FindWith(n int, ready uint16, window int, probe func(pos int) uint16, prefe
 		}
 		for g := 0; g < ng; g++ {
 			mid := groupPos[g]
-			h := probe(mid)
+			h := probe(mid, groupLanes[g])
 			nprobe++
 			for m := groupLanes[g]; m != 0; m &= m - 1 {
 				l := lowestLane(m)
@@ -276,7 +281,7 @@ func FindWith(n int, ready uint16, window int, probe func(pos int) uint16, prefe
 		if p < 0 {
 			break
 		}
-		h := probe(p)
+		h := probe(p, part)
 		nprobe++
 		miss := part &^ h
 		for m := part; m != 0; m &= m - 1 {
@@ -338,7 +343,7 @@ func FindWith(n int, ready uint16, window int, probe func(pos int) uint16, prefe
 			if prefetch != nil {
 				prefetch(p)
 			}
-			h := probe(p)
+			h := probe(p, part)
 			nprobe++
 			if st != nil {
 				st.FallbackProbes++

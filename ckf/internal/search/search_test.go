@@ -100,7 +100,7 @@ func TestSearchWindowContract(t *testing.T) {
 // The schedule of consumer §7.2 for n=9.
 func TestSearchExponentialPrefetchSchedule(t *testing.T) {
 	r := &recorder{m: withHits(9, 9)}
-	FindWith(9, 1, 1, r.probe, r.prefetch, nil)
+	FindWith(9, 1, 1, anyLanes(r.probe), r.prefetch, nil)
 	want := []string{"probe 0", "prefetch 1", "prefetch 2", "probe 1", "prefetch 4", "probe 2", "prefetch 8", "probe 4", "probe 8"}
 	if got := r.events[:len(want)]; !reflect.DeepEqual(got, want) {
 		t.Fatalf("schedule\n got %v\nwant %v", r.events, want)
@@ -113,7 +113,7 @@ func TestSearchExponentialPrefetchSchedule(t *testing.T) {
 func TestSearchGroupedBinaryMidpointsOncePerLevel(t *testing.T) {
 	m := laneDepths(8, [Lanes]int{0: 5, 1: 5, 2: 3})
 	r := &recorder{m: m}
-	got := FindWith(8, 0b111, 2, r.probe, nil, nil)
+	got := FindWith(8, 0b111, 2, anyLanes(r.probe), nil, nil)
 	if got[0] != 5 || got[1] != 5 || got[2] != 3 {
 		t.Fatalf("depths %v", got)
 	}
@@ -129,14 +129,14 @@ func TestSearchGroupedBinaryMidpointsOncePerLevel(t *testing.T) {
 		d[l] = 77
 	}
 	r = &recorder{m: laneDepths(128, d)}
-	got = FindWith(128, 0xFFFF, 1, r.probe, nil, nil)
+	got = FindWith(128, 0xFFFF, 1, anyLanes(r.probe), nil, nil)
 	for l := range got {
 		if got[l] != 77 {
 			t.Fatalf("lane %d depth %d", l, got[l])
 		}
 	}
 	one := &recorder{m: laneDepths(128, [Lanes]int{0: 77})}
-	FindWith(128, 1, 1, one.probe, nil, nil)
+	FindWith(128, 1, 1, anyLanes(one.probe), nil, nil)
 	if !reflect.DeepEqual(r.probes, one.probes) {
 		t.Fatalf("16 equal lanes probed %v, one lane %v", r.probes, one.probes)
 	}
@@ -147,7 +147,7 @@ func TestSearchGroupedBinaryMidpointsOncePerLevel(t *testing.T) {
 		d[l] = 3 + 7*l
 	}
 	lv := &levelRecorder{m: laneDepths(128, d)}
-	got = FindWith(128, 0xFFFF, 2, lv.probe, lv.prefetch, nil)
+	got = FindWith(128, 0xFFFF, 2, anyLanes(lv.probe), lv.prefetch, nil)
 	for l := range got {
 		if got[l] != uint32(d[l]) {
 			t.Fatalf("lane %d depth %d want %d", l, got[l], d[l])
@@ -230,7 +230,7 @@ func TestSearchWindowRepairsNearHoles(t *testing.T) {
 func TestSearchFallbackRepairsClippedFalsePivot(t *testing.T) {
 	m := withHits(65, 40, 48)
 	var st Stats
-	got := FindWith(65, 1, 2, m.probe, nil, &st)[0]
+	got := FindWith(65, 1, 2, anyLanes(m.probe), nil, &st)[0]
 	if got != 40 {
 		t.Fatalf("got %d want 40", got)
 	}
@@ -255,7 +255,7 @@ func TestSearchFallbackStaggeredCursorsGroupedAtEqualPositions(t *testing.T) {
 		}
 	}
 	var st Stats
-	got := FindWith(65, 0b11, 2, m.probe, nil, &st)
+	got := FindWith(65, 0b11, 2, anyLanes(m.probe), nil, &st)
 	if got[0] != 40 || got[1] != 36 {
 		t.Fatalf("got %v", got[:2])
 	}
@@ -274,7 +274,7 @@ func TestSearchFallbackStaggeredCursorsGroupedAtEqualPositions(t *testing.T) {
 	}
 	r := &recorder{m: m}
 	st = Stats{}
-	got = FindWith(65, 0b101, 2, r.probe, nil, &st)
+	got = FindWith(65, 0b101, 2, anyLanes(r.probe), nil, &st)
 	if got[0] != 40 || got[2] != 20 {
 		t.Fatalf("got %v", got[:3])
 	}
@@ -295,7 +295,7 @@ func TestSearchFallbackSecondOrderProvenanceSkipped(t *testing.T) {
 	// start 45 misses at the left edge, lower_pred = 46 >= 45 → skipped.
 	m := withHits(65, 30, 32, 40, 44, 46, 47)
 	var st Stats
-	got := FindWith(65, 1, 3, m.probe, nil, &st)[0]
+	got := FindWith(65, 1, 3, anyLanes(m.probe), nil, &st)[0]
 	if got != 45 {
 		t.Fatalf("got %d want 45 (advisory residual)", got)
 	}
@@ -332,7 +332,7 @@ func TestSearchStableHolesBoundedProbes(t *testing.T) {
 			m[0] = 0xFFFF
 			for w := 1; w <= 8; w++ {
 				var st Stats
-				got := FindWith(n, 0xFFFF, w, m.probe, nil, &st)
+				got := FindWith(n, 0xFFFF, w, anyLanes(m.probe), nil, &st)
 				if st.Probes > 2*n+2*8 {
 					t.Fatalf("n=%d w=%d: %d probes", n, w, st.Probes)
 				}
@@ -405,4 +405,10 @@ func TestSearchEqualsLinearRandomMonotoneLong(t *testing.T) {
 			t.Fatalf("n=%d w=%d d=%v: got %v want %v", n, w, d, got, want)
 		}
 	}
+}
+
+// anyLanes adapts a probe that answers every lane to FindWith's probe, which is also told the
+// lanes it decides.
+func anyLanes(probe func(pos int) uint16) func(pos int, lanes uint16) uint16 {
+	return func(pos int, _ uint16) uint16 { return probe(pos) }
 }
