@@ -58,18 +58,35 @@ func probeLaneFlags(wa, wb, rep uint64) uint64 {
 }
 
 // probeRow returns the 16-lane hit mask of fp in row r alone (the SWAR test
-// of probeRowsSWAR on one row), with atomic loads.
+// of probeRowsSWAR on one row, unrolled the same way), with atomic loads.
 func probeRow(r *[ckf.LaneCount]uint64, fp uint16) uint16 {
 	rep := ckf.BroadcastFingerprint(fp)
 	const h = ckf.SlotHighBits
-	var acc uint64
-	for l := range ckf.LaneCount {
-		x := atomic.LoadUint64(&r[l]) ^ rep
-		acc |= (((x - ckf.SlotLowBits) &^ x) & h) >> (15 - uint(l))
-	}
+	acc := (probeWordFlags(atomic.LoadUint64(&r[0]), rep) & h) >> 15
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[1]), rep) & h) >> 14
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[2]), rep) & h) >> 13
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[3]), rep) & h) >> 12
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[4]), rep) & h) >> 11
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[5]), rep) & h) >> 10
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[6]), rep) & h) >> 9
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[7]), rep) & h) >> 8
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[8]), rep) & h) >> 7
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[9]), rep) & h) >> 6
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[10]), rep) & h) >> 5
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[11]), rep) & h) >> 4
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[12]), rep) & h) >> 3
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[13]), rep) & h) >> 2
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[14]), rep) & h) >> 1
+	acc |= probeWordFlags(atomic.LoadUint64(&r[15]), rep) & h
 	acc |= acc >> 32
 	acc |= acc >> 16
 	return uint16(acc)
+}
+
+// probeWordFlags is probeLaneFlags for one word.
+func probeWordFlags(w, rep uint64) uint64 {
+	x := w ^ rep
+	return (x - ckf.SlotLowBits) &^ x
 }
 
 // probeRowsSWAR is the portable fast kernel described above, fully unrolled

@@ -53,6 +53,10 @@ func TestProbeRowsEqualsReference(t *testing.T) {
 		if got := probeRows(ra, rb, fp); got != want {
 			t.Fatalf("%s kernel: fp %#x got %016b want %016b", probeKernel, fp, got, want)
 		}
+		var empty [ckf.LaneCount]uint64
+		if got, want := probeRow(ra, fp), probeRowsRef(ra, &empty, fp); got != want {
+			t.Fatalf("one row: fp %#x got %016b want %016b\nra %x", fp, got, want, *ra)
+		}
 	}
 }
 
