@@ -336,6 +336,7 @@ type RelayStats struct {
 	UnknownRemovals   uint64 // removals of ids this source never stored (ignored)
 
 	Deltas, Images     uint64 // published deltas and bucket images
+	SplitPublications  uint64 // publications larger than one lane record, published as several deltas
 	Transactions       uint64 // committed lane transactions
 	Snapshots          uint64 // committed snapshots (start-up, periodic, requested, recovery)
 	SnapshotRequests   uint64 // control-topic requests for this lane and pool
@@ -354,6 +355,7 @@ type relayCounters struct {
 	capacity, unknownRemovals                                  atomic.Uint64
 	deltas, images, txns, snapshots, requests, heartbeats, rec atomic.Uint64
 	resident, buckets, snapMillis                              atomic.Uint64
+	splits                                                     atomic.Uint64
 }
 
 // Relay publishes one DC pool's CKF on its lane. Build it with NewRelay and run it with Run;
@@ -458,7 +460,7 @@ func (r *Relay) Stats() RelayStats {
 		Events: c.events.Load(), ReplayedEvents: c.replayed.Load(), Rejected: c.rejected.Load(),
 		Undecodable: c.undecodable.Load(), DeadLetters: c.deadLetters.Load(),
 		CapacityOmissions: c.capacity.Load(), UnknownRemovals: c.unknownRemovals.Load(),
-		Deltas: c.deltas.Load(), Images: c.images.Load(), Transactions: c.txns.Load(),
+		Deltas: c.deltas.Load(), Images: c.images.Load(), SplitPublications: c.splits.Load(), Transactions: c.txns.Load(),
 		Snapshots: c.snapshots.Load(), SnapshotRequests: c.requests.Load(), Heartbeats: c.heartbeats.Load(),
 		Recoveries: c.rec.Load(), ResidentBlocks: c.resident.Load(), BucketCount: c.buckets.Load(),
 		LastSnapshotMillis: c.snapMillis.Load(),
