@@ -157,7 +157,9 @@ type RelayConfig struct {
 	// committed records only, so under load a larger bound delays the first delta of a
 	// transaction by the time the whole transaction takes to write, while a smaller bound
 	// costs throughput (BenchmarkE2ERelay measures it). At low load a poll holds few events and
-	// transactions stay small whatever the bound. Default 1,024; >= 1.
+	// transactions stay small whatever the bound. A publication split into several deltas (larger
+	// than one lane record, see relay.md) keeps its pieces in one transaction, which may exceed
+	// the bound by them. Default 1,024; >= 1.
 	MaxDeltasPerTransaction int
 	// SnapshotEveryDeltas writes a barrier snapshot after this many deltas. Default 1,000
 	// (DefaultRelaySnapshotEveryDeltas); 0 disables the count trigger. At least one of the two
@@ -190,7 +192,9 @@ type RelayConfig struct {
 	// same lane topic share it, so the broker fences the older one, while deployments on one
 	// cluster under different topic names never fence each other.
 	TransactionalID string
-	// ChunkWords is the bucket words per snapshot chunk. Default DefaultChunkWords; >= 1.
+	// ChunkWords is the bucket words per snapshot chunk. Default DefaultChunkWords (sized for
+	// 1 MiB records); >= 1. When a chunk of that many words would not fit in one record of the
+	// lane topic's max.message.bytes, the relay's chunks are smaller (relay.md, Record size).
 	ChunkWords int
 	// WriteTimeout bounds one transaction. Default 30 s; > 0.
 	WriteTimeout time.Duration
