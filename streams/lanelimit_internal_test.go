@@ -4,12 +4,21 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 )
 
 // The split arithmetic: what one lane record carries, and how the relay cuts a publication
@@ -274,5 +283,93 @@ func TestRelayBarrierTailIsSplit(t *testing.T) {
 	}
 	if !slices.Equal(before, want) {
 		t.Fatal("the pieces applied to the empty filter do not give the barrier's words")
+	}
+}
+
+// TestRelayLaneRecordLimit: the relay takes the lane topic's max.message.bytes, capped at 16
+// MiB; a configuration it may not read (no DescribeConfigs permission) or cannot find falls back
+// to 1,000,012 bytes; a limit below MinLaneRecordBytes is an error. (A fake cluster, for its
+// ACLs: the real broker's configuration is not this test's to change.)
+func TestRelayLaneRecordLimit(t *testing.T) {
+	const pass = "pw"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.EnableACLs(),
+		kfake.Superuser("PLAIN", "admin", pass),
+		kfake.User("PLAIN", "relay", pass, kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: "allowed-", Pattern: kmsg.ACLResourcePatternTypePrefixed,
+			Operation: kmsg.ACLOperationDescribeConfigs, Allow: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	client := func(user string) *kgo.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	admin, relay := kadm.NewClient(client("admin")), client("relay")
+	ctx := context.Background()
+	for topic, v := range map[string]string{"allowed-small": "65536", "allowed-huge": "104857600", "allowed-tiny": "300", "denied": "65536"} {
+		if _, err := admin.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &v}, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		topic   string
+		want    int
+		wantErr error
+	}{
+		{"allowed-small", 65536, nil},
+		{"allowed-huge", maxRelayLaneRecordBytes, nil},
+		{"allowed-missing", fallbackLaneRecordBytes, nil},
+		{"denied", fallbackLaneRecordBytes, nil},
+		{"allowed-tiny", 0, ErrLaneRecordLimitTooSmall},
+	} {
+		rl := &relayLoop{r: &Relay{log: zaptest.NewLogger(t)}, outCl: relay, cfg: RelayConfig{Topics: RelayTopics{Lanes: tc.topic}, WriteTimeout: 10 * time.Second}}
+		got, err := rl.laneRecordLimit()
+		if got != tc.want || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+			t.Errorf("topic %s: limit %d, error %v; want %d, %v", tc.topic, got, err, tc.want, tc.wantErr)
+		}
+	}
+	if fallbackLaneRecordBytes != 1_000_012 {
+		t.Errorf("fallback %d; want the smaller of the broker's default 1,048,588 and franz-go's 1,000,012", fallbackLaneRecordBytes)
+	}
+}
+
+// TestReadTopicMaxMessageBytesFromTheBroker: on the real broker, a topic without an override
+// reports the broker's message.max.bytes, and one with an override its own value, each with its
+// source.
+func TestReadTopicMaxMessageBytesFromTheBroker(t *testing.T) {
+	adm := testenv.Admin(t)
+	ctx := context.Background()
+	nodes, err := adm.ListBrokers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokers, err := adm.DescribeBrokerConfigs(ctx, nodes.NodeIDs()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokerValue := ""
+	for _, rc := range brokers {
+		for _, c := range rc.Configs {
+			if c.Key == "message.max.bytes" {
+				brokerValue = c.MaybeValue()
+			}
+		}
+	}
+	if brokerValue == "" {
+		t.Fatal("the broker reports no message.max.bytes")
+	}
+	plain := testenv.NewTopic(t, 1)
+	small := testenv.NewTopic(t, 1, testenv.TopicConfig("max.message.bytes", "65536"))
+	v, source, err := readTopicMaxMessageBytes(ctx, adm, plain)
+	if err != nil || strconv.Itoa(v) != brokerValue || source == kmsg.ConfigSourceDynamicTopicConfig.String() {
+		t.Errorf("topic without override: %d from %s (%v); want the broker's %s", v, source, err, brokerValue)
+	}
+	v, source, err = readTopicMaxMessageBytes(ctx, adm, small)
+	if err != nil || v != 65536 || source != kmsg.ConfigSourceDynamicTopicConfig.String() {
+		t.Errorf("topic with override: %d from %s (%v); want 65536 from the topic", v, source, err)
 	}
 }
