@@ -254,7 +254,7 @@ func TestRelayBarrierTailIsSplit(t *testing.T) {
 	if out.FirstError != nil || len(out.Publication) != 0 || !rl.state.HasPendingPublication() {
 		t.Fatalf("the store did not leave an open window: %+v", out)
 	}
-	want := slices.Clone(rl.state.CopyWords())
+	want := rl.state.CopyWords()
 	rl.publishOpenWindow()
 	pieces := len(rl.sink.pending)
 	if pieces < 2 || rl.r.c.splits.Load() != 1 {
@@ -271,13 +271,13 @@ func TestRelayBarrierTailIsSplit(t *testing.T) {
 	}
 	// The pieces replayed on the words before the window give the snapshot's words.
 	before := make([]uint64, len(want))
-	checkImages := map[uint64]bool{}
+	seen := map[uint64]bool{}
 	for _, d := range rl.sink.pending {
 		for _, im := range d.Images {
-			if checkImages[im.Bucket] {
+			if seen[im.Bucket] {
 				t.Fatalf("bucket %d published twice", im.Bucket)
 			}
-			checkImages[im.Bucket] = true
+			seen[im.Bucket] = true
 			before[im.Bucket] = im.Value
 		}
 	}
