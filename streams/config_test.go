@@ -259,6 +259,9 @@ func TestLaneWriterConfigValidate(t *testing.T) {
 		{"ChunkWords", func(c *streams.LaneWriterConfig) { c.ChunkWords = -1 }},
 		{"WriteTimeout", func(c *streams.LaneWriterConfig) { c.WriteTimeout = 0 }},
 		{"WriteTimeout", func(c *streams.LaneWriterConfig) { c.WriteTimeout = -time.Second }},
+		{"MaxRecordBytes", func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = 0 }},
+		{"MaxRecordBytes", func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = streams.MinLaneRecordBytes - 1 }},
+		{"MaxRecordBytes", func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = streams.MaxLaneRecordBytes + 1 }},
 	} {
 		c := base()
 		tc.set(&c)
@@ -270,6 +273,8 @@ func TestLaneWriterConfigValidate(t *testing.T) {
 		{"no snapshot index", func(c *streams.LaneWriterConfig) { c.IndexTopic = "" }},
 		{"lane 0", func(c *streams.LaneWriterConfig) { c.Lane = 0 }},
 		{"one word per chunk", func(c *streams.LaneWriterConfig) { c.ChunkWords = 1 }},
+		{"the smallest records", func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = streams.MinLaneRecordBytes }},
+		{"the largest records", func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = streams.MaxLaneRecordBytes }},
 	} {
 		c := base()
 		tc.set(&c)

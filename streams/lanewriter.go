@@ -15,6 +15,24 @@ import (
 // franz-go's default 1,000,012-byte batch limit and the broker's default 1 MiB record limit.
 var DefaultChunkWords = schemas.MaxSnapshotChunkWords(960_000)
 
+// Record size limits of the lane writer (LaneWriterConfig.MaxRecordBytes).
+const (
+	// DefaultLaneRecordBytes is MaxRecordBytes's default: franz-go's default ProducerBatchMaxBytes,
+	// 1,000,012 bytes, which is below the broker's default message.max.bytes (1,048,588).
+	DefaultLaneRecordBytes = 1_000_012
+	// MinLaneRecordBytes is the smallest MaxRecordBytes: franz-go refuses a smaller batch limit,
+	// and it leaves room for a few images and words next to a record's fixed part (about 250
+	// bytes).
+	MinLaneRecordBytes = 512
+	// MaxLaneRecordBytes is the largest MaxRecordBytes: franz-go's ceiling on a batch (1 GiB).
+	MaxLaneRecordBytes = 1 << 30
+)
+
+// ErrLaneRecordTooLarge: a delta has more images than one record of the writer's
+// MaxRecordBytes carries (LaneWriter.MaxDeltaImages). WriteDeltas returns it, wrapped, before
+// producing anything; the relay never hits it, since it splits its publications to that size.
+var ErrLaneRecordTooLarge = errors.New("streams: delta larger than the lane record limit")
+
 // LaneWriterConfig configures a LaneWriter. Start from DefaultLaneWriterConfig and name the
 // lane topic: NewLaneWriter takes every field as it is.
 type LaneWriterConfig struct {
@@ -31,13 +49,23 @@ type LaneWriterConfig struct {
 	// Transactional says the client has a transactional id: every write is one transaction.
 	// Default false.
 	Transactional bool
+	// MaxRecordBytes is the largest record batch the lane partition takes: the lane topic's
+	// max.message.bytes, which the broker enforces per batch, and at most the client's
+	// ProducerBatchMaxBytes, which franz-go enforces per batch before it sends (give the client
+	// the same value, as the relay does: a larger client limit lets franz-go pack several small
+	// records into a batch the broker refuses). Every record must fit in a batch of its own:
+	// snapshot chunks shrink to fit (the words per chunk are the smaller of ChunkWords and what
+	// fits, ChunkWords()) and a delta may carry at most MaxDeltaImages() images, larger ones
+	// fail with ErrLaneRecordTooLarge. Default DefaultLaneRecordBytes (franz-go's default batch
+	// limit); in [MinLaneRecordBytes, MaxLaneRecordBytes].
+	MaxRecordBytes int
 }
 
 // DefaultLaneWriterConfig returns the lane writer's defaults: lane 0, no snapshot index,
-// DefaultChunkWords words per chunk, 30 s per write, not transactional. LaneTopic is left
-// empty: the caller names it.
+// DefaultChunkWords words per chunk, 30 s per write, not transactional, records of at most
+// DefaultLaneRecordBytes. LaneTopic is left empty: the caller names it.
 func DefaultLaneWriterConfig() LaneWriterConfig {
-	return LaneWriterConfig{ChunkWords: DefaultChunkWords, WriteTimeout: 30 * time.Second}
+	return LaneWriterConfig{ChunkWords: DefaultChunkWords, WriteTimeout: 30 * time.Second, MaxRecordBytes: DefaultLaneRecordBytes}
 }
 
 // validate checks every field in order and returns the first violation as a *ConfigError.
@@ -51,6 +79,9 @@ func (c LaneWriterConfig) validate() error {
 		k.fail("ChunkWords", "must be >= 1, got %d", c.ChunkWords)
 	}
 	k.positive("WriteTimeout", c.WriteTimeout)
+	if c.MaxRecordBytes < MinLaneRecordBytes || c.MaxRecordBytes > MaxLaneRecordBytes {
+		k.fail("MaxRecordBytes", "must be in [%d, %d], got %d", MinLaneRecordBytes, MaxLaneRecordBytes, c.MaxRecordBytes)
+	}
 	return k.result()
 }
 
@@ -70,6 +101,8 @@ type LaneWriter struct {
 	identity schemas.ProducerIdentity
 	key      []byte
 	buf      []byte
+	// maxImages and chunkWords are what one record of cfg.MaxRecordBytes carries (laneRecordBudget).
+	maxImages, chunkWords int
 }
 
 // LaneWriterClientOpts are the options a LaneWriter's client needs in addition to the
@@ -89,9 +122,23 @@ func NewLaneWriter(cl *kgo.Client, codec *schemas.Codec, identity ckf.ProducerId
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &LaneWriter{cl: cl, codec: codec, cfg: cfg, identity: WireIdentity(identity),
-		key: []byte(identity.Pool.String())}, nil
+	w := &LaneWriter{cl: cl, codec: codec, cfg: cfg, identity: WireIdentity(identity),
+		key: []byte(identity.Pool.String())}
+	b, err := w.recordBudget()
+	if err != nil {
+		return nil, err
+	}
+	w.maxImages, w.chunkWords = b.maxImages, min(cfg.ChunkWords, b.maxWords)
+	return w, nil
 }
+
+// MaxDeltaImages is the most images one delta record carries within MaxRecordBytes (at least
+// 1). A publication with more is split into several deltas by the relay.
+func (w *LaneWriter) MaxDeltaImages() int { return w.maxImages }
+
+// ChunkWords is the bucket words per snapshot chunk the writer uses: the configured ChunkWords,
+// or fewer when a chunk of that many would not fit in MaxRecordBytes.
+func (w *LaneWriter) ChunkWords() int { return w.chunkWords }
 
 // Identity returns the producer identity the writer stamps on every record.
 func (w *LaneWriter) Identity() schemas.ProducerIdentity { return w.identity }
@@ -145,18 +192,18 @@ func (w *LaneWriter) write(ctx context.Context, rs []*kgo.Record, after func([]*
 	return nil
 }
 
-// WriteSnapshot writes s as chunks of ChunkWords words, then (when an index topic is set) the
+// WriteSnapshot writes s as chunks of ChunkWords() words, then (when an index topic is set) the
 // lane's snapshot-index entry pointing at its first chunk.
 func (w *LaneWriter) WriteSnapshot(ctx context.Context, s *ckf.Snapshot) (SnapshotPosition, error) {
 	total := len(s.Buckets)
 	if total == 0 {
 		return SnapshotPosition{}, errors.New("streams: empty snapshot")
 	}
-	count := (total + w.cfg.ChunkWords - 1) / w.cfg.ChunkWords
+	count := (total + w.chunkWords - 1) / w.chunkWords
 	rs := make([]*kgo.Record, 0, count)
 	for i := 0; i < count; i++ {
-		lo := i * w.cfg.ChunkWords
-		hi := min(lo+w.cfg.ChunkWords, total)
+		lo := i * w.chunkWords
+		hi := min(lo+w.chunkWords, total)
 		rec, err := w.record(schemas.LaneRecord{Kind: schemas.LaneSnapshotChunk, Snapshot: schemas.SnapshotChunk{
 			Sequence: s.Sequence, ChunkIndex: uint32(i), ChunkCount: uint32(count), FirstBucket: uint64(lo),
 			TotalBuckets: uint64(total), Words: schemas.AppendU64s(nil, s.Buckets[lo:hi]),
@@ -187,7 +234,10 @@ func (w *LaneWriter) WriteSnapshot(ctx context.Context, s *ckf.Snapshot) (Snapsh
 	return pos, nil
 }
 
-// WriteDeltas writes ds in order (one transaction when transactional).
+// WriteDeltas writes ds in order (one transaction when transactional). A delta of more than
+// MaxDeltaImages() images is refused before anything is produced (ErrLaneRecordTooLarge).
+// Many deltas in one call are fine: franz-go packs them into batches of at most the client's
+// batch limit, several batches per transaction.
 func (w *LaneWriter) WriteDeltas(ctx context.Context, ds []ckf.Delta) error {
 	return w.writeDeltasWith(ctx, ds, nil, nil)
 }
@@ -199,6 +249,10 @@ func (w *LaneWriter) writeDeltasWith(ctx context.Context, ds []ckf.Delta, extra 
 	rs := make([]*kgo.Record, 0, len(ds)+len(extra))
 	for i := range ds {
 		d := &ds[i]
+		if len(d.Images) > w.maxImages {
+			return fmt.Errorf("%w: delta %d has %d images, one record of %d bytes carries %d",
+				ErrLaneRecordTooLarge, d.Sequence, len(d.Images), w.cfg.MaxRecordBytes, w.maxImages)
+		}
 		w.buf = w.buf[:0]
 		for _, im := range d.Images {
 			w.buf = schemas.AppendImage(w.buf, im.Bucket, im.Value)

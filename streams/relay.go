@@ -182,7 +182,9 @@ type RelayConfig struct {
 	// committed records only, so under load a larger bound delays the first delta of a
 	// transaction by the time the whole transaction takes to write, while a smaller bound
 	// costs throughput (BenchmarkE2ERelay measures it). At low load a poll holds few events and
-	// transactions stay small whatever the bound. Default 1,024; >= 1.
+	// transactions stay small whatever the bound. A publication split into several deltas (larger
+	// than one lane record, see relay.md) keeps its pieces in one transaction, which may exceed
+	// the bound by them. Default 1,024; >= 1.
 	MaxDeltasPerTransaction int
 	// SnapshotEveryDeltas writes a barrier snapshot after this many deltas. Default 0 (off:
 	// DefaultRelaySnapshotEveryDeltas): a count of deltas says nothing about their size once
@@ -224,7 +226,9 @@ type RelayConfig struct {
 	// same lane topic share it, so the broker fences the older one, while deployments on one
 	// cluster under different topic names never fence each other.
 	TransactionalID string
-	// ChunkWords is the bucket words per snapshot chunk. Default DefaultChunkWords; >= 1.
+	// ChunkWords is the bucket words per snapshot chunk. Default DefaultChunkWords (sized for
+	// 1 MiB records); >= 1. When a chunk of that many words would not fit in one record of the
+	// lane topic's max.message.bytes, the relay's chunks are smaller (relay.md, Record size).
 	ChunkWords int
 	// WriteTimeout bounds one transaction. Default 30 s; > 0.
 	WriteTimeout time.Duration
@@ -422,6 +426,7 @@ type RelayStats struct {
 	UnknownRemovals   uint64 // removals of ids this source never stored (ignored)
 
 	Deltas, Images     uint64 // published deltas and bucket images
+	SplitPublications  uint64 // publications larger than one lane record, published as several deltas
 	Transactions       uint64 // committed lane transactions
 	Snapshots          uint64 // committed snapshots (start-up, periodic, requested, recovery)
 	SnapshotRequests   uint64 // control-topic requests for this lane and pool
@@ -451,6 +456,7 @@ type relayCounters struct {
 	checkpoints, checkpointBytes, checkpointsRejected          atomic.Uint64
 	lastCheckpoint                                             atomic.Uint64
 	restored, checkpointGaps, lagCommits                       atomic.Uint64
+	splits                                                     atomic.Uint64
 }
 
 // Relay publishes one DC pool's CKF on its lane. Build it with NewRelay and run it with Run;
@@ -555,7 +561,7 @@ func (r *Relay) Stats() RelayStats {
 		Events: c.events.Load(), ReplayedEvents: c.replayed.Load(), Rejected: c.rejected.Load(),
 		Undecodable: c.undecodable.Load(), DeadLetters: c.deadLetters.Load(),
 		CapacityOmissions: c.capacity.Load(), UnknownRemovals: c.unknownRemovals.Load(),
-		Deltas: c.deltas.Load(), Images: c.images.Load(), Transactions: c.txns.Load(),
+		Deltas: c.deltas.Load(), Images: c.images.Load(), SplitPublications: c.splits.Load(), Transactions: c.txns.Load(),
 		Snapshots: c.snapshots.Load(), SnapshotRequests: c.requests.Load(), Heartbeats: c.heartbeats.Load(),
 		Recoveries: c.rec.Load(), ResidentBlocks: c.resident.Load(), BucketCount: c.buckets.Load(),
 		LastSnapshotMillis: c.snapMillis.Load(),

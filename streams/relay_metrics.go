@@ -14,7 +14,7 @@ import (
 type relayMetrics struct {
 	events, undecodable, deadLetters, capacity, unknownRemovals tally.Counter
 	deltas, images, transactions, heartbeats, recoveries        tally.Counter
-	requests                                                    tally.Counter
+	requests, splits                                            tally.Counter
 	checkpoints, checkpointsRejected, checkpointGaps            tally.Counter
 	lagCommitErrors                                             tally.Counter
 	checkpointBytes, restoredCheckpoint, appliedRecords         tally.Gauge
@@ -58,6 +58,7 @@ func newRelayMetrics(root tally.Scope) *relayMetrics {
 		heartbeats:          s.Counter("heartbeats"),
 		recoveries:          s.Counter("recoveries"),
 		requests:            s.Counter("snapshot_requests"),
+		splits:              s.Counter("split_publications"),
 		rejectedBy:          map[ckf.FailurePoint]tally.Counter{},
 		snapshotsBy:         map[string]tally.Counter{},
 		snapshotDuration:    s.Histogram("snapshot_duration_seconds", snapshotBuckets),

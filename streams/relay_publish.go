@@ -38,22 +38,55 @@ func (s *relaySink) Enqueue(d ckf.Delta) error {
 
 // publish hands one publication batch to the publisher (collected into the open transaction).
 // While the stream is broken the batch is dropped: the recovery snapshot carries its images.
+//
+// A batch larger than one lane record carries (LaneWriter.MaxDeltaImages, from the lane topic's
+// max.message.bytes) is split into consecutive pieces in the batch's order, each published as
+// its own delta: the publisher gives them consecutive sequences, each based on the previous one,
+// exactly as for separate batches, and they share the open transaction. A reader applies them in
+// order and ends at the batch's state; between two pieces it holds a prefix of the batch.
 func (rl *relayLoop) publish(images []ckf.BucketImage) {
 	if rl.broken {
 		return
 	}
+	if per := rl.w.MaxDeltaImages(); len(images) > per {
+		pieces := splitPublication(images, per)
+		if _, leased := rl.pub.Lease(); leased { // without a lease every piece is discarded
+			rl.r.c.splits.Add(1)
+			rl.r.metrics.splits.Inc(1)
+			rl.r.log.Info("publication split to fit the lane record limit", zap.Int("images", len(images)),
+				zap.Int("pieces", len(pieces)), zap.Int("images_per_delta", per), zap.Uint64("sequence", rl.pub.LastSequence()))
+		}
+		for _, piece := range pieces {
+			if !rl.publishDelta(piece) {
+				return
+			}
+		}
+		return
+	}
+	rl.publishDelta(images)
+}
+
+// deltaRecordWeight is what a delta record weighs besides its images, for the snapshot byte
+// trigger (SnapshotDeltaRatio): the producer identity, sequences, key and record framing, about
+// 100 bytes; the trigger needs the order of magnitude, not the byte.
+const deltaRecordWeight = 128
+
+// publishDelta publishes images as one delta; false when the stream broke.
+func (rl *relayLoop) publishDelta(images []ckf.BucketImage) bool {
 	out, err := rl.pub.Publish(images)
 	if err != nil {
 		rl.markBroken(err)
-		return
+		return false
 	}
 	if out.Kind == producer.Published {
 		rl.deltasSinceSnap++
+		rl.deltaBytesSinceSnap += uint64(out.ImageCount)*schemas.ImageSize + deltaRecordWeight
 		rl.r.c.deltas.Add(1)
 		rl.r.c.images.Add(uint64(out.ImageCount))
 		rl.r.metrics.deltas.Inc(1)
 		rl.r.metrics.images.Inc(int64(out.ImageCount))
 	}
+	return true
 }
 
 // commitDeltas writes the collected deltas as one transaction.
@@ -161,15 +194,20 @@ func (rl *relayLoop) recover() error {
 
 // newIncarnation replaces the publication path: a fresh transactional client (same
 // transactional id), a producer identity with the next incarnation, its publisher (sequence 0,
-// no lease yet) and its writer.
+// no lease yet) and its writer. The lane record limit is read again for each (a topic whose
+// max.message.bytes was lowered makes a write fail; the next incarnation takes the new limit).
 func (rl *relayLoop) newIncarnation() error {
 	r, cfg := rl.r, rl.cfg
 	if rl.laneCl != nil {
 		rl.laneCl.Close()
 		rl.laneCl = nil
 	}
+	limit, err := rl.laneRecordLimit()
+	if err != nil {
+		return err
+	}
 	cl, err := kgo.NewClient(r.opts.forRole("relay-lanes", append(LaneWriterClientOpts(),
-		kgo.TransactionalID(cfg.TransactionalID))...)...)
+		kgo.TransactionalID(cfg.TransactionalID), laneBatchMaxBytes(cfg.Topics.Lanes, limit))...)...)
 	if err != nil {
 		return fmt.Errorf("streams: relay lane client: %w", err)
 	}
@@ -186,9 +224,13 @@ func (rl *relayLoop) newIncarnation() error {
 	rl.pub = producer.NewPublisher(id, 0, rl.sink)
 	if rl.w, err = NewLaneWriter(cl, r.codec, id, LaneWriterConfig{
 		LaneTopic: cfg.Topics.Lanes, IndexTopic: cfg.Topics.SnapshotIndex, Lane: cfg.Lane,
-		ChunkWords: cfg.ChunkWords, WriteTimeout: cfg.WriteTimeout, Transactional: true,
+		ChunkWords: cfg.ChunkWords, WriteTimeout: cfg.WriteTimeout, Transactional: true, MaxRecordBytes: limit,
 	}); err != nil {
-		return err // not reached: NewRelay validated every field the writer takes
+		return err // not reached: NewRelay validated every field the writer takes, laneRecordLimit the limit
+	}
+	if rl.w.ChunkWords() < cfg.ChunkWords {
+		r.log.Info("snapshot chunks shrunk to fit the lane record limit", zap.Int("chunk_words", rl.w.ChunkWords()),
+			zap.Int("configured_chunk_words", cfg.ChunkWords), zap.Int("record_limit", limit))
 	}
 	rl.epoch = 0
 	rl.broken = false
@@ -201,6 +243,7 @@ func (rl *relayLoop) newIncarnation() error {
 func (rl *relayLoop) snapshot(reason string) error {
 	r := rl.r
 	start := rl.now()
+	rl.publishOpenWindow()
 	if err := rl.commitDeltas(); err != nil || rl.broken {
 		return err
 	}
