@@ -222,3 +222,29 @@ func TestRelayIdleWritesNoCheckpoint(t *testing.T) {
 		t.Fatalf("%d checkpoints; want 1: nothing was applied after the first", n)
 	}
 }
+
+// TestRelaySnapshotsByDeltaBytes: with SnapshotDeltaRatio 1 (and the other triggers off) a
+// snapshot follows once the deltas since the previous one weigh one snapshot (8 bytes per
+// bucket), checked once per loop pass: over eight batches of events, each applied and followed
+// by a heartbeat (the loop ran its triggers after it), the relay writes periodic snapshots, and
+// never more than the deltas' weight over the snapshot's size.
+func TestRelaySnapshotsByDeltaBytes(t *testing.T) {
+	e := newRelayEnv(t, 4096, 2)
+	const lane = 14
+	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
+	cfg.SnapshotDeltaRatio = 1
+	rr := e.startRelay(cfg, true)
+	g := newKvGen(24)
+	for i := 1; i <= 8; i++ {
+		e.produceKV(g.take(50))
+		waitApplied(t, rr, uint64(50*i))
+		waitHeartbeats(t, rr, 1)
+	}
+	s := rr.r.Stats()
+	snapshot := 8 * s.BucketCount
+	weight := s.Images*16 + s.Deltas*128 // streams' deltaRecordWeight
+	periodic := s.Snapshots - 1          // the start-up snapshot
+	if periodic < 2 || periodic > weight/snapshot {
+		t.Fatalf("%d periodic snapshots for %d bytes of deltas at %d bytes per snapshot; want 2..%d (%+v)", periodic, weight, snapshot, weight/snapshot, s)
+	}
+}
