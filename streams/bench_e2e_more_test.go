@@ -1060,6 +1060,9 @@ type pfRelayResult struct {
 	ImagesPerDelta   float64
 	LoadAvg          [3]float64
 	ProduceSecsFirst float64
+	Window           uint64  `json:"window"`
+	Snapshots        uint64  `json:"snapshots"`
+	SnapshotShare    float64 `json:"snapshot_share"`
 }
 
 // pfKvEvents generates n KV events of 8 workers: 70 % stores of new 4..16-block chains (half
@@ -1121,14 +1124,24 @@ func pfKvEvents(b *testing.B, codec *schemas.Codec, topic string, n int) ([]*kgo
 	return recs, ops
 }
 
-// BenchmarkE2ERelay: per repetition, a fresh relay (own KV topic, own lane topic) starts on
-// an empty KV topic; then n events are produced as fast as possible and the relay's live
-// throughput is timed from the first produce to the last event applied and its deltas
-// committed. Baseline: a bare consumer reading the same n KV records.
+// BenchmarkE2ERelay: per publication window (KV events per delta: 1, the spec's default, then
+// 16, 64 = DefaultRelayPublishEveryEvents, and 256) and per repetition, a fresh relay (own KV
+// topic, own lane topic, default snapshot triggers) starts on an empty KV topic; then n events
+// are produced as fast as possible and the relay's live throughput is timed from the first
+// produce to the last event applied and its deltas committed. Baseline: a bare consumer reading
+// the same n KV records, in the same repetition. snapshot-share is the snapshots' part of the
+// bytes the relay wrote to its lane (snapshot words against delta images and records).
 func BenchmarkE2ERelay(b *testing.B) {
+	for _, window := range []uint64{1, 16, 64, 256} {
+		b.Run(fmt.Sprintf("window=%d", window), func(b *testing.B) { pfRelayThroughput(b, window) })
+	}
+}
+
+func pfRelayThroughput(b *testing.B, window uint64) {
 	n := pfScaled(100_000)
 	var res pfRelayResult
 	res.Events = n
+	res.Window = window
 	b.ResetTimer()
 	for range b.N {
 		for rep := range min(pfReps(), 3) {
@@ -1141,7 +1154,7 @@ func BenchmarkE2ERelay(b *testing.B) {
 			cfg.Topics = streams.RelayTopics{KVEvents: kvTopic, Lanes: e.topics.Lanes, SnapshotIndex: e.topics.SnapshotIndex,
 				Control: e.topics.Control, DeadLetter: e.topics.DeadLetter}
 			cfg.Pool, cfg.Lane, cfg.CKF = testPool(100+lane), lane, ckf.NewCkfConfig(e.blocks)
-			cfg.SnapshotEveryDeltas, cfg.SnapshotInterval = 1<<40, time.Hour
+			cfg.CKF.PublishEveryNEvents = window
 			cfg.TransactionalID = testenv.UniqueName(b, "bench-relay") + strconv.Itoa(rep)
 			r, err := streams.NewRelay(streams.RelayParams{
 				Config: cfg,
@@ -1196,6 +1209,10 @@ func BenchmarkE2ERelay(b *testing.B) {
 			<-done
 			res.EventsPerSec = append(res.EventsPerSec, float64(n)/el.Seconds())
 			res.Deltas, res.Images, res.Transactions = s.Deltas-before.Deltas, s.Images-before.Images, s.Transactions-before.Transactions
+			res.Snapshots = s.Snapshots - before.Snapshots
+			snapBytes := float64(res.Snapshots) * 8 * float64(s.BucketCount)
+			deltaBytes := float64(res.Images)*16 + float64(res.Deltas)*128
+			res.SnapshotShare = snapBytes / (snapBytes + deltaBytes)
 			raw := pfRawConsume(b, kvTopic, []int32{0, 1, 2, 3}, int64(n))
 			res.RawEventsPerSec = append(res.RawEventsPerSec, float64(n)/raw.Seconds())
 		}
@@ -1213,6 +1230,7 @@ func BenchmarkE2ERelay(b *testing.B) {
 	b.ReportMetric(res.MedianRaw, "raw-events/s")
 	b.ReportMetric(res.RelayOverRaw, "relay/raw")
 	b.ReportMetric(res.ImagesPerDelta, "images/delta")
+	b.ReportMetric(res.SnapshotShare, "snapshot-share")
 	b.ReportMetric(res.LoadAvg[0], "load1")
-	pfWrite(b, "e2e-relay.json", res)
+	pfWrite(b, fmt.Sprintf("e2e-relay-window=%d.json", window), res)
 }
