@@ -41,6 +41,7 @@ type DcState struct {
 	contributions uint64
 	win           pubWindow
 	tel           Telemetry
+	storeBuf      storeScratch // the store path's working memory (dcstate_store.go)
 
 	// delegate, when set, observes canonical creation/removal (G3
 	// delegate variant). Never called by the off-side rebuild state.

@@ -36,7 +36,26 @@ func (p *preparedStore) empty() bool {
 //     different canonical rejects the whole event (InvalidBlockSequence);
 //     mapped to the same canonical it is a re-offer.
 func prepareStore(lin map[ckf.ExternalBlockHash]ckf.CanonicalHash, d *StoreData) (preparedStore, error) {
-	var p preparedStore
+	return prepareStoreWith(lin, d, nil)
+}
+
+// storeScratch is the store path's reusable working memory (one per DcState): the prepared
+// mappings and candidates and the owner increments of the event being applied. Nothing in it
+// outlives the call that fills it.
+type storeScratch struct {
+	mappings []newMapping
+	cands    []ckf.CanonicalHash
+	incs     []canonInc
+}
+
+// prepareStoreWith is prepareStore building its mappings and candidates in sc's buffers (nil:
+// fresh ones); the result aliases them until the next call with sc.
+func prepareStoreWith(lin map[ckf.ExternalBlockHash]ckf.CanonicalHash, d *StoreData, sc *storeScratch) (p preparedStore, err error) {
+	var cands, reoffers uniqueHashes
+	if sc != nil {
+		p.mappings, cands.list = sc.mappings[:0], sc.cands[:0]
+		defer func() { sc.mappings, sc.cands = p.mappings[:0], cands.list[:0] }()
+	}
 	if len(d.Blocks) == 0 {
 		return p, nil
 	}
@@ -51,9 +70,8 @@ func prepareStore(lin map[ckf.ExternalBlockHash]ckf.CanonicalHash, d *StoreData)
 	} else if d.HasStartPosition && d.StartPosition != 0 {
 		return p, ckf.NewEventError(ckf.EventInvalidBlockSequence, "non-zero start position without a parent")
 	}
-	var cands, reoffers uniqueHashes
 	var batch map[ckf.ExternalBlockHash]ckf.CanonicalHash
-	if len(d.Blocks) > 8 {
+	if len(d.Blocks) > 32 { // below, a scan of the mappings so far is cheaper than a map
 		batch = make(map[ckf.ExternalBlockHash]ckf.CanonicalHash, len(d.Blocks))
 	}
 	lookupBatch := func(ext ckf.ExternalBlockHash) (ckf.CanonicalHash, bool) {
@@ -146,13 +164,17 @@ func (u *uniqueHashes) has(c ckf.CanonicalHash) bool {
 type canonInc struct {
 	canon ckf.CanonicalHash
 	n     uint64
+	e     ownerEntry // the canonical's ownership entry, read once and written back once
 }
 
 // ownerIncrements returns, per canonical, the number of new mappings to it,
 // in first-appearance order. Short lists (the common case: one event's
 // blocks) are counted with a linear scan to avoid allocating a map.
-func ownerIncrements(ms []newMapping) []canonInc {
-	out := make([]canonInc, 0, len(ms))
+func ownerIncrements(ms []newMapping) []canonInc { return ownerIncrementsInto(nil, ms) }
+
+// ownerIncrementsInto is ownerIncrements appending to out[:0].
+func ownerIncrementsInto(out []canonInc, ms []newMapping) []canonInc {
+	out = out[:0]
 	if len(ms) <= 32 {
 	next:
 		for _, m := range ms {
@@ -186,27 +208,31 @@ func ownerIncrements(ms []newMapping) []canonInc {
 // which the mutator cannot produce.
 func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
 	lin := s.lineage[src]
-	p, err := prepareStore(lin, d)
+	p, err := prepareStoreWith(lin, d, &s.storeBuf)
 	if err != nil {
 		return 0, err
 	}
 	if p.empty() {
 		return 0, nil
 	}
-	incs := ownerIncrements(p.mappings)
-	for _, ci := range incs {
-		if uint64(s.owners[ci.canon].owners)+ci.n > math.MaxUint32 {
+	// The owner map is large and cold: each new canonical's entry is read once here and written
+	// back once after its admission. incs lists the new mappings' canonicals in first-appearance
+	// order, which is p.candidates' order (both come from the same walk of the new mappings).
+	incs := ownerIncrementsInto(s.storeBuf.incs, p.mappings)
+	s.storeBuf.incs = incs[:0]
+	var nrc, nrr uint64
+	for i := range incs {
+		ci := &incs[i]
+		ci.e = s.owners[ci.canon]
+		if uint64(ci.e.owners)+ci.n > math.MaxUint32 {
 			return 0, ckf.NewEventError(ckf.EventOwnershipDegreeOverflow, "owner count would exceed 2^32-1")
+		}
+		if !ci.e.resident {
+			nrc++
 		}
 	}
 	if err := s.reserve(siteLineage, uint64(len(p.mappings))); err != nil {
 		return 0, err
-	}
-	var nrc, nrr uint64
-	for _, c := range p.candidates {
-		if !s.owners[c].resident {
-			nrc++
-		}
 	}
 	for _, c := range p.reoffers {
 		if !s.owners[c].resident {
@@ -227,11 +253,10 @@ func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
 		for _, m := range p.mappings {
 			lin[m.ext] = m.canon
 		}
-		for _, ci := range incs {
-			e := s.owners[ci.canon]
-			created := e.owners == 0
-			e.owners += uint32(ci.n)
-			s.owners[ci.canon] = e
+		for i := range incs {
+			ci := &incs[i]
+			created := ci.e.owners == 0
+			ci.e.owners += uint32(ci.n)
 			if created && s.delegate != nil {
 				s.delegate.OnCreate(ci.canon)
 			}
@@ -239,9 +264,14 @@ func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
 		s.contributions += uint64(len(p.mappings))
 	}
 	var omissions uint64
-	for _, c := range p.candidates {
-		ok, err := s.admit(c, s.cfg.MaxKicks)
+	for i := range incs {
+		ci := &incs[i]
+		ok, err := s.admitEntry(ci.canon, &ci.e, s.cfg.MaxKicks)
+		s.owners[ci.canon] = ci.e
 		if err != nil {
+			for _, rest := range incs[i+1:] {
+				s.owners[rest.canon] = rest.e
+			}
 			return omissions, err
 		}
 		if !ok {
@@ -264,6 +294,19 @@ func (s *DcState) admit(c ckf.CanonicalHash, maxKicks uint64) (bool, error) {
 	if e.resident {
 		return true, nil
 	}
+	ok, err := s.admitEntry(c, &e, maxKicks)
+	if ok {
+		s.owners[c] = e
+	}
+	return ok, err
+}
+
+// admitEntry is admit on an entry the caller holds: it sets e.resident and leaves the owner map
+// to the caller, who writes e back.
+func (s *DcState) admitEntry(c ckf.CanonicalHash, e *ownerEntry, maxKicks uint64) (bool, error) {
+	if e.resident {
+		return true, nil
+	}
 	ts, err := s.filter.Insert(uint64(c), maxKicks)
 	if err != nil {
 		if errors.Is(err, ckf.ErrCapacityExhausted) {
@@ -273,7 +316,6 @@ func (s *DcState) admit(c ckf.CanonicalHash, maxKicks uint64) (bool, error) {
 	}
 	s.markTouches(ts)
 	e.resident = true
-	s.owners[c] = e
 	s.residentCount++
 	return true, nil
 }
