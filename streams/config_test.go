@@ -3,6 +3,7 @@ package streams_test
 import (
 	"context"
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -173,7 +174,11 @@ func TestRelayConfigValidate(t *testing.T) {
 		{"PublishMaxDelay", func(c *streams.RelayConfig) { c.PublishMaxDelay = -1 }},
 		{"MaxDeltasPerTransaction", func(c *streams.RelayConfig) { c.MaxDeltasPerTransaction = 0 }},
 		{"SnapshotInterval", func(c *streams.RelayConfig) { c.SnapshotInterval = -time.Second }},
-		{"SnapshotInterval", func(c *streams.RelayConfig) { c.SnapshotInterval, c.SnapshotEveryDeltas = 0, 0 }},
+		{"SnapshotInterval", func(c *streams.RelayConfig) {
+			c.SnapshotInterval, c.SnapshotEveryDeltas, c.SnapshotDeltaRatio = 0, 0, 0
+		}},
+		{"SnapshotDeltaRatio", func(c *streams.RelayConfig) { c.SnapshotDeltaRatio = -1 }},
+		{"SnapshotDeltaRatio", func(c *streams.RelayConfig) { c.SnapshotDeltaRatio = math.NaN() }},
 		{"SnapshotIdleInterval", func(c *streams.RelayConfig) { c.SnapshotIdleInterval = -1 }},
 		{"SnapshotIdleInterval", func(c *streams.RelayConfig) { c.SnapshotIdleInterval = c.SnapshotInterval - 1 }},
 		{"SnapshotIdleInterval", func(c *streams.RelayConfig) { c.SnapshotIdleInterval = 0 }},
@@ -203,6 +208,8 @@ func TestRelayConfigValidate(t *testing.T) {
 		{"seed 0", func(c *streams.RelayConfig) { c.CKF.Seed = 0 }},
 		{"windows closed at once", func(c *streams.RelayConfig) { c.CKF.PublishEveryNEvents, c.PublishMaxDelay = 8, 0 }},
 		{"no count trigger", func(c *streams.RelayConfig) { c.SnapshotEveryDeltas = 0 }},
+		{"only the byte trigger", func(c *streams.RelayConfig) { c.SnapshotInterval, c.SnapshotEveryDeltas = 0, 0 }},
+		{"no byte trigger", func(c *streams.RelayConfig) { c.SnapshotDeltaRatio = 0 }},
 		{"no time trigger: the idle interval is not used", func(c *streams.RelayConfig) { c.SnapshotInterval = 0 }},
 		{"no time trigger, no idle interval", func(c *streams.RelayConfig) { c.SnapshotInterval, c.SnapshotIdleInterval = 0, 0 }},
 		{"idle lanes as often as busy ones", func(c *streams.RelayConfig) { c.SnapshotIdleInterval = c.SnapshotInterval }},

@@ -338,7 +338,9 @@ type Relay struct {
 	// tell an idle relay from a dead one. Default 1s.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	// PublishEveryEvents closes a publication batch after this many primary KV events (the
-	// ckf publisher's cadence); 1 publishes after every event. Default 1.
+	// ckf publisher's cadence); 1 publishes after every event. Default 64
+	// (streams.DefaultRelayPublishEveryEvents); publish_max_delay closes a batch sooner when
+	// events are sparse.
 	PublishEveryEvents uint64 `yaml:"publish_every_events"`
 	// PublishMaxDelay closes a non-empty publication batch this long after its first event,
 	// however few events it holds, which bounds how stale the indexers' view of this DC gets.
@@ -396,7 +398,7 @@ func defaultConfig() Config {
 			SnapshotInterval:      streams.DefaultRelaySnapshotInterval,
 			SnapshotIdleInterval:  streams.DefaultRelaySnapshotIdleInterval,
 			HeartbeatInterval:     streams.DefaultRelayHeartbeatInterval,
-			PublishEveryEvents:    ckf.DefaultPublishEveryNEvents,
+			PublishEveryEvents:    streams.DefaultRelayPublishEveryEvents,
 			PublishMaxDelay:       streams.DefaultRelayPublishMaxDelay,
 			CheckpointInterval:    streams.DefaultRelayCheckpointInterval,
 			CheckpointEveryEvents: streams.DefaultRelayCheckpointEveryEvents,
