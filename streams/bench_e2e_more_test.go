@@ -1156,36 +1156,10 @@ func pfRelayThroughput(b *testing.B, window uint64) {
 			cfg.Pool, cfg.Lane, cfg.CKF = testPool(100+lane), lane, ckf.NewCkfConfig(e.blocks)
 			cfg.CKF.PublishEveryNEvents = window
 			cfg.TransactionalID = testenv.UniqueName(b, "bench-relay") + strconv.Itoa(rep)
-			r, err := streams.NewRelay(streams.RelayParams{
-				Config: cfg,
-				Codec:  e.codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)}, Log: zap.NewNop(),
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- r.Run(ctx) }()
-			select {
-			case <-r.Started():
-			case err := <-done:
-				b.Fatalf("relay stopped at start-up: %v", err)
-			case <-time.After(time.Minute):
-				b.Fatal("relay did not start")
-			}
+			r, stopRelay, _ := pfStartRelay(b, e, cfg)
 			before := r.Stats()
-			prod := testenv.Client(b, kgo.ProducerLinger(time.Millisecond))
 			start := time.Now()
-			for _, rec := range recs {
-				prod.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
-					if err != nil {
-						b.Error(err)
-					}
-				})
-			}
-			if err := prod.Flush(context.Background()); err != nil {
-				b.Fatal(err)
-			}
+			pfProduceAll(b, recs)
 			res.ProduceSecsFirst = time.Since(start).Seconds()
 			// Done when every event is applied and everything the relay published is committed:
 			// read on the relay's goroutine between two events, no publication is pending (the
@@ -1205,8 +1179,7 @@ func pfRelayThroughput(b *testing.B, window uint64) {
 			}, func() string { return fmt.Sprintf("stats %+v", r.Stats()) })
 			el := time.Since(start)
 			s := r.Stats()
-			cancel()
-			<-done
+			stopRelay()
 			res.EventsPerSec = append(res.EventsPerSec, float64(n)/el.Seconds())
 			res.Deltas, res.Images, res.Transactions = s.Deltas-before.Deltas, s.Images-before.Images, s.Transactions-before.Transactions
 			res.Snapshots = s.Snapshots - before.Snapshots

@@ -1,7 +1,6 @@
 package streams_test
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/zap"
 )
 
 // pfRestartHistory generates history KV events of 8 workers whose state ends with resident
@@ -112,47 +110,17 @@ func BenchmarkE2ERelayRestart(b *testing.B) {
 			cfg.CheckpointInterval, cfg.CheckpointEveryEvents = 0, uint64(h)
 			run := func(cfg streams.RelayConfig, name string) (*streams.Relay, func(), time.Duration) {
 				cfg.TransactionalID = testenv.UniqueName(b, name)
-				r, err := streams.NewRelay(streams.RelayParams{Config: cfg, Codec: e.codec,
-					ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)}, Log: zap.NewNop()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan error, 1)
-				start := time.Now()
-				go func() { done <- r.Run(ctx) }()
-				select {
-				case <-r.Started():
-				case err := <-done:
-					b.Fatalf("relay stopped at start-up: %v", err)
-				case <-time.After(5 * time.Minute):
-					b.Fatal("relay did not start")
-				}
-				took := time.Since(start)
-				return r, func() { cancel(); <-done }, took
-			}
-			produce := func(rs []*kgo.Record) {
-				prod := testenv.Client(b, kgo.ProducerLinger(time.Millisecond))
-				for _, rec := range rs {
-					prod.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
-						if err != nil {
-							b.Error(err)
-						}
-					})
-				}
-				if err := prod.Flush(context.Background()); err != nil {
-					b.Fatal(err)
-				}
+				return pfStartRelay(b, e, cfg)
 			}
 			// The history, applied live, and its one checkpoint; then the tail.
 			r, stop, _ := run(cfg, "restart-writer")
-			produce(hist)
+			pfProduceAll(b, hist)
 			testenv.WaitUntil(b, 10*time.Minute, fmt.Sprintf("the relay applies %d events and checkpoints them", h), func() bool {
 				return r.Stats().Checkpoints >= 1
 			}, func() string { return fmt.Sprintf("stats %+v", r.Stats()) })
 			pt.CheckpointBytes = r.Stats().CheckpointBytes
 			pt.ResidentBlocks = r.Stats().ResidentBlocks
-			produce(tl)
+			pfProduceAll(b, tl)
 			testenv.WaitUntil(b, 5*time.Minute, "the relay applies the tail", func() bool {
 				s := r.Stats()
 				return s.Events+s.ReplayedEvents >= uint64(h+tail)

@@ -42,17 +42,7 @@ func TestPropSearchLanesIndependent(t *testing.T) {
 		n := rapid.IntRange(0, 300).Draw(rt, "n")
 		ready := rapid.Uint16().Draw(rt, "ready")
 		w := rapid.IntRange(1, 8).Draw(rt, "window")
-		density := rapid.IntRange(0, 64).Draw(rt, "holes")
-		seed := rapid.Uint64().Draw(rt, "seed")
-		r := rand.New(rand.NewPCG(seed, 7))
-		m := make(membership, n)
-		for i := range m {
-			for l := 0; l < Lanes; l++ {
-				if r.IntN(65) >= density {
-					m[i] |= 1 << uint(l)
-				}
-			}
-		}
+		m := randomMembership(rt, n)
 		all := Find(n, ready, w, m.probe)
 		for l := 0; l < Lanes; l++ {
 			bit := uint16(1) << uint(l)
@@ -75,19 +65,9 @@ func TestPropSearchReadsOnlyTheLanesItPasses(t *testing.T) {
 		n := rapid.IntRange(0, 300).Draw(rt, "n")
 		ready := rapid.Uint16().Draw(rt, "ready")
 		w := rapid.IntRange(1, 8).Draw(rt, "window")
-		density := rapid.IntRange(0, 64).Draw(rt, "holes")
-		seed := rapid.Uint64().Draw(rt, "seed")
-		r := rand.New(rand.NewPCG(seed, 9))
-		m := make(membership, n)
-		for i := range m {
-			for l := 0; l < Lanes; l++ {
-				if r.IntN(65) >= density {
-					m[i] |= 1 << uint(l)
-				}
-			}
-		}
+		m := randomMembership(rt, n)
 		honest := Find(n, ready, w, m.probe)
-		noise := rand.New(rand.NewPCG(seed, 11))
+		noise := rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "noise"), 11))
 		got := FindWith(n, ready, w, func(pos int, lanes uint16) uint16 {
 			if lanes&^ready != 0 {
 				rt.Fatalf("probe of position %d passes lanes %016b outside ready %016b", pos, lanes, ready)
@@ -98,4 +78,20 @@ func TestPropSearchReadsOnlyTheLanesItPasses(t *testing.T) {
 			rt.Fatalf("n=%d ready=%016b w=%d: with noise outside the passed lanes %v, honest %v", n, ready, w, got, honest)
 		}
 	})
+}
+
+// randomMembership draws a (non-monotone) membership of n positions: each lane holds each
+// position unless a hole is drawn, holes with a drawn density.
+func randomMembership(rt *rapid.T, n int) membership {
+	density := rapid.IntRange(0, 64).Draw(rt, "holes")
+	r := rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 7))
+	m := make(membership, n)
+	for i := range m {
+		for l := 0; l < Lanes; l++ {
+			if r.IntN(65) >= density {
+				m[i] |= 1 << uint(l)
+			}
+		}
+	}
+	return m
 }
