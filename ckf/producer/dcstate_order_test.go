@@ -164,15 +164,21 @@ func TestPublicationOrderTwoStepKick(t *testing.T) {
 	}
 }
 
-func TestPublicationOrderThreeStepKick(t *testing.T) {
-	wb := newWindowBuilder(t)
-	const a = 20
+// threeStepKick builds a window in which a new fingerprint takes v1's slot in a, v1 takes v2's
+// in b, and v2 lands in a free slot of c; it returns a, b and c.
+func threeStepKick(wb *windowBuilder, a uint64) (uint64, uint64, uint64) {
 	v1, b := wb.fpFrom(a, 100)
 	v2, c := wb.fpFrom(b, 400, a, b)
 	wb.start(map[uint64][]uint16{a: {v1, 201, 202, 203}, b: {v2, 301, 302, 303}, c: {501}})
 	wb.replace(a, v1, 999)
 	wb.replace(b, v2, v1)
 	wb.set(c, 501, v2)
+	return a, b, c
+}
+
+func TestPublicationOrderThreeStepKick(t *testing.T) {
+	wb := newWindowBuilder(t)
+	a, b, c := threeStepKick(wb, 20)
 	if got := buckets(wb.drainChecked()); !slices.Equal(got, []uint64{c, b, a}) {
 		t.Fatalf("order %v, want [%d %d %d]", got, c, b, a)
 	}
@@ -381,13 +387,7 @@ func TestPropertyPublicationOrderPrefixSafe(t *testing.T) {
 // allocates nothing.
 func TestPublicationOrderDoesNotAllocate(t *testing.T) {
 	wb := newWindowBuilder(t)
-	const a = 80
-	v1, b := wb.fpFrom(a, 100)
-	v2, c := wb.fpFrom(b, 400, a, b)
-	wb.start(map[uint64][]uint16{a: {v1, 201, 202, 203}, b: {v2, 301, 302, 303}, c: {501}})
-	wb.replace(a, v1, 999)
-	wb.replace(b, v2, v1)
-	wb.set(c, 501, v2)
+	threeStepKick(wb, 80)
 	want := []int32{2, 1, 0} // c, b, a as dirty indices
 	if got := wb.s.publicationOrder(); !slices.Equal(got, want) {
 		t.Fatalf("order %v, want %v", got, want)
