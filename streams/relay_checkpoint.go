@@ -82,9 +82,10 @@ func (rl *relayLoop) nextCheckpointAt() (time.Time, bool) {
 }
 
 // checkpoint publishes the open window, then commits the collected deltas, the encoded state and
-// the input offsets in one transaction. A state that cannot be encoded is logged and retried at
-// the next trigger; a failed write is a failed lane write (writeFailed).
-func (rl *relayLoop) checkpoint() error {
+// the input offsets in one transaction (bounded by ctx and WriteTimeout). A state that cannot be
+// encoded is logged and retried at the next trigger, its deltas left to the next commit; a failed
+// write is a failed lane write (writeFailed).
+func (rl *relayLoop) checkpoint(ctx context.Context) error {
 	r, cfg := rl.r, rl.cfg
 	start := rl.now()
 	if images := rl.state.Flush(); len(images) > 0 {
@@ -122,7 +123,7 @@ func (rl *relayLoop) checkpoint() error {
 	}
 	err = rl.fault("checkpoint")
 	if err == nil {
-		err = rl.w.writeDeltasWith(context.Background(), rl.sink.pending, chunks, manifest)
+		err = rl.w.writeDeltasWith(ctx, rl.sink.pending, chunks, manifest)
 	}
 	if err != nil {
 		return rl.writeFailed("checkpoint", err)
@@ -143,6 +144,12 @@ func (rl *relayLoop) checkpoint() error {
 		zap.Int("chunks", len(chunks)), zap.Uint64("sequence", m.Sequence), zap.Duration("took", took))
 	rl.commitLag(true)
 	return nil
+}
+
+// stopCheckpointDue reports whether the graceful stop should end with a checkpoint: checkpoints
+// are on and events were applied since the last one, so the next start replays nothing.
+func (rl *relayLoop) stopCheckpointDue() bool {
+	return rl.cfg.Topics.Checkpoints != "" && rl.ck.events != rl.ck.eventsAtLast
 }
 
 // noteRead records that rec (a KV record, control records included) has been applied.

@@ -57,10 +57,11 @@ func waitCheckpoints(t *testing.T, rr *runningRelay, n uint64) {
 }
 
 // TestRelayRestartsFromCheckpointAfterRetention: a relay replays 200 KV events at its first
-// start (no checkpoint yet), checkpoints them, applies 150 more live and stops. The 200 are then
-// deleted from the KV topic (DeleteRecords, what retention does) and 100 more are written. The
-// restarted relay restores the checkpoint, replays exactly the 250 events after it, and its
-// exact state equals a reference that applied all 450 without stopping. Meanwhile the lag group
+// start (no checkpoint yet), checkpoints them, applies 150 more live and stops, which checkpoints
+// those too. The 350 are then deleted from the KV topic (DeleteRecords, what retention does) and
+// 100 more are written. The restarted relay restores the stop's checkpoint, replays exactly the
+// 100 events after it, and its exact state equals a reference that applied all 450 without
+// stopping. Meanwhile the lag group
 // shows the published offsets: the KV topic's end once the live events are published.
 func TestRelayRestartsFromCheckpointAfterRetention(t *testing.T) {
 	e := newRelayEnv(t, 4096, 2)
@@ -68,7 +69,7 @@ func TestRelayRestartsFromCheckpointAfterRetention(t *testing.T) {
 	cfg := e.checkpointRelayConfig(lane, 200)
 	g := newKvGen(21)
 	a := g.take(200)
-	afterA := e.produceKV(a)
+	e.produceKV(a)
 
 	rr := e.startRelay(cfg, true)
 	if s := rr.r.Stats(); s.ReplayedEvents != 200 || s.RestoredCheckpoint != 0 {
@@ -99,10 +100,13 @@ func TestRelayRestartsFromCheckpointAfterRetention(t *testing.T) {
 	if err := rr.stop(); err != nil {
 		t.Fatal(err)
 	}
+	if s := rr.r.Stats(); s.Checkpoints != 2 {
+		t.Fatalf("%d checkpoints after the graceful stop; want 2: the stop checkpoints the 150 events since the first", s.Checkpoints)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
-	deleted, err := adm.DeleteRecords(ctx, afterA)
+	deleted, err := adm.DeleteRecords(ctx, afterB)
 	if err == nil {
 		err = deleted.Error()
 	}
@@ -114,8 +118,8 @@ func TestRelayRestartsFromCheckpointAfterRetention(t *testing.T) {
 
 	rr2 := e.startRelay(cfg, true)
 	s := rr2.r.Stats()
-	if s.RestoredCheckpoint == 0 || s.ReplayedEvents != 250 || s.CheckpointGaps != 0 || s.CheckpointsRejected != 0 {
-		t.Fatalf("restart: %+v; want the checkpoint restored and exactly the 250 events after it replayed", s)
+	if s.RestoredCheckpoint == 0 || s.ReplayedEvents != 100 || s.CheckpointGaps != 0 || s.CheckpointsRejected != 0 {
+		t.Fatalf("restart: %+v; want the stop's checkpoint restored and exactly the 100 events after it replayed", s)
 	}
 	compareOwnership(t, rr2, newReference(t, e, a, b, c), g)
 }

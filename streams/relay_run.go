@@ -75,8 +75,10 @@ type relayLoop struct {
 // timers.
 //
 // Stop: when ctx ends, Run stops reading, publishes the open publication window as a last
-// delta, writes a drain marker expecting the last sequence, and returns nil once both are
-// committed (bounded by StopTimeout). Events read but not yet applied are not lost: the next
+// delta (with a last state checkpoint in the same transaction when checkpoints are on and events
+// were applied since the previous one, so that the next start replays nothing), writes a drain
+// marker expecting the last sequence, and returns nil once both are committed (bounded by
+// StopTimeout). Events read but not yet applied are not lost: the next
 // incarnation replays them from the log. A relay stopped before its start-up snapshot, or while
 // its stream is abandoned (recovering from an uncertain write), writes nothing and returns nil:
 // its lane then simply ends without a drain marker, and the next incarnation's snapshot
@@ -444,7 +446,7 @@ func (rl *relayLoop) due() error {
 		}
 	}
 	if rl.checkpointDue(now) {
-		if err := rl.checkpoint(); err != nil || rl.broken {
+		if err := rl.checkpoint(context.Background()); err != nil || rl.broken {
 			return err
 		}
 	}
@@ -481,7 +483,12 @@ func (rl *relayLoop) stop() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), rl.cfg.StopTimeout)
 	defer cancel()
-	if images := rl.state.Flush(); len(images) > 0 {
+	if rl.stopCheckpointDue() {
+		// The last deltas go out with a last checkpoint: the next start replays nothing.
+		if err := rl.checkpoint(ctx); err != nil {
+			return err
+		}
+	} else if images := rl.state.Flush(); len(images) > 0 {
 		rl.publish(images)
 	}
 	if err := rl.commitDeltasCtx(ctx); err != nil {
