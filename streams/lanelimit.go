@@ -46,8 +46,9 @@ const (
 )
 
 // ErrLaneRecordLimitTooSmall: the lane topic's max.message.bytes is below MinLaneRecordBytes, too
-// small for a lane record. The relay's Run returns it (wrapped) at the incarnation that read it:
-// raise the topic's max.message.bytes.
+// small for a lane record, or the checkpoint topic's leaves no room for a checkpoint chunk. The
+// relay's Run returns it (wrapped) at the incarnation that read it: raise the topic's
+// max.message.bytes.
 var ErrLaneRecordLimitTooSmall = errors.New("streams: lane topic's max.message.bytes is too small for lane records")
 
 // laneRecordBudget is what one record of a writer's MaxRecordBytes carries.
@@ -138,10 +139,15 @@ func readTopicMaxMessageBytes(ctx context.Context, adm *kadm.Client, topic strin
 // the broker would refuse the whole batch. Above the default it lets a delta be as large as the
 // topic allows (fewer pieces per publication), up to maxRelayLaneRecordBytes, far below the
 // 100 MiB franz-go writes to a broker at once.
-func laneBatchMaxBytes(laneTopic string, limit int) kgo.Opt {
+//
+// The relay's checkpoint topic gets its own limit the same way (checkpointLimit: 0 = none).
+func laneBatchMaxBytes(laneTopic string, limit int, checkpointTopic string, checkpointLimit int) kgo.Opt {
 	return kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
-		if topic == laneTopic {
+		switch {
+		case topic == laneTopic:
 			return int32(limit)
+		case checkpointLimit > 0 && topic == checkpointTopic:
+			return int32(checkpointLimit)
 		}
 		return DefaultLaneRecordBytes
 	})

@@ -248,9 +248,9 @@ type RelayConfig struct {
 	// (DefaultRelayCheckpointEveryEvents); 0 disables the count trigger. With Topics.Checkpoints
 	// set, at least one trigger must be on.
 	CheckpointEveryEvents uint64
-	// CheckpointChunkBytes is the state bytes per checkpoint chunk record. It must fit the
-	// checkpoint topic's max.message.bytes. Default 900,000 (DefaultRelayCheckpointChunkBytes);
-	// >= 1.
+	// CheckpointChunkBytes is the state bytes per checkpoint chunk record; each incarnation
+	// lowers it to fit the checkpoint topic's max.message.bytes (read from the topic). Default
+	// 900,000 (DefaultRelayCheckpointChunkBytes); >= 1.
 	CheckpointChunkBytes int
 	// LagGroup is the consumer group whose committed offsets show the relay's input progress
 	// to standard lag tools (relay.md, "Lag"). "" (the default) derives

@@ -51,6 +51,38 @@ type checkpointState struct {
 	lastLagCommit  time.Time
 	buf            []byte
 	restoredFromID uint64 // the restored checkpoint's id, 0 = none
+	chunkBytes     int    // state bytes per chunk record: CheckpointChunkBytes, or less to fit the topic
+}
+
+// checkpointRecordLimit reads the checkpoint topic's effective max.message.bytes at a new
+// incarnation (as laneRecordLimit does for the lane topic; unreadable: the defaults), sets the
+// chunk size to CheckpointChunkBytes or less so that a chunk record fits, and returns the limit
+// for the lane client's batches on that topic (0 without checkpoints). A checkpoint that did not
+// fit would fail its transaction at every trigger, and every failure starts a new incarnation.
+func (rl *relayLoop) checkpointRecordLimit() (int, error) {
+	r, cfg := rl.r, rl.cfg
+	if cfg.Topics.Checkpoints == "" {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.WriteTimeout)
+	defer cancel()
+	limit, source, err := readTopicMaxMessageBytes(ctx, kadm.NewClient(rl.outCl), cfg.Topics.Checkpoints)
+	if err != nil {
+		r.log.Warn("checkpoint topic's max.message.bytes unreadable; sizing chunks for the defaults",
+			zap.String("topic", cfg.Topics.Checkpoints), zap.Int("record_limit", fallbackLaneRecordBytes), zap.Error(err))
+		limit, source = fallbackLaneRecordBytes, "default"
+	}
+	limit = min(limit, maxRelayLaneRecordBytes)
+	room := limit - batchOverheadBytes - recordFramingBytes - len(cfg.Pool.String()) - checkpointChunkFixed
+	if room < 1 {
+		return 0, fmt.Errorf("%w: %s has max.message.bytes %d (%s), too small for a checkpoint chunk", ErrLaneRecordLimitTooSmall, cfg.Topics.Checkpoints, limit, source)
+	}
+	rl.ck.chunkBytes = min(cfg.CheckpointChunkBytes, room)
+	if rl.ck.chunkBytes < cfg.CheckpointChunkBytes {
+		r.log.Info("checkpoint chunks shrunk to fit the checkpoint topic", zap.Int("chunk_bytes", rl.ck.chunkBytes),
+			zap.Int("configured_chunk_bytes", cfg.CheckpointChunkBytes), zap.Int("max_message_bytes", limit))
+	}
+	return limit, nil
 }
 
 // checkpointDue reports whether a checkpoint is due now: the topic is set, the stream is live
@@ -104,7 +136,7 @@ func (rl *relayLoop) checkpoint(ctx context.Context) error {
 	rl.ck.buf = payload
 	id := max(uint64(rl.now().UnixNano()), rl.ck.lastID+1)
 	key := []byte(cfg.Pool.String())
-	values := splitCheckpoint(id, payload, cfg.CheckpointChunkBytes)
+	values := splitCheckpoint(id, payload, rl.ck.chunkBytes)
 	chunks := make([]*kgo.Record, len(values))
 	for i, v := range values {
 		chunks[i] = &kgo.Record{Topic: cfg.Topics.Checkpoints, Partition: int32(cfg.Lane), Key: key, Value: v}

@@ -252,3 +252,30 @@ func TestRelaySnapshotsByDeltaBytes(t *testing.T) {
 		t.Fatalf("%d periodic snapshots for %d bytes of deltas at %d bytes per snapshot; want 2..%d (%+v)", periodic, weight, snapshot, weight/snapshot, s)
 	}
 }
+
+// TestRelayCheckpointsFitASmallTopic: on a checkpoint topic whose max.message.bytes is 64 KiB,
+// the relay cuts its chunks to fit (the configured 900,000 bytes would not): its checkpoints
+// commit without a recovery, and a restart restores the last one.
+func TestRelayCheckpointsFitASmallTopic(t *testing.T) {
+	e := newRelayEnv(t, 1<<14, 2)
+	const lane = 15
+	cfg := e.checkpointRelayConfig(lane, 300)
+	cfg.Topics.Checkpoints = testenv.NewTopic(t, ckf.LaneCount, testenv.TopicConfig("max.message.bytes", "65536"))
+	cfg.CheckpointChunkBytes = streams.DefaultRelayCheckpointChunkBytes
+	g := newKvGen(25)
+	a := g.take(300)
+	e.produceKV(a)
+	rr := e.startRelay(cfg, true)
+	waitCheckpoints(t, rr, 1)
+	if s := rr.r.Stats(); s.Recoveries != 0 || s.CheckpointBytes <= 65536 {
+		t.Fatalf("%+v; want a checkpoint larger than one record, committed without a recovery", s)
+	}
+	if err := rr.stop(); err != nil {
+		t.Fatal(err)
+	}
+	rr2 := e.startRelay(cfg, true)
+	if s := rr2.r.Stats(); s.RestoredCheckpoint == 0 || s.ReplayedEvents != 0 {
+		t.Fatalf("restart: %+v; want the checkpoint restored, nothing replayed", s)
+	}
+	compareOwnership(t, rr2, newReference(t, e, a), g)
+}

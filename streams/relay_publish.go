@@ -206,8 +206,12 @@ func (rl *relayLoop) newIncarnation() error {
 	if err != nil {
 		return err
 	}
+	ckLimit, err := rl.checkpointRecordLimit()
+	if err != nil {
+		return err
+	}
 	cl, err := kgo.NewClient(r.opts.forRole("relay-lanes", append(LaneWriterClientOpts(),
-		kgo.TransactionalID(cfg.TransactionalID), laneBatchMaxBytes(cfg.Topics.Lanes, limit))...)...)
+		kgo.TransactionalID(cfg.TransactionalID), laneBatchMaxBytes(cfg.Topics.Lanes, limit, cfg.Topics.Checkpoints, ckLimit))...)...)
 	if err != nil {
 		return fmt.Errorf("streams: relay lane client: %w", err)
 	}
