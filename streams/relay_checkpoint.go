@@ -41,17 +41,16 @@ import (
 
 // checkpointState is the relay loop's checkpoint bookkeeping.
 type checkpointState struct {
-	next           map[int32]int64 // KV partition -> next offset to apply (every record read so far)
-	published      map[int32]int64 // KV offsets whose events are in committed lane records
-	lagCommitted   map[int32]int64 // what LagGroup last received
-	events         uint64          // KV records applied since the relay first started (all incarnations)
-	eventsAtLast   uint64          // events at the last checkpoint
-	lastAt         time.Time       // when the last checkpoint was committed (or restored)
-	lastID         uint64
-	lastLagCommit  time.Time
-	buf            []byte
-	restoredFromID uint64 // the restored checkpoint's id, 0 = none
-	chunkBytes     int    // state bytes per chunk record: CheckpointChunkBytes, or less to fit the topic
+	next          map[int32]int64 // KV partition -> next offset to apply (every record read so far)
+	published     map[int32]int64 // KV offsets whose events are in committed lane records
+	lagCommitted  map[int32]int64 // what LagGroup last received
+	events        uint64          // KV records applied since the relay first started (all incarnations)
+	eventsAtLast  uint64          // events at the last checkpoint
+	lastAt        time.Time       // when the last checkpoint was committed (or restored)
+	lastID        uint64
+	lastLagCommit time.Time
+	buf           []byte
+	chunkBytes    int // state bytes per chunk record: CheckpointChunkBytes, or less to fit the topic
 }
 
 // checkpointRecordLimit reads the checkpoint topic's effective max.message.bytes at a new
@@ -305,7 +304,7 @@ func (rl *relayLoop) openState(ctx context.Context, adm *kadm.Client, kv *endOfL
 		if ok {
 			state = st
 			rl.ck.events, rl.ck.eventsAtLast = m.Events, m.Events
-			rl.ck.lastAt, rl.ck.lastID, rl.ck.restoredFromID = m.WriteTime, m.ID, m.ID
+			rl.ck.lastAt, rl.ck.lastID = m.WriteTime, m.ID
 			rl.prevInc = max(rl.prevInc, m.Incarnation)
 			r.c.restored.Store(m.ID)
 			r.metrics.restoredCheckpoint.Update(1)
