@@ -61,8 +61,8 @@ func waitCheckpoints(t *testing.T, rr *runningRelay, n uint64) {
 // those too. The 350 are then deleted from the KV topic (DeleteRecords, what retention does) and
 // 100 more are written. The restarted relay restores the stop's checkpoint, replays exactly the
 // 100 events after it, and its exact state equals a reference that applied all 450 without
-// stopping. Meanwhile the lag group
-// shows the published offsets: the KV topic's end once the live events are published.
+// stopping. Meanwhile the lag group shows the published offsets: the KV topic's end once the
+// live events are published.
 func TestRelayRestartsFromCheckpointAfterRetention(t *testing.T) {
 	e := newRelayEnv(t, 4096, 2)
 	const lane = 11
