@@ -14,12 +14,12 @@ import (
 // ErrIndexerInvariantViolation with lineage and ownership unchanged.
 func (s *DcState) remove(src ckf.SourceKey, ext ckf.ExternalBlockHash) (bool, error) {
 	lin := s.lineage[src]
-	c, ok := lin[ext]
+	c, ok := lin.Get(ext)
 	if !ok {
 		return false, nil
 	}
-	e, ok := s.owners[c]
-	if !ok || e.owners == 0 {
+	e := s.owners.Find(c)
+	if e == nil || e.owners == 0 {
 		return false, ckf.NewEventError(ckf.EventIndexerInvariantViolation, "mapped canonical has no ownership entry")
 	}
 	if e.owners == 1 && e.resident {
@@ -33,23 +33,59 @@ func (s *DcState) remove(src ckf.SourceKey, ext ckf.ExternalBlockHash) (bool, er
 		s.markTouches([]Touch{t})
 	}
 	if e.owners == 1 {
-		delete(s.owners, c)
 		if e.resident {
 			s.residentCount--
 		}
+		s.owners.Delete(c)
 		if s.delegate != nil {
 			defer s.delegate.OnRemove(c) // after the lineage update below
 		}
 	} else {
 		e.owners--
-		s.owners[c] = e
 	}
-	delete(lin, ext)
-	if len(lin) == 0 {
+	lin.Delete(ext)
+	if lin.Len() == 0 {
 		delete(s.lineage, src)
 	}
 	s.contributions--
 	return true, nil
+}
+
+// Prefetch is a hint: it starts loading the cache lines that ApplyEvent(*ev) will read (the
+// lineage slots of the event's ids, and the ownership slots and filter buckets of the
+// canonicals they map to), and changes nothing. A caller that holds the next event while it
+// applies the current one (a consumer loop over a fetched batch) calls Prefetch(&next) before
+// ApplyEvent(cur), so that the next event's cache misses overlap the current event's work
+// instead of following it. The hint may be stale by the time the event applies (the current
+// event can change the lineage); that costs only the overlap, never correctness.
+func (s *DcState) Prefetch(ev *RouterEvent) {
+	switch src := ev.Source(); ev.Event.Kind {
+	case KvEventStored:
+		if lin := s.lineage[src]; lin != nil {
+			s.prefetchStore(lin, &ev.Event.Stored, &s.prefetchBuf)
+		}
+	case KvEventRemoved:
+		s.prefetchRemovals(src, ev.Event.Removed)
+	}
+}
+
+// prefetchRemovals prefetches what removing ids from src will read: first every id's lineage
+// slot, then, for the ids src maps, the canonical's ownership slot and filter buckets, so the
+// cache misses of one event overlap (ckf/internal/prefetch). It changes nothing.
+func (s *DcState) prefetchRemovals(src ckf.SourceKey, ids []ckf.ExternalBlockHash) {
+	lin := s.lineage[src]
+	if len(ids) < 2 || lin == nil {
+		return
+	}
+	for _, id := range ids {
+		lin.Prefetch(id)
+	}
+	for _, id := range ids {
+		if c, ok := lin.Get(id); ok {
+			s.owners.Prefetch(c)
+			s.filter.prefetch(uint64(c))
+		}
+	}
 }
 
 // removeMember drops every mapping of src (aliases included), after
@@ -58,16 +94,13 @@ func (s *DcState) remove(src ckf.SourceKey, ext ckf.ExternalBlockHash) (bool, er
 // membership). The first error is returned; later ids are still attempted.
 func (s *DcState) removeMember(src ckf.SourceKey) error {
 	lin := s.lineage[src]
-	if len(lin) == 0 {
+	if lin.Len() == 0 {
 		return nil
 	}
-	if err := s.reserveDirty(min(uint64(len(lin)), s.format.BucketCount)); err != nil {
+	if err := s.reserveDirty(min(uint64(lin.Len()), s.format.BucketCount)); err != nil {
 		return err
 	}
-	exts := make([]ckf.ExternalBlockHash, 0, len(lin))
-	for e := range lin {
-		exts = append(exts, e)
-	}
+	exts := slices.AppendSeq(make([]ckf.ExternalBlockHash, 0, lin.Len()), lin.Keys())
 	slices.Sort(exts)
 	var first error
 	for _, e := range exts {
@@ -141,6 +174,7 @@ func (s *DcState) ApplyEvent(ev RouterEvent) EventOutcome {
 			out.FirstError = ckf.NewEventError(ckf.EventCapacityExhausted, "bounded relocation omitted a fingerprint")
 		}
 	case KvEventRemoved:
+		s.prefetchRemovals(src, ev.Event.Removed)
 		for _, id := range ev.Event.Removed {
 			ok, err := s.remove(src, id)
 			switch {
