@@ -37,6 +37,8 @@ type DcState struct {
 	format        ckf.FormatIdentity
 	filter        *PackedFilter
 	lineage       map[ckf.SourceKey]*lineageMap // never holds an empty lineage
+	lastSrc       ckf.SourceKey                 // lineageOf's one-entry cache: lastLin is
+	lastLin       *lineageMap                   // lineage[lastSrc] when non-nil
 	owners        ownerMap
 	residentCount uint64
 	contributions uint64
@@ -259,6 +261,21 @@ func (s *DcState) sortedSources() []ckf.SourceKey {
 	}
 	slices.SortFunc(keys, ckf.SourceKey.Compare)
 	return keys
+}
+
+// lineageOf returns src's lineage, or nil when src has none. Consecutive events mostly come
+// from the same source, so the last answer is kept: a hit spares the Go map lookup of a struct
+// key. Whoever deletes a lineage from s.lineage resets lastLin (a replaced or restored state
+// starts from its own, consistent fields).
+func (s *DcState) lineageOf(src ckf.SourceKey) *lineageMap {
+	if s.lastLin != nil && s.lastSrc == src {
+		return s.lastLin
+	}
+	lin := s.lineage[src]
+	if lin != nil {
+		s.lastSrc, s.lastLin = src, lin
+	}
+	return lin
 }
 
 // lineageBytes is the memory of every source's lineage table.

@@ -13,7 +13,7 @@ import (
 // fingerprint first; if that fingerprint is missing it returns
 // ErrIndexerInvariantViolation with lineage and ownership unchanged.
 func (s *DcState) remove(src ckf.SourceKey, ext ckf.ExternalBlockHash) (bool, error) {
-	lin := s.lineage[src]
+	lin := s.lineageOf(src)
 	c, ok := lin.Get(ext)
 	if !ok {
 		return false, nil
@@ -46,6 +46,7 @@ func (s *DcState) remove(src ckf.SourceKey, ext ckf.ExternalBlockHash) (bool, er
 	lin.Delete(ext)
 	if lin.Len() == 0 {
 		delete(s.lineage, src)
+		s.lastLin = nil
 	}
 	s.contributions--
 	return true, nil
@@ -61,7 +62,7 @@ func (s *DcState) remove(src ckf.SourceKey, ext ckf.ExternalBlockHash) (bool, er
 func (s *DcState) Prefetch(ev *RouterEvent) {
 	switch src := ev.Source(); ev.Event.Kind {
 	case KvEventStored:
-		if lin := s.lineage[src]; lin != nil {
+		if lin := s.lineageOf(src); lin != nil && s.worthPrefetching() {
 			s.prefetchStore(lin, &ev.Event.Stored, &s.prefetchBuf)
 		}
 	case KvEventRemoved:
@@ -73,8 +74,8 @@ func (s *DcState) Prefetch(ev *RouterEvent) {
 // slot, then, for the ids src maps, the canonical's ownership slot and filter buckets, so the
 // cache misses of one event overlap (ckf/internal/prefetch). It changes nothing.
 func (s *DcState) prefetchRemovals(src ckf.SourceKey, ids []ckf.ExternalBlockHash) {
-	lin := s.lineage[src]
-	if len(ids) < 2 || lin == nil {
+	lin := s.lineageOf(src)
+	if len(ids) < 2 || lin == nil || !s.worthPrefetching() {
 		return
 	}
 	for _, id := range ids {

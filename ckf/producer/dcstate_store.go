@@ -65,7 +65,7 @@ func prepareStoreWith(lin *lineageMap, d *StoreData, sc *storeScratch, warm *DcS
 		return p, nil
 	}
 	var chain []ckf.CanonicalHash // the event's canonicals when prefetchStore computed them
-	if warm != nil && sc != nil {
+	if warm != nil && sc != nil && warm.worthPrefetching() {
 		chain = warm.prefetchStore(lin, d, sc)
 	}
 	var prev ckf.CanonicalHash
@@ -131,6 +131,14 @@ func prepareStoreWith(lin *lineageMap, d *StoreData, sc *storeScratch, warm *DcS
 	}
 	return p, nil
 }
+
+// prefetchFloorBytes is the ownership table size below which the exact state does not
+// prefetch: a table that small stays in the CPU's caches (with the lineage and filter it goes
+// with), so the prefetches would only cost their instructions.
+const prefetchFloorBytes = 1 << 20
+
+// worthPrefetching reports whether the exact state is large enough for prefetching to pay.
+func (s *DcState) worthPrefetching() bool { return s.owners.Bytes() >= prefetchFloorBytes }
 
 // prefetchStore prefetches, for every block of d, its lineage slot in lin and its canonical's
 // ownership slot and filter buckets, and returns the event's canonical chain (in sc.chain), or
@@ -249,7 +257,7 @@ func ownerIncrementsInto(out []canonInc, ms []newMapping) []canonInc {
 // a physical insert failing with something other than ErrCapacityExhausted,
 // which the mutator cannot produce.
 func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
-	lin := s.lineage[src]
+	lin := s.lineageOf(src)
 	p, err := prepareStoreWith(lin, d, &s.storeBuf, s)
 	if err != nil {
 		return 0, err
