@@ -21,7 +21,7 @@ SOAK_EVENT_RATE ?= 8000
 SOAK_QUERY_RATE ?= 200
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 STATICCHECK_VERSION ?= v0.8.2
-# tools/ (benchreport, plots, soak) is a module of its own, tools/go.mod, so that the service
+# tools/ (benchreport, peerreport, plots, soak) is a module of its own, tools/go.mod, so that the service
 # module does not depend on gonum. $(call tool,NAME) builds tools/NAME into bin/ and names the
 # binary, which then runs from the repository root (relative paths keep their meaning).
 TOOLS_BIN := $(abspath bin)
@@ -78,6 +78,36 @@ bench-e2e: ## end-to-end benchmarks on the real broker (ingest vs raw, lag, quer
 	  $(GO) test -run '^$$' -bench '$(BENCH_E2E)' -benchtime 1x -count 1 -timeout 90m ./streams/ | tee -a $(BENCH_E2E_OUT)
 	@echo "loadavg-end: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(BENCH_E2E_OUT)
 	$(call tool,benchreport) -o $(PERF_DIR)/bench-e2e-report.md $(BENCH_E2E_OUT)
+
+# make bench-peer: alternating rounds of the Rust program on the published dynamo-kv-router crate
+# (bench/peer-dynamo) and of the Go peer benchmarks (bench/peer); raw outputs in PEER_DIR.
+PEER_ROUNDS ?= 5
+PEER_BENCH_MS ?= 1000
+PEER_DIR  ?= $(PERF_DIR)/peer
+PEER_RUST := bench/peer-dynamo/target/release/peer-dynamo
+
+.PHONY: bench-peer
+bench-peer: ## our Go code against the real dynamo-kv-router crate, PEER_ROUNDS (5) alternating rounds; writes $(PERF_DIR)/peer-report.md (the first run fetches and builds the crate: minutes; not part of test)
+	@mkdir -p bin $(PEER_DIR)
+	cargo build --release --locked --manifest-path bench/peer-dynamo/Cargo.toml
+	$(GO) test -c -o bin/peer.test ./bench/peer/
+	$(GO) test -count=1 -run '^TestPeerFixtures$$' ./bench/peer/
+	@rm -f $(PEER_DIR)/rust-*.jsonl $(PEER_DIR)/go-*.txt
+	@{ echo "cpu: $$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"; \
+	  echo "cores: $$(nproc) online ($$(grep -c '^processor' /proc/cpuinfo) in /proc/cpuinfo)"; \
+	  echo "date: $$(date -u '+%Y-%m-%d %H:%M UTC')"; \
+	  echo "go: $$($(GO) env GOVERSION)"; \
+	  echo "rustc: $$(rustc --version)"; \
+	  echo "crate: dynamo-kv-router $$(grep -A1 '^name = "dynamo-kv-router"' bench/peer-dynamo/Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')"; \
+	  echo "loadavg-start: $$(cut -d' ' -f1-3 /proc/loadavg)"; } > $(PEER_DIR)/machine.txt
+	@for r in $$(seq 1 $(PEER_ROUNDS)); do \
+	  echo "round $$r/$(PEER_ROUNDS): rust"; \
+	  PEER_BENCH_MS=$(PEER_BENCH_MS) $(PEER_RUST) > $(PEER_DIR)/rust-$$r.jsonl; \
+	  echo "round $$r/$(PEER_ROUNDS): go"; \
+	  bin/peer.test -test.run '^$$' -test.bench '^BenchmarkPeer' -test.benchtime $(PEER_BENCH_MS)ms -test.benchmem > $(PEER_DIR)/go-$$r.txt; \
+	  echo "loadavg-after-round-$$r: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(PEER_DIR)/machine.txt; \
+	done
+	$(call tool,peerreport) -dir $(PEER_DIR) -o $(PERF_DIR)/peer-report.md
 
 .PHONY: plots
 plots: ## PNG plots in $(PERF_DIR) from the results of bench and bench-e2e
