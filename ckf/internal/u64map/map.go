@@ -9,7 +9,7 @@
 // multiply), probes use power-of-two masks, and deletion shifts entries back instead of leaving
 // tombstones, so a long-running map never degrades and never needs a clean-up rehash.
 //
-// Layout: linear probing over one slice of {key, value} slots. The key 0 marks an empty slot;
+// Layout: linear probing with Robin Hood ordering over one slice of {key, value} slots. The key 0 marks an empty slot;
 // the real key 0 lives in a side slot of its own. Each map draws a random seed (with its first
 // table) that is mixed into every home position, so a producer of adversarial keys cannot aim them at one run of
 // slots (they would have to guess the seed). The seed changes no result: every operation's
@@ -44,13 +44,17 @@ const shrinkFloor = 64
 
 // Map is a hash map from K (a 64-bit integer type) to V. The zero value is an empty map ready to use.
 //
-// Invariant (linear probing): every live key k sits at a slot reachable from home(k) by
-// stepping forward (cyclically) over live slots only; no empty slot lies between home(k) and
-// k's slot. Delete preserves this by shifting later entries back (Knuth's algorithm R).
+// Invariants (Robin Hood linear probing; dist(i) is how far the key in slot i sits past its
+// home): every live key k sits at a slot reachable from home(k) by stepping forward
+// (cyclically) over live slots only, and along any run of live slots dist grows by at most one
+// per step. So a lookup may stop at the first slot whose key sits closer to its home than the
+// sought key would: an absent key costs about as few reads as a present one (2–3 slots at 3/4
+// load, against ~8 for plain linear probing), which matters because every stored block looks up
+// an id that is not there yet. Insertion keeps the order by displacing closer keys forward;
+// Delete shifts the following keys back until one is at its home (no tombstones).
 //
 // Load: the table doubles when an insert would take it above 3/4 full, so between growths the
-// load is in (3/8, 3/4] (until deletions lower it; see shrinkFloor) and an absent key costs about 8 slot reads at worst-case load (two
-// cache lines of 16-byte slots), a present one about 2.5.
+// load is in (3/8, 3/4] (until deletions lower it; see shrinkFloor).
 type Map[K ~uint64, V any] struct {
 	slots   []slot[K, V]
 	mask    uint64 // len(slots) - 1; len(slots) is a power of two
@@ -119,14 +123,16 @@ func (m *Map[K, V]) Find(k K) *V {
 		return nil
 	}
 	slots, mask := m.slots, m.mask
-	for i := m.home(k); ; i = (i + 1) & mask {
+	i := m.home(k)
+	for d := uint64(0); ; d++ {
 		s := &slots[i]
 		if s.key == k {
 			return &s.val
 		}
-		if s.key == 0 {
+		if s.key == 0 || (i-m.home(s.key))&mask < d {
 			return nil
 		}
+		i = (i + 1) & mask
 	}
 }
 
@@ -158,7 +164,8 @@ func (m *Map[K, V]) Upsert(k K) (p *V, existed bool) {
 		m.grow(2 * max(len(m.slots), minSlots/2))
 	}
 	slots, mask := m.slots, m.mask
-	for i := m.home(k); ; i = (i + 1) & mask {
+	i := m.home(k)
+	for d := uint64(0); ; d++ {
 		s := &slots[i]
 		if s.key == k {
 			return &s.val, true
@@ -168,6 +175,35 @@ func (m *Map[K, V]) Upsert(k K) (p *V, existed bool) {
 			m.live++
 			return &s.val, false
 		}
+		if sd := (i - m.home(s.key)) & mask; sd < d {
+			// k is absent (a present k would sit here or earlier): k takes this slot and
+			// the key it displaces moves on.
+			carry := *s
+			*s = slot[K, V]{key: k}
+			m.live++
+			m.place(carry, (i+1)&mask, sd+1)
+			return &s.val, false
+		}
+		i = (i + 1) & mask
+	}
+}
+
+// place puts c, which belongs d slots before slot i, at slot i or further, displacing forward
+// every key that sits closer to its home than the carried one (Robin Hood insertion). c's key
+// must be absent.
+func (m *Map[K, V]) place(c slot[K, V], i, d uint64) {
+	slots, mask := m.slots, m.mask
+	for ; ; d++ {
+		s := &slots[i]
+		if s.key == 0 {
+			*s = c
+			return
+		}
+		if sd := (i - m.home(s.key)) & mask; sd < d {
+			c, *s = *s, c
+			d = sd
+		}
+		i = (i + 1) & mask
 	}
 }
 
@@ -187,23 +223,23 @@ func (m *Map[K, V]) Delete(k K) bool {
 	}
 	slots, mask := m.slots, m.mask
 	i := m.home(k)
-	for slots[i].key != k {
-		if slots[i].key == 0 {
+	for d := uint64(0); slots[i].key != k; d++ {
+		if kj := slots[i].key; kj == 0 || (i-m.home(kj))&mask < d {
 			return false
 		}
 		i = (i + 1) & mask
 	}
-	// Slot i is the hole. An entry further along the run may fill it when its home is not
-	// cyclically inside (i, j]: moving it back to i keeps it reachable from its home.
-	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+	// Slot i is the hole: the following keys move back one slot each until a key already at
+	// its home (or an empty slot) ends the run. That keeps every key reachable and dist
+	// growing by at most one per step.
+	for {
+		j := (i + 1) & mask
 		kj := slots[j].key
-		if kj == 0 {
+		if kj == 0 || m.home(kj) == j {
 			break
 		}
-		if (j-m.home(kj))&mask >= (j-i)&mask {
-			slots[i] = slots[j]
-			i = j
-		}
+		slots[i] = slots[j]
+		i = j
 	}
 	slots[i] = slot[K, V]{}
 	m.live--
@@ -288,16 +324,9 @@ func (m *Map[K, V]) grow(n int) {
 	hugepage.Advise(m.slots)
 	m.mask = uint64(n - 1)
 	m.growAt = n / 4 * 3
-	slots, mask := m.slots, m.mask
 	for j := range old {
-		s := &old[j]
-		if s.key == 0 {
-			continue
+		if s := &old[j]; s.key != 0 {
+			m.place(*s, m.home(s.key), 0)
 		}
-		i := m.home(s.key)
-		for slots[i].key != 0 {
-			i = (i + 1) & mask
-		}
-		slots[i] = *s
 	}
 }

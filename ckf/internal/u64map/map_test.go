@@ -7,8 +7,8 @@ import (
 	"pgregory.net/rapid"
 )
 
-// checkInvariant verifies Map's documented invariants: the live count, the load bound, and that
-// every key is reachable from its home over live slots only.
+// checkInvariant verifies Map's documented invariants: the live count, the load bound, that
+// every key is reachable from its home over live slots only, and the Robin Hood order.
 func checkInvariant[K ~uint64, V any](t *rapid.T, m *Map[K, V]) {
 	live := 0
 	for i, s := range m.slots {
@@ -19,6 +19,14 @@ func checkInvariant[K ~uint64, V any](t *rapid.T, m *Map[K, V]) {
 		for j := m.home(s.key); j != uint64(i); j = (j + 1) & m.mask {
 			if m.slots[j].key == 0 {
 				t.Fatalf("key %#x at slot %d: empty slot %d on its probe run", s.key, i, j)
+			}
+		}
+		// Robin Hood order: the next key sits at most one slot further from its home.
+		next := (uint64(i) + 1) & m.mask
+		if kn := m.slots[next].key; kn != 0 {
+			d, dn := (uint64(i)-m.home(s.key))&m.mask, (next-m.home(kn))&m.mask
+			if dn > d+1 {
+				t.Fatalf("slot %d at distance %d is followed by distance %d", i, d, dn)
 			}
 		}
 	}
