@@ -65,14 +65,7 @@ func (w *relayWorkload) event() RouterEvent {
 // (2^20 expected blocks, a delta every 64 events, the relay's default): 10^5 pre-generated events
 // applied from an empty state, reported per block operation ("ns/blockop", "blockops/s").
 // The events are generated before the timer starts, so only ApplyEvent (and its drains) is timed.
-// pipelined=true calls Prefetch on the next event before applying the current one, as the
-// relay's consumer loop does.
 func BenchmarkDcStateRelayWorkload(b *testing.B) {
-	b.Run("pipelined=false", func(b *testing.B) { benchRelayWorkload(b, false) })
-	b.Run("pipelined=true", func(b *testing.B) { benchRelayWorkload(b, true) })
-}
-
-func benchRelayWorkload(b *testing.B, pipelined bool) {
 	const events = 100_000
 	w := newRelayWorkload(21)
 	evs := make([]RouterEvent, events)
@@ -91,9 +84,6 @@ func benchRelayWorkload(b *testing.B, pipelined bool) {
 		}
 		b.StartTimer()
 		for i := range evs {
-			if pipelined && i+1 < len(evs) {
-				s.Prefetch(&evs[i+1])
-			}
 			if out := s.ApplyEvent(evs[i]); out.FirstError != nil {
 				b.Fatalf("event %d: %v", i, out.FirstError)
 			}

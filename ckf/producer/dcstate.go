@@ -45,7 +45,6 @@ type DcState struct {
 	win           pubWindow
 	tel           Telemetry
 	storeBuf      storeScratch // the store path's working memory (dcstate_store.go)
-	prefetchBuf   storeScratch // Prefetch's chain, apart from storeBuf, which prepare owns
 
 	// delegate, when set, observes canonical creation/removal (G3
 	// delegate variant). Never called by the off-side rebuild state.

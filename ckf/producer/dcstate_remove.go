@@ -52,24 +52,6 @@ func (s *DcState) remove(src ckf.SourceKey, ext ckf.ExternalBlockHash) (bool, er
 	return true, nil
 }
 
-// Prefetch is a hint: it starts loading the cache lines that ApplyEvent(*ev) will read (the
-// lineage slots of the event's ids, and the ownership slots and filter buckets of the
-// canonicals they map to), and changes nothing. A caller that holds the next event while it
-// applies the current one (a consumer loop over a fetched batch) calls Prefetch(&next) before
-// ApplyEvent(cur), so that the next event's cache misses overlap the current event's work
-// instead of following it. The hint may be stale by the time the event applies (the current
-// event can change the lineage); that costs only the overlap, never correctness.
-func (s *DcState) Prefetch(ev *RouterEvent) {
-	switch src := ev.Source(); ev.Event.Kind {
-	case KvEventStored:
-		if lin := s.lineageOf(src); lin != nil && s.worthPrefetching() {
-			s.prefetchStore(lin, &ev.Event.Stored, &s.prefetchBuf)
-		}
-	case KvEventRemoved:
-		s.prefetchRemovals(src, ev.Event.Removed)
-	}
-}
-
 // prefetchRemovals prefetches what removing ids from src will read: first every id's lineage
 // slot, then, for the ids src maps, the canonical's ownership slot and filter buckets, so the
 // cache misses of one event overlap (ckf/internal/prefetch). It changes nothing.
