@@ -9,11 +9,15 @@ import "math/bits"
 // input and a few fixed words of its 192-byte default secret, so for a
 // known length the whole function is a handful of word operations. The
 // generic library call (github.com/zeebo/xxh3.HashSeed) takes a byte slice
-// and dispatches on its length at run time; these forms take the words
-// directly and inline into their callers.
+// and dispatches on its length at run time; the specialised forms take the
+// words directly. NextSequenceHash and Addressing.Probe inline into their
+// callers (TestHotPathsInline); AppendSequenceHashes runs its own loop
+// (sequenceChain).
 //
-// Both are bit-identical to xxh3.HashSeed on the little-endian encoding of
-// their inputs: TestNextSequenceHashMatchesXXH3, TestAddressingProbeMatches*,
+// All are bit-identical to xxh3.HashSeed on the little-endian encoding of
+// their inputs: TestNextSequenceHashMatchesXXH3,
+// TestAppendSequenceHashesMatchesGenericChain,
+// TestAddressingMixMatchesXXH3ForAnySeed, TestAddressingProbeMatchesGeneric,
 // FuzzNextSequenceHash and FuzzAddressingProbe compare them over random and
 // edge-case inputs, and the spec vectors (vectors_test.go) pin them.
 
