@@ -3,6 +3,7 @@ package ckf
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"sync"
 
 	"github.com/zeebo/xxh3"
@@ -41,9 +42,10 @@ type Probe struct {
 //
 // The zero Addressing is not usable; build one with NewAddressing.
 type Addressing struct {
-	mask  uint64
-	seed  uint64
-	delta *altTable
+	mask   uint64
+	mixKey uint64 // xxh3Mix8Key(seed): the seeded part of XXH3_64(LE64(h), seed)
+	delta  *altTable
+	seed   uint64
 }
 
 // altTable holds delta(fp) for every fingerprint. Entries are uint32 (the
@@ -71,14 +73,14 @@ func NewAddressing(bucketCount, seed uint64) (Addressing, error) {
 	mask := bucketCount - 1
 	key := altKey{seed: seed, mask: mask}
 	if t, ok := altTables.Load(key); ok {
-		return Addressing{mask: mask, seed: seed, delta: t.(*altTable)}, nil
+		return Addressing{mask: mask, mixKey: xxh3Mix8Key(seed), delta: t.(*altTable), seed: seed}, nil
 	}
 	t := new(altTable)
 	for fp := 0; fp < 1<<16; fp++ {
 		t[fp] = uint32(directAltDelta(uint16(fp), seed, mask))
 	}
 	actual, _ := altTables.LoadOrStore(key, t)
-	return Addressing{mask: mask, seed: seed, delta: actual.(*altTable)}, nil
+	return Addressing{mask: mask, mixKey: xxh3Mix8Key(seed), delta: actual.(*altTable), seed: seed}, nil
 }
 
 // directAltDelta is the unmemoised delta(fp) of producer §3.
@@ -102,8 +104,26 @@ func (a Addressing) Seed() uint64 { return a.seed }
 func (a Addressing) Format() FormatIdentity { return NewFormatIdentity(a.seed, a.mask+1) }
 
 // Probe computes the fingerprint and candidate buckets of hash. It does not
-// allocate.
+// allocate, branch or bounds-check, and it inlines into its callers: mixed
+// is the specialised 8-byte XXH3 (see xxh3Mix8Key; the mix is written out
+// here because a call to a helper, even an inlined one, would take Probe
+// over the inliner's budget), the zero fingerprint becomes 1 by
+// arithmetic, and a uint16 index into the 65,536-entry delta table
+// needs no check. Equal to the generic formula (genericProbe) for every
+// hash and seed (TestAddressingProbeMatchesGeneric, FuzzAddressingProbe).
 func (a Addressing) Probe(hash uint64) Probe {
+	mixed := (bits.RotateLeft64(hash, 32) ^ bits.RotateLeft64(hash, 17) ^ bits.RotateLeft64(hash, 56) ^ a.mixKey) * xxh3RRMXMXPrime
+	mixed = (mixed ^ (mixed>>35 + 8)) * xxh3RRMXMXPrime
+	mixed ^= mixed >> 28
+	fp := uint16(mixed)
+	fp += uint16((uint32(fp) - 1) >> 31) // 0 -> 1: only 0 - 1 reaches bit 31
+	ba := (mixed >> 16) & a.mask
+	return Probe{Fingerprint: fp, BucketA: ba, BucketB: ba ^ uint64(a.delta[fp])}
+}
+
+// genericProbe is Probe computed with the generic library call: the
+// reference the specialised form is tested against.
+func (a Addressing) genericProbe(hash uint64) Probe {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], hash)
 	mixed := xxh3.HashSeed(b[:], a.seed)

@@ -2,6 +2,8 @@ package ckf
 
 import (
 	"encoding/binary"
+	"math/bits"
+	"slices"
 
 	"github.com/zeebo/xxh3"
 )
@@ -35,7 +37,25 @@ func CanonicalChild(parent CanonicalHash, local LocalBlockHash) CanonicalHash {
 
 // NextSequenceHash is compute_next_seq_hash:
 // XXH3_64(LE64(parent) || LE64(local), seed 1337). It does not allocate.
+//
+// It is XXH3's 9..16-byte path specialised to exactly 16 bytes and the
+// constant seed (xxh3_small.go): the first eight input bytes are parent and
+// the last eight are local, so the input is the two words themselves and no
+// byte slice is built, and the seeded keys fold to the constants seqKeyLo
+// and seqKeyHi. It inlines, so a block costs one 64×64→128-bit multiply and
+// one avalanche multiply. Bit-identical to xxh3.HashSeed on the 16-byte
+// encoding (TestNextSequenceHashMatchesXXH3, FuzzNextSequenceHash).
 func NextSequenceHash(parent, local uint64) uint64 {
+	lo := parent ^ seqKeyLo
+	hi := local ^ seqKeyHi
+	mh, ml := bits.Mul64(lo, hi)
+	return xxh3Avalanche(16 + bits.ReverseBytes64(lo) + hi + (mh ^ ml))
+}
+
+// genericNextSequenceHash is the unspecialised formula: xxh3.HashSeed of the
+// 16-byte little-endian encoding. It is the reference the specialised form is
+// tested against.
+func genericNextSequenceHash(parent, local uint64) uint64 {
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[0:8], parent)
 	binary.LittleEndian.PutUint64(b[8:16], local)
@@ -55,18 +75,49 @@ func SequenceHashes(local []uint64) []uint64 {
 
 // AppendSequenceHashes appends the sequence hashes of local to dst and
 // returns the extended slice. It does not allocate when cap(dst)-len(dst) >=
-// len(local).
+// len(local); otherwise it grows dst once.
 func AppendSequenceHashes(dst []uint64, local []uint64) []uint64 {
 	if len(local) == 0 {
 		return dst
 	}
-	prev := local[0]
-	dst = append(dst, prev)
-	for _, l := range local[1:] {
-		prev = NextSequenceHash(prev, l)
-		dst = append(dst, prev)
-	}
+	n := len(dst)
+	dst = slices.Grow(dst, len(local))[:n+len(local)]
+	sequenceChain(dst[n:], local, seqKeyLo, 16)
 	return dst
+}
+
+// sequenceChain sets out[0] = local[0] and out[i] = NextSequenceHash(out[i-1],
+// local[i]); len(local) >= len(out) >= 1. It is NextSequenceHash unrolled
+// into the loop with the chain's critical path (the multiply, the
+// avalanche and the keying of the next parent) kept as short as the
+// algorithm allows:
+//
+//   - the terms of the sum that do not depend on the multiply are added
+//     first, so only the last addition waits for it;
+//   - the next parent's key is XOR-ed into the avalanche's last step
+//     alongside its shift instead of after it: lo' = (acc ^ keyLo) ^
+//     (acc >> 32) is out[i] ^ keyLo with one operation less on the path.
+//
+// keyLo (seqKeyLo) and length (16) are parameters, not constants, and the
+// function is not inlined, because the compiler moves constant terms of a
+// sum or an XOR to the end of the expression, which would put them back on
+// the critical path.
+//
+//go:noinline
+func sequenceChain(out, local []uint64, keyLo, length uint64) {
+	local = local[:len(out)] // same length: no bounds checks in the loop
+	prev := local[0]
+	out[0] = prev
+	lo := prev ^ keyLo
+	for i := 1; i < len(out); i++ {
+		hi := local[i] ^ seqKeyHi
+		mh, ml := bits.Mul64(lo, hi)
+		acc := bits.ReverseBytes64(lo) + hi + length + (mh ^ ml)
+		acc ^= acc >> 37
+		acc *= xxh3AvalanchePrime
+		out[i] = acc ^ acc>>32
+		lo = (acc ^ keyLo) ^ (acc >> 32)
+	}
 }
 
 // BlockSaltSeed returns the seed of the token-block hash (producer §2.2): 1337,

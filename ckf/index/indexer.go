@@ -28,7 +28,9 @@ import (
 //	ReadyLanes()          load             (Acquire)  -> atomic.Uint32.Load
 //	claim                 claimed |= bit   (AcqRel)   -> atomic.Uint32.Or (old value tested)
 //	release               claimed &^= bit  (Release)  -> atomic.Uint32.And
-//	table words           one atomic 64-bit load/store each (Relaxed in the reference)
+//	table word load       one per word        (Relaxed)  -> atomic.LoadUint64
+//	table word store      one per word        (Relaxed)  -> atomic.StoreUint64; delta images on amd64:
+//	                                                        a plain MOV (transposedTable.storeImages)
 //
 // A snapshot's words are all stored before its Or; a query's Load that
 // observes the bit therefore observes every snapshot word (Go memory model:
@@ -102,7 +104,8 @@ func (g *GlobalIndexer) LaneWords(lane uint8) []uint64 {
 // released by LaneIngestor.Close, which first clears the lane's ready bit.
 //
 // The validation scratch (a bitmap of ceil(bucket_count/64) words and the
-// list of touched words) is allocated here. The reference clears the claim
+// list of touched words, plus a fixed 1 KiB set for small deltas inside the
+// ingestor) is allocated here. The reference clears the claim
 // and reports AllocationFailed when that allocation fails; a Go allocation
 // failure aborts the process instead, so that error is never returned.
 func (g *GlobalIndexer) ClaimLane(lane uint8) (*LaneIngestor, error) {

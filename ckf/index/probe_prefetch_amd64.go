@@ -20,12 +20,19 @@ func prefetchRows(ra, rb *[ckf.LaneCount]uint64) {
 	prefetch4(unsafe.Pointer(ra), unsafe.Pointer(rb))
 }
 
-// prefetchW prefetches the line of p in anticipation of a write
-// (PREFETCHW), so a following atomic store (XCHG, which drains the store
-// buffer) does not stall on the line's ownership request.
+// prefetchImagesW issues PREFETCHW for the target word of every image in
+// the column starting at col (see probe_prefetch_amd64.s).
 //
 //go:noescape
-func prefetchW(p unsafe.Pointer)
+func prefetchImagesW(col unsafe.Pointer, images unsafe.Pointer, n int)
 
-// prefetchWord prefetches the line holding *p for writing.
-func prefetchWord(p *uint64) { prefetchW(unsafe.Pointer(p)) }
+// prefetchImages requests ownership of the cache line of every image's
+// word in lane's column (buckets already validated, lane < LaneCount), so
+// that the misses of the stores that follow overlap with each other and
+// with the work done in between. No semantic effect.
+func (t *transposedTable) prefetchImages(lane int, images []ckf.BucketImage) {
+	if len(images) == 0 {
+		return
+	}
+	prefetchImagesW(unsafe.Pointer(&t.words[lane]), unsafe.Pointer(unsafe.SliceData(images)), len(images))
+}

@@ -12,11 +12,24 @@ TEXT ·prefetch4(SB), NOSPLIT|NOFRAME, $0-16
 	PREFETCHT0 64(BX)
 	RET
 
-// func prefetchW(p unsafe.Pointer)
-TEXT ·prefetchW(SB), NOSPLIT|NOFRAME, $0-8
-	MOVQ p+0(FP), AX
-	// PREFETCHW (AX): 0F 0D /1 (the Go assembler has no mnemonic). It is
-	// a NOP hint on CPUs without the feature bit (all x86-64 CPUs decode
-	// it; pre-Broadwell Intel treat it as a NOP).
-	BYTE $0x0F; BYTE $0x0D; BYTE $0x08
+// func prefetchImagesW(col unsafe.Pointer, images unsafe.Pointer, n int)
+//
+// PREFETCHW col + 128*images[i].Bucket for i in 0..n-1 (images points at n
+// 16-byte {Bucket, Value} pairs). Prefetches never fault.
+TEXT ·prefetchImagesW(SB), NOSPLIT|NOFRAME, $0-24
+	MOVQ col+0(FP), DI
+	MOVQ images+8(FP), SI
+	MOVQ n+16(FP), CX
+	TESTQ CX, CX
+	JLE pdone
+ploop:
+	MOVQ 0(SI), DX
+	SHLQ $7, DX
+	// PREFETCHW (DI)(DX*1): 0F 0D /1 with a SIB byte (mod=00 reg=1 rm=100;
+	// scale=1 index=DX base=DI).
+	BYTE $0x0F; BYTE $0x0D; BYTE $0x0C; BYTE $0x17
+	ADDQ $16, SI
+	DECQ CX
+	JNZ ploop
+pdone:
 	RET

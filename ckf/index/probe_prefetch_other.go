@@ -8,5 +8,5 @@ import "github.com/ckf-stream/ckf-stream/ckf"
 // x86-64 only).
 func prefetchRows(ra, rb *[ckf.LaneCount]uint64) {}
 
-// prefetchWord is a no-op where no prefetch instruction is wired up.
-func prefetchWord(p *uint64) {}
+// prefetchImages is a no-op where no prefetch instruction is wired up.
+func (t *transposedTable) prefetchImages(lane int, images []ckf.BucketImage) {}

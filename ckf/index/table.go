@@ -21,10 +21,14 @@ import (
 //
 // Memory-ordering contract ("weak read", consumer §5.5):
 //
-//   - Every word is written with one 64-bit atomic store (store) and read with
-//     one 64-bit atomic load (load, probe). Go's sync/atomic operations are
-//     sequentially consistent, which is stronger than the Relaxed order the
-//     reference uses; on amd64 a load is a plain MOV and a store an XCHG.
+//   - Every word is read with one 64-bit atomic load (load, probe; a plain
+//     MOV on amd64) and written with one indivisible 64-bit store, never a
+//     read-modify-write: snapshot words with sync/atomic stores
+//     (storeColumn; XCHG on amd64), delta images in list order by
+//     storeImages, which on amd64 (outside race and purego builds) uses
+//     plain MOVs, whose single-copy atomicity and store order x86-TSO
+//     guarantees (the argument is on storeImages), and sync/atomic stores
+//     elsewhere. Either is at least the Relaxed order the reference uses.
 //   - There is no multi-word atomicity: a query concurrent with a delta may
 //     observe any mix of old and new words (a fingerprint mid-relocation can
 //     be visible twice or in neither bucket: a transient false positive or
@@ -75,16 +79,10 @@ func (t *transposedTable) load(b uint64, lane int) uint64 {
 }
 
 // store writes the word of (b, lane) with one atomic 64-bit store
-// (store_image, consumer §5.2). It is the only write path of the consumer; there are
-// no read-modify-write updates.
+// (store_image, consumer §5.2). Tests and studies only: the ingestor writes
+// through storeColumn (snapshots) and storeImages (deltas).
 func (t *transposedTable) store(b uint64, lane int, v uint64) {
 	atomic.StoreUint64(&t.words[b*ckf.LaneCount+uint64(lane)], v)
-}
-
-// storeIndex stores v at flat word index i (= bucket*LaneCount + lane) with
-// one atomic 64-bit store; the ingestor's hot loops precompute the index.
-func (t *transposedTable) storeIndex(i uint64, v uint64) {
-	atomic.StoreUint64(&t.words[i], v)
 }
 
 // laneWords copies lane's column into dst (len(dst) == buckets); tests and

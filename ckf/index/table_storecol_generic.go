@@ -9,17 +9,13 @@ import (
 )
 
 // storeColumn stores words[b] into (b, lane) for every bucket b, in bucket
-// order, one atomic 64-bit store each (snapshot install), prefetching the
-// target line a few rows ahead where a prefetch is available. len(words)
-// must equal buckets.
+// order, one atomic 64-bit store each (snapshot install). len(words) must
+// equal buckets. This portable loop serves race and purego builds and other
+// architectures; amd64 builds use an assembly loop with write prefetches
+// (table_storecol_amd64.s).
 func (t *transposedTable) storeColumn(lane int, words []uint64) {
-	const ahead = 8
 	ws := t.words[lane:]
-	n := len(words)
-	for b := 0; b < n; b++ {
-		if b+ahead < n {
-			prefetchWord(&ws[(b+ahead)*ckf.LaneCount])
-		}
-		atomic.StoreUint64(&ws[b*ckf.LaneCount], words[b])
+	for b, w := range words {
+		atomic.StoreUint64(&ws[b*ckf.LaneCount], w)
 	}
 }
