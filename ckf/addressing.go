@@ -112,6 +112,7 @@ func (a Addressing) Format() FormatIdentity { return NewFormatIdentity(a.seed, a
 // needs no check. Equal to the generic formula (genericProbe) for every
 // hash and seed (TestAddressingProbeMatchesGeneric, FuzzAddressingProbe).
 func (a Addressing) Probe(hash uint64) Probe {
+	// Mix8(hash, a.mixKey), written out: the call would take Probe past the inlining budget.
 	mixed := (bits.RotateLeft64(hash, 32) ^ bits.RotateLeft64(hash, 17) ^ bits.RotateLeft64(hash, 56) ^ a.mixKey) * xxh3RRMXMXPrime
 	mixed = (mixed ^ (mixed>>35 + 8)) * xxh3RRMXMXPrime
 	mixed ^= mixed >> 28
@@ -133,6 +134,18 @@ func (a Addressing) genericProbe(hash uint64) Probe {
 	}
 	ba := (mixed >> 16) & a.mask
 	return Probe{Fingerprint: fp, BucketA: ba, BucketB: ba ^ uint64(a.delta[fp])}
+}
+
+// MixKey is the seeded constant of this addressing's hash mix: Mix8(hash, a.MixKey()) is
+// XXH3_64(LE64(hash), seed), the mix Probe starts from.
+func (a Addressing) MixKey() uint64 { return a.mixKey }
+
+// Mix8 is XXH3_64(LE64(hash), seed) given key = xxh3Mix8Key(seed) (Addressing.MixKey): XXH3's
+// 4..8-byte path with its seeded part folded into key (see xxh3Mix8Key). It inlines.
+func Mix8(hash, key uint64) uint64 {
+	mixed := (bits.RotateLeft64(hash, 32) ^ bits.RotateLeft64(hash, 17) ^ bits.RotateLeft64(hash, 56) ^ key) * xxh3RRMXMXPrime
+	mixed = (mixed ^ (mixed>>35 + 8)) * xxh3RRMXMXPrime
+	return mixed ^ mixed>>28
 }
 
 // AltBucket is alternate(bucket, fp) = bucket XOR delta(fp). It is an

@@ -111,6 +111,9 @@ func checkRawMix(t *testing.T, a Addressing, h uint64) {
 	if p := a.Probe(h); p.BucketA != want>>16 || p.Fingerprint != wantFP {
 		t.Fatalf("seed %#x h %#x: Probe %+v, xxh3.HashSeed %#x", a.seed, h, p, want)
 	}
+	if got := Mix8(h, a.MixKey()); got != want {
+		t.Fatalf("seed %#x h %#x: Mix8 %#x, xxh3.HashSeed %#x", a.seed, h, got, want)
+	}
 }
 
 func TestAddressingMixMatchesXXH3ForAnySeed(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -103,6 +104,11 @@ type LaneWriter struct {
 	buf      []byte
 	// maxImages and chunkWords are what one record of cfg.MaxRecordBytes carries (laneRecordBudget).
 	maxImages, chunkWords int
+	// open says a transaction was begun by StreamDeltas and not yet ended: the next write
+	// produces into it and ends it. streamErr holds the first failure of a streamed record
+	// (set by the client's promise goroutine), which makes that write abort.
+	open      bool
+	streamErr atomic.Pointer[error]
 }
 
 // LaneWriterClientOpts are the options a LaneWriter's client needs in addition to the
@@ -158,16 +164,69 @@ func (w *LaneWriter) record(lr schemas.LaneRecord) (*kgo.Record, error) {
 	return &kgo.Record{Topic: w.cfg.LaneTopic, Partition: int32(w.cfg.Lane), Key: w.key, Value: b}, nil
 }
 
+// StreamDeltas produces ds into the writer's open transaction, beginning one when none is open,
+// and returns without waiting for the broker. A transactional writer only: the deltas become
+// visible (read_committed) when the next write, which waits for them and ends the transaction,
+// commits; if any of them fails, that write aborts the whole transaction and reports the
+// failure. Streaming lets the broker take a transaction's deltas while the caller still
+// computes the rest, so a commit waits only for the tail instead of the whole transaction.
+// An error here (a delta too large for one record, an unencodable delta, a transaction that
+// cannot begin) means ds was not produced; the caller leaves them to the next write, which
+// meets the same error.
+func (w *LaneWriter) StreamDeltas(ds []ckf.Delta) error {
+	if !w.cfg.Transactional {
+		return errors.New("streams: StreamDeltas needs a transactional writer")
+	}
+	rs := make([]*kgo.Record, 0, len(ds))
+	for i := range ds {
+		rec, err := w.deltaRecord(&ds[i])
+		if err != nil {
+			return err
+		}
+		rs = append(rs, rec)
+	}
+	if !w.open {
+		if err := w.cl.BeginTransaction(); err != nil {
+			return fmt.Errorf("streams: begin transaction: %w", err)
+		}
+		w.open = true
+		w.streamErr.Store(nil)
+	}
+	for _, rec := range rs {
+		w.cl.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
+			if err != nil {
+				err = fmt.Errorf("streams: produce to %s[%d]: %w", w.cfg.LaneTopic, w.cfg.Lane, err)
+				w.streamErr.CompareAndSwap(nil, &err)
+			}
+		})
+	}
+	return nil
+}
+
 // write produces rs (and, when a function is given, what it adds once rs' offsets are known) as
-// one unit: one transaction when the writer is transactional.
+// one unit: one transaction when the writer is transactional. A transaction StreamDeltas opened
+// is this write's: its streamed records are flushed and committed (or aborted) with rs.
 func (w *LaneWriter) write(ctx context.Context, rs []*kgo.Record, after func([]*kgo.Record) ([]*kgo.Record, error)) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
 	defer cancel()
 	if w.cfg.Transactional {
-		if err := w.cl.BeginTransaction(); err != nil {
-			return fmt.Errorf("streams: begin transaction: %w", err)
+		streamed := w.open
+		if !streamed {
+			if err := w.cl.BeginTransaction(); err != nil {
+				return fmt.Errorf("streams: begin transaction: %w", err)
+			}
 		}
+		w.open = false
 		defer func() {
+			if streamed && err == nil {
+				// EndTransaction does not flush: the streamed records must all be
+				// acknowledged (and none failed) before the commit.
+				if ferr := w.cl.Flush(ctx); ferr != nil {
+					err = fmt.Errorf("streams: flush streamed deltas: %w", ferr)
+				} else if serr := w.streamErr.Load(); serr != nil {
+					err = *serr
+				}
+			}
 			commit := kgo.TryCommit
 			if err != nil {
 				commit = kgo.TryAbort
@@ -248,24 +307,29 @@ func (w *LaneWriter) WriteDeltas(ctx context.Context, ds []ckf.Delta) error {
 func (w *LaneWriter) writeDeltasWith(ctx context.Context, ds []ckf.Delta, extra []*kgo.Record, after func([]*kgo.Record) ([]*kgo.Record, error)) error {
 	rs := make([]*kgo.Record, 0, len(ds)+len(extra))
 	for i := range ds {
-		d := &ds[i]
-		if len(d.Images) > w.maxImages {
-			return fmt.Errorf("%w: delta %d has %d images, one record of %d bytes carries %d",
-				ErrLaneRecordTooLarge, d.Sequence, len(d.Images), w.cfg.MaxRecordBytes, w.maxImages)
-		}
-		w.buf = w.buf[:0]
-		for _, im := range d.Images {
-			w.buf = schemas.AppendImage(w.buf, im.Bucket, im.Value)
-		}
-		rec, err := w.record(schemas.LaneRecord{Kind: schemas.LaneDelta, Delta: schemas.Delta{
-			BaseSequence: d.BaseSequence, Sequence: d.Sequence, Images: append(schemas.PackedImages(nil), w.buf...),
-		}})
+		rec, err := w.deltaRecord(&ds[i])
 		if err != nil {
 			return err
 		}
 		rs = append(rs, rec)
 	}
 	return w.write(ctx, append(rs, extra...), after)
+}
+
+// deltaRecord encodes one delta as one lane record; ErrLaneRecordTooLarge when its images do
+// not fit in MaxRecordBytes.
+func (w *LaneWriter) deltaRecord(d *ckf.Delta) (*kgo.Record, error) {
+	if len(d.Images) > w.maxImages {
+		return nil, fmt.Errorf("%w: delta %d has %d images, one record of %d bytes carries %d",
+			ErrLaneRecordTooLarge, d.Sequence, len(d.Images), w.cfg.MaxRecordBytes, w.maxImages)
+	}
+	w.buf = w.buf[:0]
+	for _, im := range d.Images {
+		w.buf = schemas.AppendImage(w.buf, im.Bucket, im.Value)
+	}
+	return w.record(schemas.LaneRecord{Kind: schemas.LaneDelta, Delta: schemas.Delta{
+		BaseSequence: d.BaseSequence, Sequence: d.Sequence, Images: append(schemas.PackedImages(nil), w.buf...),
+	}})
 }
 
 // Enqueue implements ckf.DeltaSink: the delta is written and acknowledged before it returns.

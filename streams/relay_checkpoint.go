@@ -154,13 +154,12 @@ func (rl *relayLoop) checkpoint(ctx context.Context) error {
 	}
 	err = rl.fault("checkpoint")
 	if err == nil {
-		err = rl.w.writeDeltasWith(ctx, rl.sink.pending, chunks, manifest)
+		err = rl.w.writeDeltasWith(ctx, rl.sink.unstreamed(), chunks, manifest)
 	}
 	if err != nil {
 		return rl.writeFailed("checkpoint", err)
 	}
-	clear(rl.sink.pending)
-	rl.sink.pending = rl.sink.pending[:0]
+	rl.sink.taken()
 	rl.wrote()
 	rl.ck.published = offsets
 	rl.ck.lastAt, rl.ck.lastID, rl.ck.eventsAtLast = rl.now(), id, rl.ck.events

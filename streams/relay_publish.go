@@ -23,9 +23,19 @@ import (
 // never continued. After a failure the sink refuses every delta with that failure, so a
 // publisher still asked to publish fences itself DeliveryUncertain as the spec requires.
 type relaySink struct {
-	pending []ckf.Delta
-	err     error
+	pending  []ckf.Delta
+	streamed int // pending[:streamed] are already produced into the open transaction
+	err      error
 }
+
+// taken empties the sink once a write committed its deltas.
+func (s *relaySink) taken() {
+	clear(s.pending) // the images belong to the sink; let them go
+	s.pending, s.streamed = s.pending[:0], 0
+}
+
+// unstreamed returns the collected deltas not yet produced into the open transaction.
+func (s *relaySink) unstreamed() []ckf.Delta { return s.pending[s.streamed:] }
 
 // Enqueue implements ckf.DeltaSink.
 func (s *relaySink) Enqueue(d ckf.Delta) error {
@@ -79,6 +89,7 @@ func (rl *relayLoop) publishDelta(images []ckf.BucketImage) bool {
 		return false
 	}
 	if out.Kind == producer.Published {
+		rl.stream()
 		rl.deltasSinceSnap++
 		rl.deltaBytesSinceSnap += uint64(out.ImageCount)*schemas.ImageSize + deltaRecordWeight
 		rl.r.c.deltas.Add(1)
@@ -87,6 +98,20 @@ func (rl *relayLoop) publishDelta(images []ckf.BucketImage) bool {
 		rl.r.metrics.images.Inc(int64(out.ImageCount))
 	}
 	return true
+}
+
+// stream produces the collected deltas not yet sent into the open transaction (see
+// LaneWriter.StreamDeltas), so the broker takes them while the relay applies the rest of the
+// poll; the commit then waits only for the tail. A delta that cannot be streamed stays collected
+// and the commit meets (and handles) its error.
+func (rl *relayLoop) stream() {
+	if ds := rl.sink.unstreamed(); len(ds) > 0 {
+		if err := rl.w.StreamDeltas(ds); err != nil {
+			rl.r.log.Debug("deltas not streamed; the commit writes them", zap.Error(err))
+			return
+		}
+		rl.sink.streamed = len(rl.sink.pending)
+	}
 }
 
 // commitDeltas writes the collected deltas as one transaction.
@@ -99,11 +124,10 @@ func (rl *relayLoop) commitDeltasCtx(ctx context.Context) error {
 	if err := rl.fault("deltas"); err != nil {
 		return rl.writeFailed("deltas", err)
 	}
-	if err := rl.w.WriteDeltas(ctx, rl.sink.pending); err != nil {
+	if err := rl.w.WriteDeltas(ctx, rl.sink.unstreamed()); err != nil {
 		return rl.writeFailed("deltas", err)
 	}
-	clear(rl.sink.pending) // the images belong to the sink; let them go
-	rl.sink.pending = rl.sink.pending[:0]
+	rl.sink.taken()
 	rl.wrote()
 	rl.notePublished()
 	return nil

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/internal/hugepage"
 )
 
 // transposedTable is TransposedCkfTable<16> (consumer §5.1): bucketCount rows of
@@ -63,7 +64,7 @@ func newTransposedTable(bucketCount uint64) (transposedTable, error) {
 		off = int((rowBytes - r) / 8)
 	}
 	words := backing[off : off+n : off+n]
-	adviseHugePages(words)
+	hugepage.Advise(words)
 	return transposedTable{words: words, buckets: bucketCount, backing: backing}, nil
 }
 

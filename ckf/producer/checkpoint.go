@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/internal/u64map"
 	"github.com/zeebo/xxh3"
 )
 
@@ -168,12 +169,12 @@ func (s *DcState) AppendCheckpoint(dst []byte) ([]byte, error) {
 	}
 	maxSource, mappings := 0, 0
 	for _, lin := range s.lineage {
-		maxSource = max(maxSource, len(lin))
-		mappings += len(lin)
+		maxSource = max(maxSource, lin.Len())
+		mappings += lin.Len()
 	}
 	payloadLen := checkpointFixedLen + 8*len(s.filter.words) +
 		8 + checkpointSourceLen*len(s.lineage) + checkpointMappingLen*mappings +
-		8 + checkpointOwnerLen*len(s.owners)
+		8 + checkpointOwnerLen*s.owners.Len()
 	start := len(dst)
 	dst = slices.Grow(dst, checkpointHeaderLen+payloadLen+checkpointTrailerLen)
 	le := binary.LittleEndian
@@ -207,12 +208,12 @@ func (s *DcState) AppendCheckpoint(dst []byte) ([]byte, error) {
 
 	// One scratch pair per mapping of the largest source or per owner
 	// entry, whichever is more, shared by every sort below.
-	rows := make([]keyedPair, 0, max(maxSource, len(s.owners)))
+	rows := make([]keyedPair, 0, max(maxSource, s.owners.Len()))
 	scratch := make([]keyedPair, cap(rows))
 	dst = le.AppendUint64(dst, uint64(len(s.lineage)))
 	for _, k := range s.sortedSources() {
 		rows = rows[:0]
-		for e, c := range s.lineage[k] {
+		for e, c := range s.lineage[k].All() {
 			rows = append(rows, keyedPair{key: uint64(e), val: uint64(c)})
 		}
 		radixSortPairs(rows, scratch)
@@ -226,7 +227,7 @@ func (s *DcState) AppendCheckpoint(dst []byte) ([]byte, error) {
 	}
 
 	rows = rows[:0]
-	for c, e := range s.owners {
+	for c, e := range s.owners.All() {
 		rows = append(rows, keyedPair{key: uint64(c), val: uint64(e.owners) | uint64(boolByte(e.resident))<<32})
 	}
 	radixSortPairs(rows, scratch)
@@ -301,17 +302,14 @@ func RestoreDcStateWithDelegate(cfg ckf.CkfConfig, b []byte, d CanonicalDelegate
 		return s, err
 	}
 	s.delegate = d
-	for _, c := range sortedCanonicalKeys(s.owners) {
+	for _, c := range sortedCanonicalKeys(&s.owners) {
 		d.OnCreate(c)
 	}
 	return s, nil
 }
 
-func sortedCanonicalKeys(m map[ckf.CanonicalHash]ownerEntry) []ckf.CanonicalHash {
-	out := make([]ckf.CanonicalHash, 0, len(m))
-	for c := range m {
-		out = append(out, c)
-	}
+func sortedCanonicalKeys(m *ownerMap) []ckf.CanonicalHash {
+	out := slices.AppendSeq(make([]ckf.CanonicalHash, 0, m.Len()), m.Keys())
 	slices.Sort(out)
 	return out
 }
@@ -441,7 +439,7 @@ func restoreDcState(cfg ckf.CkfConfig, b []byte) (*DcState, error) {
 	// is filled on a second goroutine while this one fills the lineage and
 	// validates everything (including the owner rows the other goroutine
 	// reads). Its result is used only if validation passes.
-	var owners map[ckf.CanonicalHash]ownerEntry
+	var owners *ownerMap
 	var wg sync.WaitGroup
 	wg.Go(func() { owners = fillCheckpointOwners(sections.owners) })
 	lineage, err := restoreCheckpointLineage(s, sections)
@@ -449,7 +447,7 @@ func restoreDcState(cfg ckf.CkfConfig, b []byte) (*DcState, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.lineage, s.owners = lineage, owners
+	s.lineage, s.owners = lineage, *owners
 	var empty uint64
 	for _, w := range words {
 		empty += uint64(bits.OnesCount64(ckf.ZeroLanes16(w)))
@@ -554,15 +552,15 @@ func scanCheckpointSections(r *ckptReader, contributions uint64) (checkpointSect
 // fillCheckpointOwners builds the owner map from the owner rows without
 // checking them (restoreCheckpointLineage does, and its verdict decides
 // whether the map is used).
-func fillCheckpointOwners(rows []byte) map[ckf.CanonicalHash]ownerEntry {
+func fillCheckpointOwners(rows []byte) *ownerMap {
 	n := len(rows) / checkpointOwnerLen
-	owners := make(map[ckf.CanonicalHash]ownerEntry, n)
+	owners := u64map.New[ckf.CanonicalHash, ownerEntry](n)
 	for i := 0; i < n; i++ {
 		row := rows[checkpointOwnerLen*i : checkpointOwnerLen*(i+1)]
-		owners[ckf.CanonicalHash(binary.LittleEndian.Uint64(row))] = ownerEntry{
+		owners.Put(ckf.CanonicalHash(binary.LittleEndian.Uint64(row)), ownerEntry{
 			owners:   binary.LittleEndian.Uint32(row[8:]),
 			resident: row[12] == 1,
-		}
+		})
 	}
 	return owners
 }
@@ -574,13 +572,13 @@ func fillCheckpointOwners(rows []byte) map[ckf.CanonicalHash]ownerEntry {
 // rows, rather than counted in a second map); every mapped canonical has a
 // row; every resident canonical's fingerprint is in one of its buckets;
 // resident rows number s.residentCount.
-func restoreCheckpointLineage(s *DcState, sec checkpointSections) (map[ckf.SourceKey]map[ckf.ExternalBlockHash]ckf.CanonicalHash, error) {
+func restoreCheckpointLineage(s *DcState, sec checkpointSections) (map[ckf.SourceKey]*lineageMap, error) {
 	le := binary.LittleEndian
-	lineage := make(map[ckf.SourceKey]map[ckf.ExternalBlockHash]ckf.CanonicalHash, len(sec.sources))
+	lineage := make(map[ckf.SourceKey]*lineageMap, len(sec.sources))
 	canonicals := make([]ckf.CanonicalHash, 0, s.contributions)
 	for _, src := range sec.sources {
 		n := len(src.rows) / checkpointMappingLen
-		lin := make(map[ckf.ExternalBlockHash]ckf.CanonicalHash, n)
+		lin := u64map.New[ckf.ExternalBlockHash, ckf.CanonicalHash](n)
 		var prev ckf.ExternalBlockHash
 		for j := 0; j < n; j++ {
 			e := ckf.ExternalBlockHash(le.Uint64(src.rows[16*j:]))
@@ -589,7 +587,7 @@ func restoreCheckpointLineage(s *DcState, sec checkpointSections) (map[ckf.Sourc
 				return nil, checkpointErr(CheckpointMalformed, "source %v: external %#x after %#x", src.key, uint64(e), uint64(prev))
 			}
 			prev = e
-			lin[e] = c
+			lin.Put(e, c)
 			canonicals = append(canonicals, c)
 		}
 		lineage[src.key] = lin

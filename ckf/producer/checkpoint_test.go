@@ -47,9 +47,9 @@ func diffDcStates(a, b *DcState) error {
 		return fmt.Errorf("materialize %v vs %v", a.win.materialize, b.win.materialize)
 	case !slices.Equal(a.win.dirty, b.win.dirty) || !slices.Equal(a.win.orig, b.win.orig) || !slices.Equal(a.win.bits, b.win.bits):
 		return errors.New("publication windows differ")
-	case !maps.Equal(a.owners, b.owners):
-		return fmt.Errorf("owners differ (%d vs %d entries)", len(a.owners), len(b.owners))
-	case !maps.EqualFunc(a.lineage, b.lineage, maps.Equal):
+	case !maps.Equal(ownersSnapshot(a), ownersSnapshot(b)):
+		return fmt.Errorf("owners differ (%d vs %d entries)", a.owners.Len(), b.owners.Len())
+	case !maps.EqualFunc(allLineages(a), allLineages(b), maps.Equal):
 		return fmt.Errorf("lineage differs (%d vs %d sources)", len(a.lineage), len(b.lineage))
 	}
 	return nil
@@ -172,9 +172,11 @@ func TestCheckpointRoundTripSizes(t *testing.T) {
 				t.Fatal("re-encoding the restored state changed the bytes")
 			}
 			// Public views agree as well (memory figures excluded: the
-			// window's scratch capacity is not state).
+			// window's scratch and the tables' capacities are not state).
 			sa, sb := s.Stats(), r.Stats()
 			sa.DirtyTrackingBytes, sb.DirtyTrackingBytes = 0, 0
+			sa.LineageBytes, sb.LineageBytes = 0, 0
+			sa.OwnerBytes, sb.OwnerBytes = 0, 0
 			if sa != sb {
 				t.Fatalf("stats %+v vs %+v", sa, sb)
 			}
@@ -475,10 +477,10 @@ func TestCheckpointMalformed(t *testing.T) {
 	words := checkpointFixedLen
 	sources := words + 8*int(s.BucketCount())
 	src0 := sources + 8
-	src0Mappings := len(s.lineage[pSrc(1, 0)])
+	src0Mappings := s.lineage[pSrc(1, 0)].Len()
 	src1 := src0 + checkpointSourceLen + checkpointMappingLen*src0Mappings
-	owners := src1 + checkpointSourceLen + checkpointMappingLen*len(s.lineage[pSrc(2, 5)])
-	if owners+8+checkpointOwnerLen*len(s.owners) != len(p) {
+	owners := src1 + checkpointSourceLen + checkpointMappingLen*s.lineage[pSrc(2, 5)].Len()
+	if owners+8+checkpointOwnerLen*s.owners.Len() != len(p) {
 		t.Fatal("test layout arithmetic disagrees with the encoder")
 	}
 	for _, tc := range []struct {
@@ -548,40 +550,37 @@ func TestCheckpointInconsistent(t *testing.T) {
 	}{
 		{"owner count above its mappings", func(t *testing.T, s *DcState) {
 			c := sortedCanonicals(s)[0]
-			e := s.owners[c]
-			e.owners++
-			s.owners[c] = e
+			s.owners.Find(c).owners++
 		}, "owners"},
 		{"owner entry without a mapping", func(t *testing.T, s *DcState) {
-			s.owners[0xFFFF_FFFF_FFFF_FFFF] = ownerEntry{owners: 1}
+			s.owners.Put(0xFFFF_FFFF_FFFF_FFFF, ownerEntry{owners: 1})
 		}, "0 mappings"},
 		{"zero-owner entry", func(t *testing.T, s *DcState) {
-			s.owners[0xFFFF_FFFF_FFFF_FFFF] = ownerEntry{}
+			s.owners.Put(0xFFFF_FFFF_FFFF_FFFF, ownerEntry{})
 		}, "0 owners"},
 		{"mapped canonical without an entry", func(t *testing.T, s *DcState) {
 			for _, c := range sortedCanonicals(s) {
-				if !s.owners[c].resident {
-					delete(s.owners, c)
+				if !s.owners.Find(c).resident {
+					s.owners.Delete(c)
 					return
 				}
 			}
 			t.Fatal("no non-resident owner")
 		}, "has no owner entry"},
 		{"mapping added without its owner", func(t *testing.T, s *DcState) {
-			s.lineage[pSrc(1, 0)][0xEEEE] = sortedCanonicals(s)[0]
+			s.lineage[pSrc(1, 0)].Put(0xEEEE, sortedCanonicals(s)[0])
 			s.contributions++
 		}, "owners"},
 		{"source without mappings", func(t *testing.T, s *DcState) {
-			s.lineage[pSrc(0, 0)] = map[ckf.ExternalBlockHash]ckf.CanonicalHash{}
+			s.lineage[pSrc(0, 0)] = &lineageMap{}
 		}, "no mappings"},
 		{"contributions above the mappings", func(t *testing.T, s *DcState) { s.contributions++ }, "contributions"},
 		{"contributions below the mappings", func(t *testing.T, s *DcState) { s.contributions-- }, "more mappings than"},
 		{"resident count off", func(t *testing.T, s *DcState) { s.residentCount++ }, "resident count"},
 		{"resident flag cleared", func(t *testing.T, s *DcState) {
 			for _, c := range sortedCanonicals(s) {
-				if e := s.owners[c]; e.resident {
+				if e := s.owners.Find(c); e.resident {
 					e.resident = false
-					s.owners[c] = e
 					return
 				}
 			}
@@ -591,9 +590,8 @@ func TestCheckpointInconsistent(t *testing.T) {
 			// together but keep its fingerprint, so only the slot count
 			// disagrees.
 			for _, c := range sortedCanonicals(s) {
-				if e := s.owners[c]; e.resident {
+				if e := s.owners.Find(c); e.resident {
 					e.resident = false
-					s.owners[c] = e
 					s.residentCount--
 					return
 				}
@@ -601,7 +599,7 @@ func TestCheckpointInconsistent(t *testing.T) {
 		}, "occupied slots"},
 		{"resident fingerprint in neither bucket", func(t *testing.T, s *DcState) {
 			for _, c := range sortedCanonicals(s) {
-				if !s.owners[c].resident {
+				if !s.owners.Find(c).resident {
 					continue
 				}
 				saved := slices.Clone(s.filter.words)

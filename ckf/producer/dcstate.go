@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/internal/u64map"
 )
 
 // DcState is DcCkfState (producer §7, G3): the exact per-DC producer.
@@ -35,8 +36,10 @@ type DcState struct {
 	cfg           ckf.CkfConfig
 	format        ckf.FormatIdentity
 	filter        *PackedFilter
-	lineage       map[ckf.SourceKey]map[ckf.ExternalBlockHash]ckf.CanonicalHash
-	owners        map[ckf.CanonicalHash]ownerEntry
+	lineage       map[ckf.SourceKey]*lineageMap // never holds an empty lineage
+	lastSrc       ckf.SourceKey                 // lineageOf's one-entry cache: lastLin is
+	lastLin       *lineageMap                   // lineage[lastSrc] when non-nil
+	owners        ownerMap
 	residentCount uint64
 	contributions uint64
 	win           pubWindow
@@ -74,6 +77,14 @@ func NewDcStateWithDelegate(cfg ckf.CkfConfig, d CanonicalDelegate) (*DcState, e
 	s.delegate = d
 	return s, nil
 }
+
+// lineageMap is one source's lineage, external id -> canonical hash; ownerMap is the ownership
+// records, canonical hash -> ownerEntry. Both are open-addressing tables (ckf/internal/u64map):
+// at 10^5–10^7 entries a Go map lookup costs two or three cache misses, one of these one.
+type (
+	lineageMap = u64map.Map[ckf.ExternalBlockHash, ckf.CanonicalHash]
+	ownerMap   = u64map.Map[ckf.CanonicalHash, ownerEntry]
+)
 
 // ownerEntry is the ownership record of one canonical hash.
 type ownerEntry struct {
@@ -143,8 +154,7 @@ func newDcStateWith(cfg ckf.CkfConfig, addr ckf.Addressing) (*DcState, error) {
 		cfg:     cfg,
 		format:  addr.Format(),
 		filter:  f,
-		lineage: make(map[ckf.SourceKey]map[ckf.ExternalBlockHash]ckf.CanonicalHash),
-		owners:  make(map[ckf.CanonicalHash]ownerEntry),
+		lineage: make(map[ckf.SourceKey]*lineageMap),
 		win:     newPubWindow(n),
 	}, nil
 }
@@ -213,18 +223,17 @@ func (s *DcState) ResidentCount() uint64 { return s.residentCount }
 // Owners returns canonical's owner count and residency (0, false if
 // absent).
 func (s *DcState) Owners(canonical ckf.CanonicalHash) (owners uint32, resident bool) {
-	e := s.owners[canonical]
+	e, _ := s.owners.Get(canonical)
 	return e.owners, e.resident
 }
 
 // Lookup returns the canonical hash source maps ext to.
 func (s *DcState) Lookup(source ckf.SourceKey, ext ckf.ExternalBlockHash) (ckf.CanonicalHash, bool) {
-	c, ok := s.lineage[source][ext]
-	return c, ok
+	return s.lineage[source].Get(ext)
 }
 
 // MemberBlockCount returns the number of mappings of source.
-func (s *DcState) MemberBlockCount(source ckf.SourceKey) int { return len(s.lineage[source]) }
+func (s *DcState) MemberBlockCount(source ckf.SourceKey) int { return s.lineage[source].Len() }
 
 // MemberCount is one source and its mapping count.
 type MemberCount struct {
@@ -237,7 +246,7 @@ type MemberCount struct {
 func (s *DcState) MemberCounts() []MemberCount {
 	out := make([]MemberCount, 0, len(s.lineage))
 	for k, m := range s.lineage {
-		out = append(out, MemberCount{Source: k, Blocks: len(m)})
+		out = append(out, MemberCount{Source: k, Blocks: m.Len()})
 	}
 	slices.SortFunc(out, func(a, b MemberCount) int { return a.Source.Compare(b.Source) })
 	return out
@@ -251,6 +260,30 @@ func (s *DcState) sortedSources() []ckf.SourceKey {
 	}
 	slices.SortFunc(keys, ckf.SourceKey.Compare)
 	return keys
+}
+
+// lineageOf returns src's lineage, or nil when src has none. Consecutive events mostly come
+// from the same source, so the last answer is kept: a hit spares the Go map lookup of a struct
+// key. Whoever deletes a lineage from s.lineage resets lastLin (a replaced or restored state
+// starts from its own, consistent fields).
+func (s *DcState) lineageOf(src ckf.SourceKey) *lineageMap {
+	if s.lastLin != nil && s.lastSrc == src {
+		return s.lastLin
+	}
+	lin := s.lineage[src]
+	if lin != nil {
+		s.lastSrc, s.lastLin = src, lin
+	}
+	return lin
+}
+
+// lineageBytes is the memory of every source's lineage table.
+func (s *DcState) lineageBytes() uint64 {
+	var n uint64
+	for _, lin := range s.lineage {
+		n += lin.Bytes()
+	}
+	return n
 }
 
 // DcStats is the diagnostic stats view (producer §7.8).
@@ -270,10 +303,12 @@ type DcStats struct {
 	DistinctTouchedBuckets uint64
 	EmittedImages          uint64
 	NetRevertedBuckets     uint64
-	// Memory. Go maps expose no capacity, so the lineage and owner figures
-	// are entry counts, not capacities.
+	// Memory. LineageBytes and OwnerBytes are the tables' allocated slots
+	// (capacity, not entries).
 	LineageEntries           uint64
 	OwnerEntries             uint64
+	LineageBytes             uint64
+	OwnerBytes               uint64
 	FilterBytes              uint64
 	DirtyTrackingBytes       uint64
 	InsertionScratchCapacity uint64
@@ -284,7 +319,7 @@ func (s *DcState) Stats() DcStats {
 	return DcStats{
 		MemberCount:              uint64(len(s.lineage)),
 		ContributionCount:        s.contributions,
-		UniqueBlockCount:         uint64(len(s.owners)),
+		UniqueBlockCount:         uint64(s.owners.Len()),
 		UnknownRemovals:          s.tel.UnknownRemovals,
 		ParentNotFound:           s.tel.ParentNotFound,
 		CapacityFailures:         s.tel.CapacityFailures,
@@ -296,7 +331,9 @@ func (s *DcState) Stats() DcStats {
 		EmittedImages:            s.tel.EmittedImages,
 		NetRevertedBuckets:       s.tel.NetRevertedBuckets,
 		LineageEntries:           s.contributions,
-		OwnerEntries:             uint64(len(s.owners)),
+		OwnerEntries:             uint64(s.owners.Len()),
+		LineageBytes:             s.lineageBytes(),
+		OwnerBytes:               s.owners.Bytes(),
 		FilterBytes:              8 * s.format.BucketCount,
 		DirtyTrackingBytes:       s.win.bytes(),
 		InsertionScratchCapacity: uint64(cap(s.filter.touched)),

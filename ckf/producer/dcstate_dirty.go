@@ -18,7 +18,11 @@ type pubWindow struct {
 	orig        []uint64
 	pending     uint64
 	materialize bool
-	scratch     orderScratch
+	// oneWalk says every dirty bucket came from a single touch log (one insertion's walk,
+	// or one removal) that touched each bucket once: the window's moves then form one path,
+	// and reverse first-touch order is a publication order (see publicationOrder).
+	oneWalk bool
+	scratch orderScratch
 }
 
 func newPubWindow(bucketCount uint64) pubWindow {
@@ -53,6 +57,7 @@ func (w *pubWindow) reset() {
 	w.dirty = w.dirty[:0]
 	w.orig = w.orig[:0]
 	w.pending = 0
+	w.oneWalk = false
 }
 
 func (w *pubWindow) bytes() uint64 {
@@ -62,9 +67,12 @@ func (w *pubWindow) bytes() uint64 {
 // markTouches marks every logged write (first touch wins) and counts them
 // as physical touches.
 func (s *DcState) markTouches(ts []Touch) {
+	w := &s.win
+	before := len(w.dirty)
 	for _, t := range ts {
-		s.win.mark(t.Bucket, t.Before)
+		w.mark(t.Bucket, t.Before)
 	}
+	w.oneWalk = before == 0 && len(w.dirty) == len(ts)
 	s.tel.PhysicalTouches = satAdd(s.tel.PhysicalTouches, uint64(len(ts)))
 }
 

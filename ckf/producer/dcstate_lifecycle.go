@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/internal/u64map"
 )
 
 // RemoveRank is remove_rank: drop every mapping of source, then force a
@@ -28,7 +29,7 @@ func (s *DcState) RemoveWorker(worker ckf.WorkerID) ([]ckf.BucketImage, error) {
 	for _, k := range s.sortedSources() {
 		if k.Worker == worker {
 			keys = append(keys, k)
-			total += uint64(len(s.lineage[k]))
+			total += uint64(s.lineage[k].Len())
 		}
 	}
 	if err := s.reserveDirty(min(total, s.format.BucketCount)); err != nil {
@@ -50,19 +51,16 @@ func (s *DcState) RemoveWorker(worker ckf.WorkerID) ([]ckf.BucketImage, error) {
 // rank, validated against its own lineage as it is built. Every push is
 // atomic: a failing push leaves the replacement unchanged.
 type RankReplacement struct {
-	lineage    map[ckf.ExternalBlockHash]ckf.CanonicalHash
+	lineage    lineageMap
 	mappings   []newMapping
 	candidates []ckf.CanonicalHash
-	seen       map[ckf.CanonicalHash]struct{}
+	seen       u64map.Map[ckf.CanonicalHash, struct{}]
 }
 
 // NewRankReplacement returns an empty replacement (installing it removes
 // the rank).
 func NewRankReplacement() *RankReplacement {
-	return &RankReplacement{
-		lineage: make(map[ckf.ExternalBlockHash]ckf.CanonicalHash),
-		seen:    make(map[ckf.CanonicalHash]struct{}),
-	}
+	return &RankReplacement{}
 }
 
 // Len returns the number of mappings.
@@ -73,15 +71,14 @@ func (r *RankReplacement) Len() int { return len(r.mappings) }
 // positional entry with a non-zero start and no parent is
 // InvalidBlockSequence, a remap is InvalidBlockSequence.
 func (r *RankReplacement) PushStore(d StoreData) error {
-	p, err := prepareStore(r.lineage, &d)
+	p, err := prepareStore(&r.lineage, &d)
 	if err != nil {
 		return err
 	}
 	for _, m := range p.mappings {
-		r.lineage[m.ext] = m.canon
+		r.lineage.Put(m.ext, m.canon)
 		r.mappings = append(r.mappings, m)
-		if _, ok := r.seen[m.canon]; !ok {
-			r.seen[m.canon] = struct{}{}
+		if _, seen := r.seen.Upsert(m.canon); !seen {
 			r.candidates = append(r.candidates, m.canon)
 		}
 	}
@@ -139,8 +136,8 @@ func (s *DcState) ReplaceRanks(repl map[ckf.SourceKey]*RankReplacement) ([]ckf.B
 			continue
 		}
 		lin := s.lineage[k]
-		ms := make([]newMapping, 0, len(lin))
-		for e, c := range lin {
+		ms := make([]newMapping, 0, lin.Len())
+		for e, c := range lin.All() {
 			ms = append(ms, newMapping{ext: e, canon: c})
 		}
 		slices.SortFunc(ms, func(a, b newMapping) int {
@@ -203,13 +200,13 @@ func (s *DcState) ReplaceRanks(repl map[ckf.SourceKey]*RankReplacement) ([]ckf.B
 	ns.delegate = s.delegate
 	*s = *ns
 	if d := s.delegate; d != nil {
-		for c := range old {
-			if _, ok := s.owners[c]; !ok {
+		for c := range old.Keys() {
+			if !s.owners.Has(c) {
 				d.OnRemove(c)
 			}
 		}
-		for c := range s.owners {
-			if _, ok := old[c]; !ok {
+		for c := range s.owners.Keys() {
+			if !old.Has(c) {
 				d.OnCreate(c)
 			}
 		}
@@ -227,22 +224,21 @@ func (s *DcState) install(src ckf.SourceKey, ms []newMapping, cands []ckf.Canoni
 	}
 	incs := ownerIncrements(ms)
 	for _, ci := range incs {
-		if uint64(s.owners[ci.canon].owners)+ci.n > math.MaxUint32 {
+		if e, _ := s.owners.Get(ci.canon); uint64(e.owners)+ci.n > math.MaxUint32 {
 			return ckf.NewEventError(ckf.EventOwnershipDegreeOverflow, "owner count would exceed 2^32-1")
 		}
 	}
 	if err := s.reserve(siteLineage, uint64(len(ms))); err != nil {
 		return err
 	}
-	lin := make(map[ckf.ExternalBlockHash]ckf.CanonicalHash, len(ms))
+	lin := u64map.New[ckf.ExternalBlockHash, ckf.CanonicalHash](len(ms))
 	for _, m := range ms {
-		lin[m.ext] = m.canon
+		lin.Put(m.ext, m.canon)
 	}
 	s.lineage[src] = lin
 	for _, ci := range incs {
-		e := s.owners[ci.canon]
+		e, _ := s.owners.Upsert(ci.canon)
 		e.owners += uint32(ci.n)
-		s.owners[ci.canon] = e
 	}
 	s.contributions += uint64(len(ms))
 	for _, c := range cands {

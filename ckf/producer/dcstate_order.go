@@ -185,6 +185,17 @@ func (s *DcState) publicationOrder() []int32 {
 		}
 		return o.order
 	}
+	if w.oneWalk {
+		// One walk over distinct buckets: each move goes from one bucket to the next one
+		// touched, so the moves form a single path and last-touch-first puts every
+		// destination before its source; a path has no cycle to undo.
+		for i := n - 1; i >= 0; i-- {
+			if o.state[i] == orderPending {
+				o.order = append(o.order, int32(i))
+			}
+		}
+		return o.order
+	}
 	o.buildSlotMap(w.dirty)
 	o.buildMoves(s, n)
 	o.emitAll(s, n)

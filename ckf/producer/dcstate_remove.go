@@ -13,13 +13,13 @@ import (
 // fingerprint first; if that fingerprint is missing it returns
 // ErrIndexerInvariantViolation with lineage and ownership unchanged.
 func (s *DcState) remove(src ckf.SourceKey, ext ckf.ExternalBlockHash) (bool, error) {
-	lin := s.lineage[src]
-	c, ok := lin[ext]
+	lin := s.lineageOf(src)
+	c, ok := lin.Get(ext)
 	if !ok {
 		return false, nil
 	}
-	e, ok := s.owners[c]
-	if !ok || e.owners == 0 {
+	e := s.owners.Find(c)
+	if e == nil || e.owners == 0 {
 		return false, ckf.NewEventError(ckf.EventIndexerInvariantViolation, "mapped canonical has no ownership entry")
 	}
 	if e.owners == 1 && e.resident {
@@ -33,23 +33,42 @@ func (s *DcState) remove(src ckf.SourceKey, ext ckf.ExternalBlockHash) (bool, er
 		s.markTouches([]Touch{t})
 	}
 	if e.owners == 1 {
-		delete(s.owners, c)
 		if e.resident {
 			s.residentCount--
 		}
+		s.owners.Delete(c)
 		if s.delegate != nil {
 			defer s.delegate.OnRemove(c) // after the lineage update below
 		}
 	} else {
 		e.owners--
-		s.owners[c] = e
 	}
-	delete(lin, ext)
-	if len(lin) == 0 {
+	lin.Delete(ext)
+	if lin.Len() == 0 {
 		delete(s.lineage, src)
+		s.lastLin = nil
 	}
 	s.contributions--
 	return true, nil
+}
+
+// prefetchRemovals prefetches what removing ids from src will read: first every id's lineage
+// slot, then, for the ids src maps, the canonical's ownership slot and filter buckets, so the
+// cache misses of one event overlap (ckf/internal/prefetch). It changes nothing.
+func (s *DcState) prefetchRemovals(src ckf.SourceKey, ids []ckf.ExternalBlockHash) {
+	lin := s.lineageOf(src)
+	if len(ids) < 2 || lin == nil || !s.worthPrefetching() {
+		return
+	}
+	for _, id := range ids {
+		lin.Prefetch(id)
+	}
+	for _, id := range ids {
+		if c, ok := lin.Get(id); ok {
+			s.owners.Prefetch(c)
+			s.filter.prefetch(uint64(c))
+		}
+	}
 }
 
 // removeMember drops every mapping of src (aliases included), after
@@ -58,16 +77,13 @@ func (s *DcState) remove(src ckf.SourceKey, ext ckf.ExternalBlockHash) (bool, er
 // membership). The first error is returned; later ids are still attempted.
 func (s *DcState) removeMember(src ckf.SourceKey) error {
 	lin := s.lineage[src]
-	if len(lin) == 0 {
+	if lin.Len() == 0 {
 		return nil
 	}
-	if err := s.reserveDirty(min(uint64(len(lin)), s.format.BucketCount)); err != nil {
+	if err := s.reserveDirty(min(uint64(lin.Len()), s.format.BucketCount)); err != nil {
 		return err
 	}
-	exts := make([]ckf.ExternalBlockHash, 0, len(lin))
-	for e := range lin {
-		exts = append(exts, e)
-	}
+	exts := slices.AppendSeq(make([]ckf.ExternalBlockHash, 0, lin.Len()), lin.Keys())
 	slices.Sort(exts)
 	var first error
 	for _, e := range exts {
@@ -141,6 +157,7 @@ func (s *DcState) ApplyEvent(ev RouterEvent) EventOutcome {
 			out.FirstError = ckf.NewEventError(ckf.EventCapacityExhausted, "bounded relocation omitted a fingerprint")
 		}
 	case KvEventRemoved:
+		s.prefetchRemovals(src, ev.Event.Removed)
 		for _, id := range ev.Event.Removed {
 			ok, err := s.remove(src, id)
 			switch {

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/internal/u64map"
 )
 
 // newMapping is one lineage mapping a store will add.
@@ -35,8 +36,8 @@ func (p *preparedStore) empty() bool {
 //   - an external already mapped (in lin or earlier in this batch) to a
 //     different canonical rejects the whole event (InvalidBlockSequence);
 //     mapped to the same canonical it is a re-offer.
-func prepareStore(lin map[ckf.ExternalBlockHash]ckf.CanonicalHash, d *StoreData) (preparedStore, error) {
-	return prepareStoreWith(lin, d, nil)
+func prepareStore(lin *lineageMap, d *StoreData) (preparedStore, error) {
+	return prepareStoreWith(lin, d, nil, nil)
 }
 
 // storeScratch is the store path's reusable working memory (one per DcState): the prepared
@@ -46,11 +47,15 @@ type storeScratch struct {
 	mappings []newMapping
 	cands    []ckf.CanonicalHash
 	incs     []canonInc
+	chain    []ckf.CanonicalHash
 }
 
 // prepareStoreWith is prepareStore building its mappings and candidates in sc's buffers (nil:
-// fresh ones); the result aliases them until the next call with sc.
-func prepareStoreWith(lin map[ckf.ExternalBlockHash]ckf.CanonicalHash, d *StoreData, sc *storeScratch) (p preparedStore, err error) {
+// fresh ones); the result aliases them until the next call with sc. With warm set (the state
+// the store will commit to), it first computes the event's canonical chain and prefetches
+// every block's lineage slot, ownership slot and filter buckets, so that the cache misses of
+// the whole event overlap instead of arriving one block at a time (ckf/internal/prefetch).
+func prepareStoreWith(lin *lineageMap, d *StoreData, sc *storeScratch, warm *DcState) (p preparedStore, err error) {
 	var cands, reoffers uniqueHashes
 	if sc != nil {
 		p.mappings, cands.list = sc.mappings[:0], sc.cands[:0]
@@ -59,10 +64,14 @@ func prepareStoreWith(lin map[ckf.ExternalBlockHash]ckf.CanonicalHash, d *StoreD
 	if len(d.Blocks) == 0 {
 		return p, nil
 	}
+	var chain []ckf.CanonicalHash // the event's canonicals when prefetchStore computed them
+	if warm != nil && sc != nil && warm.worthPrefetching() {
+		chain = warm.prefetchStore(lin, d, sc)
+	}
 	var prev ckf.CanonicalHash
 	havePrev := false
 	if d.HasParent {
-		c, ok := lin[d.ParentHash]
+		c, ok := lin.Get(d.ParentHash)
 		if !ok {
 			return p, ckf.NewEventError(ckf.EventParentBlockNotFound, "parent not in source lineage")
 		}
@@ -86,15 +95,18 @@ func prepareStoreWith(lin map[ckf.ExternalBlockHash]ckf.CanonicalHash, d *StoreD
 		}
 		return 0, false
 	}
-	for _, blk := range d.Blocks {
+	for i, blk := range d.Blocks {
 		var canon ckf.CanonicalHash
-		if havePrev {
+		switch {
+		case chain != nil:
+			canon = chain[i]
+		case havePrev:
 			canon = ckf.CanonicalChild(prev, blk.TokensHash)
-		} else {
+		default:
 			canon = ckf.CanonicalRoot(blk.TokensHash)
 		}
 		prev, havePrev = canon, true
-		existing, ok := lin[blk.BlockHash]
+		existing, ok := lin.Get(blk.BlockHash)
 		if !ok {
 			existing, ok = lookupBatch(blk.BlockHash)
 		}
@@ -118,6 +130,44 @@ func prepareStoreWith(lin map[ckf.ExternalBlockHash]ckf.CanonicalHash, d *StoreD
 		}
 	}
 	return p, nil
+}
+
+// prefetchFloorBytes is the ownership table size below which the exact state does not
+// prefetch: a table that small stays in the CPU's caches (with the lineage and filter it goes
+// with), so the prefetches would only cost their instructions.
+const prefetchFloorBytes = 1 << 20
+
+// worthPrefetching reports whether the exact state is large enough for prefetching to pay.
+func (s *DcState) worthPrefetching() bool { return s.owners.Bytes() >= prefetchFloorBytes }
+
+// prefetchStore prefetches, for every block of d, its lineage slot in lin and its canonical's
+// ownership slot and filter buckets, and returns the event's canonical chain (in sc.chain), or
+// nil when the parent is unknown (only the lineage is prefetched then; prepare reports the
+// error). It reads the parent's mapping to start the chain and changes nothing else.
+func (s *DcState) prefetchStore(lin *lineageMap, d *StoreData, sc *storeScratch) []ckf.CanonicalHash {
+	for _, blk := range d.Blocks {
+		lin.Prefetch(blk.BlockHash)
+	}
+	var prev ckf.CanonicalHash
+	havePrev := false
+	if d.HasParent {
+		if prev, havePrev = lin.Get(d.ParentHash); !havePrev {
+			return nil
+		}
+	}
+	chain := sc.chain[:0]
+	for _, blk := range d.Blocks {
+		if havePrev {
+			prev = ckf.CanonicalChild(prev, blk.TokensHash)
+		} else {
+			prev, havePrev = ckf.CanonicalRoot(blk.TokensHash), true
+		}
+		chain = append(chain, prev)
+		s.owners.Prefetch(prev)
+		s.filter.prefetch(uint64(prev))
+	}
+	sc.chain = chain[:0]
+	return chain
 }
 
 func containsHash(s []ckf.CanonicalHash, c ckf.CanonicalHash) bool {
@@ -207,8 +257,8 @@ func ownerIncrementsInto(out []canonInc, ms []newMapping) []canonInc {
 // a physical insert failing with something other than ErrCapacityExhausted,
 // which the mutator cannot produce.
 func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
-	lin := s.lineage[src]
-	p, err := prepareStoreWith(lin, d, &s.storeBuf)
+	lin := s.lineageOf(src)
+	p, err := prepareStoreWith(lin, d, &s.storeBuf, s)
 	if err != nil {
 		return 0, err
 	}
@@ -223,7 +273,7 @@ func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
 	var nrc, nrr uint64
 	for i := range incs {
 		ci := &incs[i]
-		ci.e = s.owners[ci.canon]
+		ci.e, _ = s.owners.Get(ci.canon)
 		if uint64(ci.e.owners)+ci.n > math.MaxUint32 {
 			return 0, ckf.NewEventError(ckf.EventOwnershipDegreeOverflow, "owner count would exceed 2^32-1")
 		}
@@ -235,7 +285,7 @@ func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
 		return 0, err
 	}
 	for _, c := range p.reoffers {
-		if !s.owners[c].resident {
+		if e, _ := s.owners.Get(c); !e.resident {
 			nrr++
 		}
 	}
@@ -247,11 +297,11 @@ func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
 	// Mutation starts here.
 	if len(p.mappings) > 0 {
 		if lin == nil {
-			lin = make(map[ckf.ExternalBlockHash]ckf.CanonicalHash, len(p.mappings))
+			lin = u64map.New[ckf.ExternalBlockHash, ckf.CanonicalHash](len(p.mappings))
 			s.lineage[src] = lin
 		}
 		for _, m := range p.mappings {
-			lin[m.ext] = m.canon
+			lin.Put(m.ext, m.canon)
 		}
 		for i := range incs {
 			ci := &incs[i]
@@ -267,10 +317,10 @@ func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
 	for i := range incs {
 		ci := &incs[i]
 		ok, err := s.admitEntry(ci.canon, &ci.e, s.cfg.MaxKicks)
-		s.owners[ci.canon] = ci.e
+		s.owners.Put(ci.canon, ci.e)
 		if err != nil {
 			for _, rest := range incs[i+1:] {
-				s.owners[rest.canon] = rest.e
+				s.owners.Put(rest.canon, rest.e)
 			}
 			return omissions, err
 		}
@@ -290,15 +340,11 @@ func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
 // relocations. It returns (true, nil) if resident afterwards, (false, nil)
 // on a capacity omission (table unchanged).
 func (s *DcState) admit(c ckf.CanonicalHash, maxKicks uint64) (bool, error) {
-	e := s.owners[c]
-	if e.resident {
-		return true, nil
+	e := s.owners.Find(c)
+	if e == nil {
+		return false, ckf.NewEventError(ckf.EventIndexerInvariantViolation, "admitted canonical has no ownership entry")
 	}
-	ok, err := s.admitEntry(c, &e, maxKicks)
-	if ok {
-		s.owners[c] = e
-	}
-	return ok, err
+	return s.admitEntry(c, e, maxKicks)
 }
 
 // admitEntry is admit on an entry the caller holds: it sets e.resident and leaves the owner map

@@ -82,7 +82,7 @@ func TestBehaviour01_SharedOwnership(t *testing.T) {
 		t.Fatal("removing one owner must keep the hash")
 	}
 	mustApplyEvent(t, s, removeEv(b, 20))
-	if len(s.owners) != 0 || len(s.lineage) != 0 || s.ResidentCount() != 0 {
+	if s.owners.Len() != 0 || len(s.lineage) != 0 || s.ResidentCount() != 0 {
 		t.Fatal("removing both must empty the state")
 	}
 	for _, w := range s.filter.words {
@@ -207,8 +207,8 @@ func TestBehaviour07_CapacityFailureKeepsLineage(t *testing.T) {
 	}
 	out := s.ApplyEvent(storeEv(k, blocks...))
 	prodWantErr(t, out.FirstError, ckf.ErrCapacityExhausted)
-	if s.MemberBlockCount(k) != 20 || len(s.owners) != 20 {
-		t.Fatalf("lineage %d owners %d", s.MemberBlockCount(k), len(s.owners))
+	if s.MemberBlockCount(k) != 20 || s.owners.Len() != 20 {
+		t.Fatalf("lineage %d owners %d", s.MemberBlockCount(k), s.owners.Len())
 	}
 	if s.ResidentCount() >= 20 || s.ResidentCount() == 0 || s.LifetimeCapacityOmissions() != 20-s.ResidentCount() {
 		t.Fatalf("resident %d omissions %d", s.ResidentCount(), s.LifetimeCapacityOmissions())
@@ -255,8 +255,8 @@ func TestBehaviour10_VllmAndSglangIdsShareCanonicalOwner(t *testing.T) {
 	// Captured-style ids: vLLM uses large hashes, SGLang small sequential ids.
 	mustApplyEvent(t, s, storeEv(vllm, pBlk(0x9f3c_52e1_07aa_4b10, 0xC0FFEE)))
 	mustApplyEvent(t, s, storeEv(sglang, pBlk(17, 0xC0FFEE)))
-	if o, r := s.Owners(0xC0FFEE); o != 2 || !r || len(s.owners) != 1 || s.ResidentCount() != 1 {
-		t.Fatalf("owners %d resident %v entries %d", o, r, len(s.owners))
+	if o, r := s.Owners(0xC0FFEE); o != 2 || !r || s.owners.Len() != 1 || s.ResidentCount() != 1 {
+		t.Fatalf("owners %d resident %v entries %d", o, r, s.owners.Len())
 	}
 }
 
@@ -267,7 +267,7 @@ func TestBehaviour11_UnknownParentRejected(t *testing.T) {
 	words := s.CopyWords()
 	out := s.ApplyEvent(storeChildEv(k, 999, pBlk(2, 22), pBlk(3, 33)))
 	prodWantErr(t, out.FirstError, ckf.ErrParentBlockNotFound)
-	if s.MemberBlockCount(k) != 1 || len(s.owners) != 1 || !slices.Equal(words, s.CopyWords()) || out.Publication != nil {
+	if s.MemberBlockCount(k) != 1 || s.owners.Len() != 1 || !slices.Equal(words, s.CopyWords()) || out.Publication != nil {
 		t.Fatal("partial state after unknown parent")
 	}
 	if s.Stats().ParentNotFound != 1 {
@@ -474,7 +474,7 @@ func TestBehaviour21_LoraSaltedRemovalByLineage(t *testing.T) {
 		t.Fatal("removal must resolve through external lineage only")
 	}
 	out = s.ApplyEvent(removeEv(k, 501))
-	if out.UnknownRemovals != 0 || len(s.owners) != 0 {
+	if out.UnknownRemovals != 0 || s.owners.Len() != 0 {
 		t.Fatal("removal by external id")
 	}
 }
@@ -577,9 +577,7 @@ func TestBehaviour26_StoreReservationFailureCommitsNothing(t *testing.T) {
 	s := mustDcState(t, cfgN(64, 1))
 	k := pSrc(1, 0)
 	mustApplyEvent(t, s, storeEv(k, pBlk(1, 11)))
-	e := s.owners[11]
-	e.owners = math.MaxUint32
-	s.owners[11] = e
+	s.owners.Find(11).owners = math.MaxUint32
 	out := s.ApplyEvent(storeEv(pSrc(2, 0), pBlk(9, 11), pBlk(10, 12)))
 	prodWantErr(t, out.FirstError, ckf.ErrOwnershipDegreeOverflow)
 	if s.MemberBlockCount(pSrc(2, 0)) != 0 {
@@ -602,8 +600,8 @@ func TestBehaviour27_SaturatedReplacementOmitsOnlyResidency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.MemberBlockCount(k) != 12 || len(s.owners) != 12 || s.ResidentCount() > 8 || s.LifetimeCapacityOmissions() == 0 {
-		t.Fatalf("lineage %d owners %d resident %d omissions %d", s.MemberBlockCount(k), len(s.owners), s.ResidentCount(), s.LifetimeCapacityOmissions())
+	if s.MemberBlockCount(k) != 12 || s.owners.Len() != 12 || s.ResidentCount() > 8 || s.LifetimeCapacityOmissions() == 0 {
+		t.Fatalf("lineage %d owners %d resident %d omissions %d", s.MemberBlockCount(k), s.owners.Len(), s.ResidentCount(), s.LifetimeCapacityOmissions())
 	}
 	if s.LifetimeCapacityOmissions() != 12-s.ResidentCount() || len(batch) == 0 {
 		t.Fatal("omission count / batch")
@@ -802,7 +800,7 @@ func TestRemoveWorkerAndRankForcedDrain(t *testing.T) {
 		t.Fatal("other worker affected")
 	}
 	batch, err = s.RemoveRank(pSrc(2, 0))
-	if err != nil || len(batch) != 1 || batch[0].Value != 0 || len(s.owners) != 0 {
+	if err != nil || len(batch) != 1 || batch[0].Value != 0 || s.owners.Len() != 0 {
 		t.Fatalf("remove rank: %v %v", batch, err)
 	}
 	if b, _ := s.RemoveRank(pSrc(9, 9)); b != nil {

@@ -3,8 +3,11 @@ package producer
 import (
 	"math"
 	"math/bits"
+	"unsafe"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/internal/hugepage"
+	"github.com/ckf-stream/ckf-stream/ckf/internal/prefetch"
 )
 
 // Mutator (producer §6): SplitMix64, bounded-kick insertion with full rollback,
@@ -67,9 +70,11 @@ func NewPackedFilter(addr ckf.Addressing, maxKicks uint64) (*PackedFilter, error
 	if n == 0 || n > math.MaxInt/8 || maxKicks > ckf.MaxKicks {
 		return nil, &ckf.BuildError{Kind: ckf.BuildCapacityOverflow}
 	}
+	words := make([]uint64, n)
+	hugepage.Advise(words) // random bucket reads: huge pages spare most TLB misses
 	return &PackedFilter{
 		addr:    addr,
-		words:   make([]uint64, n),
+		words:   words,
 		rng:     SplitMix64{State: LaneRngSeed(addr.Seed(), 0)},
 		touched: make([]Touch, maxKicks+1),
 		keys:    newProbeKeys(addr),
@@ -95,6 +100,15 @@ func (f *PackedFilter) RngState() uint64 { return f.rng.State }
 func (f *PackedFilter) Contains(hash uint64) bool {
 	fp, a := f.keys.probe(hash)
 	return f.ContainsProbe(ckf.Probe{Fingerprint: fp, BucketA: a, BucketB: a ^ f.keys.delta(fp)})
+}
+
+// prefetch starts loading both candidate buckets of hash (see ckf/internal/prefetch); an
+// Insert, Remove or Contains of hash shortly after then finds them in cache.
+func (f *PackedFilter) prefetch(hash uint64) {
+	fp, a := f.keys.probe(hash)
+	w := f.words
+	prefetch.Line(unsafe.Pointer(&w[a]))
+	prefetch.Line(unsafe.Pointer(&w[a^f.keys.delta(fp)]))
 }
 
 // ContainsProbe is Contains for a precomputed probe. Both buckets are

@@ -1,10 +1,6 @@
 package producer
 
-import (
-	"math/bits"
-
-	"github.com/ckf-stream/ckf-stream/ckf"
-)
+import "github.com/ckf-stream/ckf-stream/ckf"
 
 // Inline addressing for the mutator's hot paths. The functions below
 // evaluate exactly the formulas of producer §3 (tested against Addressing for
@@ -18,10 +14,7 @@ import (
 
 // XXH3 default-secret words used by those two paths.
 const (
-	xxh3Secret008 uint64 = 0x1cad21f72c81017c
-	xxh3Secret016 uint64 = 0xdb979083e96dd4de
 	xxh3Secret32x uint64 = 0xbe4ba423 ^ 0x396cfeb8 // secret u32 words 0 and 4
-	xxh3RrmxmxMul uint64 = 0x9fb21c651e98df25
 	xxh64Prime2   uint64 = 14029467366897019727
 	xxh64Prime3   uint64 = 1609587929392839161
 )
@@ -29,31 +22,21 @@ const (
 // probeKeys are the seed-derived constants of the inline addressing.
 type probeKeys struct {
 	mask    uint64 // bucket_count - 1
-	hashKey uint64 // keyed-input constant of XXH3(LE64(h), seed)
+	hashKey uint64 // ckf.Addressing.MixKey: the seeded part of XXH3(LE64(h), seed)
 	altKey  uint64 // keyed-input constant of XXH3(LE16(fp), seed ^ domain)
 }
 
 func newProbeKeys(a ckf.Addressing) probeKeys {
 	seed := a.Seed()
-	s8 := seed ^ uint64(bits.ReverseBytes32(uint32(seed)))<<32
 	return probeKeys{
 		mask:    a.BucketCount() - 1,
-		hashKey: (xxh3Secret008 ^ xxh3Secret016) - s8,
+		hashKey: a.MixKey(),
 		altKey:  xxh3Secret32x + (seed ^ ckf.AlternateBucketDomain),
 	}
 }
 
 // mix is XXH3_64(LE64(h), seed).
-func (k *probeKeys) mix(h uint64) uint64 {
-	// The 4..8-byte path reads the low and high 32-bit halves and swaps
-	// them: hi + lo<<32 is a 32-bit rotation of h.
-	x := bits.RotateLeft64(h, 32) ^ k.hashKey
-	x ^= bits.RotateLeft64(x, 49) ^ bits.RotateLeft64(x, 24)
-	x *= xxh3RrmxmxMul
-	x ^= (x >> 35) + 8
-	x *= xxh3RrmxmxMul
-	return x ^ x>>28
-}
+func (k *probeKeys) mix(h uint64) uint64 { return ckf.Mix8(h, k.hashKey) }
 
 // probe returns fingerprint and bucket_a of h; bucket_b = a ^ delta(fp).
 func (k *probeKeys) probe(h uint64) (uint16, uint64) {

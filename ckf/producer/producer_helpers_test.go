@@ -3,7 +3,7 @@ package producer
 import (
 	"errors"
 	"fmt"
-	"slices"
+	"maps"
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -85,10 +85,10 @@ func checkInvariants(s *DcState) error {
 	counts := make(map[ckf.CanonicalHash]uint64)
 	var contributions uint64
 	for k, lin := range s.lineage {
-		if len(lin) == 0 {
+		if lin.Len() == 0 {
 			return fmt.Errorf("source %v has an empty lineage entry", k)
 		}
-		for _, c := range lin {
+		for _, c := range lin.All() {
 			counts[c]++
 			contributions++
 		}
@@ -96,11 +96,11 @@ func checkInvariants(s *DcState) error {
 	if contributions != s.contributions {
 		return fmt.Errorf("contributions %d, recomputed %d", s.contributions, contributions)
 	}
-	if len(counts) != len(s.owners) {
-		return fmt.Errorf("owner entries %d, canonicals in lineage %d", len(s.owners), len(counts))
+	if len(counts) != s.owners.Len() {
+		return fmt.Errorf("owner entries %d, canonicals in lineage %d", s.owners.Len(), len(counts))
 	}
 	var resident uint64
-	for c, e := range s.owners {
+	for c, e := range s.owners.All() {
 		if e.owners == 0 {
 			return fmt.Errorf("canonical %#x has a zero-owner entry", uint64(c))
 		}
@@ -179,31 +179,24 @@ func prodApplyImages(words []uint64, images []ckf.BucketImage) {
 	}
 }
 
-// canonicalSet returns the sorted canonicals of a source's lineage.
+// lineageOf copies source k's lineage into a Go map, for comparisons.
 func lineageOf(s *DcState, k ckf.SourceKey) map[ckf.ExternalBlockHash]ckf.CanonicalHash {
-	out := make(map[ckf.ExternalBlockHash]ckf.CanonicalHash)
-	for e, c := range s.lineage[k] {
-		out[e] = c
+	return maps.Collect(s.lineage[k].All())
+}
+
+// allLineages copies every source's lineage into Go maps, for comparisons.
+func allLineages(s *DcState) map[ckf.SourceKey]map[ckf.ExternalBlockHash]ckf.CanonicalHash {
+	out := make(map[ckf.SourceKey]map[ckf.ExternalBlockHash]ckf.CanonicalHash, len(s.lineage))
+	for k, lin := range s.lineage {
+		out[k] = maps.Collect(lin.All())
 	}
 	return out
 }
 
-func ownersSnapshot(s *DcState) map[ckf.CanonicalHash]ownerEntry {
-	out := make(map[ckf.CanonicalHash]ownerEntry, len(s.owners))
-	for c, e := range s.owners {
-		out[c] = e
-	}
-	return out
-}
+// ownersSnapshot copies the ownership records into a Go map, for comparisons.
+func ownersSnapshot(s *DcState) map[ckf.CanonicalHash]ownerEntry { return maps.Collect(s.owners.All()) }
 
-func sortedCanonicals(s *DcState) []ckf.CanonicalHash {
-	out := make([]ckf.CanonicalHash, 0, len(s.owners))
-	for c := range s.owners {
-		out = append(out, c)
-	}
-	slices.Sort(out)
-	return out
-}
+func sortedCanonicals(s *DcState) []ckf.CanonicalHash { return sortedCanonicalKeys(&s.owners) }
 
 // fillTwoBucketState returns a 2-bucket state (expected 1) whose eight
 // slots are full, owned by source k through externals 1000..1007, with the

@@ -94,13 +94,9 @@ func (d *streamDriver) tok(c prodChooser) uint64 { return uint64(c(12)) * 0x9E37
 
 func (d *streamDriver) randomStore(c prodChooser, k ckf.SourceKey) StoreData {
 	var sd StoreData
-	if lin := d.s.lineage[k]; len(lin) > 0 && c(2) == 0 {
+	if lin := d.s.lineage[k]; lin.Len() > 0 && c(2) == 0 {
 		// pick a parent from the lineage (deterministically by rank)
-		exts := make([]ckf.ExternalBlockHash, 0, len(lin))
-		for e := range lin {
-			exts = append(exts, e)
-		}
-		slices.Sort(exts)
+		exts := slices.Sorted(lin.Keys())
 		sd.HasParent, sd.ParentHash = true, exts[c(len(exts))]
 	} else if c(8) == 0 {
 		sd.HasParent, sd.ParentHash = true, ckf.ExternalBlockHash(d.extID(c)) // maybe unknown
@@ -255,7 +251,7 @@ func (d *streamDriver) finish() error {
 			return fmt.Errorf("bucket %d = %#x after removing everything", b, w)
 		}
 	}
-	if len(d.s.owners) != 0 || len(d.s.lineage) != 0 || d.s.residentCount != 0 {
+	if d.s.owners.Len() != 0 || len(d.s.lineage) != 0 || d.s.residentCount != 0 {
 		return fmt.Errorf("state not empty after removing everything")
 	}
 	if d.synced && !slices.Equal(d.replica, d.s.filter.words) {

@@ -1,0 +1,18 @@
+package prefetch
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// TestLineHasNoEffect: prefetching valid, nil and unmapped addresses neither faults nor changes
+// the memory it names.
+func TestLineHasNoEffect(t *testing.T) {
+	buf := []uint64{1, 2, 3}
+	Line(unsafe.Pointer(&buf[1]))
+	Line(nil)
+	Line(unsafe.Add(unsafe.Pointer(&buf[0]), 1<<40)) // far outside the slice, most likely unmapped
+	if buf[0] != 1 || buf[1] != 2 || buf[2] != 3 {
+		t.Fatalf("memory changed: %v", buf)
+	}
+}
