@@ -4,17 +4,18 @@
 //
 // Why not a Go map: a Go map lookup walks a directory, a table and a control group before it
 // reaches the slot, which is two or three cache misses on a map far larger than the caches;
-// here the key and its value share one slot and a lookup usually costs one miss. The keys need
-// no real hashing (canonical hashes are already uniform; external ids are mixed by one 64×64→128
-// multiply), probes use power-of-two masks, and deletion shifts entries back instead of leaving
-// tombstones, so a long-running map never degrades and never needs a clean-up rehash.
+// here the key and its value share one slot and a lookup usually costs one miss. Every key is
+// mixed by one 64×64→128-bit multiply, which is all the hashing that uniform canonical hashes
+// need and enough to spread sequential external ids; probes use power-of-two masks, and
+// deletion shifts entries back instead of leaving tombstones, so a long-running map never
+// degrades and never needs a clean-up rehash.
 //
-// Layout: linear probing with Robin Hood ordering over one slice of {key, value} slots. The key 0 marks an empty slot;
-// the real key 0 lives in a side slot of its own. Each map draws a random seed (with its first
-// table) that is mixed into every home position, so a producer of adversarial keys cannot aim them at one run of
-// slots (they would have to guess the seed). The seed changes no result: every operation's
-// outcome is independent of it, and iteration order, which does depend on it, is unspecified
-// as for Go maps.
+// Layout: linear probing with Robin Hood ordering over one slice of {key, value} slots. The key
+// 0 marks an empty slot; the real key 0 lives in a side slot of its own. Each map draws a random
+// seed (with its first table) that is mixed into every home position, so a producer of
+// adversarial keys cannot aim them at one run of slots (they would have to guess the seed). The
+// seed changes no result: every operation's outcome is independent of it, and iteration order,
+// which does depend on it, is unspecified as for Go maps.
 //
 // Concurrency: none. A Map is owned by one goroutine.
 package u64map
@@ -42,7 +43,8 @@ const minSlots = 8
 // shrink, the next growth needs the keys to double at least, the next shrink to fall by 4×.
 const shrinkFloor = 64
 
-// Map is a hash map from K (a 64-bit integer type) to V. The zero value is an empty map ready to use.
+// Map is a hash map from K (a 64-bit integer type) to V. The zero value is an empty map, ready
+// to use.
 //
 // Invariants (Robin Hood linear probing; dist(i) is how far the key in slot i sits past its
 // home): every live key k sits at a slot reachable from home(k) by stepping forward
