@@ -1,0 +1,78 @@
+package streams_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// streamDeltas returns n consecutive deltas of one image each, sequences 1..n.
+func streamDeltas(n int) []ckf.Delta {
+	ds := make([]ckf.Delta, n)
+	for i := range ds {
+		ds[i] = ckf.Delta{BaseSequence: uint64(i), Sequence: uint64(i + 1),
+			Images: []ckf.BucketImage{{Bucket: uint64(i), Value: uint64(0x1000 + i)}}}
+	}
+	return ds
+}
+
+// TestLaneWriterStreamedDeltasCommitWithTheNextWrite: deltas streamed in two calls become one
+// transaction with the next write, which carries two more; a read_committed reader then finds
+// all four, in order, with their images.
+func TestLaneWriterStreamedDeltasCommitWithTheNextWrite(t *testing.T) {
+	e := newTestEnv(t, 1<<12)
+	const lane = 3
+	w := e.transactionalProducer(lane, 1).w
+	ds := streamDeltas(4)
+	for _, part := range [][]ckf.Delta{ds[:1], ds[1:2]} {
+		if err := w.StreamDeltas(part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.WriteDeltas(context.Background(), ds[2:]); err != nil {
+		t.Fatal(err)
+	}
+	recs := laneRecords(t, e.topics.Lanes, lane)
+	if len(recs) != len(ds) {
+		t.Fatalf("%d committed records, want %d", len(recs), len(ds))
+	}
+	for i, rec := range recs {
+		lr, err := e.codec.DecodeLaneRecord(rec.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := lr.Delta
+		if lr.Kind != schemas.LaneDelta || d.Sequence != ds[i].Sequence || d.BaseSequence != ds[i].BaseSequence ||
+			d.Images.Len() != 1 || d.Images.At(0).Bucket != ds[i].Images[0].Bucket || d.Images.At(0).Value != ds[i].Images[0].Value {
+			t.Fatalf("record %d: %+v, want delta %+v", i, lr, ds[i])
+		}
+	}
+}
+
+// TestLaneWriterStreamedDeltaFailureAbortsTheCommit: a streamed delta that cannot be delivered
+// (its partition does not exist) makes the write that would commit it fail instead of
+// committing without it.
+func TestLaneWriterStreamedDeltaFailureAbortsTheCommit(t *testing.T) {
+	e := newTestEnv(t, 1<<12)
+	topic := testenv.NewTopic(t, 1)
+	id, _ := e.producerState(5, 1)
+	cl := e.cluster.Client(t, append(streams.LaneWriterClientOpts(), kgo.TransactionalID(testenv.UniqueName(t, "txn")))...)
+	cfg := streams.DefaultLaneWriterConfig()
+	cfg.LaneTopic, cfg.Lane, cfg.Transactional, cfg.WriteTimeout = topic, 5, true, 2*time.Second
+	w, err := streams.NewLaneWriter(cl, e.codec, id, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.StreamDeltas(streamDeltas(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteDeltas(context.Background(), nil); err == nil {
+		t.Fatal("the write committed a transaction whose streamed deltas were never delivered")
+	}
+}
