@@ -110,7 +110,7 @@ func (m *Map[K, V]) Get(k K) (V, bool) {
 func (m *Map[K, V]) Has(k K) bool { return m.Find(k) != nil }
 
 // Find returns a pointer to k's value, or nil when k is absent. The pointer is valid until the
-// next insertion, deletion, Reserve or Clear on m.
+// next insertion, deletion or Reserve on m.
 func (m *Map[K, V]) Find(k K) *V {
 	if m == nil {
 		return nil
@@ -265,13 +265,6 @@ func slotsFor(n int) int {
 		need *= 2
 	}
 	return need
-}
-
-// Clear removes every key, keeping the allocated slots.
-func (m *Map[K, V]) Clear() {
-	clear(m.slots)
-	var z V
-	m.live, m.hasZero, m.zero = 0, false, z
 }
 
 // All yields every key and its value, in an unspecified order. The map must not be changed
