@@ -154,8 +154,8 @@ func (m *Map[K, V]) Put(k K, v V) {
 }
 
 // Upsert returns a pointer to k's value, inserting k with the zero value first when absent, and
-// whether k was already present. The pointer is valid until the next insertion, deletion,
-// Reserve or Clear on m.
+// whether k was already present. The pointer is valid until the next insertion, deletion or
+// Reserve on m.
 func (m *Map[K, V]) Upsert(k K) (p *V, existed bool) {
 	if k == 0 {
 		existed = m.hasZero
