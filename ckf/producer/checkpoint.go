@@ -663,12 +663,7 @@ func radixSortPairs(p, scratch []keyedPair) {
 		if c[byte(src[0].key>>(8*d))] == len(p) {
 			continue
 		}
-		var offs [256]int
-		sum := 0
-		for i, n := range c {
-			offs[i] = sum
-			sum += n
-		}
+		offs := digitOffsets(c)
 		shift := uint(8 * d)
 		for _, x := range src {
 			b := byte(x.key >> shift)
@@ -680,6 +675,17 @@ func radixSortPairs(p, scratch []keyedPair) {
 	if &src[0] != &p[0] {
 		copy(p, src)
 	}
+}
+
+// digitOffsets is where each byte value's run starts in one radix pass: the prefix sums of the
+// pass's counts.
+func digitOffsets(c *[256]int) (offs [256]int) {
+	sum := 0
+	for i, n := range c {
+		offs[i] = sum
+		sum += n
+	}
+	return offs
 }
 
 // radixSortHashes is radixSortPairs for bare canonical hashes.
@@ -700,12 +706,7 @@ func radixSortHashes(p, scratch []ckf.CanonicalHash) {
 		if c[byte(src[0]>>(8*d))] == len(p) {
 			continue
 		}
-		var offs [256]int
-		sum := 0
-		for i, n := range c {
-			offs[i] = sum
-			sum += n
-		}
+		offs := digitOffsets(c)
 		shift := uint(8 * d)
 		for _, k := range src {
 			b := byte(k >> shift)
