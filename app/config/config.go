@@ -137,8 +137,10 @@ type SASL struct {
 // names are the contract's (schemas.RecordType.DefaultTopic), with topic_prefix prepended; they
 // are repeated below only as documentation.
 type Topics struct {
-	// KVEvents carries KV-cache events from inference engines, keyed by worker. Default
-	// "kv-events".
+	// KVEvents carries KV-cache events from inference engines, keyed by worker. A relay reads
+	// every partition of it as its DC's whole state, so each DC needs a topic of its own: set
+	// each relay's kv_events to its DC's topic (demo and loadgen append ".dc-<DC id in hex>").
+	// Default "kv-events".
 	KVEvents string `yaml:"kv_events"`
 	// Lanes carries CKF snapshots and deltas; partition p is physical lane p. Default
 	// "ckf-lanes".
