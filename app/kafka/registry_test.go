@@ -229,9 +229,9 @@ func wireID(t *testing.T, framed []byte) int {
 }
 
 // TestRegistrySubjectsAndWireIDs: a process's codec (Connection.Codec, which every component
-// takes) registers every record type under
-// "<topic_prefix><topic>-value", and the records it writes carry the registry's ids in the 5-byte
-// header, which a second process (lookup only) and no built-in codec can read.
+// takes) registers every record type under "<topic_prefix><topic>-value", and the records it
+// writes carry the registry's ids in the 5-byte header, which a second process (lookup only) and
+// no built-in codec can read.
 func TestRegistrySubjectsAndWireIDs(t *testing.T) {
 	cfg := registryConfig(t)
 	createTopics(t, cfg.Topics.LaneEvents, cfg.Topics.Queries) // the two topics the test writes
