@@ -63,6 +63,12 @@ var descriptions = map[string]Description{
 	"topics.snapshot_index":    {"compacted: where each lane's latest complete snapshot starts, keyed lane-<n>", []string{CommandDemo, CommandIndexer, CommandRelay}},
 	"topics.relay_checkpoints": {"the relays' own state checkpoints; partition p is lane p's relay", relayCommands},
 
+	"schema_registry.urls":        {"Confluent-compatible schema registry base URLs; empty uses the built-in schema ids", clientCommands},
+	"schema_registry.username":    {"registry basic-auth user (with schema_registry.password)", clientCommands},
+	"schema_registry.password":    {"registry basic-auth password, never printed (pass it by file or variable)", clientCommands},
+	"schema_registry.timeout":     {"bound of each registry request: registrations at start, unseen ids while decoding", clientCommands},
+	"schema_registry.lookup_only": {"look the schemas up instead of registering them (read-only registry account)", clientCommands},
+
 	"http.listen":             {"host:port of /healthz, /readyz, /metrics and the indexer's HTTP API (loadgen picks a free port)", processCommands},
 	"log.level":               {"minimum level logged: debug, info, warn or error", processCommands},
 	"log.format":              {"log encoding: json (one object per line) or console", processCommands},
