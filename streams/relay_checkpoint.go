@@ -41,16 +41,15 @@ import (
 
 // checkpointState is the relay loop's checkpoint bookkeeping.
 type checkpointState struct {
-	next          map[int32]int64 // KV partition -> next offset to apply (every record read so far)
-	published     map[int32]int64 // KV offsets whose events are in committed lane records
-	lagCommitted  map[int32]int64 // what LagGroup last received
-	events        uint64          // KV records applied since the relay first started (all incarnations)
-	eventsAtLast  uint64          // events at the last checkpoint
-	lastAt        time.Time       // when the last checkpoint was committed (or restored)
-	lastID        uint64
-	lastLagCommit time.Time
-	buf           []byte
-	chunkBytes    int // state bytes per chunk record: CheckpointChunkBytes, or less to fit the topic
+	next         map[int32]int64 // KV partition -> next offset to apply (every record read so far)
+	published    map[int32]int64 // KV offsets whose events are in committed lane records
+	lag          lagCommitter    // commits published into LagGroup
+	events       uint64          // KV records applied since the relay first started (all incarnations)
+	eventsAtLast uint64          // events at the last checkpoint
+	lastAt       time.Time       // when the last checkpoint was committed (or restored)
+	lastID       uint64
+	buf          []byte
+	chunkBytes   int // state bytes per chunk record: CheckpointChunkBytes, or less to fit the topic
 }
 
 // checkpointRecordLimit reads the checkpoint topic's effective max.message.bytes at a new
@@ -203,34 +202,18 @@ func (rl *relayLoop) notePublished() {
 }
 
 // commitLag commits the published offsets to LagGroup when they moved and LagCommitInterval has
-// passed (force: whatever the interval). A failure is logged; the next one retries.
+// passed (force: whatever the interval). A failure is counted and logged; the next one retries.
 func (rl *relayLoop) commitLag(force bool) {
-	r, cfg := rl.r, rl.cfg
-	if cfg.LagGroup == "" || len(rl.ck.published) == 0 || maps.Equal(rl.ck.published, rl.ck.lagCommitted) {
-		return
-	}
-	now := rl.now()
-	if !force && now.Before(rl.ck.lastLagCommit.Add(cfg.LagCommitInterval)) {
-		return
-	}
-	rl.ck.lastLagCommit = now
-	var os kadm.Offsets
-	for p, o := range rl.ck.published {
-		os.Add(kadm.Offset{Topic: cfg.Topics.KVEvents, Partition: p, At: o, LeaderEpoch: -1})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.WriteTimeout)
-	defer cancel()
-	resp, err := kadm.NewClient(rl.outCl).CommitOffsets(ctx, cfg.LagGroup, os)
-	if err == nil {
-		err = resp.Error()
-	}
+	r := rl.r
+	ok, err := rl.ck.lag.commit(rl.outCl, rl.now(), rl.ck.published, force)
 	if err != nil {
 		r.metrics.lagCommitErrors.Inc(1)
-		r.log.Warn("lag offsets not committed", zap.String("group", cfg.LagGroup), zap.Error(err))
+		r.log.Warn("lag offsets not committed", zap.String("group", rl.ck.lag.group), zap.Error(err))
 		return
 	}
-	rl.ck.lagCommitted = maps.Clone(rl.ck.published)
-	r.c.lagCommits.Add(1)
+	if ok {
+		r.c.lagCommits.Add(1)
+	}
 }
 
 // restoreCheckpoint reads the newest usable checkpoint of the pool, given the KV topic's listed

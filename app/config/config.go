@@ -291,7 +291,7 @@ type Indexer struct {
 }
 
 // Freshness is the policy that takes a lane out of answers while it lags its partition: a
-// lane whose applied position is behind the high watermark by more than MaxRecordLag records, or
+// lane whose applied position is behind the last stable offset by more than MaxRecordLag records, or
 // whose last applied record is older than MaxTimeLag while records wait, is reported and
 // excluded until it catches up.
 type Freshness struct {

@@ -444,14 +444,14 @@ func newQueryMetrics(root tally.Scope, path string) queryMetrics {
 		buckets = append(buckets, time.Duration(sec*float64(time.Second)))
 	}
 	m := queryMetrics{
-		requests: s.Counter("requests"),
-		invalid:  s.Counter("invalid_requests"),
+		requests: s.Counter("requests_total"),
+		invalid:  s.Counter("invalid_requests_total"),
 		// latency: the whole request on the HTTP path (decode, answer, encode, write).
 		latency:       s.Histogram("latency_seconds", buckets),
 		answerLatency: s.Histogram("answer_latency_seconds", buckets),
 	}
 	for st := schemas.QueryOK; st <= schemas.QueryInvalidRequest; st++ {
-		m.replies[st] = s.Tagged(map[string]string{"status": strings.ToLower(st.String())}).Counter("replies")
+		m.replies[st] = s.Tagged(map[string]string{"status": strings.ToLower(st.String())}).Counter("replies_total")
 	}
 	return m
 }
