@@ -220,7 +220,7 @@ func NewIndexer(p IndexerParams) (*Indexer, error) {
 		cfg.LagGroup = IndexerLagGroup("", p.Indexer.Manifest().ConsumerInstance())
 	}
 	ix := &Indexer{cfg: cfg, g: p.Indexer, codec: p.Codec, opts: clientOpts{shared: p.ClientOpts, perRole: p.ClientOptsFor}, log: log.Named("indexer"),
-		metrics: newIndexerMetrics(p.Metrics), started: make(chan struct{})}
+		metrics: newIndexerMetrics(p.Metrics, func(l uint8) bool { _, ok := p.Indexer.Manifest().PoolOf(l); return ok }), started: make(chan struct{})}
 	return ix, nil
 }
 

@@ -9,7 +9,9 @@ import (
 )
 
 // indexerMetrics caches the indexer's per-lane metric handles (one set of tag keys per metric
-// name, lane as the only tag: bounded cardinality).
+// name, lane as the only tag: bounded cardinality). Only configured lanes get series: a lane
+// outside the manifest would otherwise export ready 0 forever and page the lane-not-ready alert
+// (deploy/prometheus/alerts.yml); its handles are no-ops.
 type indexerMetrics struct {
 	lanes           [ckf.LaneCount]laneMetrics
 	lagCommitErrors tally.Counter
@@ -30,14 +32,17 @@ var installBuckets = tally.DurationBuckets{
 	50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, time.Second, 5 * time.Second,
 }
 
-func newIndexerMetrics(root tally.Scope) *indexerMetrics {
+func newIndexerMetrics(root tally.Scope, configured func(lane uint8) bool) *indexerMetrics {
 	if root == nil {
 		root = tally.NoopScope
 	}
 	s := root.SubScope("indexer")
 	m := &indexerMetrics{lagCommitErrors: s.Counter("lag_commit_errors_total")}
 	for l := range m.lanes {
-		ls := s.Tagged(map[string]string{"lane": strconv.Itoa(l)})
+		ls := tally.NoopScope
+		if configured(uint8(l)) {
+			ls = s.Tagged(map[string]string{"lane": strconv.Itoa(l)})
+		}
 		m.lanes[l] = laneMetrics{
 			scope:           ls,
 			deltas:          ls.Counter("lane_deltas_total"),

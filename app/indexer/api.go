@@ -427,7 +427,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // queryMetrics are the metrics of one query path, under the names the Kafka query service uses
 // (scope "query": requests, invalid_requests, replies by status, latency_seconds,
 // answer_latency_seconds), tagged path=<path>. The two paths thus share one set of series per
-// name: ckf_query_replies{path="http",status="unavailable"} is the HTTP path's unavailable count.
+// name: ckf_query_replies_total{path="http",status="unavailable"} is the HTTP path's unavailable count.
 type queryMetrics struct {
 	requests, invalid      tally.Counter
 	replies                [3]tally.Counter // by schemas.QueryStatus
