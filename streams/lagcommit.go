@@ -64,3 +64,37 @@ func (c *lagCommitter) commit(cl *kgo.Client, now time.Time, positions map[int32
 	c.committed = maps.Clone(positions)
 	return true, nil
 }
+
+// lagFromStable lists the topic's last stable offsets (ListOffsets under read_committed) and
+// returns, summed over its partitions, how far positions are behind them: the lag of the offsets
+// just committed, counted as a read_committed consumer can reach, which group lag tools (counting
+// to the high watermark) can exceed only by records of open transactions and records written
+// since. A partition without a position counts from its log start.
+func (c *lagCommitter) lagFromStable(cl *kgo.Client, positions map[int32]int64) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	stable, err := adm.ListCommittedOffsets(ctx, c.topic)
+	if err == nil {
+		err = stable.Error()
+	}
+	if err != nil {
+		return 0, err
+	}
+	var starts kadm.ListedOffsets
+	var lag int64
+	for p, o := range stable[c.topic] {
+		pos, ok := positions[p]
+		if !ok {
+			if starts == nil {
+				if starts, err = adm.ListStartOffsets(ctx, c.topic); err != nil {
+					return 0, err
+				}
+			}
+			s, _ := starts.Lookup(c.topic, p)
+			pos = s.Offset
+		}
+		lag += max(o.Offset-pos, 0)
+	}
+	return lag, nil
+}

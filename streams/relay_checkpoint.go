@@ -211,9 +211,17 @@ func (rl *relayLoop) commitLag(force bool) {
 		r.log.Warn("lag offsets not committed", zap.String("group", rl.ck.lag.group), zap.Error(err))
 		return
 	}
-	if ok {
-		r.c.lagCommits.Add(1)
+	if !ok {
+		return
 	}
+	r.c.lagCommits.Add(1)
+	lag, err := rl.ck.lag.lagFromStable(rl.outCl, rl.ck.published)
+	if err != nil {
+		r.metrics.lagCommitErrors.Inc(1)
+		r.log.Warn("KV topic's last stable offsets not listed; ckf_relay_input_lag_records not updated", zap.Error(err))
+		return
+	}
+	r.metrics.inputLag.Update(float64(lag))
 }
 
 // restoreCheckpoint reads the newest usable checkpoint of the pool, given the KV topic's listed

@@ -18,7 +18,7 @@ type relayMetrics struct {
 	checkpoints, checkpointsRejected, checkpointGaps            tally.Counter
 	lagCommitErrors                                             tally.Counter
 	checkpointBytes, restoredCheckpoint, appliedRecords         tally.Gauge
-	snapshotBytes                                               tally.Gauge
+	snapshotBytes, inputLag                                     tally.Gauge
 	checkpointDuration                                          tally.Histogram
 	rejectedBy                                                  map[ckf.FailurePoint]tally.Counter
 	snapshotsBy                                                 map[string]tally.Counter
@@ -64,6 +64,7 @@ func newRelayMetrics(root tally.Scope) *relayMetrics {
 		snapshotsBy:         map[string]tally.Counter{},
 		snapshotDuration:    s.Histogram("snapshot_duration_seconds", snapshotBuckets),
 		snapshotBytes:       s.Gauge("snapshot_bytes"),
+		inputLag:            s.Gauge("input_lag_records"),
 		checkpoints:         s.Counter("checkpoints_total"),
 		checkpointsRejected: s.Counter("checkpoints_rejected_total"),
 		checkpointGaps:      s.Counter("checkpoint_gaps_total"),
