@@ -177,13 +177,14 @@ type IndexerParams struct {
 // assignment (every replica holds every lane), each lane's records are applied by that lane's
 // own goroutine to its LaneIngestor, and queries read the shared table lock-free.
 type Indexer struct {
-	cfg     IndexerConfig
-	g       *index.GlobalIndexer
-	codec   *schemas.Codec
-	opts    clientOpts
-	log     *zap.Logger
-	metrics *indexerMetrics
-	hooks   indexerHooks
+	cfg      IndexerConfig
+	lagGroup string
+	g        *index.GlobalIndexer
+	codec    *schemas.Codec
+	opts     clientOpts
+	log      *zap.Logger
+	metrics  *indexerMetrics
+	hooks    indexerHooks
 
 	feed   *LaneFeed
 	out    *Outputs
@@ -216,17 +217,21 @@ func NewIndexer(p IndexerParams) (*Indexer, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	if cfg.LagGroup == "" {
-		cfg.LagGroup = IndexerLagGroup("", p.Indexer.Manifest().ConsumerInstance())
+	lagGroup := cfg.LagGroup
+	if lagGroup == "" {
+		lagGroup = IndexerLagGroup("", p.Indexer.Manifest().ConsumerInstance())
 	}
-	ix := &Indexer{cfg: cfg, g: p.Indexer, codec: p.Codec, opts: clientOpts{shared: p.ClientOpts, perRole: p.ClientOptsFor}, log: log.Named("indexer"),
+	ix := &Indexer{cfg: cfg, lagGroup: lagGroup, g: p.Indexer, codec: p.Codec, opts: clientOpts{shared: p.ClientOpts, perRole: p.ClientOptsFor}, log: log.Named("indexer"),
 		metrics: newIndexerMetrics(p.Metrics, func(l uint8) bool { _, ok := p.Indexer.Manifest().PoolOf(l); return ok }), started: make(chan struct{})}
 	return ix, nil
 }
 
-// Config returns the configuration the indexer runs with: the one it was built with, LagGroup
-// derived when it was empty.
+// Config returns the configuration the indexer runs with: the one it was built with.
 func (ix *Indexer) Config() IndexerConfig { return ix.cfg }
+
+// LagGroup returns the consumer group the applied lane offsets are committed to: Config().LagGroup,
+// or the name derived from the consumer instance id when that is empty.
+func (ix *Indexer) LagGroup() string { return ix.lagGroup }
 
 // Started is closed once every lane's goroutine is running.
 func (ix *Indexer) Started() <-chan struct{} { return ix.started }
@@ -332,7 +337,7 @@ func (ix *Indexer) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); ln.run(runCtx) }()
 	}
-	lag := &lagCommitter{group: ix.cfg.LagGroup, topic: ix.cfg.Topics.Lanes, interval: ix.cfg.LagCommitInterval, timeout: lagCommitTimeout}
+	lag := &lagCommitter{group: ix.lagGroup, topic: ix.cfg.Topics.Lanes, interval: ix.cfg.LagCommitInterval, timeout: lagCommitTimeout}
 	wg.Add(1)
 	go func() { defer wg.Done(); ix.commitLagEvery(runCtx, lag) }()
 	close(ix.started)

@@ -52,7 +52,7 @@ func TestIndexerCommitsAppliedOffsetsToLagGroup(t *testing.T) {
 	cfg := e.indexerConfig()
 	cfg.LagCommitInterval = 50 * time.Millisecond
 	ri := e.startIndexer(m, cfg)
-	group := ri.ix.Config().LagGroup
+	group := ri.ix.LagGroup()
 	if want := fmt.Sprintf("ckf-indexer-%016x", uint64(instance)); group != want || streams.IndexerLagGroup("", instance) != want {
 		t.Fatalf("lag group %q; want the derived %q", group, want)
 	}
