@@ -396,7 +396,7 @@ func (ix *Indexer) commitLagEvery(ctx context.Context, lag *lagCommitter) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			ix.commitLag(lag, false)
+			ix.commitLag(lag, true) // the ticker paces the commits; the interval check would skip every other tick
 		}
 	}
 }
