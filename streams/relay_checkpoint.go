@@ -38,6 +38,10 @@ import (
 // the relay commits the offsets whose events are published into LagGroup (kadm CommitOffsets,
 // no members, generation -1): standard lag tools (kafka-consumer-groups.sh, kminion, Burrow,
 // kafka-lag-exporter) read them. They are for visibility only; restores use the checkpoint.
+// After each commit the relay lists the KV topic's last stable offsets (one more request, at most
+// once per LagCommitInterval, on the relay's loop) and exports the committed offsets' distance to
+// them as ckf_relay_input_lag_records: the lag those tools show, counted as a read_committed
+// reader can reach.
 
 // checkpointState is the relay loop's checkpoint bookkeeping.
 type checkpointState struct {
