@@ -41,8 +41,22 @@ run: ## run the main job (embedded in-process broker unless KAFKA_BROKERS is set
 	$(GO) run ./cmd/processor demo
 
 .PHONY: test
-test: ## unit + integration tests against a real Kafka broker and Apicurio Registry (each started and stopped if none is running)
+test: test-alerts ## unit + integration tests against a real Kafka broker and Apicurio Registry (each started and stopped if none is running), and the alert rules
 	bash $(REGISTRY_DIR)/with-registry.sh bash $(KAFKA_DIR)/with-kafka.sh $(GO) test $(TEST_FLAGS) $(PKGS)
+
+# promtool, built once from the Prometheus module at a pinned version into bin/ (its own folder per
+# version, so a version bump rebuilds). remove_all_sd leaves out the service-discovery plugins,
+# which promtool's rule commands do not use: a third of the build.
+PROMTOOL_VERSION ?= v0.316.0
+PROMTOOL := bin/promtool-$(PROMTOOL_VERSION)/promtool
+
+$(PROMTOOL):
+	GOBIN=$(abspath $(@D)) $(GO) install -tags remove_all_sd github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+
+.PHONY: test-alerts
+test-alerts: $(PROMTOOL) ## promtool check and unit-test deploy/prometheus/alerts.yml (alerts_test.yml: one test per alert)
+	$(PROMTOOL) check rules deploy/prometheus/alerts.yml
+	cd deploy/prometheus && $(abspath $(PROMTOOL)) test rules alerts_test.yml
 
 .PHONY: test-faults
 test-faults: ## the multi-process fault suite (kill -9, broker restart, hostile input); FAULTS_ITERATIONS, FAULTS_SEED, FAULTS_FLAGS=-long

@@ -69,13 +69,13 @@ func TestBrokerRestartProcesses(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %s: %v", when, r.name, err)
 			}
-			base[i], baseCheckpoints[i] = sumMetrics(m, "ckf_relay_transactions"), sumMetrics(m, "ckf_relay_checkpoints")
+			base[i], baseCheckpoints[i] = sumMetrics(m, "ckf_relay_transactions_total"), sumMetrics(m, "ckf_relay_checkpoints_total")
 		}
 		testenv.WaitUntilEvery(t, scrapePoll, 2*time.Minute, when+": every relay commits a transaction and a checkpoint", func() bool {
 			checkAlive(when)
 			for i, r := range s.relays {
 				m, err := r.metrics()
-				if err != nil || sumMetrics(m, "ckf_relay_transactions") <= base[i] || sumMetrics(m, "ckf_relay_checkpoints") <= baseCheckpoints[i] {
+				if err != nil || sumMetrics(m, "ckf_relay_transactions_total") <= base[i] || sumMetrics(m, "ckf_relay_checkpoints_total") <= baseCheckpoints[i] {
 					return false
 				}
 			}
@@ -158,8 +158,8 @@ func TestBrokerRestartProcesses(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", r.name, err)
 		}
-		relayRecoveries += m["ckf_relay_recoveries"]
-		checkpoints = append(checkpoints, sumMetrics(m, "ckf_relay_checkpoints"))
+		relayRecoveries += m["ckf_relay_recoveries_total"]
+		checkpoints = append(checkpoints, sumMetrics(m, "ckf_relay_checkpoints_total"))
 	}
 	t.Logf("SUMMARY broker: 2 broker faults (controlled restart, kill -9), processes alive %d/%d without restart; KV events sent %d, acknowledged %d, failed %d; "+
 		"relay recoveries %v, relay checkpoints committed %v, lane recoveries %d; lanes at sequences %v; %d queries, %d probes, replica mismatches %d, answers below the model %d",

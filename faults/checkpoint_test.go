@@ -196,7 +196,7 @@ func logID(t *testing.T, line string) uint64 {
 //     end again. With no usable checkpoint the relay must replay the KV topic from its start.
 //
 // Each time the relay must become ready, count exactly the rejected records
-// (ckf_relay_checkpoints_rejected), and then hold exactly the model's resident blocks and every
+// (ckf_relay_checkpoints_rejected_total), and then hold exactly the model's resident blocks and every
 // KV record; the replica must answer no less than the model. Every rejected record is
 // dead-lettered with component "relay-checkpoint" and its reason, and nothing else is.
 func TestHostileCheckpoint(t *testing.T) {
@@ -251,7 +251,7 @@ func TestHostileCheckpoint(t *testing.T) {
 		if err != nil {
 			return -1
 		}
-		return sumMetrics(m, "ckf_relay_checkpoints")
+		return sumMetrics(m, "ckf_relay_checkpoints_total")
 	}
 	// crash pauses the engine, waits until the relay has applied and committed every event,
 	// and kills it.
@@ -309,7 +309,7 @@ func TestHostileCheckpoint(t *testing.T) {
 		schemas.DeadLetterMalformed, "beyond the KV topic's end")
 	want1 := in.rejectedSince(0)
 	m := restart()
-	rejected1, restored1 := sumMetrics(m, "ckf_relay_checkpoints_rejected"), m["ckf_relay_restored_from_checkpoint"]
+	rejected1, restored1 := sumMetrics(m, "ckf_relay_checkpoints_rejected_total"), m["ckf_relay_restored_from_checkpoint"]
 	var restoredID uint64
 	if lines := relay.logLines(2, restoredLog); len(lines) == 1 {
 		restoredID = logID(t, lines[0])
@@ -346,7 +346,7 @@ func TestHostileCheckpoint(t *testing.T) {
 		schemas.DeadLetterMalformed, "beyond the KV topic's end")
 	want2 := in.rejectedSince(phase2)
 	m = restart()
-	rejected2, restored2 := sumMetrics(m, "ckf_relay_checkpoints_rejected"), m["ckf_relay_restored_from_checkpoint"]
+	rejected2, restored2 := sumMetrics(m, "ckf_relay_checkpoints_rejected_total"), m["ckf_relay_restored_from_checkpoint"]
 	t.Logf("phase 2: records below offset %d deleted, %d damaged records written (%d to reject); the restart rejected %v, restored from a checkpoint %v",
 		end, len(in.sent)-phase2, want2, rejected2, restored2)
 	if restored2 != 0 || rejected2 != float64(want2) {

@@ -301,20 +301,20 @@ func TestHostileInput(t *testing.T) {
 	delta1 := func(p *proc, name string) float64 {
 		return sumMetrics(after[p.name], name) - sumMetrics(before[p.name], name)
 	}
-	if d := delta1(s.relays[0], "ckf_relay_events_undecodable"); d < 7 {
-		t.Errorf("relay-0: ckf_relay_events_undecodable moved by %v, want >= 7", d)
+	if d := delta1(s.relays[0], "ckf_relay_events_undecodable_total"); d < 7 {
+		t.Errorf("relay-0: ckf_relay_events_undecodable_total moved by %v, want >= 7", d)
 	}
 	var invalid float64
 	for _, ix := range s.indexes {
-		invalid += delta1(ix, "ckf_query_invalid_requests")
-		if d := delta1(ix, "ckf_indexer_lane_faults"); d < 1 {
-			t.Errorf("%s: ckf_indexer_lane_faults did not move", ix.name)
+		invalid += delta1(ix, "ckf_query_invalid_requests_total")
+		if d := delta1(ix, "ckf_indexer_lane_faults_total"); d < 1 {
+			t.Errorf("%s: ckf_indexer_lane_faults_total did not move", ix.name)
 		}
-		t.Logf("%s: lane faults +%v, records rejected +%v, query invalid +%v", ix.name, delta1(ix, "ckf_indexer_lane_faults"),
-			delta1(ix, "ckf_indexer_lane_records_rejected"), delta1(ix, "ckf_query_invalid_requests"))
+		t.Logf("%s: lane faults +%v, records rejected +%v, query invalid +%v", ix.name, delta1(ix, "ckf_indexer_lane_faults_total"),
+			delta1(ix, "ckf_indexer_lane_records_rejected_total"), delta1(ix, "ckf_query_invalid_requests_total"))
 	}
 	if invalid < 4 {
-		t.Errorf("ckf_query_invalid_requests moved by %v over the replicas, want >= 4", invalid)
+		t.Errorf("ckf_query_invalid_requests_total moved by %v over the replicas, want >= 4", invalid)
 	}
 
 	// A relay of another pool pointed at lane 1 (configured without the lane map, so only the

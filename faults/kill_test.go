@@ -80,7 +80,7 @@ func TestKillNine(t *testing.T) {
 			if m["ckf_relay_restored_from_checkpoint"] == 1 {
 				st.restored++
 			}
-			st.rejected += int(sumMetrics(m, "ckf_relay_checkpoints_rejected"))
+			st.rejected += int(sumMetrics(m, "ckf_relay_checkpoints_rejected_total"))
 		}
 		if !ref.alive() {
 			t.Fatalf("iteration %d: the reference replica died", i)

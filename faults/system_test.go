@@ -441,8 +441,8 @@ func (p *proc) ask(q query) (answer, error) {
 // or not, across restarts (a restored checkpoint carries the count of the records it holds, and
 // the tail replayed after it adds its own), so its reaching the topic's record count (the sum of
 // the end offsets listed after the pause; the writers are not transactional, so every offset is
-// a record) means every record was applied. The per-process counters ckf_relay_events and
-// ckf_relay_events_undecodable would not do: after a restore they count only the tail. The
+// a record) means every record was applied. The per-process counters ckf_relay_events_total and
+// ckf_relay_events_undecodable_total would not do: after a restore they count only the tail. The
 // gauge must then equal the record count exactly: more would mean a record applied twice (a
 // checkpoint's offsets and its state disagreeing). Committed: the publication window a record
 // leaves open is flushed and committed PublishMaxDelay (default 5 ms) after its first event,
@@ -487,7 +487,7 @@ func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 				continue
 			}
 			rs.last = m
-			hb := sumMetrics(m, "ckf_relay_heartbeats")
+			hb := sumMetrics(m, "ckf_relay_heartbeats_total")
 			switch {
 			case !rs.applied:
 				if m["ckf_relay_started"] == 1 && m["ckf_relay_applied_records"] >= rs.records {
@@ -503,9 +503,9 @@ func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 		for i, r := range s.relays {
 			rs := st[i]
 			fmt.Fprintf(&b, "\n%s: %v records, applied %v (applied records %v; this incarnation: events %v + undecodable %v, restored from a checkpoint %v), heartbeats %v since, done %v, err %v",
-				r.name, rs.records, rs.applied, rs.last["ckf_relay_applied_records"], sumMetrics(rs.last, "ckf_relay_events"),
-				sumMetrics(rs.last, "ckf_relay_events_undecodable"), rs.last["ckf_relay_restored_from_checkpoint"],
-				sumMetrics(rs.last, "ckf_relay_heartbeats")-rs.heartbeats, rs.done, rs.err)
+				r.name, rs.records, rs.applied, rs.last["ckf_relay_applied_records"], sumMetrics(rs.last, "ckf_relay_events_total"),
+				sumMetrics(rs.last, "ckf_relay_events_undecodable_total"), rs.last["ckf_relay_restored_from_checkpoint"],
+				sumMetrics(rs.last, "ckf_relay_heartbeats_total")-rs.heartbeats, rs.done, rs.err)
 		}
 		return b.String()
 	})

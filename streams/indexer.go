@@ -23,14 +23,27 @@ const (
 	DefaultFreshnessMaxRecordLag int64 = 10_000
 	// DefaultFreshnessMaxTimeLag is FreshnessPolicy.MaxTimeLag's default.
 	DefaultFreshnessMaxTimeLag = 10 * time.Second
+	// DefaultIndexerLagCommitInterval is IndexerConfig.LagCommitInterval's default.
+	DefaultIndexerLagCommitInterval = 5 * time.Second
 )
+
+// IndexerLagGroup is the name of the consumer group an indexer replica commits its applied lane
+// offsets into: prefix (the deployment's topic prefix) + "ckf-indexer-" + the replica's consumer
+// instance id as 16 lower-case hex digits, the form the replica logs at start. One group per
+// replica: replicas read every lane independently, so their positions cannot share a group. A
+// replica whose instance id is drawn at random gets a new group at every start; the old one
+// keeps its last offsets until the broker expires it (offsets.retention.minutes), so set a
+// fixed id where lag dashboards follow groups by name.
+func IndexerLagGroup(prefix string, instance ckf.ConsumerInstanceID) string {
+	return fmt.Sprintf("%sckf-indexer-%016x", prefix, uint64(instance))
+}
 
 // FreshnessPolicy says when a lane is too far behind its partition to be used in answers. A
 // lane beyond either bound is excluded (reported, and left out of query answers) until it is
 // back within both. A zero bound is not checked, so FreshnessPolicy{} excludes no lane for lag;
 // a negative bound is a configuration error.
 type FreshnessPolicy struct {
-	// MaxRecordLag bounds high watermark - (applied offset + 1), in records. Default 10,000
+	// MaxRecordLag bounds last stable offset - (applied offset + 1), in records. Default 10,000
 	// (DefaultFreshnessMaxRecordLag); >= 0; 0 does not check the record lag.
 	MaxRecordLag int64
 	// MaxTimeLag bounds the age of the last applied record (its producer timestamp). With relay
@@ -90,12 +103,26 @@ type IndexerConfig struct {
 	// Default 5 s; >= 0; 0 asks at every retry (the relay's SnapshotRequestMinInterval still
 	// coalesces the requests).
 	RetrySnapshotRequestGap time.Duration
+	// LagGroup is the consumer group into which the indexer commits, per lane partition, the
+	// offset after the last record it applied, so that standard lag tools see the replica (the
+	// group has no members; the lanes stay directly assigned, and restores still seek to
+	// snapshots: the commits are for visibility only). "" (the default) derives
+	// IndexerLagGroup("", the manifest's consumer instance id).
+	LagGroup string
+	// LagCommitInterval is how often the applied offsets are committed to LagGroup (only when
+	// they moved), and once more at a graceful stop. A shorter interval makes lag tools more
+	// current at the cost of one OffsetCommit request per interval; lag tools read at most this
+	// stale a position. A failed commit is counted (ckf_indexer_lag_commit_errors_total) and
+	// logged, never fatal; the next one retries. Default 5 s (DefaultIndexerLagCommitInterval);
+	// > 0.
+	LagCommitInterval time.Duration
 }
 
 // DefaultIndexerConfig returns the indexer's defaults: freshness DefaultFreshnessPolicy()
 // (10,000 records, 10 s), progress events every 10 s, fetch queues DefaultFeedConfig() (pause at
 // 64 MiB, resume at 16 MiB), a 30 s restore timeout and a 5 s gap between retried snapshot
-// requests. Topics are left empty: the caller names them.
+// requests, and applied offsets committed to the lag group every 5 s. Topics are left empty: the
+// caller names them.
 func DefaultIndexerConfig() IndexerConfig {
 	return IndexerConfig{
 		Freshness:               DefaultFreshnessPolicy(),
@@ -103,6 +130,7 @@ func DefaultIndexerConfig() IndexerConfig {
 		Feed:                    DefaultFeedConfig(),
 		RestoreTimeout:          30 * time.Second,
 		RetrySnapshotRequestGap: 5 * time.Second,
+		LagCommitInterval:       DefaultIndexerLagCommitInterval,
 	}
 }
 
@@ -118,6 +146,7 @@ func (c IndexerConfig) validate() error {
 	c.Feed.check(&k, "Feed.")
 	k.positive("RestoreTimeout", c.RestoreTimeout)
 	k.nonNegative("RetrySnapshotRequestGap", c.RetrySnapshotRequestGap)
+	k.positive("LagCommitInterval", c.LagCommitInterval)
 	return k.result()
 }
 
@@ -148,13 +177,14 @@ type IndexerParams struct {
 // assignment (every replica holds every lane), each lane's records are applied by that lane's
 // own goroutine to its LaneIngestor, and queries read the shared table lock-free.
 type Indexer struct {
-	cfg     IndexerConfig
-	g       *index.GlobalIndexer
-	codec   *schemas.Codec
-	opts    clientOpts
-	log     *zap.Logger
-	metrics *indexerMetrics
-	hooks   indexerHooks
+	cfg      IndexerConfig
+	lagGroup string
+	g        *index.GlobalIndexer
+	codec    *schemas.Codec
+	opts     clientOpts
+	log      *zap.Logger
+	metrics  *indexerMetrics
+	hooks    indexerHooks
 
 	feed   *LaneFeed
 	out    *Outputs
@@ -162,8 +192,9 @@ type Indexer struct {
 	laneCl *kgo.Client
 	lanes  [ckf.LaneCount]*lane
 
-	excluded atomic.Uint32
-	started  chan struct{}
+	excluded   atomic.Uint32
+	lagCommits atomic.Uint64
+	started    chan struct{}
 }
 
 // indexerHooks are test-only interception points (nil in production; see export_test.go).
@@ -186,13 +217,21 @@ func NewIndexer(p IndexerParams) (*Indexer, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	ix := &Indexer{cfg: cfg, g: p.Indexer, codec: p.Codec, opts: clientOpts{shared: p.ClientOpts, perRole: p.ClientOptsFor}, log: log.Named("indexer"),
-		metrics: newIndexerMetrics(p.Metrics), started: make(chan struct{})}
+	lagGroup := cfg.LagGroup
+	if lagGroup == "" {
+		lagGroup = IndexerLagGroup("", p.Indexer.Manifest().ConsumerInstance())
+	}
+	ix := &Indexer{cfg: cfg, lagGroup: lagGroup, g: p.Indexer, codec: p.Codec, opts: clientOpts{shared: p.ClientOpts, perRole: p.ClientOptsFor}, log: log.Named("indexer"),
+		metrics: newIndexerMetrics(p.Metrics, func(l uint8) bool { _, ok := p.Indexer.Manifest().PoolOf(l); return ok }), started: make(chan struct{})}
 	return ix, nil
 }
 
 // Config returns the configuration the indexer runs with: the one it was built with.
 func (ix *Indexer) Config() IndexerConfig { return ix.cfg }
+
+// LagGroup returns the consumer group the applied lane offsets are committed to: Config().LagGroup,
+// or the name derived from the consumer instance id when that is empty.
+func (ix *Indexer) LagGroup() string { return ix.lagGroup }
 
 // Started is closed once every lane's goroutine is running.
 func (ix *Indexer) Started() <-chan struct{} { return ix.started }
@@ -298,6 +337,9 @@ func (ix *Indexer) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); ln.run(runCtx) }()
 	}
+	lag := &lagCommitter{group: ix.lagGroup, topic: ix.cfg.Topics.Lanes, interval: ix.cfg.LagCommitInterval, timeout: lagCommitTimeout}
+	wg.Add(1)
+	go func() { defer wg.Done(); ix.commitLagEvery(runCtx, lag) }()
 	close(ix.started)
 	ix.log.Info("indexer running", zap.Int("lanes", len(lanes)), zap.Uint64("consumer_instance", uint64(m.ConsumerInstance())))
 
@@ -307,7 +349,8 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	}
 	stop()
 	wg.Wait()
-	ix.closeLanes() // no lane goroutine runs: the lanes leave answers before outputs are flushed
+	ix.commitLag(lag, true) // the final positions, so lag tools see where this replica stopped
+	ix.closeLanes()         // no lane goroutine runs: the lanes leave answers before outputs are flushed
 	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer fcancel()
 	if ferr := ix.out.Flush(fctx); ferr != nil && err == nil {
@@ -324,3 +367,53 @@ func (ix *Indexer) closeLanes() {
 		}
 	}
 }
+
+// lagCommitTimeout bounds one commit to the indexer's lag group.
+const lagCommitTimeout = 10 * time.Second
+
+// appliedPositions returns, per lane partition that applied a record, the offset after the last
+// record applied (data or transaction marker): the committed-offset form lag tools expect.
+func (ix *Indexer) appliedPositions() map[int32]int64 {
+	out := map[int32]int64{}
+	for _, l := range ix.lanes {
+		if l == nil {
+			continue
+		}
+		if applied := l.stats.appliedOffset(); applied >= 0 {
+			out[int32(l.num)] = applied + 1
+		}
+	}
+	return out
+}
+
+// commitLagEvery commits the applied positions to the lag group every LagCommitInterval until
+// ctx ends. It is the committer's only user while the lanes run; Run commits once more after.
+func (ix *Indexer) commitLagEvery(ctx context.Context, lag *lagCommitter) {
+	t := time.NewTicker(ix.cfg.LagCommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			ix.commitLag(lag, true) // the ticker paces the commits; the interval check would skip every other tick
+		}
+	}
+}
+
+// commitLag commits the positions that moved (force: whatever the interval). A failure is
+// counted and logged, never fatal; the next commit retries.
+func (ix *Indexer) commitLag(lag *lagCommitter, force bool) {
+	ok, err := lag.commit(ix.outCl, time.Now(), ix.appliedPositions(), force)
+	if err != nil {
+		ix.metrics.lagCommitErrors.Inc(1)
+		ix.log.Warn("applied lane offsets not committed to the lag group", zap.String("group", lag.group), zap.Error(err))
+		return
+	}
+	if ok {
+		ix.lagCommits.Add(1)
+	}
+}
+
+// LagCommits returns how many commits to the lag group succeeded so far.
+func (ix *Indexer) LagCommits() uint64 { return ix.lagCommits.Load() }

@@ -9,16 +9,19 @@ import (
 )
 
 // indexerMetrics caches the indexer's per-lane metric handles (one set of tag keys per metric
-// name, lane as the only tag: bounded cardinality).
+// name, lane as the only tag: bounded cardinality). Only configured lanes get series: a lane
+// outside the manifest would otherwise export ready 0 forever and page the lane-not-ready alert
+// (deploy/prometheus/alerts.yml); its handles are no-ops.
 type indexerMetrics struct {
-	lanes [ckf.LaneCount]laneMetrics
+	lanes           [ckf.LaneCount]laneMetrics
+	lagCommitErrors tally.Counter
 }
 
 type laneMetrics struct {
 	scope                                tally.Scope
 	deltas, images, snapshots, rejected  tally.Counter
 	assemblyFaults                       tally.Counter
-	hwm, applied, lagRecords, lagSeconds tally.Gauge
+	lso, applied, lagRecords, lagSeconds tally.Gauge
 	ready, excluded, installedSeq        tally.Gauge
 	queuedBytes, fetchPaused             tally.Gauge
 	snapshotInstall                      tally.Histogram
@@ -29,25 +32,28 @@ var installBuckets = tally.DurationBuckets{
 	50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, time.Second, 5 * time.Second,
 }
 
-func newIndexerMetrics(root tally.Scope) *indexerMetrics {
+func newIndexerMetrics(root tally.Scope, configured func(lane uint8) bool) *indexerMetrics {
 	if root == nil {
 		root = tally.NoopScope
 	}
-	m := &indexerMetrics{}
 	s := root.SubScope("indexer")
+	m := &indexerMetrics{lagCommitErrors: s.Counter("lag_commit_errors_total")}
 	for l := range m.lanes {
-		ls := s.Tagged(map[string]string{"lane": strconv.Itoa(l)})
+		ls := tally.NoopScope
+		if configured(uint8(l)) {
+			ls = s.Tagged(map[string]string{"lane": strconv.Itoa(l)})
+		}
 		m.lanes[l] = laneMetrics{
 			scope:           ls,
-			deltas:          ls.Counter("lane_deltas"),
-			images:          ls.Counter("lane_images"),
-			snapshots:       ls.Counter("lane_snapshots_installed"),
-			rejected:        ls.Counter("lane_records_rejected"),
-			assemblyFaults:  ls.Counter("lane_snapshot_assembly_faults"),
-			hwm:             ls.Gauge("lane_high_watermark"),
+			deltas:          ls.Counter("lane_deltas_total"),
+			images:          ls.Counter("lane_images_total"),
+			snapshots:       ls.Counter("lane_snapshots_installed_total"),
+			rejected:        ls.Counter("lane_records_rejected_total"),
+			assemblyFaults:  ls.Counter("lane_snapshot_assembly_faults_total"),
+			lso:             ls.Gauge("lane_last_stable_offset"),
 			applied:         ls.Gauge("lane_applied_offset"),
-			lagRecords:      ls.Gauge("lane_offset_lag"),
-			lagSeconds:      ls.Gauge("lane_time_lag_seconds"),
+			lagRecords:      ls.Gauge("lane_lag_records"),
+			lagSeconds:      ls.Gauge("lane_lag_seconds"),
 			ready:           ls.Gauge("lane_ready"),
 			excluded:        ls.Gauge("lane_excluded"),
 			installedSeq:    ls.Gauge("lane_installed_sequence"),
@@ -76,12 +82,12 @@ func (m *indexerMetrics) assemblyFault(lane uint8) { m.lanes[lane].assemblyFault
 
 // fault counts a lane fault by kind. The kind tag set is fixed per metric name.
 func (m *indexerMetrics) fault(lane uint8, kind string) {
-	m.lanes[lane].scope.Tagged(map[string]string{"kind": kind}).Counter("lane_faults").Inc(1)
+	m.lanes[lane].scope.Tagged(map[string]string{"kind": kind}).Counter("lane_faults_total").Inc(1)
 }
 
-func (m *indexerMetrics) lag(lane uint8, hwm, applied, lagRecords int64, age time.Duration) {
+func (m *indexerMetrics) lag(lane uint8, lso, applied, lagRecords int64, age time.Duration) {
 	l := &m.lanes[lane]
-	l.hwm.Update(float64(hwm))
+	l.lso.Update(float64(lso))
 	l.applied.Update(float64(applied))
 	l.lagRecords.Update(float64(lagRecords))
 	l.lagSeconds.Update(age.Seconds())

@@ -401,9 +401,11 @@ func (l *lane) event(ev schemas.LaneEvent) {
 	if l.st.applied >= 0 {
 		ev.AppliedOffset = schemas.Some(l.st.applied)
 	}
-	if hwm := l.ix.feed.HighWatermark(int32(l.num)); hwm >= 0 {
-		ev.HighWatermark = schemas.Some(hwm)
-		ev.LagRecords = schemas.Some(max(hwm-(l.st.applied+1), 0))
+	// The event's high_watermark field carries the last stable offset: the end a
+	// read_committed lane can reach, against which its lag is counted.
+	if lso := l.ix.feed.LastStableOffset(int32(l.num)); lso >= 0 {
+		ev.HighWatermark = schemas.Some(lso)
+		ev.LagRecords = schemas.Some(max(lso-(l.st.applied+1), 0))
 	}
 	l.ix.out.LaneEvent(ev)
 }

@@ -22,7 +22,7 @@ func TestLaneDeltaPathAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ix := &Indexer{g: g, codec: codec, metrics: newIndexerMetrics(nil), log: zap.NewNop()}
+	ix := &Indexer{g: g, codec: codec, metrics: newIndexerMetrics(nil, func(uint8) bool { return true }), log: zap.NewNop()}
 	l := newLane(ix, 0, pool, in, -1)
 	defer l.close()
 

@@ -35,10 +35,10 @@ func (l *lane) publish() {
 // stable offset. The table's ready bit is not touched; exclusion is the indexer's eligibility
 // mask. Progress events go out every ProgressInterval.
 func (l *lane) checkFreshness(now time.Time, force bool) {
-	hwm := l.ix.feed.HighWatermark(int32(l.num))
+	lso := l.ix.feed.LastStableOffset(int32(l.num))
 	lag := int64(0)
-	if hwm >= 0 {
-		lag = max(hwm-(l.st.applied+1), 0)
+	if lso >= 0 {
+		lag = max(lso-(l.st.applied+1), 0)
 	}
 	var age time.Duration
 	if !l.st.appliedTime.IsZero() {
@@ -50,11 +50,11 @@ func (l *lane) checkFreshness(now time.Time, force bool) {
 	queue := l.ix.feed.Queue(int32(l.num))
 	installed, _ := l.in.InstalledSequence()
 	l.stats.update(func(s *LaneStatus) {
-		s.HighWatermark, s.LagRecords, s.LagTime = hwm, lag, age
+		s.HighWatermark, s.LagRecords, s.LagTime = lso, lag, age
 		s.Ready, s.Excluded = ready, stale
 		s.QueuedBytes, s.FetchPaused, s.FetchPauses = queue.Bytes, queue.Paused, queue.Pauses
 	})
-	l.ix.metrics.lag(l.num, hwm, l.st.applied, lag, age)
+	l.ix.metrics.lag(l.num, lso, l.st.applied, lag, age)
 	l.ix.metrics.state(l.num, ready, stale, installed, queue)
 	if stale != l.st.excluded {
 		l.st.excluded = stale

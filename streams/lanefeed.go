@@ -14,9 +14,11 @@ import (
 // poll returned them.
 type LaneBatch struct {
 	Records []*kgo.Record
-	// HighWatermark is the partition's high watermark (under read_committed: the last stable
-	// offset) reported with these records.
-	HighWatermark int64
+	// LastStableOffset is the partition's last stable offset reported with these records: the
+	// end of what a read_committed consumer can read. The lane topic is transactional, so its
+	// high watermark runs ahead of it while a relay's transaction is open, and a caught-up
+	// consumer never reaches it then; lag is measured against this offset.
+	LastStableOffset int64
 	// Epoch is the seek generation the records belong to: the value Seek returned for the
 	// latest seek before they were fetched, 0 before any seek. A consumer that hands batches to
 	// another stage compares it with its own latest Seek to drop what the seek made stale.
@@ -169,11 +171,11 @@ func (f *LaneFeed) Run(ctx context.Context) error {
 			q := f.queues[fp.Partition]
 			if q == nil || len(fp.Records) == 0 {
 				if q != nil {
-					q.observeHighWatermark(fp.HighWatermark)
+					q.observeLastStableOffset(stableEnd(fp))
 				}
 				return
 			}
-			q.push(fp.Records, fp.HighWatermark, f.cfg.PauseBytes, func() {
+			q.push(fp.Records, stableEnd(fp), f.cfg.PauseBytes, func() {
 				f.cl.PauseFetchPartitions(map[string][]int32{f.topic: {fp.Partition}})
 			})
 		})
@@ -271,16 +273,26 @@ func (f *LaneFeed) TryNext(lane int32) (LaneBatch, bool) {
 // guarantee TryNext succeeds (another seek may have discarded them); callers loop.
 func (f *LaneFeed) Ready(lane int32) <-chan struct{} { return f.queues[lane].notify }
 
-// HighWatermark returns the latest high watermark seen for lane's partition (-1 before the
-// first fetch).
-func (f *LaneFeed) HighWatermark(lane int32) int64 {
+// stableEnd is the partition's last stable offset from a fetch response, or its high watermark
+// from a broker that reports no last stable offset (-1: fetch versions before 4, where there are
+// no transactions to wait for either).
+func stableEnd(fp kgo.FetchTopicPartition) int64 {
+	if fp.LastStableOffset >= 0 {
+		return fp.LastStableOffset
+	}
+	return fp.HighWatermark
+}
+
+// LastStableOffset returns the latest last stable offset seen for lane's partition (-1 before
+// the first fetch).
+func (f *LaneFeed) LastStableOffset(lane int32) int64 {
 	q := f.queues[lane]
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.seenHWM {
+	if !q.seenLSO {
 		return -1
 	}
-	return q.hwm
+	return q.lso
 }
 
 // QueueState is the state of one lane's fetch queue.
@@ -309,21 +321,21 @@ type laneQueue struct {
 	wantEpoch uint64 // epoch of the latest seek requested
 	paused    bool
 	pauses    uint64
-	hwm       int64
-	seenHWM   bool
+	lso       int64
+	seenLSO   bool
 }
 
 // push appends records and pauses the partition once the queue holds pauseBytes. Pausing and
 // resuming both happen under q.mu, so a resume from Next can never be overtaken by a stale pause.
-func (q *laneQueue) push(rs []*kgo.Record, hwm int64, pauseBytes int, pause func()) {
+func (q *laneQueue) push(rs []*kgo.Record, lso int64, pauseBytes int, pause func()) {
 	n := 0
 	for _, r := range rs {
 		n += len(r.Key) + len(r.Value)
 	}
 	q.mu.Lock()
-	q.batches = append(q.batches, LaneBatch{Records: rs, HighWatermark: hwm, Epoch: q.epoch, bytes: n})
+	q.batches = append(q.batches, LaneBatch{Records: rs, LastStableOffset: lso, Epoch: q.epoch, bytes: n})
 	q.bytes += n
-	q.hwm, q.seenHWM = hwm, true
+	q.lso, q.seenLSO = lso, true
 	if q.bytes >= pauseBytes && !q.paused {
 		q.paused = true
 		q.pauses++
@@ -336,11 +348,11 @@ func (q *laneQueue) push(rs []*kgo.Record, hwm int64, pauseBytes int, pause func
 	}
 }
 
-func (q *laneQueue) observeHighWatermark(hwm int64) {
-	if hwm < 0 {
+func (q *laneQueue) observeLastStableOffset(lso int64) {
+	if lso < 0 {
 		return
 	}
 	q.mu.Lock()
-	q.hwm, q.seenHWM = hwm, true
+	q.lso, q.seenLSO = lso, true
 	q.mu.Unlock()
 }

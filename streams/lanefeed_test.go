@@ -90,9 +90,49 @@ func TestLaneFeedBackpressurePausesOnlyThatLane(t *testing.T) {
 		t.Fatalf("lane 0 queue %+v; want at most one fetch past the bound, paused once", q)
 	}
 	readUntil(t, feed, 0, 0, 399)
-	if hwm := feed.HighWatermark(0); hwm != 400 {
-		t.Fatalf("lane 0 high watermark %d, want 400", hwm)
+	if lso := feed.LastStableOffset(0); lso != 400 {
+		t.Fatalf("lane 0 last stable offset %d, want 400", lso)
 	}
+}
+
+// TestLaneFeedReportsLastStableOffset: while a transaction is open on a lane partition, its high
+// watermark runs ahead of what a read_committed consumer can read; the feed reports the last
+// stable offset (the open transaction's first offset), so a caught-up lane shows no lag, and the
+// offset after the commit marker once the transaction commits. The transaction is opened before
+// the feed starts, so every fetch response that carries records was made while it was open.
+func TestLaneFeedReportsLastStableOffset(t *testing.T) {
+	topic := testenv.NewTopic(t, 1)
+	prod := testenv.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	produceN(t, prod, topic, 0, 0, 10, 64)
+	txn := testenv.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.TransactionalID(testenv.UniqueName(t, "lso")))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte("p0-000010")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	ends, err := testenv.Admin(t).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hwm, _ := ends.Lookup(topic, 0); hwm.Offset != 11 {
+		t.Fatalf("high watermark %d with the transaction open, want 11", hwm.Offset)
+	}
+
+	feed := startFeed(t, topic, []int32{0}, streams.DefaultFeedConfig())
+	readUntil(t, feed, 0, 0, 9)
+	if lso := feed.LastStableOffset(0); lso != 10 {
+		t.Fatalf("last stable offset %d with the transaction open, want 10 (the high watermark is 11)", lso)
+	}
+	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitUntil(t, time.Minute, "the feed reports the offset after the commit marker", func() bool {
+		return feed.LastStableOffset(0) == 12
+	}, func() string { return fmt.Sprintf("last stable offset %d", feed.LastStableOffset(0)) })
 }
 
 // TestLaneFeedSeekDiscardsQueued: after a seek, the lane's next record is the seek target, even

@@ -86,6 +86,13 @@ func (l *laneStats) update(fn func(s *LaneStatus)) {
 	l.mu.Unlock()
 }
 
+// appliedOffset is s.AppliedOffset, without snapshot's copy of the fault map.
+func (l *laneStats) appliedOffset() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.s.AppliedOffset
+}
+
 func (l *laneStats) snapshot() LaneStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -901,13 +901,13 @@ func newQueryMetrics(root tally.Scope) queryMetrics {
 	}
 	s := root.SubScope("query")
 	m := queryMetrics{
-		requests:       s.Counter("requests"),
-		invalid:        s.Counter("invalid_requests"),
-		deadLetters:    s.Counter("dead_letters"),
-		replyRejected:  s.Counter("replies_undeliverable"),
-		batchFailures:  s.Counter("batch_failures"),
-		commitFailures: s.Counter("commit_failures"),
-		fetchErrors:    s.Counter("fetch_errors"),
+		requests:       s.Counter("requests_total"),
+		invalid:        s.Counter("invalid_requests_total"),
+		deadLetters:    s.Counter("dead_letters_total"),
+		replyRejected:  s.Counter("replies_undeliverable_total"),
+		batchFailures:  s.Counter("batch_failures_total"),
+		commitFailures: s.Counter("commit_failures_total"),
+		fetchErrors:    s.Counter("fetch_errors_total"),
 		// latency: from the poll that returned a request to the acknowledgement of every
 		// output of its batch (the service's share of a Kafka round trip).
 		latency: s.Histogram("latency_seconds", queryLatencyBuckets),
@@ -921,7 +921,7 @@ func newQueryMetrics(root tally.Scope) queryMetrics {
 		commitLatency: s.Histogram("commit_latency_seconds", queryLatencyBuckets),
 	}
 	for st := schemas.QueryOK; st <= schemas.QueryInvalidRequest; st++ {
-		m.replies[st] = s.Tagged(map[string]string{"status": strings.ToLower(st.String())}).Counter("replies")
+		m.replies[st] = s.Tagged(map[string]string{"status": strings.ToLower(st.String())}).Counter("replies_total")
 	}
 	return m
 }

@@ -764,12 +764,12 @@ func TestQueryServiceAnswersOverKafka(t *testing.T) {
 			func() bool { return qCounter(scope, name, tags) == want },
 			func() string { return fmt.Sprintf("it is %d", qCounter(scope, name, tags)) })
 	}
-	waitCounter("query.requests", nil, total)
-	waitCounter("query.invalid_requests", nil, 4)
-	waitCounter("query.dead_letters", nil, 4)
-	waitCounter("query.replies", map[string]string{"status": "invalid_request"}, 2)
-	waitCounter("query.replies", map[string]string{"status": "unavailable"}, 3)
-	waitCounter("query.replies", nil, total-2)
+	waitCounter("query.requests_total", nil, total)
+	waitCounter("query.invalid_requests_total", nil, 4)
+	waitCounter("query.dead_letters_total", nil, 4)
+	waitCounter("query.replies_total", map[string]string{"status": "invalid_request"}, 2)
+	waitCounter("query.replies_total", map[string]string{"status": "unavailable"}, 3)
+	waitCounter("query.replies_total", nil, total-2)
 	if h := scope.Snapshot().Histograms(); len(h) == 0 {
 		t.Error("no latency histograms recorded")
 	}
@@ -993,7 +993,7 @@ func TestQueryServiceGroupSharesLoad(t *testing.T) {
 	ids, values := qRequests(t, codec, p, "l", 0, 400)
 	qProduce(t, testenv.Client(t), tp.requests, ids, values)
 	replies.waitIDs(t, ids, time.Minute)
-	a, b := qCounter(scopes[0], "query.requests", nil), qCounter(scopes[1], "query.requests", nil)
+	a, b := qCounter(scopes[0], "query.requests_total", nil), qCounter(scopes[1], "query.requests_total", nil)
 	t.Logf("instance A answered %d requests, instance B %d", a, b)
 	if a == 0 || b == 0 || a+b < int64(len(ids)) {
 		t.Fatalf("load not shared: %d + %d requests for %d", a, b, len(ids))

@@ -38,19 +38,22 @@ import (
 // the relay commits the offsets whose events are published into LagGroup (kadm CommitOffsets,
 // no members, generation -1): standard lag tools (kafka-consumer-groups.sh, kminion, Burrow,
 // kafka-lag-exporter) read them. They are for visibility only; restores use the checkpoint.
+// After each commit the relay lists the KV topic's last stable offsets (one more request, at most
+// once per LagCommitInterval, on the relay's loop) and exports the committed offsets' distance to
+// them as ckf_relay_input_lag_records: the lag those tools show, counted as a read_committed
+// reader can reach.
 
 // checkpointState is the relay loop's checkpoint bookkeeping.
 type checkpointState struct {
-	next          map[int32]int64 // KV partition -> next offset to apply (every record read so far)
-	published     map[int32]int64 // KV offsets whose events are in committed lane records
-	lagCommitted  map[int32]int64 // what LagGroup last received
-	events        uint64          // KV records applied since the relay first started (all incarnations)
-	eventsAtLast  uint64          // events at the last checkpoint
-	lastAt        time.Time       // when the last checkpoint was committed (or restored)
-	lastID        uint64
-	lastLagCommit time.Time
-	buf           []byte
-	chunkBytes    int // state bytes per chunk record: CheckpointChunkBytes, or less to fit the topic
+	next         map[int32]int64 // KV partition -> next offset to apply (every record read so far)
+	published    map[int32]int64 // KV offsets whose events are in committed lane records
+	lag          lagCommitter    // commits published into LagGroup
+	events       uint64          // KV records applied since the relay first started (all incarnations)
+	eventsAtLast uint64          // events at the last checkpoint
+	lastAt       time.Time       // when the last checkpoint was committed (or restored)
+	lastID       uint64
+	buf          []byte
+	chunkBytes   int // state bytes per chunk record: CheckpointChunkBytes, or less to fit the topic
 }
 
 // checkpointRecordLimit reads the checkpoint topic's effective max.message.bytes at a new
@@ -203,34 +206,26 @@ func (rl *relayLoop) notePublished() {
 }
 
 // commitLag commits the published offsets to LagGroup when they moved and LagCommitInterval has
-// passed (force: whatever the interval). A failure is logged; the next one retries.
+// passed (force: whatever the interval). A failure is counted and logged; the next one retries.
 func (rl *relayLoop) commitLag(force bool) {
-	r, cfg := rl.r, rl.cfg
-	if cfg.LagGroup == "" || len(rl.ck.published) == 0 || maps.Equal(rl.ck.published, rl.ck.lagCommitted) {
-		return
-	}
-	now := rl.now()
-	if !force && now.Before(rl.ck.lastLagCommit.Add(cfg.LagCommitInterval)) {
-		return
-	}
-	rl.ck.lastLagCommit = now
-	var os kadm.Offsets
-	for p, o := range rl.ck.published {
-		os.Add(kadm.Offset{Topic: cfg.Topics.KVEvents, Partition: p, At: o, LeaderEpoch: -1})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.WriteTimeout)
-	defer cancel()
-	resp, err := kadm.NewClient(rl.outCl).CommitOffsets(ctx, cfg.LagGroup, os)
-	if err == nil {
-		err = resp.Error()
-	}
+	r := rl.r
+	ok, err := rl.ck.lag.commit(rl.outCl, rl.now(), rl.ck.published, force)
 	if err != nil {
 		r.metrics.lagCommitErrors.Inc(1)
-		r.log.Warn("lag offsets not committed", zap.String("group", cfg.LagGroup), zap.Error(err))
+		r.log.Warn("lag offsets not committed", zap.String("group", rl.ck.lag.group), zap.Error(err))
 		return
 	}
-	rl.ck.lagCommitted = maps.Clone(rl.ck.published)
+	if !ok {
+		return
+	}
 	r.c.lagCommits.Add(1)
+	lag, err := rl.ck.lag.lagFromStable(rl.outCl, rl.ck.published)
+	if err != nil {
+		r.metrics.lagCommitErrors.Inc(1)
+		r.log.Warn("KV topic's last stable offsets not listed; ckf_relay_input_lag_records not updated", zap.Error(err))
+		return
+	}
+	r.metrics.inputLag.Update(float64(lag))
 }
 
 // restoreCheckpoint reads the newest usable checkpoint of the pool, given the KV topic's listed

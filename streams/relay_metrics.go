@@ -8,8 +8,8 @@ import (
 )
 
 // relayMetrics caches the relay's metric handles under the "relay" sub-scope (ckf_relay_*).
-// Tag keys: none, except "point" on events_rejected (the producer failure point, four values)
-// and "reason" on snapshots (start, periodic, request, recovery): one set of keys per name,
+// Tag keys: none, except "point" on events_rejected_total (the producer failure point, four values)
+// and "reason" on snapshots_total (start, periodic, request, recovery): one set of keys per name,
 // bounded values.
 type relayMetrics struct {
 	events, undecodable, deadLetters, capacity, unknownRemovals tally.Counter
@@ -18,6 +18,7 @@ type relayMetrics struct {
 	checkpoints, checkpointsRejected, checkpointGaps            tally.Counter
 	lagCommitErrors                                             tally.Counter
 	checkpointBytes, restoredCheckpoint, appliedRecords         tally.Gauge
+	snapshotBytes, inputLag                                     tally.Gauge
 	checkpointDuration                                          tally.Histogram
 	rejectedBy                                                  map[ckf.FailurePoint]tally.Counter
 	snapshotsBy                                                 map[string]tally.Counter
@@ -33,7 +34,7 @@ var snapshotBuckets = tally.DurationBuckets{
 	5 * time.Second, 10 * time.Second,
 }
 
-// Snapshot reasons (the "reason" tag of ckf_relay_snapshots).
+// Snapshot reasons (the "reason" tag of ckf_relay_snapshots_total).
 const (
 	snapStart    = "start"
 	snapPeriodic = "periodic"
@@ -47,25 +48,27 @@ func newRelayMetrics(root tally.Scope) *relayMetrics {
 	}
 	s := root.SubScope("relay")
 	m := &relayMetrics{
-		events:              s.Counter("events"),
-		undecodable:         s.Counter("events_undecodable"),
-		deadLetters:         s.Counter("dead_letters"),
-		capacity:            s.Counter("capacity_omissions"),
-		unknownRemovals:     s.Counter("unknown_removals"),
-		deltas:              s.Counter("deltas_published"),
-		images:              s.Counter("images_published"),
-		transactions:        s.Counter("transactions"),
-		heartbeats:          s.Counter("heartbeats"),
-		recoveries:          s.Counter("recoveries"),
-		requests:            s.Counter("snapshot_requests"),
-		splits:              s.Counter("split_publications"),
+		events:              s.Counter("events_total"),
+		undecodable:         s.Counter("events_undecodable_total"),
+		deadLetters:         s.Counter("dead_letters_total"),
+		capacity:            s.Counter("capacity_omissions_total"),
+		unknownRemovals:     s.Counter("unknown_removals_total"),
+		deltas:              s.Counter("deltas_published_total"),
+		images:              s.Counter("images_published_total"),
+		transactions:        s.Counter("transactions_total"),
+		heartbeats:          s.Counter("heartbeats_total"),
+		recoveries:          s.Counter("recoveries_total"),
+		requests:            s.Counter("snapshot_requests_total"),
+		splits:              s.Counter("split_publications_total"),
 		rejectedBy:          map[ckf.FailurePoint]tally.Counter{},
 		snapshotsBy:         map[string]tally.Counter{},
 		snapshotDuration:    s.Histogram("snapshot_duration_seconds", snapshotBuckets),
-		checkpoints:         s.Counter("checkpoints"),
-		checkpointsRejected: s.Counter("checkpoints_rejected"),
-		checkpointGaps:      s.Counter("checkpoint_gaps"),
-		lagCommitErrors:     s.Counter("lag_commit_errors"),
+		snapshotBytes:       s.Gauge("snapshot_bytes"),
+		inputLag:            s.Gauge("input_lag_records"),
+		checkpoints:         s.Counter("checkpoints_total"),
+		checkpointsRejected: s.Counter("checkpoints_rejected_total"),
+		checkpointGaps:      s.Counter("checkpoint_gaps_total"),
+		lagCommitErrors:     s.Counter("lag_commit_errors_total"),
 		checkpointBytes:     s.Gauge("checkpoint_bytes"),
 		restoredCheckpoint:  s.Gauge("restored_from_checkpoint"),
 		appliedRecords:      s.Gauge("applied_records"),
@@ -78,10 +81,10 @@ func newRelayMetrics(root tally.Scope) *relayMetrics {
 	}
 	for _, p := range []ckf.FailurePoint{ckf.BoundedRelocationFailure, ckf.PrecommitAllocationFailure,
 		ckf.SourceProtocolFailure, ckf.PrewriteInvariantMismatch} {
-		m.rejectedBy[p] = s.Tagged(map[string]string{"point": p.String()}).Counter("events_rejected")
+		m.rejectedBy[p] = s.Tagged(map[string]string{"point": p.String()}).Counter("events_rejected_total")
 	}
 	for _, r := range []string{snapStart, snapPeriodic, snapRequest, snapRecovery} {
-		m.snapshotsBy[r] = s.Tagged(map[string]string{"reason": r}).Counter("snapshots")
+		m.snapshotsBy[r] = s.Tagged(map[string]string{"reason": r}).Counter("snapshots_total")
 	}
 	return m
 }

@@ -316,6 +316,7 @@ func (rl *relayLoop) snapshot(reason string) error {
 	r.c.snapMillis.Store(uint64(took.Milliseconds()))
 	r.metrics.snapshotsBy[reason].Inc(1)
 	r.metrics.snapshotDuration.RecordDuration(took)
+	r.metrics.snapshotBytes.Update(float64(8 * len(snap.Buckets)))
 	rl.updateGauges()
 	r.log.Info("snapshot written", zap.String("reason", reason), zap.Uint64("incarnation", rl.identity.Incarnation),
 		zap.Uint64("sequence", snap.Sequence), zap.Int64("first_offset", pos.FirstOffset), zap.Int("chunks", pos.Chunks),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -94,6 +93,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer close(r.done)
 	rl := &relayLoop{r: r, cfg: r.cfg, now: time.Now}
+	rl.ck.lag = lagCommitter{group: r.cfg.LagGroup, topic: r.cfg.Topics.KVEvents, interval: r.cfg.LagCommitInterval, timeout: r.cfg.WriteTimeout}
 	defer rl.close()
 	if err := rl.open(ctx); err != nil {
 		return err
@@ -385,8 +385,8 @@ func (rl *relayLoop) nextWake() (at time.Time, ok bool) {
 	if due, ok := rl.nextCheckpointAt(); ok {
 		t = minTime(t, due)
 	}
-	if !maps.Equal(rl.ck.published, rl.ck.lagCommitted) {
-		t = minTime(t, rl.ck.lastLagCommit.Add(cfg.LagCommitInterval))
+	if rl.ck.lag.pending(rl.ck.published) {
+		t = minTime(t, rl.ck.lag.nextAt())
 	}
 	if rl.requestPending {
 		t = minTime(t, rl.lastSnapshot.Add(cfg.SnapshotRequestMinInterval))

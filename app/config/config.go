@@ -335,10 +335,20 @@ type Indexer struct {
 	// included, before the next collection. A higher target means less collection work per lane
 	// record at the cost of that headroom; to cap the heap, set GOMEMLIMIT as well. Default 400.
 	GCPercent int `yaml:"gc_percent"`
+	// LagCommitInterval is how often the replica commits its applied lane offsets (the offset
+	// after the last applied record, per lane partition) to its lag group,
+	// <topic_prefix>ckf-indexer-<consumer instance id in 16 hex digits>
+	// (streams.IndexerLagGroup), and once more at a graceful stop, so that standard lag tools
+	// (kafka-consumer-groups.sh, kminion, Burrow) see the replica. The commits are for
+	// visibility only: restores seek to snapshots. Shorter shows fresher positions at the cost
+	// of one offset commit per interval; a failed commit is counted and logged, never fatal.
+	// Default 5s (streams.DefaultIndexerLagCommitInterval); must be positive. Environment:
+	// CKF_INDEXER_LAG_COMMIT_INTERVAL.
+	LagCommitInterval time.Duration `yaml:"lag_commit_interval"`
 }
 
 // Freshness is the policy that takes a lane out of answers while it lags its partition: a
-// lane whose applied position is behind the high watermark by more than MaxRecordLag records, or
+// lane whose applied position is behind the last stable offset by more than MaxRecordLag records, or
 // whose last applied record is older than MaxTimeLag while records wait, is reported and
 // excluded until it catches up.
 type Freshness struct {
@@ -435,6 +445,7 @@ func defaultConfig() Config {
 			QueryGroup:          streams.DefaultQueryGroup,
 			QueryBatchSize:      streams.DefaultQueryBatchRecords,
 			GCPercent:           DefaultIndexerGCPercent,
+			LagCommitInterval:   streams.DefaultIndexerLagCommitInterval,
 		},
 		// The relay's and the freshness defaults are streams' (and ckf's for the CKF format and
 		// cadence); defaults_test.go in app/relay and app/indexer pins them field by field.

@@ -247,6 +247,7 @@ func TestInvalidFieldMessages(t *testing.T) {
 		{args: []string{"--indexer.query_batch_size=0"}, want: "config: indexer.query_batch_size: 0 is not in [1,65536]"},
 		{args: []string{"--indexer.gc_percent=-1"}, want: "config: indexer.gc_percent: -1 is not in [0,10000]"},
 		{args: []string{"--indexer.gc_percent=10001"}, want: "config: indexer.gc_percent: 10001 is not in [0,10000]"},
+		{args: []string{"--indexer.lag_commit_interval=0s"}, want: "config: indexer.lag_commit_interval: 0s is not positive"},
 		{args: []string{"--relay.lane=-1"}, want: "config: relay.lane: -1 is not in [0,15]"},
 		{args: []string{"--relay.expected_blocks=0"}, want: "config: relay.expected_blocks: must be positive"},
 		{args: []string{"--relay.snapshot_interval=0s", "--relay.snapshot_every_deltas=0", "--relay.snapshot_delta_ratio=0"}, want: "config: relay.snapshot_interval: is 0 and so are relay.snapshot_every_deltas and relay.snapshot_delta_ratio"},

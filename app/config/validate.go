@@ -255,6 +255,9 @@ func (ix Indexer) validate(p *problems) {
 	if ix.GCPercent < 0 || ix.GCPercent > 10000 {
 		p.add("indexer.gc_percent", "%d is not in [0,10000]", ix.GCPercent)
 	}
+	if ix.LagCommitInterval <= 0 {
+		p.add("indexer.lag_commit_interval", "%v is not positive", ix.LagCommitInterval)
+	}
 }
 
 func (r Relay) validate(p *problems) {

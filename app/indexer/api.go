@@ -427,7 +427,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // queryMetrics are the metrics of one query path, under the names the Kafka query service uses
 // (scope "query": requests, invalid_requests, replies by status, latency_seconds,
 // answer_latency_seconds), tagged path=<path>. The two paths thus share one set of series per
-// name: ckf_query_replies{path="http",status="unavailable"} is the HTTP path's unavailable count.
+// name: ckf_query_replies_total{path="http",status="unavailable"} is the HTTP path's unavailable count.
 type queryMetrics struct {
 	requests, invalid      tally.Counter
 	replies                [3]tally.Counter // by schemas.QueryStatus
@@ -444,14 +444,14 @@ func newQueryMetrics(root tally.Scope, path string) queryMetrics {
 		buckets = append(buckets, time.Duration(sec*float64(time.Second)))
 	}
 	m := queryMetrics{
-		requests: s.Counter("requests"),
-		invalid:  s.Counter("invalid_requests"),
+		requests: s.Counter("requests_total"),
+		invalid:  s.Counter("invalid_requests_total"),
 		// latency: the whole request on the HTTP path (decode, answer, encode, write).
 		latency:       s.Histogram("latency_seconds", buckets),
 		answerLatency: s.Histogram("answer_latency_seconds", buckets),
 	}
 	for st := schemas.QueryOK; st <= schemas.QueryInvalidRequest; st++ {
-		m.replies[st] = s.Tagged(map[string]string{"status": strings.ToLower(st.String())}).Counter("replies")
+		m.replies[st] = s.Tagged(map[string]string{"status": strings.ToLower(st.String())}).Counter("replies_total")
 	}
 	return m
 }

@@ -43,7 +43,9 @@ import (
 type Params struct {
 	fx.In
 
-	Config     config.Indexer
+	Config config.Indexer
+	// All is the whole configuration; its topic_prefix starts the replica's lag group name.
+	All        config.Config
 	Kafka      config.Kafka
 	Connection *kafka.Connection
 	Scope      tally.Scope   `optional:"true"`
@@ -78,8 +80,9 @@ func Freshness(f config.Freshness) streams.FreshnessPolicy {
 }
 
 // StreamsConfig converts the indexer section and the topic names to the lanes' streams
-// configuration: streams' defaults (streams.DefaultIndexerConfig) with the topics and the
-// freshness policy of the configuration.
+// configuration: streams' defaults (streams.DefaultIndexerConfig) with the topics, the freshness
+// policy and the lag commit interval of the configuration. The lag group is New's to name (it
+// needs the consumer instance id).
 func StreamsConfig(ix config.Indexer, topics config.Topics) streams.IndexerConfig {
 	cfg := streams.DefaultIndexerConfig()
 	cfg.Topics = streams.IndexerTopics{
@@ -89,6 +92,7 @@ func StreamsConfig(ix config.Indexer, topics config.Topics) streams.IndexerConfi
 		SnapshotIndex: topics.SnapshotIndex,
 	}
 	cfg.Freshness = Freshness(ix.Freshness)
+	cfg.LagCommitInterval = ix.LagCommitInterval
 	return cfg
 }
 
@@ -134,8 +138,10 @@ func New(p Params) (*Indexer, error) {
 	if err != nil {
 		return nil, err
 	}
+	laneCfg := StreamsConfig(p.Config, topics)
+	laneCfg.LagGroup = streams.IndexerLagGroup(p.All.TopicPrefix, consumer)
 	lanes, err := streams.NewIndexer(streams.IndexerParams{
-		Config:  StreamsConfig(p.Config, topics),
+		Config:  laneCfg,
 		Indexer: g,
 		Codec:   codec,
 		// One option set per client: each gets its own kprom collectors (client=<role>).
@@ -171,6 +177,7 @@ func New(p Params) (*Indexer, error) {
 	log.Info("indexer built",
 		zap.String("consumer_instance", fmt.Sprintf("%016x", uint64(consumer))),
 		zap.Bool("consumer_instance_random", p.Config.ConsumerInstanceID == 0),
+		zap.String("lag_group", laneCfg.LagGroup),
 		zap.String("domain", m.IndexerDomain().String()),
 		zap.Stringer("lanes", p.Config.Lanes),
 		zap.Uint64("bucket_count", m.Format().BucketCount),

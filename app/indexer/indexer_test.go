@@ -194,7 +194,7 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	var before string
 	testenv.WaitUntil(t, 30*time.Second, "lane 0 series on /metrics", func() bool {
 		_, before = r.get(t, "/metrics")
-		return metric(before, "ckf_indexer_lane_deltas", lane0) >= 1 && metric(before, "ckf_indexer_lane_high_watermark", lane0) > 0
+		return metric(before, "ckf_indexer_lane_deltas_total", lane0) >= 1 && metric(before, "ckf_indexer_lane_last_stable_offset", lane0) > 0
 	})
 	for i := 0; i < 20; i++ {
 		p0.store([]uint64{1000 + uint64(i), 2000 + uint64(i)})
@@ -205,12 +205,12 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 		_, after = r.get(t, "/metrics")
 		return metric(after, "ckf_indexer_lane_installed_sequence", lane0) == float64(seq)
 	})
-	for _, name := range []string{"ckf_indexer_lane_deltas", "ckf_indexer_lane_images", "ckf_indexer_lane_high_watermark", "ckf_indexer_lane_applied_offset"} {
+	for _, name := range []string{"ckf_indexer_lane_deltas_total", "ckf_indexer_lane_images_total", "ckf_indexer_lane_last_stable_offset", "ckf_indexer_lane_applied_offset"} {
 		if b, a := metric(before, name, lane0), metric(after, name, lane0); !(a > b && b >= 0) {
 			t.Errorf("%s{lane=0}: %v before, %v after 20 deltas", name, b, a)
 		}
 	}
-	for _, name := range []string{"ckf_indexer_lane_offset_lag", "ckf_indexer_lane_time_lag_seconds", "ckf_indexer_lane_ready"} {
+	for _, name := range []string{"ckf_indexer_lane_lag_records", "ckf_indexer_lane_lag_seconds", "ckf_indexer_lane_ready"} {
 		if v := metric(after, name, lane0); v < 0 {
 			t.Errorf("%s{lane=0} is missing", name)
 		}
@@ -274,8 +274,8 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	}
 	testenv.WaitUntil(t, 10*time.Second, "query metrics of both paths", func() bool {
 		_, m := r.get(t, "/metrics")
-		return metric(m, "ckf_query_requests", `path="kafka"`) >= 1 && metric(m, "ckf_query_requests", `path="http"`) >= 1 &&
-			metric(m, "ckf_query_replies", `path="http"`, `status="ok"`) >= 1 &&
+		return metric(m, "ckf_query_requests_total", `path="kafka"`) >= 1 && metric(m, "ckf_query_requests_total", `path="http"`) >= 1 &&
+			metric(m, "ckf_query_replies_total", `path="http"`, `status="ok"`) >= 1 &&
 			metric(m, "ckf_query_latency_seconds_count", `path="http"`) >= 1
 	})
 

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 	tally "github.com/uber-go/tally/v4"
@@ -114,7 +116,7 @@ func New(p Params) (*Metrics, error) {
 	return &Metrics{
 		Scope:    scope,
 		Registry: reg,
-		kafka:    &KafkaHooks{reg: reg, inUse: map[string]bool{}},
+		kafka:    &KafkaHooks{reg: reg, kpromReg: &renamingRegisterer{Registerer: reg, renames: kpromRenames, wrapped: map[prometheus.Collector]prometheus.Collector{}}, inUse: map[string]bool{}},
 		closer:   closer,
 		log:      log,
 	}, nil
@@ -143,9 +145,10 @@ func (m *Metrics) Close() error {
 // one *kprom.Metrics, so every client needs its own; they share the registry and differ by the
 // "client" label.
 type KafkaHooks struct {
-	reg   *prometheus.Registry
-	mu    sync.Mutex
-	inUse map[string]bool
+	reg      *prometheus.Registry
+	kpromReg *renamingRegisterer // reg, with kprom's misnamed gauges renamed
+	mu       sync.Mutex
+	inUse    map[string]bool
 }
 
 // Opt returns the kgo.WithHooks option that records one client's metrics, labelled
@@ -161,7 +164,8 @@ func (h *KafkaHooks) Opt(name string) kgo.Opt {
 	h.inUse[label] = true
 	h.mu.Unlock()
 	m := kprom.NewMetrics(KafkaNamespace,
-		kprom.Registry(h.reg),
+		kprom.Registerer(h.kpromReg),
+		kprom.Gatherer(h.reg),
 		kprom.WithStaticLabel(prometheus.Labels{"client": label}),
 		kprom.FetchAndProduceDetail(kprom.ByNode, kprom.ByTopic, kprom.Records, kprom.Batches, kprom.UncompressedBytes, kprom.CompressedBytes, kprom.ConsistentNaming),
 		kprom.Histograms(kprom.RequestDurationE2E, kprom.RequestThrottled),
@@ -219,3 +223,122 @@ func Provide(lc fx.Lifecycle, p Params) (Result, error) {
 // Module provides the *Metrics, its root tally.Scope, the *KafkaHooks, and the GET /metrics
 // route; it closes the scope when the application stops.
 var Module = fx.Module("metrics", fx.Provide(Provide))
+
+// kpromRenames are the kprom gauges whose names end in _total, which Prometheus reserves for
+// counters (dashboards and recording rules apply rate() to such names), and the names they are
+// exported under instead. kprom has no option to name them.
+var kpromRenames = map[string]renamedGauge{
+	KafkaNamespace + "_buffered_fetch_records_total": {
+		name: KafkaNamespace + "_buffered_fetch_records", help: "Records buffered in the client, fetched and not yet polled",
+	},
+	KafkaNamespace + "_buffered_produce_records_total": {
+		name: KafkaNamespace + "_buffered_produce_records", help: "Records buffered in the client, waiting to be produced",
+	},
+}
+
+type renamedGauge struct{ name, help string }
+
+// renamingRegisterer registers collectors into Registerer, except that a collector exporting one
+// gauge named in renames is registered wrapped, under the new name; Unregister finds the wrapper
+// from the original, so kprom's unregistration at client close still works. A collector that
+// cannot be read at registration (not exactly one description, or its first sample is not a
+// gauge) is registered as it is.
+type renamingRegisterer struct {
+	prometheus.Registerer
+	renames map[string]renamedGauge
+
+	mu      sync.Mutex
+	wrapped map[prometheus.Collector]prometheus.Collector
+}
+
+// Register registers c, renamed when renames names its gauge.
+func (r *renamingRegisterer) Register(c prometheus.Collector) error {
+	if w := r.wrap(c); w != nil {
+		if err := r.Registerer.Register(w); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.wrapped[c] = w
+		r.mu.Unlock()
+		return nil
+	}
+	return r.Registerer.Register(c)
+}
+
+// MustRegister registers cs, panicking on the first error (prometheus.Registerer's contract).
+func (r *renamingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// Unregister unregisters c, or the wrapper registered for it.
+func (r *renamingRegisterer) Unregister(c prometheus.Collector) bool {
+	r.mu.Lock()
+	if w, ok := r.wrapped[c]; ok {
+		delete(r.wrapped, c)
+		c = w
+	}
+	r.mu.Unlock()
+	return r.Registerer.Unregister(c)
+}
+
+// wrap returns c renamed, or nil when c is not one of the renamed gauges.
+func (r *renamingRegisterer) wrap(c prometheus.Collector) prometheus.Collector {
+	descs := make(chan *prometheus.Desc)
+	go func() { c.Describe(descs); close(descs) }()
+	var all []*prometheus.Desc
+	for d := range descs {
+		all = append(all, d)
+	}
+	if len(all) != 1 {
+		return nil
+	}
+	// A Desc does not expose its name; its String form does: Desc{fqName: "…", help: …}.
+	_, rest, ok := strings.Cut(all[0].String(), `fqName: "`)
+	name, _, _ := strings.Cut(rest, `"`)
+	to, renamed := r.renames[name]
+	if !ok || !renamed {
+		return nil
+	}
+	metrics := make(chan prometheus.Metric, 1)
+	go func() { c.Collect(metrics); close(metrics) }()
+	var first *dto.Metric
+	for m := range metrics {
+		if first == nil {
+			first = &dto.Metric{}
+			if m.Write(first) != nil {
+				first = nil
+			}
+		}
+	}
+	if first == nil || first.Gauge == nil {
+		return nil
+	}
+	labels := prometheus.Labels{}
+	for _, l := range first.Label {
+		labels[l.GetName()] = l.GetValue()
+	}
+	return &renamedCollector{inner: c, desc: prometheus.NewDesc(to.name, to.help, nil, labels)}
+}
+
+// renamedCollector exports inner's one gauge under desc.
+type renamedCollector struct {
+	inner prometheus.Collector
+	desc  *prometheus.Desc
+}
+
+func (c *renamedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *renamedCollector) Collect(ch chan<- prometheus.Metric) {
+	metrics := make(chan prometheus.Metric, 1)
+	go func() { c.inner.Collect(metrics); close(metrics) }()
+	for m := range metrics {
+		var v dto.Metric
+		if m.Write(&v) == nil && v.Gauge != nil {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v.Gauge.GetValue())
+		}
+	}
+}

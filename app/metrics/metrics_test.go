@@ -101,11 +101,26 @@ func TestKafkaHooksPerClient(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+	// kprom's two gauges named *_total are exported without the counter suffix.
+	for _, want := range []string{`ckf_kafka_buffered_fetch_records{client="relay"} `, `ckf_kafka_buffered_produce_records{client="relay-2"} `,
+		"# TYPE ckf_kafka_buffered_fetch_records gauge"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "ckf_kafka_buffered_") && strings.Contains(line, "_total") {
+			t.Errorf("a buffered gauge keeps its _total name: %s", line)
+		}
+	}
 	a.Close()
-	c := newClient("relay") // takes the freed name, not relay-3
+	if body := scrape(t, m); strings.Contains(body, `ckf_kafka_buffered_fetch_records{client="relay"}`) {
+		t.Errorf("a closed client's renamed gauge is still exported")
+	}
+	c := newClient("relay") // takes the freed name, not relay-3; registering its gauges again must not conflict
 	defer c.Close()
 	defer b.Close()
-	if body := scrape(t, m); strings.Contains(body, `client="relay-3"`) || !strings.Contains(body, `client="relay"`) {
+	if body := scrape(t, m); strings.Contains(body, `client="relay-3"`) || !strings.Contains(body, `ckf_kafka_buffered_fetch_records{client="relay"}`) {
 		t.Errorf("freed role not reused")
 	}
 }

@@ -146,7 +146,7 @@ func TestRelayModuleOnRealBroker(t *testing.T) {
 		return s.Deltas > 0 && s.LastSequence > 0
 	}, func() string { return fmt.Sprintf("stats %+v", rl.Streams().Stats()) })
 	// The relay's own series, and franz-go's for each of its clients (labelled by role).
-	wants := []string{"ckf_relay_deltas_published", "ckf_relay_snapshot_duration_seconds_bucket",
+	wants := []string{"ckf_relay_deltas_published_total", "ckf_relay_snapshot_duration_seconds_bucket",
 		`ckf_kafka_produce_records_total{client="relay-lanes"`, `ckf_kafka_fetch_records_total{client="relay-input"`}
 	var missing []string
 	testenv.WaitUntil(t, time.Minute, "the relay's series on /metrics", func() bool {
