@@ -79,6 +79,7 @@ var descriptions = map[string]Description{
 	"indexer.domain_source":            {"how the domain's digests were obtained: explicit or default_derived", []string{CommandDemo, CommandIndexer, CommandRelay}},
 	"indexer.lanes":                    {"lane map lane=dc,... (lane 0..15 to DC id); required by indexer, checked by relay, DCs of loadgen", []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen}},
 	"indexer.bucket_count":             {"CKF bucket count every lane must publish (power of two); 0 derives it from expected_blocks_per_dc", []string{CommandIndexer}},
+	"indexer.lag_commit_interval":      {"how often each replica commits its applied lane offsets to its lag group <prefix>ckf-indexer-<instance> (visibility only); default 5s", indexerCommands},
 	"indexer.expected_blocks_per_dc":   {"blocks per DC that size the filter; must equal the relays' relay.expected_blocks", []string{CommandIndexer}},
 	"indexer.seed":                     {"CKF addressing seed every lane must publish with; must equal the relays' relay.seed", indexerCommands},
 	"indexer.verification_window":      {"positions below the tentative depth the search re-checks, 1..8", indexerCommands},
