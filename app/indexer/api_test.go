@@ -321,6 +321,17 @@ func TestPrefixMatchesBadRequests(t *testing.T) {
 		{`{"local_block_hashes": [1], "hashes": [2]}`, `unknown field "hashes"`},
 		{`{"local_block_hashes": [1]} {"local_block_hashes": [2]}`, "more than one JSON value"},
 		{`{"local_block_hashes": [1], "correlation_id": "` + strings.Repeat("x", 300) + `"}`, "correlation_id must be 1..256 bytes"},
+		// A null element would otherwise be read as the hash or token 0.
+		{`{"local_block_hashes": [1, null, 3]}`, "local_block_hashes holds a null"},
+		{`{"local_block_hashes": [null]}`, "local_block_hashes holds a null"},
+		{`{"token_ids": [1, 2, null, 4], "block_size": 2}`, "token_ids holds a null"},
+		{`{"token_ids": [4294967296], "block_size": 2}`, "field token_ids"},
+		{`{"local_block_hashes": [1.5]}`, "field local_block_hashes"},
+		// Every documented key at most once, matched as encoding/json matches (any case).
+		{`{"local_block_hashes": [1], "local_block_hashes": [2]}`, `duplicate key "local_block_hashes"`},
+		{`{"token_ids": [1, 2], "block_size": 2, "TOKEN_IDS": [3, 4]}`, `duplicate key "TOKEN_IDS"`},
+		{`{"local_block_hashes": [1], "lane_mask": 1, "lane_mask": 2}`, `duplicate key "lane_mask"`},
+		{`{"correlation_id": "a", "local_block_hashes": [1], "correlation_id": "b"}`, `duplicate key "correlation_id"`},
 	} {
 		code, resp := tb.post(t, tc.body)
 		if code != http.StatusBadRequest || resp.Status != "INVALID_REQUEST" || !strings.Contains(resp.Error, tc.want) || len(resp.Matches) != 0 {
@@ -337,6 +348,49 @@ func TestPrefixMatchesBadRequests(t *testing.T) {
 	tb.mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/prefix-matches", nil))
 	if rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("GET /v1/prefix-matches: %d", rec.Code)
+	}
+}
+
+// TestPrefixMatchesContentType: a JSON content type, with at most charset=utf-8, or none is
+// answered; any other is refused with 415 before the body is looked at.
+func TestPrefixMatchesContentType(t *testing.T) {
+	tb := newTable(t)
+	body := `{"local_block_hashes": [1, 2]}`
+	for _, tc := range []struct {
+		contentType string
+		code        int
+	}{
+		{"", http.StatusOK},
+		{"application/json", http.StatusOK},
+		{"Application/JSON; charset=UTF-8", http.StatusOK},
+		{"application/json;charset=utf-8", http.StatusOK},
+		{"application/x-www-form-urlencoded", http.StatusUnsupportedMediaType},
+		{"text/plain", http.StatusUnsupportedMediaType},
+		{"application/json; charset=latin1", http.StatusUnsupportedMediaType},
+		{"application/json; version=2", http.StatusUnsupportedMediaType},
+		{"application/json; charset", http.StatusUnsupportedMediaType}, // not a media type
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/prefix-matches", strings.NewReader(body))
+		if tc.contentType != "" {
+			req.Header.Set("Content-Type", tc.contentType)
+		}
+		rec := httptest.NewRecorder()
+		tb.mux.ServeHTTP(rec, req)
+		var resp indexer.PrefixMatchResponse
+		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
+			t.Fatalf("%q: undecodable answer %q: %v", tc.contentType, rec.Body, err)
+		}
+		if rec.Code != tc.code {
+			t.Errorf("Content-Type %q: %d %+v, want %d", tc.contentType, rec.Code, resp, tc.code)
+			continue
+		}
+		if tc.code == http.StatusUnsupportedMediaType {
+			if resp.Status != "INVALID_REQUEST" || !strings.Contains(resp.Error, "unsupported media type") || rec.Header().Get("Accept") != "application/json" {
+				t.Errorf("Content-Type %q: %+v, Accept %q", tc.contentType, resp, rec.Header().Get("Accept"))
+			}
+		} else if resp.Status != "OK" {
+			t.Errorf("Content-Type %q: %+v", tc.contentType, resp)
+		}
 	}
 }
 
