@@ -118,10 +118,11 @@ func queryRoute(body []byte) (QueryRoute, bool) {
 	if r.failed() {
 		return QueryRoute{}, false
 	}
-	if n := len(q.CorrelationID); n == 0 || n > MaxCorrelationIDBytes || !utf8.ValidString(q.CorrelationID) {
+	id, truncated, ok := FitCorrelationID(q.CorrelationID)
+	if !ok {
 		return QueryRoute{}, false
 	}
-	rt := QueryRoute{CorrelationID: q.CorrelationID, ReplyPartition: q.ReplyPartition}
+	rt := QueryRoute{CorrelationID: id, IDTruncated: truncated, ReplyPartition: q.ReplyPartition}
 	if len(q.ReplyTopic) <= maxTopicNameBytes && utf8.ValidString(q.ReplyTopic) {
 		rt.ReplyTopic = q.ReplyTopic
 	}

@@ -102,7 +102,7 @@ func (a *Answerer) Answer(req *schemas.QueryRequest, sc *QueryScratch) schemas.Q
 		sc = new(QueryScratch)
 	}
 	if err := checkRequest(req); err != nil {
-		return a.InvalidReply(fitCorrelationID(req.CorrelationID), err.Error())
+		return a.InvalidReply(replyIDFor(req.CorrelationID, err.Error()))
 	}
 	reply := schemas.QueryReply{CorrelationID: req.CorrelationID}
 
@@ -215,13 +215,23 @@ func checkRequest(q *schemas.QueryRequest) error {
 	return nil
 }
 
-// fitCorrelationID returns id if a reply may carry it, else "" (a reply to nobody in particular,
-// still written so the failure is visible on the reply topic).
-func fitCorrelationID(id string) string {
-	if len(id) > schemas.MaxCorrelationIDBytes || !utf8.ValidString(id) {
-		return ""
+// replyIDFor returns the correlation id and error message of an INVALID_REQUEST reply to a
+// request with correlation id id that was refused for why: the id cut to fit when it is too long
+// (schemas.FitCorrelationID), the cut noted in the message, or "" when the id is empty or not
+// UTF-8 (a reply to nobody in particular, still written so the failure is visible on the reply
+// topic).
+func replyIDFor(id, why string) (string, string) {
+	fit, truncated, _ := schemas.FitCorrelationID(id)
+	if truncated {
+		why = truncatedIDNote(len(fit), schemas.MaxCorrelationIDBytes) + why
 	}
-	return id
+	return fit, why
+}
+
+// truncatedIDNote starts the error message of a reply whose correlation id, over limit bytes,
+// was cut to its first kept bytes.
+func truncatedIDNote(kept, limit int) string {
+	return fmt.Sprintf("correlation_id longer than %d bytes cut to its first %d in this reply; ", limit, kept)
 }
 
 // appendTokenBlockHashes appends one local block hash per full window of blockSize tokens of the
