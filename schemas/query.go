@@ -144,6 +144,9 @@ type QueryReply struct {
 	// Lanes is in strictly ascending lane order.
 	Lanes     []LaneMatch
 	ReplyTime time.Time
+	// IncompleteLanes has bit l set when lane l's depth may be under-reported: its DC holds
+	// blocks the filter omitted for capacity. A subset of ReadyLanes.
+	IncompleteLanes uint16
 }
 
 // LaneMatch is the prefix depth found on one lane (Avro record LaneMatch).
@@ -163,6 +166,9 @@ func (r *QueryReply) validate() error {
 	}
 	if r.QueryBlocks > maxInt32 {
 		return invalid("query_blocks", "%d does not fit an Avro int", r.QueryBlocks)
+	}
+	if r.IncompleteLanes&^r.ReadyLanes != 0 {
+		return invalid("incomplete_lanes", "%#x is not a subset of ready_lanes %#x", r.IncompleteLanes, r.ReadyLanes)
 	}
 	if r.Status != QueryOK && len(r.Lanes) != 0 {
 		return invalid("lanes", "must be empty when status is %s", r.Status)
