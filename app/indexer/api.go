@@ -165,6 +165,20 @@ type LaneView struct {
 	Faults            map[string]uint64 `json:"faults,omitempty"`
 	LastFault         string            `json:"last_fault,omitempty"`
 	LastFaultTime     *time.Time        `json:"last_fault_time,omitempty"`
+	// Capacity is the DC filter's capacity state as the lane's records last carried it; absent
+	// until one did (a relay that does not report it).
+	Capacity *CapacityView `json:"capacity,omitempty"`
+}
+
+// CapacityView is a lane's capacity state (streams.LaneCapacity): how full the DC's filter is and
+// how many of the DC's cached blocks it misses. Answers on a lane with omitted_blocks above 0 are
+// marked incomplete.
+type CapacityView struct {
+	FilterOccupancyRatio   float64 `json:"filter_occupancy_ratio"`
+	ResidentBlocks         uint64  `json:"resident_blocks"`
+	OmittedBlocks          uint64  `json:"omitted_blocks"`
+	CapacityOmissions      uint64  `json:"capacity_omissions"`
+	OmissionsSinceSnapshot uint64  `json:"capacity_omissions_since_snapshot"`
 }
 
 // LanesView is the body of GET /v1/lanes.
@@ -216,6 +230,10 @@ func (a *API) View() LanesView {
 		}
 		if len(lv.Faults) == 0 {
 			lv.Faults = nil
+		}
+		if c := s.Capacity; c.Reported {
+			lv.Capacity = &CapacityView{FilterOccupancyRatio: c.FilterOccupancy, ResidentBlocks: c.ResidentBlocks,
+				OmittedBlocks: c.OmittedBlocks, CapacityOmissions: c.CapacityOmissions, OmissionsSinceSnapshot: c.OmissionsSinceSnapshot}
 		}
 		if !s.LastFaultTime.IsZero() {
 			t := s.LastFaultTime.UTC()
@@ -276,11 +294,14 @@ type PrefixMatchRequest struct {
 }
 
 // DCMatch is the prefix depth of one DC: its first Depth blocks appear cached there.
+// Incomplete says the DC's filter omits blocks it holds (capacity omissions), so the prompt may be
+// cached deeper there than Depth.
 type DCMatch struct {
-	Lane  uint8  `json:"lane"`
-	DcID  string `json:"dc_id"`
-	Pool  string `json:"pool"`
-	Depth uint32 `json:"depth"`
+	Lane       uint8  `json:"lane"`
+	DcID       string `json:"dc_id"`
+	Pool       string `json:"pool"`
+	Depth      uint32 `json:"depth"`
+	Incomplete bool   `json:"incomplete,omitempty"`
 }
 
 // PrefixMatchResponse is the body of every answer of POST /v1/prefix-matches. Status is OK (200),
@@ -294,6 +315,9 @@ type PrefixMatchResponse struct {
 	QueryBlocks uint32 `json:"query_blocks"`
 	// ReadyLanes is the mask of the lanes the answer covers.
 	ReadyLanes uint16 `json:"ready_lanes"`
+	// IncompleteLanes is the mask of the covered lanes whose depth may be under-reported (their
+	// DC's filter omits blocks for capacity); the same lanes' matches say "incomplete": true.
+	IncompleteLanes uint16 `json:"incomplete_lanes"`
 	// Matches holds one entry per covered lane (DC), in lane order, depth 0 included.
 	Matches []DCMatch `json:"matches"`
 }
@@ -332,10 +356,12 @@ func (a *API) QueryHandler() http.Handler {
 		a.m.replies[reply.Status].Inc(1)
 		resp := PrefixMatchResponse{
 			CorrelationID: reply.CorrelationID, Status: reply.Status.String(), Error: reply.ErrorMessage,
-			QueryBlocks: reply.QueryBlocks, ReadyLanes: reply.ReadyLanes, Matches: make([]DCMatch, len(reply.Lanes)),
+			QueryBlocks: reply.QueryBlocks, ReadyLanes: reply.ReadyLanes, IncompleteLanes: reply.IncompleteLanes,
+			Matches: make([]DCMatch, len(reply.Lanes)),
 		}
 		for i, l := range reply.Lanes {
-			resp.Matches[i] = DCMatch{Lane: l.Lane, DcID: ckf.DcID(l.DcID).String(), Pool: l.Pool, Depth: l.Depth}
+			resp.Matches[i] = DCMatch{Lane: l.Lane, DcID: ckf.DcID(l.DcID).String(), Pool: l.Pool, Depth: l.Depth,
+				Incomplete: reply.IncompleteLanes&(1<<l.Lane) != 0}
 		}
 		status := http.StatusOK
 		switch reply.Status {

@@ -148,7 +148,7 @@ func New(p Params) (*Indexer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("indexer: lanes: %w", err)
 	}
-	ans := streams.NewAnswerer(g, lanes.EligibleLanes)
+	ans := streams.NewAnswerer(g, lanes.EligibleLanes, streams.IncompleteLanes(lanes.IncompleteLanes))
 	queries, err := streams.NewQueryService(streams.QueryServiceParams{
 		Config:     QueryConfig(p.Config, topics),
 		Answerer:   ans,
