@@ -49,8 +49,9 @@ func (discardSink) Enqueue(ckf.Delta) error { return nil }
 // table is an in-process indexer state: lanes 0 and 1 installed with stored chains, lane 5
 // configured but never ready.
 type table struct {
-	g        *index.GlobalIndexer
-	eligible atomic.Uint32
+	g          *index.GlobalIndexer
+	eligible   atomic.Uint32
+	incomplete atomic.Uint32 // lanes whose DC reports omitted blocks
 	chains   map[uint8][][]uint64 // token-hash chains stored per lane
 	api      *indexer.API
 	mux      *http.ServeMux
@@ -74,7 +75,7 @@ func newTable(t testing.TB) *table {
 	tb.install(t, 1, [][]uint64{append(slices.Clone(shared), randomChain(rng, 3)...), tokenChain(4, 6)})
 	tb.eligible.Store(uint32(g.ReadyLanes()))
 	api, err := indexer.NewAPI(indexer.APIParams{
-		Answerer: streams.NewAnswerer(g, tb.eligibleLanes),
+		Answerer: streams.NewAnswerer(g, tb.eligibleLanes, streams.IncompleteLanes(func() uint16 { return uint16(tb.incomplete.Load()) })),
 		Lanes:    tb.statuses,
 		Eligible: tb.eligibleLanes,
 	})
@@ -102,6 +103,10 @@ func (tb *table) statuses() []streams.LaneStatus {
 				st.Phase = streams.PhaseActive
 				st.InstalledSequence, st.Snapshots, st.Deltas, st.Images = 3, 1, 2, 9
 				st.AppliedOffset, st.HighWatermark = 41, 42
+			}
+			if l == 1 { // lane 1's DC reports a filter past its capacity
+				st.Capacity = streams.LaneCapacity{Reported: true, FilterOccupancy: 0.97, ResidentBlocks: 7946,
+					OmittedBlocks: 3, CapacityOmissions: 12, OmissionsSinceSnapshot: 4}
 			}
 			out = append(out, st)
 		}
@@ -390,6 +395,37 @@ func TestPrefixMatchesContentType(t *testing.T) {
 			}
 		} else if resp.Status != "OK" {
 			t.Errorf("Content-Type %q: %+v", tc.contentType, resp)
+		}
+	}
+}
+
+// TestIncompleteLanes: lanes whose DC reports omitted blocks are marked in answers (the mask and
+// each match), only among the lanes the answer covers; /v1/lanes shows the capacity state of the
+// lanes that report one.
+func TestIncompleteLanes(t *testing.T) {
+	tb := newTable(t)
+	body := `{"local_block_hashes": [1, 2, 3]}`
+	if _, resp := tb.post(t, body); resp.IncompleteLanes != 0 || resp.Matches[0].Incomplete || resp.Matches[1].Incomplete {
+		t.Fatalf("nothing incomplete: %+v", resp)
+	}
+	tb.incomplete.Store(1<<1 | 1<<5) // lane 5 is not ready: not covered, not marked
+	code, resp := tb.post(t, body)
+	if code != http.StatusOK || resp.IncompleteLanes != 1<<1 || resp.Matches[0].Incomplete || !resp.Matches[1].Incomplete {
+		t.Fatalf("lane 1 incomplete: %d %+v", code, resp)
+	}
+	rec := httptest.NewRecorder()
+	tb.mux.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/prefix-matches", strings.NewReader(body)))
+	if raw := rec.Body.String(); strings.Count(raw, `"incomplete":true`) != 1 || !strings.Contains(raw, `"incomplete_lanes":2`) {
+		t.Fatalf("JSON %s: want one match marked and the mask", raw)
+	}
+	v := tb.api.View()
+	for _, lv := range v.Lanes {
+		switch {
+		case lv.Lane == 1 && (lv.Capacity == nil || *lv.Capacity != indexer.CapacityView{FilterOccupancyRatio: 0.97, ResidentBlocks: 7946,
+			OmittedBlocks: 3, CapacityOmissions: 12, OmissionsSinceSnapshot: 4}):
+			t.Errorf("lane 1 capacity %+v", lv.Capacity)
+		case lv.Lane != 1 && lv.Capacity != nil:
+			t.Errorf("lane %d reports no capacity state, shows %+v", lv.Lane, lv.Capacity)
 		}
 	}
 }
