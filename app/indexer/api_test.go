@@ -51,10 +51,10 @@ func (discardSink) Enqueue(ckf.Delta) error { return nil }
 type table struct {
 	g          *index.GlobalIndexer
 	eligible   atomic.Uint32
-	incomplete atomic.Uint32 // lanes whose DC reports omitted blocks
-	chains   map[uint8][][]uint64 // token-hash chains stored per lane
-	api      *indexer.API
-	mux      *http.ServeMux
+	incomplete atomic.Uint32        // lanes whose DC reports omitted blocks
+	chains     map[uint8][][]uint64 // token-hash chains stored per lane
+	api        *indexer.API
+	mux        *http.ServeMux
 }
 
 func newTable(t testing.TB) *table {
