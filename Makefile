@@ -10,6 +10,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 20m
 BENCH_FLAGS ?= -run '^$$' -bench . -benchmem -count 5 -timeout 60m
 FUZZTIME  ?= 10s
 KAFKA_DIR := testenv/kafka
+REGISTRY_DIR := testenv/registry
 BENCH_OUT ?= bench.txt
 BENCH_E2E_OUT ?= bench-e2e.txt
 # The end-to-end benchmarks (streams/bench_e2e_more_test.go); each one runs its own repetitions.
@@ -40,8 +41,8 @@ run: ## run the main job (embedded in-process broker unless KAFKA_BROKERS is set
 	$(GO) run ./cmd/processor demo
 
 .PHONY: test
-test: ## unit + integration tests against a real Kafka broker (started and stopped if none is running)
-	bash $(KAFKA_DIR)/with-kafka.sh $(GO) test $(TEST_FLAGS) $(PKGS)
+test: ## unit + integration tests against a real Kafka broker and Apicurio Registry (each started and stopped if none is running)
+	bash $(REGISTRY_DIR)/with-registry.sh bash $(KAFKA_DIR)/with-kafka.sh $(GO) test $(TEST_FLAGS) $(PKGS)
 
 .PHONY: test-faults
 test-faults: ## the multi-process fault suite (kill -9, broker restart, hostile input); FAULTS_ITERATIONS, FAULTS_SEED, FAULTS_FLAGS=-long
@@ -162,6 +163,14 @@ kafka-up: ## start the real single-node Kafka broker (prints its address)
 kafka-down: ## stop the broker started by kafka-up
 	@bash $(KAFKA_DIR)/kafka-down.sh
 
+.PHONY: registry-up
+registry-up: ## start Apicurio Registry, in-memory, on 127.0.0.1:8181 (prints its Confluent API URL)
+	@bash $(REGISTRY_DIR)/registry-up.sh
+
+.PHONY: registry-down
+registry-down: ## stop the registry started by registry-up
+	@bash $(REGISTRY_DIR)/registry-down.sh
+
 .PHONY: clean
-clean: ## remove build outputs, tool binaries included (keeps the cached Kafka jars)
+clean: ## remove build outputs, tool binaries included (keeps the cached Kafka jars and registry)
 	rm -rf bin $(BENCH_OUT) $(BENCH_E2E_OUT)

@@ -129,9 +129,10 @@ func RegistryClient(cl *sr.Client) Opt { return func(c *cfg) { c.client = cl } }
 // registers, which is idempotent: an identical schema keeps its id.
 func LookupOnly() Opt { return func(c *cfg) { c.lookupOnly = true } }
 
-// RegistryTimeout bounds each registry request the codec makes on its own,
-// that is while decoding a record with a schema id it has not seen. Default
-// 10s. During that request the decoding goroutine waits; afterwards the id is
+// RegistryTimeout bounds each registry request the codec makes: each
+// registration or lookup in NewCodec (within NewCodec's context), and each
+// fetch while decoding a record with a schema id it has not seen. Default
+// 10s. During a fetch the decoding goroutine waits; afterwards the id is
 // cached and never fetched again.
 func RegistryTimeout(d time.Duration) Opt { return func(c *cfg) { c.timeout = d } }
 
@@ -154,8 +155,10 @@ func disableFastPath() Opt { return func(c *cfg) { c.disableFast = true } }
 
 // NewCodec builds a codec. With a registry configured it registers or looks
 // up every embedded schema under ctx and fails with an *EncodeError of kind
-// ErrRegistry if the registry refuses; without one it cannot fail unless an
-// option is invalid.
+// ErrRegistry if the registry refuses or does not answer; its cause is a
+// *RegistryError (errors.As) naming the registry, the subject and the reason,
+// and a schema refused as incompatible also matches ErrIncompatibleSchema.
+// Without a registry it cannot fail unless an option is invalid.
 func NewCodec(ctx context.Context, opts ...Opt) (*Codec, error) {
 	c := &Codec{cfg: defaultCfg()}
 	for _, o := range opts {
@@ -211,24 +214,38 @@ func (c *Codec) SchemaID(t RecordType) int {
 	return c.writeIDs[t]
 }
 
+// resolveWriterID registers (or, with LookupOnly, looks up) t's embedded
+// schema under its subject and returns the registry's id. Each request is
+// bounded by RegistryTimeout. A refusal is an *EncodeError of kind ErrRegistry
+// whose cause is a *RegistryError naming the registry, the subject and the
+// registry's reason.
 func (c *Codec) resolveWriterID(ctx context.Context, t RecordType) (int, error) {
 	s := sr.Schema{Schema: t.Schema(), Type: sr.TypeAvro}
+	subject := c.Subject(t)
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.timeout)
+	defer cancel()
 	var (
-		ss  sr.SubjectSchema
+		id  int
 		err error
 	)
+	op := "registering"
 	if c.cfg.lookupOnly {
-		ss, err = c.client.LookupSchema(ctx, c.Subject(t), s)
+		op = "looking up"
+		var ss sr.SubjectSchema
+		ss, err = c.client.LookupSchema(rctx, subject, s)
+		id = ss.ID
 	} else {
-		ss, err = c.client.CreateSchema(ctx, c.Subject(t), s)
+		// One request: POST /subjects/{subject}/versions answers the id, which
+		// is all the codec needs (sr's CreateSchema asks a second question).
+		id, err = c.client.RegisterSchema(rctx, subject, s, -1, -1)
 	}
 	if err != nil {
-		return 0, &EncodeError{Kind: ErrRegistry, Type: t, Detail: "resolving the id of subject " + c.Subject(t), Err: err}
+		return 0, &EncodeError{Kind: ErrRegistry, Type: t, Err: c.registryError(rctx, op, subject, err)}
 	}
-	if ss.ID <= 0 || ss.ID > maxInt32 {
-		return 0, &EncodeError{Kind: ErrRegistry, Type: t, Detail: "registry returned id " + strconv.Itoa(ss.ID)}
+	if id <= 0 || id > maxInt32 {
+		return 0, &EncodeError{Kind: ErrRegistry, Type: t, Detail: op + " subject " + strconv.Quote(subject) + ": registry returned id " + strconv.Itoa(id)}
 	}
-	return ss.ID, nil
+	return id, nil
 }
 
 // lookup returns the entry for id, fetching the writer's schema from the

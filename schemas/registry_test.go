@@ -310,7 +310,9 @@ func TestRegistryUnreachable(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if _, err := NewCodec(ctx, RegistryURLs(url)); !errors.Is(err, ErrRegistry) {
+	_, err = NewCodec(ctx, RegistryURLs(url))
+	var re *RegistryError
+	if !errors.Is(err, ErrRegistry) || !errors.As(err, &re) || re.StatusCode != 0 || !strings.Contains(err.Error(), url+": no answer") {
 		t.Fatalf("NewCodec with the registry down: %v", err)
 	}
 }
@@ -374,5 +376,61 @@ func TestRegistrySameLayoutUsesFastPath(t *testing.T) {
 	}
 	if allocs := testing.AllocsPerRun(20, func() { _, _ = c.DecodeLaneRecord(b) }); allocs != 0 {
 		t.Fatalf("decoding took the goavro path (%v allocs)", allocs)
+	}
+}
+
+// A registry that refuses a schema as incompatible: NewCodec fails with an
+// error that names the subject, the registry, the compatibility level in force
+// and the registry's reason, and matches both ErrRegistry and
+// ErrIncompatibleSchema.
+func TestRegistryIncompatibleRefusalNamesSubjectRegistryAndReason(t *testing.T) {
+	reg := newRegistry(t)
+	const reason = "Incompatible artifact: p.ckf-lanes-value [AVRO], list of diff types: [x at /fields/9]"
+	reg.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/subjects/p.ckf-lanes-value/versions":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error_code": 409, "message": reason})
+			return true
+		case r.Method == http.MethodGet && r.URL.Path == "/config/p.ckf-lanes-value":
+			if r.URL.Query().Get("defaultToGlobal") != "true" {
+				t.Errorf("compatibility asked without defaultToGlobal: %s", r.URL)
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"compatibilityLevel": "BACKWARD"})
+			return true
+		}
+		return false
+	})
+	_, err := NewCodec(context.Background(), RegistryURLs(reg.URL()), TopicPrefix("p."))
+	var re *RegistryError
+	if !errors.Is(err, ErrRegistry) || !errors.Is(err, ErrIncompatibleSchema) || !errors.As(err, &re) {
+		t.Fatalf("NewCodec: %v", err)
+	}
+	if re.Subject != "p.ckf-lanes-value" || re.Registry != reg.URL() || re.Op != "registering" ||
+		re.StatusCode != http.StatusConflict || re.ErrorCode != 409 || re.Compatibility != "BACKWARD" || re.Reason != reason {
+		t.Fatalf("registry error %+v", re)
+	}
+	for _, want := range []string{`"p.ckf-lanes-value"`, reg.URL(), "under BACKWARD compatibility", reason} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message %q does not say %q", err, want)
+		}
+	}
+}
+
+// Another refusal (a lookup of a subject the registry does not have) names the
+// status and error code, and is not taken for an incompatibility.
+func TestRegistryLookupRefusalNamesStatus(t *testing.T) {
+	reg := newRegistry(t)
+	_, err := NewCodec(context.Background(), RegistryURLs(reg.URL()), LookupOnly())
+	var re *RegistryError
+	if !errors.As(err, &re) || errors.Is(err, ErrIncompatibleSchema) {
+		t.Fatalf("NewCodec: %v", err)
+	}
+	if re.Op != "looking up" || re.StatusCode != http.StatusNotFound || re.ErrorCode == 0 || re.Subject != "ckf-lanes-value" {
+		t.Fatalf("registry error %+v", re)
+	}
+	if !strings.Contains(err.Error(), "refused (HTTP 404, error code ") {
+		t.Fatalf("message %q", err)
 	}
 }

@@ -62,6 +62,9 @@ type Config struct {
 	// Topics are the topic names. Load fills every name left empty with TopicPrefix plus the
 	// default name, so after Load each field holds the effective name.
 	Topics Topics `yaml:"topics"`
+	// SchemaRegistry is the schema registry the contract's schemas are registered with. Empty
+	// (the default) uses the built-in schema ids and no registry.
+	SchemaRegistry SchemaRegistry `yaml:"schema_registry"`
 
 	HTTP    HTTP    `yaml:"http"`
 	Log     Log     `yaml:"log"`
@@ -137,8 +140,10 @@ type SASL struct {
 // names are the contract's (schemas.RecordType.DefaultTopic), with topic_prefix prepended; they
 // are repeated below only as documentation.
 type Topics struct {
-	// KVEvents carries KV-cache events from inference engines, keyed by worker. Default
-	// "kv-events".
+	// KVEvents carries KV-cache events from inference engines, keyed by worker. A relay reads
+	// every partition of it as its DC's whole state, so each DC needs a topic of its own: set
+	// each relay's kv_events to its DC's topic (demo and loadgen append ".dc-<DC id in hex>").
+	// Default "kv-events".
 	KVEvents string `yaml:"kv_events"`
 	// Lanes carries CKF snapshots and deltas; partition p is physical lane p. Default
 	// "ckf-lanes".
@@ -165,6 +170,48 @@ type Topics struct {
 	// "ckf-relay-checkpoints".
 	RelayCheckpoints string `yaml:"relay_checkpoints"`
 }
+
+// DefaultRegistryTimeout is SchemaRegistry.Timeout's default.
+const DefaultRegistryTimeout = 10 * time.Second
+
+// SchemaRegistry is a Confluent-compatible schema registry (Confluent Schema Registry, or
+// Apicurio Registry's ccompat API at /apis/ccompat/v7). With one configured, every command
+// registers (or looks up) the embedded schema of each record type under the subject
+// "<topic>-value", topic_prefix included, before it starts, writes the registry's ids in the
+// records' 5-byte header, and fetches the writer schema of any id it has not seen (once; ids are
+// immutable). Records written with the built-in ids stay readable, so a deployment can move to a
+// registry without rewriting its topics. A refusal (for example a schema incompatible with the
+// versions registered under the subject's compatibility level) stops the process at start with
+// an error naming the subject, the registry and its reason.
+type SchemaRegistry struct {
+	// URLs are the registry's base URLs, tried in order (http://registry:8080/apis/ccompat/v7
+	// for Apicurio). Empty (the default) uses the built-in schema ids and never contacts a
+	// registry; the other fields are then errors. Environment: CKF_SCHEMA_REGISTRY_URLS,
+	// comma-separated.
+	URLs []string `yaml:"urls"`
+	// Username and Password authenticate to the registry with HTTP basic auth. Set both or
+	// neither. Default empty (no authentication). The password never prints; pass it by file or
+	// CKF_SCHEMA_REGISTRY_PASSWORD rather than by flag. Over plain http the password travels in
+	// clear text: use an https URL.
+	Username string `yaml:"username"`
+	Password Secret `yaml:"password"`
+	// Timeout bounds each registry request: each registration or lookup at start, and each
+	// fetch of an unseen writer schema while a record waits to be decoded (that consumer waits
+	// meanwhile; on timeout the record is a registry failure). A short timeout fails a start
+	// against a slow registry; a long one holds a consumer longer when the registry is down.
+	// Default 10s. Environment: CKF_SCHEMA_REGISTRY_TIMEOUT.
+	Timeout time.Duration `yaml:"timeout"`
+	// LookupOnly makes the processes look their schemas up instead of registering them, for a
+	// registry whose service account may only read; a deployment step then registers them
+	// first, and a process whose schema is not registered stops at start. Default false:
+	// register, which is idempotent (an identical schema keeps its id) and lets the registry's
+	// compatibility check refuse an incompatible change. Environment:
+	// CKF_SCHEMA_REGISTRY_LOOKUP_ONLY.
+	LookupOnly bool `yaml:"lookup_only"`
+}
+
+// Enabled reports whether a registry is configured.
+func (r SchemaRegistry) Enabled() bool { return len(r.URLs) > 0 }
 
 // DefaultRelayCheckpointsTopic is Topics.RelayCheckpoints' default name (before topic_prefix).
 const DefaultRelayCheckpointsTopic = "ckf-relay-checkpoints"
@@ -384,9 +431,10 @@ func defaultConfig() Config {
 			ClientID:     DefaultClientID,
 			CreateTopics: true,
 		},
-		HTTP:    HTTP{Listen: DefaultHTTPListen},
-		Log:     Log{Level: "info", Format: "json"},
-		Metrics: Metrics{ReportInterval: time.Second},
+		SchemaRegistry: SchemaRegistry{Timeout: DefaultRegistryTimeout},
+		HTTP:           HTTP{Listen: DefaultHTTPListen},
+		Log:            Log{Level: "info", Format: "json"},
+		Metrics:        Metrics{ReportInterval: time.Second},
 		Indexer: Indexer{
 			DomainSource:        "explicit",
 			ExpectedBlocksPerDC: DefaultExpectedBlocks,
@@ -441,6 +489,9 @@ func (c *Config) resolve() {
 	if len(c.Kafka.Brokers) == 0 {
 		c.Kafka.Brokers = nil
 	}
+	if len(c.SchemaRegistry.URLs) == 0 {
+		c.SchemaRegistry.URLs = nil
+	}
 	if len(c.Indexer.Lanes) == 0 {
 		c.Indexer.Lanes = nil
 	}
@@ -464,25 +515,27 @@ func upperASCII(s string) string {
 type Parts struct {
 	fx.Out
 
-	Kafka   Kafka
-	Topics  Topics
-	HTTP    HTTP
-	Log     Log
-	Metrics Metrics
-	Indexer Indexer
-	Relay   Relay
+	Kafka          Kafka
+	Topics         Topics
+	SchemaRegistry SchemaRegistry
+	HTTP           HTTP
+	Log            Log
+	Metrics        Metrics
+	Indexer        Indexer
+	Relay          Relay
 }
 
 // Split returns c's sections as Parts.
 func Split(c Config) Parts {
 	return Parts{
-		Kafka:   c.Kafka,
-		Topics:  c.Topics,
-		HTTP:    c.HTTP,
-		Log:     c.Log,
-		Metrics: c.Metrics,
-		Indexer: c.Indexer,
-		Relay:   c.Relay,
+		Kafka:          c.Kafka,
+		Topics:         c.Topics,
+		SchemaRegistry: c.SchemaRegistry,
+		HTTP:           c.HTTP,
+		Log:            c.Log,
+		Metrics:        c.Metrics,
+		Indexer:        c.Indexer,
+		Relay:          c.Relay,
 	}
 }
 

@@ -498,3 +498,42 @@ func TestFieldsListsEveryVariable(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryFieldIsDescribed keeps processor help config complete: every setting has a one-line
+// description and the commands that use it, and no description outlives its setting.
+func TestEveryFieldIsDescribed(t *testing.T) {
+	known := map[string]int{}
+	for i, c := range config.Commands {
+		known[c] = i
+	}
+	paths := map[string]bool{}
+	for _, f := range config.Fields() {
+		paths[f.Path] = true
+		switch {
+		case f.Description == "":
+			t.Errorf("%s has no description: add one to the table in app/config/describe.go", f.Path)
+		case strings.ContainsAny(f.Description, "\n\t") || strings.HasSuffix(f.Description, "."):
+			t.Errorf("%s: description %q is not one line without a final period", f.Path, f.Description)
+		}
+		if len(f.UsedBy) == 0 {
+			t.Errorf("%s names no command that uses it (app/config/describe.go)", f.Path)
+		}
+		last := -1
+		for _, c := range f.UsedBy {
+			i, ok := known[c]
+			if !ok {
+				t.Errorf("%s: %q is not one of the commands %v", f.Path, c, config.Commands)
+				continue
+			}
+			if i <= last {
+				t.Errorf("%s: commands %v are not in the order of %v, or repeat one", f.Path, f.UsedBy, config.Commands)
+			}
+			last = i
+		}
+	}
+	for _, p := range config.DescribedPaths() {
+		if !paths[p] {
+			t.Errorf("describe.go describes %q, which is not a setting", p)
+		}
+	}
+}

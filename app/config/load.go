@@ -256,12 +256,16 @@ func addFlags(fs *flag.FlagSet, set *[]flagSetting) *string {
 }
 
 // Fields describes every configuration field for help output: its path (the file key and flag
-// name), its variables, and its default rendered as a variable would set it.
+// name), its variables, its default rendered as a variable would set it, and its one-line
+// description with the commands that use it (empty for a field the table in describe.go lacks,
+// which TestEveryFieldIsDescribed reports).
 func Fields() []FieldInfo {
 	def := reflect.ValueOf(Default())
 	var out []FieldInfo
 	for _, f := range fieldTable() {
-		out = append(out, FieldInfo{Path: f.path, Env: f.env, Default: render(def.FieldByIndex(f.index))})
+		d, _ := Describe(f.path)
+		out = append(out, FieldInfo{Path: f.path, Env: f.env, Default: render(def.FieldByIndex(f.index)),
+			Description: d.Text, UsedBy: d.UsedBy})
 	}
 	return out
 }
@@ -271,6 +275,10 @@ type FieldInfo struct {
 	Path    string
 	Env     []string
 	Default string
+	// Description is one line saying what the setting is (Description.Text).
+	Description string
+	// UsedBy are the commands that read the setting (Description.UsedBy).
+	UsedBy []string
 }
 
 func render(v reflect.Value) string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -57,6 +58,7 @@ func (c Config) Validate() error {
 		p.add("topic_prefix", "%q holds characters a Kafka topic name cannot (allowed: a-z A-Z 0-9 . _ -)", c.TopicPrefix)
 	}
 	c.Topics.validate(&p)
+	c.SchemaRegistry.validate(&p)
 	if err := checkHostPort(c.HTTP.Listen, true); err != nil {
 		p.add("http.listen", "%q %v", c.HTTP.Listen, err)
 	}
@@ -161,6 +163,43 @@ func (t Topics) validate(p *problems) {
 		default:
 			seen[f.name] = f.field
 		}
+	}
+}
+
+func (r SchemaRegistry) validate(p *problems) {
+	for i, raw := range r.URLs {
+		u, err := url.Parse(raw)
+		switch {
+		case err != nil:
+			p.add(fmt.Sprintf("schema_registry.urls[%d]", i), "%q is not a URL", raw)
+		case u.Scheme != "http" && u.Scheme != "https":
+			p.add(fmt.Sprintf("schema_registry.urls[%d]", i), "%q is not an http or https URL", raw)
+		case u.Host == "":
+			p.add(fmt.Sprintf("schema_registry.urls[%d]", i), "%q has no host", raw)
+		case u.User != nil:
+			p.add(fmt.Sprintf("schema_registry.urls[%d]", i), "holds credentials; use schema_registry.username and schema_registry.password")
+		case u.RawQuery != "" || u.Fragment != "":
+			p.add(fmt.Sprintf("schema_registry.urls[%d]", i), "%q has a query or fragment; give the API's base URL", raw)
+		}
+	}
+	if !r.Enabled() {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"username", r.Username != ""}, {"password", r.Password != ""}, {"lookup_only", r.LookupOnly}} {
+			if f.set {
+				p.add("schema_registry."+f.name, "is set, but schema_registry.urls is empty (built-in schema ids, no registry)")
+			}
+		}
+	} else if (r.Username == "") != (r.Password == "") {
+		if r.Username == "" {
+			p.add("schema_registry.username", "is required when schema_registry.password is set")
+		} else {
+			p.add("schema_registry.password", "is required when schema_registry.username is set")
+		}
+	}
+	if r.Timeout <= 0 {
+		p.add("schema_registry.timeout", "%v is not positive", r.Timeout)
 	}
 }
 

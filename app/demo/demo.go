@@ -166,7 +166,7 @@ func (d *demo) module() fx.Option {
 
 func (d *demo) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally.Scope, log *zap.Logger, sd fx.Shutdowner) error {
 	d.conn, d.log, d.sd = conn, log.Named("demo"), sd
-	codec, err := kafka.NewCodec(conn.Topics)
+	codec, err := conn.Codec()
 	if err != nil {
 		return err
 	}

@@ -132,7 +132,7 @@ func New(p Params) (*Indexer, error) {
 		return nil, fmt.Errorf("indexer: global indexer: %w", err)
 	}
 	topics := p.Connection.Topics
-	codec, err := kafka.NewCodec(topics)
+	codec, err := p.Connection.Codec()
 	if err != nil {
 		return nil, err
 	}

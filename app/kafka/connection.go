@@ -1,7 +1,8 @@
 // Package kafka is the process's connection to Kafka: the cluster (configured, or embedded when
 // none is), the client options every component builds its clients from (seed brokers, client.id,
 // TLS, SASL, metrics hooks, logger), the product's topic layout, ensured at start, and the codec
-// of the product's records on those topics (NewCodec).
+// of the product's records on those topics (OpenCodec, Connection.Codec), with the built-in schema
+// ids or a schema registry's.
 //
 // The package hands out options, not clients: each component builds and closes its own
 // kgo.Client (a lane consumer, a transactional producer and a query group member want different
@@ -21,6 +22,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/httpserver"
 	"github.com/ckf-stream/ckf-stream/app/metrics"
+	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/fx"
@@ -36,7 +38,9 @@ type Params struct {
 
 	Config config.Kafka
 	Topics config.Topics
-	Logger *zap.Logger `optional:"true"`
+	// Registry is the schema registry of Codec; the zero value (no URLs) means built-in ids.
+	Registry config.SchemaRegistry `optional:"true"`
+	Logger   *zap.Logger           `optional:"true"`
 	// Hooks, when set, adds kprom metrics to every client built from the connection.
 	Hooks *metrics.KafkaHooks `optional:"true"`
 }
@@ -48,6 +52,8 @@ type Connection struct {
 	Cluster *Cluster
 	// Topics are the effective topic names.
 	Topics config.Topics
+	// Registry is the schema registry the codec registers with (none when it has no URLs).
+	Registry config.SchemaRegistry
 
 	cfg         config.Kafka
 	base        []kgo.Opt
@@ -56,6 +62,9 @@ type Connection struct {
 	admin       *kgo.Client
 	topicsReady atomic.Bool
 	closeOnce   sync.Once
+
+	codecMu sync.Mutex
+	codec   *schemas.Codec
 }
 
 // New opens the cluster (starting the embedded broker when none is configured) and builds the
@@ -76,7 +85,7 @@ func New(p Params) (*Connection, error) {
 		cluster.Close()
 		return nil, err
 	}
-	c := &Connection{Cluster: cluster, Topics: p.Topics, cfg: p.Config, base: base, hooks: p.Hooks, log: log}
+	c := &Connection{Cluster: cluster, Topics: p.Topics, Registry: p.Registry, cfg: p.Config, base: base, hooks: p.Hooks, log: log}
 	c.admin, err = c.NewClient("admin")
 	if err != nil {
 		cluster.Close()
@@ -99,6 +108,33 @@ func (c *Connection) Opts(client string, extra ...kgo.Opt) []kgo.Opt {
 	}
 	opts = append(opts, kgo.WithLogger(newZapLogger(c.log.With(zap.String("client", client)))))
 	return append(opts, extra...)
+}
+
+// Codec returns the process's codec of the product's records on Topics (see OpenCodec), built on
+// the first call and shared by every later one, so that a process registers its schemas once
+// however many components (relays, indexer, load) it runs. With a registry the first call
+// registers every schema, each request bounded by Registry.Timeout; a failure is returned and
+// not remembered, so the next call tries again.
+func (c *Connection) Codec() (*schemas.Codec, error) {
+	c.codecMu.Lock()
+	defer c.codecMu.Unlock()
+	if c.codec != nil {
+		return c.codec, nil
+	}
+	codec, err := OpenCodec(context.Background(), c.Topics, c.Registry)
+	if err != nil {
+		return nil, err
+	}
+	if c.Registry.Enabled() {
+		ids := make([]string, 0, len(schemas.RecordTypes()))
+		for _, rt := range schemas.RecordTypes() {
+			ids = append(ids, fmt.Sprintf("%s=%d", codec.Subject(rt), codec.SchemaID(rt)))
+		}
+		c.log.Info("schema ids from the registry", zap.Strings("registry", c.Registry.URLs),
+			zap.Bool("lookup_only", c.Registry.LookupOnly), zap.Strings("subject_ids", ids))
+	}
+	c.codec = codec
+	return codec, nil
 }
 
 // NewClient builds a client from Opts(client, extra...). The caller closes it.

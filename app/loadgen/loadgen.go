@@ -127,7 +127,7 @@ func (o Options) Topics(base string) func(dc uint64) string {
 func (l *Loadgen) Start(ctx context.Context) error {
 	topicOf := l.opts.Topics(l.conn.Topics.KVEvents)
 	run := l.opts.Run
-	codec, err := kafka.NewCodec(l.conn.Topics)
+	codec, err := l.conn.Codec()
 	if err != nil {
 		return err
 	}

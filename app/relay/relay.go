@@ -142,7 +142,7 @@ func New(p Params) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	codec, err := kafka.NewCodec(p.Connection.Topics)
+	codec, err := p.Connection.Codec()
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}

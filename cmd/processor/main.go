@@ -12,7 +12,8 @@
 //	loadgen       synthetic engines (KV events) and routers (queries), with a report
 //	query         one prefix-match query over Kafka or HTTP, printed as per-DC depths
 //	config print  print the effective configuration, secrets redacted (--format yaml|json)
-//	help          this text; "help config" lists every setting with its variable and default
+//	help          this text; "help config" lists every setting with its variable, default,
+//	              one-line description and the commands that use it
 //
 // With no command, processor runs demo. Every command takes --config FILE and one flag per
 // setting (see package app/config for the layering of file, environment and flags).
@@ -97,20 +98,26 @@ commands:
   query         one prefix-match query: --hashes H,... or --tokens T,... --block-size N,
                 over Kafka, or --http URL
   config print  print the effective configuration, secrets redacted [--format yaml|json]
-  help [config] this text, or every setting with its variable and default
+  help [config] this text, or every setting with its variable, default, description
+                and the commands that use it
 
 Settings come from defaults < the --config file (YAML or JSON; or $CKF_CONFIG) < environment
 (CKF_<PATH>, and KAFKA_BROKERS) < flags (--<path>=value).
 `
 
+// printConfigHelp lists every setting: its path (file key and flag name), its variables and
+// default, then an indented line with its description and the commands that use it.
 func printConfigHelp(w io.Writer) {
-	fmt.Fprintln(w, "settings (file key and flag name; environment variables; default):")
+	fmt.Fprintln(w, "settings: file key and flag name, environment variables, default;")
+	fmt.Fprintln(w, "then what the setting is, and [the commands that use it]. demo, indexer, relay and")
+	fmt.Fprintln(w, "loadgen all create (or verify) every topic at start; a topic lists its readers and writers.")
 	for _, f := range config.Fields() {
 		def := f.Default
 		if def == "" {
 			def = `""`
 		}
 		fmt.Fprintf(w, "  %-38s %-44s %s\n", f.Path, strings.Join(f.Env, ", "), def)
+		fmt.Fprintf(w, "      %s [%s]\n", f.Description, strings.Join(f.UsedBy, " "))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +117,32 @@ func TestHelp(t *testing.T) {
 	}
 	if code, _, errOut := runCmd(t, nil, "demo", "-h"); code != 0 || !strings.Contains(errOut, "-indexer.verification_window") {
 		t.Errorf("demo -h: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestHelpConfigDescribesEverySetting: help config prints, under each setting, its description
+// and the commands that use it, and every command it names is one that processor runs.
+func TestHelpConfigDescribesEverySetting(t *testing.T) {
+	code, out, _ := runCmd(t, nil, "help", "config")
+	if code != 0 {
+		t.Fatalf("help config: exit %d", code)
+	}
+	lines := strings.Split(out, "\n")
+	for _, f := range config.Fields() {
+		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), f.Path+" ") })
+		if i < 0 || i+1 >= len(lines) {
+			t.Errorf("help config does not list %s", f.Path)
+			continue
+		}
+		want := f.Description + " [" + strings.Join(f.UsedBy, " ") + "]"
+		if f.Description == "" || len(f.UsedBy) == 0 || strings.TrimSpace(lines[i+1]) != want {
+			t.Errorf("help config under %s: %q, want %q", f.Path, strings.TrimSpace(lines[i+1]), want)
+		}
+	}
+	for _, cmd := range config.Commands {
+		if code, _, errOut := runCmd(t, nil, cmd, "-h"); code != 0 || !strings.Contains(errOut, "-kafka.brokers") {
+			t.Errorf("%s -h: exit %d, stderr %q: config.Commands names a command processor does not run", cmd, code, errOut)
+		}
 	}
 }
 

@@ -171,7 +171,7 @@ func queryKafka(ctx context.Context, cfg config.Config, timeout time.Duration, r
 	if err != nil {
 		return schemas.QueryReply{}, err
 	}
-	codec, err := kafka.NewCodec(cfg.Topics)
+	codec, err := kafka.OpenCodec(ctx, cfg.Topics, cfg.SchemaRegistry)
 	if err != nil {
 		return schemas.QueryReply{}, err
 	}

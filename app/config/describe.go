@@ -1,0 +1,127 @@
+package config
+
+import "slices"
+
+// The commands of processor that a setting can be used by, as help output names them. config
+// print prints every setting and is not listed.
+const (
+	CommandDemo    = "demo"
+	CommandIndexer = "indexer"
+	CommandRelay   = "relay"
+	CommandLoadgen = "loadgen"
+	CommandQuery   = "query"
+)
+
+// Commands are the commands a Description may name, in the order help output lists them.
+var Commands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandQuery}
+
+// Description is the help text of one setting: one line saying what it is, and the commands
+// whose behaviour it changes.
+type Description struct {
+	// Text is one line, without a final period.
+	Text string
+	// UsedBy are the commands that read the setting, in the order of Commands.
+	UsedBy []string
+}
+
+// Command lists used in the table below. Every command except query builds the whole process
+// (app.New): it connects with the kafka.* settings, creates or verifies the whole topic layout
+// at start, logs, serves HTTP and metrics, and stops within shutdown_timeout. A topic setting
+// lists the commands that read or write the topic, not the ones that only create it.
+var (
+	processCommands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen}
+	clientCommands  = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandQuery}
+	indexerCommands = []string{CommandDemo, CommandIndexer}
+	relayCommands   = []string{CommandDemo, CommandRelay}
+)
+
+// descriptions holds one Description per setting path (Fields' paths). A setting added to
+// Config without an entry here fails TestEveryFieldIsDescribed; keep the text to one line and
+// the details in the field's doc comment.
+var descriptions = map[string]Description{
+	"kafka.brokers":                  {"seed brokers, host:port each; empty runs on the embedded in-process broker (query then needs --http)", clientCommands},
+	"kafka.client_id":                {"client.id every Kafka client of the process sends (broker quotas and logs)", clientCommands},
+	"kafka.create_topics":            {"create missing topics at start; false only verifies that they exist", processCommands},
+	"kafka.tls.enabled":              {"connect to the brokers over TLS", clientCommands},
+	"kafka.tls.ca_file":              {"PEM file of the CA that signed the broker certificates; empty uses the system roots", clientCommands},
+	"kafka.tls.cert_file":            {"PEM client certificate for mutual TLS (with kafka.tls.key_file)", clientCommands},
+	"kafka.tls.key_file":             {"PEM private key of kafka.tls.cert_file", clientCommands},
+	"kafka.tls.server_name":          {"name to verify the broker certificates against; empty uses the broker host", clientCommands},
+	"kafka.tls.insecure_skip_verify": {"accept any broker certificate (tests only: open to a man in the middle)", clientCommands},
+	"kafka.sasl.mechanism":           {"SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty disables SASL", clientCommands},
+	"kafka.sasl.username":            {"SASL principal; required with a mechanism", clientCommands},
+	"kafka.sasl.password":            {"SASL password; required with a mechanism, never printed (pass it by file or variable)", clientCommands},
+
+	"topic_prefix":             {"prepended to every default topic name (not to names set under topics.*)", clientCommands},
+	"topics.kv_events":         {"KV events from the engines; each relay reads its own DC's topic (loadgen and demo append .dc-<dc hex>)", []string{CommandDemo, CommandRelay, CommandLoadgen}},
+	"topics.lanes":             {"CKF snapshots and deltas; partition p is physical lane p", []string{CommandDemo, CommandIndexer, CommandRelay}},
+	"topics.queries":           {"prefix-match query requests from routers", []string{CommandDemo, CommandIndexer, CommandLoadgen, CommandQuery}},
+	"topics.query_replies":     {"query replies, keyed by correlation id", []string{CommandDemo, CommandIndexer, CommandLoadgen, CommandQuery}},
+	"topics.lane_events":       {"lane state changes and progress, keyed lane-<n>", indexerCommands},
+	"topics.control":           {"snapshot requests from indexers to relays, keyed lane-<n>", []string{CommandDemo, CommandIndexer, CommandRelay}},
+	"topics.dead_letter":       {"rejected records with their reason", []string{CommandDemo, CommandIndexer, CommandRelay}},
+	"topics.snapshot_index":    {"compacted: where each lane's latest complete snapshot starts, keyed lane-<n>", []string{CommandDemo, CommandIndexer, CommandRelay}},
+	"topics.relay_checkpoints": {"the relays' own state checkpoints; partition p is lane p's relay", relayCommands},
+
+	"schema_registry.urls":        {"Confluent-compatible schema registry base URLs; empty uses the built-in schema ids", clientCommands},
+	"schema_registry.username":    {"registry basic-auth user (with schema_registry.password)", clientCommands},
+	"schema_registry.password":    {"registry basic-auth password, never printed (pass it by file or variable)", clientCommands},
+	"schema_registry.timeout":     {"bound of each registry request: registrations at start, unseen ids while decoding", clientCommands},
+	"schema_registry.lookup_only": {"look the schemas up instead of registering them (read-only registry account)", clientCommands},
+
+	"http.listen":             {"host:port of /healthz, /readyz, /metrics and the indexer's HTTP API (loadgen picks a free port)", processCommands},
+	"log.level":               {"minimum level logged: debug, info, warn or error", processCommands},
+	"log.format":              {"log encoding: json (one object per line) or console", processCommands},
+	"metrics.report_interval": {"how often counters and gauges reach /metrics", processCommands},
+
+	"indexer.consumer_instance_id":     {"this replica's id in its lane leases; 0 draws a random one (must differ between replicas)", indexerCommands},
+	"indexer.domain":                   {"indexer domain <32 hex>:<32 hex> (cache semantics:routing scope); required by indexer and relay", []string{CommandDemo, CommandIndexer, CommandRelay}},
+	"indexer.domain_source":            {"how the domain's digests were obtained: explicit or default_derived", []string{CommandDemo, CommandIndexer, CommandRelay}},
+	"indexer.lanes":                    {"lane map lane=dc,... (lane 0..15 to DC id); required by indexer, checked by relay, DCs of loadgen", []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen}},
+	"indexer.bucket_count":             {"CKF bucket count every lane must publish (power of two); 0 derives it from expected_blocks_per_dc", []string{CommandIndexer}},
+	"indexer.expected_blocks_per_dc":   {"blocks per DC that size the filter; must equal the relays' relay.expected_blocks", []string{CommandIndexer}},
+	"indexer.seed":                     {"CKF addressing seed every lane must publish with; must equal the relays' relay.seed", indexerCommands},
+	"indexer.verification_window":      {"positions below the tentative depth the search re-checks, 1..8", indexerCommands},
+	"indexer.freshness.max_record_lag": {"largest lane lag in records still answered; 0 disables the bound", indexerCommands},
+	"indexer.freshness.max_time_lag":   {"largest lane lag in time still answered; 0 disables the bound", indexerCommands},
+	"indexer.query_group":              {"consumer group of the query topic, shared by the replicas", indexerCommands},
+	"indexer.query_batch_size":         {"most query requests answered as one batch, 1..65536", indexerCommands},
+	"indexer.gc_percent":               {"GOGC the indexer sets at start; 0 keeps the runtime's (a GOGC variable wins)", indexerCommands},
+
+	"relay.dc_id":                   {"DC id of the pool this relay publishes for", []string{CommandRelay}},
+	"relay.lane":                    {"physical lane 0..15 the relay writes; indexer.lanes must map it to relay.dc_id", []string{CommandRelay}},
+	"relay.expected_blocks":         {"blocks that size the relay's filter; must equal indexer.expected_blocks_per_dc", []string{CommandRelay}},
+	"relay.seed":                    {"CKF addressing seed; must equal indexer.seed", []string{CommandRelay}},
+	"relay.snapshot_every_deltas":   {"snapshot after this many deltas; 0 disables the count trigger", relayCommands},
+	"relay.snapshot_delta_ratio":    {"snapshot once the deltas since the last one weigh this many snapshots; 0 disables", relayCommands},
+	"relay.snapshot_interval":       {"snapshot this long after the previous one; 0 disables the time trigger", relayCommands},
+	"relay.snapshot_idle_interval":  {"snapshot period while the lane is idle (keep lane retention above it)", relayCommands},
+	"relay.heartbeat_interval":      {"heartbeat period of an idle lane, which tells idle from dead", relayCommands},
+	"relay.publish_every_events":    {"close a publication batch after this many KV events", relayCommands},
+	"relay.publish_max_delay":       {"close a non-empty publication batch this long after its first event", relayCommands},
+	"relay.checkpoint_interval":     {"checkpoint the relay's exact state this long after the previous one; 0 disables", relayCommands},
+	"relay.checkpoint_every_events": {"also checkpoint after this many KV events; 0 disables", relayCommands},
+
+	"shutdown_timeout": {"bound on a graceful stop (drain, flush, commit, close)", processCommands},
+	"startup_timeout":  {"bound on start-up, topic creation included", processCommands},
+}
+
+// Describe returns the help text of the setting at path, and whether there is one.
+func Describe(path string) (Description, bool) {
+	d, ok := descriptions[path]
+	if !ok {
+		return Description{}, false
+	}
+	d.UsedBy = slices.Clone(d.UsedBy)
+	return d, true
+}
+
+// DescribedPaths returns the paths that have a Description, in no particular order, so that a
+// test can find entries left behind by a removed setting.
+func DescribedPaths() []string {
+	out := make([]string, 0, len(descriptions))
+	for p := range descriptions {
+		out = append(out, p)
+	}
+	return out
+}
