@@ -189,7 +189,9 @@ func TestPythonProducerAndRouter(t *testing.T) {
 		Status      string `json:"status"`
 		QueryBlocks int    `json:"query_blocks"`
 		ReadyLanes  int    `json:"ready_lanes"`
-		Lanes       []struct {
+		// IncompleteLanes is read by fastavro from the reply's trailing field (nil if absent).
+		IncompleteLanes *int `json:"incomplete_lanes"`
+		Lanes           []struct {
 			Lane  int    `json:"lane"`
 			DcID  uint64 `json:"dc_id"`
 			Pool  string `json:"pool"`
@@ -212,6 +214,9 @@ func TestPythonProducerAndRouter(t *testing.T) {
 	if r.Status != "OK" || r.QueryBlocks != 8 || r.ReadyLanes != 1<<3 || len(r.Lanes) != 1 ||
 		r.Lanes[0].Lane != 3 || r.Lanes[0].DcID != 0xa1 || r.Lanes[0].Pool != wantPool || r.Lanes[0].Depth != 6 {
 		t.Errorf("router with the LoRA salt: %+v; want OK, 8 blocks, lane 3 (DC 0xa1, %s) at depth 6", r, wantPool)
+	}
+	if r.IncompleteLanes == nil || *r.IncompleteLanes != 0 { // the relay's filter holds every block
+		t.Errorf("router: incomplete_lanes %v, want 0", r.IncompleteLanes)
 	}
 	// The same tokens without the LoRA salt hash to other blocks: nothing is cached for them.
 	if r := ask(""); r.Status != "OK" || r.QueryBlocks != 8 || len(r.Lanes) != 1 || r.Lanes[0].Depth != 0 {

@@ -59,12 +59,15 @@ type schemaEntry struct {
 	fast     bool // embedded, typ has a hand-written decoder, and it is enabled
 	codec    *goavro.Codec
 	tree     *node
+	// previous is the embedded schema's previous revision (builtin.previous), for an embedded
+	// entry; nil otherwise.
+	previous *builtin
 }
 
 // newEntry returns the entry of schema id for t's embedded schema.
 func (c *Codec) newEntry(id int, t RecordType) *schemaEntry {
 	b := &builtins[t]
-	return &schemaEntry{id: id, typ: t, embedded: true, fast: hasFastPath(t) && !c.cfg.disableFast, codec: b.codec, tree: b.tree}
+	return &schemaEntry{id: id, typ: t, embedded: true, fast: hasFastPath(t) && !c.cfg.disableFast, codec: b.codec, tree: b.tree, previous: b.previous}
 }
 
 type cfg struct {
@@ -344,6 +347,11 @@ func (c *Codec) body(t RecordType, b []byte) (*schemaEntry, []byte, error) {
 // reported as ErrMalformed.
 func (e *schemaEntry) native(t RecordType, body []byte) (v any, err error) {
 	if err := skim(e.tree, body); err != nil {
+		// A body of the embedded layout that ends too early may have been written with the
+		// previous revision of the schema, which lacks the appended trailing fields.
+		if p := e.previous; p != nil && errors.Is(err, ErrTruncated) && skim(p.tree, body) == nil {
+			return (&schemaEntry{id: e.id, typ: e.typ, codec: p.codec, tree: p.tree}).native(t, body)
+		}
 		de := err.(*DecodeError)
 		de.Type, de.SchemaID = t, e.id
 		return nil, de

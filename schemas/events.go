@@ -157,6 +157,9 @@ type LaneEvent struct {
 	LagRecords        Optional[int64]
 	LagMicros         Optional[int64]
 	EventTime         time.Time
+	// Capacity is the lane's capacity state as last carried by its lane records; absent until
+	// one carried it.
+	Capacity Optional[CapacityState]
 }
 
 func (e *LaneEvent) validate() error {
@@ -165,6 +168,11 @@ func (e *LaneEvent) validate() error {
 	}
 	if err := e.Pool.validate("pool"); err != nil {
 		return err
+	}
+	if c, ok := e.Capacity.Get(); ok {
+		if err := c.validate("capacity"); err != nil {
+			return err
+		}
 	}
 	if int(e.Kind) >= len(laneEventKindSymbols) {
 		return invalid("kind", "unknown kind %d", e.Kind)

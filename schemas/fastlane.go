@@ -67,7 +67,33 @@ func appendLaneRecordBody(dst []byte, r *LaneRecord) []byte {
 	case LaneDrainMarker:
 		dst = appendU64(dst, r.Drain.ExpectedSequence)
 	}
-	return dst
+	return appendOptCapacity(dst, r.Capacity)
+}
+
+// appendOptCapacity appends an optional CapacityState (union ["null", CapacityState]).
+func appendOptCapacity(dst []byte, o Optional[CapacityState]) []byte {
+	c, ok := o.Get()
+	if !ok {
+		return append(dst, 0)
+	}
+	dst = appendU64(append(dst, 2), c.ResidentBlocks)
+	dst = appendU64(dst, c.OmittedBlocks)
+	return appendU64(dst, c.CapacityOmissions)
+}
+
+// optCapacity reads the trailing optional CapacityState of a lane record or lane event. A body
+// that ends where it starts was written with the previous revision of the v1 schema, which did
+// not have the field (both revisions share the built-in id), and reads as absent, as Avro schema
+// resolution would read it.
+func (r *reader) optCapacity(base string, nf *nat) Optional[CapacityState] {
+	if r.failed() || r.remaining() == 0 || !r.optIndex() {
+		return Optional[CapacityState]{}
+	}
+	return Some(CapacityState{
+		ResidentBlocks:    uint64(narrow(r.long(), 0, maxInt64, base+".resident_blocks", nf)),
+		OmittedBlocks:     uint64(narrow(r.long(), 0, maxInt64, base+".omitted_blocks", nf)),
+		CapacityOmissions: uint64(narrow(r.long(), 0, maxInt64, base+".capacity_omissions", nf)),
+	})
 }
 
 func (r *reader) digest(enum string) DigestIdentity {
@@ -128,6 +154,7 @@ func decodeLaneRecordBody(body []byte) (LaneRecord, error) {
 	case LaneDrainMarker:
 		rec.Drain.ExpectedSequence = r.u64()
 	}
+	rec.Capacity = r.optCapacity("capacity", &nf)
 	if err := r.end(&nf); err != nil {
 		return LaneRecord{}, err
 	}

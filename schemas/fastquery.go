@@ -118,10 +118,11 @@ func queryRoute(body []byte) (QueryRoute, bool) {
 	if r.failed() {
 		return QueryRoute{}, false
 	}
-	if n := len(q.CorrelationID); n == 0 || n > MaxCorrelationIDBytes || !utf8.ValidString(q.CorrelationID) {
+	id, truncated, ok := FitCorrelationID(q.CorrelationID)
+	if !ok {
 		return QueryRoute{}, false
 	}
-	rt := QueryRoute{CorrelationID: q.CorrelationID, ReplyPartition: q.ReplyPartition}
+	rt := QueryRoute{CorrelationID: id, IDTruncated: truncated, ReplyPartition: q.ReplyPartition}
 	if len(q.ReplyTopic) <= maxTopicNameBytes && utf8.ValidString(q.ReplyTopic) {
 		rt.ReplyTopic = q.ReplyTopic
 	}
@@ -145,7 +146,8 @@ func appendQueryReplyBody(dst []byte, q *QueryReply) []byte {
 		}
 	}
 	dst = append(dst, 0) // end of the lanes array
-	return appendLong(dst, q.ReplyTime.UnixMicro())
+	dst = appendLong(dst, q.ReplyTime.UnixMicro())
+	return appendLong(dst, int64(q.IncompleteLanes))
 }
 
 func decodeQueryReplyBody(body []byte) (QueryReply, error) {
@@ -177,6 +179,11 @@ func decodeQueryReplyBody(body []byte) (QueryReply, error) {
 		}
 	}
 	q.ReplyTime = time.UnixMicro(r.long()).UTC()
+	// incomplete_lanes: a body that ends before it was written with the previous revision of the
+	// v1 schema (same built-in id) and reads as the default, 0.
+	if !r.failed() && r.remaining() > 0 {
+		q.IncompleteLanes = uint16(narrow(int64(r.int()), 0, int64(AllLanes), "incomplete_lanes", &nf))
+	}
 	if err := r.end(&nf); err != nil {
 		return QueryReply{}, err
 	}

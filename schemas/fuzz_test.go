@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -142,8 +143,11 @@ func checkQueryRoute(t *testing.T, c *Codec, data []byte, q QueryRequest, err er
 		_, body, _ := ParseHeader(data)
 		r := reader{b: body}
 		cid := r.bytes()
-		usable := !r.failed() && len(cid) > 0 && len(cid) <= MaxCorrelationIDBytes && utf8.Valid(cid)
-		if ok != usable || ok && rt.CorrelationID != string(cid) {
+		usable := !r.failed() && len(cid) > 0 && utf8.Valid(cid)
+		long := len(cid) > MaxCorrelationIDBytes
+		if ok != usable || ok && (rt.IDTruncated != long || !strings.HasPrefix(string(cid), rt.CorrelationID) ||
+			!utf8.ValidString(rt.CorrelationID) || len(rt.CorrelationID) > MaxCorrelationIDBytes ||
+			len(rt.CorrelationID) < MaxCorrelationIDBytes-utf8.UTFMax+1 && long || !long && rt.CorrelationID != string(cid)) {
 			t.Fatalf("request rejected with %v: route %+v, %v; correlation id %q", err, rt, ok, cid)
 		}
 		if p, has := rt.ReplyPartition.Get(); has && p < 0 {

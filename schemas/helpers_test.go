@@ -78,7 +78,19 @@ func testLaneRecords() map[string]LaneRecord {
 		"heartbeat":   {Identity: id, Kind: LaneHeartbeat, Heartbeat: Heartbeat{LastSequence: 77, ProducerTime: testTime(1_780_000_000_123_456)}},
 		"zero-time":   {Identity: id, Kind: LaneHeartbeat},
 		"drain":       {Identity: id, Kind: LaneDrainMarker, Drain: DrainMarker{ExpectedSequence: 1<<64 - 1}},
+		"delta-capacity": func() LaneRecord {
+			r := testDelta(3)
+			r.Capacity = Some(testCapacity())
+			return r
+		}(),
+		"heartbeat-full-filter": {Identity: id, Kind: LaneHeartbeat, Heartbeat: Heartbeat{LastSequence: 78, ProducerTime: testTime(9)},
+			Capacity: Some(CapacityState{ResidentBlocks: 1<<63 - 1, OmittedBlocks: 0, CapacityOmissions: 1<<63 - 1})},
 	}
+}
+
+// testCapacity is a capacity state with every field distinct and a multi-byte varint.
+func testCapacity() CapacityState {
+	return CapacityState{ResidentBlocks: 4000, OmittedBlocks: 17, CapacityOmissions: 300}
 }
 
 func testQueryRequests() map[string]QueryRequest {
@@ -112,6 +124,11 @@ func testQueryReplies() map[string]QueryReply {
 		},
 		"unavailable": {CorrelationID: "req-2", Status: QueryUnavailable, ErrorMessage: "no ready lane", ReplyTime: testTime(5)},
 		"invalid":     {CorrelationID: "", Status: QueryInvalidRequest, ErrorMessage: "schemas: truncated input", ReplyTime: testTime(6)},
+		"incomplete": {
+			CorrelationID: "req-3", Status: QueryOK, ReadyLanes: 0b1000_0000_0000_0001, QueryBlocks: 5, IncompleteLanes: 0b1000_0000_0000_0000,
+			Lanes:     []LaneMatch{{Lane: 0, DcID: 1, Pool: "p0", Depth: 5}, {Lane: 15, DcID: 9, Pool: "p15", Depth: 2}},
+			ReplyTime: testTime(10),
+		},
 	}
 }
 
@@ -122,6 +139,7 @@ func testLaneEvents() map[string]LaneEvent {
 			Lane: 3, Pool: id.Pool, ConsumerInstance: 1<<64 - 2, LeaseEpoch: Some[uint64](4), Kind: EventProgress,
 			InstalledSequence: Some[uint64](1000), AppliedOffset: Some[int64](123456), HighWatermark: Some[int64](123460),
 			LagRecords: Some[int64](3), LagMicros: Some[int64](1500), EventTime: testTime(1_780_000_000_000_000),
+			Capacity: Some(testCapacity()),
 		},
 		"deactivated": {
 			Lane: 15, Pool: id.Pool, ConsumerInstance: 5, Kind: EventDeactivated,

@@ -33,6 +33,46 @@ type LaneRecord struct {
 	Delta     Delta
 	Heartbeat Heartbeat
 	Drain     DrainMarker
+	// Capacity is the producer's capacity state as of the record; absent
+	// (null on the wire) when the writer does not report it.
+	Capacity Optional[CapacityState]
+}
+
+// CapacityState is how full a producer's filter is and how many of the
+// DC's cached blocks it misses for capacity (Avro record CapacityState).
+// Each value travels as an Avro long and must be below 2^63.
+type CapacityState struct {
+	// ResidentBlocks is the number of fingerprints in the filter (occupied
+	// slots).
+	ResidentBlocks uint64
+	// OmittedBlocks is the number of blocks the DC holds whose fingerprints
+	// are not in the filter now: queries through them are under-reported.
+	OmittedBlocks uint64
+	// CapacityOmissions counts the capacity omissions since the producer's
+	// state began; it never decreases within one producer state.
+	CapacityOmissions uint64
+}
+
+// Occupancy returns the filter's occupied fraction for a filter of
+// bucketCount buckets of slotsPerBucket slots (0 for an empty geometry).
+func (c CapacityState) Occupancy(bucketCount uint64, slotsPerBucket uint8) float64 {
+	slots := float64(bucketCount) * float64(slotsPerBucket)
+	if slots == 0 {
+		return 0
+	}
+	return float64(c.ResidentBlocks) / slots
+}
+
+func (c *CapacityState) validate(base string) error {
+	for _, f := range []struct {
+		name string
+		v    uint64
+	}{{"resident_blocks", c.ResidentBlocks}, {"omitted_blocks", c.OmittedBlocks}, {"capacity_omissions", c.CapacityOmissions}} {
+		if f.v > maxInt64 {
+			return invalid(base+"."+f.name, "%d does not fit an Avro long", f.v)
+		}
+	}
+	return nil
 }
 
 // SnapshotChunk is one chunk of a barrier snapshot (Avro record
@@ -84,7 +124,7 @@ func MaxSnapshotChunkWords(maxValueBytes int) int {
 // laneRecordOverhead bounds the encoded size of a snapshot chunk without its
 // words: frame header 5, identity at most 2*17 + 5 + 10 (pool) + 10 + 10 +
 // 5+10+10+5+5 (format), union index 1, sequence 10, index 5, count 5, first
-// 10, total 10, words length 5; rounded up.
+// 10, total 10, words length 5, capacity 1 + 3*10 (186 in all); rounded up.
 const laneRecordOverhead = 256
 
 // validate applies the contract's rules that are not expressed by the Avro
@@ -92,6 +132,11 @@ const laneRecordOverhead = 256
 func (r *LaneRecord) validate() error {
 	if err := r.Identity.validate("identity"); err != nil {
 		return err
+	}
+	if c, ok := r.Capacity.Get(); ok {
+		if err := c.validate("capacity"); err != nil {
+			return err
+		}
 	}
 	bc := r.Identity.Format.BucketCount
 	switch r.Kind {

@@ -117,7 +117,19 @@ func laneRecordNative(r *LaneRecord) map[string]any {
 			"expected_sequence": int64(r.Drain.ExpectedSequence),
 		})
 	}
-	return map[string]any{"identity": identityNative(&r.Identity), "body": body}
+	return map[string]any{"identity": identityNative(&r.Identity), "body": body, "capacity": capacityNative(r.Capacity)}
+}
+
+func capacityNative(o Optional[CapacityState]) any {
+	c, ok := o.Get()
+	if !ok {
+		return nil
+	}
+	return union(nsName("CapacityState"), map[string]any{
+		"resident_blocks":    int64(c.ResidentBlocks),
+		"omitted_blocks":     int64(c.OmittedBlocks),
+		"capacity_omissions": int64(c.CapacityOmissions),
+	})
 }
 
 func queryRequestNative(q *QueryRequest) map[string]any {
@@ -156,13 +168,14 @@ func queryReplyNative(r *QueryReply) map[string]any {
 		lanes[i] = map[string]any{"lane": int32(m.Lane), "dc_id": int64(m.DcID), "pool": m.Pool, "depth": int32(m.Depth)}
 	}
 	return map[string]any{
-		"correlation_id": r.CorrelationID,
-		"status":         queryStatusSymbols[r.Status],
-		"error_message":  optString(r.ErrorMessage),
-		"ready_lanes":    int32(r.ReadyLanes),
-		"query_blocks":   int32(r.QueryBlocks),
-		"lanes":          lanes,
-		"reply_time":     r.ReplyTime.UnixMicro(),
+		"correlation_id":   r.CorrelationID,
+		"status":           queryStatusSymbols[r.Status],
+		"error_message":    optString(r.ErrorMessage),
+		"ready_lanes":      int32(r.ReadyLanes),
+		"query_blocks":     int32(r.QueryBlocks),
+		"lanes":            lanes,
+		"reply_time":       r.ReplyTime.UnixMicro(),
+		"incomplete_lanes": int32(r.IncompleteLanes),
 	}
 }
 
@@ -204,6 +217,7 @@ func laneEventNative(e *LaneEvent) map[string]any {
 		"lag_records":        optLong(e.LagRecords),
 		"lag_micros":         optLong(e.LagMicros),
 		"event_time":         e.EventTime.UnixMicro(),
+		"capacity":           capacityNative(e.Capacity),
 	}
 }
 
@@ -536,7 +550,22 @@ func (n *nat) laneRecord(v any) LaneRecord {
 	default:
 		n.fail(ErrMalformed, "body", "unknown branch %q", branch)
 	}
+	r.Capacity = n.capacity(m)
 	return r
+}
+
+// capacity reads the optional capacity field; a writer schema without it reads as absent.
+func (n *nat) capacity(m map[string]any) Optional[CapacityState] {
+	b, cv := n.branch(m, "", "capacity", true)
+	if b == "" {
+		return Optional[CapacityState]{}
+	}
+	c := n.rec(cv, "capacity")
+	return Some(CapacityState{
+		ResidentBlocks:    uint64(n.rangeInt(c, "capacity", "resident_blocks", 0, maxInt64)),
+		OmittedBlocks:     uint64(n.rangeInt(c, "capacity", "omitted_blocks", 0, maxInt64)),
+		CapacityOmissions: uint64(n.rangeInt(c, "capacity", "capacity_omissions", 0, maxInt64)),
+	})
 }
 
 func (n *nat) queryRequest(v any) QueryRequest {
@@ -586,6 +615,9 @@ func (n *nat) queryReply(v any) QueryReply {
 		QueryBlocks:   uint32(n.rangeInt(m, "", "query_blocks", 0, maxInt32)),
 		ReplyTime:     n.time(m, "", "reply_time"),
 	}
+	if _, ok := m["incomplete_lanes"]; ok { // absent from writer schemas before the field
+		r.IncompleteLanes = uint16(n.rangeInt(m, "", "incomplete_lanes", 0, int64(AllLanes)))
+	}
 	arr, ok := n.get(m, "", "lanes", false).([]any)
 	if !ok && n.kind == nil {
 		n.fail(ErrMalformed, "lanes", "expected an array")
@@ -620,6 +652,7 @@ func (n *nat) laneEvent(v any) LaneEvent {
 		LagMicros:         n.optLong(m, "", "lag_micros"),
 		EventTime:         n.time(m, "", "event_time"),
 	}
+	e.Capacity = n.capacity(m)
 	if b, fv := n.branch(m, "", "fault", true); b != "" {
 		f := n.rec(fv, "fault")
 		e.Fault = &LaneFault{

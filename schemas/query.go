@@ -61,11 +61,37 @@ type QueryRequest struct {
 // QueryRoute is where the answer to a query request goes: the fields of a
 // QueryRequest a reply is addressed with.
 type QueryRoute struct {
+	// CorrelationID is the request's id, cut to its longest prefix of at
+	// most MaxCorrelationIDBytes that ends on a character boundary when the
+	// id is longer (IDTruncated is then true), so a reply can still carry
+	// it.
 	CorrelationID string
+	// IDTruncated says CorrelationID is a prefix of a longer id.
+	IDTruncated bool
 	// ReplyTopic is empty for the indexer's default reply topic.
 	ReplyTopic string
 	// ReplyPartition is absent to let the indexer choose.
 	ReplyPartition Optional[int32]
+}
+
+// FitCorrelationID returns the correlation id a reply to a request with id
+// may carry: id itself when it is valid (1..MaxCorrelationIDBytes bytes of
+// UTF-8); its longest prefix of at most MaxCorrelationIDBytes bytes that
+// ends on a character boundary, with truncated true, when id is valid UTF-8
+// but too long; and ok false when id is empty or not UTF-8, which leaves a
+// reply nothing to be correlated by.
+func FitCorrelationID(id string) (fit string, truncated, ok bool) {
+	if id == "" || !utf8.ValidString(id) {
+		return "", false, false
+	}
+	if len(id) <= MaxCorrelationIDBytes {
+		return id, false, true
+	}
+	n := MaxCorrelationIDBytes
+	for n > 0 && !utf8.RuneStart(id[n]) {
+		n--
+	}
+	return id[:n], true, true
 }
 
 func (q *QueryRequest) validate() error {
@@ -118,6 +144,9 @@ type QueryReply struct {
 	// Lanes is in strictly ascending lane order.
 	Lanes     []LaneMatch
 	ReplyTime time.Time
+	// IncompleteLanes has bit l set when lane l's depth may be under-reported: its DC holds
+	// blocks the filter omitted for capacity. A subset of ReadyLanes.
+	IncompleteLanes uint16
 }
 
 // LaneMatch is the prefix depth found on one lane (Avro record LaneMatch).
@@ -137,6 +166,9 @@ func (r *QueryReply) validate() error {
 	}
 	if r.QueryBlocks > maxInt32 {
 		return invalid("query_blocks", "%d does not fit an Avro int", r.QueryBlocks)
+	}
+	if r.IncompleteLanes&^r.ReadyLanes != 0 {
+		return invalid("incomplete_lanes", "%#x is not a subset of ready_lanes %#x", r.IncompleteLanes, r.ReadyLanes)
 	}
 	if r.Status != QueryOK && len(r.Lanes) != 0 {
 		return invalid("lanes", "must be empty when status is %s", r.Status)

@@ -57,6 +57,13 @@ func TestQueryRoute(t *testing.T) {
 			nil, QueryRoute{CorrelationID: full.CorrelationID, ReplyPartition: full.ReplyPartition}, true},
 		{"empty correlation id", with(func(q *QueryRequest) { q.CorrelationID = "" }), ErrInvalidField, QueryRoute{}, false},
 		{"correlation id too long", with(func(q *QueryRequest) { q.CorrelationID = strings.Repeat("c", MaxCorrelationIDBytes+1) }),
+			ErrInvalidField, QueryRoute{CorrelationID: strings.Repeat("c", MaxCorrelationIDBytes), IDTruncated: true,
+				ReplyTopic: full.ReplyTopic, ReplyPartition: full.ReplyPartition}, true},
+		// 255 ASCII bytes then a 3-byte character across the limit: the cut falls before it.
+		{"correlation id too long, cut at a character", with(func(q *QueryRequest) { q.CorrelationID = strings.Repeat("c", 255) + "€€" }),
+			ErrInvalidField, QueryRoute{CorrelationID: strings.Repeat("c", 255), IDTruncated: true,
+				ReplyTopic: full.ReplyTopic, ReplyPartition: full.ReplyPartition}, true},
+		{"correlation id too long and not UTF-8", with(func(q *QueryRequest) { q.CorrelationID = strings.Repeat("c", 300) + "\xc3" }),
 			ErrInvalidField, QueryRoute{}, false},
 		{"correlation id not UTF-8", with(func(q *QueryRequest) { q.CorrelationID = "\xc3" }), ErrInvalidField, QueryRoute{}, false},
 		{"truncated", frame(full)[:len(frame(full))-1], ErrTruncated, QueryRoute{}, false},

@@ -124,8 +124,10 @@ func (c *Codec) DecodeQueryRequest(b []byte) (QueryRequest, error) {
 // a registry id with the same parsing canonical form); it never asks the
 // registry, and no other schema version is trusted. ok is false for any other
 // frame, for a body that is not valid Avro (nothing in it can be trusted),
-// and for an unusable correlation id (empty, longer than
-// MaxCorrelationIDBytes or not UTF-8: there is no one to answer). A reply
+// and for an unusable correlation id (empty or not UTF-8: there is no one to
+// answer). An id longer than MaxCorrelationIDBytes is cut to fit
+// (FitCorrelationID; rt.IDTruncated is set), so its caller still hears why
+// the request failed and can match the reply by prefix. A reply
 // topic that cannot be a Kafka topic name (longer than 249 bytes or not
 // UTF-8) and a negative reply partition are left out, which sends the reply
 // to the default destination; the caller must still check that it may

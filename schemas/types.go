@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"embed"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -110,6 +111,23 @@ type builtin struct {
 	text  string
 	codec *goavro.Codec
 	tree  *node
+	// previous is the schema's previous revision within the major version (the embedded schema
+	// without the fields of appendedFields), or nil when it has none. Both revisions share the
+	// built-in id, so a body of the built-in id that is too short for the current revision is
+	// read with this one (see schemaEntry.native).
+	previous *builtin
+}
+
+// appendedFields lists, per record type, the optional top-level fields added at the end of its
+// v1 schema after its first release. A writer of the previous revision stamps the same built-in
+// id, so the readers accept a body that ends before these fields and read them as their
+// defaults; a reader of the previous revision refuses the new fields as trailing bytes, so
+// readers are upgraded before writers (as for a new union branch). With a registry, each
+// revision has its own id and none of this applies.
+var appendedFields = map[RecordType][]string{
+	TypeLaneRecord: {"capacity"},
+	TypeLaneEvent:  {"capacity"},
+	TypeQueryReply: {"incomplete_lanes"},
 }
 
 var builtins = loadBuiltins()
@@ -130,9 +148,41 @@ func loadBuiltins() [len(typeInfos)]builtin {
 		if b.tree.name != t.FullName() {
 			panic("schemas: embedded schema " + typeInfos[t].file + " defines " + b.tree.name + ", not " + t.FullName())
 		}
+		if fields := appendedFields[t]; len(fields) > 0 {
+			prev, err := withoutTrailingFields(string(raw), fields)
+			if err != nil {
+				panic("schemas: embedded schema " + typeInfos[t].file + ": previous revision: " + err.Error())
+			}
+			b.previous = &prev
+		}
 		out[t] = b
 	}
 	return out
+}
+
+// withoutTrailingFields compiles text without its last top-level fields, which must be names, in
+// order.
+func withoutTrailingFields(text string, names []string) (builtin, error) {
+	var top map[string]any
+	if err := json.Unmarshal([]byte(text), &top); err != nil {
+		return builtin{}, err
+	}
+	fields, _ := top["fields"].([]any)
+	if len(fields) < len(names) {
+		return builtin{}, fmt.Errorf("%d fields, fewer than the %d appended", len(fields), len(names))
+	}
+	keep := fields[:len(fields)-len(names)]
+	for i, f := range fields[len(keep):] {
+		if m, _ := f.(map[string]any); m == nil || m["name"] != names[i] {
+			return builtin{}, fmt.Errorf("field %d is not %q", len(keep)+i, names[i])
+		}
+	}
+	top["fields"] = keep
+	out, err := json.Marshal(top)
+	if err != nil {
+		return builtin{}, err
+	}
+	return compile(string(out))
 }
 
 // compile parses a schema with goavro (the decoder) and with the bounds
@@ -149,7 +199,10 @@ func compile(text string) (builtin, error) {
 	return builtin{text: text, codec: c, tree: tree}, nil
 }
 
-const maxInt32 = 1<<31 - 1
+const (
+	maxInt32 = 1<<31 - 1
+	maxInt64 = 1<<63 - 1
+)
 
 // enumSymbols lists the names the generated String method gives E's values
 // 0, 1, 2, ... up to the first value it has no name for: an Avro enum's

@@ -152,7 +152,7 @@ func TestLaneFaultMapsEveryKind(t *testing.T) {
 	for _, k := range namedValues[index.FaultKind](t) {
 		f.Kind = k
 		w := wireFault(f, 77)
-		if int(k) >= len(laneFaultKinds) || w.Kind.String() != wireName(k) {
+		if int(k) >= len(laneFaultKinds) || w.Kind.String() != wireName(k) || w.Kind == schemas.FaultUnknown {
 			t.Errorf("ingestor fault %v: wire kind %v", k, w.Kind)
 		}
 		want, ok := payload[k]
@@ -171,10 +171,19 @@ func TestLaneFaultMapsEveryKind(t *testing.T) {
 
 func TestAssignmentFaultMapsEveryKind(t *testing.T) {
 	for _, k := range namedValues[index.AssignmentErrorKind](t) {
-		err := &index.AssignmentError{Kind: k}
+		err := &index.AssignmentError{Kind: k, MinimumExclusive: 6, Actual: 4}
 		w := assignmentFault(err, 9)
-		if int(k) >= len(assignmentFaultKinds) || w.Kind.String() != wireName(k) || w.Detail != err.Error() || w.Offset != schemas.Some[int64](9) {
+		if int(k) >= len(assignmentFaultKinds) || w.Kind.String() != wireName(k) || w.Kind == schemas.FaultUnknown ||
+			w.Detail != err.Error() || w.Offset != schemas.Some[int64](9) {
 			t.Errorf("assignment error %v: wire %+v", k, w)
+		}
+		// Only the stale epoch compares two numbers: the lowest epoch accepted and the one refused.
+		want := [2]schemas.Optional[uint64]{}
+		if k == index.AssignStaleAssignmentEpoch {
+			want = [2]schemas.Optional[uint64]{schemas.Some[uint64](7), schemas.Some[uint64](4)}
+		}
+		if w.Expected != want[0] || w.Actual != want[1] {
+			t.Errorf("assignment error %v: expected %+v actual %+v, want %+v", k, w.Expected, w.Actual, want)
 		}
 	}
 }

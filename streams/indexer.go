@@ -194,6 +194,7 @@ type Indexer struct {
 
 	excluded   atomic.Uint32
 	lagCommits atomic.Uint64
+	incomplete atomic.Uint32
 	started    chan struct{}
 }
 
@@ -243,6 +244,20 @@ func (ix *Indexer) GlobalIndexer() *index.GlobalIndexer { return ix.g }
 // the freshness policy.
 func (ix *Indexer) EligibleLanes() uint16 {
 	return ix.g.ReadyLanes() &^ uint16(ix.excluded.Load())
+}
+
+// IncompleteLanes returns the lanes whose DC reports blocks its filter omitted for capacity
+// (schemas.CapacityState.OmittedBlocks above 0 on the lane's latest record that carried it):
+// answers on them may under-report depth. Pass it to NewAnswerer (IncompleteLanes) so replies
+// mark those lanes.
+func (ix *Indexer) IncompleteLanes() uint16 { return uint16(ix.incomplete.Load()) }
+
+func (ix *Indexer) setIncomplete(bit uint16, on bool) {
+	if on {
+		ix.incomplete.Or(uint32(bit))
+	} else {
+		ix.incomplete.And(^uint32(bit))
+	}
 }
 
 func (ix *Indexer) setExcluded(bit uint16, on bool) {

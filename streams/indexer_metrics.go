@@ -24,6 +24,7 @@ type laneMetrics struct {
 	lso, applied, lagRecords, lagSeconds tally.Gauge
 	ready, excluded, installedSeq        tally.Gauge
 	queuedBytes, fetchPaused             tally.Gauge
+	occupancy, omittedBlocks, omissions  tally.Gauge
 	snapshotInstall                      tally.Histogram
 }
 
@@ -44,21 +45,28 @@ func newIndexerMetrics(root tally.Scope, configured func(lane uint8) bool) *inde
 			ls = s.Tagged(map[string]string{"lane": strconv.Itoa(l)})
 		}
 		m.lanes[l] = laneMetrics{
-			scope:           ls,
-			deltas:          ls.Counter("lane_deltas_total"),
-			images:          ls.Counter("lane_images_total"),
-			snapshots:       ls.Counter("lane_snapshots_installed_total"),
-			rejected:        ls.Counter("lane_records_rejected_total"),
-			assemblyFaults:  ls.Counter("lane_snapshot_assembly_faults_total"),
-			lso:             ls.Gauge("lane_last_stable_offset"),
-			applied:         ls.Gauge("lane_applied_offset"),
-			lagRecords:      ls.Gauge("lane_lag_records"),
-			lagSeconds:      ls.Gauge("lane_lag_seconds"),
-			ready:           ls.Gauge("lane_ready"),
-			excluded:        ls.Gauge("lane_excluded"),
-			installedSeq:    ls.Gauge("lane_installed_sequence"),
-			queuedBytes:     ls.Gauge("lane_fetch_queue_bytes"),
-			fetchPaused:     ls.Gauge("lane_fetch_paused"),
+			scope:          ls,
+			deltas:         ls.Counter("lane_deltas_total"),
+			images:         ls.Counter("lane_images_total"),
+			snapshots:      ls.Counter("lane_snapshots_installed_total"),
+			rejected:       ls.Counter("lane_records_rejected_total"),
+			assemblyFaults: ls.Counter("lane_snapshot_assembly_faults_total"),
+			lso:            ls.Gauge("lane_last_stable_offset"),
+			applied:        ls.Gauge("lane_applied_offset"),
+			lagRecords:     ls.Gauge("lane_lag_records"),
+			lagSeconds:     ls.Gauge("lane_lag_seconds"),
+			ready:          ls.Gauge("lane_ready"),
+			excluded:       ls.Gauge("lane_excluded"),
+			installedSeq:   ls.Gauge("lane_installed_sequence"),
+			queuedBytes:    ls.Gauge("lane_fetch_queue_bytes"),
+			fetchPaused:    ls.Gauge("lane_fetch_paused"),
+			// The relay's capacity state as the lane's records carry it (schemas.CapacityState):
+			// omitted blocks above 0 mean answers on the lane may be short.
+			occupancy:     ls.Gauge("lane_filter_occupancy_ratio"),
+			omittedBlocks: ls.Gauge("lane_omitted_blocks"),
+			// A gauge, not a counter: it mirrors the relay's count, which restarts with a new
+			// producer state.
+			omissions:       ls.Gauge("lane_capacity_omissions"),
 			snapshotInstall: ls.Histogram("lane_snapshot_install_seconds", installBuckets),
 		}
 	}
@@ -100,6 +108,13 @@ func (m *indexerMetrics) state(lane uint8, ready, excluded bool, installed uint6
 	l.installedSeq.Update(float64(installed))
 	l.queuedBytes.Update(float64(queue.Bytes))
 	l.fetchPaused.Update(b2f(queue.Paused))
+}
+
+func (m *indexerMetrics) capacity(lane uint8, c LaneCapacity) {
+	l := &m.lanes[lane]
+	l.occupancy.Update(c.FilterOccupancy)
+	l.omittedBlocks.Update(float64(c.OmittedBlocks))
+	l.omissions.Update(float64(c.CapacityOmissions))
 }
 
 func b2f(b bool) float64 {

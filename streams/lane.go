@@ -89,6 +89,13 @@ type laneState struct {
 	// Counters not yet published to stats and metrics (published per batch: one lock, not one
 	// per delta).
 	newDeltas, newImages uint64
+
+	// capacity is the producer's capacity state carried by the lane's latest record of its own
+	// pool that had one (hasCapacity); snapOmissions is capacity.CapacityOmissions as of the
+	// latest installed snapshot, the base of "omissions since the last snapshot".
+	capacity      schemas.CapacityState
+	hasCapacity   bool
+	snapOmissions uint64
 }
 
 func newLane(ix *Indexer, num uint8, pool ckf.PoolID, in *index.LaneIngestor, snapStart int64) *lane {
@@ -195,6 +202,9 @@ func (l *lane) process(d *decodedRecord) {
 		return
 	}
 	lr, id := &d.lr, d.id
+	if c, ok := lr.Capacity.Get(); ok && id.Pool == l.pool {
+		l.noteCapacity(c)
+	}
 	switch lr.Kind {
 	case schemas.LaneSnapshotChunk:
 		l.onChunk(rec, id, &lr.Snapshot)
@@ -407,5 +417,16 @@ func (l *lane) event(ev schemas.LaneEvent) {
 		ev.HighWatermark = schemas.Some(lso)
 		ev.LagRecords = schemas.Some(max(lso-(l.st.applied+1), 0))
 	}
+	if l.st.hasCapacity {
+		ev.Capacity = schemas.Some(l.st.capacity)
+	}
 	l.ix.out.LaneEvent(ev)
+}
+
+// noteCapacity takes the capacity state a record of the lane's pool carried. The lane is marked
+// incomplete in answers (Indexer.IncompleteLanes) while its DC reports omitted blocks; the
+// status table and metrics take the state at the next publish.
+func (l *lane) noteCapacity(c schemas.CapacityState) {
+	l.st.capacity, l.st.hasCapacity = c, true
+	l.ix.setIncomplete(l.bit, c.OmittedBlocks > 0)
 }

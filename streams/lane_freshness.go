@@ -17,6 +17,10 @@ func (l *lane) publish() {
 	}
 	installed, _ := l.in.InstalledSequence()
 	applied := l.st.applied
+	capacity := l.capacityStatus()
+	if capacity.Reported {
+		l.ix.metrics.capacity(l.num, capacity)
+	}
 	l.stats.update(func(s *LaneStatus) {
 		s.Deltas += deltas
 		s.Images += images
@@ -24,7 +28,26 @@ func (l *lane) publish() {
 		if installed > 0 {
 			s.InstalledSequence = installed
 		}
+		s.Capacity = capacity
 	})
+}
+
+// capacityStatus is the lane's capacity state as the status table shows it.
+func (l *lane) capacityStatus() LaneCapacity {
+	if !l.st.hasCapacity {
+		return LaneCapacity{}
+	}
+	c := l.st.capacity
+	f := l.ix.g.Manifest().Format()
+	out := LaneCapacity{Reported: true, ResidentBlocks: c.ResidentBlocks, OmittedBlocks: c.OmittedBlocks,
+		CapacityOmissions: c.CapacityOmissions, FilterOccupancy: c.Occupancy(f.BucketCount, f.SlotsPerBucket)}
+	// A new producer state (a relay that lost its checkpoint) restarts the counter.
+	if c.CapacityOmissions >= l.st.snapOmissions {
+		out.OmissionsSinceSnapshot = c.CapacityOmissions - l.st.snapOmissions
+	} else {
+		out.OmissionsSinceSnapshot = c.CapacityOmissions
+	}
+	return out
 }
 
 // checkFreshness applies the freshness policy: a lane whose applied position lags the

@@ -186,6 +186,7 @@ func (l *lane) install(rec *kgo.Record) {
 	switch out.Kind {
 	case index.OutcomeSnapshotInstalled:
 		l.st.newest, l.st.hasNewest = a.identity, true
+		l.st.snapOmissions = l.st.capacity.CapacityOmissions // the last chunk's, noted before it was handled
 		l.markSnapshot(a.first)
 		if l.st.phase != PhaseReplaying || rec.Offset > l.st.faultAt {
 			l.setPhase(PhaseActive)

@@ -85,8 +85,10 @@ func TestLaneRecordBudget(t *testing.T) {
 		w := limitTestWriter(t, codec, id, limit, 1<<30)
 		n, words := w.MaxDeltaImages(), w.ChunkWords()
 		fixedBound := batchOverheadBytes + recordFramingBytes + key
+		// The capacity state a relay's records carry, at its widest.
+		capacity := schemas.Some(schemas.CapacityState{ResidentBlocks: 1<<63 - 1, OmittedBlocks: 1<<63 - 1, CapacityOmissions: 1<<63 - 1})
 		delta, err := codec.EncodeLaneRecord(schemas.LaneRecord{Identity: wid, Kind: schemas.LaneDelta, Delta: schemas.Delta{
-			BaseSequence: 1<<63 + 5, Sequence: 1<<63 + 6, Images: make(schemas.PackedImages, n*schemas.ImageSize)}})
+			BaseSequence: 1<<63 + 5, Sequence: 1<<63 + 6, Images: make(schemas.PackedImages, n*schemas.ImageSize)}, Capacity: capacity})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +100,7 @@ func TestLaneRecordBudget(t *testing.T) {
 		bc := wid.Format.BucketCount
 		chunk, err := codec.EncodeLaneRecord(schemas.LaneRecord{Identity: wid, Kind: schemas.LaneSnapshotChunk, Snapshot: schemas.SnapshotChunk{
 			Sequence: 1<<63 + 7, ChunkIndex: 1<<31 - 2, ChunkCount: 1<<31 - 1, FirstBucket: bc - uint64(words), TotalBuckets: bc,
-			Words: make(schemas.PackedU64, words*schemas.WordSize)}})
+			Words: make(schemas.PackedU64, words*schemas.WordSize)}, Capacity: capacity})
 		if err != nil {
 			t.Fatal(err)
 		}

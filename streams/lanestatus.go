@@ -71,6 +71,27 @@ type LaneStatus struct {
 	Faults           map[string]uint64 // by fault kind
 	LastFault        string
 	LastFaultTime    time.Time
+	// Capacity is the producer's capacity state as the lane's records last carried it.
+	Capacity LaneCapacity
+}
+
+// LaneCapacity is a lane's capacity state: how full the DC's filter is and how many of the DC's
+// cached blocks it misses (schemas.CapacityState), as the relay last reported it on the lane.
+type LaneCapacity struct {
+	// Reported says a lane record carried the state; the other fields are zero until one did
+	// (a relay of an earlier revision never reports it).
+	Reported bool
+	// FilterOccupancy is ResidentBlocks over the filter's slots (bucket count times slots per
+	// bucket), in [0, 1].
+	FilterOccupancy float64
+	ResidentBlocks  uint64
+	// OmittedBlocks are blocks the DC holds that its filter omitted for capacity: answers on the
+	// lane may be short while it is above 0 (Indexer.IncompleteLanes).
+	OmittedBlocks uint64
+	// CapacityOmissions counts omissions since the producer's state began;
+	// OmissionsSinceSnapshot, those since the lane's latest installed snapshot.
+	CapacityOmissions      uint64
+	OmissionsSinceSnapshot uint64
 }
 
 // laneStats is the published copy of a lane's status: written by the lane's goroutine, read by

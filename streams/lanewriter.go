@@ -109,7 +109,16 @@ type LaneWriter struct {
 	// (set by the client's promise goroutine), which makes that write abort.
 	open      bool
 	streamErr atomic.Pointer[error]
+	// capacity, when set (ReportCapacity), is called for every record the writer encodes.
+	capacity func() schemas.CapacityState
 }
+
+// ReportCapacity makes the writer stamp every record it writes with the producer's capacity state
+// (LaneRecord.capacity), read from fn as the record is encoded, so each record carries the state
+// of the filter it was cut from. fn runs on the goroutine that calls the writer's methods, which
+// for the relay is the goroutine that owns the filter. A nil fn stops the reports (records then
+// carry null, as a writer of the previous schema revision does).
+func (w *LaneWriter) ReportCapacity(fn func() schemas.CapacityState) { w.capacity = fn }
 
 // LaneWriterClientOpts are the options a LaneWriter's client needs in addition to the
 // connection: records go to the partition the writer names, with acks from all in-sync replicas.
@@ -157,6 +166,9 @@ type SnapshotPosition struct {
 
 func (w *LaneWriter) record(lr schemas.LaneRecord) (*kgo.Record, error) {
 	lr.Identity = w.identity
+	if w.capacity != nil {
+		lr.Capacity = schemas.Some(w.capacity())
+	}
 	b, err := w.codec.EncodeLaneRecord(lr)
 	if err != nil {
 		return nil, err

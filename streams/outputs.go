@@ -154,9 +154,15 @@ var assignmentFaultKinds = [...]schemas.LaneFaultKind{
 	index.AssignStaleAssignmentEpoch:  schemas.FaultStaleAssignmentEpoch,
 }
 
-// assignmentFault converts an assignment error to the lane-event fault.
+// assignmentFault converts an assignment error to the lane-event fault. A stale assignment
+// epoch compares two epochs: expected is the lowest epoch the lane accepts (one above the last
+// assignment's), actual the epoch refused.
 func assignmentFault(err *index.AssignmentError, offset int64) *schemas.LaneFault {
-	return &schemas.LaneFault{Kind: lookup(assignmentFaultKinds[:], err.Kind, schemas.FaultUnknown), Detail: err.Error(), Offset: schemas.Some(offset)}
+	out := &schemas.LaneFault{Kind: lookup(assignmentFaultKinds[:], err.Kind, schemas.FaultUnknown), Detail: err.Error(), Offset: schemas.Some(offset)}
+	if err.Kind == index.AssignStaleAssignmentEpoch {
+		out.Expected, out.Actual = schemas.Some(err.MinimumExclusive+1), schemas.Some(err.Actual)
+	}
+	return out
 }
 
 // The failure-table enums on the wire. The wire enums have no "none": NoRecoveryDomain is an

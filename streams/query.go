@@ -36,9 +36,10 @@ const (
 // query (ckf.GlobalIndexer.FindPrefixMatches). An empty intersection is an explicit UNAVAILABLE
 // reply, never an empty OK.
 type Answerer struct {
-	g        *index.GlobalIndexer
-	eligible func() uint16
-	now      func() time.Time
+	g          *index.GlobalIndexer
+	eligible   func() uint16
+	incomplete func() uint16 // nil: no lane is known to be incomplete
+	now        func() time.Time
 
 	// pools and dcs are the display form and DC id of each configured lane's pool, computed once:
 	// the manifest is immutable, so a reply can share these strings instead of formatting them.
@@ -48,11 +49,23 @@ type Answerer struct {
 	scratches sync.Pool // *QueryScratch, for AnswerPooled
 }
 
+// AnswererOpt configures an Answerer.
+type AnswererOpt func(*Answerer)
+
+// IncompleteLanes gives the Answerer the lanes whose answers may be short because their DC's
+// filter omitted blocks for capacity (Indexer.IncompleteLanes); replies mark the searched ones
+// (schemas.QueryReply.IncompleteLanes). fn is called once per OK answer, must be safe for
+// concurrent use and should be cheap (an atomic load). Without it no lane is marked.
+func IncompleteLanes(fn func() uint16) AnswererOpt { return func(a *Answerer) { a.incomplete = fn } }
+
 // NewAnswerer returns an Answerer over g. eligible returns the lanes the freshness policy allows
 // in answers (bit l = lane l); it is called once per query, must be safe for concurrent use and
 // should be cheap (an atomic load). A nil eligible makes every lane eligible.
-func NewAnswerer(g *index.GlobalIndexer, eligible func() uint16) *Answerer {
+func NewAnswerer(g *index.GlobalIndexer, eligible func() uint16, opts ...AnswererOpt) *Answerer {
 	a := &Answerer{g: g, eligible: eligible, now: time.Now}
+	for _, o := range opts {
+		o(a)
+	}
 	m := g.Manifest()
 	for l := uint8(0); l < ckf.LaneCount; l++ {
 		if p, ok := m.PoolOf(l); ok {
@@ -81,7 +94,8 @@ type QueryScratch struct {
 //
 //   - OK: Lanes holds one entry {lane, dc, pool, depth} per reported lane in ascending lane order;
 //     ReadyLanes is the captured ready mask restricted to the request's lane mask and the
-//     eligibility mask; QueryBlocks is the number of full blocks in the query.
+//     eligibility mask; QueryBlocks is the number of full blocks in the query; IncompleteLanes
+//     marks the reported lanes whose DC's filter omits blocks (see the IncompleteLanes option).
 //   - UNAVAILABLE: no lane is left after that restriction (none requested, none eligible, or none
 //     ready). ReadyLanes is 0 and Lanes empty; QueryBlocks still counts the query's blocks.
 //   - INVALID_REQUEST: req breaks a rule of the QueryRequest contract (the codec's decoder has
@@ -102,7 +116,7 @@ func (a *Answerer) Answer(req *schemas.QueryRequest, sc *QueryScratch) schemas.Q
 		sc = new(QueryScratch)
 	}
 	if err := checkRequest(req); err != nil {
-		return a.InvalidReply(fitCorrelationID(req.CorrelationID), err.Error())
+		return a.InvalidReply(replyIDFor(req.CorrelationID, err.Error()))
 	}
 	reply := schemas.QueryReply{CorrelationID: req.CorrelationID}
 
@@ -149,6 +163,9 @@ func (a *Answerer) Answer(req *schemas.QueryRequest, sc *QueryScratch) schemas.Q
 	}
 	reply.Status = schemas.QueryOK
 	reply.ReadyLanes = ready
+	if a.incomplete != nil {
+		reply.IncompleteLanes = a.incomplete() & ready
+	}
 	reply.Lanes = sc.lanes[:n]
 	reply.ReplyTime = a.now()
 	return reply
@@ -215,13 +232,23 @@ func checkRequest(q *schemas.QueryRequest) error {
 	return nil
 }
 
-// fitCorrelationID returns id if a reply may carry it, else "" (a reply to nobody in particular,
-// still written so the failure is visible on the reply topic).
-func fitCorrelationID(id string) string {
-	if len(id) > schemas.MaxCorrelationIDBytes || !utf8.ValidString(id) {
-		return ""
+// replyIDFor returns the correlation id and error message of an INVALID_REQUEST reply to a
+// request with correlation id id that was refused for why: the id cut to fit when it is too long
+// (schemas.FitCorrelationID), the cut noted in the message, or "" when the id is empty or not
+// UTF-8 (a reply to nobody in particular, still written so the failure is visible on the reply
+// topic).
+func replyIDFor(id, why string) (string, string) {
+	fit, truncated, _ := schemas.FitCorrelationID(id)
+	if truncated {
+		why = truncatedIDNote(len(fit), schemas.MaxCorrelationIDBytes) + why
 	}
-	return id
+	return fit, why
+}
+
+// truncatedIDNote starts the error message of a reply whose correlation id, over limit bytes,
+// was cut to its first kept bytes.
+func truncatedIDNote(kept, limit int) string {
+	return fmt.Sprintf("correlation_id longer than %d bytes cut to its first %d in this reply; ", limit, kept)
 }
 
 // appendTokenBlockHashes appends one local block hash per full window of blockSize tokens of the

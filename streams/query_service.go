@@ -212,14 +212,20 @@ func (e *QueryBatchError) Unwrap() []error { return []error{ErrQueryBatchFailed,
 //   - A record that cannot be decoded is counted as invalid and dead-lettered (reason code from
 //     schemas.DeadLetterReasonOf, the decoder's text as reason). When the body was valid Avro
 //     and only broke a contract rule (for example a block_size of 0), the correlation id and
-//     reply destination are recovered and the caller also gets an INVALID_REQUEST reply.
+//     reply destination are recovered (schemas.Codec.QueryRoute) and the caller also gets an
+//     INVALID_REQUEST reply; a correlation id over schemas.MaxCorrelationIDBytes is cut to fit
+//     and the cut is said in the error message. Only an empty or non-UTF-8 correlation id, or a
+//     body that is not valid Avro, leaves nothing to reply to.
 //   - A schema registry failure while decoding is not the request's fault: the batch fails
 //     (below) rather than dead-lettering a good request.
 //   - UNAVAILABLE (no requested lane eligible and ready) is an ordinary reply.
 //   - A reply to a destination the request chose (reply_topic or reply_partition) that cannot be
 //     delivered (no such topic or partition, not authorised, too large, ReplyTimeout exceeded)
-//     is not retried further: the request is dead-lettered with reason REJECTED and the batch
-//     goes on. One caller's broken reply destination must not stall the partition for everyone.
+//     is not retried further: the request is dead-lettered with reason REJECTED, and its caller
+//     gets an INVALID_REQUEST reply saying why at the next address down: the same topic
+//     partitioned by key when the request named a partition, else ReplyTopic partitioned by key
+//     (a failure there fails the batch, as below). The batch goes on: one caller's broken reply
+//     destination must not stall the partition for everyone.
 //   - Any other unacknowledged output (a reply to ReplyTopic, a dead letter) fails the batch:
 //     nothing of it is committed, Run stops and returns a *QueryBatchError, and the group member
 //     that takes the partitions over answers the batch again. franz-go has already retried the
@@ -536,35 +542,45 @@ func (s *QueryService) processBatch(recs []*kgo.Record) error {
 		return err
 	}
 	// Replies the request routed itself that could not be delivered: dead-letter their requests
-	// (unless already dead-lettered as invalid) and settle again.
-	first := len(b.outs)
-	fs := b.takeFailures()
-	for _, f := range fs {
-		o := b.find(f.rec)
-		if o == nil || o.kind != outReply || !o.routed {
-			return &QueryBatchError{Requests: len(recs), Failed: len(fs), Topic: f.rec.Topic, Partition: f.rec.Partition, Err: f.err}
+	// (unless already dead-lettered) and answer INVALID_REQUEST at the next address down
+	// (fallbackRoute), then settle again. Each round moves a failed reply one step closer to the
+	// unrouted default (ReplyTopic, partitioned by key), whose failure fails the batch, so this
+	// ends after at most two extra rounds.
+	for {
+		fs := b.takeFailures()
+		if len(fs) == 0 {
+			break
 		}
-		s.m.replyRejected.Inc(1)
-		s.log.Warn("reply to the request's own destination not delivered; request dead-lettered",
-			zap.String("correlation_id", string(o.rec.Key)), zap.String("reply_topic", o.rec.Topic), zap.Error(f.err))
-		if o.deadLettered {
-			continue // the request already has its dead letter in this batch
+		for _, f := range fs {
+			o := b.find(f.rec)
+			if o == nil || o.kind != outReply || !o.routed {
+				return &QueryBatchError{Requests: len(recs), Failed: len(fs), Topic: f.rec.Topic, Partition: f.rec.Partition, Err: f.err}
+			}
+			s.m.replyRejected.Inc(1)
+			s.log.Warn("reply to the request's own destination not delivered; request dead-lettered and refused at the next address",
+				zap.String("correlation_id", string(o.rec.Key)), zap.String("reply_topic", o.rec.Topic), zap.Int32("reply_partition", o.partition), zap.Error(f.err))
+			where := "partitioned by key"
+			if o.partition >= 0 {
+				where = fmt.Sprintf("partition %d", o.partition)
+			}
+			why := fmt.Sprintf("reply to topic %s (%s) not delivered: %v", o.rec.Topic, where, f.err)
+			if !o.deadLettered {
+				if err := s.produceDeadLetter(o.src, schemas.DeadLetterRejected, why); err != nil {
+					return s.abandon(len(recs), &QueryBatchError{Requests: len(recs), Topic: "", Partition: -1, Err: err})
+				}
+			}
+			if o.status == schemas.QueryInvalidRequest && o.errorMessage != "" {
+				why = o.errorMessage + "; " + why
+			} else {
+				s.m.invalid.Inc(1)
+			}
+			topic, part := s.fallbackRoute(o)
+			if err := s.produceReply(o.src, s.ans.InvalidReply(string(o.rec.Key), why), topic, part, true, o.requestTime); err != nil {
+				return s.abandon(len(recs), &QueryBatchError{Requests: len(recs), Topic: "", Partition: -1, Err: err})
+			}
 		}
-		where := "partitioned by key"
-		if o.partition >= 0 {
-			where = fmt.Sprintf("partition %d", o.partition)
-		}
-		if err := s.produceDeadLetter(o.src, schemas.DeadLetterRejected,
-			fmt.Sprintf("reply to topic %s (%s) not delivered: %v", o.rec.Topic, where, f.err)); err != nil {
-			return s.abandon(len(recs), &QueryBatchError{Requests: len(recs), Topic: "", Partition: -1, Err: err})
-		}
-	}
-	if len(b.outs) > first {
 		if err := s.settle(len(recs)); err != nil {
 			return err
-		}
-		if fs := b.takeFailures(); len(fs) > 0 {
-			return &QueryBatchError{Requests: len(recs), Failed: len(fs), Topic: fs[0].rec.Topic, Partition: fs[0].rec.Partition, Err: fs[0].err}
 		}
 	}
 	// Every output is acknowledged: count the outcomes.
@@ -624,7 +640,11 @@ func (s *QueryService) handle(r *kgo.Record) error {
 		if errors.Is(err, schemas.ErrInvalidField) {
 			if rt, ok := s.codec.QueryRoute(r.Value); ok {
 				topic, part := s.route(rt.ReplyTopic, rt.ReplyPartition)
-				if err := s.produceReply(r, s.ans.InvalidReply(rt.CorrelationID, err.Error()), topic, part, true, time.Time{}); err != nil {
+				why := err.Error()
+				if rt.IDTruncated {
+					why = truncatedIDNote(len(rt.CorrelationID), schemas.MaxCorrelationIDBytes) + why
+				}
+				if err := s.produceReply(r, s.ans.InvalidReply(rt.CorrelationID, why), topic, part, true, time.Time{}); err != nil {
 					return err
 				}
 			}
@@ -668,6 +688,17 @@ func (s *QueryService) route(topic string, part schemas.Optional[int32]) (string
 	return topic, -1
 }
 
+// fallbackRoute is where the INVALID_REQUEST reply goes when the reply o, to a destination the
+// request chose, was not delivered: the same topic partitioned by key when the request named a
+// partition (the partition does not exist, most likely: the topic is the caller's and it reads
+// it), else ReplyTopic partitioned by key (the topic itself is unusable).
+func (s *QueryService) fallbackRoute(o *outRecord) (string, int32) {
+	if o.partition >= 0 {
+		return o.rec.Topic, -1
+	}
+	return s.cfg.ReplyTopic, -1
+}
+
 func (s *QueryService) replyTopicAllowed(topic string) bool {
 	if topic == s.cfg.ReplyTopic {
 		return true
@@ -703,6 +734,7 @@ func (s *QueryService) produceReply(src *kgo.Record, reply schemas.QueryReply, t
 	b.arena = arena
 	o := b.add()
 	o.kind, o.src, o.status, o.partition = outReply, src, reply.Status, part
+	o.errorMessage = reply.ErrorMessage
 	o.routed = topic != s.cfg.ReplyTopic || part >= 0
 	o.deadLettered = deadLettered
 	o.requestTime = requestTime
@@ -743,6 +775,9 @@ func (s *QueryService) produceDeadLetter(src *kgo.Record, code schemas.DeadLette
 
 type outKind uint8
 
+// maxOutputsPerRequest bounds the outputs of one request within a batch (see queryBatch.reset).
+const maxOutputsPerRequest = 4
+
 const (
 	outReply outKind = iota + 1
 	outDeadLetter
@@ -755,9 +790,10 @@ type outRecord struct {
 	src          *kgo.Record
 	kind         outKind
 	status       schemas.QueryStatus
-	partition    int32 // requested partition, -1 = by key
-	routed       bool  // destination chosen by the request
-	deadLettered bool  // the request has its own dead letter in this batch
+	errorMessage string // the reply's error message, for the reply that replaces it if undeliverable
+	partition    int32  // requested partition, -1 = by key
+	routed       bool   // destination chosen by the request
+	deadLettered bool   // the request has its own dead letter in this batch
 	failed       bool
 	requestTime  time.Time // the request's request_time, zero if absent
 }
@@ -779,11 +815,13 @@ type queryBatch struct {
 	failures []ackFailure
 }
 
-// reset prepares for a batch of requests records: each request causes at most two outputs
-// (reply and dead letter), so outs gets that capacity up front and never reallocates.
+// reset prepares for a batch of requests records: each request causes at most four outputs (a
+// reply, a dead letter, and two INVALID_REQUEST replies at the fallback addresses when its own
+// reply destination fails; see processBatch), so outs gets that capacity up front and never
+// reallocates.
 func (b *queryBatch) reset(requests int) {
-	if cap(b.outs) < 2*requests {
-		b.outs = make([]outRecord, 0, 2*requests)
+	if cap(b.outs) < maxOutputsPerRequest*requests {
+		b.outs = make([]outRecord, 0, maxOutputsPerRequest*requests)
 	}
 	clear(b.outs[:cap(b.outs)])
 	b.outs = b.outs[:0]

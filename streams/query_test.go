@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1020,7 +1021,10 @@ func TestQueryServiceGroupSharesLoad(t *testing.T) {
 
 // TestQueryServiceUndeliverableRoutedReply: a reply to a destination the request chose that
 // does not exist (an allowed topic that was never created, a partition beyond the topic's) is
-// not retried forever: the request is dead-lettered as REJECTED and the service goes on.
+// not retried forever: the request is dead-lettered as REJECTED, its caller gets INVALID_REQUEST
+// at the next address down (the same topic by key when a partition was named, else the default
+// reply topic by key), and the service goes on. A correlation id over the limit is answered
+// too, cut to fit.
 func TestQueryServiceUndeliverableRoutedReply(t *testing.T) {
 	x := newQIndex(t, 0, 1, 5)
 	p := newQPrompts(10)
@@ -1029,6 +1033,7 @@ func TestQueryServiceUndeliverableRoutedReply(t *testing.T) {
 	codec := qCodec(t)
 	tp := newQTopics(t, 1)
 	cfg := qConfig(tp, testenv.UniqueName(t, "g"))
+	altReplies := qCreateTopic(t, tp.replies+"-ok-alt", 2)
 	svc := qNewService(t, streams.NewAnswerer(x.g, nil), codec, cfg, nil, kgo.UnknownTopicRetries(1))
 	if err := svc.Start(); err != nil {
 		t.Fatal(err)
@@ -1039,27 +1044,68 @@ func TestQueryServiceUndeliverableRoutedReply(t *testing.T) {
 		}
 	})
 	replies := qReplies(t, codec, tp.replies)
+	alt := qReplies(t, codec, altReplies)
 	dlq := qDeadLetters(t, codec, tp.deadLetters)
 	missingTopic := qHashRequest("to-missing-topic", p.a)
 	missingTopic.ReplyTopic = tp.replies + "-ok-never-created"
 	missingPart := qHashRequest("to-missing-partition", p.a)
 	missingPart.ReplyPartition = schemas.Some[int32](99)
-	rs := qProduce(t, testenv.Client(t), tp.requests, []string{"a", "b", "c"},
-		[][]byte{qEncode(t, codec, missingTopic), qEncode(t, codec, missingPart), qEncode(t, codec, qHashRequest("after", p.b))})
+	altMissingPart := qHashRequest("to-alt-missing-partition", p.a)
+	altMissingPart.ReplyTopic, altMissingPart.ReplyPartition = altReplies, schemas.Some[int32](2)
+	missingBoth := qHashRequest("to-missing-topic-and-partition", p.a)
+	missingBoth.ReplyTopic, missingBoth.ReplyPartition = tp.replies+"-ok-never-created", schemas.Some[int32](5)
+	longID := strings.Repeat("l", 255) + "€" // 258 bytes: cut to the 255 before the euro sign
+	rs := qProduce(t, testenv.Client(t), tp.requests, []string{"a", "b", "c", "d", "e", "f"},
+		[][]byte{qEncode(t, codec, missingTopic), qEncode(t, codec, missingPart), qEncode(t, codec, altMissingPart),
+			qEncode(t, codec, missingBoth), qRawTokenRequest(codec, longID, p.tokens, 4, altReplies, 1),
+			qEncode(t, codec, qHashRequest("after", p.b))})
 	coord := func(r *kgo.Record) string { return fmt.Sprintf("%d/%d", r.Partition, r.Offset) }
-	dlq.waitIDs(t, []string{coord(rs[0]), coord(rs[1])}, time.Minute)
-	replies.waitIDs(t, []string{"after"}, time.Minute)
-	for i := range 2 {
+	dlq.waitIDs(t, []string{coord(rs[0]), coord(rs[1]), coord(rs[2]), coord(rs[3]), coord(rs[4])}, time.Minute)
+	replies.waitIDs(t, []string{"after", "to-missing-topic", "to-missing-partition", "to-missing-topic-and-partition"}, time.Minute)
+	alt.waitIDs(t, []string{"to-alt-missing-partition", longID[:255]}, time.Minute)
+	for i := range 4 {
 		d := dlq.get(coord(rs[i]))[0]
 		if d.ReasonCode != schemas.DeadLetterRejected || d.Reason == "" || d.SourceOffset != rs[i].Offset {
 			t.Errorf("dead letter %d: %+v", i, d)
 		}
 		t.Logf("dead letter %d: %s", i, d.Reason)
 	}
+	if d := dlq.get(coord(rs[4]))[0]; d.ReasonCode != schemas.DeadLetterInvalidField {
+		t.Errorf("dead letter of the long correlation id: %+v", d)
+	}
 	if err := qSameAnswer(replies.get("after")[0], qWantReply(t, x.g, p.b, 0xFFFF)); err != nil {
 		t.Error(err)
 	}
-	if n := len(replies.get("to-missing-partition")); n != 0 {
-		t.Errorf("%d replies for the request routed to partition 99", n)
+	// Each refused request's reply: INVALID_REQUEST saying why, partitioned by key on the topic
+	// of the fallback, exactly once.
+	byKey := func(topic, key string, partitions int) int32 {
+		return int32(kgo.StickyKeyPartitioner(nil).ForTopic(topic).Partition(&kgo.Record{Key: []byte(key)}, partitions))
+	}
+	for _, tc := range []struct {
+		obs       *qObserver[schemas.QueryReply]
+		topic, id string
+		parts     int
+		why       string
+	}{
+		{replies, tp.replies, "to-missing-topic", 4, "reply to topic " + missingTopic.ReplyTopic + " (partitioned by key) not delivered"},
+		{replies, tp.replies, "to-missing-partition", 4, "reply to topic " + tp.replies + " (partition 99) not delivered"},
+		{alt, altReplies, "to-alt-missing-partition", 2, "reply to topic " + altReplies + " (partition 2) not delivered"},
+		// Two steps down: the topic by key fails too, then the default reply topic takes it.
+		{replies, tp.replies, "to-missing-topic-and-partition", 4, "reply to topic " + missingBoth.ReplyTopic + " (partitioned by key) not delivered"},
+	} {
+		got, recs := tc.obs.get(tc.id), tc.obs.records(tc.id)
+		if len(got) != 1 || got[0].Status != schemas.QueryInvalidRequest || !strings.Contains(got[0].ErrorMessage, tc.why) || len(got[0].Lanes) != 0 {
+			t.Errorf("%s: replies %+v; want one INVALID_REQUEST containing %q", tc.id, got, tc.why)
+			continue
+		}
+		if want := byKey(tc.topic, tc.id, tc.parts); recs[0].Partition != want {
+			t.Errorf("%s: reply on partition %d, want %d (by key)", tc.id, recs[0].Partition, want)
+		}
+	}
+	if r := alt.get(longID[:255]); len(r) != 1 || r[0].Status != schemas.QueryInvalidRequest ||
+		!strings.Contains(r[0].ErrorMessage, "correlation_id longer than 256 bytes cut to its first 255") {
+		t.Errorf("long correlation id: %+v", r)
+	} else if rec := alt.records(longID[:255])[0]; rec.Partition != 1 {
+		t.Errorf("long correlation id: reply on partition %d, want the requested 1", rec.Partition)
 	}
 }

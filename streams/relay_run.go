@@ -516,6 +516,17 @@ func (rl *relayLoop) stop() error {
 	return nil
 }
 
+// capacityState is the filter's capacity state that every lane record carries (LaneWriter.
+// ReportCapacity): what the indexers show per lane and use to mark answers that may be short.
+// It runs on the loop's goroutine, which owns the state.
+func (rl *relayLoop) capacityState() schemas.CapacityState {
+	return schemas.CapacityState{
+		ResidentBlocks:    rl.state.ResidentCount(),
+		OmittedBlocks:     rl.state.OmittedCount(),
+		CapacityOmissions: rl.state.LifetimeCapacityOmissions(),
+	}
+}
+
 func (rl *relayLoop) updateGauges() {
 	r := rl.r
 	res := rl.state.ResidentCount()

@@ -793,11 +793,16 @@ func TestRelayRecoversFromUncertainWrite(t *testing.T) {
 
 // TestRelayCountsCapacityOmissions: a filter too small for its blocks omits fingerprints; the
 // relay counts the omissions (as the reference does), keeps lineage and ownership, dead-letters
-// nothing, retires nothing, and the indexer still converges with its words.
+// nothing, retires nothing, and the indexer still converges with its words. The relay's
+// capacity state reaches the indexer on the lane records: the lane's status and lane events
+// carry it, the lane is marked incomplete, and answers say so.
 func TestRelayCountsCapacityOmissions(t *testing.T) {
 	e := newRelayEnv(t, 16, 1) // 8 buckets, 32 slots
 	const lane = 14
-	ri := e.startIndexer(e.manifest(81, lane), e.indexerConfig())
+	events := e.watchEvents()
+	icfg := e.indexerConfig()
+	icfg.ProgressInterval = 50 * time.Millisecond // progress events report the capacity state too
+	ri := e.startIndexer(e.manifest(81, lane), icfg)
 	rr := e.startRelay(e.relayConfig(lane, testenv.UniqueName(t, "relay")), true)
 	g := newKvGen(8)
 	var evs []producer.RouterEvent
@@ -818,4 +823,37 @@ func TestRelayCountsCapacityOmissions(t *testing.T) {
 		t.Fatalf("stats %+v: capacity omissions must not reject, dead-letter or fence", s)
 	}
 	compareOwnership(t, rr, ref, g)
+
+	// The capacity state on the indexer side: the reference's counts, as of the relay's last
+	// record (the relay publishes its state with every record, and the lane has applied them all).
+	want := schemas.CapacityState{ResidentBlocks: ref.ResidentCount(), OmittedBlocks: ref.OmittedCount(), CapacityOmissions: ref.LifetimeCapacityOmissions()}
+	if want.OmittedBlocks == 0 {
+		t.Fatal("the reference omits nothing: the fixture is wrong")
+	}
+	testenv.WaitUntil(t, converge, "the lane status carries the relay's capacity state", func() bool {
+		c := laneStatus(ri, lane).Capacity
+		return c.Reported && c.ResidentBlocks == want.ResidentBlocks && c.OmittedBlocks == want.OmittedBlocks &&
+			c.CapacityOmissions == want.CapacityOmissions
+	}, func() string { return fmt.Sprintf("status %+v, want %+v", laneStatus(ri, lane).Capacity, want) })
+	c := laneStatus(ri, lane).Capacity
+	if wantOcc := float64(want.ResidentBlocks) / 32; c.FilterOccupancy != wantOcc {
+		t.Errorf("filter occupancy %v, want %v", c.FilterOccupancy, wantOcc)
+	}
+	if c.OmissionsSinceSnapshot > c.CapacityOmissions {
+		t.Errorf("omissions since the snapshot %d exceed all omissions %d", c.OmissionsSinceSnapshot, c.CapacityOmissions)
+	}
+	if m := ri.ix.IncompleteLanes(); m != 1<<lane {
+		t.Errorf("incomplete lanes %#x, want lane %d", m, lane)
+	}
+	// Lane events carry the state the lane knew when they were written.
+	events.waitFor(t, lane, converge, "a lane event with a capacity state", func(ev schemas.LaneEvent) bool {
+		got, ok := ev.Capacity.Get()
+		return ok && got.OmittedBlocks > 0 && got.ResidentBlocks > 0
+	})
+	// An answer over the lane marks it incomplete.
+	ans := streams.NewAnswerer(ri.ix.GlobalIndexer(), ri.ix.EligibleLanes, streams.IncompleteLanes(ri.ix.IncompleteLanes))
+	reply := ans.Answer(&schemas.QueryRequest{CorrelationID: "c", Input: schemas.InputLocalBlockHashes, Hashes: schemas.AppendU64s(nil, []uint64{1, 2})}, nil)
+	if reply.Status != schemas.QueryOK || reply.IncompleteLanes != 1<<lane {
+		t.Errorf("reply %+v: want lane %d marked incomplete", reply, lane)
+	}
 }

@@ -328,6 +328,15 @@ type Indexer struct {
 	// QueryBatchSize is the largest number of query requests answered as one batch, in
 	// [1,65536] (streams.MaxQueryBatchRecords). Default 256 (streams.DefaultQueryBatchRecords).
 	QueryBatchSize int `yaml:"query_batch_size"`
+	// ReplyTopicPrefixes lists the prefixes a query request's reply_topic may start with; a
+	// request may always name topics.query_replies itself. A request naming any other topic is
+	// answered INVALID_REQUEST on topics.query_replies and dead-lettered, so a router cannot make
+	// the indexer write into a topic it did not mean to open (the lane topic, say). Default
+	// empty: only topics.query_replies. Each prefix is a non-empty run of Kafka topic characters
+	// (a-z A-Z 0-9 . _ -) and must not be the start of any other topic of the product (a prefix
+	// like "ckf-" would open the lane topic); a violation stops the process at start. Variable
+	// CKF_INDEXER_REPLY_TOPIC_PREFIXES, comma-separated (router-a.,router-b.).
+	ReplyTopicPrefixes []string `yaml:"reply_topic_prefixes"`
 	// GCPercent is the Go garbage collector's target (GOGC) the indexer sets when it starts, in
 	// [0,10000]; 0 keeps the runtime's own setting. A GOGC environment variable, when set, wins.
 	// The table is an ordinary pointer-free Go slice: the collector never scans it, but it counts
@@ -496,6 +505,9 @@ func (c *Config) resolve() {
 	}
 	if len(c.Indexer.Lanes) == 0 {
 		c.Indexer.Lanes = nil
+	}
+	if len(c.Indexer.ReplyTopicPrefixes) == 0 {
+		c.Indexer.ReplyTopicPrefixes = nil
 	}
 }
 

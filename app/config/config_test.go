@@ -245,6 +245,9 @@ func TestInvalidFieldMessages(t *testing.T) {
 		{args: []string{"--indexer.freshness.max_time_lag=-1s"}, want: "config: indexer.freshness.max_time_lag: -1s is negative"},
 		{args: []string{"--indexer.query_group="}, want: "config: indexer.query_group: must not be empty"},
 		{args: []string{"--indexer.query_batch_size=0"}, want: "config: indexer.query_batch_size: 0 is not in [1,65536]"},
+		{args: []string{"--indexer.reply_topic_prefixes=router.,ckf-"}, want: `config: indexer.reply_topic_prefixes: "ckf-" would let a query reply into topics.lanes ("ckf-lanes")`},
+		{args: []string{"--indexer.reply_topic_prefixes=router/"}, want: `config: indexer.reply_topic_prefixes: "router/" holds characters`},
+		{args: []string{"--topic_prefix=prod.", "--indexer.reply_topic_prefixes=prod.ckf-c"}, want: `would let a query reply into topics.control ("prod.ckf-control")`},
 		{args: []string{"--indexer.gc_percent=-1"}, want: "config: indexer.gc_percent: -1 is not in [0,10000]"},
 		{args: []string{"--indexer.gc_percent=10001"}, want: "config: indexer.gc_percent: 10001 is not in [0,10000]"},
 		{args: []string{"--indexer.lag_commit_interval=0s"}, want: "config: indexer.lag_commit_interval: 0s is not positive"},
@@ -277,6 +280,26 @@ func TestInvalidFieldMessages(t *testing.T) {
 		if !errors.As(err, &fe) {
 			t.Errorf("Load(%q, %v): %v holds no *FieldError", tc.args, tc.vars, err)
 		}
+	}
+}
+
+// TestReplyTopicPrefixes: the allow-list is read from flags and the environment as a
+// comma-separated list, and an empty entry from a file is refused.
+func TestReplyTopicPrefixes(t *testing.T) {
+	cfg := mustLoad(t, nil, map[string]string{"CKF_INDEXER_REPLY_TOPIC_PREFIXES": "router-a., router-b."})
+	if got := cfg.Indexer.ReplyTopicPrefixes; !reflect.DeepEqual(got, []string{"router-a.", "router-b."}) {
+		t.Fatalf("from the environment: %q", got)
+	}
+	if got := config.Default().Indexer.ReplyTopicPrefixes; len(got) != 0 {
+		t.Fatalf("default %q, want none", got)
+	}
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("indexer:\n  reply_topic_prefixes: [\"r.\", \"\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := config.Load(config.Sources{Args: []string{"--config", file}, LookupEnv: env(nil)})
+	if want := "config: indexer.reply_topic_prefixes: entry 1 is empty, which would allow every topic"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("empty entry: %v, want %q", err, want)
 	}
 }
 

@@ -76,6 +76,7 @@ func (c Config) Validate() error {
 		p.add("metrics.report_interval", "%v is not positive", c.Metrics.ReportInterval)
 	}
 	c.Indexer.validate(&p)
+	c.Indexer.validateReplyTopicPrefixes(c.Topics, &p)
 	c.Relay.validate(&p)
 	if c.ShutdownTimeout <= 0 {
 		p.add("shutdown_timeout", "%v is not positive", c.ShutdownTimeout)
@@ -257,6 +258,36 @@ func (ix Indexer) validate(p *problems) {
 	}
 	if ix.LagCommitInterval <= 0 {
 		p.add("indexer.lag_commit_interval", "%v is not positive", ix.LagCommitInterval)
+	}
+}
+
+// validateReplyTopicPrefixes checks indexer.reply_topic_prefixes against the topic names: a
+// prefix that starts another topic of the product would let a query request's reply_topic write
+// replies into it.
+func (ix Indexer) validateReplyTopicPrefixes(t Topics, p *problems) {
+	const field = "indexer.reply_topic_prefixes"
+	for i, prefix := range ix.ReplyTopicPrefixes {
+		switch {
+		case prefix == "":
+			p.add(field, "entry %d is empty, which would allow every topic", i)
+			continue
+		case len(prefix) > 249:
+			p.add(field, "%q is longer than Kafka's 249 characters", prefix)
+			continue
+		case !legalTopicChars(prefix):
+			p.add(field, "%q holds characters a Kafka topic name cannot (allowed: a-z A-Z 0-9 . _ -)", prefix)
+			continue
+		}
+		for _, f := range []struct{ field, name string }{
+			{"topics.kv_events", t.KVEvents}, {"topics.lanes", t.Lanes}, {"topics.queries", t.Queries},
+			{"topics.lane_events", t.LaneEvents}, {"topics.control", t.Control},
+			{"topics.dead_letter", t.DeadLetter}, {"topics.snapshot_index", t.SnapshotIndex},
+			{"topics.relay_checkpoints", t.RelayCheckpoints},
+		} {
+			if strings.HasPrefix(f.name, prefix) {
+				p.add(field, "%q would let a query reply into %s (%q)", prefix, f.field, f.name)
+			}
+		}
 	}
 }
 

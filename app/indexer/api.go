@@ -1,12 +1,15 @@
 package indexer
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/bits"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -162,6 +165,20 @@ type LaneView struct {
 	Faults            map[string]uint64 `json:"faults,omitempty"`
 	LastFault         string            `json:"last_fault,omitempty"`
 	LastFaultTime     *time.Time        `json:"last_fault_time,omitempty"`
+	// Capacity is the DC filter's capacity state as the lane's records last carried it; absent
+	// until one did (a relay that does not report it).
+	Capacity *CapacityView `json:"capacity,omitempty"`
+}
+
+// CapacityView is a lane's capacity state (streams.LaneCapacity): how full the DC's filter is and
+// how many of the DC's cached blocks it misses. Answers on a lane with omitted_blocks above 0 are
+// marked incomplete.
+type CapacityView struct {
+	FilterOccupancyRatio   float64 `json:"filter_occupancy_ratio"`
+	ResidentBlocks         uint64  `json:"resident_blocks"`
+	OmittedBlocks          uint64  `json:"omitted_blocks"`
+	CapacityOmissions      uint64  `json:"capacity_omissions"`
+	OmissionsSinceSnapshot uint64  `json:"capacity_omissions_since_snapshot"`
 }
 
 // LanesView is the body of GET /v1/lanes.
@@ -213,6 +230,10 @@ func (a *API) View() LanesView {
 		}
 		if len(lv.Faults) == 0 {
 			lv.Faults = nil
+		}
+		if c := s.Capacity; c.Reported {
+			lv.Capacity = &CapacityView{FilterOccupancyRatio: c.FilterOccupancy, ResidentBlocks: c.ResidentBlocks,
+				OmittedBlocks: c.OmittedBlocks, CapacityOmissions: c.CapacityOmissions, OmissionsSinceSnapshot: c.OmissionsSinceSnapshot}
 		}
 		if !s.LastFaultTime.IsZero() {
 			t := s.LastFaultTime.UTC()
@@ -273,11 +294,14 @@ type PrefixMatchRequest struct {
 }
 
 // DCMatch is the prefix depth of one DC: its first Depth blocks appear cached there.
+// Incomplete says the DC's filter omits blocks it holds (capacity omissions), so the prompt may be
+// cached deeper there than Depth.
 type DCMatch struct {
-	Lane  uint8  `json:"lane"`
-	DcID  string `json:"dc_id"`
-	Pool  string `json:"pool"`
-	Depth uint32 `json:"depth"`
+	Lane       uint8  `json:"lane"`
+	DcID       string `json:"dc_id"`
+	Pool       string `json:"pool"`
+	Depth      uint32 `json:"depth"`
+	Incomplete bool   `json:"incomplete,omitempty"`
 }
 
 // PrefixMatchResponse is the body of every answer of POST /v1/prefix-matches. Status is OK (200),
@@ -291,6 +315,9 @@ type PrefixMatchResponse struct {
 	QueryBlocks uint32 `json:"query_blocks"`
 	// ReadyLanes is the mask of the lanes the answer covers.
 	ReadyLanes uint16 `json:"ready_lanes"`
+	// IncompleteLanes is the mask of the covered lanes whose depth may be under-reported (their
+	// DC's filter omits blocks for capacity); the same lanes' matches say "incomplete": true.
+	IncompleteLanes uint16 `json:"incomplete_lanes"`
 	// Matches holds one entry per covered lane (DC), in lane order, depth 0 included.
 	Matches []DCMatch `json:"matches"`
 }
@@ -311,7 +338,11 @@ func (a *API) QueryHandler() http.Handler {
 			a.m.replies[schemas.QueryInvalidRequest].Inc(1)
 			status := http.StatusBadRequest
 			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
+			switch {
+			case errors.Is(err, errUnsupportedMediaType):
+				status = http.StatusUnsupportedMediaType
+				w.Header().Set("Accept", "application/json")
+			case errors.As(err, &tooBig):
 				status = http.StatusRequestEntityTooLarge
 				err = fmt.Errorf("%w: body exceeds %d bytes", errBadRequest, tooBig.Limit)
 			}
@@ -325,10 +356,12 @@ func (a *API) QueryHandler() http.Handler {
 		a.m.replies[reply.Status].Inc(1)
 		resp := PrefixMatchResponse{
 			CorrelationID: reply.CorrelationID, Status: reply.Status.String(), Error: reply.ErrorMessage,
-			QueryBlocks: reply.QueryBlocks, ReadyLanes: reply.ReadyLanes, Matches: make([]DCMatch, len(reply.Lanes)),
+			QueryBlocks: reply.QueryBlocks, ReadyLanes: reply.ReadyLanes, IncompleteLanes: reply.IncompleteLanes,
+			Matches: make([]DCMatch, len(reply.Lanes)),
 		}
 		for i, l := range reply.Lanes {
-			resp.Matches[i] = DCMatch{Lane: l.Lane, DcID: ckf.DcID(l.DcID).String(), Pool: l.Pool, Depth: l.Depth}
+			resp.Matches[i] = DCMatch{Lane: l.Lane, DcID: ckf.DcID(l.DcID).String(), Pool: l.Pool, Depth: l.Depth,
+				Incomplete: reply.IncompleteLanes&(1<<l.Lane) != 0}
 		}
 		status := http.StatusOK
 		switch reply.Status {
@@ -344,18 +377,145 @@ func (a *API) QueryHandler() http.Handler {
 	})
 }
 
-// decode reads the body into a QueryRequest, applying the HTTP-level rules: valid JSON of the
-// documented fields only, exactly one input, a block size with token ids, a 16-bit lane mask.
-// The QueryRequest contract's own rules are then Answer's.
+// Errors of the HTTP-level request rules, wrapped in the error text a caller sees.
+var (
+	// errUnsupportedMediaType: the request's Content-Type is not JSON (answered 415).
+	errUnsupportedMediaType = errors.New("unsupported media type")
+	// errNullElement: a JSON null inside local_block_hashes or token_ids (answered 400). A null
+	// element has no value to search for; encoding/json would read it as 0, which is a valid
+	// hash, so it is refused rather than answered for a different prompt.
+	errNullElement = errors.New("null element")
+)
+
+// checkContentType applies the Content-Type rule of POST /v1/prefix-matches: the header is
+// absent or names application/json, with at most a charset parameter of utf-8 (JSON is UTF-8).
+// Anything else, a form type included (curl -d sends one by default), is refused with 415 before
+// the body is read, so a body in another format is never guessed at.
+func checkContentType(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return fmt.Errorf("%w: Content-Type %q is not a media type: %v", errUnsupportedMediaType, ct, err)
+	}
+	if mt != "application/json" {
+		return fmt.Errorf("%w: Content-Type %q; send application/json", errUnsupportedMediaType, mt)
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return fmt.Errorf("%w: Content-Type parameter %s=%q; application/json takes at most charset=utf-8", errUnsupportedMediaType, k, v)
+		}
+	}
+	return nil
+}
+
+// prefixMatchWire is PrefixMatchRequest as decoded from a body: the lists' elements refuse JSON
+// null (encoding/json leaves a null element at 0 otherwise).
+type prefixMatchWire struct {
+	CorrelationID    string      `json:"correlation_id"`
+	LocalBlockHashes []wireHash  `json:"local_block_hashes"`
+	TokenIDs         []wireToken `json:"token_ids"`
+	BlockSize        uint32      `json:"block_size"`
+	LoraName         string      `json:"lora_name"`
+	CacheNamespace   string      `json:"cache_namespace"`
+	LaneMask         *uint64     `json:"lane_mask"`
+}
+
+// prefixMatchFields are the JSON keys of prefixMatchWire, for the duplicate-key rule.
+var prefixMatchFields = [...]string{"correlation_id", "local_block_hashes", "token_ids", "block_size", "lora_name", "cache_namespace", "lane_mask"}
+
+// wireHash is one element of local_block_hashes: an unsigned 64-bit JSON number, never null.
+type wireHash uint64
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (h *wireHash) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return fmt.Errorf("%w: local_block_hashes holds a null; every element must be an unsigned 64-bit number", errNullElement)
+	}
+	var v uint64
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("field local_block_hashes: %s is not a valid uint64", b)
+	}
+	*h = wireHash(v)
+	return nil
+}
+
+// wireToken is one element of token_ids: an unsigned 32-bit JSON number, never null.
+type wireToken uint32
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (tk *wireToken) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return fmt.Errorf("%w: token_ids holds a null; every element must be an unsigned 32-bit number", errNullElement)
+	}
+	var v uint32
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("field token_ids: %s is not a valid uint32", b)
+	}
+	*tk = wireToken(v)
+	return nil
+}
+
+// duplicateKey returns the first documented key that the top-level object of body names twice,
+// matched as encoding/json matches keys to fields (case-insensitively), or "" when there is none
+// or body is not a JSON object (the decoder then says what is wrong). encoding/json keeps the last
+// of two equal keys; a caller that sends two inputs or two masks in one object has a bug that
+// taking either would hide, so the request is refused instead. Unknown keys are left to the
+// decoder, which refuses them anyway.
+func duplicateKey(body []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	var seen [len(prefixMatchFields)]bool
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		key, _ := tok.(string)
+		for i, f := range prefixMatchFields {
+			if strings.EqualFold(key, f) {
+				if seen[i] {
+					return key
+				}
+				seen[i] = true
+				break
+			}
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return ""
+		}
+	}
+	return ""
+}
+
+// decode reads the body into a QueryRequest, applying the HTTP-level rules: a JSON Content-Type
+// or none (checkContentType), valid JSON of the documented fields only, each at most once, no
+// null inside the lists, exactly one input, a block size with token ids, a 16-bit lane mask. The
+// QueryRequest contract's own rules are then Answer's.
 func (a *API) decode(w http.ResponseWriter, r *http.Request) (schemas.QueryRequest, error) {
-	var in PrefixMatchRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
+	if err := checkContentType(r); err != nil {
+		return schemas.QueryRequest{}, err
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return schemas.QueryRequest{}, err
 		}
+		return schemas.QueryRequest{}, fmt.Errorf("%w: reading the body: %v", errBadRequest, err)
+	}
+	if key := duplicateKey(body); key != "" {
+		return schemas.QueryRequest{}, fmt.Errorf("%w: duplicate key %q: give each field at most once", errBadRequest, key)
+	}
+	var in prefixMatchWire
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
 		return schemas.QueryRequest{}, fmt.Errorf("%w: body is not a prefix-match request: %s", errBadRequest, jsonProblem(err))
 	}
 	if dec.More() {
@@ -371,13 +531,21 @@ func (a *API) decode(w http.ResponseWriter, r *http.Request) (schemas.QueryReque
 			return req, fmt.Errorf("%w: block_size, lora_name and cache_namespace go with token_ids, not local_block_hashes", errBadRequest)
 		}
 		req.Input = schemas.InputLocalBlockHashes
-		req.Hashes = schemas.AppendU64s(make([]byte, 0, len(in.LocalBlockHashes)*schemas.WordSize), in.LocalBlockHashes)
+		packed := make([]byte, 0, len(in.LocalBlockHashes)*schemas.WordSize)
+		for _, h := range in.LocalBlockHashes {
+			packed = binary.LittleEndian.AppendUint64(packed, uint64(h))
+		}
+		req.Hashes = packed
 	case tokens:
 		if in.BlockSize < 1 || in.BlockSize > schemas.MaxBlockSize {
 			return req, fmt.Errorf("%w: block_size %d is not in [1,%d] (required with token_ids)", errBadRequest, in.BlockSize, schemas.MaxBlockSize)
 		}
 		req.Input = schemas.InputTokenIDs
-		req.Tokens = schemas.AppendU32s(make([]byte, 0, len(in.TokenIDs)*schemas.TokenSize), in.TokenIDs)
+		packed := make([]byte, 0, len(in.TokenIDs)*schemas.TokenSize)
+		for _, tk := range in.TokenIDs {
+			packed = binary.LittleEndian.AppendUint32(packed, uint32(tk))
+		}
+		req.Tokens = packed
 		req.BlockSize, req.LoraName, req.CacheNamespace = in.BlockSize, in.LoraName, in.CacheNamespace
 	default:
 		return req, fmt.Errorf("%w: give local_block_hashes, or token_ids with block_size", errBadRequest)

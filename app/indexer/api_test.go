@@ -49,11 +49,12 @@ func (discardSink) Enqueue(ckf.Delta) error { return nil }
 // table is an in-process indexer state: lanes 0 and 1 installed with stored chains, lane 5
 // configured but never ready.
 type table struct {
-	g        *index.GlobalIndexer
-	eligible atomic.Uint32
-	chains   map[uint8][][]uint64 // token-hash chains stored per lane
-	api      *indexer.API
-	mux      *http.ServeMux
+	g          *index.GlobalIndexer
+	eligible   atomic.Uint32
+	incomplete atomic.Uint32        // lanes whose DC reports omitted blocks
+	chains     map[uint8][][]uint64 // token-hash chains stored per lane
+	api        *indexer.API
+	mux        *http.ServeMux
 }
 
 func newTable(t testing.TB) *table {
@@ -74,7 +75,7 @@ func newTable(t testing.TB) *table {
 	tb.install(t, 1, [][]uint64{append(slices.Clone(shared), randomChain(rng, 3)...), tokenChain(4, 6)})
 	tb.eligible.Store(uint32(g.ReadyLanes()))
 	api, err := indexer.NewAPI(indexer.APIParams{
-		Answerer: streams.NewAnswerer(g, tb.eligibleLanes),
+		Answerer: streams.NewAnswerer(g, tb.eligibleLanes, streams.IncompleteLanes(func() uint16 { return uint16(tb.incomplete.Load()) })),
 		Lanes:    tb.statuses,
 		Eligible: tb.eligibleLanes,
 	})
@@ -102,6 +103,10 @@ func (tb *table) statuses() []streams.LaneStatus {
 				st.Phase = streams.PhaseActive
 				st.InstalledSequence, st.Snapshots, st.Deltas, st.Images = 3, 1, 2, 9
 				st.AppliedOffset, st.HighWatermark = 41, 42
+			}
+			if l == 1 { // lane 1's DC reports a filter past its capacity
+				st.Capacity = streams.LaneCapacity{Reported: true, FilterOccupancy: 0.97, ResidentBlocks: 7946,
+					OmittedBlocks: 3, CapacityOmissions: 12, OmissionsSinceSnapshot: 4}
 			}
 			out = append(out, st)
 		}
@@ -321,6 +326,17 @@ func TestPrefixMatchesBadRequests(t *testing.T) {
 		{`{"local_block_hashes": [1], "hashes": [2]}`, `unknown field "hashes"`},
 		{`{"local_block_hashes": [1]} {"local_block_hashes": [2]}`, "more than one JSON value"},
 		{`{"local_block_hashes": [1], "correlation_id": "` + strings.Repeat("x", 300) + `"}`, "correlation_id must be 1..256 bytes"},
+		// A null element would otherwise be read as the hash or token 0.
+		{`{"local_block_hashes": [1, null, 3]}`, "local_block_hashes holds a null"},
+		{`{"local_block_hashes": [null]}`, "local_block_hashes holds a null"},
+		{`{"token_ids": [1, 2, null, 4], "block_size": 2}`, "token_ids holds a null"},
+		{`{"token_ids": [4294967296], "block_size": 2}`, "field token_ids"},
+		{`{"local_block_hashes": [1.5]}`, "field local_block_hashes"},
+		// Every documented key at most once, matched as encoding/json matches (any case).
+		{`{"local_block_hashes": [1], "local_block_hashes": [2]}`, `duplicate key "local_block_hashes"`},
+		{`{"token_ids": [1, 2], "block_size": 2, "TOKEN_IDS": [3, 4]}`, `duplicate key "TOKEN_IDS"`},
+		{`{"local_block_hashes": [1], "lane_mask": 1, "lane_mask": 2}`, `duplicate key "lane_mask"`},
+		{`{"correlation_id": "a", "local_block_hashes": [1], "correlation_id": "b"}`, `duplicate key "correlation_id"`},
 	} {
 		code, resp := tb.post(t, tc.body)
 		if code != http.StatusBadRequest || resp.Status != "INVALID_REQUEST" || !strings.Contains(resp.Error, tc.want) || len(resp.Matches) != 0 {
@@ -337,6 +353,80 @@ func TestPrefixMatchesBadRequests(t *testing.T) {
 	tb.mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/prefix-matches", nil))
 	if rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("GET /v1/prefix-matches: %d", rec.Code)
+	}
+}
+
+// TestPrefixMatchesContentType: a JSON content type, with at most charset=utf-8, or none is
+// answered; any other is refused with 415 before the body is looked at.
+func TestPrefixMatchesContentType(t *testing.T) {
+	tb := newTable(t)
+	body := `{"local_block_hashes": [1, 2]}`
+	for _, tc := range []struct {
+		contentType string
+		code        int
+	}{
+		{"", http.StatusOK},
+		{"application/json", http.StatusOK},
+		{"Application/JSON; charset=UTF-8", http.StatusOK},
+		{"application/json;charset=utf-8", http.StatusOK},
+		{"application/x-www-form-urlencoded", http.StatusUnsupportedMediaType},
+		{"text/plain", http.StatusUnsupportedMediaType},
+		{"application/json; charset=latin1", http.StatusUnsupportedMediaType},
+		{"application/json; version=2", http.StatusUnsupportedMediaType},
+		{"application/json; charset", http.StatusUnsupportedMediaType}, // not a media type
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/prefix-matches", strings.NewReader(body))
+		if tc.contentType != "" {
+			req.Header.Set("Content-Type", tc.contentType)
+		}
+		rec := httptest.NewRecorder()
+		tb.mux.ServeHTTP(rec, req)
+		var resp indexer.PrefixMatchResponse
+		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
+			t.Fatalf("%q: undecodable answer %q: %v", tc.contentType, rec.Body, err)
+		}
+		if rec.Code != tc.code {
+			t.Errorf("Content-Type %q: %d %+v, want %d", tc.contentType, rec.Code, resp, tc.code)
+			continue
+		}
+		if tc.code == http.StatusUnsupportedMediaType {
+			if resp.Status != "INVALID_REQUEST" || !strings.Contains(resp.Error, "unsupported media type") || rec.Header().Get("Accept") != "application/json" {
+				t.Errorf("Content-Type %q: %+v, Accept %q", tc.contentType, resp, rec.Header().Get("Accept"))
+			}
+		} else if resp.Status != "OK" {
+			t.Errorf("Content-Type %q: %+v", tc.contentType, resp)
+		}
+	}
+}
+
+// TestIncompleteLanes: lanes whose DC reports omitted blocks are marked in answers (the mask and
+// each match), only among the lanes the answer covers; /v1/lanes shows the capacity state of the
+// lanes that report one.
+func TestIncompleteLanes(t *testing.T) {
+	tb := newTable(t)
+	body := `{"local_block_hashes": [1, 2, 3]}`
+	if _, resp := tb.post(t, body); resp.IncompleteLanes != 0 || resp.Matches[0].Incomplete || resp.Matches[1].Incomplete {
+		t.Fatalf("nothing incomplete: %+v", resp)
+	}
+	tb.incomplete.Store(1<<1 | 1<<5) // lane 5 is not ready: not covered, not marked
+	code, resp := tb.post(t, body)
+	if code != http.StatusOK || resp.IncompleteLanes != 1<<1 || resp.Matches[0].Incomplete || !resp.Matches[1].Incomplete {
+		t.Fatalf("lane 1 incomplete: %d %+v", code, resp)
+	}
+	rec := httptest.NewRecorder()
+	tb.mux.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/prefix-matches", strings.NewReader(body)))
+	if raw := rec.Body.String(); strings.Count(raw, `"incomplete":true`) != 1 || !strings.Contains(raw, `"incomplete_lanes":2`) {
+		t.Fatalf("JSON %s: want one match marked and the mask", raw)
+	}
+	v := tb.api.View()
+	for _, lv := range v.Lanes {
+		switch {
+		case lv.Lane == 1 && (lv.Capacity == nil || *lv.Capacity != indexer.CapacityView{FilterOccupancyRatio: 0.97, ResidentBlocks: 7946,
+			OmittedBlocks: 3, CapacityOmissions: 12, OmissionsSinceSnapshot: 4}):
+			t.Errorf("lane 1 capacity %+v", lv.Capacity)
+		case lv.Lane != 1 && lv.Capacity != nil:
+			t.Errorf("lane %d reports no capacity state, shows %+v", lv.Lane, lv.Capacity)
+		}
 	}
 }
 

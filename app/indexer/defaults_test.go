@@ -2,6 +2,7 @@ package indexer_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
@@ -72,5 +73,18 @@ func TestQueryDefaultsAreStreams(t *testing.T) {
 		if (cfgErr == nil) != (svcErr == nil) {
 			t.Errorf("query batch size %d: configuration says %v, query service says %v", n, cfgErr, svcErr)
 		}
+	}
+	// indexer.reply_topic_prefixes reaches the service as its allow-list.
+	set, err := config.Load(config.Sources{Args: []string{"--indexer.reply_topic_prefixes=router-a.,router-b."},
+		LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qc = indexer.QueryConfig(set.Indexer, set.Topics)
+	if !slices.Equal(qc.ReplyTopicPrefixes, []string{"router-a.", "router-b."}) {
+		t.Errorf("reply topic prefixes %q", qc.ReplyTopicPrefixes)
+	}
+	if svc, err := build(qc); err != nil || !slices.Equal(svc.Config().ReplyTopicPrefixes, qc.ReplyTopicPrefixes) {
+		t.Errorf("query service with reply topic prefixes: %v", err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"math/bits"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,12 +98,13 @@ func StreamsConfig(ix config.Indexer, topics config.Topics) streams.IndexerConfi
 }
 
 // QueryConfig converts the indexer section and the topic names to the query service's streams
-// configuration: streams' defaults (streams.DefaultQueryConfig) with the topics, the group and
-// the batch size of the configuration.
+// configuration: streams' defaults (streams.DefaultQueryConfig) with the topics, the group, the
+// batch size and the reply topic prefixes of the configuration.
 func QueryConfig(ix config.Indexer, topics config.Topics) streams.QueryConfig {
 	cfg := streams.DefaultQueryConfig()
 	cfg.RequestTopic, cfg.ReplyTopic, cfg.DeadLetterTopic = topics.Queries, topics.QueryReplies, topics.DeadLetter
 	cfg.Group, cfg.MaxBatchRecords = ix.QueryGroup, ix.QueryBatchSize
+	cfg.ReplyTopicPrefixes = slices.Clone(ix.ReplyTopicPrefixes)
 	return cfg
 }
 
@@ -152,7 +154,7 @@ func New(p Params) (*Indexer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("indexer: lanes: %w", err)
 	}
-	ans := streams.NewAnswerer(g, lanes.EligibleLanes)
+	ans := streams.NewAnswerer(g, lanes.EligibleLanes, streams.IncompleteLanes(lanes.IncompleteLanes))
 	queries, err := streams.NewQueryService(streams.QueryServiceParams{
 		Config:     QueryConfig(p.Config, topics),
 		Answerer:   ans,

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -58,6 +59,7 @@ func newLaneProducer(t *testing.T, topics config.Topics, codec *schemas.Codec, l
 		t.Fatal(err)
 	}
 	p := &laneProducer{t: t, lane: lane, state: state, w: w, pub: producer.NewPublisher(id, 0, w), ext: 1}
+	w.ReportCapacity(p.capacity) // as the relay does
 	snap, err := p.pub.SnapshotAfterBarrier(state, ckf.LaneLease{Lane: lane, Epoch: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +68,12 @@ func newLaneProducer(t *testing.T, topics config.Topics, codec *schemas.Codec, l
 		t.Fatal(err)
 	}
 	return p
+}
+
+// capacity is the producer state's capacity state, which its lane records carry.
+func (p *laneProducer) capacity() schemas.CapacityState {
+	return schemas.CapacityState{ResidentBlocks: p.state.ResidentCount(), OmittedBlocks: p.state.OmittedCount(),
+		CapacityOmissions: p.state.LifetimeCapacityOmissions()}
 }
 
 // store stores chain as one event and publishes its delta.
@@ -182,6 +190,13 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	}
 	p0 := newLaneProducer(t, r.cfg.Topics, codec, 0, 0x10)
 	p1 := newLaneProducer(t, r.cfg.Topics, codec, 1, 0x11)
+	// Lane 1's DC reports blocks its filter omitted (a filter this test's stores cannot fill):
+	// answers mark the lane incomplete and its capacity gauges and row say so.
+	p1.w.ReportCapacity(func() schemas.CapacityState {
+		c := p1.capacity()
+		c.OmittedBlocks, c.CapacityOmissions = 5, 9
+		return c
+	})
 	shared := []uint64{11, 12, 13, 14, 15, 16}
 	p0.store(append(slices.Clone(shared), 21, 22, 23))
 	p1.store(append(slices.Clone(shared), 31))
@@ -272,6 +287,22 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || len(hr.Matches) != 2 || hr.Matches[0].Depth != want[0] || hr.Matches[1].Depth != want[1] {
 		t.Fatalf("HTTP answer %d %+v; want depths %v", resp.StatusCode, hr, want)
 	}
+	// Both paths mark lane 1, whose DC omits blocks, and only it.
+	if reply.IncompleteLanes != 1<<1 || hr.IncompleteLanes != 1<<1 || hr.Matches[0].Incomplete || !hr.Matches[1].Incomplete {
+		t.Errorf("incomplete lanes: Kafka %#x, HTTP %#x %+v; want lane 1", reply.IncompleteLanes, hr.IncompleteLanes, hr.Matches)
+	}
+	lane1 := `lane="1"`
+	testenv.WaitUntil(t, 10*time.Second, "capacity gauges", func() bool {
+		_, m := r.get(t, "/metrics")
+		return metric(m, "ckf_indexer_lane_omitted_blocks", lane1) == 5 && metric(m, "ckf_indexer_lane_capacity_omissions", lane1) == 9 &&
+			metric(m, "ckf_indexer_lane_omitted_blocks", lane0) == 0 &&
+			metric(m, "ckf_indexer_lane_filter_occupancy_ratio", lane0) == float64(p0.state.ResidentCount())/float64(4*p0.state.BucketCount())
+	}, func() string {
+		_, m := r.get(t, "/metrics")
+		return fmt.Sprintf("omitted %v/%v, omissions %v, occupancy %v (resident %d)", metric(m, "ckf_indexer_lane_omitted_blocks", lane0),
+			metric(m, "ckf_indexer_lane_omitted_blocks", lane1), metric(m, "ckf_indexer_lane_capacity_omissions", lane1),
+			metric(m, "ckf_indexer_lane_filter_occupancy_ratio", lane0), p0.state.ResidentCount())
+	})
 	testenv.WaitUntil(t, 10*time.Second, "query metrics of both paths", func() bool {
 		_, m := r.get(t, "/metrics")
 		return metric(m, "ckf_query_requests_total", `path="kafka"`) >= 1 && metric(m, "ckf_query_requests_total", `path="http"`) >= 1 &&
@@ -292,5 +323,11 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	}
 	if v.Lanes[0].InstalledSequence != seq || v.Lanes[0].Deltas != 21 {
 		t.Errorf("lane 0: %+v (producer sequence %d)", v.Lanes[0], seq)
+	}
+	if c := v.Lanes[0].Capacity; c == nil || c.ResidentBlocks != p0.state.ResidentCount() || c.OmittedBlocks != 0 {
+		t.Errorf("lane 0 capacity %+v, want %d resident, none omitted", c, p0.state.ResidentCount())
+	}
+	if c := v.Lanes[1].Capacity; c == nil || c.OmittedBlocks != 5 || c.CapacityOmissions != 9 {
+		t.Errorf("lane 1 capacity %+v, want 5 omitted, 9 omissions", c)
 	}
 }

@@ -345,7 +345,8 @@ func HTTPRequest(req schemas.QueryRequest) indexer.PrefixMatchRequest {
 
 // ReplyOf converts an HTTP answer to the reply the Kafka path would have given.
 func ReplyOf(r indexer.PrefixMatchResponse) (schemas.QueryReply, error) {
-	out := schemas.QueryReply{CorrelationID: r.CorrelationID, ErrorMessage: r.Error, ReadyLanes: r.ReadyLanes, QueryBlocks: r.QueryBlocks}
+	out := schemas.QueryReply{CorrelationID: r.CorrelationID, ErrorMessage: r.Error, ReadyLanes: r.ReadyLanes, QueryBlocks: r.QueryBlocks,
+		IncompleteLanes: r.IncompleteLanes}
 	switch r.Status {
 	case schemas.QueryOK.String():
 		out.Status = schemas.QueryOK

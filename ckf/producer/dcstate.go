@@ -220,6 +220,13 @@ func (s *DcState) LifetimeCapacityOmissions() uint64 { return s.tel.CapacityFail
 // occupied slots).
 func (s *DcState) ResidentCount() uint64 { return s.residentCount }
 
+// OmittedCount returns the number of owned canonical hashes that are not
+// resident: blocks the DC holds whose fingerprints a capacity omission kept
+// out of the filter and that no removal or re-store has settled since. A
+// query misses them, so it is the count of what answers under-report now
+// (LifetimeCapacityOmissions, by contrast, only grows).
+func (s *DcState) OmittedCount() uint64 { return uint64(s.owners.Len()) - s.residentCount }
+
 // Owners returns canonical's owner count and residency (0, false if
 // absent).
 func (s *DcState) Owners(canonical ckf.CanonicalHash) (owners uint32, resident bool) {

@@ -213,6 +213,22 @@ func TestBehaviour07_CapacityFailureKeepsLineage(t *testing.T) {
 	if s.ResidentCount() >= 20 || s.ResidentCount() == 0 || s.LifetimeCapacityOmissions() != 20-s.ResidentCount() {
 		t.Fatalf("resident %d omissions %d", s.ResidentCount(), s.LifetimeCapacityOmissions())
 	}
+	// OmittedCount is the owned blocks that are not resident, counted one by one.
+	var notResident uint64
+	for _, b := range blocks {
+		c, _ := s.Lookup(k, b.BlockHash)
+		if _, resident := s.Owners(c); !resident {
+			notResident++
+		}
+	}
+	if s.OmittedCount() != 20-s.ResidentCount() || s.OmittedCount() != notResident {
+		t.Fatalf("omitted %d, want %d (%d counted)", s.OmittedCount(), 20-s.ResidentCount(), notResident)
+	}
+	// Removing the source settles its omissions: nothing is omitted any more.
+	mustApplyEvent(t, s, clearEv(k))
+	if s.OmittedCount() != 0 {
+		t.Fatalf("omitted %d after the source cleared", s.OmittedCount())
+	}
 	mustInvariants(t, s) // includes: every resident hash is findable
 }
 

@@ -206,9 +206,10 @@ func printReply(w io.Writer, r schemas.QueryReply, path string, took time.Durati
 // replyJSON is the reply in the HTTP endpoint's JSON form, so both paths print alike.
 func replyJSON(r schemas.QueryReply) indexer.PrefixMatchResponse {
 	out := indexer.PrefixMatchResponse{CorrelationID: r.CorrelationID, Status: r.Status.String(), Error: r.ErrorMessage,
-		QueryBlocks: r.QueryBlocks, ReadyLanes: r.ReadyLanes, Matches: []indexer.DCMatch{}}
+		QueryBlocks: r.QueryBlocks, ReadyLanes: r.ReadyLanes, IncompleteLanes: r.IncompleteLanes, Matches: []indexer.DCMatch{}}
 	for _, l := range r.Lanes {
-		out.Matches = append(out.Matches, indexer.DCMatch{Lane: l.Lane, DcID: ckf.DcID(l.DcID).String(), Pool: l.Pool, Depth: l.Depth})
+		out.Matches = append(out.Matches, indexer.DCMatch{Lane: l.Lane, DcID: ckf.DcID(l.DcID).String(), Pool: l.Pool, Depth: l.Depth,
+			Incomplete: r.IncompleteLanes&(1<<l.Lane) != 0})
 	}
 	return out
 }

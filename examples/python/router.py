@@ -106,6 +106,8 @@ def main():
                 "status": reply["status"],
                 "error_message": reply["error_message"],
                 "ready_lanes": reply["ready_lanes"],
+                # lanes whose DC's filter omits blocks for capacity: their depth may be short
+                "incomplete_lanes": reply["incomplete_lanes"],
                 "query_blocks": reply["query_blocks"],
                 "lanes": [{"lane": m["lane"], "dc_id": cc.from_long(m["dc_id"]), "pool": m["pool"], "depth": m["depth"]}
                           for m in reply["lanes"]],
