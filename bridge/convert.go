@@ -3,6 +3,7 @@ package bridge
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -252,4 +253,18 @@ func (c *Converter) Convert(out []schemas.KvEvent, b *kvevents.Batch, rank uint3
 		}
 	}
 	return out, stats, nil
+}
+
+// HeldHashes returns the block hashes held on rank r, sorted.
+func (c *Converter) HeldHashes(r uint32) []uint64 {
+	st := c.ranks[r]
+	if st == nil {
+		return nil
+	}
+	out := make([]uint64, 0, len(st.copies))
+	for h := range st.copies {
+		out = append(out, uint64(h))
+	}
+	slices.Sort(out)
+	return out
 }

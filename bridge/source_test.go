@@ -67,7 +67,9 @@ func (r *recordingSink) Write(_ uint32, seq int64, _ uint64, evs []schemas.KvEve
 	}
 }
 
-func (r *recordingSink) DeadLetter(_ uint32, seq int64, _ []byte, _ error) { r.dead = append(r.dead, seq) }
+func (r *recordingSink) DeadLetter(_ uint32, seq int64, _ []byte, _ error) {
+	r.dead = append(r.dead, seq)
+}
 
 func (r *recordingSink) hashes() []uint64 {
 	var hs []uint64
