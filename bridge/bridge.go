@@ -201,7 +201,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 	var convMu sync.Mutex // the converter's ranks are disjoint, but its map is shared
 	for r := 0; r < b.cfg.Ranks; r++ {
 		ep, _ := RankEndpoint(b.cfg.Endpoint, r)
-		sub, err := openSub(ctx, ep, b.cfg.Topic, b.cfg.Bind)
+		open := func() (zmq4.Socket, error) { return openSub(ctx, ep, b.cfg.Topic, b.cfg.Bind) }
+		sub, err := open()
 		if err != nil {
 			cancel()
 			wg.Wait()
@@ -216,8 +217,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer sub.Close()
-			if err := b.runSource(ctx, src, sub, &convMu); err != nil && ctx.Err() == nil {
+			if err := b.runSource(ctx, src, sub, open, &convMu); err != nil && ctx.Err() == nil {
 				errs <- err
 				cancel()
 			}
@@ -250,18 +250,36 @@ type liveMsg struct {
 // batches in order on this one. A full buffer blocks the reader (counted): the engine's PUB
 // socket then drops at its high-water mark, and the gaps are filled from the replay socket.
 // After IdleRecheck without a batch it asks the replay socket for what it may have missed.
-func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, mu *sync.Mutex) error {
+//
+// A socket that fails (the engine went away: the bound socket's peer closed, or the
+// connection broke) is closed and opened again until ctx ends; what was published meanwhile is
+// a gap like any other.
+func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, open func() (zmq4.Socket, error), mu *sync.Mutex) error {
 	buf := make(chan liveMsg, b.cfg.BufferBatches)
-	readErr := make(chan error, 1)
 	go func() {
 		defer close(buf)
+		defer func() { _ = sub.Close() }()
 		for {
 			msg, err := sub.Recv()
 			if err != nil {
-				if ctx.Err() == nil {
-					readErr <- err
+				if ctx.Err() != nil {
+					return
 				}
-				return
+				b.m.reconnects.Inc(1)
+				b.log.Warn("engine socket failed; opening it again", zap.Uint32("rank", src.rank), zap.Error(err))
+				_ = sub.Close()
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(250 * time.Millisecond): // reconnection back-off, not a wait for an outcome
+					}
+					if sub, err = open(); err == nil {
+						break
+					}
+					b.log.Warn("engine socket not opened", zap.Uint32("rank", src.rank), zap.Error(err))
+				}
+				continue
 			}
 			seq, payload, err := parseLive(msg.Frames)
 			if err != nil {
@@ -289,7 +307,6 @@ func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, mu
 		defer timer.Stop()
 		idle = timer.C
 	}
-	rankTag := strconv.Itoa(int(src.rank))
 	last := src.stats
 	report := func() {
 		st := src.stats
@@ -308,8 +325,6 @@ func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, mu
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case err := <-readErr:
-			return fmt.Errorf("bridge: rank %s: SUB socket: %w", rankTag, err)
 		case msg, ok := <-buf:
 			if !ok {
 				return ctx.Err()

@@ -158,7 +158,7 @@ func TestBridgeOnBroker(t *testing.T) {
 	e.do("pub 20") // before any subscriber: only the replay socket has them
 	scope := tally.NewTestScope("", nil)
 	counter := func(name string) int64 {
-		if c, ok := scope.Snapshot().Counters()["bridge."+name+"+"]; ok {
+		if c, ok := scope.Snapshot().Counters()["bridge."+name+"_total+"]; ok {
 			return c.Value()
 		}
 		return 0
@@ -192,7 +192,7 @@ func TestBridgeOnBroker(t *testing.T) {
 	scope2 := tally.NewTestScope("", nil)
 	runBridge(t, e, opts, codec, topic, dlq, scope2)
 	settle("bridge restart resumes")
-	if c := scope2.Snapshot().Counters()["bridge.engine_restarts+"]; c != nil && c.Value() != 0 {
+	if c := scope2.Snapshot().Counters()["bridge.engine_restarts_total+"]; c != nil && c.Value() != 0 {
 		t.Fatal("the resumed bridge took its own restart for the engine's")
 	}
 	e.do("pub 3")
