@@ -36,11 +36,13 @@ const (
 
 // Record headers the bridge writes on every KvEvent record: the engine batch the record came
 // from (8-byte big-endian sequence number, -1 for the clear the bridge writes on an engine
-// restart) and the XXH3-64 digest of the batch's payload. A restarted bridge reads them back
-// to find where each rank stopped (Resume).
+// restart), the XXH3-64 digest of the batch's payload, and the record's place among the batch's
+// records (big-endian u32 index, u32 count). A restarted bridge reads them back to find where
+// each rank stopped and whether the last batch was written whole (ReadBack).
 const (
 	HeaderSeq    = "ckf-bridge-seq"
 	HeaderDigest = "ckf-bridge-digest"
+	HeaderPart   = "ckf-bridge-part"
 )
 
 // ErrConfig is wrapped by every configuration error of New.
@@ -355,11 +357,10 @@ func (b *Bridge) Write(rank uint32, seq int64, digest uint64, evs []schemas.KvEv
 		return
 	}
 	key := strconv.AppendUint(nil, b.cfg.WorkerID, 10)
-	headers := []kgo.RecordHeader{
-		{Key: HeaderSeq, Value: binary.BigEndian.AppendUint64(nil, uint64(seq))},
-		{Key: HeaderDigest, Value: binary.BigEndian.AppendUint64(nil, digest)},
-	}
+	seqH, digestH := binary.BigEndian.AppendUint64(nil, uint64(seq)), binary.BigEndian.AppendUint64(nil, digest)
 	for i := range evs {
+		headers := []kgo.RecordHeader{{Key: HeaderSeq, Value: seqH}, {Key: HeaderDigest, Value: digestH},
+			{Key: HeaderPart, Value: binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, uint32(i)), uint32(len(evs)))}}
 		v, err := b.codec.EncodeKvEvent(evs[i])
 		if err != nil {
 			// Only a bug can make a converted event unencodable; keep going with the rest.
