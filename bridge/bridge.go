@@ -258,9 +258,14 @@ type liveMsg struct {
 // a gap like any other.
 func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, open func() (zmq4.Socket, error), mu *sync.Mutex) error {
 	buf := make(chan liveMsg, b.cfg.BufferBatches)
+	// The socket in use is closed when ctx ends, which ends a Recv in progress.
+	var curMu sync.Mutex
+	cur := sub
+	stopClose := context.AfterFunc(ctx, func() { curMu.Lock(); _ = cur.Close(); curMu.Unlock() })
+	defer stopClose()
 	go func() {
 		defer close(buf)
-		defer func() { _ = sub.Close() }()
+		defer func() { curMu.Lock(); _ = cur.Close(); curMu.Unlock() }()
 		for {
 			msg, err := sub.Recv()
 			if err != nil {
@@ -277,6 +282,12 @@ func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, op
 					case <-time.After(250 * time.Millisecond): // reconnection back-off, not a wait for an outcome
 					}
 					if sub, err = open(); err == nil {
+						curMu.Lock()
+						cur = sub
+						curMu.Unlock()
+						if ctx.Err() != nil {
+							return // the deferred close closes it
+						}
 						break
 					}
 					b.log.Warn("engine socket not opened", zap.Uint32("rank", src.rank), zap.Error(err))
