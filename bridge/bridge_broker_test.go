@@ -9,6 +9,7 @@ import (
 	"net"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,18 +48,29 @@ func startEngine(t *testing.T) *engine {
 	return startEngineAt(t, fmt.Sprintf("tcp://127.0.0.1:%d", pub), fmt.Sprintf("tcp://127.0.0.1:%d", rep), false)
 }
 
+// startEngineRank starts the publisher of one data-parallel rank (its batches name the rank).
+func startEngineRank(t *testing.T, pubEP, replayEP string, rank int) *engine {
+	t.Helper()
+	return startEngineArgs(t, pubEP, replayEP, "bind", strconv.Itoa(rank))
+}
+
 // startEngineAt starts the stand-in on the given endpoints; connect makes its PUB socket
 // connect (the bridge binds).
 func startEngineAt(t *testing.T, pubEP, replayEP string, connect bool) *engine {
+	t.Helper()
+	if connect {
+		return startEngineArgs(t, pubEP, replayEP, "connect")
+	}
+	return startEngineArgs(t, pubEP, replayEP)
+}
+
+func startEngineArgs(t *testing.T, pubEP, replayEP string, extra ...string) *engine {
 	t.Helper()
 	if out, err := exec.Command("python3", "-c", "import zmq, msgspec").CombinedOutput(); err != nil {
 		t.Fatalf("the engine stand-in needs python3 with pyzmq and msgspec (pip install pyzmq msgspec): %v\n%s", err, out)
 	}
 	e := &engine{t: t, pub: pubEP, reply: replayEP}
-	args := []string{"testdata/engine.py", e.pub, e.reply}
-	if connect {
-		args = append(args, "connect")
-	}
+	args := append([]string{"testdata/engine.py", e.pub, e.reply}, extra...)
 	e.cmd = exec.Command("python3", args...)
 	var err error
 	if e.in, err = e.cmd.StdinPipe(); err != nil {
@@ -119,8 +131,14 @@ func (e *engine) held() []uint64 {
 	return out
 }
 
-// written rebuilds, from the worker's records in Kafka, the blocks the relay will hold.
+// written rebuilds, from the worker's records in Kafka, the blocks the relay will hold (rank 0).
 func written(t *testing.T, opts []kgo.Opt, codec *schemas.Codec, topic string) []uint64 {
+	t.Helper()
+	return writtenRanks(t, opts, codec, topic, 1)[0]
+}
+
+// writtenRanks is written for ranks 0..n-1.
+func writtenRanks(t *testing.T, opts []kgo.Opt, codec *schemas.Codec, topic string, n int) [][]uint64 {
 	t.Helper()
 	conv := bridge.NewConverter(7, 4, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -128,7 +146,11 @@ func written(t *testing.T, opts []kgo.Opt, codec *schemas.Codec, topic string) [
 	if _, err := bridge.ReadBack(ctx, opts, codec, topic, 7, conv); err != nil {
 		t.Fatal(err)
 	}
-	return conv.HeldHashes(0)
+	out := make([][]uint64, n)
+	for r := range out {
+		out[r] = conv.HeldHashes(uint32(r))
+	}
+	return out
 }
 
 type runningBridge struct {
@@ -280,4 +302,63 @@ func TestBridgeBindModeEngineProcessRestart(t *testing.T) {
 	if c := scope.Snapshot().Counters()["bridge.engine_restarts_total+"]; c == nil || c.Value() != 1 {
 		t.Fatalf("engine restarts: %v", c)
 	}
+}
+
+// consecutivePorts returns n consecutive free loopback ports (a rank's sockets are on the base
+// port plus the rank).
+func consecutivePorts(t *testing.T, n int) int {
+	t.Helper()
+	for attempt := 0; attempt < 100; attempt++ {
+		base := freePort(t)
+		ok := true
+		var ls []net.Listener
+		for i := 0; i < n && ok; i++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			ls = append(ls, l)
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no consecutive free ports")
+	return 0
+}
+
+// TestBridgeRanks: one bridge follows an engine's two data-parallel ranks (ports base and
+// base+1, each with its own sequence numbers and replay socket); each rank's records carry its
+// rank and leave held exactly that rank's device cache.
+func TestBridgeRanks(t *testing.T) {
+	topic := testenv.NewTopic(t, 2)
+	dlq := testenv.NewTopic(t, 1)
+	codec, err := schemas.NewCodec(context.Background(), schemas.Topic(schemas.TypeKvEvent, topic), schemas.Topic(schemas.TypeDeadLetter, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}
+	pub, rep := consecutivePorts(t, 2), consecutivePorts(t, 2)
+	var engines []*engine
+	for r := 0; r < 2; r++ {
+		engines = append(engines, startEngineRank(t, fmt.Sprintf("tcp://127.0.0.1:%d", pub+r), fmt.Sprintf("tcp://127.0.0.1:%d", rep+r), r))
+	}
+	engines[0].do("pub 6")
+	engines[1].do("pub 9")
+	runBridgeWith(t, bridge.Config{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", pub), ReplayEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", rep), Ranks: 2},
+		opts, codec, topic, dlq, nil)
+	engines[0].do("pub 2")
+	engines[1].do("drop 2")
+	want := [][]uint64{engines[0].held(), engines[1].held()}
+	var got [][]uint64
+	testenv.WaitUntilEvery(t, 100*time.Millisecond, 60*time.Second, "both ranks written", func() bool {
+		got = writtenRanks(t, opts, codec, topic, 2)
+		return slices.Equal(got[0], want[0]) && slices.Equal(got[1], want[1])
+	}, func() string {
+		return fmt.Sprintf("written %d+%d blocks, engine holds %d+%d", len(got[0]), len(got[1]), len(want[0]), len(want[1]))
+	})
 }

@@ -11,9 +11,10 @@ Commands, one per line on stdin, each answered by one line on stdout:
   restart      a new engine incarnation: sequence 0, empty buffer, empty cache
   state        print the device-resident block hashes (hex), space-separated
   junk         publish a batch that is not msgpack (the bridge dead-letters it)
-Usage: engine.py PUB_ENDPOINT REPLAY_ENDPOINT [connect]
+Usage: engine.py PUB_ENDPOINT REPLAY_ENDPOINT [bind|connect] [RANK]
 ("connect": the PUB socket connects to the bridge, which binds, as vLLM does for an endpoint
-without a wildcard; the replay socket always binds.)
+without a wildcard; the replay socket always binds. RANK is the batches' data_parallel_rank,
+default 0; each rank of an engine is a publisher of its own, on its own ports.)
 """
 
 import selectors
@@ -64,7 +65,8 @@ def block_hash(n: int) -> bytes:
 
 
 class Engine:
-    def __init__(self, pub_ep: str, replay_ep: str, connect: bool) -> None:
+    def __init__(self, pub_ep: str, replay_ep: str, connect: bool, rank: int) -> None:
+        self.rank = rank
         ctx = zmq.Context.instance()
         self.pub = ctx.socket(zmq.PUB)
         if connect:
@@ -110,7 +112,7 @@ class Engine:
             events.append(BlockStored(block_hashes=[block_hash(10**9 + g)], parent_block_hash=None,
                                       token_ids=list(range(BS)), block_size=BS, lora_id=None, medium="CPU",
                                       lora_name=None))
-        return self.enc.encode(Batch(ts=time.time(), events=events, data_parallel_rank=0))
+        return self.enc.encode(Batch(ts=time.time(), events=events, data_parallel_rank=self.rank))
 
     def hold(self, h: bytes) -> None:
         if h not in self.copies:
@@ -141,7 +143,8 @@ class Engine:
 
 
 def main() -> None:
-    eng = Engine(sys.argv[1], sys.argv[2], len(sys.argv) > 3 and sys.argv[3] == "connect")
+    eng = Engine(sys.argv[1], sys.argv[2], len(sys.argv) > 3 and sys.argv[3] == "connect",
+                 int(sys.argv[4]) if len(sys.argv) > 4 else 0)
     sel = selectors.DefaultSelector()
     sel.register(sys.stdin, selectors.EVENT_READ)
     print("ready", flush=True)
