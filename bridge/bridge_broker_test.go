@@ -24,7 +24,7 @@ import (
 
 // engine drives testdata/engine.py, a Python (pyzmq, msgspec) publisher in vLLM's wire format.
 type engine struct {
-	t     *testing.T
+	t     testing.TB
 	cmd   *exec.Cmd
 	in    io.WriteCloser
 	out   *bufio.Scanner
@@ -32,7 +32,7 @@ type engine struct {
 	reply string
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -46,6 +46,11 @@ func startEngine(t *testing.T) *engine {
 	t.Helper()
 	pub, rep := freePort(t), freePort(t)
 	return startEngineAt(t, fmt.Sprintf("tcp://127.0.0.1:%d", pub), fmt.Sprintf("tcp://127.0.0.1:%d", rep), false)
+}
+
+func startEngineB(b *testing.B) *engine {
+	b.Helper()
+	return startEngineArgs(b, fmt.Sprintf("tcp://127.0.0.1:%d", freePort(b)), fmt.Sprintf("tcp://127.0.0.1:%d", freePort(b)))
 }
 
 // startEngineRank starts the publisher of one data-parallel rank (its batches name the rank).
@@ -64,7 +69,7 @@ func startEngineAt(t *testing.T, pubEP, replayEP string, connect bool) *engine {
 	return startEngineArgs(t, pubEP, replayEP)
 }
 
-func startEngineArgs(t *testing.T, pubEP, replayEP string, extra ...string) *engine {
+func startEngineArgs(t testing.TB, pubEP, replayEP string, extra ...string) *engine {
 	t.Helper()
 	if out, err := exec.Command("python3", "-c", "import zmq, msgspec").CombinedOutput(); err != nil {
 		t.Fatalf("the engine stand-in needs python3 with pyzmq and msgspec (pip install pyzmq msgspec): %v\n%s", err, out)
@@ -361,4 +366,58 @@ func TestBridgeRanks(t *testing.T) {
 	}, func() string {
 		return fmt.Sprintf("written %d+%d blocks, engine holds %d+%d", len(got[0]), len(got[1]), len(want[0]), len(want[1]))
 	})
+}
+
+// BenchmarkBridgeWithEngine measures the bridge end to end with the Python engine stand-in on
+// the same machine: b.N batches published at the engine's pace (a burst), decoded, converted and
+// produced to the real broker, until the last record is acknowledged. events/s counts engine
+// events; batches that the PUB socket dropped come from the replay socket and count too.
+func BenchmarkBridgeWithEngine(b *testing.B) {
+	topic := testenv.NewTopic(b, 4)
+	dlq := testenv.NewTopic(b, 1)
+	codec, err := schemas.NewCodec(context.Background(), schemas.Topic(schemas.TypeKvEvent, topic), schemas.Topic(schemas.TypeDeadLetter, dlq))
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := startEngineB(b)
+	scope := tally.NewTestScope("", nil)
+	prod := testenv.Client(b, kgo.RecordPartitioner(bridge.KeyPartitioner()))
+	br, err := bridge.New(bridge.Params{Config: bridge.Config{Endpoint: e.pub, ReplayEndpoint: e.reply, WorkerID: 7, BlockSize: 4,
+		KVTopic: topic, DeadLetterTopic: dlq, IdleRecheck: 100 * time.Millisecond, ReplayRetries: 3},
+		Codec: codec, Producer: prod, Metrics: scope})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- br.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testenv.WaitUntil(b, 30*time.Second, "bridge ready", func() bool { return br.Ready() == nil })
+	counter := func(name string) int64 {
+		var n int64
+		for k, c := range scope.Snapshot().Counters() {
+			if strings.HasPrefix(k, "bridge."+name+"+") {
+				n += c.Value()
+			}
+		}
+		return n
+	}
+	// Warm up until the subscription is in place (a PUB socket drops what it sends before).
+	e.do("pub 10")
+	testenv.WaitUntil(b, 30*time.Second, "warm-up batches handled", func() bool { return counter("batches_total") >= 10 })
+	events0 := counter("events_total")
+	b.ResetTimer()
+	e.do(fmt.Sprintf("pub %d", b.N))
+	testenv.WaitUntil(b, 10*time.Minute, "every batch handled", func() bool { return counter("batches_total") >= int64(b.N)+10 })
+	if err := prod.Flush(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	events := counter("events_total") - events0
+	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(counter("replayed_batches_total")), "replayed")
+	b.ReportMetric(float64(counter("lost_batches_total")), "lost")
+	b.ReportMetric(float64(counter("gaps_total")), "gaps")
+	b.ReportMetric(float64(counter("socket_reopens_total")), "reopens")
+	b.ReportMetric(float64(counter("buffer_full_total")), "buffer-full")
 }

@@ -71,9 +71,16 @@ type source struct {
 		seq    int64
 		digest uint64
 	}
-	stats    sourceStats
-	out      []schemas.KvEvent
-	onMetric func(kind string, n int) // events by kind, for the metrics; may be nil
+	stats sourceStats
+	// lastTS is the largest engine timestamp applied (hasTS: any); see handled.
+	lastTS float64
+	hasTS  bool
+	// idleBehind is the next batch an idle re-check found no longer in the replay buffer
+	// (idleChecked: there is one); a second re-check finding the same declares it lost (fill).
+	idleBehind  int64
+	idleChecked bool
+	out         []schemas.KvEvent
+	onMetric    func(kind string, n int) // events by kind, for the metrics; may be nil
 }
 
 func digestOf(payload []byte) uint64 { return xxh3.Hash(payload) }
@@ -85,9 +92,17 @@ func (s *source) remember(seq int64, digest uint64) {
 	}{seq, digest}
 }
 
-func (s *source) handled(seq int64, digest uint64) bool {
-	e := s.seen[uint64(seq)%seenWindow]
-	return e.seq == seq && e.digest == digest && seq < s.next
+// handled says whether live batch seq (< next) is one this source already applied rather than
+// a new incarnation's batch under an old number. Within the window of remembered digests the
+// digest decides. Beyond it (an idle re-check that ran far ahead of a slow live stream), the
+// engine's timestamp does: a restarted engine's batches are newer than every batch applied,
+// an old batch is not.
+func (s *source) handled(seq int64, payload []byte) bool {
+	if e := s.seen[uint64(seq)%seenWindow]; e.seq == seq {
+		return e.digest == digestOf(payload)
+	}
+	b, err := kvevents.Decode(payload)
+	return err == nil && s.hasTS && b.TS <= s.lastTS
 }
 
 // live handles a batch from the PUB socket.
@@ -99,7 +114,7 @@ func (s *source) live(ctx context.Context, seq int64, payload []byte) {
 	case seq == s.next:
 	case seq > s.next:
 		s.fill(ctx, seq)
-	case s.handled(seq, digestOf(payload)):
+	case s.handled(seq, payload):
 		s.stats.duplicates++
 		return
 	default:
@@ -177,6 +192,7 @@ func (s *source) restart(ctx context.Context, seq int64) {
 	s.out = append(s.out[:0], s.conv.Clear(s.rank, s.eventID))
 	s.eventID++
 	s.sink.Write(s.rank, -1, 0, s.out)
+	s.idleChecked = false
 	s.seen = [seenWindow]struct {
 		seq    int64
 		digest uint64
@@ -205,8 +221,22 @@ func (s *source) fill(ctx context.Context, upTo int64) {
 			s.log.Warn("replay request failed", zap.Int64("from", s.next), zap.Int("attempt", attempt), zap.Error(err))
 			continue
 		}
+		if upTo < 0 {
+			// An idle re-check: the live stream may still be delivering what the replay
+			// buffer no longer holds (the bridge is behind), so a first reply beyond next is
+			// lost only if the next re-check, after another silent period, finds the same.
+			if len(replies) > 0 && replies[0].Seq > s.next && !(s.idleChecked && s.idleBehind == s.next) {
+				s.idleChecked, s.idleBehind = true, s.next
+				return
+			}
+			// At most half the duplicate window ahead, so that the live copies of what is
+			// applied here are still recognised by their digests.
+			if max := seenWindow / 2; len(replies) > max {
+				replies, complete = replies[:max], false
+			}
+		}
 		holes := s.applyReplies(replies, upTo)
-		if upTo < 0 && complete && !holes {
+		if upTo < 0 && (complete || len(replies) == seenWindow/2) && !holes {
 			return
 		}
 		if upTo >= 0 && s.next >= upTo {
@@ -263,6 +293,9 @@ func (s *source) apply(seq int64, payload []byte) {
 	s.next = seq + 1
 	s.stats.batches++
 	b, err := kvevents.Decode(payload)
+	if err == nil && (!s.hasTS || b.TS > s.lastTS) {
+		s.lastTS, s.hasTS = b.TS, true
+	}
 	if err != nil {
 		s.stats.undecodable++
 		s.sink.DeadLetter(s.rank, seq, payload, err)

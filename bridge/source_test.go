@@ -17,6 +17,9 @@ type fakeEngine struct {
 	// drop makes the next replies stop short after this many batches (a dropped reply).
 	drop     []int
 	requests []int64
+	// tsBase is added to each batch's timestamp (the batch's index): a later incarnation has a
+	// larger base, as its clock is later.
+	tsBase float64
 }
 
 func (e *fakeEngine) Replay(_ context.Context, from int64) ([]Replayed, bool, error) {
@@ -38,7 +41,8 @@ func (e *fakeEngine) Replay(_ context.Context, from int64) ([]Replayed, bool, er
 // publish appends a batch storing one block with hash h (a root, 4 tokens).
 func (e *fakeEngine) publish(t *testing.T, h int64) (int64, []byte) {
 	t.Helper()
-	b, err := msgpack.Marshal([]any{1.0, []any{[]any{"BlockStored", []any{h}, nil, []any{h, h, h, h}, 4, nil, "GPU"}}})
+	ts := e.tsBase + float64(len(e.batches))
+	b, err := msgpack.Marshal([]any{ts, []any{[]any{"BlockStored", []any{h}, nil, []any{h, h, h, h}, 4, nil, "GPU"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,5 +255,69 @@ func TestSourceDeadLettersUndecodable(t *testing.T) {
 	s.live(context.Background(), 0, []byte{0xc1})
 	if len(sink.dead) != 1 || s.stats.undecodable != 1 || s.next != 1 {
 		t.Fatalf("dead %v stats %+v", sink.dead, s.stats)
+	}
+}
+
+// TestSourceIdleRecheckWhileBehind: an idle re-check that finds the replay buffer no longer
+// reaching next does not declare loss at once (the live stream may still deliver those batches);
+// a second re-check finding the same does.
+func TestSourceIdleRecheckWhileBehind(t *testing.T) {
+	e, sink := &fakeEngine{}, &recordingSink{}
+	s := newTestSource(e, sink)
+	ctx := context.Background()
+	for h := int64(10); h < 20; h++ {
+		e.publish(t, h)
+	}
+	s.live(ctx, 0, e.batches[0])
+	s.live(ctx, 1, e.batches[1])
+	e.lo = 5
+	s.idle(ctx)
+	if s.stats.lost != 0 || s.next != 2 || len(sink.hashes()) != 2 {
+		t.Fatalf("first re-check: stats %+v next %d", s.stats, s.next)
+	}
+	s.live(ctx, 2, e.batches[2]) // the live stream was behind, not lost
+	s.idle(ctx)
+	if s.stats.lost != 0 || s.next != 3 {
+		t.Fatalf("re-check after progress: stats %+v next %d", s.stats, s.next)
+	}
+	s.idle(ctx)
+	if s.stats.lost != 2 || s.next != 10 || !equalU64(sink.hashes(), 10, 11, 12, 15, 16, 17, 18, 19) {
+		t.Fatalf("second re-check without progress: stats %+v next %d written %v", s.stats, s.next, sink.hashes())
+	}
+}
+
+// TestSourceIdleRecheckBoundedAhead: an idle re-check applies at most half the duplicate
+// window, and live copies far behind (beyond the window) are still duplicates by timestamp,
+// while a new incarnation's batch under an old number is a restart.
+func TestSourceIdleRecheckBoundedAhead(t *testing.T) {
+	e, sink := &fakeEngine{}, &recordingSink{}
+	s := newTestSource(e, sink)
+	ctx := context.Background()
+	for h := int64(0); h < seenWindow+100; h++ {
+		e.publish(t, 1000+h)
+	}
+	s.live(ctx, 0, e.batches[0])
+	s.idle(ctx)
+	if s.next != 1+seenWindow/2 {
+		t.Fatalf("one re-check applied up to %d", s.next)
+	}
+	for s.next < int64(len(e.batches)) {
+		s.idle(ctx)
+	}
+	// Live copies of batches applied by the re-checks: within the window by digest, beyond it
+	// by timestamp.
+	s.live(ctx, 5, e.batches[5])
+	s.live(ctx, int64(len(e.batches)-1), e.batches[len(e.batches)-1])
+	if s.stats.duplicates != 2 || s.stats.restarts != 0 {
+		t.Fatalf("stats %+v", s.stats)
+	}
+	e2 := &fakeEngine{tsBase: 1e9}
+	s.replay = e2
+	for h := int64(0); h < 6; h++ {
+		e2.publish(t, 5000+h)
+	}
+	s.live(ctx, 5, e2.batches[5])
+	if s.stats.restarts != 1 || s.next != 6 {
+		t.Fatalf("restart beyond the window: stats %+v next %d", s.stats, s.next)
 	}
 }

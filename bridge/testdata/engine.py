@@ -69,6 +69,7 @@ class Engine:
         self.rank = rank
         ctx = zmq.Context.instance()
         self.pub = ctx.socket(zmq.PUB)
+        self.pub.set_hwm(100_000)  # vLLM's default high-water mark
         if connect:
             self.pub.connect(pub_ep)
         else:
@@ -122,6 +123,7 @@ class Engine:
 
     def publish(self, n: int, live: bool, junk: bool = False) -> None:
         for _ in range(n):
+            self.serve_replay()  # as the engines do: between batches, replay requests first
             payload = b"\xc1not msgpack" if junk else self.batch()
             seq = self.seq.to_bytes(8, "big")
             if live:
