@@ -151,7 +151,7 @@ const MaxElements = 1 << 22
 // Decode decodes one batch payload (the third frame of a published message, or the second of a
 // replayed one).
 func Decode(payload []byte) (Batch, error) {
-	d := decoder{r: bytes.NewReader(payload)}
+	d := decoder{payload: payload, r: bytes.NewReader(payload)}
 	d.dec = msgpack.NewDecoder(d.r)
 	var b Batch
 	if err := d.batch(&b); err != nil {
@@ -164,8 +164,9 @@ func Decode(payload []byte) (Batch, error) {
 }
 
 type decoder struct {
-	r   *bytes.Reader
-	dec *msgpack.Decoder
+	payload []byte
+	r       *bytes.Reader
+	dec     *msgpack.Decoder
 }
 
 func malformed(path, format string, args ...any) error {
@@ -448,7 +449,33 @@ func (d *decoder) tokens(path string) ([]uint32, error) {
 		return nil, err
 	}
 	out := make([]uint32, n)
-	for i := range out {
+	// Token ids are most of a batch's bytes: read them straight from the payload (the msgpack
+	// decoder reads d.r directly, without a buffer of its own, so skipping ahead in d.r is
+	// safe). Anything but the integer encodings the engines use goes the general way.
+	rest := d.payload[len(d.payload)-d.r.Len():]
+	pos, i := 0, 0
+fast:
+	for ; i < n && pos < len(rest); i++ {
+		c := rest[pos]
+		var v uint64
+		switch {
+		case c <= 0x7f:
+			v, pos = uint64(c), pos+1
+		case c == msgpcode.Uint8 && pos+2 <= len(rest):
+			v, pos = uint64(rest[pos+1]), pos+2
+		case c == msgpcode.Uint16 && pos+3 <= len(rest):
+			v, pos = uint64(binary.BigEndian.Uint16(rest[pos+1:])), pos+3
+		case c == msgpcode.Uint32 && pos+5 <= len(rest):
+			v, pos = uint64(binary.BigEndian.Uint32(rest[pos+1:])), pos+5
+		default:
+			break fast
+		}
+		out[i] = uint32(v)
+	}
+	if _, err := d.r.Seek(int64(pos), io.SeekCurrent); err != nil {
+		return nil, d.wrap(path, err)
+	}
+	for ; i < n; i++ {
 		v, err := d.int(path)
 		if err != nil {
 			return nil, err

@@ -180,3 +180,38 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeTokenEncodings: token ids in every integer encoding, the fast path's (fixint,
+// uint8/16/32) and the general path's (signed encodings, uint64) mixed in one list, decode alike.
+func TestDecodeTokenEncodings(t *testing.T) {
+	// [1.0, [["BlockStored", [1], nil, TOKENS, 4, nil]]] with TOKENS written by hand.
+	head := []byte{0x92, 0xcb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0, 0x91, 0x96, 0xab}
+	head = append(head, "BlockStored"...)
+	head = append(head, 0x91, 0x01, 0xc0, 0x98)
+	tokens := []byte{
+		0x05,      // fixint 5
+		0xcc, 200, // uint8
+		0xcd, 0xea, 0x60, // uint16 60000
+		0xce, 0x00, 0x01, 0x11, 0x70, // uint32 70000
+		0xd1, 0x00, 0x07, // int16 7: the general path from here on
+		0x09,                            // fixint 9
+		0xcf, 0, 0, 0, 0, 0, 0, 0, 0x0b, // uint64 11
+		0xd2, 0x00, 0x00, 0x00, 0x0d, // int32 13
+	}
+	b := append(append(head, tokens...), 0x04, 0xc0)
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []uint32{5, 200, 60000, 70000, 7, 9, 11, 13}
+	if !reflect.DeepEqual(got.Events[0].TokenIDs, want) || got.Events[0].BlockSize != 4 {
+		t.Fatalf("%+v", got.Events[0])
+	}
+	// A token beyond u32 and a truncated uint32 are malformed.
+	for _, bad := range [][]byte{{0xcf, 0, 0, 0, 1, 0, 0, 0, 0}, {0xce, 0x00}} {
+		b := append(append(append([]byte{}, head...), append(bad, tokens[:7]...)...), 0x04, 0xc0)
+		if _, err := Decode(b); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("%x: %v", bad, err)
+		}
+	}
+}
