@@ -483,3 +483,50 @@ func TestBridgeCrashMidStream(t *testing.T) {
 		t.Fatal("the new bridge replayed nothing")
 	}
 }
+
+// BenchmarkBridgeGapFill measures filling a gap from the replay socket: b.N batches (at most
+// 9,000, inside the engine's 10,000-batch buffer) are lost on the PUB socket, then one live
+// batch reveals the gap; the time runs until every batch is handled and acknowledged.
+func BenchmarkBridgeGapFill(b *testing.B) {
+	if b.N > 9000 {
+		b.N = 9000
+	}
+	topic := testenv.NewTopic(b, 4)
+	dlq := testenv.NewTopic(b, 1)
+	codec, err := schemas.NewCodec(context.Background(), schemas.Topic(schemas.TypeKvEvent, topic), schemas.Topic(schemas.TypeDeadLetter, dlq))
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := startEngineB(b)
+	scope := tally.NewTestScope("", nil)
+	prod := testenv.Client(b, kgo.RecordPartitioner(bridge.KeyPartitioner()))
+	br, err := bridge.New(bridge.Params{Config: bridge.Config{Endpoint: e.pub, ReplayEndpoint: e.reply, WorkerID: 7, BlockSize: 4,
+		KVTopic: topic, DeadLetterTopic: dlq, ReplayRetries: 3},
+		Codec: codec, Producer: prod, Metrics: scope})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- br.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testenv.WaitUntil(b, 30*time.Second, "bridge ready", func() bool { return br.Ready() == nil })
+	counter := func(name string) int64 {
+		if c := scope.Snapshot().Counters()["bridge."+name+"+"]; c != nil {
+			return c.Value()
+		}
+		return 0
+	}
+	e.do("pub 10")
+	testenv.WaitUntil(b, 30*time.Second, "warm-up batches handled", func() bool { return counter("batches_total") >= 10 })
+	e.do(fmt.Sprintf("drop %d", b.N))
+	b.ResetTimer()
+	e.do("pub 1")
+	testenv.WaitUntil(b, 10*time.Minute, "the gap filled", func() bool { return counter("batches_total") >= int64(b.N)+11 })
+	if err := prod.Flush(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(counter("replayed_batches_total"))/b.Elapsed().Seconds(), "replayed-batches/s")
+	b.ReportMetric(float64(counter("lost_batches_total")), "lost")
+}
