@@ -25,13 +25,13 @@ import (
 	"go.uber.org/zap"
 )
 
-// Defaults of Config.
+// Defaults of Config, for its zero fields. ReplayRetries, IdleRecheck and Resume keep their
+// zero values (no retry, no re-check, no read-back); processor bridge sets them from
+// bridge.replay_retries (3), bridge.idle_recheck (5s) and bridge.resume (true).
 const (
 	DefaultBlockSize     = 16
 	DefaultBufferBatches = 1024
 	DefaultReplayTimeout = 2 * time.Second
-	DefaultReplayRetries = 3
-	DefaultIdleRecheck   = 5 * time.Second
 )
 
 // Record headers the bridge writes on every KvEvent record: the engine batch the record came
@@ -75,13 +75,14 @@ type Config struct {
 	BufferBatches int
 	// ReplayTimeout bounds the wait for each replay reply; default 2s.
 	ReplayTimeout time.Duration
-	// ReplayRetries is how many times a short replay is asked again; default 3.
+	// ReplayRetries is how many replays in a row may bring nothing new before the missing
+	// batches are reported lost (0: the first replay is the only one).
 	ReplayRetries int
 	// IdleRecheck is how long a rank may be silent before the replay socket is asked for
-	// batches after the last one handled; default 5s. 0 disables the re-check.
+	// batches after the last one handled; 0 disables the re-check.
 	IdleRecheck time.Duration
 	// Resume reads the worker's records back from KVTopic at start to continue where a
-	// previous bridge stopped; default true in the process (processor bridge).
+	// previous bridge stopped (ReadBack); it needs Params.ConsumerOpts.
 	Resume bool
 }
 
@@ -331,6 +332,7 @@ func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, op
 		b.m.lost.Inc(int64(st.lost - last.lost))
 		b.m.undecodable.Inc(int64(st.undecodable - last.undecodable))
 		b.m.refused.Inc(int64(st.refused - last.refused))
+		b.m.replayRetries.Inc(int64(st.retries - last.retries))
 		b.m.buffered.Update(float64(len(buf)))
 		last = st
 	}

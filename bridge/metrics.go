@@ -15,6 +15,7 @@ type metrics struct {
 	batches, replayed, duplicates, restarts, gaps, lost tally.Counter
 	undecodable, refused, deadLetters, bufferFull       tally.Counter
 	malformedMessages, produceErrors, reconnects        tally.Counter
+	replayRetries                                       tally.Counter
 	buffered, sequenceLag                               tally.Gauge
 	produceLatency                                      tally.Histogram
 	eventsBy                                            map[string]tally.Counter
@@ -46,6 +47,7 @@ func newMetrics(root tally.Scope) *metrics {
 		malformedMessages: s.Counter("malformed_messages_total"),
 		produceErrors:     s.Counter("produce_errors_total"),
 		reconnects:        s.Counter("socket_reopens_total"),
+		replayRetries:     s.Counter("replay_retries_total"),
 		buffered:          s.Gauge("buffered_batches"),
 		sequenceLag:       s.Gauge("sequence_lag_batches"),
 		produceLatency:    s.Histogram("produce_latency_seconds", produceBuckets),

@@ -45,7 +45,7 @@ const seenWindow = 4096
 
 // sourceStats are a source's counters, read by the metrics.
 type sourceStats struct {
-	batches, replayed, duplicates, restarts, gaps, lost, undecodable, refused uint64
+	batches, replayed, duplicates, restarts, gaps, lost, undecodable, refused, retries uint64
 }
 
 // source follows one engine PUB stream (one data-parallel rank): it orders batches by sequence
@@ -212,7 +212,14 @@ func (s *source) fill(ctx context.Context, upTo int64) {
 	if upTo >= 0 {
 		s.stats.gaps++
 	}
+	// attempt counts the replays in a row that brought nothing new: a long gap answered in
+	// pieces (the engine drops replies beyond its high-water mark) is followed to its end.
+	requests := 0
 	for attempt := 0; s.replay != nil && attempt <= s.retries; attempt++ {
+		if requests++; requests > 1 {
+			s.stats.retries++
+		}
+		before := s.next
 		replies, complete, err := s.replay.Replay(ctx, s.next)
 		if ctx.Err() != nil {
 			return
@@ -246,6 +253,9 @@ func (s *source) fill(ctx context.Context, upTo int64) {
 			// The engine's buffer ends before upTo although upTo was published: it cannot be
 			// filled by asking again.
 			break
+		}
+		if s.next > before {
+			attempt = -1 // progress: the next replay is a first attempt again
 		}
 	}
 	if upTo >= 0 && s.next < upTo {

@@ -321,3 +321,18 @@ func TestSourceIdleRecheckBoundedAhead(t *testing.T) {
 		t.Fatalf("restart beyond the window: stats %+v next %d", s.stats, s.next)
 	}
 }
+
+// TestSourceFollowsReplayAnsweredInPieces: a long gap whose replays each stop short (the engine
+// drops replies beyond its high-water mark) is followed to its end as long as every replay
+// brings something new; only replays in a row without progress count against the retries.
+func TestSourceFollowsReplayAnsweredInPieces(t *testing.T) {
+	e, sink := &fakeEngine{drop: []int{1, 1, 1, 1, 1, 1, 1, 1}}, &recordingSink{}
+	s := newTestSource(e, sink) // retries: 2
+	for h := int64(10); h < 20; h++ {
+		e.publish(t, h)
+	}
+	s.live(context.Background(), 9, e.batches[9])
+	if s.stats.lost != 0 || s.next != 10 || len(sink.hashes()) != 10 || s.stats.retries != 8 || len(e.requests) != 9 {
+		t.Fatalf("stats %+v next %d written %v", s.stats, s.next, sink.hashes())
+	}
+}

@@ -417,9 +417,11 @@ type Bridge struct {
 	// come in time ends the attempt, which is retried from the last batch received. Default 2s.
 	// Environment: CKF_BRIDGE_REPLAY_TIMEOUT.
 	ReplayTimeout time.Duration `yaml:"replay_timeout"`
-	// ReplayRetries is how many times a replay that stopped short (the engine drops replies
-	// of large replays) is asked again before the missing batches are reported lost. Default 3.
-	// Environment: CKF_BRIDGE_REPLAY_RETRIES.
+	// ReplayRetries is how many replays in a row may stop short without bringing a new batch
+	// (the engine drops replies of large replays; a replay that brings some is followed by
+	// another at once) before the missing batches are reported lost. More retries ride out a
+	// busier engine; each costs up to bridge.replay_timeout. Default 3. Environment:
+	// CKF_BRIDGE_REPLAY_RETRIES.
 	ReplayRetries int `yaml:"replay_retries"`
 	// IdleRecheck asks the replay socket for batches after the last one handled once a rank
 	// has been silent this long: a dropped final batch is otherwise invisible until the engine
