@@ -225,7 +225,13 @@ func (s *source) fill(ctx context.Context, upTo int64) {
 			return
 		}
 		if err != nil {
-			s.log.Warn("replay request failed", zap.Int64("from", s.next), zap.Int("attempt", attempt), zap.Error(err))
+			// An idle re-check that cannot reach the replay socket is routine (an engine
+			// without replay, or restarting); a gap that cannot be filled is not.
+			log := s.log.Warn
+			if upTo < 0 {
+				log = s.log.Debug
+			}
+			log("replay request failed", zap.Int64("from", s.next), zap.Int("attempt", attempt), zap.Error(err))
 			continue
 		}
 		if upTo < 0 {
