@@ -488,9 +488,7 @@ func TestBridgeCrashMidStream(t *testing.T) {
 // 9,000, inside the engine's 10,000-batch buffer) are lost on the PUB socket, then one live
 // batch reveals the gap; the time runs until every batch is handled and acknowledged.
 func BenchmarkBridgeGapFill(b *testing.B) {
-	if b.N > 9000 {
-		b.N = 9000
-	}
+	gap := min(b.N, 9000)
 	topic := testenv.NewTopic(b, 4)
 	dlq := testenv.NewTopic(b, 1)
 	codec, err := schemas.NewCodec(context.Background(), schemas.Topic(schemas.TypeKvEvent, topic), schemas.Topic(schemas.TypeDeadLetter, dlq))
@@ -519,10 +517,10 @@ func BenchmarkBridgeGapFill(b *testing.B) {
 	}
 	e.do("pub 10")
 	testenv.WaitUntil(b, 30*time.Second, "warm-up batches handled", func() bool { return counter("batches_total") >= 10 })
-	e.do(fmt.Sprintf("drop %d", b.N))
+	e.do(fmt.Sprintf("drop %d", gap))
 	b.ResetTimer()
 	e.do("pub 1")
-	testenv.WaitUntil(b, 10*time.Minute, "the gap filled", func() bool { return counter("batches_total") >= int64(b.N)+11 })
+	testenv.WaitUntil(b, 10*time.Minute, "the gap filled", func() bool { return counter("batches_total") >= int64(gap)+11 })
 	if err := prod.Flush(context.Background()); err != nil {
 		b.Fatal(err)
 	}
