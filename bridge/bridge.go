@@ -152,6 +152,8 @@ type Bridge struct {
 
 	ready   atomic.Bool
 	prodErr atomic.Pointer[error]
+	// fail stops Run with a cause (a record Kafka refused); set while Run runs.
+	fail atomic.Pointer[context.CancelCauseFunc]
 }
 
 // New checks the configuration and builds a Bridge; nothing connects until Run.
@@ -183,7 +185,9 @@ func (b *Bridge) Ready() error {
 
 // Run reads the worker's previous records back (Config.Resume), opens one SUB socket per rank
 // and handles batches until ctx ends; then it flushes the producer. It returns ctx's error, or
-// the error that stopped it (a socket that cannot be opened, a failed read-back).
+// the error that stopped it (a socket that cannot be opened, a failed read-back, a record that
+// Kafka refused after the producer's retries: the converter's state then holds what Kafka does
+// not, so the bridge stops, and its restart resumes from what Kafka has).
 func (b *Bridge) Run(ctx context.Context) error {
 	conv := NewConverter(b.cfg.WorkerID, b.cfg.BlockSize, b.cfg.LoraNames)
 	resumes := map[uint32]*Resume{}
@@ -197,8 +201,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 			b.log.Info("resuming rank from its records in Kafka", zap.Uint32("rank", r), zap.Int64("last_seq", res.Seq), zap.Int("held_blocks", conv.HeldBlocks(r)))
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	cancel := func() { cancelCause(nil) }
 	defer cancel()
+	b.fail.Store(&cancelCause)
+	defer b.fail.Store(nil)
 	var wg sync.WaitGroup
 	errs := make(chan error, b.cfg.Ranks)
 	var convMu sync.Mutex // the converter's ranks are disjoint, but its map is shared
@@ -237,6 +244,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 	case err := <-errs:
 		return err
 	default:
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return cause
 	}
 	if ferr != nil {
 		return fmt.Errorf("bridge: flushing: %w", ferr)
@@ -388,7 +398,10 @@ func (b *Bridge) Write(rank uint32, seq int64, digest uint64, evs []schemas.KvEv
 				if err != nil {
 					b.m.produceErrors.Inc(1)
 					b.prodErr.Store(&err)
-					b.log.Error("KV event not produced", zap.Uint32("rank", rank), zap.Int64("seq", seq), zap.Error(err))
+					b.log.Error("KV event not produced; stopping the bridge (a restart resumes from Kafka)", zap.Uint32("rank", rank), zap.Int64("seq", seq), zap.Error(err))
+					if f := b.fail.Load(); f != nil {
+						(*f)(fmt.Errorf("bridge: KV event of rank %d, batch %d not produced: %w", rank, seq, err))
+					}
 				}
 			})
 	}
