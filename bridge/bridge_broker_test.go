@@ -250,25 +250,31 @@ func TestBridgeOnBroker(t *testing.T) {
 	e.do("pub 3")
 	settle("after resume")
 
-	// An undecodable batch is dead-lettered with its raw bytes and does not stop the stream.
+	// An undecodable batch and a batch of another block size are dead-lettered with their raw
+	// bytes and do not stop the stream.
 	e.do("junk")
+	e.do("badsize")
 	e.do("pub 2")
-	settle("after an undecodable batch")
+	settle("after an undecodable batch and a refused one")
 	cl := testenv.Client(t, kgo.ConsumeTopics(dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	fs := cl.PollFetches(ctx)
-	if err := fs.Err0(); err != nil {
-		t.Fatal(err)
-	}
-	recs := fs.Records()
-	if len(recs) != 1 {
+	var recs []*kgo.Record
+	testenv.WaitUntil(t, 30*time.Second, "two dead letters", func() bool {
+		recs = append(recs, cl.PollRecords(ctx, 0).Records()...)
+		return len(recs) >= 2
+	}, func() string { return fmt.Sprintf("%d dead letters", len(recs)) })
+	if len(recs) != 2 {
 		t.Fatalf("%d dead letters", len(recs))
 	}
 	dl, err := codec.DecodeDeadLetter(recs[0].Value)
 	if err != nil || string(dl.Value) != "\xc1not msgpack" || dl.Component != "bridge" || dl.ReasonCode != schemas.DeadLetterMalformed ||
 		!strings.Contains(dl.Reason, "malformed") {
 		t.Fatalf("dead letter %+v, %v", dl, err)
+	}
+	dl, err = codec.DecodeDeadLetter(recs[1].Value)
+	if err != nil || dl.ReasonCode != schemas.DeadLetterRejected || !strings.Contains(dl.Reason, "block size") || len(dl.Value) == 0 {
+		t.Fatalf("refused batch's dead letter %+v, %v", dl, err)
 	}
 }
 

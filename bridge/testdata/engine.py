@@ -11,6 +11,8 @@ Commands, one per line on stdin, each answered by one line on stdout:
   restart      a new engine incarnation: sequence 0, empty buffer, empty cache
   state        print the device-resident block hashes (hex), space-separated
   junk         publish a batch that is not msgpack (the bridge dead-letters it)
+  badsize      publish a store of one 16-token block (the bridge, at block size 4, refuses it;
+               the stand-in's cache model leaves it out)
 Usage: engine.py PUB_ENDPOINT REPLAY_ENDPOINT [bind|connect] [RANK]
 ("connect": the PUB socket connects to the bridge, which binds, as vLLM does for an endpoint
 without a wildcard; the replay socket always binds. RANK is the batches' data_parallel_rank,
@@ -131,6 +133,11 @@ class Engine:
             self.buffer.append((self.seq, payload))
             self.seq += 1
 
+    def publish_payload(self, payload: bytes) -> None:
+        self.pub.send_multipart((b"", self.seq.to_bytes(8, "big"), payload))
+        self.buffer.append((self.seq, payload))
+        self.seq += 1
+
     def serve_replay(self) -> None:
         while self.router.poll(0):
             frames = self.router.recv_multipart()
@@ -164,6 +171,10 @@ def main() -> None:
             eng.publish(int(cmd[1]), False)
         elif cmd[0] == "junk":
             eng.publish(1, True, junk=True)
+        elif cmd[0] == "badsize":
+            eng.publish_payload(eng.enc.encode(Batch(ts=time.time(), data_parallel_rank=eng.rank, events=[
+                BlockStored(block_hashes=[block_hash(10**12)], parent_block_hash=None, token_ids=list(range(16)),
+                            block_size=16, lora_id=None, medium="GPU", lora_name=None)])))
         elif cmd[0] == "restart":
             eng.restart()
         elif cmd[0] == "state":
