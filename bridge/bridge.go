@@ -43,6 +43,9 @@ const (
 	HeaderSeq    = "ckf-bridge-seq"
 	HeaderDigest = "ckf-bridge-digest"
 	HeaderPart   = "ckf-bridge-part"
+	// HeaderGroups carries what the rank learned about a hybrid model's groups
+	// (Converter.GroupKinds), when it learned anything.
+	HeaderGroups = "ckf-bridge-groups"
 )
 
 // ErrConfig is wrapped by every configuration error of New.
@@ -375,7 +378,7 @@ func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, op
 // Write produces the records of one batch, in order, keyed by worker, with the batch's
 // provenance headers. Production is asynchronous; a failed record is counted, logged and
 // makes the bridge unready (franz-go retries until its delivery timeout first).
-func (b *Bridge) Write(rank uint32, seq int64, digest uint64, evs []schemas.KvEvent) {
+func (b *Bridge) Write(rank uint32, seq int64, digest uint64, groups []byte, evs []schemas.KvEvent) {
 	if len(evs) == 0 {
 		return
 	}
@@ -384,6 +387,9 @@ func (b *Bridge) Write(rank uint32, seq int64, digest uint64, evs []schemas.KvEv
 	for i := range evs {
 		headers := []kgo.RecordHeader{{Key: HeaderSeq, Value: seqH}, {Key: HeaderDigest, Value: digestH},
 			{Key: HeaderPart, Value: binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, uint32(i)), uint32(len(evs)))}}
+		if len(groups) > 0 {
+			headers = append(headers, kgo.RecordHeader{Key: HeaderGroups, Value: groups})
+		}
 		v, err := b.codec.EncodeKvEvent(evs[i])
 		if err != nil {
 			// Only a bug can make a converted event unencodable; keep going with the rest.

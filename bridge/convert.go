@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -149,7 +150,58 @@ func (st *rankState) skip(ev *kvevents.Event) bool {
 	if ev.Kind == kvevents.KindStored && ev.SpecKind != "" && ev.SpecKind != SpecFullAttention {
 		return true
 	}
-	return ev.HasGroup && st.skipped[ev.GroupIdx]
+	if !ev.HasGroup {
+		return false
+	}
+	if skip, known := st.skipped[ev.GroupIdx]; known {
+		return skip
+	}
+	// A group no store has described yet: skip it when the full-attention group is known to be
+	// another one (a hybrid model's other groups share the engine's block hashes, so applying
+	// their removals would drop blocks the full-attention group still holds).
+	for _, skip := range st.skipped {
+		if !skip {
+			return true
+		}
+	}
+	return false
+}
+
+// GroupKinds encodes what rank r learned about its hybrid-model groups (for the
+// ckf-bridge-groups record header, so a restarted bridge keeps filtering before a store
+// describes the groups again): 9 bytes per group, the big-endian group index and 1 for a
+// skipped group, 0 for full attention. Empty when nothing was learned.
+func (c *Converter) GroupKinds(r uint32) []byte {
+	st := c.ranks[r]
+	if st == nil || len(st.skipped) == 0 {
+		return nil
+	}
+	groups := make([]int64, 0, len(st.skipped))
+	for g := range st.skipped {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	out := make([]byte, 0, 9*len(groups))
+	for _, g := range groups {
+		out = binary.BigEndian.AppendUint64(out, uint64(g))
+		flag := byte(0)
+		if st.skipped[g] {
+			flag = 1
+		}
+		out = append(out, flag)
+	}
+	return out
+}
+
+// learnGroupKinds applies a GroupKinds encoding to rank r; a malformed one is ignored.
+func (c *Converter) learnGroupKinds(r uint32, b []byte) {
+	if len(b)%9 != 0 {
+		return
+	}
+	st := c.rank(r)
+	for ; len(b) > 0; b = b[9:] {
+		st.skipped[int64(binary.BigEndian.Uint64(b))] = b[8] == 1
+	}
 }
 
 // Convert appends the KvEvent records of batch b (rank rank) to out. Event ids are

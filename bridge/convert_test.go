@@ -8,6 +8,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 const testBS = 4
@@ -165,5 +166,41 @@ func TestConvertRefusesBlockSizeMismatch(t *testing.T) {
 		if !errors.Is(err, ErrBlockSize) || len(out) != 0 || c.HeldBlocks(0) != 0 {
 			t.Fatalf("err = %v, out %+v", err, out)
 		}
+	}
+}
+
+// TestConvertGroupKnowledge: a removal of a group no store described is skipped once the
+// full-attention group is known to be another one, and what a rank learned about its groups
+// survives a restart through GroupKinds (the ckf-bridge-groups header).
+func TestConvertGroupKnowledge(t *testing.T) {
+	c := NewConverter(7, testBS, nil)
+	unknown := removed(1)
+	unknown.HasGroup, unknown.GroupIdx = true, 2
+	convert(t, c, 0, stored(0, false, 10, 1))
+	if out, stats := convert(t, c, 0, unknown); len(out) != 1 || stats.Filtered != 0 {
+		t.Fatalf("nothing learned: a grouped removal applies: %+v %+v", out, stats)
+	}
+	full := stored(0, false, 10, 3)
+	full.HasGroup, full.GroupIdx, full.SpecKind = true, 0, SpecFullAttention
+	sliding := stored(0, false, 10, 3)
+	sliding.HasGroup, sliding.GroupIdx, sliding.SpecKind = true, 1, "sliding_window"
+	convert(t, c, 0, full, sliding)
+	unknown.BlockHashes = []kvevents.BlockHash{3}
+	if out, stats := convert(t, c, 0, unknown); len(out) != 0 || stats.Filtered != 1 || c.Held(0, 3) != 1 {
+		t.Fatalf("unknown group beside a known full-attention group: %+v %+v", out, stats)
+	}
+	kinds := c.GroupKinds(0)
+	if len(kinds) != 18 {
+		t.Fatalf("GroupKinds %x", kinds)
+	}
+	// A restarted bridge that read the header back skips group 1's removals before any store.
+	c2 := NewConverter(7, testBS, nil)
+	rb := readBack{conv: c2, resumes: map[uint32]*Resume{}, pending: map[uint32]*pendingBatch{}}
+	h := append(provenance(4, 1, 0, 1), kgo.RecordHeader{Key: HeaderGroups, Value: kinds})
+	rb.record(h, storedKV(3))
+	slidingRemoval := removed(3)
+	slidingRemoval.HasGroup, slidingRemoval.GroupIdx = true, 1
+	if out, stats := convert(t, c2, 0, slidingRemoval); len(out) != 0 || stats.Filtered != 1 || c2.Held(0, 3) != 1 {
+		t.Fatalf("after read-back: %+v %+v", out, stats)
 	}
 }

@@ -125,6 +125,8 @@ func (rb *readBack) record(headers []kgo.RecordHeader, ev *schemas.KvEvent) {
 			digest = binary.BigEndian.Uint64(h.Value)
 		case h.Key == HeaderPart && len(h.Value) == 8:
 			index, count, hasPart = binary.BigEndian.Uint32(h.Value), binary.BigEndian.Uint32(h.Value[4:]), true
+		case h.Key == HeaderGroups:
+			rb.conv.learnGroupKinds(ev.DpRank, h.Value)
 		}
 	}
 	if !hasSeq || !hasPart {

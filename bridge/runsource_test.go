@@ -41,10 +41,10 @@ type syncSink struct {
 	recordingSink
 }
 
-func (s *syncSink) Write(rank uint32, seq int64, d uint64, evs []schemas.KvEvent) {
+func (s *syncSink) Write(rank uint32, seq int64, d uint64, g []byte, evs []schemas.KvEvent) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.recordingSink.Write(rank, seq, d, evs)
+	s.recordingSink.Write(rank, seq, d, g, evs)
 }
 
 // TestRunSourceIdleRecheck: a rank that stays silent for bridge.idle_recheck asks the replay

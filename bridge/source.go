@@ -27,7 +27,7 @@ type Replayer interface {
 // Sink receives what a source decides: the records of one batch (written in order, with the
 // batch's sequence number and payload digest as provenance) and refused batches.
 type Sink interface {
-	Write(rank uint32, seq int64, digest uint64, evs []schemas.KvEvent)
+	Write(rank uint32, seq int64, digest uint64, groups []byte, evs []schemas.KvEvent)
 	DeadLetter(rank uint32, seq int64, payload []byte, err error)
 }
 
@@ -191,7 +191,7 @@ func (s *source) restart(ctx context.Context, seq int64) {
 		zap.Int64("seq", seq), zap.Int64("expected", s.next))
 	s.out = append(s.out[:0], s.conv.Clear(s.rank, s.eventID))
 	s.eventID++
-	s.sink.Write(s.rank, -1, 0, s.out)
+	s.sink.Write(s.rank, -1, 0, s.conv.GroupKinds(s.rank), s.out)
 	s.idleChecked = false
 	s.seen = [seenWindow]struct {
 		seq    int64
@@ -339,5 +339,5 @@ func (s *source) apply(seq int64, payload []byte) {
 		s.onMetric("filtered", st.Filtered)
 		s.onMetric("unknown_removal", st.UnknownRemovals)
 	}
-	s.sink.Write(rank, seq, digest, out)
+	s.sink.Write(rank, seq, digest, s.conv.GroupKinds(rank), out)
 }

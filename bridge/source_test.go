@@ -61,7 +61,7 @@ type recordingSink struct {
 	dead []int64
 }
 
-func (r *recordingSink) Write(_ uint32, seq int64, _ uint64, evs []schemas.KvEvent) {
+func (r *recordingSink) Write(_ uint32, seq int64, _ uint64, _ []byte, evs []schemas.KvEvent) {
 	for _, ev := range evs {
 		w := written{seq: seq, kind: ev.Kind}
 		if ev.Kind == schemas.KvStoredEvent {
