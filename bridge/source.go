@@ -135,6 +135,22 @@ func (s *source) idle(ctx context.Context) {
 		s.start(ctx, -1)
 		return
 	}
+	// Ask from the last batch applied: if the engine no longer has it under its number (its
+	// buffer ends before it, or holds another batch there), the engine restarted; a restart
+	// whose first batches were all lost live is otherwise invisible until it publishes again,
+	// and its cache is empty meanwhile.
+	if last := s.next - 1; last >= 0 {
+		if e := s.seen[uint64(last)%seenWindow]; e.seq == last {
+			replies, complete, err := s.replay.Replay(ctx, last)
+			if err != nil || ctx.Err() != nil {
+				return
+			}
+			if (len(replies) == 0 && complete) || (len(replies) > 0 && replies[0].Seq == last && digestOf(replies[0].Payload) != e.digest) {
+				s.restart(ctx, -1)
+				return
+			}
+		}
+	}
 	s.fill(ctx, -1)
 }
 
@@ -183,8 +199,9 @@ func (s *source) start(ctx context.Context, upTo int64) {
 	}
 }
 
-// restart handles an engine restart seen at live sequence seq: everything the rank held is
-// cleared, then the new incarnation's history before seq is filled from the replay socket.
+// restart handles an engine restart seen at live sequence seq (-1: by an idle re-check):
+// everything the rank held is cleared, then the new incarnation's history before seq (all of
+// it, for -1) is filled from the replay socket.
 func (s *source) restart(ctx context.Context, seq int64) {
 	s.stats.restarts++
 	s.log.Warn("engine restart detected: sequence went back; clearing the rank", zap.Uint32("rank", s.rank),

@@ -336,3 +336,32 @@ func TestSourceFollowsReplayAnsweredInPieces(t *testing.T) {
 		t.Fatalf("stats %+v next %d written %v", s.stats, s.next, sink.hashes())
 	}
 }
+
+// TestSourceIdleRecheckDetectsQuietRestart: an engine that restarted and whose new batches were
+// all lost live (or that published none yet) is found by the idle re-check, which asks from the
+// last batch applied: the rank is cleared and the new incarnation's batches are applied.
+func TestSourceIdleRecheckDetectsQuietRestart(t *testing.T) {
+	ctx := context.Background()
+	for _, newBatches := range []int{0, 2, 6} {
+		e, sink := &fakeEngine{}, &recordingSink{}
+		s := newTestSource(e, sink)
+		for h := int64(10); h < 14; h++ {
+			seq, b := e.publish(t, h)
+			s.live(ctx, seq, b)
+		}
+		s.idle(ctx) // the same incarnation: nothing to do
+		if s.stats.restarts != 0 || len(sink.out) != 4 {
+			t.Fatalf("same incarnation: stats %+v", s.stats)
+		}
+		e2 := &fakeEngine{tsBase: 1e9}
+		for h := 0; h < newBatches; h++ {
+			e2.publish(t, int64(100+h))
+		}
+		s.replay = e2
+		s.idle(ctx)
+		if s.stats.restarts != 1 || sink.out[4].kind != schemas.KvClearedEvent || len(sink.hashes()) != 4+newBatches ||
+			s.next != int64(newBatches) || s.conv.Held(0, 10) != 0 {
+			t.Fatalf("%d new batches: stats %+v next %d out %+v", newBatches, s.stats, s.next, sink.out)
+		}
+	}
+}
