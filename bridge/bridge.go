@@ -204,6 +204,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 			b.log.Info("resuming rank from its records in Kafka", zap.Uint32("rank", r), zap.Int64("last_seq", res.Seq), zap.Int("held_blocks", conv.HeldBlocks(r)))
 		}
 	}
+	parent := ctx
 	ctx, cancelCause := context.WithCancelCause(ctx)
 	cancel := func() { cancelCause(nil) }
 	defer cancel()
@@ -219,6 +220,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 		if err != nil {
 			cancel()
 			wg.Wait()
+			if cerr := parent.Err(); cerr != nil {
+				return cerr // stopped while dialling an engine that is not up
+			}
 			return err
 		}
 		src := &source{rank: uint32(r), conv: conv, sink: b, log: b.log.With(zap.Int("rank", r)), retries: b.cfg.ReplayRetries,

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -533,4 +534,29 @@ func BenchmarkBridgeGapFill(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(counter("replayed_batches_total"))/b.Elapsed().Seconds(), "replayed-batches/s")
 	b.ReportMetric(float64(counter("lost_batches_total")), "lost")
+}
+
+// TestBridgeStopsWhileDialling: a bridge waiting for an engine that is not up stops cleanly
+// (its context's error, not a socket error) and was never ready.
+func TestBridgeStopsWhileDialling(t *testing.T) {
+	prod := testenv.Client(t)
+	codec, err := schemas.NewCodec(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bridge.New(bridge.Params{Config: bridge.Config{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)), WorkerID: 7,
+		KVTopic: "unused", DeadLetterTopic: "unused"}, Codec: codec, Producer: prod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	if b.Ready() == nil {
+		t.Fatal("ready before the engine answered")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run returned %v", err)
+	}
 }
