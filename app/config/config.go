@@ -373,8 +373,10 @@ type Bridge struct {
 	// Endpoint is the engine's PUB endpoint of rank 0, the engine's kv-events endpoint as the
 	// bridge reaches it: tcp://engine-host:5557 when the engine binds (its endpoint has a
 	// wildcard, tcp://*:5557, the engines' default), or the address the bridge binds when
-	// bridge.bind is set. Required by processor bridge; default empty. Environment:
-	// CKF_BRIDGE_ENDPOINT.
+	// bridge.bind is set. Required by processor bridge; default empty. While the engine is not
+	// up the bridge keeps dialling and /readyz reports it not ready; when the engine goes away
+	// the socket is opened again, and what was published meanwhile is filled from the replay
+	// socket. Environment: CKF_BRIDGE_ENDPOINT.
 	Endpoint string `yaml:"endpoint"`
 	// ReplayEndpoint is the engine's ROUTER replay endpoint of rank 0 (the engine's
 	// replay_endpoint as the bridge reaches it). Empty (the default) runs without gap filling:
