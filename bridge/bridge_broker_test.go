@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -72,12 +73,10 @@ func startEngineAt(t *testing.T, pubEP, replayEP string, connect bool) *engine {
 
 func startEngineArgs(t testing.TB, pubEP, replayEP string, extra ...string) *engine {
 	t.Helper()
-	if out, err := exec.Command("python3", "-c", "import zmq, msgspec").CombinedOutput(); err != nil {
-		t.Fatalf("the engine stand-in needs python3 with pyzmq and msgspec (pip install pyzmq msgspec): %v\n%s", err, out)
-	}
+	py := enginePython(t)
 	e := &engine{t: t, pub: pubEP, reply: replayEP}
 	args := append([]string{"testdata/engine.py", e.pub, e.reply}, extra...)
-	e.cmd = exec.Command("python3", args...)
+	e.cmd = exec.Command(py, args...)
 	var err error
 	if e.in, err = e.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -96,6 +95,25 @@ func startEngineArgs(t testing.TB, pubEP, replayEP string, extra ...string) *eng
 		t.Fatalf("engine: %q", got)
 	}
 	return e
+}
+
+// enginePython returns the python that runs the stand-in: the engine emulators' pinned virtual
+// environment when the repository has one (testenv/engine/venv.sh), else python3, which must
+// then have pyzmq and msgspec (.ci/run installs them).
+func enginePython(t testing.TB) string {
+	t.Helper()
+	py := "python3"
+	if _, err := os.Stat("../testenv/engine/venv.sh"); err == nil {
+		out, err := exec.Command("bash", "../testenv/engine/venv.sh").Output()
+		if err != nil {
+			t.Fatalf("testenv/engine/venv.sh: %v", err)
+		}
+		py = strings.TrimSpace(string(out))
+	}
+	if out, err := exec.Command(py, "-c", "import zmq, msgspec").CombinedOutput(); err != nil {
+		t.Fatalf("the engine stand-in needs %s with pyzmq and msgspec (pip install pyzmq msgspec): %v\n%s", py, err, out)
+	}
+	return py
 }
 
 // stop ends the engine process (closing its stdin) and waits for it; a second stop is a no-op.
