@@ -10,10 +10,11 @@ const (
 	CommandRelay   = "relay"
 	CommandLoadgen = "loadgen"
 	CommandQuery   = "query"
+	CommandBridge  = "bridge"
 )
 
 // Commands are the commands a Description may name, in the order help output lists them.
-var Commands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandQuery}
+var Commands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandQuery, CommandBridge}
 
 // Description is the help text of one setting: one line saying what it is, and the commands
 // whose behaviour it changes.
@@ -29,10 +30,11 @@ type Description struct {
 // at start, logs, serves HTTP and metrics, and stops within shutdown_timeout. A topic setting
 // lists the commands that read or write the topic, not the ones that only create it.
 var (
-	processCommands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen}
-	clientCommands  = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandQuery}
+	processCommands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandBridge}
+	clientCommands  = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandQuery, CommandBridge}
 	indexerCommands = []string{CommandDemo, CommandIndexer}
 	relayCommands   = []string{CommandDemo, CommandRelay}
+	bridgeCommands  = []string{CommandBridge}
 )
 
 // descriptions holds one Description per setting path (Fields' paths). A setting added to
@@ -53,7 +55,7 @@ var descriptions = map[string]Description{
 	"kafka.sasl.password":            {"SASL password; required with a mechanism, never printed (pass it by file or variable)", clientCommands},
 
 	"topic_prefix":             {"prepended to every default topic name (not to names set under topics.*)", clientCommands},
-	"topics.kv_events":         {"KV events from the engines; each relay reads its own DC's topic (loadgen and demo append .dc-<dc hex>)", []string{CommandDemo, CommandRelay, CommandLoadgen}},
+	"topics.kv_events":         {"KV events from the engines; each relay reads its own DC's topic (loadgen and demo append .dc-<dc hex>); a bridge writes its engine's DC topic", []string{CommandDemo, CommandRelay, CommandLoadgen, CommandBridge}},
 	"topics.lanes":             {"CKF snapshots and deltas; partition p is physical lane p", []string{CommandDemo, CommandIndexer, CommandRelay}},
 	"topics.queries":           {"prefix-match query requests from routers", []string{CommandDemo, CommandIndexer, CommandLoadgen, CommandQuery}},
 	"topics.query_replies":     {"query replies, keyed by correlation id", []string{CommandDemo, CommandIndexer, CommandLoadgen, CommandQuery}},
@@ -63,6 +65,19 @@ var descriptions = map[string]Description{
 	"topics.snapshot_index":    {"compacted: where each lane's latest complete snapshot starts, keyed lane-<n>", []string{CommandDemo, CommandIndexer, CommandRelay}},
 	"topics.relay_checkpoints": {"the relays' own state checkpoints; partition p is lane p's relay", relayCommands},
 
+	"bridge.endpoint":             {"the engine's ZeroMQ PUB endpoint of rank 0 (dialled, or bound with bridge.bind); required by bridge", bridgeCommands},
+	"bridge.replay_endpoint":      {"the engine's ROUTER replay endpoint of rank 0; empty counts missed batches as lost instead of filling them", bridgeCommands},
+	"bridge.topic":                {"ZeroMQ topic filter, the engine's kv-events topic; empty takes every message", bridgeCommands},
+	"bridge.worker_id":            {"worker id (and Kafka key) of every record the bridge writes; unique among the DC's engines", bridgeCommands},
+	"bridge.bind":                 {"bind bridge.endpoint and let the engine connect (engines with a non-wildcard endpoint)", bridgeCommands},
+	"bridge.block_size":           {"the engine's block size in tokens; stored events of another size are refused and dead-lettered", bridgeCommands},
+	"bridge.ranks":                {"data-parallel ranks of the engine; rank r uses the endpoints' ports plus r", bridgeCommands},
+	"bridge.lora_names":           {"id=name items naming the LoRA ids of engines that send lora_id only; unmapped ids are refused", bridgeCommands},
+	"bridge.buffer_batches":       {"batches received and not yet converted, per rank; a full buffer stops reading (gaps come from replay)", bridgeCommands},
+	"bridge.replay_timeout":       {"wait for each reply of a replay request before the attempt ends and is retried", bridgeCommands},
+	"bridge.replay_retries":       {"replays in a row that may stop short before the missing batches are reported lost", bridgeCommands},
+	"bridge.idle_recheck":         {"silence after which a rank asks the replay socket for batches past the last one (0 disables)", bridgeCommands},
+	"bridge.resume":               {"at start, read the worker's records back from Kafka and continue after the last batch written", bridgeCommands},
 	"schema_registry.urls":        {"Confluent-compatible schema registry base URLs; empty uses the built-in schema ids", clientCommands},
 	"schema_registry.username":    {"registry basic-auth user (with schema_registry.password)", clientCommands},
 	"schema_registry.password":    {"registry basic-auth password, never printed (pass it by file or variable)", clientCommands},

@@ -18,3 +18,16 @@ func TestRelayCommandConfigErrors(t *testing.T) {
 		t.Errorf("relay on a lane of another DC: exit %d, %q", code, errOut)
 	}
 }
+
+// TestBridgeCommandConfigErrors: processor bridge refuses, with exit status 2 and the field's
+// name, a configuration without the engine's endpoint and a malformed LoRA map.
+func TestBridgeCommandConfigErrors(t *testing.T) {
+	code, _, errOut := runCmd(t, nil, "bridge", "--bridge.worker_id=3")
+	if code != exitUsage || !strings.Contains(errOut, "bridge.endpoint") {
+		t.Errorf("bridge without an endpoint: exit %d, %q", code, errOut)
+	}
+	code, _, errOut = runCmd(t, nil, "bridge", "--bridge.endpoint=tcp://e:5557", "--bridge.lora_names=x")
+	if code != exitUsage || !strings.Contains(errOut, "bridge.lora_names") {
+		t.Errorf("bridge with a bad LoRA map: exit %d, %q", code, errOut)
+	}
+}
