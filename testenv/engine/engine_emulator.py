@@ -454,7 +454,7 @@ class Rank:
             r = self.rng.random()
             if len(self.gpu) >= a.capacity or (self.gpu and r < 0.3):
                 ev = self.gpu_evict()
-            elif r < 0.3 + a.cpu_fraction:
+            elif r < 0.3 + a.cpu_fraction and a.wire != "array5":  # array5 has no medium
                 ev = self.cpu_event()
             elif a.hybrid and a.wire != "array5" and r < 0.3 + a.cpu_fraction + 0.05:
                 ev = self.window_event()
