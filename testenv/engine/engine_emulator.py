@@ -94,6 +94,20 @@ def binds(endpoint: str) -> bool:
             or endpoint.startswith("inproc://"))
 
 
+def bind_retrying(sock: zmq.Socket, endpoint: str, patience: float = 10.0) -> None:
+    """Bind, retrying while the address is still held: libzmq releases the listener of a closed
+    socket in its I/O thread, so an immediate rebind (a restart) can find it busy."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            sock.bind(endpoint)
+            return
+        except zmq.ZMQError as e:
+            if e.errno != zmq.EADDRINUSE or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+
+
 # ---- the wire shapes -------------------------------------------------------------------------
 
 class Wire:
@@ -241,7 +255,7 @@ class Rank:
         self.pub.setsockopt(zmq.LINGER, 0)
         ep = offset_endpoint(a.endpoint, self.rank)
         if a.bind or (not a.connect and binds(ep)):
-            self.pub.bind(ep)
+            bind_retrying(self.pub, ep)
         else:
             self.pub.connect(ep)
         self.subscribers = 0
@@ -250,7 +264,7 @@ class Rank:
             self.replay = ctx.socket(zmq.ROUTER)
             self.replay.setsockopt(zmq.LINGER, 0)
             self.replay.setsockopt(zmq.SNDHWM, a.replay_hwm)
-            self.replay.bind(offset_endpoint(a.replay_endpoint, self.rank))
+            bind_retrying(self.replay, offset_endpoint(a.replay_endpoint, self.rank))
 
     def close_sockets(self) -> None:
         for s in (self.pub, self.replay):
