@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -16,9 +17,11 @@ const (
 	// WireMap is vLLM's current shape: the batch and each event are maps, events tagged by a
 	// "type" key, the batch carrying data_parallel_rank.
 	WireMap Wire = iota
-	// WireArray is the array_like shape with data_parallel_rank, medium and lora_name:
-	// [ts, events, rank] and ["BlockStored", block_hashes, parent_block_hash, token_ids,
-	// block_size, lora_id, medium, lora_name, ...]; trailing fields at their default are left out.
+	// WireArray is the array_like shape of the same structs: [ts, events, rank] and
+	// ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
+	// lora_name, extra_keys, group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window],
+	// ["BlockRemoved", block_hashes, medium, group_idx]; msgspec writes an array_like struct
+	// whole, fields at their default (None) included.
 	WireArray
 	// WireArray5 is the five-field BlockStored of SGLang and of early vLLM: [ts, events],
 	// ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id],
@@ -138,6 +141,12 @@ func (k EventKind) String() string {
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
 
+// EncodeBatch encodes one batch of rank's events at time ts (seconds since the epoch) in the
+// shape w with hashes in format h, byte for byte as the engines' msgspec encoder writes it.
+func EncodeBatch(w Wire, h HashFormat, ts float64, events []Event, rank int) ([]byte, error) {
+	return newEncoder(w, h).batch(ts, events, rank)
+}
+
 // encoder writes batches in one wire shape and hash format, as msgspec writes them: integers in
 // their smallest form, floats as float 64, map keys in declaration order with the tag first.
 type encoder struct {
@@ -211,16 +220,21 @@ func (e *encoder) event(ev *Event) error {
 			fields = append(fields,
 				field{"medium", func() error { return m.EncodeString(ev.Medium) }},
 				field{"lora_name", func() error { return e.optString(ev.LoRAName) }})
-			if g := ev.Group; g != nil {
-				if e.wire == WireArray {
-					// msgspec leaves a field at its default (None) out of a map, but an array
-					// needs its position for the fields after it.
-					fields = append(fields, field{"extra_keys", m.EncodeNil})
-				}
+			g := ev.Group
+			switch {
+			case g != nil:
 				fields = append(fields,
 					field{"group_idx", func() error { return m.EncodeInt(int64(g.Index)) }},
 					field{"kv_cache_spec_kind", func() error { return m.EncodeString(g.Kind) }},
 					field{"kv_cache_spec_sliding_window", func() error { return m.EncodeInt(int64(g.SlidingWindow)) }})
+			case e.wire == WireArray:
+				fields = append(fields, field{"group_idx", m.EncodeNil}, field{"kv_cache_spec_kind", m.EncodeNil},
+					field{"kv_cache_spec_sliding_window", m.EncodeNil})
+			}
+			if e.wire == WireArray {
+				// msgspec leaves a field at its default (None) out of a map only: an array_like
+				// struct is written whole. extra_keys comes before the group fields.
+				fields = slices.Insert(fields, 7, field{"extra_keys", m.EncodeNil})
 			}
 		}
 	case BlockRemoved:
@@ -229,6 +243,8 @@ func (e *encoder) event(ev *Event) error {
 			fields = append(fields, field{"medium", func() error { return m.EncodeString(ev.Medium) }})
 			if g := ev.Group; g != nil {
 				fields = append(fields, field{"group_idx", func() error { return m.EncodeInt(int64(g.Index)) }})
+			} else if e.wire == WireArray {
+				fields = append(fields, field{"group_idx", m.EncodeNil})
 			}
 		}
 	case AllBlocksCleared:

@@ -19,9 +19,11 @@ batches it missed from the replay socket).
 Payload shapes (--wire), all msgpack written by msgspec exactly as the engines declare them:
   map     the batch and each event are maps: {"ts", "events", "data_parallel_rank"}, events
           tagged by a "type" key (vLLM's current structs: no array_like);
-  array   array_like structs: [ts, events, data_parallel_rank], events
+  array   the same structs array_like: [ts, events, data_parallel_rank], events
           ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id,
-          medium, lora_name, (extra_keys, group_idx, kv_cache_spec_kind, ... when set)];
+          medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
+          kv_cache_spec_sliding_window] (msgspec writes an array_like struct whole, fields at
+          their default included), ["BlockRemoved", block_hashes, medium, group_idx];
   array5  the five-field BlockStored of SGLang and of early vLLM: [ts, events],
           ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id],
           ["BlockRemoved", block_hashes]; no rank, no medium, no LoRA name.
@@ -158,6 +160,19 @@ class Wire:
         if self.shape == "array5":
             return self.encoder.encode(self.Batch(ts, events))
         return self.encoder.encode(self.Batch(ts, events, rank))
+
+
+def wire_hash(digest: Optional[bytes], fmt: str):
+    """A block digest as the engine sends it: the 32 bytes, or their low 64 bits as an unsigned
+    (int) or signed (signed) integer."""
+    if digest is None:
+        return None
+    if fmt == "bytes":
+        return digest
+    v = int.from_bytes(digest, "big") & MASK64
+    if fmt == "signed" and v >= 1 << 63:
+        v -= 1 << 64
+    return v
 
 
 # ---- the block pool of one rank --------------------------------------------------------------
@@ -341,15 +356,7 @@ class Rank:
     # the workload
 
     def wire_hash(self, digest: Optional[bytes]):
-        if digest is None:
-            return None
-        fmt = self.emu.args.hash_format
-        if fmt == "bytes":
-            return digest
-        v = int.from_bytes(digest, "big") & MASK64
-        if fmt == "signed" and v >= 1 << 63:
-            v -= 1 << 64
-        return v
+        return wire_hash(digest, self.emu.args.hash_format)
 
     def block_digest(self, parent: Optional[bytes], tokens: list[int], lora: Optional[str]) -> bytes:
         h = hashlib.sha256()
