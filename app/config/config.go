@@ -19,6 +19,9 @@
 package config
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -49,6 +52,8 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 	// DefaultStartupTimeout bounds start-up, which includes creating topics on the cluster.
 	DefaultStartupTimeout = 60 * time.Second
+	// DefaultBridgeBlockSize is bridge.block_size: vLLM's default block size.
+	DefaultBridgeBlockSize = 16
 )
 
 // Config is the whole process configuration. Build it with Load (or Default for the defaults);
@@ -68,6 +73,7 @@ type Config struct {
 	Metrics Metrics `yaml:"metrics"`
 	Indexer Indexer `yaml:"indexer"`
 	Relay   Relay   `yaml:"relay"`
+	Bridge  Bridge  `yaml:"bridge"`
 
 	// ShutdownTimeout bounds a graceful stop, fx's stop timeout: every component's OnStop
 	// (stop intake, drain lanes, flush producers, commit offsets, close clients) must finish
@@ -359,6 +365,92 @@ type Relay struct {
 	CheckpointEveryEvents uint64 `yaml:"checkpoint_every_events"`
 }
 
+// Bridge configures processor bridge: one engine worker's KV-cache events, read from the
+// engine's ZeroMQ sockets (vLLM, SGLang) and written to topics.kv_events, keyed by
+// bridge.worker_id. Run one bridge per engine; the engine's data-parallel ranks are
+// bridge.ranks consecutive ports (bridge/README.md).
+type Bridge struct {
+	// Endpoint is the engine's PUB endpoint of rank 0, the engine's kv-events endpoint as the
+	// bridge reaches it: tcp://engine-host:5557 when the engine binds (its endpoint has a
+	// wildcard, tcp://*:5557, the engines' default), or the address the bridge binds when
+	// bridge.bind is set. Required by processor bridge; default empty. Environment:
+	// CKF_BRIDGE_ENDPOINT.
+	Endpoint string `yaml:"endpoint"`
+	// ReplayEndpoint is the engine's ROUTER replay endpoint of rank 0 (the engine's
+	// replay_endpoint as the bridge reaches it). Empty (the default) runs without gap filling:
+	// a missed batch is counted as lost (ckf_bridge_lost_batches_total) and the index may miss
+	// the blocks it stored until they are stored again. Environment: CKF_BRIDGE_REPLAY_ENDPOINT.
+	ReplayEndpoint string `yaml:"replay_endpoint"`
+	// Topic is the ZeroMQ topic the bridge subscribes to, the engine's kv-events topic. Default
+	// empty: every message of the socket. Environment: CKF_BRIDGE_TOPIC.
+	Topic string `yaml:"topic"`
+	// WorkerID is the worker id of every record the bridge writes and their Kafka key; it names
+	// the engine in query answers, so it must be unique among the DC's engines. Default 0.
+	// Environment: CKF_BRIDGE_WORKER_ID.
+	WorkerID uint64 `yaml:"worker_id"`
+	// Bind makes the bridge bind bridge.endpoint and wait for the engine to connect, for
+	// engines configured with a non-wildcard endpoint (vLLM and SGLang connect then). Default
+	// false: the bridge dials the engine, which binds. Environment: CKF_BRIDGE_BIND.
+	Bind bool `yaml:"bind"`
+	// BlockSize is the engine's KV-cache block size in tokens (vLLM --block-size, SGLang
+	// --page-size). Queries hash prompts in blocks of the indexer's block size, so a stored
+	// event of another size is refused (dead-lettered with ckf_bridge_refused_batches_total and
+	// an error log) rather than indexed under hashes no query computes. Default 16.
+	// Environment: CKF_BRIDGE_BLOCK_SIZE.
+	BlockSize int `yaml:"block_size"`
+	// Ranks is the engine's number of data-parallel ranks: rank r's sockets are the endpoints
+	// with their TCP port plus r, as the engines derive them. Default 1. Environment:
+	// CKF_BRIDGE_RANKS.
+	Ranks int `yaml:"ranks"`
+	// LoraNames maps the numeric LoRA ids of engines that send lora_id without lora_name to
+	// adapter names, as id=name items (a list; comma-separated in a variable). The name salts the
+	// block hashes as queries for that adapter do; a stored event with an unmapped id is refused
+	// (dead-lettered, counted). Default empty. Environment: CKF_BRIDGE_LORA_NAMES.
+	LoraNames []string `yaml:"lora_names"`
+	// BufferBatches bounds the batches received and not yet converted, per rank. A full buffer
+	// stops reading the socket (ckf_bridge_buffer_full_total counts it): the engine's PUB socket
+	// then drops at its high-water mark and the gap is filled from the replay socket. Larger
+	// buffers ride out longer Kafka stalls at the cost of memory (a batch is a few KiB).
+	// Default 1024. Environment: CKF_BRIDGE_BUFFER_BATCHES.
+	BufferBatches int `yaml:"buffer_batches"`
+	// ReplayTimeout bounds the wait for each reply of a replay request; a reply that does not
+	// come in time ends the attempt, which is retried from the last batch received. Default 2s.
+	// Environment: CKF_BRIDGE_REPLAY_TIMEOUT.
+	ReplayTimeout time.Duration `yaml:"replay_timeout"`
+	// ReplayRetries is how many times a replay that stopped short (the engine drops replies
+	// of large replays) is asked again before the missing batches are reported lost. Default 3.
+	// Environment: CKF_BRIDGE_REPLAY_RETRIES.
+	ReplayRetries int `yaml:"replay_retries"`
+	// IdleRecheck asks the replay socket for batches after the last one handled once a rank
+	// has been silent this long: a dropped final batch is otherwise invisible until the engine
+	// publishes again. 0 disables it. Default 5s. Environment: CKF_BRIDGE_IDLE_RECHECK.
+	IdleRecheck time.Duration `yaml:"idle_recheck"`
+	// Resume reads the worker's records back from topics.kv_events at start, so a restarted
+	// bridge continues after the last batch written and holds the blocks written before
+	// (bridge/README.md, "Restart"). It costs one read of the worker's partition at start.
+	// false starts afresh: everything the engine's replay buffer still has is written again
+	// (harmless to the relay: re-offered stores are deduplicated, removals of unknown blocks
+	// ignored). Default true. Environment: CKF_BRIDGE_RESUME.
+	Resume bool `yaml:"resume"`
+}
+
+// LoraMap parses LoraNames (validated by Config.Validate).
+func (b Bridge) LoraMap() (map[int64]string, error) {
+	out := map[int64]string{}
+	for _, item := range b.LoraNames {
+		k, v, ok := strings.Cut(item, "=")
+		id, err := strconv.ParseInt(strings.TrimSpace(k), 0, 64)
+		if !ok || err != nil || strings.TrimSpace(v) == "" {
+			return nil, fmt.Errorf("%q is not id=name", item)
+		}
+		if _, dup := out[id]; dup {
+			return nil, fmt.Errorf("LoRA id %d is mapped twice", id)
+		}
+		out[id] = strings.TrimSpace(v)
+	}
+	return out, nil
+}
+
 // EffectiveSnapshotIdleInterval is the idle period the relay runs with: SnapshotIdleInterval,
 // or SnapshotInterval when it is 0 (idle lanes snapshot as often as busy ones).
 func (r Relay) EffectiveSnapshotIdleInterval() time.Duration {
@@ -403,6 +495,15 @@ func defaultConfig() Config {
 			CheckpointInterval:    streams.DefaultRelayCheckpointInterval,
 			CheckpointEveryEvents: streams.DefaultRelayCheckpointEveryEvents,
 		},
+		Bridge: Bridge{
+			BlockSize:     DefaultBridgeBlockSize,
+			Ranks:         1,
+			BufferBatches: 1024,
+			ReplayTimeout: 2 * time.Second,
+			ReplayRetries: 3,
+			IdleRecheck:   5 * time.Second,
+			Resume:        true,
+		},
 		ShutdownTimeout: DefaultShutdownTimeout,
 		StartupTimeout:  DefaultStartupTimeout,
 	}
@@ -435,6 +536,9 @@ func (c *Config) resolve() {
 	if len(c.Indexer.Lanes) == 0 {
 		c.Indexer.Lanes = nil
 	}
+	if len(c.Bridge.LoraNames) == 0 {
+		c.Bridge.LoraNames = nil
+	}
 }
 
 func upperASCII(s string) string {
@@ -459,6 +563,7 @@ type Parts struct {
 	Metrics Metrics
 	Indexer Indexer
 	Relay   Relay
+	Bridge  Bridge
 }
 
 // Split returns c's sections as Parts.
@@ -471,6 +576,7 @@ func Split(c Config) Parts {
 		Metrics: c.Metrics,
 		Indexer: c.Indexer,
 		Relay:   c.Relay,
+		Bridge:  c.Bridge,
 	}
 }
 

@@ -75,6 +75,7 @@ func (c Config) Validate() error {
 	}
 	c.Indexer.validate(&p)
 	c.Relay.validate(&p)
+	c.Bridge.validate(&p)
 	if c.ShutdownTimeout <= 0 {
 		p.add("shutdown_timeout", "%v is not positive", c.ShutdownTimeout)
 	}
@@ -253,6 +254,52 @@ func (r Relay) validate(p *problems) {
 	if r.CheckpointInterval < 0 {
 		p.add("relay.checkpoint_interval", "%v is negative", r.CheckpointInterval)
 	}
+}
+
+func (b Bridge) validate(p *problems) {
+	if b.BlockSize < 1 {
+		p.add("bridge.block_size", "%d is not positive", b.BlockSize)
+	}
+	if b.Ranks < 1 || b.Ranks > 1024 {
+		p.add("bridge.ranks", "%d is not in [1,1024]", b.Ranks)
+	}
+	if _, err := b.LoraMap(); err != nil {
+		p.add("bridge.lora_names", "%v", err)
+	}
+	if b.BufferBatches < 1 {
+		p.add("bridge.buffer_batches", "%d is not positive", b.BufferBatches)
+	}
+	if b.ReplayTimeout <= 0 {
+		p.add("bridge.replay_timeout", "%v is not positive", b.ReplayTimeout)
+	}
+	if b.ReplayRetries < 0 {
+		p.add("bridge.replay_retries", "%d is negative", b.ReplayRetries)
+	}
+	if b.IdleRecheck < 0 {
+		p.add("bridge.idle_recheck", "%v is negative", b.IdleRecheck)
+	}
+	for _, f := range []struct{ name, ep string }{{"bridge.endpoint", b.Endpoint}, {"bridge.replay_endpoint", b.ReplayEndpoint}} {
+		if f.ep == "" {
+			continue
+		}
+		scheme, _, ok := strings.Cut(f.ep, "://")
+		if !ok || (scheme != "tcp" && scheme != "ipc" && scheme != "inproc") {
+			p.add(f.name, "%q is not a ZeroMQ endpoint (tcp://host:port)", f.ep)
+		} else if scheme == "tcp" && b.Ranks > 1 {
+			if i := strings.LastIndexByte(f.ep, ':'); i < 0 || !allDigits(f.ep[i+1:]) {
+				p.add(f.name, "%q has no port to offset for %d ranks", f.ep, b.Ranks)
+			}
+		}
+	}
+}
+
+func allDigits(s string) bool {
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // DomainID parses Domain with DomainSource as the source of both digests (ckf's

@@ -9,6 +9,7 @@
 //	              the embedded broker when no Kafka cluster is configured
 //	indexer       the global indexer: lanes, Kafka query service, HTTP API
 //	relay         one DC pool's relay: KV events in, its CKF lane (snapshots, deltas) out
+//	bridge        one engine's KV events (vLLM, SGLang over ZeroMQ) into the KV-events topic
 //	loadgen       synthetic engines (KV events) and routers (queries), with a report
 //	query         one prefix-match query over Kafka or HTTP, printed as per-DC depths
 //	config print  print the effective configuration, secrets redacted (--format yaml|json)
@@ -71,6 +72,8 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 		return runLoadgen(rest, stdout, stderr, lookupEnv)
 	case "relay":
 		return runRelay(rest, stdout, stderr, lookupEnv)
+	case "bridge":
+		return runBridge(rest, stdout, stderr, lookupEnv)
 	case "help":
 		if len(rest) > 0 && rest[0] == "config" {
 			printConfigHelp(stdout)
@@ -93,6 +96,7 @@ commands:
   indexer       the global indexer: lanes, Kafka query service, HTTP API (needs
                 indexer.domain and indexer.lanes)
   relay         one DC pool's relay: KV events in, its CKF lane out
+  bridge        one engine's KV events (vLLM, SGLang over ZeroMQ) into the KV-events topic
   loadgen       synthetic engines and routers, then a report (see loadgen -h)
   query         one prefix-match query: --hashes H,... or --tokens T,... --block-size N,
                 over Kafka, or --http URL

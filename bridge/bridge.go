@@ -1,0 +1,393 @@
+// Package bridge feeds the index from real inference engines: it subscribes to the KV-cache
+// events vLLM and SGLang publish over ZeroMQ (one PUB socket and one optional ROUTER replay
+// socket per data-parallel rank), orders and completes each rank's batch stream, converts the
+// batches to KvEvent records keyed by worker (local block hashes from the token ids, engine
+// hashes as external ids) and produces them to the KV-events topic that the DC's relay reads.
+//
+// The engines' wire format and the decisions taken on it are in README.md in this directory;
+// package kvevents decodes the payloads.
+package bridge
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/go-zeromq/zmq4"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/uber-go/tally/v4"
+	"go.uber.org/zap"
+)
+
+// Defaults of Config.
+const (
+	DefaultBlockSize     = 16
+	DefaultBufferBatches = 1024
+	DefaultReplayTimeout = 2 * time.Second
+	DefaultReplayRetries = 3
+	DefaultIdleRecheck   = 5 * time.Second
+)
+
+// Record headers the bridge writes on every KvEvent record: the engine batch the record came
+// from (8-byte big-endian sequence number, -1 for the clear the bridge writes on an engine
+// restart) and the XXH3-64 digest of the batch's payload. A restarted bridge reads them back
+// to find where each rank stopped (Resume).
+const (
+	HeaderSeq    = "ckf-bridge-seq"
+	HeaderDigest = "ckf-bridge-digest"
+)
+
+// ErrConfig is wrapped by every configuration error of New.
+var ErrConfig = errors.New("bridge: invalid configuration")
+
+// Config configures a Bridge for one engine worker.
+type Config struct {
+	// Endpoint is the engine's PUB endpoint of rank 0 (tcp://host:5557); rank r uses
+	// RankEndpoint(Endpoint, r).
+	Endpoint string
+	// ReplayEndpoint is the engine's ROUTER replay endpoint of rank 0; empty: no gap filling
+	// (gaps are reported as lost).
+	ReplayEndpoint string
+	// Topic is the ZeroMQ topic filter; empty receives every topic.
+	Topic string
+	// Bind binds the SUB sockets instead of dialling (for engines configured with a
+	// non-wildcard endpoint, which connect).
+	Bind bool
+	// Ranks is the number of data-parallel ranks of the engine; default 1.
+	Ranks int
+	// WorkerID is the worker id of every record (and the record key).
+	WorkerID uint64
+	// BlockSize is the only engine block size accepted; default 16.
+	BlockSize int
+	// LoraNames maps numeric LoRA ids to adapter names for engines that send no lora_name.
+	LoraNames map[int64]string
+	// KVTopic and DeadLetterTopic are the topics written.
+	KVTopic, DeadLetterTopic string
+	// BufferBatches bounds the batches received and not yet handled, per rank; default 1024.
+	BufferBatches int
+	// ReplayTimeout bounds the wait for each replay reply; default 2s.
+	ReplayTimeout time.Duration
+	// ReplayRetries is how many times a short replay is asked again; default 3.
+	ReplayRetries int
+	// IdleRecheck is how long a rank may be silent before the replay socket is asked for
+	// batches after the last one handled; default 5s. 0 disables the re-check.
+	IdleRecheck time.Duration
+	// Resume reads the worker's records back from KVTopic at start to continue where a
+	// previous bridge stopped; default true in the process (processor bridge).
+	Resume bool
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.Ranks == 0 {
+		out.Ranks = 1
+	}
+	if out.BlockSize == 0 {
+		out.BlockSize = DefaultBlockSize
+	}
+	if out.BufferBatches == 0 {
+		out.BufferBatches = DefaultBufferBatches
+	}
+	if out.ReplayTimeout == 0 {
+		out.ReplayTimeout = DefaultReplayTimeout
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	bad := func(f string, a ...any) error { return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(f, a...)) }
+	switch {
+	case c.Endpoint == "":
+		return bad("no engine endpoint")
+	case c.Ranks < 1:
+		return bad("ranks %d is not positive", c.Ranks)
+	case c.BlockSize < 1:
+		return bad("block size %d is not positive", c.BlockSize)
+	case c.KVTopic == "" || c.DeadLetterTopic == "":
+		return bad("no KV-events or dead-letter topic")
+	case c.BufferBatches < 1 || c.ReplayTimeout < 0 || c.ReplayRetries < 0 || c.IdleRecheck < 0:
+		return bad("buffer, replay timeout, retries and idle re-check must not be negative")
+	}
+	for r := 0; r < c.Ranks; r++ {
+		if _, err := RankEndpoint(c.Endpoint, r); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		if _, err := RankEndpoint(c.ReplayEndpoint, r); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
+	return nil
+}
+
+// Params are New's inputs.
+type Params struct {
+	Config Config
+	Codec  *schemas.Codec
+	// Producer writes the records; the bridge does not close it. It must keep records of one
+	// key in order (franz-go's default idempotent producer does).
+	Producer *kgo.Client
+	// Consumer options for Resume's read-back (the connection's options); nil disables it.
+	ConsumerOpts []kgo.Opt
+	Metrics      tally.Scope
+	Log          *zap.Logger
+}
+
+// Bridge runs the sources of one engine worker.
+type Bridge struct {
+	cfg   Config
+	codec *schemas.Codec
+	prod  *kgo.Client
+	copts []kgo.Opt
+	log   *zap.Logger
+	m     *metrics
+
+	ready   atomic.Bool
+	prodErr atomic.Pointer[error]
+}
+
+// New checks the configuration and builds a Bridge; nothing connects until Run.
+func New(p Params) (*Bridge, error) {
+	cfg := p.Config.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if p.Codec == nil || p.Producer == nil {
+		return nil, fmt.Errorf("%w: a codec and a producer are required", ErrConfig)
+	}
+	log := p.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Bridge{cfg: cfg, codec: p.Codec, prod: p.Producer, copts: p.ConsumerOpts, log: log, m: newMetrics(p.Metrics)}, nil
+}
+
+// Ready reports whether every rank's SUB socket is open and the resume read-back is done.
+func (b *Bridge) Ready() error {
+	if !b.ready.Load() {
+		return errors.New("bridge: starting (resume read-back, sockets)")
+	}
+	if e := b.prodErr.Load(); e != nil {
+		return fmt.Errorf("bridge: producing: %w", *e)
+	}
+	return nil
+}
+
+// Run reads the worker's previous records back (Config.Resume), opens one SUB socket per rank
+// and handles batches until ctx ends; then it flushes the producer. It returns ctx's error, or
+// the error that stopped it (a socket that cannot be opened, a failed read-back).
+func (b *Bridge) Run(ctx context.Context) error {
+	conv := NewConverter(b.cfg.WorkerID, b.cfg.BlockSize, b.cfg.LoraNames)
+	resumes := map[uint32]*Resume{}
+	if b.cfg.Resume && b.copts != nil {
+		var err error
+		resumes, err = ReadBack(ctx, b.copts, b.codec, b.cfg.KVTopic, b.cfg.WorkerID, conv)
+		if err != nil {
+			return fmt.Errorf("bridge: resuming from %s: %w", b.cfg.KVTopic, err)
+		}
+		for r, res := range resumes {
+			b.log.Info("resuming rank from its records in Kafka", zap.Uint32("rank", r), zap.Int64("last_seq", res.Seq), zap.Int("held_blocks", conv.HeldBlocks(r)))
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, b.cfg.Ranks)
+	var convMu sync.Mutex // the converter's ranks are disjoint, but its map is shared
+	for r := 0; r < b.cfg.Ranks; r++ {
+		ep, _ := RankEndpoint(b.cfg.Endpoint, r)
+		sub, err := openSub(ctx, ep, b.cfg.Topic, b.cfg.Bind)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		src := &source{rank: uint32(r), conv: conv, sink: b, log: b.log.With(zap.Int("rank", r)), retries: b.cfg.ReplayRetries,
+			resume: resumes[uint32(r)], onMetric: b.m.event}
+		if b.cfg.ReplayEndpoint != "" {
+			rep, _ := RankEndpoint(b.cfg.ReplayEndpoint, r)
+			src.replay = &zmqReplayer{endpoint: rep, timeout: b.cfg.ReplayTimeout}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer sub.Close()
+			if err := b.runSource(ctx, src, sub, &convMu); err != nil && ctx.Err() == nil {
+				errs <- err
+				cancel()
+			}
+		}()
+	}
+	b.ready.Store(true)
+	<-ctx.Done()
+	wg.Wait()
+	b.ready.Store(false)
+	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer fcancel()
+	ferr := b.prod.Flush(fctx)
+	select {
+	case err := <-errs:
+		return err
+	default:
+	}
+	if ferr != nil {
+		return fmt.Errorf("bridge: flushing: %w", ferr)
+	}
+	return ctx.Err()
+}
+
+type liveMsg struct {
+	seq     int64
+	payload []byte
+}
+
+// runSource reads one rank's SUB socket on a goroutine into a bounded buffer and handles the
+// batches in order on this one. A full buffer blocks the reader (counted): the engine's PUB
+// socket then drops at its high-water mark, and the gaps are filled from the replay socket.
+// After IdleRecheck without a batch it asks the replay socket for what it may have missed.
+func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, mu *sync.Mutex) error {
+	buf := make(chan liveMsg, b.cfg.BufferBatches)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(buf)
+		for {
+			msg, err := sub.Recv()
+			if err != nil {
+				if ctx.Err() == nil {
+					readErr <- err
+				}
+				return
+			}
+			seq, payload, err := parseLive(msg.Frames)
+			if err != nil {
+				b.m.malformedMessages.Inc(1)
+				b.log.Warn("malformed engine message dropped", zap.Uint32("rank", src.rank), zap.Error(err))
+				continue
+			}
+			select {
+			case buf <- liveMsg{seq, payload}:
+				continue
+			default:
+			}
+			b.m.bufferFull.Inc(1)
+			select {
+			case buf <- liveMsg{seq, payload}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var idle <-chan time.Time
+	var timer *time.Timer
+	if b.cfg.IdleRecheck > 0 && src.replay != nil {
+		timer = time.NewTimer(b.cfg.IdleRecheck)
+		defer timer.Stop()
+		idle = timer.C
+	}
+	rankTag := strconv.Itoa(int(src.rank))
+	last := src.stats
+	report := func() {
+		st := src.stats
+		b.m.batches.Inc(int64(st.batches - last.batches))
+		b.m.replayed.Inc(int64(st.replayed - last.replayed))
+		b.m.duplicates.Inc(int64(st.duplicates - last.duplicates))
+		b.m.restarts.Inc(int64(st.restarts - last.restarts))
+		b.m.gaps.Inc(int64(st.gaps - last.gaps))
+		b.m.lost.Inc(int64(st.lost - last.lost))
+		b.m.undecodable.Inc(int64(st.undecodable - last.undecodable))
+		b.m.refused.Inc(int64(st.refused - last.refused))
+		b.m.buffered.Update(float64(len(buf)))
+		last = st
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-readErr:
+			return fmt.Errorf("bridge: rank %s: SUB socket: %w", rankTag, err)
+		case msg, ok := <-buf:
+			if !ok {
+				return ctx.Err()
+			}
+			mu.Lock()
+			src.live(ctx, msg.seq, msg.payload)
+			mu.Unlock()
+			b.m.sequenceLag.Update(float64(msg.seq + 1 - src.next + int64(len(buf))))
+			report()
+			if timer != nil {
+				timer.Reset(b.cfg.IdleRecheck)
+			}
+		case <-idle:
+			mu.Lock()
+			src.idle(ctx)
+			mu.Unlock()
+			report()
+			timer.Reset(b.cfg.IdleRecheck)
+		}
+	}
+}
+
+// Write produces the records of one batch, in order, keyed by worker, with the batch's
+// provenance headers. Production is asynchronous; a failed record is counted, logged and
+// makes the bridge unready (franz-go retries until its delivery timeout first).
+func (b *Bridge) Write(rank uint32, seq int64, digest uint64, evs []schemas.KvEvent) {
+	if len(evs) == 0 {
+		return
+	}
+	key := strconv.AppendUint(nil, b.cfg.WorkerID, 10)
+	headers := []kgo.RecordHeader{
+		{Key: HeaderSeq, Value: binary.BigEndian.AppendUint64(nil, uint64(seq))},
+		{Key: HeaderDigest, Value: binary.BigEndian.AppendUint64(nil, digest)},
+	}
+	for i := range evs {
+		v, err := b.codec.EncodeKvEvent(evs[i])
+		if err != nil {
+			// Only a bug can make a converted event unencodable; keep going with the rest.
+			b.log.Error("KvEvent not encodable", zap.Uint32("rank", rank), zap.Int64("seq", seq), zap.Error(err))
+			continue
+		}
+		start := time.Now()
+		b.m.records(evs[i].Kind)
+		b.prod.Produce(context.Background(), &kgo.Record{Topic: b.cfg.KVTopic, Key: key, Value: v, Headers: headers},
+			func(_ *kgo.Record, err error) {
+				b.m.produceLatency.RecordDuration(time.Since(start))
+				if err != nil {
+					b.m.produceErrors.Inc(1)
+					b.prodErr.Store(&err)
+					b.log.Error("KV event not produced", zap.Uint32("rank", rank), zap.Int64("seq", seq), zap.Error(err))
+				}
+			})
+	}
+}
+
+// DeadLetter produces an undecodable or refused batch, raw bytes and reason, to the
+// dead-letter topic (source topic "zmq:<endpoint>", partition the rank, offset the sequence).
+func (b *Bridge) DeadLetter(rank uint32, seq int64, payload []byte, cause error) {
+	b.m.deadLetters.Inc(1)
+	b.log.Warn("engine batch dead-lettered", zap.Uint32("rank", rank), zap.Int64("seq", seq), zap.Error(cause))
+	code := schemas.DeadLetterMalformed
+	var re *RefusedError
+	if errors.As(cause, &re) {
+		code = schemas.DeadLetterRejected
+	}
+	ep, _ := RankEndpoint(b.cfg.Endpoint, int(rank))
+	d := schemas.DeadLetter{SourceTopic: "zmq:" + ep, SourcePartition: int32(rank & 0x7fffffff), SourceOffset: max(seq, 0),
+		Key: strconv.AppendUint(nil, b.cfg.WorkerID, 10), Value: payload, ReasonCode: code, Reason: cause.Error(),
+		Component: "bridge", DeadLetterTime: time.Now()}
+	v, err := b.codec.EncodeDeadLetter(d)
+	if err != nil {
+		b.log.Error("dead letter not encodable", zap.Error(err))
+		return
+	}
+	b.prod.Produce(context.Background(), &kgo.Record{Topic: b.cfg.DeadLetterTopic, Key: d.Key, Value: v}, func(_ *kgo.Record, err error) {
+		if err != nil {
+			b.m.produceErrors.Inc(1)
+			b.log.Error("dead letter not produced", zap.Error(err))
+		}
+	})
+}

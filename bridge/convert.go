@@ -1,0 +1,270 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+)
+
+// Sentinels of a batch the converter refuses. A refused batch changes no state and is
+// dead-lettered with its raw bytes; the errors are *RefusedError wrapping one of these.
+var (
+	// ErrBlockSize: a stored event's block size is not bridge.block_size, or its token ids are
+	// not block size × blocks long. The engine hashes other blocks than the queries will.
+	ErrBlockSize = errors.New("bridge: block size mismatch")
+	// ErrLoraUnmapped: a stored event names a LoRA adapter only by its numeric id and
+	// bridge.lora_names does not map that id; its blocks cannot be salted as queries will be.
+	ErrLoraUnmapped = errors.New("bridge: LoRA id without a name")
+)
+
+// RefusedError says which event of a batch was refused and why.
+type RefusedError struct {
+	Event  int // index in the batch
+	Kind   error
+	Detail string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("%v: event %d: %s", e.Kind, e.Event, e.Detail)
+}
+
+// Unwrap returns the sentinel.
+func (e *RefusedError) Unwrap() error { return e.Kind }
+
+// MediumGPU is the medium of device-resident blocks; engines that send no medium only report
+// device blocks.
+const MediumGPU = "GPU"
+
+// SpecFullAttention is the KV-cache spec kind of full-attention groups, the only groups whose
+// blocks a prefix of tokens fully determines; others (sliding window, Mamba state) are skipped.
+const SpecFullAttention = "full_attention"
+
+// ConvertStats counts what one batch did.
+type ConvertStats struct {
+	Stored, Removed, Cleared int // engine events by kind, before filtering
+	// Filtered are events of other media or non-full-attention groups (skipped).
+	Filtered int
+	// ExtraCopies are stored blocks that were already held (another copy); HeldCopies removed
+	// blocks that still have a copy. Neither is written.
+	ExtraCopies, HeldCopies int
+	// UnknownRemovals are removed blocks the bridge does not hold (dropped).
+	UnknownRemovals int
+}
+
+// rankState is the converter's state of one data-parallel rank: how many copies of each
+// engine block hash the engine holds on the device, and the hybrid-model groups it learned are
+// not full attention.
+type rankState struct {
+	copies  map[kvevents.BlockHash]uint32
+	skipped map[int64]bool
+}
+
+// Converter turns decoded engine batches into KvEvent records for one worker. It keeps, per
+// rank, the copy count of every device-resident block hash, so that a hash stored twice is
+// written once and written as removed only when its last copy goes (the relay's lineage maps
+// one external id once). Not safe for concurrent use.
+type Converter struct {
+	worker    uint64
+	blockSize int
+	loraNames map[int64]string
+	ranks     map[uint32]*rankState
+}
+
+// NewConverter returns a converter for worker. blockSize is the only block size accepted;
+// loraNames maps the numeric LoRA ids of engines that send no lora_name.
+func NewConverter(worker uint64, blockSize int, loraNames map[int64]string) *Converter {
+	return &Converter{worker: worker, blockSize: blockSize, loraNames: loraNames, ranks: map[uint32]*rankState{}}
+}
+
+func (c *Converter) rank(r uint32) *rankState {
+	st := c.ranks[r]
+	if st == nil {
+		st = &rankState{copies: map[kvevents.BlockHash]uint32{}, skipped: map[int64]bool{}}
+		c.ranks[r] = st
+	}
+	return st
+}
+
+// Held returns how many copies of h the converter counts on rank r.
+func (c *Converter) Held(r uint32, h kvevents.BlockHash) uint32 {
+	if st := c.ranks[r]; st != nil {
+		return st.copies[h]
+	}
+	return 0
+}
+
+// HeldBlocks returns the number of distinct block hashes held on rank r.
+func (c *Converter) HeldBlocks(r uint32) int {
+	if st := c.ranks[r]; st != nil {
+		return len(st.copies)
+	}
+	return 0
+}
+
+func (c *Converter) event(rank uint32, eventID uint64) schemas.KvEvent {
+	return schemas.KvEvent{WorkerID: c.worker, DpRank: rank, EventID: eventID, StorageTier: schemas.TierDevice,
+		ResidencyDomain: schemas.Some(schemas.ResidencyWorker)}
+}
+
+// Clear forgets everything held on rank r and returns the KvCleared event that tells the
+// relay (engine restart, or the engine's own AllBlocksCleared).
+func (c *Converter) Clear(rank uint32, eventID uint64) schemas.KvEvent {
+	if st := c.ranks[rank]; st != nil {
+		clear(st.copies)
+	}
+	ev := c.event(rank, eventID)
+	ev.Kind = schemas.KvClearedEvent
+	return ev
+}
+
+// salt returns the token-hash seed of a stored event: its LoRA name's salt (producer §2.2).
+func (c *Converter) salt(i int, ev *kvevents.Event) (uint64, error) {
+	name := ev.LoraName
+	if name == "" && ev.HasLoraID {
+		n, ok := c.loraNames[ev.LoraID]
+		if !ok {
+			return 0, &RefusedError{Event: i, Kind: ErrLoraUnmapped,
+				Detail: fmt.Sprintf("lora_id %d has no lora_name and bridge.lora_names does not map it", ev.LoraID)}
+		}
+		name = n
+	}
+	return ckf.BlockSaltSeed(name, ""), nil
+}
+
+// skip says whether ev is outside the filter's scope: blocks on another medium than the
+// device, or of a hybrid model's group that is not full attention. A stored event teaches the
+// rank which groups to skip, so that their removals (which carry only the group index) are
+// skipped too.
+func (st *rankState) skip(ev *kvevents.Event) bool {
+	if ev.Kind == kvevents.KindStored && ev.HasGroup && ev.SpecKind != "" {
+		st.skipped[ev.GroupIdx] = ev.SpecKind != SpecFullAttention
+	}
+	if ev.Medium != "" && ev.Medium != MediumGPU {
+		return true
+	}
+	if ev.Kind == kvevents.KindStored && ev.SpecKind != "" && ev.SpecKind != SpecFullAttention {
+		return true
+	}
+	return ev.HasGroup && st.skipped[ev.GroupIdx]
+}
+
+// Convert appends the KvEvent records of batch b (rank rank) to out. Event ids are
+// firstEventID, firstEventID+1, ...; they are informative. The batch is checked whole before
+// any state changes: a refused batch returns a *RefusedError, out unchanged and no state
+// change.
+//
+// A stored event becomes one KvStored per run of blocks the rank did not hold yet (blocks
+// already held are other copies, counted, not written), each run's parent being the engine
+// block before it, so the relay's chain of canonical hashes is the engine's chain. Local block
+// hashes are computed from the token ids with the event's LoRA salt; the engine's hashes are
+// kept as the external ids.
+func (c *Converter) Convert(out []schemas.KvEvent, b *kvevents.Batch, rank uint32, firstEventID uint64) ([]schemas.KvEvent, ConvertStats, error) {
+	var stats ConvertStats
+	salts := make([]uint64, len(b.Events))
+	for i := range b.Events {
+		ev := &b.Events[i]
+		if ev.Kind != kvevents.KindStored {
+			continue
+		}
+		if ev.BlockSize != c.blockSize {
+			return out, stats, &RefusedError{Event: i, Kind: ErrBlockSize,
+				Detail: fmt.Sprintf("the engine's block size is %d, bridge.block_size is %d", ev.BlockSize, c.blockSize)}
+		}
+		if len(ev.TokenIDs) != len(ev.BlockHashes)*ev.BlockSize {
+			return out, stats, &RefusedError{Event: i, Kind: ErrBlockSize,
+				Detail: fmt.Sprintf("%d token ids for %d blocks of %d", len(ev.TokenIDs), len(ev.BlockHashes), ev.BlockSize)}
+		}
+		s, err := c.salt(i, ev)
+		if err != nil {
+			return out, stats, err
+		}
+		salts[i] = s
+	}
+	st := c.rank(rank)
+	id := firstEventID
+	next := func() schemas.KvEvent { ev := c.event(rank, id); id++; return ev }
+	for i := range b.Events {
+		ev := &b.Events[i]
+		switch ev.Kind {
+		case kvevents.KindStored:
+			stats.Stored++
+		case kvevents.KindRemoved:
+			stats.Removed++
+		case kvevents.KindCleared:
+			stats.Cleared++
+			clear(st.copies)
+			kv := next()
+			kv.Kind = schemas.KvClearedEvent
+			out = append(out, kv)
+			continue
+		}
+		if st.skip(ev) {
+			stats.Filtered++
+			continue
+		}
+		if ev.Kind == kvevents.KindRemoved {
+			var gone []uint64
+			for _, h := range ev.BlockHashes {
+				switch n := st.copies[h]; n {
+				case 0:
+					stats.UnknownRemovals++
+				case 1:
+					delete(st.copies, h)
+					gone = append(gone, uint64(h))
+				default:
+					st.copies[h] = n - 1
+					stats.HeldCopies++
+				}
+			}
+			if len(gone) > 0 {
+				kv := next()
+				kv.Kind = schemas.KvRemovedEvent
+				kv.Removed.BlockHashes = gone
+				out = append(out, kv)
+			}
+			continue
+		}
+		var run *schemas.KvEvent
+		for k, h := range ev.BlockHashes {
+			n := st.copies[h]
+			st.copies[h] = n + 1
+			if n > 0 {
+				stats.ExtraCopies++
+				run = nil
+				continue
+			}
+			if run == nil {
+				out = append(out, next())
+				run = &out[len(out)-1]
+				run.Kind = schemas.KvStoredEvent
+				switch {
+				case k > 0:
+					run.Stored.ParentHash = schemas.Some(uint64(ev.BlockHashes[k-1]))
+				case ev.HasParent:
+					run.Stored.ParentHash = schemas.Some(uint64(ev.Parent))
+				}
+			}
+			local := ckf.TokenBlockHash(ev.TokenIDs[k*ev.BlockSize:(k+1)*ev.BlockSize], salts[i])
+			run.Stored.Blocks = append(run.Stored.Blocks, schemas.KvBlock{BlockHash: uint64(h), TokensHash: uint64(local)})
+		}
+	}
+	return out, stats, nil
+}
+
+// HeldHashes returns the block hashes held on rank r, sorted.
+func (c *Converter) HeldHashes(r uint32) []uint64 {
+	st := c.ranks[r]
+	if st == nil {
+		return nil
+	}
+	out := make([]uint64, 0, len(st.copies))
+	for h := range st.copies {
+		out = append(out, uint64(h))
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,169 @@
+package bridge
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+)
+
+const testBS = 4
+
+func toks(first uint32, blocks int) []uint32 {
+	out := make([]uint32, blocks*testBS)
+	for i := range out {
+		out[i] = first + uint32(i)
+	}
+	return out
+}
+
+func stored(parent kvevents.BlockHash, hasParent bool, first uint32, hashes ...kvevents.BlockHash) kvevents.Event {
+	return kvevents.Event{Kind: kvevents.KindStored, BlockHashes: hashes, Parent: parent, HasParent: hasParent,
+		TokenIDs: toks(first, len(hashes)), BlockSize: testBS, Medium: MediumGPU}
+}
+
+func removed(hashes ...kvevents.BlockHash) kvevents.Event {
+	return kvevents.Event{Kind: kvevents.KindRemoved, BlockHashes: hashes}
+}
+
+func convert(t *testing.T, c *Converter, rank uint32, evs ...kvevents.Event) ([]schemas.KvEvent, ConvertStats) {
+	t.Helper()
+	out, stats, err := c.Convert(nil, &kvevents.Batch{Events: evs}, rank, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, stats
+}
+
+func local(first uint32, salt uint64) uint64 {
+	return uint64(ckf.TokenBlockHash(toks(first, 1), salt))
+}
+
+func TestConvertStoredHashesTokensAndKeepsEngineHashes(t *testing.T) {
+	c := NewConverter(7, testBS, nil)
+	out, _ := convert(t, c, 2, stored(9, true, 10, 1, 2))
+	salt := ckf.BlockSaltSeed("", "")
+	want := []schemas.KvEvent{{WorkerID: 7, DpRank: 2, EventID: 100, StorageTier: schemas.TierDevice,
+		ResidencyDomain: schemas.Some(schemas.ResidencyWorker), Kind: schemas.KvStoredEvent,
+		Stored: schemas.KvStored{ParentHash: schemas.Some(uint64(9)), Blocks: []schemas.KvBlock{
+			{BlockHash: 1, TokensHash: local(10, salt)}, {BlockHash: 2, TokensHash: local(14, salt)}}}}}
+	if !reflect.DeepEqual(out, want) {
+		t.Fatalf("got  %+v\nwant %+v", out, want)
+	}
+}
+
+func TestConvertCountsCopies(t *testing.T) {
+	c := NewConverter(7, testBS, nil)
+	convert(t, c, 0, stored(0, false, 10, 1, 2))
+	// A second copy of 2 and a new block 3 after it: one run [3] whose parent is 2.
+	out, stats := convert(t, c, 0, stored(1, true, 14, 2, 3))
+	if len(out) != 1 || len(out[0].Stored.Blocks) != 1 || out[0].Stored.Blocks[0].BlockHash != 3 ||
+		out[0].Stored.ParentHash != schemas.Some(uint64(2)) || stats.ExtraCopies != 1 {
+		t.Fatalf("second store: %+v %+v", out, stats)
+	}
+	// A run broken by a held block: [4] [held 2] [5] gives two runs, 5's parent is 2.
+	out, _ = convert(t, c, 0, stored(0, false, 30, 4, 2, 5))
+	if len(out) != 2 || out[0].Stored.ParentHash.Valid || out[1].Stored.ParentHash != schemas.Some(uint64(2)) {
+		t.Fatalf("split runs: %+v", out)
+	}
+	if c.Held(0, 2) != 3 {
+		t.Fatalf("copies of 2: %d", c.Held(0, 2))
+	}
+	// Removing 2 three times: only the last removal is written.
+	for i := 0; i < 2; i++ {
+		if out, stats := convert(t, c, 0, removed(2)); len(out) != 0 || stats.HeldCopies != 1 {
+			t.Fatalf("removal %d written: %+v", i, out)
+		}
+	}
+	out, _ = convert(t, c, 0, removed(2, 99))
+	if len(out) != 1 || !reflect.DeepEqual(out[0].Removed.BlockHashes, []uint64{2}) {
+		t.Fatalf("final removal: %+v", out)
+	}
+	// Another rank is another source.
+	if out, _ := convert(t, c, 1, stored(0, false, 10, 1)); len(out) != 1 {
+		t.Fatalf("rank 1: %+v", out)
+	}
+}
+
+func TestConvertUnknownRemovalDropped(t *testing.T) {
+	c := NewConverter(7, testBS, nil)
+	out, stats := convert(t, c, 0, removed(5))
+	if len(out) != 0 || stats.UnknownRemovals != 1 {
+		t.Fatalf("%+v %+v", out, stats)
+	}
+}
+
+func TestConvertClear(t *testing.T) {
+	c := NewConverter(7, testBS, nil)
+	convert(t, c, 0, stored(0, false, 10, 1, 2))
+	out, _ := convert(t, c, 0, kvevents.Event{Kind: kvevents.KindCleared})
+	if len(out) != 1 || out[0].Kind != schemas.KvClearedEvent || c.HeldBlocks(0) != 0 {
+		t.Fatalf("%+v", out)
+	}
+	if ev := c.Clear(0, 5); ev.Kind != schemas.KvClearedEvent || ev.DpRank != 0 || ev.WorkerID != 7 {
+		t.Fatalf("%+v", ev)
+	}
+}
+
+func TestConvertFiltersMediaAndGroups(t *testing.T) {
+	c := NewConverter(7, testBS, nil)
+	cpu := stored(0, false, 10, 1)
+	cpu.Medium = "CPU"
+	sliding := stored(0, false, 10, 2)
+	sliding.HasGroup, sliding.GroupIdx, sliding.SpecKind = true, 1, "sliding_window"
+	full := stored(0, false, 10, 3)
+	full.HasGroup, full.GroupIdx, full.SpecKind = true, 0, SpecFullAttention
+	out, stats := convert(t, c, 0, cpu, sliding, full)
+	if len(out) != 1 || out[0].Stored.Blocks[0].BlockHash != 3 || stats.Filtered != 2 {
+		t.Fatalf("%+v %+v", out, stats)
+	}
+	// Removals carry only the group index: group 1 was learned to be skipped.
+	r1 := removed(2)
+	r1.HasGroup, r1.GroupIdx = true, 1
+	cpuRemoval := removed(3)
+	cpuRemoval.Medium = "CPU"
+	out, stats = convert(t, c, 0, r1, cpuRemoval)
+	if len(out) != 0 || stats.Filtered != 2 || c.Held(0, 3) != 1 {
+		t.Fatalf("%+v %+v", out, stats)
+	}
+}
+
+func TestConvertLoRA(t *testing.T) {
+	c := NewConverter(7, testBS, map[int64]string{3: "adapter-c"})
+	named := stored(0, false, 10, 1)
+	named.LoraName = "adapter-a"
+	byID := stored(0, false, 10, 2)
+	byID.HasLoraID, byID.LoraID = true, 3
+	out, _ := convert(t, c, 0, named, byID)
+	if out[0].Stored.Blocks[0].TokensHash != local(10, ckf.BlockSaltSeed("adapter-a", "")) ||
+		out[1].Stored.Blocks[0].TokensHash != local(10, ckf.BlockSaltSeed("adapter-c", "")) {
+		t.Fatalf("salts: %+v", out)
+	}
+	unmapped := stored(0, false, 10, 5)
+	unmapped.HasLoraID, unmapped.LoraID = true, 4
+	_, _, err := c.Convert(nil, &kvevents.Batch{Events: []kvevents.Event{stored(0, false, 1, 6), unmapped}}, 0, 0)
+	var re *RefusedError
+	if !errors.As(err, &re) || !errors.Is(err, ErrLoraUnmapped) || re.Event != 1 {
+		t.Fatalf("err = %v", err)
+	}
+	if c.Held(0, 6) != 0 {
+		t.Fatal("a refused batch changed state")
+	}
+}
+
+func TestConvertRefusesBlockSizeMismatch(t *testing.T) {
+	c := NewConverter(7, testBS, nil)
+	wrong := stored(0, false, 10, 1)
+	wrong.BlockSize = 16
+	short := stored(0, false, 10, 2)
+	short.TokenIDs = short.TokenIDs[:3]
+	for _, ev := range []kvevents.Event{wrong, short} {
+		out, _, err := c.Convert(nil, &kvevents.Batch{Events: []kvevents.Event{ev}}, 0, 0)
+		if !errors.Is(err, ErrBlockSize) || len(out) != 0 || c.HeldBlocks(0) != 0 {
+			t.Fatalf("err = %v, out %+v", err, out)
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package bridge
+
+import (
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/uber-go/tally/v4"
+)
+
+// metrics caches the bridge's handles under the "bridge" sub-scope (ckf_bridge_*; the
+// Prometheus reporter adds _total to counters). Tag keys: "kind" on events (engine events by
+// kind: stored, removed, cleared, filtered, unknown_removal) and on records (written KvEvents
+// by kind), bounded values.
+type metrics struct {
+	batches, replayed, duplicates, restarts, gaps, lost tally.Counter
+	undecodable, refused, deadLetters, bufferFull       tally.Counter
+	malformedMessages, produceErrors                    tally.Counter
+	buffered, sequenceLag                               tally.Gauge
+	produceLatency                                      tally.Histogram
+	eventsBy                                            map[string]tally.Counter
+	recordsBy                                           [4]tally.Counter
+}
+
+var produceBuckets = tally.DurationBuckets{
+	500 * time.Microsecond, time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 5 * time.Second,
+}
+
+func newMetrics(root tally.Scope) *metrics {
+	if root == nil {
+		root = tally.NoopScope
+	}
+	s := root.SubScope("bridge")
+	m := &metrics{
+		batches:           s.Counter("batches"),
+		replayed:          s.Counter("replayed_batches"),
+		duplicates:        s.Counter("duplicate_batches"),
+		restarts:          s.Counter("engine_restarts"),
+		gaps:              s.Counter("gaps"),
+		lost:              s.Counter("lost_batches"),
+		undecodable:       s.Counter("undecodable_batches"),
+		refused:           s.Counter("refused_batches"),
+		deadLetters:       s.Counter("dead_letters"),
+		bufferFull:        s.Counter("buffer_full"),
+		malformedMessages: s.Counter("malformed_messages"),
+		produceErrors:     s.Counter("produce_errors"),
+		buffered:          s.Gauge("buffered_batches"),
+		sequenceLag:       s.Gauge("sequence_lag_batches"),
+		produceLatency:    s.Histogram("produce_latency_seconds", produceBuckets),
+		eventsBy:          map[string]tally.Counter{},
+	}
+	for _, k := range []string{"stored", "removed", "cleared", "filtered", "unknown_removal"} {
+		m.eventsBy[k] = s.Tagged(map[string]string{"kind": k}).Counter("events")
+	}
+	for k, name := range map[schemas.KvEventKind]string{schemas.KvStoredEvent: "stored", schemas.KvRemovedEvent: "removed", schemas.KvClearedEvent: "cleared"} {
+		m.recordsBy[k] = s.Tagged(map[string]string{"kind": name}).Counter("records")
+	}
+	return m
+}
+
+func (m *metrics) event(kind string, n int) {
+	if n > 0 {
+		m.eventsBy[kind].Inc(int64(n))
+	}
+}
+
+func (m *metrics) records(k schemas.KvEventKind) {
+	if int(k) < len(m.recordsBy) && m.recordsBy[k] != nil {
+		m.recordsBy[k].Inc(1)
+	}
+}
