@@ -542,6 +542,26 @@ func (e *Engine) Subscribed(r int) bool {
 	return false
 }
 
+// Endpoints returns rank r's PUB and replay endpoints as bound, so that a port 0 in the options
+// reads as the port the system chose ("" for a socket that connects or does not exist). Rank r's
+// ports are not rank 0's plus r when the options give port 0: Endpoints is then the way to learn
+// them.
+func (e *Engine) Endpoints(r int) (pub, replay string) {
+	rs, err := e.rank(r)
+	if err != nil {
+		return "", ""
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	name := func(s zmq4.Socket) string {
+		if s == nil || s.Addr() == nil {
+			return ""
+		}
+		return "tcp://" + s.Addr().String()
+	}
+	return name(rs.pub), name(rs.replay)
+}
+
 // NextSeq returns the sequence number rank r's next batch gets.
 func (e *Engine) NextSeq(r int) uint64 {
 	rs, err := e.rank(r)

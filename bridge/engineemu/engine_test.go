@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -630,5 +631,32 @@ func TestOptionsValidated(t *testing.T) {
 	_ = e.Close()
 	if err := e.Publish(1, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("Publish after Close: %v", err)
+	}
+}
+
+// An engine on port 0 (the demo's) reports the ports it bound, and a subscriber there receives
+// its batches. (Not inproc: zmq4 v0.17.0 panics reading an inproc connection.)
+func TestEphemeralPorts(t *testing.T) {
+	e, err := New(Endpoint("tcp://127.0.0.1:0"), ReplayEndpoint("tcp://127.0.0.1:0"), Mode(PubBind))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	pub, replay := e.Endpoints(0)
+	if !strings.HasPrefix(pub, "tcp://127.0.0.1:") || strings.HasSuffix(pub, ":0") || pub == replay {
+		t.Fatalf("endpoints %q, %q", pub, replay)
+	}
+	port, _ := strconv.Atoi(pub[strings.LastIndexByte(pub, ':')+1:])
+	sub := subscribe(t, port, "")
+	waitSubscribed(t, e, 1)
+	if err := e.Publish(1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if seq, _ := sub.next(t); seq != 0 {
+		t.Fatalf("seq %d", seq)
+	}
+	rport, _ := strconv.Atoi(replay[strings.LastIndexByte(replay, ':')+1:])
+	if seqs, _ := replayFrom(t, rport, 0); !slices.Equal(seqs, []uint64{0}) {
+		t.Fatalf("replay %v", seqs)
 	}
 }
