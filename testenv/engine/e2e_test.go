@@ -78,6 +78,15 @@ func newE2E(t *testing.T) *e2e {
 	s.indexer = newProc(t, s.logDir, "indexer", append(slices.Clone(s.common),
 		"CKF_INDEXER_CONSUMER_INSTANCE_ID=1001", "CKF_INDEXER_QUERY_GROUP="+prefix+"queries"), "indexer")
 	t.Logf("topic prefix %s, logs in %s", prefix, s.logDir)
+	t.Cleanup(func() {
+		var names []string
+		for _, sp := range appkafka.TopicLayout(s.topics) {
+			names = append(names, sp.Name)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = testenv.Admin(t).DeleteTopics(ctx, names...)
+	})
 	return s
 }
 
