@@ -36,11 +36,13 @@ const (
 
 // Record headers the bridge writes on every KvEvent record: the engine batch the record came
 // from (8-byte big-endian sequence number, -1 for the clear the bridge writes on an engine
-// restart) and the XXH3-64 digest of the batch's payload. A restarted bridge reads them back
-// to find where each rank stopped (Resume).
+// restart), the XXH3-64 digest of the batch's payload, and the record's place among the batch's
+// records (big-endian u32 index, u32 count). A restarted bridge reads them back to find where
+// each rank stopped and whether the last batch was written whole (ReadBack).
 const (
 	HeaderSeq    = "ckf-bridge-seq"
 	HeaderDigest = "ckf-bridge-digest"
+	HeaderPart   = "ckf-bridge-part"
 )
 
 // ErrConfig is wrapped by every configuration error of New.
@@ -201,7 +203,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 	var convMu sync.Mutex // the converter's ranks are disjoint, but its map is shared
 	for r := 0; r < b.cfg.Ranks; r++ {
 		ep, _ := RankEndpoint(b.cfg.Endpoint, r)
-		sub, err := openSub(ctx, ep, b.cfg.Topic, b.cfg.Bind)
+		open := func() (zmq4.Socket, error) { return openSub(ctx, ep, b.cfg.Topic, b.cfg.Bind) }
+		sub, err := open()
 		if err != nil {
 			cancel()
 			wg.Wait()
@@ -216,8 +219,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer sub.Close()
-			if err := b.runSource(ctx, src, sub, &convMu); err != nil && ctx.Err() == nil {
+			if err := b.runSource(ctx, src, sub, open, &convMu); err != nil && ctx.Err() == nil {
 				errs <- err
 				cancel()
 			}
@@ -250,18 +252,47 @@ type liveMsg struct {
 // batches in order on this one. A full buffer blocks the reader (counted): the engine's PUB
 // socket then drops at its high-water mark, and the gaps are filled from the replay socket.
 // After IdleRecheck without a batch it asks the replay socket for what it may have missed.
-func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, mu *sync.Mutex) error {
+//
+// A socket that fails (the engine went away: the bound socket's peer closed, or the
+// connection broke) is closed and opened again until ctx ends; what was published meanwhile is
+// a gap like any other.
+func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, open func() (zmq4.Socket, error), mu *sync.Mutex) error {
 	buf := make(chan liveMsg, b.cfg.BufferBatches)
-	readErr := make(chan error, 1)
+	// The socket in use is closed when ctx ends, which ends a Recv in progress.
+	var curMu sync.Mutex
+	cur := sub
+	stopClose := context.AfterFunc(ctx, func() { curMu.Lock(); _ = cur.Close(); curMu.Unlock() })
+	defer stopClose()
 	go func() {
 		defer close(buf)
+		defer func() { curMu.Lock(); _ = cur.Close(); curMu.Unlock() }()
 		for {
 			msg, err := sub.Recv()
 			if err != nil {
-				if ctx.Err() == nil {
-					readErr <- err
+				if ctx.Err() != nil {
+					return
 				}
-				return
+				b.m.reconnects.Inc(1)
+				b.log.Warn("engine socket failed; opening it again", zap.Uint32("rank", src.rank), zap.Error(err))
+				_ = sub.Close()
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(250 * time.Millisecond): // reconnection back-off, not a wait for an outcome
+					}
+					if sub, err = open(); err == nil {
+						curMu.Lock()
+						cur = sub
+						curMu.Unlock()
+						if ctx.Err() != nil {
+							return // the deferred close closes it
+						}
+						break
+					}
+					b.log.Warn("engine socket not opened", zap.Uint32("rank", src.rank), zap.Error(err))
+				}
+				continue
 			}
 			seq, payload, err := parseLive(msg.Frames)
 			if err != nil {
@@ -289,7 +320,6 @@ func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, mu
 		defer timer.Stop()
 		idle = timer.C
 	}
-	rankTag := strconv.Itoa(int(src.rank))
 	last := src.stats
 	report := func() {
 		st := src.stats
@@ -308,8 +338,6 @@ func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, mu
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case err := <-readErr:
-			return fmt.Errorf("bridge: rank %s: SUB socket: %w", rankTag, err)
 		case msg, ok := <-buf:
 			if !ok {
 				return ctx.Err()
@@ -340,11 +368,10 @@ func (b *Bridge) Write(rank uint32, seq int64, digest uint64, evs []schemas.KvEv
 		return
 	}
 	key := strconv.AppendUint(nil, b.cfg.WorkerID, 10)
-	headers := []kgo.RecordHeader{
-		{Key: HeaderSeq, Value: binary.BigEndian.AppendUint64(nil, uint64(seq))},
-		{Key: HeaderDigest, Value: binary.BigEndian.AppendUint64(nil, digest)},
-	}
+	seqH, digestH := binary.BigEndian.AppendUint64(nil, uint64(seq)), binary.BigEndian.AppendUint64(nil, digest)
 	for i := range evs {
+		headers := []kgo.RecordHeader{{Key: HeaderSeq, Value: seqH}, {Key: HeaderDigest, Value: digestH},
+			{Key: HeaderPart, Value: binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, uint32(i)), uint32(len(evs)))}}
 		v, err := b.codec.EncodeKvEvent(evs[i])
 		if err != nil {
 			// Only a bug can make a converted event unencodable; keep going with the rest.

@@ -43,12 +43,23 @@ func freePort(t *testing.T) int {
 
 func startEngine(t *testing.T) *engine {
 	t.Helper()
+	pub, rep := freePort(t), freePort(t)
+	return startEngineAt(t, fmt.Sprintf("tcp://127.0.0.1:%d", pub), fmt.Sprintf("tcp://127.0.0.1:%d", rep), false)
+}
+
+// startEngineAt starts the stand-in on the given endpoints; connect makes its PUB socket
+// connect (the bridge binds).
+func startEngineAt(t *testing.T, pubEP, replayEP string, connect bool) *engine {
+	t.Helper()
 	if out, err := exec.Command("python3", "-c", "import zmq, msgspec").CombinedOutput(); err != nil {
 		t.Fatalf("the engine stand-in needs python3 with pyzmq and msgspec (pip install pyzmq msgspec): %v\n%s", err, out)
 	}
-	pub, rep := freePort(t), freePort(t)
-	e := &engine{t: t, pub: fmt.Sprintf("tcp://127.0.0.1:%d", pub), reply: fmt.Sprintf("tcp://127.0.0.1:%d", rep)}
-	e.cmd = exec.Command("python3", "testdata/engine.py", e.pub, e.reply)
+	e := &engine{t: t, pub: pubEP, reply: replayEP}
+	args := []string{"testdata/engine.py", e.pub, e.reply}
+	if connect {
+		args = append(args, "connect")
+	}
+	e.cmd = exec.Command("python3", args...)
 	var err error
 	if e.in, err = e.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -62,11 +73,19 @@ func startEngine(t *testing.T) *engine {
 	if err := e.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.in.Close(); _ = e.cmd.Wait() })
+	t.Cleanup(e.stop)
 	if got := e.line(); got != "ready" {
 		t.Fatalf("engine: %q", got)
 	}
 	return e
+}
+
+// stop ends the engine process (closing its stdin) and waits for it; a second stop is a no-op.
+func (e *engine) stop() {
+	if e.cmd.ProcessState == nil {
+		_ = e.in.Close()
+		_ = e.cmd.Wait()
+	}
 }
 
 func (e *engine) line() string {
@@ -120,9 +139,15 @@ type runningBridge struct {
 
 func runBridge(t *testing.T, e *engine, opts []kgo.Opt, codec *schemas.Codec, topic, dlq string, scope tally.Scope) *runningBridge {
 	t.Helper()
+	return runBridgeWith(t, bridge.Config{Endpoint: e.pub, ReplayEndpoint: e.reply}, opts, codec, topic, dlq, scope)
+}
+
+func runBridgeWith(t *testing.T, cfg bridge.Config, opts []kgo.Opt, codec *schemas.Codec, topic, dlq string, scope tally.Scope) *runningBridge {
+	t.Helper()
 	prod := testenv.Client(t, kgo.RecordPartitioner(bridge.KeyPartitioner()))
-	b, err := bridge.New(bridge.Params{Config: bridge.Config{Endpoint: e.pub, ReplayEndpoint: e.reply, WorkerID: 7, BlockSize: 4,
-		KVTopic: topic, DeadLetterTopic: dlq, IdleRecheck: 100 * time.Millisecond, ReplayRetries: 3, Resume: true},
+	cfg.WorkerID, cfg.BlockSize, cfg.KVTopic, cfg.DeadLetterTopic = 7, 4, topic, dlq
+	cfg.IdleRecheck, cfg.ReplayRetries, cfg.Resume = 100*time.Millisecond, 3, true
+	b, err := bridge.New(bridge.Params{Config: cfg,
 		Codec: codec, Producer: prod, ConsumerOpts: opts, Metrics: scope})
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +183,7 @@ func TestBridgeOnBroker(t *testing.T) {
 	e.do("pub 20") // before any subscriber: only the replay socket has them
 	scope := tally.NewTestScope("", nil)
 	counter := func(name string) int64 {
-		if c, ok := scope.Snapshot().Counters()["bridge."+name+"+"]; ok {
+		if c, ok := scope.Snapshot().Counters()["bridge."+name+"_total+"]; ok {
 			return c.Value()
 		}
 		return 0
@@ -192,9 +217,67 @@ func TestBridgeOnBroker(t *testing.T) {
 	scope2 := tally.NewTestScope("", nil)
 	runBridge(t, e, opts, codec, topic, dlq, scope2)
 	settle("bridge restart resumes")
-	if c := scope2.Snapshot().Counters()["bridge.engine_restarts+"]; c != nil && c.Value() != 0 {
+	if c := scope2.Snapshot().Counters()["bridge.engine_restarts_total+"]; c != nil && c.Value() != 0 {
 		t.Fatal("the resumed bridge took its own restart for the engine's")
 	}
 	e.do("pub 3")
 	settle("after resume")
+
+	// An undecodable batch is dead-lettered with its raw bytes and does not stop the stream.
+	e.do("junk")
+	e.do("pub 2")
+	settle("after an undecodable batch")
+	cl := testenv.Client(t, kgo.ConsumeTopics(dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fs := cl.PollFetches(ctx)
+	if err := fs.Err0(); err != nil {
+		t.Fatal(err)
+	}
+	recs := fs.Records()
+	if len(recs) != 1 {
+		t.Fatalf("%d dead letters", len(recs))
+	}
+	dl, err := codec.DecodeDeadLetter(recs[0].Value)
+	if err != nil || string(dl.Value) != "\xc1not msgpack" || dl.Component != "bridge" || dl.ReasonCode != schemas.DeadLetterMalformed ||
+		!strings.Contains(dl.Reason, "malformed") {
+		t.Fatalf("dead letter %+v, %v", dl, err)
+	}
+}
+
+// TestBridgeBindModeEngineProcessRestart: with bridge.bind the engine's PUB socket connects to
+// the bridge (vLLM's deployment for an endpoint without a wildcard). When the engine process
+// is killed and started again on the same endpoints, the bridge reopens its socket, sees the
+// sequence start again, clears the worker and follows the new process.
+func TestBridgeBindModeEngineProcessRestart(t *testing.T) {
+	topic := testenv.NewTopic(t, 2)
+	dlq := testenv.NewTopic(t, 1)
+	codec, err := schemas.NewCodec(context.Background(), schemas.Topic(schemas.TypeKvEvent, topic), schemas.Topic(schemas.TypeDeadLetter, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}
+	pubEP, replayEP := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)), fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	scope := tally.NewTestScope("", nil)
+	runBridgeWith(t, bridge.Config{Endpoint: pubEP, ReplayEndpoint: replayEP, Bind: true}, opts, codec, topic, dlq, scope)
+	settle := func(e *engine, what string) {
+		t.Helper()
+		want := e.held()
+		var got []uint64
+		testenv.WaitUntilEvery(t, 100*time.Millisecond, 60*time.Second, what, func() bool {
+			got = written(t, opts, codec, topic)
+			return slices.Equal(got, want)
+		}, func() string { return fmt.Sprintf("written %d blocks, engine holds %d", len(got), len(want)) })
+	}
+	e := startEngineAt(t, pubEP, replayEP, true)
+	e.do("pub 12")
+	settle(e, "engine connecting to the bound bridge")
+	_ = e.cmd.Process.Kill()
+	e.stop()
+	e2 := startEngineAt(t, pubEP, replayEP, true)
+	e2.do("pub 5")
+	settle(e2, "new engine process")
+	if c := scope.Snapshot().Counters()["bridge.engine_restarts_total+"]; c == nil || c.Value() != 1 {
+		t.Fatalf("engine restarts: %v", c)
+	}
 }

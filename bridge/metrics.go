@@ -7,14 +7,14 @@ import (
 	"github.com/uber-go/tally/v4"
 )
 
-// metrics caches the bridge's handles under the "bridge" sub-scope (ckf_bridge_*; the
-// Prometheus reporter adds _total to counters). Tag keys: "kind" on events (engine events by
+// metrics caches the bridge's handles under the "bridge" sub-scope (ckf_bridge_*), named by
+// Prometheus conventions: counters end in _total, durations are _seconds. Tag keys: "kind" on events (engine events by
 // kind: stored, removed, cleared, filtered, unknown_removal) and on records (written KvEvents
 // by kind), bounded values.
 type metrics struct {
 	batches, replayed, duplicates, restarts, gaps, lost tally.Counter
 	undecodable, refused, deadLetters, bufferFull       tally.Counter
-	malformedMessages, produceErrors                    tally.Counter
+	malformedMessages, produceErrors, reconnects        tally.Counter
 	buffered, sequenceLag                               tally.Gauge
 	produceLatency                                      tally.Histogram
 	eventsBy                                            map[string]tally.Counter
@@ -33,28 +33,29 @@ func newMetrics(root tally.Scope) *metrics {
 	}
 	s := root.SubScope("bridge")
 	m := &metrics{
-		batches:           s.Counter("batches"),
-		replayed:          s.Counter("replayed_batches"),
-		duplicates:        s.Counter("duplicate_batches"),
-		restarts:          s.Counter("engine_restarts"),
-		gaps:              s.Counter("gaps"),
-		lost:              s.Counter("lost_batches"),
-		undecodable:       s.Counter("undecodable_batches"),
-		refused:           s.Counter("refused_batches"),
-		deadLetters:       s.Counter("dead_letters"),
-		bufferFull:        s.Counter("buffer_full"),
-		malformedMessages: s.Counter("malformed_messages"),
-		produceErrors:     s.Counter("produce_errors"),
+		batches:           s.Counter("batches_total"),
+		replayed:          s.Counter("replayed_batches_total"),
+		duplicates:        s.Counter("duplicate_batches_total"),
+		restarts:          s.Counter("engine_restarts_total"),
+		gaps:              s.Counter("gaps_total"),
+		lost:              s.Counter("lost_batches_total"),
+		undecodable:       s.Counter("undecodable_batches_total"),
+		refused:           s.Counter("refused_batches_total"),
+		deadLetters:       s.Counter("dead_letters_total"),
+		bufferFull:        s.Counter("buffer_full_total"),
+		malformedMessages: s.Counter("malformed_messages_total"),
+		produceErrors:     s.Counter("produce_errors_total"),
+		reconnects:        s.Counter("socket_reopens_total"),
 		buffered:          s.Gauge("buffered_batches"),
 		sequenceLag:       s.Gauge("sequence_lag_batches"),
 		produceLatency:    s.Histogram("produce_latency_seconds", produceBuckets),
 		eventsBy:          map[string]tally.Counter{},
 	}
 	for _, k := range []string{"stored", "removed", "cleared", "filtered", "unknown_removal"} {
-		m.eventsBy[k] = s.Tagged(map[string]string{"kind": k}).Counter("events")
+		m.eventsBy[k] = s.Tagged(map[string]string{"kind": k}).Counter("events_total")
 	}
 	for k, name := range map[schemas.KvEventKind]string{schemas.KvStoredEvent: "stored", schemas.KvRemovedEvent: "removed", schemas.KvClearedEvent: "cleared"} {
-		m.recordsBy[k] = s.Tagged(map[string]string{"kind": name}).Counter("records")
+		m.recordsBy[k] = s.Tagged(map[string]string{"kind": name}).Counter("records_total")
 	}
 	return m
 }

@@ -24,16 +24,23 @@ func WorkerPartition(topic string, worker uint64, n int) int32 {
 }
 
 // ReadBack rebuilds what a previous bridge of worker wrote to topic: it reads the worker's
-// partition from its start to the end offset listed now, applies each of the worker's KvEvent
-// records to conv (stored blocks held once, removals and clears applied), and returns, per
-// rank, the last engine batch written (from the provenance headers). A rank whose last record
-// is the clear of an engine restart gets no Resume: the bridge starts that rank afresh from the
-// engine's sequence 0. Records without the headers (other producers) change the state but not
-// the positions; records that do not decode are skipped (the relay dead-letters them).
+// partition from its start to the end offset listed now, applies the worker's KvEvent records to
+// conv (stored blocks held once, removals and clears applied), and returns, per rank, the last
+// engine batch written whole (from the provenance headers).
+//
+// Records are grouped by batch (their ckf-bridge-part headers). A batch whose records did not
+// all reach Kafka (the previous bridge died between them) is left out, state and position: the
+// bridge converts and writes that batch again in full. Writing its first records twice does not
+// change the relay's state: the relay applies them again in the same order before the rest, a
+// re-stored block is a deduplicated re-offer, a removed block an ignored unknown removal, a
+// clear clears the same blocks. A rank whose last batch is the clear of an engine restart gets
+// no Resume: the bridge starts that rank afresh from the engine's sequence 0. Records without
+// the headers (other producers) change the state but not the positions; records that do not
+// decode are skipped (the relay dead-letters them).
 //
 // Copies beyond the first cannot be read back (only the first store and the last removal are
 // written): a block the engine held twice when the previous bridge stopped is held once after
-// ReadBack, unless the replay buffer still has the batch that stored it (README.md, "Restart").
+// ReadBack (README.md, "Restart of the bridge").
 func ReadBack(ctx context.Context, opts []kgo.Opt, codec *schemas.Codec, topic string, worker uint64, conv *Converter) (map[uint32]*Resume, error) {
 	adm, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -53,9 +60,9 @@ func ReadBack(ctx context.Context, opts []kgo.Opt, codec *schemas.Codec, topic s
 	}
 	p := WorkerPartition(topic, worker, len(parts))
 	end := parts[p].Offset
-	resumes := map[uint32]*Resume{}
+	rb := readBack{conv: conv, resumes: map[uint32]*Resume{}, pending: map[uint32]*pendingBatch{}}
 	if end <= 0 {
-		return resumes, nil
+		return rb.resumes, nil
 	}
 	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}}))...)
@@ -82,34 +89,70 @@ func ReadBack(ctx context.Context, opts []kgo.Opt, codec *schemas.Codec, topic s
 			if r.Offset >= end || string(r.Key) != string(key) {
 				return
 			}
-			ev, err := codec.DecodeKvEvent(r.Value)
-			if err != nil {
-				return
-			}
-			readBackEvent(conv, &ev)
-			for _, h := range r.Headers {
-				if h.Key == HeaderSeq && len(h.Value) == 8 {
-					seq := int64(binary.BigEndian.Uint64(h.Value))
-					if seq < 0 {
-						delete(resumes, ev.DpRank)
-						continue
-					}
-					res := &Resume{Seq: seq}
-					for _, d := range r.Headers {
-						if d.Key == HeaderDigest && len(d.Value) == 8 {
-							res.Digest = binary.BigEndian.Uint64(d.Value)
-						}
-					}
-					resumes[ev.DpRank] = res
-				}
+			if ev, err := codec.DecodeKvEvent(r.Value); err == nil {
+				rb.record(r.Headers, &ev)
 			}
 		})
 		if done {
-			return resumes, nil
+			return rb.resumes, nil
 		}
 	}
 }
 
+// pendingBatch holds the records of one batch until all of them were read.
+type pendingBatch struct {
+	resume      Resume
+	restart     bool
+	evs         []schemas.KvEvent
+	next, count uint32
+}
+
+type readBack struct {
+	conv    *Converter
+	resumes map[uint32]*Resume
+	pending map[uint32]*pendingBatch
+}
+
+func (rb *readBack) record(headers []kgo.RecordHeader, ev *schemas.KvEvent) {
+	var seq, digest uint64
+	var index, count uint32
+	var hasSeq, hasPart bool
+	for _, h := range headers {
+		switch {
+		case h.Key == HeaderSeq && len(h.Value) == 8:
+			seq, hasSeq = binary.BigEndian.Uint64(h.Value), true
+		case h.Key == HeaderDigest && len(h.Value) == 8:
+			digest = binary.BigEndian.Uint64(h.Value)
+		case h.Key == HeaderPart && len(h.Value) == 8:
+			index, count, hasPart = binary.BigEndian.Uint32(h.Value), binary.BigEndian.Uint32(h.Value[4:]), true
+		}
+	}
+	if !hasSeq || !hasPart {
+		readBackEvent(rb.conv, ev)
+		return
+	}
+	pb := rb.pending[ev.DpRank]
+	if index == 0 || pb == nil || pb.next != index || pb.count != count {
+		// A new batch; a previous one left incomplete was written again in full after it.
+		pb = &pendingBatch{resume: Resume{Seq: int64(seq), Digest: digest}, restart: int64(seq) < 0, count: count}
+		rb.pending[ev.DpRank] = pb
+	}
+	pb.evs = append(pb.evs, *ev)
+	pb.next++
+	if pb.next < pb.count {
+		return
+	}
+	for i := range pb.evs {
+		readBackEvent(rb.conv, &pb.evs[i])
+	}
+	if pb.restart {
+		delete(rb.resumes, ev.DpRank)
+	} else {
+		res := pb.resume
+		rb.resumes[ev.DpRank] = &res
+	}
+	delete(rb.pending, ev.DpRank)
+}
 func readBackEvent(conv *Converter, ev *schemas.KvEvent) {
 	st := conv.rank(ev.DpRank)
 	switch ev.Kind {

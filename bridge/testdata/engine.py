@@ -10,7 +10,10 @@ Commands, one per line on stdin, each answered by one line on stdout:
   drop N       publish N batches to the replay buffer only (lost on the PUB socket)
   restart      a new engine incarnation: sequence 0, empty buffer, empty cache
   state        print the device-resident block hashes (hex), space-separated
-Usage: engine.py PUB_ENDPOINT REPLAY_ENDPOINT
+  junk         publish a batch that is not msgpack (the bridge dead-letters it)
+Usage: engine.py PUB_ENDPOINT REPLAY_ENDPOINT [connect]
+("connect": the PUB socket connects to the bridge, which binds, as vLLM does for an endpoint
+without a wildcard; the replay socket always binds.)
 """
 
 import selectors
@@ -61,10 +64,13 @@ def block_hash(n: int) -> bytes:
 
 
 class Engine:
-    def __init__(self, pub_ep: str, replay_ep: str) -> None:
+    def __init__(self, pub_ep: str, replay_ep: str, connect: bool) -> None:
         ctx = zmq.Context.instance()
         self.pub = ctx.socket(zmq.PUB)
-        self.pub.bind(pub_ep)
+        if connect:
+            self.pub.connect(pub_ep)
+        else:
+            self.pub.bind(pub_ep)
         self.router = ctx.socket(zmq.ROUTER)
         self.router.bind(replay_ep)
         self.enc = msgspec.msgpack.Encoder()
@@ -112,9 +118,9 @@ class Engine:
             self.order.append(h)
         self.copies[h] += 1
 
-    def publish(self, n: int, live: bool) -> None:
+    def publish(self, n: int, live: bool, junk: bool = False) -> None:
         for _ in range(n):
-            payload = self.batch()
+            payload = b"\xc1not msgpack" if junk else self.batch()
             seq = self.seq.to_bytes(8, "big")
             if live:
                 self.pub.send_multipart((b"", seq, payload))
@@ -135,7 +141,7 @@ class Engine:
 
 
 def main() -> None:
-    eng = Engine(sys.argv[1], sys.argv[2])
+    eng = Engine(sys.argv[1], sys.argv[2], len(sys.argv) > 3 and sys.argv[3] == "connect")
     sel = selectors.DefaultSelector()
     sel.register(sys.stdin, selectors.EVENT_READ)
     print("ready", flush=True)
@@ -151,6 +157,8 @@ def main() -> None:
             eng.publish(int(cmd[1]), True)
         elif cmd[0] == "drop":
             eng.publish(int(cmd[1]), False)
+        elif cmd[0] == "junk":
+            eng.publish(1, True, junk=True)
         elif cmd[0] == "restart":
             eng.restart()
         elif cmd[0] == "state":
