@@ -38,7 +38,7 @@ const dcID = 0xdc01
 // e2e is one deployment: a relay and an indexer replica for one DC, engines (Python emulators)
 // and one bridge per engine, under a topic prefix and an indexer domain of their own.
 type e2e struct {
-	t       *testing.T
+	t       testing.TB
 	seeds   []string
 	topics  config.Topics
 	logDir  string
@@ -47,7 +47,7 @@ type e2e struct {
 	indexer *proc
 }
 
-func newE2E(t *testing.T) *e2e {
+func newE2E(t testing.TB) *e2e {
 	t.Helper()
 	var d [32]byte
 	if _, err := rand.Read(d[:]); err != nil {
@@ -174,7 +174,7 @@ func canonical(tokens []uint32, lora string) []uint64 {
 }
 
 // readModel asks an emulator for its model.
-func readModel(t *testing.T, e *emulator, dir string) engineemu.Model {
+func readModel(t testing.TB, e *emulator, dir string) engineemu.Model {
 	t.Helper()
 	path := filepath.Join(dir, e.name+"-model.json")
 	e.do(map[string]any{"cmd": "model", "path": path})
@@ -275,7 +275,7 @@ func (s *e2e) converged(o *oracle, what string, timeout time.Duration) (report, 
 func allowedLong(queries int) int { return 2 + queries/100 }
 
 // counter reads a bridge counter, failing the test when the bridge does not answer.
-func counter(t *testing.T, p *proc, name string) float64 {
+func counter(t testing.TB, p *proc, name string) float64 {
 	t.Helper()
 	v, err := p.metric(name)
 	if err != nil {
@@ -392,7 +392,7 @@ func TestBridgeEndToEnd(t *testing.T) {
 }
 
 // freePorts returns the first of n consecutive free TCP ports on 127.0.0.1.
-func freePorts(t *testing.T, n int) int {
+func freePorts(t testing.TB, n int) int {
 	t.Helper()
 	for range 100 {
 		first := freeAddr(t)

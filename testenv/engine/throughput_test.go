@@ -3,7 +3,6 @@
 package engine
 
 import (
-	"flag"
 	"fmt"
 	"strconv"
 	"testing"
@@ -13,17 +12,13 @@ import (
 	"github.com/ckf-stream/ckf-stream/testenv"
 )
 
-var throughput = flag.Bool("bridge-throughput", false,
-	"run TestBridgeThroughput (make bench-bridge): the bridge's event rate and gap-fill figures, with the Python emulator on the same machine")
-
-// TestBridgeThroughput measures, on the real broker, how fast one bridge turns an engine's
+// BenchmarkBridgeThroughput measures, on the real broker, how fast one bridge turns an engine's
 // batches into KvEvents with the Python emulator publishing as fast as it can on the same
-// machine, and how the bridge fills gaps: a run with one batch in a hundred dropped from the live
-// stream. Figures only (logged); run by make bench-bridge, not part of make test.
-func TestBridgeThroughput(t *testing.T) {
-	if !*throughput {
-		t.Skip("a measurement: go test ./testenv/engine/ -run TestBridgeThroughput -args -bridge-throughput (make bench-bridge)")
-	}
+// machine (then the Go emulator, which is faster), and how the bridge fills gaps: a run with one
+// batch in a hundred dropped from the live stream. One run whatever b.N (make bench-bridge runs
+// it with -benchtime 1x); the figures are logged and reported as metrics.
+func BenchmarkBridgeThroughput(b *testing.B) {
+	t := b
 	const batches = 20000
 	s := newE2E(t)
 	s.start()
@@ -99,6 +94,8 @@ func TestBridgeThroughput(t *testing.T) {
 	})
 	handled = time.Since(start)
 	gevents := float64(ge.Stats().PublishedEvents)
+	b.ReportMetric(gevents/handled.Seconds(), "bridge-events/s")
+	b.ReportMetric(gevents/published.Seconds(), "go-emulator-events/s")
 	t.Logf("throughput (Go emulator): %d batches, %.0f events published in %v (%.0f events/s); the bridge handled them in %v (%.0f events/s, %.0f batches/s)",
 		batches, gevents, published.Round(time.Millisecond), gevents/published.Seconds(), handled.Round(time.Millisecond),
 		gevents/handled.Seconds(), batches/handled.Seconds())
