@@ -284,11 +284,12 @@ func counter(t testing.TB, p *proc, name string) float64 {
 	return v
 }
 
-// The whole path from an engine's ZeroMQ stream to query answers, on the real broker: two
+// The whole path from an engine's ZeroMQ stream to query answers, on the real broker: three
 // Python engine emulators — vLLM's current map shape with 32-byte hashes, two data-parallel
-// ranks, a LoRA stream, CPU-tier and sliding-window events; and SGLang's five-field shape with
-// integer hashes and a LoRA id mapped to its name by the bridge — each feeding a `processor
-// bridge`, one relay and one indexer. Batches the engines drop from the live stream (the last
+// ranks, a LoRA stream, CPU-tier and sliding-window events; SGLang's (and early vLLM's)
+// five-field shape with signed integer hashes and a LoRA id mapped to its name by the bridge;
+// the array_like shape from an engine that connects to a bridge that binds — each feeding a
+// `processor bridge`, one relay and one indexer. Batches the engines drop from the live stream (the last
 // one of a run included) must come from the replay sockets; a bridge killed with SIGKILL
 // mid-stream must lose nothing; an engine restart (sequences from 0, no clear event) must
 // clear what the engine held. After each phase, every answer by token ids equals the union of
@@ -301,33 +302,50 @@ func TestBridgeEndToEnd(t *testing.T) {
 	// Engine A: vLLM, two ranks (ports base, base+1; replay base+2, base+3). Engine B: SGLang.
 	baseA := freePorts(t, 4)
 	baseB := freePorts(t, 2)
+	baseC := freePorts(t, 2)
 	engA := startEmulator(t, s.logDir, "engine-a", 2, "--endpoint", fmt.Sprintf("tcp://*:%d", baseA),
 		"--replay-endpoint", fmt.Sprintf("tcp://*:%d", baseA+2), "--wire", "map", "--hash-format", "bytes",
 		"--hybrid", "--seed", "11", "--block-size", strconv.Itoa(blockSize), "--capacity", "400")
 	engB := startEmulator(t, s.logDir, "engine-b", 1, "--endpoint", fmt.Sprintf("tcp://*:%d", baseB),
-		"--replay-endpoint", fmt.Sprintf("tcp://*:%d", baseB+1), "--wire", "array5", "--hash-format", "int",
+		"--replay-endpoint", fmt.Sprintf("tcp://*:%d", baseB+1), "--wire", "array5", "--hash-format", "signed",
 		"--seed", "12", "--block-size", strconv.Itoa(blockSize), "--capacity", "300", "--lora-id", "7",
 		"--replay-truncate", "1")
 	bridgeA := s.bridge("bridge-a", 101, 2, baseA, baseA+2)
 	bridgeB := s.bridge("bridge-b", 102, 1, baseB, baseB+1, "CKF_BRIDGE_LORA_NAMES=7=adapter-a")
+	// Engine C: the array_like shape, and an engine whose endpoint names the bridge's host, so it
+	// connects and the bridge binds (bridge.bind).
+	bridgeC := s.bridge("bridge-c", 103, 1, baseC, baseC+1, "CKF_BRIDGE_BIND=true")
 	bridgeA.start()
 	bridgeB.start()
+	bridgeC.start()
 	bridgeA.waitReady(time.Minute)
 	bridgeB.waitReady(time.Minute)
+	bridgeC.waitReady(time.Minute)
+	engC := startEmulator(t, s.logDir, "engine-c", 1, "--endpoint", fmt.Sprintf("tcp://127.0.0.1:%d", baseC),
+		"--replay-endpoint", fmt.Sprintf("tcp://*:%d", baseC+1), "--wire", "array", "--hash-format", "bytes",
+		"--hybrid", "--seed", "13", "--block-size", strconv.Itoa(blockSize), "--capacity", "200")
 	engA.waitSubscribed(30 * time.Second)
 	engB.waitSubscribed(30 * time.Second)
+	engC.waitSubscribed(30 * time.Second)
 
 	// Phase 1: gaps. Dropped sequences in the middle, a run of them, and the final batch.
 	drops := []int{5, 40, 41, 42, 43, 120, 199}
 	runA := engA.do(map[string]any{"cmd": "run", "batches": 200, "drop": drops})
 	engB.do(map[string]any{"cmd": "run", "batches": 200, "drop": drops})
-	o := newOracle(readModel(t, engA, s.logDir), readModel(t, engB, s.logDir))
+	engC.do(map[string]any{"cmd": "run", "batches": 200, "drop": drops})
+	models := func() []engineemu.Model {
+		return []engineemu.Model{readModel(t, engA, s.logDir), readModel(t, engB, s.logDir), readModel(t, engC, s.logDir)}
+	}
+	o := newOracle(models()...)
 	r, fill := s.converged(o, "phase 1 (gaps) converged", 90*time.Second)
-	gapsFilled := counter(t, bridgeA, "ckf_bridge_replayed_batches") + counter(t, bridgeB, "ckf_bridge_replayed_batches")
-	t.Logf("phase 1: %d batches per rank on 3 ranks, %d dropped per rank (the last included); answers %+v within %v of the last batch; replayed batches %v; emulator rate %.0f events/s",
+	var gapsFilled float64
+	for _, b := range []*proc{bridgeA, bridgeB, bridgeC} {
+		gapsFilled += counter(t, b, "ckf_bridge_replayed_batches")
+	}
+	t.Logf("phase 1: %d batches per rank on 4 ranks, %d dropped per rank (the last included); answers %+v within %v of the last batch; replayed batches %v; emulator rate %.0f events/s",
 		200, len(drops), r, fill.Round(time.Millisecond), gapsFilled, runA["events_per_second"])
-	if gapsFilled < float64(3*len(drops)) {
-		t.Errorf("the bridges replayed %v batches for %d dropped ones", gapsFilled, 3*len(drops))
+	if gapsFilled < float64(4*len(drops)) {
+		t.Errorf("the bridges replayed %v batches for %d dropped ones", gapsFilled, 4*len(drops))
 	}
 
 	// Phase 2: kill -9 of bridge A while engine A publishes; it restarts and resumes from the
@@ -348,7 +366,7 @@ func TestBridgeEndToEnd(t *testing.T) {
 	if err := <-running; err != nil {
 		t.Fatal(err)
 	}
-	o = newOracle(readModel(t, engA, s.logDir), readModel(t, engB, s.logDir))
+	o = newOracle(models()...)
 	r, took := s.converged(o, "phase 2 (kill -9 of a bridge mid-stream) converged", 90*time.Second)
 	t.Logf("phase 2: bridge A killed mid-run and restarted; answers %+v within %v", r, took.Round(time.Millisecond))
 
@@ -367,7 +385,7 @@ func TestBridgeEndToEnd(t *testing.T) {
 	})
 	engA.do(map[string]any{"cmd": "run", "batches": 100})
 	engB.do(map[string]any{"cmd": "run", "batches": 100})
-	o = newOracle(readModel(t, engA, s.logDir), readModel(t, engB, s.logDir))
+	o = newOracle(models()...)
 	r, took = s.converged(o, "phase 3 (engine restart) converged", 90*time.Second)
 	t.Logf("phase 3: engine A rank 1 restarted; answers %+v within %v", r, took.Round(time.Millisecond))
 	// What rank 1 held before its restart is gone (the bridge wrote the clear the engine does
@@ -384,7 +402,7 @@ func TestBridgeEndToEnd(t *testing.T) {
 	if v := counter(t, bridgeA, "ckf_bridge_engine_restarts"); v < 1 {
 		t.Errorf("bridge A counted %v engine restarts, want at least 1", v)
 	}
-	for _, b := range []*proc{bridgeA, bridgeB} {
+	for _, b := range []*proc{bridgeA, bridgeB, bridgeC} {
 		if v := counter(t, b, "ckf_bridge_lost_batches"); v != 0 {
 			t.Errorf("%s reports %v lost batches", b.name, v)
 		}
