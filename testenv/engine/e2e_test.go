@@ -164,7 +164,11 @@ type query struct {
 	resident bool // a resident chain (else a chain stored elsewhere or evicted)
 }
 
-func canonical(tokens []uint32, lora string) []uint64 {
+func canonical(tokens []uint32, lora string) []uint64 { return canonicalOf(tokens, lora, blockSize) }
+
+// canonicalOf is the canonical hash of every full block of tokens under lora, as a query by
+// token ids computes them (local block hashes, then the sequence chain).
+func canonicalOf(tokens []uint32, lora string, blockSize int) []uint64 {
 	local := ckf.TokenBlockHashes(tokens, blockSize, ckf.BlockSaltSeed(lora, ""))
 	raw := make([]uint64, len(local))
 	for i, h := range local {
