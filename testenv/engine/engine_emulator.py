@@ -656,7 +656,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--hybrid", action="store_true", help="also store sliding-window group chains")
     p.add_argument("--buffer-steps", type=int, default=10_000, help="replay buffer, in batches")
     p.add_argument("--hwm", type=int, default=100_000, help="PUB send high-water mark")
-    p.add_argument("--replay-hwm", type=int, default=1000, help="ROUTER send high-water mark")
+    p.add_argument("--replay-hwm", type=int, default=1000,
+                   help="ROUTER send high-water mark (libzmq's default, which the engines keep: a "
+                        "replay of more batches than this can lose its tail, as theirs can)")
     p.add_argument("--replay-truncate", type=int, default=0,
                    help="the first N replay requests get only their first batch and the end marker")
     p.add_argument("--linger", type=float, default=0.0, help="seconds to serve replay after stdin ends")
