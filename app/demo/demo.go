@@ -70,6 +70,14 @@ type Options struct {
 	// HTTPSamples is the number of sequential queries of the closing HTTP latency measurement;
 	// 0 measures nothing (--http-samples, default 2,000).
 	HTTPSamples int
+	// Engines is the number of built-in engine emulators per DC (bridge/engineemu, vLLM's
+	// ZeroMQ wire protocol on loopback ports), each feeding its DC through a bridge, the path of a
+	// real engine (processor bridge); their resident chains are checked at the end (--engines,
+	// default 0: none).
+	Engines int
+	// EngineRate is the batches per second each built-in engine publishes (--engine-rate,
+	// default 100).
+	EngineRate float64
 	// Out receives the layout, the live table, the sample answers and the summary.
 	Out io.Writer
 }
@@ -85,6 +93,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--ready-timeout %v is not positive", o.ReadyTimeout)
 	case o.HTTPSamples < 0:
 		return fmt.Errorf("--http-samples %d is negative", o.HTTPSamples)
+	case o.Engines < 0 || o.Engines > 16:
+		return fmt.Errorf("--engines %d is not in [0,16]", o.Engines)
+	case o.Engines > 0 && o.EngineRate <= 0:
+		return fmt.Errorf("--engine-rate %v is not positive", o.EngineRate)
 	case o.Out == nil:
 		return errors.New("no output for the demo's table and summary")
 	}
@@ -134,6 +146,8 @@ type demo struct {
 	ix     *indexer.Indexer
 	codec  *schemas.Codec
 	relays []*demoRelay
+	// engines are the built-in engines and their bridges (Options.Engines per DC).
+	engines []*demoEngine
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -156,6 +170,7 @@ func (d *demo) module() fx.Option {
 	return fx.Module("demo",
 		fx.Provide(indexer.Provide),
 		fx.Invoke(d.wireRelays),
+		fx.Invoke(d.wireEngines),
 		// Requesting the indexer here, after wireRelays, appends its hooks after the relays'.
 		fx.Invoke(func(lc fx.Lifecycle, ix *indexer.Indexer) {
 			d.ix = ix
@@ -362,6 +377,12 @@ func (d *demo) drive(ctx context.Context) error {
 	}
 	before := d.relayTotals()
 	lanesBefore := d.laneTotals()
+	engineCtx, stopEngines := context.WithCancel(ctx)
+	defer stopEngines()
+	waitEngines, err := d.runEngines(engineCtx)
+	if err != nil {
+		return err
+	}
 	runStart := time.Now()
 	var rep loadgen.Report
 	var wg sync.WaitGroup
@@ -369,6 +390,10 @@ func (d *demo) drive(ctx context.Context) error {
 	go func() { defer wg.Done(); rep, _ = runner.Run(ctx) }()
 	stats := d.live(ctx, runner.Workload(), &wg)
 	wg.Wait()
+	stopEngines()
+	if err := waitEngines(); err != nil {
+		return fmt.Errorf("built-in engines: %w", err)
+	}
 	elapsed := time.Since(runStart)
 	// Interrupted (the application is stopping): summarise what ran, without waiting for the
 	// lanes to settle or measuring HTTP; the indexer stops only after this returns.
@@ -388,6 +413,13 @@ func (d *demo) drive(ctx context.Context) error {
 	d.summary(elapsed, rep, before, after, lanesBefore, lanesAfter, stats, httpP50, httpP99, httpErr, interrupted)
 	if interrupted {
 		return ctx.Err()
+	}
+	if len(d.engines) > 0 {
+		ec := d.checkEngines(ctx)
+		printEngineCheck(d.out, ec, len(d.engines), elapsed.Seconds())
+		if ec.short > 0 {
+			return fmt.Errorf("%d resident chains of the built-in engines were answered short", ec.short)
+		}
 	}
 	switch {
 	case rep.EventAcks == 0 && d.opts.Load.EventRate > 0:

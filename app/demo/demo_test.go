@@ -30,6 +30,9 @@ func TestOptionsValidate(t *testing.T) {
 		{func(o *demo.Options) { o.ReadyTimeout = -time.Second }, "--ready-timeout -1s is not positive"},
 		{func(o *demo.Options) { o.HTTPSamples = -1 }, "--http-samples -1 is negative"},
 		{func(o *demo.Options) { o.Out = nil }, "no output"},
+		{func(o *demo.Options) { o.Engines = -1 }, "--engines -1 is not in [0,16]"},
+		{func(o *demo.Options) { o.Engines = 17 }, "--engines 17 is not in [0,16]"},
+		{func(o *demo.Options) { o.Engines, o.EngineRate = 1, 0 }, "--engine-rate 0 is not positive"},
 	} {
 		o := validOptions()
 		tc.change(&o)

@@ -22,6 +22,8 @@ func runDemo(args []string, stdout, stderr io.Writer, lookupEnv func(string) (st
 	fs.DurationVar(&o.TableEvery, "table-every", 3*time.Second, "print the lane table and sample answers this often")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 60*time.Second, "give up when the lanes are not ready after this long")
 	fs.IntVar(&o.HTTPSamples, "http-samples", 2000, "sequential queries of the closing HTTP latency measurement (0: none)")
+	fs.IntVar(&o.Engines, "engines", 0, "built-in engine emulators per DC, each feeding its DC through a bridge (vLLM's ZeroMQ protocol), 0..16")
+	fs.Float64Var(&o.EngineRate, "engine-rate", 100, "batches per second each built-in engine publishes")
 	cfg, code, ok := load(fs, args, stderr, lookupEnv)
 	if !ok {
 		return code

@@ -1,0 +1,350 @@
+package engineemu
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"math/rand/v2"
+	"slices"
+)
+
+// vocab bounds the emulated token ids.
+const vocab = 32000
+
+// block is one block the pool has made: its digest, its parent's, its tokens and LoRA.
+type block struct {
+	digest   Digest
+	parent   *Digest
+	tokens   []uint32
+	lora     string
+	copies   int // stores not yet matched by a removal, while resident on GPU
+	children int // resident GPU children
+}
+
+// indexedSet is a set with constant-time add, remove and uniform choice.
+type indexedSet struct {
+	items []Digest
+	pos   map[Digest]int
+}
+
+func newIndexedSet() *indexedSet { return &indexedSet{pos: make(map[Digest]int)} }
+
+func (s *indexedSet) len() int { return len(s.items) }
+
+func (s *indexedSet) add(d Digest) {
+	if _, ok := s.pos[d]; !ok {
+		s.pos[d] = len(s.items)
+		s.items = append(s.items, d)
+	}
+}
+
+func (s *indexedSet) remove(d Digest) {
+	i, ok := s.pos[d]
+	if !ok {
+		return
+	}
+	delete(s.pos, d)
+	last := s.items[len(s.items)-1]
+	s.items = s.items[:len(s.items)-1]
+	if i < len(s.items) {
+		s.items[i] = last
+		s.pos[last] = i
+	}
+}
+
+func (s *indexedSet) clear() { s.items = s.items[:0]; clear(s.pos) }
+
+// sample returns up to n distinct members chosen uniformly.
+func (s *indexedSet) sample(rng *rand.Rand, n int) []Digest {
+	n = min(n, len(s.items))
+	out := make([]Digest, 0, n)
+	picked := make(map[int]bool, n)
+	for len(out) < n {
+		i := rng.IntN(len(s.items))
+		if picked[i] {
+			continue
+		}
+		picked[i] = true
+		out = append(out, s.items[i])
+	}
+	return out
+}
+
+// pool is one rank's emulated block pool: resident GPU blocks (prefix-closed: only leaves are
+// evicted), a CPU tier, a sliding-window group, and every block ever made.
+type pool struct {
+	cfg    *cfg
+	rng    *rand.Rand
+	known  map[Digest]*block
+	gpu    map[Digest]*block
+	keys   *indexedSet // gpu's keys
+	leaves *indexedSet // resident GPU blocks without resident children
+	cpu    *indexedSet
+	window *indexedSet
+	// windowOnly and evicted are the ends of chains that were stored elsewhere or evicted: the
+	// model's absent chains (bounded).
+	windowOnly []Digest
+	evicted    []Digest
+	dupStores  int
+}
+
+func newPool(c *cfg, rank int) *pool {
+	return &pool{
+		cfg: c, rng: rand.New(rand.NewPCG(c.seed, uint64(rank))),
+		known: make(map[Digest]*block), gpu: make(map[Digest]*block),
+		keys: newIndexedSet(), leaves: newIndexedSet(), cpu: newIndexedSet(), window: newIndexedSet(),
+	}
+}
+
+const absentKept = 2000
+
+// dropAll empties every tier (an engine restart or a clear).
+func (p *pool) dropAll() {
+	for d := range p.gpu {
+		p.noteEvicted(d)
+	}
+	clear(p.gpu)
+	p.keys.clear()
+	p.leaves.clear()
+	p.cpu.clear()
+	p.window.clear()
+}
+
+func (p *pool) noteEvicted(d Digest) {
+	p.evicted = append(p.evicted, d)
+	if len(p.evicted) > 2*absentKept {
+		p.evicted = slices.Delete(p.evicted, 0, len(p.evicted)-absentKept)
+	}
+}
+
+func blockDigest(parent *Digest, tokens []uint32, lora string) Digest {
+	h := sha256.New()
+	var zero Digest
+	if parent != nil {
+		h.Write(parent[:])
+	} else {
+		h.Write(zero[:])
+	}
+	var b [4]byte
+	for _, t := range tokens {
+		binary.LittleEndian.PutUint32(b[:], t)
+		h.Write(b[:])
+	}
+	h.Write([]byte(lora))
+	var d Digest
+	h.Sum(d[:0])
+	return d
+}
+
+// newChain makes n blocks of random tokens after parent (nil: a new root).
+func (p *pool) newChain(parent *block, n int, lora string) []*block {
+	out := make([]*block, 0, n)
+	prev := parent
+	for range n {
+		tokens := make([]uint32, p.cfg.blockSize)
+		for i := range tokens {
+			tokens[i] = uint32(p.rng.IntN(vocab))
+		}
+		var pd *Digest
+		if prev != nil {
+			d := prev.digest
+			pd = &d
+		}
+		d := blockDigest(pd, tokens, lora)
+		b := p.known[d]
+		if b == nil {
+			b = &block{digest: d, parent: pd, tokens: tokens, lora: lora}
+			p.known[d] = b
+		}
+		out = append(out, b)
+		prev = b
+	}
+	return out
+}
+
+func (p *pool) storedEvent(chain []*block, medium string, g *Group) Event {
+	ev := Event{Kind: BlockStored, Parent: chain[0].parent, BlockSize: p.cfg.blockSize, Medium: medium,
+		LoRAName: chain[0].lora, Group: g}
+	if ev.LoRAName != "" {
+		id := p.cfg.loraID
+		ev.LoRAID = &id
+	}
+	for _, b := range chain {
+		ev.Hashes = append(ev.Hashes, b.digest)
+		ev.Tokens = append(ev.Tokens, b.tokens...)
+	}
+	return ev
+}
+
+func (p *pool) randomResident() *block { return p.gpu[p.keys.sample(p.rng, 1)[0]] }
+
+func (p *pool) gpuStore() Event {
+	if p.keys.len() > 0 && p.rng.Float64() < p.cfg.dupFraction {
+		// The same block stored again (two requests computed it): one more copy to remove.
+		b := p.randomResident()
+		b.copies++
+		p.dupStores++
+		return p.storedEvent([]*block{b}, "GPU", nil)
+	}
+	var parent *block
+	if p.keys.len() > 0 && p.rng.Float64() < 0.7 {
+		parent = p.randomResident()
+	}
+	lora := ""
+	if parent != nil {
+		lora = parent.lora
+	} else if p.rng.Float64() < p.cfg.loraFraction {
+		lora = p.cfg.loraName
+	}
+	chain := p.newChain(parent, 1+p.rng.IntN(4), lora)
+	for _, b := range chain {
+		if _, ok := p.gpu[b.digest]; ok {
+			b.copies++
+			continue
+		}
+		b.copies, b.children = 1, 0
+		p.gpu[b.digest] = b
+		p.keys.add(b.digest)
+		p.leaves.add(b.digest)
+		if b.parent != nil {
+			if pb, ok := p.gpu[*b.parent]; ok {
+				pb.children++
+				p.leaves.remove(pb.digest)
+			}
+		}
+	}
+	return p.storedEvent(chain, "GPU", nil)
+}
+
+func (p *pool) gpuEvict() (Event, bool) {
+	if p.leaves.len() == 0 {
+		return Event{}, false
+	}
+	ev := Event{Kind: BlockRemoved, Medium: "GPU"}
+	for _, d := range p.leaves.sample(p.rng, 1+p.rng.IntN(4)) {
+		b := p.gpu[d]
+		ev.Hashes = append(ev.Hashes, d)
+		b.copies--
+		if b.copies > 0 {
+			continue
+		}
+		delete(p.gpu, d)
+		p.keys.remove(d)
+		p.leaves.remove(d)
+		p.noteEvicted(d)
+		if b.parent != nil {
+			if pb, ok := p.gpu[*b.parent]; ok {
+				pb.children--
+				if pb.children == 0 {
+					p.leaves.add(pb.digest)
+				}
+			}
+		}
+	}
+	return ev, true
+}
+
+func (p *pool) cpuEvent() Event {
+	if p.cpu.len() > 0 && p.rng.Float64() < 0.4 {
+		victims := p.cpu.sample(p.rng, 1+p.rng.IntN(3))
+		for _, d := range victims {
+			p.cpu.remove(d)
+		}
+		return Event{Kind: BlockRemoved, Medium: "CPU", Hashes: victims}
+	}
+	var chain []*block
+	if p.keys.len() > 0 && p.rng.Float64() < 0.5 {
+		// Offload a resident GPU block: the same hash on another medium.
+		chain = []*block{p.randomResident()}
+	} else {
+		// A chain that only ever lives on the CPU tier.
+		chain = p.newChain(nil, 1+p.rng.IntN(3), "")
+	}
+	for _, b := range chain {
+		p.cpu.add(b.digest)
+	}
+	return p.storedEvent(chain, "CPU", nil)
+}
+
+func (p *pool) windowEvent() Event {
+	if p.window.len() > 0 && p.rng.Float64() < 0.3 {
+		victims := p.window.sample(p.rng, 2)
+		for _, d := range victims {
+			p.window.remove(d)
+		}
+		return Event{Kind: BlockRemoved, Medium: "GPU", Hashes: victims, Group: slidingWindowGroup}
+	}
+	chain := p.newChain(nil, 1+p.rng.IntN(3), "")
+	for _, b := range chain {
+		p.window.add(b.digest)
+	}
+	p.windowOnly = append(p.windowOnly, chain[len(chain)-1].digest)
+	if len(p.windowOnly) > 2*absentKept {
+		p.windowOnly = slices.Delete(p.windowOnly, 0, len(p.windowOnly)-absentKept)
+	}
+	return p.storedEvent(chain, "GPU", slidingWindowGroup)
+}
+
+// nextBatch makes the events of one batch (one to maxEvents).
+func (p *pool) nextBatch() []Event {
+	c := p.cfg
+	n := 1 + p.rng.IntN(c.maxEvents)
+	events := make([]Event, 0, n)
+	for range n {
+		r := p.rng.Float64()
+		switch {
+		case len(p.gpu) >= c.capacity || (len(p.gpu) > 0 && r < 0.3):
+			if ev, ok := p.gpuEvict(); ok {
+				events = append(events, ev)
+			}
+		case r < 0.3+c.cpuFraction && c.wire != WireArray5:
+			events = append(events, p.cpuEvent())
+		case c.hybrid && c.wire != WireArray5 && r < 0.35+c.cpuFraction:
+			events = append(events, p.windowEvent())
+		default:
+			events = append(events, p.gpuStore())
+		}
+	}
+	return events
+}
+
+// chainOf returns the LoRA, the tokens from the root to d, and the number of blocks.
+func (p *pool) chainOf(d Digest) Chain {
+	var parts [][]uint32
+	b := p.known[d]
+	lora := b.lora
+	for {
+		parts = append(parts, b.tokens)
+		if b.parent == nil {
+			break
+		}
+		b = p.known[*b.parent]
+	}
+	slices.Reverse(parts)
+	return Chain{LoRAName: lora, Tokens: slices.Concat(parts...), Blocks: len(parts)}
+}
+
+// model returns the rank's exact model.
+func (p *pool) model(rank int, nextSeq uint64) RankModel {
+	m := RankModel{Rank: rank, NextSeq: nextSeq, ResidentBlocks: len(p.gpu)}
+	for _, d := range p.leaves.items {
+		m.Resident = append(m.Resident, p.chainOf(d))
+	}
+	seen := make(map[Digest]bool)
+	others := slices.Concat(p.cpu.items, lastN(p.windowOnly, absentKept/2), lastN(p.evicted, absentKept))
+	for _, d := range others {
+		if _, ok := p.gpu[d]; ok || seen[d] {
+			continue
+		}
+		seen[d] = true
+		m.Absent = append(m.Absent, p.chainOf(d))
+	}
+	sortChains(m.Resident)
+	sortChains(m.Absent)
+	return m
+}
+
+func lastN(ds []Digest, n int) []Digest { return ds[max(0, len(ds)-n):] }
+
+func sortChains(cs []Chain) {
+	slices.SortFunc(cs, func(a, b Chain) int { return slices.Compare(a.Tokens, b.Tokens) })
+}

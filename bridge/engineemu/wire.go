@@ -1,0 +1,340 @@
+package engineemu
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Wire is the payload shape of an event batch. The engines declare their batches as msgspec
+// structs; the shape follows from the struct options they use.
+type Wire int
+
+const (
+	// WireMap is vLLM's current shape: the batch and each event are maps, events tagged by a
+	// "type" key, the batch carrying data_parallel_rank.
+	WireMap Wire = iota
+	// WireArray is the array_like shape of the same structs: [ts, events, rank] and
+	// ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
+	// lora_name, extra_keys, group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window],
+	// ["BlockRemoved", block_hashes, medium, group_idx]; msgspec writes an array_like struct
+	// whole, fields at their default (None) included.
+	WireArray
+	// WireArray5 is the five-field BlockStored of SGLang and of early vLLM: [ts, events],
+	// ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id],
+	// ["BlockRemoved", block_hashes]: no rank, no medium, no LoRA name.
+	WireArray5
+)
+
+// String returns the name the emulators' command lines use.
+func (w Wire) String() string {
+	switch w {
+	case WireMap:
+		return "map"
+	case WireArray:
+		return "array"
+	case WireArray5:
+		return "array5"
+	}
+	return fmt.Sprintf("Wire(%d)", int(w))
+}
+
+// ParseWire reads a Wire from its name.
+func ParseWire(s string) (Wire, error) {
+	for _, w := range []Wire{WireMap, WireArray, WireArray5} {
+		if w.String() == s {
+			return w, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: wire %q (want map, array or array5)", ErrInvalidConfig, s)
+}
+
+// HashFormat is how block hashes travel.
+type HashFormat int
+
+const (
+	// HashInt is the low 64 bits of the block's 32-byte digest as an unsigned integer (vLLM's
+	// default, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1).
+	HashInt HashFormat = iota
+	// HashSigned is the same 64 bits as a signed integer, as engines that sent Python hash()
+	// values did.
+	HashSigned
+	// HashBytes is the whole 32-byte digest as msgpack bin.
+	HashBytes
+)
+
+// String returns the name the emulators' command lines use.
+func (h HashFormat) String() string {
+	switch h {
+	case HashInt:
+		return "int"
+	case HashSigned:
+		return "signed"
+	case HashBytes:
+		return "bytes"
+	}
+	return fmt.Sprintf("HashFormat(%d)", int(h))
+}
+
+// ParseHashFormat reads a HashFormat from its name.
+func ParseHashFormat(s string) (HashFormat, error) {
+	for _, h := range []HashFormat{HashInt, HashSigned, HashBytes} {
+		if h.String() == s {
+			return h, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: hash format %q (want int, signed or bytes)", ErrInvalidConfig, s)
+}
+
+// Digest is a block's 32-byte engine digest (SHA-256 in the emulators).
+type Digest [32]byte
+
+// Low64 is the 64-bit id an engine with integer hashes sends for d: the digest read as a
+// big-endian integer and masked to 64 bits, which is its last eight bytes.
+func (d Digest) Low64() uint64 { return binary.BigEndian.Uint64(d[24:]) }
+
+// Group is a KV-cache group other than the default full-attention one (hybrid models).
+type Group struct {
+	Index         int
+	Kind          string
+	SlidingWindow int
+}
+
+// slidingWindowGroup is the group the emulator stores sliding-window chains in.
+var slidingWindowGroup = &Group{Index: 1, Kind: "sliding_window", SlidingWindow: 128}
+
+// Event is one KV-cache event as the emulator means it, before encoding.
+type Event struct {
+	Kind      EventKind
+	Hashes    []Digest
+	Parent    *Digest
+	Tokens    []uint32
+	BlockSize int
+	LoRAID    *int
+	LoRAName  string
+	Medium    string
+	Group     *Group
+}
+
+// EventKind is the tag of an event.
+type EventKind int
+
+const (
+	BlockStored EventKind = iota
+	BlockRemoved
+	AllBlocksCleared
+)
+
+// String returns the tag the engines write.
+func (k EventKind) String() string {
+	switch k {
+	case BlockStored:
+		return "BlockStored"
+	case BlockRemoved:
+		return "BlockRemoved"
+	case AllBlocksCleared:
+		return "AllBlocksCleared"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// EncodeBatch encodes one batch of rank's events at time ts (seconds since the epoch) in the
+// shape w with hashes in format h, byte for byte as the engines' msgspec encoder writes it.
+func EncodeBatch(w Wire, h HashFormat, ts float64, events []Event, rank int) ([]byte, error) {
+	return newEncoder(w, h).batch(ts, events, rank)
+}
+
+// encoder writes batches in one wire shape and hash format, as msgspec writes them: integers in
+// their smallest form, floats as float 64, map keys in declaration order with the tag first.
+type encoder struct {
+	wire   Wire
+	hashes HashFormat
+	buf    bytes.Buffer
+	enc    *msgpack.Encoder
+}
+
+func newEncoder(w Wire, h HashFormat) *encoder {
+	e := &encoder{wire: w, hashes: h}
+	e.enc = msgpack.NewEncoder(&e.buf)
+	return e
+}
+
+// batch encodes one batch. The returned slice is a copy the caller owns.
+func (e *encoder) batch(ts float64, events []Event, rank int) ([]byte, error) {
+	e.buf.Reset()
+	m := e.enc
+	var err error
+	switch e.wire {
+	case WireMap:
+		err = first(m.EncodeMapLen(3), m.EncodeString("ts"), m.EncodeFloat64(ts), m.EncodeString("events"))
+	case WireArray:
+		err = first(m.EncodeArrayLen(3), m.EncodeFloat64(ts))
+	case WireArray5:
+		err = first(m.EncodeArrayLen(2), m.EncodeFloat64(ts))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := m.EncodeArrayLen(len(events)); err != nil {
+		return nil, err
+	}
+	for i := range events {
+		if err := e.event(&events[i]); err != nil {
+			return nil, err
+		}
+	}
+	switch e.wire {
+	case WireMap:
+		err = first(m.EncodeString("data_parallel_rank"), m.EncodeInt(int64(rank)))
+	case WireArray:
+		err = m.EncodeInt(int64(rank))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(e.buf.Bytes()), nil
+}
+
+// field is one event field: its name (map shape) and how to write its value.
+type field struct {
+	name  string
+	value func() error
+}
+
+func (e *encoder) event(ev *Event) error {
+	m := e.enc
+	var fields []field
+	switch ev.Kind {
+	case BlockStored:
+		fields = []field{
+			{"block_hashes", func() error { return e.hashList(ev.Hashes) }},
+			{"parent_block_hash", func() error { return e.optHash(ev.Parent) }},
+			{"token_ids", func() error { return e.tokens(ev.Tokens) }},
+			{"block_size", func() error { return m.EncodeInt(int64(ev.BlockSize)) }},
+			{"lora_id", func() error { return e.optInt(ev.LoRAID) }},
+		}
+		if e.wire != WireArray5 {
+			fields = append(fields,
+				field{"medium", func() error { return m.EncodeString(ev.Medium) }},
+				field{"lora_name", func() error { return e.optString(ev.LoRAName) }})
+			g := ev.Group
+			switch {
+			case g != nil:
+				fields = append(fields,
+					field{"group_idx", func() error { return m.EncodeInt(int64(g.Index)) }},
+					field{"kv_cache_spec_kind", func() error { return m.EncodeString(g.Kind) }},
+					field{"kv_cache_spec_sliding_window", func() error { return m.EncodeInt(int64(g.SlidingWindow)) }})
+			case e.wire == WireArray:
+				fields = append(fields, field{"group_idx", m.EncodeNil}, field{"kv_cache_spec_kind", m.EncodeNil},
+					field{"kv_cache_spec_sliding_window", m.EncodeNil})
+			}
+			if e.wire == WireArray {
+				// msgspec leaves a field at its default (None) out of a map only: an array_like
+				// struct is written whole. extra_keys comes before the group fields.
+				fields = slices.Insert(fields, 7, field{"extra_keys", m.EncodeNil})
+			}
+		}
+	case BlockRemoved:
+		fields = []field{{"block_hashes", func() error { return e.hashList(ev.Hashes) }}}
+		if e.wire != WireArray5 {
+			fields = append(fields, field{"medium", func() error { return m.EncodeString(ev.Medium) }})
+			if g := ev.Group; g != nil {
+				fields = append(fields, field{"group_idx", func() error { return m.EncodeInt(int64(g.Index)) }})
+			} else if e.wire == WireArray {
+				fields = append(fields, field{"group_idx", m.EncodeNil})
+			}
+		}
+	case AllBlocksCleared:
+	default:
+		return fmt.Errorf("engineemu: unknown event kind %v", ev.Kind)
+	}
+	if e.wire == WireMap {
+		if err := first(m.EncodeMapLen(len(fields)+1), m.EncodeString("type"), m.EncodeString(ev.Kind.String())); err != nil {
+			return err
+		}
+		for _, f := range fields {
+			if err := first(m.EncodeString(f.name), f.value()); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := first(m.EncodeArrayLen(len(fields)+1), m.EncodeString(ev.Kind.String())); err != nil {
+		return err
+	}
+	for _, f := range fields {
+		if err := f.value(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *encoder) hash(d *Digest) error {
+	switch e.hashes {
+	case HashBytes:
+		return e.enc.EncodeBytes(d[:])
+	case HashSigned:
+		return e.enc.EncodeInt(int64(d.Low64()))
+	default:
+		return e.enc.EncodeUint(d.Low64())
+	}
+}
+
+func (e *encoder) optHash(d *Digest) error {
+	if d == nil {
+		return e.enc.EncodeNil()
+	}
+	return e.hash(d)
+}
+
+func (e *encoder) hashList(ds []Digest) error {
+	if err := e.enc.EncodeArrayLen(len(ds)); err != nil {
+		return err
+	}
+	for i := range ds {
+		if err := e.hash(&ds[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *encoder) tokens(ts []uint32) error {
+	if err := e.enc.EncodeArrayLen(len(ts)); err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if err := e.enc.EncodeUint(uint64(t)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *encoder) optInt(p *int) error {
+	if p == nil {
+		return e.enc.EncodeNil()
+	}
+	return e.enc.EncodeInt(int64(*p))
+}
+
+func (e *encoder) optString(s string) error {
+	if s == "" {
+		return e.enc.EncodeNil()
+	}
+	return e.enc.EncodeString(s)
+}
+
+// first returns the first non-nil error.
+func first(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

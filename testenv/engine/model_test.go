@@ -1,0 +1,129 @@
+//go:build linux
+
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/ckf-stream/ckf-stream/bridge"
+	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+	"github.com/ckf-stream/ckf-stream/streams"
+)
+
+// replayAll reads every batch the replay socket at endpoint holds, in order.
+func replayAll(t *testing.T, endpoint string) [][]byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d := zmq4.NewDealer(ctx, zmq4.WithID(zmq4.SocketIdentity(fmt.Sprintf("model-%d", time.Now().UnixNano()))))
+	defer d.Close()
+	if err := d.Dial(endpoint); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Send(zmq4.NewMsgFrom(nil, make([]byte, 8))); err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	for want := uint64(0); ; want++ {
+		m, err := d.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Frames) != 3 || len(m.Frames[1]) != 8 {
+			t.Fatalf("replay reply of %d frames", len(m.Frames))
+		}
+		seq := binary.BigEndian.Uint64(m.Frames[1])
+		if int64(seq) == -1 {
+			return out
+		}
+		if seq != want {
+			t.Fatalf("replayed sequence %d, want %d", seq, want)
+		}
+		out = append(out, m.Frames[2])
+	}
+}
+
+// The Python emulator's model is exact: every batch it made (read back from its replay socket),
+// decoded and converted by the bridge's code and applied to the relay's exact state, leaves that
+// state holding every block of the model's resident chains and nothing of its absent ones, in
+// every shape and hash format. Broker-free, so that an end-to-end failure can be told apart from
+// a wrong oracle.
+func TestPythonModelIsExact(t *testing.T) {
+	for _, c := range []struct{ wire, hashes string }{
+		{"map", "bytes"}, {"array", "signed"}, {"array5", "int"},
+	} {
+		t.Run(c.wire+"-"+c.hashes, func(t *testing.T) {
+			base := freePorts(t, 2)
+			args := []string{"--endpoint", fmt.Sprintf("tcp://*:%d", base), "--replay-endpoint", fmt.Sprintf("tcp://*:%d", base+1),
+				"--wire", c.wire, "--hash-format", c.hashes, "--block-size", "4", "--capacity", "64",
+				"--dup-fraction", "0.1", "--lora-id", "3", "--seed", strconv.Itoa(len(c.wire) + len(c.hashes))}
+			if c.wire != "array5" {
+				args = append(args, "--hybrid")
+			}
+			e := startEmulator(t, t.TempDir(), "engine", 1, args...)
+			// Every batch goes to the replay buffer only.
+			drop := make([]int, 600)
+			for i := range drop {
+				drop[i] = i
+			}
+			e.do(map[string]any{"cmd": "run", "batches": len(drop), "drop": drop})
+			model := readModel(t, e, t.TempDir())
+			state, err := producer.NewDcState(ckf.NewCkfConfig(1 << 14))
+			if err != nil {
+				t.Fatal(err)
+			}
+			conv := bridge.NewConverter(5, 4, map[int64]string{3: "adapter-a"})
+			var id uint64
+			for _, p := range replayAll(t, fmt.Sprintf("tcp://127.0.0.1:%d", base+1)) {
+				b, err := kvevents.Decode(p)
+				if err != nil {
+					t.Fatalf("decode: %v", err)
+				}
+				recs, _, err := conv.Convert(nil, &b, 0, id)
+				if err != nil {
+					t.Fatalf("convert: %v", err)
+				}
+				id += uint64(len(recs))
+				for i := range recs {
+					if out := state.ApplyEvent(streams.RouterEventOf(&recs[i])); out.FirstError != nil || out.UnknownRemovals != 0 {
+						t.Fatalf("the relay's state refused an event: %v, %d unknown removals", out.FirstError, out.UnknownRemovals)
+					}
+				}
+			}
+			r := model.Ranks[0]
+			want := map[uint64]bool{}
+			for _, ch := range r.Resident {
+				for _, k := range canonicalOf(ch.Tokens, ch.LoRAName, 4) {
+					want[k] = true
+				}
+			}
+			if len(want) != r.ResidentBlocks || state.ResidentCount() != uint64(len(want)) {
+				t.Fatalf("the state holds %d blocks; the model says %d (%d distinct in its chains)", state.ResidentCount(), r.ResidentBlocks, len(want))
+			}
+			for k := range want {
+				if !state.Contains(ckf.CanonicalHash(k)) {
+					t.Fatal("a block of a resident chain is not held")
+				}
+			}
+			for _, ch := range r.Absent {
+				for _, k := range canonicalOf(ch.Tokens, ch.LoRAName, 4) {
+					if state.Contains(ckf.CanonicalHash(k)) != want[k] {
+						t.Fatal("a block that is not resident on GPU is held")
+					}
+				}
+			}
+			if len(r.Absent) == 0 || model.Stats.DuplicateStores == 0 {
+				t.Fatalf("the workload had no absent chains (%d) or duplicate stores (%d)", len(r.Absent), model.Stats.DuplicateStores)
+			}
+		})
+	}
+}
