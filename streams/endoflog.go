@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -74,10 +76,40 @@ type endOfLog struct {
 	pending map[int32]struct{}
 }
 
+// EndOfLogListRetry bounds how long listEndOfLog retries a listing that failed with a retriable
+// Kafka error: on a multi-broker cluster a topic created a moment ago is unknown to the brokers
+// its metadata has not reached yet (UNKNOWN_TOPIC_OR_PARTITION), and a partition whose leader
+// just failed has none until the controller elects one (NOT_LEADER_OR_FOLLOWER,
+// LEADER_NOT_AVAILABLE; an election takes up to the brokers' session timeout, 9 s by default,
+// plus the fencing). 30 s covers both with room; a topic still unknown after it is missing, and
+// the error is returned. The caller's context ends the retries earlier.
+const EndOfLogListRetry = 30 * time.Second
+
+// endOfLogListBackoff is the pause between two attempts of a listing.
+const endOfLogListBackoff = 100 * time.Millisecond
+
 // listEndOfLog lists the end of every partition of topic (last stable offsets), then the log
 // start offsets. The end is listed first so that a start listed after it and found at or past
-// it means the records below the end are gone: such a partition is reached at once.
+// it means the records below the end are gone: such a partition is reached at once. A listing
+// that fails with a retriable Kafka error is repeated for up to EndOfLogListRetry (see there);
+// the last error is returned when the retries or ctx end.
 func listEndOfLog(ctx context.Context, adm *kadm.Client, topic string) (*endOfLog, error) {
+	deadline := time.Now().Add(EndOfLogListRetry)
+	for {
+		e, err := listEndOfLogOnce(ctx, adm, topic)
+		var ke *kerr.Error
+		if err == nil || !errors.As(err, &ke) || !ke.Retriable || !time.Now().Before(deadline) {
+			return e, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(endOfLogListBackoff):
+		}
+	}
+}
+
+func listEndOfLogOnce(ctx context.Context, adm *kadm.Client, topic string) (*endOfLog, error) {
 	ends, err := adm.ListCommittedOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
