@@ -39,6 +39,7 @@ type clusterRun struct {
 	t     *testing.T
 	seed  uint64
 	c     *testenv.LocalCluster
+	pc    *testenv.ProxiedCluster // when the processes reach the cluster through fault proxies
 	s     *system
 	w     *writer
 	adm   *kadm.Client
@@ -51,8 +52,19 @@ type clusterRun struct {
 // and checks that the topics got 3 replicas and min.insync.replicas 2.
 func startClusterRun(t *testing.T, seed uint64) *clusterRun {
 	t.Helper()
-	testenv.Brokers(t) // the jars come with the shared broker's set-up; fail early with the usual message
-	c := testenv.StartLocalClusterT(t, testenv.LocalClusterConfig{})
+	return startRunOn(t, seed, testenv.StartLocalClusterT(t, testenv.LocalClusterConfig{}), nil)
+}
+
+// startProxiedClusterRun is startClusterRun on a cluster whose CLIENT and ALT listeners sit
+// behind fault proxies: the relays' route and the replicas' route.
+func startProxiedClusterRun(t *testing.T, seed uint64) *clusterRun {
+	t.Helper()
+	pc := testenv.StartProxiedClusterT(t, testenv.LocalClusterConfig{})
+	return startRunOn(t, seed, pc.LocalCluster, pc)
+}
+
+func startRunOn(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.ProxiedCluster) *clusterRun {
+	t.Helper()
 	s := newSystem(t, c.DirectSeeds(), 2, 2)
 	for _, r := range s.relays {
 		r.env = append(r.env, "KAFKA_BROKERS="+strings.Join(c.Seeds(), ","))
@@ -61,7 +73,7 @@ func startClusterRun(t *testing.T, seed uint64) *clusterRun {
 		ix.env = append(ix.env, "KAFKA_BROKERS="+strings.Join(c.AltSeeds(), ","))
 	}
 	s.startAll()
-	r := &clusterRun{t: t, seed: seed, c: c, s: s, adm: kadm.NewClient(s.client()), pids: map[string]int{}}
+	r := &clusterRun{t: t, seed: seed, c: c, pc: pc, s: s, adm: kadm.NewClient(s.client()), pids: map[string]int{}}
 	r.checkReplication()
 	r.w = s.newWriter(seed+300, 150)
 	r.w.run()
