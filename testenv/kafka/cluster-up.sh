@@ -27,6 +27,10 @@
 #   KAFKA_CLUSTER_CLIENT_ADVERTISED  host:port each CLIENT listener advertises (itself)
 #   KAFKA_CLUSTER_ALT_ADVERTISED     host:port each ALT listener advertises    (itself)
 #   KAFKA_CLUSTER_HEAP_OPTS          JVM heap of each node          (-Xms128m -Xmx384m)
+#   KAFKA_CLUSTER_JVM_OPTS           other JVM options              (-XX:TieredStopAtLevel=1
+#                                    -XX:CICompilerCount=1: the quick compiler only, one thread:
+#                                    three JVMs start on two cores without the optimising
+#                                    compiler's CPU, at some cost in throughput a test never needs)
 #   KAFKA_CLUSTER_REPLICA_LAG_MS     replica.lag.time.max.ms        (10000)
 #   KAFKA_START_TIMEOUT              seconds to wait for readiness  (120)
 #   KAFKA_LIBS                       jar folder                     (testenv/kafka/libs)
@@ -42,6 +46,7 @@ if [[ "${1:-}" == --node ]]; then only="${2:?--node needs a node number}"; fi
 : "${KAFKA_CLUSTER_BROKER_PORTS:=19292,19293,19294}"
 : "${KAFKA_CLUSTER_ALT_PORTS:=19392,19393,19394}"
 : "${KAFKA_CLUSTER_HEAP_OPTS:=-Xms128m -Xmx384m}"
+: "${KAFKA_CLUSTER_JVM_OPTS:=-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1}"
 : "${KAFKA_CLUSTER_REPLICA_LAG_MS:=10000}"
 : "${KAFKA_START_TIMEOUT:=120}"
 export KAFKA_LIBS
@@ -139,7 +144,7 @@ PROPS
 start_node() { # node
   local i=$1
   # shellcheck disable=SC2086
-  nohup "$java" $KAFKA_CLUSTER_HEAP_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+  nohup "$java" $KAFKA_CLUSTER_HEAP_OPTS $KAFKA_CLUSTER_JVM_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
     -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
     -XX:+ExitOnOutOfMemoryError -XX:MaxMetaspaceSize=192m -XX:ReservedCodeCacheSize=64m \
     -Djava.awt.headless=true $log4j -cp "$cp" kafka.Kafka "$dir/node-$i/server.properties" \
@@ -156,15 +161,25 @@ if (( only )); then
 else
   rm -rf -- "${dir:?}"
   mkdir -p "$dir"
-  cluster_id="$("$java" -Xmx128m $log4j -Dkafka.log.level=WARN -cp "$cp" kafka.tools.StorageTool random-uuid | tail -n1)"
+  # A cluster id is 16 random bytes in URL-safe base64 without padding (what StorageTool
+  # random-uuid prints; one JVM start less), not starting with '-' so no tool takes it for a flag.
+  cluster_id=-
+  until [[ "$cluster_id" != -* ]]; do cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"; done
+  # The nodes are formatted in parallel: each format is a JVM start.
+  fmt_pids=()
   for ((i = 1; i <= n; i++)); do
     mkdir -p "$dir/node-$i/data"
     write_config "$i"
-    "$java" -Xmx256m $log4j -Dkafka.log.level=WARN -cp "$cp" kafka.tools.StorageTool format \
+    # shellcheck disable=SC2086
+    "$java" -Xmx256m $KAFKA_CLUSTER_JVM_OPTS $log4j -Dkafka.log.level=WARN -cp "$cp" kafka.tools.StorageTool format \
       --ignore-formatted -t "$cluster_id" -c "$dir/node-$i/server.properties" \
-      > "$dir/node-$i/format.out" 2>&1 || {
-        echo "cluster-up: storage format of node $i failed:" >&2; tail -n 40 "$dir/node-$i/format.out" >&2; exit 1; }
+      > "$dir/node-$i/format.out" 2>&1 &
+    fmt_pids+=($!)
     nodes+=("$i")
+  done
+  for i in "${nodes[@]}"; do
+    wait "${fmt_pids[i-1]}" || {
+      echo "cluster-up: storage format of node $i failed:" >&2; tail -n 40 "$dir/node-$i/format.out" >&2; exit 1; }
   done
 fi
 
