@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// TestListEndOfLogRetriesRetriableErrors: a listing that the broker answers with a retriable
+// TestListEndOfLogRetriesRetriableErrors: a listing (the end of log, the relay's partitions) that the broker answers with a retriable
 // error the client does not retry itself (a topic whose metadata has not reached this broker
 // yet: UNKNOWN_TOPIC_OR_PARTITION in the metadata kadm asks first) is retried until it succeeds; a non-retriable one is returned at
 // once, as is a retriable one once the context ends.
@@ -49,6 +49,23 @@ func TestListEndOfLogRetriesRetriableErrors(t *testing.T) {
 	}
 	if hits := h.Hits(); hits != 3 {
 		t.Fatalf("the fault answered %d requests, want all 3 (the listing must have been retried)", hits)
+	}
+
+	// The relay's listing of its KV partitions retries the same way. Its ListOffsets requests
+	// go through the client's own retries, which are turned off here so that the fault reaches
+	// the listing.
+	once, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.MetadataMinAge(10*time.Millisecond), kgo.RequestRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer once.Close()
+	h = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Topic: topic, Err: kerr.NotLeaderForPartition, Count: 3})
+	parts, err := listPartitions(ctx, kadm.NewClient(once), topic)
+	if err != nil || len(parts) != 2 {
+		t.Fatalf("listPartitions after 3 NOT_LEADER_OR_FOLLOWER answers: %v, %v", parts, err)
+	}
+	if hits := h.Hits(); hits != 3 {
+		t.Fatalf("listPartitions: the fault answered %d requests, want 3", hits)
 	}
 
 	h = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Topic: topic, Err: kerr.TopicAuthorizationFailed, Count: -1})
