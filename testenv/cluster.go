@@ -91,6 +91,8 @@ func (c LocalClusterConfig) env() []string {
 		"KAFKA_CLUSTER_CONTROLLER_PORTS="+joinPorts(c.ControllerPorts),
 		"KAFKA_CLUSTER_CLIENT_ADVERTISED="+strings.Join(c.ClientAdvertised, ","),
 		"KAFKA_CLUSTER_ALT_ADVERTISED="+strings.Join(c.AltAdvertised, ","),
+		// The nodes die with the test binary even when it dies without its cleanups.
+		"KAFKA_CLUSTER_OWNER_PID="+strconv.Itoa(os.Getpid()),
 	)
 	if c.ReplicaLag > 0 {
 		env = append(env, "KAFKA_CLUSTER_REPLICA_LAG_MS="+strconv.FormatInt(c.ReplicaLag.Milliseconds(), 10))

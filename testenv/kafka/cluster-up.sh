@@ -33,6 +33,7 @@
 #                                    compiler's CPU, at some cost in throughput a test never needs)
 #   KAFKA_CLUSTER_REPLICA_LAG_MS     replica.lag.time.max.ms        (10000)
 #   KAFKA_START_TIMEOUT              seconds to wait for readiness  (120)
+#   KAFKA_CLUSTER_OWNER_PID          kill the nodes when this process is gone (unset: never)
 #   KAFKA_LIBS                       jar folder                     (testenv/kafka/libs)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -185,6 +186,25 @@ fi
 
 start=$SECONDS
 for i in "${nodes[@]}"; do start_node "$i"; done
+
+# A test that dies without its cleanups (go test's -timeout panic) must not leave three JVMs
+# behind: with KAFKA_CLUSTER_OWNER_PID set, a watchdog kills the nodes (those whose command line
+# names this directory's config, so a recycled pid is never hit) once that process is gone, and
+# ends by itself when the directory is removed.
+if [[ -n "${KAFKA_CLUSTER_OWNER_PID:-}" && ! -f "$dir/watchdog.pid" ]]; then
+  nohup bash -c '
+    owner=$1 dir=$2
+    while kill -0 "$owner" 2>/dev/null && [[ -d "$dir" ]]; do sleep 1; done
+    for f in "$dir"/node-*/kafka.pid; do
+      [[ -f "$f" ]] || continue
+      pid=$(cat "$f")
+      if tr "\0" " " < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$(dirname "$f")/server.properties"; then
+        kill -CONT "$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null
+      fi
+    done
+    rm -f "$dir/watchdog.pid"' cluster-watchdog "$KAFKA_CLUSTER_OWNER_PID" "$dir" >/dev/null 2>&1 < /dev/null &
+  echo $! > "$dir/watchdog.pid"
+fi
 
 # Kafka 4.1 opens a client listener only once the node is unfenced and serving.
 deadline=$((SECONDS + KAFKA_START_TIMEOUT))
