@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckf-stream/ckf-stream/app/config"
+	appkafka "github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -23,6 +26,7 @@ func TestLocalCluster(t *testing.T) {
 	adm := c.Cluster().Admin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	checkProcessTopics(ctx, t, c)
 	state := func() testenv.PartitionState {
 		st, err := testenv.Partition(ctx, adm, topic, 0)
 		if err != nil {
@@ -108,5 +112,45 @@ func TestLocalCluster(t *testing.T) {
 	}
 	if want := []string{"before", "after kill -9", "while a follower is paused", "after a controlled stop"}; !slices.Equal(got, want) {
 		t.Fatalf("records %q, want %q", got, want)
+	}
+}
+
+// checkProcessTopics creates the product's topic layout on the cluster the way a process does at
+// start (kafka.topic_replication_factor and kafka.topic_min_insync_replicas at their defaults)
+// and checks that every topic got 3 replicas and min.insync.replicas 2, while the brokers'
+// own defaults are 1 and 1.
+func checkProcessTopics(ctx context.Context, t *testing.T, c *testenv.LocalCluster) {
+	t.Helper()
+	topics := config.DefaultTopics(testenv.UniqueName(t, "layout") + "-")
+	cl := c.Cluster().Client(t)
+	if err := appkafka.EnsureTopicsReplicated(ctx, cl, topics, appkafka.Replication{}); err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(cl)
+	for _, spec := range appkafka.TopicLayout(topics) {
+		st, err := testenv.Partition(ctx, adm, spec.Name, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Replicas) != config.ReplicatedTopicReplicas {
+			t.Errorf("%s: replicas %v, want %d", spec.Name, st.Replicas, config.ReplicatedTopicReplicas)
+		}
+		rcs, err := adm.DescribeTopicConfigs(ctx, spec.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := rcs.On(spec.Name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for _, kv := range rc.Configs {
+			if kv.Key == "min.insync.replicas" {
+				got = kv.MaybeValue()
+			}
+		}
+		if got != "2" {
+			t.Errorf("%s: min.insync.replicas %q, want 2", spec.Name, got)
+		}
 	}
 }
