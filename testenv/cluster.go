@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,18 +118,23 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (*LocalClust
 	if cfg.Nodes == 0 {
 		cfg.Nodes = ClusterNodes
 	}
-	for _, l := range []struct {
+	lists := []struct {
 		name  string
 		ports *[]int
-	}{{"client", &cfg.ClientPorts}, {"alt", &cfg.AltPorts}, {"broker", &cfg.BrokerPorts}, {"controller", &cfg.ControllerPorts}} {
+	}{{"client", &cfg.ClientPorts}, {"alt", &cfg.AltPorts}, {"broker", &cfg.BrokerPorts}, {"controller", &cfg.ControllerPorts}}
+	missing := 0
+	for _, l := range lists {
 		if *l.ports == nil {
-			for range cfg.Nodes {
-				p, err := freeLoopbackPort()
-				if err != nil {
-					return nil, err
-				}
-				*l.ports = append(*l.ports, p)
-			}
+			missing += cfg.Nodes
+		}
+	}
+	free, err := freeLoopbackPorts(missing)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range lists {
+		if *l.ports == nil {
+			*l.ports, free = free[:cfg.Nodes:cfg.Nodes], free[cfg.Nodes:]
 		}
 		if len(*l.ports) != cfg.Nodes {
 			return nil, fmt.Errorf("%w: %d %s ports for %d nodes", ErrClusterConfig, len(*l.ports), l.name, cfg.Nodes)
@@ -159,10 +165,35 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (*LocalClust
 		c.nodes = append(c.nodes, n)
 	}
 	if err := c.WaitBrokers(ctx, cfg.Nodes); err != nil {
+		var logs strings.Builder
+		for _, n := range c.nodes {
+			fmt.Fprintf(&logs, "\nnode %d (alive %v), last lines:\n%s", n.ID, n.Alive(), n.LogTail(15))
+		}
 		c.Close()
-		return nil, err
+		return nil, fmt.Errorf("%w%s", err, logs.String())
 	}
 	return c, nil
+}
+
+// freeLoopbackPorts returns n distinct free loopback ports: every listener stays open until all
+// are chosen, so no port is handed out twice.
+func freeLoopbackPorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	out := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("free port: %w", err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
 }
 
 // StartLocalClusterT starts a cluster for the test t, under a run directory of its own, and

@@ -31,12 +31,12 @@ func newFaultServer() *toxiproxy.ApiServer {
 	return toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 }
 
-// StartFaultProxy starts a proxy named name on a free loopback port, forwarding to upstream
-// (which need not answer yet: the proxy dials it for each accepted connection). The proxy is
-// stopped when the test ends.
-func StartFaultProxy(t testing.TB, name, upstream string) *FaultProxy {
+// StartFaultProxy starts a proxy named name listening on listen ("127.0.0.1:0" for a free
+// port), forwarding to upstream (which need not answer yet: the proxy dials it for each accepted
+// connection). The proxy is stopped when the test ends.
+func StartFaultProxy(t testing.TB, name, listen, upstream string) *FaultProxy {
 	t.Helper()
-	p := toxiproxy.NewProxy(newFaultServer(), name, "127.0.0.1:0", upstream)
+	p := toxiproxy.NewProxy(newFaultServer(), name, listen, upstream)
 	if err := p.Start(); err != nil {
 		t.Fatalf("fault proxy %s -> %s: %v", name, upstream, err)
 	}
@@ -148,6 +148,14 @@ func StartProxiedClusterT(t testing.TB, cfg LocalClusterConfig) *ProxiedCluster 
 	}
 	pc := &ProxiedCluster{}
 	cfg.ClientPorts, cfg.AltPorts, cfg.ClientAdvertised, cfg.AltAdvertised = nil, nil, nil, nil
+	// Every port, the nodes' and the proxies', is chosen here at once, so that none is handed
+	// out twice.
+	ports, err := freeLoopbackPorts(6 * cfg.Nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.BrokerPorts, cfg.ControllerPorts = ports[2*cfg.Nodes:3*cfg.Nodes], ports[3*cfg.Nodes:4*cfg.Nodes]
+	proxyPorts := ports[4*cfg.Nodes:]
 	for i := range cfg.Nodes {
 		for _, route := range []struct {
 			name  string
@@ -155,11 +163,9 @@ func StartProxiedClusterT(t testing.TB, cfg LocalClusterConfig) *ProxiedCluster 
 			adv   *[]string
 			group *FaultProxies
 		}{{"client", &cfg.ClientPorts, &cfg.ClientAdvertised, &pc.Client}, {"alt", &cfg.AltPorts, &cfg.AltAdvertised, &pc.Alt}} {
-			port, err := freeLoopbackPort()
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := StartFaultProxy(t, route.name+"-"+strconv.Itoa(i+1), "127.0.0.1:"+strconv.Itoa(port))
+			port, listen := ports[0], proxyPorts[0]
+			ports, proxyPorts = ports[1:], proxyPorts[1:]
+			p := StartFaultProxy(t, route.name+"-"+strconv.Itoa(i+1), "127.0.0.1:"+strconv.Itoa(listen), "127.0.0.1:"+strconv.Itoa(port))
 			*route.ports = append(*route.ports, port)
 			*route.adv = append(*route.adv, p.Addr())
 			*route.group = append(*route.group, p)
