@@ -173,6 +173,19 @@ lint: ## generated files up to date, gofmt, go mod tidy (no diff), go vet and st
 	  echo "$$sc $(PKGS)"; "$$sc" $(PKGS); \
 	  echo "(cd tools && $$sc ./...)"; cd tools && "$$sc" ./...
 
+# -p 1: one package at a time, so that only one three-node cluster runs on the two cores.
+.PHONY: test-cluster
+test-cluster: ## the full set of three-node cluster scenarios (leader kill and shutdown, ISR, SIGSTOP, network faults, query rebalance; each test starts its own cluster); FAULTS_SEED
+	CKF_CLUSTER_FULL=1 $(GO) test -p 1 -race -count=1 -timeout 60m -v -run 'Cluster' ./testenv/ ./faults/
+
+.PHONY: cluster-up
+cluster-up: ## start a three-node Kafka cluster on 127.0.0.1:19092-19094 (data in $TMPDIR/ckf-cluster, default /tmp; prints the bootstrap list)
+	@bash $(KAFKA_DIR)/cluster-up.sh
+
+.PHONY: cluster-down
+cluster-down: ## stop the cluster started by cluster-up
+	@bash $(KAFKA_DIR)/cluster-down.sh
+
 .PHONY: kafka-up
 kafka-up: ## start the real single-node Kafka broker (prints its address)
 	@bash $(KAFKA_DIR)/kafka-up.sh

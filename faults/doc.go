@@ -14,6 +14,15 @@
 // less (no acknowledged KV event is lost), and each relay's resident block count must equal the
 // model's, with every record of its KV-events topic applied exactly once across its restarts.
 //
+// The cluster scenarios (cluster_test.go, cluster_net_test.go) run the same deployment and
+// oracle on a three-node cluster of their own (testenv.StartLocalClusterT): kill -9, controlled
+// shutdown and SIGSTOP of the node that leads a lane partition, an ISR below
+// min.insync.replicas, network faults through fault proxies in front of each node (latency,
+// bandwidth, blackhole, resets, a one-way partition of the indexers), and an indexer replica
+// killed while queries flow over Kafka. They also read every lane partition and check that the
+// relays' transactional sequences have no gap and no duplicate. `make test` runs
+// TestClusterKillLeader; the others run with CKF_CLUSTER_FULL=1 (`make test-cluster`).
+//
 // Knobs: FAULTS_SEED (default 1) seeds the victims, the moments and the workload; FAULTS_ITERATIONS
 // (default 20) is the number of kill -9 iterations; -long (go test ./faults/ -args -long, or
 // make test-faults FAULTS_FLAGS=-long) multiplies the iterations by five and holds the load

@@ -140,8 +140,15 @@ func (s *system) ensureTopics() {
 		spec.Name = kv
 		specs = append(specs, spec)
 	}
+	// Replicated as the processes replicate the topics they create (kafka.topic_replication_factor
+	// and kafka.topic_min_insync_replicas at their defaults): the broker's defaults on one broker,
+	// 3 replicas and min.insync.replicas 2 on the three-node cluster.
+	factor, minInsync, err := appkafka.ReplicationFor(ctx, adm, appkafka.Replication{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
 	for _, sp := range specs {
-		resp, err := adm.CreateTopic(ctx, sp.Partitions, -1, sp.Configs, sp.Name)
+		resp, err := adm.CreateTopic(ctx, sp.Partitions, factor, appkafka.WithMinInsync(sp.Configs, minInsync), sp.Name)
 		if err == nil {
 			err = resp.Err
 		}

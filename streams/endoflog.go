@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -74,10 +76,59 @@ type endOfLog struct {
 	pending map[int32]struct{}
 }
 
+// OffsetListRetry bounds how long the start-up listings of offsets (listEndOfLog, the relay's
+// listPartitions, the indexer's restore plan) retry a listing that failed with a retriable Kafka
+// error: on a multi-broker cluster a topic created a moment ago is unknown to the brokers its
+// metadata has not reached yet (UNKNOWN_TOPIC_OR_PARTITION) or names a leader that is not one
+// yet (NOT_LEADER_OR_FOLLOWER), and a partition whose leader just failed has none until the
+// controller elects one (LEADER_NOT_AVAILABLE; an election takes up to the brokers' session
+// timeout, 9 s by default, plus the fencing). 30 s covers both with room; a topic still
+// unknown after it is missing, and the error is returned. The caller's context ends the
+// retries earlier.
+const OffsetListRetry = 30 * time.Second
+
+// offsetListBackoff is the pause between two attempts of a listing.
+const offsetListBackoff = 100 * time.Millisecond
+
+// retryListing calls list until it returns nil or an error that is not a retriable Kafka
+// error, OffsetListRetry has passed, or ctx ends; it returns list's last error, or, when ctx
+// ended during an attempt, the retriable error of the attempt before (the cause, rather than
+// the cancellation).
+func retryListing(ctx context.Context, list func() error) error {
+	deadline := time.Now().Add(OffsetListRetry)
+	var last error
+	for {
+		err := list()
+		if err != nil && last != nil && ctx.Err() != nil {
+			return last
+		}
+		var ke *kerr.Error
+		if err == nil || !errors.As(err, &ke) || !ke.Retriable || !time.Now().Before(deadline) {
+			return err
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(offsetListBackoff):
+		}
+	}
+}
+
 // listEndOfLog lists the end of every partition of topic (last stable offsets), then the log
 // start offsets. The end is listed first so that a start listed after it and found at or past
-// it means the records below the end are gone: such a partition is reached at once.
+// it means the records below the end are gone: such a partition is reached at once. A listing
+// that fails with a retriable Kafka error is repeated (retryListing).
 func listEndOfLog(ctx context.Context, adm *kadm.Client, topic string) (*endOfLog, error) {
+	var e *endOfLog
+	err := retryListing(ctx, func() (err error) {
+		e, err = listEndOfLogOnce(ctx, adm, topic)
+		return err
+	})
+	return e, err
+}
+
+func listEndOfLogOnce(ctx context.Context, adm *kadm.Client, topic string) (*endOfLog, error) {
 	ends, err := adm.ListCommittedOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()

@@ -199,7 +199,11 @@ func TestEndOfLogEmptyAndDeletedPartitions(t *testing.T) {
 	got, err := e.read()
 	wantEntries(t, got, err, map[uint8]uint64{3: 1})
 
-	_, err = streams.ListEndOfLog(ctx, e.adm, testenv.UniqueName(t, "missing"))
+	// A missing topic is retried (its metadata may not have reached every broker yet) until
+	// the context ends, and then reported as missing.
+	mctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = streams.ListEndOfLog(mctx, e.adm, testenv.UniqueName(t, "missing"))
 	var eol *streams.EndOfLogError
 	if !errors.As(err, &eol) || !errors.Is(err, kerr.UnknownTopicOrPartition) {
 		t.Fatalf("listing a missing topic: %v; want an *EndOfLogError wrapping UNKNOWN_TOPIC_OR_PARTITION", err)

@@ -200,12 +200,17 @@ func (rl *relayLoop) close() {
 }
 
 // listPartitions returns the partitions of topic, in order (listed with their end offsets,
-// which also proves each has a reachable leader).
+// which also proves each has a reachable leader). A listing that fails with a retriable Kafka
+// error is repeated (retryListing).
 func listPartitions(ctx context.Context, adm *kadm.Client, topic string) ([]int32, error) {
-	lo, err := adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = lo.Error()
-	}
+	var lo kadm.ListedOffsets
+	err := retryListing(ctx, func() (err error) {
+		lo, err = adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = lo.Error()
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("streams: relay: offsets of %s: %w", topic, err)
 	}

@@ -30,17 +30,27 @@ type lanePlan struct {
 func (ix *Indexer) restorePlan(ctx context.Context, lanes []int32) (map[int32]lanePlan, error) {
 	adm := kadm.NewClient(ix.outCl)
 	topic := ix.cfg.Topics.Lanes
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err == nil {
-		err = starts.Error()
-	}
+	// Both listings are retried on retriable Kafka errors (retryListing): right after the
+	// topics are created, or during a leader election, a broker may not know a partition's
+	// leader yet.
+	var starts, ends kadm.ListedOffsets
+	err := retryListing(ctx, func() (err error) {
+		starts, err = adm.ListStartOffsets(ctx, topic)
+		if err == nil {
+			err = starts.Error()
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("streams: start offsets of %s: %w", topic, err)
 	}
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	err = retryListing(ctx, func() (err error) {
+		ends, err = adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("streams: end offsets of %s: %w", topic, err)
 	}

@@ -10,4 +10,11 @@
 // unset, the address written by kafka-up.sh to $TMPDIR/ckf-kafka/bootstrap is used. A test that
 // needs the broker and cannot reach one fails (it never skips) with a message that names the
 // command that starts one.
+//
+// StartLocalCluster (and StartLocalClusterT) starts a three-node KRaft cluster on loopback from
+// the same jars (testenv/kafka/cluster-up.sh; `make cluster-up` and `make cluster-down` for a
+// manual one), with helpers to kill -9, stop with SIGSTOP, resume, shut down and restart one
+// node and to read a partition's leader and ISR. StartProxiedClusterT puts a TCP fault proxy
+// (toxiproxy, in process) in front of each node's two client listeners, which the nodes
+// advertise, for latency, bandwidth, blackhole and reset faults per route.
 package testenv

@@ -80,20 +80,25 @@ func UniqueName(t testing.TB, prefix string) string {
 type TopicOption func(*topicSpec)
 
 type topicSpec struct {
-	configs map[string]*string
+	configs  map[string]*string
+	replicas int16
 }
+
+// TopicReplicas sets the topic's replication factor (default 1), for a multi-node cluster.
+func TopicReplicas(n int16) TopicOption { return func(s *topicSpec) { s.replicas = n } }
 
 // TopicConfig sets one topic-level config (for example "cleanup.policy" = "compact").
 func TopicConfig(key, value string) TopicOption {
 	return func(s *topicSpec) { s.configs[key] = kadm.StringPtr(value) }
 }
 
-// NewTopic creates a uniquely named topic with the given partition count (replication factor 1)
+// NewTopic creates a uniquely named topic with the given partition count (replication factor 1
+// unless TopicReplicas says otherwise)
 // and deletes it when the test ends. It waits until every partition has a leader, so a produce
 // right after it does not race topic creation.
 func (c *Cluster) NewTopic(t testing.TB, partitions int32, opts ...TopicOption) string {
 	t.Helper()
-	spec := topicSpec{configs: map[string]*string{}}
+	spec := topicSpec{configs: map[string]*string{}, replicas: 1}
 	for _, o := range opts {
 		o(&spec)
 	}
@@ -101,7 +106,7 @@ func (c *Cluster) NewTopic(t testing.TB, partitions int32, opts ...TopicOption) 
 	adm := c.Admin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, 1, spec.configs, name)
+	resp, err := adm.CreateTopic(ctx, partitions, spec.replicas, spec.configs, name)
 	if err == nil {
 		err = resp.Err
 	}

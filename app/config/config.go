@@ -103,9 +103,37 @@ type Kafka struct {
 	// where topics are provisioned by operators and the principal may not create them; start-up
 	// then only checks that the layout exists and that the lane topic has ckf.LaneCount partitions.
 	CreateTopics bool `yaml:"create_topics"`
-	TLS          TLS  `yaml:"tls"`
-	SASL         SASL `yaml:"sasl"`
+	// TopicReplicationFactor is the replication factor of the topics the process creates
+	// (kafka.create_topics; existing topics are left as they are). 0, the default, decides at
+	// start from the cluster's metadata: ReplicatedTopicReplicas (3) when the cluster lists at
+	// least that many brokers, and otherwise the broker's default.replication.factor (a single
+	// broker: 1). More replicas survive more lost brokers at the cost of that many copies of every
+	// lane record on disk and on the network. A factor above the number of live brokers fails
+	// topic creation, and with it the start (INVALID_REPLICATION_FACTOR). Kafka property:
+	// replication_factor of CreateTopics. Environment: CKF_KAFKA_TOPIC_REPLICATION_FACTOR.
+	TopicReplicationFactor int `yaml:"topic_replication_factor"`
+	// TopicMinInsyncReplicas sets min.insync.replicas on the topics the process creates: how
+	// many replicas must hold a record before an acks=all write (every producer of the process)
+	// is acknowledged. 0, the default, sets ReplicatedTopicMinInsync (2) on topics created with
+	// 3 or more replicas and leaves the broker's min.insync.replicas otherwise. With 2 of 3, one
+	// broker may be lost without stopping writes and an acknowledged record survives the loss of
+	// any one broker; while fewer replicas are in sync, writes wait and then fail
+	// (NOT_ENOUGH_REPLICAS, retried until the producer's delivery timeout) instead of being
+	// acknowledged by too few copies. It must not exceed an explicit
+	// kafka.topic_replication_factor. Kafka property: min.insync.replicas. Environment:
+	// CKF_KAFKA_TOPIC_MIN_INSYNC_REPLICAS.
+	TopicMinInsyncReplicas int  `yaml:"topic_min_insync_replicas"`
+	TLS                    TLS  `yaml:"tls"`
+	SASL                   SASL `yaml:"sasl"`
 }
+
+// Replication the processes choose for the topics they create on a cluster of at least
+// ReplicatedTopicReplicas brokers when kafka.topic_replication_factor and
+// kafka.topic_min_insync_replicas are left at 0.
+const (
+	ReplicatedTopicReplicas  = 3
+	ReplicatedTopicMinInsync = 2
+)
 
 // TLS secures the Kafka connection. Kafka property: security.protocol=SSL or SASL_SSL.
 type TLS struct {

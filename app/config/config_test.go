@@ -50,7 +50,8 @@ func TestLoadWithNothingIsDefault(t *testing.T) {
 		t.Fatalf("defaults do not validate: %v", err)
 	}
 	if got.HTTP.Listen != "127.0.0.1:8080" || got.ShutdownTimeout != 30*time.Second || len(got.Kafka.Brokers) != 0 ||
-		got.Indexer.VerificationWindow != 2 || got.Topics.Lanes != "ckf-lanes" || !got.Kafka.CreateTopics {
+		got.Indexer.VerificationWindow != 2 || got.Topics.Lanes != "ckf-lanes" || !got.Kafka.CreateTopics ||
+		got.Kafka.TopicReplicationFactor != 0 || got.Kafka.TopicMinInsyncReplicas != 0 {
 		t.Fatalf("unexpected defaults: %+v", got)
 	}
 }
@@ -73,10 +74,12 @@ kafka:
 topic_prefix: fromfile.
 `)
 	vars := map[string]string{
-		"CKF_HTTP_LISTEN":                 "127.0.0.1:2222",
-		"CKF_INDEXER_VERIFICATION_WINDOW": "4",
-		"CKF_INDEXER_QUERY_BATCH_SIZE":    "18",
-		"KAFKA_BROKERS":                   "alias:9092, alias2:9092",
+		"CKF_HTTP_LISTEN":                     "127.0.0.1:2222",
+		"CKF_INDEXER_VERIFICATION_WINDOW":     "4",
+		"CKF_INDEXER_QUERY_BATCH_SIZE":        "18",
+		"KAFKA_BROKERS":                       "alias:9092, alias2:9092",
+		"CKF_KAFKA_TOPIC_REPLICATION_FACTOR":  "3",
+		"CKF_KAFKA_TOPIC_MIN_INSYNC_REPLICAS": "2",
 	}
 	args := []string{"--config", file, "--indexer.verification_window=5", "--relay.lane", "7", "--kafka.tls.enabled", "--kafka.tls.enabled=false"}
 	cfg := mustLoad(t, args, vars)
@@ -94,6 +97,8 @@ topic_prefix: fromfile.
 		{"kafka.brokers (KAFKA_BROKERS over file)", cfg.Kafka.Brokers, []string{"alias:9092", "alias2:9092"}},
 		{"topics.lanes (prefix from file)", cfg.Topics.Lanes, "fromfile.ckf-lanes"},
 		{"relay.seed (default)", cfg.Relay.Seed, ckf.DefaultSeed},
+		{"kafka.topic_replication_factor (env only)", cfg.Kafka.TopicReplicationFactor, 3},
+		{"kafka.topic_min_insync_replicas (env only)", cfg.Kafka.TopicMinInsyncReplicas, 2},
 	} {
 		if !reflect.DeepEqual(c.got, c.want) {
 			t.Errorf("%s = %v, want %v", c.field, c.got, c.want)
@@ -219,6 +224,10 @@ func TestInvalidFieldMessages(t *testing.T) {
 		{vars: map[string]string{"KAFKA_BROKERS": "localhost"}, want: `config: kafka.brokers[0]: "localhost" is not host:port`},
 		{args: []string{"--kafka.brokers=a:1,b:99999"}, want: `config: kafka.brokers[1]: "b:99999" has a port that is not a number in [0,65535]`},
 		{args: []string{"--kafka.client_id="}, want: "config: kafka.client_id: must not be empty"},
+		{args: []string{"--kafka.topic_replication_factor=-1"}, want: "config: kafka.topic_replication_factor: -1 is not in [0,32767]"},
+		{args: []string{"--kafka.topic_replication_factor=40000"}, want: "config: kafka.topic_replication_factor: 40000 is not in [0,32767]"},
+		{args: []string{"--kafka.topic_min_insync_replicas=-2"}, want: "config: kafka.topic_min_insync_replicas: -2 is negative"},
+		{args: []string{"--kafka.topic_replication_factor=2", "--kafka.topic_min_insync_replicas=3"}, want: "config: kafka.topic_min_insync_replicas: 3 is more than kafka.topic_replication_factor (2)"},
 		{args: []string{"--kafka.brokers=a:1", "--kafka.tls.ca_file=/x"}, want: "config: kafka.tls.ca_file: is set, but kafka.tls.enabled is false"},
 		{args: []string{"--kafka.tls.enabled"}, want: "config: kafka.tls.enabled: is true, but kafka.brokers is empty and the embedded broker serves plaintext only"},
 		{args: []string{"--kafka.brokers=a:1", "--kafka.tls.enabled", "--kafka.tls.cert_file=c.pem"}, want: "config: kafka.tls.key_file: is required when kafka.tls.cert_file is set"},

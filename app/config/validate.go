@@ -97,6 +97,16 @@ func (k Kafka) validate(p *problems) {
 	if k.ClientID == "" {
 		p.add("kafka.client_id", "must not be empty")
 	}
+	if k.TopicReplicationFactor < 0 || k.TopicReplicationFactor > math.MaxInt16 {
+		p.add("kafka.topic_replication_factor", "%d is not in [0,%d]", k.TopicReplicationFactor, math.MaxInt16)
+	}
+	switch {
+	case k.TopicMinInsyncReplicas < 0:
+		p.add("kafka.topic_min_insync_replicas", "%d is negative", k.TopicMinInsyncReplicas)
+	case k.TopicReplicationFactor > 0 && k.TopicMinInsyncReplicas > k.TopicReplicationFactor:
+		p.add("kafka.topic_min_insync_replicas", "%d is more than kafka.topic_replication_factor (%d): no write could ever be acknowledged",
+			k.TopicMinInsyncReplicas, k.TopicReplicationFactor)
+	}
 	embedded := len(k.Brokers) == 0
 	t := k.TLS
 	if !t.Enabled {

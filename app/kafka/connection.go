@@ -158,7 +158,7 @@ func (c *Connection) Start(ctx context.Context) error {
 	defer cancel()
 	err := c.waitForBroker(ctx)
 	if err == nil && c.cfg.CreateTopics {
-		err = EnsureTopics(ctx, c.admin, c.Topics)
+		err = EnsureTopicsReplicated(ctx, c.admin, c.Topics, ReplicationOf(c.cfg))
 	} else if err == nil {
 		err = VerifyTopics(ctx, c.admin, c.Topics)
 	}
@@ -206,6 +206,10 @@ func (c *Connection) waitForBroker(ctx context.Context) error {
 		}
 	}
 }
+
+// Replication is how the topics this process creates are replicated (kafka.topic_replication_factor
+// and kafka.topic_min_insync_replicas).
+func (c *Connection) Replication() Replication { return ReplicationOf(c.cfg) }
 
 // Ready is the "kafka" readiness check: the topic layout is ensured and a broker answers.
 func (c *Connection) Ready(ctx context.Context) error {

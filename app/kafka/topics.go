@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -74,13 +75,89 @@ func TopicLayout(t config.Topics) []TopicSpec {
 // ckf.LaneCount partitions: partition p must be physical lane p, so such a topic cannot serve.
 var ErrLaneTopicPartitions = errors.New("lane topic has too few partitions")
 
-// EnsureTopics creates every topic of the layout that does not exist yet. Existing topics are
-// left as they are; an existing lane topic with fewer than ckf.LaneCount partitions is an
-// error, since partition p must be physical lane p.
+// Replication is how the topics a process creates are replicated: kafka.topic_replication_factor
+// and kafka.topic_min_insync_replicas, where 0 leaves the choice to ResolveReplication.
+type Replication struct {
+	Factor    int
+	MinInsync int
+}
+
+// ReplicationOf returns the replication settings of a Kafka configuration.
+func ReplicationOf(k config.Kafka) Replication {
+	return Replication{Factor: k.TopicReplicationFactor, MinInsync: k.TopicMinInsyncReplicas}
+}
+
+// ResolveReplication turns r into the replication factor to request (-1: the broker's
+// default.replication.factor) and the min.insync.replicas to set ("" : the broker's), given the
+// number of brokers the cluster lists. A factor of 0 becomes config.ReplicatedTopicReplicas on a
+// cluster of at least that many brokers and the broker's default otherwise; a min.insync of 0
+// becomes config.ReplicatedTopicMinInsync when the factor is at least
+// config.ReplicatedTopicReplicas, and the broker's default otherwise.
+func ResolveReplication(r Replication, brokers int) (factor int16, minInsync string) {
+	factor = -1
+	switch {
+	case r.Factor > 0:
+		factor = int16(r.Factor)
+	case brokers >= config.ReplicatedTopicReplicas:
+		factor = config.ReplicatedTopicReplicas
+	}
+	switch {
+	case r.MinInsync > 0:
+		minInsync = strconv.Itoa(r.MinInsync)
+	case factor >= config.ReplicatedTopicReplicas:
+		minInsync = strconv.Itoa(config.ReplicatedTopicMinInsync)
+	}
+	return factor, minInsync
+}
+
+// ReplicationFor resolves r (ResolveReplication) against the number of brokers the cluster that
+// adm reaches lists; it asks for the metadata only when r leaves a choice to the cluster.
+func ReplicationFor(ctx context.Context, adm *kadm.Client, r Replication) (factor int16, minInsync string, err error) {
+	brokers := 0
+	if r.Factor == 0 || r.MinInsync == 0 {
+		md, err := adm.BrokerMetadata(ctx)
+		if err != nil {
+			return 0, "", fmt.Errorf("broker metadata (to choose the topics' replication): %w", err)
+		}
+		brokers = len(md.Brokers)
+	}
+	factor, minInsync = ResolveReplication(r, brokers)
+	return factor, minInsync, nil
+}
+
+// WithMinInsync returns configs with min.insync.replicas set to minInsync, as a copy; configs
+// itself when minInsync is "" (the broker's default).
+func WithMinInsync(configs map[string]*string, minInsync string) map[string]*string {
+	if minInsync == "" {
+		return configs
+	}
+	out := maps.Clone(configs)
+	if out == nil {
+		out = map[string]*string{}
+	}
+	out["min.insync.replicas"] = kadm.StringPtr(minInsync)
+	return out
+}
+
+// EnsureTopics creates every topic of the layout that does not exist yet, replicated as
+// ResolveReplication decides for a zero Replication; see EnsureTopicsReplicated.
 func EnsureTopics(ctx context.Context, cl *kgo.Client, t config.Topics) error {
+	return EnsureTopicsReplicated(ctx, cl, t, Replication{})
+}
+
+// EnsureTopicsReplicated creates every topic of the layout that does not exist yet, with the
+// replication factor and min.insync.replicas that ResolveReplication gives for r and the number
+// of brokers the cluster's metadata lists. Existing topics are left as they are (their
+// replication included); an existing lane topic with fewer than ckf.LaneCount partitions is an
+// error, since partition p must be physical lane p.
+func EnsureTopicsReplicated(ctx context.Context, cl *kgo.Client, t config.Topics, r Replication) error {
 	adm := kadm.NewClient(cl)
+	factor, minInsync, err := ReplicationFor(ctx, adm, r)
+	if err != nil {
+		return err
+	}
 	for _, spec := range TopicLayout(t) {
-		resp, err := adm.CreateTopic(ctx, spec.Partitions, -1, spec.Configs, spec.Name)
+		resp, err := adm.CreateTopic(ctx, spec.Partitions, factor, WithMinInsync(spec.Configs, minInsync), spec.Name)
 		if err == nil {
 			err = resp.Err
 		}

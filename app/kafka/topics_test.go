@@ -177,3 +177,33 @@ func TestVerifyOnlyWhenCreationIsOff(t *testing.T) {
 		t.Errorf("Ready: %v", err)
 	}
 }
+
+// TestResolveReplication pins the replication the processes choose for the topics they create:
+// the broker's defaults on one or two brokers, 3 replicas with min.insync.replicas 2 from three
+// brokers on, and explicit settings as they are.
+func TestResolveReplication(t *testing.T) {
+	for _, tc := range []struct {
+		r         kafka.Replication
+		brokers   int
+		factor    int16
+		minInsync string
+	}{
+		{kafka.Replication{}, 1, -1, ""},
+		{kafka.Replication{}, 2, -1, ""},
+		{kafka.Replication{}, 3, 3, "2"},
+		{kafka.Replication{}, 5, 3, "2"},
+		{kafka.Replication{Factor: 2}, 5, 2, ""},
+		{kafka.Replication{Factor: 5}, 5, 5, "2"},
+		{kafka.Replication{MinInsync: 3}, 3, 3, "3"},
+		{kafka.Replication{MinInsync: 1}, 1, -1, "1"},
+		{kafka.Replication{Factor: 1, MinInsync: 1}, 3, 1, "1"},
+	} {
+		f, m := kafka.ResolveReplication(tc.r, tc.brokers)
+		if f != tc.factor || m != tc.minInsync {
+			t.Errorf("ResolveReplication(%+v, %d brokers) = %d, %q; want %d, %q", tc.r, tc.brokers, f, m, tc.factor, tc.minInsync)
+		}
+	}
+	if got := kafka.ReplicationOf(config.Kafka{TopicReplicationFactor: 4, TopicMinInsyncReplicas: 3}); got != (kafka.Replication{Factor: 4, MinInsync: 3}) {
+		t.Errorf("ReplicationOf = %+v", got)
+	}
+}

@@ -240,8 +240,9 @@ func ProducerOpts() []kgo.Opt {
 }
 
 // EnsureTopics creates the named topics with the given partition count and topic configs (nil
-// for the broker's defaults) where they do not exist, and waits until each has a leader for
-// every partition. Existing topics are left as they are.
+// for the broker's defaults), replicated as the connection's kafka.topic_replication_factor and
+// kafka.topic_min_insync_replicas say (kafka.ReplicationFor), where they do not exist, and waits
+// until each has a leader for every partition. Existing topics are left as they are.
 func EnsureTopics(ctx context.Context, conn *kafka.Connection, names []string, partitions int32, configs map[string]*string) error {
 	cl, err := conn.NewClient("loadgen-admin")
 	if err != nil {
@@ -249,7 +250,11 @@ func EnsureTopics(ctx context.Context, conn *kafka.Connection, names []string, p
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	resps, err := adm.CreateTopics(ctx, partitions, -1, configs, names...)
+	factor, minInsync, err := kafka.ReplicationFor(ctx, adm, conn.Replication())
+	if err != nil {
+		return fmt.Errorf("loadgen: %w", err)
+	}
+	resps, err := adm.CreateTopics(ctx, partitions, factor, kafka.WithMinInsync(configs, minInsync), names...)
 	if err != nil {
 		return fmt.Errorf("loadgen: create topics: %w", err)
 	}

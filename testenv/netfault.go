@@ -1,0 +1,176 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/rs/zerolog"
+)
+
+// FaultProxy is a TCP proxy on loopback in front of one broker listener, through which tests
+// inject network faults (toxiproxy's toxics, run in the test process as a library): latency,
+// bandwidth limits, blackholes, connection resets. Clients reach it because the broker
+// advertises the proxy's address (LocalClusterConfig.ClientAdvertised and AltAdvertised).
+type FaultProxy struct {
+	p *toxiproxy.Proxy
+}
+
+// FaultProxies is a group of proxies (one route: every broker's listener of one kind), whose
+// toxics are added and removed together.
+type FaultProxies []*FaultProxy
+
+// newFaultServer is the toxiproxy server value the proxies share: it holds only the metrics
+// container and logger the proxies' links use; no HTTP API is started.
+func newFaultServer() *toxiproxy.ApiServer {
+	return toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+}
+
+// StartFaultProxy starts a proxy named name listening on listen ("127.0.0.1:0" for a free
+// port), forwarding to upstream (which need not answer yet: the proxy dials it for each accepted
+// connection). The proxy is stopped when the test ends.
+func StartFaultProxy(t testing.TB, name, listen, upstream string) *FaultProxy {
+	t.Helper()
+	p := toxiproxy.NewProxy(newFaultServer(), name, listen, upstream)
+	if err := p.Start(); err != nil {
+		t.Fatalf("fault proxy %s -> %s: %v", name, upstream, err)
+	}
+	t.Cleanup(p.Stop)
+	return &FaultProxy{p: p}
+}
+
+// Addr is the proxy's listen address.
+func (f *FaultProxy) Addr() string { return f.p.Listen }
+
+// Toxic is one network fault on a proxy. Stream is "upstream" (client to broker) or
+// "downstream" (broker to client).
+type Toxic struct {
+	Name       string         `json:"name"`
+	Type       string         `json:"type"`
+	Stream     string         `json:"stream"`
+	Toxicity   float32        `json:"toxicity"`
+	Attributes map[string]any `json:"attributes"`
+}
+
+// Latency delays every chunk by latency ± jitter.
+func Latency(stream string, latency, jitter time.Duration) Toxic {
+	return Toxic{Name: "latency-" + stream, Type: "latency", Stream: stream, Toxicity: 1,
+		Attributes: map[string]any{"latency": latency.Milliseconds(), "jitter": jitter.Milliseconds()}}
+}
+
+// Bandwidth limits the stream to kibPerSecond KiB/s.
+func Bandwidth(stream string, kibPerSecond int64) Toxic {
+	return Toxic{Name: "bandwidth-" + stream, Type: "bandwidth", Stream: stream, Toxicity: 1,
+		Attributes: map[string]any{"rate": kibPerSecond}}
+}
+
+// Blackhole drops every byte of the stream and keeps the connections open (toxiproxy's
+// timeout toxic with no timeout): the peer sees silence, not an error.
+func Blackhole(stream string) Toxic {
+	return Toxic{Name: "blackhole-" + stream, Type: "timeout", Stream: stream, Toxicity: 1,
+		Attributes: map[string]any{"timeout": 0}}
+}
+
+// Reset closes every connection with a TCP RST after after, from the first byte it carries.
+func Reset(stream string, after time.Duration) Toxic {
+	return Toxic{Name: "reset-" + stream, Type: "reset_peer", Stream: stream, Toxicity: 1,
+		Attributes: map[string]any{"timeout": after.Milliseconds()}}
+}
+
+// Add adds the toxic to the proxy.
+func (f *FaultProxy) Add(tx Toxic) error {
+	b, err := json.Marshal(tx)
+	if err != nil {
+		return err
+	}
+	if _, err := f.p.Toxics.AddToxicJson(bytes.NewReader(b)); err != nil {
+		return fmt.Errorf("proxy %s: toxic %s: %w", f.p.Name, tx.Name, err)
+	}
+	return nil
+}
+
+// Remove removes the named toxic from the proxy.
+func (f *FaultProxy) Remove(name string) error {
+	if err := f.p.Toxics.RemoveToxic(context.Background(), name); err != nil {
+		return fmt.Errorf("proxy %s: remove toxic %s: %w", f.p.Name, name, err)
+	}
+	return nil
+}
+
+// Add adds the toxic to every proxy of the group.
+func (g FaultProxies) Add(tx Toxic) error {
+	for _, f := range g {
+		if err := f.Add(tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Remove removes the named toxic from every proxy of the group.
+func (g FaultProxies) Remove(name string) error {
+	for _, f := range g {
+		if err := f.Remove(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Addrs are the proxies' listen addresses.
+func (g FaultProxies) Addrs() []string {
+	out := make([]string, len(g))
+	for i, f := range g {
+		out[i] = f.Addr()
+	}
+	return out
+}
+
+// ProxiedCluster is a LocalCluster whose CLIENT and ALT listeners are reached through fault
+// proxies: Client proxies the CLIENT route (Seeds), Alt the ALT route (AltSeeds).
+type ProxiedCluster struct {
+	*LocalCluster
+	Client, Alt FaultProxies
+}
+
+// StartProxiedClusterT starts a cluster like StartLocalClusterT with one fault proxy per node in
+// front of each of its CLIENT and ALT listeners, which the nodes advertise, so that every client
+// seeded with Seeds or AltSeeds stays behind the proxies.
+func StartProxiedClusterT(t testing.TB, cfg LocalClusterConfig) *ProxiedCluster {
+	t.Helper()
+	if cfg.Nodes == 0 {
+		cfg.Nodes = ClusterNodes
+	}
+	pc := &ProxiedCluster{}
+	cfg.ClientPorts, cfg.AltPorts, cfg.ClientAdvertised, cfg.AltAdvertised = nil, nil, nil, nil
+	// Every port, the nodes' and the proxies', is chosen here at once, so that none is handed
+	// out twice.
+	ports, err := freeLoopbackPorts(6 * cfg.Nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.BrokerPorts, cfg.ControllerPorts = ports[2*cfg.Nodes:3*cfg.Nodes], ports[3*cfg.Nodes:4*cfg.Nodes]
+	proxyPorts := ports[4*cfg.Nodes:]
+	for i := range cfg.Nodes {
+		for _, route := range []struct {
+			name  string
+			ports *[]int
+			adv   *[]string
+			group *FaultProxies
+		}{{"client", &cfg.ClientPorts, &cfg.ClientAdvertised, &pc.Client}, {"alt", &cfg.AltPorts, &cfg.AltAdvertised, &pc.Alt}} {
+			port, listen := ports[0], proxyPorts[0]
+			ports, proxyPorts = ports[1:], proxyPorts[1:]
+			p := StartFaultProxy(t, route.name+"-"+strconv.Itoa(i+1), "127.0.0.1:"+strconv.Itoa(listen), "127.0.0.1:"+strconv.Itoa(port))
+			*route.ports = append(*route.ports, port)
+			*route.adv = append(*route.adv, p.Addr())
+			*route.group = append(*route.group, p)
+		}
+	}
+	pc.LocalCluster = StartLocalClusterT(t, cfg)
+	return pc
+}
