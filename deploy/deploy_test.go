@@ -8,21 +8,15 @@
 package deploy_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,11 +36,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "deploy:", err)
 		os.Exit(1)
 	}
-	processorBin = filepath.Join(dir, "processor")
-	build := exec.Command("go", "build", "-o", processorBin, "github.com/ckf-stream/ckf-stream/cmd/processor")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "deploy: building the processor:", err)
+	processorBin, err = testenv.BuildProcessor(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deploy:", err)
 		_ = os.RemoveAll(dir)
 		os.Exit(1)
 	}
@@ -55,123 +47,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// proc is one processor process, logging to a file in the test's temporary folder and killed
-// when the test ends.
-type proc struct {
-	t    *testing.T
-	name string
-	http string // its HTTP listen address
-	log  string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
+// proc is one processor process (testenv.Process), logging to a file in the test's temporary
+// folder and killed when the test ends.
+type proc struct{ *testenv.Process }
 
+// startProc starts the processor with args and env.
 func startProc(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, http: freeAddr(t), log: filepath.Join(t.TempDir(), name+".log"), done: make(chan struct{})}
-	f, err := os.Create(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(processorBin, args...)
-	p.cmd.Env = append(append(baseEnv(), env...), "CKF_HTTP_LISTEN="+p.http)
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // nothing outlives a killed test binary
-	if err := p.cmd.Start(); err != nil {
-		_ = f.Close()
-		t.Fatalf("%s: start: %v", name, err)
-	}
-	go func() { p.err = p.cmd.Wait(); _ = f.Close(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-		if t.Failed() {
-			t.Logf("%s log tail:\n%s", name, tail(p.log, 20))
-		}
-	})
+	p := &proc{testenv.NewProcess(t, processorBin, t.TempDir(), name, env, args...)}
+	p.Start()
 	return p
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// waitReady waits until /readyz answers 200, failing at once if the process exits.
-func (p *proc) waitReady() {
-	p.t.Helper()
-	c := &http.Client{Timeout: time.Second}
-	testenv.WaitUntil(p.t, 2*time.Minute, p.name+" ready", func() bool {
-		if p.exited() {
-			p.t.Fatalf("%s exited while starting (%v):\n%s", p.name, p.err, tail(p.log, 20))
-		}
-		resp, err := c.Get("http://" + p.http + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, func() string { return tail(p.log, 10) })
-}
-
-// scrape reads /metrics: every sample line's series (name and labels, as printed) to its value.
-func (p *proc) scrape() (map[string]float64, error) {
-	c := &http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get("http://" + p.http + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s /metrics: %s", p.name, resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		if i := strings.LastIndexByte(line, ' '); i > 0 {
-			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-				out[line[:i]] = v
-			}
-		}
-	}
-	return out, sc.Err()
-}
-
-// baseEnv is the environment without the caller's ckf-stream and Kafka settings.
-func baseEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CKF_") && !strings.HasPrefix(kv, "KAFKA_BROKERS=") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func tail(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
 // deployment is one relay (DC 0xdc01 on lane 0) and one indexer replica on the real broker, under
@@ -216,12 +101,12 @@ func startDeployment(t *testing.T) *deployment {
 		"CKF_SHUTDOWN_TIMEOUT=10s",
 	}
 	dep.relay = startProc(t, "relay", append(dep.common, fmt.Sprintf("CKF_RELAY_DC_ID=%#x", dc), "CKF_RELAY_LANE="+strconv.Itoa(lane)), "relay")
-	dep.relay.waitReady()
+	dep.relay.WaitReady(2 * time.Minute)
 	dep.indexer = startProc(t, "indexer", append(dep.common,
 		fmt.Sprintf("CKF_INDEXER_CONSUMER_INSTANCE_ID=%d", uint64(dep.instance)),
 		"CKF_INDEXER_QUERY_GROUP="+dep.prefix+"queries",
 		"CKF_INDEXER_LAG_COMMIT_INTERVAL="+lagCommitInterval.String()), "indexer")
-	dep.indexer.waitReady()
+	dep.indexer.WaitReady(2 * time.Minute)
 	return dep
 }
 
@@ -317,11 +202,11 @@ func TestLagGroupsMatchExportedLag(t *testing.T) {
 		if err != nil {
 			return s, err
 		}
-		m, err := dep.indexer.scrape()
+		m, err := dep.indexer.Metrics()
 		if err != nil {
 			return s, err
 		}
-		rm, err := dep.relay.scrape()
+		rm, err := dep.relay.Metrics()
 		if err != nil {
 			return s, err
 		}
@@ -358,7 +243,7 @@ func TestLagGroupsMatchExportedLag(t *testing.T) {
 	busy := 0
 	tick := time.NewTicker(150 * time.Millisecond)
 	defer tick.Stop()
-	for !gen.exited() {
+	for !gen.Exited() {
 		<-tick.C
 		s, err := sample(start)
 		if err != nil {
@@ -380,8 +265,8 @@ func TestLagGroupsMatchExportedLag(t *testing.T) {
 				s.at.Round(time.Millisecond), s.relayLag, s.relayGauge, d, s.relayTolerance)
 		}
 	}
-	if gen.err != nil {
-		t.Fatalf("loadgen: %v\n%s", gen.err, tail(gen.log, 20))
+	if gen.ExitError() != nil {
+		t.Fatalf("loadgen: %v\n%s", gen.ExitError(), testenv.Tail(gen.LogPath(1), 20))
 	}
 	if len(samples) < 5 {
 		t.Fatalf("%d comparisons under load, want at least 5", len(samples))
@@ -427,21 +312,21 @@ func logSamples(t *testing.T, what string, ss []lagSample) {
 func TestDeployFilesNameExportedMetrics(t *testing.T) {
 	dep := startDeployment(t)
 	gen := dep.load(t, 3*time.Second)
-	<-gen.done // the load ran its course: the event that the series below have values
-	if gen.err != nil {
-		t.Fatalf("loadgen: %v\n%s", gen.err, tail(gen.log, 20))
+	<-gen.Done() // the load ran its course: the event that the series below have values
+	if gen.ExitError() != nil {
+		t.Fatalf("loadgen: %v\n%s", gen.ExitError(), testenv.Tail(gen.LogPath(1), 20))
 	}
 	exported := map[string]bool{}
 	for _, p := range []*proc{dep.relay, dep.indexer} {
 		var m map[string]float64
 		// After the load, counters reach /metrics within one report interval: wait for the
 		// relay's and the indexer's work to show rather than for time to pass.
-		testenv.WaitUntil(t, time.Minute, p.name+" metrics show the load", func() bool {
+		testenv.WaitUntil(t, time.Minute, p.Name+" metrics show the load", func() bool {
 			var err error
-			if m, err = p.scrape(); err != nil {
+			if m, err = p.Metrics(); err != nil {
 				return false
 			}
-			return m["ckf_relay_events_total"] > 0 || sumSeries(m, "ckf_indexer_lane_images_total") > 0
+			return m["ckf_relay_events_total"] > 0 || testenv.SumSeries(m, "ckf_indexer_lane_images_total") > 0
 		})
 		for series := range m {
 			name, _, _ := strings.Cut(series, "{")
@@ -530,15 +415,4 @@ type dashPanel struct {
 		Expr string `json:"expr"`
 	} `json:"targets"`
 	Panels []dashPanel `json:"panels"` // rows hold panels
-}
-
-// sumSeries sums every series of one metric name.
-func sumSeries(m map[string]float64, name string) float64 {
-	var s float64
-	for k, v := range m {
-		if k == name || strings.HasPrefix(k, name+"{") {
-			s += v
-		}
-	}
-	return s
 }

@@ -43,13 +43,13 @@ func TestBrokerRestartProcesses(t *testing.T) {
 	procs := append(append([]*proc{}, s.relays...), s.indexes...)
 	pids := map[string]int{}
 	for _, p := range procs {
-		pids[p.name] = p.pid()
+		pids[p.Name] = p.Pid()
 	}
 	checkAlive := func(when string) {
 		t.Helper()
 		for _, p := range procs {
-			if !p.alive() || p.pid() != pids[p.name] {
-				t.Fatalf("%s: %s exited (%v):\n%s", when, p.name, p.exitError(), tail(p.logPath(p.runs), 20))
+			if !p.Alive() || p.Pid() != pids[p.Name] {
+				t.Fatalf("%s: %s exited (%v):\n%s", when, p.Name, p.ExitError(), testenv.Tail(p.LogPath(p.Runs()), 20))
 			}
 		}
 	}
@@ -65,16 +65,16 @@ func TestBrokerRestartProcesses(t *testing.T) {
 		base := make([]float64, len(s.relays))
 		baseCheckpoints := make([]float64, len(s.relays))
 		for i, r := range s.relays {
-			m, err := r.metrics()
+			m, err := r.Metrics()
 			if err != nil {
-				t.Fatalf("%s: %s: %v", when, r.name, err)
+				t.Fatalf("%s: %s: %v", when, r.Name, err)
 			}
 			base[i], baseCheckpoints[i] = sumMetrics(m, "ckf_relay_transactions_total"), sumMetrics(m, "ckf_relay_checkpoints_total")
 		}
 		testenv.WaitUntilEvery(t, scrapePoll, 2*time.Minute, when+": every relay commits a transaction and a checkpoint", func() bool {
 			checkAlive(when)
 			for i, r := range s.relays {
-				m, err := r.metrics()
+				m, err := r.Metrics()
 				if err != nil || sumMetrics(m, "ckf_relay_transactions_total") <= base[i] || sumMetrics(m, "ckf_relay_checkpoints_total") <= baseCheckpoints[i] {
 					return false
 				}
@@ -154,9 +154,9 @@ func TestBrokerRestartProcesses(t *testing.T) {
 	relayRecoveries := 0.0
 	var checkpoints []float64
 	for _, r := range s.relays {
-		m, err := r.metrics()
+		m, err := r.Metrics()
 		if err != nil {
-			t.Fatalf("%s: %v", r.name, err)
+			t.Fatalf("%s: %v", r.Name, err)
 		}
 		relayRecoveries += m["ckf_relay_recoveries_total"]
 		checkpoints = append(checkpoints, sumMetrics(m, "ckf_relay_checkpoints_total"))

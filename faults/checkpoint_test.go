@@ -208,7 +208,7 @@ func TestHostileCheckpoint(t *testing.T) {
 	// writer paused and the relay settled, no checkpoint transaction can be open when the relay
 	// is killed, so none holds back the partition's last stable offset and hides the injected
 	// records from the restarting relay.
-	relay.env = append(relay.env, "CKF_RELAY_CHECKPOINT_INTERVAL=0")
+	relay.AddEnv("CKF_RELAY_CHECKPOINT_INTERVAL=0")
 	s.startAll()
 	w := s.newWriter(seed+300, 150)
 	w.run()
@@ -247,7 +247,7 @@ func TestHostileCheckpoint(t *testing.T) {
 		return b
 	}
 	checkpoints := func() float64 {
-		m, err := relay.metrics()
+		m, err := relay.Metrics()
 		if err != nil {
 			return -1
 		}
@@ -259,7 +259,7 @@ func TestHostileCheckpoint(t *testing.T) {
 		t.Helper()
 		w.pause()
 		s.relaySettled(w, time.Minute)
-		relay.kill9()
+		relay.Kill9()
 	}
 	// restart lets the engine write a tail of events while the relay is down, starts the relay
 	// and returns its metrics once it has started.
@@ -267,8 +267,8 @@ func TestHostileCheckpoint(t *testing.T) {
 		t.Helper()
 		w.resume()
 		w.waitAcked(w.acked.Load()+150, time.Minute)
-		relay.start()
-		relay.waitReady(time.Minute)
+		relay.Start()
+		relay.WaitReady(time.Minute)
 		return s.relayStarted(relay, time.Minute)
 	}
 	// settle checks the relay's state and the replica's answers against the model.
@@ -287,7 +287,7 @@ func TestHostileCheckpoint(t *testing.T) {
 	// ---- 1. damaged records above good checkpoints ----
 	testenv.WaitUntilEvery(t, scrapePoll, time.Minute, "the relay commits two checkpoints", func() bool { return checkpoints() >= 2 })
 	crash()
-	committed := relay.logLines(1, checkpointCommittedLog)
+	committed := relay.LogLines(1, checkpointCommittedLog)
 	newest := logID(t, committed[len(committed)-1]) // the newest good checkpoint
 	before := endOf()
 	in.put(damaged{kind: "random-bytes", rejected: true, code: schemas.DeadLetterMalformed, reason: "bad magic"}, in.random(300))
@@ -311,7 +311,7 @@ func TestHostileCheckpoint(t *testing.T) {
 	m := restart()
 	rejected1, restored1 := sumMetrics(m, "ckf_relay_checkpoints_rejected_total"), m["ckf_relay_restored_from_checkpoint"]
 	var restoredID uint64
-	if lines := relay.logLines(2, restoredLog); len(lines) == 1 {
+	if lines := relay.LogLines(2, restoredLog); len(lines) == 1 {
 		restoredID = logID(t, lines[0])
 	}
 	t.Logf("phase 1: %d good checkpoints committed (the newest %d), %d damaged records written (%d to reject); the restart rejected %v, restored from a checkpoint %v (%d)",

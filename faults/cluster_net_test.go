@@ -197,7 +197,7 @@ func TestClusterQueryRebalance(t *testing.T) {
 	holdLoad(rng)
 	victim := r.s.indexes[1+rng.IntN(len(r.s.indexes)-1)]
 	killed := time.Now()
-	victim.kill9()
+	victim.Kill9()
 	// The survivor takes the dead member's partitions over after the session timeout: the
 	// proof is a reply to a request sent after the kill, on every partition of the request
 	// topic, which the per-request wait below covers once enough requests are sent.
@@ -207,21 +207,21 @@ func TestClusterQueryRebalance(t *testing.T) {
 	})
 	rebalanced := time.Since(killed)
 	restart := time.Now()
-	victim.start()
-	victim.waitReady(2 * time.Minute)
+	victim.Start()
+	victim.WaitReady(2 * time.Minute)
 	ready := time.Since(restart)
-	r.pids[victim.name] = victim.pid()
+	r.pids[victim.Name] = victim.Pid()
 	holdLoad(rng)
 	holdLoad(rng)
 	kq.end(2 * time.Minute)
 	before, during, after := kq.window(began, killed), kq.window(killed, restart), kq.window(restart, time.Now().Add(time.Hour))
 	t.Logf("SUMMARY cluster query rebalance: injected SIGKILL of %s (seed %d); every request sent in the 2 s after the kill answered %v after it; replica restarted and ready after %v; "+
 		"before the kill: %v; from the kill to the restart: %v; from the restart on: %v; reply statuses %v",
-		victim.name, seed, rebalanced.Round(time.Millisecond), ready.Round(time.Millisecond), before, during, after, kq.status)
+		victim.Name, seed, rebalanced.Round(time.Millisecond), ready.Round(time.Millisecond), before, during, after, kq.status)
 	if lost := before.unanswered + during.unanswered + after.unanswered; lost != 0 {
 		t.Errorf("%d requests over Kafka never answered", lost)
 	}
-	r.finish("query rebalance", "SIGKILL of "+victim.name, fmt.Sprintf("queries over Kafka: %v / %v / %v", before, during, after), "")
+	r.finish("query rebalance", "SIGKILL of "+victim.Name, fmt.Sprintf("queries over Kafka: %v / %v / %v", before, during, after), "")
 }
 
 // netFault is one network fault of TestClusterNetworkFaults: the toxics it adds to which routes,

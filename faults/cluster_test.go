@@ -67,10 +67,10 @@ func startRunOn(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.
 	t.Helper()
 	s := newSystem(t, c.DirectSeeds(), 2, 2)
 	for _, r := range s.relays {
-		r.env = append(r.env, "KAFKA_BROKERS="+strings.Join(c.Seeds(), ","))
+		r.AddEnv("KAFKA_BROKERS=" + strings.Join(c.Seeds(), ","))
 	}
 	for _, ix := range s.indexes {
-		ix.env = append(ix.env, "KAFKA_BROKERS="+strings.Join(c.AltSeeds(), ","))
+		ix.AddEnv("KAFKA_BROKERS=" + strings.Join(c.AltSeeds(), ","))
 	}
 	s.startAll()
 	r := &clusterRun{t: t, seed: seed, c: c, pc: pc, s: s, adm: kadm.NewClient(s.client()), pids: map[string]int{}}
@@ -79,7 +79,7 @@ func startRunOn(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.
 	r.w.run()
 	r.procs = append(append([]*proc{}, s.relays...), s.indexes...)
 	for _, p := range r.procs {
-		r.pids[p.name] = p.pid()
+		r.pids[p.Name] = p.Pid()
 	}
 	r.w.waitAcked(300, 2*time.Minute)
 	r.qs = r.w.queries(mrand.New(mrand.NewPCG(seed, 0x71)), 64)
@@ -120,8 +120,8 @@ func (r *clusterRun) checkReplication() {
 func (r *clusterRun) checkAlive(when string) {
 	r.t.Helper()
 	for _, p := range r.procs {
-		if !p.alive() || p.pid() != r.pids[p.name] {
-			r.t.Fatalf("%s: %s exited (%v):\n%s", when, p.name, p.exitError(), tail(p.logPath(p.runs), 20))
+		if !p.Alive() || p.Pid() != r.pids[p.Name] {
+			r.t.Fatalf("%s: %s exited (%v):\n%s", when, p.Name, p.ExitError(), testenv.Tail(p.LogPath(p.Runs()), 20))
 		}
 	}
 }
@@ -159,16 +159,16 @@ func (r *clusterRun) recovered(when string, since time.Time) time.Duration {
 	base := make([]float64, len(r.s.relays))
 	baseCheckpoints := make([]float64, len(r.s.relays))
 	for i, rl := range r.s.relays {
-		m, err := rl.metrics()
+		m, err := rl.Metrics()
 		if err != nil {
-			r.t.Fatalf("%s: %s: %v", when, rl.name, err)
+			r.t.Fatalf("%s: %s: %v", when, rl.Name, err)
 		}
 		base[i], baseCheckpoints[i] = sumMetrics(m, "ckf_relay_transactions_total"), sumMetrics(m, "ckf_relay_checkpoints_total")
 	}
 	testenv.WaitUntilEvery(r.t, scrapePoll, 3*time.Minute, when+": every relay commits a transaction and a checkpoint", func() bool {
 		r.checkAlive(when)
 		for i, rl := range r.s.relays {
-			m, err := rl.metrics()
+			m, err := rl.Metrics()
 			if err != nil || sumMetrics(m, "ckf_relay_transactions_total") <= base[i] || sumMetrics(m, "ckf_relay_checkpoints_total") <= baseCheckpoints[i] {
 				return false
 			}

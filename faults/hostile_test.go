@@ -101,15 +101,15 @@ func TestHostileInput(t *testing.T) {
 	rssBefore := map[string]int64{}
 	pids := map[string]int{}
 	for _, p := range procs {
-		rssBefore[p.name], pids[p.name] = p.rss(), p.pid()
+		rssBefore[p.Name], pids[p.Name] = p.RSS(), p.Pid()
 	}
 	before := map[string]map[string]float64{}
 	for _, p := range procs {
-		m, err := p.metrics()
+		m, err := p.Metrics()
 		if err != nil {
 			t.Fatal(err)
 		}
-		before[p.name] = m
+		before[p.Name] = m
 	}
 
 	// Watch lane 0 on both replicas while the hostile records go in: it must stay serving. The
@@ -227,8 +227,8 @@ func TestHostileInput(t *testing.T) {
 
 	// No crash: the same processes, alive.
 	for _, p := range procs {
-		if !p.alive() || p.pid() != pids[p.name] {
-			t.Errorf("%s died or restarted", p.name)
+		if !p.Alive() || p.Pid() != pids[p.Name] {
+			t.Errorf("%s died or restarted", p.Name)
 		}
 	}
 	if n := lane0Left.Load(); n > 0 {
@@ -238,12 +238,12 @@ func TestHostileInput(t *testing.T) {
 		l0, l1 := page.Lanes[0], page.Lanes[1]
 		if was := pagesBefore[i].Lanes[0]; len(l0.Faults) != 0 || l0.Rejected != 0 || l0.Recoveries != was.Recoveries || l0.Identity != was.Identity {
 			t.Errorf("%s lane 0: faults %v, rejected %d, recoveries %d (was %d), identity %s (was %s): it received no hostile record",
-				s.indexes[i].name, l0.Faults, l0.Rejected, l0.Recoveries, was.Recoveries, l0.Identity, was.Identity)
+				s.indexes[i].Name, l0.Faults, l0.Rejected, l0.Recoveries, was.Recoveries, l0.Identity, was.Identity)
 		}
 		if len(l1.Faults) == 0 {
-			t.Errorf("%s lane 1: no fault counted", s.indexes[i].name)
+			t.Errorf("%s lane 1: no fault counted", s.indexes[i].Name)
 		}
-		t.Logf("%s lane 1: faults %v, rejected %d, recoveries %d, last fault %q", s.indexes[i].name, l1.Faults, l1.Rejected, l1.Recoveries, l1.LastFault)
+		t.Logf("%s lane 1: faults %v, rejected %d, recoveries %d, last fault %q", s.indexes[i].Name, l1.Faults, l1.Rejected, l1.Recoveries, l1.LastFault)
 	}
 	rep := s.compareAnswers(w, w.queries(mrand.New(mrand.NewPCG(seed, 0x72)), 200))
 
@@ -292,14 +292,14 @@ func TestHostileInput(t *testing.T) {
 	// Counters moved.
 	after := map[string]map[string]float64{}
 	for _, p := range procs {
-		m, err := p.metrics()
+		m, err := p.Metrics()
 		if err != nil {
 			t.Fatal(err)
 		}
-		after[p.name] = m
+		after[p.Name] = m
 	}
 	delta1 := func(p *proc, name string) float64 {
-		return sumMetrics(after[p.name], name) - sumMetrics(before[p.name], name)
+		return sumMetrics(after[p.Name], name) - sumMetrics(before[p.Name], name)
 	}
 	if d := delta1(s.relays[0], "ckf_relay_events_undecodable_total"); d < 7 {
 		t.Errorf("relay-0: ckf_relay_events_undecodable_total moved by %v, want >= 7", d)
@@ -308,9 +308,9 @@ func TestHostileInput(t *testing.T) {
 	for _, ix := range s.indexes {
 		invalid += delta1(ix, "ckf_query_invalid_requests_total")
 		if d := delta1(ix, "ckf_indexer_lane_faults_total"); d < 1 {
-			t.Errorf("%s: ckf_indexer_lane_faults_total did not move", ix.name)
+			t.Errorf("%s: ckf_indexer_lane_faults_total did not move", ix.Name)
 		}
-		t.Logf("%s: lane faults +%v, records rejected +%v, query invalid +%v", ix.name, delta1(ix, "ckf_indexer_lane_faults_total"),
+		t.Logf("%s: lane faults +%v, records rejected +%v, query invalid +%v", ix.Name, delta1(ix, "ckf_indexer_lane_faults_total"),
 			delta1(ix, "ckf_indexer_lane_records_rejected_total"), delta1(ix, "ckf_query_invalid_requests_total"))
 	}
 	if invalid < 4 {
@@ -320,7 +320,7 @@ func TestHostileInput(t *testing.T) {
 	// A relay of another pool pointed at lane 1 (configured without the lane map, so only the
 	// lane's snapshot index can stop it) must refuse to start and leave lane 1 as it was.
 	var rogueEnv []string
-	for _, kv := range s.relays[1].env {
+	for _, kv := range s.relays[1].Env() {
 		switch {
 		case strings.HasPrefix(kv, "CKF_INDEXER_LANES="), strings.HasPrefix(kv, "CKF_RELAY_DC_ID="),
 			strings.HasPrefix(kv, "CKF_TOPICS_KV_EVENTS="), strings.HasPrefix(kv, "CKF_HTTP_LISTEN="):
@@ -330,17 +330,17 @@ func TestHostileInput(t *testing.T) {
 	}
 	rogueEnv = append(rogueEnv, "CKF_RELAY_DC_ID=0xdc99", "CKF_TOPICS_KV_EVENTS="+s.topics.KVEvents)
 	rogue := newProc(t, s.logDir, "rogue-relay", rogueEnv, "relay")
-	rogue.start()
+	rogue.Start()
 	select {
-	case <-rogue.done:
+	case <-rogue.Done():
 	case <-time.After(time.Minute):
 		t.Fatal("a relay of a foreign pool on lane 1 kept running")
 	}
-	rogueLog := tail(rogue.logPath(1), 200)
-	if rogue.exitError() == nil || !strings.Contains(rogueLog, "not owned") {
-		t.Errorf("rogue relay: exit %v, want a failure naming the lane owner; log:\n%s", rogue.exitError(), tail(rogue.logPath(1), 5))
+	rogueLog := testenv.Tail(rogue.LogPath(1), 200)
+	if rogue.ExitError() == nil || !strings.Contains(rogueLog, "not owned") {
+		t.Errorf("rogue relay: exit %v, want a failure naming the lane owner; log:\n%s", rogue.ExitError(), testenv.Tail(rogue.LogPath(1), 5))
 	}
-	t.Logf("rogue relay of pool dc99 on lane 1: %v", rogue.exitError())
+	t.Logf("rogue relay of pool dc99 on lane 1: %v", rogue.ExitError())
 	// Whatever the rogue committed to lane 1 before it exited lies below the lane partition's
 	// last stable offset now: once both replicas have processed lane 1 up to it, the rogue's
 	// effect on them, if any, is visible.
@@ -368,17 +368,17 @@ func TestHostileInput(t *testing.T) {
 	}, func() string { return fmt.Sprintf("pages %+v", rogueAfter) })
 	for i, page := range rogueAfter {
 		if a, b := page.Lanes[1], pages[i].Lanes[1]; a.Identity != b.Identity || a.InstalledSequence != b.InstalledSequence || a.State != "serving" {
-			t.Errorf("%s lane 1 changed after the rogue relay: %+v, was %+v", s.indexes[i].name, a, b)
+			t.Errorf("%s lane 1 changed after the rogue relay: %+v, was %+v", s.indexes[i].Name, a, b)
 		}
 	}
 
 	// Memory bounded.
 	var rssLine []string
 	for _, p := range procs {
-		a := p.rss()
-		rssLine = append(rssLine, fmt.Sprintf("%s %.1f->%.1f MiB", p.name, mibf(rssBefore[p.name]), mibf(a)))
-		if a-rssBefore[p.name] > rssBound {
-			t.Errorf("%s: RSS grew from %d to %d bytes (bound +%d)", p.name, rssBefore[p.name], a, rssBound)
+		a := p.RSS()
+		rssLine = append(rssLine, fmt.Sprintf("%s %.1f->%.1f MiB", p.Name, mibf(rssBefore[p.Name]), mibf(a)))
+		if a-rssBefore[p.Name] > rssBound {
+			t.Errorf("%s: RSS grew from %d to %d bytes (bound +%d)", p.Name, rssBefore[p.Name], a, rssBound)
 		}
 	}
 	reasons := make([]string, 0, len(byReason))
@@ -407,7 +407,7 @@ func countPrefix(hs []hostile, prefix string) int {
 func countAlive(ps []*proc) int {
 	n := 0
 	for _, p := range ps {
-		if p.alive() {
+		if p.Alive() {
 			n++
 		}
 	}

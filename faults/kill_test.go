@@ -56,23 +56,23 @@ func TestKillNine(t *testing.T) {
 		// meanwhile), not a wait for an outcome; what happens next is waited for with waitReady.
 		time.Sleep(hold[0] + time.Duration(rng.Int64N(int64(hold[1]-hold[0]))))
 		v := victims[rng.IntN(len(victims))]
-		st := counts[v.name]
+		st := counts[v.Name]
 		if st == nil {
 			st = &stats{}
-			counts[v.name] = st
+			counts[v.Name] = st
 		}
-		v.kill9()
+		v.Kill9()
 		st.injected++
-		v.start()
+		v.Start()
 		if rng.IntN(4) == 0 {
 			// A second crash while the new incarnation replays, installs or writes its
 			// start-up snapshot: a seeded random moment within its first 400 ms.
 			time.Sleep(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
-			v.kill9()
+			v.Kill9()
 			st.injected++
-			v.start()
+			v.Start()
 		}
-		d := v.waitReady(2 * time.Minute)
+		d := v.WaitReady(2 * time.Minute)
 		st.recovered++
 		st.recovery = append(st.recovery, d)
 		if slices.Contains(s.relays, v) {
@@ -82,12 +82,12 @@ func TestKillNine(t *testing.T) {
 			}
 			st.rejected += int(sumMetrics(m, "ckf_relay_checkpoints_rejected_total"))
 		}
-		if !ref.alive() {
+		if !ref.Alive() {
 			t.Fatalf("iteration %d: the reference replica died", i)
 		}
 		for _, r := range s.relays {
-			if !r.alive() {
-				t.Fatalf("iteration %d: %s died", i, r.name)
+			if !r.Alive() {
+				t.Fatalf("iteration %d: %s died", i, r.Name)
 			}
 		}
 	}
@@ -121,12 +121,12 @@ func TestKillNine(t *testing.T) {
 	}
 	var checkpoints []int
 	for _, r := range s.relays {
-		if st := counts[r.name]; st != nil {
+		if st := counts[r.Name]; st != nil {
 			relayRestarts += st.recovered
 			restored += st.restored
 			rejected += st.rejected
 		}
-		checkpoints = append(checkpoints, r.logCount(checkpointCommittedLog))
+		checkpoints = append(checkpoints, r.LogCount(checkpointCommittedLog))
 	}
 	t.Logf("  relays: %d restarts recovered, %d of them restored from a checkpoint, %d checkpoints rejected; checkpoints committed per relay (all incarnations) %v",
 		relayRestarts, restored, rejected, checkpoints)

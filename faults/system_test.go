@@ -174,16 +174,16 @@ func (s *system) startAll() {
 	s.t.Helper()
 	s.ensureTopics()
 	for _, r := range s.relays {
-		r.start()
+		r.Start()
 	}
 	for _, r := range s.relays {
-		r.waitReady(time.Minute)
+		r.WaitReady(time.Minute)
 	}
 	for _, ix := range s.indexes {
-		ix.start()
+		ix.Start()
 	}
 	for _, ix := range s.indexes {
-		ix.waitReady(time.Minute)
+		ix.WaitReady(time.Minute)
 	}
 }
 
@@ -395,13 +395,13 @@ type lanesPage struct {
 func (p *proc) lanes() (lanesPage, error) {
 	var page lanesPage
 	c := &http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get("http://" + p.http + "/v1/lanes")
+	resp, err := c.Get("http://" + p.HTTP + "/v1/lanes")
 	if err != nil {
 		return page, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return page, fmt.Errorf("%s /v1/lanes: %s", p.name, resp.Status)
+		return page, fmt.Errorf("%s /v1/lanes: %s", p.Name, resp.Status)
 	}
 	err = json.NewDecoder(resp.Body).Decode(&page)
 	return page, err
@@ -423,17 +423,17 @@ func (p *proc) ask(q query) (answer, error) {
 	var a answer
 	body, _ := json.Marshal(map[string]any{"local_block_hashes": []uint64(q)})
 	c := &http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Post("http://"+p.http+"/v1/prefix-matches", "application/json", bytes.NewReader(body))
+	resp, err := c.Post("http://"+p.HTTP+"/v1/prefix-matches", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return a, err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if err := json.Unmarshal(b, &a); err != nil {
-		return a, fmt.Errorf("%s: %s: %w", p.name, b, err)
+		return a, fmt.Errorf("%s: %s: %w", p.Name, b, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return a, fmt.Errorf("%s: %s: %s", p.name, resp.Status, b)
+		return a, fmt.Errorf("%s: %s: %s", p.Name, resp.Status, b)
 	}
 	return a, nil
 }
@@ -489,7 +489,7 @@ func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 				continue
 			}
 			all = false
-			m, err := r.metrics()
+			m, err := r.Metrics()
 			if rs.err = err; err != nil {
 				continue
 			}
@@ -510,7 +510,7 @@ func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 		for i, r := range s.relays {
 			rs := st[i]
 			fmt.Fprintf(&b, "\n%s: %v records, applied %v (applied records %v; this incarnation: events %v + undecodable %v, restored from a checkpoint %v), heartbeats %v since, done %v, err %v",
-				r.name, rs.records, rs.applied, rs.last["ckf_relay_applied_records"], sumMetrics(rs.last, "ckf_relay_events_total"),
+				r.Name, rs.records, rs.applied, rs.last["ckf_relay_applied_records"], sumMetrics(rs.last, "ckf_relay_events_total"),
 				sumMetrics(rs.last, "ckf_relay_events_undecodable_total"), rs.last["ckf_relay_restored_from_checkpoint"],
 				sumMetrics(rs.last, "ckf_relay_heartbeats_total")-rs.heartbeats, rs.done, rs.err)
 		}
@@ -520,10 +520,10 @@ func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 	for i, r := range s.relays {
 		m := st[i].last
 		if got := m["ckf_relay_applied_records"]; got != st[i].records {
-			s.t.Fatalf("%s holds %v applied KV records, more than the %v records of its topic", r.name, got, st[i].records)
+			s.t.Fatalf("%s holds %v applied KV records, more than the %v records of its topic", r.Name, got, st[i].records)
 		}
 		if want := w.resident(i); uint64(m["ckf_relay_resident_blocks"]) != want {
-			s.t.Fatalf("%s applied every KV record but holds %v resident blocks, the model %d", r.name, m["ckf_relay_resident_blocks"], want)
+			s.t.Fatalf("%s applied every KV record but holds %v resident blocks, the model %d", r.Name, m["ckf_relay_resident_blocks"], want)
 		}
 		seqs[i] = uint64(m["ckf_relay_last_sequence"])
 	}
@@ -543,8 +543,8 @@ func (s *system) relayStarted(r *proc, timeout time.Duration) map[string]float64
 	s.t.Helper()
 	var m map[string]float64
 	var err error
-	testenv.WaitUntilEvery(s.t, scrapePoll, timeout, r.name+" reports its start", func() bool {
-		m, err = r.metrics()
+	testenv.WaitUntilEvery(s.t, scrapePoll, timeout, r.Name+" reports its start", func() bool {
+		m, err = r.Metrics()
 		return err == nil && m["ckf_relay_started"] == 1
 	}, func() string { return fmt.Sprintf("last scrape error %v", err) })
 	return m
@@ -575,7 +575,7 @@ func (s *system) replicasCaughtUp(seqs []uint64, timeout time.Duration) []lanesP
 	}, func() string {
 		var b strings.Builder
 		for i, ix := range s.indexes {
-			fmt.Fprintf(&b, "\n%s: %+v (%v)", ix.name, pages[i].Lanes, errs[i])
+			fmt.Fprintf(&b, "\n%s: %+v (%v)", ix.Name, pages[i].Lanes, errs[i])
 		}
 		return b.String()
 	})
@@ -604,13 +604,13 @@ func (s *system) compareAnswers(w *writer, qs []query) oracleReport {
 				s.t.Fatalf("query %d: %v", qi, err)
 			}
 			if a.Status != "OK" || len(a.Matches) != len(s.dcs) {
-				s.t.Fatalf("query %d on %s: %+v", qi, ix.name, a)
+				s.t.Fatalf("query %d on %s: %+v", qi, ix.Name, a)
 			}
 			if i == 0 {
 				first = a
 			} else if !slices.Equal(a.Matches, first.Matches) {
 				rep.mismatches++
-				s.t.Errorf("query %d: %s answers %v, %s answers %v", qi, ix.name, a.Matches, s.indexes[0].name, first.Matches)
+				s.t.Errorf("query %d: %s answers %v, %s answers %v", qi, ix.Name, a.Matches, s.indexes[0].Name, first.Matches)
 			}
 			for _, m := range a.Matches {
 				want := w.modelDepth(int(m.Lane), q)
@@ -618,7 +618,7 @@ func (s *system) compareAnswers(w *writer, qs []query) oracleReport {
 				if int(m.Depth) < want {
 					rep.lost++
 					s.t.Errorf("query %d (%d blocks) on %s lane %d: depth %d < resident prefix %d: an acknowledged event is missing",
-						qi, len(q), ix.name, m.Lane, m.Depth, want)
+						qi, len(q), ix.Name, m.Lane, m.Depth, want)
 				}
 				if want > 0 {
 					rep.nonZero++

@@ -17,4 +17,9 @@
 // node and to read a partition's leader and ISR. StartProxiedClusterT puts a TCP fault proxy
 // (toxiproxy, in process) in front of each node's two client listeners, which the nodes
 // advertise, for latency, bandwidth, blackhole and reset faults per route.
+//
+// Process (BuildProcessor, NewProcess) runs the processor binary as a separate process for the
+// multi-process suites (faults, deploy, testenv/engine): start, kill -9 and start again with the
+// same settings, one log file per incarnation, readiness and /metrics scrapes (Scrape,
+// SumSeries), and a check at the end of the test that no incarnation outlives it.
 package testenv

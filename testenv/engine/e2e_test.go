@@ -107,10 +107,10 @@ func (s *e2e) start() {
 			s.t.Fatalf("create %s: %v", sp.Name, err)
 		}
 	}
-	s.relay.start()
-	s.relay.waitReady(time.Minute)
-	s.indexer.start()
-	s.indexer.waitReady(time.Minute)
+	s.relay.Start()
+	s.relay.WaitReady(time.Minute)
+	s.indexer.Start()
+	s.indexer.WaitReady(time.Minute)
 }
 
 // bridge prepares (does not start) a bridge for an engine whose rank 0 PUB and ROUTER ports
@@ -131,7 +131,7 @@ func (s *e2e) bridge(name string, worker uint64, ranks, pub, replay int, extra .
 func (s *e2e) depth(tokens []uint32, lora string) (int, error) {
 	body, _ := json.Marshal(map[string]any{"token_ids": tokens, "block_size": blockSize, "lora_name": lora})
 	c := &http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Post("http://"+s.indexer.http+"/v1/prefix-matches", "application/json", bytes.NewReader(body))
+	resp, err := c.Post("http://"+s.indexer.HTTP+"/v1/prefix-matches", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
@@ -283,7 +283,7 @@ func counter(t testing.TB, p *proc, name string) float64 {
 	t.Helper()
 	v, err := p.metric(name)
 	if err != nil {
-		t.Fatalf("%s: %s: %v", p.name, name, err)
+		t.Fatalf("%s: %s: %v", p.Name, name, err)
 	}
 	return v
 }
@@ -319,12 +319,12 @@ func TestBridgeEndToEnd(t *testing.T) {
 	// Engine C: the array_like shape, and an engine whose endpoint names the bridge's host, so it
 	// connects and the bridge binds (bridge.bind).
 	bridgeC := s.bridge("bridge-c", 103, 1, baseC, baseC+1, "CKF_BRIDGE_BIND=true")
-	bridgeA.start()
-	bridgeB.start()
-	bridgeC.start()
-	bridgeA.waitReady(time.Minute)
-	bridgeB.waitReady(time.Minute)
-	bridgeC.waitReady(time.Minute)
+	bridgeA.Start()
+	bridgeB.Start()
+	bridgeC.Start()
+	bridgeA.WaitReady(time.Minute)
+	bridgeB.WaitReady(time.Minute)
+	bridgeC.WaitReady(time.Minute)
 	engC := startEmulator(t, s.logDir, "engine-c", 1, "--endpoint", fmt.Sprintf("tcp://127.0.0.1:%d", baseC),
 		"--replay-endpoint", fmt.Sprintf("tcp://*:%d", baseC+1), "--wire", "array", "--hash-format", "bytes",
 		"--hybrid", "--seed", "13", "--block-size", strconv.Itoa(blockSize), "--capacity", "200")
@@ -364,9 +364,9 @@ func TestBridgeEndToEnd(t *testing.T) {
 		v, err := bridgeA.metric("ckf_bridge_batches")
 		return err == nil && v >= before+100
 	})
-	bridgeA.kill9()
-	bridgeA.start()
-	bridgeA.waitReady(time.Minute)
+	bridgeA.Kill9()
+	bridgeA.Start()
+	bridgeA.WaitReady(time.Minute)
 	if err := <-running; err != nil {
 		t.Fatal(err)
 	}
@@ -381,8 +381,8 @@ func TestBridgeEndToEnd(t *testing.T) {
 	// The bridge must ride out its engine's restart: its SUB socket sees the connection end and
 	// reconnects to the new incarnation.
 	testenv.WaitUntilEvery(t, 20*time.Millisecond, 30*time.Second, "engine A's restarted rank has a subscriber", func() bool {
-		if bridgeA.exited() {
-			t.Fatalf("bridge A exited when its engine restarted:\n%s", tail(bridgeA.logPath(bridgeA.runs), 8))
+		if bridgeA.Exited() {
+			t.Fatalf("bridge A exited when its engine restarted:\n%s", testenv.Tail(bridgeA.LogPath(bridgeA.Runs()), 8))
 		}
 		subs := engA.do(map[string]any{"cmd": "subscribers"})["subscribers"].([]any)
 		return subs[1].(float64) >= 1
@@ -408,7 +408,7 @@ func TestBridgeEndToEnd(t *testing.T) {
 	}
 	for _, b := range []*proc{bridgeA, bridgeB, bridgeC} {
 		if v := counter(t, b, "ckf_bridge_lost_batches"); v != 0 {
-			t.Errorf("%s reports %v lost batches", b.name, v)
+			t.Errorf("%s reports %v lost batches", b.Name, v)
 		}
 	}
 }
@@ -417,7 +417,7 @@ func TestBridgeEndToEnd(t *testing.T) {
 func freePorts(t testing.TB, n int) int {
 	t.Helper()
 	for range 100 {
-		first := freeAddr(t)
+		first := testenv.FreeAddr(t)
 		i := strings.LastIndexByte(first, ':')
 		p, _ := strconv.Atoi(first[i+1:])
 		if p+n > 65535 {

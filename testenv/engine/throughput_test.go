@@ -27,8 +27,8 @@ func BenchmarkBridgeThroughput(b *testing.B) {
 		"--replay-endpoint", fmt.Sprintf("tcp://*:%d", base+1), "--wire", "map", "--hash-format", "int",
 		"--seed", "21", "--block-size", strconv.Itoa(blockSize), "--capacity", "2000", "--cpu-fraction", "0")
 	br := s.bridge("bridge", 201, 1, base, base+1)
-	br.start()
-	br.waitReady(time.Minute)
+	br.Start()
+	br.WaitReady(time.Minute)
 	eng.waitSubscribed(30 * time.Second)
 
 	// Throughput: the emulator publishes as fast as it can; the bridge's batch counter says when
@@ -80,8 +80,8 @@ func BenchmarkBridgeThroughput(b *testing.B) {
 	}
 	defer ge.Close()
 	gbr := s.bridge("bridge-go", 202, 1, gbase, gbase+1)
-	gbr.start()
-	gbr.waitReady(time.Minute)
+	gbr.Start()
+	gbr.WaitReady(time.Minute)
 	testenv.WaitUntil(t, 30*time.Second, "the second bridge subscribed", func() bool { return ge.Subscribed(0) })
 	start = time.Now()
 	if err := ge.Publish(batches, nil); err != nil {
