@@ -20,6 +20,7 @@ const PageRefresh = 2 * time.Second
 var pageTemplate = template.Must(template.New("lanes").Funcs(template.FuncMap{
 	"mask":    func(m uint16) string { return fmt.Sprintf("%016b", m) },
 	"seconds": func(s float64) string { return strconv.FormatFloat(s, 'f', 3, 64) },
+	"percent": func(r float64) string { return strconv.FormatFloat(100*r, 'f', 1, 64) + " %" },
 	"faults": func(f map[string]uint64) string {
 		if len(f) == 0 {
 			return ""
@@ -61,7 +62,7 @@ Eligible lanes <code>{{mask .EligibleLanes}}</code>, ready <code>{{mask .ReadyLa
 <thead><tr>
 <th>lane</th><th>DC</th><th>state</th><th>phase</th><th>installed seq</th><th>applied offset</th><th>high watermark</th>
 <th>lag (records)</th><th>lag (s)</th><th>deltas</th><th>images</th><th>snapshots</th><th>heartbeats</th>
-<th>rejected</th><th>recoveries</th><th>faults</th><th>last fault</th>
+<th>rejected</th><th>recoveries</th><th>faults</th><th>last fault</th><th>DC filter</th>
 </tr></thead>
 <tbody>
 {{range .Lanes}}<tr class="{{.State}}">
@@ -70,8 +71,9 @@ Eligible lanes <code>{{mask .EligibleLanes}}</code>, ready <code>{{mask .ReadyLa
 <td>{{.LagRecords}}</td><td>{{seconds .LagSeconds}}</td><td>{{.Deltas}}</td><td>{{.Images}}</td><td>{{.Snapshots}}</td>
 <td>{{.Heartbeats}}</td><td>{{.Rejected}}</td><td>{{.Recoveries}}</td><td class="l">{{faults .Faults}}</td>
 <td class="l">{{.LastFault}}{{if .LastFaultTime}} at {{.LastFaultTime.Format "15:04:05"}}{{end}}</td>
+<td class="l">{{with .Capacity}}{{percent .FilterOccupancyRatio}} full{{if .OmittedBlocks}}, <strong class="notready">{{.OmittedBlocks}} blocks omitted: answers may be short</strong>{{end}}{{else}}not reported{{end}}</td>
 </tr>
-{{else}}<tr><td colspan="17" class="l">no lane is running yet</td></tr>
+{{else}}<tr><td colspan="18" class="l">no lane is running yet</td></tr>
 {{end}}</tbody>
 </table>
 <p>Machine-readable: <a href="/v1/lanes">/v1/lanes</a> · <a href="/readyz">/readyz</a> · <a href="/metrics">/metrics</a>.
