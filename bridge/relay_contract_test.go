@@ -13,16 +13,7 @@ import (
 // queryHashes is what a router computes for a prompt: the canonical chain of the token
 // blocks' local hashes (producer §2), with the LoRA salt of the adapter it targets.
 func queryHashes(tokens []uint32, bs int, lora string) []ckf.CanonicalHash {
-	locals := ckf.TokenBlockHashes(tokens, bs, ckf.BlockSaltSeed(lora, ""))
-	raw := make([]uint64, len(locals))
-	for i, l := range locals {
-		raw[i] = uint64(l)
-	}
-	var out []ckf.CanonicalHash
-	for _, h := range ckf.SequenceHashes(raw) {
-		out = append(out, ckf.CanonicalHash(h))
-	}
-	return out
+	return ckf.TokenSequenceHashes(tokens, bs, ckf.BlockSaltSeed(lora, ""))
 }
 
 func seqTokens(first uint32, n int) []uint32 {

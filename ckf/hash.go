@@ -168,6 +168,23 @@ func TokenBlockHashes(tokens []uint32, blockSize int, saltSeed uint64) []LocalBl
 	return out
 }
 
+// TokenSequenceHashes is what a router computes for a prompt: the local hashes of its full
+// token blocks (TokenBlockHashes with saltSeed) chained into sequence hashes (SequenceHashes),
+// which are the canonical hashes a DC holds for that prefix. blockSize <= 0 or fewer than
+// blockSize tokens yield nil.
+func TokenSequenceHashes(tokens []uint32, blockSize int, saltSeed uint64) []CanonicalHash {
+	local := TokenBlockHashes(tokens, blockSize, saltSeed)
+	if len(local) == 0 {
+		return nil
+	}
+	out := make([]CanonicalHash, len(local))
+	out[0] = CanonicalRoot(local[0])
+	for i := 1; i < len(local); i++ {
+		out[i] = CanonicalChild(out[i-1], local[i])
+	}
+	return out
+}
+
 // EagleTokenBlockHashes is the Eagle variant: windows of blockSize+1 tokens
 // starting every blockSize tokens; a window that would run past the end is
 // dropped (interpretation: "trailing partial block dropped" applied to the

@@ -465,3 +465,26 @@ func wantErrIs(t testing.TB, got, want error) {
 		t.Fatalf("error = %v, want %v", got, want)
 	}
 }
+
+// TestTokenSequenceHashes: a prompt's canonical chain is the sequence hashes of its full token
+// blocks' local hashes, salted; a partial block and a prompt shorter than one block add nothing.
+func TestTokenSequenceHashes(t *testing.T) {
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
+	salt := BlockSaltSeed("adapter", "")
+	local := TokenBlockHashes(tokens, 4, salt)
+	raw := []uint64{uint64(local[0]), uint64(local[1])}
+	want := SequenceHashes(raw)
+	got := TokenSequenceHashes(tokens, 4, salt)
+	if len(got) != 2 || uint64(got[0]) != want[0] || uint64(got[1]) != want[1] {
+		t.Fatalf("TokenSequenceHashes = %x, want %x", got, want)
+	}
+	if unsalted := TokenSequenceHashes(tokens, 4, BlockSaltSeed("", "")); unsalted[0] == got[0] {
+		t.Fatal("the salt does not change the chain")
+	}
+	if got := TokenSequenceHashes(tokens[:3], 4, salt); got != nil {
+		t.Fatalf("a prompt shorter than one block: %x, want nil", got)
+	}
+	if got := TokenSequenceHashes(tokens, 0, salt); got != nil {
+		t.Fatalf("block size 0: %x, want nil", got)
+	}
+}

@@ -43,19 +43,6 @@ func replayAll(t *testing.T, endpoint string) [][]byte {
 	}
 }
 
-func canonicalChain(tokens []uint32, lora string, blockSize int) []ckf.CanonicalHash {
-	local := ckf.TokenBlockHashes(tokens, blockSize, ckf.BlockSaltSeed(lora, ""))
-	out := make([]ckf.CanonicalHash, len(local))
-	for i, l := range local {
-		if i == 0 {
-			out[i] = ckf.CanonicalRoot(l)
-		} else {
-			out[i] = ckf.CanonicalChild(out[i-1], l)
-		}
-	}
-	return out
-}
-
 // The bridge's decoder and converter, fed every batch the Go emulator makes in every shape and
 // hash format, leave an exact producer state (the relay's) holding exactly the blocks of the
 // emulator's model: every resident chain, nothing of the chains stored on the CPU tier, in the
@@ -108,7 +95,7 @@ func TestBridgeConverterHoldsTheModel(t *testing.T) {
 				m := e.Model().Ranks[0]
 				want := map[ckf.CanonicalHash]bool{}
 				for _, c := range m.Resident {
-					for _, k := range canonicalChain(c.Tokens, c.LoRAName, blockSize) {
+					for _, k := range ckf.TokenSequenceHashes(c.Tokens, blockSize, ckf.BlockSaltSeed(c.LoRAName, "")) {
 						want[k] = true
 						if !state.Contains(k) {
 							t.Fatalf("a block of a resident chain is not held")
@@ -119,7 +106,7 @@ func TestBridgeConverterHoldsTheModel(t *testing.T) {
 					t.Fatalf("state holds %d blocks, the model %d (%d distinct)", state.ResidentCount(), m.ResidentBlocks, len(want))
 				}
 				for _, c := range m.Absent {
-					for _, k := range canonicalChain(c.Tokens, c.LoRAName, blockSize) {
+					for _, k := range ckf.TokenSequenceHashes(c.Tokens, blockSize, ckf.BlockSaltSeed(c.LoRAName, "")) {
 						if state.Contains(k) != want[k] {
 							t.Fatalf("a block not resident on GPU is held")
 						}

@@ -154,7 +154,7 @@ func (s *e2e) depth(tokens []uint32, lora string) (int, error) {
 // oracle is the union of the engines' exact models: the canonical hash of every block resident
 // on GPU in the DC (the value the relay inserts and a query probes), and the chains to ask for.
 type oracle struct {
-	resident map[uint64]bool
+	resident map[ckf.CanonicalHash]bool
 	queries  []query
 }
 
@@ -164,17 +164,9 @@ type query struct {
 	resident bool // a resident chain (else a chain stored elsewhere or evicted)
 }
 
-func canonical(tokens []uint32, lora string) []uint64 { return canonicalOf(tokens, lora, blockSize) }
-
-// canonicalOf is the canonical hash of every full block of tokens under lora, as a query by
-// token ids computes them (local block hashes, then the sequence chain).
-func canonicalOf(tokens []uint32, lora string, blockSize int) []uint64 {
-	local := ckf.TokenBlockHashes(tokens, blockSize, ckf.BlockSaltSeed(lora, ""))
-	raw := make([]uint64, len(local))
-	for i, h := range local {
-		raw[i] = uint64(h)
-	}
-	return ckf.SequenceHashes(raw)
+// canonical is the chain a query by tokens under lora looks up, at the engines' block size.
+func canonical(tokens []uint32, lora string) []ckf.CanonicalHash {
+	return ckf.TokenSequenceHashes(tokens, blockSize, ckf.BlockSaltSeed(lora, ""))
 }
 
 // readModel asks an emulator for its model.
@@ -194,7 +186,7 @@ func readModel(t testing.TB, e *emulator, dir string) engineemu.Model {
 }
 
 func newOracle(models ...engineemu.Model) *oracle {
-	o := &oracle{resident: map[uint64]bool{}}
+	o := &oracle{resident: map[ckf.CanonicalHash]bool{}}
 	for _, m := range models {
 		for _, r := range m.Ranks {
 			for _, c := range r.Resident {

@@ -100,9 +100,9 @@ func TestPythonModelIsExact(t *testing.T) {
 				}
 			}
 			r := model.Ranks[0]
-			want := map[uint64]bool{}
+			want := map[ckf.CanonicalHash]bool{}
 			for _, ch := range r.Resident {
-				for _, k := range canonicalOf(ch.Tokens, ch.LoRAName, 4) {
+				for _, k := range ckf.TokenSequenceHashes(ch.Tokens, 4, ckf.BlockSaltSeed(ch.LoRAName, "")) {
 					want[k] = true
 				}
 			}
@@ -110,13 +110,13 @@ func TestPythonModelIsExact(t *testing.T) {
 				t.Fatalf("the state holds %d blocks; the model says %d (%d distinct in its chains)", state.ResidentCount(), r.ResidentBlocks, len(want))
 			}
 			for k := range want {
-				if !state.Contains(ckf.CanonicalHash(k)) {
+				if !state.Contains(k) {
 					t.Fatal("a block of a resident chain is not held")
 				}
 			}
 			for _, ch := range r.Absent {
-				for _, k := range canonicalOf(ch.Tokens, ch.LoRAName, 4) {
-					if state.Contains(ckf.CanonicalHash(k)) != want[k] {
+				for _, k := range ckf.TokenSequenceHashes(ch.Tokens, 4, ckf.BlockSaltSeed(ch.LoRAName, "")) {
+					if state.Contains(k) != want[k] {
 						t.Fatal("a block that is not resident on GPU is held")
 					}
 				}
