@@ -86,6 +86,13 @@ type zmqReplayer struct {
 
 var errReplayTimeout = errors.New("bridge: replay reply timed out")
 
+// NewReplayer returns the client the bridge uses for an engine's ROUTER replay socket at
+// endpoint, waiting up to timeout for each reply message: for tools and tests that read an
+// engine's replay buffer as the bridge does.
+func NewReplayer(endpoint string, timeout time.Duration) Replayer {
+	return &zmqReplayer{endpoint: endpoint, timeout: timeout}
+}
+
 // Replay sends the DEALER request [empty delimiter, 8-byte start sequence] and reads
 // [empty, sequence, payload] replies until the end marker (sequence -1).
 func (z *zmqReplayer) Replay(ctx context.Context, from int64) ([]Replayed, bool, error) {

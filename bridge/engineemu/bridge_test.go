@@ -2,12 +2,8 @@ package engineemu_test
 
 import (
 	"context"
-	"encoding/binary"
-	"fmt"
 	"testing"
 	"time"
-
-	"github.com/go-zeromq/zmq4"
 
 	"github.com/ckf-stream/ckf-stream/bridge"
 	"github.com/ckf-stream/ckf-stream/bridge/engineemu"
@@ -17,30 +13,22 @@ import (
 	"github.com/ckf-stream/ckf-stream/streams"
 )
 
-// replayAll reads every batch of rank's replay socket.
+// replayAll reads every batch the replay socket at endpoint holds, in sequence order, with the
+// bridge's own replay client.
 func replayAll(t *testing.T, endpoint string) [][]byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	d := zmq4.NewDealer(ctx, zmq4.WithID(zmq4.SocketIdentity(fmt.Sprintf("decode-%d", time.Now().UnixNano()))))
-	defer d.Close()
-	if err := d.Dial(endpoint); err != nil {
-		t.Fatal(err)
+	replies, complete, err := bridge.NewReplayer(endpoint, 30*time.Second).Replay(context.Background(), 0)
+	if err != nil || !complete {
+		t.Fatalf("replay from %s: complete %v, %v", endpoint, complete, err)
 	}
-	if err := d.Send(zmq4.NewMsgFrom(nil, make([]byte, 8))); err != nil {
-		t.Fatal(err)
-	}
-	var out [][]byte
-	for {
-		m, err := d.Recv()
-		if err != nil {
-			t.Fatal(err)
+	out := make([][]byte, len(replies))
+	for i, r := range replies {
+		if r.Seq != int64(i) {
+			t.Fatalf("replayed sequence %d, want %d", r.Seq, i)
 		}
-		if int64(binary.BigEndian.Uint64(m.Frames[1])) == -1 {
-			return out
-		}
-		out = append(out, m.Frames[2])
+		out[i] = r.Payload
 	}
+	return out
 }
 
 // The bridge's decoder and converter, fed every batch the Go emulator makes in every shape and

@@ -4,13 +4,10 @@ package engine
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/go-zeromq/zmq4"
 
 	"github.com/ckf-stream/ckf-stream/bridge"
 	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
@@ -19,37 +16,22 @@ import (
 	"github.com/ckf-stream/ckf-stream/streams"
 )
 
-// replayAll reads every batch the replay socket at endpoint holds, in order.
+// replayAll reads every batch the replay socket at endpoint holds, in sequence order, with the
+// bridge's own replay client.
 func replayAll(t *testing.T, endpoint string) [][]byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	d := zmq4.NewDealer(ctx, zmq4.WithID(zmq4.SocketIdentity(fmt.Sprintf("model-%d", time.Now().UnixNano()))))
-	defer d.Close()
-	if err := d.Dial(endpoint); err != nil {
-		t.Fatal(err)
+	replies, complete, err := bridge.NewReplayer(endpoint, 30*time.Second).Replay(context.Background(), 0)
+	if err != nil || !complete {
+		t.Fatalf("replay from %s: complete %v, %v", endpoint, complete, err)
 	}
-	if err := d.Send(zmq4.NewMsgFrom(nil, make([]byte, 8))); err != nil {
-		t.Fatal(err)
+	out := make([][]byte, len(replies))
+	for i, r := range replies {
+		if r.Seq != int64(i) {
+			t.Fatalf("replayed sequence %d, want %d", r.Seq, i)
+		}
+		out[i] = r.Payload
 	}
-	var out [][]byte
-	for want := uint64(0); ; want++ {
-		m, err := d.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(m.Frames) != 3 || len(m.Frames[1]) != 8 {
-			t.Fatalf("replay reply of %d frames", len(m.Frames))
-		}
-		seq := binary.BigEndian.Uint64(m.Frames[1])
-		if int64(seq) == -1 {
-			return out
-		}
-		if seq != want {
-			t.Fatalf("replayed sequence %d, want %d", seq, want)
-		}
-		out = append(out, m.Frames[2])
-	}
+	return out
 }
 
 // The Python emulator's model is exact: every batch it made (read back from its replay socket),
