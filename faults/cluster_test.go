@@ -70,7 +70,9 @@ func startRunOn(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.
 		r.AddEnv("KAFKA_BROKERS=" + strings.Join(c.Seeds(), ","))
 	}
 	for _, ix := range s.indexes {
-		ix.AddEnv("KAFKA_BROKERS=" + strings.Join(c.AltSeeds(), ","))
+		// The replicas' query service has a route of its own (kafka.query_brokers), so that a
+		// fault can hit it alone.
+		ix.AddEnv("KAFKA_BROKERS="+strings.Join(c.AltSeeds(), ","), "CKF_KAFKA_QUERY_BROKERS="+strings.Join(c.QuerySeeds(), ","))
 	}
 	s.startAll()
 	r := &clusterRun{t: t, seed: seed, c: c, pc: pc, s: s, adm: kadm.NewClient(s.client()), pids: map[string]int{}}
@@ -407,6 +409,22 @@ func (r *clusterRun) checkLaneSequences(seqs []uint64) []laneCheck {
 		}
 	}
 	return checks
+}
+
+// settle pauses the writer and applies the suite's oracle in the middle of a run (after one of
+// several faults): every relay holds exactly the model, both replicas serve every lane at the
+// relays' last sequences and answer 50 queries alike and not below the model, the lane sequences
+// are exact, and no process exited. Then the writer resumes.
+func (r *clusterRun) settle(when string, rng *mrand.Rand) (oracleReport, []laneCheck) {
+	r.t.Helper()
+	r.w.pause()
+	seqs := r.s.relaySettled(r.w, 3*time.Minute)
+	r.s.replicasCaughtUp(seqs, 3*time.Minute)
+	rep := r.s.compareAnswers(r.w, r.w.queries(rng, 50))
+	lanes := r.checkLaneSequences(seqs)
+	r.checkAlive(when)
+	r.w.resume()
+	return rep, lanes
 }
 
 // finish pauses the writer and applies the suite's oracle: every relay holds exactly the model,

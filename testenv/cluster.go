@@ -34,15 +34,16 @@ type LocalClusterConfig struct {
 	RunDir string
 	// Nodes is the number of nodes. Default ClusterNodes.
 	Nodes int
-	// ClientAdvertised and AltAdvertised are the host:port each node advertises on its CLIENT
-	// and ALT listeners (one entry per node), for clients that reach the brokers through a fault
-	// proxy. Empty: the listener's own address. Set them before the proxies are needed: the
-	// nodes only advertise them; nothing checks that they answer.
-	ClientAdvertised, AltAdvertised []string
-	// ClientPorts, AltPorts, BrokerPorts and ControllerPorts are the nodes' listener ports, one
-	// per node; nil picks free ones. They stay fixed for the cluster's life, so a node restarts
-	// on the same addresses.
-	ClientPorts, AltPorts, BrokerPorts, ControllerPorts []int
+	// ClientAdvertised, AltAdvertised and QueryAdvertised are the host:port each node
+	// advertises on its CLIENT, ALT and QUERY listeners (one entry per node), for clients that
+	// reach the brokers through a fault proxy. Empty: the listener's own address. Set them
+	// before the proxies are needed: the nodes only advertise them; nothing checks that they
+	// answer.
+	ClientAdvertised, AltAdvertised, QueryAdvertised []string
+	// ClientPorts, AltPorts, QueryPorts, BrokerPorts and ControllerPorts are the nodes'
+	// listener ports, one per node; nil picks free ones. They stay fixed for the cluster's
+	// life, so a node restarts on the same addresses.
+	ClientPorts, AltPorts, QueryPorts, BrokerPorts, ControllerPorts []int
 	// ReplicaLag is the brokers' replica.lag.time.max.ms: how long a follower may stop fetching
 	// before it leaves the ISR. Default 10 s (Kafka's own default is 30 s).
 	ReplicaLag time.Duration
@@ -88,10 +89,12 @@ func (c LocalClusterConfig) env() []string {
 		"KAFKA_CLUSTER_DIR="+c.runDir(),
 		"KAFKA_CLUSTER_CLIENT_PORTS="+joinPorts(c.ClientPorts),
 		"KAFKA_CLUSTER_ALT_PORTS="+joinPorts(c.AltPorts),
+		"KAFKA_CLUSTER_QUERY_PORTS="+joinPorts(c.QueryPorts),
 		"KAFKA_CLUSTER_BROKER_PORTS="+joinPorts(c.BrokerPorts),
 		"KAFKA_CLUSTER_CONTROLLER_PORTS="+joinPorts(c.ControllerPorts),
 		"KAFKA_CLUSTER_CLIENT_ADVERTISED="+strings.Join(c.ClientAdvertised, ","),
 		"KAFKA_CLUSTER_ALT_ADVERTISED="+strings.Join(c.AltAdvertised, ","),
+		"KAFKA_CLUSTER_QUERY_ADVERTISED="+strings.Join(c.QueryAdvertised, ","),
 		// The nodes die with the test binary even when it dies without its cleanups.
 		"KAFKA_CLUSTER_OWNER_PID="+strconv.Itoa(os.Getpid()),
 	)
@@ -121,7 +124,7 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (*LocalClust
 	lists := []struct {
 		name  string
 		ports *[]int
-	}{{"client", &cfg.ClientPorts}, {"alt", &cfg.AltPorts}, {"broker", &cfg.BrokerPorts}, {"controller", &cfg.ControllerPorts}}
+	}{{"client", &cfg.ClientPorts}, {"alt", &cfg.AltPorts}, {"query", &cfg.QueryPorts}, {"broker", &cfg.BrokerPorts}, {"controller", &cfg.ControllerPorts}}
 	missing := 0
 	for _, l := range lists {
 		if *l.ports == nil {
@@ -143,7 +146,7 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (*LocalClust
 	for _, l := range []struct {
 		name  string
 		addrs []string
-	}{{"client advertised", cfg.ClientAdvertised}, {"alt advertised", cfg.AltAdvertised}} {
+	}{{"client advertised", cfg.ClientAdvertised}, {"alt advertised", cfg.AltAdvertised}, {"query advertised", cfg.QueryAdvertised}} {
 		if l.addrs != nil && len(l.addrs) != cfg.Nodes {
 			return nil, fmt.Errorf("%w: %d %s addresses for %d nodes", ErrClusterConfig, len(l.addrs), l.name, cfg.Nodes)
 		}
@@ -211,8 +214,8 @@ func StartLocalClusterT(t testing.TB, cfg LocalClusterConfig) *LocalCluster {
 		t.Fatalf("three-node cluster: %v", err)
 	}
 	t.Cleanup(c.Close)
-	t.Logf("%d-node cluster started in %v (client %v, alt %v, direct %v)", len(c.nodes), c.Startup.Round(time.Millisecond),
-		c.Seeds(), c.AltSeeds(), c.DirectSeeds())
+	t.Logf("%d-node cluster started in %v (client %v, alt %v, query %v, direct %v)", len(c.nodes), c.Startup.Round(time.Millisecond),
+		c.Seeds(), c.AltSeeds(), c.QuerySeeds(), c.DirectSeeds())
 	return c
 }
 
@@ -244,6 +247,12 @@ func (c *LocalCluster) Seeds() []string { return advertised(c.cfg.ClientAdvertis
 
 // AltSeeds are the nodes' ALT listeners as advertised.
 func (c *LocalCluster) AltSeeds() []string { return advertised(c.cfg.AltAdvertised, c.cfg.AltPorts) }
+
+// QuerySeeds are the nodes' QUERY listeners as advertised: the query path's route
+// (kafka.query_brokers).
+func (c *LocalCluster) QuerySeeds() []string {
+	return advertised(c.cfg.QueryAdvertised, c.cfg.QueryPorts)
+}
 
 // DirectSeeds are the nodes' BROKER listeners, which no proxy sits in front of: for the test's
 // own admin, writer and observer clients, which must see the cluster as it is while the
@@ -356,6 +365,11 @@ func (n *ClusterNode) ClientAddr() string {
 
 // AltAddr is the address of the node's ALT listener itself.
 func (n *ClusterNode) AltAddr() string { return "127.0.0.1:" + strconv.Itoa(n.c.cfg.AltPorts[n.ID-1]) }
+
+// QueryAddr is the address of the node's QUERY listener itself.
+func (n *ClusterNode) QueryAddr() string {
+	return "127.0.0.1:" + strconv.Itoa(n.c.cfg.QueryPorts[n.ID-1])
+}
 
 // Kill9 sends SIGKILL to the node (a crash: no controlled shutdown, nothing flushed) and waits
 // for the JVM to exit. A killed node is started again with Start.
