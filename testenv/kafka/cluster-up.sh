@@ -78,7 +78,17 @@ else query_adv=(); for p in "${query[@]}"; do query_adv+=("127.0.0.1:$p"); done;
 (( ${#client_adv[@]} == n && ${#alt_adv[@]} == n && ${#query_adv[@]} == n )) || { echo "cluster-up: every advertised list needs $n entries" >&2; exit 1; }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-alive() { [[ -f "$dir/node-$1/kafka.pid" ]] && kill -0 "$(cat "$dir/node-$1/kafka.pid")" 2>/dev/null; }
+# A killed node stays a zombie until its parent reaps it; kill -0 still succeeds on a zombie, so
+# its state letter (after the parenthesised command name in /proc/PID/stat) is checked too.
+alive() {
+  [[ -f "$dir/node-$1/kafka.pid" ]] || return 1
+  local pid stat
+  pid=$(cat "$dir/node-$1/kafka.pid")
+  kill -0 "$pid" 2>/dev/null || return 1
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [[ "${stat:0:1}" != Z ]]
+}
 join() { local IFS=,; echo "$*"; }
 
 if (( only == 0 )); then
@@ -193,7 +203,12 @@ else
 fi
 
 start=$SECONDS
-for i in "${nodes[@]}"; do start_node "$i"; done
+# The lines each node's log has before this start: readiness is judged on the lines after them.
+declare -A logbase
+for i in "${nodes[@]}"; do
+  logbase[$i]=$(wc -l < "$dir/node-$i/kafka.out" 2>/dev/null || echo 0)
+  start_node "$i"
+done
 
 # A test that dies without its cleanups (go test's -timeout panic) must not leave three JVMs
 # behind: with KAFKA_CLUSTER_OWNER_PID set, a watchdog kills the nodes (those whose command line
@@ -214,10 +229,16 @@ if [[ -n "${KAFKA_CLUSTER_OWNER_PID:-}" && ! -f "$dir/watchdog.pid" ]]; then
   echo $! > "$dir/watchdog.pid"
 fi
 
-# Kafka 4.1 opens a client listener only once the node is unfenced and serving.
+# Kafka 4.1 opens a client listener only once the node is unfenced and serving, and logs "Kafka
+# Server started" once every listener is bound. The port alone is not proof: a port that another
+# process took after the check above answers too, while the node, unable to bind it, exits.
+started() { # node
+  alive "$1" && port_open "${client[$1-1]}" &&
+    awk -v base="${logbase[$1]}" 'NR > base && /Kafka Server started/ { found = 1; exit } END { exit !found }' "$dir/node-$1/kafka.out"
+}
 deadline=$((SECONDS + KAFKA_START_TIMEOUT))
 for i in "${nodes[@]}"; do
-  until port_open "${client[i-1]}"; do
+  until started "$i"; do
     if ! alive "$i" || (( SECONDS >= deadline )); then
       if alive "$i"; then why="was not ready after ${KAFKA_START_TIMEOUT}s"; else why="exited during start-up"; fi
       echo "cluster-up: node $i $why; last lines of $dir/node-$i/kafka.out:" >&2
