@@ -27,8 +27,9 @@ import (
 // seeded writer and its model) on a three-node cluster of their own and inject faults into the
 // cluster: kill -9 of the lane partitions' leader, a controlled shutdown of it, an ISR below
 // min.insync.replicas, a SIGSTOP of the leader. The relays reach the brokers by the nodes' CLIENT
-// listeners and the replicas by their ALT listeners; the test's own clients (the writer, the
-// admin, the lane reader) use the direct BROKER listeners. Each scenario logs a SUMMARY line
+// listeners, the replicas by their ALT listeners and the replicas' query service by the QUERY
+// listeners (kafka.query_brokers); the test's own clients (the writer, the admin, the lane
+// reader) use the direct BROKER listeners. Each scenario logs a SUMMARY line
 // with what it injected, the time to recover, the acknowledged events lost (must be 0), the
 // queries that went unanswered or late while the fault lasted, and the processes that exited
 // (must be 0). TestClusterKillLeader runs in `make test`; the others need
@@ -55,8 +56,9 @@ func startClusterRun(t *testing.T, seed uint64) *clusterRun {
 	return startRunOn(t, seed, testenv.StartLocalClusterT(t, testenv.LocalClusterConfig{}), nil)
 }
 
-// startProxiedClusterRun is startClusterRun on a cluster whose CLIENT and ALT listeners sit
-// behind fault proxies: the relays' route and the replicas' route.
+// startProxiedClusterRun is startClusterRun on a cluster whose CLIENT, ALT and QUERY listeners sit
+// behind fault proxies: the relays' route, the replicas' lane route and their query service's
+// route.
 func startProxiedClusterRun(t *testing.T, seed uint64) *clusterRun {
 	t.Helper()
 	pc := testenv.StartProxiedClusterT(t, testenv.LocalClusterConfig{})
