@@ -338,7 +338,7 @@ func runNetworkFaults(t *testing.T, seed, stream uint64, target netTarget) {
 	type row struct {
 		fault              netFault
 		start, end, healed time.Time
-		recovery, queries  string
+		recovery           string
 		probe              string
 		oracle             oracleReport
 		lanes              []laneCheck
