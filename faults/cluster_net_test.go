@@ -202,6 +202,19 @@ func (kq *kafkaQueries) answeredAfter(from time.Time, span, timeout time.Duratio
 	return last.Sub(from)
 }
 
+// answeredBefore counts the requests sent in [from, to) whose first reply came before cutoff.
+func (kq *kafkaQueries) answeredBefore(from, to, cutoff time.Time) int {
+	kq.mu.Lock()
+	defer kq.mu.Unlock()
+	n := 0
+	for i, at := range kq.sentAt {
+		if !at.Before(from) && at.Before(to) && !kq.first[i].IsZero() && kq.first[i].Before(cutoff) {
+			n++
+		}
+	}
+	return n
+}
+
 // end stops sending and waits until every request sent has a reply (the indexers answer every
 // request they take; a request no replica ever answers fails the wait: lost), then stops
 // reading. A duplicate reply that comes later than the last first reply is not counted.
@@ -274,6 +287,9 @@ type netFault struct {
 	name   string
 	toxics []testenv.Toxic
 	hold   time.Duration
+	// silences: no request of the process crosses the route while the fault lasts (a
+	// blackhole, a one-way partition).
+	silences bool
 }
 
 // netFaults are the five faults, in the order each target gets them: 200 ms ± 50 ms latency both
@@ -285,11 +301,11 @@ var netFaults = []netFault{
 		toxics: []testenv.Toxic{testenv.Latency("upstream", 200*time.Millisecond, 50*time.Millisecond), testenv.Latency("downstream", 200*time.Millisecond, 50*time.Millisecond)}},
 	{name: "bandwidth 128 KiB/s",
 		toxics: []testenv.Toxic{testenv.Bandwidth("upstream", 128), testenv.Bandwidth("downstream", 128)}},
-	{name: "blackhole 30 s", hold: 30 * time.Second,
+	{name: "blackhole 30 s", hold: 30 * time.Second, silences: true,
 		toxics: []testenv.Toxic{testenv.Blackhole("upstream"), testenv.Blackhole("downstream")}},
 	{name: "connection resets 5 s", hold: 5 * time.Second,
 		toxics: []testenv.Toxic{testenv.Reset("upstream", 0)}},
-	{name: "one-way partition 30 s", hold: 30 * time.Second,
+	{name: "one-way partition 30 s", hold: 30 * time.Second, silences: true,
 		toxics: []testenv.Toxic{testenv.Blackhole("upstream")}},
 }
 
@@ -298,6 +314,9 @@ type netTarget struct {
 	name    string
 	route   string
 	proxies func(*testenv.ProxiedCluster) testenv.FaultProxies
+	// queryPath: the route carries the query service's requests and replies, so a fault that
+	// silences it holds every reply back until it ends.
+	queryPath bool
 }
 
 var netTargets = []netTarget{
@@ -306,7 +325,7 @@ var netTargets = []netTarget{
 	{name: "indexer", route: "the indexers' lane route (ALT listeners, kafka.brokers of the replicas: lanes, control, admin)",
 		proxies: func(pc *testenv.ProxiedCluster) testenv.FaultProxies { return pc.Alt }},
 	{name: "query", route: "the query service's route (QUERY listeners, kafka.query_brokers of the replicas)",
-		proxies: func(pc *testenv.ProxiedCluster) testenv.FaultProxies { return pc.Query }},
+		proxies: func(pc *testenv.ProxiedCluster) testenv.FaultProxies { return pc.Query }, queryPath: true},
 }
 
 // TestClusterNetworkFaults puts the deployment behind fault proxies, one route per process: the
@@ -381,6 +400,15 @@ func runNetworkFaults(t *testing.T, seed, stream uint64, target netTarget) {
 	}
 	kq.end(3 * time.Minute)
 	for _, rw := range rows {
+		// The proof that the query service uses its own route (kafka.query_brokers): while the
+		// route is silenced, no request sent after the fault began (a second's margin for
+		// replies already on their way) gets its reply before the fault ends. Were the
+		// service on another route, they would be answered during the fault.
+		if target.queryPath && rw.fault.silences {
+			if n := kq.answeredBefore(rw.start.Add(time.Second), rw.end, rw.end); n != 0 {
+				t.Errorf("%s on %s: %d requests answered while the query route was silenced", rw.fault.name, target.name, n)
+			}
+		}
 		// The requests sent from the injection until the deployment and the query path had
 		// recovered, each counted once every request had its reply.
 		w := kq.window(rw.start, rw.healed)
