@@ -30,6 +30,7 @@ type kafkaQueries struct {
 	sentAt  []time.Time // by request number
 	first   []time.Time // first reply, zero while unanswered
 	replies []int       // replies received
+	firstOK []bool      // the first reply said OK
 	status  map[string]int
 	halt    chan struct{} // closed by end: stop sending
 	cancel  context.CancelFunc
@@ -80,6 +81,7 @@ func (r *clusterRun) startKafkaQueries(rate int) *kafkaQueries {
 				kq.replies[n]++
 				if kq.first[n].IsZero() {
 					kq.first[n] = now
+					kq.firstOK[n] = rep.Status == schemas.QueryOK
 				}
 				kq.status[rep.Status.String()]++
 			})
@@ -110,6 +112,7 @@ func (r *clusterRun) startKafkaQueries(rate int) *kafkaQueries {
 			kq.sentAt = append(kq.sentAt, time.Now())
 			kq.first = append(kq.first, time.Time{})
 			kq.replies = append(kq.replies, 0)
+			kq.firstOK = append(kq.firstOK, false)
 			kq.mu.Unlock()
 			kq.out.Produce(context.Background(), &kgo.Record{Topic: r.s.topics.Queries, Key: []byte(strconv.Itoa(i)), Value: b}, func(_ *kgo.Record, err error) {
 				if err != nil {
@@ -124,12 +127,15 @@ func (r *clusterRun) startKafkaQueries(rate int) *kafkaQueries {
 // queryWindow summarises the requests sent in [from, to).
 type queryWindow struct {
 	sent, answered, unanswered, duplicated int
-	p50, p99, max                          time.Duration
+	// late are the answered requests whose first reply came more than lateQuery after them;
+	// notOK those whose first reply was not OK (UNAVAILABLE: no lane fresh enough).
+	late, notOK   int
+	p50, p99, max time.Duration
 }
 
 func (w queryWindow) String() string {
-	return fmt.Sprintf("%d requests: %d answered, %d unanswered, %d answered more than once; reply delay p50 %v, p99 %v, max %v",
-		w.sent, w.answered, w.unanswered, w.duplicated, w.p50.Round(time.Millisecond), w.p99.Round(time.Millisecond), w.max.Round(time.Millisecond))
+	return fmt.Sprintf("%d requests: %d answered (%d not OK), %d unanswered, %d answered more than once, %d late (> %v); reply delay p50 %v, p99 %v, max %v",
+		w.sent, w.answered, w.notOK, w.unanswered, w.duplicated, w.late, lateQuery, w.p50.Round(time.Millisecond), w.p99.Round(time.Millisecond), w.max.Round(time.Millisecond))
 }
 
 func (kq *kafkaQueries) window(from, to time.Time) queryWindow {
@@ -150,13 +156,63 @@ func (kq *kafkaQueries) window(from, to time.Time) queryWindow {
 			w.duplicated++
 		}
 		w.answered++
-		delays = append(delays, kq.first[i].Sub(at))
+		if !kq.firstOK[i] {
+			w.notOK++
+		}
+		d := kq.first[i].Sub(at)
+		if d > lateQuery {
+			w.late++
+		}
+		delays = append(delays, d)
 	}
 	if len(delays) > 0 {
 		slices.Sort(delays)
 		w.p50, w.p99, w.max = delays[len(delays)/2], delays[len(delays)*99/100], delays[len(delays)-1]
 	}
 	return w
+}
+
+// answeredAfter waits until every request sent in [from, from+span) has its first reply, and
+// returns the time from from to the last of those replies: how long after from the query path
+// answered again on every partition the requests of that second landed on.
+func (kq *kafkaQueries) answeredAfter(from time.Time, span, timeout time.Duration) time.Duration {
+	kq.t.Helper()
+	to := from.Add(span)
+	var last time.Time
+	testenv.WaitUntilEvery(kq.t, scrapePoll, timeout, fmt.Sprintf("a reply to every request sent in the %v from %s", span, from.Format("15:04:05.000")), func() bool {
+		if time.Now().Before(to) {
+			return false
+		}
+		kq.mu.Lock()
+		defer kq.mu.Unlock()
+		last = time.Time{}
+		for i, at := range kq.sentAt {
+			if at.Before(from) || !at.Before(to) {
+				continue
+			}
+			if kq.first[i].IsZero() {
+				return false
+			}
+			if kq.first[i].After(last) {
+				last = kq.first[i]
+			}
+		}
+		return !last.IsZero()
+	}, func() string { return kq.window(from, to).String() })
+	return last.Sub(from)
+}
+
+// answeredBefore counts the requests sent in [from, to) whose first reply came before cutoff.
+func (kq *kafkaQueries) answeredBefore(from, to, cutoff time.Time) int {
+	kq.mu.Lock()
+	defer kq.mu.Unlock()
+	n := 0
+	for i, at := range kq.sentAt {
+		if !at.Before(from) && at.Before(to) && !kq.first[i].IsZero() && kq.first[i].Before(cutoff) {
+			n++
+		}
+	}
+	return n
 }
 
 // end stops sending and waits until every request sent has a reply (the indexers answer every
@@ -224,91 +280,143 @@ func TestClusterQueryRebalance(t *testing.T) {
 	r.finish("query rebalance", "SIGKILL of "+victim.Name, fmt.Sprintf("queries over Kafka: %v / %v / %v", before, during, after), "")
 }
 
-// netFault is one network fault of TestClusterNetworkFaults: the toxics it adds to which routes,
-// and how long it holds them before removing them (0: only until the deployment has proven it
-// works under the fault).
+// netFault is one network fault of TestClusterNetworkFaults: the toxics it adds to the target's
+// route and how long it holds them before removing them (0: only until the deployment has
+// proven it works under the fault).
 type netFault struct {
 	name   string
-	routes []string // "relay" (the CLIENT proxies), "indexer" (the ALT proxies)
 	toxics []testenv.Toxic
 	hold   time.Duration
+	// silences: no request of the process crosses the route while the fault lasts (a
+	// blackhole, a one-way partition).
+	silences bool
 }
 
-// TestClusterNetworkFaults puts the deployment behind fault proxies (relays on the nodes' CLIENT
-// listeners, indexer replicas and their query service on the ALT listeners, each through a
-// proxy per node) and injects, one after the other: 200 ms ± 50 ms latency on every route;
-// a 128 KiB/s bandwidth limit on every route; a 30 s blackhole of the relays' route; connection
-// resets on every route; a one-way partition of the indexers (their requests dropped for 30 s)
-// while the relays keep writing. Under latency and bandwidth limits the deployment must keep
-// working (events acknowledged, transactions and checkpoints committed, lanes applied) while the
-// fault lasts; after the others it must recover once the fault ends. Requests flow over Kafka
-// at 20/s all along; none may be lost. No process may exit.
+// netFaults are the five faults, in the order each target gets them: 200 ms ± 50 ms latency both
+// ways; 128 KiB/s both ways; a 30 s blackhole (bytes dropped both ways, connections kept);
+// connection resets (RST on the first byte of each connection) for 5 s; a one-way partition
+// (the process's requests dropped, the brokers' bytes still delivered) for 30 s.
+var netFaults = []netFault{
+	{name: "latency 200 ms ± 50 ms",
+		toxics: []testenv.Toxic{testenv.Latency("upstream", 200*time.Millisecond, 50*time.Millisecond), testenv.Latency("downstream", 200*time.Millisecond, 50*time.Millisecond)}},
+	{name: "bandwidth 128 KiB/s",
+		toxics: []testenv.Toxic{testenv.Bandwidth("upstream", 128), testenv.Bandwidth("downstream", 128)}},
+	{name: "blackhole 30 s", hold: 30 * time.Second, silences: true,
+		toxics: []testenv.Toxic{testenv.Blackhole("upstream"), testenv.Blackhole("downstream")}},
+	{name: "connection resets 5 s", hold: 5 * time.Second,
+		toxics: []testenv.Toxic{testenv.Reset("upstream", 0)}},
+	{name: "one-way partition 30 s", hold: 30 * time.Second, silences: true,
+		toxics: []testenv.Toxic{testenv.Blackhole("upstream")}},
+}
+
+// netTarget is one process route of TestClusterNetworkFaults: the proxies the faults go on.
+type netTarget struct {
+	name    string
+	route   string
+	proxies func(*testenv.ProxiedCluster) testenv.FaultProxies
+	// queryPath: the route carries the query service's requests and replies, so a fault that
+	// silences it holds every reply back until it ends.
+	queryPath bool
+}
+
+var netTargets = []netTarget{
+	{name: "relay", route: "the relays' route (CLIENT listeners, kafka.brokers of the relays)",
+		proxies: func(pc *testenv.ProxiedCluster) testenv.FaultProxies { return pc.Client }},
+	{name: "indexer", route: "the indexers' lane route (ALT listeners, kafka.brokers of the replicas: lanes, control, admin)",
+		proxies: func(pc *testenv.ProxiedCluster) testenv.FaultProxies { return pc.Alt }},
+	{name: "query", route: "the query service's route (QUERY listeners, kafka.query_brokers of the replicas)",
+		proxies: func(pc *testenv.ProxiedCluster) testenv.FaultProxies { return pc.Query }, queryPath: true},
+}
+
+// TestClusterNetworkFaults puts the deployment behind fault proxies, one route per process: the
+// relays on the nodes' CLIENT listeners, the indexer replicas' lane consumption (and their other
+// clients) on the ALT listeners, and the replicas' query service on the QUERY listeners
+// (kafka.query_brokers), each through a proxy per node. Each target (a subtest with a cluster of
+// its own) gets the five faults of netFaults in sequence while the other routes stay healthy.
+// Under latency and the bandwidth limit the deployment must keep working while the fault lasts;
+// after the others it must recover once the fault ends. After every fault the writer pauses and
+// the oracle runs (relays settle on the model, replicas serve every lane at the relays'
+// sequences and answer alike and not below the model, lane sequences exact), so every
+// (fault, target) pair has its own loss figure. Requests flow over Kafka at 20/s all along (the
+// test's clients on the direct listeners); none may be lost. No process may exit.
 func TestClusterNetworkFaults(t *testing.T) {
 	testenv.FullClusterSet(t)
 	seed := uint64(envInt(t, "FAULTS_SEED", 1))
-	r := startProxiedClusterRun(t, seed)
-	rng := mrand.New(mrand.NewPCG(seed, 0x6e6574))
-	kq := r.startKafkaQueries(20)
-	faults := []netFault{
-		{name: "latency 200 ms ± 50 ms", routes: []string{"relay", "indexer"},
-			toxics: []testenv.Toxic{testenv.Latency("upstream", 200*time.Millisecond, 50*time.Millisecond), testenv.Latency("downstream", 200*time.Millisecond, 50*time.Millisecond)}},
-		{name: "bandwidth 128 KiB/s", routes: []string{"relay", "indexer"},
-			toxics: []testenv.Toxic{testenv.Bandwidth("upstream", 128), testenv.Bandwidth("downstream", 128)}},
-		{name: "relays blackholed", routes: []string{"relay"}, hold: 30 * time.Second,
-			toxics: []testenv.Toxic{testenv.Blackhole("upstream"), testenv.Blackhole("downstream")}},
-		{name: "connection resets", routes: []string{"relay", "indexer"}, hold: 5 * time.Second,
-			toxics: []testenv.Toxic{testenv.Reset("upstream", 0)}},
-		{name: "indexers partitioned one way", routes: []string{"indexer"}, hold: 30 * time.Second,
-			toxics: []testenv.Toxic{testenv.Blackhole("upstream")}},
+	for ti, target := range netTargets {
+		t.Run(target.name, func(t *testing.T) {
+			runNetworkFaults(t, seed, uint64(ti), target)
+		})
 	}
-	var lines []string
-	for _, f := range faults {
+}
+
+func runNetworkFaults(t *testing.T, seed, stream uint64, target netTarget) {
+	r := startProxiedClusterRun(t, seed)
+	rng := mrand.New(mrand.NewPCG(seed, 0x6e6574+stream))
+	proxies := target.proxies(r.pc)
+	kq := r.startKafkaQueries(20)
+	type row struct {
+		fault              netFault
+		start, end, healed time.Time
+		recovery           string
+		probe              string
+		oracle             oracleReport
+		lanes              []laneCheck
+	}
+	var rows []row
+	for _, f := range netFaults {
 		holdLoad(rng)
-		var groups []testenv.FaultProxies
-		for _, route := range f.routes {
-			if route == "relay" {
-				groups = append(groups, r.pc.Client)
-			} else {
-				groups = append(groups, r.pc.Alt)
-			}
-		}
 		qp := r.probeQueries()
-		start := time.Now()
-		for _, g := range groups {
-			for _, tx := range f.toxics {
-				if err := g.Add(tx); err != nil {
-					t.Fatal(err)
-				}
+		rw := row{fault: f, start: time.Now()}
+		for _, tx := range f.toxics {
+			if err := proxies.Add(tx); err != nil {
+				t.Fatal(err)
 			}
 		}
-		var line string
 		if f.hold == 0 {
-			took := r.recovered("under "+f.name, start)
-			line = fmt.Sprintf("works under the fault: recovered %v after it began", took.Round(time.Millisecond))
+			took := r.recovered("under "+f.name, rw.start)
+			qtook := kq.answeredAfter(rw.start, time.Second, 3*time.Minute)
+			rw.recovery = fmt.Sprintf("works under the fault: deployment recovered %v after it began, queries over Kafka %v after it began",
+				took.Round(time.Millisecond), qtook.Round(time.Millisecond))
 		} else {
 			time.Sleep(f.hold) // the fault's length: the schedule, not a wait for an outcome
 		}
-		removed := time.Now()
-		for _, g := range groups {
-			for _, tx := range f.toxics {
-				if err := g.Remove(tx.Name); err != nil {
-					t.Fatal(err)
-				}
+		rw.end = time.Now()
+		for _, tx := range f.toxics {
+			if err := proxies.Remove(tx.Name); err != nil {
+				t.Fatal(err)
 			}
 		}
 		if f.hold > 0 {
-			took := r.recovered("after "+f.name, removed)
-			line = fmt.Sprintf("held %v, recovered %v after it ended", f.hold, took.Round(time.Millisecond))
+			took := r.recovered("after "+f.name, rw.end)
+			qtook := kq.answeredAfter(rw.end, time.Second, 3*time.Minute)
+			rw.recovery = fmt.Sprintf("held %v; deployment recovered %v after it ended, queries over Kafka %v after it ended",
+				f.hold, took.Round(time.Millisecond), qtook.Round(time.Millisecond))
 		}
-		probe := qp.end()
-		w := kq.window(start, time.Now())
-		lines = append(lines, fmt.Sprintf("%s on %v: %s; queries over Kafka sent meanwhile (replies so far): %v; %s", f.name, f.routes, line, w, probe))
+		rw.healed = time.Now()
+		rw.probe = qp.end()
 		r.checkAlive("after " + f.name)
+		rw.oracle, rw.lanes = r.settle("after "+f.name, rng)
+		rows = append(rows, rw)
 	}
 	kq.end(3 * time.Minute)
-	for _, l := range lines {
-		t.Logf("SUMMARY cluster network fault: %s", l)
+	for _, rw := range rows {
+		// The proof that the query service uses its own route (kafka.query_brokers): while the
+		// route is silenced, no request sent after the fault began (a second's margin for
+		// replies already on their way) gets its reply before the fault ends. Were the
+		// service on another route, they would be answered during the fault.
+		if target.queryPath && rw.fault.silences {
+			if n := kq.answeredBefore(rw.start.Add(time.Second), rw.end, rw.end); n != 0 {
+				t.Errorf("%s on %s: %d requests answered while the query route was silenced", rw.fault.name, target.name, n)
+			}
+		}
+		// The requests sent from the injection until the deployment and the query path had
+		// recovered, each counted once every request had its reply.
+		w := kq.window(rw.start, rw.healed)
+		t.Logf("SUMMARY cluster network fault %s on %s: %s; queries over Kafka from the injection to the recovery: %v; %s; "+
+			"then %d queries, %d probes, replica mismatches %d, answers below the model (acknowledged events lost) %d; lane records %+v",
+			rw.fault.name, target.name, rw.recovery, w, rw.probe, rw.oracle.queries, rw.oracle.probes, rw.oracle.mismatches, rw.oracle.lost, rw.lanes)
 	}
 	all := kq.window(time.Time{}, time.Now().Add(time.Hour))
-	r.finish("network faults", fmt.Sprintf("%d faults in sequence (seed %d)", len(faults), seed), "queries over Kafka in the whole run: "+all.String(), "")
+	r.finish("network faults on "+target.name, fmt.Sprintf("%d faults in sequence on %s (seed %d)", len(netFaults), target.route, seed),
+		"queries over Kafka in the whole run: "+all.String(), "")
 }

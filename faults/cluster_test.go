@@ -27,8 +27,9 @@ import (
 // seeded writer and its model) on a three-node cluster of their own and inject faults into the
 // cluster: kill -9 of the lane partitions' leader, a controlled shutdown of it, an ISR below
 // min.insync.replicas, a SIGSTOP of the leader. The relays reach the brokers by the nodes' CLIENT
-// listeners and the replicas by their ALT listeners; the test's own clients (the writer, the
-// admin, the lane reader) use the direct BROKER listeners. Each scenario logs a SUMMARY line
+// listeners, the replicas by their ALT listeners and the replicas' query service by the QUERY
+// listeners (kafka.query_brokers); the test's own clients (the writer, the admin, the lane
+// reader) use the direct BROKER listeners. Each scenario logs a SUMMARY line
 // with what it injected, the time to recover, the acknowledged events lost (must be 0), the
 // queries that went unanswered or late while the fault lasted, and the processes that exited
 // (must be 0). TestClusterKillLeader runs in `make test`; the others need
@@ -55,8 +56,9 @@ func startClusterRun(t *testing.T, seed uint64) *clusterRun {
 	return startRunOn(t, seed, testenv.StartLocalClusterT(t, testenv.LocalClusterConfig{}), nil)
 }
 
-// startProxiedClusterRun is startClusterRun on a cluster whose CLIENT and ALT listeners sit
-// behind fault proxies: the relays' route and the replicas' route.
+// startProxiedClusterRun is startClusterRun on a cluster whose CLIENT, ALT and QUERY listeners sit
+// behind fault proxies: the relays' route, the replicas' lane route and their query service's
+// route.
 func startProxiedClusterRun(t *testing.T, seed uint64) *clusterRun {
 	t.Helper()
 	pc := testenv.StartProxiedClusterT(t, testenv.LocalClusterConfig{})
@@ -70,7 +72,9 @@ func startRunOn(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.
 		r.AddEnv("KAFKA_BROKERS=" + strings.Join(c.Seeds(), ","))
 	}
 	for _, ix := range s.indexes {
-		ix.AddEnv("KAFKA_BROKERS=" + strings.Join(c.AltSeeds(), ","))
+		// The replicas' query service has a route of its own (kafka.query_brokers), so that a
+		// fault can hit it alone.
+		ix.AddEnv("KAFKA_BROKERS="+strings.Join(c.AltSeeds(), ","), "CKF_KAFKA_QUERY_BROKERS="+strings.Join(c.QuerySeeds(), ","))
 	}
 	s.startAll()
 	r := &clusterRun{t: t, seed: seed, c: c, pc: pc, s: s, adm: kadm.NewClient(s.client()), pids: map[string]int{}}
@@ -407,6 +411,22 @@ func (r *clusterRun) checkLaneSequences(seqs []uint64) []laneCheck {
 		}
 	}
 	return checks
+}
+
+// settle pauses the writer and applies the suite's oracle in the middle of a run (after one of
+// several faults): every relay holds exactly the model, both replicas serve every lane at the
+// relays' last sequences and answer 50 queries alike and not below the model, the lane sequences
+// are exact, and no process exited. Then the writer resumes.
+func (r *clusterRun) settle(when string, rng *mrand.Rand) (oracleReport, []laneCheck) {
+	r.t.Helper()
+	r.w.pause()
+	seqs := r.s.relaySettled(r.w, 3*time.Minute)
+	r.s.replicasCaughtUp(seqs, 3*time.Minute)
+	rep := r.s.compareAnswers(r.w, r.w.queries(rng, 50))
+	lanes := r.checkLaneSequences(seqs)
+	r.checkAlive(when)
+	r.w.resume()
+	return rep, lanes
 }
 
 // finish pauses the writer and applies the suite's oracle: every relay holds exactly the model,

@@ -18,7 +18,8 @@
 // oracle on a three-node cluster of their own (testenv.StartLocalClusterT): kill -9, controlled
 // shutdown and SIGSTOP of the node that leads a lane partition, an ISR below
 // min.insync.replicas, network faults through fault proxies in front of each node (latency,
-// bandwidth, blackhole, resets, a one-way partition of the indexers), and an indexer replica
+// bandwidth, blackhole, resets, a one-way partition, each against one route alone: the relays',
+// the indexer replicas' lanes, their query service's), and an indexer replica
 // killed while queries flow over Kafka. They also read every lane partition and check that the
 // relays' transactional sequences have no gap and no duplicate. `make test` runs
 // TestClusterKillLeader; the others run with CKF_CLUSTER_FULL=1 (`make test-cluster`).

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -34,15 +35,16 @@ type LocalClusterConfig struct {
 	RunDir string
 	// Nodes is the number of nodes. Default ClusterNodes.
 	Nodes int
-	// ClientAdvertised and AltAdvertised are the host:port each node advertises on its CLIENT
-	// and ALT listeners (one entry per node), for clients that reach the brokers through a fault
-	// proxy. Empty: the listener's own address. Set them before the proxies are needed: the
-	// nodes only advertise them; nothing checks that they answer.
-	ClientAdvertised, AltAdvertised []string
-	// ClientPorts, AltPorts, BrokerPorts and ControllerPorts are the nodes' listener ports, one
-	// per node; nil picks free ones. They stay fixed for the cluster's life, so a node restarts
-	// on the same addresses.
-	ClientPorts, AltPorts, BrokerPorts, ControllerPorts []int
+	// ClientAdvertised, AltAdvertised and QueryAdvertised are the host:port each node
+	// advertises on its CLIENT, ALT and QUERY listeners (one entry per node), for clients that
+	// reach the brokers through a fault proxy. Empty: the listener's own address. Set them
+	// before the proxies are needed: the nodes only advertise them; nothing checks that they
+	// answer.
+	ClientAdvertised, AltAdvertised, QueryAdvertised []string
+	// ClientPorts, AltPorts, QueryPorts, BrokerPorts and ControllerPorts are the nodes'
+	// listener ports, one per node; nil picks free ones. They stay fixed for the cluster's
+	// life, so a node restarts on the same addresses.
+	ClientPorts, AltPorts, QueryPorts, BrokerPorts, ControllerPorts []int
 	// ReplicaLag is the brokers' replica.lag.time.max.ms: how long a follower may stop fetching
 	// before it leaves the ISR. Default 10 s (Kafka's own default is 30 s).
 	ReplicaLag time.Duration
@@ -88,10 +90,12 @@ func (c LocalClusterConfig) env() []string {
 		"KAFKA_CLUSTER_DIR="+c.runDir(),
 		"KAFKA_CLUSTER_CLIENT_PORTS="+joinPorts(c.ClientPorts),
 		"KAFKA_CLUSTER_ALT_PORTS="+joinPorts(c.AltPorts),
+		"KAFKA_CLUSTER_QUERY_PORTS="+joinPorts(c.QueryPorts),
 		"KAFKA_CLUSTER_BROKER_PORTS="+joinPorts(c.BrokerPorts),
 		"KAFKA_CLUSTER_CONTROLLER_PORTS="+joinPorts(c.ControllerPorts),
 		"KAFKA_CLUSTER_CLIENT_ADVERTISED="+strings.Join(c.ClientAdvertised, ","),
 		"KAFKA_CLUSTER_ALT_ADVERTISED="+strings.Join(c.AltAdvertised, ","),
+		"KAFKA_CLUSTER_QUERY_ADVERTISED="+strings.Join(c.QueryAdvertised, ","),
 		// The nodes die with the test binary even when it dies without its cleanups.
 		"KAFKA_CLUSTER_OWNER_PID="+strconv.Itoa(os.Getpid()),
 	)
@@ -121,7 +125,7 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (*LocalClust
 	lists := []struct {
 		name  string
 		ports *[]int
-	}{{"client", &cfg.ClientPorts}, {"alt", &cfg.AltPorts}, {"broker", &cfg.BrokerPorts}, {"controller", &cfg.ControllerPorts}}
+	}{{"client", &cfg.ClientPorts}, {"alt", &cfg.AltPorts}, {"query", &cfg.QueryPorts}, {"broker", &cfg.BrokerPorts}, {"controller", &cfg.ControllerPorts}}
 	missing := 0
 	for _, l := range lists {
 		if *l.ports == nil {
@@ -143,7 +147,7 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (*LocalClust
 	for _, l := range []struct {
 		name  string
 		addrs []string
-	}{{"client advertised", cfg.ClientAdvertised}, {"alt advertised", cfg.AltAdvertised}} {
+	}{{"client advertised", cfg.ClientAdvertised}, {"alt advertised", cfg.AltAdvertised}, {"query advertised", cfg.QueryAdvertised}} {
 		if l.addrs != nil && len(l.addrs) != cfg.Nodes {
 			return nil, fmt.Errorf("%w: %d %s addresses for %d nodes", ErrClusterConfig, len(l.addrs), l.name, cfg.Nodes)
 		}
@@ -175,8 +179,14 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (*LocalClust
 	return c, nil
 }
 
-// freeLoopbackPorts returns n distinct free loopback ports: every listener stays open until all
-// are chosen, so no port is handed out twice.
+// freeLoopbackPorts returns n distinct loopback ports that are free now, chosen below the
+// kernel's ephemeral port range (ip_local_port_range). A node binds its client listeners only
+// once it is unfenced, seconds after the ports were chosen: a port from the ephemeral range
+// could by then be taken by any process on the machine that binds port 0 or connects out (a
+// peer's connection to a controller port that is not yet listening can even connect to itself),
+// and the node would fail to bind it while the start-up check saw the port answer. Below that
+// range only a process that names the port explicitly can take it. Every listener stays open
+// until all are chosen, so no port is handed out twice.
 func freeLoopbackPorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
@@ -184,16 +194,53 @@ func freeLoopbackPorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
+	hi := ephemeralPortsStart()
+	lo := max(hi-12000, 1024)
 	out := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	if hi-lo < 4*n {
+		// No room below the ephemeral range: let the kernel choose.
+		for range n {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return nil, fmt.Errorf("free port: %w", err)
+			}
+			ls = append(ls, l)
+			out = append(out, l.Addr().(*net.TCPAddr).Port)
+		}
+		return out, nil
+	}
+	start := lo + mrand.IntN(hi-lo)
+	for i := 0; i < hi-lo && len(out) < n; i++ {
+		p := lo + (start-lo+i)%(hi-lo)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
+			continue // taken
 		}
 		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+		out = append(out, p)
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("free port: only %d of %d ports free in [%d,%d)", len(out), n, lo, hi)
 	}
 	return out, nil
+}
+
+// ephemeralPortsStart is the first port of the kernel's ephemeral range, Linux's default 32768
+// when /proc does not say.
+func ephemeralPortsStart() int {
+	raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(raw))
+	if len(f) != 2 {
+		return 32768
+	}
+	p, err := strconv.Atoi(f[0])
+	if err != nil || p <= 0 || p > 65535 {
+		return 32768
+	}
+	return p
 }
 
 // StartLocalClusterT starts a cluster for the test t, under a run directory of its own, and
@@ -211,8 +258,8 @@ func StartLocalClusterT(t testing.TB, cfg LocalClusterConfig) *LocalCluster {
 		t.Fatalf("three-node cluster: %v", err)
 	}
 	t.Cleanup(c.Close)
-	t.Logf("%d-node cluster started in %v (client %v, alt %v, direct %v)", len(c.nodes), c.Startup.Round(time.Millisecond),
-		c.Seeds(), c.AltSeeds(), c.DirectSeeds())
+	t.Logf("%d-node cluster started in %v (client %v, alt %v, query %v, direct %v)", len(c.nodes), c.Startup.Round(time.Millisecond),
+		c.Seeds(), c.AltSeeds(), c.QuerySeeds(), c.DirectSeeds())
 	return c
 }
 
@@ -244,6 +291,12 @@ func (c *LocalCluster) Seeds() []string { return advertised(c.cfg.ClientAdvertis
 
 // AltSeeds are the nodes' ALT listeners as advertised.
 func (c *LocalCluster) AltSeeds() []string { return advertised(c.cfg.AltAdvertised, c.cfg.AltPorts) }
+
+// QuerySeeds are the nodes' QUERY listeners as advertised: the query path's route
+// (kafka.query_brokers).
+func (c *LocalCluster) QuerySeeds() []string {
+	return advertised(c.cfg.QueryAdvertised, c.cfg.QueryPorts)
+}
 
 // DirectSeeds are the nodes' BROKER listeners, which no proxy sits in front of: for the test's
 // own admin, writer and observer clients, which must see the cluster as it is while the
@@ -293,6 +346,11 @@ func (c *LocalCluster) WaitBrokers(ctx context.Context, n int) error {
 	adm := kadm.NewClient(cl)
 	var last string
 	for {
+		// Fewer live nodes than n brokers wanted: the wait cannot succeed, so say why at once
+		// rather than at the deadline.
+		if alive := c.aliveNodes(); len(c.nodes) > 0 && len(alive) < n {
+			return fmt.Errorf("%d live brokers wanted, but only nodes %v of %d are alive", n, alive, len(c.nodes))
+		}
 		mctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		md, err := adm.BrokerMetadata(mctx)
 		cancel()
@@ -306,6 +364,17 @@ func (c *LocalCluster) WaitBrokers(ctx context.Context, n int) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// aliveNodes returns the ids of the nodes whose JVM runs.
+func (c *LocalCluster) aliveNodes() []int32 {
+	var ids []int32
+	for _, n := range c.nodes {
+		if n.Alive() {
+			ids = append(ids, n.ID)
+		}
+	}
+	return ids
 }
 
 // PartitionState is one partition's leadership as the cluster's metadata reports it.
@@ -356,6 +425,11 @@ func (n *ClusterNode) ClientAddr() string {
 
 // AltAddr is the address of the node's ALT listener itself.
 func (n *ClusterNode) AltAddr() string { return "127.0.0.1:" + strconv.Itoa(n.c.cfg.AltPorts[n.ID-1]) }
+
+// QueryAddr is the address of the node's QUERY listener itself.
+func (n *ClusterNode) QueryAddr() string {
+	return "127.0.0.1:" + strconv.Itoa(n.c.cfg.QueryPorts[n.ID-1])
+}
 
 // Kill9 sends SIGKILL to the node (a crash: no controlled shutdown, nothing flushed) and waits
 // for the JVM to exit. A killed node is started again with Start.

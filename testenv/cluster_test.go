@@ -2,7 +2,9 @@ package testenv_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -152,5 +154,49 @@ func checkProcessTopics(ctx context.Context, t *testing.T, c *testenv.LocalClust
 		if got != "2" {
 			t.Errorf("%s: min.insync.replicas %q, want 2", spec.Name, got)
 		}
+	}
+}
+
+// TestLocalClusterPortTakenAtStart restarts a killed node while another process holds its client
+// port. The node cannot bind the listener; the start must fail and say so, rather than take the
+// foreign listener's answer for the node's readiness (the start-up check waits for the node's
+// own "Kafka Server started" after this start). With fewer nodes alive than brokers wanted,
+// WaitBrokers fails at once instead of at its deadline. Once the port is free again the node
+// starts and the cluster lists three brokers.
+func TestLocalClusterPortTakenAtStart(t *testing.T) {
+	testenv.FullClusterSet(t)
+	c := testenv.StartLocalClusterT(t, testenv.LocalClusterConfig{StartTimeout: 90 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	n := c.Node(3)
+	if err := n.Kill9(); err != nil {
+		t.Fatal(err)
+	}
+	// The killed node's sockets on the port linger until the kernel has closed them.
+	var foreign net.Listener
+	var lerr error
+	testenv.WaitUntil(t, time.Minute, "node 3's client port free to hold", func() bool {
+		foreign, lerr = net.Listen("tcp", n.ClientAddr())
+		return lerr == nil
+	}, func() string { return lerr.Error() })
+	err := n.Start(ctx)
+	if err == nil {
+		t.Fatal("node 3 reported started while another process held its client port")
+	}
+	t.Logf("start with the port held: %.300s", err)
+	if n.Alive() {
+		t.Fatal("node 3 alive after its failed start")
+	}
+	if err := c.WaitBrokers(ctx, 3); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitBrokers(3) with a node dead: %v, want an immediate error", err)
+	}
+	if err := foreign.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitBrokers(ctx, 3); err != nil {
+		t.Fatal(err)
 	}
 }

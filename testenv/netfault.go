@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 // FaultProxy is a TCP proxy on loopback in front of one broker listener, through which tests
 // inject network faults (toxiproxy's toxics, run in the test process as a library): latency,
 // bandwidth limits, blackholes, connection resets. Clients reach it because the broker
-// advertises the proxy's address (LocalClusterConfig.ClientAdvertised and AltAdvertised).
+// advertises the proxy's address (LocalClusterConfig.ClientAdvertised, AltAdvertised and
+// QueryAdvertised).
 type FaultProxy struct {
 	p *toxiproxy.Proxy
 }
@@ -25,9 +27,14 @@ type FaultProxy struct {
 // toxics are added and removed together.
 type FaultProxies []*FaultProxy
 
+// quietToxics keeps toxiproxy's toxics, which log to zerolog's global logger at trace level
+// (one line per interrupted pipe), out of the test's output: the test reports the faults itself.
+var quietToxics sync.Once
+
 // newFaultServer is the toxiproxy server value the proxies share: it holds only the metrics
 // container and logger the proxies' links use; no HTTP API is started.
 func newFaultServer() *toxiproxy.ApiServer {
+	quietToxics.Do(func() { zerolog.SetGlobalLevel(zerolog.WarnLevel) })
 	return toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 }
 
@@ -131,38 +138,41 @@ func (g FaultProxies) Addrs() []string {
 	return out
 }
 
-// ProxiedCluster is a LocalCluster whose CLIENT and ALT listeners are reached through fault
-// proxies: Client proxies the CLIENT route (Seeds), Alt the ALT route (AltSeeds).
+// ProxiedCluster is a LocalCluster whose CLIENT, ALT and QUERY listeners are reached through
+// fault proxies: Client proxies the CLIENT route (Seeds), Alt the ALT route (AltSeeds), Query
+// the QUERY route (QuerySeeds).
 type ProxiedCluster struct {
 	*LocalCluster
-	Client, Alt FaultProxies
+	Client, Alt, Query FaultProxies
 }
 
 // StartProxiedClusterT starts a cluster like StartLocalClusterT with one fault proxy per node in
-// front of each of its CLIENT and ALT listeners, which the nodes advertise, so that every client
-// seeded with Seeds or AltSeeds stays behind the proxies.
+// front of each of its CLIENT, ALT and QUERY listeners, which the nodes advertise, so that every
+// client seeded with Seeds, AltSeeds or QuerySeeds stays behind the proxies.
 func StartProxiedClusterT(t testing.TB, cfg LocalClusterConfig) *ProxiedCluster {
 	t.Helper()
 	if cfg.Nodes == 0 {
 		cfg.Nodes = ClusterNodes
 	}
 	pc := &ProxiedCluster{}
-	cfg.ClientPorts, cfg.AltPorts, cfg.ClientAdvertised, cfg.AltAdvertised = nil, nil, nil, nil
+	cfg.ClientPorts, cfg.AltPorts, cfg.QueryPorts = nil, nil, nil
+	cfg.ClientAdvertised, cfg.AltAdvertised, cfg.QueryAdvertised = nil, nil, nil
 	// Every port, the nodes' and the proxies', is chosen here at once, so that none is handed
-	// out twice.
-	ports, err := freeLoopbackPorts(6 * cfg.Nodes)
+	// out twice: three proxied listeners, two direct ones and three proxies per node.
+	ports, err := freeLoopbackPorts(8 * cfg.Nodes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.BrokerPorts, cfg.ControllerPorts = ports[2*cfg.Nodes:3*cfg.Nodes], ports[3*cfg.Nodes:4*cfg.Nodes]
-	proxyPorts := ports[4*cfg.Nodes:]
+	cfg.BrokerPorts, cfg.ControllerPorts = ports[3*cfg.Nodes:4*cfg.Nodes], ports[4*cfg.Nodes:5*cfg.Nodes]
+	proxyPorts := ports[5*cfg.Nodes:]
 	for i := range cfg.Nodes {
 		for _, route := range []struct {
 			name  string
 			ports *[]int
 			adv   *[]string
 			group *FaultProxies
-		}{{"client", &cfg.ClientPorts, &cfg.ClientAdvertised, &pc.Client}, {"alt", &cfg.AltPorts, &cfg.AltAdvertised, &pc.Alt}} {
+		}{{"client", &cfg.ClientPorts, &cfg.ClientAdvertised, &pc.Client}, {"alt", &cfg.AltPorts, &cfg.AltAdvertised, &pc.Alt},
+			{"query", &cfg.QueryPorts, &cfg.QueryAdvertised, &pc.Query}} {
 			port, listen := ports[0], proxyPorts[0]
 			ports, proxyPorts = ports[1:], proxyPorts[1:]
 			p := StartFaultProxy(t, route.name+"-"+strconv.Itoa(i+1), "127.0.0.1:"+strconv.Itoa(listen), "127.0.0.1:"+strconv.Itoa(port))

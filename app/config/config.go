@@ -96,6 +96,19 @@ type Kafka struct {
 	// nothing else; the embedded broker serves neither TLS nor SASL. Environment:
 	// CKF_KAFKA_BROKERS or KAFKA_BROKERS, comma-separated. Kafka property: bootstrap.servers.
 	Brokers []string `yaml:"brokers"`
+	// QueryBrokers are the seed brokers of the query path: the indexer's query service (the
+	// group that reads routers' requests and writes their replies) and the query clients of
+	// loadgen, demo and the query command, which stand in for routers. Empty
+	// (the default) uses kafka.brokers. Operators can put router traffic on a listener or
+	// network of its own (a broker listener advertised on the routers' network), so that a
+	// flood of requests or a fault on that route does not touch the lanes, and the other way
+	// round; the cost is one more listener per broker to run and secure (TLS and SASL are those
+	// of kafka.*). Every client of the query path sees only the addresses the brokers advertise
+	// on the listener it bootstrapped on, so a wrong list fails like a wrong kafka.brokers: the
+	// query service never joins its group and Kafka queries go unanswered, while lanes and HTTP
+	// queries keep working. It needs kafka.brokers (the embedded broker has one address only).
+	// Environment: CKF_KAFKA_QUERY_BROKERS, comma-separated.
+	QueryBrokers []string `yaml:"query_brokers"`
 	// ClientID is sent as client.id by every client of the process, which brokers use for
 	// quotas and request logs. Default "ckf-stream". Kafka property: client.id.
 	ClientID string `yaml:"client_id"`
@@ -125,6 +138,14 @@ type Kafka struct {
 	TopicMinInsyncReplicas int  `yaml:"topic_min_insync_replicas"`
 	TLS                    TLS  `yaml:"tls"`
 	SASL                   SASL `yaml:"sasl"`
+}
+
+// QuerySeeds are the seed brokers of the query path: QueryBrokers, or Brokers when it is empty.
+func (k Kafka) QuerySeeds() []string {
+	if len(k.QueryBrokers) > 0 {
+		return k.QueryBrokers
+	}
+	return k.Brokers
 }
 
 // Replication the processes choose for the topics they create on a cluster of at least
@@ -632,6 +653,9 @@ func (c *Config) resolve() {
 	// An empty list or map from a file ([] or {}) means the same as none at all.
 	if len(c.Kafka.Brokers) == 0 {
 		c.Kafka.Brokers = nil
+	}
+	if len(c.Kafka.QueryBrokers) == 0 {
+		c.Kafka.QueryBrokers = nil
 	}
 	if len(c.SchemaRegistry.URLs) == 0 {
 		c.SchemaRegistry.URLs = nil

@@ -80,6 +80,7 @@ topic_prefix: fromfile.
 		"KAFKA_BROKERS":                       "alias:9092, alias2:9092",
 		"CKF_KAFKA_TOPIC_REPLICATION_FACTOR":  "3",
 		"CKF_KAFKA_TOPIC_MIN_INSYNC_REPLICAS": "2",
+		"CKF_KAFKA_QUERY_BROKERS":             "q1:9095,q2:9095",
 	}
 	args := []string{"--config", file, "--indexer.verification_window=5", "--relay.lane", "7", "--kafka.tls.enabled", "--kafka.tls.enabled=false"}
 	cfg := mustLoad(t, args, vars)
@@ -99,6 +100,8 @@ topic_prefix: fromfile.
 		{"relay.seed (default)", cfg.Relay.Seed, ckf.DefaultSeed},
 		{"kafka.topic_replication_factor (env only)", cfg.Kafka.TopicReplicationFactor, 3},
 		{"kafka.topic_min_insync_replicas (env only)", cfg.Kafka.TopicMinInsyncReplicas, 2},
+		{"kafka.query_brokers (env only)", cfg.Kafka.QueryBrokers, []string{"q1:9095", "q2:9095"}},
+		{"the query path's seeds (kafka.query_brokers)", cfg.Kafka.QuerySeeds(), []string{"q1:9095", "q2:9095"}},
 	} {
 		if !reflect.DeepEqual(c.got, c.want) {
 			t.Errorf("%s = %v, want %v", c.field, c.got, c.want)
@@ -223,6 +226,8 @@ func TestInvalidFieldMessages(t *testing.T) {
 		{args: []string{"--indexer.verification_window=0"}, want: "config: indexer.verification_window: 0 is not in [1,8]"},
 		{vars: map[string]string{"KAFKA_BROKERS": "localhost"}, want: `config: kafka.brokers[0]: "localhost" is not host:port`},
 		{args: []string{"--kafka.brokers=a:1,b:99999"}, want: `config: kafka.brokers[1]: "b:99999" has a port that is not a number in [0,65535]`},
+		{args: []string{"--kafka.brokers=a:1", "--kafka.query_brokers=q:1,q"}, want: `config: kafka.query_brokers[1]: "q" is not host:port`},
+		{args: []string{"--kafka.query_brokers=q:1"}, want: "config: kafka.query_brokers: is set, but kafka.brokers is empty and the embedded broker has no second listener"},
 		{args: []string{"--kafka.client_id="}, want: "config: kafka.client_id: must not be empty"},
 		{args: []string{"--kafka.topic_replication_factor=-1"}, want: "config: kafka.topic_replication_factor: -1 is not in [0,32767]"},
 		{args: []string{"--kafka.topic_replication_factor=40000"}, want: "config: kafka.topic_replication_factor: 40000 is not in [0,32767]"},

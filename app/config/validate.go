@@ -94,6 +94,14 @@ func (k Kafka) validate(p *problems) {
 			p.add(fmt.Sprintf("kafka.brokers[%d]", i), "%q %v", b, err)
 		}
 	}
+	for i, b := range k.QueryBrokers {
+		if err := checkHostPort(b, false); err != nil {
+			p.add(fmt.Sprintf("kafka.query_brokers[%d]", i), "%q %v", b, err)
+		}
+	}
+	if len(k.QueryBrokers) > 0 && len(k.Brokers) == 0 {
+		p.add("kafka.query_brokers", "is set, but kafka.brokers is empty and the embedded broker has no second listener")
+	}
 	if k.ClientID == "" {
 		p.add("kafka.client_id", "must not be empty")
 	}

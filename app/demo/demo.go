@@ -360,7 +360,7 @@ func (d *demo) drive(ctx context.Context) error {
 	}
 	defer prod.Close()
 	// The query client's two clients (requests, replies) each get their own options.
-	qcOpts := func(role string) []kgo.Opt { return d.conn.Opts("demo-" + role) }
+	qcOpts := func(role string) []kgo.Opt { return d.conn.QueryOpts("demo-" + role) }
 	qc, err := streams.NewQueryClient(ctx, streams.QueryClientParams{Config: streams.DefaultQueryClientConfig(),
 		Codec: d.codec, ClientOptsFor: qcOpts, Log: d.log})
 	if err != nil {

@@ -159,7 +159,7 @@ func New(p Params) (*Indexer, error) {
 		Config:     QueryConfig(p.Config, topics),
 		Answerer:   ans,
 		Codec:      codec,
-		ClientOpts: p.Connection.Opts("queries"),
+		ClientOpts: p.Connection.QueryOpts("queries"),
 		Metrics:    scope.Tagged(map[string]string{"path": PathKafka}),
 		Log:        log,
 	})

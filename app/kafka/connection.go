@@ -110,6 +110,15 @@ func (c *Connection) Opts(client string, extra ...kgo.Opt) []kgo.Opt {
 	return append(opts, extra...)
 }
 
+// QueryOpts is Opts for a client of the query path (the query service, a router's query
+// client): the same options, seeded with kafka.query_brokers when that is set.
+func (c *Connection) QueryOpts(client string, extra ...kgo.Opt) []kgo.Opt {
+	if len(c.cfg.QueryBrokers) > 0 && !c.Cluster.Embedded {
+		extra = append([]kgo.Opt{kgo.SeedBrokers(c.cfg.QueryBrokers...)}, extra...)
+	}
+	return c.Opts(client, extra...)
+}
+
 // Codec returns the process's codec of the product's records on Topics (see OpenCodec), built on
 // the first call and shared by every later one, so that a process registers its schemas once
 // however many components (relays, indexer, load) it runs. With a registry the first call

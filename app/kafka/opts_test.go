@@ -271,3 +271,34 @@ func TestTLSEndToEnd(t *testing.T) {
 		t.Errorf("started while trusting only the system roots")
 	}
 }
+
+// TestQueryOptsSeeds checks that the query path's clients are seeded with kafka.query_brokers
+// when it is set, and with kafka.brokers otherwise, while every other client keeps
+// kafka.brokers.
+func TestQueryOptsSeeds(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		query         []string
+		wantQueryPath string
+	}{
+		{"query_brokers set", []string{"q1:9095", "q2:9095"}, "q1:9095,q2:9095"},
+		{"query_brokers empty", nil, "a:9092"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := kafka.New(kafka.Params{Config: config.Kafka{Brokers: []string{"a:9092"}, QueryBrokers: tc.query, ClientID: "me"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(conn.Close)
+			if got := optClient(t, conn.QueryOpts("queries")).OptValue(kgo.SeedBrokers).([]string); strings.Join(got, ",") != tc.wantQueryPath {
+				t.Errorf("query path seeds = %v, want %s", got, tc.wantQueryPath)
+			}
+			if got := optClient(t, conn.Opts("lanes")).OptValue(kgo.SeedBrokers).([]string); strings.Join(got, ",") != "a:9092" {
+				t.Errorf("lane client seeds = %v, want a:9092", got)
+			}
+			if got := optClient(t, conn.QueryOpts("queries", kgo.ClientID("other"))).OptValue(kgo.ClientID); got != "other" {
+				t.Errorf("extra options do not win over the query path's: client id %v", got)
+			}
+		})
+	}
+}

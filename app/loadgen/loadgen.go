@@ -137,7 +137,7 @@ func (l *Loadgen) Start(ctx context.Context) error {
 			query = HTTPQuery(&http.Client{Timeout: 10 * time.Second}, l.opts.HTTP)
 		} else {
 			// Each of the query client's two clients gets its own options (and kprom collectors).
-			perRole := func(role string) []kgo.Opt { return l.conn.Opts("loadgen-" + role) }
+			perRole := func(role string) []kgo.Opt { return l.conn.QueryOpts("loadgen-" + role) }
 			l.qc, err = streams.NewQueryClient(ctx, streams.QueryClientParams{Config: streams.DefaultQueryClientConfig(),
 				Codec: codec, ClientOptsFor: perRole, Log: l.log})
 			if err != nil {

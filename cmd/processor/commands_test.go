@@ -199,11 +199,18 @@ func TestQueryCommandKafka(t *testing.T) {
 		defer cancel()
 		_ = qs.Close(ctx)
 	})
-	vars := map[string]string{"KAFKA_BROKERS": strings.Join(testenv.Brokers(t), ",")}
-	code, out, errOut := runCmd(t, vars, "query", "--topics.queries="+queries, "--topics.query_replies="+replies,
-		"--topics.dead_letter="+dead, "--hashes", "1,2,3,9", "--timeout", "30s")
-	if m := depthRow.FindStringSubmatch(out); code != exitOK || m == nil || m[1] != "3" || !strings.Contains(out, "over Kafka "+vars["KAFKA_BROKERS"]) {
-		t.Fatalf("query over Kafka: exit %d, stdout %q, stderr %q", code, out, errOut)
+	brokers := strings.Join(testenv.Brokers(t), ",")
+	for _, vars := range []map[string]string{
+		{"KAFKA_BROKERS": brokers},
+		// kafka.query_brokers, when set, is the query path's route: kafka.brokers (here a port
+		// nothing listens on) is not used.
+		{"KAFKA_BROKERS": "127.0.0.1:1", "CKF_KAFKA_QUERY_BROKERS": brokers},
+	} {
+		code, out, errOut := runCmd(t, vars, "query", "--topics.queries="+queries, "--topics.query_replies="+replies,
+			"--topics.dead_letter="+dead, "--hashes", "1,2,3,9", "--timeout", "30s")
+		if m := depthRow.FindStringSubmatch(out); code != exitOK || m == nil || m[1] != "3" || !strings.Contains(out, "over Kafka "+brokers) {
+			t.Fatalf("query over Kafka with %v: exit %d, stdout %q, stderr %q", vars, code, out, errOut)
+		}
 	}
 }
 

@@ -141,7 +141,7 @@ func runQuery(args []string, stdout, stderr io.Writer, lookupEnv func(string) (s
 			fmt.Fprintln(stderr, "processor: query: no Kafka cluster to ask: set kafka.brokers (KAFKA_BROKERS), or use --http URL")
 			return exitUsage
 		}
-		path = "Kafka " + strings.Join(cfg.Kafka.Brokers, ",")
+		path = "Kafka " + strings.Join(cfg.Kafka.QuerySeeds(), ",")
 		reply, err = queryKafka(ctx, cfg, f.timeout, req)
 	}
 	took := time.Since(start)
@@ -167,7 +167,7 @@ func runQuery(args []string, stdout, stderr io.Writer, lookupEnv func(string) (s
 // queryKafka sends one request through a streams.QueryClient (its own reply partition, read
 // from its end) and waits for the reply.
 func queryKafka(ctx context.Context, cfg config.Config, timeout time.Duration, req schemas.QueryRequest) (schemas.QueryReply, error) {
-	opts, err := kafka.ClientOpts(cfg.Kafka, nil)
+	opts, err := kafka.ClientOpts(cfg.Kafka, cfg.Kafka.QuerySeeds())
 	if err != nil {
 		return schemas.QueryReply{}, err
 	}

@@ -32,5 +32,5 @@ for pid in "${pids[@]}"; do
     sleep 0.2
   done
 done
-[[ "${1:-}" == --node ]] || rm -f "$dir/bootstrap" "$dir/bootstrap-alt"
+[[ "${1:-}" == --node ]] || rm -f "$dir/bootstrap" "$dir/bootstrap-alt" "$dir/bootstrap-query"
 (( ${#pids[@]} == 0 )) || echo "cluster-down: stopped pid(s) ${pids[*]} of $dir" >&2

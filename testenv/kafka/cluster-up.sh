@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # cluster-up.sh: start a three-node Apache Kafka cluster (KRaft; each node is broker and controller
 # in one JVM, a static quorum of the three) on 127.0.0.1, from the jars kafka-up.sh resolves, and
-# wait until every node serves requests. Each node has four listeners:
+# wait until every node serves requests. Each node has five listeners:
 #   CLIENT      for clients; advertised as KAFKA_CLUSTER_CLIENT_ADVERTISED (default: itself)
 #   ALT         a second client listener with its own advertised address, so that two groups of
 #               processes can reach the brokers by separate routes (a fault proxy on one route)
+#   QUERY       a third client listener with its own advertised address, for the query path
+#               (kafka.query_brokers: the indexers' query service and the routers)
 #   BROKER      replication between the nodes (never proxied)
 #   CONTROLLER  the KRaft quorum
 # A client sees the advertised addresses of the listener it bootstrapped on, so a client seeded
 # with proxy addresses stays behind the proxies.
 #
 # Prints the CLIENT bootstrap list on stdout when ready and writes it to $KAFKA_CLUSTER_DIR/bootstrap
-# (the ALT list to bootstrap-alt). If the cluster of this directory is already up, prints its
+# (the ALT list to bootstrap-alt, the QUERY list to bootstrap-query). If the cluster of this directory is already up, prints its
 # list and exits 0. On failure prints the tail of the node logs to stderr and exits 1.
 #
 #   cluster-up.sh            format fresh data for every node and start them all
@@ -24,8 +26,10 @@
 #   KAFKA_CLUSTER_CONTROLLER_PORTS   CONTROLLER ports               (19192,19193,19194)
 #   KAFKA_CLUSTER_BROKER_PORTS       BROKER (replication) ports     (19292,19293,19294)
 #   KAFKA_CLUSTER_ALT_PORTS          ALT ports                      (19392,19393,19394)
+#   KAFKA_CLUSTER_QUERY_PORTS        QUERY ports                    (19492,19493,19494)
 #   KAFKA_CLUSTER_CLIENT_ADVERTISED  host:port each CLIENT listener advertises (itself)
 #   KAFKA_CLUSTER_ALT_ADVERTISED     host:port each ALT listener advertises    (itself)
+#   KAFKA_CLUSTER_QUERY_ADVERTISED   host:port each QUERY listener advertises  (itself)
 #   KAFKA_CLUSTER_HEAP_OPTS          JVM heap of each node          (-Xms128m -Xmx384m)
 #   KAFKA_CLUSTER_JVM_OPTS           other JVM options              (-XX:TieredStopAtLevel=1
 #                                    -XX:CICompilerCount=1: the quick compiler only, one thread:
@@ -46,6 +50,7 @@ if [[ "${1:-}" == --node ]]; then only="${2:?--node needs a node number}"; fi
 : "${KAFKA_CLUSTER_CONTROLLER_PORTS:=19192,19193,19194}"
 : "${KAFKA_CLUSTER_BROKER_PORTS:=19292,19293,19294}"
 : "${KAFKA_CLUSTER_ALT_PORTS:=19392,19393,19394}"
+: "${KAFKA_CLUSTER_QUERY_PORTS:=19492,19493,19494}"
 : "${KAFKA_CLUSTER_HEAP_OPTS:=-Xms128m -Xmx384m}"
 : "${KAFKA_CLUSTER_JVM_OPTS:=-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1}"
 : "${KAFKA_CLUSTER_REPLICA_LAG_MS:=10000}"
@@ -58,8 +63,9 @@ IFS=, read -r -a client <<<"$KAFKA_CLUSTER_CLIENT_PORTS"
 IFS=, read -r -a ctrl <<<"$KAFKA_CLUSTER_CONTROLLER_PORTS"
 IFS=, read -r -a repl <<<"$KAFKA_CLUSTER_BROKER_PORTS"
 IFS=, read -r -a alt <<<"$KAFKA_CLUSTER_ALT_PORTS"
+IFS=, read -r -a query <<<"$KAFKA_CLUSTER_QUERY_PORTS"
 n=${#client[@]}
-for l in ctrl repl alt; do
+for l in ctrl repl alt query; do
   declare -n arr=$l
   (( ${#arr[@]} == n )) || { echo "cluster-up: every port list needs $n entries" >&2; exit 1; }
 done
@@ -67,10 +73,22 @@ if [[ -n "${KAFKA_CLUSTER_CLIENT_ADVERTISED:-}" ]]; then IFS=, read -r -a client
 else client_adv=(); for p in "${client[@]}"; do client_adv+=("127.0.0.1:$p"); done; fi
 if [[ -n "${KAFKA_CLUSTER_ALT_ADVERTISED:-}" ]]; then IFS=, read -r -a alt_adv <<<"$KAFKA_CLUSTER_ALT_ADVERTISED"
 else alt_adv=(); for p in "${alt[@]}"; do alt_adv+=("127.0.0.1:$p"); done; fi
-(( ${#client_adv[@]} == n && ${#alt_adv[@]} == n )) || { echo "cluster-up: every advertised list needs $n entries" >&2; exit 1; }
+if [[ -n "${KAFKA_CLUSTER_QUERY_ADVERTISED:-}" ]]; then IFS=, read -r -a query_adv <<<"$KAFKA_CLUSTER_QUERY_ADVERTISED"
+else query_adv=(); for p in "${query[@]}"; do query_adv+=("127.0.0.1:$p"); done; fi
+(( ${#client_adv[@]} == n && ${#alt_adv[@]} == n && ${#query_adv[@]} == n )) || { echo "cluster-up: every advertised list needs $n entries" >&2; exit 1; }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-alive() { [[ -f "$dir/node-$1/kafka.pid" ]] && kill -0 "$(cat "$dir/node-$1/kafka.pid")" 2>/dev/null; }
+# A killed node stays a zombie until its parent reaps it; kill -0 still succeeds on a zombie, so
+# its state letter (after the parenthesised command name in /proc/PID/stat) is checked too.
+alive() {
+  [[ -f "$dir/node-$1/kafka.pid" ]] || return 1
+  local pid stat
+  pid=$(cat "$dir/node-$1/kafka.pid")
+  kill -0 "$pid" 2>/dev/null || return 1
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [[ "${stat:0:1}" != Z ]]
+}
 join() { local IFS=,; echo "$*"; }
 
 if (( only == 0 )); then
@@ -81,7 +99,7 @@ if (( only == 0 )); then
   for ((i = 1; i <= n; i++)); do
     if alive "$i"; then echo "cluster-up: node $i of $dir runs but the cluster is not serving; run cluster-down.sh first" >&2; exit 1; fi
   done
-  for p in "${client[@]}" "${ctrl[@]}" "${repl[@]}" "${alt[@]}"; do
+  for p in "${client[@]}" "${ctrl[@]}" "${repl[@]}" "${alt[@]}" "${query[@]}"; do
     if port_open "$p"; then echo "cluster-up: port $p is already in use" >&2; exit 1; fi
   done
 fi
@@ -102,11 +120,11 @@ write_config() { # node
 process.roles=broker,controller
 node.id=$i
 controller.quorum.voters=$voters
-listeners=BROKER://127.0.0.1:${repl[i-1]},CLIENT://127.0.0.1:${client[i-1]},ALT://127.0.0.1:${alt[i-1]},CONTROLLER://127.0.0.1:${ctrl[i-1]}
-advertised.listeners=BROKER://127.0.0.1:${repl[i-1]},CLIENT://${client_adv[i-1]},ALT://${alt_adv[i-1]}
+listeners=BROKER://127.0.0.1:${repl[i-1]},CLIENT://127.0.0.1:${client[i-1]},ALT://127.0.0.1:${alt[i-1]},QUERY://127.0.0.1:${query[i-1]},CONTROLLER://127.0.0.1:${ctrl[i-1]}
+advertised.listeners=BROKER://127.0.0.1:${repl[i-1]},CLIENT://${client_adv[i-1]},ALT://${alt_adv[i-1]},QUERY://${query_adv[i-1]}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=BROKER
-listener.security.protocol.map=BROKER:PLAINTEXT,CLIENT:PLAINTEXT,ALT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=BROKER:PLAINTEXT,CLIENT:PLAINTEXT,ALT:PLAINTEXT,QUERY:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs=$dir/node-$i/data
 
 # Topics the processes create choose their own replication (kafka.topic_replication_factor and
@@ -185,7 +203,12 @@ else
 fi
 
 start=$SECONDS
-for i in "${nodes[@]}"; do start_node "$i"; done
+# The lines each node's log has before this start: readiness is judged on the lines after them.
+declare -A logbase
+for i in "${nodes[@]}"; do
+  logbase[$i]=$(wc -l < "$dir/node-$i/kafka.out" 2>/dev/null || echo 0)
+  start_node "$i"
+done
 
 # A test that dies without its cleanups (go test's -timeout panic) must not leave three JVMs
 # behind: with KAFKA_CLUSTER_OWNER_PID set, a watchdog kills the nodes (those whose command line
@@ -206,10 +229,16 @@ if [[ -n "${KAFKA_CLUSTER_OWNER_PID:-}" && ! -f "$dir/watchdog.pid" ]]; then
   echo $! > "$dir/watchdog.pid"
 fi
 
-# Kafka 4.1 opens a client listener only once the node is unfenced and serving.
+# Kafka 4.1 opens a client listener only once the node is unfenced and serving, and logs "Kafka
+# Server started" once every listener is bound. The port alone is not proof: a port that another
+# process took after the check above answers too, while the node, unable to bind it, exits.
+started() { # node
+  alive "$1" && port_open "${client[$1-1]}" &&
+    awk -v base="${logbase[$1]}" 'NR > base && /Kafka Server started/ { found = 1; exit } END { exit !found }' "$dir/node-$1/kafka.out"
+}
 deadline=$((SECONDS + KAFKA_START_TIMEOUT))
 for i in "${nodes[@]}"; do
-  until port_open "${client[i-1]}"; do
+  until started "$i"; do
     if ! alive "$i" || (( SECONDS >= deadline )); then
       if alive "$i"; then why="was not ready after ${KAFKA_START_TIMEOUT}s"; else why="exited during start-up"; fi
       echo "cluster-up: node $i $why; last lines of $dir/node-$i/kafka.out:" >&2
@@ -222,5 +251,6 @@ for i in "${nodes[@]}"; do
 done
 join "${client_adv[@]}" > "$dir/bootstrap"
 join "${alt_adv[@]}" > "$dir/bootstrap-alt"
+join "${query_adv[@]}" > "$dir/bootstrap-query"
 echo "cluster-up: node(s) ${nodes[*]} of $dir ready after $((SECONDS - start))s" >&2
 cat "$dir/bootstrap"
