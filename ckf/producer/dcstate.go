@@ -31,7 +31,8 @@ import (
 //
 // Concurrency: a DcState is owned by one goroutine (the pool actor); it has
 // no internal synchronisation. Everything it hands out (batches, snapshot
-// words) is a fresh copy the caller owns.
+// words) is the caller's: no other result shares it and the state never
+// writes it again.
 type DcState struct {
 	cfg           ckf.CkfConfig
 	format        ckf.FormatIdentity
