@@ -55,6 +55,10 @@ type DcState struct {
 	// fail, simulating allocation failure (Go cannot observe a failed
 	// allocation; see reserve).
 	failReserve func(site reserveSite) bool
+
+	// generalStoreOnly, when set (tests only), sends one-block stores through the general
+	// store path instead of storeOne, so that tests can compare the two.
+	generalStoreOnly bool
 }
 
 // CanonicalDelegate observes the set of canonical hashes with at least one
