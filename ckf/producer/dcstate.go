@@ -31,7 +31,8 @@ import (
 //
 // Concurrency: a DcState is owned by one goroutine (the pool actor); it has
 // no internal synchronisation. Everything it hands out (batches, snapshot
-// words) is a fresh copy the caller owns.
+// words) is the caller's: no other result shares it and the state never
+// writes it again.
 type DcState struct {
 	cfg           ckf.CkfConfig
 	format        ckf.FormatIdentity
@@ -54,6 +55,10 @@ type DcState struct {
 	// fail, simulating allocation failure (Go cannot observe a failed
 	// allocation; see reserve).
 	failReserve func(site reserveSite) bool
+
+	// generalStoreOnly, when set (tests only), sends one-block stores through the general
+	// store path instead of storeOne, so that tests can compare the two.
+	generalStoreOnly bool
 }
 
 // CanonicalDelegate observes the set of canonical hashes with at least one

@@ -23,6 +23,33 @@ type pubWindow struct {
 	// and reverse first-touch order is a publication order (see publicationOrder).
 	oneWalk bool
 	scratch orderScratch
+	// slab is the block that small batches are carved from (see takeImages): its length is
+	// the part already handed out.
+	slab []ckf.BucketImage
+}
+
+// imageSlabLen is the number of images in one slab allocation (4 KiB): at cadence 1 a
+// one-block store drains one to a few images, and allocating each such batch on its own
+// was one heap allocation per event. Batches of more than imageSlabLen/4 images get an
+// allocation of their own.
+const imageSlabLen = 256
+
+// takeImages returns an empty batch with room for exactly n images. Small batches are
+// carved from a shared slab, so one allocation serves many drains; the capacity is capped
+// at n, so a caller that appends to its batch gets a new array instead of writing into a
+// neighbour's images, and the window never writes a region again once handed out: every
+// batch stays caller-owned and disjoint from every other. The trade-off is retention: a
+// caller that keeps a small batch keeps its slab (at most 4 KiB) alive.
+func (w *pubWindow) takeImages(n int) []ckf.BucketImage {
+	if n > imageSlabLen/4 {
+		return make([]ckf.BucketImage, 0, n)
+	}
+	if cap(w.slab)-len(w.slab) < n {
+		w.slab = make([]ckf.BucketImage, 0, imageSlabLen)
+	}
+	start := len(w.slab)
+	w.slab = w.slab[:start+n]
+	return w.slab[start : start : start+n]
 }
 
 func newPubWindow(bucketCount uint64) pubWindow {
@@ -88,8 +115,10 @@ func (s *DcState) markTouches(ts []Touch) {
 // is disabled, so the words never depend on the flag. It returns nil when
 // there is nothing to publish (nothing pending, every dirty bucket
 // net-reverted, or materialization disabled). A returned batch is never
-// empty, has unique buckets < bucket_count, and is a fresh slice owned by
-// the caller. The window is cleared either way.
+// empty, has unique buckets < bucket_count, and is owned by the caller: no
+// other batch shares its elements and the state never writes them again
+// (small batches share one allocation; see takeImages). The window is
+// cleared either way.
 func (s *DcState) drain() []ckf.BucketImage {
 	w := &s.win
 	if w.pending == 0 && len(w.dirty) == 0 {
@@ -101,7 +130,7 @@ func (s *DcState) drain() []ckf.BucketImage {
 	s.tel.NetRevertedBuckets = satAdd(s.tel.NetRevertedBuckets, uint64(len(w.dirty)-len(order)))
 	var images []ckf.BucketImage
 	if w.materialize && len(order) > 0 {
-		images = make([]ckf.BucketImage, 0, len(order))
+		images = w.takeImages(len(order))
 		for _, i := range order {
 			b := w.dirty[i]
 			images = append(images, ckf.BucketImage{Bucket: b, Value: words[b]})

@@ -167,6 +167,14 @@ func (s *DcState) publicationOrder() []int32 {
 	words := s.filter.words
 	n := len(w.dirty)
 	o.order = o.order[:0]
+	if n == 1 {
+		// One dirty bucket, the usual window at cadence 1 (a placement without kicks, or one
+		// removal): there is no move to order, and the bucket is published iff it changed.
+		if words[w.dirty[0]] != w.orig[0] {
+			o.order = append(o.order, 0)
+		}
+		return o.order
+	}
 	o.state = resize(o.state, n)
 	changed := 0
 	for i, b := range w.dirty {

@@ -258,6 +258,9 @@ func ownerIncrementsInto(out []canonInc, ms []newMapping) []canonInc {
 // which the mutator cannot produce.
 func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
 	lin := s.lineageOf(src)
+	if len(d.Blocks) == 1 && !s.generalStoreOnly {
+		return s.storeOne(src, lin, d)
+	}
 	p, err := prepareStoreWith(lin, d, &s.storeBuf, s)
 	if err != nil {
 		return 0, err
