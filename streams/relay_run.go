@@ -56,6 +56,13 @@ type relayLoop struct {
 	// Checkpoints and input positions (relay_checkpoint.go).
 	ck checkpointState
 
+	// Decode buffers, reused by every KV record (applyRecord): the producer keeps nothing of an
+	// event, so one KvEvent and one RouterEvent serve the whole run without allocating.
+	kvEvent     schemas.KvEvent
+	routerEvent producer.RouterEvent
+	// Events applied in the current poll, not yet added to the counters (countApplied).
+	pollLive, pollReplayed uint64
+
 	// Failure.
 	broken   bool      // the stream is abandoned; a new incarnation must start with a snapshot
 	retryAt  time.Time // next recovery attempt
@@ -297,6 +304,7 @@ func (rl *relayLoop) onFetches(fs kgo.Fetches) error {
 		}
 	})
 	kv := rl.cfg.Topics.KVEvents
+	defer rl.countApplied() // also on a fatal error: the counters show what was applied
 	for it := fs.RecordIter(); !it.Done(); {
 		rec := it.Next()
 		if rec.Topic != kv {
@@ -320,6 +328,7 @@ func (rl *relayLoop) onFetches(fs kgo.Fetches) error {
 			}
 		}
 	}
+	rl.countApplied()
 	if rl.replaying {
 		if rl.replay.reached() {
 			rl.finishReplay()
