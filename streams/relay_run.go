@@ -63,6 +63,10 @@ type relayLoop struct {
 	// Events applied in the current poll, not yet added to the counters (countApplied).
 	pollLive, pollReplayed uint64
 
+	// The lane transaction being committed while the loop goes on (commitDeltasAsync); nil when
+	// none is.
+	inflight *asyncCommit
+
 	// Failure.
 	broken   bool      // the stream is abandoned; a new incarnation must start with a snapshot
 	retryAt  time.Time // next recovery attempt
@@ -195,6 +199,7 @@ func (rl *relayLoop) open(ctx context.Context) error {
 }
 
 func (rl *relayLoop) close() {
+	rl.abandonCommit() // its goroutine uses laneCl
 	if rl.inCl != nil {
 		rl.inCl.Close()
 	}
@@ -286,6 +291,10 @@ func (rl *relayLoop) run(ctx context.Context) error {
 			if err := rl.onFetches(fs); err != nil {
 				return err
 			}
+		case err := <-rl.commitDone():
+			if err := rl.finishCommit(err); err != nil {
+				return err
+			}
 		case <-wake:
 		case req := <-r.inspect:
 			req.fn(rl.state, rl.pub)
@@ -336,7 +345,7 @@ func (rl *relayLoop) onFetches(fs kgo.Fetches) error {
 		return nil
 	}
 	rl.updateGauges()
-	return rl.commitDeltas()
+	return rl.commitDeltasAsync()
 }
 
 // onControl handles a control-topic record: a snapshot request for this lane and pool marks a
@@ -491,12 +500,15 @@ func (rl *relayLoop) due() error {
 // last sequence, both committed before it returns.
 func (rl *relayLoop) stop() error {
 	r := rl.r
+	ctx, cancel := context.WithTimeout(context.Background(), rl.cfg.StopTimeout)
+	defer cancel()
+	if err := rl.awaitCommit(ctx); err != nil {
+		return err
+	}
 	if rl.replaying || rl.broken || rl.pub == nil {
 		r.log.Info("relay stopped without a drain marker", zap.Bool("replaying", rl.replaying), zap.Bool("fenced", rl.broken))
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), rl.cfg.StopTimeout)
-	defer cancel()
 	if rl.stopCheckpointDue() {
 		// The last deltas go out with a last checkpoint: the next start replays nothing.
 		if err := rl.checkpoint(ctx); err != nil {
