@@ -192,6 +192,15 @@ func (rl *relayLoop) commitDeltasAsync() error {
 		cancel()
 		return rl.commitDeltas()
 	}
+	if gate := rl.r.commitGate.Load(); gate != nil {
+		inner, gated := done, make(chan error, 1)
+		go func() {
+			err := <-inner
+			(*gate)()
+			gated <- err
+		}()
+		done = gated
+	}
 	c := &asyncCommit{done: done, cancel: cancel, deltas: len(rl.sink.pending), sequence: rl.pub.LastSequence()}
 	if !rl.state.HasPendingPublication() {
 		c.offsets = maps.Clone(rl.ck.next)
