@@ -81,8 +81,8 @@ type relayLoop struct {
 // included, and at no other moment: a slow fetch makes it longer, never shorter; records written
 // after the listing are live events. Live: events are applied in partition order and each
 // publication batch becomes a delta; the deltas of one poll are committed in one transaction (at
-// most MaxDeltasPerTransaction each); snapshots, heartbeats and delayed flushes run on their
-// timers.
+// most MaxDeltasPerTransaction each), in the background while the next poll is applied
+// (commitDeltasAsync); snapshots, heartbeats and delayed flushes run on their timers.
 //
 // Stop: when ctx ends, Run stops reading, publishes the open publication window as a last
 // delta (with a last state checkpoint in the same transaction when checkpoints are on and events
