@@ -217,6 +217,22 @@ func (rl *relayLoop) commitDone() <-chan error {
 	return rl.inflight.done
 }
 
+// pollCommit records the outcome of the commit in flight if it has arrived, without waiting: the
+// loop checks after every record, so that once the broker committed, the deltas collected since
+// are streamed into the next transaction while the rest of the poll is applied, instead of all
+// at its end.
+func (rl *relayLoop) pollCommit() error {
+	if rl.inflight == nil {
+		return nil
+	}
+	select {
+	case err := <-rl.inflight.done:
+		return rl.finishCommit(err)
+	default:
+		return nil
+	}
+}
+
 // awaitCommit waits for the commit in flight, if any, and records its outcome (finishCommit).
 // When ctx ends first the commit is cancelled, which makes it fail: its deltas are uncertain.
 func (rl *relayLoop) awaitCommit(ctx context.Context) error {

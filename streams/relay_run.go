@@ -331,6 +331,9 @@ func (rl *relayLoop) onFetches(fs kgo.Fetches) error {
 			return err
 		}
 		rl.noteRead(rec)
+		if err := rl.pollCommit(); err != nil {
+			return err
+		}
 		if !rl.replaying && rl.sink != nil && len(rl.sink.pending) >= rl.cfg.MaxDeltasPerTransaction {
 			if err := rl.commitDeltas(); err != nil {
 				return err
