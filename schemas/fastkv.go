@@ -76,9 +76,21 @@ func residency(b []byte) string {
 }
 
 func decodeKvEventBody(body []byte) (KvEvent, error) {
+	var e KvEvent
+	if err := decodeKvEventBodyInto(body, &e); err != nil {
+		return KvEvent{}, err
+	}
+	return e, nil
+}
+
+// decodeKvEventBodyInto decodes body into *e, which it overwrites field by field while keeping
+// the capacity of its two block slices (the relay decodes every KV record into one KvEvent).
+// Starting from a zero KvEvent it gives exactly what decodeKvEventBody gives, nil slices included.
+// On an error *e holds a partial decode and must not be used.
+func decodeKvEventBodyInto(body []byte, e *KvEvent) error {
 	r := reader{b: body}
 	var nf nat
-	var e KvEvent
+	*e = KvEvent{Stored: KvStored{Blocks: e.Stored.Blocks[:0]}, Removed: KvRemoved{BlockHashes: e.Removed.BlockHashes[:0]}}
 	e.WorkerID = r.u64()
 	e.DpRank = uint32(narrow(r.long(), 0, 1<<32-1, "dp_rank", &nf))
 	e.EventID = r.u64()
@@ -88,7 +100,7 @@ func decodeKvEventBody(body []byte) (KvEvent, error) {
 	}
 	e.Kind = KvEventKind(r.index(3, "union") + 1)
 	if r.failed() {
-		return KvEvent{}, wireError(&r)
+		return wireError(&r)
 	}
 	switch e.Kind {
 	case KvStoredEvent:
@@ -122,10 +134,7 @@ func decodeKvEventBody(body []byte) (KvEvent, error) {
 			}
 		}
 	}
-	if err := r.end(&nf); err != nil {
-		return KvEvent{}, err
-	}
-	return e, nil
+	return r.end(&nf)
 }
 
 // grow makes room for n more elements; blockCount has already bounded n by
@@ -135,4 +144,36 @@ func grow[S ~[]E, E any](s S, n int64) S {
 		return make(S, 0, n)
 	}
 	return slices.Grow(s, int(n))
+}
+
+// DecodeKvEventInto is DecodeKvEvent for a consumer that decodes one record after another: it
+// decodes b into *e and reuses the capacity of e's block slices, so that a steady stream of
+// events allocates nothing once the slices have grown to the largest event. The result is the
+// event DecodeKvEvent returns, except that an event without blocks may hold an empty non-nil
+// slice where DecodeKvEvent leaves nil. The slices of *e are overwritten by the next call: a
+// caller that keeps the event (or its blocks) past that copies it. Errors are DecodeKvEvent's;
+// after an error *e is unspecified. A writer schema other than the embedded one decodes through
+// goavro as in DecodeKvEvent (and allocates as it does).
+func (c *Codec) DecodeKvEventInto(b []byte, e *KvEvent) error {
+	const t = TypeKvEvent
+	en, body, err := c.body(t, b)
+	if err != nil {
+		return err
+	}
+	if !en.fast {
+		ev, err := c.DecodeKvEvent(b)
+		if err != nil {
+			return err
+		}
+		*e = ev
+		return nil
+	}
+	err = decodeKvEventBodyInto(body, e)
+	if err == nil {
+		err = e.validate()
+	}
+	if err != nil {
+		return fastError(t, en.id, err)
+	}
+	return nil
 }

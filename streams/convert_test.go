@@ -224,3 +224,50 @@ func TestFailureTableMapsEveryValue(t *testing.T) {
 		}
 	}
 }
+
+// TestRouterEventIntoReusesWithoutLeaking converts stores, removals and clears, in every order,
+// into one reused RouterEvent (as the relay does): each result equals RouterEventOf's, so no
+// block of a longer earlier event and no field of another kind survives into a later one; and
+// once its slices have grown, a conversion allocates nothing.
+func TestRouterEventIntoReusesWithoutLeaking(t *testing.T) {
+	long := make([]schemas.KvBlock, 24)
+	for i := range long {
+		long[i] = schemas.KvBlock{BlockHash: uint64(100 + i), TokensHash: uint64(7 * i)}
+	}
+	events := []schemas.KvEvent{
+		{WorkerID: 3, DpRank: 2, EventID: 9, StorageTier: schemas.TierDevice, Kind: schemas.KvStoredEvent, Stored: schemas.KvStored{
+			ParentHash: schemas.Some[uint64](5), StartPosition: schemas.Some[uint32](16), Blocks: long, SharedCacheEligible: true}},
+		{WorkerID: 4, StorageTier: schemas.TierDevice, ResidencyDomain: schemas.Some(schemas.ResidencyWorker), Kind: schemas.KvStoredEvent,
+			Stored: schemas.KvStored{Blocks: long[:2]}},
+		{WorkerID: 5, StorageTier: schemas.TierHostPinned, Kind: schemas.KvRemovedEvent, Removed: schemas.KvRemoved{BlockHashes: []uint64{1, 2, 3}}},
+		{WorkerID: 6, StorageTier: schemas.TierDevice, Kind: schemas.KvClearedEvent},
+	}
+	norm := func(re producer.RouterEvent) producer.RouterEvent {
+		if len(re.Event.Stored.Blocks) == 0 {
+			re.Event.Stored.Blocks = nil
+		}
+		if len(re.Event.Removed) == 0 {
+			re.Event.Removed = nil
+		}
+		return re
+	}
+	var re producer.RouterEvent
+	for _, a := range events {
+		for _, b := range events {
+			for _, ev := range []schemas.KvEvent{a, b} {
+				routerEventInto(&ev, &re)
+				if want := norm(RouterEventOf(&ev)); !reflect.DeepEqual(norm(re), want) {
+					t.Fatalf("after a %v event, a %v event converts to\n %+v\nwant\n %+v", a.Kind, ev.Kind, re, want)
+				}
+			}
+		}
+	}
+	allocs := testing.AllocsPerRun(50, func() {
+		for i := range events {
+			routerEventInto(&events[i], &re)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per %d conversions, want 0", allocs, len(events))
+	}
+}

@@ -229,24 +229,7 @@ func (w *LaneWriter) write(ctx context.Context, rs []*kgo.Record, after func([]*
 			}
 		}
 		w.open = false
-		defer func() {
-			if streamed && err == nil {
-				// EndTransaction does not flush: the streamed records must all be
-				// acknowledged (and none failed) before the commit.
-				if ferr := w.cl.Flush(ctx); ferr != nil {
-					err = fmt.Errorf("streams: flush streamed deltas: %w", ferr)
-				} else if serr := w.streamErr.Load(); serr != nil {
-					err = *serr
-				}
-			}
-			commit := kgo.TryCommit
-			if err != nil {
-				commit = kgo.TryAbort
-			}
-			if eerr := w.cl.EndTransaction(ctx, commit); eerr != nil && err == nil {
-				err = fmt.Errorf("streams: commit transaction: %w", eerr)
-			}
-		}()
+		defer func() { err = w.endTransaction(ctx, streamed, err) }()
 	}
 	if err := w.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 		return fmt.Errorf("streams: produce to %s[%d]: %w", w.cfg.LaneTopic, w.cfg.Lane, err)
@@ -261,6 +244,49 @@ func (w *LaneWriter) write(ctx context.Context, rs []*kgo.Record, after func([]*
 		}
 	}
 	return nil
+}
+
+// endTransaction ends the writer's open transaction: it commits when err is nil and aborts
+// otherwise, and returns the write's outcome. After a streamed transaction it first waits for
+// every streamed record (EndTransaction does not flush) and aborts if one failed.
+func (w *LaneWriter) endTransaction(ctx context.Context, streamed bool, err error) error {
+	if streamed && err == nil {
+		if ferr := w.cl.Flush(ctx); ferr != nil {
+			err = fmt.Errorf("streams: flush streamed deltas: %w", ferr)
+		} else if serr := w.streamErr.Load(); serr != nil {
+			err = *serr
+		}
+	}
+	commit := kgo.TryCommit
+	if err != nil {
+		commit = kgo.TryAbort
+	}
+	if eerr := w.cl.EndTransaction(ctx, commit); eerr != nil && err == nil {
+		err = fmt.Errorf("streams: commit transaction: %w", eerr)
+	}
+	return err
+}
+
+// CommitStreamedAsync commits the transaction StreamDeltas opened on a goroutine of its own and
+// returns at once: the goroutine waits for every streamed record, commits (or aborts when one of
+// them failed) and sends the outcome, nil or the error, on the returned channel (buffered: the
+// goroutine never blocks on it). ok is false, and nothing starts, when no streamed transaction is
+// open. Until the outcome is received the writer must not be used at all: the client is in the
+// middle of ending the transaction. The commit is bounded by ctx and WriteTimeout. This lets the
+// caller compute the next transaction's records while the broker commits the previous one; an
+// error means the same as a failed WriteDeltas (delivery of the transaction is uncertain).
+func (w *LaneWriter) CommitStreamedAsync(ctx context.Context) (done <-chan error, ok bool) {
+	if !w.cfg.Transactional || !w.open {
+		return nil, false
+	}
+	w.open = false
+	ch := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+		defer cancel()
+		ch <- w.endTransaction(ctx, true, nil)
+	}()
+	return ch, true
 }
 
 // WriteSnapshot writes s as chunks of ChunkWords() words, then (when an index topic is set) the

@@ -76,3 +76,60 @@ func TestLaneWriterStreamedDeltaFailureAbortsTheCommit(t *testing.T) {
 		t.Fatal("the write committed a transaction whose streamed deltas were never delivered")
 	}
 }
+
+// TestLaneWriterCommitStreamedAsync: with nothing streamed there is nothing to commit (ok false);
+// streamed deltas committed in the background are all visible to a read_committed reader once
+// the outcome arrives, and the writer then starts the next transaction as usual.
+func TestLaneWriterCommitStreamedAsync(t *testing.T) {
+	e := newTestEnv(t, 1<<12)
+	const lane = 4
+	w := e.transactionalProducer(lane, 1).w
+	if _, ok := w.CommitStreamedAsync(context.Background()); ok {
+		t.Fatal("a commit started with no streamed transaction open")
+	}
+	ds := streamDeltas(3)
+	if err := w.StreamDeltas(ds[:2]); err != nil {
+		t.Fatal(err)
+	}
+	done, ok := w.CommitStreamedAsync(context.Background())
+	if !ok {
+		t.Fatal("no commit started for the streamed transaction")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("background commit: %v", err)
+	}
+	if recs := laneRecords(t, e.topics.Lanes, lane); len(recs) != 2 {
+		t.Fatalf("%d committed records after the background commit, want 2", len(recs))
+	}
+	if err := w.WriteDeltas(context.Background(), ds[2:]); err != nil {
+		t.Fatalf("the write after a background commit: %v", err)
+	}
+	if recs := laneRecords(t, e.topics.Lanes, lane); len(recs) != 3 {
+		t.Fatalf("%d committed records, want 3", len(recs))
+	}
+}
+
+// TestLaneWriterCommitStreamedAsyncFailure: a streamed delta that cannot be delivered makes the
+// background commit report an error instead of committing without it.
+func TestLaneWriterCommitStreamedAsyncFailure(t *testing.T) {
+	e := newTestEnv(t, 1<<12)
+	topic := testenv.NewTopic(t, 1)
+	id, _ := e.producerState(5, 1)
+	cl := e.cluster.Client(t, append(streams.LaneWriterClientOpts(), kgo.TransactionalID(testenv.UniqueName(t, "txn")))...)
+	cfg := streams.DefaultLaneWriterConfig()
+	cfg.LaneTopic, cfg.Lane, cfg.Transactional, cfg.WriteTimeout = topic, 5, true, 2*time.Second
+	w, err := streams.NewLaneWriter(cl, e.codec, id, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.StreamDeltas(streamDeltas(2)); err != nil {
+		t.Fatal(err)
+	}
+	done, ok := w.CommitStreamedAsync(context.Background())
+	if !ok {
+		t.Fatal("no commit started for the streamed transaction")
+	}
+	if err := <-done; err == nil {
+		t.Fatal("the background commit committed a transaction whose streamed deltas were never delivered")
+	}
+}

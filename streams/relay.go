@@ -479,6 +479,10 @@ type Relay struct {
 	// writeFault, when set (tests only, through export_test.go), is called before each lane
 	// write; a non-nil error stands in for the write's failure.
 	writeFault atomic.Pointer[func(what string) error]
+	// commitGate, when set (tests only), is called on its own goroutine once a lane transaction
+	// committed in the background (commitDeltasAsync) has finished, before the loop learns its
+	// outcome: a test holds it to see what the loop does while a commit is in flight.
+	commitGate atomic.Pointer[func()]
 }
 
 type inspectReq struct {

@@ -122,6 +122,9 @@ func (rl *relayLoop) nextCheckpointAt() (time.Time, bool) {
 func (rl *relayLoop) checkpoint(ctx context.Context) error {
 	r, cfg := rl.r, rl.cfg
 	start := rl.now()
+	if err := rl.awaitCommit(ctx); err != nil {
+		return err
+	}
 	if images := rl.state.Flush(); len(images) > 0 {
 		rl.publish(images)
 	}

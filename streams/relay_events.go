@@ -63,7 +63,18 @@ var (
 // values the producer must reject (an unknown residency domain, an unknown kind) are carried
 // so that DcState.ApplyEvent rejects them with the spec's outcome.
 func RouterEventOf(ev *schemas.KvEvent) producer.RouterEvent {
-	re := producer.RouterEvent{WorkerID: ckf.WorkerID(ev.WorkerID), StorageTier: lookup(producerTiers[:], ev.StorageTier, unknownTier)}
+	var re producer.RouterEvent
+	routerEventInto(ev, &re)
+	return re
+}
+
+// routerEventInto is RouterEventOf writing into *re and reusing the capacity of its block slices
+// (the relay converts every KV record into one RouterEvent; the producer never retains an
+// event's slices). An event without blocks may get an empty non-nil slice where RouterEventOf
+// gives nil.
+func routerEventInto(ev *schemas.KvEvent, re *producer.RouterEvent) {
+	*re = producer.RouterEvent{WorkerID: ckf.WorkerID(ev.WorkerID), StorageTier: lookup(producerTiers[:], ev.StorageTier, unknownTier),
+		Event: producer.KvCacheEvent{Stored: producer.StoreData{Blocks: re.Event.Stored.Blocks[:0]}, Removed: re.Event.Removed[:0]}}
 	if d, ok := ev.ResidencyDomain.Get(); ok {
 		re.Residency = unknownResidency
 		if r, known := producerResidencies[d]; known {
@@ -83,17 +94,14 @@ func RouterEventOf(ev *schemas.KvEvent) producer.RouterEvent {
 			e.Stored.HasStartPosition, e.Stored.StartPosition = true, p
 		}
 		e.Stored.SharedCacheEligible = s.SharedCacheEligible
-		e.Stored.Blocks = make([]producer.StoredBlock, len(s.Blocks))
-		for i, b := range s.Blocks {
-			e.Stored.Blocks[i] = producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(b.BlockHash), TokensHash: ckf.LocalBlockHash(b.TokensHash)}
+		for _, b := range s.Blocks {
+			e.Stored.Blocks = append(e.Stored.Blocks, producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(b.BlockHash), TokensHash: ckf.LocalBlockHash(b.TokensHash)})
 		}
 	case producer.KvEventRemoved:
-		e.Removed = make([]ckf.ExternalBlockHash, len(ev.Removed.BlockHashes))
-		for i, h := range ev.Removed.BlockHashes {
-			e.Removed[i] = ckf.ExternalBlockHash(h)
+		for _, h := range ev.Removed.BlockHashes {
+			e.Removed = append(e.Removed, ckf.ExternalBlockHash(h))
 		}
 	}
-	return re
 }
 
 // KvEventOf converts a RouterEvent to its wire form (engines, load generators and tests).
@@ -153,21 +161,19 @@ func (e *RelayEventError) Unwrap() error { return e.Err }
 // the start-up snapshot, which carries it. A non-nil error is fatal to Run.
 func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 	r := rl.r
-	ev, err := r.codec.DecodeKvEvent(rec.Value)
-	if err != nil {
+	if err := r.codec.DecodeKvEventInto(rec.Value, &rl.kvEvent); err != nil {
 		r.c.undecodable.Add(1)
 		r.metrics.undecodable.Inc(1)
 		rl.reject(rec, live, schemas.DeadLetterReasonOf(err), "undecodable KV event: "+err.Error(), err)
 		return nil
 	}
-	re := RouterEventOf(&ev)
-	out := rl.state.ApplyEvent(re)
+	routerEventInto(&rl.kvEvent, &rl.routerEvent)
+	out := rl.state.ApplyEvent(rl.routerEvent)
 	if live {
-		r.c.events.Add(1)
+		rl.pollLive++
 	} else {
-		r.c.replayed.Add(1)
+		rl.pollReplayed++
 	}
-	r.metrics.events.Inc(1)
 	if out.UnknownRemovals > 0 {
 		r.c.unknownRemovals.Add(uint64(out.UnknownRemovals))
 		r.metrics.unknownRemovals.Inc(int64(out.UnknownRemovals))
@@ -188,6 +194,21 @@ func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 		}
 	}
 	return nil
+}
+
+// countApplied adds the events applied since the last call to the relay's counters and metrics:
+// once per poll rather than per event (Stats and the metrics move at poll boundaries).
+func (rl *relayLoop) countApplied() {
+	r := rl.r
+	if n := rl.pollLive; n > 0 {
+		r.c.events.Add(n)
+		r.metrics.events.Inc(int64(n))
+	}
+	if n := rl.pollReplayed; n > 0 {
+		r.c.replayed.Add(n)
+		r.metrics.events.Inc(int64(n))
+	}
+	rl.pollLive, rl.pollReplayed = 0, 0
 }
 
 // onEventError follows the event error's disposition (producer §8.4, §9).

@@ -10,6 +10,17 @@ func SetRelayWriteFault(r *Relay, f func(what string) error) {
 	r.writeFault.Store(&f)
 }
 
+// SetRelayCommitGate makes r call gate, on a goroutine of its own, after each lane transaction
+// it commits in the background and before its loop learns the outcome; a gate that blocks holds
+// the commit in flight. nil removes the gate.
+func SetRelayCommitGate(r *Relay, gate func()) {
+	if gate == nil {
+		r.commitGate.Store(nil)
+		return
+	}
+	r.commitGate.Store(&gate)
+}
+
 // CheckpointRecordValues returns the values of a relay checkpoint of payload under id (its
 // chunks, chunkBytes each, and a function building its manifest once the first chunk's offset
 // is known), so tests can write damaged or foreign checkpoints.

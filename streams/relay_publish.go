@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -32,6 +33,14 @@ type relaySink struct {
 func (s *relaySink) taken() {
 	clear(s.pending) // the images belong to the sink; let them go
 	s.pending, s.streamed = s.pending[:0], 0
+}
+
+// takeFirst empties the sink of its first n deltas once a write committed them; the rest, which
+// were collected while that write ran and never streamed, stay for the next transaction.
+func (s *relaySink) takeFirst(n int) {
+	rest := copy(s.pending, s.pending[n:])
+	clear(s.pending[rest:])
+	s.pending, s.streamed = s.pending[:rest], 0
 }
 
 // unstreamed returns the collected deltas not yet produced into the open transaction.
@@ -103,8 +112,13 @@ func (rl *relayLoop) publishDelta(images []ckf.BucketImage) bool {
 // stream produces the collected deltas not yet sent into the open transaction (see
 // LaneWriter.StreamDeltas), so the broker takes them while the relay applies the rest of the
 // poll; the commit then waits only for the tail. A delta that cannot be streamed stays collected
-// and the commit meets (and handles) its error.
+// and the commit meets (and handles) its error. While the previous transaction is still being
+// committed (commitDeltasAsync) nothing is streamed: the writer is busy, and the deltas wait in
+// the sink for the next transaction.
 func (rl *relayLoop) stream() {
+	if rl.inflight != nil {
+		return
+	}
 	if ds := rl.sink.unstreamed(); len(ds) > 0 {
 		if err := rl.w.StreamDeltas(ds); err != nil {
 			rl.r.log.Debug("deltas not streamed; the commit writes them", zap.Error(err))
@@ -118,6 +132,9 @@ func (rl *relayLoop) stream() {
 func (rl *relayLoop) commitDeltas() error { return rl.commitDeltasCtx(context.Background()) }
 
 func (rl *relayLoop) commitDeltasCtx(ctx context.Context) error {
+	if err := rl.awaitCommit(ctx); err != nil {
+		return err
+	}
 	if rl.broken || len(rl.sink.pending) == 0 {
 		return nil
 	}
@@ -133,6 +150,140 @@ func (rl *relayLoop) commitDeltasCtx(ctx context.Context) error {
 	return nil
 }
 
+// asyncCommit is a lane transaction that the writer commits on a goroutine of its own while the
+// loop applies the next poll (commitDeltasAsync). It holds what the loop records once the commit
+// succeeds, as it was when the commit started: later events and deltas belong to the next
+// transaction.
+type asyncCommit struct {
+	done     <-chan error
+	cancel   context.CancelFunc
+	deltas   int             // the sink's first deltas: the ones this transaction holds
+	sequence uint64          // the publisher's last sequence, the transaction's last delta
+	offsets  map[int32]int64 // the input positions its deltas cover; nil when the window held events
+}
+
+// commitDeltasAsync commits the collected deltas as one transaction, like commitDeltas, but
+// returns once the commit has started: the writer flushes and ends the transaction on its own
+// goroutine while the loop goes on applying the next poll, whose deltas collect in the sink and
+// go into the next transaction. The relay's delivery rules are those of commitDeltas: the
+// transaction's deltas are recorded as written (sequence, published input positions, lag) only
+// when its commit succeeded (finishCommit), a failed commit makes every delta collected so far
+// uncertain (a new incarnation), and every other write (snapshot, checkpoint, heartbeat, drain,
+// a window flush) first waits for the commit in flight (awaitCommit). A previous commit still in
+// flight is waited for first, so at most one transaction is being committed at a time. When the
+// deltas cannot all be streamed it falls back to commitDeltas, which meets the error.
+func (rl *relayLoop) commitDeltasAsync() error {
+	if err := rl.awaitCommit(context.Background()); err != nil {
+		return err
+	}
+	if rl.broken || len(rl.sink.pending) == 0 {
+		return nil
+	}
+	if err := rl.fault("deltas"); err != nil {
+		return rl.writeFailed("deltas", err)
+	}
+	rl.stream()
+	if len(rl.sink.unstreamed()) > 0 {
+		return rl.commitDeltas()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done, ok := rl.w.CommitStreamedAsync(ctx)
+	if !ok {
+		cancel()
+		return rl.commitDeltas()
+	}
+	if gate := rl.r.commitGate.Load(); gate != nil {
+		inner, gated := done, make(chan error, 1)
+		go func() {
+			err := <-inner
+			(*gate)()
+			gated <- err
+		}()
+		done = gated
+	}
+	c := &asyncCommit{done: done, cancel: cancel, deltas: len(rl.sink.pending), sequence: rl.pub.LastSequence()}
+	if !rl.state.HasPendingPublication() {
+		c.offsets = maps.Clone(rl.ck.next)
+	}
+	rl.inflight = c
+	return nil
+}
+
+// commitDone is the outcome channel of the commit in flight; nil (never ready) when there is none.
+func (rl *relayLoop) commitDone() <-chan error {
+	if rl.inflight == nil {
+		return nil
+	}
+	return rl.inflight.done
+}
+
+// pollCommit records the outcome of the commit in flight if it has arrived, without waiting: the
+// loop checks after every record, so that once the broker committed, the deltas collected since
+// are streamed into the next transaction while the rest of the poll is applied, instead of all
+// at its end.
+func (rl *relayLoop) pollCommit() error {
+	if rl.inflight == nil {
+		return nil
+	}
+	select {
+	case err := <-rl.inflight.done:
+		return rl.finishCommit(err)
+	default:
+		return nil
+	}
+}
+
+// awaitCommit waits for the commit in flight, if any, and records its outcome (finishCommit).
+// When ctx ends first the commit is cancelled, which makes it fail: its deltas are uncertain.
+func (rl *relayLoop) awaitCommit(ctx context.Context) error {
+	c := rl.inflight
+	if c == nil {
+		return nil
+	}
+	var err error
+	select {
+	case err = <-c.done:
+	case <-ctx.Done():
+		c.cancel()
+		err = <-c.done
+	}
+	return rl.finishCommit(err)
+}
+
+// finishCommit records the outcome of the commit in flight: on success its deltas leave the sink
+// and count as written, its input positions as published, and the deltas collected meanwhile are
+// streamed into the next transaction; a failure is a failed lane write (writeFailed).
+func (rl *relayLoop) finishCommit(err error) error {
+	c := rl.inflight
+	rl.inflight = nil
+	c.cancel()
+	if err != nil {
+		return rl.writeFailed("deltas", err)
+	}
+	rl.sink.takeFirst(c.deltas)
+	rl.wroteSequence(c.sequence)
+	if c.offsets != nil {
+		if rl.ck.published == nil {
+			rl.ck.published = make(map[int32]int64, len(c.offsets))
+		}
+		maps.Copy(rl.ck.published, c.offsets)
+	}
+	if !rl.broken {
+		rl.stream()
+	}
+	return nil
+}
+
+// abandonCommit waits for the commit in flight, if any, and drops its outcome: the stream it
+// belongs to is being abandoned (a new incarnation replaces the client) or the relay is closing.
+func (rl *relayLoop) abandonCommit() {
+	if c := rl.inflight; c != nil {
+		rl.inflight = nil
+		c.cancel()
+		<-c.done
+	}
+}
+
 // fault returns the injected failure of a write, if a test set one.
 func (rl *relayLoop) fault(what string) error {
 	if f := rl.r.writeFault.Load(); f != nil {
@@ -141,12 +292,14 @@ func (rl *relayLoop) fault(what string) error {
 	return nil
 }
 
-// wrote records a committed transaction.
-func (rl *relayLoop) wrote() {
+// wrote records a committed transaction that ends at the publisher's last sequence.
+func (rl *relayLoop) wrote() { rl.wroteSequence(rl.pub.LastSequence()) }
+
+// wroteSequence records a committed transaction whose last delta has sequence seq.
+func (rl *relayLoop) wroteSequence(seq uint64) {
 	rl.lastWrite = rl.now()
 	rl.r.c.txns.Add(1)
 	rl.r.metrics.transactions.Inc(1)
-	seq := rl.pub.LastSequence()
 	rl.r.c.lastSequence.Store(seq)
 	rl.r.metrics.lastSequence.Update(float64(seq))
 }
@@ -222,6 +375,7 @@ func (rl *relayLoop) recover() error {
 // max.message.bytes was lowered makes a write fail; the next incarnation takes the new limit).
 func (rl *relayLoop) newIncarnation() error {
 	r, cfg := rl.r, rl.cfg
+	rl.abandonCommit() // the old stream's last transaction: uncertain either way, its client goes
 	if rl.laneCl != nil {
 		rl.laneCl.Close()
 		rl.laneCl = nil
@@ -332,6 +486,12 @@ func (rl *relayLoop) snapshot(reason string) error {
 
 // heartbeat tells the indexers the relay is alive at its last sequence.
 func (rl *relayLoop) heartbeat() error {
+	if err := rl.awaitCommit(context.Background()); err != nil || rl.broken {
+		return err
+	}
+	if rl.now().Before(rl.lastWrite.Add(rl.cfg.HeartbeatInterval)) {
+		return nil // the commit just awaited was a write
+	}
 	if err := rl.w.WriteHeartbeat(context.Background(), rl.pub.LastSequence()); err != nil {
 		return rl.writeFailed("heartbeat", err)
 	}

@@ -56,6 +56,17 @@ type relayLoop struct {
 	// Checkpoints and input positions (relay_checkpoint.go).
 	ck checkpointState
 
+	// Decode buffers, reused by every KV record (applyRecord): the producer keeps nothing of an
+	// event, so one KvEvent and one RouterEvent serve the whole run without allocating.
+	kvEvent     schemas.KvEvent
+	routerEvent producer.RouterEvent
+	// Events applied in the current poll, not yet added to the counters (countApplied).
+	pollLive, pollReplayed uint64
+
+	// The lane transaction being committed while the loop goes on (commitDeltasAsync); nil when
+	// none is.
+	inflight *asyncCommit
+
 	// Failure.
 	broken   bool      // the stream is abandoned; a new incarnation must start with a snapshot
 	retryAt  time.Time // next recovery attempt
@@ -70,8 +81,8 @@ type relayLoop struct {
 // included, and at no other moment: a slow fetch makes it longer, never shorter; records written
 // after the listing are live events. Live: events are applied in partition order and each
 // publication batch becomes a delta; the deltas of one poll are committed in one transaction (at
-// most MaxDeltasPerTransaction each); snapshots, heartbeats and delayed flushes run on their
-// timers.
+// most MaxDeltasPerTransaction each), in the background while the next poll is applied
+// (commitDeltasAsync); snapshots, heartbeats and delayed flushes run on their timers.
 //
 // Stop: when ctx ends, Run stops reading, publishes the open publication window as a last
 // delta (with a last state checkpoint in the same transaction when checkpoints are on and events
@@ -188,6 +199,7 @@ func (rl *relayLoop) open(ctx context.Context) error {
 }
 
 func (rl *relayLoop) close() {
+	rl.abandonCommit() // its goroutine uses laneCl
 	if rl.inCl != nil {
 		rl.inCl.Close()
 	}
@@ -279,6 +291,10 @@ func (rl *relayLoop) run(ctx context.Context) error {
 			if err := rl.onFetches(fs); err != nil {
 				return err
 			}
+		case err := <-rl.commitDone():
+			if err := rl.finishCommit(err); err != nil {
+				return err
+			}
 		case <-wake:
 		case req := <-r.inspect:
 			req.fn(rl.state, rl.pub)
@@ -297,6 +313,7 @@ func (rl *relayLoop) onFetches(fs kgo.Fetches) error {
 		}
 	})
 	kv := rl.cfg.Topics.KVEvents
+	defer rl.countApplied() // also on a fatal error: the counters show what was applied
 	for it := fs.RecordIter(); !it.Done(); {
 		rec := it.Next()
 		if rec.Topic != kv {
@@ -314,12 +331,16 @@ func (rl *relayLoop) onFetches(fs kgo.Fetches) error {
 			return err
 		}
 		rl.noteRead(rec)
+		if err := rl.pollCommit(); err != nil {
+			return err
+		}
 		if !rl.replaying && rl.sink != nil && len(rl.sink.pending) >= rl.cfg.MaxDeltasPerTransaction {
 			if err := rl.commitDeltas(); err != nil {
 				return err
 			}
 		}
 	}
+	rl.countApplied()
 	if rl.replaying {
 		if rl.replay.reached() {
 			rl.finishReplay()
@@ -327,7 +348,7 @@ func (rl *relayLoop) onFetches(fs kgo.Fetches) error {
 		return nil
 	}
 	rl.updateGauges()
-	return rl.commitDeltas()
+	return rl.commitDeltasAsync()
 }
 
 // onControl handles a control-topic record: a snapshot request for this lane and pool marks a
@@ -482,12 +503,15 @@ func (rl *relayLoop) due() error {
 // last sequence, both committed before it returns.
 func (rl *relayLoop) stop() error {
 	r := rl.r
+	ctx, cancel := context.WithTimeout(context.Background(), rl.cfg.StopTimeout)
+	defer cancel()
+	if err := rl.awaitCommit(ctx); err != nil {
+		return err
+	}
 	if rl.replaying || rl.broken || rl.pub == nil {
 		r.log.Info("relay stopped without a drain marker", zap.Bool("replaying", rl.replaying), zap.Bool("fenced", rl.broken))
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), rl.cfg.StopTimeout)
-	defer cancel()
 	if rl.stopCheckpointDue() {
 		// The last deltas go out with a last checkpoint: the next start replays nothing.
 		if err := rl.checkpoint(ctx); err != nil {

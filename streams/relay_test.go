@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -855,5 +856,64 @@ func TestRelayCountsCapacityOmissions(t *testing.T) {
 	reply := ans.Answer(&schemas.QueryRequest{CorrelationID: "c", Input: schemas.InputLocalBlockHashes, Hashes: schemas.AppendU64s(nil, []uint64{1, 2})}, nil)
 	if reply.Status != schemas.QueryOK || reply.IncompleteLanes != 1<<lane {
 		t.Errorf("reply %+v: want lane %d marked incomplete", reply, lane)
+	}
+}
+
+// TestRelayAppliesWhileTheLastTransactionCommits: the relay commits a poll's lane transaction in
+// the background and goes on applying the next poll. With the commit held in flight (a gate
+// between its end and the loop learning the outcome), the relay applies the next event and counts
+// no transaction and no sequence of the held one; once released, everything is committed and the
+// indexer converges to the state of a relay that saw every event. Single events are produced
+// while the gate is armed, so each is a poll of its own.
+func TestRelayAppliesWhileTheLastTransactionCommits(t *testing.T) {
+	e := newRelayEnv(t, 4096, 1)
+	const lane = 13
+	ri := e.startIndexer(e.manifest(71, lane), e.indexerConfig())
+	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
+	// No write may fall due on a timer while the commit is held (such a write waits for it):
+	// every event closes its own window, and heartbeats are an hour apart.
+	cfg.CKF.PublishEveryNEvents = 1
+	cfg.HeartbeatInterval = time.Hour
+	rr := e.startRelay(cfg, true)
+	g := newKvGen(13)
+	a := g.take(40)
+	e.produce(a...)
+	waitApplied(t, rr, 40)
+	waitRelayLane(t, ri, rr, lane)
+
+	held, release := make(chan struct{}), make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	defer free() // a failing test must not leave the commit held (the relay's stop waits for it)
+	streams.SetRelayCommitGate(rr.r, func() {
+		holdOnce.Do(func() { // only the first background commit is held
+			close(held)
+			<-release
+		})
+	})
+	before := rr.r.Stats()
+	x := g.take(1)
+	e.produce(x...)
+	select {
+	case <-held:
+	case <-time.After(converge):
+		t.Fatalf("no lane transaction was committed in the background: stats %+v", rr.r.Stats())
+	}
+	if s := rr.r.Stats(); s.Transactions != before.Transactions || s.LastSequence != before.LastSequence {
+		t.Fatalf("the held transaction was counted before it committed: %d transactions at sequence %d, before %d at %d",
+			s.Transactions, s.LastSequence, before.Transactions, before.LastSequence)
+	}
+	y := g.take(1)
+	e.produce(y...)
+	waitApplied(t, rr, 42) // applied while the previous transaction is still in flight
+	if s := rr.r.Stats(); s.Transactions != before.Transactions || s.LastSequence != before.LastSequence {
+		t.Fatalf("while held: %d transactions at sequence %d, want %d at %d", s.Transactions, s.LastSequence,
+			before.Transactions, before.LastSequence)
+	}
+	free()
+	waitRelayLane(t, ri, rr, lane)
+	compareOwnership(t, rr, newReference(t, e, a, x, y), g)
+	if s := rr.r.Stats(); s.Fenced || s.Recoveries != 0 || s.LastSequence <= before.LastSequence {
+		t.Fatalf("stats %+v; want the held events committed after sequence %d, no recovery", s, before.LastSequence)
 	}
 }
