@@ -23,6 +23,8 @@ type pfRelaysResult struct {
 	AppliedOverProd float64    `json:"applied_over_produced"`
 	Deltas, Images  uint64     `json:"-"`
 	Snapshots       uint64     `json:"snapshots"`
+	Transactions    uint64     `json:"transactions"`         // committed lane transactions of all relays
+	TxnsPerSec      float64    `json:"transactions_per_sec"` // the same over the whole run
 	LoadAvg         [3]float64 `json:"loadavg"`
 }
 
@@ -96,12 +98,14 @@ func BenchmarkE2ERelays16(b *testing.B) {
 			res.Deltas += s.Deltas
 			res.Images += s.Images
 			res.Snapshots += s.Snapshots
+			res.Transactions += s.Transactions
 			x.stop()
 		}
 		res.ProducedPerSec = float64(total) / produced.Seconds()
 		res.AppliedPerSec = float64(total) / all.Seconds()
 		res.DrainSecs = (all - produced).Seconds()
 		res.AppliedOverProd = res.AppliedPerSec / res.ProducedPerSec
+		res.TxnsPerSec = float64(res.Transactions) / all.Seconds()
 	}
 	b.StopTimer()
 	res.LoadAvg = pfLoadAvg()
@@ -109,6 +113,7 @@ func BenchmarkE2ERelays16(b *testing.B) {
 	b.ReportMetric(res.AppliedPerSec, "applied-events/s")
 	b.ReportMetric(res.AppliedOverProd, "applied/produced")
 	b.ReportMetric(res.DrainSecs, "drain-s")
+	b.ReportMetric(res.TxnsPerSec, "transactions/s")
 	pfWrite(b, "e2e-relays16.json", res)
 }
 
