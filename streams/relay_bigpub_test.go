@@ -151,9 +151,12 @@ func TestRelaySmallLaneTopicLimit(t *testing.T) {
 	waitApplied(t, rr, uint64(len(evs)))
 	waitRelayLane(t, ri, rr, lane)
 
+	// The replica may ask for a snapshot before the relay's start-up one is on the lane (it
+	// started first and found none); the relay answers that request with one more snapshot.
+	// Any snapshot beyond the start-up one and the answered requests would be a failure's.
 	s := rr.r.Stats()
-	if s.SplitPublications < 2 || s.Recoveries != 0 || s.Fenced || s.Snapshots != 1 {
-		t.Fatalf("stats %+v; want both stores split, no recovery and only the start-up snapshot", s)
+	if s.SplitPublications < 2 || s.Recoveries != 0 || s.Fenced || s.Snapshots < 1 || s.Snapshots > 1+s.SnapshotRequests {
+		t.Fatalf("stats %+v; want both stores split, no recovery and no snapshot besides the start-up one and answers to requests", s)
 	}
 	var chunks, deltas, largest int
 	for _, r := range laneRecords(t, e.topics.Lanes, lane) {
