@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -34,25 +33,17 @@ type engine struct {
 	reply string
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func startEngine(t *testing.T) *engine {
 	t.Helper()
-	pub, rep := freePort(t), freePort(t)
+	ps := testenv.FreePorts(t, 2)
+	pub, rep := ps[0], ps[1]
 	return startEngineAt(t, fmt.Sprintf("tcp://127.0.0.1:%d", pub), fmt.Sprintf("tcp://127.0.0.1:%d", rep), false)
 }
 
 func startEngineB(b *testing.B) *engine {
 	b.Helper()
-	return startEngineArgs(b, fmt.Sprintf("tcp://127.0.0.1:%d", freePort(b)), fmt.Sprintf("tcp://127.0.0.1:%d", freePort(b)))
+	ps := testenv.FreePorts(b, 2)
+	return startEngineArgs(b, fmt.Sprintf("tcp://127.0.0.1:%d", ps[0]), fmt.Sprintf("tcp://127.0.0.1:%d", ps[1]))
 }
 
 // startEngineRank starts the publisher of one data-parallel rank (its batches name the rank).
@@ -309,7 +300,8 @@ func TestBridgeBindModeEngineProcessRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}
-	pubEP, replayEP := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)), fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	ps := testenv.FreePorts(t, 2)
+	pubEP, replayEP := fmt.Sprintf("tcp://127.0.0.1:%d", ps[0]), fmt.Sprintf("tcp://127.0.0.1:%d", ps[1])
 	scope := tally.NewTestScope("", nil)
 	runBridgeWith(t, bridge.Config{Endpoint: pubEP, ReplayEndpoint: replayEP, Bind: true}, opts, codec, topic, dlq, scope)
 	settle := func(e *engine, what string) {
@@ -334,33 +326,6 @@ func TestBridgeBindModeEngineProcessRestart(t *testing.T) {
 	}
 }
 
-// consecutivePorts returns n consecutive free loopback ports (a rank's sockets are on the base
-// port plus the rank).
-func consecutivePorts(t *testing.T, n int) int {
-	t.Helper()
-	for attempt := 0; attempt < 100; attempt++ {
-		base := freePort(t)
-		ok := true
-		var ls []net.Listener
-		for i := 0; i < n && ok; i++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			ls = append(ls, l)
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatal("no consecutive free ports")
-	return 0
-}
-
 // TestBridgeRanks: one bridge follows an engine's two data-parallel ranks (ports base and
 // base+1, each with its own sequence numbers and replay socket); each rank's records carry its
 // rank and leave held exactly that rank's device cache.
@@ -372,7 +337,7 @@ func TestBridgeRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}
-	pub, rep := consecutivePorts(t, 2), consecutivePorts(t, 2)
+	pub, rep := testenv.FreePortRun(t, 2), testenv.FreePortRun(t, 2)
 	var engines []*engine
 	for r := 0; r < 2; r++ {
 		engines = append(engines, startEngineRank(t, fmt.Sprintf("tcp://127.0.0.1:%d", pub+r), fmt.Sprintf("tcp://127.0.0.1:%d", rep+r), r))
@@ -562,7 +527,7 @@ func TestBridgeStopsWhileDialling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := bridge.New(bridge.Params{Config: bridge.Config{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)), WorkerID: 7,
+	b, err := bridge.New(bridge.Params{Config: bridge.Config{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", testenv.FreePort(t)), WorkerID: 7,
 		KVTopic: "unused", DeadLetterTopic: "unused"}, Codec: codec, Producer: prod})
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	mrand "math/rand/v2"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -28,7 +27,8 @@ func TestBrokerRestartProcesses(t *testing.T) {
 	seed := uint64(envInt(t, "FAULTS_SEED", 1))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cfg := testenv.BrokerConfig{RunDir: filepath.Join(t.TempDir(), "kafka"), Port: freePort(t), ControllerPort: freePort(t)}
+	ports := testenv.FreePorts(t, 2)
+	cfg := testenv.BrokerConfig{RunDir: filepath.Join(t.TempDir(), "kafka"), Port: ports[0], ControllerPort: ports[1]}
 	b, err := testenv.StartBroker(ctx, cfg)
 	if err != nil {
 		t.Fatalf("private broker: %v", err)
@@ -164,14 +164,4 @@ func TestBrokerRestartProcesses(t *testing.T) {
 	t.Logf("SUMMARY broker: 2 broker faults (controlled restart, kill -9), processes alive %d/%d without restart; KV events sent %d, acknowledged %d, failed %d; "+
 		"relay recoveries %v, relay checkpoints committed %v, lane recoveries %d; lanes at sequences %v; %d queries, %d probes, replica mismatches %d, answers below the model %d",
 		countAlive(procs), len(procs), w.sent.Load(), w.acked.Load(), w.failed.Load(), relayRecoveries, checkpoints, recoveries, seqs, rep.queries, rep.probes, rep.mismatches, rep.lost)
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

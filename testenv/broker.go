@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,11 +86,11 @@ func StartBroker(ctx context.Context, cfg BrokerConfig) (*Broker, error) {
 	// controller's address).
 	for _, port := range []*int{&cfg.Port, &cfg.ControllerPort} {
 		if *port == 0 {
-			p, err := freeLoopbackPort()
+			ps, err := freeLoopbackPorts(1)
 			if err != nil {
 				return nil, err
 			}
-			*port = p
+			*port = ps[0]
 		}
 	}
 	began := time.Now()
@@ -212,13 +211,4 @@ func (b *Broker) Restart(ctx context.Context) error {
 	}
 	b.pid, b.Startup, b.addr = nb.pid, nb.Startup, nb.addr
 	return nil
-}
-
-func freeLoopbackPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

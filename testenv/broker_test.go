@@ -20,7 +20,7 @@ func TestBrokerLifecycle(t *testing.T) {
 	testenv.Brokers(t) // the jars are resolved by the first broker; fail fast with the usual message if absent
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	b, err := testenv.StartBroker(ctx, testenv.BrokerConfig{
 		RunDir: filepath.Join(t.TempDir(), "kafka"),
 		Port:   port,
@@ -60,7 +60,7 @@ func TestBrokerLifecycle(t *testing.T) {
 func TestUnreachableBrokerMessageNamesStartCommand(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 	defer cancel()
-	err := testenv.Ping(ctx, []string{"127.0.0.1:" + strconv.Itoa(freePort(t))})
+	err := testenv.Ping(ctx, []string{"127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))})
 	if err == nil {
 		t.Fatal("Ping of a closed port succeeded")
 	}
@@ -70,16 +70,6 @@ func TestUnreachableBrokerMessageNamesStartCommand(t *testing.T) {
 			t.Errorf("message %q does not mention %q", msg, want)
 		}
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // TestBrokerRestartKeepsData restarts a private broker on its data: records acknowledged before

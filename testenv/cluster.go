@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -177,70 +175,6 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (*LocalClust
 		return nil, fmt.Errorf("%w%s", err, logs.String())
 	}
 	return c, nil
-}
-
-// freeLoopbackPorts returns n distinct loopback ports that are free now, chosen below the
-// kernel's ephemeral port range (ip_local_port_range). A node binds its client listeners only
-// once it is unfenced, seconds after the ports were chosen: a port from the ephemeral range
-// could by then be taken by any process on the machine that binds port 0 or connects out (a
-// peer's connection to a controller port that is not yet listening can even connect to itself),
-// and the node would fail to bind it while the start-up check saw the port answer. Below that
-// range only a process that names the port explicitly can take it. Every listener stays open
-// until all are chosen, so no port is handed out twice.
-func freeLoopbackPorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	hi := ephemeralPortsStart()
-	lo := max(hi-12000, 1024)
-	out := make([]int, 0, n)
-	if hi-lo < 4*n {
-		// No room below the ephemeral range: let the kernel choose.
-		for range n {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				return nil, fmt.Errorf("free port: %w", err)
-			}
-			ls = append(ls, l)
-			out = append(out, l.Addr().(*net.TCPAddr).Port)
-		}
-		return out, nil
-	}
-	start := lo + mrand.IntN(hi-lo)
-	for i := 0; i < hi-lo && len(out) < n; i++ {
-		p := lo + (start-lo+i)%(hi-lo)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue // taken
-		}
-		ls = append(ls, l)
-		out = append(out, p)
-	}
-	if len(out) < n {
-		return nil, fmt.Errorf("free port: only %d of %d ports free in [%d,%d)", len(out), n, lo, hi)
-	}
-	return out, nil
-}
-
-// ephemeralPortsStart is the first port of the kernel's ephemeral range, Linux's default 32768
-// when /proc does not say.
-func ephemeralPortsStart() int {
-	raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	f := strings.Fields(string(raw))
-	if len(f) != 2 {
-		return 32768
-	}
-	p, err := strconv.Atoi(f[0])
-	if err != nil || p <= 0 || p > 65535 {
-		return 32768
-	}
-	return p
 }
 
 // StartLocalClusterT starts a cluster for the test t, under a run directory of its own, and

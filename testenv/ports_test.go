@@ -33,3 +33,37 @@ func TestFreeLoopbackPortsBelowEphemeralRange(t *testing.T) {
 		_ = l.Close()
 	}
 }
+
+// TestFreePortRunNeverRepeatsAPort checks that a run of consecutive ports is free, below the
+// ephemeral range, and that no port of it, nor of later calls, is handed out twice in this
+// process, though every probe listener was closed before the call returned.
+func TestFreePortRunNeverRepeatsAPort(t *testing.T) {
+	hi := ephemeralPortsStart()
+	base := FreePortRun(t, 4)
+	seen := map[int]bool{}
+	for p := base; p < base+4; p++ {
+		if p >= hi || p < 1024 {
+			t.Errorf("port %d of the run is not in [1024,%d)", p, hi)
+		}
+		l, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+		if err != nil {
+			t.Errorf("port %d of the run is not free: %v", p, err)
+			continue
+		}
+		_ = l.Close()
+		seen[p] = true
+	}
+	for range 200 {
+		p := FreePort(t)
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+	}
+	for _, p := range FreePorts(t, 50) {
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -44,18 +43,6 @@ func ProcessEnv() []string {
 		out = append(out, kv)
 	}
 	return out
-}
-
-// FreeAddr returns a loopback host:port that was free a moment ago (the listener is closed
-// before it returns, so another process may take it first; tests accept that small race).
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // Process is one processor process of a multi-process test (a relay, an indexer replica, a

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -245,38 +244,11 @@ func modelPrefixes(m RankModel, bs int) map[string]bool {
 
 // ---- sockets ------------------------------------------------------------------------------------
 
-// freeBase returns a port p such that p .. p+n-1 are free on 127.0.0.1.
-func freeBase(t *testing.T, n int) int {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	for range 200 {
-		p := 20000 + rng.IntN(30000)
-		ok := true
-		var ls []net.Listener
-		for i := range n {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			ls = append(ls, l)
-		}
-		for _, l := range ls {
-			_ = l.Close()
-		}
-		if ok {
-			return p
-		}
-	}
-	t.Fatal("no free port range")
-	return 0
-}
-
 type endpoints struct{ pub, replay int }
 
 func newEngine(t *testing.T, ranks int, opts ...Opt) (*Engine, endpoints) {
 	t.Helper()
-	base := freeBase(t, 2*ranks)
+	base := testenv.FreePortRun(t, 2*ranks)
 	ep := endpoints{pub: base, replay: base + ranks}
 	e, err := New(append([]Opt{Endpoint(fmt.Sprintf("tcp://*:%d", ep.pub)),
 		ReplayEndpoint(fmt.Sprintf("tcp://*:%d", ep.replay)), Ranks(ranks)}, opts...)...)
@@ -578,7 +550,7 @@ func TestClear(t *testing.T) {
 // The PUB socket connects when told to (the bridge binds, bridge.bind) or when the endpoint is
 // not a wildcard, as the engines decide.
 func TestConnectMode(t *testing.T) {
-	port := freeBase(t, 1)
+	port := testenv.FreePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sub := zmq4.NewSub(ctx)

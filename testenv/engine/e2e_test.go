@@ -296,9 +296,9 @@ func TestBridgeEndToEnd(t *testing.T) {
 	s.start()
 
 	// Engine A: vLLM, two ranks (ports base, base+1; replay base+2, base+3). Engine B: SGLang.
-	baseA := freePorts(t, 4)
-	baseB := freePorts(t, 2)
-	baseC := freePorts(t, 2)
+	baseA := testenv.FreePortRun(t, 4)
+	baseB := testenv.FreePortRun(t, 2)
+	baseC := testenv.FreePortRun(t, 2)
 	engA := startEmulator(t, s.logDir, "engine-a", 2, "--endpoint", fmt.Sprintf("tcp://*:%d", baseA),
 		"--replay-endpoint", fmt.Sprintf("tcp://*:%d", baseA+2), "--wire", "map", "--hash-format", "bytes",
 		"--hybrid", "--seed", "11", "--block-size", strconv.Itoa(blockSize), "--capacity", "400")
@@ -403,26 +403,4 @@ func TestBridgeEndToEnd(t *testing.T) {
 			t.Errorf("%s reports %v lost batches", b.Name, v)
 		}
 	}
-}
-
-// freePorts returns the first of n consecutive free TCP ports on 127.0.0.1.
-func freePorts(t testing.TB, n int) int {
-	t.Helper()
-	for range 100 {
-		first := testenv.FreeAddr(t)
-		i := strings.LastIndexByte(first, ':')
-		p, _ := strconv.Atoi(first[i+1:])
-		if p+n > 65535 {
-			continue
-		}
-		ok := true
-		for k := 1; k < n && ok; k++ {
-			ok = portFree(p + k)
-		}
-		if ok {
-			return p
-		}
-	}
-	t.Fatal("no run of free ports")
-	return 0
 }

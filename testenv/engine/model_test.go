@@ -14,6 +14,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/testenv"
 )
 
 // replayAll reads every batch the replay socket at endpoint holds, in sequence order, with the
@@ -44,7 +45,7 @@ func TestPythonModelIsExact(t *testing.T) {
 		{"map", "bytes"}, {"array", "signed"}, {"array5", "int"},
 	} {
 		t.Run(c.wire+"-"+c.hashes, func(t *testing.T) {
-			base := freePorts(t, 2)
+			base := testenv.FreePortRun(t, 2)
 			args := []string{"--endpoint", fmt.Sprintf("tcp://*:%d", base), "--replay-endpoint", fmt.Sprintf("tcp://*:%d", base+1),
 				"--wire", c.wire, "--hash-format", c.hashes, "--block-size", "4", "--capacity", "64",
 				"--dup-fraction", "0.1", "--lora-id", "3", "--seed", strconv.Itoa(len(c.wire) + len(c.hashes))}

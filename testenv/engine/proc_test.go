@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,13 +168,4 @@ func (e *emulator) waitSubscribed(timeout time.Duration) {
 		}
 		return true
 	})
-}
-
-func portFree(p int) bool {
-	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-	if err != nil {
-		return false
-	}
-	_ = l.Close()
-	return true
 }

@@ -22,7 +22,7 @@ func BenchmarkBridgeThroughput(b *testing.B) {
 	const batches = 20000
 	s := newE2E(t)
 	s.start()
-	base := freePorts(t, 2)
+	base := testenv.FreePortRun(t, 2)
 	eng := startEmulator(t, s.logDir, "engine", 1, "--endpoint", fmt.Sprintf("tcp://*:%d", base),
 		"--replay-endpoint", fmt.Sprintf("tcp://*:%d", base+1), "--wire", "map", "--hash-format", "int",
 		"--seed", "21", "--block-size", strconv.Itoa(blockSize), "--capacity", "2000", "--cpu-fraction", "0")
@@ -71,7 +71,7 @@ func BenchmarkBridgeThroughput(b *testing.B) {
 
 	// The Go emulator (bridge/engineemu) in this process publishes faster than the Python one,
 	// so a second bridge's rate is its own, not the emulator's.
-	gbase := freePorts(t, 2)
+	gbase := testenv.FreePortRun(t, 2)
 	ge, err := engineemu.New(engineemu.Endpoint(fmt.Sprintf("tcp://127.0.0.1:%d", gbase)),
 		engineemu.ReplayEndpoint(fmt.Sprintf("tcp://127.0.0.1:%d", gbase+1)), engineemu.Mode(engineemu.PubBind),
 		engineemu.BlockSize(blockSize), engineemu.Seed(22), engineemu.Capacity(2000), engineemu.CPUFraction(0))
