@@ -229,12 +229,13 @@ func (b *Bridge) Run(ctx context.Context) error {
 			resume: resumes[uint32(r)], onMetric: b.m.event}
 		if b.cfg.ReplayEndpoint != "" {
 			rep, _ := RankEndpoint(b.cfg.ReplayEndpoint, r)
-			src.replay = &zmqReplayer{endpoint: rep, timeout: b.cfg.ReplayTimeout}
+			src.replay = &zmqReplayer{endpoint: rep, topic: b.cfg.Topic, timeout: b.cfg.ReplayTimeout,
+				refused: func(fe *FramingError) { b.refuseFrames(uint32(r), rep, fe) }}
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := b.runSource(ctx, src, sub, open, &convMu); err != nil && ctx.Err() == nil {
+			if err := b.runSource(ctx, src, ep, sub, open, &convMu); err != nil && ctx.Err() == nil {
 				errs <- err
 				cancel()
 			}
@@ -274,7 +275,7 @@ type liveMsg struct {
 // A socket that fails (the engine went away: the bound socket's peer closed, or the
 // connection broke) is closed and opened again until ctx ends; what was published meanwhile is
 // a gap like any other.
-func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, open func() (zmq4.Socket, error), mu *sync.Mutex) error {
+func (b *Bridge) runSource(ctx context.Context, src *source, ep string, sub zmq4.Socket, open func() (zmq4.Socket, error), mu *sync.Mutex) error {
 	buf := make(chan liveMsg, b.cfg.BufferBatches)
 	// The socket in use is closed when ctx ends, which ends a Recv in progress.
 	var curMu sync.Mutex
@@ -314,8 +315,9 @@ func (b *Bridge) runSource(ctx context.Context, src *source, sub zmq4.Socket, op
 			}
 			seq, payload, err := parseLive(msg.Frames)
 			if err != nil {
-				b.m.malformedMessages.Inc(1)
-				b.log.Warn("malformed engine message dropped", zap.Uint32("rank", src.rank), zap.Error(err))
+				var fe *FramingError
+				errors.As(err, &fe)
+				b.refuseFrames(src.rank, ep, fe)
 				continue
 			}
 			select {
@@ -417,19 +419,33 @@ func (b *Bridge) Write(rank uint32, seq int64, digest uint64, groups []byte, evs
 	}
 }
 
+// refuseFrames handles a message of endpoint (rank's PUB or replay socket) whose framing no
+// released engine sends: counted (ckf_bridge_malformed_messages_total), logged, and
+// dead-lettered with its raw frames (FramesValue) and the reason.
+func (b *Bridge) refuseFrames(rank uint32, endpoint string, fe *FramingError) {
+	b.m.malformedMessages.Inc(1)
+	b.log.Warn("engine message of unknown framing dead-lettered", zap.Uint32("rank", rank), zap.String("endpoint", endpoint), zap.Error(fe))
+	b.deadLetter(rank, "zmq:"+endpoint, 0, FramesValue(fe.Frames), fe)
+}
+
 // DeadLetter produces an undecodable or refused batch, raw bytes and reason, to the
 // dead-letter topic (source topic "zmq:<endpoint>", partition the rank, offset the sequence).
 func (b *Bridge) DeadLetter(rank uint32, seq int64, payload []byte, cause error) {
-	b.m.deadLetters.Inc(1)
 	b.log.Warn("engine batch dead-lettered", zap.Uint32("rank", rank), zap.Int64("seq", seq), zap.Error(cause))
+	ep, _ := RankEndpoint(b.cfg.Endpoint, int(rank))
+	b.deadLetter(rank, "zmq:"+ep, max(seq, 0), payload, cause)
+}
+
+// deadLetter produces one dead letter of the bridge: value is what was refused, as received.
+func (b *Bridge) deadLetter(rank uint32, source string, offset int64, value []byte, cause error) {
+	b.m.deadLetters.Inc(1)
 	code := schemas.DeadLetterMalformed
 	var re *RefusedError
 	if errors.As(cause, &re) {
 		code = schemas.DeadLetterRejected
 	}
-	ep, _ := RankEndpoint(b.cfg.Endpoint, int(rank))
-	d := schemas.DeadLetter{SourceTopic: "zmq:" + ep, SourcePartition: int32(rank & 0x7fffffff), SourceOffset: max(seq, 0),
-		Key: strconv.AppendUint(nil, b.cfg.WorkerID, 10), Value: payload, ReasonCode: code, Reason: cause.Error(),
+	d := schemas.DeadLetter{SourceTopic: source, SourcePartition: int32(rank & 0x7fffffff), SourceOffset: offset,
+		Key: strconv.AppendUint(nil, b.cfg.WorkerID, 10), Value: value, ReasonCode: code, Reason: cause.Error(),
 		Component: "bridge", DeadLetterTime: time.Now()}
 	v, err := b.codec.EncodeDeadLetter(d)
 	if err != nil {

@@ -60,7 +60,7 @@ func TestRunSourceIdleRecheck(t *testing.T) {
 		sub := newFakeSub()
 		done := make(chan error, 1)
 		go func() {
-			done <- b.runSource(ctx, src, sub, func() (zmq4.Socket, error) { return newFakeSub(), nil }, &sync.Mutex{})
+			done <- b.runSource(ctx, src, "tcp://engine:5557", sub, func() (zmq4.Socket, error) { return newFakeSub(), nil }, &sync.Mutex{})
 		}()
 		le.mu.Lock()
 		seq, payload := e.publish(t, 10)

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -62,16 +63,118 @@ func openSub(ctx context.Context, endpoint, topic string, bind bool) (zmq4.Socke
 	return sub, nil
 }
 
-// parseLive splits a published message: [topic, 8-byte sequence, payload].
+// ErrFraming is matched by every *FramingError.
+var ErrFraming = errors.New("bridge: engine message framing not recognised")
+
+// FramingError is a ZeroMQ message whose frames match none of the framings a released engine
+// sends (README.md, "The engines' protocol"). Frames keeps the raw frames, which the bridge
+// dead-letters (FramesValue) so that nothing it refuses is lost without a trace.
+type FramingError struct {
+	// Socket is "live" (the PUB stream) or "replay" (a reply of the ROUTER replay socket).
+	Socket string
+	// Detail says what did not fit.
+	Detail string
+	// Frames are the message's frames as received (after the ROUTER's identity, for replies).
+	Frames [][]byte
+}
+
+func (e *FramingError) Error() string {
+	return fmt.Sprintf("%s: %s message of %d frames: %s", ErrFraming, e.Socket, len(e.Frames), e.Detail)
+}
+
+func (e *FramingError) Unwrap() error { return ErrFraming }
+
+// FramesValue encodes raw ZeroMQ frames as the value of a dead letter: a msgpack array of bin
+// items, one per frame in order, which any msgpack reader can split again.
+func FramesValue(frames [][]byte) []byte {
+	var out []byte
+	switch n := len(frames); {
+	case n < 16:
+		out = append(out, 0x90|byte(n))
+	case n <= 0xffff:
+		out = binary.BigEndian.AppendUint16(append(out, 0xdc), uint16(n))
+	default:
+		out = binary.BigEndian.AppendUint32(append(out, 0xdd), uint32(n))
+	}
+	for _, f := range frames {
+		switch n := len(f); {
+		case n <= 0xff:
+			out = append(out, 0xc4, byte(n))
+		case n <= 0xffff:
+			out = binary.BigEndian.AppendUint16(append(out, 0xc5), uint16(n))
+		default:
+			out = binary.BigEndian.AppendUint32(append(out, 0xc6), uint32(n))
+		}
+		out = append(out, f...)
+	}
+	return out
+}
+
+// topicMatches says whether a topic frame passes the subscription topic, the way a SUB socket
+// filters: by prefix (an empty subscription takes every topic).
+func topicMatches(frame []byte, subscription string) bool {
+	return strings.HasPrefix(string(frame), subscription)
+}
+
+// parseLive splits a published message: [topic, 8-byte sequence, payload], the one live
+// framing every released engine sends. The SUB socket already filtered the topic.
 func parseLive(frames [][]byte) (seq int64, payload []byte, err error) {
 	if len(frames) != 3 {
-		return 0, nil, &kvevents.DecodeError{Kind: kvevents.ErrMalformed, Path: "message", Detail: fmt.Sprintf("%d frames, want topic, sequence, payload", len(frames))}
+		return 0, nil, &FramingError{Socket: "live", Frames: frames, Detail: "want topic, sequence, payload"}
 	}
 	seq, err = kvevents.ParseSeq(frames[1])
-	if err == nil && seq < 0 {
-		err = &kvevents.DecodeError{Kind: kvevents.ErrMalformed, Path: "seq", Detail: fmt.Sprintf("negative sequence %d", seq)}
+	switch {
+	case err != nil:
+		return 0, nil, &FramingError{Socket: "live", Frames: frames, Detail: err.Error()}
+	case seq < 0:
+		return 0, nil, &FramingError{Socket: "live", Frames: frames, Detail: fmt.Sprintf("negative sequence %d", seq)}
 	}
-	return seq, frames[2], err
+	return seq, frames[2], nil
+}
+
+// parseReply splits one message of the replay socket as a DEALER receives it (the ROUTER has
+// taken its identity frame). Released engines send one of these (README.md, "Replay"):
+//
+//	["", seq, payload]         vLLM before v0.26.0, SGLang
+//	["", topic, seq, payload]  vLLM v0.26.0 and later (the topic of the live stream; the end
+//	                           marker's topic frame is empty)
+//
+// and the same without the empty delimiter ([seq, payload], [topic, seq, payload]), which a
+// client that strips the delimiter (a REQ socket) sees. A three-frame message is read as
+// [delimiter or topic, seq, payload]: both readings give the same sequence and payload. The end
+// marker is sequence EndOfReplay with an empty payload. A non-empty topic frame must pass the
+// subscription topic, as the live stream's does. Anything else is a *FramingError.
+func parseReply(frames [][]byte, subscription string) (seq int64, payload []byte, err error) {
+	bad := func(detail string) error { return &FramingError{Socket: "replay", Frames: frames, Detail: detail} }
+	var topic []byte
+	switch len(frames) {
+	case 2:
+	case 3:
+		topic = frames[0]
+	case 4:
+		if len(frames[0]) != 0 {
+			return 0, nil, bad("four frames without the empty delimiter first")
+		}
+		topic = frames[1]
+	default:
+		return 0, nil, bad("want [delimiter,] [topic,] sequence, payload")
+	}
+	tail := frames[len(frames)-2:]
+	seq, err = kvevents.ParseSeq(tail[0])
+	switch {
+	case err != nil:
+		return 0, nil, bad(err.Error())
+	case seq == kvevents.EndOfReplay:
+		if len(tail[1]) != 0 {
+			return 0, nil, bad("end marker with a payload")
+		}
+		return seq, nil, nil
+	case seq < 0:
+		return 0, nil, bad(fmt.Sprintf("negative sequence %d", seq))
+	case len(topic) > 0 && !topicMatches(topic, subscription):
+		return 0, nil, bad(fmt.Sprintf("topic %q does not match the subscription %q", topic, subscription))
+	}
+	return seq, tail[1], nil
 }
 
 // zmqReplayer asks an engine's ROUTER replay socket for batches. Each request uses a fresh
@@ -79,22 +182,28 @@ func parseLive(frames [][]byte) (seq int64, payload []byte, err error) {
 // the answer to the next one.
 type zmqReplayer struct {
 	endpoint string
+	// topic is the subscription topic that a reply's topic frame must pass.
+	topic string
 	// timeout bounds the wait for each reply message; the engine answers from its publishing
 	// loop, between batches, so a live engine answers well within it.
 	timeout time.Duration
+	// refused receives each reply whose framing is not recognised (it is skipped: the source
+	// sees the hole and asks again); nil drops them.
+	refused func(*FramingError)
 }
 
 var errReplayTimeout = errors.New("bridge: replay reply timed out")
 
 // NewReplayer returns the client the bridge uses for an engine's ROUTER replay socket at
 // endpoint, waiting up to timeout for each reply message: for tools and tests that read an
-// engine's replay buffer as the bridge does.
-func NewReplayer(endpoint string, timeout time.Duration) Replayer {
-	return &zmqReplayer{endpoint: endpoint, timeout: timeout}
+// engine's replay buffer as the bridge does. topic is the subscription topic (empty: any).
+func NewReplayer(endpoint, topic string, timeout time.Duration) Replayer {
+	return &zmqReplayer{endpoint: endpoint, topic: topic, timeout: timeout}
 }
 
-// Replay sends the DEALER request [empty delimiter, 8-byte start sequence] and reads
-// [empty, sequence, payload] replies until the end marker (sequence -1).
+// Replay sends the DEALER request [empty delimiter, 8-byte start sequence] and reads replies in
+// any released framing (parseReply) until the end marker (sequence -1). A reply whose framing
+// is not recognised is handed to refused and skipped.
 func (z *zmqReplayer) Replay(ctx context.Context, from int64) ([]Replayed, bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -128,21 +237,18 @@ func (z *zmqReplayer) Replay(ctx context.Context, from int64) ([]Replayed, bool,
 		if r.err != nil {
 			return out, false, fmt.Errorf("bridge: replay reply from %s: %w", z.endpoint, r.err)
 		}
-		frames := r.msg.Frames
-		if len(frames) == 3 && len(frames[0]) == 0 {
-			frames = frames[1:]
-		}
-		if len(frames) != 2 {
-			return out, false, &kvevents.DecodeError{Kind: kvevents.ErrMalformed, Path: "replay", Detail: fmt.Sprintf("%d frames, want sequence and payload", len(frames))}
-		}
-		seq, err := kvevents.ParseSeq(frames[0])
+		seq, payload, err := parseReply(r.msg.Frames, z.topic)
 		if err != nil {
-			return out, false, err
+			var fe *FramingError
+			if errors.As(err, &fe) && z.refused != nil {
+				z.refused(fe)
+			}
+			continue
 		}
 		if seq == kvevents.EndOfReplay {
 			return out, true, nil
 		}
-		out = append(out, Replayed{Seq: seq, Payload: frames[1]})
+		out = append(out, Replayed{Seq: seq, Payload: payload})
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 // bridge's own replay client.
 func replayAll(t *testing.T, endpoint string) [][]byte {
 	t.Helper()
-	replies, complete, err := bridge.NewReplayer(endpoint, 30*time.Second).Replay(context.Background(), 0)
+	replies, complete, err := bridge.NewReplayer(endpoint, "", 30*time.Second).Replay(context.Background(), 0)
 	if err != nil || !complete {
 		t.Fatalf("replay from %s: complete %v, %v", endpoint, complete, err)
 	}

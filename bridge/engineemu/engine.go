@@ -55,6 +55,7 @@ type cfg struct {
 	hybrid         bool
 	bufferSteps    int
 	replayTruncate int
+	replayTopic    bool
 	sendTimeout    time.Duration
 }
 
@@ -160,6 +161,12 @@ func BufferSteps(n int) Opt { return func(c *cfg) { c.bufferSteps = n } }
 // ReplayTruncate makes the first n replay requests get only their first batch and the end
 // marker, as when a large reply loses its tail (default 0).
 func ReplayTruncate(n int) Opt { return func(c *cfg) { c.replayTruncate = n } }
+
+// ReplayTopicFrame makes replay replies carry the topic frame, as vLLM does from v0.26.0 on:
+// [identity, "", topic, sequence, batch] and the end marker [identity, "", "", -1, ""]. Off (the
+// default), replies are [identity, "", sequence, batch] and [identity, "", -1, ""], as in
+// earlier vLLM releases and in SGLang.
+func ReplayTopicFrame(on bool) Opt { return func(c *cfg) { c.replayTopic = on } }
 
 // offsetEndpoint is the endpoint of rank r: the port plus r for tcp, a _dp suffix otherwise.
 func offsetEndpoint(ep string, r int) (string, error) {
@@ -362,15 +369,24 @@ func (rs *rankState) serveReplay(ctx context.Context, sock zmq4.Socket) {
 			rs.e.count(func(s *Stats) { s.ReplayTruncated++ })
 			out = out[:1]
 		}
+		topic := []byte(rs.e.cfg.topic)
 		for _, b := range out {
 			var seq [8]byte
 			binary.BigEndian.PutUint64(seq[:], b.seq)
-			if err := sock.Send(zmq4.NewMsgFrom(id, nil, seq[:], b.payload)); err != nil {
+			msg := zmq4.NewMsgFrom(id, nil, seq[:], b.payload)
+			if rs.e.cfg.replayTopic {
+				msg = zmq4.NewMsgFrom(id, nil, topic, seq[:], b.payload)
+			}
+			if err := sock.Send(msg); err != nil {
 				break
 			}
 		}
 		rs.e.count(func(s *Stats) { s.ReplayedBatches += int64(len(out)) })
-		_ = sock.Send(zmq4.NewMsgFrom(id, nil, endSeq, nil))
+		if rs.e.cfg.replayTopic {
+			_ = sock.Send(zmq4.NewMsgFrom(id, nil, nil, endSeq, nil))
+		} else {
+			_ = sock.Send(zmq4.NewMsgFrom(id, nil, endSeq, nil))
+		}
 	}
 }
 
