@@ -526,7 +526,15 @@ func (e *Engine) Restart(r int) error {
 }
 
 // Clear publishes an AllBlocksCleared batch on rank r and empties its pool.
-func (e *Engine) Clear(r int) error {
+func (e *Engine) Clear(r int) error { return e.clear(r, nil) }
+
+// ClearOffLive is Clear with the batch kept off the live socket: a subscriber gets it only from
+// the replay socket (a clear lost on the wire).
+func (e *Engine) ClearOffLive(r int) error {
+	return e.clear(r, func(int, uint64) bool { return true })
+}
+
+func (e *Engine) clear(r int, drop func(rank int, seq uint64) bool) error {
 	rs, err := e.rank(r)
 	if err != nil {
 		return err
@@ -534,7 +542,7 @@ func (e *Engine) Clear(r int) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.pool.dropAll()
-	return rs.sendLocked([]Event{{Kind: AllBlocksCleared}}, nil)
+	return rs.sendLocked([]Event{{Kind: AllBlocksCleared}}, drop)
 }
 
 // Subscribed reports whether rank r's PUB socket has a subscriber whose subscription matches the

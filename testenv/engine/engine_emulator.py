@@ -8,7 +8,9 @@ SGLang shares: per data-parallel rank, a PUB socket sending three-frame messages
 
 and a ROUTER socket that answers a request [identity, b"", start sequence (8 bytes)] with one
 [identity, b"", sequence, payload] message per buffered batch at or after the start, then the end
-marker [identity, b"", -1 (8 bytes, signed), b""]. The buffer keeps the last --buffer-steps
+marker [identity, b"", -1 (8 bytes, signed), b""]. With --replay-topic-frame the replies carry
+the topic frame as vLLM's do from v0.26.0 on: [identity, b"", topic, sequence, payload] and the
+end marker [identity, b"", b"", -1, b""]. The buffer keeps the last --buffer-steps
 batches (the engines' default is 10,000). Rank r uses the base ports plus r, as the engines do.
 
 The PUB socket is an XPUB socket: subscribers cannot tell the difference, and the emulator learns
@@ -47,7 +49,9 @@ Control: one JSON command per line on stdin, one JSON reply per line on stdout.
         sequence numbers are not sent live but stay in the replay buffer
   {"cmd": "restart", "ranks": [...]}      an engine restart: sequences start again at 0, the
         replay buffer and the block pool are empty, the sockets are made anew; no clear event
-  {"cmd": "clear", "ranks": [...]}        publish one AllBlocksCleared batch
+  {"cmd": "clear", "ranks": [...], "drop": false}
+        publish one AllBlocksCleared batch (with "drop": true it is kept off the live socket
+        and reaches a subscriber only through the replay socket)
   {"cmd": "model", "path": P}             write the exact model (JSON) to P
   {"cmd": "stats"}                        counters
   {"cmd": "stop"}                         close and exit
@@ -312,10 +316,16 @@ class Rank:
                     # marker early and must ask again.
                     self.emu.stats["replay_truncated"] += 1
                     break
-                self.replay.send_multipart((ident, b"", seq.to_bytes(8, "big"), payload))
+                if self.emu.args.replay_topic_frame:
+                    self.replay.send_multipart((ident, b"", self.emu.topic, seq.to_bytes(8, "big"), payload))
+                else:
+                    self.replay.send_multipart((ident, b"", seq.to_bytes(8, "big"), payload))
                 sent += 1
             self.emu.stats["replayed_batches"] += sent
-            self.replay.send_multipart((ident, b"", END_SEQ, b""))
+            if self.emu.args.replay_topic_frame:
+                self.replay.send_multipart((ident, b"", b"", END_SEQ, b""))
+            else:
+                self.replay.send_multipart((ident, b"", END_SEQ, b""))
 
     # publishing
 
@@ -348,9 +358,9 @@ class Rank:
         self.cpu.clear()
         self.window.clear()
 
-    def clear(self) -> None:
+    def clear(self, drop: bool = False) -> None:
         self.drop_gpu()
-        self.publish([self.emu.wire.cleared()], drop=False)
+        self.publish([self.emu.wire.cleared()], drop=drop)
         self.emu.stats["events_AllBlocksCleared"] += 1
 
     # the workload
@@ -580,7 +590,7 @@ class Emulator:
             return {"seq": [r.seq for r in self.ranks]}, False
         if name == "clear":
             for r in self.pick(cmd):
-                r.clear()
+                r.clear(bool(cmd.get("drop", False)))
             return {"seq": [r.seq for r in self.ranks]}, False
         if name == "model":
             model = {"block_size": self.args.block_size, "wire": self.args.wire,
@@ -661,6 +671,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         "replay of more batches than this can lose its tail, as theirs can)")
     p.add_argument("--replay-truncate", type=int, default=0,
                    help="the first N replay requests get only their first batch and the end marker")
+    p.add_argument("--replay-topic-frame", action="store_true",
+                   help="replay replies carry the topic frame (vLLM v0.26.0 and later)")
     p.add_argument("--linger", type=float, default=0.0, help="seconds to serve replay after stdin ends")
     args = p.parse_args(argv)
     if args.bind and args.connect:
