@@ -46,6 +46,10 @@ const (
 	// HeaderGroups carries what the rank learned about a hybrid model's groups
 	// (Converter.GroupKinds), when it learned anything.
 	HeaderGroups = "ckf-bridge-groups"
+	// HeaderLost marks the clear the bridge writes in place of lost engine batches
+	// (LostHistoryClear): the first and the end of the lost range, two 8-byte big-endian
+	// sequence numbers. Such a record's HeaderSeq is the last lost batch and its digest 0.
+	HeaderLost = "ckf-bridge-lost"
 )
 
 // ErrConfig is wrapped by every configuration error of New.
@@ -87,6 +91,9 @@ type Config struct {
 	// Resume reads the worker's records back from KVTopic at start to continue where a
 	// previous bridge stopped (ReadBack); it needs Params.ConsumerOpts.
 	Resume bool
+	// LostHistory is the policy for a rank's blocks when engine batches are lost; empty is
+	// LostHistoryClear.
+	LostHistory LostHistory
 }
 
 func (c *Config) withDefaults() Config {
@@ -102,6 +109,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.ReplayTimeout == 0 {
 		out.ReplayTimeout = DefaultReplayTimeout
+	}
+	if out.LostHistory == "" {
+		out.LostHistory = LostHistoryClear
 	}
 	return out
 }
@@ -119,6 +129,8 @@ func (c *Config) validate() error {
 		return bad("no KV-events or dead-letter topic")
 	case c.BufferBatches < 1 || c.ReplayTimeout < 0 || c.ReplayRetries < 0 || c.IdleRecheck < 0:
 		return bad("buffer, replay timeout, retries and idle re-check must not be negative")
+	case c.LostHistory != LostHistoryClear && c.LostHistory != LostHistoryKeep:
+		return bad("lost-history policy %q (want %q or %q)", c.LostHistory, LostHistoryClear, LostHistoryKeep)
 	}
 	for r := 0; r < c.Ranks; r++ {
 		if _, err := RankEndpoint(c.Endpoint, r); err != nil {
@@ -155,6 +167,8 @@ type Bridge struct {
 
 	ready   atomic.Bool
 	prodErr atomic.Pointer[error]
+	// degraded counts the ranks degraded by lost history (LostHistoryClear).
+	degraded atomic.Int64
 	// fail stops Run with a cause (a record Kafka refused); set while Run runs.
 	fail atomic.Pointer[context.CancelCauseFunc]
 }
@@ -226,7 +240,14 @@ func (b *Bridge) Run(ctx context.Context) error {
 			return err
 		}
 		src := &source{rank: uint32(r), conv: conv, sink: b, log: b.log.With(zap.Int("rank", r)), retries: b.cfg.ReplayRetries,
-			resume: resumes[uint32(r)], onMetric: b.m.event}
+			keepOnLoss: b.cfg.LostHistory == LostHistoryKeep, resume: resumes[uint32(r)], onMetric: b.m.event,
+			onDegraded: func(on bool) {
+				delta := int64(-1)
+				if on {
+					delta = 1
+				}
+				b.m.degradedRanks.Update(float64(b.degraded.Add(delta)))
+			}}
 		if b.cfg.ReplayEndpoint != "" {
 			rep, _ := RankEndpoint(b.cfg.ReplayEndpoint, r)
 			src.replay = &zmqReplayer{endpoint: rep, topic: b.cfg.Topic, timeout: b.cfg.ReplayTimeout,
@@ -352,6 +373,7 @@ func (b *Bridge) runSource(ctx context.Context, src *source, ep string, sub zmq4
 		b.m.undecodable.Inc(int64(st.undecodable - last.undecodable))
 		b.m.refused.Inc(int64(st.refused - last.refused))
 		b.m.replayRetries.Inc(int64(st.retries - last.retries))
+		b.m.lostClears.Inc(int64(st.lostClears - last.lostClears))
 		b.m.buffered.Update(float64(len(buf)))
 		last = st
 	}
@@ -381,10 +403,25 @@ func (b *Bridge) runSource(ctx context.Context, src *source, ep string, sub zmq4
 	}
 }
 
+// DegradedRanks returns how many ranks are degraded by lost history: a clear replaced lost
+// batches and no full clear came since (LostHistoryClear).
+func (b *Bridge) DegradedRanks() int { return int(b.degraded.Load()) }
+
+// WriteLost produces the clear that replaces the lost batches [from, to) of rank, marked with
+// HeaderLost so that a restarted bridge resumes after it (ReadBack).
+func (b *Bridge) WriteLost(rank uint32, from, to int64, groups []byte, clear schemas.KvEvent) {
+	lost := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(from)), uint64(to))
+	b.write(rank, to-1, 0, groups, []schemas.KvEvent{clear}, kgo.RecordHeader{Key: HeaderLost, Value: lost})
+}
+
 // Write produces the records of one batch, in order, keyed by worker, with the batch's
 // provenance headers. Production is asynchronous; a failed record is counted, logged and
 // makes the bridge unready (franz-go retries until its delivery timeout first).
 func (b *Bridge) Write(rank uint32, seq int64, digest uint64, groups []byte, evs []schemas.KvEvent) {
+	b.write(rank, seq, digest, groups, evs)
+}
+
+func (b *Bridge) write(rank uint32, seq int64, digest uint64, groups []byte, evs []schemas.KvEvent, extra ...kgo.RecordHeader) {
 	if len(evs) == 0 {
 		return
 	}
@@ -396,6 +433,7 @@ func (b *Bridge) Write(rank uint32, seq int64, digest uint64, groups []byte, evs
 		if len(groups) > 0 {
 			headers = append(headers, kgo.RecordHeader{Key: HeaderGroups, Value: groups})
 		}
+		headers = append(headers, extra...)
 		v, err := b.codec.EncodeKvEvent(evs[i])
 		if err != nil {
 			// Only a bug can make a converted event unencodable; keep going with the rest.

@@ -54,6 +54,9 @@ type ConvertStats struct {
 	ExtraCopies, HeldCopies int
 	// UnknownRemovals are removed blocks the bridge does not hold (dropped).
 	UnknownRemovals int
+	// Orphaned are stored events dropped because their parent block is not held on a rank
+	// whose earlier history was lost (GuardOrphans).
+	Orphaned int
 }
 
 // rankState is the converter's state of one data-parallel rank: how many copies of each
@@ -62,6 +65,8 @@ type ConvertStats struct {
 type rankState struct {
 	copies  map[kvevents.BlockHash]uint32
 	skipped map[int64]bool
+	// guard drops stores whose parent is not held (GuardOrphans), until a full clear.
+	guard bool
 }
 
 // Converter turns decoded engine batches into KvEvent records for one worker. It keeps, per
@@ -112,15 +117,23 @@ func (c *Converter) event(rank uint32, eventID uint64) schemas.KvEvent {
 }
 
 // Clear forgets everything held on rank r and returns the KvCleared event that tells the
-// relay (engine restart, or the engine's own AllBlocksCleared).
+// relay (engine restart, the engine's own AllBlocksCleared, lost history). It ends
+// GuardOrphans.
 func (c *Converter) Clear(rank uint32, eventID uint64) schemas.KvEvent {
 	if st := c.ranks[rank]; st != nil {
 		clear(st.copies)
+		st.guard = false
 	}
 	ev := c.event(rank, eventID)
 	ev.Kind = schemas.KvClearedEvent
 	return ev
 }
+
+// GuardOrphans makes rank r drop stored events whose parent block it does not hold (on) until
+// the next full clear, or stops it (off). After lost history the bridge no longer holds the
+// blocks the engine stored meanwhile, and the relay refuses a store whose parent it does not
+// know (a dead letter per store); the guard counts them (ConvertStats.Orphaned) instead.
+func (c *Converter) GuardOrphans(r uint32, on bool) { c.rank(r).guard = on }
 
 // salt returns the token-hash seed of a stored event: its LoRA name's salt (producer §2.2).
 func (c *Converter) salt(i int, ev *kvevents.Event) (uint64, error) {
@@ -249,6 +262,7 @@ func (c *Converter) Convert(out []schemas.KvEvent, b *kvevents.Batch, rank uint3
 		case kvevents.KindCleared:
 			stats.Cleared++
 			clear(st.copies)
+			st.guard = false
 			kv := next()
 			kv.Kind = schemas.KvClearedEvent
 			out = append(out, kv)
@@ -278,6 +292,10 @@ func (c *Converter) Convert(out []schemas.KvEvent, b *kvevents.Batch, rank uint3
 				kv.Removed.BlockHashes = gone
 				out = append(out, kv)
 			}
+			continue
+		}
+		if st.guard && ev.HasParent && st.copies[ev.Parent] == 0 {
+			stats.Orphaned++
 			continue
 		}
 		var run *schemas.KvEvent

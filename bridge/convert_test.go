@@ -195,7 +195,7 @@ func TestConvertGroupKnowledge(t *testing.T) {
 	}
 	// A restarted bridge that read the header back skips group 1's removals before any store.
 	c2 := NewConverter(7, testBS, nil)
-	rb := readBack{conv: c2, resumes: map[uint32]*Resume{}, pending: map[uint32]*pendingBatch{}}
+	rb := newReadBack(c2)
 	h := append(provenance(4, 1, 0, 1), kgo.RecordHeader{Key: HeaderGroups, Value: kinds})
 	rb.record(h, storedKV(3))
 	slidingRemoval := removed(3)

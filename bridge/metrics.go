@@ -9,14 +9,14 @@ import (
 
 // metrics caches the bridge's handles under the "bridge" sub-scope (ckf_bridge_*), named by
 // Prometheus conventions: counters end in _total, durations are _seconds. Tag keys: "kind" on events (engine events by
-// kind: stored, removed, cleared, filtered, unknown_removal) and on records (written KvEvents
+// kind: stored, removed, cleared, filtered, unknown_removal, orphaned) and on records (written KvEvents
 // by kind), bounded values.
 type metrics struct {
 	batches, replayed, duplicates, restarts, gaps, lost tally.Counter
 	undecodable, refused, deadLetters, bufferFull       tally.Counter
 	malformedMessages, produceErrors, reconnects        tally.Counter
-	replayRetries                                       tally.Counter
-	buffered, sequenceLag                               tally.Gauge
+	replayRetries, lostClears                           tally.Counter
+	buffered, sequenceLag, degradedRanks                tally.Gauge
 	produceLatency                                      tally.Histogram
 	eventsBy                                            map[string]tally.Counter
 	recordsBy                                           [4]tally.Counter
@@ -48,12 +48,14 @@ func newMetrics(root tally.Scope) *metrics {
 		produceErrors:     s.Counter("produce_errors_total"),
 		reconnects:        s.Counter("socket_reopens_total"),
 		replayRetries:     s.Counter("replay_retries_total"),
+		lostClears:        s.Counter("lost_history_clears_total"),
+		degradedRanks:     s.Gauge("degraded_ranks"),
 		buffered:          s.Gauge("buffered_batches"),
 		sequenceLag:       s.Gauge("sequence_lag_batches"),
 		produceLatency:    s.Histogram("produce_latency_seconds", produceBuckets),
 		eventsBy:          map[string]tally.Counter{},
 	}
-	for _, k := range []string{"stored", "removed", "cleared", "filtered", "unknown_removal"} {
+	for _, k := range []string{"stored", "removed", "cleared", "filtered", "unknown_removal", "orphaned"} {
 		m.eventsBy[k] = s.Tagged(map[string]string{"kind": k}).Counter("events_total")
 	}
 	for k, name := range map[schemas.KvEventKind]string{schemas.KvStoredEvent: "stored", schemas.KvRemovedEvent: "removed", schemas.KvClearedEvent: "cleared"} {

@@ -60,7 +60,7 @@ func ReadBack(ctx context.Context, opts []kgo.Opt, codec *schemas.Codec, topic s
 	}
 	p := WorkerPartition(topic, worker, len(parts))
 	end := parts[p].Offset
-	rb := readBack{conv: conv, resumes: map[uint32]*Resume{}, pending: map[uint32]*pendingBatch{}}
+	rb := newReadBack(conv)
 	if end <= 0 {
 		return rb.resumes, nil
 	}
@@ -103,6 +103,7 @@ func ReadBack(ctx context.Context, opts []kgo.Opt, codec *schemas.Codec, topic s
 type pendingBatch struct {
 	resume      Resume
 	restart     bool
+	lost        bool
 	evs         []schemas.KvEvent
 	next, count uint32
 }
@@ -111,12 +112,18 @@ type readBack struct {
 	conv    *Converter
 	resumes map[uint32]*Resume
 	pending map[uint32]*pendingBatch
+	// degraded: the rank's last full clear is older than its last clear for lost history.
+	degraded map[uint32]bool
+}
+
+func newReadBack(conv *Converter) *readBack {
+	return &readBack{conv: conv, resumes: map[uint32]*Resume{}, pending: map[uint32]*pendingBatch{}, degraded: map[uint32]bool{}}
 }
 
 func (rb *readBack) record(headers []kgo.RecordHeader, ev *schemas.KvEvent) {
 	var seq, digest uint64
 	var index, count uint32
-	var hasSeq, hasPart bool
+	var hasSeq, hasPart, lost bool
 	for _, h := range headers {
 		switch {
 		case h.Key == HeaderSeq && len(h.Value) == 8:
@@ -125,6 +132,8 @@ func (rb *readBack) record(headers []kgo.RecordHeader, ev *schemas.KvEvent) {
 			digest = binary.BigEndian.Uint64(h.Value)
 		case h.Key == HeaderPart && len(h.Value) == 8:
 			index, count, hasPart = binary.BigEndian.Uint32(h.Value), binary.BigEndian.Uint32(h.Value[4:]), true
+		case h.Key == HeaderLost:
+			lost = true
 		case h.Key == HeaderGroups:
 			rb.conv.learnGroupKinds(ev.DpRank, h.Value)
 		}
@@ -136,7 +145,7 @@ func (rb *readBack) record(headers []kgo.RecordHeader, ev *schemas.KvEvent) {
 	pb := rb.pending[ev.DpRank]
 	if index == 0 || pb == nil || pb.next != index || pb.count != count {
 		// A new batch; a previous one left incomplete was written again in full after it.
-		pb = &pendingBatch{resume: Resume{Seq: int64(seq), Digest: digest}, restart: int64(seq) < 0, count: count}
+		pb = &pendingBatch{resume: Resume{Seq: int64(seq), Digest: digest, Lost: lost}, restart: int64(seq) < 0, lost: lost, count: count}
 		rb.pending[ev.DpRank] = pb
 	}
 	pb.evs = append(pb.evs, *ev)
@@ -146,11 +155,15 @@ func (rb *readBack) record(headers []kgo.RecordHeader, ev *schemas.KvEvent) {
 	}
 	for i := range pb.evs {
 		readBackEvent(rb.conv, &pb.evs[i])
+		if pb.evs[i].Kind == schemas.KvClearedEvent {
+			rb.degraded[ev.DpRank] = pb.lost
+		}
 	}
 	if pb.restart {
 		delete(rb.resumes, ev.DpRank)
 	} else {
 		res := pb.resume
+		res.Degraded = rb.degraded[ev.DpRank]
 		rb.resumes[ev.DpRank] = &res
 	}
 	delete(rb.pending, ev.DpRank)

@@ -27,7 +27,7 @@ func storedKV(hashes ...uint64) *schemas.KvEvent {
 // TestReadBackBatches: a batch counts (state and position) only once all its records were
 // read; a batch cut short by a crash is left out, and its rewrite in full counts once.
 func TestReadBackBatches(t *testing.T) {
-	rb := readBack{conv: NewConverter(1, 4, nil), resumes: map[uint32]*Resume{}, pending: map[uint32]*pendingBatch{}}
+	rb := newReadBack(NewConverter(1, 4, nil))
 	rb.record(provenance(0, 100, 0, 2), storedKV(1))
 	rb.record(provenance(0, 100, 1, 2), &schemas.KvEvent{Kind: schemas.KvRemovedEvent, Removed: schemas.KvRemoved{BlockHashes: []uint64{1}}})
 	rb.record(provenance(3, 103, 0, 1), storedKV(2, 3))

@@ -47,6 +47,12 @@ func (s *syncSink) Write(rank uint32, seq int64, d uint64, g []byte, evs []schem
 	s.recordingSink.Write(rank, seq, d, g, evs)
 }
 
+func (s *syncSink) WriteLost(rank uint32, from, to int64, g []byte, ev schemas.KvEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recordingSink.WriteLost(rank, from, to, g, ev)
+}
+
 // TestRunSourceIdleRecheck: a rank that stays silent for bridge.idle_recheck asks the replay
 // socket for what it missed, and finds the dropped final batch, without waiting on the wall
 // clock (synctest's fake time).

@@ -25,18 +25,47 @@ type Replayer interface {
 }
 
 // Sink receives what a source decides: the records of one batch (written in order, with the
-// batch's sequence number and payload digest as provenance) and refused batches.
+// batch's sequence number and payload digest as provenance), the clear that stands for lost
+// history, and refused batches.
 type Sink interface {
 	Write(rank uint32, seq int64, digest uint64, groups []byte, evs []schemas.KvEvent)
+	// WriteLost writes clear, the KvCleared of the rank that replaces the engine batches
+	// [from, to), which no replay can bring back (LostHistoryClear).
+	WriteLost(rank uint32, from, to int64, groups []byte, clear schemas.KvEvent)
 	DeadLetter(rank uint32, seq int64, payload []byte, err error)
 }
 
 // Resume is what a source knows from the records its worker already has in Kafka: the last
-// batch written for the rank and its payload digest.
+// batch written for the rank and its payload digest. Lost says that the last record is the
+// clear written for the lost batches up to Seq (Seq itself included, Digest 0); Degraded that a
+// clear for lost history was written and no full clear (an engine restart, the engine's own
+// clear) came after it.
 type Resume struct {
-	Seq    int64
-	Digest uint64
+	Seq      int64
+	Digest   uint64
+	Lost     bool
+	Degraded bool
 }
+
+// LostHistory is what a bridge does with a rank's blocks when engine batches are lost (gone
+// from the engine's replay buffer, or never answered): their stores and removals are unknown,
+// so the blocks the bridge wrote for the rank may no longer be the engine's.
+type LostHistory string
+
+const (
+	// LostHistoryClear (the default) writes a KvCleared for the (worker, rank) in place of the
+	// lost batches and lets the batches after them rebuild it: answers for the rank's earlier
+	// blocks are then short (the engine still holds blocks the index forgot) rather than long
+	// (the index keeping blocks the engine evicted during the lost batches). Until a full clear
+	// (engine restart, the engine's own AllBlocksCleared) the rank is degraded, and stores whose
+	// parent block the bridge does not hold are dropped (counted as orphaned): the relay could
+	// not place them in a chain.
+	LostHistoryClear LostHistory = "clear"
+	// LostHistoryKeep leaves the rank's blocks as they were and applies the batches after the
+	// lost ones: blocks evicted during the lost batches stay in the index until the engine
+	// restarts or clears.
+	LostHistoryKeep LostHistory = "keep"
+)
 
 // seenWindow is how many recent sequence numbers a source remembers with their payload
 // digests, to tell a batch it already handled (a live copy of a batch that an idle re-check
@@ -46,6 +75,7 @@ const seenWindow = 4096
 // sourceStats are a source's counters, read by the metrics.
 type sourceStats struct {
 	batches, replayed, duplicates, restarts, gaps, lost, undecodable, refused, retries uint64
+	lostClears                                                                         uint64
 }
 
 // source follows one engine PUB stream (one data-parallel rank): it orders batches by sequence
@@ -63,11 +93,15 @@ type source struct {
 	sink    Sink
 	log     *zap.Logger
 	retries int
-	resume  *Resume
-	started bool
-	next    int64
-	eventID uint64
-	seen    [seenWindow]struct {
+	// keepOnLoss applies LostHistoryKeep; false (the zero value) is LostHistoryClear.
+	keepOnLoss bool
+	// degraded: a clear for lost history was written and no full clear came after it.
+	degraded bool
+	resume   *Resume
+	started  bool
+	next     int64
+	eventID  uint64
+	seen     [seenWindow]struct {
 		seq    int64
 		digest uint64
 	}
@@ -81,6 +115,7 @@ type source struct {
 	idleChecked bool
 	out         []schemas.KvEvent
 	onMetric    func(kind string, n int) // events by kind, for the metrics; may be nil
+	onDegraded  func(degraded bool)      // the rank became degraded or healthy; may be nil
 }
 
 func digestOf(payload []byte) uint64 { return xxh3.Hash(payload) }
@@ -164,6 +199,18 @@ func (s *source) start(ctx context.Context, upTo int64) {
 		return
 	}
 	s.next = r.Seq + 1
+	s.setDegraded(r.Degraded)
+	s.conv.GuardOrphans(s.rank, r.Degraded)
+	if r.Lost {
+		// The last record is the clear that replaced lost batches up to r.Seq: there is no
+		// batch to compare, so only a live sequence not beyond it shows a restart.
+		if upTo >= 0 && upTo <= r.Seq {
+			s.restart(ctx, upTo)
+			return
+		}
+		s.fill(ctx, upTo)
+		return
+	}
 	if s.replay == nil {
 		if upTo >= 0 && upTo <= r.Seq {
 			s.restart(ctx, upTo)
@@ -209,6 +256,7 @@ func (s *source) restart(ctx context.Context, seq int64) {
 	s.out = append(s.out[:0], s.conv.Clear(s.rank, s.eventID))
 	s.eventID++
 	s.sink.Write(s.rank, -1, 0, s.conv.GroupKinds(s.rank), s.out)
+	s.setDegraded(false)
 	s.idleChecked = false
 	s.seen = [seenWindow]struct {
 		seq    int64
@@ -286,12 +334,35 @@ func (s *source) fill(ctx context.Context, upTo int64) {
 	}
 }
 
-// lose reports the batches [from, to) as lost and moves past them.
+// lose reports the batches [from, to) as lost and moves past them. Under LostHistoryClear it
+// first writes the clear that stands for them and marks the rank degraded.
 func (s *source) lose(from, to int64) {
 	s.stats.lost += uint64(to - from)
-	s.log.Error("engine history lost: batches are gone from the replay buffer; the index may miss blocks they stored",
-		zap.Uint32("rank", s.rank), zap.Int64("from", from), zap.Int64("to", to), zap.Int64("batches", to-from))
+	policy := LostHistoryClear
+	if s.keepOnLoss {
+		policy = LostHistoryKeep
+	}
+	s.log.Error("engine history lost: batches are gone from the replay buffer or were never answered; the index may miss blocks they stored and keep blocks they removed",
+		zap.Uint32("rank", s.rank), zap.Int64("from", from), zap.Int64("to", to), zap.Int64("batches", to-from),
+		zap.String("policy", string(policy)))
 	s.next = to
+	if s.keepOnLoss {
+		return
+	}
+	s.stats.lostClears++
+	clear := s.conv.Clear(s.rank, s.eventID)
+	s.eventID++
+	s.conv.GuardOrphans(s.rank, true)
+	s.sink.WriteLost(s.rank, from, to, s.conv.GroupKinds(s.rank), clear)
+	s.setDegraded(true)
+}
+
+// setDegraded records whether the rank is degraded (onDegraded hears every change).
+func (s *source) setDegraded(on bool) {
+	if s.degraded != on && s.onDegraded != nil {
+		s.onDegraded(on)
+	}
+	s.degraded = on
 }
 
 // applyReplies applies the replies in [next, upTo) in order. A first reply beyond next means the
@@ -355,6 +426,10 @@ func (s *source) apply(seq int64, payload []byte) {
 		s.onMetric("cleared", st.Cleared)
 		s.onMetric("filtered", st.Filtered)
 		s.onMetric("unknown_removal", st.UnknownRemovals)
+		s.onMetric("orphaned", st.Orphaned)
+	}
+	if st.Cleared > 0 {
+		s.setDegraded(false) // the engine cleared the rank: nothing lost is held any more
 	}
 	s.sink.Write(rank, seq, digest, s.conv.GroupKinds(rank), out)
 }

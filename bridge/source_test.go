@@ -54,6 +54,8 @@ type written struct {
 	seq  int64
 	kind schemas.KvEventKind
 	hash uint64
+	// lost is the lost range a clear stands for (WriteLost).
+	lost [2]int64
 }
 
 type recordingSink struct {
@@ -69,6 +71,21 @@ func (r *recordingSink) Write(_ uint32, seq int64, _ uint64, _ []byte, evs []sch
 		}
 		r.out = append(r.out, w)
 	}
+}
+
+func (r *recordingSink) WriteLost(_ uint32, from, to int64, _ []byte, ev schemas.KvEvent) {
+	r.out = append(r.out, written{seq: to - 1, kind: ev.Kind, lost: [2]int64{from, to}})
+}
+
+// lostClears returns the lost ranges of the clears written for lost history.
+func (r *recordingSink) lostClears() [][2]int64 {
+	var out [][2]int64
+	for _, w := range r.out {
+		if w.lost != ([2]int64{}) {
+			out = append(out, w.lost)
+		}
+	}
+	return out
 }
 
 func (r *recordingSink) DeadLetter(_ uint32, seq int64, _ []byte, _ error) {

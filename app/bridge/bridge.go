@@ -62,7 +62,8 @@ func BridgeConfig(b config.Bridge, topics config.Topics) (bridge.Config, error) 
 	return bridge.Config{Endpoint: b.Endpoint, ReplayEndpoint: b.ReplayEndpoint, Topic: b.Topic, Bind: b.Bind,
 		Ranks: b.Ranks, WorkerID: b.WorkerID, BlockSize: b.BlockSize, LoraNames: lora,
 		KVTopic: topics.KVEvents, DeadLetterTopic: topics.DeadLetter, BufferBatches: b.BufferBatches,
-		ReplayTimeout: b.ReplayTimeout, ReplayRetries: b.ReplayRetries, IdleRecheck: b.IdleRecheck, Resume: b.Resume}, nil
+		ReplayTimeout: b.ReplayTimeout, ReplayRetries: b.ReplayRetries, IdleRecheck: b.IdleRecheck, Resume: b.Resume,
+		LostHistory: bridge.LostHistory(b.LostHistory)}, nil
 }
 
 // Bridge is the process's bridge component.

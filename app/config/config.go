@@ -551,6 +551,14 @@ type Bridge struct {
 	// (harmless to the relay: re-offered stores are deduplicated, removals of unknown blocks
 	// ignored). Default true. Environment: CKF_BRIDGE_RESUME.
 	Resume bool `yaml:"resume"`
+	// LostHistory is what the bridge does when engine batches are lost (gone from the engine's
+	// replay buffer, or never answered by it): "clear" (the default) writes a clear of the
+	// rank in their place, so answers for the rank's earlier blocks are short rather than
+	// long, and the rank is degraded (ckf_bridge_degraded_ranks) until the engine restarts or
+	// clears; "keep" leaves the rank's blocks as they were (blocks the lost batches removed
+	// stay in the index). bridge/README.md, "Lost history". Environment:
+	// CKF_BRIDGE_LOST_HISTORY.
+	LostHistory string `yaml:"lost_history"`
 }
 
 // LoraMap parses LoraNames (validated by Config.Validate).
@@ -624,6 +632,7 @@ func defaultConfig() Config {
 			ReplayRetries: 3,
 			IdleRecheck:   5 * time.Second,
 			Resume:        true,
+			LostHistory:   "clear",
 		},
 		ShutdownTimeout: DefaultShutdownTimeout,
 		StartupTimeout:  DefaultStartupTimeout,

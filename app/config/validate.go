@@ -366,6 +366,9 @@ func (b Bridge) validate(p *problems) {
 	if b.ReplayRetries < 0 {
 		p.add("bridge.replay_retries", "%d is negative", b.ReplayRetries)
 	}
+	if b.LostHistory != "clear" && b.LostHistory != "keep" {
+		p.add("bridge.lost_history", "%q is neither clear nor keep", b.LostHistory)
+	}
 	if b.IdleRecheck < 0 {
 		p.add("bridge.idle_recheck", "%v is negative", b.IdleRecheck)
 	}
