@@ -17,7 +17,7 @@ import (
 // bridge's own replay client.
 func replayAll(t *testing.T, endpoint string) [][]byte {
 	t.Helper()
-	replies, complete, err := bridge.NewReplayer(endpoint, "", 30*time.Second).Replay(context.Background(), 0)
+	replies, complete, err := bridge.NewReplayer(endpoint, "kv@", 30*time.Second).Replay(context.Background(), 0)
 	if err != nil || !complete {
 		t.Fatalf("replay from %s: complete %v, %v", endpoint, complete, err)
 	}
@@ -32,17 +32,23 @@ func replayAll(t *testing.T, endpoint string) [][]byte {
 }
 
 // The bridge's decoder and converter, fed every batch the Go emulator makes in every shape and
-// hash format, leave an exact producer state (the relay's) holding exactly the blocks of the
+// hash format (half of them with the replay framing of vLLM 0.26 and SGLang's CPU medium), leave an exact producer state (the relay's) holding exactly the blocks of the
 // emulator's model: every resident chain, nothing of the chains stored on the CPU tier, in the
 // sliding-window group or evicted, and no event refused. Broker-free, so a decoder regression
 // shows here first; the end-to-end test (testenv/engine) runs the same path through Kafka.
 func TestBridgeConverterHoldsTheModel(t *testing.T) {
 	const blockSize, ranks, batches = 4, 2, 400
-	for _, w := range []engineemu.Wire{engineemu.WireMap, engineemu.WireArray, engineemu.WireArray5} {
+	for _, w := range engineemu.Wires() {
 		for _, h := range []engineemu.HashFormat{engineemu.HashInt, engineemu.HashSigned, engineemu.HashBytes} {
 			t.Run(w.String()+"-"+h.String(), func(t *testing.T) {
+				odd := (int(w)+int(h))%2 == 1
+				cpu := "CPU"
+				if odd {
+					cpu = "CPU_PINNED"
+				}
 				e, err := engineemu.New(engineemu.Endpoint("tcp://127.0.0.1:0"), engineemu.ReplayEndpoint("tcp://127.0.0.1:0"),
 					engineemu.Mode(engineemu.PubBind), engineemu.Ranks(1), engineemu.Shape(w), engineemu.Hashes(h),
+					engineemu.ReplayTopicFrame(odd), engineemu.CPUMedium(cpu), engineemu.Topic("kv@emu"),
 					engineemu.BlockSize(blockSize), engineemu.Capacity(64), engineemu.Hybrid(true), engineemu.DupFraction(0.1),
 					engineemu.Seed(uint64(100+10*int(w)+int(h))))
 				if err != nil {

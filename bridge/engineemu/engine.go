@@ -56,6 +56,7 @@ type cfg struct {
 	bufferSteps    int
 	replayTruncate int
 	replayTopic    bool
+	cpuMedium      string
 	sendTimeout    time.Duration
 }
 
@@ -63,7 +64,7 @@ func defaultCfg() cfg {
 	return cfg{
 		endpoint: "tcp://*:5557", ranks: 1, wire: WireMap, hashes: HashInt, blockSize: 16, seed: 1,
 		capacity: 512, maxEvents: 4, loraName: "adapter-a", loraID: 1, loraFraction: 0.2,
-		cpuFraction: 0.1, dupFraction: 0.03, bufferSteps: 10_000, sendTimeout: 5 * time.Second,
+		cpuFraction: 0.1, dupFraction: 0.03, bufferSteps: 10_000, cpuMedium: "CPU", sendTimeout: 5 * time.Second,
 	}
 }
 
@@ -145,14 +146,18 @@ func LoRA(name string, id int, fraction float64) Opt {
 }
 
 // CPUFraction sets the share of events on the CPU tier (default 0.1; none in WireArray5, which
-// has no medium).
+// has no medium). CPUMedium names the tier.
 func CPUFraction(f float64) Opt { return func(c *cfg) { c.cpuFraction = f } }
+
+// CPUMedium sets the medium of CPU-tier events (default "CPU", vLLM's; SGLang's is
+// "CPU_PINNED").
+func CPUMedium(m string) Opt { return func(c *cfg) { c.cpuMedium = m } }
 
 // DupFraction sets the share of stores that repeat a resident block (default 0.03).
 func DupFraction(f float64) Opt { return func(c *cfg) { c.dupFraction = f } }
 
 // Hybrid also stores chains in a sliding-window group, which a bridge must filter out (default
-// off; not in WireArray5).
+// off; only in the shapes with group fields, Wire.HasGroups).
 func Hybrid(on bool) Opt { return func(c *cfg) { c.hybrid = on } }
 
 // BufferSteps sets the replay buffer in batches (default 10,000, the engines' default).

@@ -249,7 +249,7 @@ func (p *pool) cpuEvent() Event {
 		for _, d := range victims {
 			p.cpu.remove(d)
 		}
-		return Event{Kind: BlockRemoved, Medium: "CPU", Hashes: victims}
+		return Event{Kind: BlockRemoved, Medium: p.cfg.cpuMedium, Hashes: victims}
 	}
 	var chain []*block
 	if p.keys.len() > 0 && p.rng.Float64() < 0.5 {
@@ -262,7 +262,7 @@ func (p *pool) cpuEvent() Event {
 	for _, b := range chain {
 		p.cpu.add(b.digest)
 	}
-	return p.storedEvent(chain, "CPU", nil)
+	return p.storedEvent(chain, p.cfg.cpuMedium, nil)
 }
 
 func (p *pool) windowEvent() Event {
@@ -296,9 +296,9 @@ func (p *pool) nextBatch() []Event {
 			if ev, ok := p.gpuEvict(); ok {
 				events = append(events, ev)
 			}
-		case r < 0.3+c.cpuFraction && c.wire != WireArray5:
+		case r < 0.3+c.cpuFraction && c.wire.HasMedium():
 			events = append(events, p.cpuEvent())
-		case c.hybrid && c.wire != WireArray5 && r < 0.35+c.cpuFraction:
+		case c.hybrid && c.wire.HasGroups() && r < 0.35+c.cpuFraction:
 			events = append(events, p.windowEvent())
 		default:
 			events = append(events, p.gpuStore())

@@ -23,11 +23,50 @@ const (
 	// ["BlockRemoved", block_hashes, medium, group_idx]; msgspec writes an array_like struct
 	// whole, fields at their default (None) included.
 	WireArray
-	// WireArray5 is the five-field BlockStored of SGLang and of early vLLM: [ts, events],
+	// WireArray5 is the five-field BlockStored of vLLM 0.9.0: [ts, events],
 	// ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id],
 	// ["BlockRemoved", block_hashes]: no rank, no medium, no LoRA name.
 	WireArray5
+	// WireArray6 adds the medium and the rank: [ts, events, rank], ["BlockStored", ...,
+	// lora_id, medium], ["BlockRemoved", block_hashes, medium] (vLLM 0.10.2 to 0.13, and
+	// SGLang up to 0.5.17 with its attn_dp_rank).
+	WireArray6
+	// WireArray7 adds lora_name to WireArray6's BlockStored (vLLM 0.14.1 to 0.16).
+	WireArray7
+	// WireMapEvents is the shape of vLLM 0.24.0 and later (and SGLang 0.5.20 and later): the
+	// batch stays array_like, [ts, events, rank], and each event is a map tagged by "type",
+	// fields at their default (None) left out.
+	WireMapEvents
 )
+
+// wires lists every Wire, in declaration order.
+var wires = []Wire{WireMap, WireArray, WireArray5, WireArray6, WireArray7, WireMapEvents}
+
+// Wires returns every Wire, in declaration order.
+func Wires() []Wire { return append([]Wire(nil), wires...) }
+
+// storedFields is how many BlockStored fields w carries (its array length less the tag);
+// all eleven for the full shapes.
+func (w Wire) storedFields() int {
+	switch w {
+	case WireArray5:
+		return 5
+	case WireArray6:
+		return 6
+	case WireArray7:
+		return 7
+	}
+	return 11
+}
+
+// HasMedium says whether w's events carry a medium (without one, every block is a device block).
+func (w Wire) HasMedium() bool { return w.storedFields() >= 6 }
+
+// HasGroups says whether w's events carry hybrid-model group fields.
+func (w Wire) HasGroups() bool { return w.storedFields() == 11 }
+
+// eventMaps says whether w writes events as maps.
+func (w Wire) eventMaps() bool { return w == WireMap || w == WireMapEvents }
 
 // String returns the name the emulators' command lines use.
 func (w Wire) String() string {
@@ -38,18 +77,24 @@ func (w Wire) String() string {
 		return "array"
 	case WireArray5:
 		return "array5"
+	case WireArray6:
+		return "array6"
+	case WireArray7:
+		return "array7"
+	case WireMapEvents:
+		return "mapevents"
 	}
 	return fmt.Sprintf("Wire(%d)", int(w))
 }
 
 // ParseWire reads a Wire from its name.
 func ParseWire(s string) (Wire, error) {
-	for _, w := range []Wire{WireMap, WireArray, WireArray5} {
+	for _, w := range wires {
 		if w.String() == s {
 			return w, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: wire %q (want map, array or array5)", ErrInvalidConfig, s)
+	return 0, fmt.Errorf("%w: wire %q (want map, array, array5, array6, array7 or mapevents)", ErrInvalidConfig, s)
 }
 
 // HashFormat is how block hashes travel.
@@ -170,10 +215,10 @@ func (e *encoder) batch(ts float64, events []Event, rank int) ([]byte, error) {
 	switch e.wire {
 	case WireMap:
 		err = first(m.EncodeMapLen(3), m.EncodeString("ts"), m.EncodeFloat64(ts), m.EncodeString("events"))
-	case WireArray:
-		err = first(m.EncodeArrayLen(3), m.EncodeFloat64(ts))
 	case WireArray5:
 		err = first(m.EncodeArrayLen(2), m.EncodeFloat64(ts))
+	default:
+		err = first(m.EncodeArrayLen(3), m.EncodeFloat64(ts))
 	}
 	if err != nil {
 		return nil, err
@@ -189,7 +234,8 @@ func (e *encoder) batch(ts float64, events []Event, rank int) ([]byte, error) {
 	switch e.wire {
 	case WireMap:
 		err = first(m.EncodeString("data_parallel_rank"), m.EncodeInt(int64(rank)))
-	case WireArray:
+	case WireArray5:
+	default:
 		err = m.EncodeInt(int64(rank))
 	}
 	if err != nil {
@@ -216,10 +262,13 @@ func (e *encoder) event(ev *Event) error {
 			{"block_size", func() error { return m.EncodeInt(int64(ev.BlockSize)) }},
 			{"lora_id", func() error { return e.optInt(ev.LoRAID) }},
 		}
-		if e.wire != WireArray5 {
-			fields = append(fields,
-				field{"medium", func() error { return m.EncodeString(ev.Medium) }},
-				field{"lora_name", func() error { return e.optString(ev.LoRAName) }})
+		if n := e.wire.storedFields(); n >= 6 {
+			fields = append(fields, field{"medium", func() error { return m.EncodeString(ev.Medium) }})
+			if n >= 7 {
+				fields = append(fields, field{"lora_name", func() error { return e.optString(ev.LoRAName) }})
+			}
+		}
+		if e.wire.HasGroups() {
 			g := ev.Group
 			switch {
 			case g != nil:
@@ -239,8 +288,10 @@ func (e *encoder) event(ev *Event) error {
 		}
 	case BlockRemoved:
 		fields = []field{{"block_hashes", func() error { return e.hashList(ev.Hashes) }}}
-		if e.wire != WireArray5 {
+		if e.wire.HasMedium() {
 			fields = append(fields, field{"medium", func() error { return m.EncodeString(ev.Medium) }})
+		}
+		if e.wire.HasGroups() {
 			if g := ev.Group; g != nil {
 				fields = append(fields, field{"group_idx", func() error { return m.EncodeInt(int64(g.Index)) }})
 			} else if e.wire == WireArray {
@@ -251,7 +302,7 @@ func (e *encoder) event(ev *Event) error {
 	default:
 		return fmt.Errorf("engineemu: unknown event kind %v", ev.Kind)
 	}
-	if e.wire == WireMap {
+	if e.wire.eventMaps() {
 		if err := first(m.EncodeMapLen(len(fields)+1), m.EncodeString("type"), m.EncodeString(ev.Kind.String())); err != nil {
 			return err
 		}

@@ -19,16 +19,25 @@ ZeroMQ's late-joiner window (a real engine gives no such signal; a bridge must t
 batches it missed from the replay socket).
 
 Payload shapes (--wire), all msgpack written by msgspec exactly as the engines declare them:
-  map     the batch and each event are maps: {"ts", "events", "data_parallel_rank"}, events
-          tagged by a "type" key (vLLM's current structs: no array_like);
-  array   the same structs array_like: [ts, events, data_parallel_rank], events
-          ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id,
-          medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
-          kv_cache_spec_sliding_window] (msgspec writes an array_like struct whole, fields at
-          their default included), ["BlockRemoved", block_hashes, medium, group_idx];
-  array5  the five-field BlockStored of SGLang and of early vLLM: [ts, events],
-          ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id],
-          ["BlockRemoved", block_hashes]; no rank, no medium, no LoRA name.
+  map       the batch and each event are maps: {"ts", "events", "data_parallel_rank"}, events
+            tagged by a "type" key;
+  mapevents the batch array_like, [ts, events, data_parallel_rank], each event a map tagged by
+            "type", fields at their default (None) left out (vLLM 0.24.0 and later, SGLang
+            0.5.20 and later);
+  array     the same structs array_like: [ts, events, data_parallel_rank], events
+            ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id,
+            medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
+            kv_cache_spec_sliding_window] (msgspec writes an array_like struct whole, fields at
+            their default included), ["BlockRemoved", block_hashes, medium, group_idx] (vLLM
+            0.22.0 to 0.23.0);
+  array7    [ts, events, rank], BlockStored up to lora_name, ["BlockRemoved", block_hashes,
+            medium] (vLLM 0.14.1 to 0.16.0);
+  array6    the same without lora_name (vLLM 0.10.2 to 0.13.0; SGLang up to 0.5.17);
+  array5    the five-field BlockStored of vLLM 0.9.0: [ts, events], ["BlockStored",
+            block_hashes, parent_block_hash, token_ids, block_size, lora_id], ["BlockRemoved",
+            block_hashes]; no rank, no medium, no LoRA name.
+--release NAME sets the shape, hashes, replay framing and CPU medium of an engine release line
+(vllm-0.9, vllm-0.11, vllm-0.15, vllm-0.22, vllm-0.24, vllm-0.26, sglang-0.5.17, sglang).
 Block hashes (--hash-format): int (the low 64 bits of the block's SHA-256, unsigned: vLLM's
 default), signed (the same bits as a signed 64-bit integer, as older engines sent Python hashes),
 or bytes (the whole 32-byte digest).
@@ -116,45 +125,69 @@ def bind_retrying(sock: zmq.Socket, endpoint: str, patience: float = 10.0) -> No
 
 # ---- the wire shapes -------------------------------------------------------------------------
 
+# The BlockStored fields each shape carries: array5 (vLLM 0.9.0) the first five, array6 (vLLM
+# 0.10.2-0.13, SGLang up to 0.5.17) six, array7 (vLLM 0.14.1-0.16) seven, the others all.
+STORED_FIELDS = {"array5": 5, "array6": 6, "array7": 7}
+
+# Release lines (--release): the shape, hashes, replay framing and CPU medium each engine release
+# sends, as bridge/engineemu/release.go lists them.
+RELEASES = {
+    "vllm-0.9": dict(wire="array5", hash_format="signed", replay_topic_frame=False, cpu_medium="CPU"),
+    "vllm-0.11": dict(wire="array6", hash_format="int", replay_topic_frame=False, cpu_medium="CPU"),
+    "vllm-0.15": dict(wire="array7", hash_format="int", replay_topic_frame=False, cpu_medium="CPU"),
+    "vllm-0.22": dict(wire="array", hash_format="int", replay_topic_frame=False, cpu_medium="CPU"),
+    "vllm-0.24": dict(wire="mapevents", hash_format="bytes", replay_topic_frame=False, cpu_medium="CPU"),
+    "vllm-0.26": dict(wire="mapevents", hash_format="int", replay_topic_frame=True, cpu_medium="CPU"),
+    "sglang-0.5.17": dict(wire="array6", hash_format="signed", replay_topic_frame=False, cpu_medium="CPU_PINNED"),
+    "sglang": dict(wire="mapevents", hash_format="signed", replay_topic_frame=True, cpu_medium="CPU_PINNED"),
+}
+
+
 class Wire:
     """The msgspec structs of one wire shape and the encoder that writes them."""
 
     def __init__(self, shape: str) -> None:
         self.shape = shape
-        array_like = shape != "map"
-        opts = dict(omit_defaults=True, gc=False, array_like=array_like)
+        self.fields = STORED_FIELDS.get(shape, 11)
+        events_as_maps = shape in ("map", "mapevents")
+        opts = dict(omit_defaults=True, gc=False, array_like=not events_as_maps)
+        stored_fields = [("block_hashes", list), ("parent_block_hash", Any),
+                         ("token_ids", list), ("block_size", int), ("lora_id", Any),
+                         ("medium", Any), ("lora_name", Any),
+                         ("extra_keys", Any, None), ("group_idx", Any, None),
+                         ("kv_cache_spec_kind", Any, None),
+                         ("kv_cache_spec_sliding_window", Any, None)][:self.fields]
+        removed_fields = [("block_hashes", list), ("medium", Any), ("group_idx", Any, None)]
+        removed_fields = removed_fields[:1 if self.fields == 5 else 2 if self.fields < 11 else 3]
+        batch_fields = [("ts", float), ("events", list), ("data_parallel_rank", Any, None)]
         if shape == "array5":
-            stored_fields = [("block_hashes", list), ("parent_block_hash", Any),
-                             ("token_ids", list), ("block_size", int), ("lora_id", Any)]
-            removed_fields = [("block_hashes", list)]
-            batch_fields = [("ts", float), ("events", list)]
-        else:
-            stored_fields = [("block_hashes", list), ("parent_block_hash", Any),
-                             ("token_ids", list), ("block_size", int), ("lora_id", Any),
-                             ("medium", Any), ("lora_name", Any),
-                             ("extra_keys", Any, None), ("group_idx", Any, None),
-                             ("kv_cache_spec_kind", Any, None),
-                             ("kv_cache_spec_sliding_window", Any, None)]
-            removed_fields = [("block_hashes", list), ("medium", Any), ("group_idx", Any, None)]
-            batch_fields = [("ts", float), ("events", list), ("data_parallel_rank", Any, None)]
+            batch_fields = batch_fields[:2]
         self.BlockStored = msgspec.defstruct("BlockStored", stored_fields, tag=True, **opts)
         self.BlockRemoved = msgspec.defstruct("BlockRemoved", removed_fields, tag=True, **opts)
         self.AllBlocksCleared = msgspec.defstruct("AllBlocksCleared", [], tag=True, **opts)
-        self.Batch = msgspec.defstruct("KVEventBatch", batch_fields, **opts)
+        batch_opts = dict(opts, array_like=shape != "map")
+        self.Batch = msgspec.defstruct("KVEventBatch", batch_fields, **batch_opts)
         self.encoder = msgspec.msgpack.Encoder()
 
+    def has_medium(self) -> bool:
+        return self.fields >= 6
+
+    def has_groups(self) -> bool:
+        return self.fields == 11
+
     def stored(self, hashes, parent, tokens, block_size, lora_id, medium, lora_name, group):
-        if self.shape == "array5":
-            return self.BlockStored(hashes, parent, tokens, block_size, lora_id)
+        args = [hashes, parent, tokens, block_size, lora_id, medium, lora_name][:self.fields]
         kw = {}
-        if group is not None:
+        if group is not None and self.has_groups():
             kw = dict(group_idx=group[0], kv_cache_spec_kind=group[1],
                       kv_cache_spec_sliding_window=group[2])
-        return self.BlockStored(hashes, parent, tokens, block_size, lora_id, medium, lora_name, **kw)
+        return self.BlockStored(*args, **kw)
 
     def removed(self, hashes, medium, group):
-        if self.shape == "array5":
+        if not self.has_medium():
             return self.BlockRemoved(hashes)
+        if not self.has_groups():
+            return self.BlockRemoved(hashes, medium)
         return self.BlockRemoved(hashes, medium, None if group is None else group[0])
 
     def cleared(self):
@@ -455,7 +488,7 @@ class Rank:
             victims = self.cpu.sample(self.rng, self.rng.randint(1, 3))
             for d in victims:
                 self.cpu.discard(d)
-            return self.emu.wire.removed([self.wire_hash(d) for d in victims], "CPU", None)
+            return self.emu.wire.removed([self.wire_hash(d) for d in victims], self.emu.args.cpu_medium, None)
         if self.gpu and self.rng.random() < 0.5:
             # Offload a resident GPU block (the same hash on another medium).
             chain = [self.gpu[self.gpu_keys.sample(self.rng, 1)[0]]]
@@ -464,7 +497,7 @@ class Rank:
             chain = self.new_chain(None, self.rng.randint(1, 3), None)
         for b in chain:
             self.cpu.add(b.digest)
-        return self.stored_event(chain, "CPU")
+        return self.stored_event(chain, self.emu.args.cpu_medium)
 
     def window_event(self) -> Optional[Any]:
         if self.window and self.rng.random() < 0.3:
@@ -485,9 +518,9 @@ class Rank:
             r = self.rng.random()
             if len(self.gpu) >= a.capacity or (self.gpu and r < 0.3):
                 ev = self.gpu_evict()
-            elif r < 0.3 + a.cpu_fraction and a.wire != "array5":  # array5 has no medium
+            elif r < 0.3 + a.cpu_fraction and self.emu.wire.has_medium():
                 ev = self.cpu_event()
-            elif a.hybrid and a.wire != "array5" and r < 0.3 + a.cpu_fraction + 0.05:
+            elif a.hybrid and self.emu.wire.has_groups() and r < 0.3 + a.cpu_fraction + 0.05:
                 ev = self.window_event()
             else:
                 ev = self.gpu_store()
@@ -652,8 +685,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--connect", action="store_true", help="connect the PUB socket whatever the endpoint")
     p.add_argument("--topic", default="", help="ZMQ topic frame (default empty)")
     p.add_argument("--ranks", type=int, default=1, help="data-parallel ranks (ports base+rank)")
-    p.add_argument("--wire", choices=("map", "array", "array5"), default="map")
+    p.add_argument("--release", choices=sorted(RELEASES),
+                   help="an engine release line: sets --wire, --hash-format, --replay-topic-frame "
+                        "and --cpu-medium as that release sends them (later flags still apply)")
+    p.add_argument("--wire", choices=("map", "array", "array5", "array6", "array7", "mapevents"), default="map")
     p.add_argument("--hash-format", choices=("int", "signed", "bytes"), default="int")
+    p.add_argument("--cpu-medium", default="CPU", help="medium of CPU-tier events (SGLang: CPU_PINNED)")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--capacity", type=int, default=512, help="GPU blocks per rank before eviction")
@@ -674,6 +711,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--replay-topic-frame", action="store_true",
                    help="replay replies carry the topic frame (vLLM v0.26.0 and later)")
     p.add_argument("--linger", type=float, default=0.0, help="seconds to serve replay after stdin ends")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre, _ = p.parse_known_args(argv)
+    if pre.release:
+        r = RELEASES[pre.release]
+        p.set_defaults(wire=r["wire"], hash_format=r["hash_format"], cpu_medium=r["cpu_medium"],
+                       replay_topic_frame=r["replay_topic_frame"])
     args = p.parse_args(argv)
     if args.bind and args.connect:
         p.error("--bind and --connect exclude each other")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/bridge"
+	"github.com/ckf-stream/ckf-stream/bridge/engineemu"
 	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
@@ -21,7 +22,7 @@ import (
 // bridge's own replay client.
 func replayAll(t *testing.T, endpoint string) [][]byte {
 	t.Helper()
-	replies, complete, err := bridge.NewReplayer(endpoint, "", 30*time.Second).Replay(context.Background(), 0)
+	replies, complete, err := bridge.NewReplayer(endpoint, "kv@", 30*time.Second).Replay(context.Background(), 0)
 	if err != nil || !complete {
 		t.Fatalf("replay from %s: complete %v, %v", endpoint, complete, err)
 	}
@@ -38,20 +39,20 @@ func replayAll(t *testing.T, endpoint string) [][]byte {
 // The Python emulator's model is exact: every batch it made (read back from its replay socket),
 // decoded and converted by the bridge's code and applied to the relay's exact state, leaves that
 // state holding every block of the model's resident chains and nothing of its absent ones, in
-// every shape and hash format. Broker-free, so that an end-to-end failure can be told apart from
-// a wrong oracle.
+// every engine release line (engineemu.Releases: shape, hashes, replay framing, CPU medium) and
+// in the map shape. Broker-free, so that an end-to-end failure can be told apart from a wrong
+// oracle.
 func TestPythonModelIsExact(t *testing.T) {
-	for _, c := range []struct{ wire, hashes string }{
-		{"map", "bytes"}, {"array", "signed"}, {"array5", "int"},
-	} {
-		t.Run(c.wire+"-"+c.hashes, func(t *testing.T) {
+	runs := [][]string{{"--wire", "map", "--hash-format", "bytes"}}
+	for _, r := range engineemu.Releases {
+		runs = append(runs, []string{"--release", r.Name})
+	}
+	for i, shape := range runs {
+		t.Run(shape[1], func(t *testing.T) {
 			base := testenv.FreePortRun(t, 2)
-			args := []string{"--endpoint", fmt.Sprintf("tcp://*:%d", base), "--replay-endpoint", fmt.Sprintf("tcp://*:%d", base+1),
-				"--wire", c.wire, "--hash-format", c.hashes, "--block-size", "4", "--capacity", "64",
-				"--dup-fraction", "0.1", "--lora-id", "3", "--seed", strconv.Itoa(len(c.wire) + len(c.hashes))}
-			if c.wire != "array5" {
-				args = append(args, "--hybrid")
-			}
+			args := append([]string{"--endpoint", fmt.Sprintf("tcp://*:%d", base), "--replay-endpoint", fmt.Sprintf("tcp://*:%d", base+1),
+				"--block-size", "4", "--capacity", "64", "--dup-fraction", "0.1", "--lora-id", "3", "--seed", strconv.Itoa(7 + i),
+				"--hybrid", "--topic", "kv@engine"}, shape...)
 			e := startEmulator(t, t.TempDir(), "engine", 1, args...)
 			// Every batch goes to the replay buffer only.
 			drop := make([]int, 600)

@@ -100,7 +100,7 @@ func TestGoPayloadsEqualMsgspec(t *testing.T) {
 	}
 	var cases []parityCase
 	var want [][]byte
-	for _, w := range []engineemu.Wire{engineemu.WireMap, engineemu.WireArray, engineemu.WireArray5} {
+	for _, w := range engineemu.Wires() {
 		for _, hf := range []engineemu.HashFormat{engineemu.HashInt, engineemu.HashSigned, engineemu.HashBytes} {
 			pe, ge := events()
 			if w == engineemu.WireArray5 {
