@@ -42,7 +42,7 @@ func BenchmarkBridgeThroughput(b *testing.B) {
 	})
 	handled := time.Since(start)
 	events := run["events"].(float64)
-	o := newOracle(readModel(t, eng, s.logDir))
+	o := newOracle(engineModel{name: "engine", model: readModel(t, eng, s.logDir)})
 	r, settled := s.converged(o, "the index answers the engine's model", 5*time.Minute)
 	t.Logf("throughput: %d batches, %.0f events; emulator published them in %v (%.0f events/s); the bridge handled them in %v (%.0f events/s, %.0f batches/s); answers %+v %v later",
 		batches, events, published.Round(time.Millisecond), events/published.Seconds(), handled.Round(time.Millisecond),
@@ -60,7 +60,7 @@ func BenchmarkBridgeThroughput(b *testing.B) {
 	start = time.Now()
 	eng.do(map[string]any{"cmd": "run", "batches": gapBatches, "drop": drops})
 	published = time.Since(start)
-	o = newOracle(readModel(t, eng, s.logDir))
+	o = newOracle(engineModel{name: "engine", model: readModel(t, eng, s.logDir)})
 	r, settled = s.converged(o, "the index answers the engine's model after the gaps", 5*time.Minute)
 	t.Logf("gap fill: %d batches published in %v with %d dropped from the live stream (the last included); the bridge counted %v gaps and replayed %v batches; answers %+v %v after the last batch",
 		gapBatches, published.Round(time.Millisecond), len(drops), counter(t, br, "ckf_bridge_gaps")-gapsBefore,
