@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -47,7 +48,8 @@ const SpecFullAttention = "full_attention"
 // ConvertStats counts what one batch did.
 type ConvertStats struct {
 	Stored, Removed, Cleared int // engine events by kind, before filtering
-	// Filtered are events of other media or non-full-attention groups (skipped).
+	// Filtered are events of other media or non-full-attention groups (skipped), and partial
+	// pages (a stored single block shorter than the block size: no query hashes it).
 	Filtered int
 	// ExtraCopies are stored blocks that were already held (another copy); HeldCopies removed
 	// blocks that still have a copy. Neither is written.
@@ -149,6 +151,26 @@ func (c *Converter) salt(i int, ev *kvevents.Event) (uint64, error) {
 	return ckf.BlockSaltSeed(name, ""), nil
 }
 
+// outOfScope says whether ev, on its own, is outside the filter's scope: blocks on another
+// medium than the device (compared without case: engines write "GPU", connectors other cases),
+// or a store of a group that is not full attention. Such an event is filtered before its block
+// size is checked (a hybrid model's Mamba state stores carry no tokens).
+func outOfScope(ev *kvevents.Event) bool {
+	if ev.Medium != "" && !strings.EqualFold(ev.Medium, MediumGPU) {
+		return true
+	}
+	return ev.Kind == kvevents.KindStored && ev.SpecKind != "" && ev.SpecKind != SpecFullAttention
+}
+
+// partialPage says whether a stored event is one block shorter than the block size, whose
+// tokens are all there: SGLang publishes the last, partial page of a sequence so. No query
+// hashes a partial block (a router drops the trailing partial block), so it is filtered, not
+// refused.
+func (c *Converter) partialPage(ev *kvevents.Event) bool {
+	return ev.Kind == kvevents.KindStored && len(ev.BlockHashes) == 1 && ev.BlockSize > 0 &&
+		ev.BlockSize < c.blockSize && len(ev.TokenIDs) == ev.BlockSize
+}
+
 // skip says whether ev is outside the filter's scope: blocks on another medium than the
 // device, or of a hybrid model's group that is not full attention. A stored event teaches the
 // rank which groups to skip, so that their removals (which carry only the group index) are
@@ -157,10 +179,7 @@ func (st *rankState) skip(ev *kvevents.Event) bool {
 	if ev.Kind == kvevents.KindStored && ev.HasGroup && ev.SpecKind != "" {
 		st.skipped[ev.GroupIdx] = ev.SpecKind != SpecFullAttention
 	}
-	if ev.Medium != "" && ev.Medium != MediumGPU {
-		return true
-	}
-	if ev.Kind == kvevents.KindStored && ev.SpecKind != "" && ev.SpecKind != SpecFullAttention {
+	if outOfScope(ev) {
 		return true
 	}
 	if !ev.HasGroup {
@@ -232,8 +251,8 @@ func (c *Converter) Convert(out []schemas.KvEvent, b *kvevents.Batch, rank uint3
 	salts := make([]uint64, len(b.Events))
 	for i := range b.Events {
 		ev := &b.Events[i]
-		if ev.Kind != kvevents.KindStored {
-			continue
+		if ev.Kind != kvevents.KindStored || outOfScope(ev) || c.partialPage(ev) {
+			continue // filtered in the second pass, whatever its size
 		}
 		if ev.BlockSize != c.blockSize {
 			return out, stats, &RefusedError{Event: i, Kind: ErrBlockSize,
@@ -268,7 +287,7 @@ func (c *Converter) Convert(out []schemas.KvEvent, b *kvevents.Batch, rank uint3
 			out = append(out, kv)
 			continue
 		}
-		if st.skip(ev) {
+		if st.skip(ev) || c.partialPage(ev) {
 			stats.Filtered++
 			continue
 		}

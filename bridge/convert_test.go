@@ -204,3 +204,27 @@ func TestConvertGroupKnowledge(t *testing.T) {
 		t.Fatalf("after read-back: %+v %+v", out, stats)
 	}
 }
+
+// Events outside the filter's scope are filtered before their size is checked: a Mamba-state
+// store without tokens, a store on a medium spelled in another case ("cpu", a connector's), and
+// SGLang's partial last page (one block shorter than the block size) do not refuse the batch
+// they came in; the device stores beside them are written.
+func TestConvertFiltersBeforeCheckingSizes(t *testing.T) {
+	c := NewConverter(7, testBS, nil)
+	mamba := kvevents.Event{Kind: kvevents.KindStored, BlockHashes: []kvevents.BlockHash{50}, BlockSize: testBS,
+		SpecKind: "mamba", HasGroup: true, GroupIdx: 2, Medium: MediumGPU}
+	cpu := stored(0, false, 30, 60)
+	cpu.Medium, cpu.BlockSize, cpu.TokenIDs = "cpu", 2, []uint32{1, 2}
+	partial := kvevents.Event{Kind: kvevents.KindStored, BlockHashes: []kvevents.BlockHash{70}, Parent: 1, HasParent: true,
+		TokenIDs: []uint32{1, 2, 3}, BlockSize: 3, Medium: "gpu"}
+	out, st := convert(t, c, 0, stored(0, false, 10, 1), mamba, cpu, partial)
+	if len(out) != 1 || st.Filtered != 3 || c.HeldBlocks(0) != 1 || c.Held(0, 1) != 1 {
+		t.Fatalf("out %+v stats %+v held %v", out, st, c.HeldHashes(0))
+	}
+	// A device store of another size is still refused.
+	bad := stored(0, false, 10, 2)
+	bad.BlockSize, bad.TokenIDs = 8, toks(10, 2)
+	if _, _, err := c.Convert(nil, &kvevents.Batch{Events: []kvevents.Event{bad}}, 0, 1); !errors.Is(err, ErrBlockSize) {
+		t.Fatalf("a device store of block size 8: %v", err)
+	}
+}
