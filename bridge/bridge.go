@@ -174,7 +174,11 @@ type Bridge struct {
 }
 
 // New checks the configuration and builds a Bridge; nothing connects until Run.
-func New(p Params) (*Bridge, error) {
+func New(p Params) (*Bridge, error) { return newBridge(p, "") }
+
+// newBridge is New; a non-empty worker tags the bridge's gauges with it (a Fleet's engines
+// share the counters).
+func newBridge(p Params, worker string) (*Bridge, error) {
 	cfg := p.Config.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -186,7 +190,7 @@ func New(p Params) (*Bridge, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Bridge{cfg: cfg, codec: p.Codec, prod: p.Producer, copts: p.ConsumerOpts, log: log, m: newMetrics(p.Metrics)}, nil
+	return &Bridge{cfg: cfg, codec: p.Codec, prod: p.Producer, copts: p.ConsumerOpts, log: log, m: newWorkerMetrics(p.Metrics, worker)}, nil
 }
 
 // Ready reports whether every rank's SUB socket is open and the resume read-back is done.
@@ -206,17 +210,27 @@ func (b *Bridge) Ready() error {
 // Kafka refused after the producer's retries: the converter's state then holds what Kafka does
 // not, so the bridge stops, and its restart resumes from what Kafka has).
 func (b *Bridge) Run(ctx context.Context) error {
-	conv := NewConverter(b.cfg.WorkerID, b.cfg.BlockSize, b.cfg.LoraNames)
+	conv := b.newConverter()
 	resumes := map[uint32]*Resume{}
 	if b.cfg.Resume && b.copts != nil {
 		var err error
-		resumes, err = ReadBack(ctx, b.copts, b.codec, b.cfg.KVTopic, b.cfg.WorkerID, conv)
-		if err != nil {
+		if resumes, err = ReadBack(ctx, b.copts, b.codec, b.cfg.KVTopic, b.cfg.WorkerID, conv); err != nil {
 			return fmt.Errorf("bridge: resuming from %s: %w", b.cfg.KVTopic, err)
 		}
-		for r, res := range resumes {
-			b.log.Info("resuming rank from its records in Kafka", zap.Uint32("rank", r), zap.Int64("last_seq", res.Seq), zap.Int("held_blocks", conv.HeldBlocks(r)))
-		}
+	}
+	return b.run(ctx, conv, resumes)
+}
+
+func (b *Bridge) newConverter() *Converter {
+	return NewConverter(b.cfg.WorkerID, b.cfg.BlockSize, b.cfg.LoraNames)
+}
+
+// run is Run after the read-back: conv holds what the worker's records in Kafka hold, and
+// resumes says where each rank stopped.
+func (b *Bridge) run(ctx context.Context, conv *Converter, resumes map[uint32]*Resume) error {
+	for r, res := range resumes {
+		b.log.Info("resuming rank from its records in Kafka", zap.Uint32("rank", r), zap.Int64("last_seq", res.Seq),
+			zap.Int("held_blocks", conv.HeldBlocks(r)), zap.Bool("degraded", res.Degraded))
 	}
 	parent := ctx
 	ctx, cancelCause := context.WithCancelCause(ctx)

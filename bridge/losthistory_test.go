@@ -117,3 +117,33 @@ func TestSourceResumesAfterLostHistory(t *testing.T) {
 		t.Fatalf("stats %+v degraded %v written %v next %d", s.stats, s.degraded, sink.hashes(), s.next)
 	}
 }
+
+// A resumed source rebuilds the rank's copy counts from the engine's replay buffer when it still
+// holds the incarnation's whole history: a block the engine stored twice before the previous
+// bridge stopped is held twice again (Kafka has it once), so its first removal writes nothing and
+// the index keeps it while the engine does.
+func TestSourceResumeRebuildsCopyCounts(t *testing.T) {
+	e := &fakeEngine{}
+	e.publish(t, 10) // 0
+	e.publish(t, 10) // 1: a second copy of block 10
+	rm, _ := msgpack.Marshal([]any{2.0, []any{[]any{"BlockRemoved", []any{10}, "GPU"}}})
+	e.batches = append(e.batches, rm) // 2: one copy removed
+	sink := &recordingSink{}
+	s := newTestSource(e, sink)
+	// What Kafka gives back: block 10 held once, batch 1 written last.
+	s.conv.rank(0).copies[10] = 1
+	s.resume = &Resume{Seq: 1, Digest: digestOf(e.batches[1])}
+	s.live(context.Background(), 2, rm)
+	if s.conv.Held(0, 10) != 1 || len(sink.out) != 0 {
+		t.Fatalf("after the first removal: held %d, written %+v (the engine still holds a copy)", s.conv.Held(0, 10), sink.out)
+	}
+	// A degraded rank keeps what Kafka says.
+	sink2 := &recordingSink{}
+	s2 := newTestSource(e, sink2)
+	s2.conv.rank(0).copies[10] = 1
+	s2.resume = &Resume{Seq: 1, Digest: digestOf(e.batches[1]), Degraded: true}
+	s2.live(context.Background(), 2, rm)
+	if s2.conv.Held(0, 10) != 0 || len(sink2.out) != 1 || sink2.out[0].kind != schemas.KvRemovedEvent {
+		t.Fatalf("degraded: held %d, written %+v", s2.conv.Held(0, 10), sink2.out)
+	}
+}

@@ -28,11 +28,19 @@ var produceBuckets = tally.DurationBuckets{
 	time.Second, 5 * time.Second,
 }
 
-func newMetrics(root tally.Scope) *metrics {
+func newMetrics(root tally.Scope) *metrics { return newWorkerMetrics(root, "") }
+
+// newWorkerMetrics is newMetrics for one engine of a Fleet (worker non-empty): the counters are
+// the fleet's, shared by its engines; the gauges carry the tag "worker".
+func newWorkerMetrics(root tally.Scope, worker string) *metrics {
 	if root == nil {
 		root = tally.NoopScope
 	}
 	s := root.SubScope("bridge")
+	gauges := s
+	if worker != "" {
+		gauges = s.Tagged(map[string]string{"worker": worker})
+	}
 	m := &metrics{
 		batches:           s.Counter("batches_total"),
 		replayed:          s.Counter("replayed_batches_total"),
@@ -49,9 +57,9 @@ func newMetrics(root tally.Scope) *metrics {
 		reconnects:        s.Counter("socket_reopens_total"),
 		replayRetries:     s.Counter("replay_retries_total"),
 		lostClears:        s.Counter("lost_history_clears_total"),
-		degradedRanks:     s.Gauge("degraded_ranks"),
-		buffered:          s.Gauge("buffered_batches"),
-		sequenceLag:       s.Gauge("sequence_lag_batches"),
+		degradedRanks:     gauges.Gauge("degraded_ranks"),
+		buffered:          gauges.Gauge("buffered_batches"),
+		sequenceLag:       gauges.Gauge("sequence_lag_batches"),
 		produceLatency:    s.Histogram("produce_latency_seconds", produceBuckets),
 		eventsBy:          map[string]tally.Counter{},
 	}

@@ -42,6 +42,18 @@ func WorkerPartition(topic string, worker uint64, n int) int32 {
 // written): a block the engine held twice when the previous bridge stopped is held once after
 // ReadBack (README.md, "Restart of the bridge").
 func ReadBack(ctx context.Context, opts []kgo.Opt, codec *schemas.Codec, topic string, worker uint64, conv *Converter) (map[uint32]*Resume, error) {
+	all, err := ReadBackWorkers(ctx, opts, codec, topic, map[uint64]*Converter{worker: conv})
+	if err != nil {
+		return nil, err
+	}
+	return all[worker], nil
+}
+
+// ReadBackWorkers is ReadBack for several workers in one pass (a Fleet's engines): it reads
+// each partition that holds one of the workers' records once, from its start to the end offset
+// listed now, and hands every record to its worker's converter. It returns the Resumes per
+// worker (a worker without records has an empty map).
+func ReadBackWorkers(ctx context.Context, opts []kgo.Opt, codec *schemas.Codec, topic string, convs map[uint64]*Converter) (map[uint64]map[uint32]*Resume, error) {
 	adm, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err
@@ -58,45 +70,60 @@ func ReadBack(ctx context.Context, opts []kgo.Opt, codec *schemas.Codec, topic s
 	if len(parts) == 0 {
 		return nil, fmt.Errorf("topic %s has no partitions", topic)
 	}
-	p := WorkerPartition(topic, worker, len(parts))
-	end := parts[p].Offset
-	rb := newReadBack(conv)
-	if end <= 0 {
-		return rb.resumes, nil
+	byKey := map[string]*readBack{}
+	out := map[uint64]map[uint32]*Resume{}
+	// end per partition to read: the partitions holding a worker's records and not empty.
+	endOf := map[int32]int64{}
+	for worker, conv := range convs {
+		rb := newReadBack(conv)
+		byKey[string(strconv.AppendUint(nil, worker, 10))] = rb
+		out[worker] = rb.resumes
+		p := WorkerPartition(topic, worker, len(parts))
+		if end := parts[p].Offset; end > 0 {
+			endOf[p] = end
+		}
+	}
+	if len(endOf) == 0 {
+		return out, nil
+	}
+	starts := map[int32]kgo.Offset{}
+	for p := range endOf {
+		starts[p] = kgo.NewOffset().AtStart()
 	}
 	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}}))...)
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: starts}))...)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-	key := strconv.AppendUint(nil, worker, 10)
-	for {
+	for len(endOf) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		fs.EachError(func(_ string, p int32, err error) { ferr = fmt.Errorf("reading partition %d: %w", p, err) })
 		if ferr != nil {
-			return nil, fmt.Errorf("reading partition %d: %w", p, ferr)
+			return nil, ferr
 		}
-		done := false
 		fs.EachRecord(func(r *kgo.Record) {
-			if r.Offset >= end-1 {
-				done = true
-			}
-			if r.Offset >= end || string(r.Key) != string(key) {
+			end, reading := endOf[r.Partition]
+			if !reading || r.Offset >= end {
 				return
+			}
+			if r.Offset >= end-1 {
+				delete(endOf, r.Partition)
+			}
+			rb := byKey[string(r.Key)]
+			if rb == nil {
+				return // another worker's record
 			}
 			if ev, err := codec.DecodeKvEvent(r.Value); err == nil {
 				rb.record(r.Headers, &ev)
 			}
 		})
-		if done {
-			return rb.resumes, nil
-		}
 	}
+	return out, nil
 }
 
 // pendingBatch holds the records of one batch until all of them were read.

@@ -218,9 +218,25 @@ func (s *source) start(ctx context.Context, upTo int64) {
 		return
 	}
 	// Is the engine's batch r.Seq still the one written last? Then the engine did not restart.
-	replies, complete, err := s.replay.Replay(ctx, r.Seq)
+	// The replay is asked from 0: when the engine still holds its whole history up to r.Seq,
+	// the rank's copy counts are rebuilt from it (Kafka holds each block once, the engine may
+	// hold it twice); a degraded rank keeps what Kafka says, since a lost-history clear
+	// happened in that history.
+	from := r.Seq
+	if !r.Degraded {
+		from = 0
+	}
+	replies, complete, err := s.replay.Replay(ctx, from)
 	if err != nil && ctx.Err() != nil {
 		return
+	}
+	if from == 0 && r.Seq > 0 {
+		if k := int(r.Seq); len(replies) > k && replies[0].Seq == 0 && replies[k].Seq == r.Seq && digestOf(replies[k].Payload) == r.Digest {
+			s.rebuild(replies[:k+1])
+		}
+		for len(replies) > 0 && replies[0].Seq < r.Seq {
+			replies = replies[1:]
+		}
 	}
 	if len(replies) > 0 && replies[0].Seq == r.Seq {
 		if digestOf(replies[0].Payload) != r.Digest {
@@ -244,6 +260,32 @@ func (s *source) start(ctx context.Context, upTo int64) {
 	if upTo >= 0 && s.next < upTo {
 		s.fill(ctx, upTo)
 	}
+}
+
+// rebuild recomputes the rank's copy counts and group knowledge from the engine's batches 0 to
+// the last one written, that one included (history, contiguous from 0): what the converter held
+// after the previous bridge converted them. Nothing is written; the relay already has these
+// records.
+func (s *source) rebuild(history []Replayed) {
+	for i, r := range history {
+		if r.Seq != int64(i) {
+			return // a hole: keep what Kafka says
+		}
+	}
+	s.conv.Clear(s.rank, 0)
+	for _, r := range history {
+		b, err := kvevents.Decode(r.Payload)
+		if err != nil {
+			continue
+		}
+		rank := s.rank
+		if b.HasRank {
+			rank = b.Rank
+		}
+		s.out, _, _ = s.conv.Convert(s.out[:0], &b, rank, 0)
+	}
+	s.log.Info("copy counts rebuilt from the engine's replay buffer", zap.Uint32("rank", s.rank),
+		zap.Int("batches", len(history)), zap.Int("held_blocks", s.conv.HeldBlocks(s.rank)))
 }
 
 // restart handles an engine restart seen at live sequence seq (-1: by an idle re-check):

@@ -167,8 +167,11 @@ func (b *Broker) Kill() error {
 }
 
 // ResidentBytes reports the broker JVM's resident set size from /proc (Linux only).
-func (b *Broker) ResidentBytes() (int64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", b.pid))
+func (b *Broker) ResidentBytes() (int64, error) { return ResidentBytesOf(b.pid) }
+
+// ResidentBytesOf reports the resident set size of process pid from /proc (Linux only).
+func ResidentBytesOf(pid int) (int64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -179,6 +182,27 @@ func (b *Broker) ResidentBytes() (int64, error) {
 		}
 	}
 	return 0, errors.New("VmRSS not found")
+}
+
+// CPUSeconds reports the user plus system CPU time process pid has used, from /proc (Linux
+// only, at the kernel's usual 100 ticks a second).
+func CPUSeconds(pid int) (float64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: the fields after it are counted from
+	// its closing parenthesis (utime and stime are fields 14 and 15 of the line).
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat line")
+	}
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return (ut + st) / 100, nil
 }
 
 // ProcessAlive reports whether pid names a live (non-zombie) process.

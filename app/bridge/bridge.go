@@ -45,7 +45,7 @@ type Params struct {
 func Require(b config.Bridge) error {
 	if b.Endpoint == "" {
 		return &config.FieldError{Field: "bridge.endpoint",
-			Reason: "is required by the bridge: the engine's kv-events PUB endpoint (tcp://engine-host:5557)"}
+			Reason: "is required by the bridge: the engine's kv-events PUB endpoint (tcp://engine-host:5557), or bridge.engines_file for many engines"}
 	}
 	return nil
 }
@@ -66,11 +66,17 @@ func BridgeConfig(b config.Bridge, topics config.Topics) (bridge.Config, error) 
 		LostHistory: bridge.LostHistory(b.LostHistory)}, nil
 }
 
+// runner is what the component runs: the bridge of one engine, or a bridge.Fleet of many.
+type runner interface {
+	Run(context.Context) error
+	Ready() error
+}
+
 // Bridge is the process's bridge component.
 type Bridge struct {
 	log        *zap.Logger
 	shutdowner fx.Shutdowner
-	b          *bridge.Bridge
+	b          runner
 	prod       *kgo.Client
 
 	mu     sync.Mutex
@@ -85,7 +91,7 @@ func New(p Params) (*Bridge, error) {
 		log = zap.NewNop()
 	}
 	log = log.Named("bridge")
-	cfg, err := BridgeConfig(p.Config, p.Connection.Topics)
+	cfgs, err := BridgeConfigs(p.Config, p.Connection.Topics)
 	if err != nil {
 		return nil, err
 	}
@@ -99,15 +105,23 @@ func New(p Params) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	b, err := bridge.New(bridge.Params{Config: cfg, Codec: codec, Producer: prod,
-		ConsumerOpts: p.Connection.Opts("bridge-resume"), Metrics: p.Scope, Log: log})
+	var b runner
+	if p.Config.EnginesFile == "" {
+		b, err = bridge.New(bridge.Params{Config: cfgs[0], Codec: codec, Producer: prod,
+			ConsumerOpts: p.Connection.Opts("bridge-resume"), Metrics: p.Scope, Log: log})
+	} else {
+		b, err = bridge.NewFleet(bridge.FleetParams{Configs: cfgs, Codec: codec, Producer: prod,
+			ConsumerOpts: p.Connection.Opts("bridge-resume"), Metrics: p.Scope, Log: log})
+	}
 	if err != nil {
 		prod.Close()
 		return nil, err
 	}
-	log.Info("bridge built", zap.String("endpoint", cfg.Endpoint), zap.String("replay_endpoint", cfg.ReplayEndpoint),
-		zap.Uint64("worker_id", cfg.WorkerID), zap.Int("ranks", cfg.Ranks), zap.Bool("bind", cfg.Bind),
-		zap.Int("block_size", cfg.BlockSize), zap.String("kv_events", cfg.KVTopic))
+	for _, cfg := range cfgs {
+		log.Info("bridge built", zap.String("endpoint", cfg.Endpoint), zap.String("replay_endpoint", cfg.ReplayEndpoint),
+			zap.Uint64("worker_id", cfg.WorkerID), zap.Int("ranks", cfg.Ranks), zap.Bool("bind", cfg.Bind),
+			zap.Int("block_size", cfg.BlockSize), zap.String("kv_events", cfg.KVTopic))
+	}
 	return &Bridge{log: log, shutdowner: p.Shutdowner, b: b, prod: prod}, nil
 }
 

@@ -559,6 +559,14 @@ type Bridge struct {
 	// stay in the index). bridge/README.md, "Lost history". Environment:
 	// CKF_BRIDGE_LOST_HISTORY.
 	LostHistory string `yaml:"lost_history"`
+	// EnginesFile names a YAML (or JSON) file listing the engines one bridge process serves, for
+	// a DC of many engines: `engines:` a list of {worker_id, endpoint, replay_endpoint, ranks,
+	// topic, bind, block_size, lora_names}, each field but worker_id and endpoint defaulting to
+	// the bridge.* setting of the same name (bridge/README.md, "Many engines per process").
+	// Each engine keeps its own sockets, order, gap fill and restart detection; the engines
+	// share the process's producer. Empty (the default): one engine, bridge.endpoint.
+	// Environment: CKF_BRIDGE_ENGINES_FILE.
+	EnginesFile string `yaml:"engines_file"`
 }
 
 // LoraMap parses LoraNames (validated by Config.Validate).

@@ -81,6 +81,7 @@ var descriptions = map[string]Description{
 	"bridge.replay_retries":       {"replays in a row that may stop short before the missing batches are reported lost", bridgeCommands},
 	"bridge.idle_recheck":         {"silence after which a rank asks the replay socket for batches past the last one (0 disables)", bridgeCommands},
 	"bridge.resume":               {"at start, read the worker's records back from Kafka and continue after the last batch written", bridgeCommands},
+	"bridge.engines_file":         {"YAML or JSON file listing the engines this process bridges (engines: worker_id, endpoint, ...); empty: the one engine of bridge.endpoint", bridgeCommands},
 	"bridge.lost_history":         {"when engine batches are lost: clear (the rank's blocks, so answers are short, not long; the default) or keep", bridgeCommands},
 	"schema_registry.urls":        {"Confluent-compatible schema registry base URLs; empty uses the built-in schema ids", clientCommands},
 	"schema_registry.username":    {"registry basic-auth user (with schema_registry.password)", clientCommands},

@@ -19,7 +19,7 @@ func runBridge(args []string, _, stderr io.Writer, lookupEnv func(string) (strin
 	if !ok {
 		return code
 	}
-	if _, err := bridge.BridgeConfig(cfg.Bridge, cfg.Topics); err != nil {
+	if _, err := bridge.BridgeConfigs(cfg.Bridge, cfg.Topics); err != nil {
 		if !errors.Is(err, config.ErrInvalid) {
 			fmt.Fprintln(stderr, "processor: bridge:", err)
 			return exitFailure

@@ -94,6 +94,16 @@ func newE2E(t testing.TB) *e2e {
 // relay and the indexer.
 func (s *e2e) start() {
 	s.t.Helper()
+	s.createTopics()
+	s.relay.Start()
+	s.relay.WaitReady(time.Minute)
+	s.indexer.Start()
+	s.indexer.WaitReady(time.Minute)
+}
+
+// createTopics creates the topic layout.
+func (s *e2e) createTopics() {
+	s.t.Helper()
 	cl := testenv.Default(s.t).Client(s.t)
 	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -107,10 +117,6 @@ func (s *e2e) start() {
 			s.t.Fatalf("create %s: %v", sp.Name, err)
 		}
 	}
-	s.relay.Start()
-	s.relay.WaitReady(time.Minute)
-	s.indexer.Start()
-	s.indexer.WaitReady(time.Minute)
 }
 
 // bridge prepares (does not start) a bridge for an engine whose rank 0 PUB and ROUTER ports
