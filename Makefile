@@ -67,7 +67,7 @@ test-faults: ## the multi-process fault suite (kill -9, broker restart, hostile 
 
 .PHONY: bench-bridge
 bench-bridge: ## processor bridge's event rate and gap-fill figures against the engine emulators on the real broker (testenv/engine; not part of test)
-	bash $(KAFKA_DIR)/with-kafka.sh $(GO) test -count=1 -timeout 20m -v -run '^$$' -bench '^BenchmarkBridgeThroughput$$' -benchtime 1x ./testenv/engine/
+	bash $(KAFKA_DIR)/with-kafka.sh $(GO) test -count=1 -timeout 20m -v -run '^$$' -bench '^(BenchmarkBridgeThroughput|BenchmarkBridgeFleet64)$$' -benchtime 1x ./testenv/engine/
 
 .PHONY: soak
 soak: build ## 16 lanes under load for SOAK_DURATION (10m) with queries; RSS and lane state in $(PERF_DIR)/soak.csv (not part of test)

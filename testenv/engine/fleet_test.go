@@ -154,7 +154,7 @@ func TestBridgeFleetKill9LosesNothing(t *testing.T) {
 // process while all 64 engines publish as fast as they can. No relay or indexer runs, so the
 // bridge shares the machine with the engines and the broker only. One run whatever b.N.
 func BenchmarkBridgeFleet64(b *testing.B) {
-	const engines, batches = 64, 400
+	const engines, batches = 64, 1500
 	s := newE2E(b)
 	s.createTopics()
 	one := newFleet(b, s, "fleet-1", 1, 2000)
