@@ -83,7 +83,8 @@ func TestTokenBlockHashExtraSeparates(t *testing.T) {
 		}
 		seen[h] = name
 	}
-	if TokenBlockHashExtra(tokens, ExtraKeys{img("img-a", 1)}, 1) != TokenBlockHashExtra(tokens, ExtraKeys{img("img-a", 1)}, 1) {
+	again := ExtraKeys{ExtraTupleValue(ExtraStringValue("img-a"), ExtraUintValue(1))} // built another way
+	if TokenBlockHashExtra(tokens, again, ChainHashSeed) != TokenBlockHashExtra(tokens, cases["img-a@1"], ChainHashSeed) {
 		t.Fatal("the same keys hash apart")
 	}
 	// An integer has one form whichever constructor read it.
