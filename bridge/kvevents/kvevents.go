@@ -149,7 +149,7 @@ type Event struct {
 	SpecKind string
 	// ExtraKeys is extra_keys: nil when absent or null, else one entry per block hash (the
 	// decoder checks the length), an entry nil for a block without extra keys. Values are as
-	// the engine sent them (vLLM ≥ 0.11 publishes the LoRA name first when a LoRA is active,
+	// the engine sent them (vLLM 0.34.0 publishes the LoRA name first when a LoRA is active,
 	// then (mm identifier, offset) pairs, the cache salt on the first block, prompt-embeds
 	// digests); the converter decides what enters the local hash.
 	ExtraKeys []ckf.ExtraKeys
