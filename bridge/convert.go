@@ -21,6 +21,9 @@ var (
 	// ErrLoraUnmapped: a stored event names a LoRA adapter only by its numeric id and
 	// bridge.lora_names does not map that id; its blocks cannot be salted as queries will be.
 	ErrLoraUnmapped = errors.New("bridge: LoRA id without a name")
+	// ErrExtraKeys: a stored event's extra_keys is not one entry per block (the decoder refuses
+	// such a batch already; this guards events built by hand).
+	ErrExtraKeys = errors.New("bridge: extra keys do not match the blocks")
 )
 
 // RefusedError says which event of a batch was refused and why.
@@ -137,18 +140,33 @@ func (c *Converter) Clear(rank uint32, eventID uint64) schemas.KvEvent {
 // know (a dead letter per store); the guard counts them (ConvertStats.Orphaned) instead.
 func (c *Converter) GuardOrphans(r uint32, on bool) { c.rank(r).guard = on }
 
-// salt returns the token-hash seed of a stored event: its LoRA name's salt (producer §2.2).
-func (c *Converter) salt(i int, ev *kvevents.Event) (uint64, error) {
+// loraName returns a stored event's LoRA name: lora_name, or the name bridge.lora_names maps
+// its lora_id to; "" without a LoRA.
+func (c *Converter) loraName(i int, ev *kvevents.Event) (string, error) {
 	name := ev.LoraName
 	if name == "" && ev.HasLoraID {
 		n, ok := c.loraNames[ev.LoraID]
 		if !ok {
-			return 0, &RefusedError{Event: i, Kind: ErrLoraUnmapped,
+			return "", &RefusedError{Event: i, Kind: ErrLoraUnmapped,
 				Detail: fmt.Sprintf("lora_id %d has no lora_name and bridge.lora_names does not map it", ev.LoraID)}
 		}
 		name = n
 	}
-	return ckf.BlockSaltSeed(name, ""), nil
+	return name, nil
+}
+
+// BlockExtraKeys returns the extra keys that enter the local hash of a stored block (producer
+// §2.2): the engine's extra_keys entry of the block, less its first value when that value is
+// the string loraName. vLLM puts the LoRA name first in every block's entry while a LoRA is
+// active; the project salts by the LoRA name through the seed (ckf.BlockSaltSeed), so keeping
+// it would salt twice and routers, which give the LoRA name on its own, would have to repeat
+// it. The result aliases keys; an entry holding only the LoRA name yields an empty result (the
+// block hashes as a text block of that LoRA).
+func BlockExtraKeys(keys ckf.ExtraKeys, loraName string) ckf.ExtraKeys {
+	if loraName != "" && len(keys) > 0 && keys[0].Kind == ckf.ExtraString && keys[0].Str == loraName {
+		return keys[1:]
+	}
+	return keys
 }
 
 // outOfScope says whether ev, on its own, is outside the filter's scope: blocks on another
@@ -244,11 +262,13 @@ func (c *Converter) learnGroupKinds(r uint32, b []byte) {
 // A stored event becomes one KvStored per run of blocks the rank did not hold yet (blocks
 // already held are other copies, counted, not written), each run's parent being the engine
 // block before it, so the relay's chain of canonical hashes is the engine's chain. Local block
-// hashes are computed from the token ids with the event's LoRA salt; the engine's hashes are
-// kept as the external ids.
+// hashes are computed from the token ids with the event's LoRA salt and the block's extra keys
+// (ckf.TokenBlockHashExtra with BlockExtraKeys: multimodal identifiers, cache salt); the
+// engine's hashes are kept as the external ids.
 func (c *Converter) Convert(out []schemas.KvEvent, b *kvevents.Batch, rank uint32, firstEventID uint64) ([]schemas.KvEvent, ConvertStats, error) {
 	var stats ConvertStats
 	salts := make([]uint64, len(b.Events))
+	loras := make([]string, len(b.Events))
 	for i := range b.Events {
 		ev := &b.Events[i]
 		if ev.Kind != kvevents.KindStored || outOfScope(ev) || c.partialPage(ev) {
@@ -262,11 +282,15 @@ func (c *Converter) Convert(out []schemas.KvEvent, b *kvevents.Batch, rank uint3
 			return out, stats, &RefusedError{Event: i, Kind: ErrBlockSize,
 				Detail: fmt.Sprintf("%d token ids for %d blocks of %d", len(ev.TokenIDs), len(ev.BlockHashes), ev.BlockSize)}
 		}
-		s, err := c.salt(i, ev)
+		if ev.ExtraKeys != nil && len(ev.ExtraKeys) != len(ev.BlockHashes) {
+			return out, stats, &RefusedError{Event: i, Kind: ErrExtraKeys,
+				Detail: fmt.Sprintf("%d extra_keys entries for %d blocks", len(ev.ExtraKeys), len(ev.BlockHashes))}
+		}
+		name, err := c.loraName(i, ev)
 		if err != nil {
 			return out, stats, err
 		}
-		salts[i] = s
+		salts[i], loras[i] = ckf.BlockSaltSeed(name, ""), name
 	}
 	st := c.rank(rank)
 	id := firstEventID
@@ -337,7 +361,11 @@ func (c *Converter) Convert(out []schemas.KvEvent, b *kvevents.Batch, rank uint3
 					run.Stored.ParentHash = schemas.Some(uint64(ev.Parent))
 				}
 			}
-			local := ckf.TokenBlockHash(ev.TokenIDs[k*ev.BlockSize:(k+1)*ev.BlockSize], salts[i])
+			var extra ckf.ExtraKeys
+			if ev.ExtraKeys != nil { // checked above: one entry per block
+				extra = BlockExtraKeys(ev.ExtraKeys[k], loras[i])
+			}
+			local := ckf.TokenBlockHashExtra(ev.TokenIDs[k*ev.BlockSize:(k+1)*ev.BlockSize], extra, salts[i])
 			run.Stored.Blocks = append(run.Stored.Blocks, schemas.KvBlock{BlockHash: uint64(h), TokensHash: uint64(local)})
 		}
 	}

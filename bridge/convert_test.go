@@ -228,3 +228,56 @@ func TestConvertFiltersBeforeCheckingSizes(t *testing.T) {
 		t.Fatalf("a device store of block size 8: %v", err)
 	}
 }
+
+// mm is vLLM's published form of a multimodal item in a block's extra keys.
+func mm(id string, offset int64) ckf.ExtraValue {
+	return ckf.ExtraTupleValue(ckf.ExtraStringValue(id), ckf.ExtraIntValue(offset))
+}
+
+// Blocks with the same tokens but different images (or a cache salt) get different local
+// hashes; the engine's LoRA name in extra_keys is not salted twice; blocks without extra keys
+// hash as text blocks.
+func TestConvertHashesExtraKeys(t *testing.T) {
+	const lora = "adapter-a"
+	seed := ckf.BlockSaltSeed(lora, "")
+	ev := func(extra ...ckf.ExtraKeys) kvevents.Event {
+		e := stored(0, false, 10, 1, 2)
+		e.LoraName, e.ExtraKeys = lora, extra
+		return e
+	}
+	hashes := func(e kvevents.Event) [2]uint64 {
+		out, _ := convert(t, NewConverter(7, testBS, nil), 0, e)
+		b := out[0].Stored.Blocks
+		return [2]uint64{b[0].TokensHash, b[1].TokensHash}
+	}
+	imgA := ev(ckf.ExtraKeys{ckf.ExtraStringValue(lora), mm("img-a", 1), ckf.ExtraStringValue("salt-1")},
+		ckf.ExtraKeys{ckf.ExtraStringValue(lora), mm("img-a", -3)})
+	want := [2]uint64{
+		uint64(ckf.TokenBlockHashExtra(toks(10, 1), ckf.ExtraKeys{mm("img-a", 1), ckf.ExtraStringValue("salt-1")}, seed)),
+		uint64(ckf.TokenBlockHashExtra(toks(14, 1), ckf.ExtraKeys{mm("img-a", -3)}, seed)),
+	}
+	if got := hashes(imgA); got != want {
+		t.Fatalf("image a: %#x, want %#x (the LoRA name dropped, the rest hashed)", got, want)
+	}
+	imgB := ev(ckf.ExtraKeys{ckf.ExtraStringValue(lora), mm("img-b", 1), ckf.ExtraStringValue("salt-1")},
+		ckf.ExtraKeys{ckf.ExtraStringValue(lora), mm("img-b", -3)})
+	if got := hashes(imgB); got[0] == want[0] || got[1] == want[1] {
+		t.Fatalf("images a and b share local hashes %#x", got)
+	}
+	text := [2]uint64{local(10, seed), local(14, seed)}
+	if got := hashes(ev(ckf.ExtraKeys{ckf.ExtraStringValue(lora)}, nil)); got != text {
+		t.Fatalf("LoRA-only extra keys: %#x, want the text hashes %#x", got, text)
+	}
+	if got := hashes(ev()); got != text {
+		t.Fatalf("no extra_keys: %#x, want %#x", got, text)
+	}
+	// A name in the middle, or another LoRA's name, is a key like any other.
+	if got := hashes(ev(ckf.ExtraKeys{ckf.ExtraStringValue("other")}, ckf.ExtraKeys{mm("x", 0), ckf.ExtraStringValue(lora)})); got[0] == text[0] || got[1] == text[1] {
+		t.Fatal("extra keys other than the leading LoRA name were dropped")
+	}
+	// Events built by hand with a wrong number of entries are refused.
+	_, _, err := NewConverter(7, testBS, nil).Convert(nil, &kvevents.Batch{Events: []kvevents.Event{ev(nil)}}, 0, 1)
+	if !errors.Is(err, ErrExtraKeys) {
+		t.Fatalf("one entry for two blocks: %v, want ErrExtraKeys", err)
+	}
+}

@@ -137,8 +137,9 @@ func BlockSaltSeed(loraName, cacheNamespace string) uint64 {
 
 // TokenBlockHash hashes one block of token ids:
 // XXH3_64(LE32(t0) || ... || LE32(t{k-1}), saltSeed). Use BlockSaltSeed to
-// obtain saltSeed. Multimodal extra hashes (sorted LE64 values appended
-// after the tokens) are outside the spec's detail and are not supported.
+// obtain saltSeed. A block with extra keys (multimodal identifiers, a cache
+// salt) is hashed by TokenBlockHashExtra, which equals this function when
+// there are none.
 func TokenBlockHash(tokens []uint32, saltSeed uint64) LocalBlockHash {
 	var stack [256]byte
 	var buf []byte

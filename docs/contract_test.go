@@ -3,6 +3,7 @@ package docs
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -143,5 +144,79 @@ func TestContractPageWorkedExample(t *testing.T) {
 		if id := fmt.Sprintf("%#08X", schemas.BuiltinID(rt)); !strings.Contains(page, strings.Replace(id, "0X", "0x", 1)) {
 			t.Errorf("docs/%s does not name %v's built-in id %s", contractPage, rt, id)
 		}
+	}
+}
+
+// workedExampleExtraKeys renders the extra-keys part of the worked example: the same two blocks
+// with an image over tokens 2..7 ("img-a" or "img-b"), and with a cache salt on block 0, their
+// extra keys as a router gives them (block_extra_keys), block 0's canonical encoding and the
+// tokens_hash and canonical hashes, unsalted (seed 1337).
+func workedExampleExtraKeys() string {
+	img := func(id string, offset int64) ckf.ExtraValue {
+		return ckf.ExtraTupleValue(ckf.ExtraStringValue(id), ckf.ExtraIntValue(offset))
+	}
+	type column struct {
+		head  string
+		extra []ckf.ExtraKeys
+	}
+	cols := []column{
+		{"no extra keys", nil},
+		{`image "img-a"`, []ckf.ExtraKeys{{img("img-a", 1)}, {img("img-a", -3)}}},
+		{`image "img-b"`, []ckf.ExtraKeys{{img("img-b", 1)}, {img("img-b", -3)}}},
+		{`"img-a" + cache_salt "salt-1"`, []ckf.ExtraKeys{{img("img-a", 1), ckf.ExtraStringValue("salt-1")}, {img("img-a", -3)}}},
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "block_size %d, tokens %s, no LoRA, no namespace (salt seed 0x539); the image covers\n",
+		exampleBlockSize, strings.Trim(fmt.Sprint(exampleTokens), "[]"))
+	b.WriteString("tokens 2..7 (offset 1 in block 0, -3 in block 1)\n\n")
+	row := func(label string, cells ...string) {
+		line := fmt.Sprintf("%-22s", label)
+		for _, c := range cells {
+			line += fmt.Sprintf("  %-30s", c)
+		}
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
+	}
+	var heads []string
+	local := make([][]ckf.LocalBlockHash, len(cols))
+	for i, c := range cols {
+		heads = append(heads, c.head)
+		local[i] = ckf.TokenBlockHashesExtra(exampleTokens, exampleBlockSize, c.extra, ckf.BlockSaltSeed("", ""))
+	}
+	row("", heads...)
+	for blk := range local[0] {
+		var cells []string
+		for i := range cols {
+			cells = append(cells, fmt.Sprintf("%#016x", uint64(local[i][blk])))
+		}
+		row(fmt.Sprintf("tokens_hash, block %d", blk), cells...)
+	}
+	for blk := range local[0] {
+		var cells []string
+		for i := range cols {
+			seq := make([]uint64, len(local[i]))
+			for j, h := range local[i] {
+				seq[j] = uint64(h)
+			}
+			cells = append(cells, fmt.Sprintf("%#016x", ckf.SequenceHashes(seq)[blk]))
+		}
+		row(fmt.Sprintf("canonical, block %d", blk), cells...)
+	}
+	last := cols[len(cols)-1].extra
+	js, _ := json.Marshal(last)
+	fmt.Fprintf(&b, "\nblock_extra_keys of the last column: %s\n", js)
+	fmt.Fprintf(&b, "its block 0, encoded (appended after the 16 token bytes):\n")
+	b.WriteString(hexLines(last[0].AppendCanonical(nil)))
+	return b.String()
+}
+
+// TestContractPageExtraKeysExample fails when the extra-keys worked example of
+// docs/producers-and-routers.md differs from what ckf computes; the message holds the text.
+func TestContractPageExtraKeysExample(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", contractPage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := workedExampleExtraKeys(); !strings.Contains(string(raw), want) {
+		t.Errorf("docs/%s: the extra-keys worked example is not (or no longer) this:\n%s", contractPage, want)
 	}
 }

@@ -88,6 +88,7 @@ type QueryScratch struct {
 	local []uint64
 	seq   []uint64
 	lanes [ckf.LaneCount]schemas.LaneMatch
+	block []byte // one block's tokens and extra keys (AnswerExtra)
 }
 
 // Answer answers req. It never fails: every outcome is a reply.
@@ -107,15 +108,37 @@ type QueryScratch struct {
 // ckf.BlockSaltSeed(LoraName, CacheNamespace); the packed little-endian token bytes are exactly
 // the bytes ckf.TokenBlockHash hashes, so they are hashed in place (the tests check the result
 // against ckf.TokenBlockHashes).
+// Blocks that carry extra keys (images, a cache salt) are hashed by AnswerExtra.
 //
 // The reply's Lanes aliases sc: it is valid until the next Answer with the same scratch, so
 // encode or copy the reply first. With a reused scratch, Answer does not allocate except for the
 // error message of an invalid request. A nil sc allocates a fresh scratch.
 func (a *Answerer) Answer(req *schemas.QueryRequest, sc *QueryScratch) schemas.QueryReply {
+	return a.answer(req, nil, sc)
+}
+
+// AnswerExtra is Answer for a TokenIds request whose blocks carry extra keys (multimodal
+// identifiers, a cache salt: producer §2.2): block i of the prompt is hashed with
+// ckf.TokenBlockHashExtra and extra[i], as the bridge hashes an engine's block with its
+// extra_keys entry (the LoRA name is not an extra key: it stays in req.LoraName). Blocks past
+// the end of extra, and nil or empty entries, hash as text blocks; with no entry at all the
+// answer is Answer's. extra may have one entry per window including a trailing partial block
+// (which is dropped, its entry ignored); more entries than that, or extra keys with
+// LocalBlockHashes input, are an INVALID_REQUEST reply. The Kafka QueryRequest has no field for
+// extra keys yet: this is the HTTP path's (POST /v1/prefix-matches, block_extra_keys) and Go
+// callers'. It allocates only while sc's block buffer grows and for an invalid request's message.
+func (a *Answerer) AnswerExtra(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *QueryScratch) schemas.QueryReply {
+	return a.answer(req, extra, sc)
+}
+
+func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *QueryScratch) schemas.QueryReply {
 	if sc == nil {
 		sc = new(QueryScratch)
 	}
 	if err := checkRequest(req); err != nil {
+		return a.InvalidReply(replyIDFor(req.CorrelationID, err.Error()))
+	}
+	if err := checkExtra(req, extra); err != nil {
 		return a.InvalidReply(replyIDFor(req.CorrelationID, err.Error()))
 	}
 	reply := schemas.QueryReply{CorrelationID: req.CorrelationID}
@@ -126,7 +149,12 @@ func (a *Answerer) Answer(req *schemas.QueryRequest, sc *QueryScratch) schemas.Q
 	case schemas.InputLocalBlockHashes:
 		local = req.Hashes.AppendTo(local)
 	case schemas.InputTokenIDs:
-		local = appendTokenBlockHashes(local, req.Tokens, int(req.BlockSize), ckf.BlockSaltSeed(req.LoraName, req.CacheNamespace))
+		seed := ckf.BlockSaltSeed(req.LoraName, req.CacheNamespace)
+		if len(extra) == 0 {
+			local = appendTokenBlockHashes(local, req.Tokens, int(req.BlockSize), seed)
+		} else {
+			local = appendTokenBlockHashesExtra(local, req.Tokens, int(req.BlockSize), seed, extra, &sc.block)
+		}
 	}
 	sc.local = local
 	reply.QueryBlocks = uint32(len(local))
@@ -175,11 +203,16 @@ func (a *Answerer) Answer(req *schemas.QueryRequest, sc *QueryScratch) schemas.Q
 // HTTP handler, say): it borrows a scratch from a pool and returns a reply that owns its Lanes,
 // which costs one allocation for an OK reply (the lane entries) and none otherwise.
 func (a *Answerer) AnswerPooled(req *schemas.QueryRequest) schemas.QueryReply {
+	return a.AnswerPooledExtra(req, nil)
+}
+
+// AnswerPooledExtra is AnswerExtra with a pooled scratch, as AnswerPooled is Answer's.
+func (a *Answerer) AnswerPooledExtra(req *schemas.QueryRequest, extra []ckf.ExtraKeys) schemas.QueryReply {
 	sc, _ := a.scratches.Get().(*QueryScratch)
 	if sc == nil {
 		sc = new(QueryScratch)
 	}
-	r := a.Answer(req, sc)
+	r := a.answer(req, extra, sc)
 	if len(r.Lanes) > 0 {
 		r.Lanes = append([]schemas.LaneMatch(nil), r.Lanes...)
 	}
@@ -232,6 +265,24 @@ func checkRequest(q *schemas.QueryRequest) error {
 	return nil
 }
 
+// checkExtra applies AnswerExtra's rules on extra keys: only with token ids, and at most one
+// entry per window of block_size tokens (a trailing partial window counted). It allocates only
+// when it reports an error.
+func checkExtra(q *schemas.QueryRequest, extra []ckf.ExtraKeys) error {
+	if len(extra) == 0 {
+		return nil
+	}
+	if q.Input != schemas.InputTokenIDs {
+		return fmt.Errorf("%w: block extra keys go with token ids, not local block hashes", ErrInvalidQuery)
+	}
+	tokens := len(q.Tokens) / schemas.TokenSize
+	windows := (tokens + int(q.BlockSize) - 1) / int(q.BlockSize)
+	if len(extra) > windows {
+		return fmt.Errorf("%w: %d block extra-key entries for %d tokens in blocks of %d (at most %d)", ErrInvalidQuery, len(extra), tokens, q.BlockSize, windows)
+	}
+	return nil
+}
+
 // replyIDFor returns the correlation id and error message of an INVALID_REQUEST reply to a
 // request with correlation id id that was refused for why: the id cut to fit when it is too long
 // (schemas.FitCorrelationID), the cut noted in the message, or "" when the id is empty or not
@@ -265,6 +316,32 @@ func appendTokenBlockHashes(dst []uint64, tokens schemas.PackedU32, blockSize in
 	}
 	for i := 0; i < n; i++ {
 		dst = append(dst, xxh3.HashSeed(tokens[i*stride:(i+1)*stride], saltSeed))
+	}
+	return dst
+}
+
+// appendTokenBlockHashesExtra is appendTokenBlockHashes with per-block extra keys: a block
+// whose entry of extra is non-empty is hashed as ckf.TokenBlockHashExtra defines it (its packed
+// tokens followed by the entry's canonical encoding, assembled in *buf, which grows as needed);
+// the others are hashed in place. blockSize must be >= 1.
+func appendTokenBlockHashesExtra(dst []uint64, tokens schemas.PackedU32, blockSize int, saltSeed uint64, extra []ckf.ExtraKeys, buf *[]byte) []uint64 {
+	stride := blockSize * schemas.TokenSize
+	n := len(tokens) / stride
+	if cap(dst)-len(dst) < n {
+		grown := make([]uint64, len(dst), len(dst)+n)
+		copy(grown, dst)
+		dst = grown
+	}
+	for i := 0; i < n; i++ {
+		window := tokens[i*stride : (i+1)*stride]
+		if i >= len(extra) || len(extra[i]) == 0 {
+			dst = append(dst, xxh3.HashSeed(window, saltSeed))
+			continue
+		}
+		b := append((*buf)[:0], window...)
+		b = extra[i].AppendCanonical(b)
+		*buf = b
+		dst = append(dst, xxh3.HashSeed(b, saltSeed))
 	}
 	return dst
 }

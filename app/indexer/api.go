@@ -277,7 +277,8 @@ func (a *API) LanesHandler() http.Handler {
 // LocalBlockHashes (one local block hash per full block, as engines report them in KvStored's
 // tokens_hash), or TokenIDs with BlockSize (the indexer cuts them into blocks, drops a trailing
 // partial block, and hashes each block with the salt of LoraName and CacheNamespace, as
-// ckf.TokenBlockHashes does).
+// ckf.TokenBlockHashes does, and with the block's BlockExtraKeys entry when it has one, as
+// ckf.TokenBlockHashExtra does).
 type PrefixMatchRequest struct {
 	// CorrelationID is echoed in the reply; the server makes one up when it is empty.
 	CorrelationID string `json:"correlation_id,omitempty"`
@@ -288,6 +289,14 @@ type PrefixMatchRequest struct {
 	BlockSize        uint32   `json:"block_size,omitempty"`
 	LoraName         string   `json:"lora_name,omitempty"`
 	CacheNamespace   string   `json:"cache_namespace,omitempty"`
+	// BlockExtraKeys (with TokenIDs only) gives block i's extra keys in entry i: the values the
+	// engine mixes into that block's hash besides its tokens, in the engine's order —
+	// multimodal items as [identifier, offset] pairs, the request's cache_salt in the first
+	// block's entry — without the LoRA name (LoraName salts it). null or [] is a block
+	// without; blocks past the list's end have none. At most one entry per block, a trailing
+	// partial block counted. Values: JSON null, booleans, integers, floats, strings, arrays
+	// (tuples) and {"bytes": "<hex>"} (ckf.ExtraValue's JSON form).
+	BlockExtraKeys []ckf.ExtraKeys `json:"block_extra_keys,omitempty"`
 	// LaneMask restricts the answer to these lanes (bit l = lane l, 0..65535); absent means
 	// every lane.
 	LaneMask *uint64 `json:"lane_mask,omitempty"`
@@ -332,7 +341,7 @@ func (a *API) QueryHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		a.m.requests.Inc(1)
-		req, err := a.decode(w, r)
+		req, extra, err := a.decode(w, r)
 		if err != nil {
 			a.m.invalid.Inc(1)
 			a.m.replies[schemas.QueryInvalidRequest].Inc(1)
@@ -351,7 +360,7 @@ func (a *API) QueryHandler() http.Handler {
 			return
 		}
 		answerStart := time.Now()
-		reply := a.ans.AnswerPooled(&req)
+		reply := a.ans.AnswerPooledExtra(&req, extra)
 		a.m.answerLatency.RecordDuration(time.Since(answerStart))
 		a.m.replies[reply.Status].Inc(1)
 		resp := PrefixMatchResponse{
@@ -414,17 +423,18 @@ func checkContentType(r *http.Request) error {
 // prefixMatchWire is PrefixMatchRequest as decoded from a body: the lists' elements refuse JSON
 // null (encoding/json leaves a null element at 0 otherwise).
 type prefixMatchWire struct {
-	CorrelationID    string      `json:"correlation_id"`
-	LocalBlockHashes []wireHash  `json:"local_block_hashes"`
-	TokenIDs         []wireToken `json:"token_ids"`
-	BlockSize        uint32      `json:"block_size"`
-	LoraName         string      `json:"lora_name"`
-	CacheNamespace   string      `json:"cache_namespace"`
-	LaneMask         *uint64     `json:"lane_mask"`
+	CorrelationID    string          `json:"correlation_id"`
+	LocalBlockHashes []wireHash      `json:"local_block_hashes"`
+	TokenIDs         []wireToken     `json:"token_ids"`
+	BlockSize        uint32          `json:"block_size"`
+	LoraName         string          `json:"lora_name"`
+	CacheNamespace   string          `json:"cache_namespace"`
+	BlockExtraKeys   []ckf.ExtraKeys `json:"block_extra_keys"`
+	LaneMask         *uint64         `json:"lane_mask"`
 }
 
 // prefixMatchFields are the JSON keys of prefixMatchWire, for the duplicate-key rule.
-var prefixMatchFields = [...]string{"correlation_id", "local_block_hashes", "token_ids", "block_size", "lora_name", "cache_namespace", "lane_mask"}
+var prefixMatchFields = [...]string{"correlation_id", "local_block_hashes", "token_ids", "block_size", "lora_name", "cache_namespace", "block_extra_keys", "lane_mask"}
 
 // wireHash is one element of local_block_hashes: an unsigned 64-bit JSON number, never null.
 type wireHash uint64
@@ -493,42 +503,48 @@ func duplicateKey(body []byte) string {
 	return ""
 }
 
-// decode reads the body into a QueryRequest, applying the HTTP-level rules: a JSON Content-Type
-// or none (checkContentType), valid JSON of the documented fields only, each at most once, no
-// null inside the lists, exactly one input, a block size with token ids, a 16-bit lane mask. The
-// QueryRequest contract's own rules are then Answer's.
-func (a *API) decode(w http.ResponseWriter, r *http.Request) (schemas.QueryRequest, error) {
+// decode reads the body into a QueryRequest and the per-block extra keys, applying the
+// HTTP-level rules: a JSON Content-Type or none (checkContentType), valid JSON of the
+// documented fields only, each at most once, no null inside the lists, exactly one input, a
+// block size with token ids, block_extra_keys only with token ids and at most one entry per
+// block (a trailing partial block counted), each value of ckf.ExtraValue's JSON form, a 16-bit
+// lane mask. The QueryRequest contract's own rules are then Answer's.
+func (a *API) decode(w http.ResponseWriter, r *http.Request) (schemas.QueryRequest, []ckf.ExtraKeys, error) {
 	if err := checkContentType(r); err != nil {
-		return schemas.QueryRequest{}, err
+		return schemas.QueryRequest{}, nil, err
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return schemas.QueryRequest{}, err
+			return schemas.QueryRequest{}, nil, err
 		}
-		return schemas.QueryRequest{}, fmt.Errorf("%w: reading the body: %v", errBadRequest, err)
+		return schemas.QueryRequest{}, nil, fmt.Errorf("%w: reading the body: %v", errBadRequest, err)
 	}
 	if key := duplicateKey(body); key != "" {
-		return schemas.QueryRequest{}, fmt.Errorf("%w: duplicate key %q: give each field at most once", errBadRequest, key)
+		return schemas.QueryRequest{}, nil, fmt.Errorf("%w: duplicate key %q: give each field at most once", errBadRequest, key)
 	}
 	var in prefixMatchWire
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		return schemas.QueryRequest{}, fmt.Errorf("%w: body is not a prefix-match request: %s", errBadRequest, jsonProblem(err))
+		var xe *ckf.ExtraKeysError
+		if errors.As(err, &xe) {
+			return schemas.QueryRequest{}, nil, fmt.Errorf("%w: field block_extra_keys: %s is not an extra key: %s", errBadRequest, xe.Value, xe.Detail)
+		}
+		return schemas.QueryRequest{}, nil, fmt.Errorf("%w: body is not a prefix-match request: %s", errBadRequest, jsonProblem(err))
 	}
 	if dec.More() {
-		return schemas.QueryRequest{}, fmt.Errorf("%w: body holds more than one JSON value", errBadRequest)
+		return schemas.QueryRequest{}, nil, fmt.Errorf("%w: body holds more than one JSON value", errBadRequest)
 	}
 	hashes, tokens := in.LocalBlockHashes != nil, in.TokenIDs != nil
 	req := schemas.QueryRequest{CorrelationID: in.CorrelationID}
 	switch {
 	case hashes && tokens:
-		return req, fmt.Errorf("%w: give local_block_hashes or token_ids, not both", errBadRequest)
+		return req, nil, fmt.Errorf("%w: give local_block_hashes or token_ids, not both", errBadRequest)
 	case hashes:
-		if in.BlockSize != 0 || in.LoraName != "" || in.CacheNamespace != "" {
-			return req, fmt.Errorf("%w: block_size, lora_name and cache_namespace go with token_ids, not local_block_hashes", errBadRequest)
+		if in.BlockSize != 0 || in.LoraName != "" || in.CacheNamespace != "" || in.BlockExtraKeys != nil {
+			return req, nil, fmt.Errorf("%w: block_size, lora_name, cache_namespace and block_extra_keys go with token_ids, not local_block_hashes", errBadRequest)
 		}
 		req.Input = schemas.InputLocalBlockHashes
 		packed := make([]byte, 0, len(in.LocalBlockHashes)*schemas.WordSize)
@@ -538,7 +554,7 @@ func (a *API) decode(w http.ResponseWriter, r *http.Request) (schemas.QueryReque
 		req.Hashes = packed
 	case tokens:
 		if in.BlockSize < 1 || in.BlockSize > schemas.MaxBlockSize {
-			return req, fmt.Errorf("%w: block_size %d is not in [1,%d] (required with token_ids)", errBadRequest, in.BlockSize, schemas.MaxBlockSize)
+			return req, nil, fmt.Errorf("%w: block_size %d is not in [1,%d] (required with token_ids)", errBadRequest, in.BlockSize, schemas.MaxBlockSize)
 		}
 		req.Input = schemas.InputTokenIDs
 		packed := make([]byte, 0, len(in.TokenIDs)*schemas.TokenSize)
@@ -547,19 +563,23 @@ func (a *API) decode(w http.ResponseWriter, r *http.Request) (schemas.QueryReque
 		}
 		req.Tokens = packed
 		req.BlockSize, req.LoraName, req.CacheNamespace = in.BlockSize, in.LoraName, in.CacheNamespace
+		if blocks := (len(in.TokenIDs) + int(in.BlockSize) - 1) / int(in.BlockSize); len(in.BlockExtraKeys) > blocks {
+			return req, nil, fmt.Errorf("%w: block_extra_keys has %d entries for %d token ids in blocks of %d (at most one per block: %d)",
+				errBadRequest, len(in.BlockExtraKeys), len(in.TokenIDs), in.BlockSize, blocks)
+		}
 	default:
-		return req, fmt.Errorf("%w: give local_block_hashes, or token_ids with block_size", errBadRequest)
+		return req, nil, fmt.Errorf("%w: give local_block_hashes, or token_ids with block_size", errBadRequest)
 	}
 	if in.LaneMask != nil {
 		if *in.LaneMask > uint64(schemas.AllLanes) {
-			return req, fmt.Errorf("%w: lane_mask %d is not a 16-bit lane mask (0..65535)", errBadRequest, *in.LaneMask)
+			return req, nil, fmt.Errorf("%w: lane_mask %d is not a 16-bit lane mask (0..65535)", errBadRequest, *in.LaneMask)
 		}
 		req.LaneMask = schemas.Some(uint16(*in.LaneMask))
 	}
 	if req.CorrelationID == "" {
 		req.CorrelationID = "http-" + strconv.FormatUint(a.ids.Add(1), 10)
 	}
-	return req, nil
+	return req, in.BlockExtraKeys, nil
 }
 
 // jsonProblem rewords encoding/json's errors for an API caller: which field had which wrong type,

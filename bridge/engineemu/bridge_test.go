@@ -2,6 +2,7 @@ package engineemu_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -32,10 +33,13 @@ func replayAll(t *testing.T, endpoint string) [][]byte {
 }
 
 // The bridge's decoder and converter, fed every batch the Go emulator makes in every shape and
-// hash format (half of them with the replay framing of vLLM 0.26 and SGLang's CPU medium), leave an exact producer state (the relay's) holding exactly the blocks of the
-// emulator's model: every resident chain, nothing of the chains stored on the CPU tier, in the
-// sliding-window group or evicted, and no event refused. Broker-free, so a decoder regression
-// shows here first; the end-to-end test (testenv/engine) runs the same path through Kafka.
+// hash format (half of them with the replay framing of vLLM 0.26 and SGLang's CPU medium),
+// leave an exact producer state (the relay's) holding exactly the blocks of the emulator's
+// model: every resident chain, nothing of the chains stored on the CPU tier, in the
+// sliding-window group or evicted, and no event refused. A third of the new chains carry an
+// image (extra_keys, in the shapes that have them), hashed with their blocks' extra keys.
+// Broker-free, so a decoder regression shows here first; the end-to-end test (testenv/engine)
+// runs the same path through Kafka.
 func TestBridgeConverterHoldsTheModel(t *testing.T) {
 	const blockSize, ranks, batches = 4, 2, 400
 	for _, w := range engineemu.Wires() {
@@ -50,6 +54,7 @@ func TestBridgeConverterHoldsTheModel(t *testing.T) {
 					engineemu.Mode(engineemu.PubBind), engineemu.Ranks(1), engineemu.Shape(w), engineemu.Hashes(h),
 					engineemu.ReplayTopicFrame(odd), engineemu.CPUMedium(cpu), engineemu.Topic("kv@emu"),
 					engineemu.BlockSize(blockSize), engineemu.Capacity(64), engineemu.Hybrid(true), engineemu.DupFraction(0.1),
+					engineemu.MMFraction(0.3),
 					engineemu.Seed(uint64(100+10*int(w)+int(h))))
 				if err != nil {
 					t.Fatal(err)
@@ -89,7 +94,7 @@ func TestBridgeConverterHoldsTheModel(t *testing.T) {
 				m := e.Model().Ranks[0]
 				want := map[ckf.CanonicalHash]bool{}
 				for _, c := range m.Resident {
-					for _, k := range ckf.TokenSequenceHashes(c.Tokens, blockSize, ckf.BlockSaltSeed(c.LoRAName, "")) {
+					for _, k := range ckf.TokenSequenceHashesExtra(c.Tokens, blockSize, c.ExtraKeys, ckf.BlockSaltSeed(c.LoRAName, "")) {
 						want[k] = true
 						if !state.Contains(k) {
 							t.Fatalf("a block of a resident chain is not held")
@@ -100,7 +105,7 @@ func TestBridgeConverterHoldsTheModel(t *testing.T) {
 					t.Fatalf("state holds %d blocks, the model %d (%d distinct)", state.ResidentCount(), m.ResidentBlocks, len(want))
 				}
 				for _, c := range m.Absent {
-					for _, k := range ckf.TokenSequenceHashes(c.Tokens, blockSize, ckf.BlockSaltSeed(c.LoRAName, "")) {
+					for _, k := range ckf.TokenSequenceHashesExtra(c.Tokens, blockSize, c.ExtraKeys, ckf.BlockSaltSeed(c.LoRAName, "")) {
 						if state.Contains(k) != want[k] {
 							t.Fatalf("a block not resident on GPU is held")
 						}
@@ -111,5 +116,125 @@ func TestBridgeConverterHoldsTheModel(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// otherImage returns keys with every (identifier, offset) pair's identifier replaced by id.
+func otherImage(keys []engineemu.ExtraKeys, id string) []engineemu.ExtraKeys {
+	out := make([]engineemu.ExtraKeys, len(keys))
+	for i, k := range keys {
+		for _, v := range k {
+			if v.Kind == ckf.ExtraTuple && len(v.Items) == 2 {
+				v = ckf.ExtraTupleValue(ckf.ExtraStringValue(id), v.Items[1])
+			}
+			out[i] = append(out[i], v)
+		}
+	}
+	return out
+}
+
+// Image-bearing blocks through the bridge's decoder and converter: chains of the same
+// placeholder tokens with different images (or cache salts) are different blocks. Every
+// resident image chain is held under the hashes a router computes with the chain's block extra
+// keys (ckf.TokenSequenceHashesExtra, what POST /v1/prefix-matches with block_extra_keys
+// computes), and from its first image block on it is not held under the hashes of the same
+// tokens without extra keys or with another image; chains of the same tokens that are not
+// resident are not held, and the emulator did make such pairs.
+func TestBridgeConverterSeparatesImages(t *testing.T) {
+	const blockSize = 4
+	for _, w := range []engineemu.Wire{engineemu.WireMap, engineemu.WireArray} {
+		t.Run(w.String(), func(t *testing.T) {
+			e, err := engineemu.New(engineemu.Endpoint("tcp://127.0.0.1:0"), engineemu.ReplayEndpoint("tcp://127.0.0.1:0"),
+				engineemu.Mode(engineemu.PubBind), engineemu.Ranks(1), engineemu.Shape(w), engineemu.Hashes(engineemu.HashBytes),
+				engineemu.BlockSize(blockSize), engineemu.Capacity(48), engineemu.MMFraction(0.7), engineemu.LoRA("adapter-a", 1, 0.3),
+				engineemu.Seed(uint64(7+w)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			if err := e.Publish(300, func(int, uint64) bool { return true }); err != nil {
+				t.Fatal(err)
+			}
+			state, err := producer.NewDcState(ckf.NewCkfConfig(1 << 14))
+			if err != nil {
+				t.Fatal(err)
+			}
+			conv := bridge.NewConverter(7, blockSize, nil)
+			_, replay := e.Endpoints(0)
+			var id uint64
+			for _, p := range replayAll(t, replay) {
+				b, err := kvevents.Decode(p)
+				if err != nil {
+					t.Fatalf("decode: %v", err)
+				}
+				recs, _, err := conv.Convert(nil, &b, 0, id)
+				if err != nil {
+					t.Fatalf("convert: %v", err)
+				}
+				id += uint64(len(recs))
+				for i := range recs {
+					if out := state.ApplyEvent(streams.RouterEventOf(&recs[i])); out.FirstError != nil {
+						t.Fatalf("the relay's state refused %v: %v", recs[i].Kind, out.FirstError)
+					}
+				}
+			}
+			m := e.Model().Ranks[0]
+			held := func(hs []ckf.CanonicalHash) int { // how many leading blocks are held
+				n := 0
+				for n < len(hs) && state.Contains(hs[n]) {
+					n++
+				}
+				return n
+			}
+			firstImage := func(c engineemu.Chain) int {
+				for i, k := range c.ExtraKeys {
+					if len(k) > 0 {
+						return i
+					}
+				}
+				return -1
+			}
+			// first-block tokens → the first-block extra keys (encoded) resident chains have
+			residentFirst := map[string]map[string]bool{}
+			firstBlock := func(c engineemu.Chain) (string, string) {
+				return fmt.Sprint(c.Tokens[:blockSize]), string(c.ExtraKeys[0].AppendCanonical(nil))
+			}
+			images := 0
+			for _, c := range m.Resident {
+				if c.ExtraKeys == nil {
+					continue
+				}
+				images++
+				tokens, keys := firstBlock(c)
+				if residentFirst[tokens] == nil {
+					residentFirst[tokens] = map[string]bool{}
+				}
+				residentFirst[tokens][keys] = true
+				seed := ckf.BlockSaltSeed(c.LoRAName, "")
+				if n := held(ckf.TokenSequenceHashesExtra(c.Tokens, blockSize, c.ExtraKeys, seed)); n != c.Blocks {
+					t.Fatalf("with its extra keys a resident image chain is held to depth %d of %d", n, c.Blocks)
+				}
+				first := firstImage(c)
+				if n := held(ckf.TokenSequenceHashes(c.Tokens, blockSize, seed)); n > first {
+					t.Fatalf("without extra keys an image chain is held to depth %d, past its first image block %d", n, first)
+				}
+				if n := held(ckf.TokenSequenceHashesExtra(c.Tokens, blockSize, otherImage(c.ExtraKeys, "img-other"), seed)); n > first {
+					t.Fatalf("with another image an image chain is held to depth %d, past its first image block %d", n, first)
+				}
+			}
+			sameTokens := 0
+			for _, c := range m.Absent {
+				if c.ExtraKeys == nil {
+					continue
+				}
+				if tokens, keys := firstBlock(c); residentFirst[tokens] != nil && !residentFirst[tokens][keys] {
+					sameTokens++ // a resident chain starts with these tokens and another image or salt
+				}
+			}
+			if images == 0 || sameTokens == 0 {
+				t.Fatalf("%d resident image chains, %d absent ones with a resident chain's first-block tokens and other extra keys: the workload made no case", images, sameTokens)
+			}
+			t.Logf("%d resident image chains, %d absent image chains with a resident one's first-block tokens and other extra keys", images, sameTokens)
+		})
 	}
 }

@@ -53,6 +53,7 @@ type cfg struct {
 	cpuFraction    float64
 	dupFraction    float64
 	hybrid         bool
+	mmFraction     float64
 	bufferSteps    int
 	replayTruncate int
 	replayTopic    bool
@@ -90,6 +91,8 @@ func (c *cfg) validate() error {
 		return bad("fractions: LoRA %v in [0,1], CPU %v and duplicates %v in [0,0.5]", c.loraFraction, c.cpuFraction, c.dupFraction)
 	case c.loraFraction > 0 && c.loraName == "":
 		return bad("a LoRA share without a LoRA name")
+	case c.mmFraction < 0 || c.mmFraction > 1:
+		return bad("image share %v outside [0,1]", c.mmFraction)
 	}
 	for r := range c.ranks {
 		if _, err := offsetEndpoint(c.endpoint, r); err != nil {
@@ -160,6 +163,11 @@ func DupFraction(f float64) Opt { return func(c *cfg) { c.dupFraction = f } }
 // off; only in the shapes with group fields, Wire.HasGroups).
 func Hybrid(on bool) Opt { return func(c *cfg) { c.hybrid = on } }
 
+// MMFraction sets the share of new root chains that carry an image (default 0: none, and no
+// extra_keys on the wire). With a share above 0 every store carries extra_keys as vLLM 0.34.0
+// publishes them (pool.go); not in WireArray5, which has no extra_keys.
+func MMFraction(f float64) Opt { return func(c *cfg) { c.mmFraction = f } }
+
 // BufferSteps sets the replay buffer in batches (default 10,000, the engines' default).
 func BufferSteps(n int) Opt { return func(c *cfg) { c.bufferSteps = n } }
 
@@ -212,12 +220,15 @@ type Stats struct {
 	LastPublishError error `json:"-"`
 }
 
-// Chain is one chain of blocks from a root: its LoRA name ("" for none), its tokens and its
-// number of blocks.
+// Chain is one chain of blocks from a root: its LoRA name ("" for none), its tokens, its
+// number of blocks and, for chains with an image (MMFraction), the extra keys of each block as
+// they enter its local hash (ckf.TokenSequenceHashesExtra; the LoRA name left out), nil when no
+// block has any.
 type Chain struct {
-	LoRAName string   `json:"lora_name"`
-	Tokens   []uint32 `json:"tokens"`
-	Blocks   int      `json:"blocks"`
+	LoRAName  string      `json:"lora_name"`
+	Tokens    []uint32    `json:"tokens"`
+	Blocks    int         `json:"blocks"`
+	ExtraKeys []ExtraKeys `json:"extra_keys,omitempty"`
 }
 
 // RankModel is what one rank holds: Resident lists every resident GPU leaf chain (each prefix of

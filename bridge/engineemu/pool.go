@@ -3,19 +3,24 @@ package engineemu
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // vocab bounds the emulated token ids.
 const vocab = 32000
 
-// block is one block the pool has made: its digest, its parent's, its tokens and LoRA.
+// block is one block the pool has made: its digest, its parent's, its tokens, LoRA and extra
+// keys (as they enter the local hash: the image and cache salt, not the LoRA name).
 type block struct {
 	digest   Digest
 	parent   *Digest
 	tokens   []uint32
 	lora     string
+	extra    ExtraKeys
 	copies   int // stores not yet matched by a removal, while resident on GPU
 	children int // resident GPU children
 }
@@ -116,7 +121,10 @@ func (p *pool) noteEvicted(d Digest) {
 	}
 }
 
-func blockDigest(parent *Digest, tokens []uint32, lora string) Digest {
+// blockDigest is the emulated engine hash of a block: SHA-256 of the parent digest (zeros for
+// a root), the tokens as little-endian u32, the LoRA name and the canonical encoding of the
+// extra keys (nothing without).
+func blockDigest(parent *Digest, tokens []uint32, lora string, extra ExtraKeys) Digest {
 	h := sha256.New()
 	var zero Digest
 	if parent != nil {
@@ -130,6 +138,7 @@ func blockDigest(parent *Digest, tokens []uint32, lora string) Digest {
 		h.Write(b[:])
 	}
 	h.Write([]byte(lora))
+	h.Write(extra.AppendCanonical(nil))
 	var d Digest
 	h.Sum(d[:0])
 	return d
@@ -144,19 +153,77 @@ func (p *pool) newChain(parent *block, n int, lora string) []*block {
 		for i := range tokens {
 			tokens[i] = uint32(p.rng.IntN(vocab))
 		}
-		var pd *Digest
-		if prev != nil {
-			d := prev.digest
-			pd = &d
+		prev = p.chainBlock(prev, tokens, lora, nil)
+		out = append(out, prev)
+	}
+	return out
+}
+
+// chainBlock returns the block after prev (nil: a root) with these tokens, LoRA and extra
+// keys, the known one when the pool made it before.
+func (p *pool) chainBlock(prev *block, tokens []uint32, lora string, extra ExtraKeys) *block {
+	var pd *Digest
+	if prev != nil {
+		d := prev.digest
+		pd = &d
+	}
+	d := blockDigest(pd, tokens, lora, extra)
+	b := p.known[d]
+	if b == nil {
+		b = &block{digest: d, parent: pd, tokens: tokens, lora: lora, extra: extra}
+		p.known[d] = b
+	}
+	return b
+}
+
+// imagePlaceholder is the token id of an image's positions: outside the random vocabulary.
+const imagePlaceholder = vocab
+
+// images says whether the pool makes image chains and sends extra_keys (MMFraction; only in
+// the shapes with the full field set: the shorter ones predate extra_keys).
+func (p *pool) images() bool { return p.cfg.mmFraction > 0 && p.cfg.wire.HasGroups() }
+
+// imageChain makes a new root chain of n blocks holding one image, as a multimodal prompt's
+// blocks look to vLLM: token 1 before the image, the placeholder over it, 2 after it, so
+// chains of different images often have the same tokens. The image (one of eight identifiers)
+// starts in block 0 and ends within the chain; half the chains also carry a cache salt (one of
+// two). A block's extra keys are what vLLM 0.34.0 mixes into its hash besides the LoRA name
+// (vllm/v1/core/kv_cache_utils.py, generate_block_hash_extra_keys): (identifier, the image's
+// offset from the block's first token) when the image overlaps the block, then the salt in
+// block 0.
+func (p *pool) imageChain(n int, lora string) []*block {
+	bs := p.cfg.blockSize
+	start := p.rng.IntN(bs)
+	length := 1 + p.rng.IntN(n*bs-start)
+	id := fmt.Sprintf("img-%d", p.rng.IntN(8))
+	salt := ""
+	if p.rng.IntN(2) == 0 {
+		salt = fmt.Sprintf("salt-%d", p.rng.IntN(2))
+	}
+	out := make([]*block, 0, n)
+	var prev *block
+	for b := range n {
+		lo, hi := b*bs, (b+1)*bs
+		tokens := make([]uint32, bs)
+		for i := range tokens {
+			switch pos := lo + i; {
+			case pos < start:
+				tokens[i] = 1
+			case pos < start+length:
+				tokens[i] = imagePlaceholder
+			default:
+				tokens[i] = 2
+			}
 		}
-		d := blockDigest(pd, tokens, lora)
-		b := p.known[d]
-		if b == nil {
-			b = &block{digest: d, parent: pd, tokens: tokens, lora: lora}
-			p.known[d] = b
+		var extra ExtraKeys
+		if start < hi && start+length > lo {
+			extra = append(extra, ckf.ExtraTupleValue(ckf.ExtraStringValue(id), ckf.ExtraIntValue(int64(start-lo))))
 		}
-		out = append(out, b)
-		prev = b
+		if b == 0 && salt != "" {
+			extra = append(extra, ckf.ExtraStringValue(salt))
+		}
+		prev = p.chainBlock(prev, tokens, lora, extra)
+		out = append(out, prev)
 	}
 	return out
 }
@@ -171,6 +238,18 @@ func (p *pool) storedEvent(chain []*block, medium string, g *Group) Event {
 	for _, b := range chain {
 		ev.Hashes = append(ev.Hashes, b.digest)
 		ev.Tokens = append(ev.Tokens, b.tokens...)
+	}
+	if p.images() {
+		// vLLM 0.34.0 (to_event_extra_keys): per block, the LoRA name, then the block's own
+		// keys; None for a block with neither.
+		ev.ExtraKeys = make([]ExtraKeys, len(chain))
+		for i, b := range chain {
+			var k ExtraKeys
+			if b.lora != "" {
+				k = append(k, ckf.ExtraStringValue(b.lora))
+			}
+			ev.ExtraKeys[i] = append(k, b.extra...)
+		}
 	}
 	return ev
 }
@@ -195,7 +274,12 @@ func (p *pool) gpuStore() Event {
 	} else if p.rng.Float64() < p.cfg.loraFraction {
 		lora = p.cfg.loraName
 	}
-	chain := p.newChain(parent, 1+p.rng.IntN(4), lora)
+	var chain []*block
+	if parent == nil && p.images() && p.rng.Float64() < p.cfg.mmFraction {
+		chain = p.imageChain(1+p.rng.IntN(4), lora)
+	} else {
+		chain = p.newChain(parent, 1+p.rng.IntN(4), lora)
+	}
 	for _, b := range chain {
 		if _, ok := p.gpu[b.digest]; ok {
 			b.copies++
@@ -307,20 +391,30 @@ func (p *pool) nextBatch() []Event {
 	return events
 }
 
-// chainOf returns the LoRA, the tokens from the root to d, and the number of blocks.
+// chainOf returns the LoRA, the tokens from the root to d, the number of blocks and their
+// extra keys (nil when none has any).
 func (p *pool) chainOf(d Digest) Chain {
 	var parts [][]uint32
+	var extra []ExtraKeys
+	withExtra := false
 	b := p.known[d]
 	lora := b.lora
 	for {
 		parts = append(parts, b.tokens)
+		extra = append(extra, b.extra)
+		withExtra = withExtra || len(b.extra) > 0
 		if b.parent == nil {
 			break
 		}
 		b = p.known[*b.parent]
 	}
 	slices.Reverse(parts)
-	return Chain{LoRAName: lora, Tokens: slices.Concat(parts...), Blocks: len(parts)}
+	c := Chain{LoRAName: lora, Tokens: slices.Concat(parts...), Blocks: len(parts)}
+	if withExtra {
+		slices.Reverse(extra)
+		c.ExtraKeys = extra
+	}
+	return c
 }
 
 // model returns the rank's exact model.
@@ -346,5 +440,12 @@ func (p *pool) model(rank int, nextSeq uint64) RankModel {
 func lastN(ds []Digest, n int) []Digest { return ds[max(0, len(ds)-n):] }
 
 func sortChains(cs []Chain) {
-	slices.SortFunc(cs, func(a, b Chain) int { return slices.Compare(a.Tokens, b.Tokens) })
+	slices.SortFunc(cs, func(a, b Chain) int {
+		if c := slices.Compare(a.Tokens, b.Tokens); c != 0 {
+			return c
+		}
+		return slices.CompareFunc(a.ExtraKeys, b.ExtraKeys, func(x, y ExtraKeys) int {
+			return slices.Compare(x.AppendCanonical(nil), y.AppendCanonical(nil))
+		})
+	})
 }

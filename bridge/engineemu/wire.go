@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -151,7 +153,13 @@ type Group struct {
 // slidingWindowGroup is the group the emulator stores sliding-window chains in.
 var slidingWindowGroup = &Group{Index: 1, Kind: "sliding_window", SlidingWindow: 128}
 
-// Event is one KV-cache event as the emulator means it, before encoding.
+// ExtraKeys are one block's extra keys (ckf.ExtraKeys).
+type ExtraKeys = ckf.ExtraKeys
+
+// Event is one KV-cache event as the emulator means it, before encoding. ExtraKeys is
+// BlockStored's extra_keys: nil leaves the field at its default (None: absent from a map,
+// nil in an array), otherwise one entry per block, nil for None, each entry a tuple of values
+// as msgspec encodes a list[tuple | None].
 type Event struct {
 	Kind      EventKind
 	Hashes    []Digest
@@ -162,6 +170,7 @@ type Event struct {
 	LoRAName  string
 	Medium    string
 	Group     *Group
+	ExtraKeys []ExtraKeys
 }
 
 // EventKind is the tag of an event.
@@ -268,6 +277,9 @@ func (e *encoder) event(ev *Event) error {
 				fields = append(fields, field{"lora_name", func() error { return e.optString(ev.LoRAName) }})
 			}
 		}
+		if ev.ExtraKeys != nil && e.wire.eventMaps() {
+			fields = append(fields, field{"extra_keys", func() error { return e.extraKeys(ev.ExtraKeys) }})
+		}
 		if e.wire.HasGroups() {
 			g := ev.Group
 			switch {
@@ -283,7 +295,7 @@ func (e *encoder) event(ev *Event) error {
 			if e.wire == WireArray {
 				// msgspec leaves a field at its default (None) out of a map only: an array_like
 				// struct is written whole. extra_keys comes before the group fields.
-				fields = slices.Insert(fields, 7, field{"extra_keys", m.EncodeNil})
+				fields = slices.Insert(fields, 7, field{"extra_keys", func() error { return e.extraKeys(ev.ExtraKeys) }})
 			}
 		}
 	case BlockRemoved:
@@ -378,6 +390,62 @@ func (e *encoder) optString(s string) error {
 		return e.enc.EncodeNil()
 	}
 	return e.enc.EncodeString(s)
+}
+
+// extraKeys writes extra_keys: None for nil, else an array of one entry per block, None or
+// the block's values as an array (msgspec writes tuples and lists alike).
+func (e *encoder) extraKeys(keys []ExtraKeys) error {
+	if keys == nil {
+		return e.enc.EncodeNil()
+	}
+	if err := e.enc.EncodeArrayLen(len(keys)); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k == nil {
+			if err := e.enc.EncodeNil(); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := e.extraValue(ckf.ExtraTupleValue(k...)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// extraValue writes one value as msgspec writes the Python value: integers in their smallest
+// form, floats as float 64, str, bytes as bin, tuples as arrays.
+func (e *encoder) extraValue(v ckf.ExtraValue) error {
+	m := e.enc
+	switch v.Kind {
+	case ckf.ExtraNone:
+		return m.EncodeNil()
+	case ckf.ExtraBool:
+		return m.EncodeBool(v.Bits != 0)
+	case ckf.ExtraInt:
+		return m.EncodeInt(int64(v.Bits))
+	case ckf.ExtraUint:
+		return m.EncodeUint(v.Bits)
+	case ckf.ExtraFloat:
+		return m.EncodeFloat64(math.Float64frombits(v.Bits))
+	case ckf.ExtraString:
+		return m.EncodeString(v.Str)
+	case ckf.ExtraBytes:
+		return m.EncodeBytes([]byte(v.Str))
+	case ckf.ExtraTuple:
+		if err := m.EncodeArrayLen(len(v.Items)); err != nil {
+			return err
+		}
+		for _, it := range v.Items {
+			if err := e.extraValue(it); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("engineemu: extra key of kind %v", v.Kind)
 }
 
 // first returns the first non-nil error.

@@ -17,7 +17,11 @@
 //     and bytes (a 32-byte SHA-256 digest) in recent ones.
 //
 // Fields this package does not know (added by later engine versions) are skipped in both
-// forms, so a newer engine still decodes. Anything else (a tag this package does not know, a
+// forms, so a newer engine still decodes. BlockStored's extra_keys (vLLM: one entry per block,
+// None or a tuple of the values the engine mixed into that block's hash) is decoded into
+// ckf.ExtraKeys: nil, bool, integers, floats, strings, bytes and nested arrays up to
+// ckf.MaxExtraDepth; a map or extension value, deeper nesting, or a list whose length is not
+// the number of block hashes is malformed. Anything else (a tag this package does not know, a
 // field of the wrong type, trailing bytes) is a *DecodeError matching ErrMalformed or
 // ErrUnknownEvent: the caller dead-letters the raw bytes.
 package kvevents
@@ -30,6 +34,7 @@ import (
 	"io"
 	"math"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 	"github.com/zeebo/xxh3"
@@ -142,6 +147,12 @@ type Event struct {
 	// SpecKind is kv_cache_spec_kind ("full_attention", "sliding_window", ...); empty when
 	// absent.
 	SpecKind string
+	// ExtraKeys is extra_keys: nil when absent or null, else one entry per block hash (the
+	// decoder checks the length), an entry nil for a block without extra keys. Values are as
+	// the engine sent them (vLLM 0.34.0 publishes the LoRA name first when a LoRA is active,
+	// then (mm identifier, offset) pairs, the cache salt on the first block, prompt-embeds
+	// digests); the converter decides what enters the local hash.
+	ExtraKeys []ckf.ExtraKeys
 }
 
 // MaxElements bounds any one array or map length in a batch (hashes, tokens, events), so a
@@ -620,6 +631,10 @@ func (d *decoder) event(path string, ev *Event) error {
 	}
 	if ev.Kind != KindStored {
 		ev.TokenIDs, ev.BlockSize, ev.HasParent, ev.Parent, ev.LoraName, ev.HasLoraID, ev.LoraID, ev.SpecKind = nil, 0, false, 0, "", false, 0, ""
+		ev.ExtraKeys = nil
+	}
+	if ev.ExtraKeys != nil && len(ev.ExtraKeys) != len(ev.BlockHashes) {
+		return malformed(path+".extra_keys", "%d entries for %d block hashes", len(ev.ExtraKeys), len(ev.BlockHashes))
 	}
 	if ev.Kind == KindCleared {
 		*ev = Event{Kind: KindCleared}
@@ -636,8 +651,8 @@ func knownField(name string) bool {
 	return false
 }
 
-// field decodes the named field into ev. extra_keys and the sliding window are read past:
-// the filter hashes tokens only (producer §2.2), and only the spec kind decides filtering.
+// field decodes the named field into ev. The sliding window is read past: only the spec kind
+// decides filtering.
 func (d *decoder) field(path, name string, ev *Event) error {
 	var err error
 	switch name {
@@ -679,10 +694,95 @@ func (d *decoder) field(path, name string, ev *Event) error {
 		ev.HasGroup = err == nil
 	case "kv_cache_spec_kind":
 		ev.SpecKind, err = d.optStr(path)
-	default: // extra_keys, kv_cache_spec_sliding_window
+	case "extra_keys":
+		ev.ExtraKeys, err = d.extraKeys(path)
+	default: // kv_cache_spec_sliding_window
 		err = d.wrap(path, d.dec.Skip())
 	}
 	return err
+}
+
+// extraKeys reads extra_keys: null, or an array of one entry per block, each null or an array
+// of values (extraValue).
+func (d *decoder) extraKeys(path string) ([]ckf.ExtraKeys, error) {
+	null, err := d.isNil()
+	if err != nil || null {
+		return nil, d.wrap(path, err)
+	}
+	n, err := d.length(path)(d.arrayLen(path))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ckf.ExtraKeys, n)
+	for i := range out {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		null, err := d.isNil()
+		if err != nil {
+			return nil, d.wrap(p, err)
+		}
+		if null {
+			continue
+		}
+		v, err := d.extraValue(p, 1)
+		if err != nil {
+			return nil, err
+		}
+		if v.Kind != ckf.ExtraTuple {
+			return nil, malformed(p, "an entry is neither null nor an array")
+		}
+		out[i] = v.Items
+		if out[i] == nil {
+			out[i] = ckf.ExtraKeys{}
+		}
+	}
+	return out, nil
+}
+
+// extraValue reads one extra-key value at nesting depth depth (a block's entry is depth 1).
+func (d *decoder) extraValue(path string, depth int) (ckf.ExtraValue, error) {
+	c, err := d.peek()
+	if err != nil {
+		return ckf.ExtraValue{}, d.wrap(path, err)
+	}
+	switch {
+	case c == msgpcode.Nil:
+		_, err := d.r.ReadByte()
+		return ckf.ExtraNil(), d.wrap(path, err)
+	case c == msgpcode.True || c == msgpcode.False:
+		b, err := d.dec.DecodeBool()
+		return ckf.ExtraBoolValue(b), d.wrap(path, err)
+	case c == msgpcode.Uint64:
+		u, err := d.dec.DecodeUint64()
+		return ckf.ExtraUintValue(u), d.wrap(path, err)
+	case isInt(c):
+		v, err := d.dec.DecodeInt64()
+		return ckf.ExtraIntValue(v), d.wrap(path, err)
+	case c == msgpcode.Float || c == msgpcode.Double:
+		f, err := d.dec.DecodeFloat64()
+		return ckf.ExtraFloatValue(f), d.wrap(path, err)
+	case isString(c):
+		s, err := d.dec.DecodeString()
+		return ckf.ExtraStringValue(s), d.wrap(path, err)
+	case isBin(c):
+		b, err := d.dec.DecodeBytes()
+		return ckf.ExtraBytesValue(b), d.wrap(path, err)
+	case isArray(c):
+		if depth > ckf.MaxExtraDepth {
+			return ckf.ExtraValue{}, malformed(path, "extra keys nested deeper than %d", ckf.MaxExtraDepth)
+		}
+		n, err := d.length(path)(d.dec.DecodeArrayLen())
+		if err != nil {
+			return ckf.ExtraValue{}, err
+		}
+		items := make([]ckf.ExtraValue, n)
+		for i := range items {
+			if items[i], err = d.extraValue(path, depth+1); err != nil {
+				return ckf.ExtraValue{}, err
+			}
+		}
+		return ckf.ExtraTupleValue(items...), nil
+	}
+	return ckf.ExtraValue{}, malformed(path, "an extra key of an unsupported type (msgpack code %#x)", c)
 }
 
 // Message framing of the engines' sockets.

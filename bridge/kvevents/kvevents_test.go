@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/zeebo/xxh3"
 )
@@ -40,7 +41,8 @@ func TestDecodeEngineShapes(t *testing.T) {
 	}{
 		{"vllm_map_bytes", Batch{TS: 1.5, Rank: 2, HasRank: true, Events: []Event{
 			{Kind: KindStored, BlockHashes: []BlockHash{bytesHash(1), bytesHash(2)}, Parent: bytesHash(0), HasParent: true,
-				TokenIDs: tokens, BlockSize: 4, Medium: "GPU", LoraName: "adapter-a", HasGroup: true, GroupIdx: 0, SpecKind: "full_attention"},
+				TokenIDs: tokens, BlockSize: 4, Medium: "GPU", LoraName: "adapter-a", HasGroup: true, GroupIdx: 0, SpecKind: "full_attention",
+				ExtraKeys: []ckf.ExtraKeys{nil, {ckf.ExtraStringValue("salt")}}},
 			{Kind: KindStored, BlockHashes: []BlockHash{bytesHash(1)}, TokenIDs: tokens[:4], BlockSize: 4, Medium: "GPU",
 				HasGroup: true, GroupIdx: 1, SpecKind: "sliding_window"},
 			{Kind: KindRemoved, BlockHashes: []BlockHash{bytesHash(2)}, Medium: "CPU", HasGroup: true},
@@ -118,6 +120,13 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 		"negative token":         enc(t, []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{-1}, 1, nil}}}),
 		"zero block size":        enc(t, []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{1}, 0, nil}}}),
 		"negative rank":          enc(t, []any{1.0, []any{}, -1}),
+		"extra_keys not a list":  enc(t, []any{1.0, []any{storedWithExtra("x")}}),
+		"extra_keys entry a str": enc(t, []any{1.0, []any{storedWithExtra([]any{"x"})}}),
+		"extra_keys too short":   enc(t, []any{1.0, []any{storedWithExtra([]any{})}}),
+		"extra_keys too long":    enc(t, []any{1.0, []any{storedWithExtra([]any{nil, nil})}}),
+		"extra key a map":        enc(t, []any{1.0, []any{storedWithExtra([]any{[]any{map[string]any{"a": 1}}})}}),
+		"extra key too deep":     enc(t, []any{1.0, []any{storedWithExtra([]any{[]any{nest(ckf.MaxExtraDepth)}})}}),
+		"extra key an ext":       extPayload(t),
 		"huge length":            {0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0xdd, 0x7f, 0xff, 0xff, 0xff},
 		"duplicate map field": {0x92, 0x01, 0x91, 0x83, 0xa4, 't', 'y', 'p', 'e', 0xac, 'B', 'l', 'o', 'c', 'k', 'R', 'e', 'm', 'o', 'v', 'e', 'd',
 			0xa6, 'm', 'e', 'd', 'i', 'u', 'm', 0xc0, 0xa6, 'm', 'e', 'd', 'i', 'u', 'm', 0xc0},
@@ -155,6 +164,12 @@ func FuzzDecode(f *testing.F) {
 	for _, e := range entries {
 		f.Add(shape(f, e.Name()[:len(e.Name())-len(".msgpack")]))
 	}
+	// extra_keys as vLLM publishes them.
+	seed, err := msgpack.Marshal([]any{1.0, []any{storedWithExtra([]any{[]any{"lora-x", []any{"img-a", -3}, "salt", []byte{1}, nil, true, 0.5}})}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		batch, err := Decode(b)
 		if err != nil {
@@ -169,6 +184,9 @@ func FuzzDecode(f *testing.F) {
 			case KindStored:
 				if ev.BlockSize <= 0 {
 					t.Fatalf("stored event with block size %d", ev.BlockSize)
+				}
+				if ev.ExtraKeys != nil && len(ev.ExtraKeys) != len(ev.BlockHashes) {
+					t.Fatalf("%d extra-key entries for %d blocks", len(ev.ExtraKeys), len(ev.BlockHashes))
 				}
 			case KindRemoved, KindCleared:
 				if ev.TokenIDs != nil {
@@ -213,5 +231,81 @@ func TestDecodeTokenEncodings(t *testing.T) {
 		if _, err := Decode(b); !errors.Is(err, ErrMalformed) {
 			t.Fatalf("%x: %v", bad, err)
 		}
+	}
+}
+
+// storedWithExtra is an array-form BlockStored of one block (tokens 1..4) whose extra_keys is
+// extra.
+func storedWithExtra(extra any) []any {
+	return []any{"BlockStored", []any{1}, nil, []any{1, 2, 3, 4}, 4, nil, "GPU", "lora-x", extra}
+}
+
+// nest returns depth arrays nested in one another, the innermost empty.
+func nest(depth int) any {
+	var v any = []any{}
+	for i := 1; i < depth; i++ {
+		v = []any{v}
+	}
+	return v
+}
+
+// extPayload is storedWithExtra with a msgpack extension value (fixext1) as the block's only
+// extra key.
+func extPayload(t *testing.T) []byte {
+	b := enc(t, []any{1.0, []any{storedWithExtra([]any{[]any{true}})}})
+	i := len(b) - 1 // the encoding ends with the true (0xc3)
+	if b[i] != 0xc3 {
+		t.Fatalf("unexpected encoding % x", b)
+	}
+	return append(b[:i:i], 0xd4, 0x01, 0x00)
+}
+
+// extra_keys as vLLM 0.34.0 publishes them (vllm/v1/core/kv_cache_utils.py to_event_extra_keys:
+// the LoRA name, (mm identifier, offset) pairs, the cache salt, prompt-embeds digests; None for
+// a block without any), in both event forms, decode into typed values.
+func TestDecodeExtraKeys(t *testing.T) {
+	digest := []byte{0xde, 0xad}
+	extra := []any{
+		[]any{"lora-x", []any{"img-a", 1}, "salt-1", digest},
+		nil,
+		[]any{"lora-x", []any{"img-a", -3}, []any{"img-b", 2}, uint64(1 << 63), -7, 0.5, true, nil},
+	}
+	want := []ckf.ExtraKeys{
+		{ckf.ExtraStringValue("lora-x"), ckf.ExtraTupleValue(ckf.ExtraStringValue("img-a"), ckf.ExtraIntValue(1)),
+			ckf.ExtraStringValue("salt-1"), ckf.ExtraBytesValue(digest)},
+		nil,
+		{ckf.ExtraStringValue("lora-x"), ckf.ExtraTupleValue(ckf.ExtraStringValue("img-a"), ckf.ExtraIntValue(-3)),
+			ckf.ExtraTupleValue(ckf.ExtraStringValue("img-b"), ckf.ExtraIntValue(2)), ckf.ExtraUintValue(1 << 63),
+			ckf.ExtraIntValue(-7), ckf.ExtraFloatValue(0.5), ckf.ExtraBoolValue(true), ckf.ExtraNil()},
+	}
+	arr := []any{"BlockStored", []any{1, 2, 3}, nil, make([]int, 12), 4, nil, "GPU", "lora-x", extra}
+	m := map[string]any{"type": "BlockStored", "block_hashes": []any{1, 2, 3}, "parent_block_hash": nil,
+		"token_ids": make([]int, 12), "block_size": 4, "lora_id": nil, "medium": "GPU", "lora_name": "lora-x", "extra_keys": extra}
+	for name, ev := range map[string]any{"array": arr, "map": m} {
+		t.Run(name, func(t *testing.T) {
+			b, err := Decode(enc(t, []any{1.0, []any{ev}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := b.Events[0].ExtraKeys
+			if len(got) != len(want) || got[1] != nil {
+				t.Fatalf("extra keys %v", got)
+			}
+			for i := range want {
+				if len(got[i]) != len(want[i]) {
+					t.Fatalf("block %d: %v, want %v", i, got[i], want[i])
+				}
+				for j := range want[i] {
+					if !got[i][j].Equal(want[i][j]) {
+						t.Fatalf("block %d key %d: %v, want %v", i, j, got[i][j], want[i][j])
+					}
+				}
+			}
+		})
+	}
+	// null extra_keys, and a removal, leave none.
+	b, err := Decode(enc(t, []any{1.0, []any{storedWithExtra(nil), []any{"BlockRemoved", []any{1}}}}))
+	if err != nil || b.Events[0].ExtraKeys != nil || b.Events[1].ExtraKeys != nil {
+		t.Fatalf("%v: %+v", err, b)
 	}
 }
