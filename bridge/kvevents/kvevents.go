@@ -575,6 +575,18 @@ func (d *decoder) event(path string, ev *Event) error {
 				continue
 			}
 			name := fields[i-1]
+			if name == "lora_name" && kind == KindStored {
+				// SGLang 0.5.18 and 0.5.19 append a metadata map ({"cache_salt": ...}) to a
+				// salted store where vLLM has lora_name; it is read past.
+				if c, err := d.peek(); err != nil {
+					return d.wrap(path, err)
+				} else if isMap(c) {
+					if err := d.wrap(path+".metadata", d.dec.Skip()); err != nil {
+						return err
+					}
+					continue
+				}
+			}
 			seen[name] = true
 			if err := d.field(path+"."+name, name, ev); err != nil {
 				return err

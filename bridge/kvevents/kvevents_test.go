@@ -309,3 +309,28 @@ func TestDecodeExtraKeys(t *testing.T) {
 		t.Fatalf("%v: %+v", err, b)
 	}
 }
+
+// SGLang 0.5.18 and 0.5.19 write a salted store as BlockStoredWithMetadata: the array_like
+// BlockStored of its release (block_hashes to medium) with a metadata map appended, under the
+// tag "BlockStored". The map stands where vLLM's lora_name stands and is read past; SGLang 0.5.20
+// and later send maps, whose cache_salt and session_id keys are unknown fields, skipped.
+func TestDecodeSGLangMetadataAndMapFields(t *testing.T) {
+	arr, err := msgpack.Marshal([]any{1.5, []any{
+		[]any{"BlockStored", []any{int64(-7)}, nil, []any{1, 2, 3, 4}, 4, nil, "GPU", map[string]any{"cache_salt": "s"}},
+	}, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Decode(arr)
+	if err != nil || len(b.Events) != 1 || b.Events[0].LoraName != "" || b.Events[0].Medium != "GPU" || b.Events[0].BlockHashes[0] != BlockHash(uint64(1<<64-7)) {
+		t.Fatalf("0.5.18 metadata: %+v, %v", b, err)
+	}
+	m, err := msgpack.Marshal([]any{1.5, []any{map[string]any{"type": "BlockStored", "block_hashes": []any{3}, "parent_block_hash": nil,
+		"token_ids": []any{1, 2, 3, 4}, "block_size": 4, "lora_id": nil, "medium": "GPU", "cache_salt": "s", "session_id": "x"}}, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := Decode(m); err != nil || len(b.Events) != 1 || b.Rank != 2 {
+		t.Fatalf("0.5.20 map: %+v, %v", b, err)
+	}
+}
