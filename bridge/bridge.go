@@ -48,8 +48,9 @@ const (
 	HeaderGroups = "ckf-bridge-groups"
 	// HeaderLost marks the clear the bridge writes in place of lost engine batches
 	// (LostHistoryClear): the first and the end of the lost range, two 8-byte big-endian
-	// sequence numbers. Such a record's HeaderSeq is the last lost batch and its digest 0.
-	HeaderLost = "ckf-bridge-lost"
+	// sequence numbers. Such a record's HeaderSeq is the last lost batch and its digest 0. The
+	// relay counts these clears (schemas.HeaderLostHistory, the same header).
+	HeaderLost = schemas.HeaderLostHistory
 )
 
 // ErrConfig is wrapped by every configuration error of New.

@@ -347,10 +347,13 @@ func (c *Codec) body(t RecordType, b []byte) (*schemaEntry, []byte, error) {
 // reported as ErrMalformed.
 func (e *schemaEntry) native(t RecordType, body []byte) (v any, err error) {
 	if err := skim(e.tree, body); err != nil {
-		// A body of the embedded layout that ends too early may have been written with the
-		// previous revision of the schema, which lacks the appended trailing fields.
-		if p := e.previous; p != nil && errors.Is(err, ErrTruncated) && skim(p.tree, body) == nil {
-			return (&schemaEntry{id: e.id, typ: e.typ, codec: p.codec, tree: p.tree}).native(t, body)
+		// A body of the embedded layout that ends too early may have been written with an
+		// earlier revision of the schema, which lacks appended trailing fields: the newest
+		// revision it fits reads it.
+		for p := e.previous; p != nil && errors.Is(err, ErrTruncated); p = p.previous {
+			if skim(p.tree, body) == nil {
+				return (&schemaEntry{id: e.id, typ: e.typ, codec: p.codec, tree: p.tree}).native(t, body)
+			}
 		}
 		de := err.(*DecodeError)
 		de.Type, de.SchemaID = t, e.id

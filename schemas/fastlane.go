@@ -67,7 +67,11 @@ func appendLaneRecordBody(dst []byte, r *LaneRecord) []byte {
 	case LaneDrainMarker:
 		dst = appendU64(dst, r.Drain.ExpectedSequence)
 	}
-	return appendOptCapacity(dst, r.Capacity)
+	dst = appendOptCapacity(dst, r.Capacity)
+	if h, ok := r.Sources.Get(); ok {
+		return appendU64(appendU64(append(dst, 2), h.DegradedSources), h.LostHistoryClears)
+	}
+	return append(dst, 0)
 }
 
 // appendOptCapacity appends an optional CapacityState (union ["null", CapacityState]).
@@ -93,6 +97,18 @@ func (r *reader) optCapacity(base string, nf *nat) Optional[CapacityState] {
 		ResidentBlocks:    uint64(narrow(r.long(), 0, maxInt64, base+".resident_blocks", nf)),
 		OmittedBlocks:     uint64(narrow(r.long(), 0, maxInt64, base+".omitted_blocks", nf)),
 		CapacityOmissions: uint64(narrow(r.long(), 0, maxInt64, base+".capacity_omissions", nf)),
+	})
+}
+
+// optSources reads the trailing optional SourceHealth of a lane record: a body that ends before
+// it was written with an earlier revision of the v1 schema and reads as absent.
+func (r *reader) optSources(base string, nf *nat) Optional[SourceHealth] {
+	if r.failed() || r.remaining() == 0 || !r.optIndex() {
+		return Optional[SourceHealth]{}
+	}
+	return Some(SourceHealth{
+		DegradedSources:   uint64(narrow(r.long(), 0, maxInt64, base+".degraded_sources", nf)),
+		LostHistoryClears: uint64(narrow(r.long(), 0, maxInt64, base+".lost_history_clears", nf)),
 	})
 }
 
@@ -155,6 +171,7 @@ func decodeLaneRecordBody(body []byte) (LaneRecord, error) {
 		rec.Drain.ExpectedSequence = r.u64()
 	}
 	rec.Capacity = r.optCapacity("capacity", &nf)
+	rec.Sources = r.optSources("sources", &nf)
 	if err := r.end(&nf); err != nil {
 		return LaneRecord{}, err
 	}

@@ -36,6 +36,33 @@ type LaneRecord struct {
 	// Capacity is the producer's capacity state as of the record; absent
 	// (null on the wire) when the writer does not report it.
 	Capacity Optional[CapacityState]
+	// Sources is the health of the DC's sources as of the record (engine
+	// history lost); absent (null on the wire) when the writer does not
+	// report it.
+	Sources Optional[SourceHealth]
+}
+
+// SourceHealth is the state of a DC's sources (worker, rank) whose engine
+// history a bridge lost (Avro record SourceHealth): a source is degraded
+// from a clear written for lost history until a full clear. Each value
+// travels as an Avro long and must be below 2^63.
+type SourceHealth struct {
+	// DegradedSources is the number of degraded sources: the DC may hold
+	// blocks of theirs that the filter lacks, so answers may be short.
+	DegradedSources uint64
+	// LostHistoryClears counts the clears for lost history the relay read
+	// since it started.
+	LostHistoryClears uint64
+}
+
+func (h *SourceHealth) validate(base string) error {
+	if h.DegradedSources > maxInt64 {
+		return invalid(base+".degraded_sources", "%d does not fit an Avro long", h.DegradedSources)
+	}
+	if h.LostHistoryClears > maxInt64 {
+		return invalid(base+".lost_history_clears", "%d does not fit an Avro long", h.LostHistoryClears)
+	}
+	return nil
 }
 
 // CapacityState is how full a producer's filter is and how many of the
@@ -124,7 +151,8 @@ func MaxSnapshotChunkWords(maxValueBytes int) int {
 // laneRecordOverhead bounds the encoded size of a snapshot chunk without its
 // words: frame header 5, identity at most 2*17 + 5 + 10 (pool) + 10 + 10 +
 // 5+10+10+5+5 (format), union index 1, sequence 10, index 5, count 5, first
-// 10, total 10, words length 5, capacity 1 + 3*10 (186 in all); rounded up.
+// 10, total 10, words length 5, capacity 1 + 3*10, sources 1 + 2*10 (207 in
+// all); rounded up.
 const laneRecordOverhead = 256
 
 // validate applies the contract's rules that are not expressed by the Avro
@@ -135,6 +163,11 @@ func (r *LaneRecord) validate() error {
 	}
 	if c, ok := r.Capacity.Get(); ok {
 		if err := c.validate("capacity"); err != nil {
+			return err
+		}
+	}
+	if h, ok := r.Sources.Get(); ok {
+		if err := h.validate("sources"); err != nil {
 			return err
 		}
 	}

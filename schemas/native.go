@@ -117,7 +117,19 @@ func laneRecordNative(r *LaneRecord) map[string]any {
 			"expected_sequence": int64(r.Drain.ExpectedSequence),
 		})
 	}
-	return map[string]any{"identity": identityNative(&r.Identity), "body": body, "capacity": capacityNative(r.Capacity)}
+	return map[string]any{"identity": identityNative(&r.Identity), "body": body, "capacity": capacityNative(r.Capacity),
+		"sources": sourcesNative(r.Sources)}
+}
+
+func sourcesNative(o Optional[SourceHealth]) any {
+	h, ok := o.Get()
+	if !ok {
+		return nil
+	}
+	return union(nsName("SourceHealth"), map[string]any{
+		"degraded_sources":    int64(h.DegradedSources),
+		"lost_history_clears": int64(h.LostHistoryClears),
+	})
 }
 
 func capacityNative(o Optional[CapacityState]) any {
@@ -551,7 +563,21 @@ func (n *nat) laneRecord(v any) LaneRecord {
 		n.fail(ErrMalformed, "body", "unknown branch %q", branch)
 	}
 	r.Capacity = n.capacity(m)
+	r.Sources = n.sources(m)
 	return r
+}
+
+// sources reads the optional sources field; a writer schema without it reads as absent.
+func (n *nat) sources(m map[string]any) Optional[SourceHealth] {
+	b, hv := n.branch(m, "", "sources", true)
+	if b == "" {
+		return Optional[SourceHealth]{}
+	}
+	h := n.rec(hv, "sources")
+	return Some(SourceHealth{
+		DegradedSources:   uint64(n.rangeInt(h, "sources", "degraded_sources", 0, maxInt64)),
+		LostHistoryClears: uint64(n.rangeInt(h, "sources", "lost_history_clears", 0, maxInt64)),
+	})
 }
 
 // capacity reads the optional capacity field; a writer schema without it reads as absent.

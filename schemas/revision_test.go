@@ -15,13 +15,17 @@ func TestPreviousRevisionBodies(t *testing.T) {
 			t.Fatalf("%s: no previous revision", tr)
 		}
 	}
-	// previousBody encodes native with the previous revision's schema, without the appended fields.
+	// previousBody encodes native with the first revision's schema, without any appended field.
 	previousBody := func(t *testing.T, tr RecordType, native map[string]any) []byte {
 		t.Helper()
 		for _, f := range appendedFields[tr] {
 			delete(native, f)
 		}
-		b, err := builtins[tr].previous.codec.BinaryFromNative(AppendHeader(nil, BuiltinID(tr)), native)
+		first := builtins[tr].previous
+		for first.previous != nil {
+			first = first.previous
+		}
+		b, err := first.codec.BinaryFromNative(AppendHeader(nil, BuiltinID(tr)), native)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,8 +33,23 @@ func TestPreviousRevisionBodies(t *testing.T) {
 	}
 	codecs := map[string]*Codec{"fast": newTestCodec(t), "goavro": newTestCodec(t, disableFastPath())}
 	for name, r := range testLaneRecords() {
+		// The revision between: capacity, but no sources.
+		mid := r
+		mid.Capacity, mid.Sources = Some(CapacityState{ResidentBlocks: 9, OmittedBlocks: 2, CapacityOmissions: 3}), Optional[SourceHealth]{}
+		native := laneRecordNative(&mid)
+		delete(native, "sources")
+		mb, err := builtins[TypeLaneRecord].previous.codec.BinaryFromNative(AppendHeader(nil, BuiltinID(TypeLaneRecord)), native)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for cn, c := range codecs {
+			got, err := c.DecodeLaneRecord(mb)
+			if err != nil || !reflect.DeepEqual(got, mid) {
+				t.Errorf("lane record %s of the capacity revision, %s: %v\n got  %+v\n want %+v", name, cn, err, got, mid)
+			}
+		}
 		old := r
-		old.Capacity = Optional[CapacityState]{}
+		old.Capacity, old.Sources = Optional[CapacityState]{}, Optional[SourceHealth]{}
 		b := previousBody(t, TypeLaneRecord, laneRecordNative(&r))
 		for cn, c := range codecs {
 			got, err := c.DecodeLaneRecord(b)
@@ -61,7 +80,7 @@ func TestPreviousRevisionBodies(t *testing.T) {
 			}
 		}
 	}
-	// A previous-revision body cut short is still truncated, not read as something shorter.
+	// A first-revision body cut short is still truncated, not read as something shorter.
 	r := testLaneRecords()["delta"]
 	b := previousBody(t, TypeLaneRecord, laneRecordNative(&r))
 	for cn, c := range codecs {
@@ -90,19 +109,35 @@ func TestCapacityFieldRules(t *testing.T) {
 	if _, err := c.EncodeQueryReply(q); !errors.Is(err, ErrInvalidField) {
 		t.Errorf("incomplete lane outside ready_lanes: encode %v, want ErrInvalidField", err)
 	}
-	// A negative long on the wire: hand-append the capacity branch to a delta body.
+	// A negative long on the wire: hand-append the capacity branch (and a null sources) to a
+	// delta body.
 	r = testDelta(2)
 	good, err := c.EncodeLaneRecord(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := append(good[:len(good)-1:len(good)-1], 2)
-	bad = appendLong(appendLong(appendLong(bad, 5), -1), 0)
+	bad := append(good[:len(good)-2:len(good)-2], 2)
+	bad = append(appendLong(appendLong(appendLong(bad, 5), -1), 0), 0)
 	for cn, cc := range map[string]*Codec{"fast": c, "goavro": newTestCodec(t, disableFastPath())} {
 		_, err := cc.DecodeLaneRecord(bad)
 		var de *DecodeError
 		if !errors.Is(err, ErrInvalidField) || !errors.As(err, &de) || de.Field != "capacity.omitted_blocks" {
 			t.Errorf("%s: negative omitted_blocks: %v, want ErrInvalidField on capacity.omitted_blocks", cn, err)
+		}
+	}
+	// Sources the same: above 2^63 refused at encode, negative at decode.
+	r = testDelta(2)
+	r.Sources = Some(SourceHealth{LostHistoryClears: 1 << 63})
+	if _, err := c.EncodeLaneRecord(r); !errors.Is(err, ErrInvalidField) {
+		t.Errorf("lost_history_clears 2^63: encode %v, want ErrInvalidField", err)
+	}
+	bad = append(good[:len(good)-1:len(good)-1], 2)
+	bad = appendLong(appendLong(bad, -3), 0)
+	for cn, cc := range map[string]*Codec{"fast": c, "goavro": newTestCodec(t, disableFastPath())} {
+		_, err := cc.DecodeLaneRecord(bad)
+		var de *DecodeError
+		if !errors.Is(err, ErrInvalidField) || !errors.As(err, &de) || de.Field != "sources.degraded_sources" {
+			t.Errorf("%s: negative degraded_sources: %v, want ErrInvalidField on sources.degraded_sources", cn, err)
 		}
 	}
 }

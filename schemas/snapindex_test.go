@@ -60,9 +60,9 @@ func TestImageRangeErrorIsTyped(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Overwrite the last image's bucket (the 16-byte images end the body but for capacity's
-		// one-byte null) with bucket_count.
-		img := b[len(b)-1-ImageSize:]
+		// Overwrite the last image's bucket (the 16-byte images end the body but for the one-byte
+		// nulls of capacity and sources) with bucket_count.
+		img := b[len(b)-2-ImageSize:]
 		for i := 0; i < 8; i++ {
 			img[i] = byte(bc >> (8 * i))
 		}

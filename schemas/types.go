@@ -112,9 +112,10 @@ type builtin struct {
 	codec *goavro.Codec
 	tree  *node
 	// previous is the schema's previous revision within the major version (the embedded schema
-	// without the fields of appendedFields), or nil when it has none. Both revisions share the
-	// built-in id, so a body of the built-in id that is too short for the current revision is
-	// read with this one (see schemaEntry.native).
+	// without the last of its appendedFields; its own previous lacks the one before, and so
+	// on), or nil when it has none. The revisions share the built-in id, so a body of the
+	// built-in id that is too short for the current revision is read with the newest earlier
+	// revision it fits (see schemaEntry.native).
 	previous *builtin
 }
 
@@ -125,7 +126,7 @@ type builtin struct {
 // readers are upgraded before writers (as for a new union branch). With a registry, each
 // revision has its own id and none of this applies.
 var appendedFields = map[RecordType][]string{
-	TypeLaneRecord: {"capacity"},
+	TypeLaneRecord: {"capacity", "sources"},
 	TypeLaneEvent:  {"capacity"},
 	TypeQueryReply: {"incomplete_lanes"},
 }
@@ -148,12 +149,15 @@ func loadBuiltins() [len(typeInfos)]builtin {
 		if b.tree.name != t.FullName() {
 			panic("schemas: embedded schema " + typeInfos[t].file + " defines " + b.tree.name + ", not " + t.FullName())
 		}
-		if fields := appendedFields[t]; len(fields) > 0 {
-			prev, err := withoutTrailingFields(string(raw), fields)
+		cur := &b
+		all := appendedFields[t]
+		for k := len(all) - 1; k >= 0; k-- {
+			prev, err := withoutTrailingFields(string(raw), all[k:])
 			if err != nil {
 				panic("schemas: embedded schema " + typeInfos[t].file + ": previous revision: " + err.Error())
 			}
-			b.previous = &prev
+			cur.previous = &prev
+			cur = cur.previous
 		}
 		out[t] = b
 	}

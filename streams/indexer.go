@@ -246,9 +246,10 @@ func (ix *Indexer) EligibleLanes() uint16 {
 	return ix.g.ReadyLanes() &^ uint16(ix.excluded.Load())
 }
 
-// IncompleteLanes returns the lanes whose DC reports blocks its filter omitted for capacity
-// (schemas.CapacityState.OmittedBlocks above 0 on the lane's latest record that carried it):
-// answers on them may under-report depth. Pass it to NewAnswerer (IncompleteLanes) so replies
+// IncompleteLanes returns the lanes whose DC reports blocks its filter lacks: omitted for
+// capacity (schemas.CapacityState.OmittedBlocks above 0), or of sources degraded by lost engine
+// history (schemas.SourceHealth.DegradedSources above 0), on the lane's latest record that
+// carried them: answers on them may under-report depth. Pass it to NewAnswerer (IncompleteLanes) so replies
 // mark those lanes.
 func (ix *Indexer) IncompleteLanes() uint16 { return uint16(ix.incomplete.Load()) }
 

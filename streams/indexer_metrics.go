@@ -25,6 +25,7 @@ type laneMetrics struct {
 	ready, excluded, installedSeq        tally.Gauge
 	queuedBytes, fetchPaused             tally.Gauge
 	occupancy, omittedBlocks, omissions  tally.Gauge
+	degradedSources                      tally.Gauge
 	snapshotInstall                      tally.Histogram
 }
 
@@ -66,7 +67,10 @@ func newIndexerMetrics(root tally.Scope, configured func(lane uint8) bool) *inde
 			omittedBlocks: ls.Gauge("lane_omitted_blocks"),
 			// A gauge, not a counter: it mirrors the relay's count, which restarts with a new
 			// producer state.
-			omissions:       ls.Gauge("lane_capacity_omissions"),
+			omissions: ls.Gauge("lane_capacity_omissions"),
+			// Sources of the lane's DC left degraded by lost engine history
+			// (schemas.SourceHealth): above 0, answers on the lane may be short.
+			degradedSources: ls.Gauge("lane_degraded_sources"),
 			snapshotInstall: ls.Histogram("lane_snapshot_install_seconds", installBuckets),
 		}
 	}
@@ -115,6 +119,10 @@ func (m *indexerMetrics) capacity(lane uint8, c LaneCapacity) {
 	l.occupancy.Update(c.FilterOccupancy)
 	l.omittedBlocks.Update(float64(c.OmittedBlocks))
 	l.omissions.Update(float64(c.CapacityOmissions))
+}
+
+func (m *indexerMetrics) sources(lane uint8, degraded uint64) {
+	m.lanes[lane].degradedSources.Update(float64(degraded))
 }
 
 func b2f(b bool) float64 {

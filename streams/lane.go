@@ -96,6 +96,11 @@ type laneState struct {
 	capacity      schemas.CapacityState
 	hasCapacity   bool
 	snapOmissions uint64
+
+	// sources is the health of the DC's sources carried by the lane's latest record of its own
+	// pool that had one (hasSources).
+	sources    schemas.SourceHealth
+	hasSources bool
 }
 
 func newLane(ix *Indexer, num uint8, pool ckf.PoolID, in *index.LaneIngestor, snapStart int64) *lane {
@@ -204,6 +209,9 @@ func (l *lane) process(d *decodedRecord) {
 	lr, id := &d.lr, d.id
 	if c, ok := lr.Capacity.Get(); ok && id.Pool == l.pool {
 		l.noteCapacity(c)
+	}
+	if h, ok := lr.Sources.Get(); ok && id.Pool == l.pool {
+		l.noteSources(h)
 	}
 	switch lr.Kind {
 	case schemas.LaneSnapshotChunk:
@@ -428,5 +436,18 @@ func (l *lane) event(ev schemas.LaneEvent) {
 // status table and metrics take the state at the next publish.
 func (l *lane) noteCapacity(c schemas.CapacityState) {
 	l.st.capacity, l.st.hasCapacity = c, true
-	l.ix.setIncomplete(l.bit, c.OmittedBlocks > 0)
+	l.ix.setIncomplete(l.bit, l.mayBeShort())
+}
+
+// noteSources takes the sources' health a record of the lane's pool carried. The lane is marked
+// incomplete in answers while the DC has sources degraded by lost engine history.
+func (l *lane) noteSources(h schemas.SourceHealth) {
+	l.st.sources, l.st.hasSources = h, true
+	l.ix.setIncomplete(l.bit, l.mayBeShort())
+}
+
+// mayBeShort says whether the DC, as the lane's records report it, holds blocks its filter
+// lacks: omitted for capacity, or of sources whose engine history was lost.
+func (l *lane) mayBeShort() bool {
+	return l.st.capacity.OmittedBlocks > 0 || l.st.sources.DegradedSources > 0
 }

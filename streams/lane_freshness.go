@@ -21,6 +21,9 @@ func (l *lane) publish() {
 	if capacity.Reported {
 		l.ix.metrics.capacity(l.num, capacity)
 	}
+	if l.st.hasSources {
+		l.ix.metrics.sources(l.num, l.st.sources.DegradedSources)
+	}
 	l.stats.update(func(s *LaneStatus) {
 		s.Deltas += deltas
 		s.Images += images
@@ -29,6 +32,10 @@ func (l *lane) publish() {
 			s.InstalledSequence = installed
 		}
 		s.Capacity = capacity
+		if l.st.hasSources {
+			s.Sources = LaneSources{Reported: true, DegradedSources: l.st.sources.DegradedSources,
+				LostHistoryClears: l.st.sources.LostHistoryClears}
+		}
 	})
 }
 

@@ -63,17 +63,19 @@ type laneRecordBudget struct {
 // room for one image or word) or the codec's refusal of the identity.
 func (w *LaneWriter) recordBudget() (laneRecordBudget, error) {
 	room := w.cfg.MaxRecordBytes - batchOverheadBytes - recordFramingBytes - len(w.key)
-	// Every record may carry a capacity state (ReportCapacity): measure it at its widest too.
+	// Every record may carry a capacity state and the sources' health (ReportCapacity,
+	// ReportSources): measure them at their widest too.
 	widestCapacity := schemas.Some(schemas.CapacityState{ResidentBlocks: 1<<63 - 1, OmittedBlocks: 1<<63 - 1, CapacityOmissions: 1<<63 - 1})
+	widestSources := schemas.Some(schemas.SourceHealth{DegradedSources: 1<<63 - 1, LostHistoryClears: 1<<63 - 1})
 	delta, err := w.codec.EncodeLaneRecord(schemas.LaneRecord{Identity: w.identity, Kind: schemas.LaneDelta,
-		Delta: schemas.Delta{BaseSequence: widestSequence, Sequence: widestSequence + 1}, Capacity: widestCapacity})
+		Delta: schemas.Delta{BaseSequence: widestSequence, Sequence: widestSequence + 1}, Capacity: widestCapacity, Sources: widestSources})
 	if err != nil {
 		return laneRecordBudget{}, fmt.Errorf("streams: lane writer: measuring a delta: %w", err)
 	}
 	bc := w.identity.Format.BucketCount
 	chunk, err := w.codec.EncodeLaneRecord(schemas.LaneRecord{Identity: w.identity, Kind: schemas.LaneSnapshotChunk,
 		Snapshot: schemas.SnapshotChunk{Sequence: widestSequence, ChunkIndex: 1<<31 - 2, ChunkCount: 1<<31 - 1,
-			FirstBucket: bc - 1, TotalBuckets: bc, Words: make(schemas.PackedU64, schemas.WordSize)}, Capacity: widestCapacity})
+			FirstBucket: bc - 1, TotalBuckets: bc, Words: make(schemas.PackedU64, schemas.WordSize)}, Capacity: widestCapacity, Sources: widestSources})
 	if err != nil {
 		return laneRecordBudget{}, fmt.Errorf("streams: lane writer: measuring a snapshot chunk: %w", err)
 	}

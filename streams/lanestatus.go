@@ -73,6 +73,20 @@ type LaneStatus struct {
 	LastFaultTime    time.Time
 	// Capacity is the producer's capacity state as the lane's records last carried it.
 	Capacity LaneCapacity
+	// Sources is the health of the DC's sources as the lane's records last carried it.
+	Sources LaneSources
+}
+
+// LaneSources is the health of a lane's DC sources (schemas.SourceHealth), as the relay last
+// reported it on the lane.
+type LaneSources struct {
+	// Reported says a lane record carried it (a relay of an earlier revision never does).
+	Reported bool
+	// DegradedSources are sources (worker, rank) whose engine history a bridge lost and cleared:
+	// answers on the lane may be short while it is above 0 (Indexer.IncompleteLanes).
+	DegradedSources uint64
+	// LostHistoryClears counts the relay's clears for lost history since it started.
+	LostHistoryClears uint64
 }
 
 // LaneCapacity is a lane's capacity state: how full the DC's filter is and how many of the DC's

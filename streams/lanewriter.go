@@ -111,6 +111,8 @@ type LaneWriter struct {
 	streamErr atomic.Pointer[error]
 	// capacity, when set (ReportCapacity), is called for every record the writer encodes.
 	capacity func() schemas.CapacityState
+	// sources, when set (ReportSources), is called for every record the writer encodes.
+	sources func() schemas.SourceHealth
 }
 
 // ReportCapacity makes the writer stamp every record it writes with the producer's capacity state
@@ -119,6 +121,11 @@ type LaneWriter struct {
 // for the relay is the goroutine that owns the filter. A nil fn stops the reports (records then
 // carry null, as a writer of the previous schema revision does).
 func (w *LaneWriter) ReportCapacity(fn func() schemas.CapacityState) { w.capacity = fn }
+
+// ReportSources makes the writer stamp every record it writes with the health of the DC's
+// sources (LaneRecord.sources), read from fn as the record is encoded, on the same goroutine as
+// ReportCapacity's. A nil fn stops the reports.
+func (w *LaneWriter) ReportSources(fn func() schemas.SourceHealth) { w.sources = fn }
 
 // LaneWriterClientOpts are the options a LaneWriter's client needs in addition to the
 // connection: records go to the partition the writer names, with acks from all in-sync replicas.
@@ -168,6 +175,9 @@ func (w *LaneWriter) record(lr schemas.LaneRecord) (*kgo.Record, error) {
 	lr.Identity = w.identity
 	if w.capacity != nil {
 		lr.Capacity = schemas.Some(w.capacity())
+	}
+	if w.sources != nil {
+		lr.Sources = schemas.Some(w.sources())
 	}
 	b, err := w.codec.EncodeLaneRecord(lr)
 	if err != nil {

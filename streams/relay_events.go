@@ -167,6 +167,9 @@ func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 		rl.reject(rec, live, schemas.DeadLetterReasonOf(err), "undecodable KV event: "+err.Error(), err)
 		return nil
 	}
+	if rl.kvEvent.Kind == schemas.KvClearedEvent {
+		rl.noteClear(rec, &rl.kvEvent)
+	}
 	routerEventInto(&rl.kvEvent, &rl.routerEvent)
 	out := rl.state.ApplyEvent(rl.routerEvent)
 	if live {

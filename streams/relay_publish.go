@@ -411,6 +411,7 @@ func (rl *relayLoop) newIncarnation() error {
 		return err // not reached: NewRelay validated every field the writer takes, laneRecordLimit the limit
 	}
 	rl.w.ReportCapacity(rl.capacityState)
+	rl.w.ReportSources(rl.sourceHealth)
 	if rl.w.ChunkWords() < cfg.ChunkWords {
 		r.log.Info("snapshot chunks shrunk to fit the lane record limit", zap.Int("chunk_words", rl.w.ChunkWords()),
 			zap.Int("configured_chunk_words", cfg.ChunkWords), zap.Int("record_limit", limit))

@@ -53,6 +53,11 @@ type relayLoop struct {
 	requestPending      bool
 	lastCapacity        uint64
 
+	// Sources left degraded by lost engine history (noteClear): every lane record reports them
+	// (sourceHealth). Rebuilt from the KV records read after the checkpoint at start.
+	degraded   map[sourceKey]struct{}
+	lostClears uint64
+
 	// Checkpoints and input positions (relay_checkpoint.go).
 	ck checkpointState
 
@@ -554,6 +559,38 @@ func (rl *relayLoop) capacityState() schemas.CapacityState {
 		OmittedBlocks:     rl.state.OmittedCount(),
 		CapacityOmissions: rl.state.LifetimeCapacityOmissions(),
 	}
+}
+
+// sourceKey is a source of the DC: a worker's data-parallel rank.
+type sourceKey struct {
+	worker uint64
+	rank   uint32
+}
+
+// noteClear follows a KvCleared record: one marked with schemas.HeaderLostHistory (a bridge that
+// lost engine history cleared the source in its place) leaves the source degraded and is
+// counted; any other clear of the source makes it whole again (its engine restarted or cleared).
+func (rl *relayLoop) noteClear(rec *kgo.Record, ev *schemas.KvEvent) {
+	key := sourceKey{ev.WorkerID, ev.DpRank}
+	for _, h := range rec.Headers {
+		if h.Key == schemas.HeaderLostHistory {
+			if rl.degraded == nil {
+				rl.degraded = map[sourceKey]struct{}{}
+			}
+			rl.degraded[key] = struct{}{}
+			rl.lostClears++
+			rl.r.log.Warn("a source's engine history was lost: its blocks were cleared (answers on the lane may be short)",
+				zap.Uint64("worker_id", ev.WorkerID), zap.Uint32("dp_rank", ev.DpRank), zap.Int("degraded_sources", len(rl.degraded)))
+			return
+		}
+	}
+	delete(rl.degraded, key)
+}
+
+// sourceHealth is the state of the DC's sources that every lane record carries
+// (LaneWriter.ReportSources). It runs on the loop's goroutine.
+func (rl *relayLoop) sourceHealth() schemas.SourceHealth {
+	return schemas.SourceHealth{DegradedSources: uint64(len(rl.degraded)), LostHistoryClears: rl.lostClears}
 }
 
 func (rl *relayLoop) updateGauges() {

@@ -168,6 +168,17 @@ type LaneView struct {
 	// Capacity is the DC filter's capacity state as the lane's records last carried it; absent
 	// until one did (a relay that does not report it).
 	Capacity *CapacityView `json:"capacity,omitempty"`
+	// Sources is the health of the DC's sources as the lane's records last carried it; absent
+	// until one did.
+	Sources *SourcesView `json:"sources,omitempty"`
+}
+
+// SourcesView is the health of a lane's DC sources (streams.LaneSources): sources whose engine
+// history a bridge lost and cleared. Answers on a lane with degraded_sources above 0 are marked
+// incomplete.
+type SourcesView struct {
+	DegradedSources   uint64 `json:"degraded_sources"`
+	LostHistoryClears uint64 `json:"lost_history_clears"`
 }
 
 // CapacityView is a lane's capacity state (streams.LaneCapacity): how full the DC's filter is and
@@ -230,6 +241,9 @@ func (a *API) View() LanesView {
 		}
 		if len(lv.Faults) == 0 {
 			lv.Faults = nil
+		}
+		if h := s.Sources; h.Reported {
+			lv.Sources = &SourcesView{DegradedSources: h.DegradedSources, LostHistoryClears: h.LostHistoryClears}
 		}
 		if c := s.Capacity; c.Reported {
 			lv.Capacity = &CapacityView{FilterOccupancyRatio: c.FilterOccupancy, ResidentBlocks: c.ResidentBlocks,

@@ -520,3 +520,119 @@ func (s *e2e) checkGone(o *oracle, held map[string][]engineemu.Chain, what strin
 		}
 	}
 }
+
+// incompleteLanes asks the indexer one query and returns the lanes its answer marks incomplete.
+func (s *e2e) incompleteLanes() (uint16, error) {
+	body, _ := json.Marshal(map[string]any{"token_ids": make([]uint32, blockSize), "block_size": blockSize})
+	c := &http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Post("http://"+s.indexer.HTTP+"/v1/prefix-matches", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var a struct {
+		Incomplete uint16 `json:"incomplete_lanes"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&a)
+	return a.Incomplete, err
+}
+
+// laneSources reads the indexer's /v1/lanes: each lane's degraded sources and lost-history clears
+// (absent: not reported).
+func (s *e2e) laneSources() (map[int][2]uint64, error) {
+	c := &http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get("http://" + s.indexer.HTTP + "/v1/lanes")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Lanes []struct {
+			Lane    int `json:"lane"`
+			Sources *struct {
+				Degraded uint64 `json:"degraded_sources"`
+				Clears   uint64 `json:"lost_history_clears"`
+			} `json:"sources"`
+		} `json:"lanes"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return nil, err
+	}
+	out := map[int][2]uint64{}
+	for _, l := range v.Lanes {
+		if l.Sources != nil {
+			out[l.Lane] = [2]uint64{l.Sources.Degraded, l.Sources.Clears}
+		}
+	}
+	return out, nil
+}
+
+// Engine history the replay socket can no longer give back is loud and never leaves answers
+// long: the bridge counts the lost batches, clears the rank in their place
+// (bridge.lost_history=clear) and reports it degraded; the relay carries the degraded source on
+// its lane records, and the indexer shows it in /v1/lanes (and marks the lane's answers
+// incomplete); answers are at most the engine's model (short, never long beyond the filter's
+// false positives). When the engine restarts (a full clear) the source is whole again and the
+// answers equal the model.
+func TestBridgeLostHistoryIsLoud(t *testing.T) {
+	s := newE2E(t)
+	s.start()
+	base := testenv.FreePortRun(t, 2)
+	eng := startEmulator(t, s.logDir, "engine", 1, "--release", "vllm-0.26", "--endpoint", fmt.Sprintf("tcp://*:%d", base),
+		"--replay-endpoint", fmt.Sprintf("tcp://*:%d", base+1), "--buffer-steps", "8", "--seed", "31",
+		"--block-size", strconv.Itoa(blockSize), "--capacity", "300")
+	br := s.bridge("bridge", 111, 1, base, base+1)
+	br.Start()
+	br.WaitReady(time.Minute)
+	eng.waitSubscribed(30 * time.Second)
+	eng.do(map[string]any{"cmd": "run", "batches": 40})
+	// Twenty batches kept off the live socket, then more: the replay buffer (8 batches) no longer
+	// holds the first of them when the bridge asks.
+	drop := make([]int, 20)
+	for i := range drop {
+		drop[i] = 40 + i
+	}
+	eng.do(map[string]any{"cmd": "run", "batches": 40, "drop": drop})
+	var src map[int][2]uint64
+	var srcErr error
+	testenv.WaitUntilEvery(t, 50*time.Millisecond, time.Minute, "the indexer shows the lane's source degraded", func() bool {
+		src, srcErr = s.laneSources()
+		return srcErr == nil && src[0][0] == 1 && src[0][1] >= 1
+	}, func() string { return fmt.Sprintf("lane sources %v, %v", src, srcErr) })
+	if v := counter(t, br, "ckf_bridge_lost_batches"); v < 1 {
+		t.Errorf("the bridge counted %v lost batches", v)
+	}
+	if v := counter(t, br, "ckf_bridge_degraded_ranks"); v != 1 {
+		t.Errorf("ckf_bridge_degraded_ranks = %v, want 1", v)
+	}
+	if v := counter(t, s.indexer, "ckf_indexer_lane_degraded_sources"); v != 1 {
+		t.Errorf("ckf_indexer_lane_degraded_sources = %v, want 1", v)
+	}
+	if inc, err := s.incompleteLanes(); err != nil || inc != 1 {
+		t.Errorf("answers mark incomplete lanes %#x (%v), want lane 0", inc, err)
+	}
+	o := newOracle(engineModel{name: "vllm-0.26", model: readModel(t, eng, s.logDir)})
+	r, err := s.compare(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.long > allowedLong(r.queries) {
+		t.Errorf("after lost history the answers run long: %+v", r)
+	}
+	t.Logf("lost history: answers %+v against the engine's model (short allowed, long not)", r)
+
+	// The engine restarts: the bridge's clear of the restart makes the source whole.
+	eng.do(map[string]any{"cmd": "restart", "ranks": []int{0}})
+	eng.waitSubscribed(30 * time.Second)
+	eng.do(map[string]any{"cmd": "run", "batches": 60})
+	testenv.WaitUntilEvery(t, 50*time.Millisecond, time.Minute, "the lane's source is whole again", func() bool {
+		src, err := s.laneSources()
+		return err == nil && src[0][0] == 0
+	})
+	if inc, err := s.incompleteLanes(); err != nil || inc != 0 {
+		t.Errorf("answers mark incomplete lanes %#x (%v) once the source is whole", inc, err)
+	}
+	o = newOracle(engineModel{name: "vllm-0.26", model: readModel(t, eng, s.logDir)})
+	r, took := s.converged(o, "answers equal the restarted engine's model", 90*time.Second)
+	t.Logf("after the engine's restart: answers %+v within %v", r, took.Round(time.Millisecond))
+}
