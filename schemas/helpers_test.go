@@ -85,7 +85,7 @@ func testLaneRecords() map[string]LaneRecord {
 		}(),
 		"heartbeat-full-filter": {Identity: id, Kind: LaneHeartbeat, Heartbeat: Heartbeat{LastSequence: 78, ProducerTime: testTime(9)},
 			Capacity: Some(CapacityState{ResidentBlocks: 1<<63 - 1, OmittedBlocks: 0, CapacityOmissions: 1<<63 - 1}),
-			Sources: Some(SourceHealth{DegradedSources: 3, LostHistoryClears: 1<<63 - 1})},
+			Sources:  Some(SourceHealth{DegradedSources: 3, LostHistoryClears: 1<<63 - 1})},
 	}
 }
 
