@@ -599,15 +599,15 @@ func TestBridgeLostHistoryIsLoud(t *testing.T) {
 		src, srcErr = s.laneSources()
 		return srcErr == nil && src[0][0] == 1 && src[0][1] >= 1
 	}, func() string { return fmt.Sprintf("lane sources %v, %v", src, srcErr) })
-	if v := counter(t, br, "ckf_bridge_lost_batches"); v < 1 {
-		t.Errorf("the bridge counted %v lost batches", v)
-	}
-	if v := counter(t, br, "ckf_bridge_degraded_ranks"); v != 1 {
-		t.Errorf("ckf_bridge_degraded_ranks = %v, want 1", v)
-	}
-	if v := counter(t, s.indexer, "ckf_indexer_lane_degraded_sources"); v != 1 {
-		t.Errorf("ckf_indexer_lane_degraded_sources = %v, want 1", v)
-	}
+	// The metrics are reported every CKF_METRICS_REPORT_INTERVAL: wait for them to show it.
+	var lost, ranks, sources float64
+	testenv.WaitUntilEvery(t, 50*time.Millisecond, 30*time.Second, "the metrics show the loss", func() bool {
+		lost, ranks = counter(t, br, "ckf_bridge_lost_batches"), counter(t, br, "ckf_bridge_degraded_ranks")
+		sources = counter(t, s.indexer, "ckf_indexer_lane_degraded_sources")
+		return lost >= 1 && ranks == 1 && sources == 1
+	}, func() string {
+		return fmt.Sprintf("lost batches %v, degraded ranks %v, lane degraded sources %v", lost, ranks, sources)
+	})
 	if inc, err := s.incompleteLanes(); err != nil || inc != 1 {
 		t.Errorf("answers mark incomplete lanes %#x (%v), want lane 0", inc, err)
 	}
