@@ -1,6 +1,7 @@
-// Package bridge wires one engine worker's bridge (processor bridge) into an fx application:
-// the bridge.* settings, a producer on topics.kv_events (and the dead-letter topic), and the
-// "bridge" readiness check. The bridge itself is package bridge at the repository root.
+// Package bridge wires processor bridge into an fx application: the bridge of one engine worker
+// (bridge.endpoint), or a bridge.Fleet of the engines bridge.engines_file lists, the bridge.*
+// settings, a producer on topics.kv_events (and the dead-letter topic) shared by the engines, and
+// the "bridge" readiness check. The bridges themselves are package bridge at the repository root.
 //
 // Lifecycle: Start schedules the bridge's Run on a goroutine and returns; the bridge reads the
 // worker's records back (bridge.resume), opens its sockets and turns ready. Stop cancels it and
@@ -10,7 +11,7 @@
 //
 // Metrics: ckf_bridge_* (batches, events by kind, records by kind, gaps, replayed, duplicate
 // and lost batches, engine restarts, undecodable and refused batches, dead letters, buffer
-// full, sequence lag, produce latency).
+// full, sequence lag, produce latency, lost-history clears, degraded ranks).
 package bridge
 
 import (
