@@ -175,12 +175,17 @@ class Wire:
     def has_groups(self) -> bool:
         return self.fields == 11
 
-    def stored(self, hashes, parent, tokens, block_size, lora_id, medium, lora_name, group):
+    def stored(self, hashes, parent, tokens, block_size, lora_id, medium, lora_name, group,
+               extra_keys=None):
+        """extra_keys: one entry per block (None, or a tuple of the block's keys), as vLLM sends
+        them from 0.17.1 on; only the shapes with the full field set carry them."""
         args = [hashes, parent, tokens, block_size, lora_id, medium, lora_name][:self.fields]
         kw = {}
         if group is not None and self.has_groups():
             kw = dict(group_idx=group[0], kv_cache_spec_kind=group[1],
                       kv_cache_spec_sliding_window=group[2])
+        if extra_keys is not None and self.has_groups():
+            kw["extra_keys"] = [None if k is None else tuple(k) for k in extra_keys]
         return self.BlockStored(*args, **kw)
 
     def removed(self, hashes, medium, group):

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/bridge/engineemu"
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // parityScript encodes the batches described on stdin with engine_emulator.Wire (msgspec) and
@@ -28,7 +29,7 @@ for case in json.load(sys.stdin):
         if ev["kind"] == "BlockStored":
             evs.append(w.stored([h(x) for x in ev["hashes"]], h(ev["parent"]), ev["tokens"],
                                 ev["block_size"], ev["lora_id"], ev["medium"],
-                                ev["lora_name"] or None, group))
+                                ev["lora_name"] or None, group, ev.get("extra_keys")))
         elif ev["kind"] == "BlockRemoved":
             evs.append(w.removed([h(x) for x in ev["hashes"]], ev["medium"], group))
         else:
@@ -46,6 +47,9 @@ type parityEvent struct {
 	LoRAName  string   `json:"lora_name"`
 	Medium    string   `json:"medium"`
 	Group     bool     `json:"group"`
+	// ExtraKeys is one entry per block: null, or the block's keys (strings, integers and
+	// [string, integer] pairs, as vLLM's multimodal identifiers with their offsets).
+	ExtraKeys []any `json:"extra_keys,omitempty"`
 }
 
 type parityCase struct {
@@ -84,6 +88,10 @@ func TestGoPayloadsEqualMsgspec(t *testing.T) {
 			{Kind: "BlockRemoved", Hashes: []string{h(d1), h(d0)}, Medium: "GPU"},
 			{Kind: "BlockRemoved", Hashes: []string{h(d2)}, Medium: "GPU", Group: true},
 			{Kind: "AllBlocksCleared"},
+			// An image-bearing store: the first block's keys are an image with its offset and the
+			// request's cache salt, the second block has none.
+			{Kind: "BlockStored", Hashes: []string{h(d0), h(d1)}, Tokens: tokens[:8], BlockSize: 4, Medium: "GPU",
+				ExtraKeys: []any{[]any{[]any{"img-a", 3}, "salt-1"}, nil}},
 		}
 		group := &engineemu.Group{Index: 1, Kind: "sliding_window", SlidingWindow: 128}
 		ge := []engineemu.Event{
@@ -95,6 +103,8 @@ func TestGoPayloadsEqualMsgspec(t *testing.T) {
 			{Kind: engineemu.BlockRemoved, Hashes: []engineemu.Digest{d1, d0}, Medium: "GPU"},
 			{Kind: engineemu.BlockRemoved, Hashes: []engineemu.Digest{d2}, Medium: "GPU", Group: group},
 			{Kind: engineemu.AllBlocksCleared},
+			{Kind: engineemu.BlockStored, Hashes: []engineemu.Digest{d0, d1}, Tokens: tokens[:8], BlockSize: 4, Medium: "GPU",
+				ExtraKeys: []engineemu.ExtraKeys{{ckf.ExtraTupleValue(ckf.ExtraStringValue("img-a"), ckf.ExtraIntValue(3)), ckf.ExtraStringValue("salt-1")}, nil}},
 		}
 		return pe, ge
 	}
