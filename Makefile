@@ -35,13 +35,20 @@ tool = $(GO) -C tools build -o $(TOOLS_BIN)/$(1) ./$(1) && $(TOOLS_BIN)/$(1)
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
+# The version processor --version prints (main.version): the closest tag, the commit and
+# whether the tree is modified.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+GO_LDFLAGS := -X main.version=$(VERSION)
+
 .PHONY: build
 build: ## build the processor binary into bin/
-	$(GO) build -o bin/processor ./cmd/processor
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o bin/processor ./cmd/processor
 
 .PHONY: run
 run: ## run the main job (embedded in-process broker unless KAFKA_BROKERS is set)
-	$(GO) run ./cmd/processor demo
+	@echo "make run: building bin/processor (a first build compiles every dependency: a minute or two)..."
+	@$(GO) build -ldflags '$(GO_LDFLAGS)' -o bin/processor ./cmd/processor
+	bin/processor demo
 
 .PHONY: test
 test: test-alerts ## unit + integration tests against a real Kafka broker and Apicurio Registry (each started and stopped if none is running), and the alert rules

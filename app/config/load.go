@@ -44,10 +44,20 @@ type Sources struct {
 	LookupEnv func(key string) (string, bool)
 }
 
+// FlagError is a command-line flag that could not be parsed: an unknown flag, a bad value, or
+// -h (errors.Is(err, flag.ErrHelp)). Err is the flag package's error.
+type FlagError struct{ Err error }
+
+// Error renders "config: flags: <the flag package's message>".
+func (e *FlagError) Error() string { return "config: flags: " + e.Err.Error() }
+
+// Unwrap returns the flag package's error.
+func (e *FlagError) Unwrap() error { return e.Err }
+
 // Load builds the configuration from the defaults, the optional file, the environment and the
 // flags, in that order of precedence (see the package documentation), resolves the topic names
-// and validates the result. A flag parse error wraps the flag package's error (errors.Is(err,
-// flag.ErrHelp) for -h); every other error matches ErrInvalid and names the field. When only
+// and validates the result. A flag parse error is a *FlagError wrapping the flag package's
+// error (errors.Is(err, flag.ErrHelp) for -h); every other error matches ErrInvalid and names the field. When only
 // validation fails, Load returns the loaded configuration along with the error; otherwise it
 // returns the zero Config on error.
 func Load(src Sources) (Config, error) {
@@ -63,7 +73,7 @@ func Load(src Sources) (Config, error) {
 	var set []flagSetting
 	file := addFlags(fs, &set)
 	if err := fs.Parse(src.Args); err != nil {
-		return Config{}, fmt.Errorf("config: flags: %w", err)
+		return Config{}, &FlagError{Err: err}
 	}
 	if src.FlagSet == nil && fs.NArg() > 0 {
 		return Config{}, &FieldError{Field: "flags", Reason: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}

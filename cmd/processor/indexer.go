@@ -14,7 +14,7 @@ import (
 )
 
 func runIndexer(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
-	cfg, code, ok := load(flag.NewFlagSet("indexer", flag.ContinueOnError), args, stderr, lookupEnv)
+	cfg, code, ok := load(flag.NewFlagSet("indexer", flag.ContinueOnError), args, stdout, stderr, lookupEnv)
 	if !ok {
 		return code
 	}

@@ -63,7 +63,7 @@ func runLoadgen(args []string, stdout, stderr io.Writer, lookupEnv func(string) 
 	httpURL := fs.String("http", "", "send the queries to the indexer at this `URL` (http://host:port) instead of over Kafka")
 	perDC := fs.String("kv-topic-per-dc", "auto", "send DC d's events to <topics.kv_events>.dc-<d in hex> (true), to topics.kv_events (false), or per DC when there are several (auto)")
 	progress := fs.Duration("progress", time.Second, "print a progress line this often")
-	cfg, code, ok := load(fs, args, stderr, lookupEnv)
+	cfg, code, ok := load(fs, args, stdout, stderr, lookupEnv)
 	if !ok {
 		return code
 	}

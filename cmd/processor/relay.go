@@ -14,8 +14,8 @@ import (
 
 // runRelay runs one DC pool's relay until a signal (graceful stop: last delta and drain marker)
 // or a fatal error (exit status 1).
-func runRelay(args []string, _, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
-	cfg, code, ok := load(flag.NewFlagSet("relay", flag.ContinueOnError), args, stderr, lookupEnv)
+func runRelay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	cfg, code, ok := load(flag.NewFlagSet("relay", flag.ContinueOnError), args, stdout, stderr, lookupEnv)
 	if !ok {
 		return code
 	}
