@@ -52,6 +52,9 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 	// DefaultStartupTimeout bounds start-up, which includes creating topics on the cluster.
 	DefaultStartupTimeout = 60 * time.Second
+	// DefaultQueryLeaveAfter is indexer.query_leave_after: how long an indexer replica stays in
+	// the query group while it is not ready.
+	DefaultQueryLeaveAfter = 10 * time.Second
 	// DefaultBridgeBlockSize is bridge.block_size: vLLM's default block size.
 	DefaultBridgeBlockSize = 16
 )
@@ -380,6 +383,17 @@ type Indexer struct {
 	// query load. Default "ckf-indexer-queries" (streams.DefaultQueryGroup). Kafka property:
 	// group.id.
 	QueryGroup string `yaml:"query_group"`
+	// QueryLeaveAfter bounds how long a replica that stopped being ready (the "lanes" check of
+	// /readyz: no lane eligible) stays in the query group. A replica joins the group only once it
+	// is ready, so a starting or misconfigured replica never takes partitions it would answer
+	// UNAVAILABLE; one that stays unready for longer than this leaves the group (its batch in
+	// flight answered and committed first), and joins again once ready. Its partitions move to
+	// the ready replicas within this bound plus one readiness sample (100 ms) and a graceful
+	// leave. A short bound moves partitions sooner on a real failure at the cost of a rebalance
+	// on every brief dip; while every replica is unready, Kafka queries wait unanswered (routers
+	// time out) instead of getting UNAVAILABLE replies. Default 10s; must be positive.
+	// Environment: CKF_INDEXER_QUERY_LEAVE_AFTER.
+	QueryLeaveAfter time.Duration `yaml:"query_leave_after"`
 	// QueryBatchSize is the largest number of query requests answered as one batch, in
 	// [1,65536] (streams.MaxQueryBatchRecords). Default 256 (streams.DefaultQueryBatchRecords).
 	QueryBatchSize int `yaml:"query_batch_size"`
@@ -597,6 +611,7 @@ func defaultConfig() Config {
 			VerificationWindow:  ckf.DefaultVerificationWindow,
 			Freshness:           Freshness{MaxRecordLag: streams.DefaultFreshnessMaxRecordLag, MaxTimeLag: streams.DefaultFreshnessMaxTimeLag},
 			QueryGroup:          streams.DefaultQueryGroup,
+			QueryLeaveAfter:     DefaultQueryLeaveAfter,
 			QueryBatchSize:      streams.DefaultQueryBatchRecords,
 			GCPercent:           DefaultIndexerGCPercent,
 			LagCommitInterval:   streams.DefaultIndexerLagCommitInterval,

@@ -269,6 +269,9 @@ func (ix Indexer) validate(p *problems) {
 	if ix.QueryGroup == "" {
 		p.add("indexer.query_group", "must not be empty")
 	}
+	if ix.QueryLeaveAfter <= 0 {
+		p.add("indexer.query_leave_after", "%v is not positive", ix.QueryLeaveAfter)
+	}
 	if ix.QueryBatchSize < 1 || ix.QueryBatchSize > streams.MaxQueryBatchRecords {
 		p.add("indexer.query_batch_size", "%d is not in [1,%d]", ix.QueryBatchSize, streams.MaxQueryBatchRecords)
 	}
