@@ -4,13 +4,15 @@
 // Load builds it in layers, each overriding the one before:
 //
 //  1. the defaults documented on each field;
-//  2. an optional YAML or JSON file (--config PATH, or CKF_CONFIG); unknown keys are errors;
+//  2. an optional YAML or JSON file (--config PATH, or CKF_CONFIG); unknown keys are errors,
+//     each reported with its line; a list may also be written as one comma-separated string;
 //  3. environment variables: CKF_ plus the field's path in upper case with dots as underscores
 //     (indexer.verification_window is CKF_INDEXER_VERIFICATION_WINDOW), and KAFKA_BROKERS as a
 //     second name for kafka.brokers (CKF_KAFKA_BROKERS wins when both are set);
 //  4. command-line flags named by the field's path (--indexer.verification_window=4).
 //
-// Lists are comma-separated in variables and flags (KAFKA_BROKERS=a:9092,b:9092), and the lane
+// A CKF_ variable that no setting reads is reported as a warning (Sources.Warn) with the closest
+// setting's variable. Lists are comma-separated in variables and flags (KAFKA_BROKERS=a:9092,b:9092), and the lane
 // map is lane=dc pairs (CKF_INDEXER_LANES=0=0x1a,1=0x2b). Durations use Go's syntax (250ms, 30s).
 //
 // The result is validated as a whole; every invalid field is reported as a *FieldError that names

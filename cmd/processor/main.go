@@ -155,7 +155,8 @@ func printConfigHelp(w io.Writer) {
 func load(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) (cfg config.Config, code int, ok bool) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	cfg, err := config.Load(config.Sources{Args: args, FlagSet: fs, LookupEnv: lookupEnv})
+	cfg, err := config.Load(config.Sources{Args: args, FlagSet: fs, LookupEnv: lookupEnv,
+		Warn: func(msg string) { fmt.Fprintln(stderr, "processor: warning:", msg) }})
 	var flagErr *config.FlagError
 	switch {
 	case errors.Is(err, flag.ErrHelp):
