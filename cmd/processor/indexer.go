@@ -21,6 +21,9 @@ func runIndexer(args []string, stdout, stderr io.Writer, lookupEnv func(string) 
 	if code, ok := checkIndexerConfig(cfg.Indexer, stderr); !ok {
 		return code
 	}
+	if code, ok := requireBrokers(cfg, "indexer", stderr); !ok {
+		return code
+	}
 	code, err := app.Run(app.New(cfg, indexer.Module, logTo(stderr)))
 	if err != nil {
 		fmt.Fprintln(stderr, "processor: indexer:", err)

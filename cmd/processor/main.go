@@ -199,6 +199,18 @@ func runConfigPrint(args []string, stdout, stderr io.Writer, lookupEnv func(stri
 	return code
 }
 
+// requireBrokers refuses to start cmd (indexer, relay) without kafka.brokers: with none, the
+// process would run on a private embedded broker that no other process can reach, and every
+// other process of the deployment would wait for it in vain. Only demo runs on the embedded one.
+func requireBrokers(cfg config.Config, cmd string, stderr io.Writer) (int, bool) {
+	if len(cfg.Kafka.Brokers) > 0 {
+		return exitOK, true
+	}
+	fmt.Fprintf(stderr, "processor: config: kafka.brokers: is required by %s (set KAFKA_BROKERS=host:port or --kafka.brokers); "+
+		"only demo runs on an embedded in-process broker, which no other process can reach\n", cmd)
+	return exitUsage, false
+}
+
 // loadedButInvalid reports whether load got as far as a whole configuration that then failed
 // validation (Load returns it with the error), rather than failing to parse a file or flag: Load
 // fills every topic name of a configuration it returns, and returns the zero Config otherwise.

@@ -22,6 +22,9 @@ func runRelay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (s
 	if code, ok := checkRelayConfig(cfg, stderr); !ok {
 		return code
 	}
+	if code, ok := requireBrokers(cfg, "relay", stderr); !ok {
+		return code
+	}
 	code, err := app.Run(app.New(cfg, relay.Module, logTo(stderr)))
 	if err != nil {
 		fmt.Fprintln(stderr, "processor: relay:", err)
