@@ -232,6 +232,10 @@ func checkDemoRan(t *testing.T, out string, dcs int) {
 		fmt.Sprintf("indexer: all %d lanes ready", dcs),
 		"demo summary", "events through the relays:", "queries over Kafka:", "query latency over Kafka:    p50",
 		"HTTP query endpoint:         p50",
+		// Where to look, where the events flow, and a cached prompt to try by hand.
+		"while it runs, look at: the lane page http://127.0.0.1:", "/v1/lanes", "/metrics", "POST http://127.0.0.1:",
+		"KV events flow on one topic per DC", "kv-events.dc-dc01",
+		"a cached prompt to try by hand while the demo runs:", "curl -s -H 'Content-Type: application/json' -d '{\"",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
