@@ -396,6 +396,13 @@ type Indexer struct {
 	// time out) instead of getting UNAVAILABLE replies. Default 10s; must be positive.
 	// Environment: CKF_INDEXER_QUERY_LEAVE_AFTER.
 	QueryLeaveAfter time.Duration `yaml:"query_leave_after"`
+	// QuerySessionTimeout is the query group's session timeout: how long requests on the
+	// partitions of a replica that died without leaving wait before another replica takes them
+	// over (Kafka property session.timeout.ms; heartbeats go every third of it, at most every
+	// second). It must lie within the broker's group.min.session.timeout.ms and
+	// group.max.session.timeout.ms (6s and 30m by default). Default 6s
+	// (streams.DefaultQuerySessionTimeout). Environment: CKF_INDEXER_QUERY_SESSION_TIMEOUT.
+	QuerySessionTimeout time.Duration `yaml:"query_session_timeout"`
 	// QueryBatchSize is the largest number of query requests answered as one batch, in
 	// [1,65536] (streams.MaxQueryBatchRecords). Default 256 (streams.DefaultQueryBatchRecords).
 	QueryBatchSize int `yaml:"query_batch_size"`
@@ -614,6 +621,7 @@ func defaultConfig() Config {
 			Freshness:           Freshness{MaxRecordLag: streams.DefaultFreshnessMaxRecordLag, MaxTimeLag: streams.DefaultFreshnessMaxTimeLag},
 			QueryGroup:          streams.DefaultQueryGroup,
 			QueryLeaveAfter:     DefaultQueryLeaveAfter,
+			QuerySessionTimeout: streams.DefaultQuerySessionTimeout,
 			QueryBatchSize:      streams.DefaultQueryBatchRecords,
 			GCPercent:           DefaultIndexerGCPercent,
 			LagCommitInterval:   streams.DefaultIndexerLagCommitInterval,

@@ -105,6 +105,7 @@ var descriptions = map[string]Description{
 	"indexer.freshness.max_time_lag":   {"largest lane lag in time still answered; 0 disables the bound", indexerCommands},
 	"indexer.query_group":              {"consumer group of the query topic, shared by the replicas", indexerCommands},
 	"indexer.query_leave_after":        {"how long a replica that is not ready stays in the query group (it joins only once ready)", indexerCommands},
+	"indexer.query_session_timeout":    {"how long requests on a dead replica's query partitions wait before another replica takes them", indexerCommands},
 	"indexer.query_batch_size":         {"most query requests answered as one batch, 1..65536", indexerCommands},
 	"indexer.reply_topic_prefixes":     {"prefixes a query's reply_topic may start with, comma-separated; none: only topics.query_replies", indexerCommands},
 	"indexer.gc_percent":               {"GOGC the indexer sets at start; 0 keeps the runtime's (a GOGC variable wins)", indexerCommands},

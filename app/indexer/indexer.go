@@ -105,11 +105,14 @@ func StreamsConfig(ix config.Indexer, topics config.Topics) streams.IndexerConfi
 
 // QueryConfig converts the indexer section and the topic names to the query service's streams
 // configuration: streams' defaults (streams.DefaultQueryConfig) with the topics, the group, the
-// batch size and the reply topic prefixes of the configuration.
+// batch size, the session timeout (heartbeats every third of it, at most every second) and the
+// reply topic prefixes of the configuration.
 func QueryConfig(ix config.Indexer, topics config.Topics) streams.QueryConfig {
 	cfg := streams.DefaultQueryConfig()
 	cfg.RequestTopic, cfg.ReplyTopic, cfg.DeadLetterTopic = topics.Queries, topics.QueryReplies, topics.DeadLetter
 	cfg.Group, cfg.MaxBatchRecords = ix.QueryGroup, ix.QueryBatchSize
+	cfg.SessionTimeout = ix.QuerySessionTimeout
+	cfg.HeartbeatInterval = min(streams.DefaultQueryHeartbeatInterval, ix.QuerySessionTimeout/3)
 	cfg.ReplyTopicPrefixes = slices.Clone(ix.ReplyTopicPrefixes)
 	return cfg
 }
