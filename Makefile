@@ -50,9 +50,20 @@ run: ## run the main job (embedded in-process broker unless KAFKA_BROKERS is set
 	@$(GO) build -ldflags '$(GO_LDFLAGS)' -o bin/processor ./cmd/processor
 	bin/processor demo
 
+# Helm, for the chart's lint and render test (deploy/helm_test.go): built once from the Go module
+# proxy (pinned HELM_VERSION) into bin/, like promtool.
+HELM_VERSION ?= v4.3.2
+HELM := bin/helm-$(HELM_VERSION)/helm
+
+$(HELM):
+	GOBIN=$(abspath $(@D)) $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+
+.PHONY: helm
+helm: $(HELM) ## build Helm into bin/ (the chart test, deploy/helm_test.go, lints and renders deploy/helm/ckf-stream with it)
+
 .PHONY: test
-test: test-alerts ## unit + integration tests against a real Kafka broker and Apicurio Registry (each started and stopped if none is running), and the alert rules
-	bash $(REGISTRY_DIR)/with-registry.sh bash $(KAFKA_DIR)/with-kafka.sh $(GO) test $(TEST_FLAGS) $(PKGS)
+test: test-alerts $(HELM) ## unit + integration tests against a real Kafka broker and Apicurio Registry (each started and stopped if none is running), the alert rules and the Helm chart
+	HELM=$(abspath $(HELM)) bash $(REGISTRY_DIR)/with-registry.sh bash $(KAFKA_DIR)/with-kafka.sh $(GO) test $(TEST_FLAGS) $(PKGS)
 
 # promtool, built once from the Prometheus module at a pinned version into bin/ (its own folder per
 # version, so a version bump rebuilds). remove_all_sd leaves out the service-discovery plugins,

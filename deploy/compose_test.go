@@ -147,6 +147,11 @@ func TestComposeIndexes(t *testing.T) {
 		b, _ := json.Marshal(last)
 		return fmt.Sprintf("lanes %s\nloadgen:\n%s", b, testenv.Tail(load.LogPath(1), 10))
 	})
+	// Resident memory at the compose file's sizes (1,048,576 expected blocks per DC), under load:
+	// the figures deploy/helm's resource requests come from.
+	for _, name := range []string{"relay-dc01", "relay-dc02", "indexer"} {
+		t.Logf("RSS %s: %.1f MiB", name, float64(byName[name].RSS())/(1<<20))
+	}
 	// Routers' queries sent once the lanes hold blocks find them: stop the load (its report
 	// counts the hits) once it has sent some.
 	start := load.LogCount("loadgen ")
