@@ -216,7 +216,7 @@ func (c *Connection) waitForBroker(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no broker answered before the start timeout (startup_timeout); check kafka.brokers / KAFKA_BROKERS: %w", last)
+			return fmt.Errorf("no broker answered before the start timeout (startup_timeout); check kafka.brokers (KAFKA_BROKERS), that the brokers run, and kafka.tls / kafka.sasl: %w", last)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

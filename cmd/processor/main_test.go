@@ -353,7 +353,7 @@ func TestDemoWithSASL(t *testing.T) {
 	vars["CKF_KAFKA_SASL_PASSWORD"] = "wrong"
 	vars["CKF_STARTUP_TIMEOUT"] = "2s"
 	code, _, errOut = runCmd(t, vars, "demo")
-	if code != exitFailure || !strings.Contains(errOut, "processor: demo: start: kafka: Kafka cluster at "+vars["KAFKA_BROKERS"]+": no broker answered before the start timeout: EOF") {
+	if code != exitFailure || !strings.Contains(errOut, "processor: demo: start: kafka: Kafka cluster at "+vars["KAFKA_BROKERS"]+": no broker answered before the start timeout (startup_timeout); check kafka.brokers (KAFKA_BROKERS), that the brokers run, and kafka.tls / kafka.sasl: EOF") {
 		t.Errorf("demo with a wrong password: exit %d, stderr:\n%s", code, errOut)
 	}
 }
