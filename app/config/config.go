@@ -98,7 +98,8 @@ type Config struct {
 type Kafka struct {
 	// Brokers are the seed brokers, host:port each. Empty (the default) starts the embedded
 	// in-process broker (franz-go's kfake; nothing persists), for demos on a machine with
-	// nothing else; the embedded broker serves neither TLS nor SASL. Environment:
+	// nothing else; the embedded broker serves neither TLS nor SASL. processor indexer, relay and
+	// loadgen refuse to start without brokers: no other process could reach an embedded one. Environment:
 	// CKF_KAFKA_BROKERS or KAFKA_BROKERS, comma-separated. Kafka property: bootstrap.servers.
 	Brokers []string `yaml:"brokers"`
 	// QueryBrokers are the seed brokers of the query path: the indexer's query service (the

@@ -71,6 +71,9 @@ func runLoadgen(args []string, stdout, stderr io.Writer, lookupEnv func(string) 
 		fmt.Fprintln(stderr, "processor: loadgen:", err)
 		return exitUsage
 	}
+	if code, ok := requireBrokers(cfg, "loadgen", stderr); !ok {
+		return code
+	}
 	dcs := appload.DefaultDCs(4)
 	if len(cfg.Indexer.Lanes) > 0 {
 		dcs = dcs[:0]

@@ -199,7 +199,7 @@ func runConfigPrint(args []string, stdout, stderr io.Writer, lookupEnv func(stri
 	return code
 }
 
-// requireBrokers refuses to start cmd (indexer, relay) without kafka.brokers: with none, the
+// requireBrokers refuses to start cmd (indexer, relay, loadgen) without kafka.brokers: with none, the
 // process would run on a private embedded broker that no other process can reach, and every
 // other process of the deployment would wait for it in vain. Only demo runs on the embedded one.
 func requireBrokers(cfg config.Config, cmd string, stderr io.Writer) (int, bool) {

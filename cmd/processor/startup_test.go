@@ -15,12 +15,19 @@ import (
 // (200) and /readyz (503) while it waits, says once what it waits for and what to check, logs no
 // stack trace and no line per dial attempt, and ends (startup_timeout) with one line naming
 // kafka.brokers. It once served no HTTP at all until Kafka answered, wrote a warning per dial
-// attempt (four a second) and three stack traces. An indexer with no broker configured refuses
-// to start instead of running on a private embedded broker no other process can reach.
+// attempt (four a second) and three stack traces. An indexer, relay or loadgen with no broker
+// configured refuses to start instead of running on a private embedded broker no other process
+// can reach.
 func TestWrongBroker(t *testing.T) {
-	code, _, errOut := runCmd(t, nil, "indexer", "--indexer.domain="+testDomain, "--indexer.lanes=0=0x10", "--http.listen=127.0.0.1:0")
-	if code != exitUsage || !strings.Contains(errOut, "kafka.brokers: is required by indexer") {
-		t.Errorf("indexer without brokers: exit %d, stderr %q", code, errOut)
+	for _, args := range [][]string{
+		{"indexer", "--indexer.domain=" + testDomain, "--indexer.lanes=0=0x10"},
+		{"relay", "--indexer.domain=" + testDomain, "--indexer.lanes=0=0x10", "--relay.dc_id=0x10", "--relay.lane=0"},
+		{"loadgen"},
+	} {
+		code, _, errOut := runCmd(t, nil, append(args, "--http.listen=127.0.0.1:0")...)
+		if code != exitUsage || !strings.Contains(errOut, "kafka.brokers: is required by "+args[0]) {
+			t.Errorf("%s without brokers: exit %d, stderr %q", args[0], code, errOut)
+		}
 	}
 
 	listen, dead := testenv.FreeAddr(t), testenv.FreeAddr(t) // nothing listens on dead
