@@ -35,17 +35,35 @@ tool = $(GO) -C tools build -o $(TOOLS_BIN)/$(1) ./$(1) && $(TOOLS_BIN)/$(1)
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
+# The version processor --version prints (main.version): the closest tag, the commit and
+# whether the tree is modified.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+GO_LDFLAGS := -X main.version=$(VERSION)
+
 .PHONY: build
 build: ## build the processor binary into bin/
-	$(GO) build -o bin/processor ./cmd/processor
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o bin/processor ./cmd/processor
 
 .PHONY: run
 run: ## run the main job (embedded in-process broker unless KAFKA_BROKERS is set)
-	$(GO) run ./cmd/processor demo
+	@echo "make run: building bin/processor (a first build compiles every dependency: a minute or two)..."
+	@$(GO) build -ldflags '$(GO_LDFLAGS)' -o bin/processor ./cmd/processor
+	bin/processor demo
+
+# Helm, for the chart's lint and render test (deploy/helm_test.go): built once from the Go module
+# proxy (pinned HELM_VERSION) into bin/, like promtool.
+HELM_VERSION ?= v4.3.2
+HELM := bin/helm-$(HELM_VERSION)/helm
+
+$(HELM):
+	GOBIN=$(abspath $(@D)) $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+
+.PHONY: helm
+helm: $(HELM) ## build Helm into bin/ (the chart test, deploy/helm_test.go, lints and renders deploy/helm/ckf-stream with it)
 
 .PHONY: test
-test: test-alerts ## unit + integration tests against a real Kafka broker and Apicurio Registry (each started and stopped if none is running), and the alert rules
-	bash $(REGISTRY_DIR)/with-registry.sh bash $(KAFKA_DIR)/with-kafka.sh $(GO) test $(TEST_FLAGS) $(PKGS)
+test: test-alerts $(HELM) ## unit + integration tests against a real Kafka broker and Apicurio Registry (each started and stopped if none is running), the alert rules and the Helm chart
+	HELM=$(abspath $(HELM)) bash $(REGISTRY_DIR)/with-registry.sh bash $(KAFKA_DIR)/with-kafka.sh $(GO) test $(TEST_FLAGS) $(PKGS)
 
 # promtool, built once from the Prometheus module at a pinned version into bin/ (its own folder per
 # version, so a version bump rebuilds). remove_all_sd leaves out the service-discovery plugins,

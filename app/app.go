@@ -6,7 +6,8 @@
 //   - kafka: the cluster (embedded when none is configured), the client options every component
 //     builds its clients from, and the topic layout ensured at start;
 //   - httpserver: /healthz, /readyz (checks from the "readiness" group), /metrics and the routes
-//     of the "routes" group.
+//     of the "routes" group; its listener opens first at start (/healthz answers from process
+//     start, /readyz says "starting") and serves every route once start-up is done.
 //
 // New assembles them around a process's own components (indexer, relay, demo), and Run runs the
 // result until a signal or a fatal error. app holds no algorithm and no Kafka protocol logic.
@@ -32,9 +33,10 @@ var Core = fx.Options(
 	kafka.Module,
 )
 
-// New builds the application of cfg: the configuration, Core, then components, then the HTTP
-// server. Start-up runs in that order and shutdown in reverse, so that the HTTP intake opens last
-// and closes first, components stop before the Kafka connection closes, and the metrics scope
+// New builds the application of cfg: the configuration, the HTTP listener, Core, then components,
+// then the HTTP server. Start-up runs in that order and shutdown in reverse, so that /healthz
+// answers from the first moment (and /readyz says the process is starting), the routes are served
+// only once everything started (the HTTP intake opens last) and closes first, components stop before the Kafka connection closes, and the metrics scope
 // closes after everything that records. cfg.StartupTimeout and cfg.ShutdownTimeout bound start
 // and stop; size the latter for drain + flush + commit.
 func New(cfg config.Config, components ...fx.Option) *fx.App {
@@ -43,6 +45,9 @@ func New(cfg config.Config, components ...fx.Option) *fx.App {
 		fx.WithLogger(logging.FxLogger),
 		fx.StartTimeout(cfg.StartupTimeout),
 		fx.StopTimeout(cfg.ShutdownTimeout),
+		// The HTTP listener first, so that /healthz answers from process start (liveness
+		// probes) while the rest starts; httpserver.Module's Server takes it over at the end.
+		httpserver.EarlyModule,
 		Core,
 		// A module, so that the components' invokes run before the HTTP server's even when
 		// they are bare fx.Invoke options (fx runs a module's child modules' invokes first).

@@ -13,6 +13,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -332,6 +334,26 @@ func TestDeployFilesNameExportedMetrics(t *testing.T) {
 			name, _, _ := strings.Cut(series, "{")
 			exported[name] = true
 		}
+		// Every ckf_ metric has help text: its meaning from docs/metrics.md, not the reporter's
+		// "<name> <type>".
+		resp, err := http.Get("http://" + p.HTTP + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			name, help, ok := strings.Cut(strings.TrimPrefix(line, "# HELP "), " ")
+			if !ok || !strings.HasPrefix(line, "# HELP ckf_") {
+				continue
+			}
+			if help == "" || strings.HasPrefix(help, name) {
+				t.Errorf("%s: %s has no help text: %q", p.Name, name, line)
+			}
+		}
 	}
 
 	uses := map[string][]string{} // metric name -> where it is used
@@ -391,7 +413,7 @@ func TestDeployFilesNameExportedMetrics(t *testing.T) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if !exported[n] {
+		if !exported[n] && n != "up" { // up: Prometheus's own series of every scrape target
 			t.Errorf("%s (used by %s) is exported by neither the relay nor the indexer", n, strings.Join(uses[n], ", "))
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -221,6 +222,22 @@ func TestPythonProducerAndRouter(t *testing.T) {
 	// The same tokens without the LoRA salt hash to other blocks: nothing is cached for them.
 	if r := ask(""); r.Status != "OK" || r.QueryBlocks != 8 || len(r.Lanes) != 1 || r.Lanes[0].Depth != 0 {
 		t.Errorf("router without the salt: %+v; want OK, 8 blocks, depth 0", r)
+	}
+	// A request nobody answers (here: a request topic no indexer reads, as for a partition whose
+	// replica died) is sent again after --attempt-timeout with a new correlation id each time.
+	deaf := testenv.NewTopic(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, filepath.Join(pythonDir, "router.py"), "--bootstrap", strings.Join(testenv.Brokers(t), ","),
+		"--request-topic", deaf, "--reply-topic", cfg.Topics.QueryReplies, "--hashes", "1,2,3",
+		"--attempt-timeout", "1", "--timeout", "3.5")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var exitErr *exec.ExitError
+	resent := regexp.MustCompile(`no reply to ([0-9a-f]{32}) within 1\.0s; sent again as ([0-9a-f]{32})`).FindAllStringSubmatch(stderr.String(), -1)
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 || len(resent) < 2 || resent[0][2] != resent[1][1] || resent[0][1] == resent[0][2] {
+		t.Errorf("router on a deaf topic: %v, resends %q; want exit 1 after at least two resends with new ids\n%s", err, resent, stderr.Bytes())
 	}
 }
 

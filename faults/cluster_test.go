@@ -56,6 +56,12 @@ func startClusterRun(t *testing.T, seed uint64) *clusterRun {
 	return startRunOn(t, seed, testenv.StartLocalClusterT(t, testenv.LocalClusterConfig{}), nil)
 }
 
+// startClusterRunReplicas is startClusterRun with the given number of indexer replicas.
+func startClusterRunReplicas(t *testing.T, seed uint64, replicas int) *clusterRun {
+	t.Helper()
+	return startRunOnReplicas(t, seed, testenv.StartLocalClusterT(t, testenv.LocalClusterConfig{}), nil, replicas)
+}
+
 // startProxiedClusterRun is startClusterRun on a cluster whose CLIENT, ALT and QUERY listeners sit
 // behind fault proxies: the relays' route, the replicas' lane route and their query service's
 // route.
@@ -67,7 +73,13 @@ func startProxiedClusterRun(t *testing.T, seed uint64) *clusterRun {
 
 func startRunOn(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.ProxiedCluster) *clusterRun {
 	t.Helper()
-	s := newSystem(t, c.DirectSeeds(), 2, 2)
+	return startRunOnReplicas(t, seed, c, pc, 2)
+}
+
+// startRunOnReplicas is startRunOn with the given number of indexer replicas.
+func startRunOnReplicas(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.ProxiedCluster, replicas int) *clusterRun {
+	t.Helper()
+	s := newSystem(t, c.DirectSeeds(), 2, replicas)
 	for _, r := range s.relays {
 		r.AddEnv("KAFKA_BROKERS=" + strings.Join(c.Seeds(), ","))
 	}

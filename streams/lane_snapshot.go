@@ -3,6 +3,7 @@ package streams
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -58,12 +59,41 @@ func (l *lane) abandonAssembly(offset int64, why string) {
 	l.askForRetrySnapshot(why)
 }
 
+// FormatMismatch says how a producer's filter format differs from the indexer's, field by field,
+// and which settings make them agree: a bucket count follows the relay's relay.expected_blocks and
+// the indexer's indexer.expected_blocks_per_dc (or indexer.bucket_count), the seed relay.seed and
+// indexer.seed; the other fields differ only between incompatible builds.
+func FormatMismatch(producer, indexer ckf.FormatIdentity) string {
+	var diffs []string
+	if producer.BucketCount != indexer.BucketCount {
+		diffs = append(diffs, fmt.Sprintf("the relay's filter has %d buckets, this indexer's %d: "+
+			"set indexer.expected_blocks_per_dc to the relays' relay.expected_blocks (or indexer.bucket_count to %d)",
+			producer.BucketCount, indexer.BucketCount, producer.BucketCount))
+	}
+	if producer.Seed != indexer.Seed {
+		diffs = append(diffs, fmt.Sprintf("the relay's seed is %#x, this indexer's %#x: relay.seed and indexer.seed must be equal",
+			producer.Seed, indexer.Seed))
+	}
+	if producer.Version != indexer.Version || producer.FingerprintBits != indexer.FingerprintBits || producer.SlotsPerBucket != indexer.SlotsPerBucket {
+		diffs = append(diffs, fmt.Sprintf("the relay's format is version %d (%d-bit fingerprints, %d slots), this indexer's version %d (%d-bit, %d slots): "+
+			"relay and indexer builds are incompatible",
+			producer.Version, producer.FingerprintBits, producer.SlotsPerBucket, indexer.Version, indexer.FingerprintBits, indexer.SlotsPerBucket))
+	}
+	return "snapshot format differs from the indexer's: " + strings.Join(diffs, "; ")
+}
+
 // rejectSnapshot refuses a snapshot at its first chunk; its later chunks are orphans and are
-// ignored (no assembly is active).
+// ignored (no assembly is active). The refusal is the lane's last fault (its status row) as well
+// as a lane event and a dead letter: a lane whose every snapshot is refused never becomes ready,
+// and its status must say why.
 func (l *lane) rejectSnapshot(rec *kgo.Record, kind schemas.LaneFaultKind, what string) {
 	l.deadLetter(rec, schemas.DeadLetterRejected, what)
 	l.ix.metrics.rejected(l.num)
-	l.stats.update(func(s *LaneStatus) { s.Rejected++ })
+	l.stats.update(func(s *LaneStatus) {
+		s.Rejected++
+		s.Faults[kind.String()]++
+		s.LastFault, s.LastFaultTime = what, time.Now()
+	})
 	l.log.Warn("snapshot refused", zap.Int64("offset", rec.Offset), zap.String("reason", what))
 	l.event(schemas.LaneEvent{Kind: schemas.EventRecordRejected,
 		Fault: &schemas.LaneFault{Kind: kind, Detail: what, Offset: schemas.Some(rec.Offset)}})
@@ -79,7 +109,7 @@ func (l *lane) onChunk(rec *kgo.Record, id ckf.ProducerIdentity, c *schemas.Snap
 			l.rejectSnapshot(rec, schemas.FaultWrongLaneOwner, "pool "+id.Pool.String()+" does not own lane (owner "+l.pool.String()+")")
 			return
 		case id.Format != l.ix.g.Manifest().Format():
-			l.rejectSnapshot(rec, schemas.FaultWrongFormat, "snapshot format differs from the indexer's")
+			l.rejectSnapshot(rec, schemas.FaultWrongFormat, FormatMismatch(id.Format, l.ix.g.Manifest().Format()))
 			return
 		case l.st.hasNewest && olderGeneration(id, l.st.newest):
 			l.rejectSnapshot(rec, schemas.FaultStaleIncarnation, fmt.Sprintf(

@@ -58,6 +58,16 @@ type QueryConfig struct {
 	ReplyTimeout time.Duration
 	// CommitTimeout bounds one offset commit and the final leave of the group. Default 10 s; > 0.
 	CommitTimeout time.Duration
+	// SessionTimeout is how long the group waits for a member's heartbeat before it declares the
+	// member dead and moves its partitions (Kafka property session.timeout.ms): the delay of the
+	// requests on the partitions of a replica that died without leaving (a graceful stop leaves
+	// at once). Default 6 s (DefaultQuerySessionTimeout), the smallest the broker accepts by
+	// default (group.min.session.timeout.ms); franz-go's own default is 45 s. Shorter is refused
+	// by such a broker; longer rides out longer pauses (a GC, a stalled host) without a rebalance.
+	SessionTimeout time.Duration
+	// HeartbeatInterval is how often a member heartbeats (heartbeat.interval.ms), which is also
+	// how soon it learns of a rebalance. Default 1 s; > 0 and below SessionTimeout.
+	HeartbeatInterval time.Duration
 	// Component names this service in dead letters. Default "indexer"; required.
 	Component string
 }
@@ -71,6 +81,11 @@ const (
 	DefaultQueryBatchRecords = 256
 	// MaxQueryBatchRecords is the largest QueryConfig.MaxBatchRecords accepted.
 	MaxQueryBatchRecords = 1 << 16
+	// DefaultQuerySessionTimeout is QueryConfig.SessionTimeout's default: the broker's default
+	// group.min.session.timeout.ms.
+	DefaultQuerySessionTimeout = 6 * time.Second
+	// DefaultQueryHeartbeatInterval is QueryConfig.HeartbeatInterval's default.
+	DefaultQueryHeartbeatInterval = time.Second
 )
 
 const (
@@ -81,15 +96,17 @@ const (
 // DefaultQueryConfig returns the query service's defaults: topics derived from the codec, no
 // extra reply topic prefixes, group DefaultQueryGroup, batches of at most 256 requests
 // (DefaultQueryBatchRecords), replies lingering 1 ms and delivered within 30 s, commits within
-// 10 s, dead letters signed "indexer".
+// 10 s, a 6 s session timeout with 1 s heartbeats, dead letters signed "indexer".
 func DefaultQueryConfig() QueryConfig {
 	return QueryConfig{
-		Group:           DefaultQueryGroup,
-		MaxBatchRecords: DefaultQueryBatchRecords,
-		ReplyLinger:     time.Millisecond,
-		ReplyTimeout:    30 * time.Second,
-		CommitTimeout:   10 * time.Second,
-		Component:       "indexer",
+		Group:             DefaultQueryGroup,
+		MaxBatchRecords:   DefaultQueryBatchRecords,
+		ReplyLinger:       time.Millisecond,
+		ReplyTimeout:      30 * time.Second,
+		CommitTimeout:     10 * time.Second,
+		SessionTimeout:    DefaultQuerySessionTimeout,
+		HeartbeatInterval: DefaultQueryHeartbeatInterval,
+		Component:         "indexer",
 	}
 }
 
@@ -123,6 +140,11 @@ func (c QueryConfig) validate() error {
 	k.nonNegative("ReplyLinger", c.ReplyLinger)
 	k.positive("ReplyTimeout", c.ReplyTimeout)
 	k.positive("CommitTimeout", c.CommitTimeout)
+	k.positive("SessionTimeout", c.SessionTimeout)
+	k.positive("HeartbeatInterval", c.HeartbeatInterval)
+	if c.HeartbeatInterval >= c.SessionTimeout && c.SessionTimeout > 0 {
+		k.fail("HeartbeatInterval", "must be below SessionTimeout (%v), got %v", c.SessionTimeout, c.HeartbeatInterval)
+	}
 	k.named("Component", c.Component)
 	return k.result()
 }
@@ -298,6 +320,11 @@ func (s *QueryService) clientOpts() []kgo.Opt {
 		kgo.ConsumeTopics(s.cfg.RequestTopic),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
+		// A dead member's partitions move after SessionTimeout; cooperative rebalancing (franz-go's
+		// default, named here) keeps the other members answering their partitions meanwhile.
+		kgo.SessionTimeout(s.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(s.cfg.HeartbeatInterval),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		// A group without committed offsets starts at the beginning of the retained requests, so
 		// nothing produced before the first replica joined goes unanswered (callers that have
 		// given up ignore late replies).

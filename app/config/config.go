@@ -4,13 +4,15 @@
 // Load builds it in layers, each overriding the one before:
 //
 //  1. the defaults documented on each field;
-//  2. an optional YAML or JSON file (--config PATH, or CKF_CONFIG); unknown keys are errors;
+//  2. an optional YAML or JSON file (--config PATH, or CKF_CONFIG); unknown keys are errors,
+//     each reported with its line; a list may also be written as one comma-separated string;
 //  3. environment variables: CKF_ plus the field's path in upper case with dots as underscores
 //     (indexer.verification_window is CKF_INDEXER_VERIFICATION_WINDOW), and KAFKA_BROKERS as a
 //     second name for kafka.brokers (CKF_KAFKA_BROKERS wins when both are set);
 //  4. command-line flags named by the field's path (--indexer.verification_window=4).
 //
-// Lists are comma-separated in variables and flags (KAFKA_BROKERS=a:9092,b:9092), and the lane
+// A CKF_ variable that no setting reads is reported as a warning (Sources.Warn) with the closest
+// setting's variable. Lists are comma-separated in variables and flags (KAFKA_BROKERS=a:9092,b:9092), and the lane
 // map is lane=dc pairs (CKF_INDEXER_LANES=0=0x1a,1=0x2b). Durations use Go's syntax (250ms, 30s).
 //
 // The result is validated as a whole; every invalid field is reported as a *FieldError that names
@@ -52,6 +54,9 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 	// DefaultStartupTimeout bounds start-up, which includes creating topics on the cluster.
 	DefaultStartupTimeout = 60 * time.Second
+	// DefaultQueryLeaveAfter is indexer.query_leave_after: how long an indexer replica stays in
+	// the query group while it is not ready.
+	DefaultQueryLeaveAfter = 10 * time.Second
 	// DefaultBridgeBlockSize is bridge.block_size: vLLM's default block size.
 	DefaultBridgeBlockSize = 16
 )
@@ -93,7 +98,8 @@ type Config struct {
 type Kafka struct {
 	// Brokers are the seed brokers, host:port each. Empty (the default) starts the embedded
 	// in-process broker (franz-go's kfake; nothing persists), for demos on a machine with
-	// nothing else; the embedded broker serves neither TLS nor SASL. Environment:
+	// nothing else; the embedded broker serves neither TLS nor SASL. processor indexer, relay and
+	// loadgen refuse to start without brokers: no other process could reach an embedded one. Environment:
 	// CKF_KAFKA_BROKERS or KAFKA_BROKERS, comma-separated. Kafka property: bootstrap.servers.
 	Brokers []string `yaml:"brokers"`
 	// QueryBrokers are the seed brokers of the query path: the indexer's query service (the
@@ -380,6 +386,24 @@ type Indexer struct {
 	// query load. Default "ckf-indexer-queries" (streams.DefaultQueryGroup). Kafka property:
 	// group.id.
 	QueryGroup string `yaml:"query_group"`
+	// QueryLeaveAfter bounds how long a replica that stopped being ready (the "lanes" check of
+	// /readyz: no lane eligible) stays in the query group. A replica joins the group only once it
+	// is ready, so a starting or misconfigured replica never takes partitions it would answer
+	// UNAVAILABLE; one that stays unready for longer than this leaves the group (its batch in
+	// flight answered and committed first), and joins again once ready. Its partitions move to
+	// the ready replicas within this bound plus one readiness sample (100 ms) and a graceful
+	// leave. A short bound moves partitions sooner on a real failure at the cost of a rebalance
+	// on every brief dip; while every replica is unready, Kafka queries wait unanswered (routers
+	// time out) instead of getting UNAVAILABLE replies. Default 10s; must be positive.
+	// Environment: CKF_INDEXER_QUERY_LEAVE_AFTER.
+	QueryLeaveAfter time.Duration `yaml:"query_leave_after"`
+	// QuerySessionTimeout is the query group's session timeout: how long requests on the
+	// partitions of a replica that died without leaving wait before another replica takes them
+	// over (Kafka property session.timeout.ms; heartbeats go every third of it, at most every
+	// second). It must lie within the broker's group.min.session.timeout.ms and
+	// group.max.session.timeout.ms (6s and 30m by default). Default 6s
+	// (streams.DefaultQuerySessionTimeout). Environment: CKF_INDEXER_QUERY_SESSION_TIMEOUT.
+	QuerySessionTimeout time.Duration `yaml:"query_session_timeout"`
 	// QueryBatchSize is the largest number of query requests answered as one batch, in
 	// [1,65536] (streams.MaxQueryBatchRecords). Default 256 (streams.DefaultQueryBatchRecords).
 	QueryBatchSize int `yaml:"query_batch_size"`
@@ -613,6 +637,8 @@ func defaultConfig() Config {
 			VerificationWindow:  ckf.DefaultVerificationWindow,
 			Freshness:           Freshness{MaxRecordLag: streams.DefaultFreshnessMaxRecordLag, MaxTimeLag: streams.DefaultFreshnessMaxTimeLag},
 			QueryGroup:          streams.DefaultQueryGroup,
+			QueryLeaveAfter:     DefaultQueryLeaveAfter,
+			QuerySessionTimeout: streams.DefaultQuerySessionTimeout,
 			QueryBatchSize:      streams.DefaultQueryBatchRecords,
 			GCPercent:           DefaultIndexerGCPercent,
 			LagCommitInterval:   streams.DefaultIndexerLagCommitInterval,

@@ -328,7 +328,7 @@ func TestEveryInvalidFieldIsReported(t *testing.T) {
 
 func TestFileErrors(t *testing.T) {
 	for _, tc := range []struct{ body, want string }{
-		{"indexer:\n  verification_windw: 3\n", "field verification_windw not found"},
+		{"indexer:\n  verification_windw: 3\n", `line 2: unknown key "verification_windw" in indexer`},
 		{"indexer: {verification_window: many}\n", "cannot unmarshal"},
 		{"indexer:\n  lanes: {x: 1}\n", `lane "x" is not an integer`},
 		{"kafka: [", "yaml:"},

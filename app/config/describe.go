@@ -41,7 +41,7 @@ var (
 // Config without an entry here fails TestEveryFieldIsDescribed; keep the text to one line and
 // the details in the field's doc comment.
 var descriptions = map[string]Description{
-	"kafka.brokers":                   {"seed brokers, host:port each; empty runs on the embedded in-process broker (query then needs --http)", clientCommands},
+	"kafka.brokers":                   {"seed brokers, host:port each; empty: demo runs on the embedded in-process broker, indexer, relay and loadgen refuse to start (query then needs --http)", clientCommands},
 	"kafka.query_brokers":             {"seed brokers of the query path (query service, query clients of loadgen, demo and query), e.g. a listener on the routers' network; empty uses kafka.brokers", []string{CommandDemo, CommandIndexer, CommandLoadgen, CommandQuery}},
 	"kafka.client_id":                 {"client.id every Kafka client of the process sends (broker quotas and logs)", clientCommands},
 	"kafka.create_topics":             {"create missing topics at start; false only verifies that they exist", processCommands},
@@ -106,6 +106,8 @@ var descriptions = map[string]Description{
 	"indexer.freshness.max_record_lag": {"largest lane lag in records still answered; 0 disables the bound", indexerCommands},
 	"indexer.freshness.max_time_lag":   {"largest lane lag in time still answered; 0 disables the bound", indexerCommands},
 	"indexer.query_group":              {"consumer group of the query topic, shared by the replicas", indexerCommands},
+	"indexer.query_leave_after":        {"how long a replica that is not ready stays in the query group (it joins only once ready)", indexerCommands},
+	"indexer.query_session_timeout":    {"how long requests on a dead replica's query partitions wait before another replica takes them", indexerCommands},
 	"indexer.query_batch_size":         {"most query requests answered as one batch, 1..65536", indexerCommands},
 	"indexer.reply_topic_prefixes":     {"prefixes a query's reply_topic may start with, comma-separated; none: only topics.query_replies", indexerCommands},
 	"indexer.gc_percent":               {"GOGC the indexer sets at start; 0 keeps the runtime's (a GOGC variable wins)", indexerCommands},

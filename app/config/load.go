@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,12 +41,27 @@ type Sources struct {
 	// LookupEnv reads an environment variable. Nil means os.LookupEnv. A variable set to the
 	// empty string counts as unset.
 	LookupEnv func(key string) (string, bool)
+	// Warn, when set, receives one line per warning: a variable of the process environment that
+	// starts with CKF_ and that LookupEnv also sees, but that no setting reads (a misspelling,
+	// which would otherwise leave the default silently in force), with the closest setting's
+	// variable. Kubernetes service links (CKF_X_SERVICE_HOST, CKF_X_PORT...) are not reported.
+	Warn func(msg string)
 }
+
+// FlagError is a command-line flag that could not be parsed: an unknown flag, a bad value, or
+// -h (errors.Is(err, flag.ErrHelp)). Err is the flag package's error.
+type FlagError struct{ Err error }
+
+// Error renders "config: flags: <the flag package's message>".
+func (e *FlagError) Error() string { return "config: flags: " + e.Err.Error() }
+
+// Unwrap returns the flag package's error.
+func (e *FlagError) Unwrap() error { return e.Err }
 
 // Load builds the configuration from the defaults, the optional file, the environment and the
 // flags, in that order of precedence (see the package documentation), resolves the topic names
-// and validates the result. A flag parse error wraps the flag package's error (errors.Is(err,
-// flag.ErrHelp) for -h); every other error matches ErrInvalid and names the field. When only
+// and validates the result. A flag parse error is a *FlagError wrapping the flag package's
+// error (errors.Is(err, flag.ErrHelp) for -h); every other error matches ErrInvalid and names the field. When only
 // validation fails, Load returns the loaded configuration along with the error; otherwise it
 // returns the zero Config on error.
 func Load(src Sources) (Config, error) {
@@ -63,12 +77,17 @@ func Load(src Sources) (Config, error) {
 	var set []flagSetting
 	file := addFlags(fs, &set)
 	if err := fs.Parse(src.Args); err != nil {
-		return Config{}, fmt.Errorf("config: flags: %w", err)
+		return Config{}, &FlagError{Err: err}
 	}
 	if src.FlagSet == nil && fs.NArg() > 0 {
 		return Config{}, &FieldError{Field: "flags", Reason: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
 
+	if src.Warn != nil {
+		for _, w := range UnknownVariables(os.Environ(), lookup) {
+			src.Warn(w)
+		}
+	}
 	cfg := defaultConfig()
 	path := *file
 	if path == "" {
@@ -105,19 +124,82 @@ func lookupNonEmpty(lookup func(string) (string, bool), key string) (string, boo
 
 // decodeFile decodes a YAML or JSON file (JSON is YAML) onto cfg, so the file's keys override
 // the defaults and the keys it leaves out keep them. Unknown keys are errors: a misspelt key
-// would otherwise leave its default silently in force.
+// would otherwise leave its default silently in force. A list may be written as one string, as
+// in a variable or flag (brokers: a:9092,b:9092). Every problem is its own *FieldError, one per
+// line of the joined error, with the file's line number; a bare number where a duration belongs
+// says which duration to write instead (60 -> 60s).
 func decodeFile(path string, cfg *Config) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return &FieldError{Field: "file " + path, Reason: err.Error(), Err: err}
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "yaml: unmarshal errors:", "")), " ")
-		return &FieldError{Field: "file " + path, Reason: msg, Err: err}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return &FieldError{Field: "file " + path, Reason: err.Error(), Err: err}
 	}
-	return nil
+	if doc.Kind == 0 {
+		return nil // an empty file
+	}
+	var probs []error
+	adaptNode(&doc, reflect.TypeFor[Config](), "", path, &probs)
+	// Decoding the adapted node (adaptNode has reported unknown keys) keeps the file's lines.
+	if err := doc.Decode(cfg); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return &FieldError{Field: "file " + path, Reason: strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
+		}
+		for _, msg := range te.Errors {
+			probs = append(probs, &FieldError{Field: "file " + path, Reason: msg, Err: err})
+		}
+		return errors.Join(probs...)
+	}
+	return errors.Join(probs...)
+}
+
+// adaptNode walks a decoded YAML node against the Config type t at path: a scalar where a list
+// of strings belongs becomes the list its commas separate, and a bare number where a duration
+// belongs is a problem that names the duration to write.
+func adaptNode(n *yaml.Node, t reflect.Type, path, file string, probs *[]error) {
+	switch {
+	case n.Kind == yaml.DocumentNode:
+		for _, c := range n.Content {
+			adaptNode(c, t, path, file, probs)
+		}
+	case t == stringsType && n.Kind == yaml.ScalarNode && n.Tag != "!!null":
+		items := strings.Split(n.Value, ",")
+		*n = yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Line: n.Line, Column: n.Column}
+		for _, it := range items {
+			if it = strings.TrimSpace(it); it != "" {
+				n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: it, Line: n.Line})
+			}
+		}
+	case t == durationType && n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float"):
+		*probs = append(*probs, &FieldError{Field: path, Reason: fmt.Sprintf(
+			"file %s line %d: %s is not a duration: write it with a unit, like %ss (units ns, us, ms, s, m, h)",
+			file, n.Line, n.Value, n.Value)})
+		*n = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: n.Line} // reported; decode the rest
+	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key, known := n.Content[i].Value, false
+			for j := range t.NumField() {
+				name, _, _ := strings.Cut(t.Field(j).Tag.Get("yaml"), ",")
+				if name == key && name != "-" {
+					known = true
+					adaptNode(n.Content[i+1], t.Field(j).Type, strings.TrimPrefix(path+"."+key, "."), file, probs)
+				}
+			}
+			if !known {
+				// Unknown keys are errors: a misspelt key would leave its default silently in force.
+				where := ""
+				if path != "" {
+					where = " in " + path
+				}
+				*probs = append(*probs, &FieldError{Field: "file " + file, Reason: fmt.Sprintf("line %d: unknown key %q%s",
+					n.Content[i].Line, key, where)})
+				n.Content[i+1] = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}
+			}
+		}
+	}
 }
 
 // field is one leaf of Config: a value a file key, a variable and a flag can set.
@@ -297,4 +379,71 @@ func render(v reflect.Value) string {
 		}
 	}
 	return fmt.Sprint(v.Interface())
+}
+
+// UnknownVariables returns a warning for each CKF_ variable of environ (KEY=VALUE entries) that
+// lookup also sees and that is not a setting's variable, CKF_CONFIG or a Kubernetes service link,
+// naming the closest setting variable when one is within three edits.
+func UnknownVariables(environ []string, lookup func(string) (string, bool)) []string {
+	known := map[string]bool{EnvConfigFile: true}
+	for _, f := range fieldTable() {
+		for _, e := range f.env {
+			known[e] = true
+		}
+	}
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix) || known[name] || serviceLink(name) {
+			continue
+		}
+		if _, ok := lookup(name); !ok {
+			continue
+		}
+		msg := name + " is not the variable of any setting and is ignored"
+		if near := closest(name, known); near != "" {
+			msg += " (did you mean " + near + "?)"
+		}
+		out = append(out, msg+`; "processor help config" lists the variables`)
+	}
+	return out
+}
+
+// serviceLink reports whether name is one of the variables Kubernetes sets for a Service in the
+// pod's namespace (a Service "ckf-indexer" gives CKF_INDEXER_SERVICE_HOST, CKF_INDEXER_PORT, ...).
+func serviceLink(name string) bool {
+	return strings.HasSuffix(name, "_SERVICE_HOST") || strings.Contains(name, "_SERVICE_PORT") ||
+		strings.HasSuffix(name, "_PORT") || strings.Contains(name, "_PORT_")
+}
+
+// closest returns the name of known nearest to name by edit distance, if within three edits.
+func closest(name string, known map[string]bool) string {
+	best, bestD := "", 4
+	for k := range known {
+		if d := editDistance(name, k); d < bestD || (d == bestD && k < best) {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

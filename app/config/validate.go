@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/streams"
@@ -268,6 +269,12 @@ func (ix Indexer) validate(p *problems) {
 	}
 	if ix.QueryGroup == "" {
 		p.add("indexer.query_group", "must not be empty")
+	}
+	if ix.QuerySessionTimeout < time.Second {
+		p.add("indexer.query_session_timeout", "%v is below 1s", ix.QuerySessionTimeout)
+	}
+	if ix.QueryLeaveAfter <= 0 {
+		p.add("indexer.query_leave_after", "%v is not positive", ix.QueryLeaveAfter)
 	}
 	if ix.QueryBatchSize < 1 || ix.QueryBatchSize > streams.MaxQueryBatchRecords {
 		p.add("indexer.query_batch_size", "%d is not in [1,%d]", ix.QueryBatchSize, streams.MaxQueryBatchRecords)

@@ -11,6 +11,7 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/httpserver"
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
@@ -151,6 +153,10 @@ type demo struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	// http is the process's HTTP listener (lane page, query API, metrics), when there is one.
+	http *httpserver.Early
+	// triedByHand is set once a cached prompt to try by hand has been printed.
+	triedByHand bool
 }
 
 // demoRelay is one DC's relay and its run.
@@ -172,8 +178,11 @@ func (d *demo) module() fx.Option {
 		fx.Invoke(d.wireRelays),
 		fx.Invoke(d.wireEngines),
 		// Requesting the indexer here, after wireRelays, appends its hooks after the relays'.
-		fx.Invoke(func(lc fx.Lifecycle, ix *indexer.Indexer) {
-			d.ix = ix
+		fx.Invoke(func(lc fx.Lifecycle, ix *indexer.Indexer, h struct {
+			fx.In
+			Early *httpserver.Early `optional:"true"`
+		}) {
+			d.ix, d.http = ix, h.Early
 			lc.Append(fx.Hook{OnStart: d.start, OnStop: d.stop})
 		}),
 	)
@@ -267,7 +276,13 @@ func (d *demo) prepare(ctx context.Context) error {
 	for _, r := range d.relays {
 		names = append(names, d.kvTopic(r.dc))
 	}
-	return appload.EnsureTopics(ctx, d.conn, names, appload.KVPartitions, nil)
+	if err := appload.EnsureTopics(ctx, d.conn, names, appload.KVPartitions, nil); err != nil {
+		return err
+	}
+	// The engines write each DC's events to a topic of its own, which its relay reads.
+	fmt.Fprintf(d.out, "KV events flow on one topic per DC (%d partitions each; %s itself stays empty):\n  %s\n",
+		appload.KVPartitions, d.cfg.Topics.KVEvents, strings.Join(names, "  "))
+	return nil
 }
 
 func printLayout(ctx context.Context, out io.Writer, conn *kafka.Connection) error {
@@ -349,6 +364,11 @@ func (d *demo) drive(ctx context.Context) error {
 	}
 	fmt.Fprintf(d.out, "indexer: all %d lanes ready after %v; running the load for %v (%.0f events/s, %.0f queries/s over Kafka)\n",
 		len(d.relays), time.Since(t0).Round(time.Millisecond), d.opts.Load.Duration, d.opts.Load.EventRate, d.opts.Load.QueryRate)
+	if base := d.baseURL(); base != "" {
+		fmt.Fprintf(d.out, "while it runs, look at: the lane page %s/  the lane table as JSON %s/v1/lanes  the metrics %s/metrics\n"+
+			"  and ask the query API yourself: POST %s/v1/prefix-matches (a cached prompt to paste follows)\n",
+			base, base, base, base)
+	}
 
 	var dcs []uint64
 	for _, r := range d.relays {
@@ -548,7 +568,37 @@ func (d *demo) printSample(q loadgen.Query, r schemas.QueryReply) bool {
 	}
 	fmt.Fprintf(d.out, "  sample answer (%s): %d blocks (by %s) from %s -> depth per DC: %s\n",
 		r.Status, r.QueryBlocks, input, from, strings.Join(parts, " "))
+	if nonZero && !d.triedByHand {
+		if cmd := d.curlCommand(q.Request); cmd != "" {
+			d.triedByHand = true
+			fmt.Fprintf(d.out, "  a cached prompt to try by hand while the demo runs:\n    %s\n", cmd)
+		}
+	}
 	return nonZero
+}
+
+// baseURL is the process's HTTP address as a URL, or "" when it serves no HTTP.
+func (d *demo) baseURL() string {
+	if d.http == nil || d.http.Addr() == nil {
+		return ""
+	}
+	return "http://" + d.http.Addr().String()
+}
+
+// curlCommand renders req, a prompt by local block hashes (at most its first 8 blocks: a prefix
+// of a cached prompt is cached too), as a curl command for the HTTP query API; "" without HTTP or
+// for a prompt by tokens.
+func (d *demo) curlCommand(req schemas.QueryRequest) string {
+	base := d.baseURL()
+	if base == "" {
+		return ""
+	}
+	if req.Input != schemas.InputLocalBlockHashes {
+		return "" // token prompts are long to paste: wait for one by hashes
+	}
+	hashes := req.Hashes.AppendTo(nil)
+	b, _ := json.Marshal(map[string]any{"local_block_hashes": hashes[:min(len(hashes), 8)]})
+	return fmt.Sprintf("curl -s -H 'Content-Type: application/json' -d '%s' %s/v1/prefix-matches", b, base)
 }
 
 // measureHTTP sends sequential queries to the indexer's POST /v1/prefix-matches handler over a

@@ -69,6 +69,9 @@ func AsReadinessCheck(constructor any) any {
 type Params struct {
 	fx.In
 
+	// Early, when present, is the listener opened at process start (EarlyModule): the server
+	// takes it over at its own start instead of listening then.
+	Early  *Early `optional:"true"`
 	Config config.HTTP
 	Logger *zap.Logger      `optional:"true"`
 	Routes []Route          `group:"routes"`
@@ -86,6 +89,7 @@ type Server struct {
 	mux        *http.ServeMux
 	checks     []ReadinessCheck
 	shutdowner fx.Shutdowner
+	early      *Early
 
 	srv  *http.Server
 	addr net.Addr
@@ -102,6 +106,7 @@ func New(p Params) (*Server, error) {
 		mux:        http.NewServeMux(),
 		checks:     append([]ReadinessCheck(nil), p.Checks...),
 		shutdowner: p.Shutdowner,
+		early:      p.Early,
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -155,7 +160,16 @@ func (s *Server) Addr() net.Addr { return s.addr }
 
 // Start listens on the configured address and serves in a new goroutine. A listen error (the
 // port is taken) is returned, which fails the application's start.
+//
+// With an Early listener, Start hands the routes to it instead: the address stays the one
+// process start opened, and /healthz has answered since then.
 func (s *Server) Start(context.Context) error {
+	if s.early != nil {
+		s.addr, s.done = s.early.Addr(), s.early.done
+		s.early.handoff(s.mux)
+		s.log.Info("serving every route", zap.Stringer("addr", s.addr))
+		return nil
+	}
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("httpserver: http.listen %s: %w", s.cfg.Listen, err)
@@ -180,6 +194,9 @@ func (s *Server) Start(context.Context) error {
 func (s *Server) Stop(ctx context.Context) error {
 	if s.done == nil {
 		return nil
+	}
+	if s.early != nil {
+		return s.early.Stop(ctx)
 	}
 	err := s.srv.Shutdown(ctx)
 	if err != nil {

@@ -1,7 +1,7 @@
 // Package indexer wires the global indexer (processor indexer) into an fx application: the
 // manifest from config.Indexer, the ckf.GlobalIndexer, the lanes on Kafka (streams.Indexer), the
-// Kafka query service (streams.QueryService, a consumer group on the query topic) and the HTTP
-// endpoints, which share one streams.Answerer, so a query gets the same answer on either path.
+// Kafka query service (streams.QueryService, a consumer group on the query topic, joined only
+// while the replica is ready; see Indexer.QueryGroupMember) and the HTTP endpoints, which share one streams.Answerer, so a query gets the same answer on either path.
 //
 // HTTP routes (registered with the process's HTTP server):
 //
@@ -14,7 +14,7 @@
 // Metrics: the lanes report per lane under ckf_indexer_lane_* (streams.Indexer); both query
 // paths report under ckf_query_* tagged path="kafka" or path="http" (requests, replies by
 // status, latency_seconds histograms); this package adds ckf_indexer_configured_lanes,
-// ckf_indexer_eligible_lanes and ckf_indexer_degraded_lanes.
+// ckf_indexer_eligible_lanes, ckf_indexer_degraded_lanes and ckf_indexer_query_group_member.
 package indexer
 
 import (
@@ -26,6 +26,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
@@ -61,11 +62,16 @@ type Indexer struct {
 	shutdowner fx.Shutdowner
 	g          *index.GlobalIndexer
 	lanes      *streams.Indexer
-	queries    *streams.QueryService
-	ans        *streams.Answerer
-	api        *API
-	gauges     struct{ configured, eligible, degraded tally.Gauge }
-	gcPercent  int // config.Indexer.GCPercent, applied at Start
+	// newQueries builds a fresh query service (a QueryService runs once) each time the replica
+	// joins the query group.
+	newQueries func() (*streams.QueryService, error)
+	leaveAfter time.Duration // config.Indexer.QueryLeaveAfter
+	// member is true while the replica's query service is in the query group (or joining it).
+	member    atomic.Bool
+	ans       *streams.Answerer
+	api       *API
+	gauges    struct{ configured, eligible, degraded, member tally.Gauge }
+	gcPercent int // config.Indexer.GCPercent, applied at Start
 
 	mu        sync.Mutex
 	cancel    context.CancelFunc
@@ -99,11 +105,14 @@ func StreamsConfig(ix config.Indexer, topics config.Topics) streams.IndexerConfi
 
 // QueryConfig converts the indexer section and the topic names to the query service's streams
 // configuration: streams' defaults (streams.DefaultQueryConfig) with the topics, the group, the
-// batch size and the reply topic prefixes of the configuration.
+// batch size, the session timeout (heartbeats every third of it, at most every second) and the
+// reply topic prefixes of the configuration.
 func QueryConfig(ix config.Indexer, topics config.Topics) streams.QueryConfig {
 	cfg := streams.DefaultQueryConfig()
 	cfg.RequestTopic, cfg.ReplyTopic, cfg.DeadLetterTopic = topics.Queries, topics.QueryReplies, topics.DeadLetter
 	cfg.Group, cfg.MaxBatchRecords = ix.QueryGroup, ix.QueryBatchSize
+	cfg.SessionTimeout = ix.QuerySessionTimeout
+	cfg.HeartbeatInterval = min(streams.DefaultQueryHeartbeatInterval, ix.QuerySessionTimeout/3)
 	cfg.ReplyTopicPrefixes = slices.Clone(ix.ReplyTopicPrefixes)
 	return cfg
 }
@@ -155,27 +164,36 @@ func New(p Params) (*Indexer, error) {
 		return nil, fmt.Errorf("indexer: lanes: %w", err)
 	}
 	ans := streams.NewAnswerer(g, lanes.EligibleLanes, streams.IncompleteLanes(lanes.IncompleteLanes))
-	queries, err := streams.NewQueryService(streams.QueryServiceParams{
-		Config:     QueryConfig(p.Config, topics),
-		Answerer:   ans,
-		Codec:      codec,
-		ClientOpts: p.Connection.QueryOpts("queries"),
-		Metrics:    scope.Tagged(map[string]string{"path": PathKafka}),
-		Log:        log,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("indexer: query service: %w", err)
+	newQueries := func() (*streams.QueryService, error) {
+		qs, err := streams.NewQueryService(streams.QueryServiceParams{
+			Config:     QueryConfig(p.Config, topics),
+			Answerer:   ans,
+			Codec:      codec,
+			ClientOpts: p.Connection.QueryOpts("queries"),
+			Metrics:    scope.Tagged(map[string]string{"path": PathKafka}),
+			Log:        log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("indexer: query service: %w", err)
+		}
+		return qs, nil
+	}
+	// Build one now, so that a configuration the query service refuses fails New.
+	if _, err := newQueries(); err != nil {
+		return nil, err
 	}
 	api, err := NewAPI(APIParams{Answerer: ans, Lanes: lanes.Lanes, Eligible: lanes.EligibleLanes, Metrics: scope})
 	if err != nil {
 		return nil, err
 	}
-	ix := &Indexer{log: log, shutdowner: p.Shutdowner, g: g, lanes: lanes, queries: queries, ans: ans, api: api,
-		gcPercent: p.Config.GCPercent}
+	ix := &Indexer{log: log, shutdowner: p.Shutdowner, g: g, lanes: lanes, newQueries: newQueries, ans: ans, api: api,
+		gcPercent: p.Config.GCPercent, leaveAfter: p.Config.QueryLeaveAfter}
 	s := scope.SubScope("indexer")
 	ix.gauges.configured = s.Gauge("configured_lanes")
 	ix.gauges.eligible = s.Gauge("eligible_lanes")
 	ix.gauges.degraded = s.Gauge("degraded_lanes")
+	ix.gauges.member = s.Gauge("query_group_member")
+	ix.gauges.member.Update(0)
 	log.Info("indexer built",
 		zap.String("consumer_instance", fmt.Sprintf("%016x", uint64(consumer))),
 		zap.Bool("consumer_instance_random", p.Config.ConsumerInstanceID == 0),
@@ -219,12 +237,79 @@ func (ix *Indexer) Start(context.Context) error {
 		ix.fail(ctx, "lanes", err)
 	}()
 	go func() {
-		err := ix.queries.Run(ctx)
+		err := ix.serveQueries(ctx)
 		ix.queryDone <- err
 		ix.fail(ctx, "query service", err)
 	}()
 	go ix.watch(ctx)
 	return nil
+}
+
+// QueryGroupMember reports whether the replica's query service is in the query group (joined
+// or joining): true from the moment the replica is ready until it leaves (see serveQueries).
+func (ix *Indexer) QueryGroupMember() bool { return ix.member.Load() }
+
+// serveQueries runs the Kafka query service only while the replica is ready: it waits for the
+// "lanes" readiness check (API.Ready) to pass, joins the query group with a fresh
+// streams.QueryService, and leaves the group gracefully (the batch in flight answered and
+// committed) once the check has failed continuously for longer than leaveAfter; then it waits
+// for readiness again. A replica that is not ready thus never holds query partitions it would
+// answer UNAVAILABLE, beyond that bound. It returns when ctx ends (nil, or the service's error)
+// or when the service fails (its error, which stops the process).
+func (ix *Indexer) serveQueries(ctx context.Context) error {
+	t := time.NewTicker(watchInterval)
+	defer t.Stop()
+	for {
+		for ix.api.Ready(ctx) != nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+		qs, err := ix.newQueries()
+		if err != nil {
+			return err
+		}
+		qctx, leave := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		ix.member.Store(true)
+		ix.gauges.member.Update(1)
+		ix.log.Info("ready: joining the query group")
+		go func() { done <- qs.Run(qctx) }()
+		var unreadySince time.Time
+	serving:
+		for {
+			select {
+			case err := <-done:
+				leave()
+				ix.member.Store(false)
+				ix.gauges.member.Update(0)
+				if err == nil && ctx.Err() == nil {
+					err = errors.New("indexer: query service stopped on its own")
+				}
+				return err
+			case <-t.C:
+			}
+			switch err := ix.api.Ready(ctx); {
+			case err == nil:
+				unreadySince = time.Time{}
+			case unreadySince.IsZero():
+				unreadySince = time.Now()
+			case time.Since(unreadySince) > ix.leaveAfter:
+				ix.log.Warn("not ready for longer than indexer.query_leave_after: leaving the query group",
+					zap.Duration("query_leave_after", ix.leaveAfter), zap.Error(err))
+				leave()
+				err := <-done
+				ix.member.Store(false)
+				ix.gauges.member.Update(0)
+				if err != nil {
+					return err
+				}
+				break serving
+			}
+		}
+	}
 }
 
 // applyGCPercent sets the collector's target from the configuration, unless the operator set

@@ -103,14 +103,20 @@ type running struct {
 
 func startIndexer(t *testing.T) *running {
 	t.Helper()
-	prefix := testenv.UniqueName(t, "ix") + "."
+	return startIndexerWith(t, testenv.UniqueName(t, "ix")+".")
+}
+
+// startIndexerWith starts a replica on the topics of prefix, in the query group prefix+"group",
+// with lanes 0=0x10,1=0x11 unless args (flags, applied last) say otherwise.
+func startIndexerWith(t *testing.T, prefix string, args ...string) *running {
+	t.Helper()
 	env := map[string]string{"KAFKA_BROKERS": strings.Join(testenv.Brokers(t), ",")}
 	cfg, err := config.Load(config.Sources{
-		Args: []string{
+		Args: append([]string{
 			"--topic_prefix=" + prefix, "--indexer.domain=" + testDomain, "--indexer.lanes=0=0x10,1=0x11",
 			"--indexer.expected_blocks_per_dc=" + strconv.Itoa(testBlocks), "--http.listen=127.0.0.1:0",
 			"--metrics.report_interval=50ms", "--log.level=warn", "--indexer.query_group=" + prefix + "group",
-		},
+		}, args...),
 		LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
 	})
 	if err != nil {

@@ -206,11 +206,17 @@ func (c *Connection) waitForBroker(ctx context.Context) error {
 			return fmt.Errorf("broker refused the client: %w", err)
 		}
 		if ctx.Err() == nil || last == nil {
+			if last == nil {
+				// One clear line while the dial failures themselves are logged once per broker
+				// (the client logger's repeat limit): what is wrong and what to check.
+				c.log.Warn("no Kafka broker answers yet; retrying until startup_timeout (check kafka.brokers / KAFKA_BROKERS and that the brokers run)",
+					zap.Strings("brokers", c.cfg.Brokers), zap.Error(err))
+			}
 			last = err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no broker answered before the start timeout: %w", last)
+			return fmt.Errorf("no broker answered before the start timeout (startup_timeout); check kafka.brokers (KAFKA_BROKERS), that the brokers run, and kafka.tls / kafka.sasl: %w", last)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"sync"
+	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -95,14 +97,50 @@ func SASLMechanism(cfg config.SASL) (sasl.Mechanism, error) {
 type zapLogger struct {
 	l     *zap.Logger
 	level kgo.LogLevel
+
+	mu   sync.Mutex
+	last map[string]time.Time // repeated warnings: when each was last written
+	hush map[string]int       // and how many were left out since
 }
+
+// repeatWindow is how long a client's repeated connection warning (the same message for the
+// same broker address) is left out after it was written: a broker that is down would otherwise
+// get a line per dial attempt, four a second. The next line written says how many were left out.
+const repeatWindow = 30 * time.Second
 
 func newZapLogger(l *zap.Logger) *zapLogger {
 	level := kgo.LogLevelWarn
 	if l.Core().Enabled(zapcore.DebugLevel) {
 		level = kgo.LogLevelInfo
 	}
-	return &zapLogger{l: l, level: level}
+	return &zapLogger{l: l, level: level, last: map[string]time.Time{}, hush: map[string]int{}}
+}
+
+// repeated reports whether a warning or error should be left out as a repeat within
+// repeatWindow, keyed by message and broker address, and returns how many were left out before
+// one that is written.
+func (z *zapLogger) repeated(msg string, keyvals []any) (skip bool, left int) {
+	addr := ""
+	for i := 0; i+1 < len(keyvals); i += 2 {
+		if k, _ := keyvals[i].(string); k == "addr" {
+			addr = fmt.Sprint(keyvals[i+1])
+		}
+	}
+	if addr == "" {
+		return false, 0
+	}
+	key := msg + "\x00" + addr
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	now := time.Now()
+	if t, ok := z.last[key]; ok && now.Sub(t) < repeatWindow {
+		z.hush[key]++
+		return true, 0
+	}
+	z.last[key] = now
+	left = z.hush[key]
+	delete(z.hush, key)
+	return false, left
 }
 
 func (z *zapLogger) Level() kgo.LogLevel { return z.level }
@@ -123,7 +161,17 @@ func (z *zapLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	if ce == nil {
 		return
 	}
-	fields := make([]zap.Field, 0, len(keyvals)/2)
+	var left int
+	if zl >= zapcore.WarnLevel {
+		var skip bool
+		if skip, left = z.repeated(msg, keyvals); skip {
+			return
+		}
+	}
+	fields := make([]zap.Field, 0, len(keyvals)/2+1)
+	if left > 0 {
+		fields = append(fields, zap.Int("repeats_left_out", left))
+	}
 	for i := 0; i+1 < len(keyvals); i += 2 {
 		key, ok := keyvals[i].(string)
 		if !ok {

@@ -60,9 +60,11 @@ func New(p Params) (Result, error) {
 }
 
 // FxLogger routes fx's events (provides, invokes, hooks, start, stop) through the logger at debug
-// level, so they stay out of an info-level log; fx's errors keep error level.
+// level, so they stay out of an info-level log; fx's errors keep error level, without stack traces.
 func FxLogger(l *zap.Logger) fxevent.Logger {
-	fl := &fxevent.ZapLogger{Logger: l.Named("fx")}
+	// No stack traces: fx's errors are start-up and stop failures that the process also reports
+	// in one line; a trace of fx's own frames says nothing about them.
+	fl := &fxevent.ZapLogger{Logger: l.Named("fx").WithOptions(zap.AddStacktrace(zapcore.FatalLevel))}
 	fl.UseLogLevel(zapcore.DebugLevel)
 	fl.UseErrorLevel(zapcore.ErrorLevel)
 	return fl

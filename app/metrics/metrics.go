@@ -122,12 +122,32 @@ func New(p Params) (*Metrics, error) {
 	}, nil
 }
 
-// Handler serves the registry in the Prometheus exposition formats.
+//go:generate go run genhelp.go
+
+// Handler serves the registry in the Prometheus exposition formats, each ckf_ metric with the
+// help text of docs/metrics.md (help_gen.go) where its reporter gave none of its own (tally's
+// reporter writes only "<name> <type>").
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{
+	return promhttp.HandlerFor(prometheus.GathererFunc(m.gather), promhttp.HandlerOpts{
 		ErrorLog:      zap.NewStdLog(m.log),
 		ErrorHandling: promhttp.ContinueOnError,
 	})
+}
+
+// gather is the registry's Gather with the documented help texts filled in.
+func (m *Metrics) gather() ([]*dto.MetricFamily, error) {
+	mfs, err := m.Registry.Gather()
+	for _, mf := range mfs {
+		name := mf.GetName()
+		text, ok := helpText[name]
+		if !ok {
+			continue
+		}
+		if h := mf.GetHelp(); h == "" || strings.HasPrefix(h, name+" ") || h == name {
+			mf.Help = &text
+		}
+	}
+	return mfs, err
 }
 
 // Kafka returns the factory of franz-go client hooks that record into Registry.

@@ -124,3 +124,29 @@ func TestKafkaHooksPerClient(t *testing.T) {
 		t.Errorf("freed role not reused")
 	}
 }
+
+// TestHelpTextFromTheDocs: a ckf_ metric's HELP line is its meaning and unit from docs/metrics.md,
+// not the reporter's "<name> <type>" (which 64 of the 81 ckf_ metrics once had).
+func TestHelpTextFromTheDocs(t *testing.T) {
+	m, err := metrics.New(metrics.Params{Config: config.Metrics{ReportInterval: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Scope.SubScope("indexer").Gauge("eligible_lanes").Update(2)
+	m.Scope.SubScope("query").Tagged(map[string]string{"path": "http"}).Timer("latency_seconds").Record(time.Millisecond)
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	body := scrape(t, m)
+	for _, want := range []string{
+		"# HELP ckf_indexer_eligible_lanes Lanes a query may use now (ready and fresh) (lanes)\n",
+		"# HELP ckf_query_latency_seconds ",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "# HELP ckf_query_latency_seconds ckf_query_latency_seconds") {
+		t.Errorf("ckf_query_latency_seconds has the reporter's help")
+	}
+}

@@ -14,8 +14,8 @@ import (
 
 // runBridge runs one engine worker's bridge until a signal (graceful stop: the producer is
 // flushed) or a fatal error (exit status 1).
-func runBridge(args []string, _, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
-	cfg, code, ok := load(flag.NewFlagSet("bridge", flag.ContinueOnError), args, stderr, lookupEnv)
+func runBridge(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	cfg, code, ok := load(flag.NewFlagSet("bridge", flag.ContinueOnError), args, stdout, stderr, lookupEnv)
 	if !ok {
 		return code
 	}

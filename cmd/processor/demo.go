@@ -24,7 +24,7 @@ func runDemo(args []string, stdout, stderr io.Writer, lookupEnv func(string) (st
 	fs.IntVar(&o.HTTPSamples, "http-samples", 2000, "sequential queries of the closing HTTP latency measurement (0: none)")
 	fs.IntVar(&o.Engines, "engines", 0, "built-in engine emulators per DC, each feeding its DC through a bridge (vLLM's ZeroMQ protocol), 0..16")
 	fs.Float64Var(&o.EngineRate, "engine-rate", 100, "batches per second each built-in engine publishes")
-	cfg, code, ok := load(fs, args, stderr, lookupEnv)
+	cfg, code, ok := load(fs, args, stdout, stderr, lookupEnv)
 	if !ok {
 		return code
 	}

@@ -14,11 +14,14 @@ import (
 )
 
 func runIndexer(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
-	cfg, code, ok := load(flag.NewFlagSet("indexer", flag.ContinueOnError), args, stderr, lookupEnv)
+	cfg, code, ok := load(flag.NewFlagSet("indexer", flag.ContinueOnError), args, stdout, stderr, lookupEnv)
 	if !ok {
 		return code
 	}
 	if code, ok := checkIndexerConfig(cfg.Indexer, stderr); !ok {
+		return code
+	}
+	if code, ok := requireBrokers(cfg, "indexer", stderr); !ok {
 		return code
 	}
 	code, err := app.Run(app.New(cfg, indexer.Module, logTo(stderr)))

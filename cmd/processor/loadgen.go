@@ -63,13 +63,16 @@ func runLoadgen(args []string, stdout, stderr io.Writer, lookupEnv func(string) 
 	httpURL := fs.String("http", "", "send the queries to the indexer at this `URL` (http://host:port) instead of over Kafka")
 	perDC := fs.String("kv-topic-per-dc", "auto", "send DC d's events to <topics.kv_events>.dc-<d in hex> (true), to topics.kv_events (false), or per DC when there are several (auto)")
 	progress := fs.Duration("progress", time.Second, "print a progress line this often")
-	cfg, code, ok := load(fs, args, stderr, lookupEnv)
+	cfg, code, ok := load(fs, args, stdout, stderr, lookupEnv)
 	if !ok {
 		return code
 	}
 	if err := lf.validate(); err != nil {
 		fmt.Fprintln(stderr, "processor: loadgen:", err)
 		return exitUsage
+	}
+	if code, ok := requireBrokers(cfg, "loadgen", stderr); !ok {
+		return code
 	}
 	dcs := appload.DefaultDCs(4)
 	if len(cfg.Indexer.Lanes) > 0 {

@@ -15,9 +15,13 @@
 //	config print  print the effective configuration, secrets redacted (--format yaml|json)
 //	help          this text; "help config" lists every setting with its variable, default,
 //	              one-line description and the commands that use it
+//	version       the version, commit and Go release
 //
-// With no command, processor runs demo. Every command takes --config FILE and one flag per
-// setting (see package app/config for the layering of file, environment and flags).
+// With no command, processor prints this usage and exits with status 2. "processor <command>
+// --help" prints the command's flags and the settings it reads, with descriptions;
+// "processor --version" the version (set with -ldflags "-X main.version=...", else the build's
+// module version and VCS stamp). Every command takes --config FILE and one flag per setting (see
+// package app/config for the layering of file, environment and flags).
 //
 // Exit status: 0 on success or a signalled stop, 2 for a usage or configuration error, 1 for
 // any other failure.
@@ -50,11 +54,21 @@ func main() {
 // run executes one command line and returns the exit status. lookupEnv reads the environment
 // (os.LookupEnv in main), so tests can run commands in-process with an environment of their own.
 func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
-	cmd, rest := "demo", args
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, rest = args[0], args[1:]
-	} else if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		fmt.Fprintln(stderr, "\nprocessor: no command given (the demo is \"processor demo\", or make run)")
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch {
+	case cmd == "-h" || cmd == "--help" || cmd == "-help":
 		cmd, rest = "help", nil
+	case cmd == "--version" || cmd == "-version" || cmd == "version" || wantsVersion(rest):
+		fmt.Fprintln(stdout, versionString())
+		return exitOK
+	case strings.HasPrefix(cmd, "-"):
+		fmt.Fprintf(stderr, "processor: %s before a command (try: processor help)\n", cmd)
+		return exitUsage
 	}
 	switch cmd {
 	case "demo":
@@ -76,9 +90,12 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 	case "bridge":
 		return runBridge(rest, stdout, stderr, lookupEnv)
 	case "help":
-		if len(rest) > 0 && rest[0] == "config" {
+		switch {
+		case len(rest) > 0 && rest[0] == "config":
 			printConfigHelp(stdout)
-		} else {
+		case len(rest) > 0 && knownCommand(rest[0]):
+			return run([]string{rest[0], "--help"}, stdout, stderr, lookupEnv)
+		default:
 			fmt.Fprint(stdout, usage)
 		}
 		return exitOK
@@ -92,8 +109,8 @@ const usage = `usage: processor <command> [--config FILE] [--<setting>=<value> .
 
 commands:
   demo          relays for 4 DCs, the indexer and synthetic load in one process, with a live
-                lane table and a summary; embedded broker when none is configured (default
-                command; --duration, --dcs, --event-rate, --query-rate, ...; see demo -h)
+                lane table and a summary; embedded broker when none is configured
+                (--duration, --dcs, --event-rate, --query-rate, ...; see demo --help)
   indexer       the global indexer: lanes, Kafka query service, HTTP API (needs
                 indexer.domain and indexer.lanes)
   relay         one DC pool's relay: KV events in, its CKF lane out
@@ -103,7 +120,11 @@ commands:
                 over Kafka, or --http URL
   config print  print the effective configuration, secrets redacted [--format yaml|json]
   help [config] this text, or every setting with its variable, default, description
-                and the commands that use it
+                and the commands that use it; help <command> is <command> --help
+  version       the version, commit and Go release (also --version)
+
+"processor <command> --help" lists the command's flags and the settings it reads, with their
+descriptions.
 
 Settings come from defaults < the --config file (YAML or JSON; or $CKF_CONFIG) < environment
 (CKF_<PATH>, and KAFKA_BROKERS) < flags (--<path>=value).
@@ -128,12 +149,23 @@ func printConfigHelp(w io.Writer) {
 // load parses the command's flags (its own, registered on fs by the caller, and the
 // configuration's) and loads the configuration. On failure it reports to stderr and returns the
 // exit status; ok is false, and cfg is the loaded configuration when only validation failed.
-func load(fs *flag.FlagSet, args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) (cfg config.Config, code int, ok bool) {
-	fs.SetOutput(stderr)
-	cfg, err := config.Load(config.Sources{Args: args, FlagSet: fs, LookupEnv: lookupEnv})
+//
+// --help (-h) prints the command's help (printCommandHelp) to stdout; a flag error prints the
+// error and one line pointing to --help, never the whole flag list.
+func load(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) (cfg config.Config, code int, ok bool) {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	cfg, err := config.Load(config.Sources{Args: args, FlagSet: fs, LookupEnv: lookupEnv,
+		Warn: func(msg string) { fmt.Fprintln(stderr, "processor: warning:", msg) }})
+	var flagErr *config.FlagError
 	switch {
 	case errors.Is(err, flag.ErrHelp):
+		printCommandHelp(stdout, fs)
 		return cfg, exitOK, false
+	case errors.As(err, &flagErr):
+		fmt.Fprintf(stderr, "processor: %s: %v\n", fs.Name(), flagErr.Err)
+		fmt.Fprintln(stderr, flagErrorHint(fs.Name()))
+		return cfg, exitUsage, false
 	case err != nil:
 		for _, line := range strings.Split(err.Error(), "\n") {
 			fmt.Fprintln(stderr, "processor:", line)
@@ -149,7 +181,7 @@ func load(fs *flag.FlagSet, args []string, stderr io.Writer, lookupEnv func(stri
 func runConfigPrint(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	fs := flag.NewFlagSet("config print", flag.ContinueOnError)
 	format := fs.String("format", "yaml", "output `format`: yaml or json")
-	cfg, code, ok := load(fs, args, stderr, lookupEnv)
+	cfg, code, ok := load(fs, args, stdout, stderr, lookupEnv)
 	if !ok && !loadedButInvalid(cfg) {
 		return code
 	}
@@ -165,6 +197,18 @@ func runConfigPrint(args []string, stdout, stderr io.Writer, lookupEnv func(stri
 		return exitFailure
 	}
 	return code
+}
+
+// requireBrokers refuses to start cmd (indexer, relay, loadgen) without kafka.brokers: with none, the
+// process would run on a private embedded broker that no other process can reach, and every
+// other process of the deployment would wait for it in vain. Only demo runs on the embedded one.
+func requireBrokers(cfg config.Config, cmd string, stderr io.Writer) (int, bool) {
+	if len(cfg.Kafka.Brokers) > 0 {
+		return exitOK, true
+	}
+	fmt.Fprintf(stderr, "processor: config: kafka.brokers: is required by %s (set KAFKA_BROKERS=host:port or --kafka.brokers); "+
+		"only demo runs on an embedded in-process broker, which no other process can reach\n", cmd)
+	return exitUsage, false
 }
 
 // loadedButInvalid reports whether load got as far as a whole configuration that then failed

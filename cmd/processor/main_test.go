@@ -115,8 +115,56 @@ func TestHelp(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "indexer.verification_window") || !strings.Contains(out, "CKF_INDEXER_VERIFICATION_WINDOW") {
 		t.Errorf("help config: exit %d, stdout %q", code, out)
 	}
-	if code, _, errOut := runCmd(t, nil, "demo", "-h"); code != 0 || !strings.Contains(errOut, "-indexer.verification_window") {
-		t.Errorf("demo -h: exit %d, stderr %q", code, errOut)
+	if code, out, _ := runCmd(t, nil, "demo", "-h"); code != 0 || !strings.Contains(out, "indexer.verification_window") {
+		t.Errorf("demo -h: exit %d, stdout %q", code, out)
+	}
+}
+
+// TestCommandHelpFlagErrorsAndVersion: "<command> --help" prints that command's own flags and
+// only the settings it reads, each with its description; a bad flag prints the error and one
+// line pointing to --help (not every flag of the process); --version prints a version; and
+// processor with no command prints the usage and exits 2 instead of running the demo.
+func TestCommandHelpFlagErrorsAndVersion(t *testing.T) {
+	for _, tc := range []struct {
+		cmd       string
+		want, not []string
+	}{
+		{"indexer", []string{"usage: processor indexer", "indexer.query_group", "consumer group of the query topic, shared by the replicas"}, []string{"relay.dc_id", "bridge.", "--duration"}},
+		{"relay", []string{"usage: processor relay", "relay.dc_id", "DC id of the pool this relay publishes for"}, []string{"indexer.query_group", "bridge."}},
+		{"demo", []string{"--duration", "run this long", "indexer.verification_window"}, []string{"relay.dc_id"}},
+		{"query", []string{"--hashes", "--http URL", "kafka.brokers"}, []string{"relay.snapshot_interval"}},
+	} {
+		for _, args := range [][]string{{tc.cmd, "--help"}, {"help", tc.cmd}} {
+			code, out, errOut := runCmd(t, nil, args...)
+			if code != exitOK || errOut != "" {
+				t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("%q lacks %q:\n%s", args, w, out)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(out, n) {
+					t.Errorf("%q shows %q, which %s does not read", args, n, tc.cmd)
+				}
+			}
+		}
+	}
+	code, out, errOut := runCmd(t, nil, "indexer", "--nope")
+	if lines := strings.Split(strings.TrimSpace(errOut), "\n"); code != exitUsage || out != "" || len(lines) != 2 ||
+		!strings.Contains(lines[0], "-nope") || !strings.Contains(lines[1], `"processor indexer --help"`) {
+		t.Errorf("indexer --nope: exit %d, stdout %q, stderr %q; want 2 and two lines", code, out, errOut)
+	}
+	for _, args := range [][]string{{"--version"}, {"version"}, {"indexer", "--version"}} {
+		code, out, _ := runCmd(t, nil, args...)
+		if code != exitOK || !regexp.MustCompile(`^processor \S+ \(.*go1\.`).MatchString(out) {
+			t.Errorf("%q: exit %d, stdout %q", args, code, out)
+		}
+	}
+	code, out, errOut = runCmd(t, nil)
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "usage: processor") || !strings.Contains(errOut, "no command given") {
+		t.Errorf("no command: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
 
@@ -140,8 +188,8 @@ func TestHelpConfigDescribesEverySetting(t *testing.T) {
 		}
 	}
 	for _, cmd := range config.Commands {
-		if code, _, errOut := runCmd(t, nil, cmd, "-h"); code != 0 || !strings.Contains(errOut, "-kafka.brokers") {
-			t.Errorf("%s -h: exit %d, stderr %q: config.Commands names a command processor does not run", cmd, code, errOut)
+		if code, out, _ := runCmd(t, nil, cmd, "-h"); code != 0 || !strings.Contains(out, "usage: processor "+cmd) {
+			t.Errorf("%s -h: exit %d, stdout %q: config.Commands names a command processor does not run", cmd, code, out)
 		}
 	}
 }
@@ -184,6 +232,10 @@ func checkDemoRan(t *testing.T, out string, dcs int) {
 		fmt.Sprintf("indexer: all %d lanes ready", dcs),
 		"demo summary", "events through the relays:", "queries over Kafka:", "query latency over Kafka:    p50",
 		"HTTP query endpoint:         p50",
+		// Where to look, where the events flow, and a cached prompt to try by hand.
+		"while it runs, look at: the lane page http://127.0.0.1:", "/v1/lanes", "/metrics", "POST http://127.0.0.1:",
+		"KV events flow on one topic per DC", "kv-events.dc-dc01",
+		"a cached prompt to try by hand while the demo runs:", "curl -s -H 'Content-Type: application/json' -d '{\"",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
@@ -301,7 +353,7 @@ func TestDemoWithSASL(t *testing.T) {
 	vars["CKF_KAFKA_SASL_PASSWORD"] = "wrong"
 	vars["CKF_STARTUP_TIMEOUT"] = "2s"
 	code, _, errOut = runCmd(t, vars, "demo")
-	if code != exitFailure || !strings.Contains(errOut, "processor: demo: start: kafka: Kafka cluster at "+vars["KAFKA_BROKERS"]+": no broker answered before the start timeout: EOF") {
+	if code != exitFailure || !strings.Contains(errOut, "processor: demo: start: kafka: Kafka cluster at "+vars["KAFKA_BROKERS"]+": no broker answered before the start timeout (startup_timeout); check kafka.brokers (KAFKA_BROKERS), that the brokers run, and kafka.tls / kafka.sasl: EOF") {
 		t.Errorf("demo with a wrong password: exit %d, stderr:\n%s", code, errOut)
 	}
 }

@@ -120,7 +120,7 @@ func runQuery(args []string, stdout, stderr io.Writer, lookupEnv func(string) (s
 	var f queryFlags
 	fs := flag.NewFlagSet("query", flag.ContinueOnError)
 	f.register(fs)
-	cfg, code, ok := load(fs, args, stderr, lookupEnv)
+	cfg, code, ok := load(fs, args, stdout, stderr, lookupEnv)
 	if !ok {
 		return code
 	}

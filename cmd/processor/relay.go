@@ -14,12 +14,15 @@ import (
 
 // runRelay runs one DC pool's relay until a signal (graceful stop: last delta and drain marker)
 // or a fatal error (exit status 1).
-func runRelay(args []string, _, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
-	cfg, code, ok := load(flag.NewFlagSet("relay", flag.ContinueOnError), args, stderr, lookupEnv)
+func runRelay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	cfg, code, ok := load(flag.NewFlagSet("relay", flag.ContinueOnError), args, stdout, stderr, lookupEnv)
 	if !ok {
 		return code
 	}
 	if code, ok := checkRelayConfig(cfg, stderr); !ok {
+		return code
+	}
+	if code, ok := requireBrokers(cfg, "relay", stderr); !ok {
 		return code
 	}
 	code, err := app.Run(app.New(cfg, relay.Module, logTo(stderr)))

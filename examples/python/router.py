@@ -6,7 +6,11 @@ correlation id, printed as JSON.
 
 The router reads one partition of the reply topic from its end and asks the indexer to reply
 there (reply_partition), so it needs no consumer group; the reply is keyed by the correlation id.
-Exit status: 0 for an OK reply, 3 for UNAVAILABLE or INVALID_REQUEST, 1 when no reply came.
+A request not answered within --attempt-timeout is sent again with a new correlation id (its
+partition may belong to a replica that died, whose partitions move only after the query group's
+session timeout, indexer.query_session_timeout); the first reply to any of the ids sent wins, and
+later ones are ignored. Exit status: 0 for an OK reply, 3 for UNAVAILABLE or INVALID_REQUEST, 1
+when no reply came within --timeout.
 """
 
 import argparse
@@ -57,7 +61,9 @@ def main():
     ap.add_argument("--lora", default="", help="LoRA adapter name, with --tokens")
     ap.add_argument("--namespace", default="", help="cache namespace, with --tokens")
     ap.add_argument("--hashes", help="comma-separated local block hashes (u64) instead of --tokens")
-    ap.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the reply")
+    ap.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the reply, resends included")
+    ap.add_argument("--attempt-timeout", type=float, default=2.0,
+                    help="seconds to wait before sending the request again with a new correlation id")
     ap.add_argument("--schemas", default=str(cc.SCHEMA_DIR), help="directory of the .avsc files")
     args = ap.parse_args()
     if bool(args.tokens) == bool(args.hashes):
@@ -81,19 +87,29 @@ def main():
         _, end = consumer.get_watermark_offsets(TopicPartition(args.reply_topic, partition), timeout=args.timeout)
         consumer.assign([TopicPartition(args.reply_topic, partition, end)])
 
-        correlation_id = uuid.uuid4().hex
-        body = io.BytesIO()
-        fastavro.schemaless_writer(body, request_schema, request_record(correlation_id, args, partition))
-        producer.produce(args.request_topic, key=correlation_id.encode("utf-8"),
-                         value=cc.frame(cc.BUILTIN_ID_QUERY_REQUEST, body.getvalue()))
-        if producer.flush(args.timeout):
-            print("router: the request was not delivered", file=sys.stderr)
-            return 1
+        def send():
+            correlation_id = uuid.uuid4().hex
+            body = io.BytesIO()
+            fastavro.schemaless_writer(body, request_schema, request_record(correlation_id, args, partition))
+            producer.produce(args.request_topic, key=correlation_id.encode("utf-8"),
+                             value=cc.frame(cc.BUILTIN_ID_QUERY_REQUEST, body.getvalue()))
+            return correlation_id, producer.flush(args.attempt_timeout) == 0
 
+        sent = []  # every correlation id sent; a reply to any of them answers the query
         deadline = time.monotonic() + args.timeout
+        resend_at = deadline
         while time.monotonic() < deadline:
-            msg = consumer.poll(min(0.5, max(0.0, deadline - time.monotonic())))
-            if msg is None or msg.error() is not None or msg.key() != correlation_id.encode("utf-8"):
+            if time.monotonic() >= resend_at or not sent:
+                correlation_id, delivered = send()
+                if sent:
+                    print(f"router: no reply to {sent[-1]} within {args.attempt_timeout}s; sent again as {correlation_id}",
+                          file=sys.stderr)
+                if not delivered:
+                    print(f"router: request {correlation_id} not delivered yet", file=sys.stderr)
+                sent.append(correlation_id)
+                resend_at = min(deadline, time.monotonic() + args.attempt_timeout)
+            msg = consumer.poll(min(0.5, max(0.0, min(deadline, resend_at) - time.monotonic())))
+            if msg is None or msg.error() is not None or msg.key() is None or msg.key().decode("utf-8", "replace") not in sent:
                 continue  # other routers' replies share the partition
             schema_id, avro_body = cc.unframe(msg.value())
             if schema_id != cc.BUILTIN_ID_QUERY_REPLY:
@@ -103,6 +119,7 @@ def main():
             reply = fastavro.schemaless_reader(io.BytesIO(avro_body), reply_schema)
             print(json.dumps({
                 "correlation_id": reply["correlation_id"],
+                "attempts": len(sent),
                 "status": reply["status"],
                 "error_message": reply["error_message"],
                 "ready_lanes": reply["ready_lanes"],
@@ -113,7 +130,7 @@ def main():
                           for m in reply["lanes"]],
             }))
             return 0 if reply["status"] == "OK" else 3
-        print(f"router: no reply to {correlation_id} within {args.timeout}s", file=sys.stderr)
+        print(f"router: no reply to any of {len(sent)} attempts ({', '.join(sent)}) within {args.timeout}s", file=sys.stderr)
         return 1
     finally:
         consumer.close()

@@ -1,0 +1,42 @@
+package streams_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+	"github.com/ckf-stream/ckf-stream/schemas"
+)
+
+// TestIndexerSizeMismatchSaysWhatToChange: a relay whose filter is sized for more blocks than the
+// indexer's (65,536 blocks, 32,768 buckets, against the indexer's 2,048) has its snapshot refused,
+// and both the lane event and the lane's status row (its last fault, as GET /v1/lanes shows it)
+// give both bucket counts and the setting to change. The refusal once said only "snapshot format
+// differs from the indexer's" in the event, and left the status row's last fault empty.
+func TestIndexerSizeMismatchSaysWhatToChange(t *testing.T) {
+	e := newTestEnv(t, 4096)
+	events := e.watchEvents()
+	ri := e.startIndexer(e.manifest(1, 0), e.indexerConfig())
+	defer ri.stop()
+	state, err := producer.NewDcState(ckf.NewCkfConfig(65536))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := e.producerState(0, 1)
+	id.Format = state.Format()
+	p := e.producerWithIdentity(0, id, state)
+	p.snapshot()
+	ev := events.waitFor(t, 0, time.Minute, "the refused snapshot", faultIs(schemas.EventRecordRejected, schemas.FaultWrongFormat))
+	want := []string{"32768", "2048", "indexer.expected_blocks_per_dc", "relay.expected_blocks"}
+	for _, w := range want {
+		if !strings.Contains(ev.Fault.Detail, w) {
+			t.Errorf("lane event %q lacks %q", ev.Fault.Detail, w)
+		}
+	}
+	st := laneStatus(ri, 0)
+	if st.LastFault != ev.Fault.Detail || st.LastFaultTime.IsZero() || st.Faults[schemas.FaultWrongFormat.String()] == 0 {
+		t.Errorf("lane status: last fault %q at %v, faults %v; want the event's %q", st.LastFault, st.LastFaultTime, st.Faults, ev.Fault.Detail)
+	}
+}
