@@ -41,7 +41,7 @@ var (
 // Config without an entry here fails TestEveryFieldIsDescribed; keep the text to one line and
 // the details in the field's doc comment.
 var descriptions = map[string]Description{
-	"kafka.brokers":                   {"seed brokers, host:port each; empty: demo runs on the embedded in-process broker, indexer, relay and loadgen refuse to start (query then needs --http)", clientCommands},
+	"kafka.brokers":                   {"seed brokers, host:port each; empty: demo runs on the embedded in-process broker, indexer, relay, loadgen and bridge refuse to start (query then needs --http)", clientCommands},
 	"kafka.query_brokers":             {"seed brokers of the query path (query service, query clients of loadgen, demo and query), e.g. a listener on the routers' network; empty uses kafka.brokers", []string{CommandDemo, CommandIndexer, CommandLoadgen, CommandQuery}},
 	"kafka.client_id":                 {"client.id every Kafka client of the process sends (broker quotas and logs)", clientCommands},
 	"kafka.create_topics":             {"create missing topics at start; false only verifies that they exist", processCommands},

@@ -12,7 +12,8 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/config"
 )
 
-// runBridge runs one engine worker's bridge until a signal (graceful stop: the producer is
+// runBridge runs the bridge of one engine worker (or of every engine bridge.engines_file lists)
+// until a signal (graceful stop: the producer is
 // flushed) or a fatal error (exit status 1).
 func runBridge(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	cfg, code, ok := load(flag.NewFlagSet("bridge", flag.ContinueOnError), args, stdout, stderr, lookupEnv)
@@ -28,6 +29,9 @@ func runBridge(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 			fmt.Fprintln(stderr, "processor:", line)
 		}
 		return exitUsage
+	}
+	if code, ok := requireBrokers(cfg, "bridge", stderr); !ok {
+		return code
 	}
 	code, err := app.Run(app.New(cfg, bridge.Module, logTo(stderr)))
 	if err != nil {

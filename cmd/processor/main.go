@@ -9,7 +9,8 @@
 //	              the embedded broker when no Kafka cluster is configured
 //	indexer       the global indexer: lanes, Kafka query service, HTTP API
 //	relay         one DC pool's relay: KV events in, its CKF lane (snapshots, deltas) out
-//	bridge        one engine's KV events (vLLM, SGLang over ZeroMQ) into the KV-events topic
+//	bridge        engines' KV events (vLLM, SGLang over ZeroMQ) into the KV-events topic: one
+//	              engine, or the list bridge.engines_file names
 //	loadgen       synthetic engines (KV events) and routers (queries), with a report
 //	query         one prefix-match query over Kafka or HTTP, printed as per-DC depths
 //	config print  print the effective configuration, secrets redacted (--format yaml|json)
@@ -114,7 +115,8 @@ commands:
   indexer       the global indexer: lanes, Kafka query service, HTTP API (needs
                 indexer.domain and indexer.lanes)
   relay         one DC pool's relay: KV events in, its CKF lane out
-  bridge        one engine's KV events (vLLM, SGLang over ZeroMQ) into the KV-events topic
+  bridge        engines' KV events (vLLM, SGLang over ZeroMQ) into the KV-events topic: one
+                engine, or the list bridge.engines_file names
   loadgen       synthetic engines and routers, then a report (see loadgen -h)
   query         one prefix-match query: --hashes H,... or --tokens T,... --block-size N,
                 over Kafka, or --http URL
@@ -199,7 +201,7 @@ func runConfigPrint(args []string, stdout, stderr io.Writer, lookupEnv func(stri
 	return code
 }
 
-// requireBrokers refuses to start cmd (indexer, relay, loadgen) without kafka.brokers: with none, the
+// requireBrokers refuses to start cmd (indexer, relay, loadgen, bridge) without kafka.brokers: with none, the
 // process would run on a private embedded broker that no other process can reach, and every
 // other process of the deployment would wait for it in vain. Only demo runs on the embedded one.
 func requireBrokers(cfg config.Config, cmd string, stderr io.Writer) (int, bool) {

@@ -20,7 +20,7 @@ func TestRelayCommandConfigErrors(t *testing.T) {
 }
 
 // TestBridgeCommandConfigErrors: processor bridge refuses, with exit status 2 and the field's
-// name, a configuration without the engine's endpoint and a malformed LoRA map.
+// name, a configuration without the engine's endpoint, a malformed LoRA map, and no kafka.brokers.
 func TestBridgeCommandConfigErrors(t *testing.T) {
 	code, _, errOut := runCmd(t, nil, "bridge", "--bridge.worker_id=3")
 	if code != exitUsage || !strings.Contains(errOut, "bridge.endpoint") {
@@ -29,5 +29,10 @@ func TestBridgeCommandConfigErrors(t *testing.T) {
 	code, _, errOut = runCmd(t, nil, "bridge", "--bridge.endpoint=tcp://e:5557", "--bridge.lora_names=x")
 	if code != exitUsage || !strings.Contains(errOut, "bridge.lora_names") {
 		t.Errorf("bridge with a bad LoRA map: exit %d, %q", code, errOut)
+	}
+	// A bridge on a private embedded broker would write where no relay reads.
+	code, _, errOut = runCmd(t, nil, "bridge", "--bridge.endpoint=tcp://e:5557")
+	if code != exitUsage || !strings.Contains(errOut, "kafka.brokers: is required by bridge") {
+		t.Errorf("bridge without kafka.brokers: exit %d, %q", code, errOut)
 	}
 }
