@@ -113,7 +113,9 @@ func TestBridgeModuleOnRealBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	wants := []string{"ckf_bridge_batches_total 1", `ckf_bridge_events_total{kind="stored"} 1`, `ckf_bridge_records_total{kind="removed"} 1`,
-		"ckf_bridge_produce_latency_seconds_bucket", "ckf_bridge_sequence_lag_batches"}
+		"ckf_bridge_produce_latency_seconds_bucket", "ckf_bridge_sequence_lag_batches",
+		// What the alert CkfBridgeLostEngineHistory and the lost-history docs name, served at 0.
+		"ckf_bridge_lost_batches_total 0", "ckf_bridge_degraded_ranks 0", "ckf_bridge_lost_history_clears_total 0"}
 	var missing []string
 	// A PUB socket drops messages until the subscription reaches it, so the batch is sent again
 	// (as the same sequence 0: a duplicate to the bridge) until the bridge has counted it.
