@@ -65,13 +65,15 @@ func TestEveryAlertHasARunbook(t *testing.T) {
 }
 
 // TestDashboardShowsInputLagAndOmissions: the dashboard has panels for the relays' input lag, the
-// blocks DC filters omitted, and the query group's members, which it once lacked.
+// blocks DC filters omitted, the query group's members and the bridges (their event rate, lost
+// engine history and lag), which it once lacked.
 func TestDashboardShowsInputLagAndOmissions(t *testing.T) {
 	b, err := os.ReadFile("grafana/ckf-stream.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []string{"ckf_relay_input_lag_records", "ckf_indexer_lane_omitted_blocks", "ckf_indexer_query_group_member"} {
+	for _, m := range []string{"ckf_relay_input_lag_records", "ckf_indexer_lane_omitted_blocks", "ckf_indexer_query_group_member",
+		"ckf_bridge_events_total", "ckf_bridge_lost_batches_total", "ckf_bridge_sequence_lag_batches", "ckf_indexer_lane_degraded_sources"} {
 		if !strings.Contains(string(b), m) {
 			t.Errorf("the dashboard has no panel of %s", m)
 		}
