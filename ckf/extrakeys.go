@@ -258,16 +258,7 @@ func TokenBlockHashesExtra(tokens []uint32, blockSize int, extra []ExtraKeys, sa
 // TokenSequenceHashesExtra is TokenSequenceHashes with per-block extra keys
 // (TokenBlockHashesExtra chained into canonical hashes).
 func TokenSequenceHashesExtra(tokens []uint32, blockSize int, extra []ExtraKeys, saltSeed uint64) []CanonicalHash {
-	local := TokenBlockHashesExtra(tokens, blockSize, extra, saltSeed)
-	if len(local) == 0 {
-		return nil
-	}
-	out := make([]CanonicalHash, len(local))
-	out[0] = CanonicalRoot(local[0])
-	for i := 1; i < len(local); i++ {
-		out[i] = CanonicalChild(out[i-1], local[i])
-	}
-	return out
+	return canonicalChain(TokenBlockHashesExtra(tokens, blockSize, extra, saltSeed))
 }
 
 // ErrExtraKeys is the kind of every error reading extra keys from JSON (*ExtraKeysError).

@@ -174,7 +174,12 @@ func TokenBlockHashes(tokens []uint32, blockSize int, saltSeed uint64) []LocalBl
 // which are the canonical hashes a DC holds for that prefix. blockSize <= 0 or fewer than
 // blockSize tokens yield nil.
 func TokenSequenceHashes(tokens []uint32, blockSize int, saltSeed uint64) []CanonicalHash {
-	local := TokenBlockHashes(tokens, blockSize, saltSeed)
+	return canonicalChain(TokenBlockHashes(tokens, blockSize, saltSeed))
+}
+
+// canonicalChain chains local block hashes into the canonical hashes of their prefixes (nil for
+// none).
+func canonicalChain(local []LocalBlockHash) []CanonicalHash {
 	if len(local) == 0 {
 		return nil
 	}

@@ -307,17 +307,7 @@ func truncatedIDNote(kept, limit int) string {
 // ckf.TokenBlockHash's definition applied to the packed bytes in place (no unpacking, no
 // per-block buffer). blockSize must be >= 1.
 func appendTokenBlockHashes(dst []uint64, tokens schemas.PackedU32, blockSize int, saltSeed uint64) []uint64 {
-	stride := blockSize * schemas.TokenSize
-	n := len(tokens) / stride
-	if cap(dst)-len(dst) < n {
-		grown := make([]uint64, len(dst), len(dst)+n)
-		copy(grown, dst)
-		dst = grown
-	}
-	for i := 0; i < n; i++ {
-		dst = append(dst, xxh3.HashSeed(tokens[i*stride:(i+1)*stride], saltSeed))
-	}
-	return dst
+	return appendTokenBlockHashesExtra(dst, tokens, blockSize, saltSeed, nil, nil)
 }
 
 // appendTokenBlockHashesExtra is appendTokenBlockHashes with per-block extra keys: a block
