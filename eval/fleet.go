@@ -91,8 +91,11 @@ type KVEvent struct {
 	// hashes (KVStored only). Parent is the block the first stored block follows; HasParent is
 	// false when they start a sequence.
 	Keys, Locals []uint64
-	Parent       uint64
-	HasParent    bool
+	// Chain is the local hashes of the whole prefix through the last stored block (KVStored
+	// only): what a router asks for to see the event.
+	Chain     []uint64
+	Parent    uint64
+	HasParent bool
 	// DCChange are the keys that this event made resident in, or absent from, the DC as a
 	// whole (no other worker of the DC held them before, or holds them after).
 	DCChange []uint64
@@ -275,7 +278,7 @@ func (f *Fleet) Run(reqs []Request, warm [][]uint64, h Hooks) (*Result, error) {
 			keys, locals := BlockKeys(ids), LocalHashes(ids)
 			for d := range f.workers {
 				for w := range f.workers[d] {
-					f.store(d, w, keys, locals, nil)
+					f.store(d, w, keys, locals, 0, false)
 				}
 			}
 		}
@@ -402,22 +405,21 @@ func (f *Fleet) prefillDone(j *job) {
 	}
 	wk.busyFor += j.prefill
 	f.res.noteTTFT(j, f.now-j.arrival)
-	j.pinned = append(j.pinned, f.store(j.dc, j.worker, j.keys[j.hit:], j.locals[j.hit:], j.keys[:j.hit])...)
+	j.pinned = append(j.pinned, f.store(j.dc, j.worker, j.keys, j.locals, j.hit, true)...)
 	f.push(f.now+float64(j.req.OutputTokens)/f.cfg.DecodeRate, 2, j)
 	f.startNext(wk)
 }
 
-// store makes keys (which follow prefix, already resident and pinned when non-empty) resident on
-// a worker, evicting least recently used unpinned blocks to make room, and emits the KVRemoved
-// and KVStored events. It returns the blocks it pinned (all of keys) when prefix is not nil; the
-// warm start (prefix nil) pins nothing.
-func (f *Fleet) store(dc, w int, keys, locals []uint64, prefix []uint64) []*blk {
+// store makes a request's blocks from position from on resident on a worker (those before are
+// resident and, when pin is set, pinned by the request), evicting least recently used unpinned
+// blocks to make room, and emits the KVRemoved and KVStored events. With pin set it pins the
+// blocks from position from on and returns them; the warm start pins nothing.
+func (f *Fleet) store(dc, w int, keys, locals []uint64, from int, pin bool) []*blk {
 	wk := f.workers[dc][w]
-	pin := prefix != nil
 	var pinned []*blk
 	// Blocks another request stored meanwhile are already resident: the first missing one and
 	// every later one are missing (a worker's cache is closed under prefixes).
-	m := 0
+	m := from
 	for m < len(keys) && wk.blocks[keys[m]] != nil {
 		b := wk.blocks[keys[m]]
 		if pin {
@@ -432,12 +434,9 @@ func (f *Fleet) store(dc, w int, keys, locals []uint64, prefix []uint64) []*blk 
 	// Pin the chain we store onto while evicting, so that it cannot be evicted under us.
 	var parent *blk
 	var parentKey uint64
-	hasParent := false
-	switch {
-	case m > 0:
-		parentKey, hasParent = keys[m-1], true
-	case len(prefix) > 0:
-		parentKey, hasParent = prefix[len(prefix)-1], true
+	hasParent := m > 0
+	if hasParent {
+		parentKey = keys[m-1]
 	}
 	if hasParent && !pin {
 		parent = wk.blocks[parentKey]
@@ -472,7 +471,7 @@ func (f *Fleet) store(dc, w int, keys, locals []uint64, prefix []uint64) []*blk 
 		f.res.EvictedBlocks += len(evicted)
 		f.send(wk, ev)
 	}
-	ev := &KVEvent{Kind: KVStored, DC: dc, Worker: w, At: f.now, Keys: keys[m:], Locals: locals[m:], Parent: parentKey, HasParent: hasParent}
+	ev := &KVEvent{Kind: KVStored, DC: dc, Worker: w, At: f.now, Keys: keys[m:], Locals: locals[m:], Chain: locals, Parent: parentKey, HasParent: hasParent}
 	held := f.dcHeld[dc]
 	newBlocks := make([]*blk, 0, need)
 	for i := m; i < len(keys); i++ {

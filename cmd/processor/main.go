@@ -75,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 		return runRelay(rest, stdout, stderr, lookupEnv)
 	case "bridge":
 		return runBridge(rest, stdout, stderr, lookupEnv)
+	case "replay":
+		return runReplay(rest, stdout, stderr, lookupEnv)
 	case "help":
 		if len(rest) > 0 && rest[0] == "config" {
 			printConfigHelp(stdout)
