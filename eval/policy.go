@@ -165,8 +165,9 @@ func (s *StaleIndex) Choose(v *View, rng *rand.Rand) int {
 }
 
 // SharedPrefix returns the prefixes (as hash-id chains) that at least share of the requests
-// start with: the blocks a warm start preloads on every worker. For the Mooncake conversation
-// trace it is block 0, which every request starts with.
+// start with: the blocks a warm start preloads on every worker (a chain and some of its prefixes
+// may both be listed; storing a resident block again does nothing). For the Mooncake
+// conversation trace it is block 0, which every request starts with.
 func SharedPrefix(reqs []Request, share float64) [][]uint64 {
 	count := map[uint64]int{}
 	for _, r := range reqs {
