@@ -34,7 +34,7 @@ func (r *replay) drive(ctx context.Context) error {
 	if err := rep.simulate(o); err != nil {
 		return err
 	}
-	fmt.Fprintf(r.out, "live: replaying %d requests at %g× under ckf through the pipeline (queries over %s)\n",
+	fmt.Fprintf(r.out, "live: replaying %d requests at %g× real time under ckf through the pipeline (queries over %s)\n",
 		len(o.Requests), o.Speedup, o.Query)
 	live, err := r.live(ctx)
 	if err != nil {
@@ -96,7 +96,7 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 		if start.IsZero() {
 			start = time.Now()
 		}
-		d := time.Until(start.Add(time.Duration(t * float64(time.Second))))
+		d := time.Until(start.Add(time.Duration(t / o.Speedup * float64(time.Second))))
 		if d > 0 {
 			time.Sleep(d) // the replay's clock: arrivals and completions at their simulated times
 			d = 0

@@ -55,15 +55,21 @@ const (
 // sets each from the flag named in its comment.
 type Options struct {
 	// Trace names the trace in the report (--trace); Requests are its requests in the replayed
-	// window, their times already divided by Speedup; Stats describe the whole trace.
+	// window, their times already divided by Compress; Stats describe the whole trace.
 	Trace    string
 	Requests []eval.Request
 	Stats    eval.TraceStats
 	// From and Window are the replayed window of trace time (--from, --window; 0: to the end).
 	From, Window time.Duration
-	// Speedup divides the trace's arrival times (--speedup, default 1): the fleet serves the
-	// same requests in 1/Speedup of the time, so load and event rates grow with it.
+	// Speedup is how much faster than real time the live replay runs (--speedup, default 1):
+	// simulated second t happens Speedup times sooner on the wall clock, arrivals, prefills and
+	// decodes alike. The simulated fleet does the same work (its results do not depend on it);
+	// the pipeline sees Speedup times the event and query rates, and the index's staleness,
+	// counted in simulated time, grows by the same factor.
 	Speedup float64
+	// Compress divides the trace's arrival times (--compress, default 1), Requests' times
+	// included: the same requests in 1/Compress of the time, so the fleet is that much busier.
+	Compress float64
 	// Fleet is the simulated fleet and service model (--dcs, --workers, --cache-blocks,
 	// --prefill-rate, --decode-rate, --load-weight, --cold, --seed).
 	Fleet eval.Config
@@ -100,6 +106,8 @@ func (o Options) Validate() error {
 		return errors.New("no request in the replayed window (--from, --window)")
 	case !(o.Speedup > 0):
 		return fmt.Errorf("--speedup %v is not positive", o.Speedup)
+	case !(o.Compress > 0):
+		return fmt.Errorf("--compress %v is not positive", o.Compress)
 	case o.Seeds < 1:
 		return fmt.Errorf("--seeds %d is not positive", o.Seeds)
 	case o.Query != QueryKafka && o.Query != QueryHTTP:

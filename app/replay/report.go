@@ -96,11 +96,13 @@ type Report struct {
 	TraceStats  eval.TraceStats `json:"trace_stats"`
 	FromSeconds float64         `json:"from_s"`
 	// WindowSeconds is the replayed window of trace time (0: to the end); Requests in it.
-	WindowSeconds float64     `json:"window_s"`
-	Requests      int         `json:"requests"`
-	Speedup       float64     `json:"speedup"`
-	Fleet         eval.Config `json:"fleet"`
-	CPUs          int         `json:"cpus"`
+	WindowSeconds float64 `json:"window_s"`
+	Requests      int     `json:"requests"`
+	// Speedup is the live replay's clock against real time; Compress the arrivals' compression.
+	Speedup  float64     `json:"speedup"`
+	Compress float64     `json:"compress"`
+	Fleet    eval.Config `json:"fleet"`
+	CPUs     int         `json:"cpus"`
 	// Headline is the start (warm or cold) of the live run and of the headline ratios.
 	Headline string `json:"headline_start"`
 	// Rows: every simulated policy, warm and cold, then the live ckf run (one seed).
@@ -116,7 +118,7 @@ type Report struct {
 
 func newReport(o Options) *Report {
 	rep := &Report{Trace: o.Trace, TraceStats: o.Stats, FromSeconds: o.From.Seconds(), WindowSeconds: o.Window.Seconds(),
-		Requests: len(o.Requests), Speedup: o.Speedup, Fleet: o.Fleet, CPUs: runtime.NumCPU(), Headline: "cold"}
+		Requests: len(o.Requests), Speedup: o.Speedup, Compress: o.Compress, Fleet: o.Fleet, CPUs: runtime.NumCPU(), Headline: "cold"}
 	if o.Fleet.Warm {
 		rep.Headline = "warm"
 	}
@@ -127,7 +129,8 @@ func (rep *Report) printHeader(w io.Writer) {
 	st, f := rep.TraceStats, rep.Fleet
 	fmt.Fprintf(w, "trace %s: %d requests over %.0f s, %d blocks (%d distinct prefix blocks, %d ids not prefix-consistent, %d reordered); mean prompt %.0f tokens, answer %.0f\n",
 		rep.Trace, st.Requests, st.DurationMs/1000, st.Blocks, st.UniqueBlocks, st.InconsistentIDs, st.Reordered, st.MeanInput, st.MeanOutput)
-	fmt.Fprintf(w, "window: %d requests from %.0f s (length %s) at %g× speed-up\n", rep.Requests, rep.FromSeconds, windowText(rep.WindowSeconds), rep.Speedup)
+	fmt.Fprintf(w, "window: %d requests from %.0f s (length %s), arrivals compressed %g×; live replay at %g× real time\n",
+		rep.Requests, rep.FromSeconds, windowText(rep.WindowSeconds), rep.Compress, rep.Speedup)
 	fmt.Fprintf(w, "fleet: %d DCs × %d workers; KV cache %d blocks × %d tokens per worker (%d blocks in all, against %d distinct blocks in the whole trace); prefill %.0f tokens/s per worker, decode %.0f tokens/s per request; λ %.2f; %s start\n",
 		f.DCs, f.Workers, f.CacheBlocks, f.BlockTokens, f.DCs*f.Workers*f.CacheBlocks, st.UniqueBlocks, f.PrefillRate, f.DecodeRate, f.LoadWeight, rep.Headline)
 }
@@ -225,8 +228,8 @@ func (rep *Report) finish() {
 }
 
 func (rep *Report) print(w io.Writer) {
-	fmt.Fprintf(w, "\nreplay report: %s, %d requests, %g× speed-up, %d DCs × %d workers, %d-block caches\n",
-		rep.Trace, rep.Requests, rep.Speedup, rep.Fleet.DCs, rep.Fleet.Workers, rep.Fleet.CacheBlocks)
+	fmt.Fprintf(w, "\nreplay report: %s, %d requests, arrivals compressed %g×, live at %g× real time, %d DCs × %d workers, %d-block caches\n",
+		rep.Trace, rep.Requests, rep.Compress, rep.Speedup, rep.Fleet.DCs, rep.Fleet.Workers, rep.Fleet.CacheBlocks)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tstart\tseeds\thit rate\tspread\tprefill tokens\tTTFT mean s\tTTFT p99 s\timbalance\tutilisation\t")
 	for _, r := range rep.Rows {

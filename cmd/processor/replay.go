@@ -38,7 +38,8 @@ func runReplay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 	trace := fs.String("trace", "", "the trace `file` (JSON lines); required")
 	fs.DurationVar(&o.From, "from", 0, "replay the trace from this point of trace time")
 	fs.DurationVar(&o.Window, "window", 0, "replay this much trace time (0: to the end)")
-	fs.Float64Var(&o.Speedup, "speedup", 1, "divide the trace's arrival times by this factor (the fleet's service times stay)")
+	fs.Float64Var(&o.Speedup, "speedup", 1, "run the live replay this many times faster than real time (the simulated fleet does the same work)")
+	fs.Float64Var(&o.Compress, "compress", 1, "divide the trace's arrival times by this factor: the same requests in less time, a busier fleet")
 	fs.IntVar(&o.Fleet.DCs, "dcs", o.Fleet.DCs, "simulated DCs (one relay and lane each), 1..16")
 	fs.IntVar(&o.Fleet.Workers, "workers", o.Fleet.Workers, "simulated workers per DC")
 	fs.IntVar(&o.Fleet.CacheBlocks, "cache-blocks", o.Fleet.CacheBlocks, "KV cache of one worker in blocks")
@@ -56,9 +57,14 @@ func runReplay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 	fs.DurationVar(&o.VisibleTimeout, "visible-timeout", 10*time.Second, "count a KV event as never seen when the index does not show it after this long")
 	fs.StringVar(&o.OutDir, "out", "", "write report.json into this `directory` (tools/evalplots draws the plots from it)")
 
-	ownTopics := !topicPrefixSet(args, lookupEnv)
+	ownTopics := !settingSet(args, lookupEnv, "topic_prefix")
 	if ownTopics {
 		args = append([]string{"--topic_prefix=ckf-replay-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "."}, args...)
+	}
+	if !settingSet(args, lookupEnv, "http.listen") {
+		// The process's own HTTP server (health, metrics) on a port of the system's choosing:
+		// a replay is a batch job, and must not fail on a port another process holds.
+		args = append([]string{"--http.listen=127.0.0.1:0"}, args...)
 	}
 	cfg, code, ok := load(fs, args, stderr, lookupEnv)
 	if !ok {
@@ -97,10 +103,10 @@ func runReplay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 		fmt.Fprintln(stderr, "processor: replay:", err)
 		return exitFailure
 	}
-	if o.Speedup > 0 {
-		reqs = eval.Window(reqs, float64(o.From.Milliseconds()), float64(o.Window.Milliseconds()))
+	reqs = eval.Window(reqs, float64(o.From.Milliseconds()), float64(o.Window.Milliseconds()))
+	if o.Compress > 0 {
 		for i := range reqs {
-			reqs[i].Time /= o.Speedup
+			reqs[i].Time /= o.Compress
 		}
 	}
 	o.Trace, o.Requests, o.Stats = *trace, reqs, st
@@ -122,13 +128,15 @@ func runReplay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 	return code
 }
 
-// topicPrefixSet reports whether topic_prefix is set by the environment or a flag.
-func topicPrefixSet(args []string, lookupEnv func(string) (string, bool)) bool {
-	if v, ok := lookupEnv("CKF_TOPIC_PREFIX"); ok && v != "" {
+// settingSet reports whether the setting at path (topic_prefix, http.listen) is set by its
+// variable (CKF_<PATH>) or a flag.
+func settingSet(args []string, lookupEnv func(string) (string, bool), path string) bool {
+	env := "CKF_" + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
+	if v, ok := lookupEnv(env); ok && v != "" {
 		return true
 	}
 	for _, a := range args {
-		if strings.HasPrefix(strings.TrimLeft(a, "-"), "topic_prefix") {
+		if strings.HasPrefix(strings.TrimLeft(a, "-"), path) {
 			return true
 		}
 	}
