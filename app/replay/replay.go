@@ -81,6 +81,9 @@ type Options struct {
 	Delays []time.Duration
 	// Query is the ckf router's path to the indexer: QueryKafka or QueryHTTP (--query).
 	Query string
+	// QueryTimeout bounds one query of the ckf router; a request whose query fails is placed by
+	// load alone and counted (--query-timeout, default 1s).
+	QueryTimeout time.Duration
 	// ExpectedBlocks sizes every filter (--expected-blocks; 0: twice a DC's cache blocks).
 	ExpectedBlocks uint64
 	// ReadyTimeout bounds the wait for the relays and the lanes (--ready-timeout, default 60s).
@@ -112,6 +115,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--seeds %d is not positive", o.Seeds)
 	case o.Query != QueryKafka && o.Query != QueryHTTP:
 		return fmt.Errorf("--query %q is neither %q nor %q", o.Query, QueryKafka, QueryHTTP)
+	case o.QueryTimeout <= 0:
+		return fmt.Errorf("--query-timeout %v is not positive", o.QueryTimeout)
 	case o.ReadyTimeout <= 0:
 		return fmt.Errorf("--ready-timeout %v is not positive", o.ReadyTimeout)
 	case o.VisibleTimeout <= 0:

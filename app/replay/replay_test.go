@@ -51,7 +51,7 @@ func options(t *testing.T, from, window time.Duration) replay.Options {
 	}
 	reqs = eval.Window(reqs, float64(from.Milliseconds()), float64(window.Milliseconds()))
 	return replay.Options{Trace: "conversation_trace.jsonl", Requests: reqs, Stats: st, From: from, Window: window,
-		Speedup: speedup, Compress: 1, Fleet: eval.DefaultConfig(), Seeds: 3, Query: replay.QueryKafka, ReadyTimeout: time.Minute,
+		Speedup: speedup, Compress: 1, Fleet: eval.DefaultConfig(), Seeds: 3, Query: replay.QueryKafka, ReadyTimeout: time.Minute, QueryTimeout: 10 * time.Second,
 		VisibleTimeout: 10 * time.Second}
 }
 
