@@ -40,11 +40,19 @@ type Config struct {
 
 // DefaultConfig is the fleet processor replay simulates unless told otherwise: 4 DCs × 8 workers,
 // 512 blocks of 512 tokens per worker (262,144 tokens: one 8-GPU node's KV cache for a 70B
-// model), 8,000 prefill tokens/s per worker, 30 decode tokens/s per request, λ = 1, warm start.
+// model), 8,000 prefill tokens/s per worker, 30 decode tokens/s per request, λ = DefaultLoadWeight,
+// warm start.
 func DefaultConfig() Config {
 	return Config{DCs: 4, Workers: 8, CacheBlocks: 512, BlockTokens: 512, PrefillRate: 8000, DecodeRate: 30,
-		LoadWeight: 1, Warm: true, Seed: 1, Buckets: 60}
+		LoadWeight: DefaultLoadWeight, Warm: true, Seed: 1, Buckets: 60}
 }
+
+// DefaultLoadWeight is λ unless told otherwise. λ = 1 would make Cost the literal estimate of the
+// time to first token; it undervalues a cached prefix, whose worth includes the later turns of
+// the same conversation that will find it there. On the Mooncake conversation trace the cost
+// oracle's hit rate, over five seeds, is 0.980 of the depth oracle's at λ = 1 and 0.993 at
+// λ = 0.25, at an equal or better mean time to first token (TestLoadWeightSweep).
+const DefaultLoadWeight = 0.25
 
 // ErrConfig reports an unusable Config.
 var ErrConfig = errors.New("eval: invalid config")

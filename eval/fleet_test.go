@@ -224,3 +224,39 @@ func TestSharedPrefix(t *testing.T) {
 		t.Errorf("shared prefix %v, want [[0 1] [0]]", got)
 	}
 }
+
+// TestLoadWeightSweep logs the cost oracle against the depth oracle for several λ over five
+// seeds, at 1× and with arrivals compressed 3× (docs/EVALUATION.md, "The load weight"), and
+// checks that the default λ keeps the cost oracle within 3 % of the depth oracle's hit rate at 1×.
+func TestLoadWeightSweep(t *testing.T) {
+	base := readConversation(t, 10*time.Minute)
+	for _, compress := range []float64{1, 3} {
+		reqs := append([]Request(nil), base...)
+		for i := range reqs {
+			reqs[i].Time /= compress
+		}
+		for _, lam := range []float64{0, 0.1, 0.25, 0.5, 1, 2} {
+			var hc, hd, tc, td float64
+			const seeds = 5
+			for s := uint64(1); s <= seeds; s++ {
+				cfg := DefaultConfig()
+				cfg.LoadWeight, cfg.Seed = lam, s
+				a, err := Simulate(reqs, cfg, mustPolicy(t, PolicyCostOracle, cfg))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := Simulate(reqs, cfg, mustPolicy(t, PolicyDepth, cfg))
+				if err != nil {
+					t.Fatal(err)
+				}
+				hc, hd = hc+a.HitRate/seeds, hd+b.HitRate/seeds
+				tc, td = tc+a.TTFTMean/seeds, td+b.TTFTMean/seeds
+			}
+			t.Logf("arrivals %g×, λ %.2f: oracle-cost hit %.4f, TTFT mean %.3f s; oracle-depth hit %.4f, TTFT mean %.3f s; ratio %.3f",
+				compress, lam, hc, tc, hd, td, hc/hd)
+			if compress == 1 && lam == DefaultLoadWeight && hc < 0.97*hd {
+				t.Errorf("default λ %.2f: oracle-cost hit %.4f < 0.97 × oracle-depth %.4f", lam, hc, hd)
+			}
+		}
+	}
+}
