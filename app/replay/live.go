@@ -85,6 +85,18 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	go func() { defer close(probeDone); pr.run(probeCtx) }()
 	defer func() { stopProbe(); <-probeDone }()
 
+	// Connect the router's clients before the clock starts: the first queries of a client pay
+	// for its metadata and connections, which would put the whole replay behind its clock.
+	for i := range 20 {
+		req := schemas.QueryRequest{CorrelationID: "replay-warmup-" + strconv.Itoa(i), Input: schemas.InputLocalBlockHashes,
+			Hashes: schemas.AppendU64s(nil, []uint64{eval.LocalHash(uint64(i))})}
+		qctx, cancel := context.WithTimeout(ctx, o.QueryTimeout)
+		_, err := query(qctx, req)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
 	em := &emitter{r: r, prod: prod, pr: pr}
 	pol := &ckfPolicy{r: r, query: query, pr: pr, lv: lv, ctx: ctx}
 	fleet, err := eval.NewFleet(o.Fleet, pol)
