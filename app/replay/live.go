@@ -78,7 +78,7 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	}
 	defer closeQuery()
 
-	lv := &Live{Query: o.Query}
+	lv := &Live{Query: o.Query, LoadStart: loadAverage()}
 	pr := newProber(r, o.VisibleTimeout)
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	probeDone := make(chan struct{})
@@ -170,6 +170,7 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	lv.QueryP50Ms, lv.QueryP99Ms = 1000*eval.Quantile(lv.queryLat, 0.5), 1000*eval.Quantile(lv.queryLat, 0.99)
 	pr.summarise(lv)
 	lv.MaxLagRecords = pr.maxLag.Load()
+	lv.LoadEnd = loadAverage()
 	return lv, nil
 }
 

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -65,6 +66,10 @@ type Live struct {
 	// its steps); a replay that keeps up stays near 0.
 	LateP99Ms float64 `json:"late_p99_ms"`
 	LateMaxMs float64 `json:"late_max_ms"`
+	// LoadStart and LoadEnd are the machine's load averages (/proc/loadavg: 1, 5 and 15
+	// minutes) when the live replay started and ended; empty where the system does not say.
+	LoadStart string `json:"loadavg_start"`
+	LoadEnd   string `json:"loadavg_end"`
 	// EventsProduced KV events; EventErrors failed to encode or produce.
 	EventsProduced uint64 `json:"events_produced"`
 	EventErrors    uint64 `json:"event_errors"`
@@ -251,6 +256,7 @@ func (rep *Report) print(w io.Writer) {
 		lv.Decisions, lv.AgreeCostOracle, pct(lv.AgreeCostOracle, lv.Decisions), lv.AsDeepAsDepthOracle, pct(lv.AsDeepAsDepthOracle, lv.Decisions))
 	fmt.Fprintf(w, "event to visible (engine event -> first answer covering it): p50 %.2f ms, p99 %.2f ms, max %.2f ms over %d stores (%d never seen, %d removed first, %d pending)\n",
 		lv.VisibleP50Ms, lv.VisibleP99Ms, lv.VisibleMaxMs, lv.VisibleEvents, lv.NotSeen, lv.RemovedBeforeSeen, lv.StillPending)
+	fmt.Fprintf(w, "machine: %d CPUs; load average %s at the start, %s at the end\n", rep.CPUs, lv.LoadStart, lv.LoadEnd)
 	fmt.Fprintf(w, "pipeline: %d KV events produced (%d failed) in %.1f s (%.0f/s); max lane lag %d records; replay behind its clock p99 %.1f ms, max %.1f ms\n",
 		lv.EventsProduced, lv.EventErrors, lv.ElapsedSeconds, float64(lv.EventsProduced)/lv.ElapsedSeconds, lv.MaxLagRecords, lv.LateP99Ms, lv.LateMaxMs)
 }
@@ -273,4 +279,17 @@ func (rep *Report) write(dir string) (string, error) {
 	}
 	path := filepath.Join(dir, "report.json")
 	return path, os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// loadAverage returns the first three fields of /proc/loadavg, or "" where it cannot be read.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := bytes.Fields(b)
+	if len(f) < 3 {
+		return ""
+	}
+	return string(bytes.Join(f[:3], []byte(" ")))
 }
