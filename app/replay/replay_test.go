@@ -81,7 +81,8 @@ func runReplay(t *testing.T, o replay.Options) *replay.Report {
 // through the real pipeline on the embedded broker, and checks the invariants of the issue:
 // ckf's hit rate is at least load's and random's and at most the best oracle's (with the
 // oracles' seed-to-seed spread); every request is answered; every under-report is explained by
-// an event not yet visible.
+// an event not yet visible; and where every answer was exact, ckf made the same-seed cost
+// oracle's every choice.
 func TestReplayInvariants(t *testing.T) {
 	rep := runReplay(t, options(t, 10*time.Minute, 5*time.Minute))
 	lv := rep.Live
@@ -105,6 +106,10 @@ func TestReplayInvariants(t *testing.T) {
 	}
 	if lv.Queries != rep.Requests || lv.Answered != lv.Queries || lv.FallBacks != 0 {
 		t.Errorf("%d requests, %d queries, %d answered, %d placed without an answer", rep.Requests, lv.Queries, lv.Answered, lv.FallBacks)
+	}
+	// Exact answers throughout: the live run must have made the cost oracle's every choice.
+	if lv.Exact == lv.Compared && !rep.SameAsCostOracle {
+		t.Errorf("every answer exact, yet ckf's %d hit blocks differ from the same-seed cost oracle's", lv.Result.HitBlocks)
 	}
 	if lv.Result.Completed != rep.Requests {
 		t.Errorf("%d of %d requests completed", lv.Result.Completed, rep.Requests)

@@ -116,6 +116,12 @@ type Report struct {
 	CKFOverDepthOracle float64 `json:"ckf_over_depth_oracle"`
 	CKFOverCostOracle  float64 `json:"ckf_over_cost_oracle"`
 	CKFOverLoad        float64 `json:"ckf_over_load"`
+	// The same ratios against the oracles' runs with the live run's seed (same tie draws):
+	// where every answer was exact, the live ckf run makes the cost oracle's every choice, and
+	// SameAsCostOracle says so (equal hit blocks and prefill tokens).
+	CKFOverDepthOracleSameSeed float64 `json:"ckf_over_depth_oracle_same_seed"`
+	CKFOverCostOracleSameSeed  float64 `json:"ckf_over_cost_oracle_same_seed"`
+	SameAsCostOracle           bool    `json:"same_as_cost_oracle"`
 	// Runs are every simulated run (for the series); Live the live ckf run.
 	Runs []*eval.Result `json:"runs"`
 	Live *Live          `json:"live"`
@@ -230,6 +236,19 @@ func (rep *Report) finish() {
 		return live.HitRate / r.HitRate
 	}
 	rep.CKFOverDepthOracle, rep.CKFOverCostOracle, rep.CKFOverLoad = ratio(eval.PolicyDepth), ratio(eval.PolicyCostOracle), ratio(eval.PolicyLoad)
+	lr := rep.Live.Result
+	for _, r := range rep.Runs {
+		if r.Seed != lr.Seed || r.Start != lr.Start || r.HitRate == 0 {
+			continue
+		}
+		switch r.Policy {
+		case eval.PolicyDepth:
+			rep.CKFOverDepthOracleSameSeed = lr.HitRate / r.HitRate
+		case eval.PolicyCostOracle:
+			rep.CKFOverCostOracleSameSeed = lr.HitRate / r.HitRate
+			rep.SameAsCostOracle = r.HitBlocks == lr.HitBlocks && r.PrefillTokens == lr.PrefillTokens
+		}
+	}
 }
 
 func (rep *Report) print(w io.Writer) {
@@ -246,8 +265,12 @@ func (rep *Report) print(w io.Writer) {
 	if lv == nil {
 		return
 	}
-	fmt.Fprintf(w, "ckf (live, %s start) hit rate: %.3f × oracle-depth, %.3f × oracle-cost, %.2f × load\n",
-		rep.Headline, rep.CKFOverDepthOracle, rep.CKFOverCostOracle, rep.CKFOverLoad)
+	fmt.Fprintf(w, "ckf (live, %s start) hit rate: %.3f × oracle-depth, %.3f × oracle-cost, %.2f × load (means over the seeds); same seed: %.3f × oracle-depth, %.3f × oracle-cost",
+		rep.Headline, rep.CKFOverDepthOracle, rep.CKFOverCostOracle, rep.CKFOverLoad, rep.CKFOverDepthOracleSameSeed, rep.CKFOverCostOracleSameSeed)
+	if rep.SameAsCostOracle {
+		fmt.Fprint(w, " (the cost oracle's very choices)")
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "ckf queries over %s: %d asked, %d answered, %d errors, %d unavailable; %.1f queries/s; latency p50 %.2f ms, p99 %.2f ms\n",
 		lv.Query, lv.Queries, lv.Answered, lv.QueryErrors, lv.Unavailable, lv.QueriesPerSec, lv.QueryP50Ms, lv.QueryP99Ms)
 	fmt.Fprintf(w, "index accuracy (per DC per answer, against the exact state at query time): %d compared, %d exact, %d under-reports (%d explained by events not yet visible, %d not), %d over-reports (%d at a block removed within 1 s)\n",
