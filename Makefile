@@ -76,10 +76,11 @@ soak: build ## 16 lanes under load for SOAK_DURATION (10m) with queries; RSS and
 	bash $(KAFKA_DIR)/with-kafka.sh $(TOOLS_BIN)/soak -processor bin/processor -duration $(SOAK_DURATION) \
 	  -event-rate $(SOAK_EVENT_RATE) -query-rate $(SOAK_QUERY_RATE) -out $(PERF_DIR)/soak.csv -log $(PERF_DIR)/soak-demo.log
 
-# make eval: the conversation trace through the whole system (docs/EVALUATION.md). Three runs of
-# EVAL_WINDOW of trace time: live at 1× real time, live at EVAL_SPEEDUP× real time, and with
-# arrivals compressed EVAL_COMPRESS× (a busier fleet) at EVAL_SPEEDUP×; report.json and the PNG
-# plots of each in EVAL_OUT/<run>. About 12 minutes on 2 vCPUs.
+# make eval: the conversation trace through the whole system (docs/EVALUATION.md). Four runs of
+# EVAL_WINDOW of trace time: live at 1× real time, live at EVAL_SPEEDUP× real time, with arrivals
+# compressed EVAL_COMPRESS× (a busier fleet) at EVAL_SPEEDUP×, and with the KV events through
+# processor bridge's path (--via-bridge) at EVAL_SPEEDUP×; report.json and the PNG plots of each
+# in EVAL_OUT/<run>. About 13 minutes on 2 vCPUs.
 EVAL_TRACE    ?= traces/conversation_trace.jsonl
 EVAL_OUT      ?= eval-out
 EVAL_WINDOW   ?= 10m
@@ -96,6 +97,8 @@ eval: build ## replay the conversation trace through the pipeline under every ro
 	$(TOOLS_BIN)/evalplots -dir $(EVAL_OUT)/speedup
 	bash $(KAFKA_DIR)/with-kafka.sh bin/processor replay --trace $(EVAL_TRACE) --window $(EVAL_WINDOW) --speedup $(EVAL_SPEEDUP) --compress $(EVAL_COMPRESS) --out $(EVAL_OUT)/compress $(EVAL_FLAGS)
 	$(TOOLS_BIN)/evalplots -dir $(EVAL_OUT)/compress
+	bash $(KAFKA_DIR)/with-kafka.sh bin/processor replay --trace $(EVAL_TRACE) --window $(EVAL_WINDOW) --speedup $(EVAL_SPEEDUP) --via-bridge --delays "" --out $(EVAL_OUT)/bridge $(EVAL_FLAGS)
+	$(TOOLS_BIN)/evalplots -dir $(EVAL_OUT)/bridge
 
 .PHONY: test-unit
 test-unit: ## tests that need no broker (packages without integration tests)

@@ -99,6 +99,8 @@ type KVEvent struct {
 	// hashes (KVStored only). Parent is the block the first stored block follows; HasParent is
 	// false when they start a sequence.
 	Keys, Locals []uint64
+	// IDs are the stored blocks' hash ids in the trace (KVStored only).
+	IDs []uint64
 	// Chain is the local hashes of the whole prefix through the last stored block (KVStored
 	// only): what a router asks for to see the event.
 	Chain     []uint64
@@ -286,7 +288,7 @@ func (f *Fleet) Run(reqs []Request, warm [][]uint64, h Hooks) (*Result, error) {
 			keys, locals := BlockKeys(ids), LocalHashes(ids)
 			for d := range f.workers {
 				for w := range f.workers[d] {
-					f.store(d, w, keys, locals, 0, false)
+					f.store(d, w, ids, keys, locals, 0, false)
 				}
 			}
 		}
@@ -413,7 +415,7 @@ func (f *Fleet) prefillDone(j *job) {
 	}
 	wk.busyFor += j.prefill
 	f.res.noteTTFT(j, f.now-j.arrival)
-	j.pinned = append(j.pinned, f.store(j.dc, j.worker, j.keys, j.locals, j.hit, true)...)
+	j.pinned = append(j.pinned, f.store(j.dc, j.worker, j.req.HashIDs, j.keys, j.locals, j.hit, true)...)
 	f.push(f.now+float64(j.req.OutputTokens)/f.cfg.DecodeRate, 2, j)
 	f.startNext(wk)
 }
@@ -422,7 +424,7 @@ func (f *Fleet) prefillDone(j *job) {
 // resident and, when pin is set, pinned by the request), evicting least recently used unpinned
 // blocks to make room, and emits the KVRemoved and KVStored events. With pin set it pins the
 // blocks from position from on and returns them; the warm start pins nothing.
-func (f *Fleet) store(dc, w int, keys, locals []uint64, from int, pin bool) []*blk {
+func (f *Fleet) store(dc, w int, ids, keys, locals []uint64, from int, pin bool) []*blk {
 	wk := f.workers[dc][w]
 	var pinned []*blk
 	// Blocks another request stored meanwhile are already resident: the first missing one and
@@ -479,7 +481,7 @@ func (f *Fleet) store(dc, w int, keys, locals []uint64, from int, pin bool) []*b
 		f.res.EvictedBlocks += len(evicted)
 		f.send(wk, ev)
 	}
-	ev := &KVEvent{Kind: KVStored, DC: dc, Worker: w, At: f.now, Keys: keys[m:], Locals: locals[m:], Chain: locals, Parent: parentKey, HasParent: hasParent}
+	ev := &KVEvent{Kind: KVStored, DC: dc, Worker: w, At: f.now, Keys: keys[m:], Locals: locals[m:], IDs: ids[m:], Chain: locals, Parent: parentKey, HasParent: hasParent}
 	held := f.dcHeld[dc]
 	newBlocks := make([]*blk, 0, need)
 	for i := m; i < len(keys); i++ {

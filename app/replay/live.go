@@ -18,6 +18,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
 )
 
 // drive waits for the pipeline, runs the simulated policies, then the live ckf replay, and
@@ -34,8 +35,12 @@ func (r *replay) drive(ctx context.Context) error {
 	if err := rep.simulate(o); err != nil {
 		return err
 	}
-	fmt.Fprintf(r.out, "live: replaying %d requests at %g× real time under ckf through the pipeline (queries over %s)\n",
-		len(o.Requests), o.Speedup, o.Query)
+	events := "KV events produced as KvEvent records"
+	if o.ViaBridge {
+		events = "KV events through one bridge per worker (vLLM's ZeroMQ protocol)"
+	}
+	fmt.Fprintf(r.out, "live: replaying %d requests at %g× real time under ckf through the pipeline (%s; queries over %s)\n",
+		len(o.Requests), o.Speedup, events, o.Query)
 	live, err := r.live(ctx)
 	if err != nil {
 		return err
@@ -78,7 +83,10 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	}
 	defer closeQuery()
 
-	lv := &Live{Query: o.Query, LoadStart: loadAverage()}
+	lv := &Live{Query: o.Query, Events: "direct", LoadStart: loadAverage()}
+	if o.ViaBridge {
+		lv.Events = "bridge"
+	}
 	pr := newProber(r, o.VisibleTimeout)
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	probeDone := make(chan struct{})
@@ -98,6 +106,18 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 		}
 	}
 	em := &emitter{r: r, prod: prod, pr: pr}
+	if o.ViaBridge {
+		bs, err := r.startBridges(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err := bs.close(); err != nil {
+				r.log.Warn("stopping the bridges", zap.Error(err))
+			}
+		}()
+		em.bs = bs
+	}
 	pol := &ckfPolicy{r: r, query: query, pr: pr, lv: lv, ctx: ctx}
 	fleet, err := eval.NewFleet(o.Fleet, pol)
 	if err != nil {
@@ -145,6 +165,9 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	elapsed := time.Since(t0)
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = prod.Flush(fctx)
+	if err == nil && em.bs != nil {
+		err = em.bs.flush(fctx)
+	}
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("flushing the KV events: %w", err)
@@ -205,6 +228,7 @@ func WorkerID(d, w int) uint64 { return uint64(d+1)<<16 | uint64(w+1) }
 type emitter struct {
 	r        *replay
 	prod     *kgo.Client
+	bs       *bridges // --via-bridge: events go to the engines' sockets instead
 	pr       *prober
 	buf      []byte
 	produced atomic.Uint64
@@ -212,6 +236,14 @@ type emitter struct {
 }
 
 func (e *emitter) emit(ev *eval.KVEvent) {
+	if e.bs != nil {
+		e.track(ev, time.Now())
+		e.produced.Add(1)
+		if err := e.bs.send(ev); err != nil {
+			e.failed.Add(1)
+		}
+		return
+	}
 	kv := schemas.KvEvent{WorkerID: WorkerID(ev.DC, ev.Worker), EventID: ev.EventID, StorageTier: schemas.TierDevice}
 	switch ev.Kind {
 	case eval.KVStored:
@@ -233,13 +265,7 @@ func (e *emitter) emit(ev *eval.KVEvent) {
 		e.failed.Add(1)
 		return
 	}
-	now := time.Now()
-	switch {
-	case ev.Kind == eval.KVStored && len(ev.DCChange) > 0:
-		e.pr.addStore(ev.DC, ev.Chain, ev.DCChange, now)
-	case ev.Kind == eval.KVRemoved && len(ev.DCChange) > 0:
-		e.pr.removed(ev.DC, ev.DCChange, now)
-	}
+	e.track(ev, time.Now())
 	rec := &kgo.Record{Topic: e.r.kvTopic(e.r.dcs[ev.DC]), Key: strconv.AppendUint(nil, kv.WorkerID, 10), Value: slices.Clone(e.buf)}
 	e.produced.Add(1)
 	e.prod.Produce(context.WithoutCancel(context.Background()), rec, func(_ *kgo.Record, err error) {
@@ -247,6 +273,17 @@ func (e *emitter) emit(ev *eval.KVEvent) {
 			e.failed.Add(1)
 		}
 	})
+}
+
+// track registers the stores that change what their DC holds with the prober, and the
+// removals that empty a block from its DC.
+func (e *emitter) track(ev *eval.KVEvent, now time.Time) {
+	switch {
+	case ev.Kind == eval.KVStored && len(ev.DCChange) > 0:
+		e.pr.addStore(ev.DC, ev.Chain, ev.DCChange, now)
+	case ev.Kind == eval.KVRemoved && len(ev.DCChange) > 0:
+		e.pr.removed(ev.DC, ev.DCChange, now)
+	}
 }
 
 // ckfPolicy is the ckf router: it asks the indexer for every DC's cached depth and places the

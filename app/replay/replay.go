@@ -81,6 +81,11 @@ type Options struct {
 	Delays []time.Duration
 	// Query is the ckf router's path to the indexer: QueryKafka or QueryHTTP (--query).
 	Query string
+	// ViaBridge sends the engines' KV events through processor bridge's path (--via-bridge):
+	// each simulated worker publishes vLLM's ZeroMQ wire protocol on a loopback socket, read by a
+	// bridge (package bridge) that writes the KvEvent records; otherwise they are produced as
+	// KvEvent records directly.
+	ViaBridge bool
 	// QueryTimeout bounds one query of the ckf router; a request whose query fails is placed by
 	// load alone and counted (--query-timeout, default 1s).
 	QueryTimeout time.Duration

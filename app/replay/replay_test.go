@@ -124,3 +124,29 @@ func TestReplayInvariants(t *testing.T) {
 		t.Errorf("trace name %q", rep.Trace)
 	}
 }
+
+// TestReplayViaBridge replays two minutes of the trace, 30 times compressed in time, with the
+// engines' KV events through processor bridge's path (vLLM's ZeroMQ protocol, one bridge per
+// worker): every query answered, every store seen, no unexplained under-report, and with exact
+// answers the cost oracle's choices.
+func TestReplayViaBridge(t *testing.T) {
+	o := options(t, 10*time.Minute, 2*time.Minute)
+	o.ViaBridge, o.Seeds = true, 1
+	rep := runReplay(t, o)
+	lv := rep.Live
+	if lv.Events != "bridge" {
+		t.Errorf("events path %q", lv.Events)
+	}
+	if lv.Answered != rep.Requests || lv.Result.Completed != rep.Requests {
+		t.Errorf("%d requests, %d answered, %d completed", rep.Requests, lv.Answered, lv.Result.Completed)
+	}
+	if lv.VisibleEvents == 0 || lv.NotSeen != 0 || lv.EventErrors != 0 {
+		t.Errorf("event to visible: %d seen, %d never; %d events failed", lv.VisibleEvents, lv.NotSeen, lv.EventErrors)
+	}
+	if un := lv.UnderReports - lv.UnderExplained; un != 0 {
+		t.Errorf("%d under-reports not explained by visibility", un)
+	}
+	if lv.Exact == lv.Compared && !rep.SameAsCostOracle {
+		t.Errorf("every answer exact, yet ckf's %d hit blocks differ from the same-seed cost oracle's", lv.Result.HitBlocks)
+	}
+}

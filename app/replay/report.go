@@ -17,8 +17,11 @@ import (
 // Live is the live ckf replay: the simulated result and what the pipeline did.
 type Live struct {
 	Result *eval.Result `json:"result"`
-	// Query is the path the router took ("kafka" or "http").
-	Query string `json:"query"`
+	// Query is the path the router took ("kafka" or "http"); Events the KV events' path
+	// ("direct": KvEvent records produced by the engines; "bridge": vLLM's ZeroMQ protocol through
+	// one bridge per worker).
+	Query  string `json:"query"`
+	Events string `json:"events"`
 	// ElapsedSeconds is the replay's wall time; QueriesPerSec the router's queries per second
 	// over it; QueryP50Ms, QueryP99Ms their latency.
 	ElapsedSeconds float64 `json:"elapsed_s"`
@@ -271,6 +274,7 @@ func (rep *Report) print(w io.Writer) {
 		fmt.Fprint(w, " (the cost oracle's very choices)")
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "KV events path: %s\n", lv.Events)
 	fmt.Fprintf(w, "ckf queries over %s: %d asked, %d answered, %d errors, %d unavailable; %.1f queries/s; latency p50 %.2f ms, p99 %.2f ms\n",
 		lv.Query, lv.Queries, lv.Answered, lv.QueryErrors, lv.Unavailable, lv.QueriesPerSec, lv.QueryP50Ms, lv.QueryP99Ms)
 	fmt.Fprintf(w, "index accuracy (per DC per answer, against the exact state at query time): %d compared, %d exact, %d under-reports (%d explained by events not yet visible, %d not), %d over-reports (%d at a block removed within 1 s)\n",
