@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"flag"
 	"os"
 	"testing"
 	"time"
@@ -225,17 +226,25 @@ func TestSharedPrefix(t *testing.T) {
 	}
 }
 
+// sweep runs TestLoadWeightSweep's whole sweep (go test -run TestLoadWeightSweep -v ./eval/
+// -sweep); without it the test checks the default λ alone, at 1×.
+var sweep = flag.Bool("sweep", false, "TestLoadWeightSweep: sweep λ at 1× and 3× arrivals")
+
 // TestLoadWeightSweep logs the cost oracle against the depth oracle for several λ over five
 // seeds, at 1× and with arrivals compressed 3× (docs/EVALUATION.md, "The load weight"), and
 // checks that the default λ keeps the cost oracle within 3 % of the depth oracle's hit rate at 1×.
 func TestLoadWeightSweep(t *testing.T) {
 	base := readConversation(t, 10*time.Minute)
-	for _, compress := range []float64{1, 3} {
+	compressions, weights := []float64{1}, []float64{DefaultLoadWeight}
+	if *sweep {
+		compressions, weights = []float64{1, 3}, []float64{0, 0.1, 0.25, 0.5, 1, 2}
+	}
+	for _, compress := range compressions {
 		reqs := append([]Request(nil), base...)
 		for i := range reqs {
 			reqs[i].Time /= compress
 		}
-		for _, lam := range []float64{0, 0.1, 0.25, 0.5, 1, 2} {
+		for _, lam := range weights {
 			var hc, hd, tc, td float64
 			const seeds = 5
 			for s := uint64(1); s <= seeds; s++ {
