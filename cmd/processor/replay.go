@@ -52,6 +52,7 @@ func runReplay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 	fs.IntVar(&o.Seeds, "seeds", 3, "seeds of every simulated policy (the seed-to-seed spread)")
 	delays := fs.String("delays", "1s,10s,60s", "injected visibility delays (trace time) of the simulated stale-index ckf runs, comma-separated; empty for none")
 	fs.StringVar(&o.Query, "query", replay.QueryKafka, "the ckf router's path to the indexer: kafka or http")
+	fs.BoolVar(&o.ViaBridge, "via-bridge", false, "send the engines' KV events through processor bridge's path: vLLM's ZeroMQ protocol on loopback sockets, one bridge per worker")
 	fs.DurationVar(&o.QueryTimeout, "query-timeout", time.Second, "bound on one query; a request whose query fails is placed by load alone (and counted)")
 	fs.Uint64Var(&o.ExpectedBlocks, "expected-blocks", 0, "expected blocks per DC: sizes every filter (0: twice a DC's cache blocks)")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 60*time.Second, "give up when the lanes are not ready after this long")
