@@ -336,7 +336,7 @@ func (f *Fleet) push(at float64, kind uint8, j *job) {
 	heap.Push(&f.heap, simEvent{at: at, seq: f.seq, kind: kind, job: j})
 }
 
-// View returns the exact state for a request: each DC's deepest cached prefix and load.
+// view returns the exact state for a request: each DC's deepest cached prefix and load.
 func (f *Fleet) view(idx int, r *Request) *View {
 	v := &View{Index: idx, Req: r, Keys: BlockKeys(r.HashIDs), Locals: LocalHashes(r.HashIDs), Now: f.now,
 		Depth: make([]int, f.cfg.DCs), Load: make([]float64, f.cfg.DCs)}
@@ -359,7 +359,7 @@ func (f *Fleet) arrive(idx int, r *Request) {
 	if dc < 0 || dc >= f.cfg.DCs {
 		panic(fmt.Sprintf("eval: policy %s chose DC %d of %d", f.policy.Name(), dc, f.cfg.DCs))
 	}
-	f.res.noteArrival(f, v, dc)
+	f.res.noteArrival(v)
 	// Inside the DC: the worker with the least estimated time to first token, by the DC's exact
 	// knowledge of its workers' caches and queues; ties at random.
 	best, bestCost, ties := 0, 0.0, 0
@@ -414,7 +414,7 @@ func (f *Fleet) prefillDone(j *job) {
 		wk.out = 0
 	}
 	wk.busyFor += j.prefill
-	f.res.noteTTFT(j, f.now-j.arrival)
+	f.res.noteTTFT(f.now - j.arrival)
 	j.pinned = append(j.pinned, f.store(j.dc, j.worker, j.req.HashIDs, j.keys, j.locals, j.hit, true)...)
 	f.push(f.now+float64(j.req.OutputTokens)/f.cfg.DecodeRate, 2, j)
 	f.startNext(wk)

@@ -69,7 +69,7 @@ func (r *Result) bucket(t float64) int {
 	return min(max(int(t/r.BucketSeconds), 0), len(r.bucketReq)-1)
 }
 
-func (r *Result) noteArrival(f *Fleet, v *View, _ int) {
+func (r *Result) noteArrival(v *View) {
 	r.Requests++
 	b := r.bucket(v.Now)
 	r.loadN[b]++
@@ -83,7 +83,6 @@ func (r *Result) noteArrival(f *Fleet, v *View, _ int) {
 		r.imbSum += mx / (sum / float64(len(v.Load)))
 		r.imbN++
 	}
-	_ = f
 }
 
 func (r *Result) noteHit(f *Fleet, j *job) {
@@ -97,7 +96,7 @@ func (r *Result) noteHit(f *Fleet, j *job) {
 	r.bucketHit[b] += j.hit
 }
 
-func (r *Result) noteTTFT(_ *job, s float64) { r.ttft = append(r.ttft, s) }
+func (r *Result) noteTTFT(s float64) { r.ttft = append(r.ttft, s) }
 
 func (r *Result) finish(f *Fleet) {
 	if r.RequestedBlocks > 0 {
