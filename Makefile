@@ -94,6 +94,30 @@ soak: build ## 16 lanes under load for SOAK_DURATION (10m) with queries; RSS and
 	bash $(KAFKA_DIR)/with-kafka.sh $(TOOLS_BIN)/soak -processor bin/processor -duration $(SOAK_DURATION) \
 	  -event-rate $(SOAK_EVENT_RATE) -query-rate $(SOAK_QUERY_RATE) -out $(PERF_DIR)/soak.csv -log $(PERF_DIR)/soak-demo.log
 
+# make eval: the conversation trace through the whole system (docs/EVALUATION.md). Four runs of
+# EVAL_WINDOW of trace time: live at 1× real time, live at EVAL_SPEEDUP× real time, with arrivals
+# compressed EVAL_COMPRESS× (a busier fleet) at EVAL_SPEEDUP×, and with the KV events through
+# processor bridge's path (--via-bridge) at EVAL_SPEEDUP×; report.json and the PNG plots of each
+# in EVAL_OUT/<run>. About 13 minutes on 2 vCPUs.
+EVAL_TRACE    ?= traces/conversation_trace.jsonl
+EVAL_OUT      ?= eval-out
+EVAL_WINDOW   ?= 10m
+EVAL_SPEEDUP  ?= 20
+EVAL_COMPRESS ?= 3
+EVAL_FLAGS    ?=
+
+.PHONY: eval
+eval: build ## replay the conversation trace through the pipeline under every routing policy; reports and plots in EVAL_OUT (not part of test)
+	$(GO) -C tools build -o $(TOOLS_BIN)/evalplots ./evalplots
+	bash $(KAFKA_DIR)/with-kafka.sh bin/processor replay --trace $(EVAL_TRACE) --window $(EVAL_WINDOW) --speedup 1 --out $(EVAL_OUT)/1x $(EVAL_FLAGS)
+	$(TOOLS_BIN)/evalplots -dir $(EVAL_OUT)/1x
+	bash $(KAFKA_DIR)/with-kafka.sh bin/processor replay --trace $(EVAL_TRACE) --window $(EVAL_WINDOW) --speedup $(EVAL_SPEEDUP) --out $(EVAL_OUT)/speedup $(EVAL_FLAGS)
+	$(TOOLS_BIN)/evalplots -dir $(EVAL_OUT)/speedup
+	bash $(KAFKA_DIR)/with-kafka.sh bin/processor replay --trace $(EVAL_TRACE) --window $(EVAL_WINDOW) --speedup $(EVAL_SPEEDUP) --compress $(EVAL_COMPRESS) --out $(EVAL_OUT)/compress $(EVAL_FLAGS)
+	$(TOOLS_BIN)/evalplots -dir $(EVAL_OUT)/compress
+	bash $(KAFKA_DIR)/with-kafka.sh bin/processor replay --trace $(EVAL_TRACE) --window $(EVAL_WINDOW) --speedup $(EVAL_SPEEDUP) --via-bridge --delays "" --out $(EVAL_OUT)/bridge $(EVAL_FLAGS)
+	$(TOOLS_BIN)/evalplots -dir $(EVAL_OUT)/bridge
+
 .PHONY: test-unit
 test-unit: ## tests that need no broker (packages without integration tests)
 	$(GO) test $(TEST_FLAGS) ./ckf/... ./schemas/...

@@ -90,6 +90,8 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 		return runRelay(rest, stdout, stderr, lookupEnv)
 	case "bridge":
 		return runBridge(rest, stdout, stderr, lookupEnv)
+	case "replay":
+		return runReplay(rest, stdout, stderr, lookupEnv)
 	case "help":
 		switch {
 		case len(rest) > 0 && rest[0] == "config":

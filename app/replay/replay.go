@@ -1,0 +1,372 @@
+// Package replay wires processor replay: a request trace (package eval) replayed through the
+// whole system. One simulated fleet (D DCs × W workers with finite KV caches) runs in real time
+// under the ckf policy: its engines' KV events go as Avro KvEvent records onto each DC's KV-events
+// topic, keyed by worker id as real producers key them, through one relay per DC and the lanes
+// into the indexer, and its router asks the indexer (over Kafka or HTTP) before placing each
+// request. Every other policy (the two oracles, load, round-robin, random, and the ckf rule on an
+// index with an injected visibility delay) replays the same requests in simulated time. The run
+// ends with a report: printed, and with Options.OutDir as report.json (tools/evalplots draws the
+// plots from it).
+//
+// Like app/demo, it runs relays, the indexer and the driver in one process, on the embedded
+// broker when no Kafka cluster is configured. docs/EVALUATION.md describes the method.
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/indexer"
+	"github.com/ckf-stream/ckf-stream/app/kafka"
+	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
+	"github.com/ckf-stream/ckf-stream/app/relay"
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/eval"
+	"github.com/ckf-stream/ckf-stream/loadgen"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/uber-go/tally/v4"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+)
+
+// Exit statuses the replay stops the application with (fx.Shutdowner).
+const (
+	exitOK      = 0
+	exitFailure = 1
+)
+
+// Domain is the indexer domain of the replay's pools when indexer.domain is not set.
+const Domain = "7265706c61792d63616368652d73656d:7265706c61792d726f7574696e672d73"
+
+// Query paths the ckf router may take.
+const (
+	QueryKafka = "kafka"
+	QueryHTTP  = "http"
+)
+
+// Options are the replay's own settings, besides the process configuration. processor replay
+// sets each from the flag named in its comment.
+type Options struct {
+	// Trace names the trace in the report (--trace); Requests are its requests in the replayed
+	// window, their times already divided by Compress; Stats describe the whole trace.
+	Trace    string
+	Requests []eval.Request
+	Stats    eval.TraceStats
+	// From and Window are the replayed window of trace time (--from, --window; 0: to the end).
+	From, Window time.Duration
+	// Speedup is how much faster than real time the live replay runs (--speedup, default 1):
+	// simulated second t happens Speedup times sooner on the wall clock, arrivals, prefills and
+	// decodes alike. The simulated fleet does the same work (its results do not depend on it);
+	// the pipeline sees Speedup times the event and query rates, and the index's staleness,
+	// counted in simulated time, grows by the same factor.
+	Speedup float64
+	// Compress divides the trace's arrival times (--compress, default 1), Requests' times
+	// included: the same requests in 1/Compress of the time, so the fleet is that much busier.
+	Compress float64
+	// Fleet is the simulated fleet and service model (--dcs, --workers, --cache-blocks,
+	// --prefill-rate, --decode-rate, --load-weight, --cold, --seed).
+	Fleet eval.Config
+	// Seeds is the number of seeds each simulated policy runs with (Fleet.Seed, Fleet.Seed+1,
+	// ...), for the seed-to-seed spread (--seeds, default 3).
+	Seeds int
+	// Delays are the injected visibility delays of the staleness runs, in trace time (--delays,
+	// default 1s,10s,60s; delay 0 is the cost oracle).
+	Delays []time.Duration
+	// Query is the ckf router's path to the indexer: QueryKafka or QueryHTTP (--query).
+	Query string
+	// ViaBridge sends the engines' KV events through processor bridge's path (--via-bridge):
+	// each simulated worker publishes vLLM's ZeroMQ wire protocol on a loopback socket, read by a
+	// bridge (package bridge) that writes the KvEvent records; otherwise they are produced as
+	// KvEvent records directly.
+	ViaBridge bool
+	// QueryTimeout bounds one query of the ckf router; a request whose query fails is placed by
+	// load alone and counted (--query-timeout, default 1s).
+	QueryTimeout time.Duration
+	// ExpectedBlocks sizes every filter (--expected-blocks; 0: twice a DC's cache blocks).
+	ExpectedBlocks uint64
+	// ReadyTimeout bounds the wait for the relays and the lanes (--ready-timeout, default 60s).
+	ReadyTimeout time.Duration
+	// VisibleTimeout is how long the visibility prober waits for one event to show in the
+	// index before counting it as never seen (--visible-timeout, default 10s).
+	VisibleTimeout time.Duration
+	// OutDir receives report.json when set (--out).
+	OutDir string
+	// DeleteTopics names topics to delete at the end (the run's own, when processor replay chose
+	// a fresh topic prefix).
+	DeleteTopics bool
+	// Out receives the progress lines and the report.
+	Out io.Writer
+	// Done, when set, receives the report before the application stops (tests).
+	Done func(*Report)
+}
+
+// Validate reports the first option out of its range, naming it by its processor replay flag.
+func (o Options) Validate() error {
+	switch {
+	case len(o.Requests) == 0:
+		return errors.New("no request in the replayed window (--from, --window)")
+	case !(o.Speedup > 0):
+		return fmt.Errorf("--speedup %v is not positive", o.Speedup)
+	case !(o.Compress > 0):
+		return fmt.Errorf("--compress %v is not positive", o.Compress)
+	case o.Seeds < 1:
+		return fmt.Errorf("--seeds %d is not positive", o.Seeds)
+	case o.Query != QueryKafka && o.Query != QueryHTTP:
+		return fmt.Errorf("--query %q is neither %q nor %q", o.Query, QueryKafka, QueryHTTP)
+	case o.QueryTimeout <= 0:
+		return fmt.Errorf("--query-timeout %v is not positive", o.QueryTimeout)
+	case o.ReadyTimeout <= 0:
+		return fmt.Errorf("--ready-timeout %v is not positive", o.ReadyTimeout)
+	case o.VisibleTimeout <= 0:
+		return fmt.Errorf("--visible-timeout %v is not positive", o.VisibleTimeout)
+	case o.Out == nil:
+		return errors.New("no output for the report")
+	}
+	for _, d := range o.Delays {
+		if d < 0 {
+			return fmt.Errorf("--delays: %v is negative", d)
+		}
+	}
+	if err := o.Fleet.Validate(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Configure fills what the replay needs and cfg leaves open: the indexer domain (Domain) when
+// none is set, one lane per simulated DC (appload.DefaultDCs on lanes 0..DCs-1; a configured
+// lane map is replaced, since lane d must be DC d), and the filter size of the indexer and the
+// relays (Options.ExpectedBlocks, or twice a DC's cache), with the relays on the indexer's seed.
+func Configure(cfg *config.Config, o Options) {
+	if cfg.Indexer.Domain == "" {
+		cfg.Indexer.Domain, cfg.Indexer.DomainSource = Domain, "explicit"
+	}
+	cfg.Indexer.Lanes = config.LaneMap{}
+	for i, dc := range appload.DefaultDCs(o.Fleet.DCs) {
+		cfg.Indexer.Lanes[i] = dc
+	}
+	n := o.ExpectedBlocks
+	if n == 0 {
+		n = uint64(2 * o.Fleet.Workers * o.Fleet.CacheBlocks)
+	}
+	cfg.Indexer.BucketCount, cfg.Indexer.ExpectedBlocksPerDC = 0, n
+	cfg.Relay.ExpectedBlocks, cfg.Relay.Seed = n, cfg.Indexer.Seed
+}
+
+// Module returns the replay's components for app.New: the indexer, one relay per lane, and the
+// driver that replays the trace, reports and stops the application (exit status 0 when every
+// request was answered and placed, 1 otherwise). cfg is the configuration after Configure.
+func Module(cfg config.Config, o Options) fx.Option {
+	if err := o.Validate(); err != nil {
+		return fx.Error(fmt.Errorf("replay: %w", err))
+	}
+	r := &replay{cfg: cfg, opts: o, out: o.Out}
+	return fx.Module("replay",
+		fx.Provide(indexer.Provide),
+		fx.Invoke(r.wireRelays),
+		fx.Invoke(func(lc fx.Lifecycle, ix *indexer.Indexer) {
+			r.ix = ix
+			lc.Append(fx.Hook{OnStart: r.start, OnStop: r.stop})
+		}),
+	)
+}
+
+type replay struct {
+	cfg  config.Config
+	opts Options
+	out  io.Writer
+
+	conn   *kafka.Connection
+	log    *zap.Logger
+	sd     fx.Shutdowner
+	ix     *indexer.Indexer
+	codec  *schemas.Codec
+	relays []*laneRelay
+	dcs    []uint64 // DC ids by DC index (= lane)
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type laneRelay struct {
+	lane  uint8
+	dc    uint64
+	relay *streams.Relay
+	done  chan error
+}
+
+func (r *replay) kvTopic(dc uint64) string { return loadgen.KVTopic(r.cfg.Topics.KVEvents, dc) }
+
+// wireRelays builds one relay per lane as app/demo does: processor relay's configuration for the
+// lane's DC, reading the DC's own KV-events topic.
+func (r *replay) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally.Scope, log *zap.Logger, sd fx.Shutdowner) error {
+	r.conn, r.log, r.sd = conn, log.Named("replay"), sd
+	codec, err := conn.Codec()
+	if err != nil {
+		return err
+	}
+	r.codec = codec
+	m, _, err := indexer.BuildManifest(r.cfg.Indexer, 1)
+	if err != nil {
+		return err
+	}
+	for l := uint8(0); l < ckf.LaneCount; l++ {
+		pool, ok := m.PoolOf(l)
+		if !ok {
+			continue
+		}
+		rc := r.cfg.Relay
+		rc.DcID, rc.Lane = uint64(pool.Dc), int(l)
+		sc, err := relay.StreamsConfig(rc, r.cfg.Indexer, conn.Topics)
+		if err != nil {
+			return fmt.Errorf("replay: relay of lane %d: %w", l, err)
+		}
+		sc.Topics.KVEvents = r.kvTopic(uint64(pool.Dc))
+		rl, err := streams.NewRelay(streams.RelayParams{
+			Config:        sc,
+			Codec:         codec,
+			ClientOptsFor: func(role string) []kgo.Opt { return conn.Opts(fmt.Sprintf("lane%d-%s", l, role)) },
+			Metrics:       scope.Tagged(map[string]string{"dc": pool.Dc.String()}),
+			Log:           log.With(zap.Uint8("lane", l)),
+		})
+		if err != nil {
+			return fmt.Errorf("replay: relay of lane %d: %w", l, err)
+		}
+		r.relays = append(r.relays, &laneRelay{lane: l, dc: uint64(pool.Dc), relay: rl, done: make(chan error, 1)})
+		r.dcs = append(r.dcs, uint64(pool.Dc))
+	}
+	lc.Append(fx.StartHook(func(ctx context.Context) error {
+		var names []string
+		for _, dc := range r.dcs {
+			names = append(names, r.kvTopic(dc))
+		}
+		return appload.EnsureTopics(ctx, r.conn, names, appload.KVPartitions, nil)
+	}))
+	var stop context.CancelFunc
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			var ctx context.Context
+			ctx, stop = context.WithCancel(context.Background())
+			for _, lr := range r.relays {
+				go func() {
+					err := lr.relay.Run(ctx)
+					lr.done <- err
+					if err != nil && ctx.Err() == nil {
+						r.log.Error("relay stopped", zap.Uint8("lane", lr.lane), zap.Error(err))
+						_ = r.sd.Shutdown(fx.ExitCode(exitFailure))
+					}
+				}()
+			}
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			if stop == nil {
+				return nil
+			}
+			stop()
+			var errs []error
+			for _, lr := range r.relays {
+				select {
+				case err := <-lr.done:
+					if err != nil && !errors.Is(err, context.Canceled) {
+						errs = append(errs, fmt.Errorf("replay: relay of lane %d: %w", lr.lane, err))
+					}
+				case <-ctx.Done():
+					return fmt.Errorf("replay: stopping the relays: %w", ctx.Err())
+				}
+			}
+			if r.opts.DeleteTopics {
+				errs = append(errs, r.deleteTopics(ctx))
+			}
+			return errors.Join(errs...)
+		},
+	})
+	return nil
+}
+
+// deleteTopics deletes the run's topics (every topic of the layout and the KV-events topics),
+// when processor replay chose the topic prefix for this run alone.
+func (r *replay) deleteTopics(ctx context.Context) error {
+	cl, err := r.conn.NewClient("replay-admin")
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var names []string
+	for _, spec := range kafka.TopicLayout(r.conn.Topics) {
+		names = append(names, spec.Name)
+	}
+	for _, dc := range r.dcs {
+		names = append(names, r.kvTopic(dc))
+	}
+	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, names...); err != nil {
+		return fmt.Errorf("replay: deleting the run's topics: %w", err)
+	}
+	return nil
+}
+
+func (r *replay) start(context.Context) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel, r.done = cancel, make(chan struct{})
+	go func() {
+		defer close(r.done)
+		code := exitOK
+		if err := r.drive(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			fmt.Fprintln(r.out, "replay failed:", err)
+			code = exitFailure
+		}
+		_ = r.sd.Shutdown(fx.ExitCode(code))
+	}()
+	return nil
+}
+
+func (r *replay) stop(ctx context.Context) error {
+	if r.cancel == nil {
+		return nil
+	}
+	r.cancel()
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("replay: stopping the driver: %w", ctx.Err())
+	}
+}
+
+// ready waits for every relay's start-up snapshot and every lane of the indexer.
+func (r *replay) ready(ctx context.Context) error {
+	t0 := time.Now()
+	for _, lr := range r.relays {
+		select {
+		case <-lr.relay.Started():
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.opts.ReadyTimeout - time.Since(t0)):
+			return fmt.Errorf("the relay of lane %d did not start within %v", lr.lane, r.opts.ReadyTimeout)
+		}
+	}
+	for {
+		err := r.ix.API().Ready(ctx)
+		if err == nil {
+			return nil
+		}
+		if time.Since(t0) > r.opts.ReadyTimeout {
+			return fmt.Errorf("the indexer is not ready after %v: %w", r.opts.ReadyTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond): // polling the indexer's readiness, as app/demo does
+		}
+	}
+}

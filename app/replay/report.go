@@ -1,0 +1,322 @@
+package replay
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/eval"
+)
+
+// Live is the live ckf replay: the simulated result and what the pipeline did.
+type Live struct {
+	Result *eval.Result `json:"result"`
+	// Query is the path the router took ("kafka" or "http"); Events the KV events' path
+	// ("direct": KvEvent records produced by the engines; "bridge": vLLM's ZeroMQ protocol through
+	// one bridge per worker).
+	Query  string `json:"query"`
+	Events string `json:"events"`
+	// ElapsedSeconds is the replay's wall time; QueriesPerSec the router's queries per second
+	// over it; QueryP50Ms, QueryP99Ms their latency.
+	ElapsedSeconds float64 `json:"elapsed_s"`
+	QueriesPerSec  float64 `json:"queries_per_s"`
+	QueryP50Ms     float64 `json:"query_p50_ms"`
+	QueryP99Ms     float64 `json:"query_p99_ms"`
+	// Queries were asked; Answered got an OK reply; QueryErrors got none; Unavailable got an
+	// UNAVAILABLE reply; FallBacks were placed without an answer (by load alone).
+	Queries     int    `json:"queries"`
+	Answered    int    `json:"answered"`
+	QueryErrors int    `json:"query_errors"`
+	Unavailable int    `json:"unavailable"`
+	FallBacks   int    `json:"fallbacks"`
+	FirstError  string `json:"first_error,omitempty"`
+	// Compared counts (answer, DC) pairs compared with the exact state at query time: Exact
+	// equal, UnderReports shallower (UnderExplained of them at a block whose store was not yet
+	// visible), OverReports deeper (OverExplained at a block removed from the DC within the last
+	// second).
+	Compared       int `json:"compared"`
+	Exact          int `json:"exact"`
+	UnderReports   int `json:"under_reports"`
+	UnderExplained int `json:"under_explained_by_visibility"`
+	OverReports    int `json:"over_reports"`
+	OverExplained  int `json:"over_explained_by_recent_removal"`
+	// Decisions counts the requests whose deepest exact prefix is at least 2 blocks; of them
+	// AgreeCostOracle chose a DC of least exact cost (the cost oracle's choice up to ties) and
+	// AsDeepAsDepthOracle a DC holding a prefix as deep as the depth oracle's pick.
+	Decisions           int `json:"decisions"`
+	AgreeCostOracle     int `json:"agree_cost_oracle"`
+	AsDeepAsDepthOracle int `json:"as_deep_as_depth_oracle"`
+	// Event-to-visible: stores that made blocks resident in their DC, from the event to the
+	// first answer that covers them. VisibleEvents were seen; NotSeen timed out;
+	// RemovedBeforeSeen left the DC first; StillPending were unresolved at the end.
+	VisibleEvents     int       `json:"visible_events"`
+	NotSeen           int       `json:"not_seen"`
+	RemovedBeforeSeen int       `json:"removed_before_seen"`
+	StillPending      int       `json:"still_pending"`
+	VisibleP50Ms      float64   `json:"visible_p50_ms"`
+	VisibleP99Ms      float64   `json:"visible_p99_ms"`
+	VisibleMaxMs      float64   `json:"visible_max_ms"`
+	VisibleCDFMs      []float64 `json:"visible_cdf_ms"`
+	// MaxLagRecords is the largest lane lag (records) sampled each second.
+	MaxLagRecords int64 `json:"max_lag_records"`
+	// LateP99Ms, LateMaxMs: how far behind its simulated clock the replay ran (p99 and max over
+	// its steps); a replay that keeps up stays near 0.
+	LateP99Ms float64 `json:"late_p99_ms"`
+	LateMaxMs float64 `json:"late_max_ms"`
+	// LoadStart and LoadEnd are the machine's load averages (/proc/loadavg: 1, 5 and 15
+	// minutes) when the live replay started and ended; empty where the system does not say.
+	LoadStart string `json:"loadavg_start"`
+	LoadEnd   string `json:"loadavg_end"`
+	// EventsProduced KV events; EventErrors failed to encode or produce.
+	EventsProduced uint64 `json:"events_produced"`
+	EventErrors    uint64 `json:"event_errors"`
+
+	queryLat []float64
+}
+
+// Row is one policy and start, over the seeds.
+type Row struct {
+	Policy string `json:"policy"`
+	Start  string `json:"start"`
+	Seeds  int    `json:"seeds"`
+	// HitRate is the mean over the seeds; HitMin, HitMax the extremes; Spread = (max-min)/mean.
+	HitRate float64 `json:"hit_rate"`
+	HitMin  float64 `json:"hit_min"`
+	HitMax  float64 `json:"hit_max"`
+	Spread  float64 `json:"spread"`
+	// Means over the seeds.
+	PrefillTokens float64 `json:"prefill_tokens"`
+	TTFTMean      float64 `json:"ttft_mean_s"`
+	TTFTP99       float64 `json:"ttft_p99_s"`
+	Imbalance     float64 `json:"load_imbalance"`
+	Utilisation   float64 `json:"utilisation"`
+}
+
+// Report is the replay's outcome.
+type Report struct {
+	Trace       string          `json:"trace"`
+	TraceStats  eval.TraceStats `json:"trace_stats"`
+	FromSeconds float64         `json:"from_s"`
+	// WindowSeconds is the replayed window of trace time (0: to the end); Requests in it.
+	WindowSeconds float64 `json:"window_s"`
+	Requests      int     `json:"requests"`
+	// Speedup is the live replay's clock against real time; Compress the arrivals' compression.
+	Speedup  float64     `json:"speedup"`
+	Compress float64     `json:"compress"`
+	Fleet    eval.Config `json:"fleet"`
+	CPUs     int         `json:"cpus"`
+	// Headline is the start (warm or cold) of the live run and of the headline ratios.
+	Headline string `json:"headline_start"`
+	// Rows: every simulated policy, warm and cold, then the live ckf run (one seed).
+	Rows []Row `json:"rows"`
+	// Ratios of the live ckf hit rate to the simulated policies' (headline start).
+	CKFOverDepthOracle float64 `json:"ckf_over_depth_oracle"`
+	CKFOverCostOracle  float64 `json:"ckf_over_cost_oracle"`
+	CKFOverLoad        float64 `json:"ckf_over_load"`
+	// The same ratios against the oracles' runs with the live run's seed (same tie draws):
+	// where every answer was exact, the live ckf run makes the cost oracle's every choice, and
+	// SameAsCostOracle says so (equal hit blocks and prefill tokens).
+	CKFOverDepthOracleSameSeed float64 `json:"ckf_over_depth_oracle_same_seed"`
+	CKFOverCostOracleSameSeed  float64 `json:"ckf_over_cost_oracle_same_seed"`
+	SameAsCostOracle           bool    `json:"same_as_cost_oracle"`
+	// Runs are every simulated run (for the series); Live the live ckf run.
+	Runs []*eval.Result `json:"runs"`
+	Live *Live          `json:"live"`
+}
+
+func newReport(o Options) *Report {
+	rep := &Report{Trace: o.Trace, TraceStats: o.Stats, FromSeconds: o.From.Seconds(), WindowSeconds: o.Window.Seconds(),
+		Requests: len(o.Requests), Speedup: o.Speedup, Compress: o.Compress, Fleet: o.Fleet, CPUs: runtime.NumCPU(), Headline: "cold"}
+	if o.Fleet.Warm {
+		rep.Headline = "warm"
+	}
+	return rep
+}
+
+func (rep *Report) printHeader(w io.Writer) {
+	st, f := rep.TraceStats, rep.Fleet
+	fmt.Fprintf(w, "trace %s: %d requests over %.0f s, %d blocks (%d distinct prefix blocks, %d ids not prefix-consistent, %d reordered); mean prompt %.0f tokens, answer %.0f\n",
+		rep.Trace, st.Requests, st.DurationMs/1000, st.Blocks, st.UniqueBlocks, st.InconsistentIDs, st.Reordered, st.MeanInput, st.MeanOutput)
+	fmt.Fprintf(w, "window: %d requests from %.0f s (length %s), arrivals compressed %g×; live replay at %g× real time\n",
+		rep.Requests, rep.FromSeconds, windowText(rep.WindowSeconds), rep.Compress, rep.Speedup)
+	fmt.Fprintf(w, "fleet: %d DCs × %d workers; KV cache %d blocks × %d tokens per worker (%d blocks in all, against %d distinct blocks in the whole trace); prefill %.0f tokens/s per worker, decode %.0f tokens/s per request; λ %.2f; %s start\n",
+		f.DCs, f.Workers, f.CacheBlocks, f.BlockTokens, f.DCs*f.Workers*f.CacheBlocks, st.UniqueBlocks, f.PrefillRate, f.DecodeRate, f.LoadWeight, rep.Headline)
+}
+
+func windowText(s float64) string {
+	if s == 0 {
+		return "to the end"
+	}
+	return (time.Duration(s * float64(time.Second))).String()
+}
+
+// simulate runs every simulated policy: the oracles, load, round-robin and random, warm and cold,
+// over the seeds, and the ckf rule on a stale index for each delay (headline start).
+func (rep *Report) simulate(o Options) error {
+	names := []string{eval.PolicyDepth, eval.PolicyCostOracle, eval.PolicyLoad, eval.PolicyRoundRobin, eval.PolicyRandom}
+	for _, warm := range []bool{o.Fleet.Warm, !o.Fleet.Warm} {
+		for _, name := range names {
+			var runs []*eval.Result
+			for s := range o.Seeds {
+				cfg := o.Fleet
+				cfg.Warm, cfg.Seed = warm, o.Fleet.Seed+uint64(s)
+				p, err := eval.NewPolicy(name, cfg)
+				if err != nil {
+					return err
+				}
+				res, err := eval.Simulate(o.Requests, cfg, p)
+				if err != nil {
+					return err
+				}
+				runs = append(runs, res)
+			}
+			rep.Runs = append(rep.Runs, runs...)
+			rep.Rows = append(rep.Rows, row(runs))
+		}
+	}
+	for _, d := range o.Delays {
+		var runs []*eval.Result
+		for s := range o.Seeds {
+			cfg := o.Fleet
+			cfg.Seed = o.Fleet.Seed + uint64(s)
+			res, err := eval.Simulate(o.Requests, cfg, eval.NewStaleIndex(cfg, d))
+			if err != nil {
+				return err
+			}
+			runs = append(runs, res)
+		}
+		rep.Runs = append(rep.Runs, runs...)
+		rep.Rows = append(rep.Rows, row(runs))
+	}
+	return nil
+}
+
+func row(runs []*eval.Result) Row {
+	r := Row{Policy: runs[0].Policy, Start: runs[0].Start, Seeds: len(runs), HitMin: runs[0].HitRate, HitMax: runs[0].HitRate}
+	n := float64(len(runs))
+	for _, x := range runs {
+		r.HitRate += x.HitRate / n
+		r.HitMin, r.HitMax = min(r.HitMin, x.HitRate), max(r.HitMax, x.HitRate)
+		r.PrefillTokens += float64(x.PrefillTokens) / n
+		r.TTFTMean += x.TTFTMean / n
+		r.TTFTP99 += x.TTFTP99 / n
+		r.Imbalance += x.Imbalance / n
+		r.Utilisation += x.Utilisation / n
+	}
+	if r.HitRate > 0 {
+		r.Spread = (r.HitMax - r.HitMin) / r.HitRate
+	}
+	return r
+}
+
+// RowOf returns the row of a policy and start.
+func (rep *Report) RowOf(policy, start string) (Row, bool) {
+	for _, r := range rep.Rows {
+		if r.Policy == policy && r.Start == start {
+			return r, true
+		}
+	}
+	return Row{}, false
+}
+
+func (rep *Report) finish() {
+	if rep.Live == nil {
+		return
+	}
+	live := row([]*eval.Result{rep.Live.Result})
+	rep.Rows = append(rep.Rows, live)
+	ratio := func(p string) float64 {
+		r, ok := rep.RowOf(p, rep.Headline)
+		if !ok || r.HitRate == 0 {
+			return 0
+		}
+		return live.HitRate / r.HitRate
+	}
+	rep.CKFOverDepthOracle, rep.CKFOverCostOracle, rep.CKFOverLoad = ratio(eval.PolicyDepth), ratio(eval.PolicyCostOracle), ratio(eval.PolicyLoad)
+	lr := rep.Live.Result
+	for _, r := range rep.Runs {
+		if r.Seed != lr.Seed || r.Start != lr.Start || r.HitRate == 0 {
+			continue
+		}
+		switch r.Policy {
+		case eval.PolicyDepth:
+			rep.CKFOverDepthOracleSameSeed = lr.HitRate / r.HitRate
+		case eval.PolicyCostOracle:
+			rep.CKFOverCostOracleSameSeed = lr.HitRate / r.HitRate
+			rep.SameAsCostOracle = r.HitBlocks == lr.HitBlocks && r.PrefillTokens == lr.PrefillTokens
+		}
+	}
+}
+
+func (rep *Report) print(w io.Writer) {
+	fmt.Fprintf(w, "\nreplay report: %s, %d requests, arrivals compressed %g×, live at %g× real time, %d DCs × %d workers, %d-block caches\n",
+		rep.Trace, rep.Requests, rep.Compress, rep.Speedup, rep.Fleet.DCs, rep.Fleet.Workers, rep.Fleet.CacheBlocks)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tstart\tseeds\thit rate\tspread\tprefill tokens\tTTFT mean s\tTTFT p99 s\timbalance\tutilisation\t")
+	for _, r := range rep.Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.4f\t%.1f%%\t%.0f\t%.3f\t%.3f\t%.2f\t%.3f\t\n", r.Policy, r.Start, r.Seeds, r.HitRate, 100*r.Spread,
+			r.PrefillTokens, r.TTFTMean, r.TTFTP99, r.Imbalance, r.Utilisation)
+	}
+	_ = tw.Flush()
+	lv := rep.Live
+	if lv == nil {
+		return
+	}
+	fmt.Fprintf(w, "ckf (live, %s start) hit rate: %.3f × oracle-depth, %.3f × oracle-cost, %.2f × load (means over the seeds); same seed: %.3f × oracle-depth, %.3f × oracle-cost",
+		rep.Headline, rep.CKFOverDepthOracle, rep.CKFOverCostOracle, rep.CKFOverLoad, rep.CKFOverDepthOracleSameSeed, rep.CKFOverCostOracleSameSeed)
+	if rep.SameAsCostOracle {
+		fmt.Fprint(w, " (the cost oracle's very choices)")
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "KV events path: %s\n", lv.Events)
+	fmt.Fprintf(w, "ckf queries over %s: %d asked, %d answered, %d errors, %d unavailable; %.1f queries/s; latency p50 %.2f ms, p99 %.2f ms\n",
+		lv.Query, lv.Queries, lv.Answered, lv.QueryErrors, lv.Unavailable, lv.QueriesPerSec, lv.QueryP50Ms, lv.QueryP99Ms)
+	fmt.Fprintf(w, "index accuracy (per DC per answer, against the exact state at query time): %d compared, %d exact, %d under-reports (%d explained by events not yet visible, %d not), %d over-reports (%d at a block removed within 1 s)\n",
+		lv.Compared, lv.Exact, lv.UnderReports, lv.UnderExplained, lv.UnderReports-lv.UnderExplained, lv.OverReports, lv.OverExplained)
+	fmt.Fprintf(w, "choices where the deepest prefix is ≥ 2 blocks: %d; same cost as the cost oracle's %d (%.1f%%); as deep as the depth oracle's %d (%.1f%%)\n",
+		lv.Decisions, lv.AgreeCostOracle, pct(lv.AgreeCostOracle, lv.Decisions), lv.AsDeepAsDepthOracle, pct(lv.AsDeepAsDepthOracle, lv.Decisions))
+	fmt.Fprintf(w, "event to visible (engine event -> first answer covering it): p50 %.2f ms, p99 %.2f ms, max %.2f ms over %d stores (%d never seen, %d removed first, %d pending)\n",
+		lv.VisibleP50Ms, lv.VisibleP99Ms, lv.VisibleMaxMs, lv.VisibleEvents, lv.NotSeen, lv.RemovedBeforeSeen, lv.StillPending)
+	fmt.Fprintf(w, "machine: %d CPUs; load average %s at the start, %s at the end\n", rep.CPUs, lv.LoadStart, lv.LoadEnd)
+	fmt.Fprintf(w, "pipeline: %d KV events produced (%d failed) in %.1f s (%.0f/s); max lane lag %d records; replay behind its clock p99 %.1f ms, max %.1f ms\n",
+		lv.EventsProduced, lv.EventErrors, lv.ElapsedSeconds, float64(lv.EventsProduced)/lv.ElapsedSeconds, lv.MaxLagRecords, lv.LateP99Ms, lv.LateMaxMs)
+}
+
+func pct(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
+}
+
+// write stores the report as dir/report.json and returns its path.
+func (rep *Report) write(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	b, err := json.MarshalIndent(rep, "", " ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "report.json")
+	return path, os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// loadAverage returns the first three fields of /proc/loadavg, or "" where it cannot be read.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := bytes.Fields(b)
+	if len(f) < 3 {
+		return ""
+	}
+	return string(bytes.Join(f[:3], []byte(" ")))
+}

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestReplayRefusesBadTraces: a malformed trace line stops processor replay before anything
+// starts (exit 2, no broker contacted), naming the file, the line and the field.
+func TestReplayRefusesBadTraces(t *testing.T) {
+	good := `{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1], "unknown": true}` + "\n"
+	for _, tc := range []struct {
+		name, trace, want string
+	}{
+		{"bad field", good + `{"timestamp": 1, "input_length": "many", "output_length": 5, "hash_ids": [0]}` + "\n",
+			`trace line 2: field "input_length": want a non-negative integer`},
+		{"missing field", good + good + `{"timestamp": 1, "input_length": 1, "output_length": 5}` + "\n",
+			`trace line 3: field "hash_ids": missing`},
+		{"not JSON", "{\n", `trace line 1: not a JSON object`},
+		{"empty", "\n", `holds no request`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "trace.jsonl")
+			if err := os.WriteFile(path, []byte(tc.trace), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// A broker nobody listens on: the command must stop before it needs one.
+			code, stdout, stderr := runCmd(t, map[string]string{"KAFKA_BROKERS": "127.0.0.1:1"}, "replay", "--trace", path)
+			if code == exitOK || !strings.Contains(stderr, tc.want) || stdout != "" {
+				t.Errorf("exit %d, stdout %q, stderr %q; want a failure naming %q", code, stdout, stderr, tc.want)
+			}
+		})
+	}
+	code, _, stderr := runCmd(t, nil, "replay")
+	if code != exitUsage || !strings.Contains(stderr, "--trace is required") {
+		t.Errorf("no trace: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = runCmd(t, nil, "replay", "--trace", "../../traces/conversation_trace.jsonl", "--query", "carrier-pigeon")
+	if code != exitUsage || !strings.Contains(stderr, `--query "carrier-pigeon"`) {
+		t.Errorf("bad --query: exit %d, %q", code, stderr)
+	}
+}
