@@ -11,10 +11,11 @@ const (
 	CommandLoadgen = "loadgen"
 	CommandQuery   = "query"
 	CommandBridge  = "bridge"
+	CommandReplay  = "replay"
 )
 
 // Commands are the commands a Description may name, in the order help output lists them.
-var Commands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandQuery, CommandBridge}
+var Commands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandQuery, CommandBridge, CommandReplay}
 
 // Description is the help text of one setting: one line saying what it is, and the commands
 // whose behaviour it changes.
@@ -30,8 +31,8 @@ type Description struct {
 // at start, logs, serves HTTP and metrics, and stops within shutdown_timeout. A topic setting
 // lists the commands that read or write the topic, not the ones that only create it.
 var (
-	processCommands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandBridge}
-	clientCommands  = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandQuery, CommandBridge}
+	processCommands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandBridge, CommandReplay}
+	clientCommands  = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandQuery, CommandBridge, CommandReplay}
 	indexerCommands = []string{CommandDemo, CommandIndexer}
 	relayCommands   = []string{CommandDemo, CommandRelay}
 	bridgeCommands  = []string{CommandBridge}

@@ -72,7 +72,11 @@ var commandSummary = map[string]string{
 		"needs indexer.domain, indexer.lanes and kafka.brokers",
 	config.CommandRelay: "one DC pool's relay: reads the DC's KV-events topic (topics.kv_events) and publishes its " +
 		"cuckoo-filter lane (relay.lane); needs indexer.domain, indexer.lanes, relay.dc_id, relay.lane and kafka.brokers",
-	config.CommandBridge:  "one engine's KV events (vLLM, SGLang over ZeroMQ) into the KV-events topic",
+	config.CommandBridge: "engines' KV events (vLLM, SGLang over ZeroMQ) into the KV-events topic: the engine of " +
+		"bridge.endpoint, or every engine bridge.engines_file lists; needs kafka.brokers",
+	config.CommandReplay: "a request trace (--trace FILE) through the whole pipeline in one process, routed by the " +
+		"index, the oracles and the baselines, then the report (docs/EVALUATION.md); on the embedded broker " +
+		"when kafka.brokers is empty",
 	config.CommandLoadgen: "synthetic engines (KV events on <topics.kv_events>.dc-<DC>) and routers (queries), then a report",
 	config.CommandQuery:   "one prefix-match query over Kafka, or --http URL, printed as per-DC depths",
 }

@@ -13,6 +13,7 @@
 //	              engine, or the list bridge.engines_file names
 //	loadgen       synthetic engines (KV events) and routers (queries), with a report
 //	query         one prefix-match query over Kafka or HTTP, printed as per-DC depths
+//	replay        a request trace through the whole pipeline, routed by the index, with the report
 //	config print  print the effective configuration, secrets redacted (--format yaml|json)
 //	help          this text; "help config" lists every setting with its variable, default,
 //	              one-line description and the commands that use it
@@ -122,6 +123,8 @@ commands:
   loadgen       synthetic engines and routers, then a report (see loadgen -h)
   query         one prefix-match query: --hashes H,... or --tokens T,... --block-size N,
                 over Kafka, or --http URL
+  replay        a request trace (--trace FILE) through the whole pipeline, with the routing
+                report of every policy (see replay --help, docs/EVALUATION.md)
   config print  print the effective configuration, secrets redacted [--format yaml|json]
   help [config] this text, or every setting with its variable, default, description
                 and the commands that use it; help <command> is <command> --help

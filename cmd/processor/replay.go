@@ -68,7 +68,7 @@ func runReplay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 		// a replay is a batch job, and must not fail on a port another process holds.
 		args = append([]string{"--http.listen=127.0.0.1:0"}, args...)
 	}
-	cfg, code, ok := load(fs, args, stderr, lookupEnv)
+	cfg, code, ok := load(fs, args, stdout, stderr, lookupEnv)
 	if !ok {
 		return code
 	}
