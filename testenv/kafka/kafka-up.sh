@@ -46,7 +46,13 @@ fi
 
 command -v "$java" >/dev/null || { echo "kafka-up: java not found (JDK 17+ is required)" >&2; exit 1; }
 
-# 1) Resolve the broker classpath once; Maven caches the jars in ~/.m2 and we copy them to libs/.
+# 1) Resolve the broker classpath once per Kafka version (pom.xml's kafka.version); Maven caches
+#    the jars in ~/.m2 and we copy them to libs/. Jars of another version are removed first.
+kafka_version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$here/pom.xml")"
+if [[ -d "$KAFKA_LIBS" ]] && ! [[ -f "$KAFKA_LIBS/kafka_2.13-$kafka_version.jar" ]] && compgen -G "$KAFKA_LIBS/kafka_2.13-*.jar" >/dev/null; then
+  echo "kafka-up: $KAFKA_LIBS holds another Kafka version than $kafka_version; resolving again" >&2
+  rm -f "$KAFKA_LIBS"/*.jar
+fi
 if ! compgen -G "$KAFKA_LIBS/kafka_2.13-*.jar" >/dev/null; then
   command -v mvn >/dev/null || { echo "kafka-up: mvn not found (Maven resolves the Kafka jars)" >&2; exit 1; }
   echo "kafka-up: resolving Kafka jars from Maven Central (first run only)..." >&2
