@@ -147,7 +147,7 @@ type demo struct {
 	sd     fx.Shutdowner
 	ix     *indexer.Indexer
 	codec  *schemas.Codec
-	relays []*demoRelay
+	relays []*relay.LaneRelay
 	// engines are the built-in engines and their bridges (Options.Engines per DC).
 	engines []*demoEngine
 
@@ -157,14 +157,6 @@ type demo struct {
 	http *httpserver.Early
 	// triedByHand is set once a cached prompt to try by hand has been printed.
 	triedByHand bool
-}
-
-// demoRelay is one DC's relay and its run.
-type demoRelay struct {
-	lane  uint8
-	dc    uint64
-	relay *streams.Relay
-	done  chan error
 }
 
 func (d *demo) kvTopic(dc uint64) string { return loadgen.KVTopic(d.cfg.Topics.KVEvents, dc) }
@@ -195,74 +187,13 @@ func (d *demo) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally.S
 		return err
 	}
 	d.codec = codec
-	m, _, err := indexer.BuildManifest(d.cfg.Indexer, 1)
-	if err != nil {
+	// processor relay's configuration for each lane's DC; only the KV-events topic differs (the
+	// demo gives every DC its own).
+	if d.relays, err = relay.PerLane("demo", d.cfg, conn, codec, scope, log, d.kvTopic); err != nil {
 		return err
 	}
-	for l := uint8(0); l < ckf.LaneCount; l++ {
-		pool, ok := m.PoolOf(l)
-		if !ok {
-			continue
-		}
-		// The same conversion as processor relay, for this lane's DC; only the KV-events topic
-		// differs (the demo gives every DC its own).
-		rc := d.cfg.Relay
-		rc.DcID, rc.Lane = uint64(pool.Dc), int(l)
-		sc, err := relay.StreamsConfig(rc, d.cfg.Indexer, conn.Topics)
-		if err != nil {
-			return fmt.Errorf("demo: relay of lane %d: %w", l, err)
-		}
-		sc.Topics.KVEvents = d.kvTopic(uint64(pool.Dc))
-		r, err := streams.NewRelay(streams.RelayParams{
-			Config: sc,
-			Codec:  codec,
-			// One option set per client, each with its own kprom collectors: client=lane<N>-<role>.
-			ClientOptsFor: func(role string) []kgo.Opt { return conn.Opts(fmt.Sprintf("lane%d-%s", l, role)) },
-			Metrics:       scope.Tagged(map[string]string{"dc": pool.Dc.String()}),
-			Log:           log.With(zap.Uint8("lane", l)),
-		})
-		if err != nil {
-			return fmt.Errorf("demo: relay of lane %d: %w", l, err)
-		}
-		d.relays = append(d.relays, &demoRelay{lane: l, dc: uint64(pool.Dc), relay: r, done: make(chan error, 1)})
-	}
 	lc.Append(fx.StartHook(d.prepare))
-	var stop context.CancelFunc
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			var ctx context.Context
-			ctx, stop = context.WithCancel(context.Background())
-			for _, r := range d.relays {
-				go func() {
-					err := r.relay.Run(ctx)
-					r.done <- err
-					if err != nil && ctx.Err() == nil {
-						d.log.Error("relay stopped", zap.Uint8("lane", r.lane), zap.Error(err))
-						_ = d.sd.Shutdown(fx.ExitCode(exitFailure))
-					}
-				}()
-			}
-			return nil
-		},
-		OnStop: func(ctx context.Context) error {
-			if stop == nil {
-				return nil
-			}
-			stop()
-			var errs []error
-			for _, r := range d.relays {
-				select {
-				case err := <-r.done:
-					if err != nil && !errors.Is(err, context.Canceled) {
-						errs = append(errs, fmt.Errorf("demo: relay of lane %d: %w", r.lane, err))
-					}
-				case <-ctx.Done():
-					return fmt.Errorf("demo: stopping the relays: %w", ctx.Err())
-				}
-			}
-			return errors.Join(errs...)
-		},
-	})
+	relay.RunPerLane(lc, "demo", d.relays, d.log, sd)
 	return nil
 }
 
@@ -274,7 +205,7 @@ func (d *demo) prepare(ctx context.Context) error {
 	}
 	var names []string
 	for _, r := range d.relays {
-		names = append(names, d.kvTopic(r.dc))
+		names = append(names, d.kvTopic(r.Dc))
 	}
 	if err := appload.EnsureTopics(ctx, d.conn, names, appload.KVPartitions, nil); err != nil {
 		return err
@@ -340,11 +271,11 @@ func (d *demo) drive(ctx context.Context) error {
 	t0 := time.Now()
 	for _, r := range d.relays {
 		select {
-		case <-r.relay.Started():
+		case <-r.Relay.Started():
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(d.opts.ReadyTimeout - time.Since(t0)):
-			return fmt.Errorf("the relay of lane %d did not start within %v", r.lane, d.opts.ReadyTimeout)
+			return fmt.Errorf("the relay of lane %d did not start within %v", r.Lane, d.opts.ReadyTimeout)
 		}
 	}
 	fmt.Fprintf(d.out, "relays: %d DCs published their start-up snapshots after %v\n", len(d.relays), time.Since(t0).Round(time.Millisecond))
@@ -372,7 +303,7 @@ func (d *demo) drive(ctx context.Context) error {
 
 	var dcs []uint64
 	for _, r := range d.relays {
-		dcs = append(dcs, r.dc)
+		dcs = append(dcs, r.Dc)
 	}
 	prod, err := d.conn.NewClient("demo-events", appload.ProducerOpts()...)
 	if err != nil {
@@ -455,7 +386,7 @@ type relayTotals struct{ events, deltas, images, snapshots uint64 }
 func (d *demo) relayTotals() relayTotals {
 	var t relayTotals
 	for _, r := range d.relays {
-		s := r.relay.Stats()
+		s := r.Relay.Stats()
 		t.events += s.Events
 		t.deltas += s.Deltas
 		t.images += s.Images
@@ -485,9 +416,9 @@ func (d *demo) settle(ctx context.Context, events uint64) {
 		caughtUp := d.relayTotals().events >= events
 		lanes := d.ix.Lanes().Lanes()
 		for _, r := range d.relays {
-			seq := r.relay.Stats().LastSequence
+			seq := r.Relay.Stats().LastSequence
 			for _, s := range lanes {
-				if s.Lane == r.lane {
+				if s.Lane == r.Lane {
 					caughtUp = caughtUp && s.InstalledSequence >= seq
 				}
 			}
@@ -540,8 +471,8 @@ func (d *demo) printTable(at time.Duration) {
 	for _, l := range view.Lanes {
 		var rs streams.RelayStats
 		for _, r := range d.relays {
-			if r.lane == l.Lane {
-				rs = r.relay.Stats()
+			if r.Lane == l.Lane {
+				rs = r.Relay.Stats()
 			}
 		}
 		fmt.Fprintf(tw, "\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", l.Lane, strings.TrimLeft(l.DcID, "0"), l.State,
@@ -554,7 +485,7 @@ func (d *demo) printTable(at time.Duration) {
 func (d *demo) printSample(q loadgen.Query, r schemas.QueryReply) bool {
 	from := "a new conversation"
 	if q.HomeDC >= 0 {
-		from = "a conversation of DC " + strings.TrimLeft(ckf.DcID(d.relays[q.HomeDC].dc).String(), "0")
+		from = "a conversation of DC " + strings.TrimLeft(ckf.DcID(d.relays[q.HomeDC].Dc).String(), "0")
 	}
 	var parts []string
 	nonZero := false

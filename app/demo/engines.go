@@ -49,9 +49,9 @@ func (d *demo) wireEngines(lc fx.Lifecycle, conn *kafka.Connection, scope tally.
 				engineemu.Mode(engineemu.PubBind), engineemu.Ranks(1), engineemu.BlockSize(blockSize),
 				engineemu.Seed(d.opts.Load.Workload.Seed+worker), engineemu.Hybrid(true))
 			if err != nil {
-				return fmt.Errorf("demo: engine %d of DC %#x: %w", i, r.dc, err)
+				return fmt.Errorf("demo: engine %d of DC %#x: %w", i, r.Dc, err)
 			}
-			de := &demoEngine{dc: r.dc, worker: worker, engine: e, done: make(chan error, 1)}
+			de := &demoEngine{dc: r.Dc, worker: worker, engine: e, done: make(chan error, 1)}
 			d.engines = append(d.engines, de)
 			pub, replay := e.Endpoints(0)
 			prod, err := conn.NewClient(fmt.Sprintf("demo-bridge-%x", worker), kgo.RecordPartitioner(bridge.KeyPartitioner()))
@@ -61,14 +61,14 @@ func (d *demo) wireEngines(lc fx.Lifecycle, conn *kafka.Connection, scope tally.
 			de.prod = prod
 			b, err := bridge.New(bridge.Params{
 				Config: bridge.Config{Endpoint: pub, ReplayEndpoint: replay, Ranks: 1, WorkerID: worker,
-					BlockSize: blockSize, KVTopic: d.kvTopic(r.dc), DeadLetterTopic: conn.Topics.DeadLetter,
+					BlockSize: blockSize, KVTopic: d.kvTopic(r.Dc), DeadLetterTopic: conn.Topics.DeadLetter,
 					IdleRecheck: time.Second},
 				Codec: d.codec, Producer: prod,
-				Metrics: scope.Tagged(map[string]string{"dc": fmt.Sprintf("%016x", r.dc)}),
+				Metrics: scope.Tagged(map[string]string{"dc": fmt.Sprintf("%016x", r.Dc)}),
 				Log:     log.Named("bridge").With(zap.Uint64("worker_id", worker)),
 			})
 			if err != nil {
-				return fmt.Errorf("demo: bridge of engine %d of DC %#x: %w", i, r.dc, err)
+				return fmt.Errorf("demo: bridge of engine %d of DC %#x: %w", i, r.Dc, err)
 			}
 			de.bridge = b
 		}
@@ -178,7 +178,7 @@ func (d *demo) compareEngines() engineCheck {
 	ans := d.ix.Answerer()
 	laneOf := map[uint64]uint8{}
 	for _, r := range d.relays {
-		laneOf[r.dc] = r.lane
+		laneOf[r.Dc] = r.Lane
 	}
 	blockSize := d.cfg.Bridge.BlockSize
 	for _, de := range d.engines {

@@ -24,13 +24,10 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
 	"github.com/ckf-stream/ckf-stream/app/relay"
-	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/eval"
 	"github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
@@ -188,24 +185,17 @@ type replay struct {
 	sd     fx.Shutdowner
 	ix     *indexer.Indexer
 	codec  *schemas.Codec
-	relays []*laneRelay
+	relays []*relay.LaneRelay
 	dcs    []uint64 // DC ids by DC index (= lane)
 
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-type laneRelay struct {
-	lane  uint8
-	dc    uint64
-	relay *streams.Relay
-	done  chan error
-}
-
 func (r *replay) kvTopic(dc uint64) string { return loadgen.KVTopic(r.cfg.Topics.KVEvents, dc) }
 
-// wireRelays builds one relay per lane as app/demo does: processor relay's configuration for the
-// lane's DC, reading the DC's own KV-events topic.
+// wireRelays builds one relay per lane as app/demo does (relay.PerLane): processor relay's
+// configuration for the lane's DC, reading the DC's own KV-events topic.
 func (r *replay) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally.Scope, log *zap.Logger, sd fx.Shutdowner) error {
 	r.conn, r.log, r.sd = conn, log.Named("replay"), sd
 	codec, err := conn.Codec()
@@ -213,34 +203,11 @@ func (r *replay) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally
 		return err
 	}
 	r.codec = codec
-	m, _, err := indexer.BuildManifest(r.cfg.Indexer, 1)
-	if err != nil {
+	if r.relays, err = relay.PerLane("replay", r.cfg, conn, codec, scope, log, r.kvTopic); err != nil {
 		return err
 	}
-	for l := uint8(0); l < ckf.LaneCount; l++ {
-		pool, ok := m.PoolOf(l)
-		if !ok {
-			continue
-		}
-		rc := r.cfg.Relay
-		rc.DcID, rc.Lane = uint64(pool.Dc), int(l)
-		sc, err := relay.StreamsConfig(rc, r.cfg.Indexer, conn.Topics)
-		if err != nil {
-			return fmt.Errorf("replay: relay of lane %d: %w", l, err)
-		}
-		sc.Topics.KVEvents = r.kvTopic(uint64(pool.Dc))
-		rl, err := streams.NewRelay(streams.RelayParams{
-			Config:        sc,
-			Codec:         codec,
-			ClientOptsFor: func(role string) []kgo.Opt { return conn.Opts(fmt.Sprintf("lane%d-%s", l, role)) },
-			Metrics:       scope.Tagged(map[string]string{"dc": pool.Dc.String()}),
-			Log:           log.With(zap.Uint8("lane", l)),
-		})
-		if err != nil {
-			return fmt.Errorf("replay: relay of lane %d: %w", l, err)
-		}
-		r.relays = append(r.relays, &laneRelay{lane: l, dc: uint64(pool.Dc), relay: rl, done: make(chan error, 1)})
-		r.dcs = append(r.dcs, uint64(pool.Dc))
+	for _, lr := range r.relays {
+		r.dcs = append(r.dcs, lr.Dc)
 	}
 	lc.Append(fx.StartHook(func(ctx context.Context) error {
 		var names []string
@@ -249,45 +216,14 @@ func (r *replay) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally
 		}
 		return appload.EnsureTopics(ctx, r.conn, names, appload.KVPartitions, nil)
 	}))
-	var stop context.CancelFunc
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			var ctx context.Context
-			ctx, stop = context.WithCancel(context.Background())
-			for _, lr := range r.relays {
-				go func() {
-					err := lr.relay.Run(ctx)
-					lr.done <- err
-					if err != nil && ctx.Err() == nil {
-						r.log.Error("relay stopped", zap.Uint8("lane", lr.lane), zap.Error(err))
-						_ = r.sd.Shutdown(fx.ExitCode(exitFailure))
-					}
-				}()
-			}
-			return nil
-		},
-		OnStop: func(ctx context.Context) error {
-			if stop == nil {
-				return nil
-			}
-			stop()
-			var errs []error
-			for _, lr := range r.relays {
-				select {
-				case err := <-lr.done:
-					if err != nil && !errors.Is(err, context.Canceled) {
-						errs = append(errs, fmt.Errorf("replay: relay of lane %d: %w", lr.lane, err))
-					}
-				case <-ctx.Done():
-					return fmt.Errorf("replay: stopping the relays: %w", ctx.Err())
-				}
-			}
-			if r.opts.DeleteTopics {
-				errs = append(errs, r.deleteTopics(ctx))
-			}
-			return errors.Join(errs...)
-		},
-	})
+	// Appended before the relays' hook, so it runs once they stopped.
+	lc.Append(fx.StopHook(func(ctx context.Context) error {
+		if r.opts.DeleteTopics {
+			return r.deleteTopics(ctx)
+		}
+		return nil
+	}))
+	relay.RunPerLane(lc, "replay", r.relays, r.log, sd)
 	return nil
 }
 
@@ -348,11 +284,11 @@ func (r *replay) ready(ctx context.Context) error {
 	t0 := time.Now()
 	for _, lr := range r.relays {
 		select {
-		case <-lr.relay.Started():
+		case <-lr.Relay.Started():
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(r.opts.ReadyTimeout - time.Since(t0)):
-			return fmt.Errorf("the relay of lane %d did not start within %v", lr.lane, r.opts.ReadyTimeout)
+			return fmt.Errorf("the relay of lane %d did not start within %v", lr.Lane, r.opts.ReadyTimeout)
 		}
 	}
 	for {

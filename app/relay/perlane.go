@@ -1,0 +1,110 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/indexer"
+	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/uber-go/tally/v4"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+)
+
+// LaneRelay is one lane's relay in a process that runs a relay for every configured lane
+// (processor demo, processor replay).
+type LaneRelay struct {
+	Lane  uint8
+	Dc    uint64
+	Relay *streams.Relay
+	done  chan error
+}
+
+// PerLane builds one relay for each lane of cfg.Indexer's lane map: processor relay's
+// configuration (StreamsConfig) for the lane's DC, reading the KV-events topic kvTopic names
+// for that DC. Each relay's clients are the connection's, named lane<N>-<role> (one option set,
+// and so one set of client metrics, per client); its metrics carry the tag dc. owner prefixes
+// the errors.
+func PerLane(owner string, cfg config.Config, conn *kafka.Connection, codec *schemas.Codec, scope tally.Scope,
+	log *zap.Logger, kvTopic func(dc uint64) string) ([]*LaneRelay, error) {
+	m, _, err := indexer.BuildManifest(cfg.Indexer, 1)
+	if err != nil {
+		return nil, err
+	}
+	var out []*LaneRelay
+	for l := uint8(0); l < ckf.LaneCount; l++ {
+		pool, ok := m.PoolOf(l)
+		if !ok {
+			continue
+		}
+		rc := cfg.Relay
+		rc.DcID, rc.Lane = uint64(pool.Dc), int(l)
+		sc, err := StreamsConfig(rc, cfg.Indexer, conn.Topics)
+		if err != nil {
+			return nil, fmt.Errorf("%s: relay of lane %d: %w", owner, l, err)
+		}
+		sc.Topics.KVEvents = kvTopic(uint64(pool.Dc))
+		r, err := streams.NewRelay(streams.RelayParams{
+			Config:        sc,
+			Codec:         codec,
+			ClientOptsFor: func(role string) []kgo.Opt { return conn.Opts(fmt.Sprintf("lane%d-%s", l, role)) },
+			Metrics:       scope.Tagged(map[string]string{"dc": pool.Dc.String()}),
+			Log:           log.With(zap.Uint8("lane", l)),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: relay of lane %d: %w", owner, l, err)
+		}
+		out = append(out, &LaneRelay{Lane: l, Dc: uint64(pool.Dc), Relay: r, done: make(chan error, 1)})
+	}
+	return out, nil
+}
+
+// RunPerLane appends to lc a hook that runs every relay from the application's start until its
+// stop. A relay that stops on its own is logged and shuts the application down through sd with
+// exit status 1; the stop hook cancels the relays and waits for each within fx's stop context,
+// returning what they failed with (owner prefixes the errors). Hooks appended to lc before this
+// one stop after the relays.
+func RunPerLane(lc fx.Lifecycle, owner string, relays []*LaneRelay, log *zap.Logger, sd fx.Shutdowner) {
+	var stop context.CancelFunc
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			var ctx context.Context
+			ctx, stop = context.WithCancel(context.Background())
+			for _, r := range relays {
+				go func() {
+					err := r.Relay.Run(ctx)
+					r.done <- err
+					if err != nil && ctx.Err() == nil {
+						log.Error("relay stopped", zap.Uint8("lane", r.Lane), zap.Error(err))
+						_ = sd.Shutdown(fx.ExitCode(1))
+					}
+				}()
+			}
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			if stop == nil {
+				return nil
+			}
+			stop()
+			var errs []error
+			for _, r := range relays {
+				select {
+				case err := <-r.done:
+					if err != nil && !errors.Is(err, context.Canceled) {
+						errs = append(errs, fmt.Errorf("%s: relay of lane %d: %w", owner, r.Lane, err))
+					}
+				case <-ctx.Done():
+					return fmt.Errorf("%s: stopping the relays: %w", owner, ctx.Err())
+				}
+			}
+			return errors.Join(errs...)
+		},
+	})
+}
