@@ -6,8 +6,7 @@
 //
 // A lane's ingestor is driven by exactly one goroutine. The Kafka indexer
 // (package streams) drives each ingestor from its lane's own goroutine
-// (design §1). IngestionPool (consumer §4) is the spec's in-process
-// transport, with lane-sticky workers, admission epochs and fail-closed
-// limits, for a producer that feeds an indexer in the same process; its
-// behaviours are the spec's and are tested as such.
+// (design §1). The spec's in-process transport, IngestionPool (consumer §4),
+// lives in package ckf/index/pool, which no product binary imports; the
+// methods in transport.go are its seam.
 package index

@@ -15,7 +15,7 @@ import (
 // ReadyLanes) at any time, without locks. Each configured lane is written by
 // at most one LaneIngestor (ClaimLane enforces a single owner), which is used
 // by a single goroutine (the lane's goroutine in streams, or its sticky
-// worker in an IngestionPool).
+// worker in a pool.IngestionPool, package ckf/index/pool).
 //
 // Memory-ordering contract. Go's sync/atomic operations are sequentially
 // consistent, which is at least as strong as every ordering the reference

@@ -27,7 +27,7 @@ package index
 //   A lane can have only one ingestion owner ............................... TestLaneHasSingleOwner
 //   (also: consumer §3.3 row precedence, readiness/claim release) ................... TestIngestorRowPrecedence, TestIngestorCloseReleasesLane
 //
-// ingestion_pool.rs (pool_test.go)
+// ingestion_pool.rs (package pool, pool/pool_test.go)
 //   Async delta applied before a later awaited drain (sticky lane) ......... TestPoolAsyncDeltaAppliedBeforeDrain
 //   Current-stream gap → fault with GAP disposition, only that lane ........ TestPoolGapFaultDeactivatesOnlyThatLane
 //   Stale assignment cannot retire a ready replacement; foreign pool
@@ -43,7 +43,7 @@ package index
 //   Race: injected worker panic → readiness cleared, Uncertain, WorkerFailed TestPoolWorkerPanic
 //   Sticky assignment is stable for (consumer, lane) ....................... TestPoolStickyWorkerFunction
 //
-// adapter.rs (consumer_adapter_test.go; composed with the
+// adapter.rs (pool/consumer_adapter_test.go; composed with the
 // producer's DcState + Publisher)
 //   Actor publication plus exact drain converge (sequence 1, ready) ........ TestAdapterPublicationAndDrainConverge
 //   Delivery failure fences; recovery with a new lease (epoch 2, seq 0) .... TestAdapterDeliveryFailureRecovery
@@ -51,7 +51,7 @@ package index
 //   Dropped final delta detected by the marker and recovered (seq 1) ....... TestAdapterDroppedFinalDeltaRecovered
 //   Capacity omission does not retire the lane ............................. TestAdapterCapacityOmissionKeepsLane
 //
-// search.rs / tests.rs (search_test.go, probe_test.go, consumer_prop_test.go)
+// search.rs / tests.rs (search_test.go, probe_test.go, pool/consumer_prop_test.go)
 //   Window contract on [1,1,1,0,1,1,1,1] ................................... TestSearchWindowContract
 //   Exponential prefetch schedule .......................................... TestSearchExponentialPrefetchSchedule
 //   Grouped binary midpoints once per level (16 lanes) ..................... TestSearchGroupedBinaryMidpointsOncePerLevel
@@ -199,6 +199,19 @@ func insertHash(addr ckf.Addressing, words []uint64, h uint64) bool {
 		}
 	}
 	return false
+}
+
+
+// adapterConfig returns a producer config whose format equals the fixture's
+// (same seed, bucket count).
+func adapterConfig(t testing.TB, buckets uint64) ckf.CkfConfig {
+	for n := uint64(1); ; n++ {
+		if b, err := ckf.BucketCountFor(n); err == nil && b == buckets {
+			return ckf.NewCkfConfig(n)
+		} else if b > buckets {
+			t.Fatalf("no config for %d buckets", buckets)
+		}
+	}
 }
 
 func mustKind(t *testing.T, got IngestOutcome, want OutcomeKind) {

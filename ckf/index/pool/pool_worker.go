@@ -1,10 +1,11 @@
-package index
+package pool
 
 import (
 	"math/bits"
 	"sync/atomic"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 )
 
 // cmdKind enumerates worker commands.
@@ -38,7 +39,7 @@ type command struct {
 // command because its epoch was no longer the lane's or the lane was
 // fenced.
 type reply struct {
-	out   IngestOutcome
+	out   index.IngestOutcome
 	err   error
 	stale bool
 }
@@ -49,7 +50,7 @@ type worker struct {
 	idx       int
 	q         chan command
 	lanes     uint16 // lanes routed to this worker
-	ingestors [ckf.LaneCount]*LaneIngestor
+	ingestors [ckf.LaneCount]*index.LaneIngestor
 	observed  [ckf.LaneCount]uint64 // last published epoch seen per lane
 
 	failed atomic.Bool
@@ -102,7 +103,7 @@ func (p *IngestionPool) failWorker(w *worker, panicValue any) {
 	w.failed.Store(true)
 	close(w.dead)
 	for m := w.lanes; m != 0; m &= m - 1 {
-		p.g.clearReadyLane(1 << uint(bits.TrailingZeros16(m)))
+		p.g.WithdrawReady(1 << uint(bits.TrailingZeros16(m)))
 	}
 	p.postFault(PoolFault{Kind: PoolFaultWorkerFailed, Worker: w.idx, Lanes: w.lanes, Panic: panicValue,
 		Disposition: ckf.DispositionOf(ckf.ConsumerWorkerFailureMidApply)})
@@ -149,7 +150,7 @@ func (p *IngestionPool) handle(w *worker, cmd *command) {
 			r.err = err
 		}
 	case cmdSnapshot:
-		r.out = in.installSnapshot(cmd.snapshot, p.activationGuard(lc, cmd))
+		r.out = in.InstallSnapshotGuarded(cmd.snapshot, p.activationGuard(lc, cmd))
 	case cmdDelta:
 		r.out = in.ApplyDelta(cmd.delta)
 	case cmdDrain:
@@ -162,7 +163,7 @@ func (p *IngestionPool) handle(w *worker, cmd *command) {
 	if lc.fenced.Load() || lc.published.Load() != cmd.epoch {
 		in.Retire()
 	}
-	if r.out.Kind == OutcomeLaneDeactivated && hasDisposition {
+	if r.out.Kind == index.OutcomeLaneDeactivated && hasDisposition {
 		switch disposition.Action {
 		case ckf.ActionRetrySnapshot:
 			// Lease stays usable; the lane keeps awaiting a snapshot.
@@ -195,7 +196,7 @@ func (p *IngestionPool) rejectStale(cmd *command) {
 // section. Because retire-admission clears the ready bit under the same
 // mutex, a retirement that happens while the snapshot's words are being
 // written is never undone by the activation.
-func (p *IngestionPool) activationGuard(lc *laneControl, cmd *command) activationGuard {
+func (p *IngestionPool) activationGuard(lc *laneControl, cmd *command) index.ActivationGuard {
 	return func(activate func()) bool {
 		if h := p.hooks.beforeActivate; h != nil {
 			h(cmd.lane)

@@ -1,4 +1,4 @@
-package index
+package pool
 
 import "time"
 

@@ -1,7 +1,8 @@
-package index
+package pool
 
 import (
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 
 	"errors"
 	"strconv"
@@ -97,8 +98,8 @@ func (c IngestionPoolConfig) lagWatchdogPeriod() time.Duration {
 	return p
 }
 
-// Pool errors. Rejections (ErrUnconfiguredLane, ErrLaneUnassigned,
-// ErrLaneRetired, ErrAwaitingSnapshot, *AssignmentError,
+// Pool errors. Rejections (index.ErrUnconfiguredLane, ErrLaneUnassigned,
+// ErrLaneRetired, ErrAwaitingSnapshot, *index.AssignmentError,
 // ErrAdmissionEpochExhausted, ErrPoolClosed) made no consumer write and
 // carry no disposition; the others retire the lane (see
 // PoolErrorDisposition).
@@ -196,7 +197,7 @@ type PoolFault struct {
 	// Worker is the worker index (WorkerFailed).
 	Worker int
 	// Fault is the lane fault of LaneDeactivated.
-	Fault LaneFault
+	Fault index.LaneFault
 	// Requested and Limit describe OutstandingImageLimit.
 	Requested, Limit int
 	// Panic is the recovered value of WorkerFailed.

@@ -1,4 +1,4 @@
-package index
+package pool
 
 import (
 	"math"
@@ -66,14 +66,14 @@ type laneControl struct {
 // returned.
 func (p *IngestionPool) retireAdmissionLocked(lc *laneControl) error {
 	if lc.fenced.Load() {
-		p.g.clearReadyLane(lc.bit)
+		p.g.WithdrawReady(lc.bit)
 		return ErrAdmissionEpochExhausted
 	}
 	if lc.epoch == math.MaxUint64 {
 		p.fenceLocked(lc)
 		return ErrAdmissionEpochExhausted
 	}
-	p.g.clearReadyLane(lc.bit)
+	p.g.WithdrawReady(lc.bit)
 	lc.epoch++
 	lc.state = laneRetired
 	lc.lease, lc.hasLease = ckf.LaneLease{}, false
@@ -85,7 +85,7 @@ func (p *IngestionPool) retireAdmissionLocked(lc *laneControl) error {
 // state Retired, lease dropped, fenced set. Workers retire the lane's
 // ingestor on their next command for it.
 func (p *IngestionPool) fenceLocked(lc *laneControl) {
-	p.g.clearReadyLane(lc.bit)
+	p.g.WithdrawReady(lc.bit)
 	lc.state = laneRetired
 	lc.lease, lc.hasLease = ckf.LaneLease{}, false
 	lc.fenced.Store(true)

@@ -1,4 +1,4 @@
-package index
+package pool
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 )
 
@@ -95,7 +96,7 @@ func (a *testAdapter) start(epoch uint64) error {
 	if err != nil {
 		return err
 	}
-	if out.Kind != OutcomeSnapshotInstalled || out.Sequence != snap.Sequence {
+	if out.Kind != index.OutcomeSnapshotInstalled || out.Sequence != snap.Sequence {
 		return errors.New("adapter: snapshot not installed: " + out.String())
 	}
 	a.epoch = epoch
@@ -119,19 +120,19 @@ func (a *testAdapter) apply(ev producer.RouterEvent) (producer.EventOutcome, err
 
 // drain closes admission, flushes, sends the exact marker; only an exact
 // acknowledgement reopens admission.
-func (a *testAdapter) drain() (IngestOutcome, error) {
+func (a *testAdapter) drain() (index.IngestOutcome, error) {
 	a.open = false
 	if tail := a.state.Flush(); len(tail) > 0 {
 		if _, err := a.pub.Publish(tail); err != nil {
-			return IngestOutcome{}, err
+			return index.IngestOutcome{}, err
 		}
 	}
 	m, ok := a.pub.ExactDrainMarker()
 	if !ok {
-		return IngestOutcome{}, errors.New("adapter: no lease")
+		return index.IngestOutcome{}, errors.New("adapter: no lease")
 	}
 	out, err := a.pf.p.CompleteDrain(a.pf.ctx, m)
-	if err == nil && out.Kind == OutcomeDrainAcknowledged && out.InstalledSequence == m.ExpectedSequence {
+	if err == nil && out.Kind == index.OutcomeDrainAcknowledged && out.InstalledSequence == m.ExpectedSequence {
 		a.open = true
 	}
 	return out, err
@@ -194,7 +195,7 @@ func TestAdapterPublicationAndDrainConverge(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := a.drain()
-	if err != nil || out.Kind != OutcomeDrainAcknowledged || out.InstalledSequence != 1 {
+	if err != nil || out.Kind != index.OutcomeDrainAcknowledged || out.InstalledSequence != 1 {
 		t.Fatalf("drain %v %v", out, err)
 	}
 	if pf.g.ReadyLanes() != 1 || !a.converged() || !a.open {
@@ -228,7 +229,7 @@ func TestAdapterDeliveryFailureRecovery(t *testing.T) {
 	if _, err := a.apply(cStore(1, nil, [2]uint64{101, 8})); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := a.drain(); err != nil || out.Kind != OutcomeDrainAcknowledged || out.InstalledSequence != 1 {
+	if out, err := a.drain(); err != nil || out.Kind != index.OutcomeDrainAcknowledged || out.InstalledSequence != 1 {
 		t.Fatalf("drain after recovery %v %v", out, err)
 	}
 }
@@ -244,7 +245,7 @@ func TestAdapterRecoveryEpochExhausted(t *testing.T) {
 	}
 	// The pool rejects any further assignment for that lane as stale (the
 	// epoch cannot grow any more).
-	if err := pf.p.Assign(pf.ctx, pf.identity(0), pf.lease(0, math.MaxUint64)); !errors.Is(err, ErrStaleAssignmentEpoch) {
+	if err := pf.p.Assign(pf.ctx, pf.identity(0), pf.lease(0, math.MaxUint64)); !errors.Is(err, index.ErrStaleAssignmentEpoch) {
 		t.Fatalf("assign: %v", err)
 	}
 }
@@ -257,7 +258,7 @@ func TestAdapterDroppedFinalDeltaRecovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := a.drain()
-	if err != nil || out.Kind != OutcomeLaneDeactivated || out.Fault.Kind != FaultTerminalSequenceMismatch ||
+	if err != nil || out.Kind != index.OutcomeLaneDeactivated || out.Fault.Kind != index.FaultTerminalSequenceMismatch ||
 		out.Fault.Expected != 1 || out.Fault.Actual != 0 {
 		t.Fatalf("drain must detect the lost delta: %v %v", out, err)
 	}
@@ -270,7 +271,7 @@ func TestAdapterDroppedFinalDeltaRecovered(t *testing.T) {
 	if a.epoch != 2 || a.pub.LastSequence() != 1 {
 		t.Fatalf("recovery sequence %d", a.pub.LastSequence())
 	}
-	if out, err := a.drain(); err != nil || out.Kind != OutcomeDrainAcknowledged || out.InstalledSequence != 1 || !a.converged() {
+	if out, err := a.drain(); err != nil || out.Kind != index.OutcomeDrainAcknowledged || out.InstalledSequence != 1 || !a.converged() {
 		t.Fatalf("after recovery %v %v", out, err)
 	}
 }
@@ -295,7 +296,7 @@ func TestAdapterCapacityOmissionKeepsLane(t *testing.T) {
 	if !omitted {
 		t.Fatal("expected a capacity omission in an 8-slot table")
 	}
-	if out, err := a.drain(); err != nil || out.Kind != OutcomeDrainAcknowledged {
+	if out, err := a.drain(); err != nil || out.Kind != index.OutcomeDrainAcknowledged {
 		t.Fatalf("drain %v %v", out, err)
 	}
 	if pf.g.ReadyLanes() != 1 || !a.converged() {
@@ -309,7 +310,7 @@ func TestAdapterCapacityOmissionKeepsLane(t *testing.T) {
 	if _, err := a.apply(cStore(1, nil, [2]uint64{5000, 5000})); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := a.drain(); err != nil || out.Kind != OutcomeDrainAcknowledged || !a.converged() {
+	if out, err := a.drain(); err != nil || out.Kind != index.OutcomeDrainAcknowledged || !a.converged() {
 		t.Fatalf("later drain %v %v", out, err)
 	}
 }

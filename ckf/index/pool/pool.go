@@ -1,4 +1,4 @@
-package index
+package pool
 
 import (
 	"context"
@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 )
 
 // IngestionPool is GlobalCkfIngestionPool (consumer §4): the bounded,
 // lane-sticky transport in front of the lane ingestors of one
-// GlobalIndexer. At construction it claims every configured lane and hands
+// index.GlobalIndexer. At construction it claims every configured lane and hands
 // each lane's ingestor to one worker goroutine chosen by the sticky hash,
 // so all commands of a lane run in FIFO order on one goroutine while lanes
 // on different workers run in parallel.
@@ -40,7 +41,7 @@ import (
 // succeeded), Go workers also watch a quit channel, so a full queue cannot
 // wedge Close; Close does wait for a command that is currently running.
 type IngestionPool struct {
-	g       *GlobalIndexer
+	g       *index.GlobalIndexer
 	cfg     IngestionPoolConfig
 	limit   int // outstanding images per lane
 	lanes   [ckf.LaneCount]*laneControl
@@ -68,17 +69,17 @@ type poolHooks struct {
 // NewIngestionPool builds the pool over g (consumer §4.1): validates cfg, claims every
 // configured lane of g (so g must have no claimed lane), and starts
 // cfg.Workers workers plus the lag watchdog. Call Close to stop them.
-func NewIngestionPool(g *GlobalIndexer, cfg IngestionPoolConfig) (*IngestionPool, error) {
+func NewIngestionPool(g *index.GlobalIndexer, cfg IngestionPoolConfig) (*IngestionPool, error) {
 	return newIngestionPool(g, cfg, poolHooks{})
 }
 
-func newIngestionPool(g *GlobalIndexer, cfg IngestionPoolConfig, hooks poolHooks) (*IngestionPool, error) {
+func newIngestionPool(g *index.GlobalIndexer, cfg IngestionPoolConfig, hooks poolHooks) (*IngestionPool, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	limit := cfg.MaxOutstandingImagesPerLane
 	if limit == 0 {
-		limit = int(min(g.table.buckets, uint64(math.MaxInt)))
+		limit = int(min(g.BucketCount(), uint64(math.MaxInt)))
 	}
 	if hooks.now == nil {
 		hooks.now = time.Now
@@ -95,9 +96,9 @@ func newIngestionPool(g *GlobalIndexer, cfg IngestionPoolConfig, hooks poolHooks
 	for i := range p.workers {
 		p.workers[i] = &worker{idx: i, q: make(chan command, cfg.QueueCapacity), dead: make(chan struct{}), done: make(chan struct{})}
 	}
-	var claimed []*LaneIngestor
+	var claimed []*index.LaneIngestor
 	for l := uint8(0); l < ckf.LaneCount; l++ {
-		if g.manifest.configured&(1<<l) == 0 {
+		if g.Manifest().ConfiguredLanes()&(1<<l) == 0 {
 			continue
 		}
 		in, err := g.ClaimLane(l)
@@ -108,7 +109,7 @@ func newIngestionPool(g *GlobalIndexer, cfg IngestionPoolConfig, hooks poolHooks
 			return nil, err
 		}
 		claimed = append(claimed, in)
-		w := stickyWorker(g.manifest.consumer, l, cfg.Workers)
+		w := stickyWorker(g.Manifest().ConsumerInstance(), l, cfg.Workers)
 		p.lanes[l] = &laneControl{lane: l, bit: 1 << l, worker: w}
 		p.workers[w].ingestors[l] = in
 		p.workers[w].lanes |= 1 << l
@@ -124,7 +125,7 @@ func newIngestionPool(g *GlobalIndexer, cfg IngestionPoolConfig, hooks poolHooks
 }
 
 // Indexer returns the indexer the pool feeds.
-func (p *IngestionPool) Indexer() *GlobalIndexer { return p.g }
+func (p *IngestionPool) Indexer() *index.GlobalIndexer { return p.g }
 
 // Faults returns the best-effort diagnostic channel (capacity 2·16 +
 // workers). Faults are dropped when it is full; readiness is authoritative.
@@ -153,14 +154,14 @@ func (p *IngestionPool) postFault(f PoolFault) {
 }
 
 // laneFor checks the common preconditions of every operation: pool open,
-// lane configured (ErrUnconfiguredLane), owning worker healthy
+// lane configured (index.ErrUnconfiguredLane), owning worker healthy
 // (ErrWorkerFailed).
 func (p *IngestionPool) laneFor(lane uint8) (*laneControl, *worker, error) {
 	if p.closed.Load() {
 		return nil, nil, ErrPoolClosed
 	}
 	if lane >= ckf.LaneCount || p.lanes[lane] == nil {
-		return nil, nil, ErrUnconfiguredLane
+		return nil, nil, index.ErrUnconfiguredLane
 	}
 	lc := p.lanes[lane]
 	w := p.workers[lc.worker]
@@ -171,7 +172,7 @@ func (p *IngestionPool) laneFor(lane uint8) (*laneControl, *worker, error) {
 }
 
 // Assign (consumer §4.5) validates the assignment against the lane's admission
-// record (consumer §3.2; *AssignmentError, nothing changes), then bumps the epoch,
+// record (consumer §3.2; *index.AssignmentError, nothing changes), then bumps the epoch,
 // clears readiness before the lease changes, records the new lease
 // (Transitioning) and has the worker assign the ingestor. On success the
 // lane awaits a snapshot. A fenced lane returns ErrAdmissionEpochExhausted.
@@ -188,7 +189,7 @@ func (p *IngestionPool) Assign(ctx context.Context, id ckf.ProducerIdentity, lea
 		lc.mu.Unlock()
 		return ErrAdmissionEpochExhausted
 	}
-	if aerr := validateAssignment(&p.g.manifest, lease.Lane, lc.lastAssignEpoch, lc.hasLastAssign, id, lease); aerr != nil {
+	if aerr := p.g.Manifest().ValidateAssignment(lease.Lane, lc.lastAssignEpoch, lc.hasLastAssign, id, lease); aerr != nil {
 		lc.mu.Unlock()
 		return aerr
 	}
@@ -198,7 +199,7 @@ func (p *IngestionPool) Assign(ctx context.Context, id ckf.ProducerIdentity, lea
 		return ErrAdmissionEpochExhausted
 	}
 	lc.epoch++
-	p.g.clearReadyLane(lc.bit)
+	p.g.WithdrawReady(lc.bit)
 	lc.state = laneTransitioning
 	lc.lease, lc.hasLease = lease, true
 	lc.published.Store(lc.epoch)
@@ -240,10 +241,10 @@ func (p *IngestionPool) Assign(ctx context.Context, id ckf.ProducerIdentity, lea
 // ErrControlTimeout, ErrWorkerFailed, ErrPoolClosed, ctx errors.
 //
 // s must not be modified until InstallSnapshot returns.
-func (p *IngestionPool) InstallSnapshot(ctx context.Context, s *ckf.Snapshot) (IngestOutcome, error) {
+func (p *IngestionPool) InstallSnapshot(ctx context.Context, s *ckf.Snapshot) (index.IngestOutcome, error) {
 	lc, w, err := p.laneFor(s.Lease.Lane)
 	if err != nil {
-		return IngestOutcome{}, err
+		return index.IngestOutcome{}, err
 	}
 	lc.transition.Lock()
 	defer lc.transition.Unlock()
@@ -251,17 +252,17 @@ func (p *IngestionPool) InstallSnapshot(ctx context.Context, s *ckf.Snapshot) (I
 	lc.mu.Lock()
 	if err := lc.admitControlLocked(s.Lease, true); err != nil {
 		lc.mu.Unlock()
-		return IngestOutcome{}, err
+		return index.IngestOutcome{}, err
 	}
 	epoch := lc.epoch
 	lc.mu.Unlock()
 
 	r, err := p.control(ctx, lc, w, command{kind: cmdSnapshot, lane: s.Lease.Lane, epoch: epoch, snapshot: s})
 	if err != nil {
-		return IngestOutcome{}, err
+		return index.IngestOutcome{}, err
 	}
-	if r.stale || r.out.Kind == OutcomeAwaitingSnapshot {
-		return IngestOutcome{}, ErrLaneRetired
+	if r.stale || r.out.Kind == index.OutcomeAwaitingSnapshot {
+		return index.IngestOutcome{}, ErrLaneRetired
 	}
 	return r.out, nil
 }
@@ -380,10 +381,10 @@ func (p *IngestionPool) SubmitDelta(ctx context.Context, d *ckf.Delta) error {
 // is retired). The lane must be Active on marker's lease, else
 // ErrLaneRetired (also when the marker was discarded because the lane was
 // retired while it was queued).
-func (p *IngestionPool) CompleteDrain(ctx context.Context, m ckf.DrainMarker) (IngestOutcome, error) {
+func (p *IngestionPool) CompleteDrain(ctx context.Context, m ckf.DrainMarker) (index.IngestOutcome, error) {
 	lc, w, err := p.laneFor(m.Lease.Lane)
 	if err != nil {
-		return IngestOutcome{}, err
+		return index.IngestOutcome{}, err
 	}
 	lc.transition.Lock()
 	defer lc.transition.Unlock()
@@ -391,17 +392,17 @@ func (p *IngestionPool) CompleteDrain(ctx context.Context, m ckf.DrainMarker) (I
 	lc.mu.Lock()
 	if err := lc.admitControlLocked(m.Lease, false); err != nil {
 		lc.mu.Unlock()
-		return IngestOutcome{}, err
+		return index.IngestOutcome{}, err
 	}
 	epoch := lc.epoch
 	lc.mu.Unlock()
 
 	r, err := p.control(ctx, lc, w, command{kind: cmdDrain, lane: m.Lease.Lane, epoch: epoch, marker: m})
 	if err != nil {
-		return IngestOutcome{}, err
+		return index.IngestOutcome{}, err
 	}
 	if r.stale {
-		return IngestOutcome{}, ErrLaneRetired
+		return index.IngestOutcome{}, ErrLaneRetired
 	}
 	return r.out, nil
 }

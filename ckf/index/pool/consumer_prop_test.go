@@ -1,4 +1,4 @@
-package index
+package pool
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"pgregory.net/rapid"
 )
@@ -91,13 +92,13 @@ func TestPropProducerConsumerConvergence(t *testing.T) {
 				}
 			}
 			if rapid.IntRange(0, 7).Draw(rt, "drainNow") == 0 {
-				if o, err := a.drain(); err != nil || o.Kind != OutcomeDrainAcknowledged {
+				if o, err := a.drain(); err != nil || o.Kind != index.OutcomeDrainAcknowledged {
 					rt.Fatalf("intermediate drain %v %v", o, err)
 				}
 			}
 		}
 		o, err := a.drain()
-		if err != nil || o.Kind != OutcomeDrainAcknowledged {
+		if err != nil || o.Kind != index.OutcomeDrainAcknowledged {
 			rt.Fatalf("drain %v %v", o, err)
 		}
 		if !a.converged() {
@@ -152,7 +153,7 @@ func TestStressQueriesDuringIngestion(t *testing.T) {
 		chain[i] = uint64(i*7919 + 13)
 	}
 	truth := make([]uint64, buckets)
-	if !insertChain(f.g.addr, truth, chain) {
+	if !insertChain(f.g.Addressing(), truth, chain) {
 		t.Fatal("insert")
 	}
 	seqs := ckf.SequenceHashes(chain)
@@ -163,7 +164,7 @@ func TestStressQueriesDuringIngestion(t *testing.T) {
 	}
 	locs := make([]loc, len(seqs))
 	for i, h := range seqs {
-		pr := f.g.addr.Probe(h)
+		pr := f.g.Addressing().Probe(h)
 		found := false
 		for _, b := range []uint64{pr.BucketA, pr.BucketB} {
 			for s := 0; s < 4 && !found; s++ {
@@ -193,7 +194,7 @@ func TestStressQueriesDuringIngestion(t *testing.T) {
 			n := 1 + q%len(chain)
 			res, err := f.g.FindPrefixMatches(chain[:n])
 			if err != nil {
-				if !errors.Is(err, ErrUnavailable) {
+				if !errors.Is(err, index.ErrUnavailable) {
 					queryErr = err
 					return
 				}
@@ -232,7 +233,7 @@ func TestStressQueriesDuringIngestion(t *testing.T) {
 					}
 					snap := &ckf.Snapshot{Identity: f.identity(lane), Lease: f.lease(lane, epoch), Sequence: seq, Buckets: append([]uint64(nil), words...)}
 					out, err := p.InstallSnapshot(ctx, snap)
-					if err == nil && out.Kind == OutcomeSnapshotInstalled {
+					if err == nil && out.Kind == index.OutcomeSnapshotInstalled {
 						return
 					}
 				}
@@ -266,7 +267,7 @@ func TestStressQueriesDuringIngestion(t *testing.T) {
 			// Drain to the final state.
 			for {
 				out, err := p.CompleteDrain(ctx, ckf.DrainMarker{Lease: f.lease(lane, epoch), ExpectedSequence: seq})
-				if err == nil && out.Kind == OutcomeDrainAcknowledged {
+				if err == nil && out.Kind == index.OutcomeDrainAcknowledged {
 					return
 				}
 				recover()

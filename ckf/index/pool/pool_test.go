@@ -1,4 +1,4 @@
-package index
+package pool
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 )
 
 // ---- pool fixture -------------------------------------------------------------
@@ -39,7 +40,7 @@ func (pf *poolFixture) activate(lane uint8, epoch, seq uint64, words []uint64) {
 		pf.t.Fatalf("assign lane %d: %v", lane, err)
 	}
 	out, err := pf.p.InstallSnapshot(pf.ctx, pf.snapshot(lane, epoch, seq, words))
-	if err != nil || out.Kind != OutcomeSnapshotInstalled {
+	if err != nil || out.Kind != index.OutcomeSnapshotInstalled {
 		pf.t.Fatalf("install lane %d: %v %v", lane, out, err)
 	}
 }
@@ -121,7 +122,7 @@ func TestPoolAsyncDeltaAppliedBeforeDrain(t *testing.T) {
 		}
 	}
 	out, err := pf.p.CompleteDrain(pf.ctx, pf.marker(0, 1, 20))
-	if err != nil || out.Kind != OutcomeDrainAcknowledged || out.InstalledSequence != 20 {
+	if err != nil || out.Kind != index.OutcomeDrainAcknowledged || out.InstalledSequence != 20 {
 		t.Fatalf("drain %v %v", out, err)
 	}
 	if pf.word(20, 0) != 20 || pf.g.ReadyLanes() != 1 {
@@ -137,7 +138,7 @@ func TestPoolGapFaultDeactivatesOnlyThatLane(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := pf.waitFault(PoolFaultLaneDeactivated)
-	if f.Lane != 0 || f.Fault.Kind != FaultBaseSequenceMismatch || f.Disposition != ckf.DispositionOf(ckf.ConsumerGapOrMalformedBeforeWrite) {
+	if f.Lane != 0 || f.Fault.Kind != index.FaultBaseSequenceMismatch || f.Disposition != ckf.DispositionOf(ckf.ConsumerGapOrMalformedBeforeWrite) {
 		t.Fatalf("fault %+v", f)
 	}
 	if f.Disposition.Domain != ckf.DomainConsumerLane || f.Disposition.RecoveryDomain != ckf.DomainConsumerLane {
@@ -165,10 +166,10 @@ func TestPoolStaleAndForeignAssignmentsRejected(t *testing.T) {
 	pf := newPoolFixture(t, 2, 64, quietConfig(), poolHooks{})
 	pf.activate(0, 1, 0, nil)
 	pf.activate(0, 2, 0, nil) // replacement
-	if err := pf.p.Assign(pf.ctx, pf.identity(0), pf.lease(0, 1)); !errors.Is(err, ErrStaleAssignmentEpoch) {
+	if err := pf.p.Assign(pf.ctx, pf.identity(0), pf.lease(0, 1)); !errors.Is(err, index.ErrStaleAssignmentEpoch) {
 		t.Fatalf("stale assign: %v", err)
 	}
-	if err := pf.p.Assign(pf.ctx, pf.identity(1), pf.lease(0, 3)); !errors.Is(err, ErrWrongLaneOwner) {
+	if err := pf.p.Assign(pf.ctx, pf.identity(1), pf.lease(0, 3)); !errors.Is(err, index.ErrWrongLaneOwner) {
 		t.Fatalf("foreign pool: %v", err)
 	}
 	if pf.g.ReadyLanes() != 1 {
@@ -177,7 +178,7 @@ func TestPoolStaleAndForeignAssignmentsRejected(t *testing.T) {
 	if err := pf.p.SubmitDelta(pf.ctx, pf.delta(0, 2, 0, 1, ckf.BucketImage{Bucket: 1, Value: 1})); err != nil {
 		t.Fatalf("replacement lease unusable: %v", err)
 	}
-	if err := pf.p.Assign(pf.ctx, pf.identity(0), pf.lease(9, 9)); !errors.Is(err, ErrUnconfiguredLane) {
+	if err := pf.p.Assign(pf.ctx, pf.identity(0), pf.lease(9, 9)); !errors.Is(err, index.ErrUnconfiguredLane) {
 		t.Fatalf("unconfigured: %v", err)
 	}
 }
@@ -191,7 +192,7 @@ func TestPoolStaleActiveSnapshotIgnored(t *testing.T) {
 	old := make([]uint64, 64)
 	old[2] = 1
 	out, err := pf.p.InstallSnapshot(pf.ctx, pf.snapshot(0, 1, 4, old))
-	if err != nil || out.Kind != OutcomeIgnoredStaleOrDuplicate || out.InstalledSequence != 5 {
+	if err != nil || out.Kind != index.OutcomeIgnoredStaleOrDuplicate || out.InstalledSequence != 5 {
 		t.Fatalf("stale snapshot %v %v", out, err)
 	}
 	if pf.word(2, 0) != 22 || pf.g.ReadyLanes() != 1 {
@@ -208,7 +209,7 @@ func TestPoolInactiveSnapshotFailureRetryable(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := pf.p.InstallSnapshot(pf.ctx, pf.snapshot(0, 1, 3, make([]uint64, 10)))
-	if err != nil || out.Kind != OutcomeLaneDeactivated || out.Fault.Kind != FaultInvalidSnapshotBucketCount {
+	if err != nil || out.Kind != index.OutcomeLaneDeactivated || out.Fault.Kind != index.FaultInvalidSnapshotBucketCount {
 		t.Fatalf("bad snapshot %v %v", out, err)
 	}
 	f := pf.waitFault(PoolFaultLaneDeactivated)
@@ -216,7 +217,7 @@ func TestPoolInactiveSnapshotFailureRetryable(t *testing.T) {
 		t.Fatalf("disposition %+v (no producer recovery expected)", f.Disposition)
 	}
 	out, err = pf.p.InstallSnapshot(pf.ctx, pf.snapshot(0, 1, 3, nil))
-	if err != nil || out.Kind != OutcomeSnapshotInstalled {
+	if err != nil || out.Kind != index.OutcomeSnapshotInstalled {
 		t.Fatalf("retry on the same lease: %v %v", out, err)
 	}
 }
@@ -237,7 +238,7 @@ func TestPoolRetireDuringPausedActivation(t *testing.T) {
 	words := make([]uint64, 64)
 	words[9] = 99
 	type result struct {
-		out IngestOutcome
+		out index.IngestOutcome
 		err error
 	}
 	done := make(chan result, 1)
@@ -572,7 +573,7 @@ func TestPoolAdmissionStateErrors(t *testing.T) {
 	// Newer snapshot on an active lane: Ok(LaneDeactivated) and retired.
 	pf.activate(0, 2, 1, nil)
 	out, err := pf.p.InstallSnapshot(pf.ctx, pf.snapshot(0, 2, 5, nil))
-	if err != nil || out.Kind != OutcomeLaneDeactivated || out.Fault.Kind != FaultSnapshotWhileReady {
+	if err != nil || out.Kind != index.OutcomeLaneDeactivated || out.Fault.Kind != index.FaultSnapshotWhileReady {
 		t.Fatalf("newer snapshot: %v %v", out, err)
 	}
 	if err := pf.p.SubmitDelta(pf.ctx, pf.delta(0, 2, 1, 2, ckf.BucketImage{Bucket: 1})); !errors.Is(err, ErrLaneRetired) {
@@ -581,7 +582,7 @@ func TestPoolAdmissionStateErrors(t *testing.T) {
 	// Drain mismatch retires too.
 	pf.activate(0, 3, 1, nil)
 	out, err = pf.p.CompleteDrain(pf.ctx, pf.marker(0, 3, 2))
-	if err != nil || out.Fault.Kind != FaultTerminalSequenceMismatch {
+	if err != nil || out.Fault.Kind != index.FaultTerminalSequenceMismatch {
 		t.Fatalf("drain mismatch: %v %v", out, err)
 	}
 	if _, err := pf.p.CompleteDrain(pf.ctx, pf.marker(0, 3, 1)); !errors.Is(err, ErrLaneRetired) {
@@ -618,7 +619,7 @@ func TestPoolConfigValidation(t *testing.T) {
 	}
 	// A claimed lane makes the pool build fail and release what it claimed.
 	in := f.claim(0)
-	if _, err := NewIngestionPool(f.g, DefaultIngestionPoolConfig()); !errors.Is(err, ErrLaneAlreadyClaimed) {
+	if _, err := NewIngestionPool(f.g, DefaultIngestionPoolConfig()); !errors.Is(err, index.ErrLaneAlreadyClaimed) {
 		t.Fatalf("claimed lane: %v", err)
 	}
 	in.Close()
