@@ -16,13 +16,12 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/httpserver"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	"github.com/ckf-stream/ckf-stream/bridge"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
@@ -79,10 +78,7 @@ type Bridge struct {
 	shutdowner fx.Shutdowner
 	b          runner
 	prod       *kgo.Client
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan error
+	run        *lifecycle.Group // runs b from Start to Stop
 }
 
 // New builds the bridge and its producer; nothing connects until Start.
@@ -123,51 +119,23 @@ func New(p Params) (*Bridge, error) {
 			zap.Uint64("worker_id", cfg.WorkerID), zap.Int("ranks", cfg.Ranks), zap.Bool("bind", cfg.Bind),
 			zap.Int("block_size", cfg.BlockSize), zap.String("kv_events", cfg.KVTopic))
 	}
-	return &Bridge{log: log, shutdowner: p.Shutdowner, b: b, prod: prod}, nil
-}
-
-// Start schedules the bridge's Run and returns at once.
-func (br *Bridge) Start(context.Context) error {
-	br.mu.Lock()
-	defer br.mu.Unlock()
-	if br.cancel != nil {
-		return errors.New("bridge: already started")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	br.cancel, br.done = cancel, make(chan error, 1)
-	go func() {
-		err := br.b.Run(ctx)
-		br.done <- err
-		if ctx.Err() != nil {
-			return
-		}
+	br := &Bridge{log: log, shutdowner: p.Shutdowner, b: b, prod: prod}
+	br.run = &lifecycle.Group{Name: "bridge", Tasks: []lifecycle.Task{{Run: b.Run}}, OnExit: func(_ int, err error) {
 		br.log.Error("bridge stopped", zap.Error(err))
 		if br.shutdowner != nil {
 			_ = br.shutdowner.Shutdown(fx.ExitCode(1))
 		}
-	}()
-	return nil
+	}}
+	return br, nil
 }
+
+// Start schedules the bridge's Run and returns at once.
+func (br *Bridge) Start(ctx context.Context) error { return br.run.Start(ctx) }
 
 // Stop cancels the bridge, waits for its flush within ctx and closes the producer.
 func (br *Bridge) Stop(ctx context.Context) error {
-	br.mu.Lock()
-	cancel, done := br.cancel, br.done
-	br.mu.Unlock()
 	defer br.prod.Close()
-	if cancel == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("bridge: %w", err)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("bridge: stopping: %w", ctx.Err())
-	}
+	return br.run.Stop(ctx)
 }
 
 // Ready is the "bridge" readiness check.

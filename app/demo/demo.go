@@ -28,6 +28,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/httpserver"
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
 	"github.com/ckf-stream/ckf-stream/app/relay"
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -151,8 +152,6 @@ type demo struct {
 	// engines are the built-in engines and their bridges (Options.Engines per DC).
 	engines []*demoEngine
 
-	cancel context.CancelFunc
-	done   chan struct{}
 	// http is the process's HTTP listener (lane page, query API, metrics), when there is one.
 	http *httpserver.Early
 	// triedByHand is set once a cached prompt to try by hand has been printed.
@@ -175,7 +174,8 @@ func (d *demo) module() fx.Option {
 			Early *httpserver.Early `optional:"true"`
 		}) {
 			d.ix, d.http = ix, h.Early
-			lc.Append(fx.Hook{OnStart: d.start, OnStop: d.stop})
+			load := d.load()
+			lc.Append(fx.Hook{OnStart: load.Start, OnStop: load.Stop})
 		}),
 	)
 }
@@ -234,35 +234,22 @@ func printLayout(ctx context.Context, out io.Writer, conn *kafka.Connection) err
 	return nil
 }
 
-func (d *demo) start(context.Context) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	d.cancel, d.done = cancel, make(chan struct{})
-	go func() {
-		defer close(d.done)
+// load is the demo's driver, run from the application's start until its stop: drive, then stop
+// the application with drive's exit status. An interrupted drive is the application stopping
+// already; Stop reports nothing of it but a stop that runs out of time.
+func (d *demo) load() *lifecycle.Group {
+	return &lifecycle.Group{Name: "demo", Tasks: []lifecycle.Task{{Waiting: "the load", Run: func(ctx context.Context) error {
 		code := exitOK
 		if err := d.drive(ctx); err != nil {
 			if ctx.Err() != nil {
-				return // interrupted: the application is stopping already
+				return nil // interrupted: the application is stopping already
 			}
 			fmt.Fprintln(d.out, "demo failed:", err)
 			code = exitFailure
 		}
 		_ = d.sd.Shutdown(fx.ExitCode(code))
-	}()
-	return nil
-}
-
-func (d *demo) stop(ctx context.Context) error {
-	if d.cancel == nil {
 		return nil
-	}
-	d.cancel()
-	select {
-	case <-d.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("demo: stopping the load: %w", ctx.Err())
-	}
+	}}}}
 }
 
 // drive waits for the relays and the lanes, runs the load while printing the lane table and

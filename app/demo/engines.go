@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	"github.com/ckf-stream/ckf-stream/bridge"
 	"github.com/ckf-stream/ckf-stream/bridge/engineemu"
 	"github.com/ckf-stream/ckf-stream/schemas"
@@ -31,7 +32,6 @@ type demoEngine struct {
 	engine *engineemu.Engine
 	bridge *bridge.Bridge
 	prod   *kgo.Client
-	done   chan error
 }
 
 // wireEngines builds Options.Engines engines and bridges per DC (none by default). Their
@@ -51,7 +51,7 @@ func (d *demo) wireEngines(lc fx.Lifecycle, conn *kafka.Connection, scope tally.
 			if err != nil {
 				return fmt.Errorf("demo: engine %d of DC %#x: %w", i, r.Dc, err)
 			}
-			de := &demoEngine{dc: r.Dc, worker: worker, engine: e, done: make(chan error, 1)}
+			de := &demoEngine{dc: r.Dc, worker: worker, engine: e}
 			d.engines = append(d.engines, de)
 			pub, replay := e.Endpoints(0)
 			prod, err := conn.NewClient(fmt.Sprintf("demo-bridge-%x", worker), kgo.RecordPartitioner(bridge.KeyPartitioner()))
@@ -73,43 +73,24 @@ func (d *demo) wireEngines(lc fx.Lifecycle, conn *kafka.Connection, scope tally.
 			de.bridge = b
 		}
 	}
-	var stop context.CancelFunc
+	g := &lifecycle.Group{Name: "demo", OnExit: func(i int, err error) {
+		if err != nil {
+			d.log.Error("bridge stopped", zap.Uint64("worker_id", d.engines[i].worker), zap.Error(err))
+			_ = d.sd.Shutdown(fx.ExitCode(exitFailure))
+		}
+	}}
+	for _, de := range d.engines {
+		g.Tasks = append(g.Tasks, lifecycle.Task{Name: fmt.Sprintf("bridge %#x", de.worker), Waiting: "the bridges", Run: de.bridge.Run})
+	}
 	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			var ctx context.Context
-			ctx, stop = context.WithCancel(context.Background())
-			for _, de := range d.engines {
-				go func() {
-					err := de.bridge.Run(ctx)
-					de.done <- err
-					if err != nil && ctx.Err() == nil {
-						d.log.Error("bridge stopped", zap.Uint64("worker_id", de.worker), zap.Error(err))
-						_ = d.sd.Shutdown(fx.ExitCode(exitFailure))
-					}
-				}()
-			}
-			return nil
-		},
+		OnStart: g.Start,
 		OnStop: func(ctx context.Context) error {
-			var errs []error
-			if stop != nil {
-				stop()
-				for _, de := range d.engines {
-					select {
-					case err := <-de.done:
-						if err != nil && !errors.Is(err, context.Canceled) {
-							errs = append(errs, fmt.Errorf("demo: bridge %#x: %w", de.worker, err))
-						}
-					case <-ctx.Done():
-						errs = append(errs, fmt.Errorf("demo: stopping the bridges: %w", ctx.Err()))
-					}
-				}
-			}
+			err := g.Stop(ctx)
 			for _, de := range d.engines {
 				_ = de.engine.Close()
 				de.prod.Close()
 			}
-			return errors.Join(errs...)
+			return err
 		},
 	})
 	return nil

@@ -25,13 +25,13 @@ import (
 	"os"
 	"runtime/debug"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/httpserver"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/streams"
@@ -73,11 +73,9 @@ type Indexer struct {
 	gauges    struct{ configured, eligible, degraded, member tally.Gauge }
 	gcPercent int // config.Indexer.GCPercent, applied at Start
 
-	mu        sync.Mutex
-	cancel    context.CancelFunc
-	lanesDone chan error
-	queryDone chan error
-	watchDone chan struct{}
+	// run runs the query service, the lanes and the lane watcher from Start to Stop, and stops
+	// them in that order.
+	run *lifecycle.Group
 }
 
 // Freshness converts the configured policy. Both sides read a zero bound as "not checked", so
@@ -202,6 +200,11 @@ func New(p Params) (*Indexer, error) {
 		zap.Stringer("lanes", p.Config.Lanes),
 		zap.Uint64("bucket_count", m.Format().BucketCount),
 		zap.Int("verification_window", p.Config.VerificationWindow))
+	ix.run = &lifecycle.Group{Name: "indexer", Tasks: []lifecycle.Task{
+		{Name: "query service", Waiting: "the query service", Run: ix.serveQueries},
+		{Name: "lanes", Waiting: "the lanes", Run: lanes.Run},
+		{Name: "lane watcher", Waiting: "the lane watcher", Run: func(ctx context.Context) error { ix.watch(ctx); return nil }},
+	}, OnExit: func(i int, err error) { ix.fail(ix.run.Tasks[i].Name, err) }}
 	return ix, nil
 }
 
@@ -221,28 +224,12 @@ func (ix *Indexer) API() *API { return ix.api }
 // and returns. A lane or query failure after start stops the application with exit status 1
 // through fx.Shutdowner (when there is one), so the replica restarts rather than serving a table
 // that no longer moves.
-func (ix *Indexer) Start(context.Context) error {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	if ix.cancel != nil {
+func (ix *Indexer) Start(ctx context.Context) error {
+	if ix.run.Started() {
 		return errors.New("indexer: already started")
 	}
 	ix.applyGCPercent(os.LookupEnv)
-	ctx, cancel := context.WithCancel(context.Background())
-	ix.cancel = cancel
-	ix.lanesDone, ix.queryDone, ix.watchDone = make(chan error, 1), make(chan error, 1), make(chan struct{})
-	go func() {
-		err := ix.lanes.Run(ctx)
-		ix.lanesDone <- err
-		ix.fail(ctx, "lanes", err)
-	}()
-	go func() {
-		err := ix.serveQueries(ctx)
-		ix.queryDone <- err
-		ix.fail(ctx, "query service", err)
-	}()
-	go ix.watch(ctx)
-	return nil
+	return ix.run.Start(ctx)
 }
 
 // QueryGroupMember reports whether the replica's query service is in the query group (joined
@@ -328,10 +315,7 @@ func (ix *Indexer) applyGCPercent(lookupEnv func(string) (string, bool)) {
 }
 
 // fail reports a component that stopped on its own.
-func (ix *Indexer) fail(ctx context.Context, what string, err error) {
-	if ctx.Err() != nil {
-		return // stopping: not a failure
-	}
+func (ix *Indexer) fail(what string, err error) {
 	ix.log.Error(what+" stopped", zap.Error(err))
 	if ix.shutdowner != nil {
 		_ = ix.shutdowner.Shutdown(fx.ExitCode(1))
@@ -344,7 +328,6 @@ const watchInterval = 100 * time.Millisecond
 // watch samples eligibility (so that a lane eligible for a moment counts for readiness even when
 // no probe ran then) and updates the lane-count gauges until ctx ends.
 func (ix *Indexer) watch(ctx context.Context) {
-	defer close(ix.watchDone)
 	t := time.NewTicker(watchInterval)
 	defer t.Stop()
 	configured := ix.g.Manifest().ConfiguredLanes()
@@ -367,32 +350,16 @@ func (ix *Indexer) watch(ctx context.Context) {
 // release their lanes of the table, and lane events are flushed). It returns the first error of either,
 // or ctx's error when ctx ends first.
 func (ix *Indexer) Stop(ctx context.Context) error {
-	ix.mu.Lock()
-	cancel := ix.cancel
-	ix.mu.Unlock()
-	if cancel == nil {
+	if !ix.run.Started() {
 		return nil
 	}
-	// One context stops both: the query service's graceful stop and the lanes' are both driven
-	// by its cancellation, and both finish their work in flight before returning.
-	cancel()
-	var errs []error
-	for _, c := range []struct {
-		what string
-		ch   chan error
-	}{{"query service", ix.queryDone}, {"lanes", ix.lanesDone}} {
-		select {
-		case err := <-c.ch:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				errs = append(errs, fmt.Errorf("indexer: %s: %w", c.what, err))
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("indexer: stopping the %s: %w", c.what, ctx.Err())
-		}
+	// One context stops all three: the query service's graceful stop and the lanes' are both
+	// driven by its cancellation, and both finish their work in flight before returning.
+	err := ix.run.Stop(ctx)
+	if ctx.Err() == nil || err == nil {
+		ix.log.Info("indexer stopped")
 	}
-	<-ix.watchDone
-	ix.log.Info("indexer stopped")
-	return errors.Join(errs...)
+	return err
 }
 
 // Result is what Provide returns to the fx graph.

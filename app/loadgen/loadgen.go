@@ -21,6 +21,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	lg "github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
@@ -80,10 +81,9 @@ type Loadgen struct {
 	log        *zap.Logger
 	shutdowner fx.Shutdowner
 
-	prod   *kgo.Client
-	qc     *streams.QueryClient
-	cancel context.CancelFunc
-	done   chan struct{}
+	prod *kgo.Client
+	qc   *streams.QueryClient
+	run  lifecycle.Group // the run, from Start to Stop
 
 	mu     sync.Mutex
 	report *lg.Report
@@ -101,7 +101,8 @@ func New(p Params) (*Loadgen, error) {
 	if len(p.Options.Run.Workload.DCs) == 0 {
 		return nil, fmt.Errorf("%w: no DC", lg.ErrConfig)
 	}
-	return &Loadgen{opts: p.Options, kafkaCfg: p.Kafka, conn: p.Connection, log: log.Named("loadgen"), shutdowner: p.Shutdowner}, nil
+	return &Loadgen{opts: p.Options, kafkaCfg: p.Kafka, conn: p.Connection, log: log.Named("loadgen"), shutdowner: p.Shutdowner,
+		run: lifecycle.Group{Name: "loadgen"}}, nil
 }
 
 // Report returns the run's report once it has ended.
@@ -167,10 +168,7 @@ func (l *Loadgen) Start(ctx context.Context) error {
 		l.close()
 		return err
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	l.cancel, l.done = cancel, make(chan struct{})
-	go func() {
-		defer close(l.done)
+	l.run.Tasks = []lifecycle.Task{{Run: func(runCtx context.Context) error {
 		rep, _ := r.Run(runCtx)
 		l.mu.Lock()
 		l.report = &rep
@@ -183,19 +181,15 @@ func (l *Loadgen) Start(ctx context.Context) error {
 			}
 			_ = l.shutdowner.Shutdown(fx.ExitCode(code))
 		}
-	}()
-	return nil
+		return nil
+	}}}
+	return l.run.Start(ctx)
 }
 
 // Stop ends the run (when it is still going), waits for its report and closes the clients.
 func (l *Loadgen) Stop(ctx context.Context) error {
-	if l.cancel != nil {
-		l.cancel()
-		select {
-		case <-l.done:
-		case <-ctx.Done():
-			return fmt.Errorf("loadgen: stopping: %w", ctx.Err())
-		}
+	if err := l.run.Stop(ctx); err != nil {
+		return err
 	}
 	l.close()
 	return nil

@@ -1,13 +1,12 @@
 package relay
 
 import (
-	"context"
-	"errors"
 	"fmt"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
@@ -23,7 +22,6 @@ type LaneRelay struct {
 	Lane  uint8
 	Dc    uint64
 	Relay *streams.Relay
-	done  chan error
 }
 
 // PerLane builds one relay for each lane of cfg.Indexer's lane map: processor relay's
@@ -60,7 +58,7 @@ func PerLane(owner string, cfg config.Config, conn *kafka.Connection, codec *sch
 		if err != nil {
 			return nil, fmt.Errorf("%s: relay of lane %d: %w", owner, l, err)
 		}
-		out = append(out, &LaneRelay{Lane: l, Dc: uint64(pool.Dc), Relay: r, done: make(chan error, 1)})
+		out = append(out, &LaneRelay{Lane: l, Dc: uint64(pool.Dc), Relay: r})
 	}
 	return out, nil
 }
@@ -71,40 +69,14 @@ func PerLane(owner string, cfg config.Config, conn *kafka.Connection, codec *sch
 // returning what they failed with (owner prefixes the errors). Hooks appended to lc before this
 // one stop after the relays.
 func RunPerLane(lc fx.Lifecycle, owner string, relays []*LaneRelay, log *zap.Logger, sd fx.Shutdowner) {
-	var stop context.CancelFunc
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			var ctx context.Context
-			ctx, stop = context.WithCancel(context.Background())
-			for _, r := range relays {
-				go func() {
-					err := r.Relay.Run(ctx)
-					r.done <- err
-					if err != nil && ctx.Err() == nil {
-						log.Error("relay stopped", zap.Uint8("lane", r.Lane), zap.Error(err))
-						_ = sd.Shutdown(fx.ExitCode(1))
-					}
-				}()
-			}
-			return nil
-		},
-		OnStop: func(ctx context.Context) error {
-			if stop == nil {
-				return nil
-			}
-			stop()
-			var errs []error
-			for _, r := range relays {
-				select {
-				case err := <-r.done:
-					if err != nil && !errors.Is(err, context.Canceled) {
-						errs = append(errs, fmt.Errorf("%s: relay of lane %d: %w", owner, r.Lane, err))
-					}
-				case <-ctx.Done():
-					return fmt.Errorf("%s: stopping the relays: %w", owner, ctx.Err())
-				}
-			}
-			return errors.Join(errs...)
-		},
-	})
+	g := &lifecycle.Group{Name: owner, OnExit: func(i int, err error) {
+		if err != nil {
+			log.Error("relay stopped", zap.Uint8("lane", relays[i].Lane), zap.Error(err))
+			_ = sd.Shutdown(fx.ExitCode(1))
+		}
+	}}
+	for _, r := range relays {
+		g.Tasks = append(g.Tasks, lifecycle.Task{Name: fmt.Sprintf("relay of lane %d", r.Lane), Waiting: "the relays", Run: r.Relay.Run})
+	}
+	lc.Append(fx.Hook{OnStart: g.Start, OnStop: g.Stop})
 }

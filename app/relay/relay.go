@@ -21,13 +21,12 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/httpserver"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/streams"
@@ -123,10 +122,7 @@ type Relay struct {
 	log        *zap.Logger
 	shutdowner fx.Shutdowner
 	r          *streams.Relay
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan error
+	run        *lifecycle.Group // runs r from Start to Stop
 }
 
 // New builds the relay from the configuration. Nothing connects until Start. Configuration
@@ -157,7 +153,14 @@ func New(p Params) (*Relay, error) {
 	log.Info("relay built", zap.String("pool", cfg.Pool.String()), zap.Uint8("lane", cfg.Lane),
 		zap.Uint64("expected_blocks", cfg.CKF.ExpectedBlocksPerDC), zap.String("transactional_id", eff.TransactionalID),
 		zap.String("kv_events", cfg.Topics.KVEvents), zap.String("lanes", cfg.Topics.Lanes))
-	return &Relay{log: log, shutdowner: p.Shutdowner, r: r}, nil
+	rl := &Relay{log: log, shutdowner: p.Shutdowner, r: r}
+	rl.run = &lifecycle.Group{Name: "relay", Tasks: []lifecycle.Task{{Run: r.Run}}, OnExit: func(_ int, err error) {
+		rl.log.Error("relay stopped", zap.Error(err))
+		if rl.shutdowner != nil {
+			_ = rl.shutdowner.Shutdown(fx.ExitCode(1))
+		}
+	}}
+	return rl, nil
 }
 
 // Streams returns the underlying relay (stats, identity, inspection).
@@ -165,48 +168,18 @@ func (rl *Relay) Streams() *streams.Relay { return rl.r }
 
 // Start schedules the relay's Run and returns at once (the replay can take long; readiness
 // reports it).
-func (rl *Relay) Start(context.Context) error {
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	if rl.cancel != nil {
-		return errors.New("relay: already started")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rl.cancel, rl.done = cancel, make(chan error, 1)
-	go func() {
-		err := rl.r.Run(ctx)
-		rl.done <- err
-		if ctx.Err() != nil {
-			return // stopping: Stop reports err
-		}
-		rl.log.Error("relay stopped", zap.Error(err))
-		if rl.shutdowner != nil {
-			_ = rl.shutdowner.Shutdown(fx.ExitCode(1))
-		}
-	}()
-	return nil
-}
+func (rl *Relay) Start(ctx context.Context) error { return rl.run.Start(ctx) }
 
 // Stop cancels the relay and waits for its graceful stop (last delta and drain marker
 // committed) within ctx. It returns Run's error, or ctx's when ctx ends first.
 func (rl *Relay) Stop(ctx context.Context) error {
-	rl.mu.Lock()
-	cancel, done := rl.cancel, rl.done
-	rl.mu.Unlock()
-	if cancel == nil {
-		return nil
+	if err := rl.run.Stop(ctx); err != nil {
+		return err
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("relay: %w", err)
-		}
+	if rl.run.Started() {
 		rl.log.Info("relay stopped", zap.Uint64("incarnation", rl.r.Stats().Incarnation))
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("relay: stopping: %w", ctx.Err())
 	}
+	return nil
 }
 
 // Ready is the "relay" readiness check: the start-up snapshot is committed and the relay is

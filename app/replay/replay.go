@@ -22,6 +22,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
+	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
 	"github.com/ckf-stream/ckf-stream/app/relay"
 	"github.com/ckf-stream/ckf-stream/eval"
@@ -170,7 +171,8 @@ func Module(cfg config.Config, o Options) fx.Option {
 		fx.Invoke(r.wireRelays),
 		fx.Invoke(func(lc fx.Lifecycle, ix *indexer.Indexer) {
 			r.ix = ix
-			lc.Append(fx.Hook{OnStart: r.start, OnStop: r.stop})
+			driver := r.driver()
+			lc.Append(fx.Hook{OnStart: driver.Start, OnStop: driver.Stop})
 		}),
 	)
 }
@@ -188,8 +190,6 @@ type replay struct {
 	relays []*relay.LaneRelay
 	dcs    []uint64 // DC ids by DC index (= lane)
 
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 func (r *replay) kvTopic(dc uint64) string { return loadgen.KVTopic(r.cfg.Topics.KVEvents, dc) }
@@ -248,35 +248,22 @@ func (r *replay) deleteTopics(ctx context.Context) error {
 	return nil
 }
 
-func (r *replay) start(context.Context) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel, r.done = cancel, make(chan struct{})
-	go func() {
-		defer close(r.done)
+// driver runs drive from the application's start until its stop, then stops the application
+// with drive's exit status. An interrupted drive is the application stopping already; Stop
+// reports nothing of it but a stop that runs out of time.
+func (r *replay) driver() *lifecycle.Group {
+	return &lifecycle.Group{Name: "replay", Tasks: []lifecycle.Task{{Waiting: "the driver", Run: func(ctx context.Context) error {
 		code := exitOK
 		if err := r.drive(ctx); err != nil {
 			if ctx.Err() != nil {
-				return
+				return nil
 			}
 			fmt.Fprintln(r.out, "replay failed:", err)
 			code = exitFailure
 		}
 		_ = r.sd.Shutdown(fx.ExitCode(code))
-	}()
-	return nil
-}
-
-func (r *replay) stop(ctx context.Context) error {
-	if r.cancel == nil {
 		return nil
-	}
-	r.cancel()
-	select {
-	case <-r.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("replay: stopping the driver: %w", ctx.Err())
-	}
+	}}}}
 }
 
 // ready waits for every relay's start-up snapshot and every lane of the indexer.
