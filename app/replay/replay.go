@@ -189,7 +189,6 @@ type replay struct {
 	codec  *schemas.Codec
 	relays []*relay.LaneRelay
 	dcs    []uint64 // DC ids by DC index (= lane)
-
 }
 
 func (r *replay) kvTopic(dc uint64) string { return loadgen.KVTopic(r.cfg.Topics.KVEvents, dc) }
