@@ -201,7 +201,6 @@ func insertHash(addr ckf.Addressing, words []uint64, h uint64) bool {
 	return false
 }
 
-
 // adapterConfig returns a producer config whose format equals the fixture's
 // (same seed, bucket count).
 func adapterConfig(t testing.TB, buckets uint64) ckf.CkfConfig {
