@@ -24,7 +24,8 @@ const eofsBeforeRefusal = 3
 // (kafka.tls.cert_file) or the SASL credentials (kafka.sasl.password) or mechanism
 // (kafka.sasl.mechanism). It returns nil for any other error. eofs is the number of attempts in
 // a row, this one included, that the broker closed at once; from eofsBeforeRefusal on, that is
-// reported as a security protocol mismatch (kafka.tls.enabled). No case is retried into a
+// reported as a security protocol mismatch (kafka.tls.enabled), as is a TLS alert in answer to
+// a plaintext request. No case is retried into a
 // connection with less security: the client has no other way in than the configured one.
 func refusal(cfg config.Kafka, err error, eofs int) error {
 	var (
@@ -54,6 +55,10 @@ func refusal(cfg config.Kafka, err error, eofs int) error {
 		return field("kafka.sasl.password", "the broker refused the credentials of user %q (%s): check kafka.sasl.username and kafka.sasl.password", cfg.SASL.Username, cfg.SASL.Mechanism)
 	case errors.Is(err, kerr.UnsupportedSaslMechanism), errors.Is(err, kerr.IllegalSaslState):
 		return field("kafka.sasl.mechanism", "the broker does not take %s on this listener: %v", orNone(cfg.SASL.Mechanism), err)
+	case strings.Contains(err.Error(), "tls alert record"):
+		// The broker answered a plaintext request with a TLS alert. franz-go (v1.22.3) says so
+		// in its error's text only ("... appear to be a tls alert record ...").
+		return field("kafka.tls.enabled", "the broker answered with a TLS alert: the port is a TLS listener (SSL or SASL_SSL); set kafka.tls.enabled (and kafka.sasl.* for SASL_SSL)")
 	case errors.As(err, &firstEOF) && eofs >= eofsBeforeRefusal:
 		if cfg.TLS.Enabled {
 			return field("kafka.tls.enabled", "the broker closed the connection in the TLS handshake %d times in a row: the port is probably not a TLS listener (kafka.brokers names a PLAINTEXT or SASL_PLAINTEXT port)", eofs)
