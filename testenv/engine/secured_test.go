@@ -150,4 +150,3 @@ func readLog(t testing.TB, p *proc) string {
 	}
 	return string(raw)
 }
-
