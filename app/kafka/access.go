@@ -16,7 +16,7 @@ import (
 // before its first answer) before waitForBroker reports the security settings as the cause. A
 // broker shutting down can close one connection so; a listener of another security protocol
 // (a TLS client on a PLAINTEXT port, a client without SASL on a SASL port) closes every one.
-const eofsBeforeRefusal = 3
+const eofsBeforeRefusal = 5
 
 // refusal returns the *config.FieldError naming the setting behind err when err is a refusal that
 // retrying does not cure: the broker's certificate is not trusted (kafka.tls.ca_file) or names
@@ -61,7 +61,11 @@ func refusal(cfg config.Kafka, err error, eofs int) error {
 		return field("kafka.tls.enabled", "the broker answered with a TLS alert: the port is a TLS listener (SSL or SASL_SSL); set kafka.tls.enabled (and kafka.sasl.* for SASL_SSL)")
 	case errors.As(err, &firstEOF) && eofs >= eofsBeforeRefusal:
 		if cfg.TLS.Enabled {
-			return field("kafka.tls.enabled", "the broker closed the connection in the TLS handshake %d times in a row: the port is probably not a TLS listener (kafka.brokers names a PLAINTEXT or SASL_PLAINTEXT port)", eofs)
+			hint := ""
+			if cfg.SASL.Mechanism == "" {
+				hint = ", or it is a SASL_SSL listener and kafka.sasl.mechanism is not set"
+			}
+			return field("kafka.tls.enabled", "the broker closed the connection before its first answer %d times in a row: the port is probably not a TLS listener (kafka.brokers names a PLAINTEXT or SASL_PLAINTEXT port)%s", eofs, hint)
 		}
 		return field("kafka.tls.enabled", "the broker closed the connection before its first answer %d times in a row: the listener probably requires TLS (kafka.tls.enabled) or SASL (kafka.sasl.mechanism, now %s)", eofs, orNone(cfg.SASL.Mechanism))
 	}
