@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
@@ -19,7 +20,9 @@ import (
 // credentials; without, it answers "ready" or "not ready" alone. /metrics is protected: its
 // series name topics, lanes, DCs and the index's fill, and Prometheus presents a bearer token
 // (authorization.credentials_file) or a client certificate (tls_config) on its scrapes.
-var OpenPatterns = []string{"GET /healthz", "GET /readyz"}
+func OpenPatterns() []string { return slices.Clone(openPatterns) }
+
+var openPatterns = []string{"GET /healthz", "GET /readyz"}
 
 // minTokenLength is the shortest bearer token http.auth.bearer_token_file may hold.
 const minTokenLength = 16

@@ -179,7 +179,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) Patterns() []string { return slices.Clone(s.patterns) }
 
 // IsOpen reports whether the route of pattern answers without credentials (OpenPatterns).
-func IsOpen(pattern string) bool { return slices.Contains(OpenPatterns, pattern) }
+func IsOpen(pattern string) bool { return slices.Contains(openPatterns, pattern) }
 
 // Scheme is "https" when the server serves TLS, else "http".
 func (s *Server) Scheme() string {
