@@ -32,6 +32,12 @@ type BrokerConfig struct {
 	// KeepData restarts on the run directory's existing data instead of formatting a fresh one.
 	// It needs the same ports as before (the KRaft quorum is bound to the controller port).
 	KeepData bool
+	// ExtraConfig is a file of server properties appended to the broker's server.properties (a
+	// key set again there wins): StartSecuredBroker's listeners.
+	ExtraConfig string
+	// ScramUsers are SCRAM credentials created when the storage is formatted, each as kafka-storage
+	// format's --add-scram takes it: SCRAM-SHA-512=[name=alice,password=secret].
+	ScramUsers []string
 }
 
 // Broker is a running single-node Kafka broker started by StartBroker.
@@ -64,6 +70,12 @@ func (c BrokerConfig) env() []string {
 	}
 	if c.KeepData {
 		env = append(env, "KAFKA_KEEP_DATA=1")
+	}
+	if c.ExtraConfig != "" {
+		env = append(env, "KAFKA_EXTRA_CONFIG="+c.ExtraConfig)
+	}
+	if len(c.ScramUsers) > 0 {
+		env = append(env, "KAFKA_SCRAM_USERS="+strings.Join(c.ScramUsers, "\n"))
 	}
 	if c.StopTimeout > 0 {
 		env = append(env, "KAFKA_STOP_TIMEOUT="+strconv.Itoa(int(c.StopTimeout.Seconds()+0.5)))

@@ -18,6 +18,12 @@
 // (toxiproxy, in process) in front of each node's two client listeners, which the nodes
 // advertise, for latency, bandwidth, blackhole and reset faults per route.
 //
+// StartSecuredBroker starts a private single node whose second client listener takes SASL_SSL
+// only (SCRAM-SHA-512 users created at format time, TLS with a server certificate and optionally
+// required client certificates), next to a plaintext listener for the test's own set-up. WritePKI
+// makes the CA, server, client and untrusted certificates with Go's crypto packages; Kafka reads
+// the server's PEM key and chain inline (ssl.keystore.type=PEM), so no keytool is needed.
+//
 // Process (BuildProcessor, NewProcess) runs the processor binary as a separate process for the
 // multi-process suites (faults, deploy, testenv/engine): start, kill -9 and start again with the
 // same settings, one log file per incarnation, readiness and /metrics scrapes (Scrape,

@@ -328,8 +328,36 @@ func DefaultTopics(prefix string) Topics {
 type HTTP struct {
 	// Listen is the host:port to listen on. Default "127.0.0.1:8080" (loopback only); use
 	// ":8080" to serve every interface, or port 0 for any free port.
-	Listen string `yaml:"listen"`
+	Listen string   `yaml:"listen"`
+	TLS    HTTPTLS  `yaml:"tls"`
+	Auth   HTTPAuth `yaml:"auth"`
 }
+
+// HTTPTLS serves HTTPS instead of HTTP. Which routes stay open to requests without credentials
+// (the probes) is app/httpserver's decision, documented in app/indexer/http.md.
+type HTTPTLS struct {
+	// CertFile and KeyFile are the server's PEM certificate chain and key. Set both to serve
+	// HTTPS (TLS 1.2 or newer); neither serves plain HTTP. Read at start.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ClientCAFile is a PEM bundle of the CAs whose client certificates the server accepts.
+	// When set, every route but the probes requires a client certificate that verifies against
+	// it (the probes, which kubelets ask without one, stay open). Needs CertFile.
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// HTTPAuth makes every route but the probes require credentials.
+type HTTPAuth struct {
+	// BearerTokenFile is a file holding the token that requests present as
+	// "Authorization: Bearer <token>" (surrounding white space is trimmed; at least 16
+	// characters). Empty (the default) requires no token. The token is read at start and never
+	// printed, logged or passed by flag or variable: only the file's path is configuration.
+	BearerTokenFile string `yaml:"bearer_token_file"`
+}
+
+// Protected reports whether any route requires credentials: a bearer token, a client
+// certificate, or both.
+func (h HTTP) Protected() bool { return h.Auth.BearerTokenFile != "" || h.TLS.ClientCAFile != "" }
 
 // Log configures the process logger.
 type Log struct {

@@ -90,10 +90,14 @@ var descriptions = map[string]Description{
 	"schema_registry.timeout":     {"bound of each registry request: registrations at start, unseen ids while decoding", clientCommands},
 	"schema_registry.lookup_only": {"look the schemas up instead of registering them (read-only registry account)", clientCommands},
 
-	"http.listen":             {"host:port of /healthz, /readyz, /metrics and the indexer's HTTP API (loadgen picks a free port)", processCommands},
-	"log.level":               {"minimum level logged: debug, info, warn or error", processCommands},
-	"log.format":              {"log encoding: json (one object per line) or console", processCommands},
-	"metrics.report_interval": {"how often counters and gauges reach /metrics", processCommands},
+	"http.listen":                 {"host:port of /healthz, /readyz, /metrics and the indexer's HTTP API (loadgen picks a free port)", processCommands},
+	"http.tls.cert_file":          {"PEM certificate chain to serve HTTPS with (with http.tls.key_file); empty serves plain HTTP", processCommands},
+	"http.tls.key_file":           {"PEM private key of http.tls.cert_file", processCommands},
+	"http.tls.client_ca_file":     {"PEM CAs of the client certificates every route but /healthz and /readyz requires (needs HTTPS)", processCommands},
+	"http.auth.bearer_token_file": {"file holding the bearer token every route but /healthz and /readyz requires (Authorization: Bearer); the token is never printed", processCommands},
+	"log.level":                   {"minimum level logged: debug, info, warn or error", processCommands},
+	"log.format":                  {"log encoding: json (one object per line) or console", processCommands},
+	"metrics.report_interval":     {"how often counters and gauges reach /metrics", processCommands},
 
 	"indexer.consumer_instance_id":     {"this replica's id in its lane leases; 0 draws a random one (must differ between replicas)", indexerCommands},
 	"indexer.domain":                   {"indexer domain <32 hex>:<32 hex> (cache semantics:routing scope); required by indexer and relay", []string{CommandDemo, CommandIndexer, CommandRelay}},

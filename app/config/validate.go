@@ -63,6 +63,15 @@ func (c Config) Validate() error {
 	if err := checkHostPort(c.HTTP.Listen, true); err != nil {
 		p.add("http.listen", "%q %v", c.HTTP.Listen, err)
 	}
+	if t := c.HTTP.TLS; (t.CertFile == "") != (t.KeyFile == "") {
+		if t.CertFile == "" {
+			p.add("http.tls.cert_file", "is required when http.tls.key_file is set")
+		} else {
+			p.add("http.tls.key_file", "is required when http.tls.cert_file is set")
+		}
+	} else if t.ClientCAFile != "" && t.CertFile == "" {
+		p.add("http.tls.client_ca_file", "needs HTTPS: set http.tls.cert_file and http.tls.key_file")
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

@@ -2,6 +2,7 @@ package httpserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -24,6 +25,8 @@ type Early struct {
 	cfg        config.HTTP
 	log        *zap.Logger
 	shutdowner fx.Shutdowner
+	access     access
+	tls        *tls.Config
 	srv        *http.Server
 	routes     atomic.Pointer[http.Handler]
 	addr       net.Addr
@@ -41,11 +44,19 @@ type EarlyParams struct {
 	Shutdowner fx.Shutdowner `optional:"true"`
 }
 
-// NewEarly builds the listener; nothing listens until Start.
-func NewEarly(p EarlyParams) *Early {
+// NewEarly builds the listener, with the server's TLS and access control (the same files the
+// Server reads); nothing listens until Start.
+func NewEarly(p EarlyParams) (*Early, error) {
 	e := &Early{cfg: p.Config, log: p.Logger, shutdowner: p.Shutdowner}
 	if e.log == nil {
 		e.log = zap.NewNop()
+	}
+	var err error
+	if e.access, err = newAccess(p.Config); err != nil {
+		return nil, err
+	}
+	if e.tls, err = serverTLS(p.Config.TLS); err != nil {
+		return nil, err
 	}
 	e.log = e.log.Named("http")
 	e.srv = &http.Server{
@@ -54,7 +65,7 @@ func NewEarly(p EarlyParams) *Early {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          zap.NewStdLog(e.log),
 	}
-	return e
+	return e, nil
 }
 
 // Addr is the listen address once started (the real port when http.listen asked for port 0).
@@ -67,6 +78,9 @@ func (e *Early) Start(context.Context) error {
 		return fmt.Errorf("httpserver: http.listen %s: %w", e.cfg.Listen, err)
 	}
 	e.addr = ln.Addr()
+	if e.tls != nil {
+		ln = tls.NewListener(ln, e.tls)
+	}
 	e.done = make(chan struct{})
 	e.log.Info("serving /healthz while starting", zap.Stringer("addr", e.addr))
 	go func() {
@@ -90,6 +104,13 @@ func (e *Early) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		(*h).ServeHTTP(w, r)
 		return
 	}
+	probe := r.Method == http.MethodGet || r.Method == http.MethodHead
+	if !(probe && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")) && e.access.protected() {
+		if status := e.access.check(r); status != 0 {
+			e.access.deny(w, r, status)
+			return
+		}
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	switch r.URL.Path {
@@ -97,6 +118,10 @@ func (e *Early) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok starting\n"))
 	case "/readyz":
 		w.WriteHeader(http.StatusServiceUnavailable)
+		if e.access.protected() && e.access.check(r) != 0 {
+			_, _ = w.Write([]byte("not ready\n"))
+			return
+		}
 		_, _ = w.Write([]byte("not ready\nfail start: the process is starting (connecting to Kafka, checking topics); its log says what it waits for\n"))
 	default:
 		w.Header().Set("Retry-After", "1")

@@ -18,10 +18,12 @@ package httpserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -87,9 +89,13 @@ type Server struct {
 	cfg        config.HTTP
 	log        *zap.Logger
 	mux        *http.ServeMux
+	handler    http.Handler // mux behind the access control
 	checks     []ReadinessCheck
 	shutdowner fx.Shutdowner
 	early      *Early
+	access     access
+	tls        *tls.Config
+	patterns   []string
 
 	srv  *http.Server
 	addr net.Addr
@@ -98,7 +104,10 @@ type Server struct {
 
 // New builds the server and its routes; it listens only at Start. Besides p.Routes it serves
 // GET /healthz (200 while the process runs) and GET /readyz (200 when every check passes, else
-// 503, with one line per check in the body).
+// 503, with one line per check in the body). With http.tls it serves HTTPS; with
+// http.auth.bearer_token_file or http.tls.client_ca_file every route but OpenPatterns answers
+// 401 or 403 to a request without the credentials. The token and certificate files are read
+// here: a missing or malformed one is a *config.FieldError naming the setting.
 func New(p Params) (*Server, error) {
 	s := &Server{
 		cfg:        p.Config,
@@ -112,6 +121,16 @@ func New(p Params) (*Server, error) {
 		s.log = zap.NewNop()
 	}
 	s.log = s.log.Named("http")
+	var err error
+	if s.access, err = newAccess(p.Config); err != nil {
+		return nil, err
+	}
+	if s.tls, err = serverTLS(p.Config.TLS); err != nil {
+		return nil, err
+	}
+	if s.access.needToken && s.tls == nil {
+		s.log.Warn("http.auth.bearer_token_file without http.tls: the token crosses the network in clear text unless a proxy in front terminates TLS")
+	}
 	sort.SliceStable(s.checks, func(i, j int) bool { return s.checks[i].Name < s.checks[j].Name })
 	for _, c := range s.checks {
 		if c.Name == "" || c.Check == nil {
@@ -126,9 +145,11 @@ func New(p Params) (*Server, error) {
 		if err := handle(s.mux, r); err != nil {
 			return nil, err
 		}
+		s.patterns = append(s.patterns, r.Pattern)
 	}
+	s.handler = s.access.front(s.mux)
 	s.srv = &http.Server{
-		Handler:           s.mux,
+		Handler:           s.handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          zap.NewStdLog(s.log),
@@ -152,7 +173,21 @@ func handle(mux *http.ServeMux, r Route) (err error) {
 }
 
 // Handler is the server's handler with every route, for tests that serve it themselves.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Patterns are the patterns of every route the server serves, in registration order.
+func (s *Server) Patterns() []string { return slices.Clone(s.patterns) }
+
+// IsOpen reports whether the route of pattern answers without credentials (OpenPatterns).
+func IsOpen(pattern string) bool { return slices.Contains(openPatterns, pattern) }
+
+// Scheme is "https" when the server serves TLS, else "http".
+func (s *Server) Scheme() string {
+	if s.tls != nil {
+		return "https"
+	}
+	return "http"
+}
 
 // Addr is the address the server listens on once started (with the real port when
 // config.HTTP.Listen asked for port 0), or nil before Start.
@@ -166,7 +201,7 @@ func (s *Server) Addr() net.Addr { return s.addr }
 func (s *Server) Start(context.Context) error {
 	if s.early != nil {
 		s.addr, s.done = s.early.Addr(), s.early.done
-		s.early.handoff(s.mux)
+		s.early.handoff(s.handler)
 		s.log.Info("serving every route", zap.Stringer("addr", s.addr))
 		return nil
 	}
@@ -175,8 +210,11 @@ func (s *Server) Start(context.Context) error {
 		return fmt.Errorf("httpserver: http.listen %s: %w", s.cfg.Listen, err)
 	}
 	s.addr = ln.Addr()
+	if s.tls != nil {
+		ln = tls.NewListener(ln, s.tls)
+	}
 	s.done = make(chan struct{})
-	s.log.Info("serving HTTP", zap.Stringer("addr", s.addr))
+	s.log.Info("serving "+strings.ToUpper(s.Scheme()), zap.Stringer("addr", s.addr), zap.Bool("credentials_required", s.access.protected()))
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -212,7 +250,9 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // readyz runs every check concurrently, each bounded by CheckTimeout, and reports them in name
-// order: 200 "ready" when all pass, 503 "not ready" otherwise.
+// order: 200 "ready" when all pass, 503 "not ready" otherwise. When the server requires
+// credentials, a request without them gets the first line only: the checks' reasons name
+// brokers, topics and lanes.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	errs := make([]error, len(s.checks))
 	var wg sync.WaitGroup
@@ -239,6 +279,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	head := "ready\n"
 	if status != http.StatusOK {
 		head = "not ready\n"
+	}
+	if s.access.protected() && s.access.check(r) != 0 {
+		b.Reset()
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")

@@ -141,7 +141,7 @@ func startIndexerWith(t *testing.T, prefix string, args ...string) *running {
 		}
 		_, _ = testenv.Admin(t).DeleteTopics(ctx, names...)
 	})
-	r.base = "http://" + r.srv.Addr().String()
+	r.base = r.srv.Scheme() + "://" + r.srv.Addr().String()
 	return r
 }
 

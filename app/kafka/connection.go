@@ -190,23 +190,34 @@ func withMargin(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(ctx, dl.Add(-margin))
 }
 
-// waitForBroker pings the cluster until a broker answers. A non-retriable Kafka error
-// (SASL_AUTHENTICATION_FAILED, CLUSTER_AUTHORIZATION_FAILED, ...) ends the wait at once; any
-// other error is retried, and the last one is reported when ctx ends. (A broker that drops the
-// connection on a bad password, as kfake does, shows up as EOF.)
+// waitForBroker pings the cluster until a broker answers. A refusal that retrying does not cure
+// (an untrusted certificate, wrong SASL credentials, a listener of another security protocol:
+// see refusal) ends the wait at once with an error naming the setting, as does any other
+// non-retriable Kafka error (CLUSTER_AUTHORIZATION_FAILED, ...); any other error is retried, and
+// the last one is reported when ctx ends.
 func (c *Connection) waitForBroker(ctx context.Context) error {
 	var last error
+	eofs := 0
 	for {
 		err := c.admin.Ping(ctx)
 		if err == nil {
 			return nil
+		}
+		var firstEOF *kgo.ErrFirstReadEOF
+		if errors.As(err, &firstEOF) {
+			eofs++
+		} else {
+			eofs = 0
+		}
+		if r := refusal(c.cfg, err, eofs); r != nil {
+			return fmt.Errorf("broker refused the client: %w", r)
 		}
 		var ke *kerr.Error
 		if errors.As(err, &ke) && !ke.Retriable {
 			return fmt.Errorf("broker refused the client: %w", err)
 		}
 		if ctx.Err() == nil || last == nil {
-			if last == nil {
+			if last == nil && eofs == 0 {
 				// One clear line while the dial failures themselves are logged once per broker
 				// (the client logger's repeat limit): what is wrong and what to check.
 				c.log.Warn("no Kafka broker answers yet; retrying until startup_timeout (check kafka.brokers / KAFKA_BROKERS and that the brokers run)",

@@ -113,6 +113,9 @@ func newZapLogger(l *zap.Logger) *zapLogger {
 	if l.Core().Enabled(zapcore.DebugLevel) {
 		level = kgo.LogLevelInfo
 	}
+	// franz-go's warnings and errors are about brokers and connections; a stack trace would show
+	// only franz-go's own goroutines, so none is added below fatal.
+	l = l.WithOptions(zap.AddStacktrace(zapcore.FatalLevel))
 	return &zapLogger{l: l, level: level, last: map[string]time.Time{}, hush: map[string]int{}}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // blockSize is the engines' and the bridges' block size in the end-to-end test.
@@ -45,15 +46,25 @@ type e2e struct {
 	common  []string
 	relay   *proc
 	indexer *proc
+	// admin builds the client the test creates the topic layout with; nil: the shared broker's.
+	admin func() (*kgo.Client, error)
 }
 
 func newE2E(t testing.TB) *e2e {
+	t.Helper()
+	return newE2EOn(t, testenv.Brokers(t), nil, nil)
+}
+
+// newE2EOn is newE2E on the cluster at seeds, with kafka settings (CKF_KAFKA_* variables: TLS,
+// SASL) added to every process's environment, and admin building the test's own client; with a
+// nil admin the cluster is the shared broker, whose topics are deleted when the test ends.
+func newE2EOn(t testing.TB, seeds, kafkaEnv []string, admin func() (*kgo.Client, error)) *e2e {
 	t.Helper()
 	var d [32]byte
 	if _, err := rand.Read(d[:]); err != nil {
 		t.Fatal(err)
 	}
-	s := &e2e{t: t, seeds: testenv.Brokers(t)}
+	s := &e2e{t: t, seeds: seeds, admin: admin}
 	prefix := testenv.UniqueName(t, "ckfe") + "-"
 	domain := hex.EncodeToString(d[:16]) + ":" + hex.EncodeToString(d[16:])
 	s.topics = config.DefaultTopics(prefix)
@@ -72,12 +83,16 @@ func newE2E(t testing.TB) *e2e {
 		"CKF_SHUTDOWN_TIMEOUT=10s",
 		"CKF_LOG_LEVEL=info",
 	}
+	s.common = append(s.common, kafkaEnv...)
 	s.relay = newProc(t, s.logDir, "relay", append(slices.Clone(s.common),
 		fmt.Sprintf("CKF_RELAY_DC_ID=%#x", dcID), "CKF_RELAY_LANE=0",
 		"CKF_RELAY_SNAPSHOT_EVERY_DELTAS=400", "CKF_RELAY_SNAPSHOT_INTERVAL=5s"), "relay")
 	s.indexer = newProc(t, s.logDir, "indexer", append(slices.Clone(s.common),
 		"CKF_INDEXER_CONSUMER_INSTANCE_ID=1001", "CKF_INDEXER_QUERY_GROUP="+prefix+"queries"), "indexer")
 	t.Logf("topic prefix %s, logs in %s", prefix, s.logDir)
+	if admin != nil {
+		return s // the test's own cluster goes with its topics
+	}
 	t.Cleanup(func() {
 		var names []string
 		for _, sp := range appkafka.TopicLayout(s.topics) {
@@ -104,7 +119,16 @@ func (s *e2e) start() {
 // createTopics creates the topic layout.
 func (s *e2e) createTopics() {
 	s.t.Helper()
-	cl := testenv.Default(s.t).Client(s.t)
+	var cl *kgo.Client
+	if s.admin == nil {
+		cl = testenv.Default(s.t).Client(s.t)
+	} else {
+		var err error
+		if cl, err = s.admin(); err != nil {
+			s.t.Fatal(err)
+		}
+		defer cl.Close()
+	}
 	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

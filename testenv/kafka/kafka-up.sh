@@ -14,6 +14,11 @@
 #   KAFKA_START_TIMEOUT    seconds to wait for readiness               (90)
 #   KAFKA_LIBS             jar folder                                  (testenv/kafka/libs)
 #   KAFKA_KEEP_DATA        1: restart on the run directory's existing data (same ports needed)
+#   KAFKA_EXTRA_CONFIG     file of properties appended to server.properties (a key set again
+#                          there wins); testenv.StartSecuredBroker adds a SASL_SSL listener so
+#   KAFKA_SCRAM_USERS      SCRAM credentials created at format time, one a line, each as
+#                          kafka-storage format's --add-scram takes it:
+#                          SCRAM-SHA-512=[name=alice,password=secret]
 #
 # With --resolve-only it only resolves the jars (for CI's install step) and exits.
 set -euo pipefail
@@ -89,13 +94,20 @@ sed -e "s#^log.dirs=.*#log.dirs=$KAFKA_RUN_DIR/data#" \
     -e "s#127.0.0.1:9092#127.0.0.1:$KAFKA_PORT#g" \
     -e "s#127.0.0.1:9093#127.0.0.1:$KAFKA_CONTROLLER_PORT#g" \
     "$here/server.properties" > "$KAFKA_RUN_DIR/server.properties"
+if [[ -n "${KAFKA_EXTRA_CONFIG:-}" ]]; then
+  { echo; echo "# Appended from $KAFKA_EXTRA_CONFIG"; cat "$KAFKA_EXTRA_CONFIG"; } >> "$KAFKA_RUN_DIR/server.properties"
+fi
+scram=()
+while IFS= read -r user; do
+  [[ -n "$user" ]] && scram+=(--add-scram "$user")
+done <<< "${KAFKA_SCRAM_USERS:-}"
 
 # 4) Format the storage (static quorum: no --standalone), unless restarting on kept data.
 if (( ! keep )); then
   cluster_id="$("$java" -Xmx128m $log4j -Dkafka.log.level=WARN -cp "$cp" \
     kafka.tools.StorageTool random-uuid | tail -n1)"
   "$java" -Xmx256m $log4j -Dkafka.log.level=WARN -cp "$cp" kafka.tools.StorageTool format \
-    --ignore-formatted -t "$cluster_id" -c "$KAFKA_RUN_DIR/server.properties" \
+    --ignore-formatted -t "$cluster_id" -c "$KAFKA_RUN_DIR/server.properties" ${scram[@]+"${scram[@]}"} \
     > "$KAFKA_RUN_DIR/format.out" 2>&1 || {
       echo "kafka-up: storage format failed:" >&2; tail -n 40 "$KAFKA_RUN_DIR/format.out" >&2; exit 1; }
 fi
