@@ -6,9 +6,9 @@
 // reaches the slot, which is two or three cache misses on a map far larger than the caches;
 // here the key and its value share one slot and a lookup usually costs one miss. Every key is
 // mixed by one 64×64→128-bit multiply, which is all the hashing that uniform canonical hashes
-// need and enough to spread sequential external ids; probes use power-of-two masks, and
-// deletion shifts entries back instead of leaving tombstones, so a long-running map never
-// degrades and never needs a clean-up rehash.
+// need and enough to spread sequential external ids, and scaled into the table by a second
+// (multiply-high); deletion shifts entries back instead of leaving tombstones, so a long-running
+// map never degrades and never needs a clean-up rehash.
 //
 // Layout: linear probing with Robin Hood ordering over one slice of {key, value} slots. The key
 // 0 marks an empty slot; the real key 0 lives in a side slot of its own. A slot holds its key as
@@ -20,13 +20,15 @@
 // has any number of home positions, not a power of two (a key's home is its mixed hash scaled
 // into the range by a multiply-high), it fills to 7/8 before it grows, and from 2^16 homes it
 // grows by 1/4 instead of doubling, from 2^20 by 1/8: a table of 2^20 homes or more is always
-// 77.8–87.5 % full. Probe runs do not
-// wrap around: a short tail of slots after the last home takes the runs that start near the
-// end, and an insertion that would run past the tail grows the table instead. Each map draws a random
-// seed (with its first table) that is mixed into every home position, so a producer of
-// adversarial keys cannot aim them at one run of slots (they would have to guess the seed). The
-// seed changes no result: every operation's outcome is independent of it, and iteration order,
-// which does depend on it, is unspecified as for Go maps.
+// 77.8–87.5 % full (the price: an insertion shifts the rest of its run, which is longer at this
+// load). Probe runs do not wrap around: a short tail of slots after the last home takes the runs
+// that start near the end, and an insertion that would run past the tail grows the table
+// instead.
+//
+// Each map draws a random seed (with its first table) that is mixed into every home position,
+// so a producer of adversarial keys cannot aim them at one run of slots (they would have to guess
+// the seed). The seed changes no result: every operation's outcome is independent of it, and
+// iteration order, which does depend on it, is unspecified as for Go maps.
 //
 // Concurrency: none. A Map is owned by one goroutine.
 package u64map
