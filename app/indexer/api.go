@@ -355,54 +355,71 @@ func (a *API) QueryHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		a.m.requests.Inc(1)
+		if isBinaryRequest(r) {
+			a.serveBinary(w, r, start)
+			return
+		}
 		req, extra, err := a.decode(w, r)
 		if err != nil {
-			a.m.invalid.Inc(1)
-			a.m.replies[schemas.QueryInvalidRequest].Inc(1)
-			status := http.StatusBadRequest
-			var tooBig *http.MaxBytesError
-			switch {
-			case errors.Is(err, errUnsupportedMediaType):
-				status = http.StatusUnsupportedMediaType
-				w.Header().Set("Accept", "application/json")
-			case errors.As(err, &tooBig):
-				status = http.StatusRequestEntityTooLarge
-				err = fmt.Errorf("%w: body exceeds %d bytes", errBadRequest, tooBig.Limit)
-			}
-			writeJSON(w, status, PrefixMatchResponse{Status: schemas.QueryInvalidRequest.String(), Error: err.Error(), Matches: []DCMatch{}})
-			a.m.latency.RecordDuration(time.Since(start))
+			a.refuse(w, start, err)
 			return
 		}
 		answerStart := time.Now()
 		reply := a.ans.AnswerPooledExtra(&req, extra)
 		a.m.answerLatency.RecordDuration(time.Since(answerStart))
 		a.m.replies[reply.Status].Inc(1)
-		resp := PrefixMatchResponse{
-			CorrelationID: reply.CorrelationID, Status: reply.Status.String(), Error: reply.ErrorMessage,
-			QueryBlocks: reply.QueryBlocks, ReadyLanes: reply.ReadyLanes, IncompleteLanes: reply.IncompleteLanes,
-			Matches: make([]DCMatch, len(reply.Lanes)),
-		}
-		for i, l := range reply.Lanes {
-			resp.Matches[i] = DCMatch{Lane: l.Lane, DcID: ckf.DcID(l.DcID).String(), Pool: l.Pool, Depth: l.Depth,
-				Incomplete: reply.IncompleteLanes&(1<<l.Lane) != 0}
-		}
-		status := http.StatusOK
-		switch reply.Status {
-		case schemas.QueryUnavailable:
-			status = http.StatusServiceUnavailable
-			w.Header().Set("Retry-After", "1")
-		case schemas.QueryInvalidRequest:
-			a.m.invalid.Inc(1)
-			status = http.StatusBadRequest
-		}
-		writeJSON(w, status, resp)
+		a.writeReply(w, &reply)
 		a.m.latency.RecordDuration(time.Since(start))
 	})
 }
 
+// refuse answers a request that broke an HTTP-level rule (err from decode or its binary
+// counterpart): 415, 413 or 400 with an INVALID_REQUEST JSON body saying why.
+func (a *API) refuse(w http.ResponseWriter, start time.Time, err error) {
+	a.m.invalid.Inc(1)
+	a.m.replies[schemas.QueryInvalidRequest].Inc(1)
+	status := http.StatusBadRequest
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.Is(err, errUnsupportedMediaType):
+		status = http.StatusUnsupportedMediaType
+		w.Header().Set("Accept", "application/json, "+BinaryContentType)
+	case errors.As(err, &tooBig):
+		status = http.StatusRequestEntityTooLarge
+		err = fmt.Errorf("%w: body exceeds %d bytes", errBadRequest, tooBig.Limit)
+	}
+	writeJSON(w, status, PrefixMatchResponse{Status: schemas.QueryInvalidRequest.String(), Error: err.Error(), Matches: []DCMatch{}})
+	a.m.latency.RecordDuration(time.Since(start))
+}
+
+// writeReply writes reply as the JSON body (PrefixMatchResponse) with its status: 200 OK,
+// 503 UNAVAILABLE (with Retry-After), 400 INVALID_REQUEST.
+func (a *API) writeReply(w http.ResponseWriter, reply *schemas.QueryReply) {
+	resp := PrefixMatchResponse{
+		CorrelationID: reply.CorrelationID, Status: reply.Status.String(), Error: reply.ErrorMessage,
+		QueryBlocks: reply.QueryBlocks, ReadyLanes: reply.ReadyLanes, IncompleteLanes: reply.IncompleteLanes,
+		Matches: make([]DCMatch, len(reply.Lanes)),
+	}
+	for i, l := range reply.Lanes {
+		resp.Matches[i] = DCMatch{Lane: l.Lane, DcID: ckf.DcID(l.DcID).String(), Pool: l.Pool, Depth: l.Depth,
+			Incomplete: reply.IncompleteLanes&(1<<l.Lane) != 0}
+	}
+	status := http.StatusOK
+	switch reply.Status {
+	case schemas.QueryUnavailable:
+		status = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+	case schemas.QueryInvalidRequest:
+		a.m.invalid.Inc(1)
+		status = http.StatusBadRequest
+	}
+	writeJSON(w, status, resp)
+}
+
 // Errors of the HTTP-level request rules, wrapped in the error text a caller sees.
 var (
-	// errUnsupportedMediaType: the request's Content-Type is not JSON (answered 415).
+	// errUnsupportedMediaType: the request's Content-Type is neither JSON nor binary (answered
+	// 415).
 	errUnsupportedMediaType = errors.New("unsupported media type")
 	// errNullElement: a JSON null inside local_block_hashes or token_ids (answered 400). A null
 	// element has no value to search for; encoding/json would read it as 0, which is a valid
@@ -410,8 +427,9 @@ var (
 	errNullElement = errors.New("null element")
 )
 
-// checkContentType applies the Content-Type rule of POST /v1/prefix-matches: the header is
-// absent or names application/json, with at most a charset parameter of utf-8 (JSON is UTF-8).
+// checkContentType applies the Content-Type rule of a JSON POST /v1/prefix-matches (a binary one,
+// BinaryContentType, is served before it): the header is absent or names application/json, with
+// at most a charset parameter of utf-8 (JSON is UTF-8).
 // Anything else, a form type included (curl -d sends one by default), is refused with 415 before
 // the body is read, so a body in another format is never guessed at.
 func checkContentType(r *http.Request) error {
@@ -424,7 +442,7 @@ func checkContentType(r *http.Request) error {
 		return fmt.Errorf("%w: Content-Type %q is not a media type: %v", errUnsupportedMediaType, ct, err)
 	}
 	if mt != "application/json" {
-		return fmt.Errorf("%w: Content-Type %q; send application/json", errUnsupportedMediaType, mt)
+		return fmt.Errorf("%w: Content-Type %q; send application/json, or %s (a body of little-endian u64 block hashes)", errUnsupportedMediaType, mt, BinaryContentType)
 	}
 	for k, v := range params {
 		if k != "charset" || !strings.EqualFold(v, "utf-8") {

@@ -390,7 +390,7 @@ func TestPrefixMatchesContentType(t *testing.T) {
 			continue
 		}
 		if tc.code == http.StatusUnsupportedMediaType {
-			if resp.Status != "INVALID_REQUEST" || !strings.Contains(resp.Error, "unsupported media type") || rec.Header().Get("Accept") != "application/json" {
+			if resp.Status != "INVALID_REQUEST" || !strings.Contains(resp.Error, "unsupported media type") || rec.Header().Get("Accept") != "application/json, application/octet-stream" {
 				t.Errorf("Content-Type %q: %+v, Accept %q", tc.contentType, resp, rec.Header().Get("Accept"))
 			}
 		} else if resp.Status != "OK" {

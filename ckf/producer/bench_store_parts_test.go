@@ -75,7 +75,7 @@ func BenchmarkProducerStoreParts(b *testing.B) {
 				if e == nil {
 					e, _ = owners.Upsert(c)
 				}
-				e.owners++
+				e.setOwners(e.owners() + 1)
 				if _, err := f.Insert(uint64(c), cfg.MaxKicks); err == nil {
 					e.resident = true
 				}

@@ -228,7 +228,7 @@ func (s *DcState) AppendCheckpoint(dst []byte) ([]byte, error) {
 
 	rows = rows[:0]
 	for c, e := range s.owners.All() {
-		rows = append(rows, keyedPair{key: uint64(c), val: uint64(e.owners) | uint64(boolByte(e.resident))<<32})
+		rows = append(rows, keyedPair{key: uint64(c), val: uint64(e.owners()) | uint64(boolByte(e.resident))<<32})
 	}
 	radixSortPairs(rows, scratch)
 	dst = le.AppendUint64(dst, uint64(len(rows)))
@@ -557,10 +557,7 @@ func fillCheckpointOwners(rows []byte) *ownerMap {
 	owners := u64map.New[ckf.CanonicalHash, ownerEntry](n)
 	for i := 0; i < n; i++ {
 		row := rows[checkpointOwnerLen*i : checkpointOwnerLen*(i+1)]
-		owners.Put(ckf.CanonicalHash(binary.LittleEndian.Uint64(row)), ownerEntry{
-			owners:   binary.LittleEndian.Uint32(row[8:]),
-			resident: row[12] == 1,
-		})
+		owners.Put(ckf.CanonicalHash(binary.LittleEndian.Uint64(row)), newOwnerEntry(binary.LittleEndian.Uint32(row[8:]), row[12] == 1))
 	}
 	return owners
 }

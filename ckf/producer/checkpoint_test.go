@@ -550,10 +550,11 @@ func TestCheckpointInconsistent(t *testing.T) {
 	}{
 		{"owner count above its mappings", func(t *testing.T, s *DcState) {
 			c := sortedCanonicals(s)[0]
-			s.owners.Find(c).owners++
+			e := s.owners.Find(c)
+			e.setOwners(e.owners() + 1)
 		}, "owners"},
 		{"owner entry without a mapping", func(t *testing.T, s *DcState) {
-			s.owners.Put(0xFFFF_FFFF_FFFF_FFFF, ownerEntry{owners: 1})
+			s.owners.Put(0xFFFF_FFFF_FFFF_FFFF, newOwnerEntry(1, false))
 		}, "0 mappings"},
 		{"zero-owner entry", func(t *testing.T, s *DcState) {
 			s.owners.Put(0xFFFF_FFFF_FFFF_FFFF, ownerEntry{})

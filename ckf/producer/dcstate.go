@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"encoding/binary"
 	"math"
 	"slices"
 
@@ -91,11 +92,28 @@ type (
 	ownerMap   = u64map.Map[ckf.CanonicalHash, ownerEntry]
 )
 
-// ownerEntry is the ownership record of one canonical hash.
+// ownerEntry is the ownership record of one canonical hash: its owner count and whether its
+// fingerprint is in the filter. The count is kept as four little-endian bytes so that the record
+// is 5 bytes with no alignment, and an ownership slot (8-byte key included) 13 bytes instead of
+// 16: at 10^7 canonical hashes that is 30 MB less for the relay (ckf/internal/u64map).
 type ownerEntry struct {
-	owners   uint32
-	resident bool
+	ownerBytes [4]byte
+	resident   bool
 }
+
+// newOwnerEntry returns the record of owners owners and the given residency.
+func newOwnerEntry(owners uint32, resident bool) ownerEntry {
+	var e ownerEntry
+	e.setOwners(owners)
+	e.resident = resident
+	return e
+}
+
+// owners is the record's owner count.
+func (e *ownerEntry) owners() uint32 { return binary.LittleEndian.Uint32(e.ownerBytes[:]) }
+
+// setOwners sets the record's owner count.
+func (e *ownerEntry) setOwners(n uint32) { binary.LittleEndian.PutUint32(e.ownerBytes[:], n) }
 
 // Telemetry is the producer's saturating diagnostic counters (producer §7.1).
 type Telemetry struct {
@@ -236,7 +254,7 @@ func (s *DcState) OmittedCount() uint64 { return uint64(s.owners.Len()) - s.resi
 // absent).
 func (s *DcState) Owners(canonical ckf.CanonicalHash) (owners uint32, resident bool) {
 	e, _ := s.owners.Get(canonical)
-	return e.owners, e.resident
+	return e.owners(), e.resident
 }
 
 // Lookup returns the canonical hash source maps ext to.

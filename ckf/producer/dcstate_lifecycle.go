@@ -224,7 +224,7 @@ func (s *DcState) install(src ckf.SourceKey, ms []newMapping, cands []ckf.Canoni
 	}
 	incs := ownerIncrements(ms)
 	for _, ci := range incs {
-		if e, _ := s.owners.Get(ci.canon); uint64(e.owners)+ci.n > math.MaxUint32 {
+		if e, _ := s.owners.Get(ci.canon); uint64(e.owners())+ci.n > math.MaxUint32 {
 			return ckf.NewEventError(ckf.EventOwnershipDegreeOverflow, "owner count would exceed 2^32-1")
 		}
 	}
@@ -238,7 +238,7 @@ func (s *DcState) install(src ckf.SourceKey, ms []newMapping, cands []ckf.Canoni
 	s.lineage[src] = lin
 	for _, ci := range incs {
 		e, _ := s.owners.Upsert(ci.canon)
-		e.owners += uint32(ci.n)
+		e.setOwners(e.owners() + uint32(ci.n))
 	}
 	s.contributions += uint64(len(ms))
 	for _, c := range cands {

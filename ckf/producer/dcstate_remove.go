@@ -19,10 +19,10 @@ func (s *DcState) remove(src ckf.SourceKey, ext ckf.ExternalBlockHash) (bool, er
 		return false, nil
 	}
 	e := s.owners.Find(c)
-	if e == nil || e.owners == 0 {
+	if e == nil || e.owners() == 0 {
 		return false, ckf.NewEventError(ckf.EventIndexerInvariantViolation, "mapped canonical has no ownership entry")
 	}
-	if e.owners == 1 && e.resident {
+	if e.owners() == 1 && e.resident {
 		if err := s.reserveDirty(1); err != nil {
 			return false, err
 		}
@@ -32,7 +32,7 @@ func (s *DcState) remove(src ckf.SourceKey, ext ckf.ExternalBlockHash) (bool, er
 		}
 		s.markTouches([]Touch{t})
 	}
-	if e.owners == 1 {
+	if e.owners() == 1 {
 		if e.resident {
 			s.residentCount--
 		}
@@ -41,7 +41,7 @@ func (s *DcState) remove(src ckf.SourceKey, ext ckf.ExternalBlockHash) (bool, er
 			defer s.delegate.OnRemove(c) // after the lineage update below
 		}
 	} else {
-		e.owners--
+		e.setOwners(e.owners() - 1)
 	}
 	lin.Delete(ext)
 	if lin.Len() == 0 {

@@ -277,7 +277,7 @@ func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
 	for i := range incs {
 		ci := &incs[i]
 		ci.e, _ = s.owners.Get(ci.canon)
-		if uint64(ci.e.owners)+ci.n > math.MaxUint32 {
+		if uint64(ci.e.owners())+ci.n > math.MaxUint32 {
 			return 0, ckf.NewEventError(ckf.EventOwnershipDegreeOverflow, "owner count would exceed 2^32-1")
 		}
 		if !ci.e.resident {
@@ -308,8 +308,8 @@ func (s *DcState) storeBatch(src ckf.SourceKey, d *StoreData) (uint64, error) {
 		}
 		for i := range incs {
 			ci := &incs[i]
-			created := ci.e.owners == 0
-			ci.e.owners += uint32(ci.n)
+			created := ci.e.owners() == 0
+			ci.e.setOwners(ci.e.owners() + uint32(ci.n))
 			if created && s.delegate != nil {
 				s.delegate.OnCreate(ci.canon)
 			}

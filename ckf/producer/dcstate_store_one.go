@@ -46,7 +46,7 @@ func (s *DcState) storeOne(src ckf.SourceKey, lin *lineageMap, d *StoreData) (ui
 	}
 
 	e := s.owners.Find(canon) // nil: a new canonical, owners 0, not resident
-	if e != nil && uint64(e.owners)+1 > math.MaxUint32 {
+	if e != nil && uint64(e.owners())+1 > math.MaxUint32 {
 		return 0, ckf.NewEventError(ckf.EventOwnershipDegreeOverflow, "owner count would exceed 2^32-1")
 	}
 	if err := s.reserve(siteLineage, 1); err != nil {
@@ -70,7 +70,7 @@ func (s *DcState) storeOne(src ckf.SourceKey, lin *lineageMap, d *StoreData) (ui
 	if created {
 		e, _ = s.owners.Upsert(canon) // the lineage is another map: e stays valid below
 	}
-	e.owners++
+	e.setOwners(e.owners() + 1)
 	if created && s.delegate != nil {
 		s.delegate.OnCreate(canon)
 	}

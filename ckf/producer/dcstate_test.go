@@ -593,7 +593,7 @@ func TestBehaviour26_StoreReservationFailureCommitsNothing(t *testing.T) {
 	s := mustDcState(t, cfgN(64, 1))
 	k := pSrc(1, 0)
 	mustApplyEvent(t, s, storeEv(k, pBlk(1, 11)))
-	s.owners.Find(11).owners = math.MaxUint32
+	s.owners.Find(11).setOwners(math.MaxUint32)
 	out := s.ApplyEvent(storeEv(pSrc(2, 0), pBlk(9, 11), pBlk(10, 12)))
 	prodWantErr(t, out.FirstError, ckf.ErrOwnershipDegreeOverflow)
 	if s.MemberBlockCount(pSrc(2, 0)) != 0 {

@@ -101,11 +101,11 @@ func checkInvariants(s *DcState) error {
 	}
 	var resident uint64
 	for c, e := range s.owners.All() {
-		if e.owners == 0 {
+		if e.owners() == 0 {
 			return fmt.Errorf("canonical %#x has a zero-owner entry", uint64(c))
 		}
-		if uint64(e.owners) != counts[c] {
-			return fmt.Errorf("canonical %#x owners %d, mappings %d", uint64(c), e.owners, counts[c])
+		if uint64(e.owners()) != counts[c] {
+			return fmt.Errorf("canonical %#x owners %d, mappings %d", uint64(c), e.owners(), counts[c])
 		}
 		if e.resident {
 			resident++

@@ -11,22 +11,28 @@ import (
 // every key is reachable from its home over live slots only, and the Robin Hood order.
 func checkInvariant[K ~uint64, V any](t *rapid.T, m *Map[K, V]) {
 	live := 0
-	for i, s := range m.slots {
-		if s.key == 0 {
+	for i := range m.slots {
+		s := &m.slots[i]
+		if s.k() == 0 {
 			continue
 		}
 		live++
-		for j := m.home(s.key); j != uint64(i); j = (j + 1) & m.mask {
-			if m.slots[j].key == 0 {
-				t.Fatalf("key %#x at slot %d: empty slot %d on its probe run", s.key, i, j)
+		h := m.home(s.k())
+		if h >= m.homes || h > uint64(i) {
+			t.Fatalf("key %#x at slot %d: home %d (of %d) is not at or before it", s.k(), i, h, m.homes)
+		}
+		for j := h; j != uint64(i); j++ {
+			if m.slots[j].k() == 0 {
+				t.Fatalf("key %#x at slot %d: empty slot %d on its probe run", s.k(), i, j)
 			}
 		}
 		// Robin Hood order: the next key sits at most one slot further from its home.
-		next := (uint64(i) + 1) & m.mask
-		if kn := m.slots[next].key; kn != 0 {
-			d, dn := (uint64(i)-m.home(s.key))&m.mask, (next-m.home(kn))&m.mask
-			if dn > d+1 {
-				t.Fatalf("slot %d at distance %d is followed by distance %d", i, d, dn)
+		if next := uint64(i) + 1; next < uint64(len(m.slots)) {
+			if kn := m.slots[next].k(); kn != 0 {
+				d, dn := uint64(i)-h, next-m.home(kn)
+				if dn > d+1 {
+					t.Fatalf("slot %d at distance %d is followed by distance %d", i, d, dn)
+				}
 			}
 		}
 	}
@@ -39,8 +45,8 @@ func checkInvariant[K ~uint64, V any](t *rapid.T, m *Map[K, V]) {
 }
 
 // TestMapMatchesGoMap runs random operation sequences against a Go map. Keys come from a small
-// range (plus 0 and the all-ones key) so that probe runs collide, wrap around the end of the
-// slot array and get shifted back by deletions.
+// range (plus 0 and the all-ones key) so that probe runs collide, reach the tail of the slot
+// array and get shifted back by deletions.
 func TestMapMatchesGoMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var m Map[uint64, uint32]
@@ -183,4 +189,65 @@ func TestMapShrinksAfterMassDeletion(t *testing.T) {
 			t.Fatalf("key %d lost in a shrink", k)
 		}
 	}
+}
+
+// TestMapRunPastTailGrows puts more keys on the last home position than the tail has slots: the
+// insertion that would run past the end grows the table (in Upsert's probe and in the Robin Hood
+// displacement alike), and every key stays reachable with its value.
+func TestMapRunPastTailGrows(t *testing.T) {
+	m := New[uint64, uint32](200)
+	last := m.homes - 1
+	var keys []uint64
+	for k := uint64(1); len(keys) < 2*maxTail; k++ {
+		if m.home(k) == last || m.home(k) == last-1 {
+			keys = append(keys, k)
+		}
+	}
+	for i, k := range keys {
+		m.Put(k, uint32(i))
+	}
+	if m.homes == last+1 {
+		t.Fatalf("table of %d homes did not grow for %d keys on its last two homes", m.homes, len(keys))
+	}
+	for i, k := range keys {
+		if v, ok := m.Get(k); !ok || v != uint32(i) {
+			t.Fatalf("Get(%#x) = %d,%v want %d", k, v, ok, i)
+		}
+	}
+	rapid.Check(t, func(rt *rapid.T) { checkInvariant(rt, m) })
+}
+
+// TestMapResizeKeepsInvariant grows and shrinks a map of random keys through many table sizes
+// (Reserve, insertions past the growth bound, mass deletions) and checks the invariant and the
+// contents after each step: rehash writes the keys in order without probing, and must produce
+// the same valid layout as one insertion after another.
+func TestMapResizeKeepsInvariant(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var m Map[uint64, uint64]
+		ref := map[uint64]uint64{}
+		key := rapid.OneOf(rapid.Uint64Range(1, 200), rapid.Uint64())
+		for range rapid.IntRange(1, 8).Draw(t, "steps") {
+			switch rapid.IntRange(0, 2).Draw(t, "step") {
+			case 0:
+				m.Reserve(rapid.IntRange(0, 3000).Draw(t, "reserve"))
+			case 1:
+				for range rapid.IntRange(0, 1500).Draw(t, "puts") {
+					k := key.Draw(t, "key")
+					m.Put(k, k^7)
+					ref[k] = k ^ 7
+				}
+			case 2:
+				for k := range ref {
+					if rapid.IntRange(0, 9).Draw(t, "keep") != 0 {
+						m.Delete(k)
+						delete(ref, k)
+					}
+				}
+			}
+			checkInvariant(t, &m)
+			if got := maps.Collect(m.All()); !maps.Equal(got, ref) {
+				t.Fatalf("map holds %d keys, reference %d", len(got), len(ref))
+			}
+		}
+	})
 }

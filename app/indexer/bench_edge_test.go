@@ -1,0 +1,157 @@
+package indexer_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/app/indexer"
+)
+
+// edgeWriter is a reusable http.ResponseWriter that keeps nothing but the status, so that the
+// handler benchmark measures the handler rather than a recorder.
+type edgeWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *edgeWriter) Header() http.Header         { return w.h }
+func (w *edgeWriter) WriteHeader(code int)        { w.code = code }
+func (w *edgeWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+// BenchmarkQueryEdge compares the JSON and the binary form of POST /v1/prefix-matches for the
+// same 64-block query (20 blocks cached in both DCs, then 44 unknown ones), alternating one JSON
+// and one binary request per iteration so that both see the same machine load:
+//
+//   - handler: the route's handler alone (body decode, answer, reply encode), no network;
+//   - loopback: a real listener and one keep-alive client on the same host, request by request,
+//     the client reading each reply whole (the client's cost is in the figure, as a caller's is);
+//     "floor-p50-µs" is the same exchange with a handler that only reads the body and writes a
+//     reply of the same size, the part of every figure that is the transport's.
+//
+// Reported per form: "json-p50-µs" / "binary-p50-µs" (median request time) and "json-q/s" /
+// "binary-q/s" (requests per second of time spent in that form), and "binary/json-q/s", the
+// ratio of the two rates.
+func BenchmarkQueryEdge(b *testing.B) {
+	tb := newTable(b)
+	q := append(slices.Clone(tb.chains[0][0][:20]), randomChain(rand.New(rand.NewPCG(3, 3)), 44)...)
+	jsonBody, _ := json.Marshal(map[string]any{"local_block_hashes": q})
+	binBody := indexer.AppendBinaryRequest(nil, q)
+
+	b.Run("handler", func(b *testing.B) {
+		h := tb.api.QueryHandler()
+		w := &edgeWriter{h: http.Header{}}
+		jr := bytes.NewReader(jsonBody)
+		br := bytes.NewReader(binBody)
+		jreq := httptest.NewRequest(http.MethodPost, "/v1/prefix-matches", jr)
+		jreq.Header.Set("Content-Type", "application/json")
+		breq := httptest.NewRequest(http.MethodPost, "/v1/prefix-matches", br)
+		breq.Header.Set("Content-Type", indexer.BinaryContentType)
+		breq.Header.Set(indexer.CorrelationIDHeader, "bench")
+		one := func(req *http.Request, r *bytes.Reader, body []byte) time.Duration {
+			r.Reset(body)
+			req.Body = io.NopCloser(r)
+			clear(w.h)
+			start := time.Now()
+			h.ServeHTTP(w, req)
+			d := time.Since(start)
+			if w.code != http.StatusOK {
+				b.Fatalf("status %d", w.code)
+			}
+			return d
+		}
+		edgeRun(b, func() time.Duration { return one(jreq, jr, jsonBody) }, func() time.Duration { return one(breq, br, binBody) })
+	})
+
+	b.Run("loopback", func(b *testing.B) {
+		// The same listener also serves the floor: a handler that reads the binary body and
+		// writes a reply of the binary reply's size without searching, so that what the
+		// transport (net/http on both sides, loopback TCP, the scheduler) costs can be told
+		// from what the route costs.
+		mux := http.NewServeMux()
+		mux.Handle("/", tb.mux)
+		reply := make([]byte, indexer.BinaryReplyHeaderBytes+8)
+		mux.HandleFunc("POST /floor", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", indexer.BinaryContentType)
+			_, _ = w.Write(reply)
+		})
+		srv := httptest.NewServer(mux)
+		defer srv.Close()
+		cl := srv.Client()
+		url := srv.URL + "/v1/prefix-matches"
+		var sink bytes.Buffer
+		var floor []time.Duration
+		one := func(ct string, body []byte) time.Duration {
+			target := url
+			if ct == "" {
+				target, ct = srv.URL+"/floor", indexer.BinaryContentType
+			}
+			req, _ := http.NewRequest(http.MethodPost, target, bytes.NewReader(body))
+			req.Header.Set("Content-Type", ct)
+			start := time.Now()
+			resp, err := cl.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sink.Reset()
+			_, _ = sink.ReadFrom(resp.Body)
+			resp.Body.Close()
+			d := time.Since(start)
+			if resp.StatusCode != http.StatusOK {
+				b.Fatalf("status %d: %s", resp.StatusCode, sink.Bytes())
+			}
+			return d
+		}
+		edgeRun(b, func() time.Duration { return one("application/json", jsonBody) }, func() time.Duration {
+			floor = append(floor, one("", binBody))
+			return one(indexer.BinaryContentType, binBody)
+		})
+		slices.Sort(floor)
+		b.ReportMetric(float64(floor[len(floor)/2].Nanoseconds())/1e3, "floor-p50-µs")
+	})
+}
+
+// edgeRun times jsonQuery and binQuery alternately, b.N times each, after a short warm-up, and
+// reports the figures BenchmarkQueryEdge documents.
+func edgeRun(b *testing.B, jsonQuery, binQuery func() time.Duration) {
+	for range 200 {
+		jsonQuery()
+		binQuery()
+	}
+	js := make([]time.Duration, 0, b.N)
+	bs := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if i%2 == 0 {
+			js = append(js, jsonQuery())
+			bs = append(bs, binQuery())
+		} else {
+			bs = append(bs, binQuery())
+			js = append(js, jsonQuery())
+		}
+	}
+	b.StopTimer()
+	rate := func(ds []time.Duration) float64 {
+		var sum time.Duration
+		for _, d := range ds {
+			sum += d
+		}
+		return float64(len(ds)) / sum.Seconds()
+	}
+	jq, bq := rate(js), rate(bs)
+	slices.Sort(js)
+	slices.Sort(bs)
+	b.ReportMetric(float64(js[len(js)/2].Nanoseconds())/1e3, "json-p50-µs")
+	b.ReportMetric(float64(bs[len(bs)/2].Nanoseconds())/1e3, "binary-p50-µs")
+	b.ReportMetric(jq, "json-q/s")
+	b.ReportMetric(bq, "binary-q/s")
+	b.ReportMetric(bq/jq, "binary/json-q/s")
+}
