@@ -10,7 +10,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	streamrelay "github.com/ckf-stream/ckf-stream/streams/relay"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
 	"go.uber.org/fx"
@@ -22,7 +22,7 @@ import (
 type LaneRelay struct {
 	Lane  uint8
 	Dc    uint64
-	Relay *streams.Relay
+	Relay *streamrelay.Relay
 	done  chan error
 }
 
@@ -50,7 +50,7 @@ func PerLane(owner string, cfg config.Config, conn *kafka.Connection, codec *sch
 			return nil, fmt.Errorf("%s: relay of lane %d: %w", owner, l, err)
 		}
 		sc.Topics.KVEvents = kvTopic(uint64(pool.Dc))
-		r, err := streams.NewRelay(streams.RelayParams{
+		r, err := streamrelay.NewRelay(streamrelay.RelayParams{
 			Config:        sc,
 			Codec:         codec,
 			ClientOptsFor: func(role string) []kgo.Opt { return conn.Opts(fmt.Sprintf("lane%d-%s", l, role)) },
