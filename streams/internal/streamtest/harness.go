@@ -300,20 +300,20 @@ func LaneStatus(ri *RunningIndexer, lane uint8) lanes.LaneStatus {
 	return lanes.LaneStatus{}
 }
 
-// eventLog collects the lane events of a topic.
-type eventLog struct {
+// EventLog collects the lane events of a topic.
+type EventLog struct {
 	mu     sync.Mutex
 	events []schemas.LaneEvent
 }
 
-func (e *Env) WatchEvents() *eventLog {
+func (e *Env) WatchEvents() *EventLog {
 	e.T.Helper()
 	assign := map[int32]kgo.Offset{}
 	for p := int32(0); p < ckf.LaneCount; p++ {
 		assign[p] = kgo.NewOffset().AtStart()
 	}
 	cl := e.Cluster.Client(e.T, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.Topics.LaneEvents: assign}))
-	log := &eventLog{}
+	log := &EventLog{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	e.T.Cleanup(func() { cancel(); <-done })
@@ -337,7 +337,7 @@ func (e *Env) WatchEvents() *eventLog {
 }
 
 // waitFor returns the first event of lane matching match, waiting up to timeout.
-func (l *eventLog) WaitFor(t *testing.T, lane uint8, timeout time.Duration, what string, match func(ev schemas.LaneEvent) bool) schemas.LaneEvent {
+func (l *EventLog) WaitFor(t *testing.T, lane uint8, timeout time.Duration, what string, match func(ev schemas.LaneEvent) bool) schemas.LaneEvent {
 	t.Helper()
 	var found schemas.LaneEvent
 	testenv.WaitUntil(t, timeout, fmt.Sprintf("lane %d: a %s event", lane, what), func() bool {
@@ -369,7 +369,7 @@ func (l *eventLog) WaitFor(t *testing.T, lane uint8, timeout time.Duration, what
 }
 
 // count returns how many events of lane seen so far match.
-func (l *eventLog) Count(lane uint8, match func(ev schemas.LaneEvent) bool) int {
+func (l *EventLog) Count(lane uint8, match func(ev schemas.LaneEvent) bool) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0

@@ -63,16 +63,16 @@ func CompareQueries(t *testing.T, got, want *index.GlobalIndexer, ps ...*Produce
 	}
 }
 
-// controlLog collects snapshot requests from the control topic.
-type controlLog struct{ *recordLog }
+// ControlLog collects snapshot requests from the control topic.
+type ControlLog struct{ *RecordLog }
 
-func (e *Env) ControlRecords() *controlLog {
-	return &controlLog{e.Records(e.Topics.Control, 1)}
+func (e *Env) ControlRecords() *ControlLog {
+	return &ControlLog{e.Records(e.Topics.Control, 1)}
 }
 
-func (c *controlLog) Count() int { return len(c.Snapshot()) }
+func (c *ControlLog) Count() int { return len(c.Snapshot()) }
 
-func (c *controlLog) WaitLane(t *testing.T, lane uint8, timeout time.Duration) schemas.SnapshotRequest {
+func (c *ControlLog) WaitLane(t *testing.T, lane uint8, timeout time.Duration) schemas.SnapshotRequest {
 	t.Helper()
 	var found schemas.SnapshotRequest
 	testenv.WaitUntil(t, timeout, fmt.Sprintf("a snapshot request for lane %d", lane), func() bool {
@@ -91,21 +91,21 @@ func (c *controlLog) WaitLane(t *testing.T, lane uint8, timeout time.Duration) s
 	return found
 }
 
-// recordLog collects every record of a topic (all partitions, from the start).
-type recordLog struct {
+// RecordLog collects every record of a topic (all partitions, from the start).
+type RecordLog struct {
 	codec *schemas.Codec
 	mu    chan struct{}
 	recs  []*kgo.Record
 }
 
-func (e *Env) Records(topic string, partitions int32) *recordLog {
+func (e *Env) Records(topic string, partitions int32) *RecordLog {
 	e.T.Helper()
 	assign := map[int32]kgo.Offset{}
 	for p := int32(0); p < partitions; p++ {
 		assign[p] = kgo.NewOffset().AtStart()
 	}
 	cl := e.Cluster.Client(e.T, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: assign}))
-	l := &recordLog{codec: e.Codec, mu: make(chan struct{}, 1)}
+	l := &RecordLog{codec: e.Codec, mu: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	e.T.Cleanup(func() { cancel(); <-done })
@@ -122,7 +122,7 @@ func (e *Env) Records(topic string, partitions int32) *recordLog {
 	return l
 }
 
-func (l *recordLog) Snapshot() []*kgo.Record {
+func (l *RecordLog) Snapshot() []*kgo.Record {
 	l.mu <- struct{}{}
 	defer func() { <-l.mu }()
 	return slices.Clone(l.recs)
