@@ -2,62 +2,36 @@ package streams
 
 import (
 	"reflect"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams/internal/enumtest"
 )
 
 // The enum mapping tests walk every value the source enum's generated String method names, so a
 // constant added to a source enum (and generated) fails them until its table maps it.
 
-type namedEnum interface {
-	~uint8
-	String() string
-}
-
-// namedValues returns every value of E that has a name, in order: all 256 values except those
-// String prints in stringer's form for a value without a name, "E(n)".
-func namedValues[E namedEnum](t *testing.T) []E {
-	t.Helper()
-	typeName := reflect.TypeFor[E]().Name()
-	var out []E
-	for v := range 256 {
-		if E(v).String() != typeName+"("+strconv.Itoa(v)+")" {
-			out = append(out, E(v))
-		}
-	}
-	if len(out) == 0 {
-		t.Fatalf("%s has no named value: is its String method generated?", typeName)
-	}
-	return out
-}
-
-// wireName is the Avro symbol a snake_case name of package ckf stands for.
-func wireName(v interface{ String() string }) string { return strings.ToUpper(v.String()) }
-
 func TestNamedValuesSeesOnlyNamedValues(t *testing.T) {
-	got := namedValues[ckf.FailurePoint](t)
+	got := enumtest.NamedValues[ckf.FailurePoint](t)
 	if !reflect.DeepEqual(got, ckf.FailurePoints[:]) {
 		t.Fatalf("named failure points %v, want %v", got, ckf.FailurePoints)
 	}
 }
 
 func TestIdentitySourceMapsEveryValue(t *testing.T) {
-	for _, s := range namedValues[ckf.IdentitySource](t) {
+	for _, s := range enumtest.NamedValues[ckf.IdentitySource](t) {
 		w := wireSource(s)
-		if int(s) >= len(wireSources) || w.String() != wireName(s) {
+		if int(s) >= len(wireSources) || w.String() != enumtest.WireName(s) {
 			t.Errorf("ckf %v: wire %v", s, w)
 		}
 		if back := ckfSource(w); back != s {
 			t.Errorf("ckf %v: back from the wire as %v", s, back)
 		}
 	}
-	for _, w := range namedValues[schemas.IdentitySource](t) {
-		if s := ckfSource(w); int(w) >= len(ckfSources) || wireName(s) != w.String() {
+	for _, w := range enumtest.NamedValues[schemas.IdentitySource](t) {
+		if s := ckfSource(w); int(w) >= len(ckfSources) || enumtest.WireName(s) != w.String() {
 			t.Errorf("wire %v: ckf %v", w, s)
 		}
 	}
@@ -81,10 +55,10 @@ func TestLaneFaultMapsEveryKind(t *testing.T) {
 		index.FaultSnapshotWhileReady:         {some(40), some(30)},
 		index.FaultTerminalSequenceMismatch:   {some(11), some(12)},
 	}
-	for _, k := range namedValues[index.FaultKind](t) {
+	for _, k := range enumtest.NamedValues[index.FaultKind](t) {
 		f.Kind = k
 		w := WireFault(f, 77)
-		if int(k) >= len(laneFaultKinds) || w.Kind.String() != wireName(k) || w.Kind == schemas.FaultUnknown {
+		if int(k) >= len(laneFaultKinds) || w.Kind.String() != enumtest.WireName(k) || w.Kind == schemas.FaultUnknown {
 			t.Errorf("ingestor fault %v: wire kind %v", k, w.Kind)
 		}
 		want, ok := payload[k]
@@ -102,10 +76,10 @@ func TestLaneFaultMapsEveryKind(t *testing.T) {
 }
 
 func TestAssignmentFaultMapsEveryKind(t *testing.T) {
-	for _, k := range namedValues[index.AssignmentErrorKind](t) {
+	for _, k := range enumtest.NamedValues[index.AssignmentErrorKind](t) {
 		err := &index.AssignmentError{Kind: k, MinimumExclusive: 6, Actual: 4}
 		w := AssignmentFault(err, 9)
-		if int(k) >= len(assignmentFaultKinds) || w.Kind.String() != wireName(k) || w.Kind == schemas.FaultUnknown ||
+		if int(k) >= len(assignmentFaultKinds) || w.Kind.String() != enumtest.WireName(k) || w.Kind == schemas.FaultUnknown ||
 			w.Detail != err.Error() || w.Offset != schemas.Some[int64](9) {
 			t.Errorf("assignment error %v: wire %+v", k, w)
 		}
@@ -121,23 +95,23 @@ func TestAssignmentFaultMapsEveryKind(t *testing.T) {
 }
 
 func TestFailureTableMapsEveryValue(t *testing.T) {
-	for _, d := range namedValues[ckf.FailureDomain](t) {
+	for _, d := range enumtest.NamedValues[ckf.FailureDomain](t) {
 		w := Lookup(wireDomains[:], d, schemas.Optional[schemas.FailureDomain]{})
-		if int(d) >= len(wireDomains) || w.Valid != (d != ckf.NoRecoveryDomain) || w.Valid && w.Value.String() != wireName(d) {
+		if int(d) >= len(wireDomains) || w.Valid != (d != ckf.NoRecoveryDomain) || w.Valid && w.Value.String() != enumtest.WireName(d) {
 			t.Errorf("domain %v: wire %+v", d, w)
 		}
 	}
-	for _, c := range namedValues[ckf.CommitState](t) {
-		if w := Lookup(wireCommits[:], c, schemas.Optional[schemas.CommitState]{}); !w.Valid || w.Value.String() != wireName(c) {
+	for _, c := range enumtest.NamedValues[ckf.CommitState](t) {
+		if w := Lookup(wireCommits[:], c, schemas.Optional[schemas.CommitState]{}); !w.Valid || w.Value.String() != enumtest.WireName(c) {
 			t.Errorf("commit state %v: wire %+v", c, w)
 		}
 	}
-	for _, a := range namedValues[ckf.FailureAction](t) {
-		if w := Lookup(wireActions[:], a, schemas.Optional[schemas.FailureAction]{}); !w.Valid || w.Value.String() != wireName(a) {
+	for _, a := range enumtest.NamedValues[ckf.FailureAction](t) {
+		if w := Lookup(wireActions[:], a, schemas.Optional[schemas.FailureAction]{}); !w.Valid || w.Value.String() != enumtest.WireName(a) {
 			t.Errorf("action %v: wire %+v", a, w)
 		}
 	}
-	for _, p := range namedValues[ckf.FailurePoint](t) {
+	for _, p := range enumtest.NamedValues[ckf.FailurePoint](t) {
 		d := ckf.DispositionOf(p)
 		w := WireDisposition(p)
 		if w == nil {
@@ -145,8 +119,8 @@ func TestFailureTableMapsEveryValue(t *testing.T) {
 			continue
 		}
 		rd, hasRD := w.RecoveryDomain.Get()
-		if w.Point.String() != wireName(p) || w.Domain.String() != wireName(d.Domain) || w.Commit.String() != wireName(d.Commit) ||
-			w.Action.String() != wireName(d.Action) || hasRD != (d.RecoveryDomain != ckf.NoRecoveryDomain) || hasRD && rd.String() != wireName(d.RecoveryDomain) {
+		if w.Point.String() != enumtest.WireName(p) || w.Domain.String() != enumtest.WireName(d.Domain) || w.Commit.String() != enumtest.WireName(d.Commit) ||
+			w.Action.String() != enumtest.WireName(d.Action) || hasRD != (d.RecoveryDomain != ckf.NoRecoveryDomain) || hasRD && rd.String() != enumtest.WireName(d.RecoveryDomain) {
 			t.Errorf("point %v (%+v): wire %+v", p, d, w)
 		}
 	}

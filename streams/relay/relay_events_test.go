@@ -2,56 +2,31 @@ package relay
 
 import (
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/internal/enumtest"
 )
 
 // The enum mapping tests walk every value the source enum's generated String method names, so a
 // constant added to a source enum (and generated) fails them until its table maps it.
 
-type namedEnum interface {
-	~uint8
-	String() string
-}
-
-// namedValues returns every value of E that has a name, in order: all 256 values except those
-// String prints in stringer's form for a value without a name, "E(n)".
-func namedValues[E namedEnum](t *testing.T) []E {
-	t.Helper()
-	typeName := reflect.TypeFor[E]().Name()
-	var out []E
-	for v := range 256 {
-		if E(v).String() != typeName+"("+strconv.Itoa(v)+")" {
-			out = append(out, E(v))
-		}
-	}
-	if len(out) == 0 {
-		t.Fatalf("%s has no named value: is its String method generated?", typeName)
-	}
-	return out
-}
-
-// wireName is the Avro symbol a snake_case name of package ckf stands for.
-func wireName(v interface{ String() string }) string { return strings.ToUpper(v.String()) }
-
 func TestStorageTierMapsEveryValue(t *testing.T) {
-	for _, tier := range namedValues[producer.StorageTier](t) {
+	for _, tier := range enumtest.NamedValues[producer.StorageTier](t) {
 		w := streams.Lookup(wireTiers[:], tier, schemas.TierUnknown)
-		if int(tier) >= len(wireTiers) || w.String() != wireName(tier) {
+		if int(tier) >= len(wireTiers) || w.String() != enumtest.WireName(tier) {
 			t.Errorf("producer %v: wire %v", tier, w)
 		}
 		if back := RouterEventOf(&schemas.KvEvent{StorageTier: w}).StorageTier; back != tier {
 			t.Errorf("producer %v: back from the wire as %v", tier, back)
 		}
 	}
-	for _, w := range namedValues[schemas.StorageTier](t) {
+	for _, w := range enumtest.NamedValues[schemas.StorageTier](t) {
 		got := RouterEventOf(&schemas.KvEvent{StorageTier: w}).StorageTier
-		if int(w) >= len(producerTiers) || w == schemas.TierUnknown && got != unknownTier || w != schemas.TierUnknown && wireName(got) != w.String() {
+		if int(w) >= len(producerTiers) || w == schemas.TierUnknown && got != unknownTier || w != schemas.TierUnknown && enumtest.WireName(got) != w.String() {
 			t.Errorf("wire %v: producer %v", w, got)
 		}
 	}
@@ -61,7 +36,7 @@ func TestStorageTierMapsEveryValue(t *testing.T) {
 }
 
 func TestResidencyMapsEveryValue(t *testing.T) {
-	for _, r := range namedValues[producer.ResidencyDomain](t) {
+	for _, r := range enumtest.NamedValues[producer.ResidencyDomain](t) {
 		w := KvEventOf(producer.RouterEvent{Residency: r}).ResidencyDomain
 		if int(r) >= len(wireResidencies) || w.Valid != (r != producer.ResidencyUnspecified) || w.Value != r.String() {
 			t.Errorf("producer %q: wire %+v", r, w)
@@ -90,7 +65,7 @@ func TestResidencyMapsEveryValue(t *testing.T) {
 }
 
 func TestKvEventKindMapsEveryValue(t *testing.T) {
-	for _, k := range namedValues[producer.KvEventKind](t) {
+	for _, k := range enumtest.NamedValues[producer.KvEventKind](t) {
 		w := KvEventOf(producer.RouterEvent{Event: producer.KvCacheEvent{Kind: k}}).Kind
 		if int(k) >= len(wireKinds) || w.String() != "Kv"+strings.ToUpper(k.String()[:1])+k.String()[1:] {
 			t.Errorf("producer %v: wire %v", k, w)
@@ -99,7 +74,7 @@ func TestKvEventKindMapsEveryValue(t *testing.T) {
 			t.Errorf("producer %v: back from the wire as %v", k, back)
 		}
 	}
-	for _, w := range namedValues[schemas.KvEventKind](t) {
+	for _, w := range enumtest.NamedValues[schemas.KvEventKind](t) {
 		if k := RouterEventOf(&schemas.KvEvent{Kind: w}).Event.Kind; int(w) >= len(producerKinds) || k == 0 {
 			t.Errorf("wire %v: producer %v", w, k)
 		}
