@@ -16,7 +16,8 @@ KAFKA_DIR := testenv/kafka
 REGISTRY_DIR := testenv/registry
 BENCH_OUT ?= bench.txt
 BENCH_E2E_OUT ?= bench-e2e.txt
-# The end-to-end benchmarks (streams/bench_e2e_more_test.go); each one runs its own repetitions.
+# The end-to-end benchmarks (streams/lanes/bench_e2e_lanes_test.go, streams/query/bench_e2e_query_test.go,
+# streams/relay/bench_e2e_relay_test.go); each one runs its own repetitions, one package at a time.
 BENCH_E2E ?= E2E
 PERF_DIR  ?= docs/perf
 # make soak: the load the soak holds (the measured capacity, see docs/RELIABILITY.md) and for how long.
@@ -139,7 +140,7 @@ bench-e2e: ## end-to-end benchmarks on the real broker (ingest vs raw, lag, quer
 	@mkdir -p $(PERF_DIR)
 	@{ echo "nproc: $$(nproc)"; echo "loadavg-start: $$(cut -d' ' -f1-3 /proc/loadavg)"; } > $(BENCH_E2E_OUT)
 	CKF_PERF_DIR=$(abspath $(PERF_DIR)) bash $(KAFKA_DIR)/with-kafka.sh \
-	  $(GO) test -run '^$$' -bench '$(BENCH_E2E)' -benchtime 1x -count 1 -timeout 90m ./streams/ | tee -a $(BENCH_E2E_OUT)
+	  $(GO) test -run '^$$' -bench '$(BENCH_E2E)' -benchtime 1x -count 1 -timeout 90m -p 1 ./streams/lanes/ ./streams/query/ ./streams/relay/ | tee -a $(BENCH_E2E_OUT)
 	@echo "loadavg-end: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(BENCH_E2E_OUT)
 	$(call tool,benchreport) -o $(PERF_DIR)/bench-e2e-report.md $(BENCH_E2E_OUT)
 

@@ -7,7 +7,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/relay"
 )
 
 // queryHashes is what a router computes for a prompt: the canonical chain of the token
@@ -57,7 +57,7 @@ func TestConvertedEventsMeetTheRelay(t *testing.T) {
 			t.Fatal(err)
 		}
 		for j := range evs {
-			out := st.ApplyEvent(streams.RouterEventOf(&evs[j]))
+			out := st.ApplyEvent(relay.RouterEventOf(&evs[j]))
 			if out.FirstError != nil || out.UnknownRemovals != 0 {
 				t.Fatalf("batch %d record %d (%v) rejected: %v, unknown removals %d", i, j, evs[j].Kind, out.FirstError, out.UnknownRemovals)
 			}

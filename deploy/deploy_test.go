@@ -24,7 +24,7 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/ckf"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/lanes"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"gopkg.in/yaml.v3"
 )
@@ -152,8 +152,8 @@ type lagSample struct {
 func TestLagGroupsMatchExportedLag(t *testing.T) {
 	dep := startDeployment(t)
 	adm := testenv.Admin(t)
-	group := streams.IndexerLagGroup(dep.prefix, dep.instance)
-	// The relay's group: streams.RelayConfig.LagGroup's derivation, "ckf-relay-" + KV topic +
+	group := lanes.IndexerLagGroup(dep.prefix, dep.instance)
+	// The relay's group: relay.RelayConfig.LagGroup's derivation, "ckf-relay-" + KV topic +
 	// "-" + pool (domain/dc in 16 hex digits).
 	relayGroup := fmt.Sprintf("ckf-relay-%s-%s/%016x", dep.topics.KVEvents, dep.domain, dc)
 	const toleranceWindow = 5 * time.Second

@@ -587,11 +587,7 @@ func settingDefaults(t *testing.T) map[string]string {
 // citationsFixedElsewhere are known false citations in files this change may not edit, keyed by
 // "file: message" as TestCitedNamesExist reports them, with who fixes them. The test logs them
 // instead of failing, and fails once one no longer occurs, so that the entry goes too.
-var citationsFixedElsewhere = map[string]string{
-	// streams/ is being split into streams/relay, streams/lanes and streams/query (issue 26);
-	// the topic field is Topics.RelayCheckpoints (app/config).
-	"streams/relay.md: cites Topics.Checkpoints, but no type Topics of the module has a method or field Checkpoints": "the streams split",
-}
+var citationsFixedElsewhere = map[string]string{}
 
 // TestCheckCitationsSample runs the citation checker on a small sample against a small index,
 // one case of each kind, including the five false claims issue 26 found, so that a checker

@@ -21,7 +21,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// The relay checkpoint framing, as streams/checkpoint_record.go documents it, rebuilt here so
+// The relay checkpoint framing, as streams/relay/checkpoint_record.go documents it, rebuilt here so
 // that the suite can write well-framed checkpoints around payloads of its choosing (the package
 // streams keeps its encoder unexported; its own tests reach it through relay_export_test.go,
 // which other packages cannot import). Should this copy drift from the relay's format, the
@@ -163,7 +163,7 @@ func (in *checkpointInjector) rejectedSince(i int) int {
 	return n
 }
 
-// restoredLog is the message a relay logs when it restores a checkpoint (streams/relay_checkpoint.go).
+// restoredLog is the message a relay logs when it restores a checkpoint (streams/relay/relay_checkpoint.go).
 const restoredLog = `"msg":"relay state restored from checkpoint"`
 
 var logIDField = regexp.MustCompile(`"id":(\d+)`)

@@ -29,7 +29,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/relay"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -280,7 +280,7 @@ func (w *writer) send(ctx context.Context) {
 			return
 		}
 		w.mu.Lock()
-		w.models[dc].ApplyEvent(streams.RouterEventOf(&kv))
+		w.models[dc].ApplyEvent(relay.RouterEventOf(&kv))
 		w.mu.Unlock()
 		w.acked.Add(1)
 	})
@@ -531,7 +531,7 @@ func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 }
 
 // checkpointCommittedLog is the message a relay logs after each committed state checkpoint
-// (streams/relay_checkpoint.go).
+// (streams/relay/relay_checkpoint.go).
 const checkpointCommittedLog = `"msg":"relay state checkpointed"`
 
 // relayStarted waits until relay r's current incarnation reports that it has started (written

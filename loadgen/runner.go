@@ -21,7 +21,7 @@ import (
 // topics.kv_events accordingly.
 func KVTopic(base string, dc uint64) string { return base + ".dc-" + strconv.FormatUint(dc, 16) }
 
-// QueryFunc sends one query and waits for its reply (streams.QueryClient.Query over Kafka, or
+// QueryFunc sends one query and waits for its reply (query.QueryClient.Query over Kafka, or
 // an HTTP client of POST /v1/prefix-matches). It must be safe for concurrent use.
 type QueryFunc func(ctx context.Context, req schemas.QueryRequest) (schemas.QueryReply, error)
 

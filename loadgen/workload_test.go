@@ -10,7 +10,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/relay"
 )
 
 func events(t *testing.T, cfg loadgen.Config, n int) []loadgen.Event {
@@ -78,7 +78,7 @@ func TestWorkloadIsValidEngineOutput(t *testing.T) {
 		if got := dcs[ev.DCIndex]; got != ev.DC {
 			t.Fatalf("event %d: DC %d at index %d", i, ev.DC, ev.DCIndex)
 		}
-		out := states[ev.DC].ApplyEvent(streams.RouterEventOf(&ev.KV))
+		out := states[ev.DC].ApplyEvent(relay.RouterEventOf(&ev.KV))
 		if out.FirstError != nil && !errors.Is(out.FirstError, ckf.ErrCapacityExhausted) {
 			t.Fatalf("event %d (%s of worker %d): %v", i, ev.KV.Kind, ev.KV.WorkerID, out.FirstError)
 		}

@@ -8,19 +8,19 @@ import "github.com/twmb/franz-go/pkg/kgo"
 // naming the client — reach every client. The returned slice is not retained or modified.
 type ClientOptsFunc func(role string) []kgo.Opt
 
-// clientOpts resolves a component's client options: the per-role function when the caller gave
+// ClientOpts resolves a component's client options: the per-role function when the caller gave
 // one, else the shared list, then the client's own extra options.
-type clientOpts struct {
-	shared  []kgo.Opt
-	perRole ClientOptsFunc
+type ClientOpts struct {
+	Shared  []kgo.Opt
+	PerRole ClientOptsFunc
 }
 
-func (c clientOpts) forRole(role string, extra ...kgo.Opt) []kgo.Opt {
+func (c ClientOpts) ForRole(role string, extra ...kgo.Opt) []kgo.Opt {
 	var opts []kgo.Opt
-	if c.perRole != nil {
-		opts = append(opts, c.perRole(role)...)
+	if c.PerRole != nil {
+		opts = append(opts, c.PerRole(role)...)
 	} else {
-		opts = append(opts, c.shared...)
+		opts = append(opts, c.Shared...)
 	}
 	return append(opts, extra...)
 }

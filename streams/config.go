@@ -57,50 +57,50 @@ func (e *ConfigError) Unwrap() []error {
 	return []error{ErrInvalidConfig, e.Err}
 }
 
-// configCheck collects the first violation of one configuration's rules, in the order the
+// ConfigCheck collects the first violation of one configuration's rules, in the order the
 // rules are checked (field order), so validate methods read as a list of rules.
-type configCheck struct {
-	config string
+type ConfigCheck struct {
+	Config string
 	err    *ConfigError
 }
 
 // fail records a violation of field unless an earlier one was recorded.
-func (c *configCheck) fail(field, format string, args ...any) {
+func (c *ConfigCheck) Fail(field, format string, args ...any) {
 	if c.err == nil {
-		c.err = &ConfigError{Config: c.config, Field: field, Reason: fmt.Sprintf(format, args...)}
+		c.err = &ConfigError{Config: c.Config, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
 }
 
 // failWith records a violation of field caused by err unless an earlier one was recorded.
-func (c *configCheck) failWith(field, reason string, err error) {
+func (c *ConfigCheck) FailWith(field, reason string, err error) {
 	if c.err == nil {
-		c.err = &ConfigError{Config: c.config, Field: field, Reason: reason, Err: err}
+		c.err = &ConfigError{Config: c.Config, Field: field, Reason: reason, Err: err}
 	}
 }
 
 // positive requires d > 0.
-func (c *configCheck) positive(field string, d time.Duration) {
+func (c *ConfigCheck) Positive(field string, d time.Duration) {
 	if d <= 0 {
-		c.fail(field, "must be > 0, got %v", d)
+		c.Fail(field, "must be > 0, got %v", d)
 	}
 }
 
 // nonNegative requires d >= 0 (zero's meaning is the field's).
-func (c *configCheck) nonNegative(field string, d time.Duration) {
+func (c *ConfigCheck) NonNegative(field string, d time.Duration) {
 	if d < 0 {
-		c.fail(field, "must not be negative, got %v", d)
+		c.Fail(field, "must not be negative, got %v", d)
 	}
 }
 
 // named requires a non-empty name.
-func (c *configCheck) named(field, name string) {
+func (c *ConfigCheck) Named(field, name string) {
 	if name == "" {
-		c.fail(field, "must be named")
+		c.Fail(field, "must be named")
 	}
 }
 
 // result returns the first violation, or nil (a typed nil never escapes as a non-nil error).
-func (c *configCheck) result() error {
+func (c *ConfigCheck) Result() error {
 	if c.err == nil {
 		return nil
 	}

@@ -23,8 +23,8 @@ func (e *ErrIdentityVersion) Error() string {
 // named value of every source enum (from its generated String method) and fails until the
 // new value is mapped.
 
-// lookup returns table[v], or outside for a value beyond the table.
-func lookup[V ~uint8, T any](table []T, v V, outside T) T {
+// Lookup returns table[v], or outside for a value beyond the table.
+func Lookup[V ~uint8, T any](table []T, v V, outside T) T {
 	if int(v) < len(table) {
 		return table[v]
 	}
@@ -46,11 +46,11 @@ var ckfSources = [...]ckf.IdentitySource{
 // wireSource and ckfSource map a value outside the enum (which validation elsewhere rejects)
 // to DefaultDerived, the conservative reading of identity material.
 func wireSource(s ckf.IdentitySource) schemas.IdentitySource {
-	return lookup(wireSources[:], s, schemas.SourceDefaultDerived)
+	return Lookup(wireSources[:], s, schemas.SourceDefaultDerived)
 }
 
 func ckfSource(s schemas.IdentitySource) ckf.IdentitySource {
-	return lookup(ckfSources[:], s, ckf.IdentityDefaultDerived)
+	return Lookup(ckfSources[:], s, ckf.IdentityDefaultDerived)
 }
 
 // WireDomain converts an indexer domain to its wire form.

@@ -2,131 +2,37 @@ package streams
 
 import (
 	"reflect"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams/internal/enumtest"
 )
 
 // The enum mapping tests walk every value the source enum's generated String method names, so a
 // constant added to a source enum (and generated) fails them until its table maps it.
 
-type namedEnum interface {
-	~uint8
-	String() string
-}
-
-// namedValues returns every value of E that has a name, in order: all 256 values except those
-// String prints in stringer's form for a value without a name, "E(n)".
-func namedValues[E namedEnum](t *testing.T) []E {
-	t.Helper()
-	typeName := reflect.TypeFor[E]().Name()
-	var out []E
-	for v := range 256 {
-		if E(v).String() != typeName+"("+strconv.Itoa(v)+")" {
-			out = append(out, E(v))
-		}
-	}
-	if len(out) == 0 {
-		t.Fatalf("%s has no named value: is its String method generated?", typeName)
-	}
-	return out
-}
-
-// wireName is the Avro symbol a snake_case name of package ckf stands for.
-func wireName(v interface{ String() string }) string { return strings.ToUpper(v.String()) }
-
 func TestNamedValuesSeesOnlyNamedValues(t *testing.T) {
-	got := namedValues[ckf.FailurePoint](t)
+	got := enumtest.NamedValues[ckf.FailurePoint](t)
 	if !reflect.DeepEqual(got, ckf.FailurePoints[:]) {
 		t.Fatalf("named failure points %v, want %v", got, ckf.FailurePoints)
 	}
 }
 
 func TestIdentitySourceMapsEveryValue(t *testing.T) {
-	for _, s := range namedValues[ckf.IdentitySource](t) {
+	for _, s := range enumtest.NamedValues[ckf.IdentitySource](t) {
 		w := wireSource(s)
-		if int(s) >= len(wireSources) || w.String() != wireName(s) {
+		if int(s) >= len(wireSources) || w.String() != enumtest.WireName(s) {
 			t.Errorf("ckf %v: wire %v", s, w)
 		}
 		if back := ckfSource(w); back != s {
 			t.Errorf("ckf %v: back from the wire as %v", s, back)
 		}
 	}
-	for _, w := range namedValues[schemas.IdentitySource](t) {
-		if s := ckfSource(w); int(w) >= len(ckfSources) || wireName(s) != w.String() {
+	for _, w := range enumtest.NamedValues[schemas.IdentitySource](t) {
+		if s := ckfSource(w); int(w) >= len(ckfSources) || enumtest.WireName(s) != w.String() {
 			t.Errorf("wire %v: ckf %v", w, s)
-		}
-	}
-}
-
-func TestStorageTierMapsEveryValue(t *testing.T) {
-	for _, tier := range namedValues[producer.StorageTier](t) {
-		w := lookup(wireTiers[:], tier, schemas.TierUnknown)
-		if int(tier) >= len(wireTiers) || w.String() != wireName(tier) {
-			t.Errorf("producer %v: wire %v", tier, w)
-		}
-		if back := RouterEventOf(&schemas.KvEvent{StorageTier: w}).StorageTier; back != tier {
-			t.Errorf("producer %v: back from the wire as %v", tier, back)
-		}
-	}
-	for _, w := range namedValues[schemas.StorageTier](t) {
-		got := RouterEventOf(&schemas.KvEvent{StorageTier: w}).StorageTier
-		if int(w) >= len(producerTiers) || w == schemas.TierUnknown && got != unknownTier || w != schemas.TierUnknown && wireName(got) != w.String() {
-			t.Errorf("wire %v: producer %v", w, got)
-		}
-	}
-	if got := KvEventOf(producer.RouterEvent{StorageTier: unknownTier}).StorageTier; got != schemas.TierUnknown {
-		t.Errorf("an unknown tier is written as %v", got)
-	}
-}
-
-func TestResidencyMapsEveryValue(t *testing.T) {
-	for _, r := range namedValues[producer.ResidencyDomain](t) {
-		w := KvEventOf(producer.RouterEvent{Residency: r}).ResidencyDomain
-		if int(r) >= len(wireResidencies) || w.Valid != (r != producer.ResidencyUnspecified) || w.Value != r.String() {
-			t.Errorf("producer %q: wire %+v", r, w)
-		}
-		if back := RouterEventOf(&schemas.KvEvent{ResidencyDomain: w}).Residency; back != r {
-			t.Errorf("producer %q: back from the wire as %v", r, back)
-		}
-		// The relay's table and the producer's own parser agree on every wire string.
-		if parsed, err := producer.ParseResidencyDomain(w.Value); err != nil || parsed != r {
-			t.Errorf("producer %q: ParseResidencyDomain(%q) = %v, %v", r, w.Value, parsed, err)
-		}
-	}
-	for _, d := range []string{schemas.ResidencyWorker, schemas.ResidencyCacheOwner} {
-		if r := RouterEventOf(&schemas.KvEvent{ResidencyDomain: schemas.Some(d)}).Residency; r.String() != d {
-			t.Errorf("wire %q: producer %v", d, r)
-		}
-	}
-	for _, d := range []string{"", "Worker", unknownResidencyWire} {
-		if r := RouterEventOf(&schemas.KvEvent{ResidencyDomain: schemas.Some(d)}).Residency; r != unknownResidency {
-			t.Errorf("wire %q: producer %v, want the unknown residency", d, r)
-		}
-	}
-	if w := KvEventOf(producer.RouterEvent{Residency: unknownResidency}).ResidencyDomain; w != schemas.Some(unknownResidencyWire) {
-		t.Errorf("an unknown residency is written as %+v", w)
-	}
-}
-
-func TestKvEventKindMapsEveryValue(t *testing.T) {
-	for _, k := range namedValues[producer.KvEventKind](t) {
-		w := KvEventOf(producer.RouterEvent{Event: producer.KvCacheEvent{Kind: k}}).Kind
-		if int(k) >= len(wireKinds) || w.String() != "Kv"+strings.ToUpper(k.String()[:1])+k.String()[1:] {
-			t.Errorf("producer %v: wire %v", k, w)
-		}
-		if back := RouterEventOf(&schemas.KvEvent{Kind: w}).Event.Kind; back != k {
-			t.Errorf("producer %v: back from the wire as %v", k, back)
-		}
-	}
-	for _, w := range namedValues[schemas.KvEventKind](t) {
-		if k := RouterEventOf(&schemas.KvEvent{Kind: w}).Event.Kind; int(w) >= len(producerKinds) || k == 0 {
-			t.Errorf("wire %v: producer %v", w, k)
 		}
 	}
 }
@@ -149,10 +55,10 @@ func TestLaneFaultMapsEveryKind(t *testing.T) {
 		index.FaultSnapshotWhileReady:         {some(40), some(30)},
 		index.FaultTerminalSequenceMismatch:   {some(11), some(12)},
 	}
-	for _, k := range namedValues[index.FaultKind](t) {
+	for _, k := range enumtest.NamedValues[index.FaultKind](t) {
 		f.Kind = k
-		w := wireFault(f, 77)
-		if int(k) >= len(laneFaultKinds) || w.Kind.String() != wireName(k) || w.Kind == schemas.FaultUnknown {
+		w := WireFault(f, 77)
+		if int(k) >= len(laneFaultKinds) || w.Kind.String() != enumtest.WireName(k) || w.Kind == schemas.FaultUnknown {
 			t.Errorf("ingestor fault %v: wire kind %v", k, w.Kind)
 		}
 		want, ok := payload[k]
@@ -164,16 +70,16 @@ func TestLaneFaultMapsEveryKind(t *testing.T) {
 		}
 	}
 	f = index.LaneFault{Kind: index.FaultTerminalSequenceMismatch, Expected: 5}
-	if w := wireFault(f, 0); w.Actual.Valid {
+	if w := WireFault(f, 0); w.Actual.Valid {
 		t.Errorf("terminal mismatch without an actual sequence: %+v", w)
 	}
 }
 
 func TestAssignmentFaultMapsEveryKind(t *testing.T) {
-	for _, k := range namedValues[index.AssignmentErrorKind](t) {
+	for _, k := range enumtest.NamedValues[index.AssignmentErrorKind](t) {
 		err := &index.AssignmentError{Kind: k, MinimumExclusive: 6, Actual: 4}
-		w := assignmentFault(err, 9)
-		if int(k) >= len(assignmentFaultKinds) || w.Kind.String() != wireName(k) || w.Kind == schemas.FaultUnknown ||
+		w := AssignmentFault(err, 9)
+		if int(k) >= len(assignmentFaultKinds) || w.Kind.String() != enumtest.WireName(k) || w.Kind == schemas.FaultUnknown ||
 			w.Detail != err.Error() || w.Offset != schemas.Some[int64](9) {
 			t.Errorf("assignment error %v: wire %+v", k, w)
 		}
@@ -189,85 +95,38 @@ func TestAssignmentFaultMapsEveryKind(t *testing.T) {
 }
 
 func TestFailureTableMapsEveryValue(t *testing.T) {
-	for _, d := range namedValues[ckf.FailureDomain](t) {
-		w := lookup(wireDomains[:], d, schemas.Optional[schemas.FailureDomain]{})
-		if int(d) >= len(wireDomains) || w.Valid != (d != ckf.NoRecoveryDomain) || w.Valid && w.Value.String() != wireName(d) {
+	for _, d := range enumtest.NamedValues[ckf.FailureDomain](t) {
+		w := Lookup(wireDomains[:], d, schemas.Optional[schemas.FailureDomain]{})
+		if int(d) >= len(wireDomains) || w.Valid != (d != ckf.NoRecoveryDomain) || w.Valid && w.Value.String() != enumtest.WireName(d) {
 			t.Errorf("domain %v: wire %+v", d, w)
 		}
 	}
-	for _, c := range namedValues[ckf.CommitState](t) {
-		if w := lookup(wireCommits[:], c, schemas.Optional[schemas.CommitState]{}); !w.Valid || w.Value.String() != wireName(c) {
+	for _, c := range enumtest.NamedValues[ckf.CommitState](t) {
+		if w := Lookup(wireCommits[:], c, schemas.Optional[schemas.CommitState]{}); !w.Valid || w.Value.String() != enumtest.WireName(c) {
 			t.Errorf("commit state %v: wire %+v", c, w)
 		}
 	}
-	for _, a := range namedValues[ckf.FailureAction](t) {
-		if w := lookup(wireActions[:], a, schemas.Optional[schemas.FailureAction]{}); !w.Valid || w.Value.String() != wireName(a) {
+	for _, a := range enumtest.NamedValues[ckf.FailureAction](t) {
+		if w := Lookup(wireActions[:], a, schemas.Optional[schemas.FailureAction]{}); !w.Valid || w.Value.String() != enumtest.WireName(a) {
 			t.Errorf("action %v: wire %+v", a, w)
 		}
 	}
-	for _, p := range namedValues[ckf.FailurePoint](t) {
+	for _, p := range enumtest.NamedValues[ckf.FailurePoint](t) {
 		d := ckf.DispositionOf(p)
-		w := wireDisposition(p)
+		w := WireDisposition(p)
 		if w == nil {
 			t.Errorf("point %v: no wire disposition", p)
 			continue
 		}
 		rd, hasRD := w.RecoveryDomain.Get()
-		if w.Point.String() != wireName(p) || w.Domain.String() != wireName(d.Domain) || w.Commit.String() != wireName(d.Commit) ||
-			w.Action.String() != wireName(d.Action) || hasRD != (d.RecoveryDomain != ckf.NoRecoveryDomain) || hasRD && rd.String() != wireName(d.RecoveryDomain) {
+		if w.Point.String() != enumtest.WireName(p) || w.Domain.String() != enumtest.WireName(d.Domain) || w.Commit.String() != enumtest.WireName(d.Commit) ||
+			w.Action.String() != enumtest.WireName(d.Action) || hasRD != (d.RecoveryDomain != ckf.NoRecoveryDomain) || hasRD && rd.String() != enumtest.WireName(d.RecoveryDomain) {
 			t.Errorf("point %v (%+v): wire %+v", p, d, w)
 		}
 	}
 	for _, p := range []ckf.FailurePoint{0, ckf.FailurePoints[len(ckf.FailurePoints)-1] + 1} {
-		if w := wireDisposition(p); w != nil {
+		if w := WireDisposition(p); w != nil {
 			t.Errorf("undefined point %d: wire %+v", p, w)
 		}
-	}
-}
-
-// TestRouterEventIntoReusesWithoutLeaking converts stores, removals and clears, in every order,
-// into one reused RouterEvent (as the relay does): each result equals RouterEventOf's, so no
-// block of a longer earlier event and no field of another kind survives into a later one; and
-// once its slices have grown, a conversion allocates nothing.
-func TestRouterEventIntoReusesWithoutLeaking(t *testing.T) {
-	long := make([]schemas.KvBlock, 24)
-	for i := range long {
-		long[i] = schemas.KvBlock{BlockHash: uint64(100 + i), TokensHash: uint64(7 * i)}
-	}
-	events := []schemas.KvEvent{
-		{WorkerID: 3, DpRank: 2, EventID: 9, StorageTier: schemas.TierDevice, Kind: schemas.KvStoredEvent, Stored: schemas.KvStored{
-			ParentHash: schemas.Some[uint64](5), StartPosition: schemas.Some[uint32](16), Blocks: long, SharedCacheEligible: true}},
-		{WorkerID: 4, StorageTier: schemas.TierDevice, ResidencyDomain: schemas.Some(schemas.ResidencyWorker), Kind: schemas.KvStoredEvent,
-			Stored: schemas.KvStored{Blocks: long[:2]}},
-		{WorkerID: 5, StorageTier: schemas.TierHostPinned, Kind: schemas.KvRemovedEvent, Removed: schemas.KvRemoved{BlockHashes: []uint64{1, 2, 3}}},
-		{WorkerID: 6, StorageTier: schemas.TierDevice, Kind: schemas.KvClearedEvent},
-	}
-	norm := func(re producer.RouterEvent) producer.RouterEvent {
-		if len(re.Event.Stored.Blocks) == 0 {
-			re.Event.Stored.Blocks = nil
-		}
-		if len(re.Event.Removed) == 0 {
-			re.Event.Removed = nil
-		}
-		return re
-	}
-	var re producer.RouterEvent
-	for _, a := range events {
-		for _, b := range events {
-			for _, ev := range []schemas.KvEvent{a, b} {
-				routerEventInto(&ev, &re)
-				if want := norm(RouterEventOf(&ev)); !reflect.DeepEqual(norm(re), want) {
-					t.Fatalf("after a %v event, a %v event converts to\n %+v\nwant\n %+v", a.Kind, ev.Kind, re, want)
-				}
-			}
-		}
-	}
-	allocs := testing.AllocsPerRun(50, func() {
-		for i := range events {
-			routerEventInto(&events[i], &re)
-		}
-	})
-	if allocs != 0 {
-		t.Fatalf("%v allocations per %d conversions, want 0", allocs, len(events))
 	}
 }

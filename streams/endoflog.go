@@ -67,16 +67,16 @@ func (e *EndOfLogError) Error() string {
 // Unwrap returns the cause.
 func (e *EndOfLogError) Unwrap() error { return e.Err }
 
-// endOfLog is one reader's target on one topic: every partition's end as listed, and which
+// EndOfLog is one reader's target on one topic: every partition's end as listed, and which
 // partitions the reader has not reached yet. It is not safe for concurrent use; a reader owns it.
-type endOfLog struct {
+type EndOfLog struct {
 	topic   string
 	ends    map[int32]int64 // partition -> last stable offset at listing
 	starts  map[int32]int64 // partition -> log start offset at listing (absent: 0)
 	pending map[int32]struct{}
 }
 
-// OffsetListRetry bounds how long the start-up listings of offsets (listEndOfLog, the relay's
+// OffsetListRetry bounds how long the start-up listings of offsets (ListEndOfLog, the relay's
 // listPartitions, the indexer's restore plan) retry a listing that failed with a retriable Kafka
 // error: on a multi-broker cluster a topic created a moment ago is unknown to the brokers its
 // metadata has not reached yet (UNKNOWN_TOPIC_OR_PARTITION) or names a leader that is not one
@@ -90,11 +90,11 @@ const OffsetListRetry = 30 * time.Second
 // offsetListBackoff is the pause between two attempts of a listing.
 const offsetListBackoff = 100 * time.Millisecond
 
-// retryListing calls list until it returns nil or an error that is not a retriable Kafka
+// RetryListing calls list until it returns nil or an error that is not a retriable Kafka
 // error, OffsetListRetry has passed, or ctx ends; it returns list's last error, or, when ctx
 // ended during an attempt, the retriable error of the attempt before (the cause, rather than
 // the cancellation).
-func retryListing(ctx context.Context, list func() error) error {
+func RetryListing(ctx context.Context, list func() error) error {
 	deadline := time.Now().Add(OffsetListRetry)
 	var last error
 	for {
@@ -115,20 +115,20 @@ func retryListing(ctx context.Context, list func() error) error {
 	}
 }
 
-// listEndOfLog lists the end of every partition of topic (last stable offsets), then the log
+// ListEndOfLog lists the end of every partition of topic (last stable offsets), then the log
 // start offsets. The end is listed first so that a start listed after it and found at or past
 // it means the records below the end are gone: such a partition is reached at once. A listing
-// that fails with a retriable Kafka error is repeated (retryListing).
-func listEndOfLog(ctx context.Context, adm *kadm.Client, topic string) (*endOfLog, error) {
-	var e *endOfLog
-	err := retryListing(ctx, func() (err error) {
+// that fails with a retriable Kafka error is repeated (RetryListing).
+func ListEndOfLog(ctx context.Context, adm *kadm.Client, topic string) (*EndOfLog, error) {
+	var e *EndOfLog
+	err := RetryListing(ctx, func() (err error) {
 		e, err = listEndOfLogOnce(ctx, adm, topic)
 		return err
 	})
 	return e, err
 }
 
-func listEndOfLogOnce(ctx context.Context, adm *kadm.Client, topic string) (*endOfLog, error) {
+func listEndOfLogOnce(ctx context.Context, adm *kadm.Client, topic string) (*EndOfLog, error) {
 	ends, err := adm.ListCommittedOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
@@ -157,13 +157,13 @@ func listEndOfLogOnce(ctx context.Context, adm *kadm.Client, topic string) (*end
 	if len(endOf) == 0 {
 		return nil, &EndOfLogError{Topic: topic, Partition: -1, Op: "list end offsets", Err: ErrNoPartitions}
 	}
-	return newEndOfLog(topic, startOf, endOf), nil
+	return NewEndOfLog(topic, startOf, endOf), nil
 }
 
-// newEndOfLog builds the target from listed offsets: a partition is pending while its end is
+// NewEndOfLog builds the target from listed offsets: a partition is pending while its end is
 // above its start (a partition without a listed start counts from 0).
-func newEndOfLog(topic string, starts, ends map[int32]int64) *endOfLog {
-	e := &endOfLog{topic: topic, ends: make(map[int32]int64, len(ends)), starts: starts, pending: map[int32]struct{}{}}
+func NewEndOfLog(topic string, starts, ends map[int32]int64) *EndOfLog {
+	e := &EndOfLog{topic: topic, ends: make(map[int32]int64, len(ends)), starts: starts, pending: map[int32]struct{}{}}
 	for p, end := range ends {
 		e.ends[p] = end
 		if end > starts[p] {
@@ -174,7 +174,7 @@ func newEndOfLog(topic string, starts, ends map[int32]int64) *endOfLog {
 }
 
 // partitions returns every listed partition, in order.
-func (e *endOfLog) partitions() []int32 {
+func (e *EndOfLog) Partitions() []int32 {
 	ps := make([]int32, 0, len(e.ends))
 	for p := range e.ends {
 		ps = append(ps, p)
@@ -184,24 +184,24 @@ func (e *endOfLog) partitions() []int32 {
 }
 
 // end returns partition p's listed end.
-func (e *endOfLog) end(p int32) (int64, bool) {
+func (e *EndOfLog) End(p int32) (int64, bool) {
 	end, ok := e.ends[p]
 	return end, ok
 }
 
 // start returns partition p's log start as listed (0 when none was listed).
-func (e *endOfLog) start(p int32) int64 { return e.starts[p] }
+func (e *EndOfLog) Start(p int32) int64 { return e.starts[p] }
 
 // reached reports whether every partition has been read up to its end.
-func (e *endOfLog) reached() bool { return len(e.pending) == 0 }
+func (e *EndOfLog) Reached() bool { return len(e.pending) == 0 }
 
 // remaining returns how many partitions are not read up to their end yet.
-func (e *endOfLog) remaining() int { return len(e.pending) }
+func (e *EndOfLog) Remaining() int { return len(e.pending) }
 
 // observe records that rec was read, control records included, and reports whether rec lies
 // below its partition's end (part of the start-up read) rather than past it (written after the
 // listing). Records of another topic or of a partition not listed are not below any end.
-func (e *endOfLog) observe(rec *kgo.Record) (below bool) {
+func (e *EndOfLog) Observe(rec *kgo.Record) (below bool) {
 	if rec.Topic != e.topic {
 		return false
 	}
@@ -216,7 +216,7 @@ func (e *endOfLog) observe(rec *kgo.Record) (below bool) {
 }
 
 // pendingAssignment is a consumer assignment of the pending partitions from their log start.
-func (e *endOfLog) pendingAssignment() map[string]map[int32]kgo.Offset {
+func (e *EndOfLog) pendingAssignment() map[string]map[int32]kgo.Offset {
 	a := make(map[int32]kgo.Offset, len(e.pending))
 	for p := range e.pending {
 		a[p] = kgo.NewOffset().AtStart()
@@ -224,9 +224,9 @@ func (e *endOfLog) pendingAssignment() map[string]map[int32]kgo.Offset {
 	return map[string]map[int32]kgo.Offset{e.topic: a}
 }
 
-// endOfLogConsumerOpts are the options every end-of-log reader's consumer needs: committed
+// EndOfLogConsumerOpts are the options every end-of-log reader's consumer needs: committed
 // records only, and transaction markers delivered as records so that their offsets count.
-func endOfLogConsumerOpts() []kgo.Opt {
+func EndOfLogConsumerOpts() []kgo.Opt {
 	return []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}
 }
 
@@ -236,20 +236,20 @@ type fetchPoller interface {
 }
 
 // read reads the pending partitions from their log start to their end with a client of its own
-// (opts carry the connection; the assignment and endOfLogConsumerOpts are added), calling fn for
+// (opts carry the connection; the assignment and EndOfLogConsumerOpts are added), calling fn for
 // every data record below its partition's end, in partition order. It fetches nothing when every
 // partition is already reached.
-func (e *endOfLog) read(ctx context.Context, opts []kgo.Opt, fn func(*kgo.Record)) error {
-	if e.reached() {
+func (e *EndOfLog) Read(ctx context.Context, opts []kgo.Opt, fn func(*kgo.Record)) error {
+	if e.Reached() {
 		return nil
 	}
-	all := append(append(slices.Clip(opts), kgo.ConsumePartitions(e.pendingAssignment())), endOfLogConsumerOpts()...)
+	all := append(append(slices.Clip(opts), kgo.ConsumePartitions(e.pendingAssignment())), EndOfLogConsumerOpts()...)
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
 		return &EndOfLogError{Topic: e.topic, Partition: -1, Op: "fetch", Err: err}
 	}
 	defer cl.Close()
-	return e.readToEnd(ctx, cl, fn)
+	return e.ReadToEnd(ctx, cl, fn)
 }
 
 // readToEnd polls until every partition is reached, calling fn for every data record below its
@@ -257,8 +257,8 @@ func (e *endOfLog) read(ctx context.Context, opts []kgo.Opt, fn func(*kgo.Record
 // once caught up, an *EndOfLogError wrapping ctx's error when ctx ends first, or one wrapping
 // the first fetch error (franz-go retries transient errors itself; what reaches a poll is not
 // going to clear).
-func (e *endOfLog) readToEnd(ctx context.Context, cl fetchPoller, fn func(*kgo.Record)) error {
-	for !e.reached() {
+func (e *EndOfLog) ReadToEnd(ctx context.Context, cl fetchPoller, fn func(*kgo.Record)) error {
+	for !e.Reached() {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			return &EndOfLogError{Topic: e.topic, Partition: -1, Op: "wait", Err: err}
@@ -273,7 +273,7 @@ func (e *endOfLog) readToEnd(ctx context.Context, cl fetchPoller, fn func(*kgo.R
 			return ferr
 		}
 		fs.EachRecord(func(rec *kgo.Record) {
-			if e.observe(rec) && !rec.Attrs.IsControl() {
+			if e.Observe(rec) && !rec.Attrs.IsControl() {
 				fn(rec)
 			}
 		})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -19,32 +20,6 @@ import (
 // The end-of-log readers of the snapshot index on the real broker: the topic is written with
 // transactions like the relays write it, so its log ends with transaction markers that no data
 // record carries.
-
-// waitTransactionsSettled waits until no transaction is open on topic: every partition's last
-// stable offset equals its high watermark. EndTransaction returns once the coordinator has
-// decided; the commit or abort markers reach the partitions after that. A test whose reader must
-// find the markers inside the end it lists waits for them here.
-func waitTransactionsSettled(t testing.TB, adm *kadm.Client, topic string) {
-	t.Helper()
-	testenv.WaitUntil(t, converge, "the transactions on "+topic+" settle", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), converge)
-		defer cancel()
-		stable, err := adm.ListCommittedOffsets(ctx, topic)
-		if err != nil || stable.Error() != nil {
-			return false
-		}
-		high, err := adm.ListEndOffsets(ctx, topic)
-		if err != nil || high.Error() != nil {
-			return false
-		}
-		settled := true
-		high.Each(func(o kadm.ListedOffset) {
-			s, ok := stable.Lookup(o.Topic, o.Partition)
-			settled = settled && ok && s.Offset == o.Offset
-		})
-		return settled
-	})
-}
 
 // indexEnv is one test's snapshot-index topic, a transactional producer on it (records are
 // placed on the partition they name), and the reader's connection.
@@ -90,7 +65,7 @@ func (e *indexEnv) entry(p int32, lane uint8, seq uint64) *kgo.Record {
 // offsets once the transaction's markers are on the partitions.
 func (e *indexEnv) write(commit bool, recs ...*kgo.Record) []*kgo.Record {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	ctx, cancel := context.WithTimeout(context.Background(), streamtest.Converge)
 	defer cancel()
 	if err := e.txn.BeginTransaction(); err != nil {
 		e.t.Fatal(err)
@@ -101,20 +76,20 @@ func (e *indexEnv) write(commit bool, recs ...*kgo.Record) []*kgo.Record {
 	if err := e.txn.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
 		e.t.Fatal(err)
 	}
-	waitTransactionsSettled(e.t, e.adm, e.topic)
+	streamtest.WaitTransactionsSettled(e.t, e.adm, e.topic)
 	return recs
 }
 
 // read runs the snapshot-index reader with extra client options.
 func (e *indexEnv) read(extra ...kgo.Opt) (map[uint8]schemas.SnapshotIndexEntry, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	ctx, cancel := context.WithTimeout(context.Background(), streamtest.Converge)
 	defer cancel()
 	return streams.ReadSnapshotIndexTopic(ctx, e.adm, append(append([]kgo.Opt{}, e.opts...), extra...), e.codec, e.topic, zaptest.NewLogger(e.t))
 }
 
 func (e *indexEnv) listEnd() *streams.EndOfLog {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	ctx, cancel := context.WithTimeout(context.Background(), streamtest.Converge)
 	defer cancel()
 	end, err := streams.ListEndOfLog(ctx, e.adm, e.topic)
 	if err != nil {
@@ -217,7 +192,7 @@ func TestEndOfLogExcludesRecordsAfterListing(t *testing.T) {
 	e.write(true, e.entry(0, 1, 1))
 	end := e.listEnd()
 	e.write(true, e.entry(0, 1, 2), e.entry(0, 3, 1))
-	ctx, cancel := context.WithTimeout(context.Background(), converge)
+	ctx, cancel := context.WithTimeout(context.Background(), streamtest.Converge)
 	defer cancel()
 	got := map[uint8]schemas.SnapshotIndexEntry{}
 	err := end.Read(ctx, e.opts, func(r *kgo.Record) {
@@ -241,7 +216,7 @@ func TestSnapshotIndexReadWaitsForHeldPartition(t *testing.T) {
 	e := newIndexEnv(t, 2, compacted)
 	e.write(true, e.entry(0, 1, 1), e.entry(1, 2, 1))
 	e.write(true, e.entry(1, 2, 2))
-	hold := newFetchHold(e.topic, 2, 1)
+	hold := streamtest.NewFetchHold(e.topic, 2, 1)
 	readDone, released := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(released)

@@ -59,33 +59,33 @@ func (c chanPoller) PollFetches(ctx context.Context) kgo.Fetches {
 // by any record past its end; records of other topics or partitions do not count.
 func TestEndOfLogObserve(t *testing.T) {
 	const topic = "kv"
-	e := newEndOfLog(topic,
+	e := NewEndOfLog(topic,
 		map[int32]int64{0: 0, 1: 5, 2: 3, 3: 0},
 		map[int32]int64{0: 10, 1: 5, 2: 2, 3: 4})
-	if got := e.remaining(); got != 2 {
+	if got := e.Remaining(); got != 2 {
 		t.Fatalf("remaining %d at listing; want 2 (partition 1 is empty, partition 2's start passed its end)", got)
 	}
-	if !slices.Equal(e.partitions(), []int32{0, 1, 2, 3}) {
-		t.Fatalf("partitions %v", e.partitions())
+	if !slices.Equal(e.Partitions(), []int32{0, 1, 2, 3}) {
+		t.Fatalf("partitions %v", e.Partitions())
 	}
-	if end, ok := e.end(0); !ok || end != 10 {
+	if end, ok := e.End(0); !ok || end != 10 {
 		t.Fatalf("end(0) = %d, %v", end, ok)
 	}
-	if !e.observe(dataRecord(topic, 0, 8)) || e.remaining() != 2 {
+	if !e.Observe(dataRecord(topic, 0, 8)) || e.Remaining() != 2 {
 		t.Fatal("offset 8 of 10 is below the end and does not reach it")
 	}
-	if e.observe(dataRecord("other", 0, 9)) || e.observe(dataRecord(topic, 7, 9)) || e.remaining() != 2 {
+	if e.Observe(dataRecord("other", 0, 9)) || e.Observe(dataRecord(topic, 7, 9)) || e.Remaining() != 2 {
 		t.Fatal("a record of another topic or of an unlisted partition counted")
 	}
-	if !e.observe(markerRecord(topic, 0, 9)) || e.remaining() != 1 {
+	if !e.Observe(markerRecord(topic, 0, 9)) || e.Remaining() != 1 {
 		t.Fatal("the commit marker at end-1 must reach partition 0")
 	}
 	// Partition 3's records below its end were aborted (filtered by read_committed): the first
 	// record it delivers is past the end, and it reaches the end all the same.
-	if e.observe(dataRecord(topic, 3, 6)) || !e.reached() {
+	if e.Observe(dataRecord(topic, 3, 6)) || !e.Reached() {
 		t.Fatal("a record past the end must reach the partition and not count as below it")
 	}
-	if e.observe(dataRecord(topic, 0, 10)) {
+	if e.Observe(dataRecord(topic, 0, 10)) {
 		t.Fatal("offset 10 of end 10 was written after the listing")
 	}
 }
@@ -97,12 +97,12 @@ func TestEndOfLogObserve(t *testing.T) {
 func TestEndOfLogReadToEndNeedsNoTimer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const topic = "index"
-		e := newEndOfLog(topic, map[int32]int64{}, map[int32]int64{0: 3, 1: 2})
+		e := NewEndOfLog(topic, map[int32]int64{}, map[int32]int64{0: 3, 1: 2})
 		polls := make(chanPoller)
 		var got []int64
 		done := make(chan error, 1)
 		go func() {
-			done <- e.readToEnd(context.Background(), polls, func(r *kgo.Record) {
+			done <- e.ReadToEnd(context.Background(), polls, func(r *kgo.Record) {
 				got = append(got, int64(r.Partition)*100+r.Offset)
 			})
 		}()
@@ -128,21 +128,21 @@ func TestEndOfLogReadToEndNeedsNoTimer(t *testing.T) {
 // typed error that wraps the cause.
 func TestEndOfLogReadToEndErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newEndOfLog("kv", map[int32]int64{}, map[int32]int64{0: 1})
+		e := NewEndOfLog("kv", map[int32]int64{}, map[int32]int64{0: 1})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		err := e.readToEnd(ctx, make(chanPoller), func(*kgo.Record) {})
+		err := e.ReadToEnd(ctx, make(chanPoller), func(*kgo.Record) {})
 		var eol *EndOfLogError
 		if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &eol) || eol.Op != "wait" || eol.Topic != "kv" {
 			t.Fatalf("read with an ended context: %v; want an *EndOfLogError wrapping DeadlineExceeded", err)
 		}
 	})
 
-	e := newEndOfLog("kv", map[int32]int64{}, map[int32]int64{0: 1, 1: 1})
+	e := NewEndOfLog("kv", map[int32]int64{}, map[int32]int64{0: 1, 1: 1})
 	polls := make(chanPoller, 1)
 	polls <- kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: "kv", Partitions: []kgo.FetchPartition{
 		{Partition: 1, Err: kerr.TopicAuthorizationFailed}}}}}}
-	err := e.readToEnd(context.Background(), polls, func(*kgo.Record) {})
+	err := e.ReadToEnd(context.Background(), polls, func(*kgo.Record) {})
 	var eol *EndOfLogError
 	if !errors.Is(err, kerr.TopicAuthorizationFailed) || !errors.As(err, &eol) || eol.Partition != 1 || eol.Op != "fetch" {
 		t.Fatalf("read with a fetch error: %v; want an *EndOfLogError of partition 1 wrapping the error", err)

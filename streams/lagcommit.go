@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// lagCommitter makes a directly assigned consumer visible to standard lag tools
+// LagCommitter makes a directly assigned consumer visible to standard lag tools
 // (kafka-consumer-groups.sh, kminion, Burrow, kafka-lag-exporter), which read committed group
 // offsets: it commits the consumer's positions into a consumer group of its own with
 // kadm CommitOffsets, as a group without members (generation -1), so the consumer keeps its
@@ -21,40 +21,40 @@ import (
 // convention: the next offset to read), so a caught-up consumer's lag is 0 against the
 // partition's last stable offset. Both the relay (its KV-events input) and the indexer (its lane
 // partitions) use it; it is not safe for concurrent use (each owner calls it from one goroutine).
-type lagCommitter struct {
-	group    string
-	topic    string
-	interval time.Duration // least time between two commits, unless forced
-	timeout  time.Duration // bound of one CommitOffsets request
+type LagCommitter struct {
+	Group    string
+	Topic    string
+	Interval time.Duration // least time between two commits, unless forced
+	Timeout  time.Duration // bound of one CommitOffsets request
 
 	committed map[int32]int64 // what the group last received
 	last      time.Time       // when the last commit was attempted
 }
 
 // pending reports whether positions differ from what the group last received.
-func (c *lagCommitter) pending(positions map[int32]int64) bool {
-	return c.group != "" && len(positions) > 0 && !maps.Equal(positions, c.committed)
+func (c *LagCommitter) Pending(positions map[int32]int64) bool {
+	return c.Group != "" && len(positions) > 0 && !maps.Equal(positions, c.committed)
 }
 
 // nextAt is the earliest time an unforced commit may run.
-func (c *lagCommitter) nextAt() time.Time { return c.last.Add(c.interval) }
+func (c *LagCommitter) NextAt() time.Time { return c.last.Add(c.Interval) }
 
 // commit commits positions into the group when they moved since the last commit and the interval
 // has passed since the last attempt (force: whatever the interval). committed says whether a
 // commit succeeded; err is the failure of an attempted one, for the caller to count and log (it
 // is never fatal: the next call retries).
-func (c *lagCommitter) commit(cl *kgo.Client, now time.Time, positions map[int32]int64, force bool) (committed bool, err error) {
-	if !c.pending(positions) || (!force && now.Before(c.nextAt())) {
+func (c *LagCommitter) Commit(cl *kgo.Client, now time.Time, positions map[int32]int64, force bool) (committed bool, err error) {
+	if !c.Pending(positions) || (!force && now.Before(c.NextAt())) {
 		return false, nil
 	}
 	c.last = now
 	var os kadm.Offsets
 	for p, o := range positions {
-		os.Add(kadm.Offset{Topic: c.topic, Partition: p, At: o, LeaderEpoch: -1})
+		os.Add(kadm.Offset{Topic: c.Topic, Partition: p, At: o, LeaderEpoch: -1})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
-	resp, err := kadm.NewClient(cl).CommitOffsets(ctx, c.group, os)
+	resp, err := kadm.NewClient(cl).CommitOffsets(ctx, c.Group, os)
 	if err == nil {
 		err = resp.Error()
 	}
@@ -70,11 +70,11 @@ func (c *lagCommitter) commit(cl *kgo.Client, now time.Time, positions map[int32
 // just committed, counted as a read_committed consumer can reach, which group lag tools (counting
 // to the high watermark) can exceed only by records of open transactions and records written
 // since. A partition without a position counts from its log start.
-func (c *lagCommitter) lagFromStable(cl *kgo.Client, positions map[int32]int64) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+func (c *LagCommitter) LagFromStable(cl *kgo.Client, positions map[int32]int64) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
 	adm := kadm.NewClient(cl)
-	stable, err := adm.ListCommittedOffsets(ctx, c.topic)
+	stable, err := adm.ListCommittedOffsets(ctx, c.Topic)
 	if err == nil {
 		err = stable.Error()
 	}
@@ -83,15 +83,15 @@ func (c *lagCommitter) lagFromStable(cl *kgo.Client, positions map[int32]int64) 
 	}
 	var starts kadm.ListedOffsets
 	var lag int64
-	for p, o := range stable[c.topic] {
+	for p, o := range stable[c.Topic] {
 		pos, ok := positions[p]
 		if !ok {
 			if starts == nil {
-				if starts, err = adm.ListStartOffsets(ctx, c.topic); err != nil {
+				if starts, err = adm.ListStartOffsets(ctx, c.Topic); err != nil {
 					return 0, err
 				}
 			}
-			s, _ := starts.Lookup(c.topic, p)
+			s, _ := starts.Lookup(c.Topic, p)
 			pos = s.Offset
 		}
 		lag += max(o.Offset-pos, 0)

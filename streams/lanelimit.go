@@ -17,16 +17,16 @@ import (
 // client's ProducerBatchMaxBytes; both count the whole batch, so a record must fit in a batch of
 // its own. A lane writer sizes its records against LaneWriterConfig.MaxRecordBytes from the
 // codec's own encoding, measured once per writer (recordBudget); the relay reads the limit from
-// the lane topic at every new incarnation (readTopicMaxMessageBytes, relayLaneRecordLimit).
+// the lane topic at every new incarnation (ReadTopicMaxMessageBytes, relayLaneRecordLimit).
 
 const (
-	// batchOverheadBytes is what franz-go counts for a record batch besides its records (the
+	// BatchOverheadBytes is what franz-go counts for a record batch besides its records (the
 	// 61-byte v2 batch header and the 4-byte length in front of it); the broker counts 4 fewer.
-	batchOverheadBytes = 65
-	// recordFramingBytes bounds a record's framing besides its key and value bytes, every varint
+	BatchOverheadBytes = 65
+	// RecordFramingBytes bounds a record's framing besides its key and value bytes, every varint
 	// at its widest: length 5, attributes 1, timestamp delta 10, offset delta 5, key length 5,
 	// value length 5, header count 5.
-	recordFramingBytes = 36
+	RecordFramingBytes = 36
 	// bytesLengthGrowth bounds how much longer an Avro bytes field's length prefix gets between
 	// empty (1 byte) and any length (a varint, at most 10 bytes).
 	bytesLengthGrowth = 9
@@ -35,14 +35,14 @@ const (
 
 	// kafkaDefaultMessageMaxBytes is the broker's default message.max.bytes (1 MiB + 12).
 	kafkaDefaultMessageMaxBytes = 1_048_588
-	// fallbackLaneRecordBytes is the relay's limit when the lane topic's configuration cannot be
+	// FallbackLaneRecordBytes is the relay's limit when the lane topic's configuration cannot be
 	// read (no DescribeConfigs permission, broker unreachable): the smaller of the broker's
 	// default and franz-go's default batch limit.
-	fallbackLaneRecordBytes = min(kafkaDefaultMessageMaxBytes, DefaultLaneRecordBytes)
-	// maxRelayLaneRecordBytes caps the limit the relay takes from a topic that allows larger
+	FallbackLaneRecordBytes = min(kafkaDefaultMessageMaxBytes, DefaultLaneRecordBytes)
+	// MaxRelayLaneRecordBytes caps the limit the relay takes from a topic that allows larger
 	// records: 16 MiB carries a million images, a whole 2^20-bucket filter's worth, and a larger
 	// record only makes every replica's fetch of it longer and its buffers larger.
-	maxRelayLaneRecordBytes = 16 << 20
+	MaxRelayLaneRecordBytes = 16 << 20
 )
 
 // ErrLaneRecordLimitTooSmall: the lane topic's max.message.bytes is below MinLaneRecordBytes, too
@@ -62,7 +62,7 @@ type laneRecordBudget struct {
 // words fit next to it in MaxRecordBytes. An error is a *ConfigError on MaxRecordBytes (no
 // room for one image or word) or the codec's refusal of the identity.
 func (w *LaneWriter) recordBudget() (laneRecordBudget, error) {
-	room := w.cfg.MaxRecordBytes - batchOverheadBytes - recordFramingBytes - len(w.key)
+	room := w.cfg.MaxRecordBytes - BatchOverheadBytes - RecordFramingBytes - len(w.key)
 	// Every record may carry a capacity state and the sources' health (ReportCapacity,
 	// ReportSources): measure them at their widest too.
 	widestCapacity := schemas.Some(schemas.CapacityState{ResidentBlocks: 1<<63 - 1, OmittedBlocks: 1<<63 - 1, CapacityOmissions: 1<<63 - 1})
@@ -93,10 +93,10 @@ func (w *LaneWriter) recordBudget() (laneRecordBudget, error) {
 // imagesThatFit is how many packed images fit in room bytes next to a fixed part of fixed bytes.
 func imagesThatFit(room, fixed int) int { return max(room-fixed, 0) / schemas.ImageSize }
 
-// splitPublication cuts images into consecutive pieces of at most maxImages each (maxImages >=
+// SplitPublication cuts images into consecutive pieces of at most maxImages each (maxImages >=
 // 1), in order: the pieces' concatenation is images. Each piece aliases images with its
 // capacity cut at its end, so appending to one cannot overwrite the next.
-func splitPublication(images []ckf.BucketImage, maxImages int) [][]ckf.BucketImage {
+func SplitPublication(images []ckf.BucketImage, maxImages int) [][]ckf.BucketImage {
 	pieces := make([][]ckf.BucketImage, 0, (len(images)+maxImages-1)/maxImages)
 	for len(images) > 0 {
 		n := min(len(images), maxImages)
@@ -106,10 +106,10 @@ func splitPublication(images []ckf.BucketImage, maxImages int) [][]ckf.BucketIma
 	return pieces
 }
 
-// readTopicMaxMessageBytes returns topic's effective max.message.bytes and where it is set: the
+// ReadTopicMaxMessageBytes returns topic's effective max.message.bytes and where it is set: the
 // topic's own override, or the broker's message.max.bytes (or its default) when the topic has
 // none; DescribeConfigs reports the effective value either way, with its source.
-func readTopicMaxMessageBytes(ctx context.Context, adm *kadm.Client, topic string) (int, string, error) {
+func ReadTopicMaxMessageBytes(ctx context.Context, adm *kadm.Client, topic string) (int, string, error) {
 	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
 	if err != nil {
 		return 0, "", err
@@ -134,18 +134,18 @@ func readTopicMaxMessageBytes(ctx context.Context, adm *kadm.Client, topic strin
 	return 0, "", errors.New("max.message.bytes not reported")
 }
 
-// laneBatchMaxBytes is the lane client's batch limit: limit for the lane topic, franz-go's
+// LaneBatchMaxBytes is the lane client's batch limit: limit for the lane topic, franz-go's
 // default for the snapshot index (one small entry per transaction).
 //
 // The lane topic's limit is set even when it is below franz-go's default: franz-go packs
 // consecutive records of a partition into one batch up to its own limit, so with the default a
 // transaction of several small deltas could become one batch over a 64 KiB topic's limit, and
 // the broker would refuse the whole batch. Above the default it lets a delta be as large as the
-// topic allows (fewer pieces per publication), up to maxRelayLaneRecordBytes, far below the
+// topic allows (fewer pieces per publication), up to MaxRelayLaneRecordBytes, far below the
 // 100 MiB franz-go writes to a broker at once.
 //
 // The relay's checkpoint topic gets its own limit the same way (checkpointLimit: 0 = none).
-func laneBatchMaxBytes(laneTopic string, limit int, checkpointTopic string, checkpointLimit int) kgo.Opt {
+func LaneBatchMaxBytes(laneTopic string, limit int, checkpointTopic string, checkpointLimit int) kgo.Opt {
 	return kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
 		switch {
 		case topic == laneTopic:

@@ -71,19 +71,19 @@ func DefaultLaneWriterConfig() LaneWriterConfig {
 
 // validate checks every field in order and returns the first violation as a *ConfigError.
 func (c LaneWriterConfig) validate() error {
-	k := configCheck{config: "lane writer"}
-	k.named("LaneTopic", c.LaneTopic)
+	k := ConfigCheck{Config: "lane writer"}
+	k.Named("LaneTopic", c.LaneTopic)
 	if c.Lane >= ckf.LaneCount {
-		k.fail("Lane", "must be below %d, got %d", ckf.LaneCount, c.Lane)
+		k.Fail("Lane", "must be below %d, got %d", ckf.LaneCount, c.Lane)
 	}
 	if c.ChunkWords < 1 {
-		k.fail("ChunkWords", "must be >= 1, got %d", c.ChunkWords)
+		k.Fail("ChunkWords", "must be >= 1, got %d", c.ChunkWords)
 	}
-	k.positive("WriteTimeout", c.WriteTimeout)
+	k.Positive("WriteTimeout", c.WriteTimeout)
 	if c.MaxRecordBytes < MinLaneRecordBytes || c.MaxRecordBytes > MaxLaneRecordBytes {
-		k.fail("MaxRecordBytes", "must be in [%d, %d], got %d", MinLaneRecordBytes, MaxLaneRecordBytes, c.MaxRecordBytes)
+		k.Fail("MaxRecordBytes", "must be in [%d, %d], got %d", MinLaneRecordBytes, MaxLaneRecordBytes, c.MaxRecordBytes)
 	}
-	return k.result()
+	return k.Result()
 }
 
 // LaneWriter writes one producer's lane records: snapshots (chunked, then indexed), deltas,
@@ -346,13 +346,13 @@ func (w *LaneWriter) WriteSnapshot(ctx context.Context, s *ckf.Snapshot) (Snapsh
 // Many deltas in one call are fine: franz-go packs them into batches of at most the client's
 // batch limit, several batches per transaction.
 func (w *LaneWriter) WriteDeltas(ctx context.Context, ds []ckf.Delta) error {
-	return w.writeDeltasWith(ctx, ds, nil, nil)
+	return w.WriteDeltasWith(ctx, ds, nil, nil)
 }
 
 // writeDeltasWith writes ds in order, then extra (records of other partitions, the relay's
 // checkpoint chunks), then what after adds once their offsets are known: one unit, one
 // transaction when transactional.
-func (w *LaneWriter) writeDeltasWith(ctx context.Context, ds []ckf.Delta, extra []*kgo.Record, after func([]*kgo.Record) ([]*kgo.Record, error)) error {
+func (w *LaneWriter) WriteDeltasWith(ctx context.Context, ds []ckf.Delta, extra []*kgo.Record, after func([]*kgo.Record) ([]*kgo.Record, error)) error {
 	rs := make([]*kgo.Record, 0, len(ds)+len(extra))
 	for i := range ds {
 		rec, err := w.deltaRecord(&ds[i])

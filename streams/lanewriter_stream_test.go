@@ -8,6 +8,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -26,9 +27,9 @@ func streamDeltas(n int) []ckf.Delta {
 // transaction with the next write, which carries two more; a read_committed reader then finds
 // all four, in order, with their images.
 func TestLaneWriterStreamedDeltasCommitWithTheNextWrite(t *testing.T) {
-	e := newTestEnv(t, 1<<12)
+	e := streamtest.NewEnv(t, 1<<12)
 	const lane = 3
-	w := e.transactionalProducer(lane, 1).w
+	w := e.TransactionalProducer(lane, 1).Writer
 	ds := streamDeltas(4)
 	for _, part := range [][]ckf.Delta{ds[:1], ds[1:2]} {
 		if err := w.StreamDeltas(part); err != nil {
@@ -38,12 +39,12 @@ func TestLaneWriterStreamedDeltasCommitWithTheNextWrite(t *testing.T) {
 	if err := w.WriteDeltas(context.Background(), ds[2:]); err != nil {
 		t.Fatal(err)
 	}
-	recs := laneRecords(t, e.topics.Lanes, lane)
+	recs := streamtest.LaneRecords(t, e.Topics.Lanes, lane)
 	if len(recs) != len(ds) {
 		t.Fatalf("%d committed records, want %d", len(recs), len(ds))
 	}
 	for i, rec := range recs {
-		lr, err := e.codec.DecodeLaneRecord(rec.Value)
+		lr, err := e.Codec.DecodeLaneRecord(rec.Value)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,13 +60,13 @@ func TestLaneWriterStreamedDeltasCommitWithTheNextWrite(t *testing.T) {
 // (its partition does not exist) makes the write that would commit it fail instead of
 // committing without it.
 func TestLaneWriterStreamedDeltaFailureAbortsTheCommit(t *testing.T) {
-	e := newTestEnv(t, 1<<12)
+	e := streamtest.NewEnv(t, 1<<12)
 	topic := testenv.NewTopic(t, 1)
-	id, _ := e.producerState(5, 1)
-	cl := e.cluster.Client(t, append(streams.LaneWriterClientOpts(), kgo.TransactionalID(testenv.UniqueName(t, "txn")))...)
+	id, _ := e.ProducerState(5, 1)
+	cl := e.Cluster.Client(t, append(streams.LaneWriterClientOpts(), kgo.TransactionalID(testenv.UniqueName(t, "txn")))...)
 	cfg := streams.DefaultLaneWriterConfig()
 	cfg.LaneTopic, cfg.Lane, cfg.Transactional, cfg.WriteTimeout = topic, 5, true, 2*time.Second
-	w, err := streams.NewLaneWriter(cl, e.codec, id, cfg)
+	w, err := streams.NewLaneWriter(cl, e.Codec, id, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,9 +82,9 @@ func TestLaneWriterStreamedDeltaFailureAbortsTheCommit(t *testing.T) {
 // streamed deltas committed in the background are all visible to a read_committed reader once
 // the outcome arrives, and the writer then starts the next transaction as usual.
 func TestLaneWriterCommitStreamedAsync(t *testing.T) {
-	e := newTestEnv(t, 1<<12)
+	e := streamtest.NewEnv(t, 1<<12)
 	const lane = 4
-	w := e.transactionalProducer(lane, 1).w
+	w := e.TransactionalProducer(lane, 1).Writer
 	if _, ok := w.CommitStreamedAsync(context.Background()); ok {
 		t.Fatal("a commit started with no streamed transaction open")
 	}
@@ -98,13 +99,13 @@ func TestLaneWriterCommitStreamedAsync(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("background commit: %v", err)
 	}
-	if recs := laneRecords(t, e.topics.Lanes, lane); len(recs) != 2 {
+	if recs := streamtest.LaneRecords(t, e.Topics.Lanes, lane); len(recs) != 2 {
 		t.Fatalf("%d committed records after the background commit, want 2", len(recs))
 	}
 	if err := w.WriteDeltas(context.Background(), ds[2:]); err != nil {
 		t.Fatalf("the write after a background commit: %v", err)
 	}
-	if recs := laneRecords(t, e.topics.Lanes, lane); len(recs) != 3 {
+	if recs := streamtest.LaneRecords(t, e.Topics.Lanes, lane); len(recs) != 3 {
 		t.Fatalf("%d committed records, want 3", len(recs))
 	}
 }
@@ -112,13 +113,13 @@ func TestLaneWriterCommitStreamedAsync(t *testing.T) {
 // TestLaneWriterCommitStreamedAsyncFailure: a streamed delta that cannot be delivered makes the
 // background commit report an error instead of committing without it.
 func TestLaneWriterCommitStreamedAsyncFailure(t *testing.T) {
-	e := newTestEnv(t, 1<<12)
+	e := streamtest.NewEnv(t, 1<<12)
 	topic := testenv.NewTopic(t, 1)
-	id, _ := e.producerState(5, 1)
-	cl := e.cluster.Client(t, append(streams.LaneWriterClientOpts(), kgo.TransactionalID(testenv.UniqueName(t, "txn")))...)
+	id, _ := e.ProducerState(5, 1)
+	cl := e.Cluster.Client(t, append(streams.LaneWriterClientOpts(), kgo.TransactionalID(testenv.UniqueName(t, "txn")))...)
 	cfg := streams.DefaultLaneWriterConfig()
 	cfg.LaneTopic, cfg.Lane, cfg.Transactional, cfg.WriteTimeout = topic, 5, true, 2*time.Second
-	w, err := streams.NewLaneWriter(cl, e.codec, id, cfg)
+	w, err := streams.NewLaneWriter(cl, e.Codec, id, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

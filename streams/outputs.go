@@ -123,10 +123,10 @@ var laneFaultKinds = [...]schemas.LaneFaultKind{
 	index.FaultTerminalSequenceMismatch:   schemas.FaultTerminalSequenceMismatch,
 }
 
-// wireFault converts an ingestor fault to the lane-event fault: the kind from laneFaultKinds
+// WireFault converts an ingestor fault to the lane-event fault: the kind from laneFaultKinds
 // (FaultUnknown for a kind outside it), the payload as the wire's expected/actual pair.
-func wireFault(f index.LaneFault, offset int64) *schemas.LaneFault {
-	out := &schemas.LaneFault{Kind: lookup(laneFaultKinds[:], f.Kind, schemas.FaultUnknown), Detail: f.Error(), Offset: schemas.Some(offset)}
+func WireFault(f index.LaneFault, offset int64) *schemas.LaneFault {
+	out := &schemas.LaneFault{Kind: Lookup(laneFaultKinds[:], f.Kind, schemas.FaultUnknown), Detail: f.Error(), Offset: schemas.Some(offset)}
 	switch f.Kind {
 	case index.FaultInvalidSnapshotBucketCount, index.FaultBaseSequenceMismatch:
 		out.Expected, out.Actual = schemas.Some(f.Expected), schemas.Some(f.Actual)
@@ -154,11 +154,11 @@ var assignmentFaultKinds = [...]schemas.LaneFaultKind{
 	index.AssignStaleAssignmentEpoch:  schemas.FaultStaleAssignmentEpoch,
 }
 
-// assignmentFault converts an assignment error to the lane-event fault. A stale assignment
+// AssignmentFault converts an assignment error to the lane-event fault. A stale assignment
 // epoch compares two epochs: expected is the lowest epoch the lane accepts (one above the last
 // assignment's), actual the epoch refused.
-func assignmentFault(err *index.AssignmentError, offset int64) *schemas.LaneFault {
-	out := &schemas.LaneFault{Kind: lookup(assignmentFaultKinds[:], err.Kind, schemas.FaultUnknown), Detail: err.Error(), Offset: schemas.Some(offset)}
+func AssignmentFault(err *index.AssignmentError, offset int64) *schemas.LaneFault {
+	out := &schemas.LaneFault{Kind: Lookup(assignmentFaultKinds[:], err.Kind, schemas.FaultUnknown), Detail: err.Error(), Offset: schemas.Some(offset)}
 	if err.Kind == index.AssignStaleAssignmentEpoch {
 		out.Expected, out.Actual = schemas.Some(err.MinimumExclusive+1), schemas.Some(err.Actual)
 	}
@@ -197,14 +197,14 @@ var (
 	}
 )
 
-// wireDisposition converts failure point p and its row of the failure table to the wire. It
+// WireDisposition converts failure point p and its row of the failure table to the wire. It
 // returns nil (no disposition on the lane event) for a point that is not in the table.
-func wireDisposition(p ckf.FailurePoint) *schemas.FailureDisposition {
+func WireDisposition(p ckf.FailurePoint) *schemas.FailureDisposition {
 	d := ckf.DispositionOf(p)
-	point := lookup(wirePoints[:], p, schemas.Optional[schemas.FailurePoint]{})
-	domain := lookup(wireDomains[:], d.Domain, schemas.Optional[schemas.FailureDomain]{})
-	commit := lookup(wireCommits[:], d.Commit, schemas.Optional[schemas.CommitState]{})
-	action := lookup(wireActions[:], d.Action, schemas.Optional[schemas.FailureAction]{})
+	point := Lookup(wirePoints[:], p, schemas.Optional[schemas.FailurePoint]{})
+	domain := Lookup(wireDomains[:], d.Domain, schemas.Optional[schemas.FailureDomain]{})
+	commit := Lookup(wireCommits[:], d.Commit, schemas.Optional[schemas.CommitState]{})
+	action := Lookup(wireActions[:], d.Action, schemas.Optional[schemas.FailureAction]{})
 	if !point.Valid || !domain.Valid || !commit.Valid || !action.Valid {
 		return nil
 	}
@@ -212,7 +212,7 @@ func wireDisposition(p ckf.FailurePoint) *schemas.FailureDisposition {
 		Point:          point.Value,
 		Domain:         domain.Value,
 		Commit:         commit.Value,
-		RecoveryDomain: lookup(wireDomains[:], d.RecoveryDomain, schemas.Optional[schemas.FailureDomain]{}),
+		RecoveryDomain: Lookup(wireDomains[:], d.RecoveryDomain, schemas.Optional[schemas.FailureDomain]{}),
 		Action:         action.Value,
 	}
 }

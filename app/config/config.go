@@ -28,7 +28,9 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/lanes"
+	"github.com/ckf-stream/ckf-stream/streams/query"
+	"github.com/ckf-stream/ckf-stream/streams/relay"
 	"go.uber.org/fx"
 )
 
@@ -225,7 +227,7 @@ type Topics struct {
 	// complete snapshot starts on the lane topic; a starting indexer seeks there instead of
 	// scanning the lanes. Default "ckf-snapshot-index".
 	SnapshotIndex string `yaml:"snapshot_index"`
-	// RelayCheckpoints holds the relays' state checkpoints (streams/relay.md, "State
+	// RelayCheckpoints holds the relays' state checkpoints (streams/relay/relay.md, "State
 	// checkpoint"): partition p is lane p's relay. It is the relays' own state store, read by
 	// no other process, so it is not a record type of the contract. Default
 	// "ckf-relay-checkpoints".
@@ -411,7 +413,7 @@ type Indexer struct {
 	// Freshness excludes lagging lanes from answers.
 	Freshness Freshness `yaml:"freshness"`
 	// QueryGroup is the consumer group of the query topic; replicas in one group share the
-	// query load. Default "ckf-indexer-queries" (streams.DefaultQueryGroup). Kafka property:
+	// query load. Default "ckf-indexer-queries" (query.DefaultQueryGroup). Kafka property:
 	// group.id.
 	QueryGroup string `yaml:"query_group"`
 	// QueryLeaveAfter bounds how long a replica that stopped being ready (the "lanes" check of
@@ -430,10 +432,10 @@ type Indexer struct {
 	// over (Kafka property session.timeout.ms; heartbeats go every third of it, at most every
 	// second). It must lie within the broker's group.min.session.timeout.ms and
 	// group.max.session.timeout.ms (6s and 30m by default). Default 6s
-	// (streams.DefaultQuerySessionTimeout). Environment: CKF_INDEXER_QUERY_SESSION_TIMEOUT.
+	// (query.DefaultQuerySessionTimeout). Environment: CKF_INDEXER_QUERY_SESSION_TIMEOUT.
 	QuerySessionTimeout time.Duration `yaml:"query_session_timeout"`
 	// QueryBatchSize is the largest number of query requests answered as one batch, in
-	// [1,65536] (streams.MaxQueryBatchRecords). Default 256 (streams.DefaultQueryBatchRecords).
+	// [1,65536] (query.MaxQueryBatchRecords). Default 256 (query.DefaultQueryBatchRecords).
 	QueryBatchSize int `yaml:"query_batch_size"`
 	// ReplyTopicPrefixes lists the prefixes a query request's reply_topic may start with; a
 	// request may always name topics.query_replies itself. A request naming any other topic is
@@ -454,11 +456,11 @@ type Indexer struct {
 	// LagCommitInterval is how often the replica commits its applied lane offsets (the offset
 	// after the last applied record, per lane partition) to its lag group,
 	// <topic_prefix>ckf-indexer-<consumer instance id in 16 hex digits>
-	// (streams.IndexerLagGroup), and once more at a graceful stop, so that standard lag tools
+	// (lanes.IndexerLagGroup), and once more at a graceful stop, so that standard lag tools
 	// (kafka-consumer-groups.sh, kminion, Burrow) see the replica. The commits are for
 	// visibility only: restores seek to snapshots. Shorter shows fresher positions at the cost
 	// of one offset commit per interval; a failed commit is counted and logged, never fatal.
-	// Default 5s (streams.DefaultIndexerLagCommitInterval); must be positive. Environment:
+	// Default 5s (lanes.DefaultIndexerLagCommitInterval); must be positive. Environment:
 	// CKF_INDEXER_LAG_COMMIT_INTERVAL.
 	LagCommitInterval time.Duration `yaml:"lag_commit_interval"`
 }
@@ -469,10 +471,10 @@ type Indexer struct {
 // excluded until it catches up.
 type Freshness struct {
 	// MaxRecordLag is the largest offset lag still answered. 0 disables the record bound.
-	// Default 10,000 (streams.DefaultFreshnessMaxRecordLag).
+	// Default 10,000 (lanes.DefaultFreshnessMaxRecordLag).
 	MaxRecordLag int64 `yaml:"max_record_lag"`
 	// MaxTimeLag is the largest time lag still answered. 0 disables the time bound. Default
-	// 10s (streams.DefaultFreshnessMaxTimeLag).
+	// 10s (lanes.DefaultFreshnessMaxTimeLag).
 	MaxTimeLag time.Duration `yaml:"max_time_lag"`
 }
 
@@ -490,12 +492,12 @@ type Relay struct {
 	// 0x5DEECE66D1B54A33 (ckf.DefaultSeed).
 	Seed uint64 `yaml:"seed"`
 	// SnapshotEveryDeltas writes a barrier snapshot after this many deltas. 0 disables the
-	// count trigger. Default 0 (streams.DefaultRelaySnapshotEveryDeltas): the byte trigger
+	// count trigger. Default 0 (relay.DefaultRelaySnapshotEveryDeltas): the byte trigger
 	// bounds the snapshots' cost instead.
 	SnapshotEveryDeltas uint64 `yaml:"snapshot_every_deltas"`
 	// SnapshotDeltaRatio writes a barrier snapshot once the deltas since the previous one weigh
 	// this many snapshots, so snapshots stay at most 1/(1+ratio) of the lane's bytes under
-	// steady load. 0 disables the byte trigger. Default 9 (streams.DefaultRelaySnapshotDeltaRatio).
+	// steady load. 0 disables the byte trigger. Default 9 (relay.DefaultRelaySnapshotDeltaRatio).
 	SnapshotDeltaRatio float64 `yaml:"snapshot_delta_ratio"`
 	// SnapshotInterval writes a barrier snapshot this long after the previous one. 0 disables
 	// the time trigger; the three triggers cannot all be off, since a recovering indexer needs
@@ -512,7 +514,7 @@ type Relay struct {
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	// PublishEveryEvents closes a publication batch after this many primary KV events (the
 	// ckf publisher's cadence); 1 publishes after every event. Default 64
-	// (streams.DefaultRelayPublishEveryEvents); publish_max_delay closes a batch sooner when
+	// (relay.DefaultRelayPublishEveryEvents); publish_max_delay closes a batch sooner when
 	// events are sparse.
 	PublishEveryEvents uint64 `yaml:"publish_every_events"`
 	// PublishMaxDelay closes a non-empty publication batch this long after its first event,
@@ -522,13 +524,13 @@ type Relay struct {
 	// CheckpointInterval writes the relay's exact state and its KV-events offsets to
 	// topics.relay_checkpoints this long after the previous checkpoint; a restart restores the
 	// newest one and replays only the KV events after it. Keep the KV-events topic's retention
-	// well above it (streams/relay.md, "Retention"). 0 disables the time trigger. Default 30s
-	// (streams.DefaultRelayCheckpointInterval).
+	// well above it (streams/relay/relay.md, "Retention"). 0 disables the time trigger. Default 30s
+	// (relay.DefaultRelayCheckpointInterval).
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
 	// CheckpointEveryEvents also checkpoints once this many KV events were applied since the
 	// previous checkpoint. 0 disables the count trigger; both triggers 0 disables checkpoints,
 	// and a restart then replays the KV-events topic from its start. Default 2,000,000
-	// (streams.DefaultRelayCheckpointEveryEvents).
+	// (relay.DefaultRelayCheckpointEveryEvents).
 	CheckpointEveryEvents uint64 `yaml:"checkpoint_every_events"`
 }
 
@@ -663,28 +665,28 @@ func defaultConfig() Config {
 			ExpectedBlocksPerDC: DefaultExpectedBlocks,
 			Seed:                ckf.DefaultSeed,
 			VerificationWindow:  ckf.DefaultVerificationWindow,
-			Freshness:           Freshness{MaxRecordLag: streams.DefaultFreshnessMaxRecordLag, MaxTimeLag: streams.DefaultFreshnessMaxTimeLag},
-			QueryGroup:          streams.DefaultQueryGroup,
+			Freshness:           Freshness{MaxRecordLag: lanes.DefaultFreshnessMaxRecordLag, MaxTimeLag: lanes.DefaultFreshnessMaxTimeLag},
+			QueryGroup:          query.DefaultQueryGroup,
 			QueryLeaveAfter:     DefaultQueryLeaveAfter,
-			QuerySessionTimeout: streams.DefaultQuerySessionTimeout,
-			QueryBatchSize:      streams.DefaultQueryBatchRecords,
+			QuerySessionTimeout: query.DefaultQuerySessionTimeout,
+			QueryBatchSize:      query.DefaultQueryBatchRecords,
 			GCPercent:           DefaultIndexerGCPercent,
-			LagCommitInterval:   streams.DefaultIndexerLagCommitInterval,
+			LagCommitInterval:   lanes.DefaultIndexerLagCommitInterval,
 		},
 		// The relay's and the freshness defaults are streams' (and ckf's for the CKF format and
 		// cadence); defaults_test.go in app/relay and app/indexer pins them field by field.
 		Relay: Relay{
 			ExpectedBlocks:        DefaultExpectedBlocks,
 			Seed:                  ckf.DefaultSeed,
-			SnapshotEveryDeltas:   streams.DefaultRelaySnapshotEveryDeltas,
-			SnapshotDeltaRatio:    streams.DefaultRelaySnapshotDeltaRatio,
-			SnapshotInterval:      streams.DefaultRelaySnapshotInterval,
-			SnapshotIdleInterval:  streams.DefaultRelaySnapshotIdleInterval,
-			HeartbeatInterval:     streams.DefaultRelayHeartbeatInterval,
-			PublishEveryEvents:    streams.DefaultRelayPublishEveryEvents,
-			PublishMaxDelay:       streams.DefaultRelayPublishMaxDelay,
-			CheckpointInterval:    streams.DefaultRelayCheckpointInterval,
-			CheckpointEveryEvents: streams.DefaultRelayCheckpointEveryEvents,
+			SnapshotEveryDeltas:   relay.DefaultRelaySnapshotEveryDeltas,
+			SnapshotDeltaRatio:    relay.DefaultRelaySnapshotDeltaRatio,
+			SnapshotInterval:      relay.DefaultRelaySnapshotInterval,
+			SnapshotIdleInterval:  relay.DefaultRelaySnapshotIdleInterval,
+			HeartbeatInterval:     relay.DefaultRelayHeartbeatInterval,
+			PublishEveryEvents:    relay.DefaultRelayPublishEveryEvents,
+			PublishMaxDelay:       relay.DefaultRelayPublishMaxDelay,
+			CheckpointInterval:    relay.DefaultRelayCheckpointInterval,
+			CheckpointEveryEvents: relay.DefaultRelayCheckpointEveryEvents,
 		},
 		Bridge: Bridge{
 			BlockSize:     DefaultBridgeBlockSize,

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 )
 
 // ErrInvalid matches every validation and loading error of this package via errors.Is.
@@ -285,8 +285,8 @@ func (ix Indexer) validate(p *problems) {
 	if ix.QueryLeaveAfter <= 0 {
 		p.add("indexer.query_leave_after", "%v is not positive", ix.QueryLeaveAfter)
 	}
-	if ix.QueryBatchSize < 1 || ix.QueryBatchSize > streams.MaxQueryBatchRecords {
-		p.add("indexer.query_batch_size", "%d is not in [1,%d]", ix.QueryBatchSize, streams.MaxQueryBatchRecords)
+	if ix.QueryBatchSize < 1 || ix.QueryBatchSize > query.MaxQueryBatchRecords {
+		p.add("indexer.query_batch_size", "%d is not in [1,%d]", ix.QueryBatchSize, query.MaxQueryBatchRecords)
 	}
 	if ix.GCPercent < 0 || ix.GCPercent > 10000 {
 		p.add("indexer.gc_percent", "%d is not in [0,10000]", ix.GCPercent)

@@ -34,7 +34,8 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/query"
+	streamrelay "github.com/ckf-stream/ckf-stream/streams/relay"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
@@ -299,7 +300,7 @@ func (d *demo) drive(ctx context.Context) error {
 	defer prod.Close()
 	// The query client's two clients (requests, replies) each get their own options.
 	qcOpts := func(role string) []kgo.Opt { return d.conn.QueryOpts("demo-" + role) }
-	qc, err := streams.NewQueryClient(ctx, streams.QueryClientParams{Config: streams.DefaultQueryClientConfig(),
+	qc, err := query.NewQueryClient(ctx, query.QueryClientParams{Config: query.DefaultQueryClientConfig(),
 		Codec: d.codec, ClientOptsFor: qcOpts, Log: d.log})
 	if err != nil {
 		return err
@@ -456,7 +457,7 @@ func (d *demo) printTable(at time.Duration) {
 	fmt.Fprintf(tw, "t=%.1fs\tlane\tDC\tstate\tseq\tdeltas\timages\tsnapshots\tlag\trelay events\tresident blocks\t\n", at.Seconds())
 	view := d.ix.API().View()
 	for _, l := range view.Lanes {
-		var rs streams.RelayStats
+		var rs streamrelay.RelayStats
 		for _, r := range d.relays {
 			if r.Lane == l.Lane {
 				rs = r.Relay.Stats()

@@ -12,7 +12,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/bridge"
 	"github.com/ckf-stream/ckf-stream/bridge/engineemu"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
 	"go.uber.org/fx"
@@ -172,7 +172,7 @@ func (d *demo) compareEngines() engineCheck {
 				req := &schemas.QueryRequest{CorrelationID: "demo-engine", Input: schemas.InputTokenIDs,
 					Tokens: packTokens(ch.Tokens), BlockSize: uint32(blockSize), LoraName: ch.LoRAName,
 					LaneMask: schemas.Some(uint16(1) << laneOf[de.dc])}
-				reply := ans.Answer(req, &streams.QueryScratch{})
+				reply := ans.Answer(req, &query.QueryScratch{})
 				depth := -1
 				for _, l := range reply.Lanes {
 					if l.Lane == laneOf[de.dc] {

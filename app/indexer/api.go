@@ -21,7 +21,8 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/lanes"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/uber-go/tally/v4"
 )
 
@@ -40,10 +41,10 @@ const (
 type APIParams struct {
 	// Answerer answers the HTTP queries; it is the one the Kafka query service uses, so both
 	// paths give the same reply for the same request and the same table state.
-	Answerer *streams.Answerer
-	// Lanes returns the status of every configured lane (streams.Indexer.Lanes).
-	Lanes func() []streams.LaneStatus
-	// Eligible returns the lanes queries may use now (streams.Indexer.EligibleLanes); nil means
+	Answerer *query.Answerer
+	// Lanes returns the status of every configured lane (lanes.Indexer.Lanes).
+	Lanes func() []lanes.LaneStatus
+	// Eligible returns the lanes queries may use now (lanes.Indexer.EligibleLanes); nil means
 	// the table's ready lanes.
 	Eligible func() uint16
 	// Metrics is the root scope; the HTTP path records under the tag path="http".
@@ -54,9 +55,9 @@ type APIParams struct {
 // prefix-match endpoint, and the "lanes" readiness check. It holds no lane state of its own
 // beyond the mask of lanes seen eligible since start (see Ready).
 type API struct {
-	ans      *streams.Answerer
+	ans      *query.Answerer
 	g        *index.GlobalIndexer
-	lanes    func() []streams.LaneStatus
+	lanes    func() []lanes.LaneStatus
 	eligible func() uint16
 	m        queryMetrics
 	ids      atomic.Uint64
@@ -136,7 +137,7 @@ const (
 	StateStarting = "starting"
 )
 
-// LaneView is one row of the lane table: streams.LaneStatus plus the DC, the serving state and
+// LaneView is one row of the lane table: lanes.LaneStatus plus the DC, the serving state and
 // the lag in seconds.
 type LaneView struct {
 	Lane uint8  `json:"lane"`
@@ -173,7 +174,7 @@ type LaneView struct {
 	Sources *SourcesView `json:"sources,omitempty"`
 }
 
-// SourcesView is the health of a lane's DC sources (streams.LaneSources): sources whose engine
+// SourcesView is the health of a lane's DC sources (lanes.LaneSources): sources whose engine
 // history a bridge lost and cleared. Answers on a lane with degraded_sources above 0 are marked
 // incomplete.
 type SourcesView struct {
@@ -181,7 +182,7 @@ type SourcesView struct {
 	LostHistoryClears uint64 `json:"lost_history_clears"`
 }
 
-// CapacityView is a lane's capacity state (streams.LaneCapacity): how full the DC's filter is and
+// CapacityView is a lane's capacity state (lanes.LaneCapacity): how full the DC's filter is and
 // how many of the DC's cached blocks it misses. Answers on a lane with omitted_blocks above 0 are
 // marked incomplete.
 type CapacityView struct {
@@ -349,7 +350,7 @@ type PrefixMatchResponse struct {
 var errBadRequest = errors.New("bad request")
 
 // QueryHandler serves POST /v1/prefix-matches. The body (PrefixMatchRequest) becomes a
-// schemas.QueryRequest and is answered by the same streams.Answerer as the Kafka query service,
+// schemas.QueryRequest and is answered by the same query.Answerer as the Kafka query service,
 // so both paths share one code path and one set of request rules.
 func (a *API) QueryHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

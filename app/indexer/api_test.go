@@ -20,7 +20,8 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/lanes"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 )
 
 // The API tests build the indexer's table in-process: exact producer state (ckf.DcState), a
@@ -75,7 +76,7 @@ func newTable(t testing.TB) *table {
 	tb.install(t, 1, [][]uint64{append(slices.Clone(shared), randomChain(rng, 3)...), tokenChain(4, 6)})
 	tb.eligible.Store(uint32(g.ReadyLanes()))
 	api, err := indexer.NewAPI(indexer.APIParams{
-		Answerer: streams.NewAnswerer(g, tb.eligibleLanes, streams.IncompleteLanes(func() uint16 { return uint16(tb.incomplete.Load()) })),
+		Answerer: query.NewAnswerer(g, tb.eligibleLanes, query.IncompleteLanes(func() uint16 { return uint16(tb.incomplete.Load()) })),
 		Lanes:    tb.statuses,
 		Eligible: tb.eligibleLanes,
 	})
@@ -92,20 +93,20 @@ func newTable(t testing.TB) *table {
 
 func (tb *table) eligibleLanes() uint16 { return uint16(tb.eligible.Load()) }
 
-func (tb *table) statuses() []streams.LaneStatus {
-	var out []streams.LaneStatus
+func (tb *table) statuses() []lanes.LaneStatus {
+	var out []lanes.LaneStatus
 	m := tb.g.Manifest()
 	for l := uint8(0); l < ckf.LaneCount; l++ {
 		if p, ok := m.PoolOf(l); ok {
 			ready := tb.g.ReadyLanes()&(1<<l) != 0
-			st := streams.LaneStatus{Lane: l, Pool: p.String(), Ready: ready, AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: -1}
+			st := lanes.LaneStatus{Lane: l, Pool: p.String(), Ready: ready, AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: -1}
 			if ready {
-				st.Phase = streams.PhaseActive
+				st.Phase = lanes.PhaseActive
 				st.InstalledSequence, st.Snapshots, st.Deltas, st.Images = 3, 1, 2, 9
 				st.AppliedOffset, st.HighWatermark = 41, 42
 			}
 			if l == 1 { // lane 1's DC reports a filter past its capacity
-				st.Capacity = streams.LaneCapacity{Reported: true, FilterOccupancy: 0.97, ResidentBlocks: 7946,
+				st.Capacity = lanes.LaneCapacity{Reported: true, FilterOccupancy: 0.97, ResidentBlocks: 7946,
 					OmittedBlocks: 3, CapacityOmissions: 12, OmissionsSinceSnapshot: 4}
 			}
 			out = append(out, st)

@@ -10,33 +10,34 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/lanes"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/ckf-stream/ckf-stream/testenv"
 )
 
 // TestIndexerDefaultsAreStreams: the indexer section's defaults, converted by StreamsConfig, are
-// streams.DefaultIndexerConfig field by field (the topic names, which streams leaves to the
+// lanes.DefaultIndexerConfig field by field (the topic names, which streams leaves to the
 // deployment, aside), so the freshness bounds (indexer.freshness) have one value; and a policy
 // with both bounds 0, which the configuration documents as "disabled", is streams' policy that
 // checks neither bound.
 func TestIndexerDefaultsAreStreams(t *testing.T) {
 	def := config.Default()
 	sc := indexer.StreamsConfig(def.Indexer, def.Topics)
-	want := streams.DefaultIndexerConfig()
+	want := lanes.DefaultIndexerConfig()
 	want.Topics = sc.Topics
 	for _, d := range testenv.FieldDiffs(sc, want, "configuration", "streams") {
 		t.Error(d)
 	}
-	if got, want := indexer.Freshness(def.Indexer.Freshness), streams.DefaultFreshnessPolicy(); got != want {
+	if got, want := indexer.Freshness(def.Indexer.Freshness), lanes.DefaultFreshnessPolicy(); got != want {
 		t.Errorf("default freshness: configuration %+v, streams %+v", got, want)
 	}
-	if got := indexer.Freshness(config.Freshness{}); got != (streams.FreshnessPolicy{}) {
+	if got := indexer.Freshness(config.Freshness{}); got != (lanes.FreshnessPolicy{}) {
 		t.Errorf("freshness with both bounds 0 (disabled) converts to %+v, want the zero policy (no bound checked)", got)
 	}
 }
 
 // TestQueryDefaultsAreStreams: the query section's defaults (indexer.query_group,
-// indexer.query_batch_size), converted by QueryConfig, are streams.DefaultQueryConfig field by
+// indexer.query_batch_size), converted by QueryConfig, are query.DefaultQueryConfig field by
 // field (the topic names aside), and the batch size's upper bound is the service's.
 func TestQueryDefaultsAreStreams(t *testing.T) {
 	m, _, err := indexer.BuildManifest(testConfig(), 1)
@@ -51,12 +52,12 @@ func TestQueryDefaultsAreStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	build := func(c streams.QueryConfig) (*streams.QueryService, error) {
-		return streams.NewQueryService(streams.QueryServiceParams{Config: c, Answerer: streams.NewAnswerer(g, nil), Codec: codec})
+	build := func(c query.QueryConfig) (*query.QueryService, error) {
+		return query.NewQueryService(query.QueryServiceParams{Config: c, Answerer: query.NewAnswerer(g, nil), Codec: codec})
 	}
 	def := config.Default()
 	qc := indexer.QueryConfig(def.Indexer, def.Topics)
-	want := streams.DefaultQueryConfig()
+	want := query.DefaultQueryConfig()
 	want.RequestTopic, want.ReplyTopic, want.DeadLetterTopic = qc.RequestTopic, qc.ReplyTopic, qc.DeadLetterTopic
 	for _, d := range testenv.FieldDiffs(qc, want, "configuration", "streams") {
 		t.Error(d)
@@ -64,10 +65,10 @@ func TestQueryDefaultsAreStreams(t *testing.T) {
 	if _, err := build(qc); err != nil {
 		t.Fatalf("the default configuration's query service: %v", err)
 	}
-	for _, n := range []int{streams.MaxQueryBatchRecords, streams.MaxQueryBatchRecords + 1} {
+	for _, n := range []int{query.MaxQueryBatchRecords, query.MaxQueryBatchRecords + 1} {
 		_, cfgErr := config.Load(config.Sources{Args: []string{fmt.Sprintf("--indexer.query_batch_size=%d", n)},
 			LookupEnv: func(string) (string, bool) { return "", false }})
-		c := streams.DefaultQueryConfig()
+		c := query.DefaultQueryConfig()
 		c.MaxBatchRecords = n
 		_, svcErr := build(c)
 		if (cfgErr == nil) != (svcErr == nil) {

@@ -1,7 +1,7 @@
 // Package indexer wires the global indexer (processor indexer) into an fx application: the
-// manifest from config.Indexer, the ckf.GlobalIndexer, the lanes on Kafka (streams.Indexer), the
-// Kafka query service (streams.QueryService, a consumer group on the query topic, joined only
-// while the replica is ready; see Indexer.QueryGroupMember) and the HTTP endpoints, which share one streams.Answerer, so a query gets the same answer on either path.
+// manifest from config.Indexer, the ckf.GlobalIndexer, the lanes on Kafka (lanes.Indexer), the
+// Kafka query service (query.QueryService, a consumer group on the query topic, joined only
+// while the replica is ready; see Indexer.QueryGroupMember) and the HTTP endpoints, which share one query.Answerer, so a query gets the same answer on either path.
 //
 // HTTP routes (registered with the process's HTTP server):
 //
@@ -11,7 +11,7 @@
 //
 // plus the "lanes" readiness check of /readyz (API.Ready says when a replica is ready).
 //
-// Metrics: the lanes report per lane under ckf_indexer_lane_* (streams.Indexer); both query
+// Metrics: the lanes report per lane under ckf_indexer_lane_* (lanes.Indexer); both query
 // paths report under ckf_query_* tagged path="kafka" or path="http" (requests, replies by
 // status, latency_seconds histograms); this package adds ckf_indexer_configured_lanes,
 // ckf_indexer_eligible_lanes, ckf_indexer_degraded_lanes and ckf_indexer_query_group_member.
@@ -34,7 +34,8 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/lanes"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
 	"go.uber.org/fx"
@@ -61,14 +62,14 @@ type Indexer struct {
 	log        *zap.Logger
 	shutdowner fx.Shutdowner
 	g          *index.GlobalIndexer
-	lanes      *streams.Indexer
+	lanes      *lanes.Indexer
 	// newQueries builds a fresh query service (a QueryService runs once) each time the replica
 	// joins the query group.
-	newQueries func() (*streams.QueryService, error)
+	newQueries func() (*query.QueryService, error)
 	leaveAfter time.Duration // config.Indexer.QueryLeaveAfter
 	// member is true while the replica's query service is in the query group (or joining it).
 	member    atomic.Bool
-	ans       *streams.Answerer
+	ans       *query.Answerer
 	api       *API
 	gauges    struct{ configured, eligible, degraded, member tally.Gauge }
 	gcPercent int // config.Indexer.GCPercent, applied at Start
@@ -80,17 +81,17 @@ type Indexer struct {
 
 // Freshness converts the configured policy. Both sides read a zero bound as "not checked", so
 // each bound maps as it is: indexer.freshness with both bounds 0 excludes no lane for lag.
-func Freshness(f config.Freshness) streams.FreshnessPolicy {
-	return streams.FreshnessPolicy{MaxRecordLag: f.MaxRecordLag, MaxTimeLag: f.MaxTimeLag}
+func Freshness(f config.Freshness) lanes.FreshnessPolicy {
+	return lanes.FreshnessPolicy{MaxRecordLag: f.MaxRecordLag, MaxTimeLag: f.MaxTimeLag}
 }
 
 // StreamsConfig converts the indexer section and the topic names to the lanes' streams
-// configuration: streams' defaults (streams.DefaultIndexerConfig) with the topics, the freshness
+// configuration: streams' defaults (lanes.DefaultIndexerConfig) with the topics, the freshness
 // policy and the lag commit interval of the configuration. The lag group is New's to name (it
 // needs the consumer instance id).
-func StreamsConfig(ix config.Indexer, topics config.Topics) streams.IndexerConfig {
-	cfg := streams.DefaultIndexerConfig()
-	cfg.Topics = streams.IndexerTopics{
+func StreamsConfig(ix config.Indexer, topics config.Topics) lanes.IndexerConfig {
+	cfg := lanes.DefaultIndexerConfig()
+	cfg.Topics = lanes.IndexerTopics{
 		Lanes: topics.Lanes, Control: topics.Control, LaneEvents: topics.LaneEvents, DeadLetter: topics.DeadLetter,
 		// The relays index each lane's latest complete snapshot here, so a starting replica
 		// seeks each lane straight to it instead of reading from the log start.
@@ -102,15 +103,15 @@ func StreamsConfig(ix config.Indexer, topics config.Topics) streams.IndexerConfi
 }
 
 // QueryConfig converts the indexer section and the topic names to the query service's streams
-// configuration: streams' defaults (streams.DefaultQueryConfig) with the topics, the group, the
+// configuration: streams' defaults (query.DefaultQueryConfig) with the topics, the group, the
 // batch size, the session timeout (heartbeats every third of it, at most every second) and the
 // reply topic prefixes of the configuration.
-func QueryConfig(ix config.Indexer, topics config.Topics) streams.QueryConfig {
-	cfg := streams.DefaultQueryConfig()
+func QueryConfig(ix config.Indexer, topics config.Topics) query.QueryConfig {
+	cfg := query.DefaultQueryConfig()
 	cfg.RequestTopic, cfg.ReplyTopic, cfg.DeadLetterTopic = topics.Queries, topics.QueryReplies, topics.DeadLetter
 	cfg.Group, cfg.MaxBatchRecords = ix.QueryGroup, ix.QueryBatchSize
 	cfg.SessionTimeout = ix.QuerySessionTimeout
-	cfg.HeartbeatInterval = min(streams.DefaultQueryHeartbeatInterval, ix.QuerySessionTimeout/3)
+	cfg.HeartbeatInterval = min(query.DefaultQueryHeartbeatInterval, ix.QuerySessionTimeout/3)
 	cfg.ReplyTopicPrefixes = slices.Clone(ix.ReplyTopicPrefixes)
 	return cfg
 }
@@ -148,8 +149,8 @@ func New(p Params) (*Indexer, error) {
 		return nil, err
 	}
 	laneCfg := StreamsConfig(p.Config, topics)
-	laneCfg.LagGroup = streams.IndexerLagGroup(p.All.TopicPrefix, consumer)
-	lanes, err := streams.NewIndexer(streams.IndexerParams{
+	laneCfg.LagGroup = lanes.IndexerLagGroup(p.All.TopicPrefix, consumer)
+	lanes, err := lanes.NewIndexer(lanes.IndexerParams{
 		Config:  laneCfg,
 		Indexer: g,
 		Codec:   codec,
@@ -161,9 +162,9 @@ func New(p Params) (*Indexer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("indexer: lanes: %w", err)
 	}
-	ans := streams.NewAnswerer(g, lanes.EligibleLanes, streams.IncompleteLanes(lanes.IncompleteLanes))
-	newQueries := func() (*streams.QueryService, error) {
-		qs, err := streams.NewQueryService(streams.QueryServiceParams{
+	ans := query.NewAnswerer(g, lanes.EligibleLanes, query.IncompleteLanes(lanes.IncompleteLanes))
+	newQueries := func() (*query.QueryService, error) {
+		qs, err := query.NewQueryService(query.QueryServiceParams{
 			Config:     QueryConfig(p.Config, topics),
 			Answerer:   ans,
 			Codec:      codec,
@@ -212,10 +213,10 @@ func New(p Params) (*Indexer, error) {
 func (ix *Indexer) GlobalIndexer() *index.GlobalIndexer { return ix.g }
 
 // Lanes returns the lanes on Kafka.
-func (ix *Indexer) Lanes() *streams.Indexer { return ix.lanes }
+func (ix *Indexer) Lanes() *lanes.Indexer { return ix.lanes }
 
 // Answerer returns the answerer both query paths share.
-func (ix *Indexer) Answerer() *streams.Answerer { return ix.ans }
+func (ix *Indexer) Answerer() *query.Answerer { return ix.ans }
 
 // API returns the HTTP API.
 func (ix *Indexer) API() *API { return ix.api }
@@ -238,7 +239,7 @@ func (ix *Indexer) QueryGroupMember() bool { return ix.member.Load() }
 
 // serveQueries runs the Kafka query service only while the replica is ready: it waits for the
 // "lanes" readiness check (API.Ready) to pass, joins the query group with a fresh
-// streams.QueryService, and leaves the group gracefully (the batch in flight answered and
+// query.QueryService, and leaves the group gracefully (the batch in flight answered and
 // committed) once the check has failed continuously for longer than leaveAfter; then it waits
 // for readiness again. A replica that is not ready thus never holds query partitions it would
 // answer UNAVAILABLE, beyond that bound. It returns when ctx ends (nil, or the service's error)

@@ -22,6 +22,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/fx"
@@ -264,9 +265,9 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qcfg := streams.DefaultQueryClientConfig()
+	qcfg := query.DefaultQueryClientConfig()
 	qcfg.CallTimeout = 30 * time.Second
-	qc, err := streams.NewQueryClient(context.Background(), streams.QueryClientParams{
+	qc, err := query.NewQueryClient(context.Background(), query.QueryClientParams{
 		Config: qcfg, Codec: codec, ClientOpts: append(opts, kgo.SeedBrokers(testenv.Brokers(t)...)),
 	})
 	if err != nil {

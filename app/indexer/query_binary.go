@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 )
 
 // The binary form of POST /v1/prefix-matches (app/indexer/http.md, "Binary form"): a request
@@ -145,7 +145,7 @@ func isBinaryRequest(r *http.Request) bool {
 type binaryScratch struct {
 	body []byte
 	out  [maxBinaryReplyBytes]byte
-	sc   streams.QueryScratch
+	sc   query.QueryScratch
 }
 
 var binaryScratches = sync.Pool{New: func() any { return new(binaryScratch) }}

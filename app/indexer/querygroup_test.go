@@ -10,7 +10,7 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -45,7 +45,7 @@ func groupAssignment(t *testing.T, group string) (members, assigned int, state s
 }
 
 // queryClient returns a Kafka query client for r's topics.
-func queryClient(t *testing.T, r *running) *streams.QueryClient {
+func queryClient(t *testing.T, r *running) *query.QueryClient {
 	t.Helper()
 	codec, err := kafka.NewCodec(r.cfg.Topics)
 	if err != nil {
@@ -55,10 +55,10 @@ func queryClient(t *testing.T, r *running) *streams.QueryClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qcfg := streams.DefaultQueryClientConfig()
+	qcfg := query.DefaultQueryClientConfig()
 	qcfg.CallTimeout = 30 * time.Second
 	qcfg.RequestTopic, qcfg.ReplyTopic = r.cfg.Topics.Queries, r.cfg.Topics.QueryReplies
-	qc, err := streams.NewQueryClient(context.Background(), streams.QueryClientParams{
+	qc, err := query.NewQueryClient(context.Background(), query.QueryClientParams{
 		Config: qcfg, Codec: codec, ClientOpts: append(opts, kgo.SeedBrokers(testenv.Brokers(t)...)),
 	})
 	if err != nil {

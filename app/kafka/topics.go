@@ -22,7 +22,7 @@ type TopicSpec struct {
 	Configs    map[string]*string
 }
 
-// Topic retention of the layout (streams/relay.md, "Retention"). Every topic the processes
+// Topic retention of the layout (streams/relay/relay.md, "Retention"). Every topic the processes
 // create has a finite bound; the relays no longer need the KV events of all time, only those
 // since their last checkpoint.
 const (

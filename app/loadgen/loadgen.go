@@ -1,6 +1,6 @@
 // Package loadgen wires the synthetic load generator (package loadgen at the top of the module)
 // into an fx application for processor loadgen: it creates each DC's KV-events topic, produces
-// the engines' events there, sends the routers' queries over Kafka (streams.QueryClient) or HTTP
+// the engines' events there, sends the routers' queries over Kafka (streams/query.QueryClient) or HTTP
 // (POST /v1/prefix-matches), prints a progress line and a report, and stops the application
 // when the run ends. It also holds the pieces processor demo reuses.
 package loadgen
@@ -25,7 +25,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	lg "github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	streamquery "github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -82,7 +82,7 @@ type Loadgen struct {
 	shutdowner fx.Shutdowner
 
 	prod *kgo.Client
-	qc   *streams.QueryClient
+	qc   *streamquery.QueryClient
 	run  lifecycle.Group // the run, from Start to Stop
 
 	mu     sync.Mutex
@@ -139,7 +139,7 @@ func (l *Loadgen) Start(ctx context.Context) error {
 		} else {
 			// Each of the query client's two clients gets its own options (and kprom collectors).
 			perRole := func(role string) []kgo.Opt { return l.conn.QueryOpts("loadgen-" + role) }
-			l.qc, err = streams.NewQueryClient(ctx, streams.QueryClientParams{Config: streams.DefaultQueryClientConfig(),
+			l.qc, err = streamquery.NewQueryClient(ctx, streamquery.QueryClientParams{Config: streamquery.DefaultQueryClientConfig(),
 				Codec: codec, ClientOptsFor: perRole, Log: l.log})
 			if err != nil {
 				return fmt.Errorf("loadgen: query client: %w", err)

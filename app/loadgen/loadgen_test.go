@@ -15,7 +15,8 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/lanes"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 )
 
 func TestHTTPRequestCarriesEveryField(t *testing.T) {
@@ -46,7 +47,7 @@ func TestHTTPQueryStatuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := indexer.NewAPI(indexer.APIParams{Answerer: streams.NewAnswerer(g, nil), Lanes: func() []streams.LaneStatus { return nil }})
+	api, err := indexer.NewAPI(indexer.APIParams{Answerer: query.NewAnswerer(g, nil), Lanes: func() []lanes.LaneStatus { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

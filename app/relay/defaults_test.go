@@ -5,12 +5,12 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/app/relay"
-	"github.com/ckf-stream/ckf-stream/streams"
+	streamrelay "github.com/ckf-stream/ckf-stream/streams/relay"
 	"github.com/ckf-stream/ckf-stream/testenv"
 )
 
 // TestDefaultsAreStreams: the relay section's defaults, converted by StreamsConfig, are
-// streams.DefaultRelayConfig field by field, except the fields that have no streams default (the
+// streamrelay.DefaultRelayConfig field by field, except the fields that have no streams default (the
 // topics, the pool, the lane and its map) and the filter size, which the deployment chooses:
 // every relay default (snapshot triggers, idle interval, heartbeat, publication delay and
 // cadence, seed, and the timers the configuration does not expose) has one value.
@@ -20,7 +20,7 @@ func TestDefaultsAreStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := streams.DefaultRelayConfig()
+	want := streamrelay.DefaultRelayConfig()
 	want.Topics, want.Pool, want.Lane, want.LaneOwners = sc.Topics, sc.Pool, sc.Lane, sc.LaneOwners
 	want.CKF.ExpectedBlocksPerDC = cfg.Relay.ExpectedBlocks
 	for _, d := range testenv.FieldDiffs(sc, want, "configuration", "streams") {
@@ -30,7 +30,7 @@ func TestDefaultsAreStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := streams.NewRelay(streams.RelayParams{Config: sc, Codec: codec}); err != nil {
+	if _, err := streamrelay.NewRelay(streamrelay.RelayParams{Config: sc, Codec: codec}); err != nil {
 		t.Fatalf("the default configuration's relay: %v", err)
 	}
 }
@@ -48,7 +48,7 @@ func TestSeedZeroIsKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := streams.NewRelay(streams.RelayParams{Config: sc, Codec: codec})
+	r, err := streamrelay.NewRelay(streamrelay.RelayParams{Config: sc, Codec: codec})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	streamrelay "github.com/ckf-stream/ckf-stream/streams/relay"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
 	"go.uber.org/fx"
@@ -21,7 +21,7 @@ import (
 type LaneRelay struct {
 	Lane  uint8
 	Dc    uint64
-	Relay *streams.Relay
+	Relay *streamrelay.Relay
 }
 
 // PerLane builds one relay for each lane of cfg.Indexer's lane map: processor relay's
@@ -48,7 +48,7 @@ func PerLane(owner string, cfg config.Config, conn *kafka.Connection, codec *sch
 			return nil, fmt.Errorf("%s: relay of lane %d: %w", owner, l, err)
 		}
 		sc.Topics.KVEvents = kvTopic(uint64(pool.Dc))
-		r, err := streams.NewRelay(streams.RelayParams{
+		r, err := streamrelay.NewRelay(streamrelay.RelayParams{
 			Config:        sc,
 			Codec:         codec,
 			ClientOptsFor: func(role string) []kgo.Opt { return conn.Opts(fmt.Sprintf("lane%d-%s", l, role)) },

@@ -16,7 +16,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/relay"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	streamrelay "github.com/ckf-stream/ckf-stream/streams/relay"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -94,7 +94,7 @@ func TestRelayWritesRegistryIDs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the relay did not register its schemas: %v", err)
 	}
-	ev := streams.KvEventOf(producer.RouterEvent{WorkerID: 4, Event: producer.KvCacheEvent{Kind: producer.KvEventStored,
+	ev := streamrelay.KvEventOf(producer.RouterEvent{WorkerID: 4, Event: producer.KvCacheEvent{Kind: producer.KvEventStored,
 		Stored: producer.StoreData{Blocks: []producer.StoredBlock{{BlockHash: 1, TokensHash: 11}}}}})
 	b, err := engine.EncodeKvEvent(ev)
 	if err != nil {

@@ -1,5 +1,5 @@
 // Package relay wires one DC pool's relay (processor relay) into an fx application: the pool
-// from config.Relay and the indexer domain of config.Indexer, the streams.Relay that reads the
+// from config.Relay and the indexer domain of config.Indexer, the streamrelay.Relay that reads the
 // DC's KV-events topic and publishes the pool's lane, and the "relay" readiness check.
 //
 // The relay's pool is (indexer.domain, relay.dc_id): a relay process needs indexer.domain (and
@@ -14,7 +14,7 @@
 // pool, lane not owned, producer invariant violated) shuts the application down with exit status
 // 1 through fx.Shutdowner.
 //
-// Metrics: streams.Relay reports under ckf_relay_* (events, capacity omissions, unknown
+// Metrics: streamrelay.Relay reports under ckf_relay_* (events, capacity omissions, unknown
 // removals, deltas and images published, snapshots by reason, snapshot duration histogram,
 // filter occupancy, dead letters, transactions, heartbeats, recoveries, fenced, started).
 package relay
@@ -29,7 +29,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
-	"github.com/ckf-stream/ckf-stream/streams"
+	streamrelay "github.com/ckf-stream/ckf-stream/streams/relay"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
 	"go.uber.org/fx"
@@ -62,37 +62,37 @@ func Require(ix config.Indexer) error {
 }
 
 // StreamsConfig converts the configuration sections to the relay's streams configuration:
-// streams' defaults (streams.DefaultRelayConfig) with the pool (domain of ix, relay.dc_id), the
+// streams' defaults (streamrelay.DefaultRelayConfig) with the pool (domain of ix, relay.dc_id), the
 // lane map of ix as LaneOwners, the CKF sizing, seed and cadence, the timers and the topic
 // names of the configuration. Errors are *config.FieldError naming the field; a
-// lane that indexer.lanes does not map to relay.dc_id also matches streams.ErrLaneNotOwned.
-func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (streams.RelayConfig, error) {
+// lane that indexer.lanes does not map to relay.dc_id also matches streamrelay.ErrLaneNotOwned.
+func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (streamrelay.RelayConfig, error) {
 	if err := Require(ix); err != nil {
-		return streams.RelayConfig{}, err
+		return streamrelay.RelayConfig{}, err
 	}
 	domain, err := ix.DomainID()
 	if err != nil {
-		return streams.RelayConfig{}, err
+		return streamrelay.RelayConfig{}, err
 	}
 	if rc.Lane < 0 || rc.Lane >= ckf.LaneCount {
-		return streams.RelayConfig{}, &config.FieldError{Field: "relay.lane", Reason: fmt.Sprintf("%d is not in [0,%d]", rc.Lane, ckf.LaneCount-1)}
+		return streamrelay.RelayConfig{}, &config.FieldError{Field: "relay.lane", Reason: fmt.Sprintf("%d is not in [0,%d]", rc.Lane, ckf.LaneCount-1)}
 	}
 	var owners index.ManifestLanes
 	for _, l := range ix.Lanes.Lanes() {
 		if l < 0 || l >= ckf.LaneCount {
-			return streams.RelayConfig{}, &config.FieldError{Field: "indexer.lanes", Reason: fmt.Sprintf("lane %d is not in [0,%d]", l, ckf.LaneCount-1)}
+			return streamrelay.RelayConfig{}, &config.FieldError{Field: "indexer.lanes", Reason: fmt.Sprintf("lane %d is not in [0,%d]", l, ckf.LaneCount-1)}
 		}
 		owners[l] = &ckf.PoolID{Domain: domain, Dc: ckf.DcID(ix.Lanes[l])}
 	}
 	if len(ix.Lanes) > 0 {
 		if dc, ok := ix.Lanes[rc.Lane]; !ok || dc != rc.DcID {
-			return streams.RelayConfig{}, &config.FieldError{Field: "relay.lane",
+			return streamrelay.RelayConfig{}, &config.FieldError{Field: "relay.lane",
 				Reason: fmt.Sprintf("lane %d is not mapped to relay.dc_id %#x by indexer.lanes (%v): a relay never writes a lane its pool does not own", rc.Lane, rc.DcID, ix.Lanes),
-				Err:    streams.ErrLaneNotOwned}
+				Err:    streamrelay.ErrLaneNotOwned}
 		}
 	}
-	cfg := streams.DefaultRelayConfig()
-	cfg.Topics = streams.RelayTopics{
+	cfg := streamrelay.DefaultRelayConfig()
+	cfg.Topics = streamrelay.RelayTopics{
 		KVEvents: topics.KVEvents, Lanes: topics.Lanes, SnapshotIndex: topics.SnapshotIndex,
 		Control: topics.Control, DeadLetter: topics.DeadLetter,
 	}
@@ -121,13 +121,13 @@ func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (st
 type Relay struct {
 	log        *zap.Logger
 	shutdowner fx.Shutdowner
-	r          *streams.Relay
+	r          *streamrelay.Relay
 	run        *lifecycle.Group // runs r from Start to Stop
 }
 
 // New builds the relay from the configuration. Nothing connects until Start. Configuration
 // errors are *config.FieldError; a lane that the configured lane map gives to another pool is
-// streams.ErrLaneNotOwned.
+// streamrelay.ErrLaneNotOwned.
 func New(p Params) (*Relay, error) {
 	log := p.Logger
 	if log == nil {
@@ -144,7 +144,7 @@ func New(p Params) (*Relay, error) {
 	}
 	// One option set per client (input, outputs, the lane producer of each incarnation, the
 	// snapshot index reader): each gets its own kprom collectors, labelled client=<role>.
-	r, err := streams.NewRelay(streams.RelayParams{Config: cfg, Codec: codec,
+	r, err := streamrelay.NewRelay(streamrelay.RelayParams{Config: cfg, Codec: codec,
 		ClientOptsFor: func(role string) []kgo.Opt { return p.Connection.Opts(role) }, Metrics: p.Scope, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
@@ -164,7 +164,7 @@ func New(p Params) (*Relay, error) {
 }
 
 // Streams returns the underlying relay (stats, identity, inspection).
-func (rl *Relay) Streams() *streams.Relay { return rl.r }
+func (rl *Relay) Streams() *streamrelay.Relay { return rl.r }
 
 // Start schedules the relay's Run and returns at once (the replay can take long; readiness
 // reports it).

@@ -18,7 +18,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	streamrelay "github.com/ckf-stream/ckf-stream/streams/relay"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -48,7 +48,7 @@ func TestRelayStreamsConfig(t *testing.T) {
 	}
 	cfg = load(t, "--relay.dc_id=0x2a", "--relay.lane=2", "--indexer.domain="+domain, "--indexer.lanes=2=0x2b,3=0x2a")
 	_, err := relay.StreamsConfig(cfg.Relay, cfg.Indexer, cfg.Topics)
-	if !errors.Is(err, config.ErrInvalid) || !errors.Is(err, streams.ErrLaneNotOwned) || !strings.Contains(err.Error(), "relay.lane") {
+	if !errors.Is(err, config.ErrInvalid) || !errors.Is(err, streamrelay.ErrLaneNotOwned) || !strings.Contains(err.Error(), "relay.lane") {
 		t.Fatalf("lane of another DC: %v", err)
 	}
 	cfg = load(t, "--relay.dc_id=0x2a", "--relay.lane=2", "--relay.expected_blocks=4096", "--relay.publish_every_events=3",
@@ -130,7 +130,7 @@ func TestRelayModuleOnRealBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := streams.KvEventOf(producer.RouterEvent{WorkerID: 4, Event: producer.KvCacheEvent{Kind: producer.KvEventStored,
+	ev := streamrelay.KvEventOf(producer.RouterEvent{WorkerID: 4, Event: producer.KvCacheEvent{Kind: producer.KvEventStored,
 		Stored: producer.StoreData{Blocks: []producer.StoredBlock{{BlockHash: 1, TokensHash: 11}, {BlockHash: 2, TokensHash: 22}}}}})
 	b, err := codec.EncodeKvEvent(ev)
 	if err != nil {

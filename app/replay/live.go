@@ -16,7 +16,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/eval"
 	"github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 )
@@ -210,7 +210,7 @@ func (r *replay) queryFunc(ctx context.Context) (loadgen.QueryFunc, func(), erro
 		q := appload.HTTPQuery(&http.Client{Timeout: 10 * time.Second}, "http://"+ln.Addr().String())
 		return q, func() { _ = srv.Close() }, nil
 	}
-	qc, err := streams.NewQueryClient(ctx, streams.QueryClientParams{Config: streams.DefaultQueryClientConfig(),
+	qc, err := query.NewQueryClient(ctx, query.QueryClientParams{Config: query.DefaultQueryClientConfig(),
 		Codec: r.codec, ClientOptsFor: func(role string) []kgo.Opt { return r.conn.QueryOpts("replay-" + role) }, Log: r.log})
 	if err != nil {
 		return nil, nil, err
@@ -382,7 +382,7 @@ func (p *ckfPolicy) Choose(v *eval.View, rng *rand.Rand) int {
 type prober struct {
 	r       *replay
 	timeout time.Duration
-	ans     *streams.Answerer
+	ans     *query.Answerer
 
 	mu      sync.Mutex
 	pending map[*pstore]struct{}
@@ -497,7 +497,7 @@ func (p *prober) reset() {
 }
 
 func (p *prober) run(ctx context.Context) {
-	var sc streams.QueryScratch
+	var sc query.QueryScratch
 	var batch []*pstore
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()

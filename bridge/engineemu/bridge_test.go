@@ -11,7 +11,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/relay"
 )
 
 // replayAll reads every batch the replay socket at endpoint holds, in sequence order, with the
@@ -85,7 +85,7 @@ func TestBridgeConverterHoldsTheModel(t *testing.T) {
 						}
 						id += uint64(len(recs))
 						for i := range recs {
-							if out := state.ApplyEvent(streams.RouterEventOf(&recs[i])); out.FirstError != nil || out.UnknownRemovals != 0 {
+							if out := state.ApplyEvent(relay.RouterEventOf(&recs[i])); out.FirstError != nil || out.UnknownRemovals != 0 {
 								t.Fatalf("the relay's state refused %v: %v, %d unknown removals", recs[i].Kind, out.FirstError, out.UnknownRemovals)
 							}
 						}
@@ -173,7 +173,7 @@ func TestBridgeConverterSeparatesImages(t *testing.T) {
 				}
 				id += uint64(len(recs))
 				for i := range recs {
-					if out := state.ApplyEvent(streams.RouterEventOf(&recs[i])); out.FirstError != nil {
+					if out := state.ApplyEvent(relay.RouterEventOf(&recs[i])); out.FirstError != nil {
 						t.Fatalf("the relay's state refused %v: %v", recs[i].Kind, out.FirstError)
 					}
 				}

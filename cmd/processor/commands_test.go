@@ -15,7 +15,8 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/lanes"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -68,7 +69,7 @@ func (discardSink) Enqueue(ckf.Delta) error { return nil }
 
 // testAnswerer returns an Answerer over an in-process table whose lane 0 (DC 0x10) holds the
 // chain 1..8 of local block hashes and whose lane 1 (DC 0x11) is configured but not ready.
-func testAnswerer(t *testing.T) *streams.Answerer {
+func testAnswerer(t *testing.T) *query.Answerer {
 	t.Helper()
 	ixc := config.Default().Indexer
 	ixc.Domain, ixc.Lanes, ixc.ExpectedBlocksPerDC = testDomain, config.LaneMap{0: 0x10, 1: 0x11}, 4096
@@ -113,14 +114,14 @@ func testAnswerer(t *testing.T) *streams.Answerer {
 	if out := in.InstallSnapshot(&snap); out.Kind != index.OutcomeSnapshotInstalled {
 		t.Fatalf("install: %v", out)
 	}
-	return streams.NewAnswerer(g, nil)
+	return query.NewAnswerer(g, nil)
 }
 
 // testIndexerHTTP serves the indexer API of testAnswerer.
 func testIndexerHTTP(t *testing.T) string {
 	t.Helper()
 	ans := testAnswerer(t)
-	api, err := indexer.NewAPI(indexer.APIParams{Answerer: ans, Lanes: func() []streams.LaneStatus { return nil }})
+	api, err := indexer.NewAPI(indexer.APIParams{Answerer: ans, Lanes: func() []lanes.LaneStatus { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,9 +183,9 @@ func TestQueryCommandKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qcfg := streams.DefaultQueryConfig()
+	qcfg := query.DefaultQueryConfig()
 	qcfg.RequestTopic, qcfg.ReplyTopic, qcfg.DeadLetterTopic, qcfg.Group = queries, replies, dead, testenv.UniqueName(t, "g")
-	qs, err := streams.NewQueryService(streams.QueryServiceParams{
+	qs, err := query.NewQueryService(query.QueryServiceParams{
 		Config:   qcfg,
 		Answerer: testAnswerer(t), Codec: codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)},
 	})

@@ -19,7 +19,7 @@ import (
 	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 )
 
 // queryFlags are processor query's own flags.
@@ -164,7 +164,7 @@ func runQuery(args []string, stdout, stderr io.Writer, lookupEnv func(string) (s
 	return exitFailure
 }
 
-// queryKafka sends one request through a streams.QueryClient (its own reply partition, read
+// queryKafka sends one request through a query.QueryClient (its own reply partition, read
 // from its end) and waits for the reply.
 func queryKafka(ctx context.Context, cfg config.Config, timeout time.Duration, req schemas.QueryRequest) (schemas.QueryReply, error) {
 	opts, err := kafka.ClientOpts(cfg.Kafka, cfg.Kafka.QuerySeeds())
@@ -175,9 +175,9 @@ func queryKafka(ctx context.Context, cfg config.Config, timeout time.Duration, r
 	if err != nil {
 		return schemas.QueryReply{}, err
 	}
-	qcfg := streams.DefaultQueryClientConfig()
+	qcfg := query.DefaultQueryClientConfig()
 	qcfg.CallTimeout, qcfg.StartTimeout = timeout, timeout
-	qc, err := streams.NewQueryClient(ctx, streams.QueryClientParams{Config: qcfg, Codec: codec, ClientOpts: opts})
+	qc, err := query.NewQueryClient(ctx, query.QueryClientParams{Config: qcfg, Codec: codec, ClientOpts: opts})
 	if err != nil {
 		return schemas.QueryReply{}, err
 	}

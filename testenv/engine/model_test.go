@@ -14,7 +14,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
-	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/relay"
 	"github.com/ckf-stream/ckf-stream/testenv"
 )
 
@@ -78,7 +78,7 @@ func TestPythonModelIsExact(t *testing.T) {
 				}
 				id += uint64(len(recs))
 				for i := range recs {
-					if out := state.ApplyEvent(streams.RouterEventOf(&recs[i])); out.FirstError != nil || out.UnknownRemovals != 0 {
+					if out := state.ApplyEvent(relay.RouterEventOf(&recs[i])); out.FirstError != nil || out.UnknownRemovals != 0 {
 						t.Fatalf("the relay's state refused an event: %v, %d unknown removals", out.FirstError, out.UnknownRemovals)
 					}
 				}

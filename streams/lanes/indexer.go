@@ -1,0 +1,436 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/uber-go/tally/v4"
+	"go.uber.org/zap"
+)
+
+// Freshness defaults: DefaultFreshnessPolicy's bounds, and the process configuration's
+// (app/config, indexer.freshness), so that each has this one home.
+const (
+	// DefaultFreshnessMaxRecordLag is FreshnessPolicy.MaxRecordLag's default.
+	DefaultFreshnessMaxRecordLag int64 = 10_000
+	// DefaultFreshnessMaxTimeLag is FreshnessPolicy.MaxTimeLag's default.
+	DefaultFreshnessMaxTimeLag = 10 * time.Second
+	// DefaultIndexerLagCommitInterval is IndexerConfig.LagCommitInterval's default.
+	DefaultIndexerLagCommitInterval = 5 * time.Second
+)
+
+// IndexerLagGroup is the name of the consumer group an indexer replica commits its applied lane
+// offsets into: prefix (the deployment's topic prefix) + "ckf-indexer-" + the replica's consumer
+// instance id as 16 lower-case hex digits, the form the replica logs at start. One group per
+// replica: replicas read every lane independently, so their positions cannot share a group. A
+// replica whose instance id is drawn at random gets a new group at every start; the old one
+// keeps its last offsets until the broker expires it (offsets.retention.minutes), so set a
+// fixed id where lag dashboards follow groups by name.
+func IndexerLagGroup(prefix string, instance ckf.ConsumerInstanceID) string {
+	return fmt.Sprintf("%sckf-indexer-%016x", prefix, uint64(instance))
+}
+
+// FreshnessPolicy says when a lane is too far behind its partition to be used in answers. A
+// lane beyond either bound is excluded (reported, and left out of query answers) until it is
+// back within both. A zero bound is not checked, so FreshnessPolicy{} excludes no lane for lag;
+// a negative bound is a configuration error.
+type FreshnessPolicy struct {
+	// MaxRecordLag bounds last stable offset - (applied offset + 1), in records. Default 10,000
+	// (DefaultFreshnessMaxRecordLag); >= 0; 0 does not check the record lag.
+	MaxRecordLag int64
+	// MaxTimeLag bounds the age of the last applied record (its producer timestamp). With relay
+	// heartbeats every second, a lane whose relay stops is excluded after this long. Clocks of
+	// relays and indexers must agree to well within this bound. Default 10 s
+	// (DefaultFreshnessMaxTimeLag); >= 0; 0 does not check the time lag.
+	MaxTimeLag time.Duration
+}
+
+// DefaultFreshnessPolicy returns the default policy: a lane is excluded beyond 10,000 records
+// (DefaultFreshnessMaxRecordLag) or 10 s (DefaultFreshnessMaxTimeLag) of lag.
+func DefaultFreshnessPolicy() FreshnessPolicy {
+	return FreshnessPolicy{MaxRecordLag: DefaultFreshnessMaxRecordLag, MaxTimeLag: DefaultFreshnessMaxTimeLag}
+}
+
+func (p FreshnessPolicy) check(k *streams.ConfigCheck, prefix string) {
+	if p.MaxRecordLag < 0 {
+		k.Fail(prefix+"MaxRecordLag", "must not be negative, got %d", p.MaxRecordLag)
+	}
+	k.NonNegative(prefix+"MaxTimeLag", p.MaxTimeLag)
+}
+
+// IndexerTopics names the topics the indexer reads and writes. They have no defaults: the
+// indexer reads and writes what the deployment names.
+type IndexerTopics struct {
+	Lanes         string // the lane topic: partition p is physical lane p. Required.
+	SnapshotIndex string // compacted: latest complete snapshot per lane (written by relays); "" scans the lanes instead
+	Control       string // snapshot requests to relays. Required.
+	LaneEvents    string // lane state changes, keyed by lane. Required.
+	DeadLetter    string // rejected records. Required.
+}
+
+// IndexerConfig configures an Indexer. Start from DefaultIndexerConfig and name the topics:
+// NewIndexer takes every field as it is (see the package's configuration style in config.go).
+type IndexerConfig struct {
+	// Topics names the topics; every one but SnapshotIndex is required. No default.
+	Topics IndexerTopics
+	// Freshness excludes lagging lanes from answers. Default DefaultFreshnessPolicy(); a zero
+	// bound is not checked.
+	Freshness FreshnessPolicy
+	// ProgressInterval is how often each lane reports progress on the lane-events topic.
+	// Default 10 s; >= 0; 0 sends no periodic progress events.
+	ProgressInterval time.Duration
+	// Feed bounds the per-lane fetch queues: a lane whose queue reaches Feed.PauseBytes has its
+	// partition paused until it drains (Kafka backpressure; other lanes keep fetching). Default
+	// DefaultFeedConfig(). Feed.OnFetchError is the indexer's own (it logs fetch errors): a
+	// value set here is not used.
+	Feed FeedConfig
+	// RestoreTimeout bounds reading the snapshot index at start-up; Run fails when it passes.
+	// Default 30 s; > 0.
+	RestoreTimeout time.Duration
+	// RetrySnapshotRequestGap is the least time between two snapshot requests of a lane that
+	// waits for the next snapshot under RetrySnapshot (an incomplete or uninstallable snapshot
+	// on a lane that is not ready). The lane asks because an idle relay writes its next
+	// snapshot only after RelayConfig.SnapshotIdleInterval; the gap keeps a relay whose
+	// snapshots keep failing from being driven to write one per SnapshotRequestMinInterval.
+	// Default 5 s; >= 0; 0 asks at every retry (the relay's SnapshotRequestMinInterval still
+	// coalesces the requests).
+	RetrySnapshotRequestGap time.Duration
+	// LagGroup is the consumer group into which the indexer commits, per lane partition, the
+	// offset after the last record it applied, so that standard lag tools see the replica (the
+	// group has no members; the lanes stay directly assigned, and restores still seek to
+	// snapshots: the commits are for visibility only). "" (the default) derives
+	// IndexerLagGroup("", the manifest's consumer instance id).
+	LagGroup string
+	// LagCommitInterval is how often the applied offsets are committed to LagGroup (only when
+	// they moved), and once more at a graceful stop. A shorter interval makes lag tools more
+	// current at the cost of one OffsetCommit request per interval; lag tools read at most this
+	// stale a position. A failed commit is counted (ckf_indexer_lag_commit_errors_total) and
+	// logged, never fatal; the next one retries. Default 5 s (DefaultIndexerLagCommitInterval);
+	// > 0.
+	LagCommitInterval time.Duration
+}
+
+// DefaultIndexerConfig returns the indexer's defaults: freshness DefaultFreshnessPolicy()
+// (10,000 records, 10 s), progress events every 10 s, fetch queues DefaultFeedConfig() (pause at
+// 64 MiB, resume at 16 MiB), a 30 s restore timeout and a 5 s gap between retried snapshot
+// requests, and applied offsets committed to the lag group every 5 s. Topics are left empty: the
+// caller names them.
+func DefaultIndexerConfig() IndexerConfig {
+	return IndexerConfig{
+		Freshness:               DefaultFreshnessPolicy(),
+		ProgressInterval:        10 * time.Second,
+		Feed:                    DefaultFeedConfig(),
+		RestoreTimeout:          30 * time.Second,
+		RetrySnapshotRequestGap: 5 * time.Second,
+		LagCommitInterval:       DefaultIndexerLagCommitInterval,
+	}
+}
+
+// validate checks every field in order and returns the first violation as a *ConfigError.
+func (c IndexerConfig) validate() error {
+	k := streams.ConfigCheck{Config: "indexer"}
+	k.Named("Topics.Lanes", c.Topics.Lanes)
+	k.Named("Topics.Control", c.Topics.Control)
+	k.Named("Topics.LaneEvents", c.Topics.LaneEvents)
+	k.Named("Topics.DeadLetter", c.Topics.DeadLetter)
+	c.Freshness.check(&k, "Freshness.")
+	k.NonNegative("ProgressInterval", c.ProgressInterval)
+	c.Feed.check(&k, "Feed.")
+	k.Positive("RestoreTimeout", c.RestoreTimeout)
+	k.NonNegative("RetrySnapshotRequestGap", c.RetrySnapshotRequestGap)
+	k.Positive("LagCommitInterval", c.LagCommitInterval)
+	return k.Result()
+}
+
+// checkInterval is how often an idle lane checks its health and freshness: a tenth of the time
+// bound, within [20 ms, 250 ms]; 250 ms when the time lag is not checked.
+func (c IndexerConfig) checkInterval() time.Duration {
+	if c.Freshness.MaxTimeLag == 0 {
+		return 250 * time.Millisecond
+	}
+	d := c.Freshness.MaxTimeLag / 10
+	return min(max(d, 20*time.Millisecond), 250*time.Millisecond)
+}
+
+// IndexerParams are what NewIndexer needs. ClientOpts carry the connection (seed brokers, TLS,
+// SASL); the indexer creates its own clients from them. ClientOptsFor, when set, is used instead,
+// once per client, with the roles "indexer-outputs", "lanes" and "snapshot-index".
+type IndexerParams struct {
+	Config        IndexerConfig
+	Indexer       *index.GlobalIndexer
+	Codec         *schemas.Codec
+	ClientOpts    []kgo.Opt
+	ClientOptsFor streams.ClientOptsFunc
+	Metrics       tally.Scope
+	Log           *zap.Logger
+}
+
+// Indexer runs the global indexer on Kafka: every configured lane's partition is read by direct
+// assignment (every replica holds every lane), each lane's records are applied by that lane's
+// own goroutine to its LaneIngestor, and queries read the shared table lock-free.
+type Indexer struct {
+	cfg      IndexerConfig
+	lagGroup string
+	g        *index.GlobalIndexer
+	codec    *schemas.Codec
+	opts     streams.ClientOpts
+	log      *zap.Logger
+	metrics  *indexerMetrics
+	hooks    indexerHooks
+
+	feed   *LaneFeed
+	out    *streams.Outputs
+	outCl  *kgo.Client
+	laneCl *kgo.Client
+	lanes  [ckf.LaneCount]*lane
+
+	excluded   atomic.Uint32
+	lagCommits atomic.Uint64
+	incomplete atomic.Uint32
+	started    chan struct{}
+}
+
+// indexerHooks are test-only interception points (nil in production; see export_test.go).
+type indexerHooks struct {
+	// beforeRecord runs on a lane's goroutine before it handles the record at offset.
+	beforeRecord func(lane uint8, offset int64)
+}
+
+// NewIndexer validates the configuration, taken as it is (an invalid field is a *ConfigError),
+// and builds the indexer. Nothing runs until Run.
+func NewIndexer(p IndexerParams) (*Indexer, error) {
+	cfg := p.Config
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if p.Indexer == nil || p.Codec == nil {
+		return nil, errors.New("streams: indexer needs a ckf.GlobalIndexer and a codec")
+	}
+	log := p.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	lagGroup := cfg.LagGroup
+	if lagGroup == "" {
+		lagGroup = IndexerLagGroup("", p.Indexer.Manifest().ConsumerInstance())
+	}
+	ix := &Indexer{cfg: cfg, lagGroup: lagGroup, g: p.Indexer, codec: p.Codec, opts: streams.ClientOpts{Shared: p.ClientOpts, PerRole: p.ClientOptsFor}, log: log.Named("indexer"),
+		metrics: newIndexerMetrics(p.Metrics, func(l uint8) bool { _, ok := p.Indexer.Manifest().PoolOf(l); return ok }), started: make(chan struct{})}
+	return ix, nil
+}
+
+// Config returns the configuration the indexer runs with: the one it was built with.
+func (ix *Indexer) Config() IndexerConfig { return ix.cfg }
+
+// LagGroup returns the consumer group the applied lane offsets are committed to: Config().LagGroup,
+// or the name derived from the consumer instance id when that is empty.
+func (ix *Indexer) LagGroup() string { return ix.lagGroup }
+
+// Started is closed once every lane's goroutine is running.
+func (ix *Indexer) Started() <-chan struct{} { return ix.started }
+
+// GlobalIndexer returns the table the indexer fills.
+func (ix *Indexer) GlobalIndexer() *index.GlobalIndexer { return ix.g }
+
+// EligibleLanes returns the lanes a query may use now: ready in the table and not excluded by
+// the freshness policy.
+func (ix *Indexer) EligibleLanes() uint16 {
+	return ix.g.ReadyLanes() &^ uint16(ix.excluded.Load())
+}
+
+// IncompleteLanes returns the lanes whose DC reports blocks its filter lacks: omitted for
+// capacity (schemas.CapacityState.OmittedBlocks above 0), or of sources degraded by lost engine
+// history (schemas.SourceHealth.DegradedSources above 0), on the lane's latest record that
+// carried them: answers on them may under-report depth. Pass it to NewAnswerer (IncompleteLanes) so replies
+// mark those lanes.
+func (ix *Indexer) IncompleteLanes() uint16 { return uint16(ix.incomplete.Load()) }
+
+func (ix *Indexer) setIncomplete(bit uint16, on bool) {
+	if on {
+		ix.incomplete.Or(uint32(bit))
+	} else {
+		ix.incomplete.And(^uint32(bit))
+	}
+}
+
+func (ix *Indexer) setExcluded(bit uint16, on bool) {
+	if on {
+		ix.excluded.Or(uint32(bit))
+	} else {
+		ix.excluded.And(^uint32(bit))
+	}
+}
+
+// Lanes returns the status of every configured lane, in lane order.
+func (ix *Indexer) Lanes() []LaneStatus {
+	select {
+	case <-ix.started: // Run created the lanes before it closed started
+	default:
+		return nil
+	}
+	var out []LaneStatus
+	for _, l := range ix.lanes {
+		if l != nil {
+			out = append(out, l.stats.snapshot())
+		}
+	}
+	return out
+}
+
+// Run restores every lane's start position, then reads and applies the lanes until ctx ends.
+// On return every lane is released (out of answers) and every output produced was flushed.
+func (ix *Indexer) Run(ctx context.Context) error {
+	m := ix.g.Manifest()
+	var lanes []int32
+	for l := uint8(0); l < ckf.LaneCount; l++ {
+		if _, ok := m.PoolOf(l); ok {
+			lanes = append(lanes, int32(l))
+		}
+	}
+	outCl, err := kgo.NewClient(ix.opts.ForRole("indexer-outputs", kgo.ProducerLinger(5*time.Millisecond))...)
+	if err != nil {
+		return fmt.Errorf("streams: indexer output client: %w", err)
+	}
+	ix.outCl = outCl
+	defer outCl.Close()
+	ix.out = streams.NewOutputs(outCl, ix.codec, m.ConsumerInstance(), streams.OutputTopics{
+		LaneEvents: ix.cfg.Topics.LaneEvents, DeadLetter: ix.cfg.Topics.DeadLetter, Control: ix.cfg.Topics.Control,
+	}, ix.log)
+
+	rctx, cancel := context.WithTimeout(ctx, ix.cfg.RestoreTimeout)
+	plan, err := ix.restorePlan(rctx, lanes)
+	cancel()
+	if err != nil {
+		return err
+	}
+	start := map[int32]kgo.Offset{}
+	for _, l := range lanes {
+		start[l] = plan[l].start
+	}
+	laneCl, err := kgo.NewClient(ix.opts.ForRole("lanes", LaneConsumerOpts(ix.cfg.Topics.Lanes, start)...)...)
+	if err != nil {
+		return fmt.Errorf("streams: indexer lane client: %w", err)
+	}
+	ix.laneCl = laneCl
+	defer laneCl.Close()
+	feedCfg := ix.cfg.Feed
+	feedCfg.OnFetchError = func(err error) { ix.log.Warn("lane fetch error", zap.Error(err)) }
+	if ix.feed, err = NewLaneFeed(laneCl, ix.cfg.Topics.Lanes, lanes, feedCfg); err != nil {
+		return err
+	}
+	// Claim every lane's ingestor: this Indexer is the only writer of the table's lanes
+	// (consumer §2.3); a second Indexer on the same GlobalIndexer fails here.
+	for _, l := range lanes {
+		in, err := ix.g.ClaimLane(uint8(l))
+		if err != nil {
+			ix.closeLanes()
+			return fmt.Errorf("streams: claiming lane %d: %w", l, err)
+		}
+		pool, _ := m.PoolOf(uint8(l))
+		ix.lanes[l] = newLane(ix, uint8(l), pool, in, plan[l].snapshotOffset)
+	}
+	defer ix.closeLanes()
+
+	var wg sync.WaitGroup
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	feedErr := make(chan error, 1)
+	wg.Add(1)
+	go func() { defer wg.Done(); feedErr <- ix.feed.Run(runCtx) }()
+	for _, l := range lanes {
+		ln := ix.lanes[l]
+		if plan[l].request != "" {
+			ln.requestSnapshot(plan[l].request, schemas.ReasonNoSnapshotRetained)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); ln.run(runCtx) }()
+	}
+	lag := &streams.LagCommitter{Group: ix.lagGroup, Topic: ix.cfg.Topics.Lanes, Interval: ix.cfg.LagCommitInterval, Timeout: lagCommitTimeout}
+	wg.Add(1)
+	go func() { defer wg.Done(); ix.commitLagEvery(runCtx, lag) }()
+	close(ix.started)
+	ix.log.Info("indexer running", zap.Int("lanes", len(lanes)), zap.Uint64("consumer_instance", uint64(m.ConsumerInstance())))
+
+	select {
+	case <-ctx.Done():
+	case err = <-feedErr:
+	}
+	stop()
+	wg.Wait()
+	ix.commitLag(lag, true) // the final positions, so lag tools see where this replica stopped
+	ix.closeLanes()         // no lane goroutine runs: the lanes leave answers before outputs are flushed
+	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer fcancel()
+	if ferr := ix.out.Flush(fctx); ferr != nil && err == nil {
+		err = fmt.Errorf("streams: flushing indexer outputs: %w", ferr)
+	}
+	return err
+}
+
+// closeLanes releases every claimed lane (ready bits cleared, claims released). Idempotent.
+func (ix *Indexer) closeLanes() {
+	for _, l := range ix.lanes {
+		if l != nil {
+			l.close()
+		}
+	}
+}
+
+// lagCommitTimeout bounds one commit to the indexer's lag group.
+const lagCommitTimeout = 10 * time.Second
+
+// appliedPositions returns, per lane partition that applied a record, the offset after the last
+// record applied (data or transaction marker): the committed-offset form lag tools expect.
+func (ix *Indexer) appliedPositions() map[int32]int64 {
+	out := map[int32]int64{}
+	for _, l := range ix.lanes {
+		if l == nil {
+			continue
+		}
+		if applied := l.stats.appliedOffset(); applied >= 0 {
+			out[int32(l.num)] = applied + 1
+		}
+	}
+	return out
+}
+
+// commitLagEvery commits the applied positions to the lag group every LagCommitInterval until
+// ctx ends. It is the committer's only user while the lanes run; Run commits once more after.
+func (ix *Indexer) commitLagEvery(ctx context.Context, lag *streams.LagCommitter) {
+	t := time.NewTicker(ix.cfg.LagCommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			ix.commitLag(lag, true) // the ticker paces the commits; the interval check would skip every other tick
+		}
+	}
+}
+
+// commitLag commits the positions that moved (force: whatever the interval). A failure is
+// counted and logged, never fatal; the next commit retries.
+func (ix *Indexer) commitLag(lag *streams.LagCommitter, force bool) {
+	ok, err := lag.Commit(ix.outCl, time.Now(), ix.appliedPositions(), force)
+	if err != nil {
+		ix.metrics.lagCommitErrors.Inc(1)
+		ix.log.Warn("applied lane offsets not committed to the lag group", zap.String("group", lag.Group), zap.Error(err))
+		return
+	}
+	if ok {
+		ix.lagCommits.Add(1)
+	}
+}
+
+// LagCommits returns how many commits to the lag group succeeded so far.
+func (ix *Indexer) LagCommits() uint64 { return ix.lagCommits.Load() }

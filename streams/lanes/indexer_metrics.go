@@ -1,0 +1,133 @@
+package lanes
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/uber-go/tally/v4"
+)
+
+// indexerMetrics caches the indexer's per-lane metric handles (one set of tag keys per metric
+// name, lane as the only tag: bounded cardinality). Only configured lanes get series: a lane
+// outside the manifest would otherwise export ready 0 forever and page the lane-not-ready alert
+// (deploy/prometheus/alerts.yml); its handles are no-ops.
+type indexerMetrics struct {
+	lanes           [ckf.LaneCount]laneMetrics
+	lagCommitErrors tally.Counter
+}
+
+type laneMetrics struct {
+	scope                                tally.Scope
+	deltas, images, snapshots, rejected  tally.Counter
+	assemblyFaults                       tally.Counter
+	lso, applied, lagRecords, lagSeconds tally.Gauge
+	ready, excluded, installedSeq        tally.Gauge
+	queuedBytes, fetchPaused             tally.Gauge
+	occupancy, omittedBlocks, omissions  tally.Gauge
+	degradedSources                      tally.Gauge
+	snapshotInstall                      tally.Histogram
+}
+
+var installBuckets = tally.DurationBuckets{
+	time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond,
+	50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, time.Second, 5 * time.Second,
+}
+
+func newIndexerMetrics(root tally.Scope, configured func(lane uint8) bool) *indexerMetrics {
+	if root == nil {
+		root = tally.NoopScope
+	}
+	s := root.SubScope("indexer")
+	m := &indexerMetrics{lagCommitErrors: s.Counter("lag_commit_errors_total")}
+	for l := range m.lanes {
+		ls := tally.NoopScope
+		if configured(uint8(l)) {
+			ls = s.Tagged(map[string]string{"lane": strconv.Itoa(l)})
+		}
+		m.lanes[l] = laneMetrics{
+			scope:          ls,
+			deltas:         ls.Counter("lane_deltas_total"),
+			images:         ls.Counter("lane_images_total"),
+			snapshots:      ls.Counter("lane_snapshots_installed_total"),
+			rejected:       ls.Counter("lane_records_rejected_total"),
+			assemblyFaults: ls.Counter("lane_snapshot_assembly_faults_total"),
+			lso:            ls.Gauge("lane_last_stable_offset"),
+			applied:        ls.Gauge("lane_applied_offset"),
+			lagRecords:     ls.Gauge("lane_lag_records"),
+			lagSeconds:     ls.Gauge("lane_lag_seconds"),
+			ready:          ls.Gauge("lane_ready"),
+			excluded:       ls.Gauge("lane_excluded"),
+			installedSeq:   ls.Gauge("lane_installed_sequence"),
+			queuedBytes:    ls.Gauge("lane_fetch_queue_bytes"),
+			fetchPaused:    ls.Gauge("lane_fetch_paused"),
+			// The relay's capacity state as the lane's records carry it (schemas.CapacityState):
+			// omitted blocks above 0 mean answers on the lane may be short.
+			occupancy:     ls.Gauge("lane_filter_occupancy_ratio"),
+			omittedBlocks: ls.Gauge("lane_omitted_blocks"),
+			// A gauge, not a counter: it mirrors the relay's count, which restarts with a new
+			// producer state.
+			omissions: ls.Gauge("lane_capacity_omissions"),
+			// Sources of the lane's DC left degraded by lost engine history
+			// (schemas.SourceHealth): above 0, answers on the lane may be short.
+			degradedSources: ls.Gauge("lane_degraded_sources"),
+			snapshotInstall: ls.Histogram("lane_snapshot_install_seconds", installBuckets),
+		}
+	}
+	return m
+}
+
+func (m *indexerMetrics) deltas(lane uint8, deltas, images uint64) {
+	l := &m.lanes[lane]
+	l.deltas.Inc(int64(deltas))
+	l.images.Inc(int64(images))
+}
+
+func (m *indexerMetrics) snapshotInstalled(lane uint8, took time.Duration) {
+	l := &m.lanes[lane]
+	l.snapshots.Inc(1)
+	l.snapshotInstall.RecordDuration(took)
+}
+
+func (m *indexerMetrics) rejected(lane uint8)      { m.lanes[lane].rejected.Inc(1) }
+func (m *indexerMetrics) assemblyFault(lane uint8) { m.lanes[lane].assemblyFaults.Inc(1) }
+
+// fault counts a lane fault by kind. The kind tag set is fixed per metric name.
+func (m *indexerMetrics) fault(lane uint8, kind string) {
+	m.lanes[lane].scope.Tagged(map[string]string{"kind": kind}).Counter("lane_faults_total").Inc(1)
+}
+
+func (m *indexerMetrics) lag(lane uint8, lso, applied, lagRecords int64, age time.Duration) {
+	l := &m.lanes[lane]
+	l.lso.Update(float64(lso))
+	l.applied.Update(float64(applied))
+	l.lagRecords.Update(float64(lagRecords))
+	l.lagSeconds.Update(age.Seconds())
+}
+
+func (m *indexerMetrics) state(lane uint8, ready, excluded bool, installed uint64, queue QueueState) {
+	l := &m.lanes[lane]
+	l.ready.Update(b2f(ready))
+	l.excluded.Update(b2f(excluded))
+	l.installedSeq.Update(float64(installed))
+	l.queuedBytes.Update(float64(queue.Bytes))
+	l.fetchPaused.Update(b2f(queue.Paused))
+}
+
+func (m *indexerMetrics) capacity(lane uint8, c LaneCapacity) {
+	l := &m.lanes[lane]
+	l.occupancy.Update(c.FilterOccupancy)
+	l.omittedBlocks.Update(float64(c.OmittedBlocks))
+	l.omissions.Update(float64(c.CapacityOmissions))
+}
+
+func (m *indexerMetrics) sources(lane uint8, degraded uint64) {
+	m.lanes[lane].degradedSources.Update(float64(degraded))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

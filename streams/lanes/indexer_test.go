@@ -1,0 +1,264 @@
+package lanes_test
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
+	"github.com/ckf-stream/ckf-stream/streams/lanes"
+	"github.com/ckf-stream/ckf-stream/streams/query"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestIndexerEndToEndFourLanes: four producers publish snapshots and deltas; the indexer's
+// tables and answers equal the in-process reference for the same streams, including across a
+// producer's second snapshot, removals and clears.
+func TestIndexerEndToEndFourLanes(t *testing.T) {
+	e := streamtest.NewEnv(t, 4096)
+	lanes := []uint8{0, 3, 7, 15}
+	m := e.Manifest(11, lanes...)
+	var ps []*streamtest.Producer
+	for _, l := range lanes {
+		p := e.Producer(l, 1)
+		p.Snapshot()
+		base := p.StoreChain(12, nil, 0)
+		for i := 0; i < 20; i++ {
+			p.StoreChain(3+i%5, base, 1+i%10) // shared prefixes of different lengths
+		}
+		ps = append(ps, p)
+	}
+	events := e.WatchEvents()
+	ri := e.StartIndexer(m, e.IndexerConfig())
+	for _, p := range ps {
+		streamtest.WaitLane(t, ri, p, streamtest.Converge)
+	}
+	// More traffic while running: new chains, a mid-stream snapshot (stale for the indexer),
+	// a clear, and new chains after it.
+	for i, p := range ps {
+		for j := 0; j < 10; j++ {
+			p.StoreChain(4, p.Chains[0], j%6)
+		}
+		if i%2 == 0 {
+			p.Snapshot()
+		}
+		if i == 1 {
+			p.ClearWorker()
+			p.StoreChain(6, nil, 0)
+		}
+	}
+	for _, p := range ps {
+		streamtest.WaitLane(t, ri, p, streamtest.Converge)
+	}
+	ref := streamtest.ReferenceIndexer(t, m, ps...)
+	streamtest.CompareQueries(t, ri.Indexer.GlobalIndexer(), ref, ps...)
+	compareKafkaQueries(t, e, ri, ref, ps...)
+	for _, p := range ps {
+		events.WaitFor(t, p.Lane, 10*time.Second, "SNAPSHOT_INSTALLED", streamtest.KindIs(schemas.EventSnapshotInstalled))
+		if st := streamtest.LaneStatus(ri, p.Lane); st.Snapshots != 1 || st.Recoveries != 0 {
+			t.Errorf("lane %d: %d snapshots installed, %d recoveries; want 1 and 0 (later snapshots are stale for a ready lane)",
+				p.Lane, st.Snapshots, st.Recoveries)
+		}
+	}
+}
+
+// TestIndexerRestartRestoresFromIndex: a restarted indexer (a new consumer instance) restores
+// every lane from the snapshot index and the log, without asking the producers for anything.
+func TestIndexerRestartRestoresFromIndex(t *testing.T) {
+	e := streamtest.NewEnv(t, 4096)
+	lanes := []uint8{1, 2, 5, 9}
+	var ps []*streamtest.Producer
+	for _, l := range lanes {
+		p := e.Producer(l, 1)
+		p.StoreChain(5, nil, 0)
+		p.Snapshot()
+		p.StoreChain(8, nil, 0)
+		ps = append(ps, p)
+	}
+	first := e.StartIndexer(e.Manifest(21, lanes...), e.IndexerConfig())
+	for _, p := range ps {
+		streamtest.WaitLane(t, first, p, streamtest.Converge)
+	}
+	first.Stop()
+	var positions []int64
+	for _, p := range ps {
+		p.StoreChain(7, p.Chains[0], 3)
+		positions = append(positions, p.Snapshot().FirstOffset) // the index now points here
+		p.StoreChain(4, nil, 0)
+	}
+	control := e.ControlRecords()
+	second := e.StartIndexer(e.Manifest(22, lanes...), e.IndexerConfig())
+	for i, p := range ps {
+		streamtest.WaitLane(t, second, p, streamtest.Converge)
+		// The lane status is published after a record's effects, a snapshot request included, so
+		// at convergence it counts every request the restore made.
+		st := streamtest.LaneStatus(second, p.Lane)
+		if st.SnapshotOffset != positions[i] {
+			t.Errorf("lane %d restored from snapshot at %d, want the indexed %d", p.Lane, st.SnapshotOffset, positions[i])
+		}
+		if st.SnapshotRequests != 0 {
+			t.Errorf("lane %d: the restarted indexer asked for %d snapshots; want none (the lane was indexed)", p.Lane, st.SnapshotRequests)
+		}
+	}
+	streamtest.CompareQueries(t, second.Indexer.GlobalIndexer(), streamtest.ReferenceIndexer(t, e.Manifest(22, lanes...), ps...), ps...)
+	if n := control.Count(); n != 0 {
+		t.Errorf("restarted indexer sent %d snapshot requests; want none (every lane was indexed)", n)
+	}
+}
+
+// TestIndexerRestartWithoutRetainedSnapshot: when the indexed snapshot is no longer retained,
+// the restarted indexer asks the relay for one on the control topic and waits for it.
+func TestIndexerRestartWithoutRetainedSnapshot(t *testing.T) {
+	e := streamtest.NewEnv(t, 4096)
+	p := e.Producer(4, 1)
+	p.Snapshot()
+	p.StoreChain(9, nil, 0)
+	p.StoreChain(9, nil, 0)
+	// Retention removes everything written so far.
+	adm := testenv.Admin(t)
+	ends, err := adm.ListEndOffsets(context.Background(), e.Topics.Lanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := ends.Lookup(e.Topics.Lanes, 4)
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: e.Topics.Lanes, Partition: 4, At: end.Offset})
+	if resp, err := adm.DeleteRecords(context.Background(), del); err != nil || resp.Error() != nil {
+		t.Fatalf("delete records: %v %v", err, resp.Error())
+	}
+	control := e.ControlRecords()
+	events := e.WatchEvents()
+	ri := e.StartIndexer(e.Manifest(31, 4), e.IndexerConfig())
+	req := control.WaitLane(t, 4, streamtest.Converge)
+	if req.Reason != schemas.ReasonNoSnapshotRetained || req.Requester != 31 {
+		t.Errorf("snapshot request %+v: want reason NO_SNAPSHOT_RETAINED from consumer 31", req)
+	}
+	events.WaitFor(t, 4, streamtest.Converge, "SNAPSHOT_REQUESTED", streamtest.KindIs(schemas.EventSnapshotRequested))
+	if ri.Indexer.GlobalIndexer().ReadyLanes() != 0 {
+		t.Fatal("lane ready without a snapshot")
+	}
+	p.Snapshot() // the relay answers the request
+	p.StoreChain(3, nil, 0)
+	streamtest.WaitLane(t, ri, p, streamtest.Converge)
+}
+
+// TestIndexerFreshnessExcludesSilentLane: a lane whose producer falls silent is excluded from
+// answers after the freshness policy's time bound and readmitted when records flow again.
+func TestIndexerFreshnessExcludesSilentLane(t *testing.T) {
+	e := streamtest.NewEnv(t, 4096)
+	p := e.Producer(6, 1)
+	p.Snapshot()
+	chain := p.StoreChain(5, nil, 0)
+	events := e.WatchEvents()
+	cfg := e.IndexerConfig()
+	cfg.Freshness.MaxTimeLag = 1500 * time.Millisecond
+	ri := e.StartIndexer(e.Manifest(41, 6), cfg)
+	streamtest.WaitLane(t, ri, p, streamtest.Converge)
+	events.WaitFor(t, 6, streamtest.Converge, "EXCLUDED_FOR_LAG", streamtest.KindIs(schemas.EventExcludedForLag))
+	if ri.Indexer.EligibleLanes() != 0 {
+		t.Fatalf("eligible lanes %016b: the silent lane must be excluded", ri.Indexer.EligibleLanes())
+	}
+	if ri.Indexer.GlobalIndexer().ReadyLanes() == 0 {
+		t.Fatal("exclusion must not retire the lane")
+	}
+	if err := p.Writer.WriteHeartbeat(context.Background(), p.Publisher.LastSequence()); err != nil {
+		t.Fatal(err)
+	}
+	events.WaitFor(t, 6, streamtest.Converge, "READMITTED", streamtest.KindIs(schemas.EventReadmitted))
+	if ri.Indexer.EligibleLanes() != 1<<6 {
+		t.Fatalf("eligible lanes %016b after a heartbeat, want lane 6", ri.Indexer.EligibleLanes())
+	}
+	if m, err := ri.Indexer.GlobalIndexer().FindPrefixMatches(chain); err != nil || m.Lanes[6].Depth != uint32(len(chain)) {
+		t.Fatalf("query after readmission: %+v %v", m, err)
+	}
+}
+
+// TestIndexerFreshnessZeroBoundsNotChecked: the zero policy checks neither bound: a ready lane
+// whose last record ages is reported with its time lag and stays in answers (a zero bound once
+// meant "the default bound").
+func TestIndexerFreshnessZeroBoundsNotChecked(t *testing.T) {
+	e := streamtest.NewEnv(t, 4096)
+	p := e.Producer(7, 1)
+	p.Snapshot()
+	p.StoreChain(5, nil, 0)
+	cfg := e.IndexerConfig()
+	cfg.Freshness = lanes.FreshnessPolicy{}
+	ri := e.StartIndexer(e.Manifest(42, 7), cfg)
+	streamtest.WaitLane(t, ri, p, streamtest.Converge)
+	var st lanes.LaneStatus
+	// Lag, readiness and exclusion are reported together, by the check that decides exclusion.
+	testenv.WaitUntil(t, streamtest.Converge, "the lane reports a time lag", func() bool {
+		st = streamtest.LaneStatus(ri, 7)
+		return st.Ready && st.LagTime > 0
+	}, func() string { return fmt.Sprintf("status %+v", st) })
+	if st.Excluded {
+		t.Fatalf("lane excluded with no bound checked: %+v", st)
+	}
+	if ri.Indexer.EligibleLanes() != 1<<7 {
+		t.Fatalf("eligible lanes %016b, want lane 7", ri.Indexer.EligibleLanes())
+	}
+}
+
+// compareKafkaQueries sends queries over the query topics (QueryService + QueryClient on the real
+// broker) and checks every reply against the reference indexer.
+func compareKafkaQueries(t *testing.T, e *streamtest.Env, ri *streamtest.RunningIndexer, ref *index.GlobalIndexer, ps ...*streamtest.Producer) {
+	t.Helper()
+	requests := testenv.NewTopic(t, 2)
+	replies := testenv.NewTopic(t, 2)
+	opts := []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}
+	qcfg := query.DefaultQueryConfig()
+	qcfg.RequestTopic, qcfg.ReplyTopic, qcfg.DeadLetterTopic = requests, replies, e.Topics.DeadLetter
+	qcfg.Group = testenv.UniqueName(t, "g")
+	svc, err := query.NewQueryService(query.QueryServiceParams{
+		Config:   qcfg,
+		Answerer: query.NewAnswerer(ri.Indexer.GlobalIndexer(), ri.Indexer.EligibleLanes), Codec: e.Codec, ClientOpts: opts,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("query service: %v", err)
+		}
+	}()
+	ccfg := query.DefaultQueryClientConfig()
+	ccfg.RequestTopic, ccfg.ReplyTopic, ccfg.CallTimeout = requests, replies, 30*time.Second
+	cl, err := query.NewQueryClient(context.Background(), query.QueryClientParams{
+		Config: ccfg, Codec: e.Codec, ClientOpts: opts,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	n := 0
+	for _, p := range ps {
+		for _, chain := range p.Chains[:min(5, len(p.Chains))] {
+			reply, err := cl.Query(context.Background(), schemas.QueryRequest{Input: schemas.InputLocalBlockHashes,
+				Hashes: schemas.AppendU64s(nil, chain)})
+			if err != nil {
+				t.Fatalf("query over Kafka: %v", err)
+			}
+			want, err := ref.FindPrefixMatches(chain)
+			if err != nil || reply.Status != schemas.QueryOK || reply.ReadyLanes != want.ReadyLanes || len(reply.Lanes) != bits.OnesCount16(want.ReadyLanes) {
+				t.Fatalf("reply %+v, reference %+v (%v)", reply, want, err)
+			}
+			for _, lm := range reply.Lanes {
+				if lm.Depth != want.Lanes[lm.Lane].Depth {
+					t.Fatalf("lane %d depth %d over Kafka, reference %d", lm.Lane, lm.Depth, want.Lanes[lm.Lane].Depth)
+				}
+			}
+			n++
+		}
+	}
+	t.Logf("%d queries over Kafka matched the reference", n)
+}

@@ -1,0 +1,107 @@
+package lanes
+
+import (
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"go.uber.org/zap"
+)
+
+// publish hands what the lane did since the last call to its status and metrics: one lock and a
+// few counter updates per fetched batch, not per delta.
+func (l *lane) publish() {
+	deltas, images := l.st.newDeltas, l.st.newImages
+	l.st.newDeltas, l.st.newImages = 0, 0
+	if deltas > 0 {
+		l.ix.metrics.deltas(l.num, deltas, images)
+	}
+	installed, _ := l.in.InstalledSequence()
+	applied := l.st.applied
+	capacity := l.capacityStatus()
+	if capacity.Reported {
+		l.ix.metrics.capacity(l.num, capacity)
+	}
+	if l.st.hasSources {
+		l.ix.metrics.sources(l.num, l.st.sources.DegradedSources)
+	}
+	l.stats.update(func(s *LaneStatus) {
+		s.Deltas += deltas
+		s.Images += images
+		s.AppliedOffset = applied
+		if installed > 0 {
+			s.InstalledSequence = installed
+		}
+		s.Capacity = capacity
+		if l.st.hasSources {
+			s.Sources = LaneSources{Reported: true, DegradedSources: l.st.sources.DegradedSources,
+				LostHistoryClears: l.st.sources.LostHistoryClears}
+		}
+	})
+}
+
+// capacityStatus is the lane's capacity state as the status table shows it.
+func (l *lane) capacityStatus() LaneCapacity {
+	if !l.st.hasCapacity {
+		return LaneCapacity{}
+	}
+	c := l.st.capacity
+	f := l.ix.g.Manifest().Format()
+	out := LaneCapacity{Reported: true, ResidentBlocks: c.ResidentBlocks, OmittedBlocks: c.OmittedBlocks,
+		CapacityOmissions: c.CapacityOmissions, FilterOccupancy: c.Occupancy(f.BucketCount, f.SlotsPerBucket)}
+	// A new producer state (a relay that lost its checkpoint) restarts the counter.
+	if c.CapacityOmissions >= l.st.snapOmissions {
+		out.OmissionsSinceSnapshot = c.CapacityOmissions - l.st.snapOmissions
+	} else {
+		out.OmissionsSinceSnapshot = c.CapacityOmissions
+	}
+	return out
+}
+
+// checkFreshness applies the freshness policy: a lane whose applied position lags the
+// partition's last stable offset by more than MaxRecordLag records, or whose last applied record
+// is older than MaxTimeLag (the relay fell silent: no delta or heartbeat), is excluded from
+// answers until it catches up. The lane consumer keeps transaction markers (kgo.KeepControlRecords),
+// so the lag in records is exact: a caught-up lane has applied the offset just below the last
+// stable offset. The table's ready bit is not touched; exclusion is the indexer's eligibility
+// mask. Progress events go out every ProgressInterval.
+func (l *lane) checkFreshness(now time.Time, force bool) {
+	lso := l.ix.feed.LastStableOffset(int32(l.num))
+	lag := int64(0)
+	if lso >= 0 {
+		lag = max(lso-(l.st.applied+1), 0)
+	}
+	var age time.Duration
+	if !l.st.appliedTime.IsZero() {
+		age = max(now.Sub(l.st.appliedTime), 0)
+	}
+	ready := l.in.Ready()
+	pol := l.ix.cfg.Freshness
+	stale := ready && ((pol.MaxRecordLag > 0 && lag > pol.MaxRecordLag) || (pol.MaxTimeLag > 0 && age > pol.MaxTimeLag))
+	queue := l.ix.feed.Queue(int32(l.num))
+	installed, _ := l.in.InstalledSequence()
+	l.stats.update(func(s *LaneStatus) {
+		s.HighWatermark, s.LagRecords, s.LagTime = lso, lag, age
+		s.Ready, s.Excluded = ready, stale
+		s.QueuedBytes, s.FetchPaused, s.FetchPauses = queue.Bytes, queue.Paused, queue.Pauses
+	})
+	l.ix.metrics.lag(l.num, lso, l.st.applied, lag, age)
+	l.ix.metrics.state(l.num, ready, stale, installed, queue)
+	if stale != l.st.excluded {
+		l.st.excluded = stale
+		l.ix.setExcluded(l.bit, stale)
+		// A lane that stopped being ready left answers for a reason its own event reported (a
+		// fault, a drain); its exclusion is dropped without a READMITTED event.
+		if ready {
+			kind := schemas.EventReadmitted
+			if stale {
+				kind = schemas.EventExcludedForLag
+			}
+			l.event(schemas.LaneEvent{Kind: kind, LagMicros: schemas.Some(age.Microseconds())})
+			l.log.Info("lane freshness changed", zap.Bool("excluded", stale), zap.Int64("lag_records", lag), zap.Duration("lag_time", age))
+		}
+	}
+	if force || (l.ix.cfg.ProgressInterval > 0 && now.Sub(l.st.lastProgress) >= l.ix.cfg.ProgressInterval) {
+		l.st.lastProgress = now
+		l.event(schemas.LaneEvent{Kind: schemas.EventProgress, LagMicros: schemas.Some(age.Microseconds())})
+	}
+}

@@ -1,0 +1,103 @@
+package query_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
+	"github.com/ckf-stream/ckf-stream/streams/query"
+)
+
+// illegalCase sets one field of a configuration of type C to an illegal value.
+type illegalCase[C any] struct {
+	field string // the field the error must name
+	set   func(*C)
+}
+
+// legalCase sets fields of a configuration of type C to legal values, zeros mostly.
+type legalCase[C any] struct {
+	name string
+	set  func(*C)
+}
+
+func TestQueryConfigValidate(t *testing.T) {
+	x := newQIndex(t, 0)
+	codec := streamtest.ConfigCodec(t)
+	build := func(c query.QueryConfig) (*query.QueryService, error) {
+		return query.NewQueryService(query.QueryServiceParams{Config: c, Answerer: query.NewAnswerer(x.g, nil), Codec: codec})
+	}
+	for _, tc := range []illegalCase[query.QueryConfig]{
+		{"ReplyTopicPrefixes[1]", func(c *query.QueryConfig) { c.ReplyTopicPrefixes = []string{"replies-", ""} }},
+		{"Group", func(c *query.QueryConfig) { c.Group = "" }},
+		{"MaxBatchRecords", func(c *query.QueryConfig) { c.MaxBatchRecords = 0 }},
+		{"MaxBatchRecords", func(c *query.QueryConfig) { c.MaxBatchRecords = query.MaxQueryBatchRecords + 1 }},
+		{"ReplyLinger", func(c *query.QueryConfig) { c.ReplyLinger = -1 }},
+		{"ReplyTimeout", func(c *query.QueryConfig) { c.ReplyTimeout = 0 }},
+		{"ReplyTimeout", func(c *query.QueryConfig) { c.ReplyTimeout = -time.Second }},
+		{"CommitTimeout", func(c *query.QueryConfig) { c.CommitTimeout = 0 }},
+		{"CommitTimeout", func(c *query.QueryConfig) { c.CommitTimeout = -time.Second }},
+		{"Component", func(c *query.QueryConfig) { c.Component = "" }},
+	} {
+		c := query.DefaultQueryConfig()
+		tc.set(&c)
+		_, err := build(c)
+		streamtest.WantConfigError(t, err, "query service", tc.field)
+	}
+	for _, tc := range []legalCase[query.QueryConfig]{
+		{"the defaults", func(*query.QueryConfig) {}},
+		{"no linger", func(c *query.QueryConfig) { c.ReplyLinger = 0 }},
+		{"batches of one", func(c *query.QueryConfig) { c.MaxBatchRecords = 1 }},
+		{"the largest batches", func(c *query.QueryConfig) { c.MaxBatchRecords = query.MaxQueryBatchRecords }},
+		{"named topics", func(c *query.QueryConfig) {
+			c.RequestTopic, c.ReplyTopic, c.DeadLetterTopic, c.ReplyTopicPrefixes = "q", "r", "d", []string{"r-"}
+		}},
+	} {
+		c := query.DefaultQueryConfig()
+		tc.set(&c)
+		svc, err := build(c)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		want := c // empty topic names are derived from the codec
+		for _, d := range []struct {
+			name *string
+			rt   schemas.RecordType
+		}{{&want.RequestTopic, schemas.TypeQueryRequest}, {&want.ReplyTopic, schemas.TypeQueryReply}, {&want.DeadLetterTopic, schemas.TypeDeadLetter}} {
+			if *d.name == "" {
+				*d.name = codec.Topic(d.rt)
+			}
+		}
+		if got := svc.Config(); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: the service runs with\n%+v\nnot the configuration given\n%+v", tc.name, got, want)
+		}
+	}
+}
+
+func TestQueryClientConfigValidate(t *testing.T) {
+	codec := streamtest.ConfigCodec(t)
+	for _, tc := range []illegalCase[query.QueryClientConfig]{
+		{"ReplyPartition", func(c *query.QueryClientConfig) { c.ReplyPartition = schemas.Some[int32](-1) }},
+		{"CallTimeout", func(c *query.QueryClientConfig) { c.CallTimeout = 0 }},
+		{"CallTimeout", func(c *query.QueryClientConfig) { c.CallTimeout = -time.Second }},
+		{"RequestLinger", func(c *query.QueryClientConfig) { c.RequestLinger = -1 }},
+		{"StartTimeout", func(c *query.QueryClientConfig) { c.StartTimeout = 0 }},
+		{"StartTimeout", func(c *query.QueryClientConfig) { c.StartTimeout = -time.Second }},
+	} {
+		c := query.DefaultQueryClientConfig()
+		tc.set(&c)
+		// Validation comes before any connection: no broker is needed to be refused.
+		_, err := query.NewQueryClient(context.Background(), query.QueryClientParams{Config: c, Codec: codec})
+		streamtest.WantConfigError(t, err, "query client", tc.field)
+	}
+	// The legal zero, RequestLinger 0 (the default: requests sent at once), on the real broker.
+	tp := newQTopics(t, 1)
+	c := qNewClient(t, codec, tp, query.DefaultQueryClientConfig())
+	want := query.DefaultQueryClientConfig()
+	want.RequestTopic, want.ReplyTopic = tp.requests, tp.replies
+	if got := c.Config(); !reflect.DeepEqual(got, want) || got.RequestLinger != 0 {
+		t.Errorf("the client runs with %+v, not the configuration given %+v", got, want)
+	}
+}

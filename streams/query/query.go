@@ -1,0 +1,337 @@
+package query
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/zeebo/xxh3"
+)
+
+// The query path: one answer function (Answerer.Answer) shared by the Kafka query service
+// (query_service.go) and the indexer's HTTP endpoint, so both paths give the same reply for the
+// same request and the same table state.
+
+// Reply texts of the non-OK outcomes that are not request errors. They are constants so that an
+// UNAVAILABLE reply costs no allocation.
+const (
+	// unavailableNoEligible: the request's lane mask and the eligibility mask share no lane.
+	unavailableNoEligible = "no requested lane is eligible (lane mask and freshness exclude every lane)"
+	// unavailableNotReady: no eligible lane was ready when the query captured the ready mask.
+	unavailableNotReady = "no eligible lane is ready"
+)
+
+// Answerer answers prefix-match queries against one ckf.GlobalIndexer. It holds no mutable state:
+// any number of goroutines may call Answer concurrently, each with its own QueryScratch.
+//
+// The lanes a query may report are the intersection of three masks: the request's lane mask
+// (absent = every lane), the eligibility mask (the caller's freshness policy: lanes lagging their
+// partition beyond the policy are left out), and the ready mask the indexer captures once per
+// query (ckf.GlobalIndexer.FindPrefixMatches). An empty intersection is an explicit UNAVAILABLE
+// reply, never an empty OK.
+type Answerer struct {
+	g          *index.GlobalIndexer
+	eligible   func() uint16
+	incomplete func() uint16 // nil: no lane is known to be incomplete
+	now        func() time.Time
+
+	// pools and dcs are the display form and DC id of each configured lane's pool, computed once:
+	// the manifest is immutable, so a reply can share these strings instead of formatting them.
+	pools [ckf.LaneCount]string
+	dcs   [ckf.LaneCount]uint64
+
+	scratches sync.Pool // *QueryScratch, for AnswerPooled
+}
+
+// AnswererOpt configures an Answerer.
+type AnswererOpt func(*Answerer)
+
+// IncompleteLanes gives the Answerer the lanes whose answers may be short because their DC's
+// filter omitted blocks for capacity (Indexer.IncompleteLanes); replies mark the searched ones
+// (schemas.QueryReply.IncompleteLanes). fn is called once per OK answer, must be safe for
+// concurrent use and should be cheap (an atomic load). Without it no lane is marked.
+func IncompleteLanes(fn func() uint16) AnswererOpt { return func(a *Answerer) { a.incomplete = fn } }
+
+// NewAnswerer returns an Answerer over g. eligible returns the lanes the freshness policy allows
+// in answers (bit l = lane l); it is called once per query, must be safe for concurrent use and
+// should be cheap (an atomic load). A nil eligible makes every lane eligible.
+func NewAnswerer(g *index.GlobalIndexer, eligible func() uint16, opts ...AnswererOpt) *Answerer {
+	a := &Answerer{g: g, eligible: eligible, now: time.Now}
+	for _, o := range opts {
+		o(a)
+	}
+	m := g.Manifest()
+	for l := uint8(0); l < ckf.LaneCount; l++ {
+		if p, ok := m.PoolOf(l); ok {
+			a.pools[l] = p.String()
+			a.dcs[l] = uint64(p.Dc)
+		}
+	}
+	return a
+}
+
+// Indexer returns the indexer the answers come from.
+func (a *Answerer) Indexer() *index.GlobalIndexer { return a.g }
+
+// QueryScratch is the per-goroutine working memory of Answer: the unpacked local block hashes,
+// the sequence-hash buffer of the search and the reply's lane entries. Reusing one scratch per
+// goroutine makes Answer allocation-free once the buffers have grown to the longest query seen.
+// A QueryScratch must not be used by two Answer calls at the same time; the zero value is ready
+// to use.
+type QueryScratch struct {
+	local []uint64
+	seq   []uint64
+	lanes [ckf.LaneCount]schemas.LaneMatch
+	block []byte // one block's tokens and extra keys (AnswerExtra)
+}
+
+// Answer answers req. It never fails: every outcome is a reply.
+//
+//   - OK: Lanes holds one entry {lane, dc, pool, depth} per reported lane in ascending lane order;
+//     ReadyLanes is the captured ready mask restricted to the request's lane mask and the
+//     eligibility mask; QueryBlocks is the number of full blocks in the query; IncompleteLanes
+//     marks the reported lanes whose DC's filter omits blocks (see the IncompleteLanes option).
+//   - UNAVAILABLE: no lane is left after that restriction (none requested, none eligible, or none
+//     ready). ReadyLanes is 0 and Lanes empty; QueryBlocks still counts the query's blocks.
+//   - INVALID_REQUEST: req breaks a rule of the QueryRequest contract (the codec's decoder has
+//     already enforced them for requests read from Kafka; requests built by hand, as on the HTTP
+//     path, are checked here). ErrorMessage says which.
+//
+// Input LocalBlockHashes is searched as is. Input TokenIds is cut into windows of BlockSize
+// tokens, a trailing partial block dropped, and each window is hashed with the salt seed
+// ckf.BlockSaltSeed(LoraName, CacheNamespace); the packed little-endian token bytes are exactly
+// the bytes ckf.TokenBlockHash hashes, so they are hashed in place (the tests check the result
+// against ckf.TokenBlockHashes).
+// Blocks that carry extra keys (images, a cache salt) are hashed by AnswerExtra.
+//
+// The reply's Lanes aliases sc: it is valid until the next Answer with the same scratch, so
+// encode or copy the reply first. With a reused scratch, Answer does not allocate except for the
+// error message of an invalid request. A nil sc allocates a fresh scratch.
+func (a *Answerer) Answer(req *schemas.QueryRequest, sc *QueryScratch) schemas.QueryReply {
+	return a.answer(req, nil, sc)
+}
+
+// AnswerExtra is Answer for a TokenIds request whose blocks carry extra keys (multimodal
+// identifiers, a cache salt: producer §2.2): block i of the prompt is hashed with
+// ckf.TokenBlockHashExtra and extra[i], as the bridge hashes an engine's block with its
+// extra_keys entry (the LoRA name is not an extra key: it stays in req.LoraName). Blocks past
+// the end of extra, and nil or empty entries, hash as text blocks; with no entry at all the
+// answer is Answer's. extra may have one entry per window including a trailing partial block
+// (which is dropped, its entry ignored); more entries than that, or extra keys with
+// LocalBlockHashes input, are an INVALID_REQUEST reply. The Kafka QueryRequest has no field for
+// extra keys yet: this is the HTTP path's (POST /v1/prefix-matches, block_extra_keys) and Go
+// callers'. It allocates only while sc's block buffer grows and for an invalid request's message.
+func (a *Answerer) AnswerExtra(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *QueryScratch) schemas.QueryReply {
+	return a.answer(req, extra, sc)
+}
+
+func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *QueryScratch) schemas.QueryReply {
+	if sc == nil {
+		sc = new(QueryScratch)
+	}
+	if err := checkRequest(req); err != nil {
+		return a.InvalidReply(replyIDFor(req.CorrelationID, err.Error()))
+	}
+	if err := checkExtra(req, extra); err != nil {
+		return a.InvalidReply(replyIDFor(req.CorrelationID, err.Error()))
+	}
+	reply := schemas.QueryReply{CorrelationID: req.CorrelationID}
+
+	// Local block hashes, in sc.local.
+	local := sc.local[:0]
+	switch req.Input {
+	case schemas.InputLocalBlockHashes:
+		local = req.Hashes.AppendTo(local)
+	case schemas.InputTokenIDs:
+		seed := ckf.BlockSaltSeed(req.LoraName, req.CacheNamespace)
+		if len(extra) == 0 {
+			local = appendTokenBlockHashes(local, req.Tokens, int(req.BlockSize), seed)
+		} else {
+			local = appendTokenBlockHashesExtra(local, req.Tokens, int(req.BlockSize), seed, extra, &sc.block)
+		}
+	}
+	sc.local = local
+	reply.QueryBlocks = uint32(len(local))
+
+	mask := schemas.AllLanes
+	if m, ok := req.LaneMask.Get(); ok {
+		mask = m
+	}
+	if a.eligible != nil {
+		mask &= a.eligible()
+	}
+	if mask == 0 {
+		return a.unavailable(reply, unavailableNoEligible)
+	}
+	res, err := a.g.FindPrefixMatchesScratch(local, &sc.seq)
+	if err != nil {
+		// ErrUnavailable is the only error FindPrefixMatches returns today; any other error also
+		// means "no answer from the table", which the router must hear about rather than time
+		// out on.
+		if errors.Is(err, index.ErrUnavailable) {
+			return a.unavailable(reply, unavailableNotReady)
+		}
+		return a.unavailable(reply, err.Error())
+	}
+	ready := res.ReadyLanes & mask
+	if ready == 0 {
+		return a.unavailable(reply, unavailableNotReady)
+	}
+	n := 0
+	for m := ready; m != 0; m &= m - 1 {
+		l := uint8(bits.TrailingZeros16(m))
+		sc.lanes[n] = schemas.LaneMatch{Lane: l, DcID: a.dcs[l], Pool: a.pools[l], Depth: res.Lanes[l].Depth}
+		n++
+	}
+	reply.Status = schemas.QueryOK
+	reply.ReadyLanes = ready
+	if a.incomplete != nil {
+		reply.IncompleteLanes = a.incomplete() & ready
+	}
+	reply.Lanes = sc.lanes[:n]
+	reply.ReplyTime = a.now()
+	return reply
+}
+
+// AnswerPooled is Answer for callers without a goroutine of their own to keep a scratch in (an
+// HTTP handler, say): it borrows a scratch from a pool and returns a reply that owns its Lanes,
+// which costs one allocation for an OK reply (the lane entries) and none otherwise.
+func (a *Answerer) AnswerPooled(req *schemas.QueryRequest) schemas.QueryReply {
+	return a.AnswerPooledExtra(req, nil)
+}
+
+// AnswerPooledExtra is AnswerExtra with a pooled scratch, as AnswerPooled is Answer's.
+func (a *Answerer) AnswerPooledExtra(req *schemas.QueryRequest, extra []ckf.ExtraKeys) schemas.QueryReply {
+	sc, _ := a.scratches.Get().(*QueryScratch)
+	if sc == nil {
+		sc = new(QueryScratch)
+	}
+	r := a.answer(req, extra, sc)
+	if len(r.Lanes) > 0 {
+		r.Lanes = append([]schemas.LaneMatch(nil), r.Lanes...)
+	}
+	a.scratches.Put(sc)
+	return r
+}
+
+func (a *Answerer) unavailable(r schemas.QueryReply, why string) schemas.QueryReply {
+	r.Status = schemas.QueryUnavailable
+	r.ErrorMessage = why
+	r.ReplyTime = a.now()
+	return r
+}
+
+// InvalidReply returns the INVALID_REQUEST reply for a request with the given correlation id,
+// stamped with the current time. correlationID must already fit the contract (at most
+// schemas.MaxCorrelationIDBytes bytes).
+func (a *Answerer) InvalidReply(correlationID, why string) schemas.QueryReply {
+	return schemas.QueryReply{CorrelationID: correlationID, Status: schemas.QueryInvalidRequest, ErrorMessage: why, ReplyTime: a.now()}
+}
+
+// ErrInvalidQuery is the kind of every request-rule violation Answer reports (the rules of the
+// QueryRequest contract, see schemas.Codec.DecodeQueryRequest).
+var ErrInvalidQuery = errors.New("streams: invalid query request")
+
+// checkRequest applies the QueryRequest contract to a request that may not have come through the
+// codec's decoder. It allocates only when it reports an error.
+func checkRequest(q *schemas.QueryRequest) error {
+	if n := len(q.CorrelationID); n == 0 || n > schemas.MaxCorrelationIDBytes || !utf8.ValidString(q.CorrelationID) {
+		return fmt.Errorf("%w: correlation_id must be 1..%d bytes of UTF-8, got %d bytes", ErrInvalidQuery, schemas.MaxCorrelationIDBytes, n)
+	}
+	switch q.Input {
+	case schemas.InputLocalBlockHashes:
+		if len(q.Hashes)%schemas.WordSize != 0 {
+			return fmt.Errorf("%w: input.hashes length %d is not a multiple of %d", ErrInvalidQuery, len(q.Hashes), schemas.WordSize)
+		}
+	case schemas.InputTokenIDs:
+		if len(q.Tokens)%schemas.TokenSize != 0 {
+			return fmt.Errorf("%w: input.tokens length %d is not a multiple of %d", ErrInvalidQuery, len(q.Tokens), schemas.TokenSize)
+		}
+		if q.BlockSize == 0 || q.BlockSize > schemas.MaxBlockSize {
+			return fmt.Errorf("%w: input.block_size %d is not in [1, %d]", ErrInvalidQuery, q.BlockSize, schemas.MaxBlockSize)
+		}
+	default:
+		return fmt.Errorf("%w: unknown input kind %d", ErrInvalidQuery, q.Input)
+	}
+	if q.ReplyPartition.Valid && q.ReplyPartition.Value < 0 {
+		return fmt.Errorf("%w: reply_partition %d is negative", ErrInvalidQuery, q.ReplyPartition.Value)
+	}
+	return nil
+}
+
+// checkExtra applies AnswerExtra's rules on extra keys: only with token ids, and at most one
+// entry per window of block_size tokens (a trailing partial window counted). It allocates only
+// when it reports an error.
+func checkExtra(q *schemas.QueryRequest, extra []ckf.ExtraKeys) error {
+	if len(extra) == 0 {
+		return nil
+	}
+	if q.Input != schemas.InputTokenIDs {
+		return fmt.Errorf("%w: block extra keys go with token ids, not local block hashes", ErrInvalidQuery)
+	}
+	tokens := len(q.Tokens) / schemas.TokenSize
+	windows := (tokens + int(q.BlockSize) - 1) / int(q.BlockSize)
+	if len(extra) > windows {
+		return fmt.Errorf("%w: %d block extra-key entries for %d tokens in blocks of %d (at most %d)", ErrInvalidQuery, len(extra), tokens, q.BlockSize, windows)
+	}
+	return nil
+}
+
+// replyIDFor returns the correlation id and error message of an INVALID_REQUEST reply to a
+// request with correlation id id that was refused for why: the id cut to fit when it is too long
+// (schemas.FitCorrelationID), the cut noted in the message, or "" when the id is empty or not
+// UTF-8 (a reply to nobody in particular, still written so the failure is visible on the reply
+// topic).
+func replyIDFor(id, why string) (string, string) {
+	fit, truncated, _ := schemas.FitCorrelationID(id)
+	if truncated {
+		why = truncatedIDNote(len(fit), schemas.MaxCorrelationIDBytes) + why
+	}
+	return fit, why
+}
+
+// truncatedIDNote starts the error message of a reply whose correlation id, over limit bytes,
+// was cut to its first kept bytes.
+func truncatedIDNote(kept, limit int) string {
+	return fmt.Sprintf("correlation_id longer than %d bytes cut to its first %d in this reply; ", limit, kept)
+}
+
+// appendTokenBlockHashes appends one local block hash per full window of blockSize tokens of the
+// packed token ids: XXH3-64 of the window's little-endian bytes with saltSeed, which is
+// ckf.TokenBlockHash's definition applied to the packed bytes in place (no unpacking, no
+// per-block buffer). blockSize must be >= 1.
+func appendTokenBlockHashes(dst []uint64, tokens schemas.PackedU32, blockSize int, saltSeed uint64) []uint64 {
+	return appendTokenBlockHashesExtra(dst, tokens, blockSize, saltSeed, nil, nil)
+}
+
+// appendTokenBlockHashesExtra is appendTokenBlockHashes with per-block extra keys: a block
+// whose entry of extra is non-empty is hashed as ckf.TokenBlockHashExtra defines it (its packed
+// tokens followed by the entry's canonical encoding, assembled in *buf, which grows as needed);
+// the others are hashed in place. blockSize must be >= 1.
+func appendTokenBlockHashesExtra(dst []uint64, tokens schemas.PackedU32, blockSize int, saltSeed uint64, extra []ckf.ExtraKeys, buf *[]byte) []uint64 {
+	stride := blockSize * schemas.TokenSize
+	n := len(tokens) / stride
+	if cap(dst)-len(dst) < n {
+		grown := make([]uint64, len(dst), len(dst)+n)
+		copy(grown, dst)
+		dst = grown
+	}
+	for i := 0; i < n; i++ {
+		window := tokens[i*stride : (i+1)*stride]
+		if i >= len(extra) || len(extra[i]) == 0 {
+			dst = append(dst, xxh3.HashSeed(window, saltSeed))
+			continue
+		}
+		b := append((*buf)[:0], window...)
+		b = extra[i].AppendCanonical(b)
+		*buf = b
+		dst = append(dst, xxh3.HashSeed(b, saltSeed))
+	}
+	return dst
+}

@@ -1,0 +1,515 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+)
+
+// relaySink is the publisher's DeltaSink: it collects the deltas of the open transaction. The
+// publisher's "next owner" is that transaction: Enqueue accepts a delta into it, and the relay
+// commits the collected deltas as one transaction (commitDeltas). If the commit fails, every
+// collected delta is uncertain at once; the relay then abandons this publisher's whole stream
+// (new incarnation + snapshot), so the publisher's sequence, which already counted them, is
+// never continued. After a failure the sink refuses every delta with that failure, so a
+// publisher still asked to publish fences itself DeliveryUncertain as the spec requires.
+type relaySink struct {
+	pending  []ckf.Delta
+	streamed int // pending[:streamed] are already produced into the open transaction
+	err      error
+}
+
+// taken empties the sink once a write committed its deltas.
+func (s *relaySink) taken() {
+	clear(s.pending) // the images belong to the sink; let them go
+	s.pending, s.streamed = s.pending[:0], 0
+}
+
+// takeFirst empties the sink of its first n deltas once a write committed them; the rest, which
+// were collected while that write ran and never streamed, stay for the next transaction.
+func (s *relaySink) takeFirst(n int) {
+	rest := copy(s.pending, s.pending[n:])
+	clear(s.pending[rest:])
+	s.pending, s.streamed = s.pending[:rest], 0
+}
+
+// unstreamed returns the collected deltas not yet produced into the open transaction.
+func (s *relaySink) unstreamed() []ckf.Delta { return s.pending[s.streamed:] }
+
+// Enqueue implements ckf.DeltaSink.
+func (s *relaySink) Enqueue(d ckf.Delta) error {
+	if s.err != nil {
+		return s.err
+	}
+	s.pending = append(s.pending, d)
+	return nil
+}
+
+// publish hands one publication batch to the publisher (collected into the open transaction).
+// While the stream is broken the batch is dropped: the recovery snapshot carries its images.
+//
+// A batch larger than one lane record carries (LaneWriter.MaxDeltaImages, from the lane topic's
+// max.message.bytes) is split into consecutive pieces in the batch's order, each published as
+// its own delta: the publisher gives them consecutive sequences, each based on the previous one,
+// exactly as for separate batches, and they share the open transaction. A reader applies them in
+// order and ends at the batch's state; between two pieces it holds a prefix of the batch.
+func (rl *relayLoop) publish(images []ckf.BucketImage) {
+	if rl.broken {
+		return
+	}
+	if per := rl.w.MaxDeltaImages(); len(images) > per {
+		pieces := streams.SplitPublication(images, per)
+		if _, leased := rl.pub.Lease(); leased { // without a lease every piece is discarded
+			rl.r.c.splits.Add(1)
+			rl.r.metrics.splits.Inc(1)
+			rl.r.log.Info("publication split to fit the lane record limit", zap.Int("images", len(images)),
+				zap.Int("pieces", len(pieces)), zap.Int("images_per_delta", per), zap.Uint64("sequence", rl.pub.LastSequence()))
+		}
+		for _, piece := range pieces {
+			if !rl.publishDelta(piece) {
+				return
+			}
+		}
+		return
+	}
+	rl.publishDelta(images)
+}
+
+// deltaRecordWeight is what a delta record weighs besides its images, for the snapshot byte
+// trigger (SnapshotDeltaRatio): the producer identity, sequences, key and record framing, about
+// 100 bytes; the trigger needs the order of magnitude, not the byte.
+const deltaRecordWeight = 128
+
+// publishDelta publishes images as one delta; false when the stream broke.
+func (rl *relayLoop) publishDelta(images []ckf.BucketImage) bool {
+	out, err := rl.pub.Publish(images)
+	if err != nil {
+		rl.markBroken(err)
+		return false
+	}
+	if out.Kind == producer.Published {
+		rl.stream()
+		rl.deltasSinceSnap++
+		rl.deltaBytesSinceSnap += uint64(out.ImageCount)*schemas.ImageSize + deltaRecordWeight
+		rl.r.c.deltas.Add(1)
+		rl.r.c.images.Add(uint64(out.ImageCount))
+		rl.r.metrics.deltas.Inc(1)
+		rl.r.metrics.images.Inc(int64(out.ImageCount))
+	}
+	return true
+}
+
+// stream produces the collected deltas not yet sent into the open transaction (see
+// LaneWriter.StreamDeltas), so the broker takes them while the relay applies the rest of the
+// poll; the commit then waits only for the tail. A delta that cannot be streamed stays collected
+// and the commit meets (and handles) its error. While the previous transaction is still being
+// committed (commitDeltasAsync) nothing is streamed: the writer is busy, and the deltas wait in
+// the sink for the next transaction.
+func (rl *relayLoop) stream() {
+	if rl.inflight != nil {
+		return
+	}
+	if ds := rl.sink.unstreamed(); len(ds) > 0 {
+		if err := rl.w.StreamDeltas(ds); err != nil {
+			rl.r.log.Debug("deltas not streamed; the commit writes them", zap.Error(err))
+			return
+		}
+		rl.sink.streamed = len(rl.sink.pending)
+	}
+}
+
+// commitDeltas writes the collected deltas as one transaction.
+func (rl *relayLoop) commitDeltas() error { return rl.commitDeltasCtx(context.Background()) }
+
+func (rl *relayLoop) commitDeltasCtx(ctx context.Context) error {
+	if err := rl.awaitCommit(ctx); err != nil {
+		return err
+	}
+	if rl.broken || len(rl.sink.pending) == 0 {
+		return nil
+	}
+	if err := rl.fault("deltas"); err != nil {
+		return rl.writeFailed("deltas", err)
+	}
+	if err := rl.w.WriteDeltas(ctx, rl.sink.unstreamed()); err != nil {
+		return rl.writeFailed("deltas", err)
+	}
+	rl.sink.taken()
+	rl.wrote()
+	rl.notePublished()
+	return nil
+}
+
+// asyncCommit is a lane transaction that the writer commits on a goroutine of its own while the
+// loop applies the next poll (commitDeltasAsync). It holds what the loop records once the commit
+// succeeds, as it was when the commit started: later events and deltas belong to the next
+// transaction.
+type asyncCommit struct {
+	done     <-chan error
+	cancel   context.CancelFunc
+	deltas   int             // the sink's first deltas: the ones this transaction holds
+	sequence uint64          // the publisher's last sequence, the transaction's last delta
+	offsets  map[int32]int64 // the input positions its deltas cover; nil when the window held events
+}
+
+// commitDeltasAsync commits the collected deltas as one transaction, like commitDeltas, but
+// returns once the commit has started: the writer flushes and ends the transaction on its own
+// goroutine while the loop goes on applying the next poll, whose deltas collect in the sink and
+// go into the next transaction. The relay's delivery rules are those of commitDeltas: the
+// transaction's deltas are recorded as written (sequence, published input positions, lag) only
+// when its commit succeeded (finishCommit), a failed commit makes every delta collected so far
+// uncertain (a new incarnation), and every other write (snapshot, checkpoint, heartbeat, drain,
+// a window flush) first waits for the commit in flight (awaitCommit). A previous commit still in
+// flight is waited for first, so at most one transaction is being committed at a time. When the
+// deltas cannot all be streamed it falls back to commitDeltas, which meets the error.
+func (rl *relayLoop) commitDeltasAsync() error {
+	if err := rl.awaitCommit(context.Background()); err != nil {
+		return err
+	}
+	if rl.broken || len(rl.sink.pending) == 0 {
+		return nil
+	}
+	if err := rl.fault("deltas"); err != nil {
+		return rl.writeFailed("deltas", err)
+	}
+	rl.stream()
+	if len(rl.sink.unstreamed()) > 0 {
+		return rl.commitDeltas()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done, ok := rl.w.CommitStreamedAsync(ctx)
+	if !ok {
+		cancel()
+		return rl.commitDeltas()
+	}
+	if gate := rl.r.commitGate.Load(); gate != nil {
+		inner, gated := done, make(chan error, 1)
+		go func() {
+			err := <-inner
+			(*gate)()
+			gated <- err
+		}()
+		done = gated
+	}
+	c := &asyncCommit{done: done, cancel: cancel, deltas: len(rl.sink.pending), sequence: rl.pub.LastSequence()}
+	if !rl.state.HasPendingPublication() {
+		c.offsets = maps.Clone(rl.ck.next)
+	}
+	rl.inflight = c
+	return nil
+}
+
+// commitDone is the outcome channel of the commit in flight; nil (never ready) when there is none.
+func (rl *relayLoop) commitDone() <-chan error {
+	if rl.inflight == nil {
+		return nil
+	}
+	return rl.inflight.done
+}
+
+// pollCommit records the outcome of the commit in flight if it has arrived, without waiting: the
+// loop checks after every record, so that once the broker committed, the deltas collected since
+// are streamed into the next transaction while the rest of the poll is applied, instead of all
+// at its end.
+func (rl *relayLoop) pollCommit() error {
+	if rl.inflight == nil {
+		return nil
+	}
+	select {
+	case err := <-rl.inflight.done:
+		return rl.finishCommit(err)
+	default:
+		return nil
+	}
+}
+
+// awaitCommit waits for the commit in flight, if any, and records its outcome (finishCommit).
+// When ctx ends first the commit is cancelled, which makes it fail: its deltas are uncertain.
+func (rl *relayLoop) awaitCommit(ctx context.Context) error {
+	c := rl.inflight
+	if c == nil {
+		return nil
+	}
+	var err error
+	select {
+	case err = <-c.done:
+	case <-ctx.Done():
+		c.cancel()
+		err = <-c.done
+	}
+	return rl.finishCommit(err)
+}
+
+// finishCommit records the outcome of the commit in flight: on success its deltas leave the sink
+// and count as written, its input positions as published, and the deltas collected meanwhile are
+// streamed into the next transaction; a failure is a failed lane write (writeFailed).
+func (rl *relayLoop) finishCommit(err error) error {
+	c := rl.inflight
+	rl.inflight = nil
+	c.cancel()
+	if err != nil {
+		return rl.writeFailed("deltas", err)
+	}
+	rl.sink.takeFirst(c.deltas)
+	rl.wroteSequence(c.sequence)
+	if c.offsets != nil {
+		if rl.ck.published == nil {
+			rl.ck.published = make(map[int32]int64, len(c.offsets))
+		}
+		maps.Copy(rl.ck.published, c.offsets)
+	}
+	if !rl.broken {
+		rl.stream()
+	}
+	return nil
+}
+
+// abandonCommit waits for the commit in flight, if any, and drops its outcome: the stream it
+// belongs to is being abandoned (a new incarnation replaces the client) or the relay is closing.
+func (rl *relayLoop) abandonCommit() {
+	if c := rl.inflight; c != nil {
+		rl.inflight = nil
+		c.cancel()
+		<-c.done
+	}
+}
+
+// fault returns the injected failure of a write, if a test set one.
+func (rl *relayLoop) fault(what string) error {
+	if f := rl.r.writeFault.Load(); f != nil {
+		return (*f)(what)
+	}
+	return nil
+}
+
+// wrote records a committed transaction that ends at the publisher's last sequence.
+func (rl *relayLoop) wrote() { rl.wroteSequence(rl.pub.LastSequence()) }
+
+// wroteSequence records a committed transaction whose last delta has sequence seq.
+func (rl *relayLoop) wroteSequence(seq uint64) {
+	rl.lastWrite = rl.now()
+	rl.r.c.txns.Add(1)
+	rl.r.metrics.transactions.Inc(1)
+	rl.r.c.lastSequence.Store(seq)
+	rl.r.metrics.lastSequence.Update(float64(seq))
+}
+
+// isFenceError reports whether err says the broker fenced this transactional producer: a newer
+// instance with the same transactional id initialised it (its epoch is higher).
+func isFenceError(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+}
+
+// writeFailed handles a failed lane write. A fence is fatal (ErrRelayFenced): the newer
+// instance owns the lane now, and recovering would fence it in turn. Anything else makes
+// delivery uncertain: the stream is abandoned and recovery starts at once.
+func (rl *relayLoop) writeFailed(what string, err error) error {
+	r := rl.r
+	r.c.fenced.Store(true)
+	r.metrics.fenced.Update(1)
+	if isFenceError(err) {
+		r.log.Error("relay fenced by a newer instance of its pool; stopping", zap.String("write", what), zap.Error(err))
+		rl.broken = true
+		return fmt.Errorf("%w: %s: %w", ErrRelayFenced, what, err)
+	}
+	r.log.Error("lane write failed; delivery uncertain, recovering under a new incarnation",
+		zap.String("write", what), zap.Uint64("incarnation", rl.identity.Incarnation), zap.Error(err))
+	rl.markBroken(err)
+	return nil
+}
+
+// markBroken abandons the current stream (publisher fenced: DeliveryUncertain).
+func (rl *relayLoop) markBroken(err error) {
+	if rl.sink != nil && rl.sink.err == nil {
+		rl.sink.err = fmt.Errorf("streams: relay: delivery uncertain: %w", err)
+	}
+	rl.r.c.fenced.Store(true)
+	rl.r.metrics.fenced.Update(1)
+	if !rl.broken {
+		rl.broken, rl.retryAt = true, rl.now()
+	}
+}
+
+// recover starts a new incarnation with a barrier snapshot (also the start-up path). On a
+// non-fence failure it schedules the next attempt with exponential backoff (100 ms .. 5 s).
+func (rl *relayLoop) recover() error {
+	r := rl.r
+	reason := snapRecovery
+	if !r.c.started.Load() {
+		reason = snapStart // the start-up snapshot, or a retry of it
+	}
+	if err := rl.newIncarnation(); err != nil {
+		return err
+	}
+	if err := rl.snapshot(reason); err != nil {
+		return err
+	}
+	if rl.broken {
+		rl.failures++
+		rl.retryAt = rl.now().Add(min(100*time.Millisecond<<min(rl.failures, 6), 5*time.Second))
+		return nil
+	}
+	rl.failures = 0
+	r.c.fenced.Store(false)
+	r.metrics.fenced.Update(0)
+	if reason == snapRecovery {
+		r.c.rec.Add(1)
+		r.metrics.recoveries.Inc(1)
+	}
+	return nil
+}
+
+// newIncarnation replaces the publication path: a fresh transactional client (same
+// transactional id), a producer identity with the next incarnation, its publisher (sequence 0,
+// no lease yet) and its writer. The lane record limit is read again for each (a topic whose
+// max.message.bytes was lowered makes a write fail; the next incarnation takes the new limit).
+func (rl *relayLoop) newIncarnation() error {
+	r, cfg := rl.r, rl.cfg
+	rl.abandonCommit() // the old stream's last transaction: uncertain either way, its client goes
+	if rl.laneCl != nil {
+		rl.laneCl.Close()
+		rl.laneCl = nil
+	}
+	limit, err := rl.laneRecordLimit()
+	if err != nil {
+		return err
+	}
+	ckLimit, err := rl.checkpointRecordLimit()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(r.opts.ForRole("relay-lanes", append(streams.LaneWriterClientOpts(),
+		kgo.TransactionalID(cfg.TransactionalID), streams.LaneBatchMaxBytes(cfg.Topics.Lanes, limit, cfg.Topics.Checkpoints, ckLimit))...)...)
+	if err != nil {
+		return fmt.Errorf("streams: relay lane client: %w", err)
+	}
+	rl.laneCl = cl
+	inc := cfg.Incarnation
+	if rl.identity.Incarnation != 0 || inc == 0 {
+		inc = max(uint64(rl.now().UnixNano()), rl.identity.Incarnation+1, rl.prevInc+1)
+	}
+	rl.identity = ckf.ProducerIdentity{Pool: cfg.Pool, Incarnation: inc, LayoutGeneration: cfg.LayoutGeneration, Format: rl.state.Format()}
+	id := rl.identity
+	r.identity.Store(&id)
+	r.c.incarnation.Store(inc)
+	rl.sink = &relaySink{}
+	rl.pub = producer.NewPublisher(id, 0, rl.sink)
+	if rl.w, err = streams.NewLaneWriter(cl, r.codec, id, streams.LaneWriterConfig{
+		LaneTopic: cfg.Topics.Lanes, IndexTopic: cfg.Topics.SnapshotIndex, Lane: cfg.Lane,
+		ChunkWords: cfg.ChunkWords, WriteTimeout: cfg.WriteTimeout, Transactional: true, MaxRecordBytes: limit,
+	}); err != nil {
+		return err // not reached: NewRelay validated every field the writer takes, laneRecordLimit the limit
+	}
+	rl.w.ReportCapacity(rl.capacityState)
+	rl.w.ReportSources(rl.sourceHealth)
+	if rl.w.ChunkWords() < cfg.ChunkWords {
+		r.log.Info("snapshot chunks shrunk to fit the lane record limit", zap.Int("chunk_words", rl.w.ChunkWords()),
+			zap.Int("configured_chunk_words", cfg.ChunkWords), zap.Int("record_limit", limit))
+	}
+	rl.epoch = 0
+	rl.broken = false
+	return nil
+}
+
+// snapshot writes a barrier snapshot: the collected deltas and the state's open window (the
+// tail, on the old wire lease) are committed first, then the snapshot's chunks and its index
+// entry in one transaction. The next delta continues the snapshot's sequence.
+func (rl *relayLoop) snapshot(reason string) error {
+	r := rl.r
+	start := rl.now()
+	rl.publishOpenWindow()
+	if err := rl.commitDeltas(); err != nil || rl.broken {
+		return err
+	}
+	rl.epoch++
+	snap, err := rl.pub.SnapshotAfterBarrier(rl.state, ckf.LaneLease{Consumer: 0, Lane: rl.cfg.Lane, Epoch: rl.epoch})
+	switch {
+	case errors.Is(err, producer.ErrSequenceExhausted):
+		r.log.Warn("sequence space exhausted; continuing under a new incarnation")
+		rl.markBroken(err)
+		return nil
+	case err != nil:
+		// A barrier build error leaves the state and the publisher untouched (the tail stays
+		// pending): a live stream retries at the next trigger, while a stream without a lease
+		// yet (start-up, recovery) must not run on (its batches would be discarded), so it
+		// retries as a recovery. A failed tail publish has fenced the publisher: recover.
+		r.log.Error("barrier snapshot failed", zap.Error(err))
+		if _, leased := rl.pub.Lease(); !leased || !errors.As(err, new(*ckf.BuildError)) {
+			rl.markBroken(err)
+		}
+		rl.lastSnapshot = rl.now()
+		return nil
+	}
+	rl.pendingSince = zeroTime
+	if err := rl.commitDeltas(); err != nil || rl.broken {
+		return err
+	}
+	err = rl.fault("snapshot")
+	var pos streams.SnapshotPosition
+	if err == nil {
+		pos, err = rl.w.WriteSnapshot(context.Background(), &snap)
+	}
+	if err != nil {
+		return rl.writeFailed("snapshot", err)
+	}
+	rl.wrote()
+	rl.notePublished()
+	took := rl.now().Sub(start)
+	rl.lastSnapshot = rl.now()
+	rl.deltasSinceSnap, rl.deltaBytesSinceSnap = 0, 0
+	rl.requestPending = false
+	r.c.snapshots.Add(1)
+	r.c.snapMillis.Store(uint64(took.Milliseconds()))
+	r.metrics.snapshotsBy[reason].Inc(1)
+	r.metrics.snapshotDuration.RecordDuration(took)
+	r.metrics.snapshotBytes.Update(float64(8 * len(snap.Buckets)))
+	rl.updateGauges()
+	r.log.Info("snapshot written", zap.String("reason", reason), zap.Uint64("incarnation", rl.identity.Incarnation),
+		zap.Uint64("sequence", snap.Sequence), zap.Int64("first_offset", pos.FirstOffset), zap.Int("chunks", pos.Chunks),
+		zap.Duration("took", took))
+	if !r.c.started.Load() {
+		r.c.started.Store(true)
+		r.metrics.started.Update(1)
+		close(r.started)
+	}
+	return nil
+}
+
+// heartbeat tells the indexers the relay is alive at its last sequence.
+func (rl *relayLoop) heartbeat() error {
+	if err := rl.awaitCommit(context.Background()); err != nil || rl.broken {
+		return err
+	}
+	if rl.now().Before(rl.lastWrite.Add(rl.cfg.HeartbeatInterval)) {
+		return nil // the commit just awaited was a write
+	}
+	if err := rl.w.WriteHeartbeat(context.Background(), rl.pub.LastSequence()); err != nil {
+		return rl.writeFailed("heartbeat", err)
+	}
+	rl.wrote()
+	rl.r.c.heartbeats.Add(1)
+	rl.r.metrics.heartbeats.Inc(1)
+	return nil
+}
+
+// readLaneIndexEntry reads the compacted snapshot index up to its end at the call (see
+// streams.ReadSnapshotIndexTopic) and returns lane's latest entry, if any.
+func readLaneIndexEntry(ctx context.Context, adm *kadm.Client, opts []kgo.Opt, codec *schemas.Codec, topic string, lane uint8, log *zap.Logger) (schemas.SnapshotIndexEntry, bool, error) {
+	entries, err := streams.ReadSnapshotIndexTopic(ctx, adm, opts, codec, topic, log)
+	if err != nil {
+		return schemas.SnapshotIndexEntry{}, false, fmt.Errorf("streams: relay: reading the snapshot index: %w", err)
+	}
+	e, ok := entries[lane]
+	return e, ok, nil
+}
