@@ -54,6 +54,9 @@ type Options struct {
 	// HTTP, when set, is the base URL of an indexer (http://host:port): queries go to its
 	// POST /v1/prefix-matches instead of over Kafka.
 	HTTP string
+	// HTTPClient asks the indexer at HTTP (NewHTTPClient, with the credentials a locked query API
+	// wants); nil is a plain client with a 10 s timeout.
+	HTTPClient *http.Client
 	// TopicPerDC sends DC d's events to lg.KVTopic(topics.kv_events, d), creating the topics
 	// when kafka.create_topics is set; false sends every event to topics.kv_events (one DC, or
 	// one relay reading all DCs' engines).
@@ -135,7 +138,11 @@ func (l *Loadgen) Start(ctx context.Context) error {
 	var query lg.QueryFunc
 	if run.QueryRate > 0 {
 		if l.opts.HTTP != "" {
-			query = HTTPQuery(&http.Client{Timeout: 10 * time.Second}, l.opts.HTTP)
+			cl := l.opts.HTTPClient
+			if cl == nil {
+				cl = &http.Client{Timeout: 10 * time.Second}
+			}
+			query = HTTPQuery(cl, l.opts.HTTP)
 		} else {
 			// Each of the query client's two clients gets its own options (and kprom collectors).
 			perRole := func(role string) []kgo.Opt { return l.conn.QueryOpts("loadgen-" + role) }
@@ -314,6 +321,8 @@ func HTTPQuery(cl *http.Client, base string) lg.QueryFunc {
 		}
 		switch resp.StatusCode {
 		case http.StatusOK, http.StatusBadRequest, http.StatusServiceUnavailable:
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return schemas.QueryReply{}, fmt.Errorf("loadgen: POST %s: %s: the indexer's query API is locked (http.auth.bearer_token_file, http.tls.client_ca_file) and refused this client's credentials: give its token (--token-file) or a client certificate (--cert-file, --key-file)", url, resp.Status)
 		default:
 			return schemas.QueryReply{}, fmt.Errorf("loadgen: POST %s: %s: %s", url, resp.Status, bytes.TrimSpace(b))
 		}

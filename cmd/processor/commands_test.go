@@ -4,12 +4,15 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/httpserver"
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -265,5 +268,56 @@ func TestLoadgenCommand(t *testing.T) {
 	}
 	if code, _, errOut := runCmd(t, vars, "loadgen", "--event-rate=-1"); code != exitUsage || !strings.Contains(errOut, "must not be negative") {
 		t.Errorf("negative rate: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestQueryCommandLockedHTTP asks an indexer whose query API needs TLS and a bearer token:
+// processor query --http presents them with --ca-file and --token-file, and a query without the
+// token is refused with an error that says which flag gives it.
+func TestQueryCommandLockedHTTP(t *testing.T) {
+	dir := t.TempDir()
+	pki, err := testenv.WritePKI(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("a-token-of-sufficient-length\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	api, err := indexer.NewAPI(indexer.APIParams{Answerer: testAnswerer(t), Lanes: func() []lanes.LaneStatus { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := httpserver.New(httpserver.Params{Routes: api.Routes(), Config: config.HTTP{Listen: "127.0.0.1:0",
+		TLS:  config.HTTPTLS{CertFile: pki.ServerCertFile, KeyFile: pki.ServerKeyFile},
+		Auth: config.HTTPAuth{BearerTokenFile: tokenFile}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	url := "https://" + srv.Addr().String()
+
+	code, out, errOut := runCmd(t, nil, "query", "--http", url, "--ca-file", pki.CAFile, "--token-file", tokenFile, "--hashes", "1,2,3")
+	if code != exitOK || !strings.HasPrefix(out, "OK: 3 blocks") {
+		t.Fatalf("query with the token: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no token", []string{"--ca-file", pki.CAFile}, exitFailure, "401 Unauthorized: the indexer's query API is locked"},
+		{"untrusted certificate", []string{"--ca-file", pki.OtherCAFile, "--token-file", tokenFile}, exitFailure, "certificate signed by unknown authority"},
+		{"certificate without its key", []string{"--ca-file", pki.CAFile, "--cert-file", pki.ClientCertFile}, exitUsage, "needs both its certificate and its key file"},
+		{"missing token file", []string{"--token-file", filepath.Join(dir, "nothing")}, exitUsage, "token file: open"},
+	} {
+		code, _, errOut := runCmd(t, nil, append([]string{"query", "--http", url, "--hashes", "1"}, tc.args...)...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want exit %d and %q", tc.name, code, errOut, tc.code, tc.want)
+		}
 	}
 }

@@ -63,6 +63,8 @@ func runLoadgen(args []string, stdout, stderr io.Writer, lookupEnv func(string) 
 	httpURL := fs.String("http", "", "send the queries to the indexer at this `URL` (http://host:port) instead of over Kafka")
 	perDC := fs.String("kv-topic-per-dc", "auto", "send DC d's events to <topics.kv_events>.dc-<d in hex> (true), to topics.kv_events (false), or per DC when there are several (auto)")
 	progress := fs.Duration("progress", time.Second, "print a progress line this often")
+	var httpCreds httpClientFlags
+	httpCreds.register(fs)
 	cfg, code, ok := load(fs, args, stdout, stderr, lookupEnv)
 	if !ok {
 		return code
@@ -89,6 +91,14 @@ func runLoadgen(args []string, stdout, stderr io.Writer, lookupEnv func(string) 
 		}
 	}
 	opts := appload.Options{Run: lf.runConfig(dcs), HTTP: *httpURL, Out: stdout}
+	if *httpURL != "" {
+		cl, err := httpCreds.client(10 * time.Second)
+		if err != nil {
+			fmt.Fprintln(stderr, "processor: loadgen:", err)
+			return exitUsage
+		}
+		opts.HTTPClient = cl
+	}
 	opts.Run.Progress, opts.Run.ProgressInterval = stdout, *progress
 	switch *perDC {
 	case "auto":

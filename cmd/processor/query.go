@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -33,6 +32,7 @@ type queryFlags struct {
 	lanes     string
 	timeout   time.Duration
 	json      bool
+	httpCreds httpClientFlags
 }
 
 func (f *queryFlags) register(fs *flag.FlagSet) {
@@ -45,6 +45,7 @@ func (f *queryFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.lanes, "lanes", "", "comma-separated `lanes` to ask (default: every lane)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "give up after this long")
 	fs.BoolVar(&f.json, "json", false, "print the reply as JSON instead of a table")
+	f.httpCreds.register(fs)
 }
 
 // request builds the query from the flags.
@@ -135,7 +136,12 @@ func runQuery(args []string, stdout, stderr io.Writer, lookupEnv func(string) (s
 	start := time.Now()
 	var reply schemas.QueryReply
 	if f.http != "" {
-		reply, err = appload.HTTPQuery(&http.Client{Timeout: f.timeout}, f.http)(ctx, req)
+		cl, cerr := f.httpCreds.client(f.timeout)
+		if cerr != nil {
+			fmt.Fprintln(stderr, "processor: query:", cerr)
+			return exitUsage
+		}
+		reply, err = appload.HTTPQuery(cl, f.http)(ctx, req)
 	} else {
 		if len(cfg.Kafka.Brokers) == 0 {
 			fmt.Fprintln(stderr, "processor: query: no Kafka cluster to ask: set kafka.brokers (KAFKA_BROKERS), or use --http URL")
