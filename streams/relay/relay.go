@@ -446,20 +446,6 @@ type RelayStats struct {
 	LagCommits          uint64 // commits of the published offsets to LagGroup
 }
 
-// relayCounters backs RelayStats.
-type relayCounters struct {
-	incarnation, lastSequence                                  atomic.Uint64
-	started, fenced                                            atomic.Bool
-	events, replayed, rejected, undecodable, deadLetters       atomic.Uint64
-	capacity, unknownRemovals                                  atomic.Uint64
-	deltas, images, txns, snapshots, requests, heartbeats, rec atomic.Uint64
-	resident, buckets, snapMillis                              atomic.Uint64
-	checkpoints, checkpointBytes, checkpointsRejected          atomic.Uint64
-	lastCheckpoint                                             atomic.Uint64
-	restored, checkpointGaps, lagCommits                       atomic.Uint64
-	splits                                                     atomic.Uint64
-}
-
 // Relay publishes one DC pool's CKF on its lane. Build it with NewRelay and run it with Run;
 // the accessors are safe from any goroutine. A Relay runs once.
 type Relay struct {
@@ -470,21 +456,34 @@ type Relay struct {
 	metrics *relayMetrics
 	format  ckf.FormatIdentity
 
-	c        relayCounters
+	c        *relayLedger // RelayStats and the metrics they share (relay_metrics.go)
 	identity atomic.Pointer[ckf.ProducerIdentity]
 	started  chan struct{}
 	done     chan struct{} // closed when Run returns
 	inspect  chan inspectReq
 	ran      atomic.Bool
 
-	// writeFault, when set (tests only, through export_test.go), is called before each lane
-	// write; a non-nil error stands in for the write's failure.
-	writeFault atomic.Pointer[func(what string) error]
-	// commitGate, when set (tests only), is called on its own goroutine once a lane transaction
+	// hooks is noHooks in a relay NewRelay builds; tests build theirs with hooks that fail
+	// lane writes or hold background commits (relay_export_test.go).
+	hooks relayHooks
+}
+
+// relayHooks is the seam through which tests steer the relay's lane writes.
+type relayHooks interface {
+	// writeFault is called before each lane write ("deltas", "snapshot" or
+	// "checkpoint"); a non-nil error stands in for the write's failure.
+	writeFault(what string) error
+	// commitGate, when non-nil, is called on a goroutine of its own once a lane transaction
 	// committed in the background (commitDeltasAsync) has finished, before the loop learns its
 	// outcome: a test holds it to see what the loop does while a commit is in flight.
-	commitGate atomic.Pointer[func()]
+	commitGate() func()
 }
+
+// noHooks is a production relay's relayHooks: no fault, no gate.
+type noHooks struct{}
+
+func (noHooks) writeFault(string) error { return nil }
+func (noHooks) commitGate() func()      { return nil }
 
 type inspectReq struct {
 	fn   func(*producer.DcState, *producer.Publisher)
@@ -513,10 +512,13 @@ func NewRelay(p RelayParams) (*Relay, error) {
 	r := &Relay{
 		cfg: cfg, codec: p.Codec, opts: streams.ClientOpts{Shared: append([]kgo.Opt(nil), p.ClientOpts...), PerRole: p.ClientOptsFor},
 		log:     log.With(zap.Uint8("lane", cfg.Lane), zap.String("pool", cfg.Pool.String())),
-		metrics: newRelayMetrics(p.Metrics), format: format,
+		format:  format,
 		started: make(chan struct{}), done: make(chan struct{}), inspect: make(chan inspectReq),
+		hooks: noHooks{},
 	}
-	r.c.buckets.Store(format.BucketCount)
+	r.metrics = newRelayMetrics(p.Metrics)
+	r.c = newRelayLedger(r.metrics)
+	r.c.buckets.set(format.BucketCount)
 	return r, nil
 }
 
@@ -551,7 +553,7 @@ func (r *Relay) Ready() error {
 		return errors.New("relay stopped")
 	default:
 	}
-	if r.c.fenced.Load() {
+	if r.c.fenced.load() {
 		return errors.New("relay fenced: publication stopped")
 	}
 	return nil
@@ -559,20 +561,20 @@ func (r *Relay) Ready() error {
 
 // Stats returns a snapshot of the counters.
 func (r *Relay) Stats() RelayStats {
-	c := &r.c
+	c := r.c
 	return RelayStats{
-		Incarnation: c.incarnation.Load(), LastSequence: c.lastSequence.Load(),
-		Started: c.started.Load(), Fenced: c.fenced.Load(),
-		Events: c.events.Load(), ReplayedEvents: c.replayed.Load(), Rejected: c.rejected.Load(),
-		Undecodable: c.undecodable.Load(), DeadLetters: c.deadLetters.Load(),
-		CapacityOmissions: c.capacity.Load(), UnknownRemovals: c.unknownRemovals.Load(),
-		Deltas: c.deltas.Load(), Images: c.images.Load(), SplitPublications: c.splits.Load(), Transactions: c.txns.Load(),
-		Snapshots: c.snapshots.Load(), SnapshotRequests: c.requests.Load(), Heartbeats: c.heartbeats.Load(),
-		Recoveries: c.rec.Load(), ResidentBlocks: c.resident.Load(), BucketCount: c.buckets.Load(),
-		LastSnapshotMillis: c.snapMillis.Load(),
-		Checkpoints:        c.checkpoints.Load(), LastCheckpoint: c.lastCheckpoint.Load(), CheckpointBytes: c.checkpointBytes.Load(),
-		CheckpointsRejected: c.checkpointsRejected.Load(), RestoredCheckpoint: c.restored.Load(),
-		CheckpointGaps: c.checkpointGaps.Load(), LagCommits: c.lagCommits.Load(),
+		Incarnation: c.incarnation.load(), LastSequence: c.lastSequence.load(),
+		Started: c.started.load(), Fenced: c.fenced.load(),
+		Events: c.events.load(), ReplayedEvents: c.replayed.load(), Rejected: c.rejected.Load(),
+		Undecodable: c.undecodable.load(), DeadLetters: c.deadLetters.load(),
+		CapacityOmissions: c.capacity.load(), UnknownRemovals: c.unknownRemovals.load(),
+		Deltas: c.deltas.load(), Images: c.images.load(), SplitPublications: c.splits.load(), Transactions: c.txns.load(),
+		Snapshots: c.snapshots.Load(), SnapshotRequests: c.requests.load(), Heartbeats: c.heartbeats.load(),
+		Recoveries: c.rec.load(), ResidentBlocks: c.resident.load(), BucketCount: c.buckets.load(),
+		LastSnapshotMillis: c.snapMillis.load(),
+		Checkpoints:        c.checkpoints.load(), LastCheckpoint: c.lastCheckpoint.load(), CheckpointBytes: c.checkpointBytes.load(),
+		CheckpointsRejected: c.checkpointsRejected.load(), RestoredCheckpoint: c.restored.load(),
+		CheckpointGaps: c.checkpointGaps.load(), LagCommits: c.lagCommits.load(),
 	}
 }
 

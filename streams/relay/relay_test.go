@@ -75,7 +75,7 @@ func (e *relayEnv) startRelay(cfg relay.RelayConfig, wait bool) *runningRelay {
 func (e *relayEnv) startRelayWith(p relay.RelayParams, wait bool) *runningRelay {
 	e.T.Helper()
 	p.Codec, p.Log = e.Codec, zaptest.NewLogger(e.T).Named("relay")
-	r, err := relay.NewRelay(p)
+	r, err := relay.NewTestRelay(p)
 	if err != nil {
 		e.T.Fatal(err)
 	}
