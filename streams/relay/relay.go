@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -141,7 +140,7 @@ const (
 )
 
 // RelayConfig configures a Relay. Start from DefaultRelayConfig, then set the topics, the pool,
-// the lane and the filter size (CKF.ExpectedBlocksPerDC): NewRelay takes every field as it is
+// the lane and, when the indexers' is not the default, the filter size (CKF.ExpectedBlocksPerDC): NewRelay takes every field as it is
 // (see the package's configuration style in config.go). The only empty fields NewRelay fills
 // are TransactionalID, LagGroup and Incarnation, each derived as its comment says; Relay.Config returns
 // the configuration with them derived.
@@ -158,9 +157,11 @@ type RelayConfig struct {
 	// against the snapshot index still runs.
 	LaneOwners index.ManifestLanes
 	// CKF is the producer configuration, taken as it is and checked by ckf (CkfConfig.Validate):
-	// every field is legal as ckf defines it, Seed 0 included. Default ckf.DefaultCkfConfig(),
-	// whose ExpectedBlocksPerDC (1) is a placeholder: size the filter. ExpectedBlocksPerDC and
-	// Seed must match the indexers' manifest format.
+	// every field is legal as ckf defines it, Seed 0 included, and the filter fits the wire
+	// (CheckSettings). Default ckf.DefaultCkfConfig() with ExpectedBlocksPerDC
+	// DefaultRelayExpectedBlocks (the process configuration's default) and PublishEveryNEvents
+	// DefaultRelayPublishEveryEvents. ExpectedBlocksPerDC and Seed must match the indexers'
+	// manifest format.
 	CKF ckf.CkfConfig
 	// LayoutGeneration is stamped on the producer identity. Default 1; >= 1 (the wire rejects
 	// layout generation 0).
@@ -210,9 +211,10 @@ type RelayConfig struct {
 	// SnapshotInterval (8 MiB per snapshot at 2^20 buckets), while its latest snapshot is still
 	// rewritten often enough to stay inside the lane topic's retention (keep retention.ms above
 	// it). Replicas that need a snapshot sooner ask for one on the control topic. Default 1 h
-	// (DefaultRelaySnapshotIdleInterval). With the time trigger on it must be at least
-	// SnapshotInterval (a shorter one is an error, not raised: set it equal to snapshot idle
-	// lanes as often as busy ones); with SnapshotInterval 0 it is not used and must be >= 0.
+	// (DefaultRelaySnapshotIdleInterval); >= 0; 0 means SnapshotInterval (idle lanes snapshot as
+	// often as busy ones). With the time trigger on, a non-zero one must be at least
+	// SnapshotInterval (a shorter one is an error, not raised); with SnapshotInterval 0 it is not
+	// used.
 	SnapshotIdleInterval time.Duration
 	// SnapshotRequestMinInterval coalesces snapshot requests from the control topic: a request
 	// is served by the next snapshot, but not sooner than this after the previous snapshot, so
@@ -263,10 +265,11 @@ type RelayConfig struct {
 	LagCommitInterval time.Duration
 }
 
-// DefaultRelayConfig returns the relay's defaults: CKF ckf.DefaultCkfConfig() (its one-block
-// filter size is the caller's to set), layout generation 1, the first incarnation and the
+// DefaultRelayConfig returns the relay's defaults: CKF ckf.DefaultCkfConfig() with a filter of
+// DefaultRelayExpectedBlocks blocks (the indexers' manifest must have the same size) and windows
+// of DefaultRelayPublishEveryEvents events, layout generation 1, the first incarnation and the
 // transactional id derived, publication windows closed after 5 ms, at most 1,024 deltas per
-// transaction, a snapshot every 1,000 deltas or 60 s (1 h while idle), snapshot requests
+// transaction, a snapshot once the deltas weigh 9 snapshots or after 60 s (1 h while idle), snapshot requests
 // coalesced over 250 ms, a heartbeat after 1 s without a write, DefaultChunkWords words per
 // snapshot chunk, 30 s per transaction, 20 s for the graceful stop and 10,000 KV records per
 // poll. Topics and Pool are left empty: the caller sets them.
@@ -293,11 +296,13 @@ func DefaultRelayConfig() RelayConfig {
 	}
 }
 
-// relayCkfDefaults is ckf.DefaultCkfConfig with the relay's publication cadence: windows of
+// relayCkfDefaults is ckf.DefaultCkfConfig with the product's filter size
+// (DefaultRelayExpectedBlocks) and the relay's publication cadence: windows of
 // DefaultRelayPublishEveryEvents events (PublishMaxDelay closes a window sooner when events are
 // sparse).
 func relayCkfDefaults() ckf.CkfConfig {
 	c := ckf.DefaultCkfConfig()
+	c.ExpectedBlocksPerDC = DefaultRelayExpectedBlocks
 	c.PublishEveryNEvents = DefaultRelayPublishEveryEvents
 	return c
 }
@@ -313,8 +318,15 @@ func (c RelayConfig) withDerived() RelayConfig {
 	return c
 }
 
-// validate checks every field in order and returns the first violation as a *ConfigError; a
-// lane the static lane map gives to another pool is ErrLaneNotOwned.
+// Validate checks c as NewRelay does (the derived fields derived first) and returns the first
+// violation as a *ConfigError naming the field; a lane the static lane map gives to another pool
+// is ErrLaneNotOwned. The deployment's settings follow CheckSettings' rules, which the process
+// configuration applies too.
+func (c RelayConfig) Validate() error { return c.withDerived().validate() }
+
+// validate checks the topics, the pool and the lane, the deployment's settings (CheckSettings),
+// then the other fields in order, and returns the first violation as a *ConfigError; a lane the
+// static lane map gives to another pool is ErrLaneNotOwned.
 func (c RelayConfig) validate() error {
 	k := streams.ConfigCheck{Config: "relay"}
 	k.Named("Topics.KVEvents", c.Topics.KVEvents)
@@ -322,32 +334,22 @@ func (c RelayConfig) validate() error {
 	if c.Pool == (ckf.PoolID{}) {
 		k.Fail("Pool", "must be set")
 	}
-	if c.Lane >= ckf.LaneCount {
-		k.Fail("Lane", "must be below %d, got %d", ckf.LaneCount, c.Lane)
+	if err := CheckLane(int(c.Lane)); err != nil {
+		k.Fail("Lane", "%v", err)
 	}
-	if _, err := c.CKF.Format(); err != nil { // ckf's rules: CkfConfig.Validate and the bucket count
+	for _, p := range c.CheckSettings(nil) {
+		k.FailWith(p.Field, p.Reason, p.Err)
+	}
+	if _, err := c.CKF.Format(); err != nil { // ckf's other rules (kicks, verification window)
 		k.FailWith("CKF", "is invalid", err)
 	}
 	if c.LayoutGeneration == 0 {
 		k.Fail("LayoutGeneration", "must be >= 1 (the wire rejects 0)")
 	}
-	k.NonNegative("PublishMaxDelay", c.PublishMaxDelay)
 	if c.MaxDeltasPerTransaction < 1 {
 		k.Fail("MaxDeltasPerTransaction", "must be >= 1, got %d", c.MaxDeltasPerTransaction)
 	}
-	k.NonNegative("SnapshotInterval", c.SnapshotInterval)
-	if c.SnapshotDeltaRatio < 0 || math.IsNaN(c.SnapshotDeltaRatio) {
-		k.Fail("SnapshotDeltaRatio", "must be >= 0, got %v", c.SnapshotDeltaRatio)
-	}
-	if c.SnapshotInterval == 0 && c.SnapshotEveryDeltas == 0 && c.SnapshotDeltaRatio == 0 {
-		k.Fail("SnapshotInterval", "is 0 and so are SnapshotEveryDeltas and SnapshotDeltaRatio: at least one snapshot trigger must be on (a recovering indexer needs a recent snapshot)")
-	}
-	k.NonNegative("SnapshotIdleInterval", c.SnapshotIdleInterval)
-	if c.SnapshotInterval > 0 && c.SnapshotIdleInterval < c.SnapshotInterval {
-		k.Fail("SnapshotIdleInterval", "must be at least SnapshotInterval (%v), got %v", c.SnapshotInterval, c.SnapshotIdleInterval)
-	}
 	k.NonNegative("SnapshotRequestMinInterval", c.SnapshotRequestMinInterval)
-	k.Positive("HeartbeatInterval", c.HeartbeatInterval)
 	if c.ChunkWords < 1 {
 		k.Fail("ChunkWords", "must be >= 1, got %d", c.ChunkWords)
 	}
@@ -356,10 +358,6 @@ func (c RelayConfig) validate() error {
 	if c.MaxPollRecords < 1 {
 		k.Fail("MaxPollRecords", "must be >= 1, got %d", c.MaxPollRecords)
 	}
-	k.NonNegative("CheckpointInterval", c.CheckpointInterval)
-	if c.Topics.Checkpoints != "" && c.CheckpointInterval == 0 && c.CheckpointEveryEvents == 0 {
-		k.Fail("CheckpointInterval", "is 0 and so is CheckpointEveryEvents, with Topics.Checkpoints set: at least one checkpoint trigger must be on")
-	}
 	if c.CheckpointChunkBytes < 1 {
 		k.Fail("CheckpointChunkBytes", "must be >= 1, got %d", c.CheckpointChunkBytes)
 	}
@@ -367,11 +365,13 @@ func (c RelayConfig) validate() error {
 	if err := k.Result(); err != nil {
 		return err
 	}
-	return c.checkLaneOwners()
+	return c.CheckLaneOwners()
 }
 
-// checkLaneOwners is the static ownership check against the deployment's lane map.
-func (c RelayConfig) checkLaneOwners() error {
+// CheckLaneOwners is the static ownership check of Lane against the deployment's lane map
+// (LaneOwners): nil when the map is empty or maps Lane to Pool and Pool to no other lane,
+// ErrLaneNotOwned (wrapped, saying which pool owns what) otherwise.
+func (c RelayConfig) CheckLaneOwners() error {
 	configured := false
 	for l, p := range c.LaneOwners {
 		if p == nil {

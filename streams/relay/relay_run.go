@@ -426,16 +426,16 @@ func (rl *relayLoop) nextWake() (at time.Time, ok bool) {
 }
 
 // timedSnapshotAt is when the time trigger next writes a snapshot: SnapshotInterval after the
-// previous one if a delta was published since, SnapshotIdleInterval after it otherwise (an idle
-// lane's snapshot would repeat the previous one word for word). ok is false when the time
-// trigger is off.
+// previous one if a delta was published since, SnapshotIdleInterval (0: SnapshotInterval) after
+// it otherwise (an idle lane's snapshot would repeat the previous one word for word). ok is
+// false when the time trigger is off.
 func (rl *relayLoop) timedSnapshotAt() (at time.Time, ok bool) {
 	cfg := rl.cfg
 	if cfg.SnapshotInterval <= 0 {
 		return time.Time{}, false
 	}
 	if rl.deltasSinceSnap == 0 {
-		return rl.lastSnapshot.Add(cfg.SnapshotIdleInterval), true
+		return rl.lastSnapshot.Add(cfg.idleSnapshotInterval()), true
 	}
 	return rl.lastSnapshot.Add(cfg.SnapshotInterval), true
 }
