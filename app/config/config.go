@@ -45,9 +45,10 @@ const (
 	DefaultHTTPListen = "127.0.0.1:8080"
 	// DefaultExpectedBlocks sizes a DC's filter, for the relays (relay.expected_blocks) and the
 	// indexers (indexer.expected_blocks_per_dc) alike: 1,048,576 blocks give 524,288 buckets
-	// (4 MiB per lane on the indexer). ckf's own default (ckf.DefaultExpectedBlocksPerDC, 1) is a
-	// placeholder for callers that size the filter themselves, which the process does here.
-	DefaultExpectedBlocks uint64 = 1 << 20
+	// (4 MiB per lane on the indexer). It is the relay library's default too
+	// (relay.DefaultRelayExpectedBlocks); ckf's own (ckf.DefaultExpectedBlocksPerDC, 1) is a
+	// placeholder for callers that size the filter themselves.
+	DefaultExpectedBlocks = relay.DefaultRelayExpectedBlocks
 	// DefaultIndexerGCPercent is the GOGC the indexer sets (indexer.gc_percent): measured on the
 	// lane ingest benchmark, 400 cut the CPU per 16-image delta record by about a sixth.
 	DefaultIndexerGCPercent = 400
@@ -519,7 +520,9 @@ type Relay struct {
 	PublishEveryEvents uint64 `yaml:"publish_every_events"`
 	// PublishMaxDelay closes a non-empty publication batch this long after its first event,
 	// however few events it holds, which bounds how stale the indexers' view of this DC gets.
-	// Default 5ms.
+	// 0 closes a batch as soon as the KV events of the poll that opened it are applied. Default
+	// 5ms (relay.DefaultRelayPublishMaxDelay). The rules of every relay setting are the relay
+	// library's (relay.go).
 	PublishMaxDelay time.Duration `yaml:"publish_max_delay"`
 	// CheckpointInterval writes the relay's exact state and its KV-events offsets to
 	// topics.relay_checkpoints this long after the previous checkpoint; a restart restores the
@@ -638,15 +641,6 @@ func (b Bridge) LoraMap() (map[int64]string, error) {
 		out[id] = strings.TrimSpace(v)
 	}
 	return out, nil
-}
-
-// EffectiveSnapshotIdleInterval is the idle period the relay runs with: SnapshotIdleInterval,
-// or SnapshotInterval when it is 0 (idle lanes snapshot as often as busy ones).
-func (r Relay) EffectiveSnapshotIdleInterval() time.Duration {
-	if r.SnapshotIdleInterval == 0 {
-		return r.SnapshotInterval
-	}
-	return r.SnapshotIdleInterval
 }
 
 // defaultConfig returns the defaults documented on each field, before topic names are resolved.

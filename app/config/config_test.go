@@ -276,7 +276,7 @@ func TestInvalidFieldMessages(t *testing.T) {
 		{args: []string{"--relay.snapshot_idle_interval=30s"}, want: "config: relay.snapshot_idle_interval: 30s is shorter than relay.snapshot_interval (1m0s)"},
 		{args: []string{"--relay.heartbeat_interval=0s"}, want: "config: relay.heartbeat_interval: 0s is not positive"},
 		{args: []string{"--relay.publish_every_events=0"}, want: "config: relay.publish_every_events: must be positive"},
-		{args: []string{"--relay.publish_max_delay=0s"}, want: "config: relay.publish_max_delay: 0s is not positive"},
+		{args: []string{"--relay.publish_max_delay=-1ms"}, want: "config: relay.publish_max_delay: -1ms is negative"},
 		{args: []string{"--shutdown_timeout=0s"}, want: "config: shutdown_timeout: 0s is not positive"},
 		{args: []string{"--startup_timeout=-5s"}, want: "config: startup_timeout: -5s is not positive"},
 		// Values that do not parse name the field and where the value came from.

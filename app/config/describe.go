@@ -124,10 +124,10 @@ var descriptions = map[string]Description{
 	"relay.snapshot_every_deltas":   {"snapshot after this many deltas; 0 disables the count trigger", relayCommands},
 	"relay.snapshot_delta_ratio":    {"snapshot once the deltas since the last one weigh this many snapshots; 0 disables", relayCommands},
 	"relay.snapshot_interval":       {"snapshot this long after the previous one; 0 disables the time trigger", relayCommands},
-	"relay.snapshot_idle_interval":  {"snapshot period while the lane is idle (keep lane retention above it)", relayCommands},
+	"relay.snapshot_idle_interval":  {"snapshot period while the lane is idle (keep lane retention above it); 0 means relay.snapshot_interval, otherwise at least it", relayCommands},
 	"relay.heartbeat_interval":      {"heartbeat period of an idle lane, which tells idle from dead", relayCommands},
 	"relay.publish_every_events":    {"close a publication batch after this many KV events", relayCommands},
-	"relay.publish_max_delay":       {"close a non-empty publication batch this long after its first event", relayCommands},
+	"relay.publish_max_delay":       {"close a non-empty publication batch this long after its first event; 0 closes it once the poll that opened it is applied", relayCommands},
 	"relay.checkpoint_interval":     {"checkpoint the relay's exact state this long after the previous one; 0 disables", relayCommands},
 	"relay.checkpoint_every_events": {"also checkpoint after this many KV events; 0 disables", relayCommands},
 

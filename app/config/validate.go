@@ -326,43 +326,6 @@ func (ix Indexer) validateReplyTopicPrefixes(t Topics, p *problems) {
 	}
 }
 
-func (r Relay) validate(p *problems) {
-	if r.Lane < 0 || r.Lane >= ckf.LaneCount {
-		p.add("relay.lane", "%d is not in [0,%d]", r.Lane, ckf.LaneCount-1)
-	}
-	if r.ExpectedBlocks == 0 {
-		p.add("relay.expected_blocks", "must be positive")
-	} else if n := bucketCountFor(r.ExpectedBlocks); n == 0 || n > ckf.MaxWireBucketCount {
-		p.add("relay.expected_blocks", "%d needs more than %d buckets", r.ExpectedBlocks, ckf.MaxWireBucketCount)
-	}
-	if r.SnapshotInterval < 0 {
-		p.add("relay.snapshot_interval", "%v is negative", r.SnapshotInterval)
-	} else if r.SnapshotInterval == 0 && r.SnapshotEveryDeltas == 0 && r.SnapshotDeltaRatio == 0 {
-		p.add("relay.snapshot_interval", "is 0 and so are relay.snapshot_every_deltas and relay.snapshot_delta_ratio: at least one snapshot trigger must be on")
-	}
-	if r.SnapshotDeltaRatio < 0 || math.IsNaN(r.SnapshotDeltaRatio) {
-		p.add("relay.snapshot_delta_ratio", "%v is negative", r.SnapshotDeltaRatio)
-	}
-	if r.SnapshotIdleInterval < 0 {
-		p.add("relay.snapshot_idle_interval", "%v is negative", r.SnapshotIdleInterval)
-	} else if r.SnapshotIdleInterval > 0 && r.SnapshotIdleInterval < r.SnapshotInterval {
-		p.add("relay.snapshot_idle_interval", "%v is shorter than relay.snapshot_interval (%v); use 0 to snapshot idle lanes as often as busy ones",
-			r.SnapshotIdleInterval, r.SnapshotInterval)
-	}
-	if r.HeartbeatInterval <= 0 {
-		p.add("relay.heartbeat_interval", "%v is not positive", r.HeartbeatInterval)
-	}
-	if r.PublishEveryEvents == 0 {
-		p.add("relay.publish_every_events", "must be positive")
-	}
-	if r.PublishMaxDelay <= 0 {
-		p.add("relay.publish_max_delay", "%v is not positive", r.PublishMaxDelay)
-	}
-	if r.CheckpointInterval < 0 {
-		p.add("relay.checkpoint_interval", "%v is negative", r.CheckpointInterval)
-	}
-}
-
 func (b Bridge) validate(p *problems) {
 	if b.BlockSize < 1 {
 		p.add("bridge.block_size", "%d is not positive", b.BlockSize)

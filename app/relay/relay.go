@@ -62,10 +62,11 @@ func Require(ix config.Indexer) error {
 }
 
 // StreamsConfig converts the configuration sections to the relay's streams configuration:
-// streams' defaults (streamrelay.DefaultRelayConfig) with the pool (domain of ix, relay.dc_id), the
-// lane map of ix as LaneOwners, the CKF sizing, seed and cadence, the timers and the topic
-// names of the configuration. Errors are *config.FieldError naming the field; a
-// lane that indexer.lanes does not map to relay.dc_id also matches streamrelay.ErrLaneNotOwned.
+// the section's settings on streams' defaults (config.Relay.StreamsSettings) with the pool
+// (domain of ix, relay.dc_id), the lane map of ix as LaneOwners and the topic names of the
+// configuration. The rules are the library's (streamrelay.CheckLane, CheckSettings,
+// CheckLaneOwners); errors are *config.FieldError naming the field, and a lane that
+// indexer.lanes does not map to relay.dc_id also matches streamrelay.ErrLaneNotOwned.
 func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (streamrelay.RelayConfig, error) {
 	if err := Require(ix); err != nil {
 		return streamrelay.RelayConfig{}, err
@@ -74,24 +75,17 @@ func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (st
 	if err != nil {
 		return streamrelay.RelayConfig{}, err
 	}
-	if rc.Lane < 0 || rc.Lane >= ckf.LaneCount {
-		return streamrelay.RelayConfig{}, &config.FieldError{Field: "relay.lane", Reason: fmt.Sprintf("%d is not in [0,%d]", rc.Lane, ckf.LaneCount-1)}
+	if err := streamrelay.CheckLane(rc.Lane); err != nil {
+		return streamrelay.RelayConfig{}, &config.FieldError{Field: "relay.lane", Reason: err.Error()}
 	}
 	var owners index.ManifestLanes
 	for _, l := range ix.Lanes.Lanes() {
-		if l < 0 || l >= ckf.LaneCount {
-			return streamrelay.RelayConfig{}, &config.FieldError{Field: "indexer.lanes", Reason: fmt.Sprintf("lane %d is not in [0,%d]", l, ckf.LaneCount-1)}
+		if err := streamrelay.CheckLane(l); err != nil {
+			return streamrelay.RelayConfig{}, &config.FieldError{Field: "indexer.lanes", Reason: "lane " + err.Error()}
 		}
 		owners[l] = &ckf.PoolID{Domain: domain, Dc: ckf.DcID(ix.Lanes[l])}
 	}
-	if len(ix.Lanes) > 0 {
-		if dc, ok := ix.Lanes[rc.Lane]; !ok || dc != rc.DcID {
-			return streamrelay.RelayConfig{}, &config.FieldError{Field: "relay.lane",
-				Reason: fmt.Sprintf("lane %d is not mapped to relay.dc_id %#x by indexer.lanes (%v): a relay never writes a lane its pool does not own", rc.Lane, rc.DcID, ix.Lanes),
-				Err:    streamrelay.ErrLaneNotOwned}
-		}
-	}
-	cfg := streamrelay.DefaultRelayConfig()
+	cfg := rc.StreamsSettings()
 	cfg.Topics = streamrelay.RelayTopics{
 		KVEvents: topics.KVEvents, Lanes: topics.Lanes, SnapshotIndex: topics.SnapshotIndex,
 		Control: topics.Control, DeadLetter: topics.DeadLetter,
@@ -102,17 +96,11 @@ func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (st
 	cfg.Pool = ckf.PoolID{Domain: domain, Dc: ckf.DcID(rc.DcID)}
 	cfg.Lane = uint8(rc.Lane)
 	cfg.LaneOwners = owners
-	cfg.CKF.ExpectedBlocksPerDC = rc.ExpectedBlocks
-	cfg.CKF.Seed = rc.Seed
-	cfg.CKF.PublishEveryNEvents = rc.PublishEveryEvents
-	cfg.PublishMaxDelay = rc.PublishMaxDelay
-	cfg.SnapshotEveryDeltas = rc.SnapshotEveryDeltas
-	cfg.SnapshotDeltaRatio = rc.SnapshotDeltaRatio
-	cfg.SnapshotInterval = rc.SnapshotInterval
-	cfg.SnapshotIdleInterval = rc.EffectiveSnapshotIdleInterval()
-	cfg.HeartbeatInterval = rc.HeartbeatInterval
-	cfg.CheckpointInterval = rc.CheckpointInterval
-	cfg.CheckpointEveryEvents = rc.CheckpointEveryEvents
+	if err := cfg.CheckLaneOwners(); err != nil {
+		return streamrelay.RelayConfig{}, &config.FieldError{Field: "relay.lane",
+			Reason: fmt.Sprintf("lane %d and relay.dc_id %#x disagree with indexer.lanes (%v): a relay never writes a lane its pool does not own (%v)", rc.Lane, rc.DcID, ix.Lanes, err),
+			Err:    err}
+	}
 	return cfg, nil
 }
 

@@ -70,11 +70,12 @@ func TestRelayStreamsConfig(t *testing.T) {
 	if sc.SnapshotInterval != time.Minute || sc.SnapshotIdleInterval != time.Hour {
 		t.Errorf("snapshot intervals %v / idle %v; want the defaults 1m / 1h", sc.SnapshotInterval, sc.SnapshotIdleInterval)
 	}
-	// relay.snapshot_idle_interval=0: idle lanes snapshot as often as busy ones.
+	// relay.snapshot_idle_interval=0 reaches the library as 0, which the library takes as the
+	// snapshot interval (idle lanes snapshot as often as busy ones): one meaning, the library's.
 	cfg = load(t, "--relay.dc_id=0x2a", "--relay.lane=2", "--indexer.domain="+domain, "--indexer.lanes=2=0x2a",
 		"--relay.snapshot_interval=90s", "--relay.snapshot_idle_interval=0s")
-	if sc, err = relay.StreamsConfig(cfg.Relay, cfg.Indexer, cfg.Topics); err != nil || sc.SnapshotIdleInterval != 90*time.Second {
-		t.Errorf("snapshot_idle_interval=0: idle interval %v (%v); want relay.snapshot_interval", sc.SnapshotIdleInterval, err)
+	if sc, err = relay.StreamsConfig(cfg.Relay, cfg.Indexer, cfg.Topics); err != nil || sc.SnapshotIdleInterval != 0 || sc.Validate() != nil {
+		t.Errorf("snapshot_idle_interval=0: idle interval %v (%v, library: %v); want 0, accepted", sc.SnapshotIdleInterval, err, sc.Validate())
 	}
 }
 

@@ -24,6 +24,7 @@ type legalCase[C any] struct {
 }
 
 func TestRelayConfigValidate(t *testing.T) {
+	t.Parallel()
 	codec := streamtest.ConfigCodec(t)
 	base := func() relay.RelayConfig {
 		c := relay.DefaultRelayConfig()
@@ -39,11 +40,12 @@ func TestRelayConfigValidate(t *testing.T) {
 		{"Topics.Lanes", func(c *relay.RelayConfig) { c.Topics.Lanes = "" }},
 		{"Pool", func(c *relay.RelayConfig) { c.Pool = ckf.PoolID{} }},
 		{"Lane", func(c *relay.RelayConfig) { c.Lane = ckf.LaneCount }},
-		{"CKF", func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 0 }},
+		{"CKF.ExpectedBlocksPerDC", func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 0 }},
 		{"CKF", func(c *relay.RelayConfig) { c.CKF.MaxKicks = 0 }},
 		{"CKF", func(c *relay.RelayConfig) { c.CKF.VerificationWindow = 0 }},
-		{"CKF", func(c *relay.RelayConfig) { c.CKF.PublishEveryNEvents = 0 }},
-		{"CKF", func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 1 << 62 }},
+		{"CKF.PublishEveryNEvents", func(c *relay.RelayConfig) { c.CKF.PublishEveryNEvents = 0 }},
+		{"CKF.ExpectedBlocksPerDC", func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 1 << 62 }},
+		{"CKF.ExpectedBlocksPerDC", func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 1 << 30 }}, // 2^29 buckets: over the wire's 2^24
 		{"LayoutGeneration", func(c *relay.RelayConfig) { c.LayoutGeneration = 0 }},
 		{"PublishMaxDelay", func(c *relay.RelayConfig) { c.PublishMaxDelay = -1 }},
 		{"MaxDeltasPerTransaction", func(c *relay.RelayConfig) { c.MaxDeltasPerTransaction = 0 }},
@@ -55,7 +57,6 @@ func TestRelayConfigValidate(t *testing.T) {
 		{"SnapshotDeltaRatio", func(c *relay.RelayConfig) { c.SnapshotDeltaRatio = math.NaN() }},
 		{"SnapshotIdleInterval", func(c *relay.RelayConfig) { c.SnapshotIdleInterval = -1 }},
 		{"SnapshotIdleInterval", func(c *relay.RelayConfig) { c.SnapshotIdleInterval = c.SnapshotInterval - 1 }},
-		{"SnapshotIdleInterval", func(c *relay.RelayConfig) { c.SnapshotIdleInterval = 0 }},
 		{"SnapshotIdleInterval", func(c *relay.RelayConfig) { c.SnapshotInterval, c.SnapshotIdleInterval = 0, -1 }},
 		{"SnapshotRequestMinInterval", func(c *relay.RelayConfig) { c.SnapshotRequestMinInterval = -1 }},
 		{"HeartbeatInterval", func(c *relay.RelayConfig) { c.HeartbeatInterval = 0 }},
@@ -87,6 +88,8 @@ func TestRelayConfigValidate(t *testing.T) {
 		{"no time trigger: the idle interval is not used", func(c *relay.RelayConfig) { c.SnapshotInterval = 0 }},
 		{"no time trigger, no idle interval", func(c *relay.RelayConfig) { c.SnapshotInterval, c.SnapshotIdleInterval = 0, 0 }},
 		{"idle lanes as often as busy ones", func(c *relay.RelayConfig) { c.SnapshotIdleInterval = c.SnapshotInterval }},
+		{"idle interval 0: the snapshot interval", func(c *relay.RelayConfig) { c.SnapshotIdleInterval = 0 }},
+		{"the default filter", func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = relay.DefaultRelayExpectedBlocks }},
 		{"requests served without coalescing", func(c *relay.RelayConfig) { c.SnapshotRequestMinInterval = 0 }},
 		{"explicit transactional id", func(c *relay.RelayConfig) { c.TransactionalID = "relay-7" }},
 		{"explicit first incarnation", func(c *relay.RelayConfig) { c.Incarnation = 42 }},
@@ -119,5 +122,16 @@ func TestRelayConfigValidate(t *testing.T) {
 		if got := r.Config(); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: the relay runs with\n%+v\nnot the configuration given\n%+v", tc.name, got, want)
 		}
+	}
+}
+
+// TestDefaultRelayConfigIsAWorkingFilter: DefaultRelayConfig's filter is the product's size
+// (DefaultRelayExpectedBlocks, 2^19 buckets), not ckf's two-bucket placeholder.
+func TestDefaultRelayConfigIsAWorkingFilter(t *testing.T) {
+	t.Parallel()
+	c := relay.DefaultRelayConfig()
+	n, err := c.CKF.BucketCount()
+	if err != nil || c.CKF.ExpectedBlocksPerDC != relay.DefaultRelayExpectedBlocks || n != 1<<19 {
+		t.Fatalf("default filter: %d blocks, %d buckets (%v); want %d blocks in 2^19 buckets", c.CKF.ExpectedBlocksPerDC, n, err, relay.DefaultRelayExpectedBlocks)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -141,7 +140,7 @@ const (
 )
 
 // RelayConfig configures a Relay. Start from DefaultRelayConfig, then set the topics, the pool,
-// the lane and the filter size (CKF.ExpectedBlocksPerDC): NewRelay takes every field as it is
+// the lane and, when the indexers' is not the default, the filter size (CKF.ExpectedBlocksPerDC): NewRelay takes every field as it is
 // (see the package's configuration style in config.go). The only empty fields NewRelay fills
 // are TransactionalID, LagGroup and Incarnation, each derived as its comment says; Relay.Config returns
 // the configuration with them derived.
@@ -158,9 +157,11 @@ type RelayConfig struct {
 	// against the snapshot index still runs.
 	LaneOwners index.ManifestLanes
 	// CKF is the producer configuration, taken as it is and checked by ckf (CkfConfig.Validate):
-	// every field is legal as ckf defines it, Seed 0 included. Default ckf.DefaultCkfConfig(),
-	// whose ExpectedBlocksPerDC (1) is a placeholder: size the filter. ExpectedBlocksPerDC and
-	// Seed must match the indexers' manifest format.
+	// every field is legal as ckf defines it, Seed 0 included, and the filter fits the wire
+	// (CheckSettings). Default ckf.DefaultCkfConfig() with ExpectedBlocksPerDC
+	// DefaultRelayExpectedBlocks (the process configuration's default) and PublishEveryNEvents
+	// DefaultRelayPublishEveryEvents. ExpectedBlocksPerDC and Seed must match the indexers'
+	// manifest format.
 	CKF ckf.CkfConfig
 	// LayoutGeneration is stamped on the producer identity. Default 1; >= 1 (the wire rejects
 	// layout generation 0).
@@ -210,9 +211,10 @@ type RelayConfig struct {
 	// SnapshotInterval (8 MiB per snapshot at 2^20 buckets), while its latest snapshot is still
 	// rewritten often enough to stay inside the lane topic's retention (keep retention.ms above
 	// it). Replicas that need a snapshot sooner ask for one on the control topic. Default 1 h
-	// (DefaultRelaySnapshotIdleInterval). With the time trigger on it must be at least
-	// SnapshotInterval (a shorter one is an error, not raised: set it equal to snapshot idle
-	// lanes as often as busy ones); with SnapshotInterval 0 it is not used and must be >= 0.
+	// (DefaultRelaySnapshotIdleInterval); >= 0; 0 means SnapshotInterval (idle lanes snapshot as
+	// often as busy ones). With the time trigger on, a non-zero one must be at least
+	// SnapshotInterval (a shorter one is an error, not raised); with SnapshotInterval 0 it is not
+	// used.
 	SnapshotIdleInterval time.Duration
 	// SnapshotRequestMinInterval coalesces snapshot requests from the control topic: a request
 	// is served by the next snapshot, but not sooner than this after the previous snapshot, so
@@ -263,10 +265,11 @@ type RelayConfig struct {
 	LagCommitInterval time.Duration
 }
 
-// DefaultRelayConfig returns the relay's defaults: CKF ckf.DefaultCkfConfig() (its one-block
-// filter size is the caller's to set), layout generation 1, the first incarnation and the
+// DefaultRelayConfig returns the relay's defaults: CKF ckf.DefaultCkfConfig() with a filter of
+// DefaultRelayExpectedBlocks blocks (the indexers' manifest must have the same size) and windows
+// of DefaultRelayPublishEveryEvents events, layout generation 1, the first incarnation and the
 // transactional id derived, publication windows closed after 5 ms, at most 1,024 deltas per
-// transaction, a snapshot every 1,000 deltas or 60 s (1 h while idle), snapshot requests
+// transaction, a snapshot once the deltas weigh 9 snapshots or after 60 s (1 h while idle), snapshot requests
 // coalesced over 250 ms, a heartbeat after 1 s without a write, DefaultChunkWords words per
 // snapshot chunk, 30 s per transaction, 20 s for the graceful stop and 10,000 KV records per
 // poll. Topics and Pool are left empty: the caller sets them.
@@ -293,11 +296,13 @@ func DefaultRelayConfig() RelayConfig {
 	}
 }
 
-// relayCkfDefaults is ckf.DefaultCkfConfig with the relay's publication cadence: windows of
+// relayCkfDefaults is ckf.DefaultCkfConfig with the product's filter size
+// (DefaultRelayExpectedBlocks) and the relay's publication cadence: windows of
 // DefaultRelayPublishEveryEvents events (PublishMaxDelay closes a window sooner when events are
 // sparse).
 func relayCkfDefaults() ckf.CkfConfig {
 	c := ckf.DefaultCkfConfig()
+	c.ExpectedBlocksPerDC = DefaultRelayExpectedBlocks
 	c.PublishEveryNEvents = DefaultRelayPublishEveryEvents
 	return c
 }
@@ -313,8 +318,15 @@ func (c RelayConfig) withDerived() RelayConfig {
 	return c
 }
 
-// validate checks every field in order and returns the first violation as a *ConfigError; a
-// lane the static lane map gives to another pool is ErrLaneNotOwned.
+// Validate checks c as NewRelay does (the derived fields derived first) and returns the first
+// violation as a *ConfigError naming the field; a lane the static lane map gives to another pool
+// is ErrLaneNotOwned. The deployment's settings follow CheckSettings' rules, which the process
+// configuration applies too.
+func (c RelayConfig) Validate() error { return c.withDerived().validate() }
+
+// validate checks the topics, the pool and the lane, the deployment's settings (CheckSettings),
+// then the other fields in order, and returns the first violation as a *ConfigError; a lane the
+// static lane map gives to another pool is ErrLaneNotOwned.
 func (c RelayConfig) validate() error {
 	k := streams.ConfigCheck{Config: "relay"}
 	k.Named("Topics.KVEvents", c.Topics.KVEvents)
@@ -322,32 +334,22 @@ func (c RelayConfig) validate() error {
 	if c.Pool == (ckf.PoolID{}) {
 		k.Fail("Pool", "must be set")
 	}
-	if c.Lane >= ckf.LaneCount {
-		k.Fail("Lane", "must be below %d, got %d", ckf.LaneCount, c.Lane)
+	if err := CheckLane(int(c.Lane)); err != nil {
+		k.Fail("Lane", "%v", err)
 	}
-	if _, err := c.CKF.Format(); err != nil { // ckf's rules: CkfConfig.Validate and the bucket count
+	for _, p := range c.CheckSettings(nil) {
+		k.FailWith(p.Field, p.Reason, p.Err)
+	}
+	if _, err := c.CKF.Format(); err != nil { // ckf's other rules (kicks, verification window)
 		k.FailWith("CKF", "is invalid", err)
 	}
 	if c.LayoutGeneration == 0 {
 		k.Fail("LayoutGeneration", "must be >= 1 (the wire rejects 0)")
 	}
-	k.NonNegative("PublishMaxDelay", c.PublishMaxDelay)
 	if c.MaxDeltasPerTransaction < 1 {
 		k.Fail("MaxDeltasPerTransaction", "must be >= 1, got %d", c.MaxDeltasPerTransaction)
 	}
-	k.NonNegative("SnapshotInterval", c.SnapshotInterval)
-	if c.SnapshotDeltaRatio < 0 || math.IsNaN(c.SnapshotDeltaRatio) {
-		k.Fail("SnapshotDeltaRatio", "must be >= 0, got %v", c.SnapshotDeltaRatio)
-	}
-	if c.SnapshotInterval == 0 && c.SnapshotEveryDeltas == 0 && c.SnapshotDeltaRatio == 0 {
-		k.Fail("SnapshotInterval", "is 0 and so are SnapshotEveryDeltas and SnapshotDeltaRatio: at least one snapshot trigger must be on (a recovering indexer needs a recent snapshot)")
-	}
-	k.NonNegative("SnapshotIdleInterval", c.SnapshotIdleInterval)
-	if c.SnapshotInterval > 0 && c.SnapshotIdleInterval < c.SnapshotInterval {
-		k.Fail("SnapshotIdleInterval", "must be at least SnapshotInterval (%v), got %v", c.SnapshotInterval, c.SnapshotIdleInterval)
-	}
 	k.NonNegative("SnapshotRequestMinInterval", c.SnapshotRequestMinInterval)
-	k.Positive("HeartbeatInterval", c.HeartbeatInterval)
 	if c.ChunkWords < 1 {
 		k.Fail("ChunkWords", "must be >= 1, got %d", c.ChunkWords)
 	}
@@ -356,10 +358,6 @@ func (c RelayConfig) validate() error {
 	if c.MaxPollRecords < 1 {
 		k.Fail("MaxPollRecords", "must be >= 1, got %d", c.MaxPollRecords)
 	}
-	k.NonNegative("CheckpointInterval", c.CheckpointInterval)
-	if c.Topics.Checkpoints != "" && c.CheckpointInterval == 0 && c.CheckpointEveryEvents == 0 {
-		k.Fail("CheckpointInterval", "is 0 and so is CheckpointEveryEvents, with Topics.Checkpoints set: at least one checkpoint trigger must be on")
-	}
 	if c.CheckpointChunkBytes < 1 {
 		k.Fail("CheckpointChunkBytes", "must be >= 1, got %d", c.CheckpointChunkBytes)
 	}
@@ -367,11 +365,13 @@ func (c RelayConfig) validate() error {
 	if err := k.Result(); err != nil {
 		return err
 	}
-	return c.checkLaneOwners()
+	return c.CheckLaneOwners()
 }
 
-// checkLaneOwners is the static ownership check against the deployment's lane map.
-func (c RelayConfig) checkLaneOwners() error {
+// CheckLaneOwners is the static ownership check of Lane against the deployment's lane map
+// (LaneOwners): nil when the map is empty or maps Lane to Pool and Pool to no other lane,
+// ErrLaneNotOwned (wrapped, saying which pool owns what) otherwise.
+func (c RelayConfig) CheckLaneOwners() error {
 	configured := false
 	for l, p := range c.LaneOwners {
 		if p == nil {
@@ -446,20 +446,6 @@ type RelayStats struct {
 	LagCommits          uint64 // commits of the published offsets to LagGroup
 }
 
-// relayCounters backs RelayStats.
-type relayCounters struct {
-	incarnation, lastSequence                                  atomic.Uint64
-	started, fenced                                            atomic.Bool
-	events, replayed, rejected, undecodable, deadLetters       atomic.Uint64
-	capacity, unknownRemovals                                  atomic.Uint64
-	deltas, images, txns, snapshots, requests, heartbeats, rec atomic.Uint64
-	resident, buckets, snapMillis                              atomic.Uint64
-	checkpoints, checkpointBytes, checkpointsRejected          atomic.Uint64
-	lastCheckpoint                                             atomic.Uint64
-	restored, checkpointGaps, lagCommits                       atomic.Uint64
-	splits                                                     atomic.Uint64
-}
-
 // Relay publishes one DC pool's CKF on its lane. Build it with NewRelay and run it with Run;
 // the accessors are safe from any goroutine. A Relay runs once.
 type Relay struct {
@@ -470,21 +456,34 @@ type Relay struct {
 	metrics *relayMetrics
 	format  ckf.FormatIdentity
 
-	c        relayCounters
+	c        *relayLedger // RelayStats and the metrics they share (relay_metrics.go)
 	identity atomic.Pointer[ckf.ProducerIdentity]
 	started  chan struct{}
 	done     chan struct{} // closed when Run returns
 	inspect  chan inspectReq
 	ran      atomic.Bool
 
-	// writeFault, when set (tests only, through export_test.go), is called before each lane
-	// write; a non-nil error stands in for the write's failure.
-	writeFault atomic.Pointer[func(what string) error]
-	// commitGate, when set (tests only), is called on its own goroutine once a lane transaction
+	// hooks is noHooks in a relay NewRelay builds; tests build theirs with hooks that fail
+	// lane writes or hold background commits (relay_export_test.go).
+	hooks relayHooks
+}
+
+// relayHooks is the seam through which tests steer the relay's lane writes.
+type relayHooks interface {
+	// writeFault is called before each lane write ("deltas", "snapshot" or
+	// "checkpoint"); a non-nil error stands in for the write's failure.
+	writeFault(what string) error
+	// commitGate, when non-nil, is called on a goroutine of its own once a lane transaction
 	// committed in the background (commitDeltasAsync) has finished, before the loop learns its
 	// outcome: a test holds it to see what the loop does while a commit is in flight.
-	commitGate atomic.Pointer[func()]
+	commitGate() func()
 }
+
+// noHooks is a production relay's relayHooks: no fault, no gate.
+type noHooks struct{}
+
+func (noHooks) writeFault(string) error { return nil }
+func (noHooks) commitGate() func()      { return nil }
 
 type inspectReq struct {
 	fn   func(*producer.DcState, *producer.Publisher)
@@ -513,10 +512,13 @@ func NewRelay(p RelayParams) (*Relay, error) {
 	r := &Relay{
 		cfg: cfg, codec: p.Codec, opts: streams.ClientOpts{Shared: append([]kgo.Opt(nil), p.ClientOpts...), PerRole: p.ClientOptsFor},
 		log:     log.With(zap.Uint8("lane", cfg.Lane), zap.String("pool", cfg.Pool.String())),
-		metrics: newRelayMetrics(p.Metrics), format: format,
+		format:  format,
 		started: make(chan struct{}), done: make(chan struct{}), inspect: make(chan inspectReq),
+		hooks: noHooks{},
 	}
-	r.c.buckets.Store(format.BucketCount)
+	r.metrics = newRelayMetrics(p.Metrics)
+	r.c = newRelayLedger(r.metrics)
+	r.c.buckets.set(format.BucketCount)
 	return r, nil
 }
 
@@ -551,7 +553,7 @@ func (r *Relay) Ready() error {
 		return errors.New("relay stopped")
 	default:
 	}
-	if r.c.fenced.Load() {
+	if r.c.fenced.load() {
 		return errors.New("relay fenced: publication stopped")
 	}
 	return nil
@@ -559,20 +561,20 @@ func (r *Relay) Ready() error {
 
 // Stats returns a snapshot of the counters.
 func (r *Relay) Stats() RelayStats {
-	c := &r.c
+	c := r.c
 	return RelayStats{
-		Incarnation: c.incarnation.Load(), LastSequence: c.lastSequence.Load(),
-		Started: c.started.Load(), Fenced: c.fenced.Load(),
-		Events: c.events.Load(), ReplayedEvents: c.replayed.Load(), Rejected: c.rejected.Load(),
-		Undecodable: c.undecodable.Load(), DeadLetters: c.deadLetters.Load(),
-		CapacityOmissions: c.capacity.Load(), UnknownRemovals: c.unknownRemovals.Load(),
-		Deltas: c.deltas.Load(), Images: c.images.Load(), SplitPublications: c.splits.Load(), Transactions: c.txns.Load(),
-		Snapshots: c.snapshots.Load(), SnapshotRequests: c.requests.Load(), Heartbeats: c.heartbeats.Load(),
-		Recoveries: c.rec.Load(), ResidentBlocks: c.resident.Load(), BucketCount: c.buckets.Load(),
-		LastSnapshotMillis: c.snapMillis.Load(),
-		Checkpoints:        c.checkpoints.Load(), LastCheckpoint: c.lastCheckpoint.Load(), CheckpointBytes: c.checkpointBytes.Load(),
-		CheckpointsRejected: c.checkpointsRejected.Load(), RestoredCheckpoint: c.restored.Load(),
-		CheckpointGaps: c.checkpointGaps.Load(), LagCommits: c.lagCommits.Load(),
+		Incarnation: c.incarnation.load(), LastSequence: c.lastSequence.load(),
+		Started: c.started.load(), Fenced: c.fenced.load(),
+		Events: c.events.load(), ReplayedEvents: c.replayed.load(), Rejected: c.rejected.Load(),
+		Undecodable: c.undecodable.load(), DeadLetters: c.deadLetters.load(),
+		CapacityOmissions: c.capacity.load(), UnknownRemovals: c.unknownRemovals.load(),
+		Deltas: c.deltas.load(), Images: c.images.load(), SplitPublications: c.splits.load(), Transactions: c.txns.load(),
+		Snapshots: c.snapshots.Load(), SnapshotRequests: c.requests.load(), Heartbeats: c.heartbeats.load(),
+		Recoveries: c.rec.load(), ResidentBlocks: c.resident.load(), BucketCount: c.buckets.load(),
+		LastSnapshotMillis: c.snapMillis.load(),
+		Checkpoints:        c.checkpoints.load(), LastCheckpoint: c.lastCheckpoint.load(), CheckpointBytes: c.checkpointBytes.load(),
+		CheckpointsRejected: c.checkpointsRejected.load(), RestoredCheckpoint: c.restored.load(),
+		CheckpointGaps: c.checkpointGaps.load(), LagCommits: c.lagCommits.load(),
 	}
 }
 

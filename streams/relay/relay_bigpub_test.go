@@ -45,6 +45,7 @@ func storeChains(rng *rand.Rand, worker ckf.WorkerID, count, size int, nextExt *
 // stays active on the same stream without a fault, and afterwards the replica's words and
 // answers equal the relay's model.
 func TestRelayClearOfAWorkerOf200kBlocks(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 250_000, 1)
 	const lane = 4
 	ri := e.StartIndexer(e.Manifest(41, lane), e.IndexerConfig())
@@ -108,9 +109,10 @@ func TestRelayClearOfAWorkerOf200kBlocks(t *testing.T) {
 // splits publications into deltas that each fit: the start-up snapshot and a 20,000-block store
 // go through without a failed write, and every record on the lane is within the limit.
 func TestRelaySmallLaneTopicLimit(t *testing.T) {
+	t.Parallel()
 	const limit = 64 << 10
 	e := newRelayEnv(t, 65_536, 1)
-	e.Topics.Lanes = testenv.NewTopic(t, ckf.LaneCount, testenv.TopicConfig("max.message.bytes", fmt.Sprint(limit)))
+	e.Topics.Lanes = e.Cluster.NewTopic(t, ckf.LaneCount, testenv.TopicConfig("max.message.bytes", fmt.Sprint(limit)))
 	const lane = 9
 	ri := e.StartIndexer(e.Manifest(91, lane), e.IndexerConfig())
 	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
@@ -132,7 +134,7 @@ func TestRelaySmallLaneTopicLimit(t *testing.T) {
 		t.Fatalf("stats %+v; want both stores split, no recovery and no snapshot besides the start-up one and answers to requests", s)
 	}
 	var chunks, deltas, largest int
-	for _, r := range streamtest.LaneRecords(t, e.Topics.Lanes, lane) {
+	for _, r := range laneRecords(t, e.Cluster, e.Topics.Lanes, lane) {
 		// A batch of this one record: the record batch header (61 bytes) and the record's
 		// framing (at most 36 bytes) around its key and value.
 		if size := 61 + 36 + len(r.Key) + len(r.Value); size > limit {

@@ -171,11 +171,9 @@ func (rl *relayLoop) checkpoint(ctx context.Context) error {
 	rl.ck.published = offsets
 	rl.ck.lastAt, rl.ck.lastID, rl.ck.eventsAtLast = rl.now(), id, rl.ck.events
 	took := rl.now().Sub(start)
-	r.c.lastCheckpoint.Store(id)
-	r.c.checkpoints.Add(1)
-	r.c.checkpointBytes.Store(uint64(len(payload)))
-	r.metrics.checkpoints.Inc(1)
-	r.metrics.checkpointBytes.Update(float64(len(payload)))
+	r.c.lastCheckpoint.set(id)
+	r.c.checkpoints.add(1)
+	r.c.checkpointBytes.set(uint64(len(payload)))
 	r.metrics.checkpointDuration.RecordDuration(took)
 	r.log.Info("relay state checkpointed", zap.Uint64("id", id), zap.Int("bytes", len(payload)),
 		zap.Int("chunks", len(chunks)), zap.Uint64("sequence", m.Sequence), zap.Duration("took", took))
@@ -222,7 +220,7 @@ func (rl *relayLoop) commitLag(force bool) {
 	if !ok {
 		return
 	}
-	r.c.lagCommits.Add(1)
+	r.c.lagCommits.add(1)
 	lag, err := rl.ck.lag.LagFromStable(rl.outCl, rl.ck.published)
 	if err != nil {
 		r.metrics.lagCommitErrors.Inc(1)
@@ -260,8 +258,7 @@ func (rl *relayLoop) restoreCheckpoint(ctx context.Context, adm *kadm.Client, kv
 		return nil
 	}
 	reject := func(rec *kgo.Record, err error) {
-		r.c.checkpointsRejected.Add(1)
-		r.metrics.checkpointsRejected.Inc(1)
+		r.c.checkpointsRejected.add(1)
 		r.log.Error("relay checkpoint unusable; trying an older one", zap.Int64("offset", rec.Offset), zap.Error(err))
 		if rl.out != nil {
 			code := schemas.DeadLetterMalformed
@@ -269,8 +266,7 @@ func (rl *relayLoop) restoreCheckpoint(ctx context.Context, adm *kadm.Client, kv
 				code = schemas.DeadLetterInvalidField // decoded, but the state is not usable
 			}
 			rl.out.DeadLetter(rec, code, err.Error(), "relay-checkpoint")
-			r.c.deadLetters.Add(1)
-			r.metrics.deadLetters.Inc(1)
+			r.c.deadLetters.add(1)
 		}
 	}
 	m, ok, err = cr.latest(ctx, accept, reject)
@@ -304,13 +300,11 @@ func (rl *relayLoop) openState(ctx context.Context, adm *kadm.Client, kv *stream
 			rl.ck.events, rl.ck.eventsAtLast = m.Events, m.Events
 			rl.ck.lastAt, rl.ck.lastID = m.WriteTime, m.ID
 			rl.prevInc = max(rl.prevInc, m.Incarnation)
-			r.c.restored.Store(m.ID)
-			r.metrics.restoredCheckpoint.Update(1)
+			r.c.restore(m.ID)
 			for _, o := range m.Offsets {
 				rl.ck.next[o.Partition] = o.Next
 				if o.Next < kv.Start(o.Partition) {
-					r.c.checkpointGaps.Add(1)
-					r.metrics.checkpointGaps.Inc(1)
+					r.c.checkpointGaps.add(1)
 					r.log.Error("KV events after the checkpoint were deleted by retention before the relay read them: the state misses them (keep the KV topic's retention above the checkpoint interval)",
 						zap.Int32("partition", o.Partition), zap.Int64("checkpoint_offset", o.Next), zap.Int64("log_start", kv.Start(o.Partition)))
 					continue

@@ -25,7 +25,7 @@ import (
 // KV records (no time trigger, so the tests know which checkpoint exists).
 func (e *relayEnv) checkpointRelayConfig(lane uint8, n uint64) relay.RelayConfig {
 	cfg := e.relayConfig(lane, testenv.UniqueName(e.T, "relay"))
-	cfg.Topics.Checkpoints = testenv.NewTopic(e.T, ckf.LaneCount)
+	cfg.Topics.Checkpoints = e.Cluster.NewTopic(e.T, ckf.LaneCount)
 	cfg.CheckpointInterval = 0
 	cfg.CheckpointEveryEvents = n
 	cfg.CheckpointChunkBytes = 4096 // several chunks even for a small state
@@ -37,13 +37,13 @@ func (e *relayEnv) checkpointRelayConfig(lane uint8, n uint64) relay.RelayConfig
 // after them.
 func (e *relayEnv) produceKV(evs []producer.RouterEvent) kadm.Offsets {
 	e.T.Helper()
-	cl := testenv.Client(e.T, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl := e.Cluster.Client(e.T, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	ctx, cancel := context.WithTimeout(context.Background(), streamtest.Converge)
 	defer cancel()
 	if err := cl.ProduceSync(ctx, e.kvRecords(evs, byWorker)...).FirstErr(); err != nil {
 		e.T.Fatal(err)
 	}
-	ends, err := testenv.Admin(e.T).ListEndOffsets(ctx, e.kvTopic)
+	ends, err := e.Cluster.Admin(e.T).ListEndOffsets(ctx, e.kvTopic)
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -65,7 +65,9 @@ func waitCheckpoints(t *testing.T, rr *runningRelay, n uint64) {
 // stopping. Meanwhile the lag group shows the published offsets: the KV topic's end once the
 // live events are published.
 func TestRelayRestartsFromCheckpointAfterRetention(t *testing.T) {
-	e := newRelayEnv(t, 4096, 2)
+	// On the shared broker: the log start a real broker moves on DeleteRecords (what retention does) is what this test shows.
+	t.Parallel()
+	e := newBrokerRelayEnv(t, 4096, 2)
 	const lane = 11
 	cfg := e.checkpointRelayConfig(lane, 200)
 	g := newKvGen(21)
@@ -81,7 +83,7 @@ func TestRelayRestartsFromCheckpointAfterRetention(t *testing.T) {
 	afterB := e.produceKV(b)
 	waitApplied(t, rr, 350)
 
-	adm := testenv.Admin(t)
+	adm := e.Cluster.Admin(t)
 	group := rr.r.Config().LagGroup
 	testenv.WaitUntil(t, streamtest.Converge, "the lag group's offsets reach the KV topic's end", func() bool {
 		got, err := adm.FetchOffsets(context.Background(), group)
@@ -130,6 +132,7 @@ func TestRelayRestartsFromCheckpointAfterRetention(t *testing.T) {
 // payload is not a producer state. The restarted relay rejects both (counted, dead-lettered
 // with the reason), restores the second good checkpoint and replays nothing.
 func TestRelayFallsBackFromDamagedCheckpoint(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 4096, 2)
 	const lane = 12
 	cfg := e.checkpointRelayConfig(lane, 100)
@@ -147,7 +150,7 @@ func TestRelayFallsBackFromDamagedCheckpoint(t *testing.T) {
 	}
 
 	pool := cfg.Pool.String()
-	cl := testenv.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl := e.Cluster.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	ctx, cancel := context.WithTimeout(context.Background(), streamtest.Converge)
 	defer cancel()
 	rec := func(v []byte) *kgo.Record {
@@ -175,7 +178,7 @@ func TestRelayFallsBackFromDamagedCheckpoint(t *testing.T) {
 	}
 	compareOwnership(t, rr2, newReference(t, e, a, b), g)
 
-	dl := testenv.Client(t, kgo.ConsumeTopics(e.Topics.DeadLetter), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	dl := e.Cluster.Client(t, kgo.ConsumeTopics(e.Topics.DeadLetter), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	var dls []schemas.DeadLetter
 	for len(dls) < 2 && ctx.Err() == nil {
 		dl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
@@ -214,6 +217,7 @@ func TestRelayFallsBackFromDamagedCheckpoint(t *testing.T) {
 // replayed at start), and an idle one not again: while five heartbeats pass (each proving the loop ran its timers for
 // one heartbeat interval, four checkpoint intervals), no second checkpoint is written.
 func TestRelayIdleWritesNoCheckpoint(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 4096, 2)
 	const lane = 13
 	cfg := e.checkpointRelayConfig(lane, 0)
@@ -234,6 +238,7 @@ func TestRelayIdleWritesNoCheckpoint(t *testing.T) {
 // by a heartbeat (the loop ran its triggers after it), the relay writes periodic snapshots, and
 // never more than the deltas' weight over the snapshot's size.
 func TestRelaySnapshotsByDeltaBytes(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 4096, 2)
 	const lane = 14
 	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
@@ -258,10 +263,11 @@ func TestRelaySnapshotsByDeltaBytes(t *testing.T) {
 // the relay cuts its chunks to fit (the configured 900,000 bytes would not): its checkpoints
 // commit without a recovery, and a restart restores the last one.
 func TestRelayCheckpointsFitASmallTopic(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 1<<14, 2)
 	const lane = 15
 	cfg := e.checkpointRelayConfig(lane, 300)
-	cfg.Topics.Checkpoints = testenv.NewTopic(t, ckf.LaneCount, testenv.TopicConfig("max.message.bytes", "65536"))
+	cfg.Topics.Checkpoints = e.Cluster.NewTopic(t, ckf.LaneCount, testenv.TopicConfig("max.message.bytes", "65536"))
 	cfg.CheckpointChunkBytes = relay.DefaultRelayCheckpointChunkBytes
 	g := newKvGen(25)
 	a := g.take(300)

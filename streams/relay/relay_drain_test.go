@@ -14,6 +14,7 @@ import (
 // restarted relay (a new incarnation) brings the lane back with its exact state. The indexer
 // itself is restarted in the middle of the run and loses nothing.
 func TestDrainedRelayLaneLeavesAnswersThenReturns(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 4096, 1)
 	const lane = 9
 	g := newKvGen(9)

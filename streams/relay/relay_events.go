@@ -163,8 +163,7 @@ func (e *RelayEventError) Unwrap() error { return e.Err }
 func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 	r := rl.r
 	if err := r.codec.DecodeKvEventInto(rec.Value, &rl.kvEvent); err != nil {
-		r.c.undecodable.Add(1)
-		r.metrics.undecodable.Inc(1)
+		r.c.undecodable.add(1)
 		rl.reject(rec, live, schemas.DeadLetterReasonOf(err), "undecodable KV event: "+err.Error(), err)
 		return nil
 	}
@@ -179,8 +178,7 @@ func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 		rl.pollReplayed++
 	}
 	if out.UnknownRemovals > 0 {
-		r.c.unknownRemovals.Add(uint64(out.UnknownRemovals))
-		r.metrics.unknownRemovals.Inc(int64(out.UnknownRemovals))
+		r.c.unknownRemovals.add(uint64(out.UnknownRemovals))
 	}
 	if out.FirstError != nil {
 		if err := rl.onEventError(rec, live, out.FirstError); err != nil {
@@ -205,12 +203,10 @@ func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 func (rl *relayLoop) countApplied() {
 	r := rl.r
 	if n := rl.pollLive; n > 0 {
-		r.c.events.Add(n)
-		r.metrics.events.Inc(int64(n))
+		r.c.events.add(n)
 	}
 	if n := rl.pollReplayed; n > 0 {
-		r.c.replayed.Add(n)
-		r.metrics.events.Inc(int64(n))
+		r.c.replayed.add(n)
 	}
 	rl.pollLive, rl.pollReplayed = 0, 0
 }
@@ -225,15 +221,13 @@ func (rl *relayLoop) onEventError(rec *kgo.Record, live bool, err error) error {
 		// omitted. Nothing is retired and nothing is dead-lettered: count the omissions.
 		tel := rl.state.Telemetry()
 		if n := tel.CapacityFailures - rl.lastCapacity; n > 0 {
-			r.c.capacity.Add(n)
-			r.metrics.capacity.Inc(int64(n))
+			r.c.capacity.add(n)
 		}
 		rl.lastCapacity = tel.CapacityFailures
 		return nil
 	}
 	ee := &RelayEventError{Err: err, Point: point, Disposition: d}
-	r.c.rejected.Add(1)
-	r.metrics.rejected(point).Inc(1)
+	r.c.reject(point)
 	rl.reject(rec, live, schemas.DeadLetterRejected, ee.Error(), ee)
 	if d.Action == ckf.ActionFenceAndRebuildProducer {
 		return fmt.Errorf("%w: %w", ErrProducerInvariant, ee)
@@ -253,6 +247,5 @@ func (rl *relayLoop) reject(rec *kgo.Record, live bool, code schemas.DeadLetterR
 		return
 	}
 	rl.out.DeadLetter(rec, code, reason, "relay")
-	r.c.deadLetters.Add(1)
-	r.metrics.deadLetters.Inc(1)
+	r.c.deadLetters.add(1)
 }

@@ -1,24 +1,60 @@
 package relay
 
-// SetRelayWriteFault makes f decide, before each lane write of r ("deltas" or "snapshot"),
-// whether the write fails (non-nil error) instead of being made. nil removes the fault.
+import "sync/atomic"
+
+// testHooks are the relayHooks of a relay built by NewTestRelay: a test sets and removes the
+// fault and the gate while the relay runs.
+type testHooks struct {
+	fault atomic.Pointer[func(what string) error]
+	gate  atomic.Pointer[func()]
+}
+
+func (h *testHooks) writeFault(what string) error {
+	if f := h.fault.Load(); f != nil {
+		return (*f)(what)
+	}
+	return nil
+}
+
+func (h *testHooks) commitGate() func() {
+	if g := h.gate.Load(); g != nil {
+		return *g
+	}
+	return nil
+}
+
+// NewTestRelay is NewRelay with hooks that SetRelayWriteFault and SetRelayCommitGate set.
+func NewTestRelay(p RelayParams) (*Relay, error) {
+	r, err := NewRelay(p)
+	if err != nil {
+		return nil, err
+	}
+	r.hooks = &testHooks{}
+	return r, nil
+}
+
+// SetRelayWriteFault makes f decide, before each lane write of r ("deltas", "snapshot" or
+// "checkpoint"), whether the write fails (non-nil error) instead of being made. nil removes
+// the fault. r must come from NewTestRelay.
 func SetRelayWriteFault(r *Relay, f func(what string) error) {
+	h := r.hooks.(*testHooks)
 	if f == nil {
-		r.writeFault.Store(nil)
+		h.fault.Store(nil)
 		return
 	}
-	r.writeFault.Store(&f)
+	h.fault.Store(&f)
 }
 
 // SetRelayCommitGate makes r call gate, on a goroutine of its own, after each lane transaction
 // it commits in the background and before its loop learns the outcome; a gate that blocks holds
-// the commit in flight. nil removes the gate.
+// the commit in flight. nil removes the gate. r must come from NewTestRelay.
 func SetRelayCommitGate(r *Relay, gate func()) {
+	h := r.hooks.(*testHooks)
 	if gate == nil {
-		r.commitGate.Store(nil)
+		h.gate.Store(nil)
 		return
 	}
-	r.commitGate.Store(&gate)
+	h.gate.Store(&gate)
 }
 
 // CheckpointRecordValues returns the values of a relay checkpoint of payload under id (its

@@ -41,12 +41,12 @@ func TestRelayPublishSplitsToTheRecordLimit(t *testing.T) {
 		if tc.pieces > 1 {
 			splits++
 		}
-		if got := rl.r.c.splits.Load(); got != splits {
+		if got := rl.r.c.splits.load(); got != splits {
 			t.Fatalf("after %d images: %d split publications counted; want %d", tc.images, got, splits)
 		}
 	}
-	if rl.broken || rl.r.c.deltas.Load() != uint64(len(rl.sink.pending)) {
-		t.Fatalf("broken %v, %d deltas counted for %d collected", rl.broken, rl.r.c.deltas.Load(), len(rl.sink.pending))
+	if rl.broken || rl.r.c.deltas.load() != uint64(len(rl.sink.pending)) {
+		t.Fatalf("broken %v, %d deltas counted for %d collected", rl.broken, rl.r.c.deltas.load(), len(rl.sink.pending))
 	}
 }
 
@@ -69,8 +69,8 @@ func TestRelayBarrierTailIsSplit(t *testing.T) {
 	want := rl.state.CopyWords()
 	rl.publishOpenWindow()
 	pieces := len(rl.sink.pending)
-	if pieces < 2 || rl.r.c.splits.Load() != 1 {
-		t.Fatalf("the open window went out as %d deltas, %d splits; want several pieces of one split", pieces, rl.r.c.splits.Load())
+	if pieces < 2 || rl.r.c.splits.load() != 1 {
+		t.Fatalf("the open window went out as %d deltas, %d splits; want several pieces of one split", pieces, rl.r.c.splits.load())
 	}
 	last := rl.pub.LastSequence()
 	snap, err := rl.pub.SnapshotAfterBarrier(rl.state, ckf.LaneLease{Lane: 4, Epoch: 2})
@@ -153,6 +153,7 @@ func TestRelayLaneRecordLimit(t *testing.T) {
 // reports the broker's message.max.bytes, and one with an override its own value, each with its
 // source.
 func TestReadTopicMaxMessageBytesFromTheBroker(t *testing.T) {
+	// On the shared broker: how a real broker reports message.max.bytes and its config source.
 	adm := testenv.Admin(t)
 	ctx := context.Background()
 	nodes, err := adm.ListBrokers(ctx)
@@ -201,7 +202,8 @@ func splitTestLoop(t *testing.T, cfg ckf.CkfConfig, imagesPerDelta int) *relayLo
 	if w.MaxDeltaImages() != imagesPerDelta {
 		t.Fatalf("writer carries %d images per delta; want %d", w.MaxDeltaImages(), imagesPerDelta)
 	}
-	return &relayLoop{r: &Relay{log: zap.NewNop(), metrics: newRelayMetrics(nil)}, state: state, pub: pub, sink: sink, w: w}
+	m := newRelayMetrics(nil)
+	return &relayLoop{r: &Relay{log: zap.NewNop(), metrics: m, c: newRelayLedger(m), hooks: noHooks{}}, state: state, pub: pub, sink: sink, w: w}
 }
 
 // checkChain checks that the collected deltas from index from on are consecutive sequences,

@@ -1,13 +1,142 @@
 package relay
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/uber-go/tally/v4"
 )
 
-// relayMetrics caches the relay's metric handles under the "relay" sub-scope (ckf_relay_*).
+// The relay's one ledger: every counter and gauge is written once, by one call of the ledger
+// (relayLedger's fields and methods), which keeps the value RelayStats reads (an atomic) and
+// reports it to the tally handle of the same name in the same call. Code outside this file never
+// writes a tally handle or an atomic of its own for a figure the ledger holds, so RelayStats and
+// the ckf_relay_* metrics cannot disagree. The figures with no RelayStats field (occupancy,
+// applied records, input lag, the durations, the per-point and per-reason splits) are metrics
+// only and live in relayMetrics.
+
+// ledgerCounter is a monotonic figure: RelayStats' value and its tally counter.
+type ledgerCounter struct {
+	v atomic.Uint64
+	m tally.Counter // nil: a RelayStats figure with no metric
+}
+
+func (c *ledgerCounter) add(n uint64) {
+	c.v.Add(n)
+	if c.m != nil && n > 0 {
+		c.m.Inc(int64(n))
+	}
+}
+
+func (c *ledgerCounter) load() uint64 { return c.v.Load() }
+
+// restate sets RelayStats' value to a recount from the state (the end of the replay); the
+// metric, which counted the figures as they came, stays as it is.
+func (c *ledgerCounter) restate(v uint64) { c.v.Store(v) }
+
+// ledgerGauge is a level: RelayStats' value and its tally gauge.
+type ledgerGauge struct {
+	v atomic.Uint64
+	m tally.Gauge // nil: a RelayStats figure with no metric
+}
+
+func (g *ledgerGauge) set(v uint64) {
+	g.v.Store(v)
+	if g.m != nil {
+		g.m.Update(float64(v))
+	}
+}
+
+func (g *ledgerGauge) load() uint64 { return g.v.Load() }
+
+// ledgerFlag is a boolean level: RelayStats' value and its 0/1 tally gauge.
+type ledgerFlag struct {
+	v atomic.Bool
+	m tally.Gauge
+}
+
+func (f *ledgerFlag) set(b bool) {
+	f.v.Store(b)
+	v := 0.0
+	if b {
+		v = 1
+	}
+	f.m.Update(v)
+}
+
+func (f *ledgerFlag) load() bool { return f.v.Load() }
+
+// relayLedger backs RelayStats and the ckf_relay_* figures RelayStats shows.
+type relayLedger struct {
+	// Identity and position.
+	incarnation, buckets ledgerGauge // stats only
+	lastSequence         ledgerGauge // last_sequence
+	started, fenced      ledgerFlag  // started, fenced
+
+	// Input.
+	events, replayed ledgerCounter // events_total counts both
+	rejected         atomic.Uint64 // total of events_rejected_total{point}: reject
+	undecodable      ledgerCounter // events_undecodable_total
+	deadLetters      ledgerCounter // dead_letters_total
+	capacity         ledgerCounter // capacity_omissions_total
+	unknownRemovals  ledgerCounter // unknown_removals_total
+	requests         ledgerCounter // snapshot_requests_total
+
+	// Output.
+	deltas, images, splits ledgerCounter // deltas_published_total, images_published_total, split_publications_total
+	txns, heartbeats, rec  ledgerCounter // transactions_total, heartbeats_total, recoveries_total
+	snapshots              atomic.Uint64 // total of snapshots_total{reason}: snapshot
+	snapMillis             ledgerGauge   // stats only (snapshot_duration_seconds has the distribution)
+	resident               ledgerGauge   // resident_blocks
+
+	// Checkpoints.
+	checkpoints, checkpointsRejected, checkpointGaps ledgerCounter // checkpoints_total, checkpoints_rejected_total, checkpoint_gaps_total
+	checkpointBytes                                  ledgerGauge   // checkpoint_bytes
+	lastCheckpoint, restored                         ledgerGauge   // stats only (restored_from_checkpoint: restore)
+	lagCommits                                       ledgerCounter // stats only
+
+	m *relayMetrics
+}
+
+func newRelayLedger(m *relayMetrics) *relayLedger {
+	l := &relayLedger{m: m}
+	l.lastSequence.m = m.lastSequence
+	l.started.m, l.fenced.m = m.started, m.fenced
+	l.events.m, l.replayed.m = m.events, m.events
+	l.undecodable.m, l.deadLetters.m = m.undecodable, m.deadLetters
+	l.capacity.m, l.unknownRemovals.m, l.requests.m = m.capacity, m.unknownRemovals, m.requests
+	l.deltas.m, l.images.m, l.splits.m = m.deltas, m.images, m.splits
+	l.txns.m, l.heartbeats.m, l.rec.m = m.transactions, m.heartbeats, m.recoveries
+	l.resident.m = m.resident
+	l.checkpoints.m, l.checkpointsRejected.m, l.checkpointGaps.m = m.checkpoints, m.checkpointsRejected, m.checkpointGaps
+	l.checkpointBytes.m = m.checkpointBytes
+	return l
+}
+
+// reject counts an event rejected by the state at its failure point.
+func (l *relayLedger) reject(p ckf.FailurePoint) {
+	l.rejected.Add(1)
+	l.m.rejected(p).Inc(1)
+}
+
+// snapshot counts a committed snapshot of reason, its duration and size.
+func (l *relayLedger) snapshot(reason string, took time.Duration, bytes int) {
+	l.snapshots.Add(1)
+	l.snapMillis.set(uint64(took.Milliseconds()))
+	l.m.snapshotsBy[reason].Inc(1)
+	l.m.snapshotDuration.RecordDuration(took)
+	l.m.snapshotBytes.Update(float64(bytes))
+}
+
+// restore records the checkpoint a run started from.
+func (l *relayLedger) restore(id uint64) {
+	l.restored.set(id)
+	l.m.restoredCheckpoint.Update(1)
+}
+
+// relayMetrics caches the relay's metric handles under the "relay" sub-scope (ckf_relay_*); the
+// ledger writes those it shares with RelayStats.
 // Tag keys: none, except "point" on events_rejected_total (the producer failure point, four values)
 // and "reason" on snapshots_total (start, periodic, request, recovery): one set of keys per name,
 // bounded values.

@@ -71,8 +71,7 @@ func (rl *relayLoop) publish(images []ckf.BucketImage) {
 	if per := rl.w.MaxDeltaImages(); len(images) > per {
 		pieces := streams.SplitPublication(images, per)
 		if _, leased := rl.pub.Lease(); leased { // without a lease every piece is discarded
-			rl.r.c.splits.Add(1)
-			rl.r.metrics.splits.Inc(1)
+			rl.r.c.splits.add(1)
 			rl.r.log.Info("publication split to fit the lane record limit", zap.Int("images", len(images)),
 				zap.Int("pieces", len(pieces)), zap.Int("images_per_delta", per), zap.Uint64("sequence", rl.pub.LastSequence()))
 		}
@@ -102,10 +101,8 @@ func (rl *relayLoop) publishDelta(images []ckf.BucketImage) bool {
 		rl.stream()
 		rl.deltasSinceSnap++
 		rl.deltaBytesSinceSnap += uint64(out.ImageCount)*schemas.ImageSize + deltaRecordWeight
-		rl.r.c.deltas.Add(1)
-		rl.r.c.images.Add(uint64(out.ImageCount))
-		rl.r.metrics.deltas.Inc(1)
-		rl.r.metrics.images.Inc(int64(out.ImageCount))
+		rl.r.c.deltas.add(1)
+		rl.r.c.images.add(uint64(out.ImageCount))
 	}
 	return true
 }
@@ -193,11 +190,11 @@ func (rl *relayLoop) commitDeltasAsync() error {
 		cancel()
 		return rl.commitDeltas()
 	}
-	if gate := rl.r.commitGate.Load(); gate != nil {
+	if gate := rl.r.hooks.commitGate(); gate != nil {
 		inner, gated := done, make(chan error, 1)
 		go func() {
 			err := <-inner
-			(*gate)()
+			gate()
 			gated <- err
 		}()
 		done = gated
@@ -286,12 +283,7 @@ func (rl *relayLoop) abandonCommit() {
 }
 
 // fault returns the injected failure of a write, if a test set one.
-func (rl *relayLoop) fault(what string) error {
-	if f := rl.r.writeFault.Load(); f != nil {
-		return (*f)(what)
-	}
-	return nil
-}
+func (rl *relayLoop) fault(what string) error { return rl.r.hooks.writeFault(what) }
 
 // wrote records a committed transaction that ends at the publisher's last sequence.
 func (rl *relayLoop) wrote() { rl.wroteSequence(rl.pub.LastSequence()) }
@@ -299,10 +291,8 @@ func (rl *relayLoop) wrote() { rl.wroteSequence(rl.pub.LastSequence()) }
 // wroteSequence records a committed transaction whose last delta has sequence seq.
 func (rl *relayLoop) wroteSequence(seq uint64) {
 	rl.lastWrite = rl.now()
-	rl.r.c.txns.Add(1)
-	rl.r.metrics.transactions.Inc(1)
-	rl.r.c.lastSequence.Store(seq)
-	rl.r.metrics.lastSequence.Update(float64(seq))
+	rl.r.c.txns.add(1)
+	rl.r.c.lastSequence.set(seq)
 }
 
 // isFenceError reports whether err says the broker fenced this transactional producer: a newer
@@ -316,8 +306,7 @@ func isFenceError(err error) bool {
 // delivery uncertain: the stream is abandoned and recovery starts at once.
 func (rl *relayLoop) writeFailed(what string, err error) error {
 	r := rl.r
-	r.c.fenced.Store(true)
-	r.metrics.fenced.Update(1)
+	r.c.fenced.set(true)
 	if isFenceError(err) {
 		r.log.Error("relay fenced by a newer instance of its pool; stopping", zap.String("write", what), zap.Error(err))
 		rl.broken = true
@@ -334,8 +323,7 @@ func (rl *relayLoop) markBroken(err error) {
 	if rl.sink != nil && rl.sink.err == nil {
 		rl.sink.err = fmt.Errorf("streams: relay: delivery uncertain: %w", err)
 	}
-	rl.r.c.fenced.Store(true)
-	rl.r.metrics.fenced.Update(1)
+	rl.r.c.fenced.set(true)
 	if !rl.broken {
 		rl.broken, rl.retryAt = true, rl.now()
 	}
@@ -346,7 +334,7 @@ func (rl *relayLoop) markBroken(err error) {
 func (rl *relayLoop) recover() error {
 	r := rl.r
 	reason := snapRecovery
-	if !r.c.started.Load() {
+	if !r.c.started.load() {
 		reason = snapStart // the start-up snapshot, or a retry of it
 	}
 	if err := rl.newIncarnation(); err != nil {
@@ -361,11 +349,9 @@ func (rl *relayLoop) recover() error {
 		return nil
 	}
 	rl.failures = 0
-	r.c.fenced.Store(false)
-	r.metrics.fenced.Update(0)
+	r.c.fenced.set(false)
 	if reason == snapRecovery {
-		r.c.rec.Add(1)
-		r.metrics.recoveries.Inc(1)
+		r.c.rec.add(1)
 	}
 	return nil
 }
@@ -402,7 +388,7 @@ func (rl *relayLoop) newIncarnation() error {
 	rl.identity = ckf.ProducerIdentity{Pool: cfg.Pool, Incarnation: inc, LayoutGeneration: cfg.LayoutGeneration, Format: rl.state.Format()}
 	id := rl.identity
 	r.identity.Store(&id)
-	r.c.incarnation.Store(inc)
+	r.c.incarnation.set(inc)
 	rl.sink = &relaySink{}
 	rl.pub = producer.NewPublisher(id, 0, rl.sink)
 	if rl.w, err = streams.NewLaneWriter(cl, r.codec, id, streams.LaneWriterConfig{
@@ -469,18 +455,13 @@ func (rl *relayLoop) snapshot(reason string) error {
 	rl.lastSnapshot = rl.now()
 	rl.deltasSinceSnap, rl.deltaBytesSinceSnap = 0, 0
 	rl.requestPending = false
-	r.c.snapshots.Add(1)
-	r.c.snapMillis.Store(uint64(took.Milliseconds()))
-	r.metrics.snapshotsBy[reason].Inc(1)
-	r.metrics.snapshotDuration.RecordDuration(took)
-	r.metrics.snapshotBytes.Update(float64(8 * len(snap.Buckets)))
+	r.c.snapshot(reason, took, 8*len(snap.Buckets))
 	rl.updateGauges()
 	r.log.Info("snapshot written", zap.String("reason", reason), zap.Uint64("incarnation", rl.identity.Incarnation),
 		zap.Uint64("sequence", snap.Sequence), zap.Int64("first_offset", pos.FirstOffset), zap.Int("chunks", pos.Chunks),
 		zap.Duration("took", took))
-	if !r.c.started.Load() {
-		r.c.started.Store(true)
-		r.metrics.started.Update(1)
+	if !r.c.started.load() {
+		r.c.started.set(true)
 		close(r.started)
 	}
 	return nil
@@ -498,8 +479,7 @@ func (rl *relayLoop) heartbeat() error {
 		return rl.writeFailed("heartbeat", err)
 	}
 	rl.wrote()
-	rl.r.c.heartbeats.Add(1)
-	rl.r.metrics.heartbeats.Inc(1)
+	rl.r.c.heartbeats.add(1)
 	return nil
 }
 

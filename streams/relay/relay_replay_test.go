@@ -56,15 +56,17 @@ func produceTxn(t *testing.T, cl *kgo.Client, commit bool, rs []*kgo.Record) {
 // events), partition 2 is empty. The replay applies exactly the committed events and ends at
 // the markers, which no data record carries.
 func TestRelayReplayEndsAtTransactionMarkers(t *testing.T) {
-	e := newRelayEnv(t, 4096, 3)
+	// On the shared broker: the commit and abort markers and the last stable offset as a real broker writes them are what this test shows.
+	t.Parallel()
+	e := newBrokerRelayEnv(t, 4096, 3)
 	const lane = 8
 	g := newKvGen(9)
 	committed := g.take(120)
-	txn := testenv.Client(t, kgo.TransactionalID(testenv.UniqueName(t, "kv-writer")), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	txn := e.Cluster.Client(t, kgo.TransactionalID(testenv.UniqueName(t, "kv-writer")), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	produceTxn(t, txn, true, e.kvRecords(committed, byWorker))
 	aborted := newKvGen(10).take(30) // never applied: their chains are unknown to g's reference
 	produceTxn(t, txn, false, e.kvRecords(aborted, func(producer.RouterEvent) int32 { return 1 }))
-	streamtest.WaitTransactionsSettled(t, testenv.Admin(t), e.kvTopic)
+	streamtest.WaitTransactionsSettled(t, e.Cluster.Admin(t), e.kvTopic)
 
 	rr := e.startRelay(e.relayConfig(lane, testenv.UniqueName(t, "relay")), true)
 	if s := rr.r.Stats(); s.ReplayedEvents != uint64(len(committed)) || s.Events != 0 || s.Undecodable != 0 || s.Rejected != 0 {
@@ -80,10 +82,11 @@ func TestRelayReplayEndsAtTransactionMarkers(t *testing.T) {
 // events written after the relay listed its end offsets are live events, not replayed ones, and
 // the state equals the reference's.
 func TestRelayReplayWaitsForHeldPartition(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 4096, 2)
 	const lane = 10
 	g := newKvGen(11)
-	kv := testenv.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	kv := e.Cluster.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	produce := func(evs []producer.RouterEvent) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), streamtest.Converge)
@@ -96,7 +99,7 @@ func TestRelayReplayWaitsForHeldPartition(t *testing.T) {
 	produce(before)
 
 	hold := streamtest.NewFetchHold(e.kvTopic, 5, 1)
-	seeds := kgo.SeedBrokers(testenv.Brokers(t)...)
+	seeds := kgo.SeedBrokers(e.Cluster.Seeds()...)
 	rr := e.startRelayWith(relay.RelayParams{
 		Config: e.relayConfig(lane, testenv.UniqueName(t, "relay")),
 		ClientOptsFor: func(role string) []kgo.Opt {

@@ -374,8 +374,7 @@ func (rl *relayLoop) onControl(rec *kgo.Record) {
 			zap.Int64("offset", rec.Offset), zap.Any("pool", cr.SnapshotRequest.Pool))
 		return
 	}
-	r.c.requests.Add(1)
-	r.metrics.requests.Inc(1)
+	r.c.requests.add(1)
 	if !rl.requestPending {
 		r.log.Info("snapshot requested", zap.Uint64("requester", cr.SnapshotRequest.Requester),
 			zap.Stringer("reason", cr.SnapshotRequest.Reason), zap.String("detail", cr.SnapshotRequest.Detail))
@@ -391,8 +390,8 @@ func (rl *relayLoop) finishReplay() {
 	rl.state.Flush() // closes the replay's window; nothing is materialised
 	rl.state.SetPublicationMaterializationEnabled(true)
 	rl.lastCapacity = rl.state.Telemetry().CapacityFailures
-	r.c.capacity.Store(rl.lastCapacity)
-	r.log.Info("relay replay done", zap.Uint64("events", r.c.replayed.Load()),
+	r.c.capacity.restate(rl.lastCapacity)
+	r.log.Info("relay replay done", zap.Uint64("events", r.c.replayed.load()),
 		zap.Uint64("resident_blocks", rl.state.ResidentCount()), zap.Uint64("capacity_omissions", rl.lastCapacity))
 	rl.broken, rl.retryAt = true, zeroTime // the start is the first "recovery": new incarnation + snapshot
 }
@@ -427,16 +426,16 @@ func (rl *relayLoop) nextWake() (at time.Time, ok bool) {
 }
 
 // timedSnapshotAt is when the time trigger next writes a snapshot: SnapshotInterval after the
-// previous one if a delta was published since, SnapshotIdleInterval after it otherwise (an idle
-// lane's snapshot would repeat the previous one word for word). ok is false when the time
-// trigger is off.
+// previous one if a delta was published since, SnapshotIdleInterval (0: SnapshotInterval) after
+// it otherwise (an idle lane's snapshot would repeat the previous one word for word). ok is
+// false when the time trigger is off.
 func (rl *relayLoop) timedSnapshotAt() (at time.Time, ok bool) {
 	cfg := rl.cfg
 	if cfg.SnapshotInterval <= 0 {
 		return time.Time{}, false
 	}
 	if rl.deltasSinceSnap == 0 {
-		return rl.lastSnapshot.Add(cfg.SnapshotIdleInterval), true
+		return rl.lastSnapshot.Add(cfg.idleSnapshotInterval()), true
 	}
 	return rl.lastSnapshot.Add(cfg.SnapshotInterval), true
 }
@@ -537,7 +536,7 @@ func (rl *relayLoop) stop() error {
 		return nil
 	}
 	if err := rl.w.WriteDrainMarker(ctx, marker.ExpectedSequence); err != nil {
-		r.c.fenced.Store(true)
+		r.c.fenced.set(true)
 		return fmt.Errorf("streams: relay stop: drain marker: %w", err)
 	}
 	if rl.out != nil {
@@ -597,8 +596,7 @@ func (rl *relayLoop) sourceHealth() schemas.SourceHealth {
 func (rl *relayLoop) updateGauges() {
 	r := rl.r
 	res := rl.state.ResidentCount()
-	r.c.resident.Store(res)
-	r.metrics.resident.Update(float64(res))
+	r.c.resident.set(res)
 	r.metrics.occupancy.Update(float64(res) / float64(4*rl.state.BucketCount()))
 	r.metrics.appliedRecords.Update(float64(rl.ck.events))
 }

@@ -35,9 +35,25 @@ type relayEnv struct {
 	kv      *kgo.Client
 }
 
+// newRelayEnv is the relay's environment on an in-process cluster of the test's own
+// (testenv.FakeCluster): the relay's logic (publication, sequences, snapshots, checkpoints,
+// dead letters, limits, replay) does not depend on a real broker, and a test on it may run in
+// parallel with the others.
 func newRelayEnv(t *testing.T, expectedBlocks uint64, kvPartitions int32) *relayEnv {
 	t.Helper()
-	return &relayEnv{Env: streamtest.NewEnv(t, expectedBlocks), kvTopic: testenv.NewTopic(t, kvPartitions), kv: testenv.Client(t)}
+	return relayEnvOn(t, testenv.FakeCluster(t), expectedBlocks, kvPartitions)
+}
+
+// newBrokerRelayEnv is the relay's environment on the shared test broker, for what only a real
+// broker shows: each caller says what in a comment.
+func newBrokerRelayEnv(t *testing.T, expectedBlocks uint64, kvPartitions int32) *relayEnv {
+	t.Helper()
+	return relayEnvOn(t, testenv.Default(t), expectedBlocks, kvPartitions)
+}
+
+func relayEnvOn(t *testing.T, c *testenv.Cluster, expectedBlocks uint64, kvPartitions int32) *relayEnv {
+	t.Helper()
+	return &relayEnv{Env: streamtest.NewEnvOn(t, c, expectedBlocks), kvTopic: c.NewTopic(t, kvPartitions), kv: c.Client(t)}
 }
 
 // relayConfig returns the configuration of the relay of lane (pool streamtest.Pool(100+lane)), with
@@ -68,14 +84,14 @@ type runningRelay struct {
 
 func (e *relayEnv) startRelay(cfg relay.RelayConfig, wait bool) *runningRelay {
 	e.T.Helper()
-	return e.startRelayWith(relay.RelayParams{Config: cfg, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(e.T)...)}}, wait)
+	return e.startRelayWith(relay.RelayParams{Config: cfg, ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.Cluster.Seeds()...)}}, wait)
 }
 
 // startRelayWith is startRelay with the test's own parameters (the codec and logger are added).
 func (e *relayEnv) startRelayWith(p relay.RelayParams, wait bool) *runningRelay {
 	e.T.Helper()
 	p.Codec, p.Log = e.Codec, zaptest.NewLogger(e.T).Named("relay")
-	r, err := relay.NewRelay(p)
+	r, err := relay.NewTestRelay(p)
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -348,6 +364,7 @@ func compareOwnership(t *testing.T, rr *runningRelay, ref *producer.DcState, g *
 // in-process reference fed the same events, and queries answer like a reference indexer built
 // from the relay's words.
 func TestRelayEndToEnd(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 4096, 4)
 	const lane = 3
 	g := newKvGen(1)
@@ -388,6 +405,7 @@ func TestRelayEndToEnd(t *testing.T) {
 // the previous one only when a delta was published since; an idle lane's next snapshot waits
 // SnapshotIdleInterval, since it would repeat the previous one word for word.
 func TestRelayIdleLaneSnapshotsLessOften(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 4096, 1)
 	const lane = 6
 	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
@@ -450,6 +468,7 @@ func referenceIndexerWords(t *testing.T, m index.Manifest, lane uint8, id ckf.Pr
 // everything, the indexer switches to its identity through its start-up snapshot, and its
 // answers equal those of a reference that never stopped.
 func TestRelayRestartRequestAndDrain(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 4096, 1) // one partition: the replay order is the reference's order
 	const lane = 5
 	g := newKvGen(2)
@@ -466,7 +485,7 @@ func TestRelayRestartRequestAndDrain(t *testing.T) {
 
 	// A burst of snapshot requests (every replica asking at once) yields a snapshot.
 	before := first.r.Stats().Snapshots
-	out := streams.NewOutputs(testenv.Client(t), e.Codec, 99, streams.OutputTopics{Control: e.Topics.Control}, nil)
+	out := streams.NewOutputs(e.Cluster.Client(t), e.Codec, 99, streams.OutputTopics{Control: e.Topics.Control}, nil)
 	for i := 0; i < 5; i++ {
 		out.RequestSnapshot(lane, streamtest.Pool(100+lane), schemas.ReasonOperator, "test", -1)
 	}
@@ -523,6 +542,7 @@ func TestRelayRestartRequestAndDrain(t *testing.T) {
 // residency domain and a remap of an external id are rejected per the spec's dispositions,
 // counted and dead-lettered with their reason, and the relay keeps publishing.
 func TestRelayDeadLettersBadEvents(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 4096, 2)
 	const lane = 7
 	ri := e.StartIndexer(e.Manifest(51, lane), e.IndexerConfig())
@@ -552,7 +572,7 @@ func TestRelayDeadLettersBadEvents(t *testing.T) {
 	compareOwnership(t, rr, ref, g)
 
 	// The dead letters carry the record and the reason.
-	cl := testenv.Client(t, kgo.ConsumeTopics(e.Topics.DeadLetter), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl := e.Cluster.Client(t, kgo.ConsumeTopics(e.Topics.DeadLetter), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	var dls []schemas.DeadLetter
 	ctx, cancel := context.WithTimeout(context.Background(), streamtest.Converge)
 	defer cancel()
@@ -615,7 +635,9 @@ func indexFold(s, sub string) int {
 // lane over with its start-up snapshot; the broker fences the first, whose Run returns
 // ErrRelayFenced instead of writing again, and the indexer follows the new identity.
 func TestRelayZombieFenced(t *testing.T) {
-	e := newRelayEnv(t, 4096, 2)
+	// On the shared broker: the broker fencing the older instance's transactional id (InitProducerID bumping its epoch) is what this test shows.
+	t.Parallel()
+	e := newBrokerRelayEnv(t, 4096, 2)
 	const lane = 9
 	ri := e.StartIndexer(e.Manifest(61, lane), e.IndexerConfig())
 	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
@@ -649,6 +671,7 @@ func TestRelayZombieFenced(t *testing.T) {
 // TestRelayRefusesForeignLane: a relay never writes to a lane its pool does not own: the static
 // lane map is checked by NewRelay, and the lane's snapshot index by Run.
 func TestRelayRefusesForeignLane(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 4096, 1)
 	cfg := e.relayConfig(2, testenv.UniqueName(t, "relay"))
 	other := streamtest.Pool(500)
@@ -664,7 +687,7 @@ func TestRelayRefusesForeignLane(t *testing.T) {
 	cfg = e.relayConfig(4, testenv.UniqueName(t, "relay"))
 	cfg.Pool = streamtest.Pool(102)
 	r, err := relay.NewRelay(relay.RelayParams{Config: cfg, Codec: e.Codec,
-		ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}})
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.Cluster.Seeds()...)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -681,6 +704,7 @@ func TestRelayRefusesForeignLane(t *testing.T) {
 // reader keeps transaction markers, so the deltas between two markers are one transaction.
 // (Throughput is measured by BenchmarkE2ERelay, not here.)
 func TestRelayBoundsTransactions(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 4096, 2)
 	const lane, bound = 12, 16
 	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
@@ -688,7 +712,7 @@ func TestRelayBoundsTransactions(t *testing.T) {
 	rr := e.startRelay(cfg, true)
 	g := newKvGen(12)
 	evs := g.take(3000)
-	prod := testenv.Client(t, kgo.ProducerLinger(time.Millisecond))
+	prod := e.Cluster.Client(t, kgo.ProducerLinger(time.Millisecond))
 	for _, ev := range evs { // asynchronously, as fast as the client goes: a burst
 		b, err := e.Codec.EncodeKvEvent(relay.KvEventOf(ev))
 		if err != nil {
@@ -705,12 +729,12 @@ func TestRelayBoundsTransactions(t *testing.T) {
 	rr.inspect(t) // runs after the loop pass that applied the last event committed its deltas
 	s := rr.r.Stats()
 
-	ends, err := testenv.Admin(t).ListEndOffsets(context.Background(), e.Topics.Lanes)
+	ends, err := e.Cluster.Admin(t).ListEndOffsets(context.Background(), e.Topics.Lanes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	end, _ := ends.Lookup(e.Topics.Lanes, lane)
-	cl := testenv.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.Topics.Lanes: {lane: kgo.NewOffset().AtStart()}}),
+	cl := e.Cluster.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.Topics.Lanes: {lane: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 	var deltas, txns, inTxn, largest int
 	for next := int64(0); next < end.Offset; {
@@ -751,6 +775,7 @@ func TestRelayBoundsTransactions(t *testing.T) {
 // is a snapshot (a failed first attempt is retried), and the indexer switches to it and converges
 // with the relay's words.
 func TestRelayRecoversFromUncertainWrite(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 4096, 2)
 	const lane = 12
 	ri := e.StartIndexer(e.Manifest(71, lane), e.IndexerConfig())
@@ -803,6 +828,7 @@ func TestRelayRecoversFromUncertainWrite(t *testing.T) {
 // capacity state reaches the indexer on the lane records: the lane's status and lane events
 // carry it, the lane is marked incomplete, and answers say so.
 func TestRelayCountsCapacityOmissions(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 16, 1) // 8 buckets, 32 slots
 	const lane = 14
 	events := e.WatchEvents()
@@ -873,6 +899,7 @@ func TestRelayCountsCapacityOmissions(t *testing.T) {
 // indexer converges to the state of a relay that saw every event. Single events are produced
 // while the gate is armed, so each is a poll of its own.
 func TestRelayAppliesWhileTheLastTransactionCommits(t *testing.T) {
+	t.Parallel()
 	e := newRelayEnv(t, 4096, 1)
 	const lane = 13
 	ri := e.StartIndexer(e.Manifest(71, lane), e.IndexerConfig())
