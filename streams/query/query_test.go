@@ -287,7 +287,7 @@ func qStartService(t *testing.T, k *streamtest.Kafka, ans *query.Answerer, codec
 
 // qObserver reads a whole topic from its start and keeps every decoded record by key.
 type qObserver[T any] struct {
-	k  *streamtest.Kafka
+	k    *streamtest.Kafka
 	mu   sync.Mutex
 	byID map[string][]T
 	recs map[string][]*kgo.Record
