@@ -71,10 +71,16 @@ func (k *Kafka) NewTopic(t testing.TB, partitions int32) string {
 // topic's creation.
 func (k *Kafka) CreateTopic(t testing.TB, name string, partitions int32) string {
 	t.Helper()
+	return k.CreateTopicWith(t, name, partitions, nil)
+}
+
+// CreateTopicWith is CreateTopic with topic-level configs (for example "cleanup.policy").
+func (k *Kafka) CreateTopicWith(t testing.TB, name string, partitions int32, configs map[string]*string) string {
+	t.Helper()
 	adm := k.Admin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), Converge)
 	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, name)
+	resp, err := adm.CreateTopic(ctx, partitions, 1, configs, name)
 	if err == nil {
 		err = resp.Err
 	}
