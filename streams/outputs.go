@@ -26,7 +26,7 @@ type Outputs struct {
 
 	laneEventsTopic, deadLetterTopic, controlTopic string
 
-	// failed is the outputs' one ledger: what Failed reports (the indexer's metric reads it).
+	// failed counts the outputs not produced (Failed); the log line of each says which.
 	failed atomic.Int64
 }
 
