@@ -23,6 +23,7 @@ import (
 // logged, the service goes on answering, and the next commit covers the refused batch's offsets
 // too (commits are cumulative per partition), so the group ends at the end of the requests.
 func TestQueryServiceCommitFailureIsNotFatal(t *testing.T) {
+	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
 	x := newQIndex(t, 0, 1, 5)
 	p := newQPrompts(11)
@@ -62,6 +63,7 @@ func TestQueryServiceCommitFailureIsNotFatal(t *testing.T) {
 // the batch fails with a QueryBatchError naming that topic and nothing is committed, so a
 // member that takes the partition over sees the request again.
 func TestQueryServiceDeadLetterFailureFailsTheBatch(t *testing.T) {
+	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
 	x := newQIndex(t, 0)
 	x.activate(0)

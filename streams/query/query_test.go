@@ -582,6 +582,7 @@ func TestQueryAnswerMatchesIndexer(t *testing.T) {
 // reply routing (request's topic and partition) and the invalid and undecodable paths with their
 // dead letters.
 func TestQueryServiceAnswersOverKafka(t *testing.T) {
+	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
 	x := newQIndex(t, 0, 1, 5)
 	p := newQPrompts(2)
@@ -795,6 +796,7 @@ func qEndOffsets(t *testing.T, k *streamtest.Kafka, topic string, partitions int
 // committed nothing; a healthy service in the same group then answers every request, the failed
 // batch included (at-least-once: nothing is lost).
 func TestQueryServiceCommitsOnlyAfterReplies(t *testing.T) {
+	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
 	x := newQIndex(t, 0, 1, 5)
 	p := newQPrompts(3)
@@ -857,6 +859,7 @@ func qWaitCommitted(t *testing.T, k *streamtest.Kafka, group, topic string, part
 // gracefully and another takes over. Every request is answered; since Close finishes and
 // commits the batch in flight before leaving, none is answered twice.
 func TestQueryServiceRestartMidStream(t *testing.T) {
+	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
 	x := newQIndex(t, 0, 1, 5)
 	p := newQPrompts(4)
@@ -921,6 +924,7 @@ func TestQueryServiceRestartMidStream(t *testing.T) {
 // TestQueryServiceGroupSharesLoad: two instances in one group split the request partitions and
 // every request is answered.
 func TestQueryServiceGroupSharesLoad(t *testing.T) {
+	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
 	x := newQIndex(t, 0, 1, 5)
 	p := newQPrompts(5)
@@ -995,6 +999,7 @@ func TestQueryServiceGroupSharesLoad(t *testing.T) {
 // reply topic by key), and the service goes on. A correlation id over the limit is answered
 // too, cut to fit.
 func TestQueryServiceUndeliverableRoutedReply(t *testing.T) {
+	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
 	x := newQIndex(t, 0, 1, 5)
 	p := newQPrompts(10)
