@@ -17,9 +17,12 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-// The end-of-log readers of the snapshot index on the real broker: the topic is written with
-// transactions like the relays write it, so its log ends with transaction markers that no data
-// record carries.
+// The end-of-log readers of the snapshot index: the topic is written with transactions like the
+// relays write it, so its log ends with transaction markers that no data record carries. Where
+// the end sits behind those markers (the last stable offset of a read_committed reader) is the
+// broker's to show: those tests run on the shared broker. The rest (empty and deleted
+// partitions, records after the listing, a held partition) is the reader's own logic and runs on
+// an in-process kfake cluster.
 
 // indexEnv is one test's snapshot-index topic, a transactional producer on it (records are
 // placed on the partition they name), and the reader's connection.
@@ -33,19 +36,20 @@ type indexEnv struct {
 }
 
 // compacted is the snapshot index's cleanup policy (the broker refuses DeleteRecords on it).
-var compacted = testenv.TopicConfig("cleanup.policy", "compact")
+var compacted = map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}
 
-func newIndexEnv(t *testing.T, partitions int32, opts ...testenv.TopicOption) *indexEnv {
+// newIndexEnv creates the topic on k with configs (nil: the broker's defaults).
+func newIndexEnv(t *testing.T, k *streamtest.Kafka, partitions int32, configs map[string]*string) *indexEnv {
 	t.Helper()
 	codec, err := schemas.NewCodec(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	topic := testenv.NewTopic(t, partitions, opts...)
-	return &indexEnv{t: t, topic: topic, codec: codec, adm: testenv.Admin(t),
-		txn: testenv.Client(t, kgo.TransactionalID(testenv.UniqueName(t, "index-writer")),
+	topic := k.CreateTopicWith(t, testenv.UniqueName(t, "t"), partitions, configs)
+	return &indexEnv{t: t, topic: topic, codec: codec, adm: k.Admin(t),
+		txn: k.Client(t, kgo.TransactionalID(testenv.UniqueName(t, "index-writer")),
 			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DefaultProduceTopic(topic)),
-		opts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}}
+		opts: []kgo.Opt{kgo.SeedBrokers(k.Seeds()...)}}
 }
 
 // entry is an index record of lane at partition p; seq tells entries of one lane apart.
@@ -119,8 +123,9 @@ func wantEntries(t *testing.T, got map[uint8]schemas.SnapshotIndexEntry, err err
 
 // TestSnapshotIndexReadEndsAtCommitMarker: the index's log ends with a commit marker, so its end
 // offset is one past a record that carries no data; the read must end there, not hang.
+// On the shared broker: only it shows where a read_committed end sits behind a commit marker.
 func TestSnapshotIndexReadEndsAtCommitMarker(t *testing.T) {
-	e := newIndexEnv(t, 1, compacted)
+	e := newIndexEnv(t, streamtest.BrokerKafka(t), 1, compacted)
 	recs := e.write(true, e.entry(0, 1, 1), e.entry(0, 2, 1))
 	end, _ := e.listEnd().End(0)
 	if last := recs[len(recs)-1].Offset; end != last+2 {
@@ -133,8 +138,9 @@ func TestSnapshotIndexReadEndsAtCommitMarker(t *testing.T) {
 // TestSnapshotIndexReadEndsAtAbortedTail: partition 0 ends with an aborted transaction after a
 // committed one, partition 1 holds nothing but an aborted transaction. The aborted entries are
 // not read, and the read ends at the abort markers.
+// On the shared broker: only it shows the last stable offset behind aborted transactions.
 func TestSnapshotIndexReadEndsAtAbortedTail(t *testing.T) {
-	e := newIndexEnv(t, 2, compacted)
+	e := newIndexEnv(t, streamtest.BrokerKafka(t), 2, compacted)
 	e.write(true, e.entry(0, 1, 1))
 	e.write(false, e.entry(0, 1, 2), e.entry(0, 5, 1), e.entry(1, 6, 1))
 	got, err := e.read()
@@ -145,7 +151,7 @@ func TestSnapshotIndexReadEndsAtAbortedTail(t *testing.T) {
 // all deleted (log start = end), are caught up without reading; a topic with nothing to read
 // is not fetched at all; a missing topic is a typed error.
 func TestEndOfLogEmptyAndDeletedPartitions(t *testing.T) {
-	e := newIndexEnv(t, 3) // cleanup.policy=delete, so that records can be deleted
+	e := newIndexEnv(t, streamtest.NewFakeKafka(t), 3, nil) // cleanup.policy=delete, so that records can be deleted
 	if end := e.listEnd(); end.Remaining() != 0 {
 		t.Fatalf("an empty topic has %d partitions to read", end.Remaining())
 	}
@@ -188,7 +194,7 @@ func TestEndOfLogEmptyAndDeletedPartitions(t *testing.T) {
 // TestEndOfLogExcludesRecordsAfterListing: entries committed after the end was listed are not
 // part of the read, even when the same fetch returns them.
 func TestEndOfLogExcludesRecordsAfterListing(t *testing.T) {
-	e := newIndexEnv(t, 1, compacted)
+	e := newIndexEnv(t, streamtest.NewFakeKafka(t), 1, compacted)
 	e.write(true, e.entry(0, 1, 1))
 	end := e.listEnd()
 	e.write(true, e.entry(0, 1, 2), e.entry(0, 3, 1))
@@ -213,7 +219,7 @@ func TestEndOfLogExcludesRecordsAfterListing(t *testing.T) {
 // used before the end-of-log reader) would return without partition 1's entries; this one
 // waits for them.
 func TestSnapshotIndexReadWaitsForHeldPartition(t *testing.T) {
-	e := newIndexEnv(t, 2, compacted)
+	e := newIndexEnv(t, streamtest.NewFakeKafka(t), 2, compacted)
 	e.write(true, e.entry(0, 1, 1), e.entry(1, 2, 1))
 	e.write(true, e.entry(1, 2, 2))
 	hold := streamtest.NewFetchHold(e.topic, 2, 1)

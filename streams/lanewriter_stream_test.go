@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
@@ -23,13 +24,45 @@ func streamDeltas(n int) []ckf.Delta {
 	return ds
 }
 
+// The streamed writes' tests run on an in-process kfake cluster: they check what the writer puts
+// in a transaction and when it commits or aborts it, which a read_committed reader of kfake shows
+// as well as a broker. The end of a log behind transaction markers (the last stable offset) is
+// left to endoflog_broker_test.go on the shared broker.
+
+// streamWriter returns a transactional LaneWriter of lane on topic of k, with writeTimeout
+// (0: the default), and the codec it writes with.
+func streamWriter(t *testing.T, k *streamtest.Kafka, topic string, lane uint8, writeTimeout time.Duration) (*streams.LaneWriter, *schemas.Codec) {
+	t.Helper()
+	codec, err := schemas.NewCodec(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, err := producer.NewDcState(ckf.NewCkfConfig(1 << 12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ckf.ProducerIdentity{Pool: streamtest.Pool(100 + uint64(lane)), Incarnation: 1, LayoutGeneration: 1, Format: state.Format()}
+	cl := k.Client(t, append(streams.LaneWriterClientOpts(), kgo.TransactionalID(testenv.UniqueName(t, "txn")))...)
+	cfg := streams.DefaultLaneWriterConfig()
+	cfg.LaneTopic, cfg.Lane, cfg.Transactional = topic, lane, true
+	if writeTimeout > 0 {
+		cfg.WriteTimeout = writeTimeout
+	}
+	w, err := streams.NewLaneWriter(cl, codec, id, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, codec
+}
+
 // TestLaneWriterStreamedDeltasCommitWithTheNextWrite: deltas streamed in two calls become one
 // transaction with the next write, which carries two more; a read_committed reader then finds
 // all four, in order, with their images.
 func TestLaneWriterStreamedDeltasCommitWithTheNextWrite(t *testing.T) {
-	e := streamtest.NewEnv(t, 1<<12)
+	k := streamtest.NewFakeKafka(t)
 	const lane = 3
-	w := e.TransactionalProducer(lane, 1).Writer
+	lanes := k.NewTopic(t, 16)
+	w, codec := streamWriter(t, k, lanes, lane, 0)
 	ds := streamDeltas(4)
 	for _, part := range [][]ckf.Delta{ds[:1], ds[1:2]} {
 		if err := w.StreamDeltas(part); err != nil {
@@ -39,12 +72,12 @@ func TestLaneWriterStreamedDeltasCommitWithTheNextWrite(t *testing.T) {
 	if err := w.WriteDeltas(context.Background(), ds[2:]); err != nil {
 		t.Fatal(err)
 	}
-	recs := streamtest.LaneRecords(t, e.Topics.Lanes, lane)
+	recs := k.LaneRecords(t, lanes, lane)
 	if len(recs) != len(ds) {
 		t.Fatalf("%d committed records, want %d", len(recs), len(ds))
 	}
 	for i, rec := range recs {
-		lr, err := e.Codec.DecodeLaneRecord(rec.Value)
+		lr, err := codec.DecodeLaneRecord(rec.Value)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,16 +93,8 @@ func TestLaneWriterStreamedDeltasCommitWithTheNextWrite(t *testing.T) {
 // (its partition does not exist) makes the write that would commit it fail instead of
 // committing without it.
 func TestLaneWriterStreamedDeltaFailureAbortsTheCommit(t *testing.T) {
-	e := streamtest.NewEnv(t, 1<<12)
-	topic := testenv.NewTopic(t, 1)
-	id, _ := e.ProducerState(5, 1)
-	cl := e.Cluster.Client(t, append(streams.LaneWriterClientOpts(), kgo.TransactionalID(testenv.UniqueName(t, "txn")))...)
-	cfg := streams.DefaultLaneWriterConfig()
-	cfg.LaneTopic, cfg.Lane, cfg.Transactional, cfg.WriteTimeout = topic, 5, true, 2*time.Second
-	w, err := streams.NewLaneWriter(cl, e.Codec, id, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := streamtest.NewFakeKafka(t)
+	w, _ := streamWriter(t, k, k.NewTopic(t, 1), 5, 2*time.Second)
 	if err := w.StreamDeltas(streamDeltas(2)); err != nil {
 		t.Fatal(err)
 	}
@@ -82,9 +107,10 @@ func TestLaneWriterStreamedDeltaFailureAbortsTheCommit(t *testing.T) {
 // streamed deltas committed in the background are all visible to a read_committed reader once
 // the outcome arrives, and the writer then starts the next transaction as usual.
 func TestLaneWriterCommitStreamedAsync(t *testing.T) {
-	e := streamtest.NewEnv(t, 1<<12)
+	k := streamtest.NewFakeKafka(t)
 	const lane = 4
-	w := e.TransactionalProducer(lane, 1).Writer
+	lanes := k.NewTopic(t, 16)
+	w, _ := streamWriter(t, k, lanes, lane, 0)
 	if _, ok := w.CommitStreamedAsync(context.Background()); ok {
 		t.Fatal("a commit started with no streamed transaction open")
 	}
@@ -99,13 +125,13 @@ func TestLaneWriterCommitStreamedAsync(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("background commit: %v", err)
 	}
-	if recs := streamtest.LaneRecords(t, e.Topics.Lanes, lane); len(recs) != 2 {
+	if recs := k.LaneRecords(t, lanes, lane); len(recs) != 2 {
 		t.Fatalf("%d committed records after the background commit, want 2", len(recs))
 	}
 	if err := w.WriteDeltas(context.Background(), ds[2:]); err != nil {
 		t.Fatalf("the write after a background commit: %v", err)
 	}
-	if recs := streamtest.LaneRecords(t, e.Topics.Lanes, lane); len(recs) != 3 {
+	if recs := k.LaneRecords(t, lanes, lane); len(recs) != 3 {
 		t.Fatalf("%d committed records, want 3", len(recs))
 	}
 }
@@ -113,16 +139,8 @@ func TestLaneWriterCommitStreamedAsync(t *testing.T) {
 // TestLaneWriterCommitStreamedAsyncFailure: a streamed delta that cannot be delivered makes the
 // background commit report an error instead of committing without it.
 func TestLaneWriterCommitStreamedAsyncFailure(t *testing.T) {
-	e := streamtest.NewEnv(t, 1<<12)
-	topic := testenv.NewTopic(t, 1)
-	id, _ := e.ProducerState(5, 1)
-	cl := e.Cluster.Client(t, append(streams.LaneWriterClientOpts(), kgo.TransactionalID(testenv.UniqueName(t, "txn")))...)
-	cfg := streams.DefaultLaneWriterConfig()
-	cfg.LaneTopic, cfg.Lane, cfg.Transactional, cfg.WriteTimeout = topic, 5, true, 2*time.Second
-	w, err := streams.NewLaneWriter(cl, e.Codec, id, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := streamtest.NewFakeKafka(t)
+	w, _ := streamWriter(t, k, k.NewTopic(t, 1), 5, 2*time.Second)
 	if err := w.StreamDeltas(streamDeltas(2)); err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,8 @@ type Outputs struct {
 
 	laneEventsTopic, deadLetterTopic, controlTopic string
 
-	produced, failed atomic.Int64
+	// failed counts the outputs not produced (Failed); the log line of each says which.
+	failed atomic.Int64
 }
 
 // OutputTopics names the topics Outputs writes.
@@ -53,9 +54,7 @@ func (o *Outputs) produce(topic string, key, value []byte, what string) {
 		if err != nil {
 			o.failed.Add(1)
 			o.log.Warn("output record not produced", zap.String("what", what), zap.String("topic", topic), zap.Error(err))
-			return
 		}
-		o.produced.Add(1)
 	})
 }
 

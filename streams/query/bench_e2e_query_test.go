@@ -300,13 +300,13 @@ func BenchmarkE2EQueryKafka(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tp := qTopics{requests: testenv.NewTopic(b, 4), replies: testenv.NewTopic(b, 4), deadLetters: testenv.NewTopic(b, 1)}
+	tp := newQTopics(b, streamtest.BrokerKafka(b), 4)
 	qcfg := query.DefaultQueryConfig()
 	qcfg.RequestTopic, qcfg.ReplyTopic, qcfg.DeadLetterTopic = tp.requests, tp.replies, tp.deadLetters
 	qcfg.Group = testenv.UniqueName(b, "bench-q")
 	svc, err := query.NewQueryService(query.QueryServiceParams{
 		Config:   qcfg,
-		Answerer: x.ans, Codec: codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)},
+		Answerer: x.ans, Codec: codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(tp.k.Seeds()...)},
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -321,7 +321,7 @@ func BenchmarkE2EQueryKafka(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	echo50, echo99 := qEchoFloor(b, 500) // the floor under any request-reply over Kafka
+	echo50, echo99 := qEchoFloor(b, tp.k, 500) // the floor under any request-reply over Kafka
 	for _, callers := range pfCallers {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			var pt pfLoadPoint

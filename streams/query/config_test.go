@@ -92,8 +92,9 @@ func TestQueryClientConfigValidate(t *testing.T) {
 		_, err := query.NewQueryClient(context.Background(), query.QueryClientParams{Config: c, Codec: codec})
 		streamtest.WantConfigError(t, err, "query client", tc.field)
 	}
-	// The legal zero, RequestLinger 0 (the default: requests sent at once), on the real broker.
-	tp := newQTopics(t, 1)
+	// The legal zero, RequestLinger 0 (the default: requests sent at once), on an in-process
+	// cluster.
+	tp := newQTopics(t, streamtest.NewFakeKafka(t), 1)
 	c := qNewClient(t, codec, tp, query.DefaultQueryClientConfig())
 	want := query.DefaultQueryClientConfig()
 	want.RequestTopic, want.ReplyTopic = tp.requests, tp.replies

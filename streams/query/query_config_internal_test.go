@@ -8,6 +8,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -16,13 +17,15 @@ import (
 // linger (it once meant "the default, 1 ms").
 func TestQueryServiceReplyLinger(t *testing.T) {
 	g, codec, _ := oneLaneIndexer(t, 1024)
+	// The client joins its group as soon as it is built: an in-process cluster answers at once.
+	k := streamtest.NewFakeKafka(t)
 	for _, linger := range []time.Duration{0, time.Millisecond, 7 * time.Millisecond} {
 		cfg := DefaultQueryConfig()
 		cfg.ReplyLinger = linger
 		// A group and a request topic of this test alone: the client joins the group at once.
 		cfg.RequestTopic, cfg.Group = testenv.UniqueName(t, "queries"), testenv.UniqueName(t, "g")
 		s, err := NewQueryService(QueryServiceParams{Config: cfg, Answerer: NewAnswerer(g, nil), Codec: codec,
-			ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}})
+			ClientOpts: []kgo.Opt{kgo.SeedBrokers(k.Seeds()...)}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
 	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -25,8 +26,9 @@ import (
 )
 
 // Query path tests: a ckf.GlobalIndexer filled in the test (producer DcStates snapshotted into
-// claimed lanes), the QueryService on the real broker, and observers of the reply and
-// dead-letter topics.
+// claimed lanes), the QueryService on an in-process kfake cluster (its group membership, batches,
+// replies, dead letters and commits need nothing a real broker alone shows), and observers of the
+// reply and dead-letter topics. TestQueryRoundTripLatency alone runs on the shared broker.
 
 const qConsumer ckf.ConsumerInstanceID = 77
 
@@ -227,50 +229,12 @@ func qSameAnswer(got, want schemas.QueryReply) error {
 
 // qTopics are one test's query topics.
 type qTopics struct {
+	k                              *streamtest.Kafka
 	requests, replies, deadLetters string
 }
 
-func newQTopics(t *testing.T, requestPartitions int32) qTopics {
-	return qTopics{requests: testenv.NewTopic(t, requestPartitions), replies: testenv.NewTopic(t, 4), deadLetters: testenv.NewTopic(t, 1)}
-}
-
-// qCreateTopic creates a topic with a chosen name (deleted when the test ends).
-func qCreateTopic(t *testing.T, name string, partitions int32) string {
-	t.Helper()
-	adm := testenv.Admin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, name)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatalf("create topic %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, name)
-	})
-	// Wait until every partition has a leader, as testenv.NewTopic does.
-	var last error
-	testenv.WaitUntil(t, 30*time.Second, "topic "+name+" has a leader on every partition", func() bool {
-		md, err := adm.Metadata(ctx, name)
-		if last = err; err != nil {
-			return false
-		}
-		td, ok := md.Topics[name]
-		if !ok || td.Err != nil || len(td.Partitions) != int(partitions) {
-			return false
-		}
-		for _, p := range td.Partitions {
-			if p.Leader < 0 || p.Err != nil {
-				return false
-			}
-		}
-		return true
-	}, func() string { return fmt.Sprintf("last metadata error %v", last) })
-	return name
+func newQTopics(t testing.TB, k *streamtest.Kafka, requestPartitions int32) qTopics {
+	return qTopics{k: k, requests: k.NewTopic(t, requestPartitions), replies: k.NewTopic(t, 4), deadLetters: k.NewTopic(t, 1)}
 }
 
 func qCodec(t testing.TB) *schemas.Codec {
@@ -291,11 +255,11 @@ func qConfig(tp qTopics, group string) query.QueryConfig {
 }
 
 // qNewService builds a service; the caller starts and closes it.
-func qNewService(t *testing.T, ans *query.Answerer, codec *schemas.Codec, cfg query.QueryConfig, scope tally.Scope, extra ...kgo.Opt) *query.QueryService {
+func qNewService(t *testing.T, k *streamtest.Kafka, ans *query.Answerer, codec *schemas.Codec, cfg query.QueryConfig, scope tally.Scope, extra ...kgo.Opt) *query.QueryService {
 	t.Helper()
 	svc, err := query.NewQueryService(query.QueryServiceParams{
 		Config: cfg, Answerer: ans, Codec: codec, Metrics: scope,
-		ClientOpts: append([]kgo.Opt{kgo.SeedBrokers(testenv.Brokers(t)...)}, extra...),
+		ClientOpts: append([]kgo.Opt{kgo.SeedBrokers(k.Seeds()...)}, extra...),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -305,9 +269,9 @@ func qNewService(t *testing.T, ans *query.Answerer, codec *schemas.Codec, cfg qu
 
 // qStartService builds and starts a service that is closed (and must stop cleanly) when the
 // test ends.
-func qStartService(t *testing.T, ans *query.Answerer, codec *schemas.Codec, cfg query.QueryConfig, scope tally.Scope) *query.QueryService {
+func qStartService(t *testing.T, k *streamtest.Kafka, ans *query.Answerer, codec *schemas.Codec, cfg query.QueryConfig, scope tally.Scope) *query.QueryService {
 	t.Helper()
-	svc := qNewService(t, ans, codec, cfg, scope)
+	svc := qNewService(t, k, ans, codec, cfg, scope)
 	if err := svc.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -323,6 +287,7 @@ func qStartService(t *testing.T, ans *query.Answerer, codec *schemas.Codec, cfg 
 
 // qObserver reads a whole topic from its start and keeps every decoded record by key.
 type qObserver[T any] struct {
+	k    *streamtest.Kafka
 	mu   sync.Mutex
 	byID map[string][]T
 	recs map[string][]*kgo.Record
@@ -331,10 +296,10 @@ type qObserver[T any] struct {
 	next map[int32]int64
 }
 
-func qObserve[T any](t *testing.T, topic string, decode func([]byte) (T, error), key func(T, *kgo.Record) string) *qObserver[T] {
+func qObserve[T any](t *testing.T, k *streamtest.Kafka, topic string, decode func([]byte) (T, error), key func(T, *kgo.Record) string) *qObserver[T] {
 	t.Helper()
-	o := &qObserver[T]{byID: map[string][]T{}, recs: map[string][]*kgo.Record{}, next: map[int32]int64{}}
-	cl := testenv.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	o := &qObserver[T]{k: k, byID: map[string][]T{}, recs: map[string][]*kgo.Record{}, next: map[int32]int64{}}
+	cl := k.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -412,7 +377,7 @@ func (o *qObserver[T]) waitIDs(t *testing.T, ids []string, within time.Duration)
 // it has now: every record written to the topic before the call has then been seen.
 func (o *qObserver[T]) waitCaughtUp(t *testing.T, topic string, partitions int32, within time.Duration) {
 	t.Helper()
-	ends := qEndOffsets(t, topic, partitions)
+	ends := qEndOffsets(t, o.k, topic, partitions)
 	testenv.WaitUntil(t, within, "the observer reads "+topic+" to its end", func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
@@ -429,13 +394,13 @@ func (o *qObserver[T]) waitCaughtUp(t *testing.T, topic string, partitions int32
 	})
 }
 
-func qReplies(t *testing.T, codec *schemas.Codec, topic string) *qObserver[schemas.QueryReply] {
-	return qObserve(t, topic, codec.DecodeQueryReply, func(r schemas.QueryReply, _ *kgo.Record) string { return r.CorrelationID })
+func qReplies(t *testing.T, k *streamtest.Kafka, codec *schemas.Codec, topic string) *qObserver[schemas.QueryReply] {
+	return qObserve(t, k, topic, codec.DecodeQueryReply, func(r schemas.QueryReply, _ *kgo.Record) string { return r.CorrelationID })
 }
 
 // qDeadLetters keys dead letters by source coordinates "partition/offset".
-func qDeadLetters(t *testing.T, codec *schemas.Codec, topic string) *qObserver[schemas.DeadLetter] {
-	return qObserve(t, topic, codec.DecodeDeadLetter, func(d schemas.DeadLetter, _ *kgo.Record) string {
+func qDeadLetters(t *testing.T, k *streamtest.Kafka, codec *schemas.Codec, topic string) *qObserver[schemas.DeadLetter] {
+	return qObserve(t, k, topic, codec.DecodeDeadLetter, func(d schemas.DeadLetter, _ *kgo.Record) string {
 		return fmt.Sprintf("%d/%d", d.SourcePartition, d.SourceOffset)
 	})
 }
@@ -612,11 +577,13 @@ func TestQueryAnswerMatchesIndexer(t *testing.T) {
 	}
 }
 
-// TestQueryServiceAnswersOverKafka runs the service on the broker and checks replies against
+// TestQueryServiceAnswersOverKafka runs the service on an in-process cluster and checks replies against
 // FindPrefixMatches for hash and token queries, lane and eligibility masks, UNAVAILABLE, the
 // reply routing (request's topic and partition) and the invalid and undecodable paths with their
 // dead letters.
 func TestQueryServiceAnswersOverKafka(t *testing.T) {
+	t.Parallel() // its own in-process cluster
+	k := streamtest.NewFakeKafka(t)
 	x := newQIndex(t, 0, 1, 5)
 	p := newQPrompts(2)
 	p.fill(x)
@@ -625,15 +592,15 @@ func TestQueryServiceAnswersOverKafka(t *testing.T) {
 	eligible.Store(0xFFFF)
 	ans := query.NewAnswerer(x.g, func() uint16 { return uint16(eligible.Load()) })
 	codec := qCodec(t)
-	tp := newQTopics(t, 2)
-	altReplies := qCreateTopic(t, tp.replies+"-ok-alt", 2)
+	tp := newQTopics(t, k, 2)
+	altReplies := tp.k.CreateTopic(t, tp.replies+"-ok-alt", 2)
 	scope := tally.NewTestScope("", nil)
 	group := testenv.UniqueName(t, "g")
-	qStartService(t, ans, codec, qConfig(tp, group), scope)
-	replies := qReplies(t, codec, tp.replies)
-	alt := qReplies(t, codec, altReplies)
-	dlq := qDeadLetters(t, codec, tp.deadLetters)
-	prod := testenv.Client(t)
+	qStartService(t, k, ans, codec, qConfig(tp, group), scope)
+	replies := qReplies(t, k, codec, tp.replies)
+	alt := qReplies(t, k, codec, altReplies)
+	dlq := qDeadLetters(t, k, codec, tp.deadLetters)
+	prod := k.Client(t)
 
 	// 1. Hash and token queries, all lanes eligible.
 	var keys []string
@@ -748,7 +715,7 @@ func TestQueryServiceAnswersOverKafka(t *testing.T) {
 	// request only once its reply or dead letter is acknowledged, so when the group's committed
 	// offsets reach the end of the request topic, every reply it will ever write for these
 	// requests is on the reply topics; the observers then read those topics to their end.
-	qWaitCommitted(t, group, tp.requests, 2)
+	qWaitCommitted(t, k, group, tp.requests, 2)
 	replies.waitCaughtUp(t, tp.replies, 4, time.Minute)
 	alt.waitCaughtUp(t, altReplies, 2, time.Minute)
 	if n, _ := replies.count(); n != len(want)+1+3+1 {
@@ -789,11 +756,11 @@ func qRequests(t testing.TB, codec *schemas.Codec, p qPrompts, prefix string, fr
 }
 
 // qCommitted returns the group's committed offset per partition of topic (-1 when none).
-func qCommitted(t *testing.T, group, topic string, partitions int32) []int64 {
+func qCommitted(t *testing.T, k *streamtest.Kafka, group, topic string, partitions int32) []int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	got, err := testenv.Admin(t).FetchOffsets(ctx, group)
+	got, err := k.Admin(t).FetchOffsets(ctx, group)
 	if err != nil {
 		t.Fatalf("fetch offsets of %s: %v", group, err)
 	}
@@ -808,11 +775,11 @@ func qCommitted(t *testing.T, group, topic string, partitions int32) []int64 {
 }
 
 // qEndOffsets returns the end offset of every partition of topic.
-func qEndOffsets(t *testing.T, topic string, partitions int32) []int64 {
+func qEndOffsets(t *testing.T, k *streamtest.Kafka, topic string, partitions int32) []int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ends, err := testenv.Admin(t).ListEndOffsets(ctx, topic)
+	ends, err := k.Admin(t).ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -829,22 +796,24 @@ func qEndOffsets(t *testing.T, topic string, partitions int32) []int64 {
 // committed nothing; a healthy service in the same group then answers every request, the failed
 // batch included (at-least-once: nothing is lost).
 func TestQueryServiceCommitsOnlyAfterReplies(t *testing.T) {
+	t.Parallel() // its own in-process cluster
+	k := streamtest.NewFakeKafka(t)
 	x := newQIndex(t, 0, 1, 5)
 	p := newQPrompts(3)
 	p.fill(x)
 	x.activate(0, 1, 5)
 	ans := query.NewAnswerer(x.g, nil)
 	codec := qCodec(t)
-	tp := newQTopics(t, 2)
+	tp := newQTopics(t, k, 2)
 	group := testenv.UniqueName(t, "g")
 	ids, values := qRequests(t, codec, p, "r", 0, 60)
-	qProduce(t, testenv.Client(t), tp.requests, ids, values)
+	qProduce(t, k.Client(t), tp.requests, ids, values)
 
 	broken := qConfig(tp, group)
 	broken.ReplyTopic = tp.replies + "-missing" // auto-creation is off on the test broker
 	broken.ReplyTimeout = 3 * time.Second
 	broken.MaxBatchRecords = 16
-	a := qNewService(t, ans, codec, broken, nil, kgo.UnknownTopicRetries(1))
+	a := qNewService(t, k, ans, codec, broken, nil, kgo.UnknownTopicRetries(1))
 	errc := make(chan error, 1)
 	go func() { errc <- a.Run(context.Background()) }()
 	var err error
@@ -858,30 +827,30 @@ func TestQueryServiceCommitsOnlyAfterReplies(t *testing.T) {
 		t.Fatalf("Run returned %v, want a QueryBatchError for %s", err, broken.ReplyTopic)
 	}
 	t.Logf("first service stopped as expected: %v", err)
-	for part, off := range qCommitted(t, group, tp.requests, 2) {
+	for part, off := range qCommitted(t, k, group, tp.requests, 2) {
 		if off >= 0 {
 			t.Fatalf("partition %d: offset %d committed although no reply was acknowledged", part, off)
 		}
 	}
 
-	replies := qReplies(t, codec, tp.replies)
-	qStartService(t, ans, codec, qConfig(tp, group), nil)
+	replies := qReplies(t, k, codec, tp.replies)
+	qStartService(t, k, ans, codec, qConfig(tp, group), nil)
 	replies.waitIDs(t, ids, time.Minute)
 	for _, id := range ids {
 		if r := replies.get(id)[0]; r.Status != schemas.QueryOK {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}
-	qWaitCommitted(t, group, tp.requests, 2)
+	qWaitCommitted(t, k, group, tp.requests, 2)
 }
 
 // qWaitCommitted waits until the group has committed the end offset of every partition.
-func qWaitCommitted(t *testing.T, group, topic string, partitions int32) {
+func qWaitCommitted(t *testing.T, k *streamtest.Kafka, group, topic string, partitions int32) {
 	t.Helper()
-	ends := qEndOffsets(t, topic, partitions)
+	ends := qEndOffsets(t, k, topic, partitions)
 	var got []int64
 	testenv.WaitUntil(t, 30*time.Second, "group "+group+" commits the end offsets of "+topic, func() bool {
-		got = qCommitted(t, group, topic, partitions)
+		got = qCommitted(t, k, group, topic, partitions)
 		return slices.Equal(got, ends)
 	}, func() string { return fmt.Sprintf("committed %v, end offsets %v", got, ends) })
 }
@@ -890,18 +859,20 @@ func qWaitCommitted(t *testing.T, group, topic string, partitions int32) {
 // gracefully and another takes over. Every request is answered; since Close finishes and
 // commits the batch in flight before leaving, none is answered twice.
 func TestQueryServiceRestartMidStream(t *testing.T) {
+	t.Parallel() // its own in-process cluster
+	k := streamtest.NewFakeKafka(t)
 	x := newQIndex(t, 0, 1, 5)
 	p := newQPrompts(4)
 	p.fill(x)
 	x.activate(0, 1, 5)
 	ans := query.NewAnswerer(x.g, nil)
 	codec := qCodec(t)
-	tp := newQTopics(t, 4)
+	tp := newQTopics(t, k, 4)
 	group := testenv.UniqueName(t, "g")
 	cfg := qConfig(tp, group)
 	cfg.MaxBatchRecords = 8
-	replies := qReplies(t, codec, tp.replies)
-	prod := testenv.Client(t, kgo.ProducerLinger(0))
+	replies := qReplies(t, k, codec, tp.replies)
+	prod := k.Client(t, kgo.ProducerLinger(0))
 
 	const total, chunk = 600, 10
 	ids, values := qRequests(t, codec, p, "s", 0, total)
@@ -925,7 +896,7 @@ func TestQueryServiceRestartMidStream(t *testing.T) {
 		}
 	}()
 
-	a := qNewService(t, ans, codec, cfg, nil)
+	a := qNewService(t, k, ans, codec, cfg, nil)
 	if err := a.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -939,7 +910,7 @@ func TestQueryServiceRestartMidStream(t *testing.T) {
 	}
 	cancel()
 	byA, _ := replies.count()
-	qStartService(t, ans, codec, cfg, nil)
+	qStartService(t, k, ans, codec, cfg, nil)
 	<-produced
 	replies.waitIDs(t, ids, 2*time.Minute)
 	nIDs, nReplies := replies.count()
@@ -947,26 +918,28 @@ func TestQueryServiceRestartMidStream(t *testing.T) {
 	if nIDs != total || nReplies != total {
 		t.Fatalf("%d distinct ids and %d replies for %d requests: a graceful restart must neither lose nor repeat", nIDs, nReplies, total)
 	}
-	qWaitCommitted(t, group, tp.requests, 4)
+	qWaitCommitted(t, k, group, tp.requests, 4)
 }
 
 // TestQueryServiceGroupSharesLoad: two instances in one group split the request partitions and
 // every request is answered.
 func TestQueryServiceGroupSharesLoad(t *testing.T) {
+	t.Parallel() // its own in-process cluster
+	k := streamtest.NewFakeKafka(t)
 	x := newQIndex(t, 0, 1, 5)
 	p := newQPrompts(5)
 	p.fill(x)
 	x.activate(0, 1, 5)
 	ans := query.NewAnswerer(x.g, nil)
 	codec := qCodec(t)
-	tp := newQTopics(t, 4)
+	tp := newQTopics(t, k, 4)
 	group := testenv.UniqueName(t, "g")
 	scopes := []tally.TestScope{tally.NewTestScope("", nil), tally.NewTestScope("", nil)}
 	for _, s := range scopes {
-		qStartService(t, ans, codec, qConfig(tp, group), s)
+		qStartService(t, k, ans, codec, qConfig(tp, group), s)
 	}
 	// Wait until both members hold partitions, so the load can split.
-	adm := testenv.Admin(t)
+	adm := k.Admin(t)
 	var (
 		holding int
 		state   string
@@ -990,9 +963,9 @@ func TestQueryServiceGroupSharesLoad(t *testing.T) {
 		}
 		return state == "Stable" && holding == 2
 	}, func() string { return fmt.Sprintf("last: state %q, %d holding, %v", state, holding, err) })
-	replies := qReplies(t, codec, tp.replies)
+	replies := qReplies(t, k, codec, tp.replies)
 	ids, values := qRequests(t, codec, p, "l", 0, 400)
-	qProduce(t, testenv.Client(t), tp.requests, ids, values)
+	qProduce(t, k.Client(t), tp.requests, ids, values)
 	replies.waitIDs(t, ids, time.Minute)
 	a, b := qCounter(scopes[0], "query.requests_total", nil), qCounter(scopes[1], "query.requests_total", nil)
 	t.Logf("instance A answered %d requests, instance B %d", a, b)
@@ -1026,15 +999,17 @@ func TestQueryServiceGroupSharesLoad(t *testing.T) {
 // reply topic by key), and the service goes on. A correlation id over the limit is answered
 // too, cut to fit.
 func TestQueryServiceUndeliverableRoutedReply(t *testing.T) {
+	t.Parallel() // its own in-process cluster
+	k := streamtest.NewFakeKafka(t)
 	x := newQIndex(t, 0, 1, 5)
 	p := newQPrompts(10)
 	p.fill(x)
 	x.activate(0, 1, 5)
 	codec := qCodec(t)
-	tp := newQTopics(t, 1)
+	tp := newQTopics(t, k, 1)
 	cfg := qConfig(tp, testenv.UniqueName(t, "g"))
-	altReplies := qCreateTopic(t, tp.replies+"-ok-alt", 2)
-	svc := qNewService(t, query.NewAnswerer(x.g, nil), codec, cfg, nil, kgo.UnknownTopicRetries(1))
+	altReplies := tp.k.CreateTopic(t, tp.replies+"-ok-alt", 2)
+	svc := qNewService(t, k, query.NewAnswerer(x.g, nil), codec, cfg, nil, kgo.UnknownTopicRetries(1))
 	if err := svc.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -1043,9 +1018,9 @@ func TestQueryServiceUndeliverableRoutedReply(t *testing.T) {
 			t.Errorf("close: %v", err)
 		}
 	})
-	replies := qReplies(t, codec, tp.replies)
-	alt := qReplies(t, codec, altReplies)
-	dlq := qDeadLetters(t, codec, tp.deadLetters)
+	replies := qReplies(t, k, codec, tp.replies)
+	alt := qReplies(t, k, codec, altReplies)
+	dlq := qDeadLetters(t, k, codec, tp.deadLetters)
 	missingTopic := qHashRequest("to-missing-topic", p.a)
 	missingTopic.ReplyTopic = tp.replies + "-ok-never-created"
 	missingPart := qHashRequest("to-missing-partition", p.a)
@@ -1055,7 +1030,7 @@ func TestQueryServiceUndeliverableRoutedReply(t *testing.T) {
 	missingBoth := qHashRequest("to-missing-topic-and-partition", p.a)
 	missingBoth.ReplyTopic, missingBoth.ReplyPartition = tp.replies+"-ok-never-created", schemas.Some[int32](5)
 	longID := strings.Repeat("l", 255) + "€" // 258 bytes: cut to the 255 before the euro sign
-	rs := qProduce(t, testenv.Client(t), tp.requests, []string{"a", "b", "c", "d", "e", "f"},
+	rs := qProduce(t, k.Client(t), tp.requests, []string{"a", "b", "c", "d", "e", "f"},
 		[][]byte{qEncode(t, codec, missingTopic), qEncode(t, codec, missingPart), qEncode(t, codec, altMissingPart),
 			qEncode(t, codec, missingBoth), qRawTokenRequest(codec, longID, p.tokens, 4, altReplies, 1),
 			qEncode(t, codec, qHashRequest("after", p.b))})
