@@ -11,6 +11,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/streams/lanes"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/uber-go/tally/v4"
 )
 
 // committedLanes fetches group's committed offsets on the lane topic, by partition.
@@ -76,7 +77,8 @@ func TestIndexerCommitsAppliedOffsetsToLagGroup(t *testing.T) {
 	// group past the records written after the restart.
 	ri.Stop()
 	cfg.LagCommitInterval = time.Hour
-	ri = e.StartIndexer(m, cfg)
+	scope := tally.NewTestScope("", nil)
+	ri = e.StartIndexerWith(m, cfg, func(ix *lanes.Indexer) { lanes.SetMetrics(ix, scope) })
 	for _, p := range ps {
 		p.StoreChain(6, nil, 0)
 		streamtest.WaitLane(t, ri, p, streamtest.Converge)
@@ -95,7 +97,7 @@ func TestIndexerCommitsAppliedOffsetsToLagGroup(t *testing.T) {
 	if len(c) != len(laneNums) {
 		t.Errorf("committed partitions %v; want exactly the configured lanes %v", c, laneNums)
 	}
-	if n := ri.Indexer.LagCommits(); n != 1 {
+	if n := scope.Snapshot().Counters()["indexer.lag_commits_total+"].Value(); n != 1 {
 		t.Errorf("%d lag commits in the second run; want 1 (the stop's)", n)
 	}
 }
