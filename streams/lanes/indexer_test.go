@@ -2,7 +2,6 @@ package lanes_test
 
 import (
 	"context"
-	"fmt"
 	"math/bits"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
-	"github.com/ckf-stream/ckf-stream/streams/lanes"
 	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -146,63 +144,6 @@ func TestIndexerRestartWithoutRetainedSnapshot(t *testing.T) {
 	p.Snapshot() // the relay answers the request
 	p.StoreChain(3, nil, 0)
 	streamtest.WaitLane(t, ri, p, streamtest.Converge)
-}
-
-// TestIndexerFreshnessExcludesSilentLane: a lane whose producer falls silent is excluded from
-// answers after the freshness policy's time bound and readmitted when records flow again.
-func TestIndexerFreshnessExcludesSilentLane(t *testing.T) {
-	e := streamtest.NewEnv(t, 4096)
-	p := e.Producer(6, 1)
-	p.Snapshot()
-	chain := p.StoreChain(5, nil, 0)
-	events := e.WatchEvents()
-	cfg := e.IndexerConfig()
-	cfg.Freshness.MaxTimeLag = 1500 * time.Millisecond
-	ri := e.StartIndexer(e.Manifest(41, 6), cfg)
-	streamtest.WaitLane(t, ri, p, streamtest.Converge)
-	events.WaitFor(t, 6, streamtest.Converge, "EXCLUDED_FOR_LAG", streamtest.KindIs(schemas.EventExcludedForLag))
-	if ri.Indexer.EligibleLanes() != 0 {
-		t.Fatalf("eligible lanes %016b: the silent lane must be excluded", ri.Indexer.EligibleLanes())
-	}
-	if ri.Indexer.GlobalIndexer().ReadyLanes() == 0 {
-		t.Fatal("exclusion must not retire the lane")
-	}
-	if err := p.Writer.WriteHeartbeat(context.Background(), p.Publisher.LastSequence()); err != nil {
-		t.Fatal(err)
-	}
-	events.WaitFor(t, 6, streamtest.Converge, "READMITTED", streamtest.KindIs(schemas.EventReadmitted))
-	if ri.Indexer.EligibleLanes() != 1<<6 {
-		t.Fatalf("eligible lanes %016b after a heartbeat, want lane 6", ri.Indexer.EligibleLanes())
-	}
-	if m, err := ri.Indexer.GlobalIndexer().FindPrefixMatches(chain); err != nil || m.Lanes[6].Depth != uint32(len(chain)) {
-		t.Fatalf("query after readmission: %+v %v", m, err)
-	}
-}
-
-// TestIndexerFreshnessZeroBoundsNotChecked: the zero policy checks neither bound: a ready lane
-// whose last record ages is reported with its time lag and stays in answers (a zero bound once
-// meant "the default bound").
-func TestIndexerFreshnessZeroBoundsNotChecked(t *testing.T) {
-	e := streamtest.NewEnv(t, 4096)
-	p := e.Producer(7, 1)
-	p.Snapshot()
-	p.StoreChain(5, nil, 0)
-	cfg := e.IndexerConfig()
-	cfg.Freshness = lanes.FreshnessPolicy{}
-	ri := e.StartIndexer(e.Manifest(42, 7), cfg)
-	streamtest.WaitLane(t, ri, p, streamtest.Converge)
-	var st lanes.LaneStatus
-	// Lag, readiness and exclusion are reported together, by the check that decides exclusion.
-	testenv.WaitUntil(t, streamtest.Converge, "the lane reports a time lag", func() bool {
-		st = streamtest.LaneStatus(ri, 7)
-		return st.Ready && st.LagTime > 0
-	}, func() string { return fmt.Sprintf("status %+v", st) })
-	if st.Excluded {
-		t.Fatalf("lane excluded with no bound checked: %+v", st)
-	}
-	if ri.Indexer.EligibleLanes() != 1<<7 {
-		t.Fatalf("eligible lanes %016b, want lane 7", ri.Indexer.EligibleLanes())
-	}
 }
 
 // compareKafkaQueries sends queries over the query topics (QueryService + QueryClient on the real
