@@ -39,7 +39,9 @@ func committedLanes(t *testing.T, adm *kadm.Client, group, topic string) map[int
 // offset after the last record it applied into IndexerLagGroup("", instance) (the name derived
 // when LagGroup is empty): periodically while it runs, and at a graceful stop, so that the group
 // shows exactly where the replica stopped. Lanes outside the manifest get no commit.
+// Broker: the commits land in a consumer group that standard lag tools read (OffsetFetch).
 func TestIndexerCommitsAppliedOffsetsToLagGroup(t *testing.T) {
+	t.Parallel()
 	e := streamtest.NewEnv(t, 4096)
 	const instance = ckf.ConsumerInstanceID(0x5eed0001)
 	laneNums := []uint8{2, 9}

@@ -18,7 +18,9 @@ import (
 // TestIndexerEndToEndFourLanes: four producers publish snapshots and deltas; the indexer's
 // tables and answers equal the in-process reference for the same streams, including across a
 // producer's second snapshot, removals and clears.
+// Broker: the whole path, producers' writers and the indexer's clients on real topics, and answers over the query topics.
 func TestIndexerEndToEndFourLanes(t *testing.T) {
+	t.Parallel()
 	e := streamtest.NewEnv(t, 4096)
 	lanes := []uint8{0, 3, 7, 15}
 	m := e.Manifest(11, lanes...)
@@ -68,7 +70,9 @@ func TestIndexerEndToEndFourLanes(t *testing.T) {
 
 // TestIndexerRestartRestoresFromIndex: a restarted indexer (a new consumer instance) restores
 // every lane from the snapshot index and the log, without asking the producers for anything.
+// Broker: the restore reads the compacted snapshot-index topic and seeks the lane partitions there.
 func TestIndexerRestartRestoresFromIndex(t *testing.T) {
+	t.Parallel()
 	e := streamtest.NewEnv(t, 4096)
 	lanes := []uint8{1, 2, 5, 9}
 	var ps []*streamtest.Producer
@@ -112,7 +116,9 @@ func TestIndexerRestartRestoresFromIndex(t *testing.T) {
 
 // TestIndexerRestartWithoutRetainedSnapshot: when the indexed snapshot is no longer retained,
 // the restarted indexer asks the relay for one on the control topic and waits for it.
+// Broker: retention (DeleteRecords) removes the indexed snapshot from the log.
 func TestIndexerRestartWithoutRetainedSnapshot(t *testing.T) {
+	t.Parallel()
 	e := streamtest.NewEnv(t, 4096)
 	p := e.Producer(4, 1)
 	p.Snapshot()

@@ -17,6 +17,7 @@ import (
 // 512-bucket lane receiving 3,000 deltas of 64 images, already in the log when the indexer
 // starts) only pauses the lane's partition; it is never a fault. The lane applies every delta
 // and ends with the producer's words.
+// Broker: the backpressure reaches the fetches of the lane's partition (PauseFetchPartitions).
 func TestLaneBurstIsBackpressure(t *testing.T) {
 	t.Parallel()
 	const lane, deltas, images = 4, 3000, 64
@@ -50,6 +51,7 @@ func TestLaneBurstIsBackpressure(t *testing.T) {
 // TestLaneLagIsExact: the lane consumer sees transaction markers, so a lane that applied every
 // record reports an applied offset just below the partition's last stable offset and a lag of
 // zero, also when the partition ends with a commit marker.
+// Broker: read_committed and the last stable offset with a transactional writer's commit markers.
 func TestLaneLagIsExact(t *testing.T) {
 	t.Parallel()
 	const lane = 11
