@@ -13,17 +13,21 @@ import (
 // TestLanePanicFaultsAndRecovers: a panic while a lane handles a record deactivates the lane
 // with WORKER_FAILURE (disposition CONSUMER_WORKER_FAILURE_MID_APPLY) and the lane recovers: by
 // replaying from its snapshot when the panic does not recur, and by asking the relay for a new
-// snapshot when it does (the progress rule).
+// snapshot when it does (the progress rule). Another lane of the same indexer is not touched.
 func TestLanePanicFaultsAndRecovers(t *testing.T) {
 	t.Parallel()
 	for _, recurring := range []bool{false, true} {
 		t.Run(fmt.Sprintf("recurring=%v", recurring), func(t *testing.T) {
 			t.Parallel()
-			const lane = 6
-			r := newLaneRig(t, lane, 4096, testConfig())
-			p := r.producer(1)
+			const lane, other = 6, 7
+			rigs := newLaneRigs(t, 4096, 4096, testConfig(), lane, other)
+			r, o := rigs[0], rigs[1]
+			p, q := r.producer(1), o.producer(1)
 			p.snapshot()
+			q.snapshot()
 			p.storeChain(5, nil, 0)
+			q.storeChain(5, nil, 0)
+			o.mustConverge(q)
 			at := int64(len(r.log)) // the next delta's record
 			p.storeChain(5, p.Chains[0], 2)
 			panics := 0
@@ -50,8 +54,13 @@ func TestLanePanicFaultsAndRecovers(t *testing.T) {
 			}
 			p.storeChain(3, nil, 0)
 			r.mustConverge(p)
+			q.storeChain(3, nil, 0)
+			o.mustConverge(q)
 			if st := r.status(); st.Recoveries < 1 || st.Faults[schemas.FaultWorkerFailure.String()] < 1 {
 				t.Fatalf("status %+v: want a WORKER_FAILURE fault and a recovery by seek", st)
+			}
+			if st := o.status(); len(st.Faults) != 0 || st.Recoveries != 0 {
+				t.Fatalf("the other lane faulted: %+v", st.Faults)
 			}
 		})
 	}

@@ -163,6 +163,13 @@ func newLaneRig(t *testing.T, lane uint8, expectedBlocks uint64, cfg IndexerConf
 
 func newLaneRigSized(t *testing.T, lane uint8, expectedBlocks, indexerBlocks uint64, cfg IndexerConfig) *laneRig {
 	t.Helper()
+	return newLaneRigs(t, expectedBlocks, indexerBlocks, cfg, lane)[0]
+}
+
+// newLaneRigs returns one rig per lane, all on one Indexer (one table, one set of side records),
+// each lane owned by pool DC 100+lane.
+func newLaneRigs(t *testing.T, expectedBlocks, indexerBlocks uint64, cfg IndexerConfig, laneNums ...uint8) []*laneRig {
+	t.Helper()
 	codec, err := schemas.NewCodec(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -171,9 +178,13 @@ func newLaneRigSized(t *testing.T, lane uint8, expectedBlocks, indexerBlocks uin
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := rigPool(100 + uint64(lane))
 	var ml index.ManifestLanes
-	ml[lane] = &pool
+	var feedLanes []int32
+	for _, lane := range laneNums {
+		pool := rigPool(100 + uint64(lane))
+		ml[lane] = &pool
+		feedLanes = append(feedLanes, int32(lane))
+	}
 	m, _, err := index.NewManifest(ckf.ConsumerInstanceID(0x51), rigDomain, ckf.NewFormatIdentity(ckf.DefaultSeed, buckets), ml)
 	if err != nil {
 		t.Fatal(err)
@@ -186,20 +197,24 @@ func newLaneRigSized(t *testing.T, lane uint8, expectedBlocks, indexerBlocks uin
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ix.feed, err = NewLaneFeed(nil, cfg.Topics.Lanes, []int32{int32(lane)}, cfg.Feed); err != nil {
+	if ix.feed, err = NewLaneFeed(nil, cfg.Topics.Lanes, feedLanes, cfg.Feed); err != nil {
 		t.Fatal(err)
 	}
 	out := &keptOutputs{t: t, codec: codec}
 	ix.out = out
-	in, err := g.ClaimLane(lane)
-	if err != nil {
-		t.Fatal(err)
+	var rigs []*laneRig
+	for _, lane := range laneNums {
+		in, err := g.ClaimLane(lane)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ix.lanes[lane] = newLane(ix, lane, *ml[lane], in, -1)
+		rigs = append(rigs, &laneRig{t: t, ix: ix, lane: lane, l: ix.lanes[lane], dec: newLaneDecoder(ix.feed, codec, lane),
+			codec: codec, blocks: expectedBlocks, out: out, now: time.Unix(1_700_000_000, 0)})
 	}
-	ix.lanes[lane] = newLane(ix, lane, pool, in, -1)
 	close(ix.started)
 	t.Cleanup(ix.closeLanes)
-	return &laneRig{t: t, ix: ix, lane: lane, l: ix.lanes[lane], dec: newLaneDecoder(ix.feed, codec, lane), codec: codec,
-		blocks: expectedBlocks, out: out, now: time.Unix(1_700_000_000, 0)}
+	return rigs
 }
 
 // append puts a record with value v at the end of the lane's partition and returns its offset.
