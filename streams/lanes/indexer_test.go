@@ -68,52 +68,6 @@ func TestIndexerEndToEndFourLanes(t *testing.T) {
 	}
 }
 
-// TestIndexerRestartRestoresFromIndex: a restarted indexer (a new consumer instance) restores
-// every lane from the snapshot index and the log, without asking the producers for anything.
-// Broker: the restore reads the compacted snapshot-index topic and seeks the lane partitions there.
-func TestIndexerRestartRestoresFromIndex(t *testing.T) {
-	t.Parallel()
-	e := streamtest.NewEnv(t, 4096)
-	lanes := []uint8{1, 2, 5, 9}
-	var ps []*streamtest.Producer
-	for _, l := range lanes {
-		p := e.Producer(l, 1)
-		p.StoreChain(5, nil, 0)
-		p.Snapshot()
-		p.StoreChain(8, nil, 0)
-		ps = append(ps, p)
-	}
-	first := e.StartIndexer(e.Manifest(21, lanes...), e.IndexerConfig())
-	for _, p := range ps {
-		streamtest.WaitLane(t, first, p, streamtest.Converge)
-	}
-	first.Stop()
-	var positions []int64
-	for _, p := range ps {
-		p.StoreChain(7, p.Chains[0], 3)
-		positions = append(positions, p.Snapshot().FirstOffset) // the index now points here
-		p.StoreChain(4, nil, 0)
-	}
-	control := e.ControlRecords()
-	second := e.StartIndexer(e.Manifest(22, lanes...), e.IndexerConfig())
-	for i, p := range ps {
-		streamtest.WaitLane(t, second, p, streamtest.Converge)
-		// The lane status is published after a record's effects, a snapshot request included, so
-		// at convergence it counts every request the restore made.
-		st := streamtest.LaneStatus(second, p.Lane)
-		if st.SnapshotOffset != positions[i] {
-			t.Errorf("lane %d restored from snapshot at %d, want the indexed %d", p.Lane, st.SnapshotOffset, positions[i])
-		}
-		if st.SnapshotRequests != 0 {
-			t.Errorf("lane %d: the restarted indexer asked for %d snapshots; want none (the lane was indexed)", p.Lane, st.SnapshotRequests)
-		}
-	}
-	streamtest.CompareQueries(t, second.Indexer.GlobalIndexer(), streamtest.ReferenceIndexer(t, e.Manifest(22, lanes...), ps...), ps...)
-	if n := control.Count(); n != 0 {
-		t.Errorf("restarted indexer sent %d snapshot requests; want none (every lane was indexed)", n)
-	}
-}
-
 // TestIndexerRestartWithoutRetainedSnapshot: when the indexed snapshot is no longer retained,
 // the restarted indexer asks the relay for one on the control topic and waits for it.
 // Broker: retention (DeleteRecords) removes the indexed snapshot from the log.

@@ -92,7 +92,7 @@ func TestLaneBurstIsBackpressure(t *testing.T) {
 // returns the words the lane must end with and the partition's end offset.
 func writeBurst(t *testing.T, w *streams.LaneWriter, p *rigProducer, n, k int) ([]uint64, int64) {
 	t.Helper()
-	snap, err := p.Publisher.SnapshotAfterBarrier(p.State, ckf.LaneLease{Lane: p.r.lane, Epoch: 1})
+	snap, err := p.Publisher.SnapshotAfterBarrier(p.State, ckf.LaneLease{Lane: p.lane, Epoch: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func writeBurst(t *testing.T, w *streams.LaneWriter, p *rigProducer, n, k int) (
 	end := pos.LastOffset + 1
 	bc := p.State.BucketCount()
 	words := p.State.CopyWords()
-	rng := rand.New(rand.NewPCG(uint64(p.r.lane), 7))
+	rng := rand.New(rand.NewPCG(uint64(p.lane), 7))
 	batch := make([]ckf.Delta, 0, 256)
 	seq := p.Publisher.LastSequence()
 	flush := func() {
@@ -135,4 +135,3 @@ func writeBurst(t *testing.T, w *streams.LaneWriter, p *rigProducer, n, k int) (
 	flush()
 	return words, end
 }
-

@@ -310,13 +310,17 @@ func (r *laneRig) chunks(id ckf.ProducerIdentity, seq uint64, words []uint64, n 
 	}
 }
 
-// rigProducer is a lane's producer writing to the rig's partition: exact state and publisher,
-// its deltas and snapshots encoded as a relay's lane writer encodes them.
+// rigProducer is a lane's producer: exact state and publisher, its deltas and snapshots encoded
+// as a relay's lane writer encodes them and appended to the rig's partition, or, with a writer,
+// written by that lane writer to a Kafka partition.
 type rigProducer struct {
 	r         *laneRig
+	t         *testing.T
+	lane      uint8
 	ID        ckf.ProducerIdentity
 	State     *producer.DcState
 	Publisher *producer.Publisher
+	writer    *streams.LaneWriter
 	epoch     uint64
 	rng       *rand.Rand
 	Chains    [][]uint64
@@ -325,18 +329,27 @@ type rigProducer struct {
 
 func (r *laneRig) producer(incarnation uint64) *rigProducer {
 	r.t.Helper()
-	state, err := producer.NewDcState(ckf.NewCkfConfig(r.blocks))
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	id := ckf.ProducerIdentity{Pool: r.l.pool, Incarnation: incarnation, LayoutGeneration: 1, Format: state.Format()}
-	p := &rigProducer{r: r, ID: id, State: state, rng: rand.New(rand.NewPCG(uint64(r.lane), incarnation)), nextID: 1}
-	p.Publisher = producer.NewPublisher(id, 0, p)
+	p := newRigProducer(r.t, r.lane, r.l.pool, r.blocks, incarnation)
+	p.r = r
+	p.Publisher = producer.NewPublisher(p.ID, 0, p)
 	return p
+}
+
+func newRigProducer(t *testing.T, lane uint8, pool ckf.PoolID, blocks, incarnation uint64) *rigProducer {
+	t.Helper()
+	state, err := producer.NewDcState(ckf.NewCkfConfig(blocks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ckf.ProducerIdentity{Pool: pool, Incarnation: incarnation, LayoutGeneration: 1, Format: state.Format()}
+	return &rigProducer{t: t, lane: lane, ID: id, State: state, rng: rand.New(rand.NewPCG(uint64(lane), incarnation)), nextID: 1}
 }
 
 // Enqueue implements producer.DeltaSink: the delta becomes the partition's next record.
 func (p *rigProducer) Enqueue(d ckf.Delta) error {
+	if p.writer != nil {
+		return p.writer.Enqueue(d)
+	}
 	var packed []byte
 	for _, im := range d.Images {
 		packed = schemas.AppendImage(packed, im.Bucket, im.Value)
@@ -349,11 +362,18 @@ func (p *rigProducer) Enqueue(d ckf.Delta) error {
 // snapshot publishes a barrier snapshot (tail first, on the old wire lease) and returns the
 // offset of its first chunk.
 func (p *rigProducer) snapshot() int64 {
-	p.r.t.Helper()
+	p.t.Helper()
 	p.epoch++
-	snap, err := p.Publisher.SnapshotAfterBarrier(p.State, ckf.LaneLease{Lane: p.r.lane, Epoch: p.epoch})
+	snap, err := p.Publisher.SnapshotAfterBarrier(p.State, ckf.LaneLease{Lane: p.lane, Epoch: p.epoch})
 	if err != nil {
-		p.r.t.Fatalf("snapshot: %v", err)
+		p.t.Fatalf("snapshot: %v", err)
+	}
+	if p.writer != nil {
+		pos, err := p.writer.WriteSnapshot(context.Background(), &snap)
+		if err != nil {
+			p.t.Fatalf("write snapshot: %v", err)
+		}
+		return pos.FirstOffset
 	}
 	first := int64(len(p.r.log))
 	all := make([]int, (len(snap.Buckets)+rigChunkWords-1)/rigChunkWords)
@@ -367,7 +387,7 @@ func (p *rigProducer) snapshot() int64 {
 // storeChain stores a chain of n new blocks, optionally continuing the first k blocks of an
 // existing chain, and publishes the delta.
 func (p *rigProducer) storeChain(n int, prefixOf []uint64, k int) {
-	p.r.t.Helper()
+	p.t.Helper()
 	tokens := append([]uint64(nil), prefixOf[:k]...)
 	for range n {
 		tokens = append(tokens, p.rng.Uint64())
@@ -380,11 +400,11 @@ func (p *rigProducer) storeChain(n int, prefixOf []uint64, k int) {
 	out := p.State.ApplyEvent(producer.RouterEvent{WorkerID: 1, Event: producer.KvCacheEvent{Kind: producer.KvEventStored,
 		Stored: producer.StoreData{Blocks: blocks}}})
 	if out.FirstError != nil {
-		p.r.t.Fatalf("apply: %v", out.FirstError)
+		p.t.Fatalf("apply: %v", out.FirstError)
 	}
 	if len(out.Publication) > 0 {
 		if _, err := p.Publisher.Publish(out.Publication); err != nil {
-			p.r.t.Fatalf("publish: %v", err)
+			p.t.Fatalf("publish: %v", err)
 		}
 	}
 	p.Chains = append(p.Chains, tokens)
