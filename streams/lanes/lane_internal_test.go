@@ -66,6 +66,27 @@ func TestLanePanicFaultsAndRecovers(t *testing.T) {
 	}
 }
 
+// TestLaneOwnerPanicIsRecovered: a panic raised by the owner's own code while it handles a
+// record (here, while it reports the snapshot it just installed) is recovered by the owner:
+// WORKER_FAILURE with CONSUMER_WORKER_FAILURE_MID_APPLY, a fresh ingestor, and a replay from the
+// snapshot that brings the lane back to the producer's state.
+func TestLaneOwnerPanicIsRecovered(t *testing.T) {
+	t.Parallel()
+	r := newLaneRig(t, 9, 4096, testConfig())
+	p := r.producer(1)
+	p.snapshot()
+	p.storeChain(5, nil, 0)
+	r.out.panicOn = kindIs(schemas.EventSnapshotInstalled)
+	r.mustConverge(p)
+	ev := r.out.find(t, "DEACTIVATED(WORKER_FAILURE)", faultIs(schemas.EventDeactivated, schemas.FaultWorkerFailure))
+	if ev.Disposition == nil || ev.Disposition.Point != schemas.PointConsumerWorkerFailureMidApply {
+		t.Fatalf("disposition %+v, want CONSUMER_WORKER_FAILURE_MID_APPLY", ev.Disposition)
+	}
+	if st := r.status(); st.Recoveries != 1 {
+		t.Fatalf("status %+v: want one recovery by seek", st)
+	}
+}
+
 // TestZombieSnapshotRefused: a snapshot of an older producer incarnation than the one a lane
 // follows (a replaced relay that still writes) is refused with STALE_INCARNATION, whether the
 // lane is ready or waiting for a snapshot after a fault; the current incarnation keeps the lane.

@@ -65,10 +65,17 @@ type keptOutputs struct {
 	events   []schemas.LaneEvent
 	dead     []schemas.DeadLetter
 	requests []schemas.SnapshotRequest
+	// panicOn, when set, makes the next event it matches panic instead of being kept (once): a
+	// panic raised by the owner's own code while it handles a record.
+	panicOn func(schemas.LaneEvent) bool
 }
 
 func (o *keptOutputs) LaneEvent(ev schemas.LaneEvent) {
 	o.t.Helper()
+	if o.panicOn != nil && o.panicOn(ev) {
+		o.panicOn = nil
+		panic("injected panic while producing a " + ev.Kind.String() + " event")
+	}
 	ev.EventTime = time.Unix(1, 0)
 	b, err := o.codec.EncodeLaneEvent(ev)
 	if err != nil {
