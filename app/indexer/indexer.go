@@ -242,17 +242,21 @@ func (ix *Indexer) QueryGroupMember() bool { return ix.member.Load() }
 // query.QueryService, and leaves the group gracefully (the batch in flight answered and
 // committed) once the check has failed continuously for longer than leaveAfter; then it waits
 // for readiness again. A replica that is not ready thus never holds query partitions it would
-// answer UNAVAILABLE, beyond that bound. It returns when ctx ends (nil, or the service's error)
-// or when the service fails (its error, which stops the process).
+// answer UNAVAILABLE, beyond that bound. The check depends only on the lanes' eligibility, so it
+// is evaluated when eligibility changes (lanes.Indexer.EligibilityChanged), not on a timer. It
+// returns when ctx ends (nil, or the service's error) or when the service fails (its error,
+// which stops the process).
 func (ix *Indexer) serveQueries(ctx context.Context) error {
-	t := time.NewTicker(watchInterval)
-	defer t.Stop()
 	for {
-		for ix.api.Ready(ctx) != nil {
+		for {
+			changed := ix.lanes.EligibilityChanged() // before the check: no change in between is missed
+			if ix.api.Ready(ctx) == nil {
+				break
+			}
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-t.C:
+			case <-changed:
 			}
 		}
 		qs, err := ix.newQueries()
@@ -265,37 +269,60 @@ func (ix *Indexer) serveQueries(ctx context.Context) error {
 		ix.gauges.member.Update(1)
 		ix.log.Info("ready: joining the query group")
 		go func() { done <- qs.Run(qctx) }()
-		var unreadySince time.Time
-	serving:
-		for {
-			select {
-			case err := <-done:
-				leave()
-				ix.member.Store(false)
-				ix.gauges.member.Update(0)
-				if err == nil && ctx.Err() == nil {
-					err = errors.New("indexer: query service stopped on its own")
-				}
-				return err
-			case <-t.C:
+		if err := ix.serveWhileReady(ctx, done, leave); err != nil || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// serveWhileReady watches readiness while the query service runs. It returns nil after leaving
+// the group because the replica was not ready for longer than leaveAfter, or the service's error
+// (or, when the service stopped on its own, an error saying so) once the service ended.
+func (ix *Indexer) serveWhileReady(ctx context.Context, done <-chan error, leave context.CancelFunc) error {
+	stopped := func() {
+		ix.member.Store(false)
+		ix.gauges.member.Update(0)
+	}
+	var unready *time.Timer // runs while the check fails; stopped when it passes again
+	defer func() {
+		if unready != nil {
+			unready.Stop()
+		}
+	}()
+	var leaveDue <-chan time.Time
+	for {
+		changed := ix.lanes.EligibilityChanged()
+		switch err := ix.api.Ready(ctx); {
+		case err == nil:
+			if unready != nil {
+				unready.Stop()
+				unready, leaveDue = nil, nil
 			}
-			switch err := ix.api.Ready(ctx); {
-			case err == nil:
-				unreadySince = time.Time{}
-			case unreadySince.IsZero():
-				unreadySince = time.Now()
-			case time.Since(unreadySince) > ix.leaveAfter:
-				ix.log.Warn("not ready for longer than indexer.query_leave_after: leaving the query group",
-					zap.Duration("query_leave_after", ix.leaveAfter), zap.Error(err))
-				leave()
-				err := <-done
-				ix.member.Store(false)
-				ix.gauges.member.Update(0)
-				if err != nil {
-					return err
-				}
-				break serving
+		case unready == nil:
+			unready = time.NewTimer(ix.leaveAfter)
+			leaveDue = unready.C
+		}
+		select {
+		case err := <-done:
+			leave()
+			stopped()
+			if err == nil && ctx.Err() == nil {
+				err = errors.New("indexer: query service stopped on its own")
 			}
+			return err
+		case <-changed:
+		case <-leaveDue:
+			err := ix.api.Ready(ctx)
+			if err == nil { // ready again at the moment the bound passed
+				unready, leaveDue = nil, nil
+				continue
+			}
+			ix.log.Warn("not ready for longer than indexer.query_leave_after: leaving the query group",
+				zap.Duration("query_leave_after", ix.leaveAfter), zap.Error(err))
+			leave()
+			err = <-done
+			stopped()
+			return err
 		}
 	}
 }
@@ -323,16 +350,12 @@ func (ix *Indexer) fail(what string, err error) {
 	}
 }
 
-// watchInterval is how often the watcher samples lane eligibility for readiness and the gauges.
-const watchInterval = 100 * time.Millisecond
-
-// watch samples eligibility (so that a lane eligible for a moment counts for readiness even when
-// no probe ran then) and updates the lane-count gauges until ctx ends.
+// watch observes eligibility at every change (so that a lane eligible for a moment counts for
+// readiness even when no probe ran then) and updates the lane-count gauges, until ctx ends.
 func (ix *Indexer) watch(ctx context.Context) {
-	t := time.NewTicker(watchInterval)
-	defer t.Stop()
 	configured := ix.g.Manifest().ConfiguredLanes()
 	for {
+		changed := ix.lanes.EligibilityChanged() // before observing: no change in between is missed
 		elig := ix.api.Observe() & configured
 		ever := uint16(ix.api.everEligible.Load())
 		ix.gauges.configured.Update(float64(bits.OnesCount16(configured)))
@@ -341,7 +364,7 @@ func (ix *Indexer) watch(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-changed:
 		}
 	}
 }

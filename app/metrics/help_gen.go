@@ -29,6 +29,7 @@ var helpText = map[string]string{
 	"ckf_indexer_degraded_lanes":                      "Configured lanes not eligible (lanes)",
 	"ckf_indexer_eligible_lanes":                      "Lanes a query may use now (ready and fresh) (lanes)",
 	"ckf_indexer_lag_commit_errors_total":             "Failed commits to the replica's lag group (commits)",
+	"ckf_indexer_lag_commits_total":                   "Commits of moved applied lane offsets to the replica's lag group (commits)",
 	"ckf_indexer_lane_applied_offset":                 "Last lane-partition offset applied (data or marker) (offset)",
 	"ckf_indexer_lane_capacity_omissions":             "The relay's capacity-omission count since its producer state began (a gauge: it restarts with a new state) (omissions)",
 	"ckf_indexer_lane_degraded_sources":               "Sources (worker, rank) of the lane's DC whose engine history a bridge lost and cleared, and that no full clear made whole since; above 0 the lane's answers can be short and replies mark it in incomplete_lanes (sources)",

@@ -13,7 +13,9 @@ import (
 // TestIndexerSurvivesBrokerRestart restarts the broker under a running indexer while producers
 // keep publishing: the indexer reconnects, its lanes either stay correct or fault and recover,
 // and afterwards its tables and answers equal the reference (a run without the restart).
+// Broker: a private broker restarted under the running indexer and producers.
 func TestIndexerSurvivesBrokerRestart(t *testing.T) {
+	t.Parallel()
 	testenv.Brokers(t) // the jars come with the shared broker; fail early with the usual message
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -185,24 +185,27 @@ type Indexer struct {
 	opts     streams.ClientOpts
 	log      *zap.Logger
 	metrics  *indexerMetrics
-	hooks    indexerHooks
 
 	feed   *LaneFeed
-	out    *streams.Outputs
+	out    laneOutputs
 	outCl  *kgo.Client
 	laneCl *kgo.Client
 	lanes  [ckf.LaneCount]*lane
 
 	excluded   atomic.Uint32
-	lagCommits atomic.Uint64
 	incomplete atomic.Uint32
 	started    chan struct{}
+
+	eligibility eligibilitySignal
 }
 
-// indexerHooks are test-only interception points (nil in production; see export_test.go).
-type indexerHooks struct {
-	// beforeRecord runs on a lane's goroutine before it handles the record at offset.
-	beforeRecord func(lane uint8, offset int64)
+// laneOutputs are the side records a lane produces: lane events, dead letters and snapshot
+// requests. *streams.Outputs writes them to Kafka; the lanes' in-process tests keep them, which
+// lets those tests drive a lane's owner record by record without a broker.
+type laneOutputs interface {
+	LaneEvent(ev schemas.LaneEvent)
+	DeadLetter(r *kgo.Record, code schemas.DeadLetterReason, reason, component string)
+	RequestSnapshot(lane uint8, pool ckf.PoolID, reason schemas.SnapshotRequestReason, detail string, afterOffset int64)
 }
 
 // NewIndexer validates the configuration, taken as it is (an invalid field is a *ConfigError),
@@ -225,6 +228,7 @@ func NewIndexer(p IndexerParams) (*Indexer, error) {
 	}
 	ix := &Indexer{cfg: cfg, lagGroup: lagGroup, g: p.Indexer, codec: p.Codec, opts: streams.ClientOpts{Shared: p.ClientOpts, PerRole: p.ClientOptsFor}, log: log.Named("indexer"),
 		metrics: newIndexerMetrics(p.Metrics, func(l uint8) bool { _, ok := p.Indexer.Manifest().PoolOf(l); return ok }), started: make(chan struct{})}
+	ix.eligibility.init(0)
 	return ix, nil
 }
 
@@ -246,6 +250,15 @@ func (ix *Indexer) GlobalIndexer() *index.GlobalIndexer { return ix.g }
 func (ix *Indexer) EligibleLanes() uint16 {
 	return ix.g.ReadyLanes() &^ uint16(ix.excluded.Load())
 }
+
+// EligibilityChanged returns a channel that is closed the next time EligibleLanes changes. A
+// waiter takes the channel first and reads EligibleLanes after, so that no change between the two
+// is missed, then waits on it; each change closes the channel once, and the next call returns a
+// fresh one.
+func (ix *Indexer) EligibilityChanged() <-chan struct{} { return ix.eligibility.wait() }
+
+// noteEligibility reports the eligible lanes as they are now to EligibilityChanged's waiters.
+func (ix *Indexer) noteEligibility() { ix.eligibility.note(ix.EligibleLanes()) }
 
 // IncompleteLanes returns the lanes whose DC reports blocks its filter lacks: omitted for
 // capacity (schemas.CapacityState.OmittedBlocks above 0), or of sources degraded by lost engine
@@ -302,9 +315,10 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	}
 	ix.outCl = outCl
 	defer outCl.Close()
-	ix.out = streams.NewOutputs(outCl, ix.codec, m.ConsumerInstance(), streams.OutputTopics{
+	out := streams.NewOutputs(outCl, ix.codec, m.ConsumerInstance(), streams.OutputTopics{
 		LaneEvents: ix.cfg.Topics.LaneEvents, DeadLetter: ix.cfg.Topics.DeadLetter, Control: ix.cfg.Topics.Control,
 	}, ix.log)
+	ix.out = out
 
 	rctx, cancel := context.WithTimeout(ctx, ix.cfg.RestoreTimeout)
 	plan, err := ix.restorePlan(rctx, lanes)
@@ -370,7 +384,7 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	ix.closeLanes()         // no lane goroutine runs: the lanes leave answers before outputs are flushed
 	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer fcancel()
-	if ferr := ix.out.Flush(fctx); ferr != nil && err == nil {
+	if ferr := out.Flush(fctx); ferr != nil && err == nil {
 		err = fmt.Errorf("streams: flushing indexer outputs: %w", ferr)
 	}
 	return err
@@ -383,6 +397,7 @@ func (ix *Indexer) closeLanes() {
 			l.close()
 		}
 	}
+	ix.noteEligibility()
 }
 
 // lagCommitTimeout bounds one commit to the indexer's lag group.
@@ -428,9 +443,6 @@ func (ix *Indexer) commitLag(lag *streams.LagCommitter, force bool) {
 		return
 	}
 	if ok {
-		ix.lagCommits.Add(1)
+		ix.metrics.lagCommits.Inc(1)
 	}
 }
-
-// LagCommits returns how many commits to the lag group succeeded so far.
-func (ix *Indexer) LagCommits() uint64 { return ix.lagCommits.Load() }

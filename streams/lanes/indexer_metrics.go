@@ -14,6 +14,7 @@ import (
 // (deploy/prometheus/alerts.yml); its handles are no-ops.
 type indexerMetrics struct {
 	lanes           [ckf.LaneCount]laneMetrics
+	lagCommits      tally.Counter
 	lagCommitErrors tally.Counter
 }
 
@@ -39,7 +40,7 @@ func newIndexerMetrics(root tally.Scope, configured func(lane uint8) bool) *inde
 		root = tally.NoopScope
 	}
 	s := root.SubScope("indexer")
-	m := &indexerMetrics{lagCommitErrors: s.Counter("lag_commit_errors_total")}
+	m := &indexerMetrics{lagCommits: s.Counter("lag_commits_total"), lagCommitErrors: s.Counter("lag_commit_errors_total")}
 	for l := range m.lanes {
 		ls := tally.NoopScope
 		if configured(uint8(l)) {

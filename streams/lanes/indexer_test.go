@@ -2,7 +2,6 @@ package lanes_test
 
 import (
 	"context"
-	"fmt"
 	"math/bits"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
-	"github.com/ckf-stream/ckf-stream/streams/lanes"
 	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -20,7 +18,9 @@ import (
 // TestIndexerEndToEndFourLanes: four producers publish snapshots and deltas; the indexer's
 // tables and answers equal the in-process reference for the same streams, including across a
 // producer's second snapshot, removals and clears.
+// Broker: the whole path, producers' writers and the indexer's clients on real topics, and answers over the query topics.
 func TestIndexerEndToEndFourLanes(t *testing.T) {
+	t.Parallel()
 	e := streamtest.NewEnv(t, 4096)
 	lanes := []uint8{0, 3, 7, 15}
 	m := e.Manifest(11, lanes...)
@@ -68,53 +68,11 @@ func TestIndexerEndToEndFourLanes(t *testing.T) {
 	}
 }
 
-// TestIndexerRestartRestoresFromIndex: a restarted indexer (a new consumer instance) restores
-// every lane from the snapshot index and the log, without asking the producers for anything.
-func TestIndexerRestartRestoresFromIndex(t *testing.T) {
-	e := streamtest.NewEnv(t, 4096)
-	lanes := []uint8{1, 2, 5, 9}
-	var ps []*streamtest.Producer
-	for _, l := range lanes {
-		p := e.Producer(l, 1)
-		p.StoreChain(5, nil, 0)
-		p.Snapshot()
-		p.StoreChain(8, nil, 0)
-		ps = append(ps, p)
-	}
-	first := e.StartIndexer(e.Manifest(21, lanes...), e.IndexerConfig())
-	for _, p := range ps {
-		streamtest.WaitLane(t, first, p, streamtest.Converge)
-	}
-	first.Stop()
-	var positions []int64
-	for _, p := range ps {
-		p.StoreChain(7, p.Chains[0], 3)
-		positions = append(positions, p.Snapshot().FirstOffset) // the index now points here
-		p.StoreChain(4, nil, 0)
-	}
-	control := e.ControlRecords()
-	second := e.StartIndexer(e.Manifest(22, lanes...), e.IndexerConfig())
-	for i, p := range ps {
-		streamtest.WaitLane(t, second, p, streamtest.Converge)
-		// The lane status is published after a record's effects, a snapshot request included, so
-		// at convergence it counts every request the restore made.
-		st := streamtest.LaneStatus(second, p.Lane)
-		if st.SnapshotOffset != positions[i] {
-			t.Errorf("lane %d restored from snapshot at %d, want the indexed %d", p.Lane, st.SnapshotOffset, positions[i])
-		}
-		if st.SnapshotRequests != 0 {
-			t.Errorf("lane %d: the restarted indexer asked for %d snapshots; want none (the lane was indexed)", p.Lane, st.SnapshotRequests)
-		}
-	}
-	streamtest.CompareQueries(t, second.Indexer.GlobalIndexer(), streamtest.ReferenceIndexer(t, e.Manifest(22, lanes...), ps...), ps...)
-	if n := control.Count(); n != 0 {
-		t.Errorf("restarted indexer sent %d snapshot requests; want none (every lane was indexed)", n)
-	}
-}
-
 // TestIndexerRestartWithoutRetainedSnapshot: when the indexed snapshot is no longer retained,
 // the restarted indexer asks the relay for one on the control topic and waits for it.
+// Broker: retention (DeleteRecords) removes the indexed snapshot from the log.
 func TestIndexerRestartWithoutRetainedSnapshot(t *testing.T) {
+	t.Parallel()
 	e := streamtest.NewEnv(t, 4096)
 	p := e.Producer(4, 1)
 	p.Snapshot()
@@ -146,63 +104,6 @@ func TestIndexerRestartWithoutRetainedSnapshot(t *testing.T) {
 	p.Snapshot() // the relay answers the request
 	p.StoreChain(3, nil, 0)
 	streamtest.WaitLane(t, ri, p, streamtest.Converge)
-}
-
-// TestIndexerFreshnessExcludesSilentLane: a lane whose producer falls silent is excluded from
-// answers after the freshness policy's time bound and readmitted when records flow again.
-func TestIndexerFreshnessExcludesSilentLane(t *testing.T) {
-	e := streamtest.NewEnv(t, 4096)
-	p := e.Producer(6, 1)
-	p.Snapshot()
-	chain := p.StoreChain(5, nil, 0)
-	events := e.WatchEvents()
-	cfg := e.IndexerConfig()
-	cfg.Freshness.MaxTimeLag = 1500 * time.Millisecond
-	ri := e.StartIndexer(e.Manifest(41, 6), cfg)
-	streamtest.WaitLane(t, ri, p, streamtest.Converge)
-	events.WaitFor(t, 6, streamtest.Converge, "EXCLUDED_FOR_LAG", streamtest.KindIs(schemas.EventExcludedForLag))
-	if ri.Indexer.EligibleLanes() != 0 {
-		t.Fatalf("eligible lanes %016b: the silent lane must be excluded", ri.Indexer.EligibleLanes())
-	}
-	if ri.Indexer.GlobalIndexer().ReadyLanes() == 0 {
-		t.Fatal("exclusion must not retire the lane")
-	}
-	if err := p.Writer.WriteHeartbeat(context.Background(), p.Publisher.LastSequence()); err != nil {
-		t.Fatal(err)
-	}
-	events.WaitFor(t, 6, streamtest.Converge, "READMITTED", streamtest.KindIs(schemas.EventReadmitted))
-	if ri.Indexer.EligibleLanes() != 1<<6 {
-		t.Fatalf("eligible lanes %016b after a heartbeat, want lane 6", ri.Indexer.EligibleLanes())
-	}
-	if m, err := ri.Indexer.GlobalIndexer().FindPrefixMatches(chain); err != nil || m.Lanes[6].Depth != uint32(len(chain)) {
-		t.Fatalf("query after readmission: %+v %v", m, err)
-	}
-}
-
-// TestIndexerFreshnessZeroBoundsNotChecked: the zero policy checks neither bound: a ready lane
-// whose last record ages is reported with its time lag and stays in answers (a zero bound once
-// meant "the default bound").
-func TestIndexerFreshnessZeroBoundsNotChecked(t *testing.T) {
-	e := streamtest.NewEnv(t, 4096)
-	p := e.Producer(7, 1)
-	p.Snapshot()
-	p.StoreChain(5, nil, 0)
-	cfg := e.IndexerConfig()
-	cfg.Freshness = lanes.FreshnessPolicy{}
-	ri := e.StartIndexer(e.Manifest(42, 7), cfg)
-	streamtest.WaitLane(t, ri, p, streamtest.Converge)
-	var st lanes.LaneStatus
-	// Lag, readiness and exclusion are reported together, by the check that decides exclusion.
-	testenv.WaitUntil(t, streamtest.Converge, "the lane reports a time lag", func() bool {
-		st = streamtest.LaneStatus(ri, 7)
-		return st.Ready && st.LagTime > 0
-	}, func() string { return fmt.Sprintf("status %+v", st) })
-	if st.Excluded {
-		t.Fatalf("lane excluded with no bound checked: %+v", st)
-	}
-	if ri.Indexer.EligibleLanes() != 1<<7 {
-		t.Fatalf("eligible lanes %016b, want lane 7", ri.Indexer.EligibleLanes())
-	}
 }
 
 // compareKafkaQueries sends queries over the query topics (QueryService + QueryClient on the real

@@ -155,6 +155,7 @@ func (l *lane) handleRun(ctx context.Context, r *decodedRun) {
 		return
 	}
 	l.st.seeked = false
+	defer l.ix.noteEligibility() // a run may install a snapshot, fault or drain the lane
 	for i := range r.recs {
 		if ctx.Err() != nil || l.st.seeked || l.st.stopped {
 			return
@@ -170,9 +171,6 @@ func (l *lane) handle(d *decodedRecord) {
 			l.panicked(d.rec, v)
 		}
 	}()
-	if h := l.ix.hooks.beforeRecord; h != nil {
-		h(l.num, d.rec.Offset)
-	}
 	if d.panicked != nil {
 		l.panicked(d.rec, d.panicked)
 		return

@@ -89,6 +89,7 @@ func (l *lane) checkFreshness(now time.Time, force bool) {
 	if stale != l.st.excluded {
 		l.st.excluded = stale
 		l.ix.setExcluded(l.bit, stale)
+		l.ix.noteEligibility()
 		// A lane that stopped being ready left answers for a reason its own event reported (a
 		// fault, a drain); its exclusion is dropped without a READMITTED event.
 		if ready {

@@ -74,7 +74,9 @@ func readUntil(t *testing.T, feed *lanes.LaneFeed, lane int32, first, last int64
 
 // TestLaneFeedBackpressurePausesOnlyThatLane: a lane nobody drains is paused at its byte bound
 // while another lane keeps flowing; once drained, the paused lane resumes and loses nothing.
+// Broker: franz-go's fetches of one partition paused while the other keeps fetching.
 func TestLaneFeedBackpressurePausesOnlyThatLane(t *testing.T) {
+	t.Parallel()
 	topic := testenv.NewTopic(t, 2)
 	prod := testenv.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	produceN(t, prod, topic, 0, 0, 400, 4096)
@@ -100,7 +102,9 @@ func TestLaneFeedBackpressurePausesOnlyThatLane(t *testing.T) {
 // stable offset (the open transaction's first offset), so a caught-up lane shows no lag, and the
 // offset after the commit marker once the transaction commits. The transaction is opened before
 // the feed starts, so every fetch response that carries records was made while it was open.
+// Broker: the last stable offset a fetch response reports under an open transaction.
 func TestLaneFeedReportsLastStableOffset(t *testing.T) {
+	t.Parallel()
 	topic := testenv.NewTopic(t, 1)
 	prod := testenv.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	produceN(t, prod, topic, 0, 0, 10, 64)
@@ -137,7 +141,9 @@ func TestLaneFeedReportsLastStableOffset(t *testing.T) {
 
 // TestLaneFeedSeekDiscardsQueued: after a seek, the lane's next record is the seek target, even
 // when records past it were already queued.
+// Broker: SetOffsets on a live client discards what it buffered.
 func TestLaneFeedSeekDiscardsQueued(t *testing.T) {
+	t.Parallel()
 	topic := testenv.NewTopic(t, 1)
 	prod := testenv.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	produceN(t, prod, topic, 0, 0, 50, 64)
