@@ -36,19 +36,19 @@ type indexEnv struct {
 }
 
 // compacted is the snapshot index's cleanup policy (the broker refuses DeleteRecords on it).
-var compacted = map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}
+var compacted = testenv.TopicConfig("cleanup.policy", "compact")
 
-// newIndexEnv creates the topic on k with configs (nil: the broker's defaults).
-func newIndexEnv(t *testing.T, k *streamtest.Kafka, partitions int32, configs map[string]*string) *indexEnv {
+// newIndexEnv creates the topic on k with topic options (none: the broker's defaults).
+func newIndexEnv(t *testing.T, k *streamtest.Kafka, partitions int32, topic ...testenv.TopicOption) *indexEnv {
 	t.Helper()
 	codec, err := schemas.NewCodec(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	topic := k.CreateTopicWith(t, testenv.UniqueName(t, "t"), partitions, configs)
-	return &indexEnv{t: t, topic: topic, codec: codec, adm: k.Admin(t),
+	name := k.NewTopic(t, partitions, topic...)
+	return &indexEnv{t: t, topic: name, codec: codec, adm: k.Admin(t),
 		txn: k.Client(t, kgo.TransactionalID(testenv.UniqueName(t, "index-writer")),
-			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DefaultProduceTopic(topic)),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DefaultProduceTopic(name)),
 		opts: []kgo.Opt{kgo.SeedBrokers(k.Seeds()...)}}
 }
 
@@ -151,7 +151,7 @@ func TestSnapshotIndexReadEndsAtAbortedTail(t *testing.T) {
 // all deleted (log start = end), are caught up without reading; a topic with nothing to read
 // is not fetched at all; a missing topic is a typed error.
 func TestEndOfLogEmptyAndDeletedPartitions(t *testing.T) {
-	e := newIndexEnv(t, streamtest.NewFakeKafka(t), 3, nil) // cleanup.policy=delete, so that records can be deleted
+	e := newIndexEnv(t, streamtest.NewFakeKafka(t), 3) // cleanup.policy=delete, so that records can be deleted
 	if end := e.listEnd(); end.Remaining() != 0 {
 		t.Fatalf("an empty topic has %d partitions to read", end.Remaining())
 	}

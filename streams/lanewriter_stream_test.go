@@ -72,7 +72,7 @@ func TestLaneWriterStreamedDeltasCommitWithTheNextWrite(t *testing.T) {
 	if err := w.WriteDeltas(context.Background(), ds[2:]); err != nil {
 		t.Fatal(err)
 	}
-	recs := k.LaneRecords(t, lanes, lane)
+	recs := k.PartitionRecords(t, lanes, lane)
 	if len(recs) != len(ds) {
 		t.Fatalf("%d committed records, want %d", len(recs), len(ds))
 	}
@@ -125,13 +125,13 @@ func TestLaneWriterCommitStreamedAsync(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("background commit: %v", err)
 	}
-	if recs := k.LaneRecords(t, lanes, lane); len(recs) != 2 {
+	if recs := k.PartitionRecords(t, lanes, lane); len(recs) != 2 {
 		t.Fatalf("%d committed records after the background commit, want 2", len(recs))
 	}
 	if err := w.WriteDeltas(context.Background(), ds[2:]); err != nil {
 		t.Fatalf("the write after a background commit: %v", err)
 	}
-	if recs := k.LaneRecords(t, lanes, lane); len(recs) != 3 {
+	if recs := k.PartitionRecords(t, lanes, lane); len(recs) != 3 {
 		t.Fatalf("%d committed records, want 3", len(recs))
 	}
 }

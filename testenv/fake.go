@@ -13,10 +13,18 @@ import (
 // retention). Each call is a cluster of its own, so tests on it may run in parallel.
 func FakeCluster(t testing.TB, opts ...kfake.Opt) *Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	c, _ := StartFake(t, opts...)
+	return c
+}
+
+// StartFake is FakeCluster that also returns the kfake handle, for tests that inject faults
+// (kfake's Fault) or inspect the fake's state.
+func StartFake(t testing.TB, opts ...kfake.Opt) (*Cluster, *kfake.Cluster) {
+	t.Helper()
+	f, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
 	if err != nil {
 		t.Fatalf("kfake cluster: %v", err)
 	}
-	t.Cleanup(c.Close)
-	return &Cluster{seeds: c.ListenAddrs()}
+	t.Cleanup(f.Close)
+	return &Cluster{seeds: f.ListenAddrs()}, f
 }

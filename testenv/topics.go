@@ -80,9 +80,14 @@ func UniqueName(t testing.TB, prefix string) string {
 type TopicOption func(*topicSpec)
 
 type topicSpec struct {
+	name     string
 	configs  map[string]*string
 	replicas int16
 }
+
+// TopicName names the topic instead of a unique name, for a test whose topic name must match a
+// pattern (a reply topic prefix); the test keeps it unique.
+func TopicName(name string) TopicOption { return func(s *topicSpec) { s.name = name } }
 
 // TopicReplicas sets the topic's replication factor (default 1), for a multi-node cluster.
 func TopicReplicas(n int16) TopicOption { return func(s *topicSpec) { s.replicas = n } }
@@ -92,9 +97,9 @@ func TopicConfig(key, value string) TopicOption {
 	return func(s *topicSpec) { s.configs[key] = kadm.StringPtr(value) }
 }
 
-// NewTopic creates a uniquely named topic with the given partition count (replication factor 1
-// unless TopicReplicas says otherwise)
-// and deletes it when the test ends. It waits until every partition has a leader, so a produce
+// NewTopic creates a uniquely named topic (unless TopicName names it) with the given partition
+// count (replication factor 1 unless TopicReplicas says otherwise) and deletes it when the test
+// ends. It waits until every partition has a leader, so a produce
 // right after it does not race topic creation.
 func (c *Cluster) NewTopic(t testing.TB, partitions int32, opts ...TopicOption) string {
 	t.Helper()
@@ -102,7 +107,10 @@ func (c *Cluster) NewTopic(t testing.TB, partitions int32, opts ...TopicOption) 
 	for _, o := range opts {
 		o(&spec)
 	}
-	name := UniqueName(t, "t")
+	name := spec.name
+	if name == "" {
+		name = UniqueName(t, "t")
+	}
 	adm := c.Admin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

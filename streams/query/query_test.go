@@ -593,7 +593,7 @@ func TestQueryServiceAnswersOverKafka(t *testing.T) {
 	ans := query.NewAnswerer(x.g, func() uint16 { return uint16(eligible.Load()) })
 	codec := qCodec(t)
 	tp := newQTopics(t, k, 2)
-	altReplies := tp.k.CreateTopic(t, tp.replies+"-ok-alt", 2)
+	altReplies := tp.k.NewTopic(t, 2, testenv.TopicName(tp.replies+"-ok-alt"))
 	scope := tally.NewTestScope("", nil)
 	group := testenv.UniqueName(t, "g")
 	qStartService(t, k, ans, codec, qConfig(tp, group), scope)
@@ -1008,7 +1008,7 @@ func TestQueryServiceUndeliverableRoutedReply(t *testing.T) {
 	codec := qCodec(t)
 	tp := newQTopics(t, k, 1)
 	cfg := qConfig(tp, testenv.UniqueName(t, "g"))
-	altReplies := tp.k.CreateTopic(t, tp.replies+"-ok-alt", 2)
+	altReplies := tp.k.NewTopic(t, 2, testenv.TopicName(tp.replies+"-ok-alt"))
 	svc := qNewService(t, k, query.NewAnswerer(x.g, nil), codec, cfg, nil, kgo.UnknownTopicRetries(1))
 	if err := svc.Start(); err != nil {
 		t.Fatal(err)

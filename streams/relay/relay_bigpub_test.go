@@ -134,7 +134,7 @@ func TestRelaySmallLaneTopicLimit(t *testing.T) {
 		t.Fatalf("stats %+v; want both stores split, no recovery and no snapshot besides the start-up one and answers to requests", s)
 	}
 	var chunks, deltas, largest int
-	for _, r := range laneRecords(t, e.Cluster, e.Topics.Lanes, lane) {
+	for _, r := range e.Cluster.PartitionRecords(t, e.Topics.Lanes, lane) {
 		// A batch of this one record: the record batch header (61 bytes) and the record's
 		// framing (at most 36 bytes) around its key and value.
 		if size := 61 + 36 + len(r.Key) + len(r.Value); size > limit {
