@@ -9,6 +9,8 @@ import (
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
 	"github.com/ckf-stream/ckf-stream/streams/query"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // illegalCase sets one field of a configuration of type C to an illegal value.
@@ -100,5 +102,33 @@ func TestQueryClientConfigValidate(t *testing.T) {
 	want.RequestTopic, want.ReplyTopic = tp.requests, tp.replies
 	if got := c.Config(); !reflect.DeepEqual(got, want) || got.RequestLinger != 0 {
 		t.Errorf("the client runs with %+v, not the configuration given %+v", got, want)
+	}
+}
+
+// TestQueryServiceReplyLinger: the service's client lingers exactly ReplyLinger, and 0 means no
+// linger (it once meant "the default, 1 ms").
+func TestQueryServiceReplyLinger(t *testing.T) {
+	g, codec := newQIndex(t, 0).g, qCodec(t)
+	// The client joins its group as soon as it is built: an in-process cluster answers at once.
+	k := streamtest.NewFakeKafka(t)
+	for _, linger := range []time.Duration{0, time.Millisecond, 7 * time.Millisecond} {
+		cfg := query.DefaultQueryConfig()
+		cfg.ReplyLinger = linger
+		// A group and a request topic of this test alone: the client joins the group at once.
+		cfg.RequestTopic, cfg.Group = testenv.UniqueName(t, "queries"), testenv.UniqueName(t, "g")
+		s, err := query.NewQueryService(query.QueryServiceParams{Config: cfg, Answerer: query.NewAnswerer(g, nil), Codec: codec,
+			ClientOpts: []kgo.Opt{kgo.SeedBrokers(k.Seeds()...)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kgo.NewClient(query.ServiceClientOpts(s)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := cl.OptValue(kgo.ProducerLinger)
+		cl.Close()
+		if got != linger {
+			t.Errorf("ReplyLinger %v: the client lingers %v", linger, got)
+		}
 	}
 }
