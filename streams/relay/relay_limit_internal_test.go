@@ -10,8 +10,8 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
-	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -191,14 +191,14 @@ func TestReadTopicMaxMessageBytesFromTheBroker(t *testing.T) {
 // bytes per record: enough for publish and publishOpenWindow, which only collect deltas.
 func splitTestLoop(t *testing.T, cfg ckf.CkfConfig, imagesPerDelta int) *relayLoop {
 	t.Helper()
-	codec := limitTestCodec(t)
-	id, state := limitTestIdentity(t, cfg)
+	codec := streamtest.ConfigCodec(t)
+	id, state := streamtest.LimitIdentity(t, cfg)
 	sink := &relaySink{}
 	pub := producer.NewPublisher(id, 0, sink)
 	if _, err := pub.SnapshotAfterBarrier(state, ckf.LaneLease{Lane: 4, Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
-	w := limitTestWriter(t, codec, id, exactLimitFor(t, codec, id, imagesPerDelta), streams.DefaultChunkWords)
+	w := streamtest.ClientlessWriter(t, codec, id, streamtest.ExactLimitFor(t, codec, id, imagesPerDelta), streams.DefaultChunkWords)
 	if w.MaxDeltaImages() != imagesPerDelta {
 		t.Fatalf("writer carries %d images per delta; want %d", w.MaxDeltaImages(), imagesPerDelta)
 	}
@@ -227,50 +227,4 @@ func checkChain(t *testing.T, rl *relayLoop, from int, base uint64, want []ckf.B
 	if !slices.Equal(joined, want) {
 		t.Fatalf("%d images: the deltas do not carry the publication in order", len(want))
 	}
-}
-
-func limitTestIdentity(t *testing.T, cfg ckf.CkfConfig) (ckf.ProducerIdentity, *producer.DcState) {
-	t.Helper()
-	state, err := producer.NewDcState(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := ckf.PoolID{Domain: ckf.IndexerDomainID{
-		CacheSemantics: ckf.CacheSemanticsID{Digest: ckf.Digest128{0xC5}, Source: ckf.IdentityExplicit},
-		RoutingScope:   ckf.RoutingScopeID{Digest: ckf.Digest128{0x5C}, Source: ckf.IdentityExplicit},
-	}, Dc: 104}
-	return ckf.ProducerIdentity{Pool: pool, Incarnation: 1, LayoutGeneration: 1, Format: state.Format()}, state
-}
-
-func limitTestCodec(t *testing.T) *schemas.Codec {
-	t.Helper()
-	codec, err := schemas.NewCodec(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return codec
-}
-
-// limitTestWriter is a lane writer without a client (only its arithmetic is used).
-func limitTestWriter(t *testing.T, codec *schemas.Codec, id ckf.ProducerIdentity, maxRecordBytes, chunkWords int) *streams.LaneWriter {
-	t.Helper()
-	cfg := streams.DefaultLaneWriterConfig()
-	cfg.LaneTopic, cfg.MaxRecordBytes, cfg.ChunkWords = "lanes", maxRecordBytes, chunkWords
-	w, err := streams.NewLaneWriter(nil, codec, id, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return w
-}
-
-// exactLimitFor returns the smallest record limit at which a delta carries n images.
-func exactLimitFor(t *testing.T, codec *schemas.Codec, id ckf.ProducerIdentity, n int) int {
-	t.Helper()
-	for limit := streams.MinLaneRecordBytes; limit < streams.MinLaneRecordBytes+schemas.ImageSize*(n+64); limit++ {
-		if limitTestWriter(t, codec, id, limit, streams.DefaultChunkWords).MaxDeltaImages() >= n {
-			return limit
-		}
-	}
-	t.Fatalf("no limit up to %d carries %d images", streams.MinLaneRecordBytes+schemas.ImageSize*(n+64), n)
-	return 0
 }
