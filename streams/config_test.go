@@ -9,18 +9,6 @@ import (
 	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
 )
 
-// illegalCase sets one field of a configuration of type C to an illegal value.
-type illegalCase[C any] struct {
-	field string // the field the error must name
-	set   func(*C)
-}
-
-// legalCase sets fields of a configuration of type C to legal values, zeros mostly.
-type legalCase[C any] struct {
-	name string
-	set  func(*C)
-}
-
 // The validation tests of every configuration type: each illegal value of each field is a
 // *streams.ConfigError naming the field (and nothing replaces it with a default), and each legal
 // zero survives as zero in the component's configuration.
@@ -36,34 +24,34 @@ func TestLaneWriterConfigValidate(t *testing.T) {
 	build := func(c streams.LaneWriterConfig) (*streams.LaneWriter, error) {
 		return streams.NewLaneWriter(nil, codec, id, c) // the client is not used before a write
 	}
-	for _, tc := range []illegalCase[streams.LaneWriterConfig]{
-		{"LaneTopic", func(c *streams.LaneWriterConfig) { c.LaneTopic = "" }},
-		{"Lane", func(c *streams.LaneWriterConfig) { c.Lane = ckf.LaneCount }},
-		{"ChunkWords", func(c *streams.LaneWriterConfig) { c.ChunkWords = 0 }},
-		{"ChunkWords", func(c *streams.LaneWriterConfig) { c.ChunkWords = -1 }},
-		{"WriteTimeout", func(c *streams.LaneWriterConfig) { c.WriteTimeout = 0 }},
-		{"WriteTimeout", func(c *streams.LaneWriterConfig) { c.WriteTimeout = -time.Second }},
-		{"MaxRecordBytes", func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = 0 }},
-		{"MaxRecordBytes", func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = streams.MinLaneRecordBytes - 1 }},
-		{"MaxRecordBytes", func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = streams.MaxLaneRecordBytes + 1 }},
+	for _, tc := range []streamtest.IllegalCase[streams.LaneWriterConfig]{
+		{Field: "LaneTopic", Set: func(c *streams.LaneWriterConfig) { c.LaneTopic = "" }},
+		{Field: "Lane", Set: func(c *streams.LaneWriterConfig) { c.Lane = ckf.LaneCount }},
+		{Field: "ChunkWords", Set: func(c *streams.LaneWriterConfig) { c.ChunkWords = 0 }},
+		{Field: "ChunkWords", Set: func(c *streams.LaneWriterConfig) { c.ChunkWords = -1 }},
+		{Field: "WriteTimeout", Set: func(c *streams.LaneWriterConfig) { c.WriteTimeout = 0 }},
+		{Field: "WriteTimeout", Set: func(c *streams.LaneWriterConfig) { c.WriteTimeout = -time.Second }},
+		{Field: "MaxRecordBytes", Set: func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = 0 }},
+		{Field: "MaxRecordBytes", Set: func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = streams.MinLaneRecordBytes - 1 }},
+		{Field: "MaxRecordBytes", Set: func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = streams.MaxLaneRecordBytes + 1 }},
 	} {
 		c := base()
-		tc.set(&c)
+		tc.Set(&c)
 		_, err := build(c)
-		streamtest.WantConfigError(t, err, "lane writer", tc.field)
+		streamtest.WantConfigError(t, err, "lane writer", tc.Field)
 	}
-	for _, tc := range []legalCase[streams.LaneWriterConfig]{
-		{"the defaults", func(*streams.LaneWriterConfig) {}},
-		{"no snapshot index", func(c *streams.LaneWriterConfig) { c.IndexTopic = "" }},
-		{"lane 0", func(c *streams.LaneWriterConfig) { c.Lane = 0 }},
-		{"one word per chunk", func(c *streams.LaneWriterConfig) { c.ChunkWords = 1 }},
-		{"the smallest records", func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = streams.MinLaneRecordBytes }},
-		{"the largest records", func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = streams.MaxLaneRecordBytes }},
+	for _, tc := range []streamtest.LegalCase[streams.LaneWriterConfig]{
+		{Name: "the defaults", Set: func(*streams.LaneWriterConfig) {}},
+		{Name: "no snapshot index", Set: func(c *streams.LaneWriterConfig) { c.IndexTopic = "" }},
+		{Name: "lane 0", Set: func(c *streams.LaneWriterConfig) { c.Lane = 0 }},
+		{Name: "one word per chunk", Set: func(c *streams.LaneWriterConfig) { c.ChunkWords = 1 }},
+		{Name: "the smallest records", Set: func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = streams.MinLaneRecordBytes }},
+		{Name: "the largest records", Set: func(c *streams.LaneWriterConfig) { c.MaxRecordBytes = streams.MaxLaneRecordBytes }},
 	} {
 		c := base()
-		tc.set(&c)
+		tc.Set(&c)
 		if _, err := build(c); err != nil {
-			t.Errorf("%s: %v", tc.name, err)
+			t.Errorf("%s: %v", tc.Name, err)
 		}
 	}
 }

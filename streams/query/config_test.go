@@ -13,55 +13,43 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// illegalCase sets one field of a configuration of type C to an illegal value.
-type illegalCase[C any] struct {
-	field string // the field the error must name
-	set   func(*C)
-}
-
-// legalCase sets fields of a configuration of type C to legal values, zeros mostly.
-type legalCase[C any] struct {
-	name string
-	set  func(*C)
-}
-
 func TestQueryConfigValidate(t *testing.T) {
 	x := newQIndex(t, 0)
 	codec := streamtest.ConfigCodec(t)
 	build := func(c query.QueryConfig) (*query.QueryService, error) {
 		return query.NewQueryService(query.QueryServiceParams{Config: c, Answerer: query.NewAnswerer(x.g, nil), Codec: codec})
 	}
-	for _, tc := range []illegalCase[query.QueryConfig]{
-		{"ReplyTopicPrefixes[1]", func(c *query.QueryConfig) { c.ReplyTopicPrefixes = []string{"replies-", ""} }},
-		{"Group", func(c *query.QueryConfig) { c.Group = "" }},
-		{"MaxBatchRecords", func(c *query.QueryConfig) { c.MaxBatchRecords = 0 }},
-		{"MaxBatchRecords", func(c *query.QueryConfig) { c.MaxBatchRecords = query.MaxQueryBatchRecords + 1 }},
-		{"ReplyLinger", func(c *query.QueryConfig) { c.ReplyLinger = -1 }},
-		{"ReplyTimeout", func(c *query.QueryConfig) { c.ReplyTimeout = 0 }},
-		{"ReplyTimeout", func(c *query.QueryConfig) { c.ReplyTimeout = -time.Second }},
-		{"CommitTimeout", func(c *query.QueryConfig) { c.CommitTimeout = 0 }},
-		{"CommitTimeout", func(c *query.QueryConfig) { c.CommitTimeout = -time.Second }},
-		{"Component", func(c *query.QueryConfig) { c.Component = "" }},
+	for _, tc := range []streamtest.IllegalCase[query.QueryConfig]{
+		{Field: "ReplyTopicPrefixes[1]", Set: func(c *query.QueryConfig) { c.ReplyTopicPrefixes = []string{"replies-", ""} }},
+		{Field: "Group", Set: func(c *query.QueryConfig) { c.Group = "" }},
+		{Field: "MaxBatchRecords", Set: func(c *query.QueryConfig) { c.MaxBatchRecords = 0 }},
+		{Field: "MaxBatchRecords", Set: func(c *query.QueryConfig) { c.MaxBatchRecords = query.MaxQueryBatchRecords + 1 }},
+		{Field: "ReplyLinger", Set: func(c *query.QueryConfig) { c.ReplyLinger = -1 }},
+		{Field: "ReplyTimeout", Set: func(c *query.QueryConfig) { c.ReplyTimeout = 0 }},
+		{Field: "ReplyTimeout", Set: func(c *query.QueryConfig) { c.ReplyTimeout = -time.Second }},
+		{Field: "CommitTimeout", Set: func(c *query.QueryConfig) { c.CommitTimeout = 0 }},
+		{Field: "CommitTimeout", Set: func(c *query.QueryConfig) { c.CommitTimeout = -time.Second }},
+		{Field: "Component", Set: func(c *query.QueryConfig) { c.Component = "" }},
 	} {
 		c := query.DefaultQueryConfig()
-		tc.set(&c)
+		tc.Set(&c)
 		_, err := build(c)
-		streamtest.WantConfigError(t, err, "query service", tc.field)
+		streamtest.WantConfigError(t, err, "query service", tc.Field)
 	}
-	for _, tc := range []legalCase[query.QueryConfig]{
-		{"the defaults", func(*query.QueryConfig) {}},
-		{"no linger", func(c *query.QueryConfig) { c.ReplyLinger = 0 }},
-		{"batches of one", func(c *query.QueryConfig) { c.MaxBatchRecords = 1 }},
-		{"the largest batches", func(c *query.QueryConfig) { c.MaxBatchRecords = query.MaxQueryBatchRecords }},
-		{"named topics", func(c *query.QueryConfig) {
+	for _, tc := range []streamtest.LegalCase[query.QueryConfig]{
+		{Name: "the defaults", Set: func(*query.QueryConfig) {}},
+		{Name: "no linger", Set: func(c *query.QueryConfig) { c.ReplyLinger = 0 }},
+		{Name: "batches of one", Set: func(c *query.QueryConfig) { c.MaxBatchRecords = 1 }},
+		{Name: "the largest batches", Set: func(c *query.QueryConfig) { c.MaxBatchRecords = query.MaxQueryBatchRecords }},
+		{Name: "named topics", Set: func(c *query.QueryConfig) {
 			c.RequestTopic, c.ReplyTopic, c.DeadLetterTopic, c.ReplyTopicPrefixes = "q", "r", "d", []string{"r-"}
 		}},
 	} {
 		c := query.DefaultQueryConfig()
-		tc.set(&c)
+		tc.Set(&c)
 		svc, err := build(c)
 		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
+			t.Fatalf("%s: %v", tc.Name, err)
 		}
 		want := c // empty topic names are derived from the codec
 		for _, d := range []struct {
@@ -73,26 +61,26 @@ func TestQueryConfigValidate(t *testing.T) {
 			}
 		}
 		if got := svc.Config(); !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: the service runs with\n%+v\nnot the configuration given\n%+v", tc.name, got, want)
+			t.Errorf("%s: the service runs with\n%+v\nnot the configuration given\n%+v", tc.Name, got, want)
 		}
 	}
 }
 
 func TestQueryClientConfigValidate(t *testing.T) {
 	codec := streamtest.ConfigCodec(t)
-	for _, tc := range []illegalCase[query.QueryClientConfig]{
-		{"ReplyPartition", func(c *query.QueryClientConfig) { c.ReplyPartition = schemas.Some[int32](-1) }},
-		{"CallTimeout", func(c *query.QueryClientConfig) { c.CallTimeout = 0 }},
-		{"CallTimeout", func(c *query.QueryClientConfig) { c.CallTimeout = -time.Second }},
-		{"RequestLinger", func(c *query.QueryClientConfig) { c.RequestLinger = -1 }},
-		{"StartTimeout", func(c *query.QueryClientConfig) { c.StartTimeout = 0 }},
-		{"StartTimeout", func(c *query.QueryClientConfig) { c.StartTimeout = -time.Second }},
+	for _, tc := range []streamtest.IllegalCase[query.QueryClientConfig]{
+		{Field: "ReplyPartition", Set: func(c *query.QueryClientConfig) { c.ReplyPartition = schemas.Some[int32](-1) }},
+		{Field: "CallTimeout", Set: func(c *query.QueryClientConfig) { c.CallTimeout = 0 }},
+		{Field: "CallTimeout", Set: func(c *query.QueryClientConfig) { c.CallTimeout = -time.Second }},
+		{Field: "RequestLinger", Set: func(c *query.QueryClientConfig) { c.RequestLinger = -1 }},
+		{Field: "StartTimeout", Set: func(c *query.QueryClientConfig) { c.StartTimeout = 0 }},
+		{Field: "StartTimeout", Set: func(c *query.QueryClientConfig) { c.StartTimeout = -time.Second }},
 	} {
 		c := query.DefaultQueryClientConfig()
-		tc.set(&c)
+		tc.Set(&c)
 		// Validation comes before any connection: no broker is needed to be refused.
 		_, err := query.NewQueryClient(context.Background(), query.QueryClientParams{Config: c, Codec: codec})
-		streamtest.WantConfigError(t, err, "query client", tc.field)
+		streamtest.WantConfigError(t, err, "query client", tc.Field)
 	}
 	// The legal zero, RequestLinger 0 (the default: requests sent at once), on an in-process
 	// cluster.

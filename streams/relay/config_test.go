@@ -11,18 +11,6 @@ import (
 	"github.com/ckf-stream/ckf-stream/streams/relay"
 )
 
-// illegalCase sets one field of a configuration of type C to an illegal value.
-type illegalCase[C any] struct {
-	field string // the field the error must name
-	set   func(*C)
-}
-
-// legalCase sets fields of a configuration of type C to legal values, zeros mostly.
-type legalCase[C any] struct {
-	name string
-	set  func(*C)
-}
-
 func TestRelayConfigValidate(t *testing.T) {
 	t.Parallel()
 	codec := streamtest.ConfigCodec(t)
@@ -35,82 +23,82 @@ func TestRelayConfigValidate(t *testing.T) {
 	build := func(c relay.RelayConfig) (*relay.Relay, error) {
 		return relay.NewRelay(relay.RelayParams{Config: c, Codec: codec})
 	}
-	for _, tc := range []illegalCase[relay.RelayConfig]{
-		{"Topics.KVEvents", func(c *relay.RelayConfig) { c.Topics.KVEvents = "" }},
-		{"Topics.Lanes", func(c *relay.RelayConfig) { c.Topics.Lanes = "" }},
-		{"Pool", func(c *relay.RelayConfig) { c.Pool = ckf.PoolID{} }},
-		{"Lane", func(c *relay.RelayConfig) { c.Lane = ckf.LaneCount }},
-		{"CKF.ExpectedBlocksPerDC", func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 0 }},
-		{"CKF", func(c *relay.RelayConfig) { c.CKF.MaxKicks = 0 }},
-		{"CKF", func(c *relay.RelayConfig) { c.CKF.VerificationWindow = 0 }},
-		{"CKF.PublishEveryNEvents", func(c *relay.RelayConfig) { c.CKF.PublishEveryNEvents = 0 }},
-		{"CKF.ExpectedBlocksPerDC", func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 1 << 62 }},
-		{"CKF.ExpectedBlocksPerDC", func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 1 << 30 }}, // 2^29 buckets: over the wire's 2^24
-		{"LayoutGeneration", func(c *relay.RelayConfig) { c.LayoutGeneration = 0 }},
-		{"PublishMaxDelay", func(c *relay.RelayConfig) { c.PublishMaxDelay = -1 }},
-		{"MaxDeltasPerTransaction", func(c *relay.RelayConfig) { c.MaxDeltasPerTransaction = 0 }},
-		{"SnapshotInterval", func(c *relay.RelayConfig) { c.SnapshotInterval = -time.Second }},
-		{"SnapshotInterval", func(c *relay.RelayConfig) {
+	for _, tc := range []streamtest.IllegalCase[relay.RelayConfig]{
+		{Field: "Topics.KVEvents", Set: func(c *relay.RelayConfig) { c.Topics.KVEvents = "" }},
+		{Field: "Topics.Lanes", Set: func(c *relay.RelayConfig) { c.Topics.Lanes = "" }},
+		{Field: "Pool", Set: func(c *relay.RelayConfig) { c.Pool = ckf.PoolID{} }},
+		{Field: "Lane", Set: func(c *relay.RelayConfig) { c.Lane = ckf.LaneCount }},
+		{Field: "CKF.ExpectedBlocksPerDC", Set: func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 0 }},
+		{Field: "CKF", Set: func(c *relay.RelayConfig) { c.CKF.MaxKicks = 0 }},
+		{Field: "CKF", Set: func(c *relay.RelayConfig) { c.CKF.VerificationWindow = 0 }},
+		{Field: "CKF.PublishEveryNEvents", Set: func(c *relay.RelayConfig) { c.CKF.PublishEveryNEvents = 0 }},
+		{Field: "CKF.ExpectedBlocksPerDC", Set: func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 1 << 62 }},
+		{Field: "CKF.ExpectedBlocksPerDC", Set: func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 1 << 30 }}, // 2^29 buckets: over the wire's 2^24
+		{Field: "LayoutGeneration", Set: func(c *relay.RelayConfig) { c.LayoutGeneration = 0 }},
+		{Field: "PublishMaxDelay", Set: func(c *relay.RelayConfig) { c.PublishMaxDelay = -1 }},
+		{Field: "MaxDeltasPerTransaction", Set: func(c *relay.RelayConfig) { c.MaxDeltasPerTransaction = 0 }},
+		{Field: "SnapshotInterval", Set: func(c *relay.RelayConfig) { c.SnapshotInterval = -time.Second }},
+		{Field: "SnapshotInterval", Set: func(c *relay.RelayConfig) {
 			c.SnapshotInterval, c.SnapshotEveryDeltas, c.SnapshotDeltaRatio = 0, 0, 0
 		}},
-		{"SnapshotDeltaRatio", func(c *relay.RelayConfig) { c.SnapshotDeltaRatio = -1 }},
-		{"SnapshotDeltaRatio", func(c *relay.RelayConfig) { c.SnapshotDeltaRatio = math.NaN() }},
-		{"SnapshotIdleInterval", func(c *relay.RelayConfig) { c.SnapshotIdleInterval = -1 }},
-		{"SnapshotIdleInterval", func(c *relay.RelayConfig) { c.SnapshotIdleInterval = c.SnapshotInterval - 1 }},
-		{"SnapshotIdleInterval", func(c *relay.RelayConfig) { c.SnapshotInterval, c.SnapshotIdleInterval = 0, -1 }},
-		{"SnapshotRequestMinInterval", func(c *relay.RelayConfig) { c.SnapshotRequestMinInterval = -1 }},
-		{"HeartbeatInterval", func(c *relay.RelayConfig) { c.HeartbeatInterval = 0 }},
-		{"HeartbeatInterval", func(c *relay.RelayConfig) { c.HeartbeatInterval = -time.Second }},
-		{"ChunkWords", func(c *relay.RelayConfig) { c.ChunkWords = 0 }},
-		{"WriteTimeout", func(c *relay.RelayConfig) { c.WriteTimeout = 0 }},
-		{"StopTimeout", func(c *relay.RelayConfig) { c.StopTimeout = 0 }},
-		{"MaxPollRecords", func(c *relay.RelayConfig) { c.MaxPollRecords = 0 }},
-		{"CheckpointInterval", func(c *relay.RelayConfig) { c.CheckpointInterval = -1 }},
-		{"CheckpointInterval", func(c *relay.RelayConfig) {
+		{Field: "SnapshotDeltaRatio", Set: func(c *relay.RelayConfig) { c.SnapshotDeltaRatio = -1 }},
+		{Field: "SnapshotDeltaRatio", Set: func(c *relay.RelayConfig) { c.SnapshotDeltaRatio = math.NaN() }},
+		{Field: "SnapshotIdleInterval", Set: func(c *relay.RelayConfig) { c.SnapshotIdleInterval = -1 }},
+		{Field: "SnapshotIdleInterval", Set: func(c *relay.RelayConfig) { c.SnapshotIdleInterval = c.SnapshotInterval - 1 }},
+		{Field: "SnapshotIdleInterval", Set: func(c *relay.RelayConfig) { c.SnapshotInterval, c.SnapshotIdleInterval = 0, -1 }},
+		{Field: "SnapshotRequestMinInterval", Set: func(c *relay.RelayConfig) { c.SnapshotRequestMinInterval = -1 }},
+		{Field: "HeartbeatInterval", Set: func(c *relay.RelayConfig) { c.HeartbeatInterval = 0 }},
+		{Field: "HeartbeatInterval", Set: func(c *relay.RelayConfig) { c.HeartbeatInterval = -time.Second }},
+		{Field: "ChunkWords", Set: func(c *relay.RelayConfig) { c.ChunkWords = 0 }},
+		{Field: "WriteTimeout", Set: func(c *relay.RelayConfig) { c.WriteTimeout = 0 }},
+		{Field: "StopTimeout", Set: func(c *relay.RelayConfig) { c.StopTimeout = 0 }},
+		{Field: "MaxPollRecords", Set: func(c *relay.RelayConfig) { c.MaxPollRecords = 0 }},
+		{Field: "CheckpointInterval", Set: func(c *relay.RelayConfig) { c.CheckpointInterval = -1 }},
+		{Field: "CheckpointInterval", Set: func(c *relay.RelayConfig) {
 			c.Topics.Checkpoints, c.CheckpointInterval, c.CheckpointEveryEvents = "ckpt", 0, 0
 		}},
-		{"CheckpointChunkBytes", func(c *relay.RelayConfig) { c.CheckpointChunkBytes = 0 }},
-		{"LagCommitInterval", func(c *relay.RelayConfig) { c.LagCommitInterval = -1 }},
+		{Field: "CheckpointChunkBytes", Set: func(c *relay.RelayConfig) { c.CheckpointChunkBytes = 0 }},
+		{Field: "LagCommitInterval", Set: func(c *relay.RelayConfig) { c.LagCommitInterval = -1 }},
 	} {
 		c := base()
-		tc.set(&c)
+		tc.Set(&c)
 		_, err := build(c)
-		streamtest.WantConfigError(t, err, "relay", tc.field)
+		streamtest.WantConfigError(t, err, "relay", tc.Field)
 	}
-	for _, tc := range []legalCase[relay.RelayConfig]{
-		{"the defaults", func(*relay.RelayConfig) {}},
-		{"lane 0", func(c *relay.RelayConfig) { c.Lane = 0 }},
-		{"seed 0", func(c *relay.RelayConfig) { c.CKF.Seed = 0 }},
-		{"windows closed at once", func(c *relay.RelayConfig) { c.CKF.PublishEveryNEvents, c.PublishMaxDelay = 8, 0 }},
-		{"no count trigger", func(c *relay.RelayConfig) { c.SnapshotEveryDeltas = 0 }},
-		{"only the byte trigger", func(c *relay.RelayConfig) { c.SnapshotInterval, c.SnapshotEveryDeltas = 0, 0 }},
-		{"no byte trigger", func(c *relay.RelayConfig) { c.SnapshotDeltaRatio = 0 }},
-		{"no time trigger: the idle interval is not used", func(c *relay.RelayConfig) { c.SnapshotInterval = 0 }},
-		{"no time trigger, no idle interval", func(c *relay.RelayConfig) { c.SnapshotInterval, c.SnapshotIdleInterval = 0, 0 }},
-		{"idle lanes as often as busy ones", func(c *relay.RelayConfig) { c.SnapshotIdleInterval = c.SnapshotInterval }},
-		{"idle interval 0: the snapshot interval", func(c *relay.RelayConfig) { c.SnapshotIdleInterval = 0 }},
-		{"the default filter", func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = relay.DefaultRelayExpectedBlocks }},
-		{"requests served without coalescing", func(c *relay.RelayConfig) { c.SnapshotRequestMinInterval = 0 }},
-		{"explicit transactional id", func(c *relay.RelayConfig) { c.TransactionalID = "relay-7" }},
-		{"explicit first incarnation", func(c *relay.RelayConfig) { c.Incarnation = 42 }},
-		{"checkpoints on the count trigger only", func(c *relay.RelayConfig) {
+	for _, tc := range []streamtest.LegalCase[relay.RelayConfig]{
+		{Name: "the defaults", Set: func(*relay.RelayConfig) {}},
+		{Name: "lane 0", Set: func(c *relay.RelayConfig) { c.Lane = 0 }},
+		{Name: "seed 0", Set: func(c *relay.RelayConfig) { c.CKF.Seed = 0 }},
+		{Name: "windows closed at once", Set: func(c *relay.RelayConfig) { c.CKF.PublishEveryNEvents, c.PublishMaxDelay = 8, 0 }},
+		{Name: "no count trigger", Set: func(c *relay.RelayConfig) { c.SnapshotEveryDeltas = 0 }},
+		{Name: "only the byte trigger", Set: func(c *relay.RelayConfig) { c.SnapshotInterval, c.SnapshotEveryDeltas = 0, 0 }},
+		{Name: "no byte trigger", Set: func(c *relay.RelayConfig) { c.SnapshotDeltaRatio = 0 }},
+		{Name: "no time trigger: the idle interval is not used", Set: func(c *relay.RelayConfig) { c.SnapshotInterval = 0 }},
+		{Name: "no time trigger, no idle interval", Set: func(c *relay.RelayConfig) { c.SnapshotInterval, c.SnapshotIdleInterval = 0, 0 }},
+		{Name: "idle lanes as often as busy ones", Set: func(c *relay.RelayConfig) { c.SnapshotIdleInterval = c.SnapshotInterval }},
+		{Name: "idle interval 0: the snapshot interval", Set: func(c *relay.RelayConfig) { c.SnapshotIdleInterval = 0 }},
+		{Name: "the default filter", Set: func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = relay.DefaultRelayExpectedBlocks }},
+		{Name: "requests served without coalescing", Set: func(c *relay.RelayConfig) { c.SnapshotRequestMinInterval = 0 }},
+		{Name: "explicit transactional id", Set: func(c *relay.RelayConfig) { c.TransactionalID = "relay-7" }},
+		{Name: "explicit first incarnation", Set: func(c *relay.RelayConfig) { c.Incarnation = 42 }},
+		{Name: "checkpoints on the count trigger only", Set: func(c *relay.RelayConfig) {
 			c.Topics.Checkpoints, c.CheckpointInterval = "ckpt", 0
 		}},
-		{"checkpoints on the time trigger only", func(c *relay.RelayConfig) {
+		{Name: "checkpoints on the time trigger only", Set: func(c *relay.RelayConfig) {
 			c.Topics.Checkpoints, c.CheckpointEveryEvents = "ckpt", 0
 		}},
-		{"no checkpoint topic, no trigger", func(c *relay.RelayConfig) { c.CheckpointInterval, c.CheckpointEveryEvents = 0, 0 }},
-		{"lag commits after every transaction", func(c *relay.RelayConfig) { c.LagCommitInterval = 0 }},
-		{"explicit lag group", func(c *relay.RelayConfig) { c.LagGroup = "relay-lag" }},
-		{"no optional topics", func(c *relay.RelayConfig) {
+		{Name: "no checkpoint topic, no trigger", Set: func(c *relay.RelayConfig) { c.CheckpointInterval, c.CheckpointEveryEvents = 0, 0 }},
+		{Name: "lag commits after every transaction", Set: func(c *relay.RelayConfig) { c.LagCommitInterval = 0 }},
+		{Name: "explicit lag group", Set: func(c *relay.RelayConfig) { c.LagGroup = "relay-lag" }},
+		{Name: "no optional topics", Set: func(c *relay.RelayConfig) {
 			c.Topics.SnapshotIndex, c.Topics.Control, c.Topics.DeadLetter = "", "", ""
 		}},
 	} {
 		c := base()
-		tc.set(&c)
+		tc.Set(&c)
 		r, err := build(c)
 		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
+			t.Fatalf("%s: %v", tc.Name, err)
 		}
 		want := c
 		if want.TransactionalID == "" {
@@ -120,7 +108,7 @@ func TestRelayConfigValidate(t *testing.T) {
 			want.LagGroup = "ckf-relay-" + c.Topics.KVEvents + "-" + c.Pool.String()
 		}
 		if got := r.Config(); !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: the relay runs with\n%+v\nnot the configuration given\n%+v", tc.name, got, want)
+			t.Errorf("%s: the relay runs with\n%+v\nnot the configuration given\n%+v", tc.Name, got, want)
 		}
 	}
 }

@@ -34,3 +34,15 @@ func ConfigCodec(t *testing.T) *schemas.Codec {
 	}
 	return codec
 }
+
+// IllegalCase sets one field of a configuration of type C to an illegal value.
+type IllegalCase[C any] struct {
+	Field string // the field the error must name
+	Set   func(*C)
+}
+
+// LegalCase sets fields of a configuration of type C to legal values, zeros mostly.
+type LegalCase[C any] struct {
+	Name string
+	Set  func(*C)
+}
