@@ -1,7 +1,6 @@
 package lanes_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
+	"github.com/ckf-stream/ckf-stream/streams/lanes"
 	"github.com/ckf-stream/ckf-stream/testenv"
 )
 
@@ -22,37 +22,8 @@ func writeSyntheticDeltas(b testing.TB, e *streamtest.Env, lane uint8, n, k int)
 	b.Helper()
 	p := e.Producer(lane, 1)
 	p.Snapshot()
-	bc := p.State.BucketCount()
 	words := p.State.CopyWords()
-	rng := rand.New(rand.NewPCG(uint64(lane), 7))
-	batch := make([]ckf.Delta, 0, 256)
-	seq := p.Publisher.LastSequence()
-	flush := func() {
-		if err := p.Writer.WriteDeltas(context.Background(), batch); err != nil {
-			b.Fatal(err)
-		}
-		batch = batch[:0]
-	}
-	for i := 0; i < n; i++ {
-		seen := map[uint64]bool{}
-		imgs := make([]ckf.BucketImage, 0, k)
-		for len(imgs) < k {
-			bucket := rng.Uint64N(bc)
-			if seen[bucket] {
-				continue
-			}
-			seen[bucket] = true
-			v := rng.Uint64() | 1
-			imgs = append(imgs, ckf.BucketImage{Bucket: bucket, Value: v})
-			words[bucket] = v
-		}
-		batch = append(batch, ckf.Delta{Identity: p.ID, BaseSequence: seq, Sequence: seq + 1, Images: imgs})
-		seq++
-		if len(batch) == cap(batch) {
-			flush()
-		}
-	}
-	flush()
+	lanes.WriteRandomDeltas(b, p.Writer, p.ID, lane, p.Publisher.LastSequence(), words, n, k)
 	return words
 }
 

@@ -100,17 +100,23 @@ func writeBurst(t *testing.T, w *streams.LaneWriter, p *rigProducer, n, k int) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	end := pos.LastOffset + 1
-	bc := p.State.BucketCount()
 	words := p.State.CopyWords()
-	rng := rand.New(rand.NewPCG(uint64(p.lane), 7))
+	WriteRandomDeltas(t, w, p.ID, p.lane, p.Publisher.LastSequence(), words, n, k)
+	return words, pos.LastOffset + 1 + int64(n) // one record a delta
+}
+
+// WriteRandomDeltas writes n deltas of id after sequence seq through w, in batches of 256 as a
+// relay does, each of k distinct random images (a generator seeded by lane), and applies them to
+// words, the lane's words (one a bucket). Exported for the external benchmarks (bench_e2e_test.go).
+func WriteRandomDeltas(t testing.TB, w *streams.LaneWriter, id ckf.ProducerIdentity, lane uint8, seq uint64, words []uint64, n, k int) {
+	t.Helper()
+	bc := uint64(len(words))
+	rng := rand.New(rand.NewPCG(uint64(lane), 7))
 	batch := make([]ckf.Delta, 0, 256)
-	seq := p.Publisher.LastSequence()
 	flush := func() {
 		if err := w.WriteDeltas(context.Background(), batch); err != nil {
 			t.Fatal(err)
 		}
-		end += int64(len(batch))
 		batch = batch[:0]
 	}
 	for range n {
@@ -126,12 +132,11 @@ func writeBurst(t *testing.T, w *streams.LaneWriter, p *rigProducer, n, k int) (
 			imgs = append(imgs, ckf.BucketImage{Bucket: bucket, Value: v})
 			words[bucket] = v
 		}
-		batch = append(batch, ckf.Delta{Identity: p.ID, BaseSequence: seq, Sequence: seq + 1, Images: imgs})
+		batch = append(batch, ckf.Delta{Identity: id, BaseSequence: seq, Sequence: seq + 1, Images: imgs})
 		seq++
 		if len(batch) == cap(batch) {
 			flush()
 		}
 	}
 	flush()
-	return words, end
 }
