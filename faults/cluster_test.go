@@ -106,7 +106,7 @@ func startRunOnReplicas(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *
 // min.insync.replicas 2: what the processes choose on a cluster of three brokers.
 func (r *clusterRun) checkReplication() {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(r.t.Context(), time.Minute)
 	defer cancel()
 	for _, topic := range []string{r.s.topics.Lanes, r.s.kv[0], r.s.topics.RelayCheckpoints} {
 		st, err := testenv.Partition(ctx, r.adm, topic, 0)
@@ -116,12 +116,17 @@ func (r *clusterRun) checkReplication() {
 		if len(st.Replicas) != config.ReplicatedTopicReplicas {
 			r.t.Fatalf("%s: replicas %v, want %d", topic, st.Replicas, config.ReplicatedTopicReplicas)
 		}
-		rcs, err := r.adm.DescribeTopicConfigs(ctx, topic)
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		rc, err := rcs.On(topic, nil)
-		if err != nil {
+		var rc kadm.ResourceConfig
+		if err := testenv.RetryRead(ctx, "configs of "+topic, func(ctx context.Context) error {
+			rcs, err := r.adm.DescribeTopicConfigs(ctx, topic)
+			if err == nil {
+				rc, err = rcs.On(topic, nil)
+			}
+			if err == nil {
+				err = rc.Err
+			}
+			return err
+		}); err != nil {
 			r.t.Fatal(err)
 		}
 		for _, kv := range rc.Configs {
@@ -145,7 +150,7 @@ func (r *clusterRun) checkAlive(when string) {
 // lanePartition returns lane 0's partition state.
 func (r *clusterRun) lanePartition() testenv.PartitionState {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.t.Context(), 2*time.Minute)
 	defer cancel()
 	st, err := testenv.Partition(ctx, r.adm, r.s.topics.Lanes, 0)
 	if err != nil {
@@ -191,14 +196,11 @@ func (r *clusterRun) recovered(when string, since time.Time) time.Duration {
 		}
 		return true
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	lso, err := r.adm.ListCommittedOffsets(ctx, r.s.topics.Lanes)
+	ctx, cancel := context.WithTimeout(r.t.Context(), 2*time.Minute)
+	lso, err := testenv.ListCommittedOffsets(ctx, r.adm, r.s.topics.Lanes)
 	cancel()
-	if err == nil {
-		err = lso.Error()
-	}
 	if err != nil {
-		r.t.Fatalf("%s: last stable offsets of the lanes: %v", when, err)
+		r.t.Fatalf("%s: %v", when, err)
 	}
 	var last []lanesPage
 	testenv.WaitUntilEvery(r.t, scrapePoll, 3*time.Minute, when+": every replica applies every lane up to its last stable offset", func() bool {
@@ -323,12 +325,9 @@ type laneCheck struct {
 // proof that the relays' transactions lost and duplicated no delta across the leader changes.
 func (r *clusterRun) checkLaneSequences(seqs []uint64) []laneCheck {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(r.t.Context(), 3*time.Minute)
 	defer cancel()
-	lso, err := r.adm.ListCommittedOffsets(ctx, r.s.topics.Lanes)
-	if err == nil {
-		err = lso.Error()
-	}
+	lso, err := testenv.ListCommittedOffsets(ctx, r.adm, r.s.topics.Lanes)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -363,7 +362,15 @@ func (r *clusterRun) checkLaneSequences(seqs []uint64) []laneCheck {
 		if ctx.Err() != nil {
 			r.t.Fatalf("reading the lanes: %v (cursors %+v, want %v)", ctx.Err(), cur, want)
 		}
-		fs.EachError(func(_ string, p int32, err error) { r.t.Logf("lane %d fetch: %v", p, err) })
+		// The client retries what a leadership move causes by itself; an error it hands over
+		// that no retry cures fails the check, naming the lane partition.
+		fs.EachError(func(_ string, p int32, err error) {
+			if testenv.TransientReadError(err) || ctx.Err() != nil {
+				r.t.Logf("lane %d fetch: %v", p, err)
+				return
+			}
+			r.t.Errorf("lane %d fetch: %v", p, err)
+		})
 		fs.EachRecord(func(rec *kgo.Record) {
 			i := int(rec.Partition)
 			c, lc := &cur[i], &checks[i]

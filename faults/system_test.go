@@ -460,7 +460,7 @@ func (p *proc) ask(q query) (answer, error) {
 func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 	s.t.Helper()
 	adm := kadm.NewClient(s.client())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(s.t.Context(), 2*time.Minute)
 	defer cancel()
 	type relayState struct {
 		records    float64 // records on the KV-events topic
@@ -472,12 +472,9 @@ func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 	}
 	st := make([]relayState, len(s.relays))
 	for i := range s.relays {
-		ends, err := adm.ListEndOffsets(ctx, s.kv[i])
-		if err == nil {
-			err = ends.Error()
-		}
+		ends, err := testenv.ListEndOffsets(ctx, adm, s.kv[i])
 		if err != nil {
-			s.t.Fatalf("end offsets of %s: %v", s.kv[i], err)
+			s.t.Fatal(err)
 		}
 		ends.Each(func(o kadm.ListedOffset) { st[i].records += float64(o.Offset) })
 	}
@@ -641,9 +638,9 @@ func (s *system) deadLetters() []schemas.DeadLetter {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(s.t.Context(), 2*time.Minute)
 	defer cancel()
-	ends, err := adm.ListEndOffsets(ctx, s.topics.DeadLetter)
+	ends, err := testenv.ListEndOffsets(ctx, adm, s.topics.DeadLetter)
 	if err != nil {
 		s.t.Fatal(err)
 	}

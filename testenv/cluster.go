@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -321,25 +322,32 @@ type PartitionState struct {
 }
 
 // Partition returns the leader, replicas and ISR of topic's partition, read with adm (which
-// should reach the cluster by its direct listeners).
+// should reach the cluster by its direct listeners). Metadata that lacks the topic or the
+// partition, or carries a retriable topic error, is read again (RetryRead) until ctx ends; the
+// partition's own error (LEADER_NOT_AVAILABLE while no replica leads) is the state's Err.
 func Partition(ctx context.Context, adm *kadm.Client, topic string, partition int32) (PartitionState, error) {
-	md, err := adm.Metadata(ctx, topic)
-	if err != nil {
-		return PartitionState{}, fmt.Errorf("metadata of %s: %w", topic, err)
-	}
-	td, ok := md.Topics[topic]
-	if !ok {
-		return PartitionState{}, fmt.Errorf("metadata of %s: topic missing", topic)
-	}
-	if td.Err != nil {
-		return PartitionState{}, fmt.Errorf("metadata of %s: %w", topic, td.Err)
-	}
-	pd, ok := td.Partitions[partition]
-	if !ok {
-		return PartitionState{}, fmt.Errorf("metadata of %s: partition %d missing", topic, partition)
-	}
-	return PartitionState{Leader: pd.Leader, LeaderEpoch: pd.LeaderEpoch, Replicas: slices.Clone(pd.Replicas),
-		ISR: slices.Clone(pd.ISR), Err: pd.Err}, nil
+	var st PartitionState
+	err := RetryRead(ctx, fmt.Sprintf("metadata of %s partition %d", topic, partition), func(ctx context.Context) error {
+		md, err := adm.Metadata(ctx, topic)
+		if err != nil {
+			return err
+		}
+		td, ok := md.Topics[topic]
+		switch {
+		case !ok:
+			return fmt.Errorf("topic missing: %w", kerr.UnknownTopicOrPartition)
+		case td.Err != nil:
+			return td.Err
+		}
+		pd, ok := td.Partitions[partition]
+		if !ok {
+			return fmt.Errorf("partition missing: %w", kerr.UnknownTopicOrPartition)
+		}
+		st = PartitionState{Leader: pd.Leader, LeaderEpoch: pd.LeaderEpoch, Replicas: slices.Clone(pd.Replicas),
+			ISR: slices.Clone(pd.ISR), Err: pd.Err}
+		return nil
+	})
+	return st, err
 }
 
 func (n *ClusterNode) dir() string {
