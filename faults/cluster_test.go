@@ -26,7 +26,9 @@ import (
 // The cluster scenarios run the suite's deployment (two relays, two indexer replicas, the
 // seeded writer and its model) on a three-node cluster of their own and inject faults into the
 // cluster: kill -9 of the lane partitions' leader, a controlled shutdown of it, an ISR below
-// min.insync.replicas, a SIGSTOP of the leader. The relays reach the brokers by the nodes' CLIENT
+// min.insync.replicas, a SIGSTOP of the leader; cluster_partition_test.go cuts the leader off
+// from its followers (its REPLICATION listener behind a fault proxy) and kills two of the three
+// nodes. The relays reach the brokers by the nodes' CLIENT
 // listeners, the replicas by their ALT listeners and the replicas' query service by the QUERY
 // listeners (kafka.query_brokers); the test's own clients (the writer, the admin, the lane
 // reader) use the direct BROKER listeners. Each scenario logs a SUMMARY line
