@@ -25,7 +25,7 @@ import (
 
 // readAttempt bounds one attempt of a read, so that a request stuck on a paused or isolated
 // broker is tried again (on fresh metadata) before the caller's deadline.
-const readAttempt = 20 * time.Second
+const readAttempt = 10 * time.Second
 
 // TransientReadError reports whether err is one a read retries: a retriable Kafka error
 // (NOT_LEADER_FOR_PARTITION, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
