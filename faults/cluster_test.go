@@ -51,11 +51,12 @@ type clusterRun struct {
 	qs    []query
 }
 
-// startClusterRun starts a three-node cluster, the deployment and the writer (150 KV events/s),
-// and checks that the topics got 3 replicas and min.insync.replicas 2.
-func startClusterRun(t *testing.T, seed uint64) *clusterRun {
+// startClusterRun starts a three-node cluster, the deployment and the writer (150 KV events/s;
+// writerOpts are added to its client's options), and checks that the topics got 3 replicas and
+// min.insync.replicas 2.
+func startClusterRun(t *testing.T, seed uint64, writerOpts ...kgo.Opt) *clusterRun {
 	t.Helper()
-	return startRunOn(t, seed, testenv.StartLocalClusterT(t, testenv.LocalClusterConfig{}), nil)
+	return startRunOnReplicas(t, seed, testenv.StartLocalClusterT(t, testenv.LocalClusterConfig{}), nil, 2, writerOpts...)
 }
 
 // startClusterRunReplicas is startClusterRun with the given number of indexer replicas.
@@ -79,7 +80,7 @@ func startRunOn(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.
 }
 
 // startRunOnReplicas is startRunOn with the given number of indexer replicas.
-func startRunOnReplicas(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.ProxiedCluster, replicas int) *clusterRun {
+func startRunOnReplicas(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.ProxiedCluster, replicas int, writerOpts ...kgo.Opt) *clusterRun {
 	t.Helper()
 	s := newSystem(t, c.DirectSeeds(), 2, replicas)
 	for _, r := range s.relays {
@@ -93,7 +94,7 @@ func startRunOnReplicas(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *
 	s.startAll()
 	r := &clusterRun{t: t, seed: seed, c: c, pc: pc, s: s, adm: kadm.NewClient(s.client()), pids: map[string]int{}}
 	r.checkReplication()
-	r.w = s.newWriter(seed+300, 150)
+	r.w = s.newWriter(seed+300, 150, writerOpts...)
 	r.w.run()
 	r.procs = append(append([]*proc{}, s.relays...), s.indexes...)
 	for _, p := range r.procs {
@@ -462,7 +463,7 @@ func (r *clusterRun) finish(name, injected, recovery string, qp string) {
 	lanes := r.checkLaneSequences(seqs)
 	r.checkAlive("at the end")
 	if f := r.w.failed.Load(); f != 0 {
-		r.t.Errorf("%d KV events failed (%v): the writer's delivery timeout is 2 minutes", f, r.w.lastErr.Load())
+		r.t.Errorf("%d KV events failed (%v): past the writer's delivery timeout (2 minutes unless the scenario says otherwise)", f, r.w.lastErr.Load())
 	}
 	exited := len(r.procs) - countAlive(r.procs)
 	r.t.Logf("SUMMARY cluster %s: injected %s; %s; KV events sent %d, acknowledged %d, failed %d; lanes at sequences %v, lane records %+v; "+

@@ -215,7 +215,9 @@ type writer struct {
 	stopped chan struct{}
 }
 
-func (s *system) newWriter(seed uint64, rate float64) *writer {
+// newWriter returns a writer at rate events/s; opts are added to its client's (a longer
+// delivery timeout, say).
+func (s *system) newWriter(seed uint64, rate float64, opts ...kgo.Opt) *writer {
 	s.t.Helper()
 	w, err := loadgen.NewWorkload(loadgen.Config{Seed: seed, DCs: s.dcs, WorkersPerDC: 2, WorkerCapacity: 1024,
 		ConversationsPerDC: 24, SystemPrompts: 4, TokenQueries: 1e-9})
@@ -223,7 +225,7 @@ func (s *system) newWriter(seed uint64, rate float64) *writer {
 		s.t.Fatal(err)
 	}
 	wr := &writer{t: s.t, s: s, w: w, rate: rate,
-		cl: s.client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(2*time.Minute))}
+		cl: s.client(append([]kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(2 * time.Minute)}, opts...)...)}
 	for range s.dcs {
 		m, err := producer.NewDcState(ckf.NewCkfConfig(expectedBlocks))
 		if err != nil {
