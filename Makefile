@@ -221,7 +221,7 @@ lint: ## generated files up to date, gofmt, go mod tidy (no diff), go vet and st
 
 # -p 1: one package at a time, so that only one three-node cluster runs on the two cores.
 .PHONY: test-cluster
-test-cluster: ## the full set of three-node cluster scenarios (leader kill and shutdown, ISR, SIGSTOP, network faults on each route, query rebalance; each test starts its own cluster); FAULTS_SEED
+test-cluster: ## the full set of three-node cluster scenarios (leader kill and shutdown, ISR, SIGSTOP, network faults on each route, the leader cut off from its followers, two of three nodes lost, query rebalance; each test starts its own cluster); FAULTS_SEED
 	CKF_CLUSTER_FULL=1 $(GO) test -p 1 -race -count=1 -timeout 60m -v -run 'Cluster' ./testenv/ ./faults/
 
 .PHONY: cluster-up

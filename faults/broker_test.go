@@ -81,14 +81,11 @@ func TestBrokerRestartProcesses(t *testing.T) {
 			}
 			return true
 		})
-		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		lso, err := admin.ListCommittedOffsets(lctx, s.topics.Lanes)
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		lso, err := testenv.ListCommittedOffsets(lctx, admin, s.topics.Lanes)
 		cancel()
-		if err == nil {
-			err = lso.Error()
-		}
 		if err != nil {
-			t.Fatalf("%s: last stable offsets of the lanes: %v", when, err)
+			t.Fatalf("%s: %v", when, err)
 		}
 		var last []lanesPage
 		testenv.WaitUntilEvery(t, scrapePoll, 2*time.Minute, when+": every replica applies every lane up to its last stable offset", func() bool {

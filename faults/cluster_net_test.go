@@ -44,12 +44,9 @@ type kafkaQueries struct {
 // listed before the first request.
 func (r *clusterRun) startKafkaQueries(rate int) *kafkaQueries {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(r.t.Context(), 2*time.Minute)
 	defer cancel()
-	ends, err := r.adm.ListEndOffsets(ctx, r.s.topics.QueryReplies)
-	if err == nil {
-		err = ends.Error()
-	}
+	ends, err := testenv.ListEndOffsets(ctx, r.adm, r.s.topics.QueryReplies)
 	if err != nil {
 		r.t.Fatal(err)
 	}

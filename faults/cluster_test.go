@@ -26,7 +26,9 @@ import (
 // The cluster scenarios run the suite's deployment (two relays, two indexer replicas, the
 // seeded writer and its model) on a three-node cluster of their own and inject faults into the
 // cluster: kill -9 of the lane partitions' leader, a controlled shutdown of it, an ISR below
-// min.insync.replicas, a SIGSTOP of the leader. The relays reach the brokers by the nodes' CLIENT
+// min.insync.replicas, a SIGSTOP of the leader; cluster_partition_test.go cuts the leader off
+// from its followers (its REPLICATION listener behind a fault proxy) and kills two of the three
+// nodes. The relays reach the brokers by the nodes' CLIENT
 // listeners, the replicas by their ALT listeners and the replicas' query service by the QUERY
 // listeners (kafka.query_brokers); the test's own clients (the writer, the admin, the lane
 // reader) use the direct BROKER listeners. Each scenario logs a SUMMARY line
@@ -49,11 +51,12 @@ type clusterRun struct {
 	qs    []query
 }
 
-// startClusterRun starts a three-node cluster, the deployment and the writer (150 KV events/s),
-// and checks that the topics got 3 replicas and min.insync.replicas 2.
-func startClusterRun(t *testing.T, seed uint64) *clusterRun {
+// startClusterRun starts a three-node cluster, the deployment and the writer (150 KV events/s;
+// writerOpts are added to its client's options), and checks that the topics got 3 replicas and
+// min.insync.replicas 2.
+func startClusterRun(t *testing.T, seed uint64, writerOpts ...kgo.Opt) *clusterRun {
 	t.Helper()
-	return startRunOn(t, seed, testenv.StartLocalClusterT(t, testenv.LocalClusterConfig{}), nil)
+	return startRunOnReplicas(t, seed, testenv.StartLocalClusterT(t, testenv.LocalClusterConfig{}), nil, 2, writerOpts...)
 }
 
 // startClusterRunReplicas is startClusterRun with the given number of indexer replicas.
@@ -77,7 +80,7 @@ func startRunOn(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.
 }
 
 // startRunOnReplicas is startRunOn with the given number of indexer replicas.
-func startRunOnReplicas(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.ProxiedCluster, replicas int) *clusterRun {
+func startRunOnReplicas(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.ProxiedCluster, replicas int, writerOpts ...kgo.Opt) *clusterRun {
 	t.Helper()
 	s := newSystem(t, c.DirectSeeds(), 2, replicas)
 	for _, r := range s.relays {
@@ -91,7 +94,7 @@ func startRunOnReplicas(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *
 	s.startAll()
 	r := &clusterRun{t: t, seed: seed, c: c, pc: pc, s: s, adm: kadm.NewClient(s.client()), pids: map[string]int{}}
 	r.checkReplication()
-	r.w = s.newWriter(seed+300, 150)
+	r.w = s.newWriter(seed+300, 150, writerOpts...)
 	r.w.run()
 	r.procs = append(append([]*proc{}, s.relays...), s.indexes...)
 	for _, p := range r.procs {
@@ -106,7 +109,7 @@ func startRunOnReplicas(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *
 // min.insync.replicas 2: what the processes choose on a cluster of three brokers.
 func (r *clusterRun) checkReplication() {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(r.t.Context(), time.Minute)
 	defer cancel()
 	for _, topic := range []string{r.s.topics.Lanes, r.s.kv[0], r.s.topics.RelayCheckpoints} {
 		st, err := testenv.Partition(ctx, r.adm, topic, 0)
@@ -116,12 +119,17 @@ func (r *clusterRun) checkReplication() {
 		if len(st.Replicas) != config.ReplicatedTopicReplicas {
 			r.t.Fatalf("%s: replicas %v, want %d", topic, st.Replicas, config.ReplicatedTopicReplicas)
 		}
-		rcs, err := r.adm.DescribeTopicConfigs(ctx, topic)
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		rc, err := rcs.On(topic, nil)
-		if err != nil {
+		var rc kadm.ResourceConfig
+		if err := testenv.RetryRead(ctx, "configs of "+topic, func(ctx context.Context) error {
+			rcs, err := r.adm.DescribeTopicConfigs(ctx, topic)
+			if err == nil {
+				rc, err = rcs.On(topic, nil)
+			}
+			if err == nil {
+				err = rc.Err
+			}
+			return err
+		}); err != nil {
 			r.t.Fatal(err)
 		}
 		for _, kv := range rc.Configs {
@@ -145,7 +153,7 @@ func (r *clusterRun) checkAlive(when string) {
 // lanePartition returns lane 0's partition state.
 func (r *clusterRun) lanePartition() testenv.PartitionState {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.t.Context(), 2*time.Minute)
 	defer cancel()
 	st, err := testenv.Partition(ctx, r.adm, r.s.topics.Lanes, 0)
 	if err != nil {
@@ -191,14 +199,11 @@ func (r *clusterRun) recovered(when string, since time.Time) time.Duration {
 		}
 		return true
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	lso, err := r.adm.ListCommittedOffsets(ctx, r.s.topics.Lanes)
+	ctx, cancel := context.WithTimeout(r.t.Context(), 2*time.Minute)
+	lso, err := testenv.ListCommittedOffsets(ctx, r.adm, r.s.topics.Lanes)
 	cancel()
-	if err == nil {
-		err = lso.Error()
-	}
 	if err != nil {
-		r.t.Fatalf("%s: last stable offsets of the lanes: %v", when, err)
+		r.t.Fatalf("%s: %v", when, err)
 	}
 	var last []lanesPage
 	testenv.WaitUntilEvery(r.t, scrapePoll, 3*time.Minute, when+": every replica applies every lane up to its last stable offset", func() bool {
@@ -323,12 +328,9 @@ type laneCheck struct {
 // proof that the relays' transactions lost and duplicated no delta across the leader changes.
 func (r *clusterRun) checkLaneSequences(seqs []uint64) []laneCheck {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(r.t.Context(), 3*time.Minute)
 	defer cancel()
-	lso, err := r.adm.ListCommittedOffsets(ctx, r.s.topics.Lanes)
-	if err == nil {
-		err = lso.Error()
-	}
+	lso, err := testenv.ListCommittedOffsets(ctx, r.adm, r.s.topics.Lanes)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -363,7 +365,15 @@ func (r *clusterRun) checkLaneSequences(seqs []uint64) []laneCheck {
 		if ctx.Err() != nil {
 			r.t.Fatalf("reading the lanes: %v (cursors %+v, want %v)", ctx.Err(), cur, want)
 		}
-		fs.EachError(func(_ string, p int32, err error) { r.t.Logf("lane %d fetch: %v", p, err) })
+		// The client retries what a leadership move causes by itself; an error it hands over
+		// that no retry cures fails the check, naming the lane partition.
+		fs.EachError(func(_ string, p int32, err error) {
+			if testenv.TransientReadError(err) || ctx.Err() != nil {
+				r.t.Logf("lane %d fetch: %v", p, err)
+				return
+			}
+			r.t.Errorf("lane %d fetch: %v", p, err)
+		})
 		fs.EachRecord(func(rec *kgo.Record) {
 			i := int(rec.Partition)
 			c, lc := &cur[i], &checks[i]
@@ -453,7 +463,7 @@ func (r *clusterRun) finish(name, injected, recovery string, qp string) {
 	lanes := r.checkLaneSequences(seqs)
 	r.checkAlive("at the end")
 	if f := r.w.failed.Load(); f != 0 {
-		r.t.Errorf("%d KV events failed (%v): the writer's delivery timeout is 2 minutes", f, r.w.lastErr.Load())
+		r.t.Errorf("%d KV events failed (%v): past the writer's delivery timeout (2 minutes unless the scenario says otherwise)", f, r.w.lastErr.Load())
 	}
 	exited := len(r.procs) - countAlive(r.procs)
 	r.t.Logf("SUMMARY cluster %s: injected %s; %s; KV events sent %d, acknowledged %d, failed %d; lanes at sequences %v, lane records %+v; "+

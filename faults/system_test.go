@@ -215,7 +215,9 @@ type writer struct {
 	stopped chan struct{}
 }
 
-func (s *system) newWriter(seed uint64, rate float64) *writer {
+// newWriter returns a writer at rate events/s; opts are added to its client's (a longer
+// delivery timeout, say).
+func (s *system) newWriter(seed uint64, rate float64, opts ...kgo.Opt) *writer {
 	s.t.Helper()
 	w, err := loadgen.NewWorkload(loadgen.Config{Seed: seed, DCs: s.dcs, WorkersPerDC: 2, WorkerCapacity: 1024,
 		ConversationsPerDC: 24, SystemPrompts: 4, TokenQueries: 1e-9})
@@ -223,7 +225,7 @@ func (s *system) newWriter(seed uint64, rate float64) *writer {
 		s.t.Fatal(err)
 	}
 	wr := &writer{t: s.t, s: s, w: w, rate: rate,
-		cl: s.client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(2*time.Minute))}
+		cl: s.client(append([]kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(2 * time.Minute)}, opts...)...)}
 	for range s.dcs {
 		m, err := producer.NewDcState(ckf.NewCkfConfig(expectedBlocks))
 		if err != nil {
@@ -460,7 +462,7 @@ func (p *proc) ask(q query) (answer, error) {
 func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 	s.t.Helper()
 	adm := kadm.NewClient(s.client())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(s.t.Context(), 2*time.Minute)
 	defer cancel()
 	type relayState struct {
 		records    float64 // records on the KV-events topic
@@ -472,12 +474,9 @@ func (s *system) relaySettled(w *writer, timeout time.Duration) []uint64 {
 	}
 	st := make([]relayState, len(s.relays))
 	for i := range s.relays {
-		ends, err := adm.ListEndOffsets(ctx, s.kv[i])
-		if err == nil {
-			err = ends.Error()
-		}
+		ends, err := testenv.ListEndOffsets(ctx, adm, s.kv[i])
 		if err != nil {
-			s.t.Fatalf("end offsets of %s: %v", s.kv[i], err)
+			s.t.Fatal(err)
 		}
 		ends.Each(func(o kadm.ListedOffset) { st[i].records += float64(o.Offset) })
 	}
@@ -641,9 +640,9 @@ func (s *system) deadLetters() []schemas.DeadLetter {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(s.t.Context(), 2*time.Minute)
 	defer cancel()
-	ends, err := adm.ListEndOffsets(ctx, s.topics.DeadLetter)
+	ends, err := testenv.ListEndOffsets(ctx, adm, s.topics.DeadLetter)
 	if err != nil {
 		s.t.Fatal(err)
 	}

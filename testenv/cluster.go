@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -39,10 +40,15 @@ type LocalClusterConfig struct {
 	// before the proxies are needed: the nodes only advertise them; nothing checks that they
 	// answer.
 	ClientAdvertised, AltAdvertised, QueryAdvertised []string
-	// ClientPorts, AltPorts, QueryPorts, BrokerPorts and ControllerPorts are the nodes'
-	// listener ports, one per node; nil picks free ones. They stay fixed for the cluster's
-	// life, so a node restarts on the same addresses.
-	ClientPorts, AltPorts, QueryPorts, BrokerPorts, ControllerPorts []int
+	// ReplicationAdvertised is the host:port each node advertises on its REPLICATION listener,
+	// the one the nodes reach each other by (follower fetches, transaction markers): a fault
+	// proxy there cuts a node off from its peers. Empty: the listener's own address.
+	ReplicationAdvertised []string
+	// ClientPorts, AltPorts, QueryPorts, BrokerPorts, ReplicationPorts and ControllerPorts are
+	// the nodes' listener ports, one per node; nil picks free ones. They stay fixed for the
+	// cluster's life, so a node restarts on the same addresses. BrokerPorts are the direct
+	// listeners (DirectSeeds).
+	ClientPorts, AltPorts, QueryPorts, BrokerPorts, ReplicationPorts, ControllerPorts []int
 	// ReplicaLag is the brokers' replica.lag.time.max.ms: how long a follower may stop fetching
 	// before it leaves the ISR. Default 10 s (Kafka's own default is 30 s).
 	ReplicaLag time.Duration
@@ -90,10 +96,12 @@ func (c LocalClusterConfig) env() []string {
 		"KAFKA_CLUSTER_ALT_PORTS="+joinPorts(c.AltPorts),
 		"KAFKA_CLUSTER_QUERY_PORTS="+joinPorts(c.QueryPorts),
 		"KAFKA_CLUSTER_BROKER_PORTS="+joinPorts(c.BrokerPorts),
+		"KAFKA_CLUSTER_REPLICATION_PORTS="+joinPorts(c.ReplicationPorts),
 		"KAFKA_CLUSTER_CONTROLLER_PORTS="+joinPorts(c.ControllerPorts),
 		"KAFKA_CLUSTER_CLIENT_ADVERTISED="+strings.Join(c.ClientAdvertised, ","),
 		"KAFKA_CLUSTER_ALT_ADVERTISED="+strings.Join(c.AltAdvertised, ","),
 		"KAFKA_CLUSTER_QUERY_ADVERTISED="+strings.Join(c.QueryAdvertised, ","),
+		"KAFKA_CLUSTER_REPLICATION_ADVERTISED="+strings.Join(c.ReplicationAdvertised, ","),
 		// The nodes die with the test binary even when it dies without its cleanups.
 		"KAFKA_CLUSTER_OWNER_PID="+strconv.Itoa(os.Getpid()),
 	)
@@ -123,7 +131,8 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (*LocalClust
 	lists := []struct {
 		name  string
 		ports *[]int
-	}{{"client", &cfg.ClientPorts}, {"alt", &cfg.AltPorts}, {"query", &cfg.QueryPorts}, {"broker", &cfg.BrokerPorts}, {"controller", &cfg.ControllerPorts}}
+	}{{"client", &cfg.ClientPorts}, {"alt", &cfg.AltPorts}, {"query", &cfg.QueryPorts}, {"broker", &cfg.BrokerPorts},
+		{"replication", &cfg.ReplicationPorts}, {"controller", &cfg.ControllerPorts}}
 	missing := 0
 	for _, l := range lists {
 		if *l.ports == nil {
@@ -145,7 +154,8 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (*LocalClust
 	for _, l := range []struct {
 		name  string
 		addrs []string
-	}{{"client advertised", cfg.ClientAdvertised}, {"alt advertised", cfg.AltAdvertised}, {"query advertised", cfg.QueryAdvertised}} {
+	}{{"client advertised", cfg.ClientAdvertised}, {"alt advertised", cfg.AltAdvertised}, {"query advertised", cfg.QueryAdvertised},
+		{"replication advertised", cfg.ReplicationAdvertised}} {
 		if l.addrs != nil && len(l.addrs) != cfg.Nodes {
 			return nil, fmt.Errorf("%w: %d %s addresses for %d nodes", ErrClusterConfig, len(l.addrs), l.name, cfg.Nodes)
 		}
@@ -232,7 +242,7 @@ func (c *LocalCluster) QuerySeeds() []string {
 	return advertised(c.cfg.QueryAdvertised, c.cfg.QueryPorts)
 }
 
-// DirectSeeds are the nodes' BROKER listeners, which no proxy sits in front of: for the test's
+// DirectSeeds are the nodes' BROKER listeners, which no proxy ever sits in front of: for the test's
 // own admin, writer and observer clients, which must see the cluster as it is while the
 // processes' routes are degraded.
 func (c *LocalCluster) DirectSeeds() []string { return advertised(nil, c.cfg.BrokerPorts) }
@@ -321,25 +331,32 @@ type PartitionState struct {
 }
 
 // Partition returns the leader, replicas and ISR of topic's partition, read with adm (which
-// should reach the cluster by its direct listeners).
+// should reach the cluster by its direct listeners). Metadata that lacks the topic or the
+// partition, or carries a retriable topic error, is read again (RetryRead) until ctx ends; the
+// partition's own error (LEADER_NOT_AVAILABLE while no replica leads) is the state's Err.
 func Partition(ctx context.Context, adm *kadm.Client, topic string, partition int32) (PartitionState, error) {
-	md, err := adm.Metadata(ctx, topic)
-	if err != nil {
-		return PartitionState{}, fmt.Errorf("metadata of %s: %w", topic, err)
-	}
-	td, ok := md.Topics[topic]
-	if !ok {
-		return PartitionState{}, fmt.Errorf("metadata of %s: topic missing", topic)
-	}
-	if td.Err != nil {
-		return PartitionState{}, fmt.Errorf("metadata of %s: %w", topic, td.Err)
-	}
-	pd, ok := td.Partitions[partition]
-	if !ok {
-		return PartitionState{}, fmt.Errorf("metadata of %s: partition %d missing", topic, partition)
-	}
-	return PartitionState{Leader: pd.Leader, LeaderEpoch: pd.LeaderEpoch, Replicas: slices.Clone(pd.Replicas),
-		ISR: slices.Clone(pd.ISR), Err: pd.Err}, nil
+	var st PartitionState
+	err := RetryRead(ctx, fmt.Sprintf("metadata of %s partition %d", topic, partition), func(ctx context.Context) error {
+		md, err := adm.Metadata(ctx, topic)
+		if err != nil {
+			return err
+		}
+		td, ok := md.Topics[topic]
+		switch {
+		case !ok:
+			return fmt.Errorf("topic missing: %w", kerr.UnknownTopicOrPartition)
+		case td.Err != nil:
+			return td.Err
+		}
+		pd, ok := td.Partitions[partition]
+		if !ok {
+			return fmt.Errorf("partition missing: %w", kerr.UnknownTopicOrPartition)
+		}
+		st = PartitionState{Leader: pd.Leader, LeaderEpoch: pd.LeaderEpoch, Replicas: slices.Clone(pd.Replicas),
+			ISR: slices.Clone(pd.ISR), Err: pd.Err}
+		return nil
+	})
+	return st, err
 }
 
 func (n *ClusterNode) dir() string {
@@ -363,6 +380,11 @@ func (n *ClusterNode) AltAddr() string { return "127.0.0.1:" + strconv.Itoa(n.c.
 // QueryAddr is the address of the node's QUERY listener itself.
 func (n *ClusterNode) QueryAddr() string {
 	return "127.0.0.1:" + strconv.Itoa(n.c.cfg.QueryPorts[n.ID-1])
+}
+
+// ReplicationAddr is the address of the node's REPLICATION listener itself.
+func (n *ClusterNode) ReplicationAddr() string {
+	return "127.0.0.1:" + strconv.Itoa(n.c.cfg.ReplicationPorts[n.ID-1])
 }
 
 // Kill9 sends SIGKILL to the node (a crash: no controlled shutdown, nothing flushed) and waits

@@ -138,33 +138,39 @@ func (g FaultProxies) Addrs() []string {
 	return out
 }
 
-// ProxiedCluster is a LocalCluster whose CLIENT, ALT and QUERY listeners are reached through
-// fault proxies: Client proxies the CLIENT route (Seeds), Alt the ALT route (AltSeeds), Query
-// the QUERY route (QuerySeeds).
+// ProxiedCluster is a LocalCluster whose CLIENT, ALT, QUERY and REPLICATION listeners are
+// reached through fault proxies: Client proxies the CLIENT route (Seeds), Alt the ALT route
+// (AltSeeds), Query the QUERY route (QuerySeeds), and Replication the route the nodes reach each
+// other by. Replication[i] carries every connection to node i+1 from its peers (their follower
+// fetches from it, the transaction markers sent to it), so a toxic there cuts the node off from
+// its followers and the markers of the other coordinators, while the node still reaches the
+// others, its clients reach it, and the KRaft quorum (CONTROLLER listeners, never proxied) still
+// hears it.
 type ProxiedCluster struct {
 	*LocalCluster
-	Client, Alt, Query FaultProxies
+	Client, Alt, Query, Replication FaultProxies
 }
 
 // StartProxiedClusterT starts a cluster like StartLocalClusterT with one fault proxy per node in
-// front of each of its CLIENT, ALT and QUERY listeners, which the nodes advertise, so that every
-// client seeded with Seeds, AltSeeds or QuerySeeds stays behind the proxies.
+// front of each of its CLIENT, ALT, QUERY and REPLICATION listeners, which the nodes advertise,
+// so that every client seeded with Seeds, AltSeeds or QuerySeeds, and every node reaching a peer,
+// stays behind the proxies.
 func StartProxiedClusterT(t testing.TB, cfg LocalClusterConfig) *ProxiedCluster {
 	t.Helper()
 	if cfg.Nodes == 0 {
 		cfg.Nodes = ClusterNodes
 	}
 	pc := &ProxiedCluster{}
-	cfg.ClientPorts, cfg.AltPorts, cfg.QueryPorts = nil, nil, nil
-	cfg.ClientAdvertised, cfg.AltAdvertised, cfg.QueryAdvertised = nil, nil, nil
+	cfg.ClientPorts, cfg.AltPorts, cfg.QueryPorts, cfg.ReplicationPorts = nil, nil, nil, nil
+	cfg.ClientAdvertised, cfg.AltAdvertised, cfg.QueryAdvertised, cfg.ReplicationAdvertised = nil, nil, nil, nil
 	// Every port, the nodes' and the proxies', is chosen here at once, so that none is handed
-	// out twice: three proxied listeners, two direct ones and three proxies per node.
-	ports, err := freeLoopbackPorts(8 * cfg.Nodes)
+	// out twice: four proxied listeners, two direct ones and four proxies per node.
+	ports, err := freeLoopbackPorts(10 * cfg.Nodes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.BrokerPorts, cfg.ControllerPorts = ports[3*cfg.Nodes:4*cfg.Nodes], ports[4*cfg.Nodes:5*cfg.Nodes]
-	proxyPorts := ports[5*cfg.Nodes:]
+	cfg.BrokerPorts, cfg.ControllerPorts = ports[4*cfg.Nodes:5*cfg.Nodes], ports[5*cfg.Nodes:6*cfg.Nodes]
+	proxyPorts := ports[6*cfg.Nodes:]
 	for i := range cfg.Nodes {
 		for _, route := range []struct {
 			name  string
@@ -172,7 +178,8 @@ func StartProxiedClusterT(t testing.TB, cfg LocalClusterConfig) *ProxiedCluster 
 			adv   *[]string
 			group *FaultProxies
 		}{{"client", &cfg.ClientPorts, &cfg.ClientAdvertised, &pc.Client}, {"alt", &cfg.AltPorts, &cfg.AltAdvertised, &pc.Alt},
-			{"query", &cfg.QueryPorts, &cfg.QueryAdvertised, &pc.Query}} {
+			{"query", &cfg.QueryPorts, &cfg.QueryAdvertised, &pc.Query},
+			{"replication", &cfg.ReplicationPorts, &cfg.ReplicationAdvertised, &pc.Replication}} {
 			port, listen := ports[0], proxyPorts[0]
 			ports, proxyPorts = ports[1:], proxyPorts[1:]
 			p := StartFaultProxy(t, route.name+"-"+strconv.Itoa(i+1), "127.0.0.1:"+strconv.Itoa(listen), "127.0.0.1:"+strconv.Itoa(port))

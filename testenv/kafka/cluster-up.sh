@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # cluster-up.sh: start a three-node Apache Kafka cluster (KRaft; each node is broker and controller
 # in one JVM, a static quorum of the three) on 127.0.0.1, from the jars kafka-up.sh resolves, and
-# wait until every node serves requests. Each node has five listeners:
+# wait until every node serves requests. Each node has six listeners:
 #   CLIENT      for clients; advertised as KAFKA_CLUSTER_CLIENT_ADVERTISED (default: itself)
 #   ALT         a second client listener with its own advertised address, so that two groups of
 #               processes can reach the brokers by separate routes (a fault proxy on one route)
 #   QUERY       a third client listener with its own advertised address, for the query path
 #               (kafka.query_brokers: the indexers' query service and the routers)
-#   BROKER      replication between the nodes (never proxied)
+#   REPLICATION replication and the other traffic between the nodes (inter.broker.listener.name:
+#               follower fetches, transaction markers); advertised as
+#               KAFKA_CLUSTER_REPLICATION_ADVERTISED, so a fault proxy can cut a node off from
+#               its peers while its clients still reach it
+#   BROKER      a client listener no proxy ever sits in front of (the tests' own clients)
 #   CONTROLLER  the KRaft quorum
 # A client sees the advertised addresses of the listener it bootstrapped on, so a client seeded
 # with proxy addresses stays behind the proxies.
@@ -24,12 +28,14 @@
 #   KAFKA_CLUSTER_DIR                data, configs, logs and pids   (${TMPDIR:-/tmp}/ckf-cluster)
 #   KAFKA_CLUSTER_CLIENT_PORTS       CLIENT ports                   (19092,19093,19094)
 #   KAFKA_CLUSTER_CONTROLLER_PORTS   CONTROLLER ports               (19192,19193,19194)
-#   KAFKA_CLUSTER_BROKER_PORTS       BROKER (replication) ports     (19292,19293,19294)
+#   KAFKA_CLUSTER_BROKER_PORTS       BROKER (direct) ports          (19292,19293,19294)
+#   KAFKA_CLUSTER_REPLICATION_PORTS  REPLICATION ports              (19592,19593,19594)
 #   KAFKA_CLUSTER_ALT_PORTS          ALT ports                      (19392,19393,19394)
 #   KAFKA_CLUSTER_QUERY_PORTS        QUERY ports                    (19492,19493,19494)
 #   KAFKA_CLUSTER_CLIENT_ADVERTISED  host:port each CLIENT listener advertises (itself)
 #   KAFKA_CLUSTER_ALT_ADVERTISED     host:port each ALT listener advertises    (itself)
 #   KAFKA_CLUSTER_QUERY_ADVERTISED   host:port each QUERY listener advertises  (itself)
+#   KAFKA_CLUSTER_REPLICATION_ADVERTISED  host:port each REPLICATION listener advertises (itself)
 #   KAFKA_CLUSTER_HEAP_OPTS          JVM heap of each node          (-Xms128m -Xmx384m)
 #   KAFKA_CLUSTER_JVM_OPTS           other JVM options              (-XX:TieredStopAtLevel=1
 #                                    -XX:CICompilerCount=1: the quick compiler only, one thread:
@@ -49,6 +55,7 @@ if [[ "${1:-}" == --node ]]; then only="${2:?--node needs a node number}"; fi
 : "${KAFKA_CLUSTER_CLIENT_PORTS:=19092,19093,19094}"
 : "${KAFKA_CLUSTER_CONTROLLER_PORTS:=19192,19193,19194}"
 : "${KAFKA_CLUSTER_BROKER_PORTS:=19292,19293,19294}"
+: "${KAFKA_CLUSTER_REPLICATION_PORTS:=19592,19593,19594}"
 : "${KAFKA_CLUSTER_ALT_PORTS:=19392,19393,19394}"
 : "${KAFKA_CLUSTER_QUERY_PORTS:=19492,19493,19494}"
 : "${KAFKA_CLUSTER_HEAP_OPTS:=-Xms128m -Xmx384m}"
@@ -61,11 +68,12 @@ dir="$KAFKA_CLUSTER_DIR"
 
 IFS=, read -r -a client <<<"$KAFKA_CLUSTER_CLIENT_PORTS"
 IFS=, read -r -a ctrl <<<"$KAFKA_CLUSTER_CONTROLLER_PORTS"
-IFS=, read -r -a repl <<<"$KAFKA_CLUSTER_BROKER_PORTS"
+IFS=, read -r -a direct <<<"$KAFKA_CLUSTER_BROKER_PORTS"
+IFS=, read -r -a repl <<<"$KAFKA_CLUSTER_REPLICATION_PORTS"
 IFS=, read -r -a alt <<<"$KAFKA_CLUSTER_ALT_PORTS"
 IFS=, read -r -a query <<<"$KAFKA_CLUSTER_QUERY_PORTS"
 n=${#client[@]}
-for l in ctrl repl alt query; do
+for l in ctrl direct repl alt query; do
   declare -n arr=$l
   (( ${#arr[@]} == n )) || { echo "cluster-up: every port list needs $n entries" >&2; exit 1; }
 done
@@ -75,7 +83,9 @@ if [[ -n "${KAFKA_CLUSTER_ALT_ADVERTISED:-}" ]]; then IFS=, read -r -a alt_adv <
 else alt_adv=(); for p in "${alt[@]}"; do alt_adv+=("127.0.0.1:$p"); done; fi
 if [[ -n "${KAFKA_CLUSTER_QUERY_ADVERTISED:-}" ]]; then IFS=, read -r -a query_adv <<<"$KAFKA_CLUSTER_QUERY_ADVERTISED"
 else query_adv=(); for p in "${query[@]}"; do query_adv+=("127.0.0.1:$p"); done; fi
-(( ${#client_adv[@]} == n && ${#alt_adv[@]} == n && ${#query_adv[@]} == n )) || { echo "cluster-up: every advertised list needs $n entries" >&2; exit 1; }
+if [[ -n "${KAFKA_CLUSTER_REPLICATION_ADVERTISED:-}" ]]; then IFS=, read -r -a repl_adv <<<"$KAFKA_CLUSTER_REPLICATION_ADVERTISED"
+else repl_adv=(); for p in "${repl[@]}"; do repl_adv+=("127.0.0.1:$p"); done; fi
+(( ${#client_adv[@]} == n && ${#alt_adv[@]} == n && ${#query_adv[@]} == n && ${#repl_adv[@]} == n )) || { echo "cluster-up: every advertised list needs $n entries" >&2; exit 1; }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # A killed node stays a zombie until its parent reaps it; kill -0 still succeeds on a zombie, so
@@ -99,7 +109,7 @@ if (( only == 0 )); then
   for ((i = 1; i <= n; i++)); do
     if alive "$i"; then echo "cluster-up: node $i of $dir runs but the cluster is not serving; run cluster-down.sh first" >&2; exit 1; fi
   done
-  for p in "${client[@]}" "${ctrl[@]}" "${repl[@]}" "${alt[@]}" "${query[@]}"; do
+  for p in "${client[@]}" "${ctrl[@]}" "${direct[@]}" "${repl[@]}" "${alt[@]}" "${query[@]}"; do
     if port_open "$p"; then echo "cluster-up: port $p is already in use" >&2; exit 1; fi
   done
 fi
@@ -120,11 +130,11 @@ write_config() { # node
 process.roles=broker,controller
 node.id=$i
 controller.quorum.voters=$voters
-listeners=BROKER://127.0.0.1:${repl[i-1]},CLIENT://127.0.0.1:${client[i-1]},ALT://127.0.0.1:${alt[i-1]},QUERY://127.0.0.1:${query[i-1]},CONTROLLER://127.0.0.1:${ctrl[i-1]}
-advertised.listeners=BROKER://127.0.0.1:${repl[i-1]},CLIENT://${client_adv[i-1]},ALT://${alt_adv[i-1]},QUERY://${query_adv[i-1]}
+listeners=REPLICATION://127.0.0.1:${repl[i-1]},BROKER://127.0.0.1:${direct[i-1]},CLIENT://127.0.0.1:${client[i-1]},ALT://127.0.0.1:${alt[i-1]},QUERY://127.0.0.1:${query[i-1]},CONTROLLER://127.0.0.1:${ctrl[i-1]}
+advertised.listeners=REPLICATION://${repl_adv[i-1]},BROKER://127.0.0.1:${direct[i-1]},CLIENT://${client_adv[i-1]},ALT://${alt_adv[i-1]},QUERY://${query_adv[i-1]}
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=BROKER
-listener.security.protocol.map=BROKER:PLAINTEXT,CLIENT:PLAINTEXT,ALT:PLAINTEXT,QUERY:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=REPLICATION
+listener.security.protocol.map=REPLICATION:PLAINTEXT,BROKER:PLAINTEXT,CLIENT:PLAINTEXT,ALT:PLAINTEXT,QUERY:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs=$dir/node-$i/data
 
 # Topics the processes create choose their own replication (kafka.topic_replication_factor and
