@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -231,6 +232,154 @@ func TestHelmChart(t *testing.T) {
 			if strings.TrimSpace(o.Data["ckf-stream.json"]) != strings.TrimSpace(string(dash)) {
 				t.Errorf("the dashboard ConfigMap differs from deploy/grafana/ckf-stream.json")
 			}
+		}
+	}
+}
+
+// TestHelmChartLocked renders the chart with every access setting on (Kafka over TLS with a client
+// certificate and SCRAM, HTTPS with client certificates and a bearer token) and checks that each
+// file a setting names is in a mounted Secret, that the SASL password comes from a Secret key and
+// not from a value, that the probes speak HTTPS, and that the ServiceMonitor presents what the
+// locked /metrics asks for. Values that cannot work together fail the render.
+func TestHelmChartLocked(t *testing.T) {
+	helm := helmBin(t)
+	locked := []string{"--set", strings.Join([]string{
+		"kafka.tls.enabled=true", "kafka.tls.secretName=kafka-tls", "kafka.tls.clientCertificate=true",
+		"kafka.sasl.mechanism=SCRAM-SHA-512", "kafka.sasl.username=ckf", "kafka.sasl.passwordSecret.name=kafka-password",
+		"http.tls.secretName=http-tls", "http.tls.requireClientCertificates=true",
+		"http.auth.tokenSecret.name=http-token", "monitoring.scrapeClientSecret=prometheus-client",
+	}, ",")}
+	render := func(args ...string) ([]byte, error) {
+		cmd := exec.Command(helm, append([]string{"template", "demo", "helm/ckf-stream"}, args...)...)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			return nil, errors.New(errOut.String())
+		}
+		return out.Bytes(), nil
+	}
+	if out, err := exec.Command(helm, append([]string{"lint", "--strict", "helm/ckf-stream"}, locked...)...).CombinedOutput(); err != nil {
+		t.Fatalf("helm lint with the access settings: %v\n%s", err, out)
+	}
+	rendered, err := render(locked...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type probe struct {
+		HTTPGet struct {
+			Scheme string `yaml:"scheme"`
+		} `yaml:"httpGet"`
+	}
+	type container struct {
+		Env []struct {
+			Name      string `yaml:"name"`
+			Value     string `yaml:"value"`
+			ValueFrom *struct {
+				SecretKeyRef struct{ Name, Key string } `yaml:"secretKeyRef"`
+			} `yaml:"valueFrom"`
+		} `yaml:"env"`
+		VolumeMounts []struct {
+			Name      string `yaml:"name"`
+			MountPath string `yaml:"mountPath"`
+			ReadOnly  bool   `yaml:"readOnly"`
+		} `yaml:"volumeMounts"`
+		LivenessProbe  probe `yaml:"livenessProbe"`
+		ReadinessProbe probe `yaml:"readinessProbe"`
+	}
+	type object struct {
+		Kind     string `yaml:"kind"`
+		Metadata struct{ Name string }
+		Spec     struct {
+			Template struct {
+				Spec struct {
+					Containers []container `yaml:"containers"`
+					Volumes    []struct {
+						Name   string `yaml:"name"`
+						Secret struct {
+							SecretName string `yaml:"secretName"`
+						} `yaml:"secret"`
+					} `yaml:"volumes"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+			Endpoints []map[string]any `yaml:"endpoints"`
+		} `yaml:"spec"`
+	}
+	// The file every setting names, and the Secret whose volume must hold it.
+	files := map[string][2]string{
+		"CKF_KAFKA_TLS_CA_FILE":           {"/etc/ckf/kafka-tls/ca.crt", "kafka-tls"},
+		"CKF_KAFKA_TLS_CERT_FILE":         {"/etc/ckf/kafka-tls/tls.crt", "kafka-tls"},
+		"CKF_KAFKA_TLS_KEY_FILE":          {"/etc/ckf/kafka-tls/tls.key", "kafka-tls"},
+		"CKF_HTTP_TLS_CERT_FILE":          {"/etc/ckf/http-tls/tls.crt", "http-tls"},
+		"CKF_HTTP_TLS_KEY_FILE":           {"/etc/ckf/http-tls/tls.key", "http-tls"},
+		"CKF_HTTP_TLS_CLIENT_CA_FILE":     {"/etc/ckf/http-tls/ca.crt", "http-tls"},
+		"CKF_HTTP_AUTH_BEARER_TOKEN_FILE": {"/etc/ckf/http-token/token", "http-token"},
+	}
+	deployments := 0
+	dec := yaml.NewDecoder(bytes.NewReader(rendered))
+	for {
+		var o object
+		if err := dec.Decode(&o); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		switch o.Kind {
+		case "Deployment":
+			deployments++
+			secretOf := map[string]string{}
+			for _, v := range o.Spec.Template.Spec.Volumes {
+				secretOf[v.Name] = v.Secret.SecretName
+			}
+			c := o.Spec.Template.Spec.Containers[0]
+			seen := map[string]bool{}
+			for _, e := range c.Env {
+				seen[e.Name] = true
+				if e.Name == "CKF_KAFKA_SASL_PASSWORD" {
+					if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef.Name != "kafka-password" || e.ValueFrom.SecretKeyRef.Key != "password" {
+						t.Errorf("%s: the SASL password is not read from the Secret kafka-password: %+v", o.Metadata.Name, e)
+					}
+					continue
+				}
+				want, ok := files[e.Name]
+				if !ok {
+					continue
+				}
+				mounted := false
+				for _, m := range c.VolumeMounts {
+					if strings.HasPrefix(e.Value, m.MountPath+"/") && m.ReadOnly && secretOf[m.Name] == want[1] {
+						mounted = true
+					}
+				}
+				if e.Value != want[0] || !mounted {
+					t.Errorf("%s: %s=%q is not in a read-only mount of the Secret %s (mounts %+v, volumes %v)", o.Metadata.Name, e.Name, e.Value, want[1], c.VolumeMounts, secretOf)
+				}
+			}
+			for _, name := range append(slices.Collect(maps.Keys(files)), "CKF_KAFKA_TLS_ENABLED", "CKF_KAFKA_SASL_MECHANISM", "CKF_KAFKA_SASL_USERNAME", "CKF_KAFKA_SASL_PASSWORD") {
+				if !seen[name] {
+					t.Errorf("%s does not set %s", o.Metadata.Name, name)
+				}
+			}
+			if c.LivenessProbe.HTTPGet.Scheme != "HTTPS" || c.ReadinessProbe.HTTPGet.Scheme != "HTTPS" {
+				t.Errorf("%s: probes speak %q/%q to an HTTPS server", o.Metadata.Name, c.LivenessProbe.HTTPGet.Scheme, c.ReadinessProbe.HTTPGet.Scheme)
+			}
+		case "ServiceMonitor":
+			ep := o.Spec.Endpoints[0]
+			tlsConfig, _ := ep["tlsConfig"].(map[string]any)
+			if ep["scheme"] != "https" || ep["bearerTokenSecret"] == nil || tlsConfig["ca"] == nil || tlsConfig["cert"] == nil || tlsConfig["keySecret"] == nil {
+				t.Errorf("ServiceMonitor endpoint %v does not present the token, trust the server's CA and present a client certificate", ep)
+			}
+		}
+	}
+	if deployments != 3 {
+		t.Fatalf("%d deployments rendered, want 3", deployments)
+	}
+	for _, bad := range []struct{ set, want string }{
+		{"kafka.sasl.mechanism=SCRAM-SHA-512,kafka.sasl.username=ckf", "kafka.sasl.passwordSecret.name is required"},
+		{"http.tls.requireClientCertificates=true", "http.tls.requireClientCertificates needs http.tls.secretName"},
+		{"http.tls.secretName=h,http.tls.requireClientCertificates=true", "monitoring.scrapeClientSecret is required"},
+	} {
+		if _, err := render("--set", bad.set); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("--set %s: %v; want an error saying %q", bad.set, err, bad.want)
 		}
 	}
 }
