@@ -44,16 +44,8 @@ func listenAddr(endpoint string) string {
 // binds, the default), or binds endpoint for engines that connect (bind). It subscribes to
 // topic (empty: every message) and reconnects on its own after the engine restarts.
 func openSub(ctx context.Context, endpoint, topic string, bind bool) (zmq4.Socket, error) {
-	opts := []zmq4.Option{zmq4.WithLogger(discardLogger())}
-	if !bind {
-		// Reconnection is a dialer's: zmq4 (v0.17.0) redials the socket's endpoint whenever one
-		// of its connections closes, and on a bound socket that is a dial of its own listen
-		// address, from the accepting goroutine, racing Close. A bound socket needs none: the
-		// restarted engine connects again and the listener accepts it.
-		opts = append(opts, zmq4.WithAutomaticReconnect(true), zmq4.WithDialerMaxRetries(-1),
-			zmq4.WithDialerRetry(250*time.Millisecond))
-	}
-	sub := zmq4.NewSub(ctx, opts...)
+	sub := zmq4.NewSub(ctx, zmq4.WithAutomaticReconnect(true), zmq4.WithDialerMaxRetries(-1),
+		zmq4.WithDialerRetry(250*time.Millisecond), zmq4.WithLogger(discardLogger()))
 	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
 		_ = sub.Close()
 		return nil, fmt.Errorf("bridge: subscribing to %q: %w", topic, err)
