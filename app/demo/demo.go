@@ -43,11 +43,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// Exit statuses the demo stops the application with (fx.Shutdowner): the process's own.
-const (
-	exitOK      = 0
-	exitFailure = 1
-)
+// exitFailure is the status the demo stops the application with when a built-in engine's bridge
+// fails (fx.Shutdowner); lifecycle.Driver gives the load's.
+const exitFailure = 1
 
 // Domain is the indexer domain of the demo's pools when indexer.domain is not set.
 const Domain = "64656d6f2d63616368652d73656d616e:64656d6f2d726f7574696e672d73636f"
@@ -239,47 +237,19 @@ func printLayout(ctx context.Context, out io.Writer, conn *kafka.Connection) err
 // the application with drive's exit status. An interrupted drive is the application stopping
 // already; Stop reports nothing of it but a stop that runs out of time.
 func (d *demo) load() *lifecycle.Group {
-	return &lifecycle.Group{Name: "demo", Tasks: []lifecycle.Task{{Waiting: "the load", Run: func(ctx context.Context) error {
-		code := exitOK
-		if err := d.drive(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil // interrupted: the application is stopping already
-			}
-			fmt.Fprintln(d.out, "demo failed:", err)
-			code = exitFailure
-		}
-		_ = d.sd.Shutdown(fx.ExitCode(code))
-		return nil
-	}}}}
+	return lifecycle.Driver("demo", "the load", d.out, d.drive, func(code int) { _ = d.sd.Shutdown(fx.ExitCode(code)) })
 }
 
 // drive waits for the relays and the lanes, runs the load while printing the lane table and
 // sample answers, and prints the summary.
 func (d *demo) drive(ctx context.Context) error {
 	t0 := time.Now()
-	for _, r := range d.relays {
-		select {
-		case <-r.Relay.Started():
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(d.opts.ReadyTimeout - time.Since(t0)):
-			return fmt.Errorf("the relay of lane %d did not start within %v", r.Lane, d.opts.ReadyTimeout)
-		}
+	if err := relay.AwaitStarted(ctx, d.relays, t0, d.opts.ReadyTimeout); err != nil {
+		return err
 	}
 	fmt.Fprintf(d.out, "relays: %d DCs published their start-up snapshots after %v\n", len(d.relays), time.Since(t0).Round(time.Millisecond))
-	for {
-		err := d.ix.API().Ready(ctx)
-		if err == nil {
-			break
-		}
-		if time.Since(t0) > d.opts.ReadyTimeout {
-			return fmt.Errorf("the indexer is not ready after %v: %w", d.opts.ReadyTimeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := d.ix.AwaitReady(ctx, t0, d.opts.ReadyTimeout); err != nil {
+		return err
 	}
 	fmt.Fprintf(d.out, "indexer: all %d lanes ready after %v; running the load for %v (%.0f events/s, %.0f queries/s over Kafka)\n",
 		len(d.relays), time.Since(t0).Round(time.Millisecond), d.opts.Load.Duration, d.opts.Load.EventRate, d.opts.Load.QueryRate)

@@ -221,6 +221,27 @@ func (ix *Indexer) Answerer() *query.Answerer { return ix.ans }
 // API returns the HTTP API.
 func (ix *Indexer) API() *API { return ix.api }
 
+// AwaitReady waits until the API's readiness check (/readyz) passes, ctx ends, or timeout has
+// passed since start; the error then wraps the check's last answer. It polls the check every
+// 20 ms, for the in-process commands (processor demo, processor replay) that drive a load once
+// the index is ready.
+func (ix *Indexer) AwaitReady(ctx context.Context, start time.Time, timeout time.Duration) error {
+	for {
+		err := ix.api.Ready(ctx)
+		if err == nil {
+			return nil
+		}
+		if time.Since(start) > timeout {
+			return fmt.Errorf("the indexer is not ready after %v: %w", timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond): // polling the readiness check, which has no signal of its own
+		}
+	}
+}
+
 // Start schedules the lanes, the query service and the lane watcher on goroutines of their own
 // and returns. A lane or query failure after start stops the application with exit status 1
 // through fx.Shutdowner (when there is one), so the replica restarts rather than serving a table

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 )
 
@@ -103,4 +104,23 @@ func (g *Group) prefix(t Task) string {
 		return g.Name
 	}
 	return g.Name + ": " + t.Name
+}
+
+// Driver is the Group of a command that runs one piece of work from the application's start and
+// then ends the application (processor demo, processor replay): drive runs once; its error is
+// printed to out as "<name> failed: <err>", and exit receives 0 or 1. A drive interrupted by Stop
+// is the application stopping already: nothing is printed and exit is not called.
+func Driver(name, waiting string, out io.Writer, drive func(context.Context) error, exit func(code int)) *Group {
+	return &Group{Name: name, Tasks: []Task{{Waiting: waiting, Run: func(ctx context.Context) error {
+		code := 0
+		if err := drive(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			fmt.Fprintln(out, name+" failed:", err)
+			code = 1
+		}
+		exit(code)
+		return nil
+	}}}}
 }

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -97,4 +98,47 @@ func TestGroupStopGivesUpWhenItsContextEnds(t *testing.T) {
 		close(release)
 		synctest.Wait()
 	})
+}
+
+// TestDriverExitStatus: a drive that ends exits 0, one that fails prints its error and exits 1,
+// and one interrupted by Stop neither prints nor exits (the application is stopping already).
+func TestDriverExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		drive     func(context.Context) error
+		interrupt bool
+		exit      int // -1: exit not called
+		out       string
+	}{
+		{"done", func(context.Context) error { return nil }, false, 0, ""},
+		{"failed", func(context.Context) error { return errors.New("no lanes") }, false, 1, "demo failed: no lanes\n"},
+		{"interrupted", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, true, -1, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			exited := make(chan int, 1)
+			g := Driver("demo", "the load", &out, tc.drive, func(code int) { exited <- code })
+			if err := g.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.interrupt {
+				if code := <-exited; code != tc.exit {
+					t.Fatalf("exit %d, want %d", code, tc.exit)
+				}
+			}
+			if err := g.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case code := <-exited:
+				if tc.exit < 0 {
+					t.Fatalf("exit %d after an interrupted drive", code)
+				}
+			default:
+			}
+			if out.String() != tc.out {
+				t.Fatalf("printed %q, want %q", out.String(), tc.out)
+			}
+		})
+	}
 }

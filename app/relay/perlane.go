@@ -1,7 +1,9 @@
 package relay
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/app/indexer"
@@ -79,4 +81,19 @@ func RunPerLane(lc fx.Lifecycle, owner string, relays []*LaneRelay, log *zap.Log
 		g.Tasks = append(g.Tasks, lifecycle.Task{Name: fmt.Sprintf("relay of lane %d", r.Lane), Waiting: "the relays", Run: r.Relay.Run})
 	}
 	lc.Append(fx.Hook{OnStart: g.Start, OnStop: g.Stop})
+}
+
+// AwaitStarted waits until every relay of relays has published its start-up snapshot, ctx ends,
+// or timeout has passed since start (an error naming the first lane whose relay had not started).
+func AwaitStarted(ctx context.Context, relays []*LaneRelay, start time.Time, timeout time.Duration) error {
+	for _, lr := range relays {
+		select {
+		case <-lr.Relay.Started():
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(timeout - time.Since(start)):
+			return fmt.Errorf("the relay of lane %d did not start within %v", lr.Lane, timeout)
+		}
+	}
+	return nil
 }

@@ -34,12 +34,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// Exit statuses the replay stops the application with (fx.Shutdowner).
-const (
-	exitOK      = 0
-	exitFailure = 1
-)
-
 // Domain is the indexer domain of the replay's pools when indexer.domain is not set.
 const Domain = "7265706c61792d63616368652d73656d:7265706c61792d726f7574696e672d73"
 
@@ -251,44 +245,14 @@ func (r *replay) deleteTopics(ctx context.Context) error {
 // with drive's exit status. An interrupted drive is the application stopping already; Stop
 // reports nothing of it but a stop that runs out of time.
 func (r *replay) driver() *lifecycle.Group {
-	return &lifecycle.Group{Name: "replay", Tasks: []lifecycle.Task{{Waiting: "the driver", Run: func(ctx context.Context) error {
-		code := exitOK
-		if err := r.drive(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			fmt.Fprintln(r.out, "replay failed:", err)
-			code = exitFailure
-		}
-		_ = r.sd.Shutdown(fx.ExitCode(code))
-		return nil
-	}}}}
+	return lifecycle.Driver("replay", "the driver", r.out, r.drive, func(code int) { _ = r.sd.Shutdown(fx.ExitCode(code)) })
 }
 
 // ready waits for every relay's start-up snapshot and every lane of the indexer.
 func (r *replay) ready(ctx context.Context) error {
 	t0 := time.Now()
-	for _, lr := range r.relays {
-		select {
-		case <-lr.Relay.Started():
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(r.opts.ReadyTimeout - time.Since(t0)):
-			return fmt.Errorf("the relay of lane %d did not start within %v", lr.Lane, r.opts.ReadyTimeout)
-		}
+	if err := relay.AwaitStarted(ctx, r.relays, t0, r.opts.ReadyTimeout); err != nil {
+		return err
 	}
-	for {
-		err := r.ix.API().Ready(ctx)
-		if err == nil {
-			return nil
-		}
-		if time.Since(t0) > r.opts.ReadyTimeout {
-			return fmt.Errorf("the indexer is not ready after %v: %w", r.opts.ReadyTimeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond): // polling the indexer's readiness, as app/demo does
-		}
-	}
+	return r.ix.AwaitReady(ctx, t0, r.opts.ReadyTimeout)
 }
