@@ -308,9 +308,9 @@ type liveMsg struct {
 // socket then drops at its high-water mark, and the gaps are filled from the replay socket.
 // After IdleRecheck without a batch it asks the replay socket for what it may have missed.
 //
-// A socket that fails (the engine went away: the bound socket's peer closed, or the
-// connection broke) is closed and opened again until ctx ends; what was published meanwhile is
-// a gap like any other.
+// A dialled socket that fails (the engine went away: the connection broke) is closed and opened
+// again until ctx ends; a bound socket (Config.Bind) stays open, and the engine connects to it
+// again. What was published meanwhile is a gap like any other.
 func (b *Bridge) runSource(ctx context.Context, src *source, ep string, sub zmq4.Socket, open func() (zmq4.Socket, error), mu *sync.Mutex) error {
 	buf := make(chan liveMsg, b.cfg.BufferBatches)
 	// The socket in use is closed when ctx ends, which ends a Recv in progress.
@@ -326,6 +326,17 @@ func (b *Bridge) runSource(ctx context.Context, src *source, ep string, sub zmq4
 			if err != nil {
 				if ctx.Err() != nil {
 					return
+				}
+				if b.cfg.Bind {
+					// One of the engine's connections to the bound socket ended (the engine
+					// stopped or restarted): zmq4 drops it, and the listener accepts the
+					// engine when it connects again. The socket stays open: a restarted
+					// engine connects again at once, and a connection whose handshake ended
+					// after the socket's Close would join the closed socket, never be sent the
+					// subscription nor be closed (zmq4 v0.17.0), and keep the engine, which
+					// sees itself connected, from ever connecting again.
+					b.log.Warn("engine connection to the bound socket ended; the engine connects again", zap.Uint32("rank", src.rank), zap.Error(err))
+					continue
 				}
 				b.m.reconnects.Inc(1)
 				b.log.Warn("engine socket failed; opening it again", zap.Uint32("rank", src.rank), zap.Error(err))

@@ -290,8 +290,9 @@ func TestBridgeOnBroker(t *testing.T) {
 
 // TestBridgeBindModeEngineProcessRestart: with bridge.bind the engine's PUB socket connects to
 // the bridge (vLLM's deployment for an endpoint without a wildcard). When the engine process
-// is killed and started again on the same endpoints, the bridge reopens its socket, sees the
-// sequence start again, clears the worker and follows the new process.
+// is killed and started again on the same endpoints, the new process connects to the bridge's
+// socket (still bound), the bridge sees the sequence start again, clears the worker and follows
+// the new process.
 func TestBridgeBindModeEngineProcessRestart(t *testing.T) {
 	topic := testenv.NewTopic(t, 2)
 	dlq := testenv.NewTopic(t, 1)
@@ -415,7 +416,9 @@ func BenchmarkBridgeWithEngine(b *testing.B) {
 // TestBridgeCrashMidStream: a bridge whose producer dies mid-stream (records buffered and not
 // acknowledged are gone, as with kill -9) is replaced by a new one, which reads the worker's
 // records back, verifies the engine by the last batch written whole, and writes the rest from
-// the replay buffer: the records leave held exactly the engine's cache.
+// the replay buffer: the records leave held exactly the engine's cache. The new bridge's first
+// replay (the whole buffer, from 0) is far beyond the engine's high-water mark: on a loaded
+// machine the ROUTER socket drops part of it, and nothing may be reported lost for that.
 func TestBridgeCrashMidStream(t *testing.T) {
 	topic := testenv.NewTopic(t, 4)
 	dlq := testenv.NewTopic(t, 1)
@@ -461,15 +464,27 @@ func TestBridgeCrashMidStream(t *testing.T) {
 	runBridge(t, e, opts, codec, topic, dlq, scope2)
 	want := e.held()
 	var got []uint64
+	counter := func(name string) int64 {
+		if c := scope2.Snapshot().Counters()["bridge."+name+"+"]; c != nil {
+			return c.Value()
+		}
+		return 0
+	}
 	testenv.WaitUntilEvery(t, 100*time.Millisecond, 60*time.Second, "the new bridge catches up", func() bool {
+		if n := counter("lost_batches_total"); n != 0 {
+			// A clear for lost history was written: the records can no longer match the engine.
+			t.Fatalf("the new bridge lost %d batches (replayed %d, %d replay retries)", n, counter("replayed_batches_total"), counter("replay_retries_total"))
+		}
 		got = written(t, opts, codec, topic)
 		return slices.Equal(got, want)
-	}, func() string { return fmt.Sprintf("written %d blocks, engine holds %d", len(got), len(want)) })
-	counters := scope2.Snapshot().Counters()
-	if c := counters["bridge.lost_batches_total+"]; c != nil && c.Value() != 0 {
-		t.Fatalf("the new bridge lost %d batches", c.Value())
+	}, func() string {
+		return fmt.Sprintf("written %d blocks, engine holds %d; the new bridge handled %d batches, %d of them replayed, with %d replay retries",
+			len(got), len(want), counter("batches_total"), counter("replayed_batches_total"), counter("replay_retries_total"))
+	})
+	if n := counter("lost_batches_total"); n != 0 {
+		t.Fatalf("the new bridge lost %d batches", n)
 	}
-	if c := counters["bridge.replayed_batches_total+"]; c == nil || c.Value() == 0 {
+	if counter("replayed_batches_total") == 0 {
 		t.Fatal("the new bridge replayed nothing")
 	}
 }

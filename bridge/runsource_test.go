@@ -3,6 +3,9 @@ package bridge
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -10,8 +13,11 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
 	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/security/null"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // fakeSub is a SUB socket fed by a channel; closing it ends Recv.
@@ -108,4 +114,104 @@ func (l *lockedEngine) Replay(ctx context.Context, from int64) ([]Replayed, bool
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.e.Replay(ctx, from)
+}
+
+// handshakeGate is a publisher's TCP connection that holds its side of the ZMTP handshake after
+// the greeting (64 bytes) until open is closed: an engine connecting while the bridge handles
+// the end of its previous connection.
+type handshakeGate struct {
+	net.Conn
+	sent int
+	open chan struct{}
+}
+
+func (g *handshakeGate) Write(p []byte) (int, error) {
+	if g.sent >= 64 {
+		<-g.open
+	}
+	g.sent += len(p)
+	return g.Conn.Write(p)
+}
+
+// TestRunSourceBoundSocketKeepsRestartedEngine: with bridge.bind the engine connects to the
+// bridge. An engine that restarts closes its connection and connects again at once, so its new
+// connection is often still in its handshake when the bridge sees the old one end. The bound
+// socket stays open across that (zmq4 drops the closed connection) and subscribes the new one.
+// Closing and reopening the socket there lost the engine: a connection whose handshake ended
+// after zmq4's Close joined the closed socket (zmq4 v0.17.0), which never sent it the
+// subscription nor closed it, and the engine, connected, never connected again.
+func TestRunSourceBoundSocketKeepsRestartedEngine(t *testing.T) {
+	ep := fmt.Sprintf("tcp://127.0.0.1:%d", testenv.FreePort(t))
+	core, logs := observer.New(zap.WarnLevel)
+	b := &Bridge{cfg: Config{BufferBatches: 4, Bind: true}, m: newMetrics(nil), log: zap.New(core)}
+	src := &source{conv: NewConverter(1, 4, nil), sink: &syncSink{}, log: zap.NewNop()}
+	ctx, cancel := context.WithCancel(t.Context())
+	open := func() (zmq4.Socket, error) { return openSub(ctx, ep, "kv@", true) }
+	sub, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.runSource(ctx, src, ep, sub, open, &sync.Mutex{}) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	// connect opens a publisher's ZMTP connection to the bridge (gate holds its handshake) and
+	// returns it once the handshake is done.
+	connect := func(gate *handshakeGate) <-chan *zmq4.Conn {
+		out := make(chan *zmq4.Conn, 1)
+		c, err := net.Dial("tcp", strings.TrimPrefix(ep, "tcp://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		gate.Conn = c
+		go func() {
+			zc, err := zmq4.Open(gate, null.Security(), zmq4.Pub, zmq4.SocketIdentity("engine"), false, nil)
+			if err != nil {
+				t.Error(err)
+				close(out)
+				return
+			}
+			out <- zc
+		}()
+		return out
+	}
+	// subscribed waits for the bridge's subscription on a publisher's connection.
+	subscribed := func(c *zmq4.Conn, what string) {
+		t.Helper()
+		got := make(chan zmq4.Msg, 1)
+		go func() { m, _ := c.RecvMsg(); got <- m }()
+		var m zmq4.Msg
+		testenv.WaitUntil(t, 30*time.Second, what, func() bool {
+			select {
+			case m = <-got:
+				return true
+			default:
+				return false
+			}
+		}) // an event; the bound only guards against a connection never subscribed
+		if m.Err() != nil || len(m.Frames) != 1 || string(m.Frames[0]) != "\x01kv@" {
+			t.Fatalf("%s: %q, %v", what, m.Frames, m.Err())
+		}
+	}
+	first := &handshakeGate{open: make(chan struct{})}
+	close(first.open)
+	c1 := <-connect(first)
+	if c1 == nil {
+		t.FailNow()
+	}
+	subscribed(c1, "the first incarnation is subscribed")
+	// The restart: the new incarnation's handshake is under way when the old connection ends.
+	second := &handshakeGate{open: make(chan struct{})}
+	c2ch := connect(second)
+	_ = c1.Close()
+	testenv.WaitUntil(t, 30*time.Second, "the bridge saw the first connection end", func() bool { return logs.Len() > 0 })
+	close(second.open)
+	c2, ok := <-c2ch
+	if !ok {
+		t.FailNow()
+	}
+	subscribed(c2, "the restarted incarnation is subscribed")
 }

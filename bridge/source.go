@@ -177,9 +177,10 @@ func (s *source) idle(ctx context.Context) {
 	if last := s.next - 1; last >= 0 {
 		if e := s.seen[uint64(last)%seenWindow]; e.seq == last {
 			replies, complete, err := s.replay.Replay(ctx, last)
-			if err != nil || ctx.Err() != nil {
+			if ctx.Err() != nil || (err != nil && len(replies) == 0) {
 				return
 			}
+			// A reply cut short (err: its end marker was dropped) still shows the batch asked for.
 			if (len(replies) == 0 && complete) || (len(replies) > 0 && replies[0].Seq == last && digestOf(replies[0].Payload) != e.digest) {
 				s.restart(ctx, -1)
 				return
@@ -226,8 +227,8 @@ func (s *source) start(ctx context.Context, upTo int64) {
 	if !r.Degraded {
 		from = 0
 	}
-	replies, complete, err := s.replay.Replay(ctx, from)
-	if err != nil && ctx.Err() != nil {
+	replies, complete := s.replayThrough(ctx, from, r.Seq)
+	if ctx.Err() != nil {
 		return
 	}
 	if from == 0 && r.Seq > 0 {
@@ -260,6 +261,53 @@ func (s *source) start(ctx context.Context, upTo int64) {
 	if upTo >= 0 && s.next < upTo {
 		s.fill(ctx, upTo)
 	}
+}
+
+// replayThrough asks the replay socket for the engine's batches from from on, at least through
+// through when the engine still has them, and returns them in order without a hole, from the
+// first one the engine holds. A reply that stops short or has a hole was cut on the way (the
+// engine's ROUTER socket drops replies beyond its high-water mark when the bridge reads slowly,
+// the end marker among them), not lost by the engine: the rest is asked again from the first
+// missing batch, while each reply brings something new (retries replies in a row may bring
+// nothing). complete says that the last reply came whole, with its end marker: replies then
+// hold everything the engine had from from on.
+func (s *source) replayThrough(ctx context.Context, from, through int64) (replies []Replayed, complete bool) {
+	requests := 0
+	for attempt := 0; attempt <= s.retries; attempt++ {
+		if requests++; requests > 1 {
+			s.stats.retries++
+		}
+		ask := from
+		if n := len(replies); n > 0 {
+			ask = replies[n-1].Seq + 1
+		}
+		got, whole, err := s.replay.Replay(ctx, ask)
+		if ctx.Err() != nil {
+			return replies, false
+		}
+		before, hole := len(replies), false
+		for _, r := range got {
+			n := len(replies)
+			if (n == 0 && r.Seq < from) || (n > 0 && r.Seq < ask) {
+				continue
+			}
+			if n > 0 && r.Seq != replies[n-1].Seq+1 {
+				hole = true
+				break
+			}
+			replies = append(replies, r)
+		}
+		if err == nil && whole && !hole {
+			return replies, true
+		}
+		if n := len(replies); n > 0 && replies[n-1].Seq >= through {
+			return replies, false // the rest is fill's, which asks from next
+		}
+		if len(replies) > before {
+			attempt = -1 // progress: the next replay is a first attempt again
+		}
+	}
+	return replies, false
 }
 
 // rebuild recomputes the rank's copy counts and group knowledge from the engine's batches 0 to
@@ -338,8 +386,13 @@ func (s *source) fill(ctx context.Context, upTo int64) {
 			if upTo < 0 {
 				log = s.log.Debug
 			}
-			log("replay request failed", zap.Int64("from", s.next), zap.Int("attempt", attempt), zap.Error(err))
-			continue
+			log("replay request failed", zap.Int64("from", s.next), zap.Int("attempt", attempt), zap.Int("replies", len(replies)), zap.Error(err))
+			if len(replies) == 0 {
+				continue
+			}
+			// The replies that arrived before the failure are the engine's batches in order (a
+			// reply cut at the engine's high-water mark loses its end marker, and the client
+			// times out): they are applied, and the rest is asked again.
 		}
 		if upTo < 0 {
 			// An idle re-check: the live stream may still be delivering what the replay

@@ -17,6 +17,9 @@ type fakeEngine struct {
 	// drop makes the next replies stop short after this many batches (a dropped reply).
 	drop     []int
 	requests []int64
+	// cuts make the next replies lose what a ROUTER socket drops beyond its high-water mark
+	// when the bridge reads slowly: one cut per reply, in order.
+	cuts []replyCut
 	// tsBase is added to each batch's timestamp (the batch's index): a later incarnation has a
 	// larger base, as its clock is later.
 	tsBase float64
@@ -28,6 +31,20 @@ func (e *fakeEngine) Replay(_ context.Context, from int64) ([]Replayed, bool, er
 	for s := max(int(from), e.lo); s < len(e.batches); s++ {
 		out = append(out, Replayed{Seq: int64(s), Payload: e.batches[s]})
 	}
+	if len(e.cuts) > 0 {
+		c := e.cuts[0]
+		e.cuts = e.cuts[1:]
+		kept := out[:0:0]
+		for _, r := range out {
+			if r.Seq < c.from || r.Seq >= c.to {
+				kept = append(kept, r)
+			}
+		}
+		if c.endLost {
+			return kept, false, errReplayTimeout
+		}
+		return kept, true, nil
+	}
 	if len(e.drop) > 0 {
 		n := e.drop[0]
 		e.drop = e.drop[1:]
@@ -36,6 +53,14 @@ func (e *fakeEngine) Replay(_ context.Context, from int64) ([]Replayed, bool, er
 		}
 	}
 	return out, true, nil
+}
+
+// replyCut is one reply's loss at the engine's high-water mark: the batches [from, to) are
+// dropped, and with endLost the end marker too, so that the client times out after the batches
+// that did arrive.
+type replyCut struct {
+	from, to int64
+	endLost  bool
 }
 
 // publish appends a batch storing one block with hash h (a root, 4 tokens).
@@ -380,5 +405,87 @@ func TestSourceIdleRecheckDetectsQuietRestart(t *testing.T) {
 			s.next != int64(newBatches) || s.conv.Held(0, 10) != 0 {
 			t.Fatalf("%d new batches: stats %+v next %d out %+v", newBatches, s.stats, s.next, sink.out)
 		}
+	}
+}
+
+// TestSourceResumeAcrossDroppedReplies: a resumed source asks the replay socket from 0 for the
+// whole buffer (to check the last batch written and rebuild the copy counts); a reply that long
+// overflows the engine's high-water mark when the bridge reads slowly, and the ROUTER socket
+// drops a run of replies, the end marker sometimes among them. Wherever the run falls (before,
+// on or right after the last batch written, or at the end), what is missing was dropped on the
+// way, not lost by the engine: it is asked again, nothing is reported lost, and the batches
+// after the last one written are written once each.
+func TestSourceResumeAcrossDroppedReplies(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		cuts []replyCut
+	}{
+		{"a run dropped right after the last batch written", []replyCut{{from: 4, to: 7}}},
+		{"a run dropped over the last batch written", []replyCut{{from: 2, to: 6}}},
+		{"a run dropped before the last batch written", []replyCut{{from: 1, to: 2}}},
+		{"the tail and the end marker dropped before the last batch written", []replyCut{{from: 2, to: 10, endLost: true}}},
+		{"the tail and the end marker dropped after it", []replyCut{{from: 5, to: 10, endLost: true}}},
+		{"every reply cut, each a little further", []replyCut{{from: 2, to: 10, endLost: true}, {from: 5, to: 10, endLost: true}, {from: 8, to: 10, endLost: true}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, sink := &fakeEngine{}, &recordingSink{}
+			for h := int64(10); h < 20; h++ {
+				e.publish(t, h)
+			}
+			e.cuts = c.cuts
+			s := newTestSource(e, sink) // retries: 2
+			s.resume = &Resume{Seq: 3, Digest: digestOf(e.batches[3])}
+			s.idle(ctx)
+			if s.stats.lost != 0 || s.stats.restarts != 0 || s.next != 10 || !equalU64(sink.hashes(), 14, 15, 16, 17, 18, 19) {
+				t.Fatalf("stats %+v next %d written %v requests %v", s.stats, s.next, sink.hashes(), e.requests)
+			}
+		})
+	}
+	t.Run("the copy counts are rebuilt from a history answered in pieces", func(t *testing.T) {
+		e := &fakeEngine{}
+		e.publish(t, 10) // 0
+		e.publish(t, 10) // 1: a second copy of block 10
+		e.publish(t, 11) // 2
+		rm, _ := msgpack.Marshal([]any{3.0, []any{[]any{"BlockRemoved", []any{10}, "GPU"}}})
+		e.batches = append(e.batches, rm) // 3: one copy removed
+		e.cuts = []replyCut{{from: 1, to: 4, endLost: true}}
+		sink := &recordingSink{}
+		s := newTestSource(e, sink)
+		s.conv.rank(0).copies[10] = 1 // what Kafka gives back: block 10 held once
+		s.conv.rank(0).copies[11] = 1
+		s.resume = &Resume{Seq: 2, Digest: digestOf(e.batches[2])}
+		s.live(ctx, 3, rm)
+		if s.conv.Held(0, 10) != 1 || len(sink.out) != 0 || s.stats.lost != 0 {
+			t.Fatalf("after the first removal: held %d, written %+v, stats %+v", s.conv.Held(0, 10), sink.out, s.stats)
+		}
+	})
+}
+
+// TestSourceFillKeepsRepliesBeforeTimeout: a gap whose replies each stop short with the end
+// marker dropped (the client times out) is filled with what each reply brought, asked again from
+// the first missing batch, and nothing is lost.
+func TestSourceFillKeepsRepliesBeforeTimeout(t *testing.T) {
+	e, sink := &fakeEngine{}, &recordingSink{}
+	s := newTestSource(e, sink) // retries: 2
+	ctx := context.Background()
+	for h := int64(10); h < 22; h++ {
+		e.publish(t, h)
+	}
+	s.live(ctx, 0, e.batches[0])
+	e.cuts = []replyCut{{from: 4, to: 12, endLost: true}, {from: 6, to: 12, endLost: true}, {from: 8, to: 12, endLost: true},
+		{from: 10, to: 12, endLost: true}}
+	s.live(ctx, 11, e.batches[11]) // a gap: 1..10
+	if s.stats.lost != 0 || s.next != 12 || len(sink.hashes()) != 12 {
+		t.Fatalf("gap: stats %+v next %d written %v requests %v", s.stats, s.next, sink.hashes(), e.requests)
+	}
+	// The same on an idle re-check, which also first checks the last batch applied.
+	for h := int64(22); h < 30; h++ {
+		e.publish(t, h)
+	}
+	e.cuts = []replyCut{{from: 14, to: 20, endLost: true}, {from: 16, to: 20, endLost: true}, {from: 18, to: 20, endLost: true}}
+	s.idle(ctx)
+	if s.stats.lost != 0 || s.stats.restarts != 0 || s.next != 20 || len(sink.hashes()) != 20 {
+		t.Fatalf("idle: stats %+v next %d written %v requests %v", s.stats, s.next, sink.hashes(), e.requests)
 	}
 }

@@ -41,11 +41,23 @@ func listenAddr(endpoint string) string {
 }
 
 // openSub opens the SUB socket of one rank: it dials the engine's PUB socket (the engine
-// binds, the default), or binds endpoint for engines that connect (bind). It subscribes to
-// topic (empty: every message) and reconnects on its own after the engine restarts.
+// binds, the default) and reconnects on its own after the engine restarts, or binds endpoint
+// for engines that connect (bind), which connect again after they restart. It subscribes to
+// topic (empty: every message).
 func openSub(ctx context.Context, endpoint, topic string, bind bool) (zmq4.Socket, error) {
-	sub := zmq4.NewSub(ctx, zmq4.WithAutomaticReconnect(true), zmq4.WithDialerMaxRetries(-1),
-		zmq4.WithDialerRetry(250*time.Millisecond), zmq4.WithLogger(discardLogger()))
+	opts := []zmq4.Option{zmq4.WithLogger(discardLogger())}
+	if !bind {
+		// Reconnection is only a dialler's. zmq4 (v0.17.0) redials the socket's endpoint
+		// whenever one of its connections closes; on a bound socket that endpoint is its own
+		// listen address. A handshake that failed in the accepting goroutine (a peer that hung
+		// up while connecting) then dialled it from that goroutine and waited for a greeting
+		// only that goroutine could send, so the socket never accepted again
+		// (TestBoundSubSocketSurvivesAbortedHandshake), and the dial wrote the socket's
+		// endpoint while Close read it (a data race).
+		opts = append(opts, zmq4.WithAutomaticReconnect(true), zmq4.WithDialerMaxRetries(-1),
+			zmq4.WithDialerRetry(250*time.Millisecond))
+	}
+	sub := zmq4.NewSub(ctx, opts...)
 	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
 		_ = sub.Close()
 		return nil, fmt.Errorf("bridge: subscribing to %q: %w", topic, err)

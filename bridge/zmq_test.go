@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/bridge/engineemu"
 	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
 	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/go-zeromq/zmq4"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -163,4 +166,57 @@ func TestReplayerReadsEveryEngineFraming(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestBoundSubSocketSurvivesAbortedHandshake: a peer that hangs up in the middle of the ZMTP
+// handshake (an engine stopped while it connects, a port probe) leaves a bound SUB socket
+// (bridge.bind) accepting, and the next publisher's messages arrive. With zmq4's reconnection on
+// (v0.17.0), the failed handshake made the accepting goroutine dial the socket's own listen
+// address and wait there for a greeting only it could answer: nothing was accepted any more.
+func TestBoundSubSocketSurvivesAbortedHandshake(t *testing.T) {
+	ep := fmt.Sprintf("tcp://127.0.0.1:%d", testenv.FreePort(t))
+	sub, err := openSub(t.Context(), ep, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for range 2 {
+		c, err := net.Dial("tcp", strings.TrimPrefix(ep, "tcp://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close() // before the greeting
+	}
+	got := make(chan zmq4.Msg, 1)
+	go func() {
+		if m, err := sub.Recv(); err == nil {
+			got <- m
+		}
+	}()
+	pub := zmq4.NewPub(t.Context(), zmq4.WithLogger(discardLogger()))
+	defer pub.Close()
+	dialled := make(chan error, 1)
+	go func() { dialled <- pub.Dial(ep) }()
+	// The publisher's connection is accepted and subscribed (the wait's bound only guards
+	// against a socket that stopped accepting); a PUB socket drops what it sends before.
+	var dialErr error
+	testenv.WaitUntil(t, 30*time.Second, "a publisher connected after the aborted handshakes is heard", func() bool {
+		select {
+		case dialErr = <-dialled:
+			if dialErr != nil {
+				t.Fatalf("publisher: %v", dialErr)
+			}
+			dialled = nil
+		case m := <-got:
+			if string(m.Frames[0]) != "batch" {
+				t.Fatalf("received %q", m.Frames)
+			}
+			return true
+		default:
+		}
+		if dialled == nil {
+			_ = pub.Send(zmq4.NewMsgFrom([]byte("batch")))
+		}
+		return false
+	})
 }

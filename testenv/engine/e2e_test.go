@@ -500,7 +500,7 @@ func TestBridgeEndToEnd(t *testing.T) {
 		c.emu.do(map[string]any{"cmd": "restart", "ranks": []int{c.ranks - 1}})
 	}
 	// Each bridge must ride out its engine's restart: its SUB socket sees the connection end
-	// and reconnects to the new incarnation.
+	// and reconnects to the new incarnation, or (bind) stays bound and accepts it.
 	for _, c := range cases {
 		testenv.WaitUntilEvery(t, 20*time.Millisecond, 30*time.Second, c.release.Name+"'s restarted rank has a subscriber", func() bool {
 			if c.bridge.Exited() {
