@@ -34,6 +34,12 @@ const (
 // producing anything; the relay never hits it, since it splits its publications to that size.
 var ErrLaneRecordTooLarge = errors.New("streams: delta larger than the lane record limit")
 
+// ErrWriteUncertain is wrapped by a write that reached WriteTimeout while some of its records
+// were still unacknowledged. Whether the broker took them is unknown; the writer's client may
+// still hold them, so its stream must be abandoned (the relay starts a new incarnation on a new
+// client) rather than written to again.
+var ErrWriteUncertain = errors.New("streams: write outcome uncertain")
+
 // LaneWriterConfig configures a LaneWriter. Start from DefaultLaneWriterConfig and name the
 // lane topic: NewLaneWriter takes every field as it is.
 type LaneWriterConfig struct {
@@ -241,7 +247,7 @@ func (w *LaneWriter) write(ctx context.Context, rs []*kgo.Record, after func([]*
 		w.open = false
 		defer func() { err = w.endTransaction(ctx, streamed, err) }()
 	}
-	if err := w.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+	if err := w.produceWithin(ctx, rs); err != nil {
 		return fmt.Errorf("streams: produce to %s[%d]: %w", w.cfg.LaneTopic, w.cfg.Lane, err)
 	}
 	if after != nil {
@@ -249,11 +255,33 @@ func (w *LaneWriter) write(ctx context.Context, rs []*kgo.Record, after func([]*
 		if err != nil {
 			return err
 		}
-		if err := w.cl.ProduceSync(ctx, more...).FirstErr(); err != nil {
+		if err := w.produceWithin(ctx, more); err != nil {
 			return fmt.Errorf("streams: produce %s: %w", more[0].Topic, err)
 		}
 	}
 	return nil
+}
+
+// produceWithin produces rs and waits for every acknowledgement, or for ctx, whichever comes
+// first. The client (franz-go v1.22.3) honours ctx only for records it has not sent: an
+// idempotent producer cannot fail a record whose request the broker took without answering, so
+// ProduceSync alone would wait out the client's retries against a leader that holds the request. Past ctx the write is
+// ErrWriteUncertain; the produce keeps running on its goroutine until the client answers or is
+// closed (the caller abandons it), and its results are dropped.
+func (w *LaneWriter) produceWithin(ctx context.Context, rs []*kgo.Record) error {
+	done := make(chan error, 1)
+	go func() { done <- w.cl.ProduceSync(ctx, rs...).FirstErr() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-done: // answered as the deadline passed: the answer stands
+			return err
+		default:
+		}
+		return fmt.Errorf("%w: %d records unacknowledged when the write's context ended (write timeout %s): %w", ErrWriteUncertain, len(rs), w.cfg.WriteTimeout, ctx.Err())
+	}
 }
 
 // endTransaction ends the writer's open transaction: it commits when err is nil and aborts
