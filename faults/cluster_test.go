@@ -182,13 +182,27 @@ func (r *clusterRun) recovered(when string, since time.Time) time.Duration {
 	r.w.waitAcked(r.w.acked.Load()+150, 3*time.Minute)
 	base := make([]float64, len(r.s.relays))
 	baseCheckpoints := make([]float64, len(r.s.relays))
-	for i, rl := range r.s.relays {
-		m, err := rl.Metrics()
-		if err != nil {
-			r.t.Fatalf("%s: %s: %v", when, rl.Name, err)
+	read := make([]bool, len(r.s.relays))
+	var scrapeErr error
+	// Just after a fault heals, the brokers catch up on two vCPUs shared with every process, and
+	// one scrape can miss its 3 s timeout; the counters' starting point is read once each relay
+	// answers (the recovery itself is what the waits below bound).
+	testenv.WaitUntilEvery(r.t, scrapePoll, 3*time.Minute, when+": every relay answers its metrics", func() bool {
+		r.checkAlive(when)
+		for i, rl := range r.s.relays {
+			if read[i] {
+				continue
+			}
+			m, err := rl.Metrics()
+			if err != nil {
+				scrapeErr = err
+				return false
+			}
+			base[i], baseCheckpoints[i] = sumMetrics(m, "ckf_relay_transactions_total"), sumMetrics(m, "ckf_relay_checkpoints_total")
+			read[i] = true
 		}
-		base[i], baseCheckpoints[i] = sumMetrics(m, "ckf_relay_transactions_total"), sumMetrics(m, "ckf_relay_checkpoints_total")
-	}
+		return true
+	}, func() string { return fmt.Sprintf("last scrape error: %v", scrapeErr) })
 	testenv.WaitUntilEvery(r.t, scrapePoll, 3*time.Minute, when+": every relay commits a transaction and a checkpoint", func() bool {
 		r.checkAlive(when)
 		for i, rl := range r.s.relays {
