@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -103,23 +104,11 @@ func TestPythonHashesMatchCkf(t *testing.T) {
 			local = append(local, uint64(h))
 		}
 		canonical := ckf.SequenceHashes(local)
-		if got.SaltSeed != seed || !equal(got.Local, local) || !equal(got.Canonical, canonical) {
+		if got.SaltSeed != seed || !slices.Equal(got.Local, local) || !slices.Equal(got.Canonical, canonical) {
 			t.Errorf("%+v: Python salt %d, local %v, canonical %v; ckf %d, %v, %v",
 				c, got.SaltSeed, got.Local, got.Canonical, seed, local, canonical)
 		}
 	}
-}
-
-func equal(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // exampleDomain is the indexer domain of the end-to-end test (any 32:32 hex digits).

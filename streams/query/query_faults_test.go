@@ -25,12 +25,7 @@ import (
 func TestQueryServiceCommitFailureIsNotFatal(t *testing.T) {
 	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
-	x := newQIndex(t, 0, 1, 5)
-	p := newQPrompts(11)
-	p.fill(x)
-	x.activate(0, 1, 5)
-	codec := qCodec(t)
-	tp := newQTopics(t, k, 1)
+	x, p, codec, tp := newQServed(t, k, 11, 1)
 	group := testenv.UniqueName(t, "g")
 	refused := k.Fake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Group: group, Err: kerr.OffsetMetadataTooLarge})
 	scope := tally.NewTestScope("", nil)

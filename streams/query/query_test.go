@@ -227,6 +227,18 @@ func qSameAnswer(got, want schemas.QueryReply) error {
 	return nil
 }
 
+// newQServed is how the service and client tests start: an index whose lanes 0, 1 and 5 hold
+// the prompts of seed and are ready, the prompts, the codec, and query topics on k with
+// requestPartitions request partitions.
+func newQServed(t testing.TB, k *streamtest.Kafka, seed uint64, requestPartitions int32) (*qIndex, qPrompts, *schemas.Codec, qTopics) {
+	t.Helper()
+	x := newQIndex(t, 0, 1, 5)
+	p := newQPrompts(seed)
+	p.fill(x)
+	x.activate(0, 1, 5)
+	return x, p, qCodec(t), newQTopics(t, k, requestPartitions)
+}
+
 // qTopics are one test's query topics.
 type qTopics struct {
 	k                              *streamtest.Kafka
@@ -584,15 +596,10 @@ func TestQueryAnswerMatchesIndexer(t *testing.T) {
 func TestQueryServiceAnswersOverKafka(t *testing.T) {
 	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
-	x := newQIndex(t, 0, 1, 5)
-	p := newQPrompts(2)
-	p.fill(x)
-	x.activate(0, 1, 5)
+	x, p, codec, tp := newQServed(t, k, 2, 2)
 	var eligible atomic.Uint32
 	eligible.Store(0xFFFF)
 	ans := query.NewAnswerer(x.g, func() uint16 { return uint16(eligible.Load()) })
-	codec := qCodec(t)
-	tp := newQTopics(t, k, 2)
 	altReplies := tp.k.NewTopic(t, 2, testenv.TopicName(tp.replies+"-ok-alt"))
 	scope := tally.NewTestScope("", nil)
 	group := testenv.UniqueName(t, "g")
@@ -798,13 +805,8 @@ func qEndOffsets(t *testing.T, k *streamtest.Kafka, topic string, partitions int
 func TestQueryServiceCommitsOnlyAfterReplies(t *testing.T) {
 	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
-	x := newQIndex(t, 0, 1, 5)
-	p := newQPrompts(3)
-	p.fill(x)
-	x.activate(0, 1, 5)
+	x, p, codec, tp := newQServed(t, k, 3, 2)
 	ans := query.NewAnswerer(x.g, nil)
-	codec := qCodec(t)
-	tp := newQTopics(t, k, 2)
 	group := testenv.UniqueName(t, "g")
 	ids, values := qRequests(t, codec, p, "r", 0, 60)
 	qProduce(t, k.Client(t), tp.requests, ids, values)
@@ -861,13 +863,8 @@ func qWaitCommitted(t *testing.T, k *streamtest.Kafka, group, topic string, part
 func TestQueryServiceRestartMidStream(t *testing.T) {
 	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
-	x := newQIndex(t, 0, 1, 5)
-	p := newQPrompts(4)
-	p.fill(x)
-	x.activate(0, 1, 5)
+	x, p, codec, tp := newQServed(t, k, 4, 4)
 	ans := query.NewAnswerer(x.g, nil)
-	codec := qCodec(t)
-	tp := newQTopics(t, k, 4)
 	group := testenv.UniqueName(t, "g")
 	cfg := qConfig(tp, group)
 	cfg.MaxBatchRecords = 8
@@ -926,13 +923,8 @@ func TestQueryServiceRestartMidStream(t *testing.T) {
 func TestQueryServiceGroupSharesLoad(t *testing.T) {
 	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
-	x := newQIndex(t, 0, 1, 5)
-	p := newQPrompts(5)
-	p.fill(x)
-	x.activate(0, 1, 5)
+	x, p, codec, tp := newQServed(t, k, 5, 4)
 	ans := query.NewAnswerer(x.g, nil)
-	codec := qCodec(t)
-	tp := newQTopics(t, k, 4)
 	group := testenv.UniqueName(t, "g")
 	scopes := []tally.TestScope{tally.NewTestScope("", nil), tally.NewTestScope("", nil)}
 	for _, s := range scopes {
@@ -1001,12 +993,7 @@ func TestQueryServiceGroupSharesLoad(t *testing.T) {
 func TestQueryServiceUndeliverableRoutedReply(t *testing.T) {
 	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
-	x := newQIndex(t, 0, 1, 5)
-	p := newQPrompts(10)
-	p.fill(x)
-	x.activate(0, 1, 5)
-	codec := qCodec(t)
-	tp := newQTopics(t, k, 1)
+	x, p, codec, tp := newQServed(t, k, 10, 1)
 	cfg := qConfig(tp, testenv.UniqueName(t, "g"))
 	altReplies := tp.k.NewTopic(t, 2, testenv.TopicName(tp.replies+"-ok-alt"))
 	svc := qNewService(t, k, query.NewAnswerer(x.g, nil), codec, cfg, nil, kgo.UnknownTopicRetries(1))

@@ -66,12 +66,7 @@ func qClientCases(p qPrompts) []qQueryCase {
 func TestQueryClientConcurrentCalls(t *testing.T) {
 	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
-	x := newQIndex(t, 0, 1, 5)
-	p := newQPrompts(6)
-	p.fill(x)
-	x.activate(0, 1, 5)
-	codec := qCodec(t)
-	tp := newQTopics(t, k, 4)
+	x, p, codec, tp := newQServed(t, k, 6, 4)
 	qStartService(t, k, query.NewAnswerer(x.g, nil), codec, qConfig(tp, testenv.UniqueName(t, "g")), nil)
 	c := qNewClient(t, codec, tp, qClientConfig(30*time.Second))
 	cases := qClientCases(p)
@@ -162,12 +157,7 @@ func TestQueryClientRefusesDuplicateInFlightID(t *testing.T) {
 func TestQueryClientSharedReplyPartition(t *testing.T) {
 	t.Parallel() // its own in-process cluster
 	k := streamtest.NewFakeKafka(t)
-	x := newQIndex(t, 0, 1, 5)
-	p := newQPrompts(7)
-	p.fill(x)
-	x.activate(0, 1, 5)
-	codec := qCodec(t)
-	tp := newQTopics(t, k, 2)
+	x, p, codec, tp := newQServed(t, k, 7, 2)
 	qStartService(t, k, query.NewAnswerer(x.g, nil), codec, qConfig(tp, testenv.UniqueName(t, "g")), nil)
 	cfg := qClientConfig(30 * time.Second)
 	cfg.ReplyPartition = schemas.Some[int32](2)
@@ -251,12 +241,7 @@ func qPercentiles(ds []time.Duration) (p50, p99 time.Duration) {
 // On the shared broker: only a real broker shows the round trip's real latency.
 func TestQueryRoundTripLatency(t *testing.T) {
 	k := streamtest.BrokerKafka(t)
-	x := newQIndex(t, 0, 1, 5)
-	p := newQPrompts(8)
-	p.fill(x)
-	x.activate(0, 1, 5)
-	codec := qCodec(t)
-	tp := newQTopics(t, k, 4)
+	x, p, codec, tp := newQServed(t, k, 8, 4)
 	ans := query.NewAnswerer(x.g, nil)
 	scope := tally.NewTestScope("", nil)
 	qStartService(t, k, ans, codec, qConfig(tp, testenv.UniqueName(t, "g")), scope)
