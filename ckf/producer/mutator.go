@@ -97,9 +97,15 @@ func (f *PackedFilter) RngState() uint64 { return f.rng.State }
 // Contains reports whether a fingerprint of hash is in either candidate
 // bucket (false positives possible, no false negatives for resident
 // hashes). It does not allocate.
+//
+// Unlike the mutations it addresses through ckf.Addressing.Probe, which reads
+// delta(fp) from the addressing's 256 KiB table instead of evaluating the
+// second hash: a lookup has no relocation walk whose dependent chain the
+// table read would lengthen, and independent lookups overlap that read with
+// their neighbours' work (0.85x the time of the evaluated form for lookups in
+// a 2^12-bucket filter, performance §9).
 func (f *PackedFilter) Contains(hash uint64) bool {
-	fp, a := f.keys.probe(hash)
-	return f.ContainsProbe(ckf.Probe{Fingerprint: fp, BucketA: a, BucketB: a ^ f.keys.delta(fp)})
+	return f.ContainsProbe(f.addr.Probe(hash))
 }
 
 // prefetch starts loading both candidate buckets of hash (see ckf/internal/prefetch); an
