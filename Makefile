@@ -145,34 +145,43 @@ bench-e2e: ## end-to-end benchmarks on the real broker (ingest vs raw, lag, quer
 	$(call tool,benchreport) -o $(PERF_DIR)/bench-e2e-report.md $(BENCH_E2E_OUT)
 
 # make bench-peer: alternating rounds of the Rust program on the published dynamo-kv-router crate
-# (bench/peer-dynamo) and of the Go peer benchmarks (bench/peer); raw outputs in PEER_DIR.
+# (bench/peer-dynamo) and of the Go peer benchmarks (bench/peer), run by bench/peer-rounds.sh;
+# raw outputs in PEER_DIR. The report takes every directory of PEER_DIRS (one per machine: the
+# rounds of another machine come from make bench-peer-bundle, run there).
 PEER_ROUNDS ?= 5
 PEER_BENCH_MS ?= 1000
 PEER_DIR  ?= $(PERF_DIR)/peer
+PEER_DIRS ?= $(PEER_DIR) $(wildcard $(PERF_DIR)/peer-manycore)
 PEER_RUST := bench/peer-dynamo/target/release/peer-dynamo
+PEER_BUNDLE ?= bin/peer-bundle
 
-.PHONY: bench-peer
-bench-peer: ## our Go code against the real dynamo-kv-router crate, PEER_ROUNDS (5) alternating rounds; writes $(PERF_DIR)/peer-report.md (the first run fetches and builds the crate: minutes; not part of test)
-	@mkdir -p bin $(PEER_DIR)
+.PHONY: peer-programs
+peer-programs:
+	@mkdir -p bin
 	cargo build --release --locked --manifest-path bench/peer-dynamo/Cargo.toml
 	$(GO) test -c -o bin/peer.test ./bench/peer/
-	$(GO) test -count=1 -run '^TestPeerFixtures$$' ./bench/peer/
-	@rm -f $(PEER_DIR)/rust-*.jsonl $(PEER_DIR)/go-*.txt
-	@{ echo "cpu: $$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"; \
-	  echo "cores: $$(nproc) online ($$(grep -c '^processor' /proc/cpuinfo) in /proc/cpuinfo)"; \
-	  echo "date: $$(date -u '+%Y-%m-%d %H:%M UTC')"; \
-	  echo "go: $$($(GO) env GOVERSION)"; \
+	@{ echo "go: $$($(GO) env GOVERSION)"; \
 	  echo "rustc: $$(rustc --version)"; \
 	  echo "crate: dynamo-kv-router $$(grep -A1 '^name = "dynamo-kv-router"' bench/peer-dynamo/Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')"; \
-	  echo "loadavg-start: $$(cut -d' ' -f1-3 /proc/loadavg)"; } > $(PEER_DIR)/machine.txt
-	@for r in $$(seq 1 $(PEER_ROUNDS)); do \
-	  echo "round $$r/$(PEER_ROUNDS): rust"; \
-	  PEER_BENCH_MS=$(PEER_BENCH_MS) $(PEER_RUST) > $(PEER_DIR)/rust-$$r.jsonl; \
-	  echo "round $$r/$(PEER_ROUNDS): go"; \
-	  bin/peer.test -test.run '^$$' -test.bench '^BenchmarkPeer' -test.benchtime $(PEER_BENCH_MS)ms -test.benchmem > $(PEER_DIR)/go-$$r.txt; \
-	  echo "loadavg-after-round-$$r: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(PEER_DIR)/machine.txt; \
-	done
-	$(call tool,peerreport) -dir $(PEER_DIR) -o $(PERF_DIR)/peer-report.md
+	  echo "commit: $$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git diff --quiet HEAD -- . ':!docs/perf' 2>/dev/null || echo ' (with local changes outside docs/perf)')"; } > bin/peer-versions.txt
+
+.PHONY: bench-peer
+bench-peer: peer-programs ## our Go code against the real dynamo-kv-router crate, PEER_ROUNDS (5) alternating rounds; writes $(PERF_DIR)/peer-report.md from every machine's rounds in PEER_DIRS (the first run fetches and builds the crate: minutes; not part of test)
+	$(GO) test -count=1 -run '^TestPeerFixtures$$' ./bench/peer/
+	PEER_RUST=$(PEER_RUST) PEER_GO=bin/peer.test PEER_VERSIONS=bin/peer-versions.txt \
+	  bash bench/peer-rounds.sh $(PEER_DIR) $(PEER_ROUNDS) $(PEER_BENCH_MS)
+	$(MAKE) --no-print-directory bench-peer-report
+
+.PHONY: bench-peer-report
+bench-peer-report: ## rewrite $(PERF_DIR)/peer-report.md from the rounds already in PEER_DIRS (one directory per machine)
+	$(call tool,peerreport) $(foreach d,$(PEER_DIRS),-dir $(d)) -o $(PERF_DIR)/peer-report.md
+
+.PHONY: bench-peer-bundle
+bench-peer-bundle: peer-programs ## the bench-peer programs and bench/peer-rounds.sh in $(PEER_BUNDLE), for a machine without a toolchain: run "$(PEER_BUNDLE)/peer-rounds.sh OUT ROUNDS MS LABEL" there, copy OUT to $(PERF_DIR)/peer-manycore, then make bench-peer-report
+	@rm -rf $(PEER_BUNDLE) && mkdir -p $(PEER_BUNDLE)
+	cp $(PEER_RUST) bin/peer.test bench/peer-rounds.sh $(PEER_BUNDLE)/
+	cp bin/peer-versions.txt $(PEER_BUNDLE)/versions.txt
+	@du -sh $(PEER_BUNDLE)
 
 .PHONY: plots
 plots: ## PNG plots in $(PERF_DIR) from the results of bench and bench-e2e

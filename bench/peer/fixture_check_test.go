@@ -19,6 +19,8 @@ const (
 	rustStore16Sum  = 70661976043304
 	rustStore20Sum  = 60368510325455
 	rustFillSum     = 167279307193173
+	rustLookup16Sum = 122072880857864
+	rustLookup20Sum = 119830126193262
 )
 
 // TestPeerFixtures checks that the Go fixtures are what the row names say:
@@ -142,6 +144,30 @@ func TestPeerFixtures(t *testing.T) {
 			t.Skip("fills 3.8 M blocks: skipped with -short and -race")
 		}
 		steady(t, 1<<20, rustStore20Sum)
+	})
+
+	lookup := func(t *testing.T, buckets uint64, want uint64) {
+		fx := getLookupFixture(t, buckets)
+		if fx.sum != want {
+			t.Errorf("lookup fixture checksum %d, Rust %d", fx.sum, want)
+		}
+		if fx.omitted != 0 || fx.loadPct < 89.99 || fx.loadPct > 90.0 {
+			t.Errorf("fill: %d omitted, load %.3f %%; want none omitted and 90 %%", fx.omitted, fx.loadPct)
+		}
+		if fx.hits[0] != lookupRing {
+			t.Errorf("%d of the %d stored ring entries found: a false negative", fx.hits[0], lookupRing)
+		}
+		// A miss is a false positive with probability about 8/2^16 at 90 % load.
+		if fx.hits[1] > lookupRing/1000 {
+			t.Errorf("%d of the %d never-stored ring entries found", fx.hits[1], lookupRing)
+		}
+	}
+	t.Run("lookup/2^16", func(t *testing.T) { lookup(t, 1<<16, rustLookup16Sum) })
+	t.Run("lookup/2^20", func(t *testing.T) {
+		if testing.Short() || raceEnabled {
+			t.Skip("fills 3.8 M blocks: skipped with -short and -race")
+		}
+		lookup(t, 1<<20, rustLookup20Sum)
 	})
 
 	t.Run("producer-store/2^16/0-50", func(t *testing.T) {

@@ -35,6 +35,10 @@ const (
 	storeStreamFill = 0x5045455253543530
 	fillBuckets     = 1 << 16
 
+	lookupStream     = 0x504545524C4F4F4B
+	lookupRingStream = 0x504545524C52494E
+	lookupRing       = 1 << 16
+
 	peerWorker   ckf.WorkerID           = 1
 	peerConsumer ckf.ConsumerInstanceID = 1
 )
@@ -518,4 +522,77 @@ func fillPass(s *producer.DcState, ev *producer.RouterEvent, toks []uint64) erro
 		}
 	}
 	return nil
+}
+
+// lookupFixture is the state of the lookup/2^k/* rows: a fresh state of
+// buckets buckets filled to 90 % of its slots with one-block root stores
+// (token hashes from lookupStream^buckets, external ids 0, 1, 2, …), and two
+// rings of lookupRing canonical hashes drawn from lookupRingStream^buckets,
+// interleaved: hit[i] is a stored block's (the fill token at index
+// next() % fill count) and miss[i] is the next stream value, which no store
+// used. sum folds the fill tokens, both rings and the number of ring entries
+// the filter reports present, so equal checksums on both sides also mean the
+// two filters answer the rings alike (false positives included).
+type lookupFixture struct {
+	s          *producer.DcState
+	hit, miss  []ckf.CanonicalHash
+	sum        uint64
+	loadPct    float64
+	omitted    uint64
+	hits       [2]uint64 // ring entries found: hit ring, miss ring (false positives)
+	fillBlocks uint64
+}
+
+var (
+	lookupMu       sync.Mutex
+	lookupFixtures = map[uint64]*lookupFixture{}
+)
+
+func lookupFill(buckets uint64) uint64 { return 4 * buckets * 9 / 10 }
+
+func getLookupFixture(tb testing.TB, buckets uint64) *lookupFixture {
+	tb.Helper()
+	lookupMu.Lock()
+	defer lookupMu.Unlock()
+	if fx, ok := lookupFixtures[buckets]; ok {
+		return fx
+	}
+	fx := &lookupFixture{s: newState(tb, buckets), fillBlocks: lookupFill(buckets)}
+	keys := splitMix(lookupStream ^ buckets)
+	sum := newChecksum()
+	ev := storeEvent(make([]producer.StoredBlock, 1))
+	toks := make([]uint64, fx.fillBlocks)
+	for id := range toks {
+		toks[id] = keys.next()
+		sum.add(toks[id])
+		om, err := store(fx.s, &ev, uint64(id), toks[id])
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if om {
+			fx.omitted++
+		}
+	}
+	ring := splitMix(lookupRingStream ^ buckets)
+	fx.hit = make([]ckf.CanonicalHash, lookupRing)
+	fx.miss = make([]ckf.CanonicalHash, lookupRing)
+	for i := range lookupRing {
+		fx.hit[i] = ckf.CanonicalHash(toks[ring.next()%fx.fillBlocks])
+		fx.miss[i] = ckf.CanonicalHash(ring.next())
+		sum.add(uint64(fx.hit[i]))
+		sum.add(uint64(fx.miss[i]))
+	}
+	for r, keys := range [][]ckf.CanonicalHash{fx.hit, fx.miss} {
+		for _, h := range keys {
+			if fx.s.Contains(h) {
+				fx.hits[r]++
+			}
+		}
+	}
+	sum.add(fx.hits[0])
+	sum.add(fx.hits[1])
+	fx.sum = sum.fold48()
+	fx.loadPct = float64(fx.s.ResidentCount()) * 100 / float64(4*buckets)
+	lookupFixtures[buckets] = fx
+	return fx
 }

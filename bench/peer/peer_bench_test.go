@@ -169,6 +169,40 @@ func BenchmarkPeerAddressing(b *testing.B) {
 	sink += hits
 }
 
+// BenchmarkPeerLookup is lookup/2^16/{hit,miss} and lookup/2^20/{hit,miss}:
+// one DcState.Contains per op (addressing of the canonical hash, then the
+// test of both candidate buckets) on a lookupFixture, cycling through its
+// ring of 65,536 stored (hit) or never-stored (miss) canonical hashes. The
+// tables are 512 KiB (2^16) and 8 MiB (2^20), so the bucket loads of
+// consecutive lookups are independent cache or memory accesses; the ring
+// itself is read in order.
+func BenchmarkPeerLookup(b *testing.B) {
+	for _, lg := range []uint{16, 20} {
+		for _, kind := range []string{"hit", "miss"} {
+			b.Run(fmt.Sprintf("2^%d/%s", lg, kind), func(b *testing.B) {
+				fx := getLookupFixture(b, 1<<lg)
+				ring := fx.hit
+				if kind == "miss" {
+					ring = fx.miss
+				}
+				var hits uint64
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if fx.s.Contains(ring[i&(lookupRing-1)]) {
+						hits++
+					}
+				}
+				b.StopTimer()
+				sink += hits
+				b.ReportMetric(fx.loadPct, "load-pct")
+				b.ReportMetric(float64(fx.omitted), "omitted")
+				b.ReportMetric(float64(fx.sum), "fixture-sum")
+			})
+		}
+	}
+}
+
 // BenchmarkPeerProducerStore is the three producer-store rows (ns/event is
 // per stored one-block event; events at cadence 1, so each store also
 // drains its publication):

@@ -4,15 +4,17 @@
 // alternating rounds.
 //
 //	go -C tools build -o ../bin/ ./peerreport   # tools/ is a module of its own
-//	bin/peerreport -dir docs/perf/peer -o docs/perf/peer-report.md
+//	bin/peerreport -dir docs/perf/peer [-dir docs/perf/peer-manycore] -o docs/perf/peer-report.md
 //
-// The directory holds machine.txt ("key: value" lines: cpu, cores, date,
-// toolchains, load averages), rust-<round>.jsonl and go-<round>.txt. For
-// each row the report shows the median of each side over the rounds, the
-// Go/Rust ratio of the medians (below 1: Go is faster), the range of the
-// per-round ratios and the row's target. A row missing on either side, or a
-// fixture checksum that differs between the sides, is listed at the top of
-// the report and makes the command exit with status 1 after writing it.
+// Each -dir is one machine's run (bench/peer-rounds.sh writes it): machine.txt
+// ("key: value" lines: label, cpu, cores, date, toolchains, load averages),
+// rust-<round>.jsonl and go-<round>.txt. For each machine and row the report
+// shows the median of each side over the rounds, the Go/Rust ratio of the
+// medians (below 1: Go is faster), the range of the per-round ratios and the
+// row's target; with more than one machine it starts with a table of every
+// row's ratio on each machine. A row missing on either side, or a fixture
+// checksum that differs between the sides, is listed at the top of the report
+// and makes the command exit with status 1 after writing it.
 package main
 
 import (
@@ -31,10 +33,17 @@ import (
 )
 
 func main() {
-	dir := flag.String("dir", "docs/perf/peer", "directory of the raw round outputs and machine.txt")
+	var dirs []string
+	flag.Func("dir", "directory of one machine's raw round outputs and machine.txt (repeat for each machine; default docs/perf/peer)", func(d string) error {
+		dirs = append(dirs, d)
+		return nil
+	})
 	out := flag.String("o", "docs/perf/peer-report.md", "report to write")
 	flag.Parse()
-	if err := run(*dir, *out); err != nil {
+	if len(dirs) == 0 {
+		dirs = []string{"docs/perf/peer"}
+	}
+	if err := run(dirs, *out); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -42,52 +51,105 @@ func main() {
 
 var roundFile = regexp.MustCompile(`^(rust|go)-(\d+)\.(jsonl|txt)$`)
 
-func run(dir, out string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	var samples []sample
-	var files []string
-	rounds := map[int]bool{}
-	for _, e := range entries {
-		m := roundFile.FindStringSubmatch(e.Name())
-		if m == nil {
-			continue
+// machineRun is one machine's rounds: its directory, its machine.txt, the
+// summary of its samples and the problems summarize found.
+type machineRun struct {
+	Dir      string
+	Machine  []machineLine
+	Sum      summary
+	Problems error
+	Files    []string
+}
+
+// Label names the machine in the report: machine.txt's label, else its cpu
+// and core count, else the directory.
+func (m machineRun) Label() string {
+	get := func(key string) string {
+		for _, l := range m.Machine {
+			if l.Key == key {
+				return l.Value
+			}
 		}
-		round, _ := strconv.Atoi(m[2])
-		rounds[round] = true
-		f, err := os.Open(filepath.Join(dir, e.Name()))
+		return ""
+	}
+	if l := get("label"); l != "" {
+		return l
+	}
+	cpu, cores := get("cpu"), get("cores")
+	if n, _, ok := strings.Cut(cores, " "); ok {
+		cores = n
+	}
+	switch {
+	case cpu != "" && cores != "":
+		return cpu + ", " + cores + " cores"
+	case cpu != "":
+		return cpu
+	}
+	return filepath.Base(m.Dir)
+}
+
+func run(dirs []string, out string) error {
+	var runs []machineRun
+	var problems []error
+	for _, dir := range dirs {
+		m, err := readRounds(dir)
 		if err != nil {
 			return err
 		}
+		if m.Problems != nil {
+			problems = append(problems, fmt.Errorf("%s: %w", dir, m.Problems))
+		}
+		runs = append(runs, m)
+	}
+	var buf bytes.Buffer
+	writeReport(&buf, runs)
+	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	return errors.Join(problems...)
+}
+
+// readRounds reads one machine's directory.
+func readRounds(dir string) (machineRun, error) {
+	m := machineRun{Dir: dir}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return m, err
+	}
+	var samples []sample
+	rounds := map[int]bool{}
+	for _, e := range entries {
+		sm := roundFile.FindStringSubmatch(e.Name())
+		if sm == nil {
+			continue
+		}
+		round, _ := strconv.Atoi(sm[2])
+		rounds[round] = true
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return m, err
+		}
 		var ss []sample
-		if m[1] == sideRust {
+		if sm[1] == sideRust {
 			ss, err = parseRust(f, round)
 		} else {
 			ss, err = parseGo(f, round)
 		}
 		f.Close()
 		if err != nil {
-			return fmt.Errorf("%s: %w", e.Name(), err)
+			return m, fmt.Errorf("%s: %w", filepath.Join(dir, e.Name()), err)
 		}
 		samples = append(samples, ss...)
-		files = append(files, e.Name())
+		m.Files = append(m.Files, filepath.Join(dir, e.Name()))
 	}
 	if len(samples) == 0 {
-		return fmt.Errorf("%w: no round outputs in %s", errInput, dir)
+		return m, fmt.Errorf("%w: no round outputs in %s", errInput, dir)
 	}
-	machine, err := readMachine(filepath.Join(dir, "machine.txt"))
-	if err != nil {
-		return err
+	if m.Machine, err = readMachine(filepath.Join(dir, "machine.txt")); err != nil {
+		return m, err
 	}
-	sum, sumErr := summarize(samples, len(rounds))
-	var buf bytes.Buffer
-	writeReport(&buf, machine, sum, sumErr, filepath.Base(dir), files)
-	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
-		return err
-	}
-	return sumErr
+	m.Sum, m.Problems = summarize(samples, len(rounds))
+	return m, nil
 }
 
 // machineLine is one "key: value" line of machine.txt, in file order.
@@ -118,45 +180,107 @@ func parseMachine(r io.Reader) ([]machineLine, error) {
 	return out, sc.Err()
 }
 
-func writeReport(w io.Writer, machine []machineLine, s summary, problems error, rawDir string, files []string) {
+func writeReport(w io.Writer, runs []machineRun) {
 	fmt.Fprintln(w, "# Against the reference implementation: dynamo-kv-router 1.6.1")
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Written by `make bench-peer` (`tools/peerreport`) from the raw outputs in `%s/`; do not edit by hand.\n", rawDir)
+	dirs := make([]string, len(runs))
+	for i, m := range runs {
+		dirs[i] = "`" + m.Dir + "/`"
+	}
+	fmt.Fprintf(w, "Written by `make bench-peer` (`tools/peerreport`) from the raw outputs in %s; do not edit by hand.\n", strings.Join(dirs, " and "))
 	fmt.Fprintln(w, "The Go side is `bench/peer` (`BenchmarkPeer*`, this module's public APIs); the Rust side is")
 	fmt.Fprintln(w, "`bench/peer-dynamo`, which calls the published crate's public API only (version pinned in its")
 	fmt.Fprintln(w, "`Cargo.toml` and `Cargo.lock`). Ratios are Go time / Rust time of the medians over the rounds:")
 	fmt.Fprintln(w, "below 1 this module is faster.")
 	fmt.Fprintln(w)
-	if problems != nil {
-		fmt.Fprintf(w, "**This run is not comparable as a whole:** %v\n\n", problems)
+	for _, m := range runs {
+		if m.Problems != nil {
+			fmt.Fprintf(w, "**The run on %s is not comparable as a whole:** %v\n\n", m.Label(), m.Problems)
+		}
 	}
-	fmt.Fprintln(w, "## Machine and run")
-	fmt.Fprintln(w)
-	for _, m := range machine {
-		fmt.Fprintf(w, "- %s: %s\n", m.Key, m.Value)
+	if len(runs) > 1 {
+		fmt.Fprintln(w, "## Every machine")
+		fmt.Fprintln(w)
+		writeMachinesTable(w, runs)
+		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "- rounds: %d, alternating (Rust, then Go, in each round); each side measures every row for about one second per round\n", s.Rounds)
-	fmt.Fprintln(w, "- load note: the machine is shared; the load averages above bracket the run, and the per-round ratio range shows how much one round can move a row")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "## Medians")
-	fmt.Fprintln(w)
-	writeTable(w, s)
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "## Fixtures")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Both sides build every fixture from the same SplitMix64 streams and report a checksum of it;")
-	fmt.Fprintln(w, "a row is compared only when the checksums agree over both sides and all rounds.")
-	fmt.Fprintln(w)
-	writeFixtures(w, s)
-	fmt.Fprintln(w)
+	for _, m := range runs {
+		title := "## Machine and run"
+		if len(runs) > 1 {
+			title = "## Machine: " + m.Label()
+		}
+		fmt.Fprintln(w, title)
+		fmt.Fprintln(w)
+		for _, l := range m.Machine {
+			fmt.Fprintf(w, "- %s: %s\n", l.Key, l.Value)
+		}
+		fmt.Fprintf(w, "- rounds: %d, alternating (Rust, then Go, in each round); each side measures every row for about one second per round\n", m.Sum.Rounds)
+		fmt.Fprintln(w, "- load note: the load averages above bracket the run, and the per-round ratio range shows how much one round can move a row")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "### Medians")
+		fmt.Fprintln(w)
+		writeTable(w, m.Sum)
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "### Fixtures")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Both sides build every fixture from the same SplitMix64 streams and report a checksum of it;")
+		fmt.Fprintln(w, "a row is compared only when the checksums agree over both sides and all rounds.")
+		fmt.Fprintln(w)
+		writeFixtures(w, m.Sum)
+		fmt.Fprintln(w)
+	}
 	fmt.Fprint(w, pairingNotes)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "## Raw outputs")
 	fmt.Fprintln(w)
-	slices.Sort(files)
-	for _, f := range files {
-		fmt.Fprintf(w, "- `%s/%s`\n", rawDir, f)
+	for _, m := range runs {
+		files := slices.Clone(m.Files)
+		slices.Sort(files)
+		for _, f := range files {
+			fmt.Fprintf(w, "- `%s`\n", f)
+		}
 	}
+}
+
+// writeMachinesTable renders one line per row with its ratio on each machine
+// and whether every machine meets the target.
+func writeMachinesTable(w io.Writer, runs []machineRun) {
+	fmt.Fprint(w, "| row | statistic | target |")
+	for _, m := range runs {
+		fmt.Fprintf(w, " %s |", m.Label())
+	}
+	fmt.Fprintln(w, " met on every machine |")
+	fmt.Fprint(w, "|---|---|---:|")
+	for range runs {
+		fmt.Fprint(w, "---:|")
+	}
+	fmt.Fprintln(w, "---|")
+	met, asked := 0, 0
+	for i, spec := range rows {
+		name := "`" + spec.Row + "`"
+		if spec.Extra {
+			name += " (extra)"
+		}
+		fmt.Fprintf(w, "| %s | %s | ≤ %.1f |", name, statName(spec.Unit), spec.Target)
+		all := true
+		for _, m := range runs {
+			r := m.Sum.Rows[i]
+			fmt.Fprintf(w, " %s |", formatRatio(r.Ratio))
+			all = all && r.Met
+		}
+		verdict := "no"
+		if all {
+			verdict = "yes"
+		}
+		fmt.Fprintf(w, " %s |\n", verdict)
+		if !spec.Extra {
+			asked++
+			if all {
+				met++
+			}
+		}
+	}
+	fmt.Fprintf(w, "\n%d of %d rows meet their target on every machine (rows marked extra are not counted).\n", met, asked)
 }
 
 // pairingNotes is the section on where the two sides cannot do identical
@@ -196,6 +320,14 @@ Go's times include the garbage collector's share of the allocations it makes; Ru
   loads on top of the addressing on both sides. The crate computes the alternate-bucket delta
   with a second XXH3 call; this module reads a precomputed table — an implementation difference
   the row measures, not a pairing difference.
+- ` + "`lookup/2^16/hit`, `lookup/2^16/miss`, `lookup/2^20/hit`, `lookup/2^20/miss`" + ` — the same
+  ` + "`contains`" + ` / ` + "`Contains`" + ` on a state of 2^16 or 2^20 buckets filled to 90 % of its slots with one-block
+  root stores, cycling through a ring of 65,536 canonical hashes that were stored (hit) or never
+  stored (miss). The filters are 512 KiB and 8 MiB, so the two bucket loads are cache or memory
+  accesses. The checksum folds the fill, both rings and how many ring entries each side finds,
+  so equal checksums also mean equal answers (false positives included). The crate tests bucket B
+  only when bucket A misses; this module loads and tests both without a branch (a hit is as likely
+  in either bucket).
 - ` + "`delta-apply`" + ` — per op, one 23-image delta (distinct random buckets) applied to a ready lane of
   2^20 buckets, cycling through 4,096 image sets. A crate delta's sequence numbers are fixed at
   construction, so the Rust side builds each pass of 4,096 deltas before its timer starts (one

@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -141,9 +145,11 @@ func TestSummarizeRatiosAndTargets(t *testing.T) {
 	for _, want := range []string{
 		"| `query128/divergent` | p99 | 90.00 ns | 100 ns | **0.90** | 0.90–1.80 | ≤ 0.8 | no |",
 		"| `producer-store/2^20@90` | per event | 90.00 ns | 100 ns | **0.90** | 0.90–1.80 | ≤ 0.5 | no |",
-		"| `snapshot-install` | per op | 90.00 ns | 100 ns | **0.90** | 0.90–1.80 | ≤ 1.0 | yes |",
+		"| `snapshot-install` | per op | 90.00 ns | 100 ns | **0.90** | 0.90–1.80 | ≤ 0.9 | yes |",
+		"| `lookup/2^20/miss` | per op | 90.00 ns | 100 ns | **0.90** | 0.90–1.80 | ≤ 0.9 | yes |",
+		"| `producer-store/2^16@90` | per event | 90.00 ns | 100 ns | **0.90** | 0.90–1.80 | ≤ 0.7 | no |",
 		"| `seqhash-vec` (extra) |",
-		"7 of 11 rows meet their target",
+		"11 of 15 rows meet their target",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
@@ -205,5 +211,105 @@ func TestParseMachine(t *testing.T) {
 	}
 	if len(m) != 3 || m[0] != (machineLine{"cpu", "AMD EPYC"}) || m[2].Value != "0.1 0.2 0.3" {
 		t.Fatalf("%+v", m)
+	}
+}
+
+// writeRounds writes samples as one machine's directory: machine.txt and the
+// round files in the formats the two programs print.
+func writeRounds(t *testing.T, dir, machine string, samples []sample) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "machine.txt"), []byte(machine), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]*strings.Builder{}
+	for _, s := range samples {
+		var name string
+		var line string
+		if s.Side == sideRust {
+			name = fmt.Sprintf("rust-%d.jsonl", s.Round)
+			b, err := json.Marshal(rustLine{Side: sideRust, Name: s.Row, Iterations: 1, Metrics: s.Metrics})
+			if err != nil {
+				t.Fatal(err)
+			}
+			line = string(b)
+		} else {
+			name = fmt.Sprintf("go-%d.txt", s.Round)
+			head, sub, _ := strings.Cut(s.Row, "/")
+			bench := "BenchmarkPeer"
+			for _, part := range strings.Split(head, "-") {
+				bench += strings.ToUpper(part[:1]) + part[1:]
+			}
+			if sub != "" {
+				bench += "/" + sub
+			}
+			line = bench + "-16 10"
+			for unit, v := range s.Metrics {
+				line += fmt.Sprintf(" %v %s", v, unit)
+			}
+		}
+		if files[name] == nil {
+			files[name] = &strings.Builder{}
+		}
+		files[name].WriteString(line + "\n")
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReportEveryMachine runs the command on two machines' directories: the
+// report names both machines, gives each row's ratio on each, calls a row met
+// only when every machine meets it, and keeps each machine's own section.
+func TestReportEveryMachine(t *testing.T) {
+	small, big := t.TempDir(), t.TempDir()
+	writeRounds(t, small, "cpu: AMD EPYC\ncores: 2 online (2 in /proc/cpuinfo)\n", fullSamples(50, 100, 3))
+	writeRounds(t, big, "label: quiet 16-core Xeon\ncpu: Intel Xeon\ncores: 16 online (16 in /proc/cpuinfo)\n", fullSamples(85, 100, 3))
+	out := filepath.Join(t.TempDir(), "report.md")
+	if err := run([]string{small, big}, out); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := string(b)
+	for _, want := range []string{
+		"## Every machine",
+		"| row | statistic | target | AMD EPYC, 2 cores | quiet 16-core Xeon | met on every machine |",
+		// 0.50 on the first machine, 0.85 on the second.
+		"| `addressing` | per op | ≤ 0.9 | 0.50 | 0.85 | yes |",
+		"| `query128/divergent` | p99 | ≤ 0.8 | 0.50 | 0.85 | no |",
+		"| `producer-store/2^16@90` | per event | ≤ 0.7 | 0.50 | 0.85 | no |",
+		"11 of 15 rows meet their target on every machine",
+		"## Machine: AMD EPYC, 2 cores",
+		"## Machine: quiet 16-core Xeon",
+		"- label: quiet 16-core Xeon",
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+	if strings.Count(report, "### Medians") != 2 {
+		t.Errorf("want one medians table per machine:\n%s", report)
+	}
+
+	// One machine: no cross-machine table, the section keeps its old title.
+	if err := run([]string{small}, out); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ = os.ReadFile(out); strings.Contains(string(b), "## Every machine") || !strings.Contains(string(b), "## Machine and run") {
+		t.Errorf("one machine's report:\n%s", b)
+	}
+
+	// A machine whose rows do not line up fails the command after the report is written.
+	bad := t.TempDir()
+	writeRounds(t, bad, "cpu: X\n", fullSamples(50, 100, 1)[2:])
+	if err := run([]string{small, bad}, out); !errors.Is(err, errInput) {
+		t.Errorf("a machine with missing rows: err = %v", err)
+	}
+	if b, _ = os.ReadFile(out); !strings.Contains(string(b), "is not comparable as a whole") {
+		t.Errorf("the report does not say a machine's run is not comparable:\n%s", b)
 	}
 }

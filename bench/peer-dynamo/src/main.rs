@@ -55,6 +55,10 @@ const DELTA_STREAM: u64 = 0x5045_4552_4445_4C54;
 const CHAIN_STREAM: u64 = 0x5045_4552_4348_4149;
 const ADDRESSING_BUCKETS: usize = 1 << 12;
 
+const LOOKUP_STREAM: u64 = 0x5045_4552_4C4F_4F4B;
+const LOOKUP_RING_STREAM: u64 = 0x5045_4552_4C52_494E;
+const LOOKUP_RING: usize = 1 << 16;
+
 const STORE_WINDOW: usize = 1024;
 const STORE_STREAM_90: u64 = 0x5045_4552_5354_3930;
 const STORE_STREAM_FILL: u64 = 0x5045_4552_5354_3530;
@@ -616,6 +620,67 @@ fn bench_addressing() {
     );
 }
 
+/// lookup/2^k/{hit,miss}: a fresh state of 2^k buckets filled to 90 % of its slots with one-block
+/// root stores (token hashes from LOOKUP_STREAM ^ buckets, external ids 0, 1, 2, …), then two
+/// rings of LOOKUP_RING canonical hashes drawn interleaved from LOOKUP_RING_STREAM ^ buckets: a
+/// stored block's (the fill token at index next() % fill count) and a never-stored stream value.
+/// One `contains` per op, cycling through the ring. The checksum folds the fill tokens, both rings
+/// and how many ring entries the filter reports present (false positives included).
+fn bench_lookup(buckets: usize) {
+    let mut state = new_state(buckets);
+    let mut keys = SplitMix(LOOKUP_STREAM ^ buckets as u64);
+    let fill = 4 * buckets * 9 / 10;
+    let mut sum = Checksum::new();
+    let mut omitted = 0u64;
+    let mut tokens = Vec::with_capacity(fill);
+    for id in 0..fill as u64 {
+        let k = keys.next();
+        sum.add(k);
+        tokens.push(k);
+        omitted += u64::from(apply_store(&mut state, store_event(id, k)));
+    }
+    let mut ring = SplitMix(LOOKUP_RING_STREAM ^ buckets as u64);
+    let mut hit = Vec::with_capacity(LOOKUP_RING);
+    let mut miss = Vec::with_capacity(LOOKUP_RING);
+    for _ in 0..LOOKUP_RING {
+        let h = tokens[(ring.next() % fill as u64) as usize];
+        let m = ring.next();
+        sum.add(h);
+        sum.add(m);
+        hit.push(CanonicalSequenceBlockHash::root(LocalBlockHash(h)));
+        miss.push(CanonicalSequenceBlockHash::root(LocalBlockHash(m)));
+    }
+    for keys in [&hit, &miss] {
+        sum.add(keys.iter().filter(|&&h| state.contains(h)).count() as u64);
+    }
+    let resident = state.stats().aggregation().occupied_slot_count();
+    for (kind, keys) in [("hit", &hit), ("miss", &miss)] {
+        let run = |limit: Duration| {
+            let start = Instant::now();
+            let mut n = 0usize;
+            let mut found = 0u64;
+            while !n.is_multiple_of(4096) || start.elapsed() < limit {
+                found += u64::from(state.contains(keys[n & (LOOKUP_RING - 1)]));
+                n += 1;
+            }
+            black_box(found);
+            (start.elapsed(), n as u64)
+        };
+        run(budget() / 10);
+        let (total, n) = run(budget());
+        emit(
+            &format!("lookup/2^{}/{kind}", buckets.trailing_zeros()),
+            n,
+            &[
+                ("ns/op", total.as_nanos() as f64 / n as f64),
+                ("load-pct", resident as f64 * 100.0 / (4 * buckets) as f64),
+                ("omitted", omitted as f64),
+                ("fixture-sum", sum.fold48() as f64),
+            ],
+        );
+    }
+}
+
 // ---- producer rows ----------------------------------------------------------------------------
 
 const WORKER: u64 = 1;
@@ -792,6 +857,11 @@ fn main() {
     }
     if want("addressing") {
         bench_addressing();
+    }
+    for k in [16u32, 20] {
+        if want(&format!("lookup/2^{k}/hit")) || want(&format!("lookup/2^{k}/miss")) {
+            bench_lookup(1 << k);
+        }
     }
     if want("delta-apply") {
         bench_delta_apply();
