@@ -1,13 +1,18 @@
 package indexer_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +38,10 @@ func (w *edgeWriter) Write(b []byte) (int, error) { return len(b), nil }
 //   - loopback: a real listener and one keep-alive client on the same host, request by request,
 //     the client reading each reply whole (the client's cost is in the figure, as a caller's is);
 //     "floor-p50-µs" is the same exchange with a handler that only reads the body and writes a
-//     reply of the same size, the part of every figure that is the transport's.
+//     reply of the same size, the part of every figure that is the transport's;
+//   - loopback-lean: the same listener and routes, with a leanClient in place of net/http's client:
+//     a caller whose HTTP client costs next to nothing (a router not written with net/http), so
+//     that what is left is the edge (net/http's server and the route) and the loopback hop.
 //
 // Reported per form: "json-p50-µs" / "binary-p50-µs" (median request time) and "json-q/s" /
 // "binary-q/s" (requests per second of time spent in that form), and "binary/json-q/s", the
@@ -69,21 +77,22 @@ func BenchmarkQueryEdge(b *testing.B) {
 		edgeRun(b, func() time.Duration { return one(jreq, jr, jsonBody) }, func() time.Duration { return one(breq, br, binBody) })
 	})
 
+	// One listener serves both loopback benchmarks: the API's routes and the floor, a handler
+	// that reads the binary body and writes a reply of the binary reply's size without
+	// searching, so that what the transport (net/http's server, the client, loopback TCP, the
+	// scheduler) costs can be told from what the route costs.
+	mux := http.NewServeMux()
+	mux.Handle("/", tb.mux)
+	reply := make([]byte, indexer.BinaryReplyHeaderBytes+8)
+	mux.HandleFunc("POST /floor", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", indexer.BinaryContentType)
+		_, _ = w.Write(reply)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
 	b.Run("loopback", func(b *testing.B) {
-		// The same listener also serves the floor: a handler that reads the binary body and
-		// writes a reply of the binary reply's size without searching, so that what the
-		// transport (net/http on both sides, loopback TCP, the scheduler) costs can be told
-		// from what the route costs.
-		mux := http.NewServeMux()
-		mux.Handle("/", tb.mux)
-		reply := make([]byte, indexer.BinaryReplyHeaderBytes+8)
-		mux.HandleFunc("POST /floor", func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", indexer.BinaryContentType)
-			_, _ = w.Write(reply)
-		})
-		srv := httptest.NewServer(mux)
-		defer srv.Close()
 		cl := srv.Client()
 		url := srv.URL + "/v1/prefix-matches"
 		var sink bytes.Buffer
@@ -116,6 +125,103 @@ func BenchmarkQueryEdge(b *testing.B) {
 		slices.Sort(floor)
 		b.ReportMetric(float64(floor[len(floor)/2].Nanoseconds())/1e3, "floor-p50-µs")
 	})
+
+	b.Run("loopback-lean", func(b *testing.B) {
+		lc, err := dialLean(srv.Listener.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer lc.conn.Close()
+		jreq := leanRequest("/v1/prefix-matches", "application/json", jsonBody)
+		breq := leanRequest("/v1/prefix-matches", indexer.BinaryContentType, binBody)
+		freq := leanRequest("/floor", indexer.BinaryContentType, binBody)
+		var floor []time.Duration
+		one := func(req []byte) time.Duration {
+			start := time.Now()
+			status, body, err := lc.do(req)
+			d := time.Since(start)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if status != http.StatusOK {
+				b.Fatalf("status %d: %s", status, body)
+			}
+			return d
+		}
+		edgeRun(b, func() time.Duration { return one(jreq) }, func() time.Duration {
+			floor = append(floor, one(freq))
+			return one(breq)
+		})
+		slices.Sort(floor)
+		b.ReportMetric(float64(floor[len(floor)/2].Nanoseconds())/1e3, "floor-p50-µs")
+	})
+}
+
+// leanClient is an HTTP/1.1 client reduced to what a caller of the binary form needs: one
+// keep-alive connection, each request written from prepared bytes, each reply read by its
+// Content-Length into a reused buffer. It handles no redirects, no chunked replies and no
+// connection loss: a reply it cannot read fails the benchmark.
+type leanClient struct {
+	conn net.Conn
+	r    *bufio.Reader
+	body []byte
+}
+
+func dialLean(addr string) (*leanClient, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &leanClient{conn: c, r: bufio.NewReaderSize(c, 16<<10)}, nil
+}
+
+// leanRequest is a POST of body to path with its headers, ready to write.
+func leanRequest(path, contentType string, body []byte) []byte {
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: edge\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", path, contentType, len(body))
+	return append([]byte(head), body...)
+}
+
+// do writes req and reads one reply: its status and its body (valid until the next call).
+func (c *leanClient) do(req []byte) (int, []byte, error) {
+	if _, err := c.conn.Write(req); err != nil {
+		return 0, nil, err
+	}
+	status, length := 0, -1
+	for first := true; ; first = false {
+		line, err := c.r.ReadSlice('\n')
+		if err != nil {
+			return 0, nil, err
+		}
+		text := strings.TrimRight(string(line), "\r\n")
+		if first {
+			if len(text) < 12 || !strings.HasPrefix(text, "HTTP/1.1 ") {
+				return 0, nil, fmt.Errorf("status line %q", text)
+			}
+			if status, err = strconv.Atoi(text[9:12]); err != nil {
+				return 0, nil, fmt.Errorf("status line %q", text)
+			}
+			continue
+		}
+		if text == "" {
+			break
+		}
+		if k, v, ok := strings.Cut(text, ":"); ok && strings.EqualFold(k, "Content-Length") {
+			if length, err = strconv.Atoi(strings.TrimSpace(v)); err != nil {
+				return 0, nil, fmt.Errorf("header %q", text)
+			}
+		}
+	}
+	if length < 0 {
+		return 0, nil, fmt.Errorf("reply without Content-Length")
+	}
+	if cap(c.body) < length {
+		c.body = make([]byte, length)
+	}
+	c.body = c.body[:length]
+	if _, err := io.ReadFull(c.r, c.body); err != nil {
+		return 0, nil, err
+	}
+	return status, c.body, nil
 }
 
 // edgeRun times jsonQuery and binQuery alternately, b.N times each, after a short warm-up, and

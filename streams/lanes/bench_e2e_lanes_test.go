@@ -33,7 +33,7 @@ func pfIngestOnce(b *testing.B, e *streamtest.Env, lane uint8, words []uint64, h
 	start := time.Now()
 	testenv.WaitUntil(b, 5*time.Minute, fmt.Sprintf("the indexer ingests lane %d", lane), func() bool {
 		return ri.Indexer.GlobalIndexer().ReadyLanes() != 0 && streamtest.LaneStatus(ri, lane).AppliedOffset >= hwm-1 &&
-			equalWords(ri.Indexer.GlobalIndexer().LaneWords(lane), words)
+			slices.Equal(ri.Indexer.GlobalIndexer().LaneWords(lane), words)
 	}, func() string {
 		return fmt.Sprintf("status %+v, high watermark %d", streamtest.LaneStatus(ri, lane), hwm)
 	})
@@ -129,23 +129,30 @@ func BenchmarkE2EIngestVsRaw(b *testing.B) {
 // ---- 2. delta produced -> visible to queries -----------------------------------------------
 
 type pfLagResult struct {
-	LoadFraction    float64      `json:"load_fraction"`
-	CapacityRecPerS float64      `json:"capacity_records_per_sec"`
-	OfferedRecPerS  float64      `json:"offered_records_per_sec"`
-	AchievedRecPerS float64      `json:"achieved_records_per_sec"`
-	Images          int          `json:"images_per_delta"`
-	Samples         int          `json:"samples"`
-	P50ms           float64      `json:"p50_ms"`
-	P90ms           float64      `json:"p90_ms"`
-	P99ms           float64      `json:"p99_ms"`
-	P999ms          float64      `json:"p999_ms"`
-	MaxMs           float64      `json:"max_ms"`
-	SchedP50ms      float64      `json:"from_schedule_p50_ms"`
-	SchedP99ms      float64      `json:"from_schedule_p99_ms"`
-	AckP50ms        float64      `json:"produce_ack_p50_ms"`
-	AckP99ms        float64      `json:"produce_ack_p99_ms"`
-	AckVisP50ms     float64      `json:"ack_to_visible_p50_ms"`
-	AckVisP99ms     float64      `json:"ack_to_visible_p99_ms"`
+	LoadFraction    float64 `json:"load_fraction"`
+	CapacityRecPerS float64 `json:"capacity_records_per_sec"`
+	OfferedRecPerS  float64 `json:"offered_records_per_sec"`
+	AchievedRecPerS float64 `json:"achieved_records_per_sec"`
+	Images          int     `json:"images_per_delta"`
+	Samples         int     `json:"samples"`
+	P50ms           float64 `json:"p50_ms"`
+	P90ms           float64 `json:"p90_ms"`
+	P99ms           float64 `json:"p99_ms"`
+	P999ms          float64 `json:"p999_ms"`
+	MaxMs           float64 `json:"max_ms"`
+	SchedP50ms      float64 `json:"from_schedule_p50_ms"`
+	SchedP99ms      float64 `json:"from_schedule_p99_ms"`
+	AckP50ms        float64 `json:"produce_ack_p50_ms"`
+	AckP99ms        float64 `json:"produce_ack_p99_ms"`
+	AckVisP50ms     float64 `json:"ack_to_visible_p50_ms"`
+	AckVisP99ms     float64 `json:"ack_to_visible_p99_ms"`
+	// The two shares of the whole: produce call -> the indexer's client holds the record
+	// (the producer, the broker and the fetch: everything before the indexer), and that ->
+	// visible to a query (the indexer: its decode stage, its lane and the prober's period).
+	FetchedP50ms    float64      `json:"produce_to_fetched_p50_ms"`
+	FetchedP99ms    float64      `json:"produce_to_fetched_p99_ms"`
+	FetchedVisP50ms float64      `json:"fetched_to_visible_p50_ms"`
+	FetchedVisP99ms float64      `json:"fetched_to_visible_p99_ms"`
 	CDF             [][2]float64 `json:"cdf_ms"`
 	LoadAvg         [3]float64
 	CapacitySource  string    `json:"capacity_source"`
@@ -225,12 +232,20 @@ func BenchmarkE2EDeltaVisibleLatency(b *testing.B) {
 			b.ReportMetric(res.P999ms, "p99.9-ms")
 			b.ReportMetric(res.AckP99ms, "ack-p99-ms")
 			b.ReportMetric(res.AckVisP99ms, "ack-to-visible-p99-ms")
+			b.ReportMetric(res.FetchedP99ms, "produce-to-fetched-p99-ms")
+			b.ReportMetric(res.FetchedVisP50ms, "fetched-to-visible-p50-ms")
+			b.ReportMetric(res.FetchedVisP99ms, "fetched-to-visible-p99-ms")
 			b.ReportMetric(res.SchedP99ms, "sched-p99-ms")
 			b.ReportMetric(res.LoadAvg[0], "load1")
 			streamtest.PerfWrite(b, fmt.Sprintf("e2e-lag-load=%d.json", int(frac*100)), res)
 		})
 	}
 }
+
+// pfFetchHook is a franz-go hook that sees every record its client buffers from a fetch.
+type pfFetchHook func(*kgo.Record)
+
+func (h pfFetchHook) OnFetchRecordBuffered(r *kgo.Record) { h(r) }
 
 // pfLagRun writes total deltas of images images each to a fresh lane at rate deltas/s (rate 0:
 // all at once) and measures when each becomes visible to queries.
@@ -239,7 +254,17 @@ func pfLagRun(b *testing.B, rate float64, images, total int) pfLagResult {
 	const lane = 6
 	p := e.Producer(lane, 1)
 	p.Snapshot()
-	ri := streamtest.PerfStartIndexer(b, e, e.Manifest(ckf.ConsumerInstanceID(time.Now().UnixNano()), lane))
+	// fetched[i] is when the indexer's client buffered delta i (franz-go v1.22.3's
+	// OnFetchRecordBuffered, as the fetch response is processed and before the lane's poll
+	// returns it): where the broker's share ends and the indexer's begins.
+	base := streamtest.PerfEndOffsets(b, e.Topics.Lanes, []int32{lane})
+	fetched := make([]atomic.Int64, total)
+	hook := pfFetchHook(func(r *kgo.Record) {
+		if i := r.Offset - base; r.Partition == lane && r.Topic == e.Topics.Lanes && i >= 0 && i < int64(total) {
+			fetched[i].CompareAndSwap(0, time.Now().UnixNano())
+		}
+	})
+	ri := streamtest.PerfStartIndexer(b, e, e.Manifest(ckf.ConsumerInstanceID(time.Now().UnixNano()), lane), kgo.WithHooks(hook))
 	defer ri.Stop()
 	g := ri.Indexer.GlobalIndexer()
 	testenv.WaitUntil(b, time.Minute, fmt.Sprintf("lane %d is ready", lane), func() bool { return g.ReadyLanes()&(1<<lane) != 0 })
@@ -385,12 +410,18 @@ func pfLagRun(b *testing.B, rate float64, images, total int) pfLagResult {
 	elapsed := time.Duration(visible[total-1] - start.UnixNano())
 	// Skip the first 10 % (connection warm-up).
 	from := total / 10
-	var lat, fromSched, ack, ackVis []time.Duration
+	var lat, fromSched, ack, ackVis, toFetched, fetchedVis []time.Duration
 	for i := from; i < total; i++ {
 		lat = append(lat, time.Duration(visible[i]-handoff[i]))
 		ackVis = append(ackVis, time.Duration(visible[i]-acked[i]))
 		fromSched = append(fromSched, time.Duration(visible[i]-sched[i]))
 		ack = append(ack, time.Duration(acked[i]-handoff[i]))
+		f := fetched[i].Load()
+		if f == 0 {
+			b.Fatalf("delta %d (offset %d) became visible without its fetch being seen", i, base+int64(i))
+		}
+		toFetched = append(toFetched, time.Duration(f-handoff[i]))
+		fetchedVis = append(fetchedVis, time.Duration(visible[i]-f))
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 	return pfLagResult{
@@ -400,6 +431,8 @@ func pfLagRun(b *testing.B, rate float64, images, total int) pfLagResult {
 		SchedP50ms: ms(streamtest.PerfDurQuantile(fromSched, 0.5)), SchedP99ms: ms(streamtest.PerfDurQuantile(fromSched, 0.99)),
 		AckP50ms: ms(streamtest.PerfDurQuantile(ack, 0.5)), AckP99ms: ms(streamtest.PerfDurQuantile(ack, 0.99)),
 		AckVisP50ms: ms(streamtest.PerfDurQuantile(ackVis, 0.5)), AckVisP99ms: ms(streamtest.PerfDurQuantile(ackVis, 0.99)),
+		FetchedP50ms: ms(streamtest.PerfDurQuantile(toFetched, 0.5)), FetchedP99ms: ms(streamtest.PerfDurQuantile(toFetched, 0.99)),
+		FetchedVisP50ms: ms(streamtest.PerfDurQuantile(fetchedVis, 0.5)), FetchedVisP99ms: ms(streamtest.PerfDurQuantile(fetchedVis, 0.99)),
 		CDF: streamtest.PerfCDF(lat, 400), LoadAvg: streamtest.PerfLoadAvg(),
 	}
 }

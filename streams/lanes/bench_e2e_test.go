@@ -27,18 +27,6 @@ func writeSyntheticDeltas(b testing.TB, e *streamtest.Env, lane uint8, n, k int)
 	return words
 }
 
-func equalWords(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // BenchmarkRestoreFourLanes2to20 measures how long a starting indexer takes to make four lanes
 // of 2^20 buckets ready from their indexed snapshots (8 MiB each, 70 chunks).
 func BenchmarkRestoreFourLanes2to20(b *testing.B) {

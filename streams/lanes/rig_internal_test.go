@@ -26,6 +26,8 @@ import (
 // back and kept. What only a broker shows (read_committed and the last stable offset under a
 // relay's transactions, a broker restart, the lag group) stays in the broker tests.
 
+// rigDomain is streamtest.Domain's value, written again: streamtest imports this package, so its
+// internal tests cannot import streamtest.
 var rigDomain = ckf.IndexerDomainID{
 	CacheSemantics: ckf.CacheSemanticsID{Digest: ckf.Digest128{0xC5}, Source: ckf.IdentityExplicit},
 	RoutingScope:   ckf.RoutingScopeID{Digest: ckf.Digest128{0x5C}, Source: ckf.IdentityExplicit},

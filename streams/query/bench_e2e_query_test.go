@@ -40,6 +40,7 @@ type pfQueryIndex struct {
 	chains [][]uint64 // 128-block chains: even ones cached by every lane to the end
 	reqs   []schemas.QueryRequest
 	bodies [][]byte // HTTP bodies of the same chains
+	binary [][]byte // the same chains in the binary form (application/octet-stream)
 }
 
 var (
@@ -115,6 +116,7 @@ func pfQueryIndexOf(b *testing.B) *pfQueryIndex {
 			x.reqs = append(x.reqs, schemas.QueryRequest{Input: schemas.InputLocalBlockHashes, Hashes: schemas.AppendU64s(nil, chain)})
 			body, _ := json.Marshal(indexer.PrefixMatchRequest{LocalBlockHashes: chain})
 			x.bodies = append(x.bodies, body)
+			x.binary = append(x.binary, indexer.AppendBinaryRequest(nil, chain))
 		}
 		for l := range ckf.LaneCount {
 			in, err := g.ClaimLane(uint8(l))
@@ -250,7 +252,9 @@ func BenchmarkE2EQueryInProcess(b *testing.B) {
 }
 
 // BenchmarkE2EQueryHTTP: POST /v1/prefix-matches of the indexer's API (app/indexer) on a
-// loopback server, 128-block queries by local block hashes, keep-alive clients.
+// loopback server, 128-block queries by local block hashes, keep-alive net/http clients: the
+// JSON form (callers=N) and the binary form (binary/callers=N, little-endian u64 hashes in,
+// the binary reply out; app/indexer/http.md "Binary form").
 func BenchmarkE2EQueryHTTP(b *testing.B) {
 	x := pfQueryIndexOf(b)
 	api, err := indexer.NewAPI(indexer.APIParams{Answerer: x.ans, Lanes: func() []lanes.LaneStatus { return nil }})
@@ -264,31 +268,39 @@ func BenchmarkE2EQueryHTTP(b *testing.B) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	url := srv.URL + "/v1/prefix-matches"
-	for _, callers := range pfCallers {
-		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			cl := &http.Client{Transport: &http.Transport{MaxIdleConns: callers, MaxIdleConnsPerHost: callers}}
-			defer cl.CloseIdleConnections()
-			var pt pfLoadPoint
-			for range b.N {
-				pt = pfClosedLoop(b, "http", callers, func(w, i int) error {
-					resp, err := cl.Post(url, "application/json", bytes.NewReader(x.bodies[(i*7+w)%len(x.bodies)]))
-					if err != nil {
-						return err
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						return fmt.Errorf("status %d", resp.StatusCode)
-					}
-					return nil
-				})
-			}
-			if base := pfInProcessP50.Load(); base > 0 {
-				pt.BaselineUs, pt.Baseline = float64(base)/1000, "in-process Answer p50, 1 caller"
-			}
-			pfReportPoint(b, pt)
-			streamtest.PerfWrite(b, fmt.Sprintf("e2e-query-http-callers=%d.json", callers), pt)
-		})
+	for _, form := range []struct {
+		prefix, file, contentType string
+		bodies                    [][]byte
+	}{
+		{"", "e2e-query-http", "application/json", x.bodies},
+		{"binary/", "e2e-query-http-binary", indexer.BinaryContentType, x.binary},
+	} {
+		for _, callers := range pfCallers {
+			b.Run(fmt.Sprintf("%scallers=%d", form.prefix, callers), func(b *testing.B) {
+				cl := &http.Client{Transport: &http.Transport{MaxIdleConns: callers, MaxIdleConnsPerHost: callers}}
+				defer cl.CloseIdleConnections()
+				var pt pfLoadPoint
+				for range b.N {
+					pt = pfClosedLoop(b, "http", callers, func(w, i int) error {
+						resp, err := cl.Post(url, form.contentType, bytes.NewReader(form.bodies[(i*7+w)%len(form.bodies)]))
+						if err != nil {
+							return err
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusOK {
+							return fmt.Errorf("status %d", resp.StatusCode)
+						}
+						return nil
+					})
+				}
+				if base := pfInProcessP50.Load(); base > 0 {
+					pt.BaselineUs, pt.Baseline = float64(base)/1000, "in-process Answer p50, 1 caller"
+				}
+				pfReportPoint(b, pt)
+				streamtest.PerfWrite(b, fmt.Sprintf("%s-callers=%d.json", form.file, callers), pt)
+			})
+		}
 	}
 }
 

@@ -174,8 +174,9 @@ func PerfCDF(ds []time.Duration, points int) [][2]float64 {
 }
 
 // PerfStartIndexer starts an indexer like StartIndexer, with a silent logger (the benchmarks
-// must not pay for, or print, the test logger's lines).
-func PerfStartIndexer(b *testing.B, e *Env, m index.Manifest) *RunningIndexer {
+// must not pay for, or print, the test logger's lines); opts are added to its clients' options
+// (a benchmark's hooks).
+func PerfStartIndexer(b *testing.B, e *Env, m index.Manifest, opts ...kgo.Opt) *RunningIndexer {
 	b.Helper()
 	g, err := index.NewGlobalIndexer(m, ckf.DefaultSearchConfig())
 	if err != nil {
@@ -184,7 +185,7 @@ func PerfStartIndexer(b *testing.B, e *Env, m index.Manifest) *RunningIndexer {
 	cfg := e.IndexerConfig()
 	ix, err := lanes.NewIndexer(lanes.IndexerParams{
 		Config: cfg, Indexer: g, Codec: e.Codec,
-		ClientOpts: []kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)},
+		ClientOpts: append([]kgo.Opt{kgo.SeedBrokers(testenv.Brokers(b)...)}, opts...),
 		Log:        zap.NewNop(),
 	})
 	if err != nil {
