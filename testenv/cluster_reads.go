@@ -46,9 +46,12 @@ func TransientReadError(err error) bool {
 
 // RetryRead calls read until it succeeds, returns an error TransientReadError does not accept,
 // or ctx ends; each call gets a context of its own bounded by readAttempt. The error names what
-// and wraps read's last error.
+// and wraps read's last error that was not ctx ending: an attempt cut short by the caller's
+// deadline says nothing about the cluster, while the answer before it (NOT_LEADER_FOR_PARTITION,
+// say) is why the read never succeeded.
 func RetryRead(ctx context.Context, what string, read func(context.Context) error) error {
 	backoff := 50 * time.Millisecond
+	var answer error // read's last error that was not ctx ending during the attempt
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, readAttempt)
 		err := read(actx)
@@ -59,9 +62,12 @@ func RetryRead(ctx context.Context, what string, read func(context.Context) erro
 		case !TransientReadError(err):
 			return fmt.Errorf("%s: %w", what, err)
 		}
+		if answer == nil || ctx.Err() == nil || !errors.Is(err, context.DeadlineExceeded) {
+			answer = err
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %w (still after %d attempts, when the deadline came: %v)", what, err, attempt, context.Cause(ctx))
+			return fmt.Errorf("%s: %w (still after %d attempts, when the deadline came: %v)", what, answer, attempt, context.Cause(ctx))
 		case <-time.After(backoff): // the pause between attempts, not a wait for an outcome
 		}
 		backoff = min(2*backoff, time.Second)

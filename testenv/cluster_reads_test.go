@@ -3,6 +3,7 @@ package testenv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -188,4 +189,23 @@ func TestReadsFailNamingThePartition(t *testing.T) {
 		t.Fatalf("last stable offsets with no leader to the end: %v, want NOT_LEADER_FOR_PARTITION naming the partition", err)
 	}
 	t.Logf("lasting error: %v", err)
+}
+
+// TestRetryReadReportsTheAnswerBeforeTheDeadline ends the caller's deadline during an attempt
+// that follows a NOT_LEADER_FOR_PARTITION answer: the error must be that answer, not the
+// deadline that cut the last attempt (make test once failed TestReadsFailNamingThePartition so).
+func TestRetryReadReportsTheAnswerBeforeTheDeadline(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	calls := 0
+	err := testenv.RetryRead(ctx, "offsets", func(actx context.Context) error {
+		if calls++; calls == 1 {
+			return fmt.Errorf("lanes partition 0: %w", kerr.NotLeaderForPartition)
+		}
+		<-actx.Done() // the caller's deadline ends this attempt
+		return fmt.Errorf("request ListOffsets: %w", actx.Err())
+	})
+	if !errors.Is(err, kerr.NotLeaderForPartition) || !strings.Contains(err.Error(), "lanes partition 0") {
+		t.Fatalf("RetryRead after %d calls: %v, want the NOT_LEADER_FOR_PARTITION answer naming the partition", calls, err)
+	}
 }
