@@ -29,8 +29,9 @@ import (
 //	claim                 claimed |= bit   (AcqRel)   -> atomic.Uint32.Or (old value tested)
 //	release               claimed &^= bit  (Release)  -> atomic.Uint32.And
 //	table word load       one per word        (Relaxed)  -> atomic.LoadUint64
-//	table word store      one per word        (Relaxed)  -> atomic.StoreUint64; delta images on amd64:
-//	                                                        a plain MOV (transposedTable.storeImages)
+//	table word store      one per word        (Relaxed)  -> atomic.StoreUint64; snapshot words and delta
+//	                                                        images on amd64: a plain MOV
+//	                                                        (transposedTable.storeColumn, storeImages)
 //
 // A snapshot's words are all stored before its Or; a query's Load that
 // observes the bit therefore observes every snapshot word (Go memory model:

@@ -23,12 +23,12 @@ import (
 //
 //   - Every word is read with one 64-bit atomic load (load, probe; a plain
 //     MOV on amd64) and written with one indivisible 64-bit store, never a
-//     read-modify-write: snapshot words with sync/atomic stores
-//     (storeColumn; XCHG on amd64), delta images in list order by
-//     storeImages, which on amd64 (outside race and purego builds) uses
-//     plain MOVs, whose single-copy atomicity and store order x86-TSO
-//     guarantees (the argument is on storeImages), and sync/atomic stores
-//     elsewhere. Either is at least the Relaxed order the reference uses.
+//     read-modify-write: snapshot words in bucket order by storeColumn and
+//     delta images in list order by storeImages, which on amd64 (outside
+//     race and purego builds) use plain MOVs, whose single-copy atomicity
+//     and store order x86-TSO guarantees (the argument is on storeImages),
+//     and sync/atomic stores elsewhere. Either is at least the Relaxed order
+//     the reference uses.
 //   - There is no multi-word atomicity: a query concurrent with a delta may
 //     observe any mix of old and new words (a fingerprint mid-relocation can
 //     be visible twice or in neither bucket: a transient false positive or
