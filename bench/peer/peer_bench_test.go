@@ -32,6 +32,7 @@ var sink uint64
 // way. The crate's query allocates its sequence-hash and probe vectors per
 // call; ours allocates nothing: that difference is part of what is compared.
 func BenchmarkPeerQuery128(b *testing.B) {
+	defer releaseFixtures()
 	fx := getQueryFixture(b)
 	for _, shape := range []struct {
 		name   string
@@ -200,6 +201,7 @@ func BenchmarkPeerLookup(b *testing.B) {
 				b.ReportMetric(float64(fx.sum), "fixture-sum")
 			})
 		}
+		releaseFixtures() // this size's state, shared by hit and miss, before the next row
 	}
 }
 
@@ -236,6 +238,7 @@ func BenchmarkPeerProducerStore(b *testing.B) {
 			b.ReportMetric(float64(p.omitted), "omitted")
 			b.ReportMetric(float64(p.sum), "fixture-sum")
 		})
+		releaseFixtures() // this size's steady state, before the next row
 	}
 	b.Run("2^16/0-50", func(b *testing.B) {
 		toks, sum := fillTokens()
