@@ -151,7 +151,9 @@ bench-e2e: ## end-to-end benchmarks on the real broker (ingest vs raw, lag, quer
 PEER_ROUNDS ?= 5
 PEER_BENCH_MS ?= 1000
 PEER_DIR  ?= $(PERF_DIR)/peer
-PEER_DIRS ?= $(PEER_DIR) $(wildcard $(PERF_DIR)/peer-manycore)
+# Every docs/perf/peer-<machine>/ directory is another machine's rounds (kept from an earlier run or
+# brought back from make bench-peer-bundle), a column of its own in the report.
+PEER_DIRS ?= $(PEER_DIR) $(filter-out $(PEER_DIR),$(patsubst %/,%,$(sort $(wildcard $(PERF_DIR)/peer-*/))))
 PEER_RUST := bench/peer-dynamo/target/release/peer-dynamo
 PEER_BUNDLE ?= bin/peer-bundle
 
@@ -177,7 +179,7 @@ bench-peer-report: ## rewrite $(PERF_DIR)/peer-report.md from the rounds already
 	$(call tool,peerreport) $(foreach d,$(PEER_DIRS),-dir $(d)) -o $(PERF_DIR)/peer-report.md
 
 .PHONY: bench-peer-bundle
-bench-peer-bundle: peer-programs ## the bench-peer programs and bench/peer-rounds.sh in $(PEER_BUNDLE), for a machine without a toolchain: run "$(PEER_BUNDLE)/peer-rounds.sh OUT ROUNDS MS LABEL" there, copy OUT to $(PERF_DIR)/peer-manycore, then make bench-peer-report
+bench-peer-bundle: peer-programs ## the bench-peer programs and bench/peer-rounds.sh in $(PEER_BUNDLE), for a machine without a toolchain: run "$(PEER_BUNDLE)/peer-rounds.sh OUT ROUNDS MS LABEL" there, copy OUT to $(PERF_DIR)/peer-<machine> (peer-manycore, say), then make bench-peer-report
 	@rm -rf $(PEER_BUNDLE) && mkdir -p $(PEER_BUNDLE)
 	cp $(PEER_RUST) bin/peer.test bench/peer-rounds.sh $(PEER_BUNDLE)/
 	cp bin/peer-versions.txt $(PEER_BUNDLE)/versions.txt

@@ -4,7 +4,7 @@
 // alternating rounds.
 //
 //	go -C tools build -o ../bin/ ./peerreport   # tools/ is a module of its own
-//	bin/peerreport -dir docs/perf/peer [-dir docs/perf/peer-manycore] -o docs/perf/peer-report.md
+//	bin/peerreport -dir docs/perf/peer [-dir docs/perf/peer-amd-2vcpu ...] -o docs/perf/peer-report.md
 //
 // Each -dir is one machine's run (bench/peer-rounds.sh writes it): machine.txt
 // ("key: value" lines: label, cpu, cores, date, toolchains, load averages),
@@ -292,7 +292,9 @@ envelope construction that the crate's types force per call, and untimed clean-u
 timed region on both sides unless a row says otherwise. Go runs each benchmark with the default
 ` + "`-benchtime=1s`" + ` (its ramp-up warms it); Rust warms each row for 0.1 s and then measures for 1 s.
 Go's times include the garbage collector's share of the allocations it makes; Rust's include
-` + "`malloc`/`free`" + `.
+` + "`malloc`/`free`" + `. A row's fixture lives only while its row runs on both sides: Rust drops it
+at the end of the row's function, Go releases the fixtures a benchmark's rows share and collects
+them before the next row (` + "`releaseFixtures`" + `), so no row runs beside the heap of the rows before it.
 
 - ` + "`query128/shared`, `query128/divergent`" + ` — ` + "`GlobalIndexer.FindPrefixMatches`" + ` against
   ` + "`GlobalCkfIndexer::find_prefix_matches`" + `, 16 lanes × 2^20 buckets, one 128-block chain per call,
