@@ -155,26 +155,48 @@ type queryFixture struct {
 	load      float64 // occupied slots / all slots over the 16 lanes
 }
 
-var (
-	queryMu sync.Mutex
-	queryFx *queryFixture
-)
+// fixtureCache keeps a benchmark's fixtures by size, for every sub-benchmark and b.N ramp-up
+// that uses them, until releaseFixtures drops them.
+type fixtureCache[T any] struct {
+	mu sync.Mutex
+	m  map[uint64]*T
+}
 
-// getQueryFixture builds the query fixture once, for every shape and b.N
-// ramp-up of BenchmarkPeerQuery128, until releaseFixtures (it holds 256 MiB
-// while it is built).
+// get returns the fixture of key, building it first when there is none.
+func (c *fixtureCache[T]) get(key uint64, build func() *T) *T {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if fx, ok := c.m[key]; ok {
+		return fx
+	}
+	fx := build()
+	if c.m == nil {
+		c.m = map[uint64]*T{}
+	}
+	c.m[key] = fx
+	return fx
+}
+
+func (c *fixtureCache[T]) release() {
+	c.mu.Lock()
+	clear(c.m)
+	c.mu.Unlock()
+}
+
+// queryFixtures holds the one query fixture (key 0).
+var queryFixtures fixtureCache[queryFixture]
+
+// getQueryFixture returns the query fixture, built once for both shapes of
+// BenchmarkPeerQuery128 (it holds 256 MiB while it is built).
 func getQueryFixture(tb testing.TB) *queryFixture {
 	tb.Helper()
-	queryMu.Lock()
-	defer queryMu.Unlock()
-	if queryFx == nil {
+	return queryFixtures.get(0, func() *queryFixture {
 		fx, err := buildQueryFixture(tb)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		queryFx = fx
-	}
-	return queryFx
+		return fx
+	})
 }
 
 // releaseFixtures drops the fixtures shared by a benchmark's sub-benchmarks
@@ -187,15 +209,9 @@ func getQueryFixture(tb testing.TB) *queryFixture {
 // goal, so the 0 -> 50 % row's growing tables kept taking fresh memory
 // (1.4x its time alone, on Intel Xeon, 2 vCPUs).
 func releaseFixtures() {
-	queryMu.Lock()
-	queryFx = nil
-	queryMu.Unlock()
-	steadyMu.Lock()
-	clear(steadies)
-	steadyMu.Unlock()
-	lookupMu.Lock()
-	clear(lookupFixtures)
-	lookupMu.Unlock()
+	queryFixtures.release()
+	steadies.release()
+	lookupFixtures.release()
 	debug.FreeOSMemory() // a full collection first, then the release
 }
 
@@ -439,20 +455,17 @@ type steadyProducer struct {
 	removeID []ckf.ExternalBlockHash
 }
 
-var (
-	steadyMu sync.Mutex
-	steadies = map[uint64]*steadyProducer{}
-)
+// steadies holds the steady producers by bucket count.
+var steadies fixtureCache[steadyProducer]
 
 func steadyBase(buckets uint64) uint64 { return 4*buckets*9/10 - storeWindow }
 
 func getSteadyProducer(tb testing.TB, buckets uint64) *steadyProducer {
 	tb.Helper()
-	steadyMu.Lock()
-	defer steadyMu.Unlock()
-	if p, ok := steadies[buckets]; ok {
-		return p
-	}
+	return steadies.get(buckets, func() *steadyProducer { return buildSteadyProducer(tb, buckets) })
+}
+
+func buildSteadyProducer(tb testing.TB, buckets uint64) *steadyProducer {
 	p := &steadyProducer{
 		s:        newState(tb, buckets),
 		buckets:  buckets,
@@ -475,7 +488,6 @@ func getSteadyProducer(tb testing.TB, buckets uint64) *steadyProducer {
 	p.sum = sum.fold48()
 	p.nextID = steadyBase(buckets)
 	p.startWindow()
-	steadies[buckets] = p
 	return p
 }
 
@@ -571,20 +583,17 @@ type lookupFixture struct {
 	fillBlocks uint64
 }
 
-var (
-	lookupMu       sync.Mutex
-	lookupFixtures = map[uint64]*lookupFixture{}
-)
+// lookupFixtures holds the lookup fixtures by bucket count.
+var lookupFixtures fixtureCache[lookupFixture]
 
 func lookupFill(buckets uint64) uint64 { return 4 * buckets * 9 / 10 }
 
 func getLookupFixture(tb testing.TB, buckets uint64) *lookupFixture {
 	tb.Helper()
-	lookupMu.Lock()
-	defer lookupMu.Unlock()
-	if fx, ok := lookupFixtures[buckets]; ok {
-		return fx
-	}
+	return lookupFixtures.get(buckets, func() *lookupFixture { return buildLookupFixture(tb, buckets) })
+}
+
+func buildLookupFixture(tb testing.TB, buckets uint64) *lookupFixture {
 	fx := &lookupFixture{s: newState(tb, buckets), fillBlocks: lookupFill(buckets)}
 	keys := splitMix(lookupStream ^ buckets)
 	sum := newChecksum()
@@ -621,6 +630,5 @@ func getLookupFixture(tb testing.TB, buckets uint64) *lookupFixture {
 	sum.add(fx.hits[1])
 	fx.sum = sum.fold48()
 	fx.loadPct = float64(fx.s.ResidentCount()) * 100 / float64(4*buckets)
-	lookupFixtures[buckets] = fx
 	return fx
 }
