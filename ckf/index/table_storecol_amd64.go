@@ -29,7 +29,8 @@ func storeColumnAsm(dst *uint64, src *uint64, n int)
 // (GlobalIndexer.activateLane), a LOCK-prefixed instruction that makes every
 // store before it visible first. Race builds use the sync/atomic Go loop
 // (table_storecol_generic.go) so the race detector sees the writes
-// (TestStoreColumnConcurrentReaders runs both ways).
+// (TestStoreColumnConcurrentReaders runs both ways: make test, then make
+// test-norace).
 func (t *transposedTable) storeColumn(lane int, words []uint64) {
 	if len(words) == 0 {
 		return

@@ -71,8 +71,9 @@ func storeImagesAsm(col *uint64, images *ckf.BucketImage, n int, buckets uint64)
 // Race builds use the sync/atomic loop (table_storeimages_generic.go), so
 // the race detector, which cannot see assembly stores, sees the writes as
 // atomic and the concurrent queries as race-free (make test runs
-// TestStoreImagesConcurrentReaders with -race; without it, that test checks
-// the plain-store path for torn and out-of-order reads on real hardware).
+// TestStoreImagesConcurrentReaders with -race, and again without it in
+// make test-norace, where it checks the plain-store path for torn and
+// out-of-order reads on real hardware).
 func (t *transposedTable) storeImages(lane int, images []ckf.BucketImage) {
 	if len(images) == 0 {
 		return
