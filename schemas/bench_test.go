@@ -56,7 +56,33 @@ func benchDecodeUnpack(b *testing.B, c *Codec, rec LaneRecord) {
 	}
 }
 
+// benchDecoder decodes with one LaneRecordDecoder, as a lane's decode stage does: every record
+// after the first finds its identity remembered.
+func benchDecoder(b *testing.B, c *Codec, rec LaneRecord) {
+	buf, err := c.EncodeLaneRecord(rec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := c.NewLaneRecordDecoder()
+	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := d.Decode(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 const mib = 1 << 20
+
+// BenchmarkLaneDelta16 is the delta of the T9 target's smallest size (16 images), decoded by the
+// codec alone and by a LaneRecordDecoder.
+func BenchmarkLaneDelta16(b *testing.B) {
+	rec := testDelta(16)
+	c := newTestCodec(b)
+	b.Run("decode", func(b *testing.B) { benchDecode(b, c, rec) })
+	b.Run("decoder", func(b *testing.B) { benchDecoder(b, c, rec) })
+}
 
 func BenchmarkLaneDelta64(b *testing.B) {
 	rec := testDelta(64)
@@ -64,6 +90,7 @@ func BenchmarkLaneDelta64(b *testing.B) {
 	b.Run("encode", func(b *testing.B) { benchEncode(b, fast, rec) })
 	b.Run("decode", func(b *testing.B) { benchDecode(b, fast, rec) })
 	b.Run("decode+unpack", func(b *testing.B) { benchDecodeUnpack(b, fast, rec) })
+	b.Run("decoder", func(b *testing.B) { benchDecoder(b, fast, rec) })
 	b.Run("goavro/encode", func(b *testing.B) { benchEncode(b, slow, rec) })
 	b.Run("goavro/decode", func(b *testing.B) { benchDecode(b, slow, rec) })
 }

@@ -131,25 +131,43 @@ func narrow(v int64, lo, hi int64, field string, nf *nat) int64 {
 
 // decodeLaneRecordBody decodes a body written with the embedded schema.
 func decodeLaneRecordBody(body []byte) (LaneRecord, error) {
-	r := reader{b: body}
-	var nf nat
-	var rec LaneRecord
-	id := &rec.Identity
-	id.Pool.IdentityVersion = uint32(narrow(int64(r.int()), 0, maxInt32, "identity.pool.identity_version", &nf))
+	rec, _, _, err := decodeLaneRecordBodyAfter(body, nil)
+	return rec, err
+}
+
+// decodeLaneIdentity reads the producer identity that begins every lane record body; a value
+// out of its field's range is reported through nf.
+func decodeLaneIdentity(r *reader, nf *nat, id *ProducerIdentity) {
+	id.Pool.IdentityVersion = uint32(narrow(int64(r.int()), 0, maxInt32, "identity.pool.identity_version", nf))
 	id.Pool.Domain.CacheSemantics = r.digest("cache_semantics enum")
 	id.Pool.Domain.RoutingScope = r.digest("routing_scope enum")
 	id.Pool.DcID = r.u64()
 	id.Incarnation = r.u64()
 	id.LayoutGeneration = r.u64()
 	f := &id.Format
-	f.Version = uint16(narrow(int64(r.int()), 0, 0xFFFF, "identity.format.format_version", &nf))
+	f.Version = uint16(narrow(int64(r.int()), 0, 0xFFFF, "identity.format.format_version", nf))
 	f.Seed = r.u64()
 	f.BucketCount = r.u64()
-	f.FingerprintBits = uint8(narrow(int64(r.int()), 0, 0xFF, "identity.format.fingerprint_bits", &nf))
-	f.SlotsPerBucket = uint8(narrow(int64(r.int()), 0, 0xFF, "identity.format.slots_per_bucket", &nf))
+	f.FingerprintBits = uint8(narrow(int64(r.int()), 0, 0xFF, "identity.format.fingerprint_bits", nf))
+	f.SlotsPerBucket = uint8(narrow(int64(r.int()), 0, 0xFF, "identity.format.slots_per_bucket", nf))
+}
+
+// decodeLaneRecordBodyAfter is decodeLaneRecordBody for a body that may begin with known, the
+// encoding of an identity decoded before without error (nil: none): when it does, the identity
+// is known's and reading resumes after it (reused reports it). It also returns where the body's
+// identity ends.
+func decodeLaneRecordBodyAfter(body []byte, known *knownIdentity) (rec LaneRecord, identityEnd int, reused bool, err error) {
+	r := reader{b: body}
+	var nf nat
+	if reused = known != nil && known.prefixes(body); reused {
+		rec.Identity, r.off = known.id, len(known.raw)
+	} else {
+		decodeLaneIdentity(&r, &nf, &rec.Identity)
+	}
+	identityEnd = r.off
 	rec.Kind = LaneRecordKind(r.index(4, "union") + 1)
 	if r.failed() {
-		return LaneRecord{}, wireError(&r)
+		return LaneRecord{}, 0, false, wireError(&r)
 	}
 	switch rec.Kind {
 	case LaneSnapshotChunk:
@@ -173,9 +191,9 @@ func decodeLaneRecordBody(body []byte) (LaneRecord, error) {
 	rec.Capacity = r.optCapacity("capacity", &nf)
 	rec.Sources = r.optSources("sources", &nf)
 	if err := r.end(&nf); err != nil {
-		return LaneRecord{}, err
+		return LaneRecord{}, 0, false, err
 	}
-	return rec, nil
+	return rec, identityEnd, reused, nil
 }
 
 func wireError(r *reader) *DecodeError {

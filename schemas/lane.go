@@ -161,6 +161,12 @@ func (r *LaneRecord) validate() error {
 	if err := r.Identity.validate("identity"); err != nil {
 		return err
 	}
+	return r.validateAfterIdentity()
+}
+
+// validateAfterIdentity is validate less the identity's own rules: for a record whose identity
+// is known valid (LaneRecordDecoder).
+func (r *LaneRecord) validateAfterIdentity() error {
 	if c, ok := r.Capacity.Get(); ok {
 		if err := c.validate("capacity"); err != nil {
 			return err

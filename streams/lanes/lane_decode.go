@@ -53,15 +53,22 @@ type decodedRun struct {
 
 // laneDecoder is the decode stage of one lane.
 type laneDecoder struct {
-	feed  *LaneFeed
-	codec *schemas.Codec
-	lane  int32
-	out   chan *decodedRun // decoded runs, in offset order
-	free  chan *decodedRun // runs the owner gave back
+	feed *LaneFeed
+	// records decodes the lane's records; it remembers the producer identity they repeat
+	// (schemas.LaneRecordDecoder), and wire, id and idErr are that identity's last conversion
+	// (haveID: there is one), so an unchanged identity is neither decoded nor converted again.
+	records *schemas.LaneRecordDecoder
+	wire    schemas.ProducerIdentity
+	id      ckf.ProducerIdentity
+	idErr   error
+	haveID  bool
+	lane    int32
+	out     chan *decodedRun // decoded runs, in offset order
+	free    chan *decodedRun // runs the owner gave back
 }
 
 func newLaneDecoder(feed *LaneFeed, codec *schemas.Codec, lane uint8) *laneDecoder {
-	d := &laneDecoder{feed: feed, codec: codec, lane: int32(lane),
+	d := &laneDecoder{feed: feed, records: codec.NewLaneRecordDecoder(), lane: int32(lane),
 		out: make(chan *decodedRun, decodeBuffers), free: make(chan *decodedRun, decodeBuffers)}
 	for range decodeBuffers {
 		d.free <- &decodedRun{recs: make([]decodedRecord, 0, decodeRunRecords), images: make([]ckf.BucketImage, 0, decodeRunImages)}
@@ -112,12 +119,14 @@ func (d *laneDecoder) fill(r *decodedRun, epoch uint64, recs []*kgo.Record) int 
 		if len(r.recs) == decodeRunRecords {
 			break
 		}
-		var out decodedRecord
-		d.decode(&out, rec)
+		r.recs = r.recs[:len(r.recs)+1] // decoded in place: a decodedRecord is a few hundred bytes
+		out := &r.recs[len(r.recs)-1]
+		d.decode(out, rec)
 		if out.deltaOK() {
 			n := out.lr.Delta.Images.Len()
 			if len(r.images)+n > cap(r.images) {
-				if len(r.recs) > 0 {
+				if len(r.recs) > 1 {
+					r.recs = r.recs[:len(r.recs)-1]
 					break // the next run starts with this record (decoding it again is cheap)
 				}
 				r.images = make([]ckf.BucketImage, 0, n)
@@ -125,9 +134,8 @@ func (d *laneDecoder) fill(r *decodedRun, epoch uint64, recs []*kgo.Record) int 
 			start := len(r.images)
 			r.images = r.images[:start+n]
 			out.images = r.images[start : start+n : start+n]
-			convertImages(&out)
+			convertImages(out)
 		}
-		r.recs = append(r.recs, out)
 	}
 	return len(r.recs)
 }
@@ -149,15 +157,17 @@ func (d *laneDecoder) decode(out *decodedRecord, rec *kgo.Record) {
 	if rec.Attrs.IsControl() {
 		return // a transaction marker: nothing to decode
 	}
-	lr, err := d.codec.DecodeLaneRecord(rec.Value)
+	lr, err := d.records.Decode(rec.Value)
 	if err != nil {
 		out.err = err
 		return
 	}
 	out.lr = lr
-	if out.id, err = streams.CkfIdentity(lr.Identity); err != nil {
-		out.idErr = err
+	if !d.haveID || lr.Identity != d.wire {
+		d.wire, d.haveID = lr.Identity, true
+		d.id, d.idErr = streams.CkfIdentity(lr.Identity)
 	}
+	out.id, out.idErr = d.id, d.idErr
 }
 
 // convertImages unpacks a delta's images into out.images (sized by the caller); a panic is
