@@ -32,8 +32,22 @@ func (r *reader) failed() bool { return r.kind != nil }
 
 func (r *reader) remaining() int { return len(r.b) - r.off }
 
-// varint reads a zig-zag varint of at most maxBytes bytes.
+// varint reads a zig-zag varint of at most maxBytes bytes. A one-byte varint (a value in
+// [-64, 63]: union and enum indexes, small lengths and counts) takes the first branch; longer
+// ones, and the end of the input, varintLong.
 func (r *reader) varint(maxBytes int) int64 {
+	if r.off < len(r.b) {
+		if c := r.b[r.off]; c < 0x80 {
+			r.off++
+			return int64(c>>1) ^ -int64(c&1)
+		}
+	}
+	return r.varintLong(maxBytes)
+}
+
+// varintLong is varint for a varint that does not end in its first byte, or at the end of the
+// input.
+func (r *reader) varintLong(maxBytes int) int64 {
 	var v uint64
 	for i := 0; i < maxBytes; i++ {
 		if r.off >= len(r.b) {
