@@ -187,7 +187,7 @@ func TestFindDuplicateSmallMatchesBitmap(t *testing.T) {
 	// colliding: buckets whose small-set home slot is 0.
 	var colliding []uint64
 	for b := uint64(0); len(colliding) < smallDeltaImages; b++ {
-		if (b*0x9E3779B97F4A7C15)>>(64-7) == 0 {
+		if (b*0x9E3779B97F4A7C15)>>(64-smallSetBits) == 0 {
 			colliding = append(colliding, b)
 		}
 	}
@@ -305,5 +305,37 @@ func TestStoreColumnConcurrentReaders(t *testing.T) {
 		if w := tb.load(b, lane); w != concurrentWord(b, generations) {
 			t.Fatalf("bucket %d = %#x after the last generation", b, w)
 		}
+	}
+}
+
+// BenchmarkFindDuplicate is the duplicate-bucket check of one delta (consumer §4.3) at the
+// delta sizes of the T9 target, on distinct random buckets (the check's every-delta case).
+func BenchmarkFindDuplicate(b *testing.B) {
+	const buckets = 1 << 20
+	f := newFixture(b, 1, buckets, ckf.DefaultVerificationWindow)
+	in := f.claim(0)
+	r := rand.New(rand.NewPCG(37, 38))
+	for _, n := range []int{16, 23, 64} {
+		const ring = 1 << 10
+		deltas := make([][]ckf.BucketImage, ring)
+		for i := range deltas {
+			seen := map[uint64]bool{}
+			for len(deltas[i]) < n {
+				if bk := r.Uint64N(buckets); !seen[bk] {
+					seen[bk] = true
+					deltas[i] = append(deltas[i], ckf.BucketImage{Bucket: bk})
+				}
+			}
+		}
+		b.Run(fmt.Sprintf("images=%d", n), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				if _, dup := in.findDuplicate(deltas[i%ring]); dup {
+					b.Fatal("duplicate among distinct buckets")
+				}
+				i++
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/image")
+		})
 	}
 }
