@@ -91,6 +91,7 @@ var helpText = map[string]string{
 	"ckf_relay_events_rejected_total":                 "Events the producer rejected, by failure point (events)",
 	"ckf_relay_events_total":                          "KV events applied (events)",
 	"ckf_relay_events_undecodable_total":              "KV records that could not be decoded (records)",
+	"ckf_relay_fence_recoveries_total":                "Fences taken for the brokers' and recovered from (a second fence within ten minutes stops the relay) (recoveries)",
 	"ckf_relay_fenced":                                "1 when a newer relay fenced this one (boolean)",
 	"ckf_relay_filter_occupancy":                      "Resident fingerprints / filter slots (ratio)",
 	"ckf_relay_heartbeats_total":                      "Heartbeats written (heartbeats)",

@@ -62,8 +62,9 @@ import (
 // Delivery: every write is a Kafka transaction of an idempotent, acks=all producer whose
 // transactional id is derived from the pool, so that the broker fences an older instance of the
 // same pool as soon as a newer one writes; indexers read with read_committed and never see the
-// records of an aborted transaction. A write whose outcome is uncertain (any error other than a
-// fence) abandons the stream: the publisher is fenced (DeliveryUncertain) and the relay
+// records of an aborted transaction. A fence is taken for the brokers' the first time in
+// fenceRecoveryWindow and for a newer instance the second (writeFailed). A write whose outcome
+// is uncertain (any error other than a fence, and that first fence) abandons the stream: the publisher is fenced (DeliveryUncertain) and the relay
 // continues under a new producer incarnation whose first record is a barrier snapshot. A new
 // incarnation, not just a new wire lease, because only a new identity makes every indexer
 // replica mint a new lease and install the snapshot: a ready replica would ignore a snapshot of
@@ -71,9 +72,10 @@ import (
 
 // Relay errors.
 var (
-	// ErrRelayFenced: the broker fenced this instance's transactional id, so a newer instance
-	// of the same pool is running. Run returns it (wrapped); the instance must stop, and must
-	// not be restarted in a loop (it would fence the newer one in turn).
+	// ErrRelayFenced: the broker fenced this instance's transactional id a second time within
+	// the fence recovery window (ten minutes) of recovering from a first fence, so a newer
+	// instance of the same pool is running. Run returns it (wrapped); the instance must stop, and
+	// must not be restarted in a loop (it would fence the newer one in turn).
 	ErrRelayFenced = errors.New("streams: relay fenced by a newer instance of its pool")
 	// ErrLaneNotOwned: the configured lane does not belong to the relay's pool, according to
 	// RelayConfig.LaneOwners or to the lane's latest snapshot-index entry. To hand a lane over
@@ -432,7 +434,8 @@ type RelayStats struct {
 	Snapshots          uint64 // committed snapshots (start-up, periodic, requested, recovery)
 	SnapshotRequests   uint64 // control-topic requests for this lane and pool
 	Heartbeats         uint64
-	Recoveries         uint64 // new incarnations after an uncertain write
+	Recoveries         uint64 // new incarnations after an uncertain write (a fence taken for the brokers' included)
+	FenceRecoveries    uint64 // fences taken for the brokers' and recovered from (at most one per fence recovery window)
 	ResidentBlocks     uint64 // fingerprints in the filter
 	BucketCount        uint64
 	LastSnapshotMillis uint64 // duration of the last snapshot (barrier + write)
@@ -570,7 +573,7 @@ func (r *Relay) Stats() RelayStats {
 		CapacityOmissions: c.capacity.load(), UnknownRemovals: c.unknownRemovals.load(),
 		Deltas: c.deltas.load(), Images: c.images.load(), SplitPublications: c.splits.load(), Transactions: c.txns.load(),
 		Snapshots: c.snapshots.Load(), SnapshotRequests: c.requests.load(), Heartbeats: c.heartbeats.load(),
-		Recoveries: c.rec.load(), ResidentBlocks: c.resident.load(), BucketCount: c.buckets.load(),
+		Recoveries: c.rec.load(), FenceRecoveries: c.fenceRecoveries.load(), ResidentBlocks: c.resident.load(), BucketCount: c.buckets.load(),
 		LastSnapshotMillis: c.snapMillis.load(),
 		Checkpoints:        c.checkpoints.load(), LastCheckpoint: c.lastCheckpoint.load(), CheckpointBytes: c.checkpointBytes.load(),
 		CheckpointsRejected: c.checkpointsRejected.load(), RestoredCheckpoint: c.restored.load(),

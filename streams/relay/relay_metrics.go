@@ -86,6 +86,7 @@ type relayLedger struct {
 	// Output.
 	deltas, images, splits ledgerCounter // deltas_published_total, images_published_total, split_publications_total
 	txns, heartbeats, rec  ledgerCounter // transactions_total, heartbeats_total, recoveries_total
+	fenceRecoveries        ledgerCounter // fence_recoveries_total
 	snapshots              atomic.Uint64 // total of snapshots_total{reason}: snapshot
 	snapMillis             ledgerGauge   // stats only (snapshot_duration_seconds has the distribution)
 	resident               ledgerGauge   // resident_blocks
@@ -108,6 +109,7 @@ func newRelayLedger(m *relayMetrics) *relayLedger {
 	l.capacity.m, l.unknownRemovals.m, l.requests.m = m.capacity, m.unknownRemovals, m.requests
 	l.deltas.m, l.images.m, l.splits.m = m.deltas, m.images, m.splits
 	l.txns.m, l.heartbeats.m, l.rec.m = m.transactions, m.heartbeats, m.recoveries
+	l.fenceRecoveries.m = m.fenceRecoveries
 	l.resident.m = m.resident
 	l.checkpoints.m, l.checkpointsRejected.m, l.checkpointGaps.m = m.checkpoints, m.checkpointsRejected, m.checkpointGaps
 	l.checkpointBytes.m = m.checkpointBytes
@@ -143,6 +145,7 @@ func (l *relayLedger) restore(id uint64) {
 type relayMetrics struct {
 	events, undecodable, deadLetters, capacity, unknownRemovals tally.Counter
 	deltas, images, transactions, heartbeats, recoveries        tally.Counter
+	fenceRecoveries                                             tally.Counter
 	requests, splits                                            tally.Counter
 	checkpoints, checkpointsRejected, checkpointGaps            tally.Counter
 	lagCommitErrors                                             tally.Counter
@@ -187,6 +190,7 @@ func newRelayMetrics(root tally.Scope) *relayMetrics {
 		transactions:        s.Counter("transactions_total"),
 		heartbeats:          s.Counter("heartbeats_total"),
 		recoveries:          s.Counter("recoveries_total"),
+		fenceRecoveries:     s.Counter("fence_recoveries_total"),
 		requests:            s.Counter("snapshot_requests_total"),
 		splits:              s.Counter("split_publications_total"),
 		rejectedBy:          map[ckf.FailurePoint]tally.Counter{},

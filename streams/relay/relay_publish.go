@@ -301,16 +301,47 @@ func isFenceError(err error) bool {
 	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
 }
 
-// writeFailed handles a failed lane write. A fence is fatal (ErrRelayFenced): the newer
-// instance owns the lane now, and recovering would fence it in turn. Anything else makes
-// delivery uncertain: the stream is abandoned and recovery starts at once.
+// fenceRecoveryWindow is how long after recovering from a fence a relay takes another fence as
+// proof that a newer instance of its pool runs (see writeFailed). It is far longer than one round
+// of two contending instances (each fences the other at its next transactional write: heartbeats
+// come every few seconds) and far shorter than the time between transaction coordinator moves of
+// a healthy cluster.
+const fenceRecoveryWindow = 10 * time.Minute
+
+// writeFailed handles a failed lane write.
+//
+// A fence (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) says the transactional id's epoch moved past
+// this instance's. A newer instance of the pool moves it when it starts, but so can the brokers:
+// a transaction coordinator that moves to another node while a commit is in flight, the commit
+// retried there after the transaction ended, answers with a fence although no other producer
+// exists (seen once in the cluster suite, docs/RELIABILITY.md). The two cannot be told apart from
+// the answer, and the only way to ask the coordinator is to initialise the id again, which fences
+// whoever else holds it. So the first fence is taken for the brokers': the relay recovers under a
+// new incarnation (fencing a newer instance, if there is one, in its turn). A second fence within
+// fenceRecoveryWindow is taken for a newer instance: the relay stops (ErrRelayFenced) and leaves
+// the lane to it. Two live instances therefore settle in one round, the older one stopping: the
+// older is fenced once by the newer's start and recovers, the newer is fenced once by that and
+// recovers, the older is fenced again and stops.
+//
+// Anything else makes delivery uncertain: the stream is abandoned and recovery starts at once.
 func (rl *relayLoop) writeFailed(what string, err error) error {
 	r := rl.r
 	r.c.fenced.set(true)
 	if isFenceError(err) {
-		r.log.Error("relay fenced by a newer instance of its pool; stopping", zap.String("write", what), zap.Error(err))
-		rl.broken = true
-		return fmt.Errorf("%w: %s: %w", ErrRelayFenced, what, err)
+		if last := rl.fenceRecoveredAt; !last.IsZero() && rl.now().Sub(last) < fenceRecoveryWindow {
+			r.log.Error("relay fenced again within the fence recovery window: a newer instance of its pool runs; stopping",
+				zap.String("write", what), zap.Duration("since_last_fence", rl.now().Sub(last)),
+				zap.Duration("window", fenceRecoveryWindow), zap.Error(err))
+			rl.broken = true
+			return fmt.Errorf("%w: %s: %w", ErrRelayFenced, what, err)
+		}
+		rl.fenceRecoveredAt = rl.now()
+		r.c.fenceRecoveries.add(1)
+		r.log.Warn("relay fenced; recovering under a new incarnation (a second fence within the window stops it: a newer instance of the pool runs)",
+			zap.String("write", what), zap.Uint64("incarnation", rl.identity.Incarnation),
+			zap.Duration("window", fenceRecoveryWindow), zap.Error(err))
+		rl.markBroken(err)
+		return nil
 	}
 	r.log.Error("lane write failed; delivery uncertain, recovering under a new incarnation",
 		zap.String("write", what), zap.Uint64("incarnation", rl.identity.Incarnation), zap.Error(err))

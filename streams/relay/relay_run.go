@@ -77,6 +77,9 @@ type relayLoop struct {
 	broken   bool      // the stream is abandoned; a new incarnation must start with a snapshot
 	retryAt  time.Time // next recovery attempt
 	failures int       // consecutive failed recovery attempts
+	// fenceRecoveredAt is when this instance last recovered from a fence (zero: never): a second
+	// fence within fenceRecoveryWindow of it stops the relay (writeFailed).
+	fenceRecoveredAt time.Time
 }
 
 // Run runs the relay until ctx ends or a fatal error. Start-up: it checks the lane's ownership

@@ -20,7 +20,9 @@ import (
 	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/ckf-stream/ckf-stream/streams/relay"
 	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -665,6 +667,80 @@ func TestRelayZombieFenced(t *testing.T) {
 	waitRelayLane(t, ri, cur, lane)
 	if err := cur.r.Ready(); err != nil {
 		t.Errorf("the new instance is not ready: %v", err)
+	}
+}
+
+// fenceTransactionalID initialises the transactional id txnID on its coordinator, as a producer
+// starting with it does, and writes nothing: the id's holder is fenced at its next transactional
+// request, exactly as when the brokers end its transaction and bump the epoch, with no other
+// relay in sight. It retries while the coordinator is still ending the holder's open transaction
+// (CONCURRENT_TRANSACTIONS).
+func fenceTransactionalID(t *testing.T, cl *kgo.Client, txnID string) {
+	t.Helper()
+	var last error
+	testenv.WaitUntil(t, streamtest.Converge, "the coordinator initialises "+txnID, func() bool {
+		req := kmsg.NewPtrInitProducerIDRequest()
+		req.TransactionalID = &txnID
+		req.TransactionTimeoutMillis = 60_000
+		req.ProducerID, req.ProducerEpoch = -1, -1
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		last = err
+		return err == nil
+	}, func() string { return fmt.Sprintf("last answer: %v", last) })
+}
+
+// TestRelayRecoversFromAFenceNoInstanceCaused: a fence that no newer relay caused (the brokers
+// bumped the transactional id's epoch; here InitProducerID from a client that writes nothing)
+// is recovered from once, under a new incarnation that the indexer follows; a second fence within
+// the fence recovery window is taken for a newer instance and stops the relay.
+func TestRelayRecoversFromAFenceNoInstanceCaused(t *testing.T) {
+	// On the shared broker: the fence is the transaction coordinator's answer.
+	t.Parallel()
+	e := newBrokerRelayEnv(t, 4096, 2)
+	const lane = 10
+	ri := e.StartIndexer(e.Manifest(62, lane), e.IndexerConfig())
+	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
+	rr := e.startRelay(cfg, true)
+	g := newKvGen(5)
+	e.produce(g.take(80)...)
+	waitApplied(t, rr, 80)
+	waitRelayLane(t, ri, rr, lane)
+	before := rr.r.Stats()
+	cl := e.Cluster.Client(t)
+
+	fenceTransactionalID(t, cl, cfg.TransactionalID) // the next heartbeat (200 ms) meets the fence
+	testenv.WaitUntil(t, streamtest.Converge, "the relay recovers from the fence", func() bool {
+		s := rr.r.Stats()
+		return s.FenceRecoveries == 1 && s.Recoveries > before.Recoveries && s.Incarnation > before.Incarnation && rr.r.Ready() == nil
+	}, func() string { return fmt.Sprintf("stats %+v, ready %v", rr.r.Stats(), rr.r.Ready()) })
+	select {
+	case err := <-rr.done:
+		rr.err, rr.cancel = err, nil
+		t.Fatalf("the relay stopped on its first fence: %v", err)
+	default:
+	}
+	e.produce(g.take(40)...)
+	waitApplied(t, rr, 120)
+	waitRelayLane(t, ri, rr, lane) // the indexer follows the new incarnation, whose state is whole
+
+	t.Logf("recovered under incarnation %d; fencing again", rr.r.Stats().Incarnation)
+	fenceTransactionalID(t, cl, cfg.TransactionalID)
+	select {
+	case err := <-rr.done:
+		rr.err, rr.cancel = err, nil
+		if !errors.Is(err, relay.ErrRelayFenced) {
+			t.Fatalf("Run returned %v after a second fence; want ErrRelayFenced", err)
+		}
+	case <-time.After(streamtest.Converge):
+		t.Fatal("a second fence within the window did not stop the relay")
+	}
+	if s := rr.r.Stats(); s.FenceRecoveries != 1 {
+		t.Errorf("fence recoveries %d; want 1", s.FenceRecoveries)
 	}
 }
 
