@@ -49,7 +49,12 @@ func (d *LaneRecordDecoder) Decode(b []byte) (LaneRecord, error) {
 	const t = TypeLaneRecord
 	id, body, err := ParseHeader(b)
 	if err != nil || id != d.schemaID {
-		return d.decodeAndRemember(b)
+		// Codec.DecodeLaneRecord's first step, with its errors; only a lane-record entry is kept.
+		e, _, err := d.codec.body(t, b)
+		if err != nil {
+			return LaneRecord{}, err
+		}
+		d.schemaID, d.entry = e.id, e
 	}
 	if !d.entry.fast {
 		return d.codec.DecodeLaneRecord(b)
@@ -67,13 +72,4 @@ func (d *LaneRecordDecoder) Decode(b []byte) (LaneRecord, error) {
 		return LaneRecord{}, fastError(t, id, err)
 	}
 	return rec, nil
-}
-
-// decodeAndRemember decodes a record whose schema id is not the remembered one (or whose header
-// is malformed) through the codec, and remembers its schema entry when it names a lane record.
-func (d *LaneRecordDecoder) decodeAndRemember(b []byte) (LaneRecord, error) {
-	if e, _, err := d.codec.body(TypeLaneRecord, b); err == nil {
-		d.schemaID, d.entry = e.id, e
-	}
-	return d.codec.DecodeLaneRecord(b)
 }
