@@ -303,8 +303,8 @@ func isFenceError(err error) bool {
 
 // fenceRecoveryWindow is how long after recovering from a fence a relay takes another fence as
 // proof that a newer instance of its pool runs (see writeFailed). It is far longer than one round
-// of two contending instances (each fences the other at its next transactional write: heartbeats
-// come every few seconds) and far shorter than the time between transaction coordinator moves of
+// of two contending instances (each fences the other at its next transactional write, and a lane
+// gets a heartbeat after a second without one: DefaultRelayHeartbeatInterval) and far shorter than the time between transaction coordinator moves of
 // a healthy cluster.
 const fenceRecoveryWindow = 10 * time.Minute
 
