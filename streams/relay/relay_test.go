@@ -633,6 +633,20 @@ func indexFold(s, sub string) int {
 	return -1
 }
 
+// servedLane starts an indexer replica of lane (consumer id consumer) and the lane's relay (a
+// transactional id unique to the test), has the relay apply n events of g and waits until the
+// replica serves the relay's state.
+func (e *relayEnv) servedLane(t *testing.T, lane uint8, consumer ckf.ConsumerInstanceID, g *kvGen, n int) (*streamtest.RunningIndexer, relay.RelayConfig, *runningRelay) {
+	t.Helper()
+	ri := e.StartIndexer(e.Manifest(consumer, lane), e.IndexerConfig())
+	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
+	rr := e.startRelay(cfg, true)
+	e.produce(g.take(n)...)
+	waitApplied(t, rr, uint64(n))
+	waitRelayLane(t, ri, rr, lane)
+	return ri, cfg, rr
+}
+
 // TestRelayZombieFenced: a second instance of the same pool (same transactional id) takes the
 // lane over with its start-up snapshot; the broker fences the first, whose Run returns
 // ErrRelayFenced instead of writing again, and the indexer follows the new identity.
@@ -641,13 +655,8 @@ func TestRelayZombieFenced(t *testing.T) {
 	t.Parallel()
 	e := newBrokerRelayEnv(t, 4096, 2)
 	const lane = 9
-	ri := e.StartIndexer(e.Manifest(61, lane), e.IndexerConfig())
-	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
-	old := e.startRelay(cfg, true)
 	g := newKvGen(4)
-	e.produce(g.take(80)...)
-	waitApplied(t, old, 80)
-	waitRelayLane(t, ri, old, lane)
+	ri, cfg, old := e.servedLane(t, lane, 61, g, 80)
 
 	cur := e.startRelay(cfg, true)
 	select {
@@ -703,13 +712,8 @@ func TestRelayRecoversFromAFenceNoInstanceCaused(t *testing.T) {
 	t.Parallel()
 	e := newBrokerRelayEnv(t, 4096, 2)
 	const lane = 10
-	ri := e.StartIndexer(e.Manifest(62, lane), e.IndexerConfig())
-	cfg := e.relayConfig(lane, testenv.UniqueName(t, "relay"))
-	rr := e.startRelay(cfg, true)
 	g := newKvGen(5)
-	e.produce(g.take(80)...)
-	waitApplied(t, rr, 80)
-	waitRelayLane(t, ri, rr, lane)
+	ri, cfg, rr := e.servedLane(t, lane, 62, g, 80)
 	before := rr.r.Stats()
 	cl := e.Cluster.Client(t)
 
