@@ -647,6 +647,20 @@ func (e *relayEnv) servedLane(t *testing.T, lane uint8, consumer ckf.ConsumerIns
 	return ri, cfg, rr
 }
 
+// waitFencedStop waits for rr's Run to return, and fails t unless it returned ErrRelayFenced.
+func waitFencedStop(t *testing.T, rr *runningRelay, who string) {
+	t.Helper()
+	select {
+	case err := <-rr.done:
+		rr.err, rr.cancel = err, nil
+		if !errors.Is(err, relay.ErrRelayFenced) {
+			t.Fatalf("%s: Run returned %v; want ErrRelayFenced", who, err)
+		}
+	case <-time.After(streamtest.Converge):
+		t.Fatalf("%s: Run did not return within %v", who, streamtest.Converge)
+	}
+}
+
 // TestRelayZombieFenced: a second instance of the same pool (same transactional id) takes the
 // lane over with its start-up snapshot; the broker fences the first, whose Run returns
 // ErrRelayFenced instead of writing again, and the indexer follows the new identity.
@@ -659,15 +673,7 @@ func TestRelayZombieFenced(t *testing.T) {
 	ri, cfg, old := e.servedLane(t, lane, 61, g, 80)
 
 	cur := e.startRelay(cfg, true)
-	select {
-	case err := <-old.done:
-		old.err, old.cancel = err, nil
-		if !errors.Is(err, relay.ErrRelayFenced) {
-			t.Fatalf("zombie's Run returned %v; want ErrRelayFenced", err)
-		}
-	case <-time.After(streamtest.Converge):
-		t.Fatal("the zombie was not fenced")
-	}
+	waitFencedStop(t, old, "the zombie")
 	if err := old.r.Ready(); err == nil {
 		t.Error("a fenced relay reports ready")
 	}
@@ -734,15 +740,7 @@ func TestRelayRecoversFromAFenceNoInstanceCaused(t *testing.T) {
 
 	t.Logf("recovered under incarnation %d; fencing again", rr.r.Stats().Incarnation)
 	fenceTransactionalID(t, cl, cfg.TransactionalID)
-	select {
-	case err := <-rr.done:
-		rr.err, rr.cancel = err, nil
-		if !errors.Is(err, relay.ErrRelayFenced) {
-			t.Fatalf("Run returned %v after a second fence; want ErrRelayFenced", err)
-		}
-	case <-time.After(streamtest.Converge):
-		t.Fatal("a second fence within the window did not stop the relay")
-	}
+	waitFencedStop(t, rr, "the relay fenced a second time within the window")
 	if s := rr.r.Stats(); s.FenceRecoveries != 1 {
 		t.Errorf("fence recoveries %d; want 1", s.FenceRecoveries)
 	}
