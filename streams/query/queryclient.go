@@ -116,7 +116,8 @@ func (e *QueryCallError) Unwrap() error { return e.Err }
 
 // QueryClientStats counts a client's calls and replies since it started.
 type QueryClientStats struct {
-	// Sent requests were acknowledged by the broker.
+	// Sent requests were acknowledged by the broker or answered, whichever came first (a reply
+	// can arrive before the acknowledgement), so Answered <= Sent at any time.
 	Sent int64
 	// Answered calls received their reply.
 	Answered int64
@@ -182,6 +183,9 @@ type QueryClient struct {
 // queryCall is one call in flight: the first reply or produce failure is delivered on ch.
 type queryCall struct {
 	ch chan queryOutcome
+	// sent is set by the first of the broker's acknowledgement and the reply (which proves the
+	// request was delivered; it can come first), so the call counts once in QueryClientStats.Sent.
+	sent atomic.Bool
 }
 
 type queryOutcome struct {
@@ -334,11 +338,12 @@ func (c *QueryClient) Query(ctx context.Context, req schemas.QueryRequest) (sche
 			c.deliver(call, queryOutcome{err: &QueryCallError{CorrelationID: id, Stage: "produce", Err: err}})
 			return
 		}
-		c.sent.Add(1)
+		c.countSent(call)
 	})
 	select {
 	case out := <-call.ch:
 		if out.err == nil {
+			c.countSent(call)
 			c.answered.Add(1)
 		}
 		return out.reply, out.err
@@ -347,6 +352,13 @@ func (c *QueryClient) Query(ctx context.Context, req schemas.QueryRequest) (sche
 		return schemas.QueryReply{}, &QueryCallError{CorrelationID: id, Stage: "reply", Err: fmt.Errorf("%w: %w", ErrQueryTimeout, ctx.Err())}
 	case <-c.done:
 		return schemas.QueryReply{}, &QueryCallError{CorrelationID: id, Stage: "reply", Err: ErrQueryClientClosed}
+	}
+}
+
+// countSent counts call as sent, once.
+func (c *QueryClient) countSent(call *queryCall) {
+	if call.sent.CompareAndSwap(false, true) {
+		c.sent.Add(1)
 	}
 }
 

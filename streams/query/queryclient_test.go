@@ -115,6 +115,55 @@ func TestQueryClientConcurrentCalls(t *testing.T) {
 	}
 }
 
+// holdAcks is a franz-go hook that holds every produce acknowledgement (the hook runs before the
+// record's promise) until release is closed.
+type holdAcks struct{ release chan struct{} }
+
+func (h holdAcks) OnProduceRecordUnbuffered(*kgo.Record, error) { <-h.release }
+
+// TestQueryClientCountsAnAnsweredCallAsSent: a reply can reach the client before the broker's
+// acknowledgement of the request does (here the acknowledgement is held until the call has
+// returned); the answered call is counted as sent all the same, once, so Answered <= Sent holds
+// whenever Stats is read.
+func TestQueryClientCountsAnAnsweredCallAsSent(t *testing.T) {
+	t.Parallel() // its own in-process cluster
+	k := streamtest.NewFakeKafka(t)
+	x, p, codec, tp := newQServed(t, k, 8, 2)
+	qStartService(t, k, query.NewAnswerer(x.g, nil), codec, qConfig(tp, testenv.UniqueName(t, "g")), nil)
+	hold := holdAcks{release: make(chan struct{})}
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(hold.release)
+		}
+	})
+	cfg := qClientConfig(30 * time.Second)
+	cfg.RequestTopic, cfg.ReplyTopic = tp.requests, tp.replies
+	c, err := query.NewQueryClient(context.Background(), query.QueryClientParams{
+		Config: cfg, Codec: codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(tp.k.Seeds()...), kgo.WithHooks(hold)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if _, err := c.Query(context.Background(), qHashRequest("", p.a)); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Answered != 1 || st.Sent != 1 {
+		t.Fatalf("stats %+v with the acknowledgement still held: want 1 sent and 1 answered", st)
+	}
+	close(hold.release)
+	released = true
+	// The acknowledgement's promise now runs too; a second call, acknowledged or answered first,
+	// counts once as well.
+	if _, err := c.Query(context.Background(), qHashRequest("", p.b)); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Answered != 2 || st.Sent != 2 {
+		t.Fatalf("stats %+v after a second call: want 2 answered, 2 sent", st)
+	}
+}
+
 // TestQueryClientRefusesDuplicateInFlightID: a call whose correlation id is already in flight is
 // refused with ErrDuplicateCorrelationID. No service runs, so the first call stays in flight
 // until the test cancels it; the duplicate is sent once the broker acknowledged the first
