@@ -4,9 +4,11 @@
 // The filter words, the indexer's table and the producer's hash tables are tens to hundreds of
 // MiB read at random places. With 4 KiB pages almost every such read also misses the TLB and
 // walks the page table; a 2 MiB page covers 512 times as much memory per TLB entry (measured:
-// 10–25 % on DRAM-bound probes, design §6.3). The advice is a hint: it is best effort, its
-// result is ignored, the memory stays owned by the Go heap, and only the 2 MiB-aligned interior
-// of an array of at least two huge pages is advised (smaller arrays gain nothing).
+// 10–25 % on DRAM-bound probes, design §6.3). On Linux the array is marked for huge pages and
+// what of it is already backed by small ones (memory the Go heap reused) is collapsed into huge
+// pages at once (hugepage_linux.go). The advice is a hint: it is best effort, its result is
+// ignored, the memory stays owned by the Go heap, and only the 2 MiB-aligned interior of an array
+// of at least two huge pages is advised (smaller arrays gain nothing).
 package hugepage
 
 import "unsafe"
