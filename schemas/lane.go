@@ -201,10 +201,18 @@ func (r *LaneRecord) validateAfterIdentity() error {
 		if len(im)%ImageSize != 0 {
 			return invalid("body.images", "length %d is not a multiple of %d", len(im), ImageSize)
 		}
-		for i := 0; i < len(im); i += ImageSize {
-			if b := le64(im[i:]); b >= bc {
-				cause := &ImageRangeError{Index: i / ImageSize, Bucket: b, BucketCount: bc}
-				return &fieldError{field: "body.images", detail: cause.Error(), cause: cause}
+		// The largest bucket first, without a branch per image (every delta takes this path);
+		// only a delta that has a bucket out of range looks for the first one.
+		var largest uint64
+		for rest := []byte(im); len(rest) >= ImageSize; rest = rest[ImageSize:] {
+			largest = max(largest, le64(rest))
+		}
+		if largest >= bc {
+			for i := 0; i < len(im); i += ImageSize {
+				if b := le64(im[i:]); b >= bc {
+					cause := &ImageRangeError{Index: i / ImageSize, Bucket: b, BucketCount: bc}
+					return &fieldError{field: "body.images", detail: cause.Error(), cause: cause}
+				}
 			}
 		}
 	case LaneHeartbeat, LaneDrainMarker:

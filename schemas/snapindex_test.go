@@ -71,5 +71,17 @@ func TestImageRangeErrorIsTyped(t *testing.T) {
 		if !errors.Is(err, ErrInvalidField) || !errors.As(err, &ire) || ire.Bucket != bc || ire.Index != 2 {
 			t.Errorf("%s: decode error %v (%+v), want ErrInvalidField with ImageRangeError{Index: 2, Bucket: %d}", name, err, ire, bc)
 		}
+		// Two images out of range, the larger one last: the first is named.
+		img = b[len(b)-2-2*ImageSize:]
+		for i := 0; i < 8; i++ {
+			img[i] = byte((bc + 1) >> (8 * i))
+		}
+		for i := 0; i < 8; i++ {
+			img[ImageSize+i] = byte((bc + 7) >> (8 * i))
+		}
+		_, err = c.DecodeLaneRecord(b)
+		if !errors.As(err, &ire) || ire.Bucket != bc+1 || ire.Index != 1 {
+			t.Errorf("%s: decode error %v (%+v), want ImageRangeError{Index: 1, Bucket: %d}", name, err, ire, bc+1)
+		}
 	}
 }
