@@ -662,8 +662,10 @@ func waitFencedStop(t *testing.T, rr *runningRelay, who string) {
 }
 
 // TestRelayZombieFenced: a second instance of the same pool (same transactional id) takes the
-// lane over with its start-up snapshot; the broker fences the first, whose Run returns
-// ErrRelayFenced instead of writing again, and the indexer follows the new identity.
+// lane over with its start-up snapshot. The broker fences the first, which takes that first fence
+// for the brokers' and recovers, fencing the second once in turn; the second recovers and fences
+// the first again, whose Run then returns ErrRelayFenced instead of writing again, and the indexer
+// follows the second's identity.
 func TestRelayZombieFenced(t *testing.T) {
 	// On the shared broker: the broker fencing the older instance's transactional id (InitProducerID bumping its epoch) is what this test shows.
 	t.Parallel()
