@@ -117,7 +117,7 @@ func (e *QueryCallError) Unwrap() error { return e.Err }
 // QueryClientStats counts a client's calls and replies since it started.
 type QueryClientStats struct {
 	// Sent requests were acknowledged by the broker or answered, whichever came first (a reply
-	// can arrive before the acknowledgement), so Answered <= Sent at any time.
+	// can arrive before the acknowledgement), so Answered <= Sent in every Stats.
 	Sent int64
 	// Answered calls received their reply.
 	Answered int64
@@ -285,9 +285,11 @@ func (c *QueryClient) Config() QueryClientConfig { return c.cfg }
 // ReplyPartition returns the partition of the reply topic this client reads.
 func (c *QueryClient) ReplyPartition() int32 { return c.partition }
 
-// Stats returns the client's counters.
+// Stats returns the client's counters. Answered is read before Sent: a call counts as sent before
+// it counts as answered, so the two read in this order keep Answered <= Sent.
 func (c *QueryClient) Stats() QueryClientStats {
-	return QueryClientStats{Sent: c.sent.Load(), Answered: c.answered.Load(), TimedOut: c.timedOut.Load(),
+	answered := c.answered.Load()
+	return QueryClientStats{Sent: c.sent.Load(), Answered: answered, TimedOut: c.timedOut.Load(),
 		Unmatched: c.unmatched.Load(), Undecodable: c.undecodable.Load()}
 }
 
