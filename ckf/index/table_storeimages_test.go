@@ -91,6 +91,42 @@ func concurrentWordValid(b, w uint64) bool {
 	return w == 0 || w == concurrentWord(b, w>>32)
 }
 
+// whileReading runs readers goroutines, each calling its check (newCheck(reader), so a check may
+// keep state of its own) until the check reports a failure or write has returned, and then fails
+// t with every failure. The readers are stopped even when write ends the test (t.Fatal).
+func whileReading(t *testing.T, readers int, newCheck func(reader int) func() (failure string), write func()) {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan string, readers)
+	for r := range readers {
+		check := newCheck(r)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if failure := check(); failure != "" {
+					errs <- failure
+					return
+				}
+			}
+		}()
+	}
+	func() {
+		defer func() { close(done); wg.Wait() }()
+		write()
+	}()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
 // TestStoreImagesConcurrentReaders applies deltas through
 // LaneIngestor.ApplyDelta while readers load the same words, and checks
 // what consumer §5.5 promises readers (and probeSettled relies on):
@@ -119,52 +155,35 @@ func TestStoreImagesConcurrentReaders(t *testing.T) {
 	in := f.readyLane(1, 1, 0, nil)
 	r := rand.New(rand.NewPCG(33, 34))
 	order := r.Perm(buckets)[:images] // distinct buckets, fixed list order
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan string, readers)
-	for range readers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
+	passOverTheList := func(int) func() string {
+		return func() string {
+			last := uint64(0)
+			for i := images - 1; i >= 0; i-- {
+				b := uint64(order[i])
+				w := f.g.table.load(b, 1)
+				if !concurrentWordValid(b, w) {
+					return "torn word"
 				}
-				last := uint64(0)
-				for i := images - 1; i >= 0; i-- {
-					b := uint64(order[i])
-					w := f.g.table.load(b, 1)
-					if !concurrentWordValid(b, w) {
-						errs <- "torn word"
-						return
-					}
-					if gen := w >> 32; gen < last {
-						errs <- "images visible out of list order"
-						return
-					} else {
-						last = gen
-					}
+				if gen := w >> 32; gen < last {
+					return "images visible out of list order"
+				} else {
+					last = gen
 				}
 			}
-		}()
-	}
-	imgs := make([]ckf.BucketImage, images)
-	for gen := uint64(1); gen <= deltas; gen++ {
-		for i, b := range order {
-			imgs[i] = ckf.BucketImage{Bucket: uint64(b), Value: concurrentWord(uint64(b), gen)}
-		}
-		if out := in.ApplyDelta(f.delta(1, 1, gen-1, gen, imgs...)); out.Kind != OutcomeDeltaApplied {
-			t.Fatalf("delta %d: %v", gen, out)
+			return ""
 		}
 	}
-	close(done)
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error(e)
-	}
+	whileReading(t, readers, passOverTheList, func() {
+		imgs := make([]ckf.BucketImage, images)
+		for gen := uint64(1); gen <= deltas; gen++ {
+			for i, b := range order {
+				imgs[i] = ckf.BucketImage{Bucket: uint64(b), Value: concurrentWord(uint64(b), gen)}
+			}
+			if out := in.ApplyDelta(f.delta(1, 1, gen-1, gen, imgs...)); out.Kind != OutcomeDeltaApplied {
+				t.Fatalf("delta %d: %v", gen, out)
+			}
+		}
+	})
 	for _, b := range order {
 		if w := f.word(uint64(b), 1); w != concurrentWord(uint64(b), deltas) {
 			t.Fatalf("bucket %d = %#x after the last delta", b, w)
@@ -264,43 +283,29 @@ func TestStoreColumnConcurrentReaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan string, readers)
-	for r := range readers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for b := uint64(r); ; b = (b + 97) % buckets {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				if w := tb.load(b, lane); !concurrentWordValid(b, w) {
-					errs <- fmt.Sprintf("bucket %d: torn word %#x", b, w)
-					return
-				}
-				if tb.load(b, lane-1) != 0 || tb.load(b, lane+1) != 0 {
-					errs <- fmt.Sprintf("bucket %d: a neighbouring lane was written", b)
-					return
-				}
+	bucketAfterBucket := func(reader int) func() string {
+		next := uint64(reader)
+		return func() string {
+			b := next
+			next = (next + 97) % buckets
+			if w := tb.load(b, lane); !concurrentWordValid(b, w) {
+				return fmt.Sprintf("bucket %d: torn word %#x", b, w)
 			}
-		}()
-	}
-	words := make([]uint64, buckets)
-	for gen := uint64(1); gen <= generations; gen++ {
-		for b := range words {
-			words[b] = concurrentWord(uint64(b), gen)
+			if tb.load(b, lane-1) != 0 || tb.load(b, lane+1) != 0 {
+				return fmt.Sprintf("bucket %d: a neighbouring lane was written", b)
+			}
+			return ""
 		}
-		tb.storeColumn(lane, words)
 	}
-	close(done)
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error(e)
-	}
+	whileReading(t, readers, bucketAfterBucket, func() {
+		words := make([]uint64, buckets)
+		for gen := uint64(1); gen <= generations; gen++ {
+			for b := range words {
+				words[b] = concurrentWord(uint64(b), gen)
+			}
+			tb.storeColumn(lane, words)
+		}
+	})
 	for b := uint64(0); b < buckets; b++ {
 		if w := tb.load(b, lane); w != concurrentWord(b, generations) {
 			t.Fatalf("bucket %d = %#x after the last generation", b, w)
