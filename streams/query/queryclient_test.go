@@ -115,8 +115,9 @@ func TestQueryClientConcurrentCalls(t *testing.T) {
 	}
 }
 
-// holdAcks is a franz-go hook that holds every produce acknowledgement (the hook runs before the
-// record's promise) until release is closed.
+// holdAcks is a franz-go hook that holds every produce acknowledgement until release is closed:
+// franz-go (v1.22.3, producer.go, finishRecordPromise) calls OnProduceRecordUnbuffered hooks
+// before the record's promise.
 type holdAcks struct{ release chan struct{} }
 
 func (h holdAcks) OnProduceRecordUnbuffered(*kgo.Record, error) { <-h.release }
