@@ -62,7 +62,8 @@ type machineRun struct {
 }
 
 // Label names the machine in the report: machine.txt's label, else its cpu
-// and core count, else the directory.
+// (with the family and model of its cpu-id line, since under a hypervisor one
+// model name covers several generations) and core count, else the directory.
 func (m machineRun) Label() string {
 	get := func(key string) string {
 		for _, l := range m.Machine {
@@ -76,6 +77,9 @@ func (m machineRun) Label() string {
 		return l
 	}
 	cpu, cores := get("cpu"), get("cores")
+	if id, _, _ := strings.Cut(get("cpu-id"), ","); cpu != "" && id != "" {
+		cpu += " (" + id + ")"
+	}
 	if n, _, ok := strings.Cut(cores, " "); ok {
 		cores = n
 	}

@@ -214,6 +214,25 @@ func TestParseMachine(t *testing.T) {
 	}
 }
 
+func TestMachineLabel(t *testing.T) {
+	for _, c := range []struct{ machine, want string }{
+		{"label: quiet 16-core Xeon\ncpu: Intel Xeon\ncores: 16 online\n", "quiet 16-core Xeon"},
+		{"cpu: Intel(R) Xeon(R) Processor\ncpu-id: family 6 model 167, cache 491520 KB\ncores: 2 online (2 in /proc/cpuinfo)\n",
+			"Intel(R) Xeon(R) Processor (family 6 model 167), 2 cores"},
+		{"cpu: AMD EPYC\ncores: 2 online\n", "AMD EPYC, 2 cores"},
+		{"cpu: AMD EPYC\n", "AMD EPYC"},
+		{"date: today\n", "somewhere"},
+	} {
+		m, err := parseMachine(strings.NewReader(c.machine))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := (machineRun{Dir: "docs/perf/somewhere", Machine: m}).Label(); got != c.want {
+			t.Errorf("Label of %q = %q, want %q", c.machine, got, c.want)
+		}
+	}
+}
+
 // writeRounds writes samples as one machine's directory: machine.txt and the
 // round files in the formats the two programs print.
 func writeRounds(t *testing.T, dir, machine string, samples []sample) {
