@@ -536,12 +536,36 @@ func duplicateKey(body []byte) string {
 	return ""
 }
 
+// decodeRequestJSON reads a request body with encoding/json, under the rules of decode: the
+// documented fields only, each at most once, one JSON value. Every request that
+// parsePlainRequest declines is read here, and every JSON error a caller sees is made here.
+func decodeRequestJSON(body []byte) (prefixMatchWire, error) {
+	if key := duplicateKey(body); key != "" {
+		return prefixMatchWire{}, fmt.Errorf("%w: duplicate key %q: give each field at most once", errBadRequest, key)
+	}
+	var in prefixMatchWire
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		var xe *ckf.ExtraKeysError
+		if errors.As(err, &xe) {
+			return prefixMatchWire{}, fmt.Errorf("%w: field block_extra_keys: %s is not an extra key: %s", errBadRequest, xe.Value, xe.Detail)
+		}
+		return prefixMatchWire{}, fmt.Errorf("%w: body is not a prefix-match request: %s", errBadRequest, jsonProblem(err))
+	}
+	if dec.More() {
+		return prefixMatchWire{}, fmt.Errorf("%w: body holds more than one JSON value", errBadRequest)
+	}
+	return in, nil
+}
+
 // decode reads the body into a QueryRequest and the per-block extra keys, applying the
 // HTTP-level rules: a JSON Content-Type or none (checkContentType), valid JSON of the
 // documented fields only, each at most once, no null inside the lists, exactly one input, a
 // block size with token ids, block_extra_keys only with token ids and at most one entry per
 // block (a trailing partial block counted), each value of ckf.ExtraValue's JSON form, a 16-bit
-// lane mask. The QueryRequest contract's own rules are then Answer's.
+// lane mask. The QueryRequest contract's own rules are then Answer's. A request of the plain
+// shape is read by parsePlainRequest, any other (and every one in error) by decodeRequestJSON.
 func (a *API) decode(w http.ResponseWriter, r *http.Request) (schemas.QueryRequest, []ckf.ExtraKeys, error) {
 	if err := checkContentType(r); err != nil {
 		return schemas.QueryRequest{}, nil, err
@@ -554,21 +578,11 @@ func (a *API) decode(w http.ResponseWriter, r *http.Request) (schemas.QueryReque
 		}
 		return schemas.QueryRequest{}, nil, fmt.Errorf("%w: reading the body: %v", errBadRequest, err)
 	}
-	if key := duplicateKey(body); key != "" {
-		return schemas.QueryRequest{}, nil, fmt.Errorf("%w: duplicate key %q: give each field at most once", errBadRequest, key)
-	}
-	var in prefixMatchWire
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		var xe *ckf.ExtraKeysError
-		if errors.As(err, &xe) {
-			return schemas.QueryRequest{}, nil, fmt.Errorf("%w: field block_extra_keys: %s is not an extra key: %s", errBadRequest, xe.Value, xe.Detail)
+	in, plain := parsePlainRequest(body)
+	if !plain {
+		if in, err = decodeRequestJSON(body); err != nil {
+			return schemas.QueryRequest{}, nil, err
 		}
-		return schemas.QueryRequest{}, nil, fmt.Errorf("%w: body is not a prefix-match request: %s", errBadRequest, jsonProblem(err))
-	}
-	if dec.More() {
-		return schemas.QueryRequest{}, nil, fmt.Errorf("%w: body holds more than one JSON value", errBadRequest)
 	}
 	hashes, tokens := in.LocalBlockHashes != nil, in.TokenIDs != nil
 	req := schemas.QueryRequest{CorrelationID: in.CorrelationID}
