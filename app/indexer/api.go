@@ -570,7 +570,7 @@ func (a *API) decode(w http.ResponseWriter, r *http.Request) (schemas.QueryReque
 	if err := checkContentType(r); err != nil {
 		return schemas.QueryRequest{}, nil, err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	body, err := readBody(w, r, nil) // sized by Content-Length when there is one
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
