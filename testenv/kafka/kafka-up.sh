@@ -11,6 +11,8 @@
 #   KAFKA_PORT             client port; unset = 9092, or the first free port from 19092 up if busy
 #   KAFKA_CONTROLLER_PORT  controller port; unset = a free port after the client port
 #   KAFKA_HEAP_OPTS        JVM heap                                    (-Xms256m -Xmx512m)
+#   KAFKA_GC_OPTS          JVM garbage collector  (-XX:+UseG1GC -XX:MaxGCPauseMillis=20
+#                          -XX:InitiatingHeapOccupancyPercent=35)
 #   KAFKA_START_TIMEOUT    seconds to wait for readiness               (90)
 #   KAFKA_LIBS             jar folder                                  (testenv/kafka/libs)
 #   KAFKA_KEEP_DATA        1: restart on the run directory's existing data (same ports needed)
@@ -29,6 +31,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 : "${KAFKA_RUN_DIR:=${TMPDIR:-/tmp}/ckf-kafka}"
 : "${KAFKA_LIBS:=$here/libs}"
 : "${KAFKA_HEAP_OPTS:=-Xms256m -Xmx512m}"
+: "${KAFKA_GC_OPTS:=-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35}"
 : "${KAFKA_START_TIMEOUT:=90}"
 java="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 
@@ -115,8 +118,7 @@ fi
 # 5) Start in the background, detached from this shell's terminal.
 start=$SECONDS
 # shellcheck disable=SC2086
-nohup "$java" $KAFKA_HEAP_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
-  -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
+nohup "$java" $KAFKA_HEAP_OPTS $KAFKA_GC_OPTS -XX:+ExplicitGCInvokesConcurrent \
   -XX:+ExitOnOutOfMemoryError -XX:MaxMetaspaceSize=256m -Djava.awt.headless=true $log4j \
   -cp "$cp" kafka.Kafka "$KAFKA_RUN_DIR/server.properties" \
   >> "$KAFKA_RUN_DIR/kafka.out" 2>&1 < /dev/null &
