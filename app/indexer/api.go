@@ -414,7 +414,12 @@ func (a *API) writeReply(w http.ResponseWriter, reply *schemas.QueryReply) {
 		a.m.invalid.Inc(1)
 		status = http.StatusBadRequest
 	}
-	writeJSON(w, status, resp)
+	b, ok := appendResponse(make([]byte, 0, 128+96*len(resp.Matches)), &resp)
+	if !ok {
+		writeJSON(w, status, resp)
+		return
+	}
+	writeJSONBytes(w, status, b)
 }
 
 // Errors of the HTTP-level request rules, wrapped in the error text a caller sees.
@@ -653,6 +658,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		http.Error(w, "indexer: encoding the response: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
+	writeJSONBytes(w, status, b)
+}
+
+// writeJSONBytes writes b, one JSON value, and a newline as the reply.
+func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
 	w.WriteHeader(status)

@@ -189,3 +189,103 @@ func BenchmarkPlainRequest(b *testing.B) {
 		}
 	})
 }
+
+// responseCases are replies appendResponse must encode as encoding/json does (plain ones) or
+// leave to it (the others).
+func responseCases() []PrefixMatchResponse {
+	sixteen := make([]DCMatch, 16)
+	for i := range sixteen {
+		sixteen[i] = DCMatch{Lane: uint8(i), DcID: fmt.Sprintf("dc-%d", i), Pool: fmt.Sprintf("pool %d/a", i), Depth: uint32(i * 1000), Incomplete: i%3 == 0}
+	}
+	return []PrefixMatchResponse{
+		{},
+		{Status: "OK", Matches: []DCMatch{}},
+		{CorrelationID: "http-7", Status: "OK", QueryBlocks: 4294967295, ReadyLanes: 65535, IncompleteLanes: 9, Matches: sixteen},
+		{Status: "UNAVAILABLE", Error: "no requested lane is ready (lanes 0-3 are replaying)"},
+		{Status: "INVALID_REQUEST", Error: `bad request: duplicate key "lane_mask"`},
+		{Status: "OK", CorrelationID: "a<b"},
+		{Status: "OK", CorrelationID: "a&b"},
+		{Status: "OK", CorrelationID: "tab\there"},
+		{Status: "OK", CorrelationID: "é"},
+		{Status: "OK", CorrelationID: "\xff"},
+		{Status: "OK", Matches: []DCMatch{{DcID: "back\\slash"}}},
+		{Status: "OK", Matches: []DCMatch{{Pool: "\u2028"}}},
+	}
+}
+
+// TestAppendResponseMatchesEncodingJSON: a reply whose strings are plain is encoded byte for byte
+// as encoding/json encodes it; any other is left to encoding/json.
+func TestAppendResponseMatchesEncodingJSON(t *testing.T) {
+	encoded := 0
+	for _, r := range responseCases() {
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := appendResponse([]byte("prefix"), &r)
+		if !ok {
+			if string(got) != "prefix" {
+				t.Errorf("%+v: declined but appended %q", r, got)
+			}
+			continue
+		}
+		encoded++
+		if string(got) != "prefix"+string(want) {
+			t.Errorf("%+v:\nappendResponse %s\nencoding/json  %s", r, got[len("prefix"):], want)
+		}
+	}
+	if encoded != 4 { // the first four; an error quoting a key is not plain
+		t.Errorf("encoded %d of the cases, want the 4 plain ones", encoded)
+	}
+}
+
+// FuzzAppendResponse: whatever appendResponse encodes, encoding/json encodes the same way.
+func FuzzAppendResponse(f *testing.F) {
+	for _, r := range responseCases() {
+		var dc, pool string
+		if len(r.Matches) > 0 {
+			dc, pool = r.Matches[0].DcID, r.Matches[0].Pool
+		}
+		f.Add(r.CorrelationID, r.Status, r.Error, dc, pool, r.QueryBlocks, r.ReadyLanes, uint8(len(r.Matches)), r.Matches == nil)
+	}
+	f.Fuzz(func(t *testing.T, id, status, msg, dc, pool string, blocks uint32, lanes uint16, n uint8, null bool) {
+		r := PrefixMatchResponse{CorrelationID: id, Status: status, Error: msg, QueryBlocks: blocks, ReadyLanes: lanes, IncompleteLanes: ^lanes}
+		if !null {
+			r.Matches = make([]DCMatch, n%17)
+			for i := range r.Matches {
+				r.Matches[i] = DCMatch{Lane: uint8(i), DcID: dc, Pool: pool, Depth: blocks >> i, Incomplete: lanes&(1<<i) != 0}
+			}
+		}
+		got, ok := appendResponse(nil, &r)
+		if !ok {
+			return
+		}
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("appendResponse %s\nencoding/json  %s", got, want)
+		}
+	})
+}
+
+// BenchmarkResponseJSON encodes a 16-lane reply by appendResponse and by encoding/json.
+func BenchmarkResponseJSON(b *testing.B) {
+	r := responseCases()[2]
+	b.Run("append", func(b *testing.B) {
+		buf := make([]byte, 0, 4096)
+		for b.Loop() {
+			if _, ok := appendResponse(buf[:0], &r); !ok {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := json.Marshal(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

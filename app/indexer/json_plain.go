@@ -4,17 +4,21 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
+	"strconv"
 )
 
-// A JSON prefix-match request is read by encoding/json, whose reflection costs about half a
-// microsecond per element of local_block_hashes (35 µs for a 64-block query's body, over twenty
-// times its answer: BenchmarkPlainRequest), plus a second pass for the duplicate-key rule. Almost every request is of one
-// plain shape: the documented keys in lower case, each once; lists of plain decimal integers;
-// strings of printable ASCII without escapes. parsePlainRequest reads exactly that shape in one
-// pass and declines everything else, which then takes the encoding/json path unchanged, so the
-// shape it reads is a subset of what encoding/json accepts and, for it, gives the same
-// prefixMatchWire (TestPlainRequestMatchesEncodingJSON, FuzzPlainRequest). Nothing it declines
-// is an error of its own: every error a caller sees still comes from the encoding/json path.
+// The JSON form of POST /v1/prefix-matches, for the common case. encoding/json reads a request
+// by reflection at about half a microsecond per element of local_block_hashes (35 µs for a
+// 64-block query's body, over twenty times its answer: BenchmarkPlainRequest), plus a second pass
+// for the duplicate-key rule, and writes a 16-lane reply in 2.5 µs (BenchmarkResponseJSON).
+// Almost every request and reply is plain: the documented keys in lower case, each once; lists
+// of decimal integers; strings of printable ASCII that need no escape. parsePlainRequest and
+// appendResponse handle exactly that and decline everything else, which then takes the
+// encoding/json path unchanged. What they accept is a subset of what encoding/json accepts, and
+// for it they give what encoding/json gives, to the field and to the byte
+// (TestPlainRequestMatchesEncodingJSON, FuzzPlainRequest, TestAppendResponseMatchesEncodingJSON,
+// FuzzAppendResponse). Nothing they decline is an error of their own: every error a caller sees
+// still comes from the encoding/json path.
 
 // parsePlainRequest reads body when it is a plain request and reports whether it was: a JSON
 // object (JSON whitespace around any token) whose keys are prefixMatchFields spelled exactly,
@@ -269,4 +273,74 @@ func (p *plainParser) list(limit uint64, add func(uint64)) bool {
 			return false
 		}
 	}
+}
+
+// appendResponse appends r as encoding/json marshals it (json.Marshal(r), byte for byte) when
+// every string in it is plain, and reports whether it did; otherwise it appends nothing and the
+// caller marshals with encoding/json. A plain string is printable ASCII that encoding/json writes
+// as it is: no '"', '\' or control byte, and none of '<', '>', '&', which it escapes for HTML.
+func appendResponse(dst []byte, r *PrefixMatchResponse) ([]byte, bool) {
+	if !plainString(r.CorrelationID) || !plainString(r.Status) || !plainString(r.Error) {
+		return dst, false
+	}
+	for i := range r.Matches {
+		if !plainString(r.Matches[i].DcID) || !plainString(r.Matches[i].Pool) {
+			return dst, false
+		}
+	}
+	dst = append(dst, '{')
+	if r.CorrelationID != "" {
+		dst = append(dst, `"correlation_id":"`...)
+		dst = append(dst, r.CorrelationID...)
+		dst = append(dst, `",`...)
+	}
+	dst = append(dst, `"status":"`...)
+	dst = append(dst, r.Status...)
+	dst = append(dst, '"')
+	if r.Error != "" {
+		dst = append(dst, `,"error":"`...)
+		dst = append(dst, r.Error...)
+		dst = append(dst, '"')
+	}
+	dst = append(dst, `,"query_blocks":`...)
+	dst = strconv.AppendUint(dst, uint64(r.QueryBlocks), 10)
+	dst = append(dst, `,"ready_lanes":`...)
+	dst = strconv.AppendUint(dst, uint64(r.ReadyLanes), 10)
+	dst = append(dst, `,"incomplete_lanes":`...)
+	dst = strconv.AppendUint(dst, uint64(r.IncompleteLanes), 10)
+	dst = append(dst, `,"matches":`...)
+	if r.Matches == nil {
+		return append(dst, "null}"...), true
+	}
+	dst = append(dst, '[')
+	for i := range r.Matches {
+		m := &r.Matches[i]
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"lane":`...)
+		dst = strconv.AppendUint(dst, uint64(m.Lane), 10)
+		dst = append(dst, `,"dc_id":"`...)
+		dst = append(dst, m.DcID...)
+		dst = append(dst, `","pool":"`...)
+		dst = append(dst, m.Pool...)
+		dst = append(dst, `","depth":`...)
+		dst = strconv.AppendUint(dst, uint64(m.Depth), 10)
+		if m.Incomplete {
+			dst = append(dst, `,"incomplete":true`...)
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, "]}"...), true
+}
+
+// plainString reports whether encoding/json writes s between quotes unchanged.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
