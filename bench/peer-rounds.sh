@@ -27,7 +27,8 @@ rm -f "$out"/rust-*.jsonl "$out"/go-*.txt
   [[ -n $label ]] && echo "label: $label"
   echo "cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
   # The model name alone does not tell machines apart under a hypervisor ("Intel(R) Xeon(R)
-  # Processor" names several generations): family, model and the cache size /proc/cpuinfo reports (the last level) do.
+  # Processor" names several generations): family, model and the cache size /proc/cpuinfo
+  # reports (the last level) do.
   echo "cpu-id: family $(grep -m1 '^cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') model $(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo | cut -d: -f2 | tr -d ' '), cache $(grep -m1 '^cache size' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
   echo "cores: $(nproc) online ($(grep -c '^processor' /proc/cpuinfo) in /proc/cpuinfo)"
   echo "memory: $(awk '/^MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
