@@ -28,10 +28,27 @@ CHAIN_SEED = 1337
 U64 = 1 << 64
 
 
+# Exit statuses of the examples, one meaning each (router.py uses all of them, producer.py the
+# ones that can happen to it). argparse exits 2 on a usage error; EXIT_USAGE is the same status
+# for the usage errors the scripts find themselves.
+EXIT_OK = 0
+EXIT_TIMEOUT = 1  # no reply (router) or no delivery report (producer) within --timeout
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3  # the reply's status is UNAVAILABLE: no requested lane was ready
+EXIT_INVALID_REQUEST = 4  # the reply's status is INVALID_REQUEST: the indexer refused the request
+EXIT_SCHEMA = 5  # a schema or record this client cannot read or look up (registry, schema id, body)
+EXIT_KAFKA = 6  # Kafka refused: broker unreachable, topic missing, no partitions, delivery failed
+
+
+def schema_text(file_name, schema_dir=SCHEMA_DIR):
+    """The text of one .avsc file of the contract, as the processes embed it (and register it)."""
+    with open(Path(schema_dir) / file_name, encoding="utf-8") as f:
+        return f.read()
+
+
 def load_schema(file_name, schema_dir=SCHEMA_DIR):
     """Parses one .avsc file of the contract with fastavro."""
-    with open(Path(schema_dir) / file_name, encoding="utf-8") as f:
-        return fastavro.parse_schema(json.load(f))
+    return fastavro.parse_schema(json.loads(schema_text(file_name, schema_dir)))
 
 
 def frame(schema_id, body):

@@ -9,8 +9,25 @@ there (reply_partition), so it needs no consumer group; the reply is keyed by th
 A request not answered within --attempt-timeout is sent again with a new correlation id (its
 partition may belong to a replica that died, whose partitions move only after the query group's
 session timeout, indexer.query_session_timeout); the first reply to any of the ids sent wins, and
-later ones are ignored. Exit status: 0 for an OK reply, 3 for UNAVAILABLE or INVALID_REQUEST, 1
-when no reply came within --timeout.
+later ones are ignored.
+
+With a schema registry (--registry, as the processes' schema_registry.urls) the request carries
+the id the registry holds for schemas/query_request.avsc under the subject "<request topic>-value"
+(the relay and the indexer register it there when they start), and a reply's schema id is looked
+up in the registry and resolved to schemas/query_reply.avsc. Without one, the request carries the
+built-in id and a reply with any other id is refused (exit status 5).
+
+Exit status, one meaning each:
+  0  the reply's status is OK (printed)
+  1  no reply within --timeout, resends included
+  2  usage: a flag missing, malformed or contradictory
+  3  the reply's status is UNAVAILABLE: no requested lane was ready (printed)
+  4  the reply's status is INVALID_REQUEST: the indexer refused the request (printed)
+  5  a schema or reply this router cannot read: the registry unreachable or refusing, the
+     request's subject without the schema, a reply schema id unknown (or not the built-in one
+     without --registry), a reply body that does not decode
+  6  Kafka failed: broker unreachable, a topic missing or without partitions, a request not
+     delivered
 """
 
 import argparse
@@ -24,9 +41,10 @@ import time
 import uuid
 
 import fastavro
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 import ckf_contract as cc
+import ckf_registry
 
 
 def request_record(correlation_id, args, reply_partition):
@@ -51,6 +69,28 @@ def request_record(correlation_id, args, reply_partition):
     }
 
 
+def fail(status, message):
+    """Prints one line to stderr and returns the exit status."""
+    print("router: " + message, file=sys.stderr)
+    return status
+
+
+def topic_partitions(consumer, topic, timeout):
+    """The sorted partitions of topic; raises LookupError with a one-line reason when the broker
+    cannot answer, the topic does not exist or has no partitions."""
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout)
+    except KafkaException as e:
+        raise LookupError(f"Kafka metadata for topic {topic}: {e.args[0].str()}") from None
+    t = meta.topics.get(topic)
+    if t is None or t.error is not None:
+        reason = "no answer" if t is None else t.error.str()
+        raise LookupError(f"topic {topic}: {reason}")
+    if not t.partitions:
+        raise LookupError(f"topic {topic} has no partitions")
+    return sorted(t.partitions)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
@@ -65,26 +105,55 @@ def main():
     ap.add_argument("--attempt-timeout", type=float, default=2.0,
                     help="seconds to wait before sending the request again with a new correlation id")
     ap.add_argument("--schemas", default=str(cc.SCHEMA_DIR), help="directory of the .avsc files")
+    ckf_registry.add_arguments(ap)
     args = ap.parse_args()
     if bool(args.tokens) == bool(args.hashes):
         ap.error("give --tokens (with --block-size) or --hashes")
     if args.tokens and args.block_size < 1:
         ap.error("--block-size is required with --tokens")
+    try:
+        cc.parse_ints(args.tokens or args.hashes, 32 if args.tokens else 64)
+    except ValueError as e:
+        ap.error(f"{'--tokens' if args.tokens else '--hashes'}: {e}")
+    try:
+        registry = ckf_registry.from_args(args, timeout=min(10.0, args.timeout))
+    except ckf_registry.RegistryError as e:
+        ap.error(f"--registry: {e}")
 
     request_schema = cc.load_schema("query_request.avsc", args.schemas)
-    reply_schema = cc.load_schema("query_reply.avsc", args.schemas)
+    reader = ckf_registry.Reader(cc.load_schema("query_reply.avsc", args.schemas), cc.BUILTIN_ID_QUERY_REPLY, registry,
+                                 what="reply")
+    request_id = cc.BUILTIN_ID_QUERY_REQUEST
+    if registry is not None:
+        # The id the indexers' registry holds for this request schema under the request topic.
+        try:
+            request_id = registry.lookup_id(args.request_topic + "-value", cc.schema_text("query_request.avsc", args.schemas))
+        except ckf_registry.RegistryError as e:
+            return fail(cc.EXIT_SCHEMA, str(e))
+
     consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": "unused-" + uuid.uuid4().hex,
                          "enable.auto.commit": False})
-    producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 0})
+    failures = []  # delivery reports of requests that were not delivered
+
+    def delivered(err, msg):
+        if err is not None:
+            failures.append(f"request to {msg.topic()} not delivered: {err.str()}")
+
+    # A request not delivered within --timeout is reported as failed rather than kept queued.
+    producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 0,
+                         "message.timeout.ms": max(1, int(args.timeout * 1000))})
     try:
+        try:
+            topic_partitions(consumer, args.request_topic, args.timeout)
+            partitions = topic_partitions(consumer, args.reply_topic, args.timeout)
+        except LookupError as e:
+            return fail(cc.EXIT_KAFKA, str(e))
         # One reply partition, read from its current end: every reply to the request comes after.
-        meta = consumer.list_topics(args.reply_topic, timeout=args.timeout)
-        partitions = sorted(meta.topics[args.reply_topic].partitions)
-        if not partitions:
-            print(f"router: reply topic {args.reply_topic} has no partitions", file=sys.stderr)
-            return 1
         partition = random.choice(partitions)
-        _, end = consumer.get_watermark_offsets(TopicPartition(args.reply_topic, partition), timeout=args.timeout)
+        try:
+            _, end = consumer.get_watermark_offsets(TopicPartition(args.reply_topic, partition), timeout=args.timeout)
+        except KafkaException as e:
+            return fail(cc.EXIT_KAFKA, f"end offset of {args.reply_topic} partition {partition}: {e.args[0].str()}")
         consumer.assign([TopicPartition(args.reply_topic, partition, end)])
 
         def send():
@@ -92,7 +161,7 @@ def main():
             body = io.BytesIO()
             fastavro.schemaless_writer(body, request_schema, request_record(correlation_id, args, partition))
             producer.produce(args.request_topic, key=correlation_id.encode("utf-8"),
-                             value=cc.frame(cc.BUILTIN_ID_QUERY_REQUEST, body.getvalue()))
+                             value=cc.frame(request_id, body.getvalue()), on_delivery=delivered)
             return correlation_id, producer.flush(args.attempt_timeout) == 0
 
         sent = []  # every correlation id sent; a reply to any of them answers the query
@@ -100,23 +169,35 @@ def main():
         resend_at = deadline
         while time.monotonic() < deadline:
             if time.monotonic() >= resend_at or not sent:
-                correlation_id, delivered = send()
+                correlation_id, delivered_now = send()
                 if sent:
                     print(f"router: no reply to {sent[-1]} within {args.attempt_timeout}s; sent again as {correlation_id}",
                           file=sys.stderr)
-                if not delivered:
+                if not delivered_now and not failures:
                     print(f"router: request {correlation_id} not delivered yet", file=sys.stderr)
                 sent.append(correlation_id)
                 resend_at = min(deadline, time.monotonic() + args.attempt_timeout)
+            producer.poll(0)  # delivery reports of earlier sends
+            if failures:
+                return fail(cc.EXIT_KAFKA, failures[0])
             msg = consumer.poll(min(0.5, max(0.0, min(deadline, resend_at) - time.monotonic())))
-            if msg is None or msg.error() is not None or msg.key() is None or msg.key().decode("utf-8", "replace") not in sent:
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().retriable() or msg.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                return fail(cc.EXIT_KAFKA, f"reading {args.reply_topic} partition {partition}: {msg.error().str()}")
+            if msg.key() is None or msg.key().decode("utf-8", "replace") not in sent:
                 continue  # other routers' replies share the partition
-            schema_id, avro_body = cc.unframe(msg.value())
-            if schema_id != cc.BUILTIN_ID_QUERY_REPLY:
-                print(f"router: reply schema id {schema_id:#x} is not the built-in one: "
-                      "look it up in the schema registry", file=sys.stderr)
-                return 1
-            reply = fastavro.schemaless_reader(io.BytesIO(avro_body), reply_schema)
+            try:
+                schema_id, avro_body = cc.unframe(msg.value() or b"")
+                reply = reader.read(schema_id, avro_body)
+            except ValueError as e:
+                return fail(cc.EXIT_SCHEMA, f"reply: {e}")
+            except ckf_registry.UnreadableRecord as e:
+                return fail(cc.EXIT_SCHEMA, str(e))
+            except ckf_registry.RegistryError as e:
+                return fail(cc.EXIT_SCHEMA, f"reading the reply: {e}")
             print(json.dumps({
                 "correlation_id": reply["correlation_id"],
                 "attempts": len(sent),
@@ -129,9 +210,11 @@ def main():
                 "lanes": [{"lane": m["lane"], "dc_id": cc.from_long(m["dc_id"]), "pool": m["pool"], "depth": m["depth"]}
                           for m in reply["lanes"]],
             }))
-            return 0 if reply["status"] == "OK" else 3
-        print(f"router: no reply to any of {len(sent)} attempts ({', '.join(sent)}) within {args.timeout}s", file=sys.stderr)
-        return 1
+            statuses = {"OK": cc.EXIT_OK, "UNAVAILABLE": cc.EXIT_UNAVAILABLE, "INVALID_REQUEST": cc.EXIT_INVALID_REQUEST}
+            if reply["status"] not in statuses:
+                return fail(cc.EXIT_SCHEMA, f"reply status {reply['status']} is not one this router knows")
+            return statuses[reply["status"]]
+        return fail(cc.EXIT_TIMEOUT, f"no reply to any of {len(sent)} attempts ({', '.join(sent)}) within {args.timeout}s")
     finally:
         consumer.close()
 
