@@ -24,10 +24,11 @@ import urllib.request
 
 import fastavro
 
-# The environment variables the examples read when the flags are not given. The user and the
-# password are the processes' own (schema_registry.username, schema_registry.password); the URL
-# is one base URL, where the processes' CKF_SCHEMA_REGISTRY_URLS is a list.
-ENV_URL = "CKF_SCHEMA_REGISTRY_URL"
+# The environment variables the examples read when the flags are not given: the processes' own
+# (schema_registry.urls, .username, .password), so that one setting serves a deployment's
+# processes and its clients, and a process never warns about a variable it does not know. Of a
+# comma-separated list of URLs the examples take the first.
+ENV_URL = "CKF_SCHEMA_REGISTRY_URLS"
 ENV_USER = "CKF_SCHEMA_REGISTRY_USERNAME"
 ENV_PASSWORD = "CKF_SCHEMA_REGISTRY_PASSWORD"
 
@@ -47,9 +48,9 @@ def add_arguments(ap):
     """Adds --registry and --registry-user to an argparse parser, defaulting to the environment.
     The password is read from CKF_SCHEMA_REGISTRY_PASSWORD only, never from a flag (a flag
     shows in the process list)."""
-    ap.add_argument("--registry", default=os.environ.get(ENV_URL, ""), metavar="URL",
+    ap.add_argument("--registry", default=os.environ.get(ENV_URL, "").split(",")[0].strip(), metavar="URL",
                     help=f"base URL of a Confluent-compatible schema registry, as the processes' schema_registry.urls "
-                         f"(default ${ENV_URL}; empty: the built-in schema ids)")
+                         f"(default: the first of ${ENV_URL}; empty: the built-in schema ids)")
     ap.add_argument("--registry-user", default=os.environ.get(ENV_USER, ""), metavar="USER",
                     help=f"basic-auth user of the registry (default ${ENV_USER}); the password is read from "
                          f"${ENV_PASSWORD} only")

@@ -47,6 +47,16 @@ import ckf_contract as cc
 import ckf_registry
 
 
+def lane_mask(lanes):
+    """The request's lane_mask: bit i for each physical lane i listed, or None (every lane)."""
+    if not lanes:
+        return None
+    mask = 0
+    for lane in cc.parse_ints(lanes, 4):  # physical lanes 0..15
+        mask |= 1 << lane
+    return mask
+
+
 def request_record(correlation_id, args, reply_partition):
     if args.hashes:
         hashes = cc.parse_ints(args.hashes, 64)
@@ -62,7 +72,7 @@ def request_record(correlation_id, args, reply_partition):
     return {
         "correlation_id": correlation_id,
         "input": query_input,
-        "lane_mask": None,  # every lane
+        "lane_mask": lane_mask(args.lanes),
         "reply_topic": None,  # the indexers' configured reply topic (topics.query_replies)
         "reply_partition": reply_partition,
         "request_time": datetime.datetime.now(datetime.timezone.utc),
@@ -101,6 +111,7 @@ def main():
     ap.add_argument("--lora", default="", help="LoRA adapter name, with --tokens")
     ap.add_argument("--namespace", default="", help="cache namespace, with --tokens")
     ap.add_argument("--hashes", help="comma-separated local block hashes (u64) instead of --tokens")
+    ap.add_argument("--lanes", default="", help="comma-separated physical lanes (0..15) to search (default: every lane)")
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the reply, resends included")
     ap.add_argument("--attempt-timeout", type=float, default=2.0,
                     help="seconds to wait before sending the request again with a new correlation id")
@@ -115,6 +126,10 @@ def main():
         cc.parse_ints(args.tokens or args.hashes, 32 if args.tokens else 64)
     except ValueError as e:
         ap.error(f"{'--tokens' if args.tokens else '--hashes'}: {e}")
+    try:
+        lane_mask(args.lanes)
+    except ValueError as e:
+        ap.error(f"--lanes: {e}")
     try:
         registry = ckf_registry.from_args(args, timeout=min(10.0, args.timeout))
     except ckf_registry.RegistryError as e:
