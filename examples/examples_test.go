@@ -26,6 +26,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/sr"
 	"go.uber.org/fx"
 )
 
@@ -58,15 +59,37 @@ func python(t *testing.T) string {
 // with both streams.
 func runPython(t *testing.T, py, script string, args ...string) []byte {
 	t.Helper()
+	stdout, stderr, code := runPythonStatus(t, py, script, args...)
+	if code != 0 {
+		t.Fatalf("%s %s: exit status %d\nstdout:\n%s\nstderr:\n%s", script, strings.Join(args, " "), code, stdout, stderr)
+	}
+	return stdout
+}
+
+// runPythonStatus runs one example script and returns both streams and its exit status; a
+// script that cannot be run or is killed fails t. The scripts' registry variables are left out
+// of their environment, so that only --registry gives them one.
+func runPythonStatus(t *testing.T, py, script string, args ...string) (stdout, stderr []byte, code int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, append([]string{filepath.Join(pythonDir, script)}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v\nstdout:\n%s\nstderr:\n%s", script, strings.Join(args, " "), err, stdout.Bytes(), stderr.Bytes())
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CKF_SCHEMA_REGISTRY_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
 	}
-	return stdout.Bytes()
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	if err != nil && (!errors.As(err, &exitErr) || exitErr.ExitCode() < 0) {
+		t.Fatalf("%s %s: %v\nstdout:\n%s\nstderr:\n%s", script, strings.Join(args, " "), err, out.Bytes(), errOut.Bytes())
+	}
+	if exitErr != nil {
+		code = exitErr.ExitCode()
+	}
+	return out.Bytes(), errOut.Bytes(), code
 }
 
 // tokenList renders token ids as the examples' --tokens flag takes them.
@@ -111,30 +134,50 @@ func TestPythonHashesMatchCkf(t *testing.T) {
 	}
 }
 
-// exampleDomain is the indexer domain of the end-to-end test (any 32:32 hex digits).
+// exampleDomain is the indexer domain of the end-to-end tests (any 32:32 hex digits).
 const exampleDomain = "0123456789abcdef0123456789abcdef:fedcba9876543210fedcba9876543210"
 
-// TestPythonProducerAndRouter runs a relay for DC 0xa1 on lane 3 and an indexer (lanes and its
-// Kafka query service) against the real broker, then the Python producer (KvEvents on the DC's
-// own KV-events topic) and the Python router (a QueryRequest by token ids, its reply found by
-// correlation id), and checks the depths the router prints.
-func TestPythonProducerAndRouter(t *testing.T) {
-	py := python(t)
+// The router's exit statuses (router.py's help, examples/python/README.md).
+const (
+	exitTimeout        = 1
+	exitUnavailable    = 3
+	exitInvalidRequest = 4
+	exitUnreadable     = 5
+	exitKafka          = 6
+)
+
+// example is a relay for DC 0xa1 on lane 3 and an indexer (lanes and its Kafka query service) on
+// the real broker, which the Python examples talk to.
+type example struct {
+	py      string
+	brokers string
+	cfg     config.Config
+	kvTopic string // the DC's own KV-events topic, which the relay reads
+	ix      *indexer.Indexer
+}
+
+// startExample starts the relay and the indexer with the settings of both tests plus extra
+// (for example the schema registry), waits until lane 3 is ready on the indexer, and stops both
+// and deletes their topics when the test ends.
+func startExample(t *testing.T, extra ...string) *example {
+	t.Helper()
+	e := &example{py: python(t), brokers: strings.Join(testenv.Brokers(t), ",")}
 	prefix := testenv.UniqueName(t, "examples") + "."
-	kvTopic := prefix + "kv-events.dc-a1" // each relay reads its own DC's topic
+	e.kvTopic = prefix + "kv-events.dc-a1" // each relay reads its own DC's topic
 	cfg, err := config.Load(config.Sources{
-		Args: []string{
-			"--kafka.brokers=" + strings.Join(testenv.Brokers(t), ","), "--topic_prefix=" + prefix,
-			"--topics.kv_events=" + kvTopic, "--http.listen=127.0.0.1:0", "--log.level=warn",
+		Args: append([]string{
+			"--kafka.brokers=" + e.brokers, "--topic_prefix=" + prefix,
+			"--topics.kv_events=" + e.kvTopic, "--http.listen=127.0.0.1:0", "--log.level=warn",
 			"--indexer.domain=" + exampleDomain, "--indexer.lanes=3=0xa1", "--indexer.expected_blocks_per_dc=4096",
 			"--indexer.query_group=" + prefix + "queries",
 			"--relay.dc_id=0xa1", "--relay.lane=3", "--relay.expected_blocks=4096", "--relay.heartbeat_interval=100ms",
-		},
+		}, extra...),
 		LookupEnv: func(string) (string, bool) { return "", false },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.cfg = cfg
 	t.Cleanup(func() {
 		var names []string
 		for _, s := range kafka.TopicLayout(cfg.Topics) {
@@ -151,51 +194,86 @@ func TestPythonProducerAndRouter(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the relay did not start within a minute")
 	}
-	var ix *indexer.Indexer
-	startApp(t, app.New(cfg, indexer.Module, fx.Populate(&ix)))
-	testenv.WaitUntil(t, time.Minute, "lane 3 ready on the indexer", func() bool { return ix.API().Ready(context.Background()) == nil })
+	startApp(t, app.New(cfg, indexer.Module, fx.Populate(&e.ix)))
+	testenv.WaitUntil(t, time.Minute, "lane 3 ready on the indexer", func() bool { return e.ix.API().Ready(context.Background()) == nil })
+	return e
+}
 
-	// Six blocks of four tokens stored by worker 7 in three events of two blocks (the second and
-	// third name their parent), salted by a LoRA adapter; a prompt of those tokens plus two more
-	// blocks then matches six of its eight blocks.
-	const blockSize, lora = 4, "sql-adapter"
+// The stored prompt of both tests: six blocks of four tokens, salted by a LoRA adapter; the
+// prompt asked for is those tokens plus two more blocks (and a partial one), so it matches six of
+// its eight blocks.
+const blockSize, lora = 4, "sql-adapter"
+
+func storedTokens() []uint32 {
 	stored := make([]uint32, 6*blockSize)
 	for i := range stored {
 		stored[i] = uint32(1000 + i)
 	}
-	prompt := append(append([]uint32(nil), stored...), 1, 2, 3, 4, 5, 6, 7, 8, 9)
-	runPython(t, py, "producer.py", "--bootstrap", strings.Join(testenv.Brokers(t), ","), "--topic", kvTopic,
-		"--worker-id", "7", "--tokens", tokenList(stored), "--block-size", strconv.Itoa(blockSize), "--lora", lora,
-		"--blocks-per-event", "2", "--first-block-id", "0x100")
-	// The events become a delta that the indexer applies; wait for the answer to show it.
-	req := schemas.QueryRequest{CorrelationID: "wait", Input: schemas.InputTokenIDs, Tokens: schemas.AppendU32s(nil, prompt),
+	return stored
+}
+
+func promptTokens() []uint32 {
+	return append(storedTokens(), 1, 2, 3, 4, 5, 6, 7, 8, 9)
+}
+
+// produce runs the Python producer: the stored blocks by worker 7 in three events of two blocks
+// (the second and third name their parent), with the producer flags extra. It then waits until
+// the indexer's answer shows them: the events become a delta that the indexer applies.
+func (e *example) produce(t *testing.T, extra ...string) {
+	t.Helper()
+	runPython(t, e.py, "producer.py", append([]string{"--bootstrap", e.brokers, "--topic", e.kvTopic,
+		"--worker-id", "7", "--tokens", tokenList(storedTokens()), "--block-size", strconv.Itoa(blockSize), "--lora", lora,
+		"--blocks-per-event", "2", "--first-block-id", "0x100"}, extra...)...)
+	req := schemas.QueryRequest{CorrelationID: "wait", Input: schemas.InputTokenIDs, Tokens: schemas.AppendU32s(nil, promptTokens()),
 		BlockSize: blockSize, LoraName: lora}
 	testenv.WaitUntil(t, time.Minute, "the stored blocks visible to the indexer", func() bool {
-		r := ix.Answerer().AnswerPooled(&req)
+		r := e.ix.Answerer().AnswerPooled(&req)
 		return r.Status == schemas.QueryOK && len(r.Lanes) == 1 && r.Lanes[0].Depth == 6
 	})
+}
 
-	type reply struct {
-		Status      string `json:"status"`
-		QueryBlocks int    `json:"query_blocks"`
-		ReadyLanes  int    `json:"ready_lanes"`
-		// IncompleteLanes is read by fastavro from the reply's trailing field (nil if absent).
-		IncompleteLanes *int `json:"incomplete_lanes"`
-		Lanes           []struct {
-			Lane  int    `json:"lane"`
-			DcID  uint64 `json:"dc_id"`
-			Pool  string `json:"pool"`
-			Depth int    `json:"depth"`
-		} `json:"lanes"`
+// routerReply is what router.py prints.
+type routerReply struct {
+	Status       string `json:"status"`
+	ErrorMessage string `json:"error_message"`
+	QueryBlocks  int    `json:"query_blocks"`
+	ReadyLanes   int    `json:"ready_lanes"`
+	// IncompleteLanes is read by fastavro from the reply's trailing field (nil if absent).
+	IncompleteLanes *int `json:"incomplete_lanes"`
+	Lanes           []struct {
+		Lane  int    `json:"lane"`
+		DcID  uint64 `json:"dc_id"`
+		Pool  string `json:"pool"`
+		Depth int    `json:"depth"`
+	} `json:"lanes"`
+}
+
+// route runs the Python router against the indexer's topics with the router flags args and
+// returns its reply, its stderr and its exit status; output that is not a reply leaves the reply
+// empty.
+func (e *example) route(t *testing.T, args ...string) (routerReply, []byte, int) {
+	t.Helper()
+	stdout, stderr, code := runPythonStatus(t, e.py, "router.py", append([]string{"--bootstrap", e.brokers,
+		"--request-topic", e.cfg.Topics.Queries, "--reply-topic", e.cfg.Topics.QueryReplies}, args...)...)
+	var r routerReply
+	if len(bytes.TrimSpace(stdout)) > 0 {
+		if err := json.Unmarshal(stdout, &r); err != nil {
+			t.Fatalf("router output %q: %v\nstderr:\n%s", stdout, err, stderr)
+		}
 	}
-	ask := func(loraName string) reply {
+	return r, stderr, code
+}
+
+// checkDepths asks for the prompt with and without the LoRA salt (router flags extra) and checks
+// the depths: 6 on lane 3 with the salt, 0 without (the same tokens hash to other blocks).
+func (e *example) checkDepths(t *testing.T, extra ...string) {
+	t.Helper()
+	ask := func(loraName string) routerReply {
 		t.Helper()
-		out := runPython(t, py, "router.py", "--bootstrap", strings.Join(testenv.Brokers(t), ","),
-			"--request-topic", cfg.Topics.Queries, "--reply-topic", cfg.Topics.QueryReplies,
-			"--tokens", tokenList(prompt), "--block-size", strconv.Itoa(blockSize), "--lora", loraName, "--timeout", "60")
-		var r reply
-		if err := json.Unmarshal(out, &r); err != nil {
-			t.Fatalf("router output %q: %v", out, err)
+		r, stderr, code := e.route(t, append([]string{"--tokens", tokenList(promptTokens()), "--block-size", strconv.Itoa(blockSize),
+			"--lora", loraName, "--timeout", "60"}, extra...)...)
+		if code != 0 {
+			t.Fatalf("router (lora %q): exit status %d, want 0\n%s", loraName, code, stderr)
 		}
 		return r
 	}
@@ -208,26 +286,119 @@ func TestPythonProducerAndRouter(t *testing.T) {
 	if r.IncompleteLanes == nil || *r.IncompleteLanes != 0 { // the relay's filter holds every block
 		t.Errorf("router: incomplete_lanes %v, want 0", r.IncompleteLanes)
 	}
-	// The same tokens without the LoRA salt hash to other blocks: nothing is cached for them.
 	if r := ask(""); r.Status != "OK" || r.QueryBlocks != 8 || len(r.Lanes) != 1 || r.Lanes[0].Depth != 0 {
 		t.Errorf("router without the salt: %+v; want OK, 8 blocks, depth 0", r)
 	}
-	// A request nobody answers (here: a request topic no indexer reads, as for a partition whose
-	// replica died) is sent again after --attempt-timeout with a new correlation id each time.
-	deaf := testenv.NewTopic(t, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, py, filepath.Join(pythonDir, "router.py"), "--bootstrap", strings.Join(testenv.Brokers(t), ","),
-		"--request-topic", deaf, "--reply-topic", cfg.Topics.QueryReplies, "--hashes", "1,2,3",
-		"--attempt-timeout", "1", "--timeout", "3.5")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err = cmd.Run()
-	var exitErr *exec.ExitError
-	resent := regexp.MustCompile(`no reply to ([0-9a-f]{32}) within 1\.0s; sent again as ([0-9a-f]{32})`).FindAllStringSubmatch(stderr.String(), -1)
-	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 || len(resent) < 2 || resent[0][2] != resent[1][1] || resent[0][1] == resent[0][2] {
-		t.Errorf("router on a deaf topic: %v, resends %q; want exit 1 after at least two resends with new ids\n%s", err, resent, stderr.Bytes())
+}
+
+// checkDeaf: a request nobody answers (here: a request topic no indexer reads, as for a partition
+// whose replica died) is sent again after --attempt-timeout with a new correlation id each time,
+// and the router exits 1 at --timeout.
+func (e *example) checkDeaf(t *testing.T, deaf string, extra ...string) {
+	t.Helper()
+	_, stderr, code := runPythonStatus(t, e.py, "router.py", append([]string{"--bootstrap", e.brokers,
+		"--request-topic", deaf, "--reply-topic", e.cfg.Topics.QueryReplies, "--hashes", "1,2,3",
+		"--attempt-timeout", "1", "--timeout", "3.5"}, extra...)...)
+	resent := regexp.MustCompile(`no reply to ([0-9a-f]{32}) within 1\.0s; sent again as ([0-9a-f]{32})`).FindAllStringSubmatch(string(stderr), -1)
+	if code != exitTimeout || len(resent) < 2 || resent[0][2] != resent[1][1] || resent[0][1] == resent[0][2] {
+		t.Errorf("router on a deaf topic: exit status %d, resends %q; want %d after at least two resends with new ids\n%s",
+			code, resent, exitTimeout, stderr)
 	}
+}
+
+// TestPythonProducerAndRouter runs the Python producer (KvEvents on the DC's own KV-events
+// topic) and the Python router (a QueryRequest by token ids, its reply found by correlation id)
+// against a relay and an indexer with the built-in schema ids, and checks the depths the router
+// prints, then the router's exit statuses for a request nobody answers (1), a request the
+// indexer refuses (4), lanes none of which is ready (3) and a request topic that does not exist
+// (6).
+func TestPythonProducerAndRouter(t *testing.T) {
+	e := startExample(t)
+	e.produce(t)
+	e.checkDepths(t)
+	e.checkDeaf(t, testenv.NewTopic(t, 1))
+	e.checkRefusals(t)
+	_, stderr, code := runPythonStatus(t, e.py, "router.py", "--bootstrap", e.brokers,
+		"--request-topic", e.cfg.Topics.Queries+".missing", "--reply-topic", e.cfg.Topics.QueryReplies, "--hashes", "1")
+	if code != exitKafka || !strings.Contains(string(stderr), e.cfg.Topics.Queries+".missing") {
+		t.Errorf("router on a missing request topic: exit status %d, want %d naming the topic\n%s", code, exitKafka, stderr)
+	}
+}
+
+// checkRefusals: a block size over the contract's 65536 is answered INVALID_REQUEST (exit 4),
+// and a request for lane 5 alone, which no DC writes, UNAVAILABLE (exit 3). Router flags extra.
+func (e *example) checkRefusals(t *testing.T, extra ...string) {
+	t.Helper()
+	r, stderr, code := e.route(t, append([]string{"--tokens", "1,2,3,4", "--block-size", strconv.Itoa(schemas.MaxBlockSize + 1),
+		"--timeout", "60"}, extra...)...)
+	if code != exitInvalidRequest || r.Status != "INVALID_REQUEST" || !strings.Contains(r.ErrorMessage, "block_size") {
+		t.Errorf("router with block size %d: exit status %d, reply %+v; want %d, INVALID_REQUEST about block_size\n%s",
+			schemas.MaxBlockSize+1, code, r, exitInvalidRequest, stderr)
+	}
+	r, stderr, code = e.route(t, append([]string{"--hashes", "1,2", "--lanes", "5", "--timeout", "60"}, extra...)...)
+	if code != exitUnavailable || r.Status != "UNAVAILABLE" {
+		t.Errorf("router for lane 5 alone: exit status %d, reply %+v; want %d, UNAVAILABLE\n%s", code, r, exitUnavailable, stderr)
+	}
+}
+
+// TestPythonProducerAndRouterWithRegistry runs the relay and the indexer with a schema registry
+// (schema_registry.urls: they register the contract under <topic>-value and write the registry's
+// ids), and the Python producer and router with --registry: the same depths as with the
+// built-in ids, and the same exit statuses. A router without --registry exits 5 on the reply
+// and names --registry; with --registry, a subject that does not hold the schema exits 5 too,
+// naming the subject, and so does the producer.
+func TestPythonProducerAndRouterWithRegistry(t *testing.T) {
+	reg := testenv.Registry(t)
+	e := startExample(t, "--schema_registry.urls="+reg)
+	withRegistry := []string{"--registry", reg}
+	e.produce(t, withRegistry...)
+	e.checkDepths(t, withRegistry...)
+	e.checkRefusals(t, withRegistry...)
+
+	// The reply carries the registry's id, which a router without the registry cannot read.
+	_, stderr, code := e.route(t, "--hashes", "1,2", "--timeout", "60")
+	if code != exitUnreadable || !strings.Contains(string(stderr), "--registry") || !strings.Contains(string(stderr), "is not the built-in one") {
+		t.Errorf("router without --registry: exit status %d, want %d naming --registry\n%s", code, exitUnreadable, stderr)
+	}
+
+	// A request topic whose subject does not hold the request schema: the router says so.
+	deaf := testenv.NewTopic(t, 1)
+	_, stderr, code = runPythonStatus(t, e.py, "router.py", "--bootstrap", e.brokers, "--registry", reg,
+		"--request-topic", deaf, "--reply-topic", e.cfg.Topics.QueryReplies, "--hashes", "1")
+	if code != exitUnreadable || !strings.Contains(string(stderr), deaf+"-value") || !strings.Contains(string(stderr), reg) {
+		t.Errorf("router on a topic without a subject: exit status %d, want %d naming the subject and the registry\n%s",
+			code, exitUnreadable, stderr)
+	}
+	_, stderr, code = runPythonStatus(t, e.py, "producer.py", "--bootstrap", e.brokers, "--registry", reg,
+		"--topic", deaf, "--tokens", "1,2,3,4", "--block-size", "4")
+	if code != exitUnreadable || !strings.Contains(string(stderr), deaf+"-value") {
+		t.Errorf("producer on a topic without a subject: exit status %d, want %d naming the subject\n%s", code, exitUnreadable, stderr)
+	}
+	// Once the subject holds it (as a process with that topic would register it), nobody answers.
+	registerSchema(t, reg, deaf+"-value", schemas.TypeQueryRequest.Schema())
+	e.checkDeaf(t, deaf, withRegistry...)
+}
+
+// registerSchema registers an Avro schema under subject, as the processes do at start
+// (POST /subjects/{subject}/versions), and deletes the subject when the test ends.
+func registerSchema(t *testing.T, registry, subject, schema string) {
+	t.Helper()
+	cl, err := sr.NewClient(sr.URLs(registry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cl.RegisterSchema(ctx, subject, sr.Schema{Schema: schema, Type: sr.TypeAvro}, -1, -1); err != nil {
+		t.Fatalf("registering %s at %s: %v", subject, registry, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := cl.DeleteSubject(ctx, subject, sr.SoftDelete); err != nil {
+			t.Errorf("deleting %s at %s: %v", subject, registry, err)
+		}
+	})
 }
 
 // startApp starts a and stops it when the test ends.
