@@ -25,15 +25,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// Defaults of Config, for its zero fields. ReplayRetries, IdleRecheck and Resume keep their
-// zero values (no retry, no re-check, no read-back); processor bridge sets them from
-// bridge.replay_retries (3), bridge.idle_recheck (5s) and bridge.resume (true).
-const (
-	DefaultBlockSize     = 16
-	DefaultBufferBatches = 1024
-	DefaultReplayTimeout = 2 * time.Second
-)
-
 // Record headers the bridge writes on every KvEvent record: the engine batch the record came
 // from (8-byte big-endian sequence number, -1 for the clear the bridge writes on an engine
 // restart), the XXH3-64 digest of the batch's payload, and the record's place among the batch's
@@ -52,97 +43,6 @@ const (
 	// relay counts these clears (schemas.HeaderLostHistory, the same header).
 	HeaderLost = schemas.HeaderLostHistory
 )
-
-// ErrConfig is wrapped by every configuration error of New.
-var ErrConfig = errors.New("bridge: invalid configuration")
-
-// Config configures a Bridge for one engine worker.
-type Config struct {
-	// Endpoint is the engine's PUB endpoint of rank 0 (tcp://host:5557); rank r uses
-	// RankEndpoint(Endpoint, r).
-	Endpoint string
-	// ReplayEndpoint is the engine's ROUTER replay endpoint of rank 0; empty: no gap filling
-	// (gaps are reported as lost).
-	ReplayEndpoint string
-	// Topic is the ZeroMQ topic filter; empty receives every topic.
-	Topic string
-	// Bind binds the SUB sockets instead of dialling (for engines configured with a
-	// non-wildcard endpoint, which connect).
-	Bind bool
-	// Ranks is the number of data-parallel ranks of the engine; default 1.
-	Ranks int
-	// WorkerID is the worker id of every record (and the record key).
-	WorkerID uint64
-	// BlockSize is the only engine block size accepted; default 16.
-	BlockSize int
-	// LoraNames maps numeric LoRA ids to adapter names for engines that send no lora_name.
-	LoraNames map[int64]string
-	// KVTopic and DeadLetterTopic are the topics written.
-	KVTopic, DeadLetterTopic string
-	// BufferBatches bounds the batches received and not yet handled, per rank; default 1024.
-	BufferBatches int
-	// ReplayTimeout bounds the wait for each replay reply; default 2s.
-	ReplayTimeout time.Duration
-	// ReplayRetries is how many replays in a row may bring nothing new before the missing
-	// batches are reported lost (0: the first replay is the only one).
-	ReplayRetries int
-	// IdleRecheck is how long a rank may be silent before the replay socket is asked for
-	// batches after the last one handled; 0 disables the re-check.
-	IdleRecheck time.Duration
-	// Resume reads the worker's records back from KVTopic at start to continue where a
-	// previous bridge stopped (ReadBack); it needs Params.ConsumerOpts.
-	Resume bool
-	// LostHistory is the policy for a rank's blocks when engine batches are lost; empty is
-	// LostHistoryClear.
-	LostHistory LostHistory
-}
-
-func (c *Config) withDefaults() Config {
-	out := *c
-	if out.Ranks == 0 {
-		out.Ranks = 1
-	}
-	if out.BlockSize == 0 {
-		out.BlockSize = DefaultBlockSize
-	}
-	if out.BufferBatches == 0 {
-		out.BufferBatches = DefaultBufferBatches
-	}
-	if out.ReplayTimeout == 0 {
-		out.ReplayTimeout = DefaultReplayTimeout
-	}
-	if out.LostHistory == "" {
-		out.LostHistory = LostHistoryClear
-	}
-	return out
-}
-
-func (c *Config) validate() error {
-	bad := func(f string, a ...any) error { return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(f, a...)) }
-	switch {
-	case c.Endpoint == "":
-		return bad("no engine endpoint")
-	case c.Ranks < 1:
-		return bad("ranks %d is not positive", c.Ranks)
-	case c.BlockSize < 1:
-		return bad("block size %d is not positive", c.BlockSize)
-	case c.KVTopic == "" || c.DeadLetterTopic == "":
-		return bad("no KV-events or dead-letter topic")
-	case c.BufferBatches < 1 || c.ReplayTimeout < 0 || c.ReplayRetries < 0 || c.IdleRecheck < 0:
-		return bad("buffer, replay timeout, retries and idle re-check must not be negative")
-	case c.LostHistory != LostHistoryClear && c.LostHistory != LostHistoryKeep:
-		return bad("lost-history policy %q (want %q or %q)", c.LostHistory, LostHistoryClear, LostHistoryKeep)
-	}
-	for r := 0; r < c.Ranks; r++ {
-		if _, err := RankEndpoint(c.Endpoint, r); err != nil {
-			return fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-		if _, err := RankEndpoint(c.ReplayEndpoint, r); err != nil {
-			return fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-	}
-	return nil
-}
 
 // Params are New's inputs.
 type Params struct {
@@ -168,6 +68,8 @@ type Bridge struct {
 
 	ready   atomic.Bool
 	prodErr atomic.Pointer[error]
+	// reach holds the ranks waiting for an engine that does not answer (reachEngine).
+	reach reachState
 	// degraded counts the ranks degraded by lost history (LostHistoryClear).
 	degraded atomic.Int64
 	// fail stops Run with a cause (a record Kafka refused); set while Run runs.
@@ -194,8 +96,13 @@ func newBridge(p Params, worker string) (*Bridge, error) {
 	return &Bridge{cfg: cfg, codec: p.Codec, prod: p.Producer, copts: p.ConsumerOpts, log: log, m: newWorkerMetrics(p.Metrics, worker)}, nil
 }
 
-// Ready reports whether every rank's SUB socket is open and the resume read-back is done.
+// Ready reports whether every rank's SUB socket is open and the resume read-back is done. A
+// rank waiting for an engine that does not answer (at start, or after its socket failed) makes
+// it a *NoEngineError naming the endpoint, the rank and how long it has waited.
 func (b *Bridge) Ready() error {
+	if u, waiting := b.reach.first(); waiting {
+		return &NoEngineError{Rank: u.rank, Endpoint: u.endpoint, For: time.Since(u.since), Err: u.err}
+	}
 	if !b.ready.Load() {
 		return errors.New("bridge: starting (resume read-back, sockets)")
 	}
@@ -233,7 +140,6 @@ func (b *Bridge) run(ctx context.Context, conv *Converter, resumes map[uint32]*R
 		b.log.Info("resuming rank from its records in Kafka", zap.Uint32("rank", r), zap.Int64("last_seq", res.Seq),
 			zap.Int("held_blocks", conv.HeldBlocks(r)), zap.Bool("degraded", res.Degraded))
 	}
-	parent := ctx
 	ctx, cancelCause := context.WithCancelCause(ctx)
 	cancel := func() { cancelCause(nil) }
 	defer cancel()
@@ -242,17 +148,18 @@ func (b *Bridge) run(ctx context.Context, conv *Converter, resumes map[uint32]*R
 	var wg sync.WaitGroup
 	errs := make(chan error, b.cfg.Ranks)
 	var convMu sync.Mutex // the converter's ranks are disjoint, but its map is shared
+	// Each rank opens its socket on its own goroutine, so that a rank whose engine does not
+	// answer holds up no other; the bridge is ready once every rank's socket is open.
+	var opened atomic.Int64
 	for r := 0; r < b.cfg.Ranks; r++ {
 		ep, _ := RankEndpoint(b.cfg.Endpoint, r)
-		open := func() (zmq4.Socket, error) { return openSub(ctx, ep, b.cfg.Topic, b.cfg.Bind) }
-		sub, err := open()
-		if err != nil {
-			cancel()
-			wg.Wait()
-			if cerr := parent.Err(); cerr != nil {
-				return cerr // stopped while dialling an engine that is not up
+		open := func() (zmq4.Socket, error) {
+			if !b.cfg.Bind {
+				if err := b.reachEngine(ctx, r, ep); err != nil {
+					return nil, err
+				}
 			}
-			return err
+			return openSub(ctx, ep, b.cfg.Topic, b.cfg.Bind)
 		}
 		src := &source{rank: uint32(r), conv: conv, sink: b, log: b.log.With(zap.Int("rank", r)), retries: b.cfg.ReplayRetries,
 			keepOnLoss: b.cfg.LostHistory == LostHistoryKeep, resume: resumes[uint32(r)], onMetric: b.m.event,
@@ -271,13 +178,19 @@ func (b *Bridge) run(ctx context.Context, conv *Converter, resumes map[uint32]*R
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := b.runSource(ctx, src, ep, sub, open, &convMu); err != nil && ctx.Err() == nil {
+			sub, err := open()
+			if err == nil {
+				if opened.Add(1) == int64(b.cfg.Ranks) {
+					b.ready.Store(true)
+				}
+				err = b.runSource(ctx, src, ep, sub, open, &convMu)
+			}
+			if err != nil && ctx.Err() == nil {
 				errs <- err
 				cancel()
 			}
 		}()
 	}
-	b.ready.Store(true)
 	<-ctx.Done()
 	wg.Wait()
 	b.ready.Store(false)

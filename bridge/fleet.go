@@ -42,52 +42,75 @@ type Fleet struct {
 	codec  *schemas.Codec
 }
 
-// NewFleet checks every engine's configuration and that no two engines share a worker id or an
-// endpoint (of any rank), and builds their bridges; nothing connects until Run.
+// EngineError is a configuration error of one engine of a fleet: its place in the list, its
+// worker id and the error (a *ConfigError). It matches ErrConfig.
+type EngineError struct {
+	Index    int
+	WorkerID uint64
+	Err      error
+}
+
+func (e *EngineError) Error() string {
+	return fmt.Sprintf("engine %d (worker %d): %v", e.Index, e.WorkerID, e.Err)
+}
+
+func (e *EngineError) Unwrap() error { return e.Err }
+
+// CheckFleet reports the first rule the engines' configurations break, as NewFleet does,
+// without building anything: an engine's own rule (an *EngineError), or two engines that share
+// a worker id or an endpoint of any rank, or write different topics (a *ConfigError).
+func CheckFleet(cfgs []Config) error {
+	if len(cfgs) == 0 {
+		return &ConfigError{Reason: "no engine"}
+	}
+	workers := map[uint64]int{}
+	endpoints := map[string]int{}
+	for i, c := range cfgs {
+		if j, dup := workers[c.WorkerID]; dup {
+			return &ConfigError{Field: "worker_id", Reason: fmt.Sprintf("engines %d and %d have the same worker id %d", j, i, c.WorkerID)}
+		}
+		workers[c.WorkerID] = i
+		if err := c.Check(); err != nil {
+			return &EngineError{Index: i, WorkerID: c.WorkerID, Err: err}
+		}
+		cfg := c.withDefaults()
+		for r := 0; r < cfg.Ranks; r++ {
+			for _, base := range []string{cfg.Endpoint, cfg.ReplayEndpoint} {
+				// Check has seen to it that an engine's own endpoints are distinct.
+				if ep, _ := RankEndpoint(base, r); ep != "" {
+					if j, dup := endpoints[ep]; dup && j != i {
+						return &ConfigError{Field: "endpoint", Reason: fmt.Sprintf("engines %d and %d both use %s", j, i, ep)}
+					}
+					endpoints[ep] = i
+				}
+			}
+		}
+		if cfg.KVTopic != cfgs[0].KVTopic {
+			return &ConfigError{Reason: fmt.Sprintf("engines 0 and %d write different topics (%s, %s)", i, cfgs[0].KVTopic, cfg.KVTopic)}
+		}
+	}
+	return nil
+}
+
+// NewFleet checks the engines' configurations (CheckFleet) and builds their bridges; nothing
+// connects until Run.
 func NewFleet(p FleetParams) (*Fleet, error) {
-	if len(p.Configs) == 0 {
-		return nil, fmt.Errorf("%w: no engine", ErrConfig)
+	if err := CheckFleet(p.Configs); err != nil {
+		return nil, err
 	}
 	log := p.Log
 	if log == nil {
 		log = zap.NewNop()
 	}
-	workers := map[uint64]int{}
-	endpoints := map[string]int{}
 	f := &Fleet{log: log, resume: p.ConsumerOpts != nil, copts: p.ConsumerOpts, codec: p.Codec}
 	for i, c := range p.Configs {
-		if j, dup := workers[c.WorkerID]; dup {
-			return nil, fmt.Errorf("%w: engines %d and %d have the same worker id %d", ErrConfig, j, i, c.WorkerID)
-		}
-		workers[c.WorkerID] = i
-		cfg := c.withDefaults()
-		if err := cfg.validate(); err != nil {
-			return nil, fmt.Errorf("engine %d (worker %d): %w", i, c.WorkerID, err)
-		}
-		for r := 0; r < cfg.Ranks; r++ {
-			for _, base := range []string{cfg.Endpoint, cfg.ReplayEndpoint} {
-				ep, _ := RankEndpoint(base, r)
-				if ep == "" {
-					continue
-				}
-				if j, dup := endpoints[ep]; dup && j != i {
-					return nil, fmt.Errorf("%w: engines %d and %d both use %s", ErrConfig, j, i, ep)
-				} else if dup {
-					return nil, fmt.Errorf("%w: engine %d uses %s twice (its PUB and replay ports overlap across ranks)", ErrConfig, i, ep)
-				}
-				endpoints[ep] = i
-			}
-		}
 		worker := strconv.FormatUint(c.WorkerID, 10)
 		b, err := newBridge(Params{Config: c, Codec: p.Codec, Producer: p.Producer, ConsumerOpts: p.ConsumerOpts,
 			Metrics: p.Metrics, Log: log.With(zap.Uint64("worker_id", c.WorkerID))}, worker)
 		if err != nil {
-			return nil, fmt.Errorf("engine %d (worker %d): %w", i, c.WorkerID, err)
+			return nil, &EngineError{Index: i, WorkerID: c.WorkerID, Err: err}
 		}
-		f.resume = f.resume && cfg.Resume
-		if i > 0 && cfg.KVTopic != f.bridges[0].cfg.KVTopic {
-			return nil, fmt.Errorf("%w: engines 0 and %d write different topics (%s, %s)", ErrConfig, i, f.bridges[0].cfg.KVTopic, cfg.KVTopic)
-		}
+		f.resume = f.resume && b.cfg.Resume
 		f.bridges = append(f.bridges, b)
 	}
 	return f, nil

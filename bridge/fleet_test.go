@@ -31,7 +31,8 @@ func TestNewFleetRefusesSharedWorkersAndEndpoints(t *testing.T) {
 		{"same worker", []Config{engine(1, "tcp://a:5557", "", 1), engine(1, "tcp://b:5557", "", 1)}, "same worker id 1"},
 		{"same endpoint", []Config{engine(1, "tcp://a:5557", "", 1), engine(2, "tcp://a:5557", "", 1)}, "both use tcp://a:5557"},
 		{"rank ports overlap another engine", []Config{engine(1, "tcp://a:5557", "", 2), engine(2, "tcp://a:5558", "", 1)}, "both use tcp://a:5558"},
-		{"own ranks overlap its replay", []Config{engine(1, "tcp://a:5557", "tcp://a:5558", 2)}, "uses tcp://a:5558 twice"},
+		{"own ranks overlap its replay", []Config{engine(1, "tcp://a:5557", "tcp://a:5558", 2)}, "engine 0 (worker 1): bridge: invalid configuration: replay_endpoint: rank 0's replay endpoint tcp://a:5558 is rank 1's PUB endpoint"},
+		{"different topics", []Config{engine(1, "tcp://a:5557", "", 1), {WorkerID: 2, Endpoint: "tcp://b:5557", KVTopic: "other", DeadLetterTopic: "dl"}}, "write different topics"},
 		{"an invalid engine", []Config{engine(1, "tcp://a:5557", "", -1)}, "engine 0 (worker 1)"},
 	} {
 		_, err := NewFleet(FleetParams{Configs: c.engines, Codec: codec, Producer: prod})

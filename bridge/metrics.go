@@ -15,8 +15,9 @@ type metrics struct {
 	batches, replayed, duplicates, restarts, gaps, lost tally.Counter
 	undecodable, refused, deadLetters, bufferFull       tally.Counter
 	malformedMessages, produceErrors, reconnects        tally.Counter
-	replayRetries, lostClears                           tally.Counter
+	replayRetries, lostClears, dialFailures             tally.Counter
 	buffered, sequenceLag, degradedRanks                tally.Gauge
+	unreachableRanks                                    tally.Gauge
 	produceLatency                                      tally.Histogram
 	eventsBy                                            map[string]tally.Counter
 	recordsBy                                           [4]tally.Counter
@@ -57,6 +58,8 @@ func newWorkerMetrics(root tally.Scope, worker string) *metrics {
 		reconnects:        s.Counter("socket_reopens_total"),
 		replayRetries:     s.Counter("replay_retries_total"),
 		lostClears:        s.Counter("lost_history_clears_total"),
+		dialFailures:      s.Counter("engine_dial_failures_total"),
+		unreachableRanks:  gauges.Gauge("engine_unreachable_ranks"),
 		degradedRanks:     gauges.Gauge("degraded_ranks"),
 		buffered:          gauges.Gauge("buffered_batches"),
 		sequenceLag:       gauges.Gauge("sequence_lag_batches"),
