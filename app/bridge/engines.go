@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
 	"github.com/ckf-stream/ckf-stream/bridge"
@@ -82,12 +83,20 @@ func LoadEngines(b config.Bridge) ([]config.Bridge, error) {
 }
 
 // BridgeConfigs converts the configuration sections to the bridge configuration of every engine
-// the process serves: bridge.engines_file's engines, or the one engine of bridge.endpoint.
+// the process serves: bridge.engines_file's engines, or the one engine of bridge.endpoint. It
+// checks them with the bridge library's rules (bridge.Config.Check, bridge.CheckFleet), so that
+// a configuration the bridge would refuse is a *config.FieldError naming the setting before
+// anything starts: bridge.<setting> for the one engine, bridge.engines_file with the file, the
+// engine and its key for a list.
 func BridgeConfigs(b config.Bridge, topics config.Topics) ([]bridge.Config, error) {
 	if b.EnginesFile == "" {
 		c, err := BridgeConfig(b, topics)
 		if err != nil {
 			return nil, err
+		}
+		if err := c.Check(); err != nil {
+			_, key, reason := refusal(err)
+			return nil, &config.FieldError{Field: strings.TrimSuffix("bridge."+key, "."), Reason: reason, Err: err}
 		}
 		return []bridge.Config{c}, nil
 	}
@@ -107,5 +116,30 @@ func BridgeConfigs(b config.Bridge, topics config.Topics) ([]bridge.Config, erro
 		}
 		out = append(out, c)
 	}
+	if err := bridge.CheckFleet(out); err != nil {
+		engine, key, reason := refusal(err)
+		if key != "" {
+			key += ": "
+		}
+		return nil, &config.FieldError{Field: "bridge.engines_file", Reason: b.EnginesFile + ": " + engine + key + reason, Err: err}
+	}
 	return out, nil
+}
+
+// refusal splits the bridge library's refusal of a configuration into the engine of a list it
+// names (empty for the one engine), the setting's key (bridge.Config's field names are the
+// bridge.* keys; empty when no key of the section holds the value) and the reason.
+func refusal(err error) (engine, key, reason string) {
+	var ee *bridge.EngineError
+	if errors.As(err, &ee) {
+		engine = fmt.Sprintf("engine %d (worker %d): ", ee.Index, ee.WorkerID)
+	}
+	var ce *bridge.ConfigError
+	if !errors.As(err, &ce) {
+		return engine, "", err.Error()
+	}
+	if ce.Field == "" {
+		return engine, "", ce.Reason
+	}
+	return engine, ce.Field, ce.Reason
 }
