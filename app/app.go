@@ -23,6 +23,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/app/logging"
 	"github.com/ckf-stream/ckf-stream/app/metrics"
+	"go.uber.org/dig"
 	"go.uber.org/fx"
 )
 
@@ -78,16 +79,31 @@ func (e *RunError) Error() string { return string(e.Phase) + ": " + e.Err.Error(
 // Unwrap returns the cause.
 func (e *RunError) Unwrap() error { return e.Err }
 
+// Exit codes of Run besides a component's own (fx.ExitCode).
+const (
+	// ExitFailure: a phase failed.
+	ExitFailure = 1
+	// ExitConfig: a phase failed on a configuration error (config.ErrInvalid), which a
+	// component found only while it was built or started; the same status a command gives a
+	// configuration refused before it builds anything.
+	ExitConfig = 2
+)
+
 // Run starts a, waits for SIGINT, SIGTERM or a component's fx.Shutdowner call, and stops a. It
 // returns the exit code the process should end with: the code given to Shutdown (0 for a
-// signal), or 1 with a *RunError when a phase failed. A failed start has already been rolled back
-// by fx (the hooks that started are stopped).
+// signal), or ExitFailure (ExitConfig for a configuration error) with a *RunError when a phase
+// failed. A failed start has already been rolled back by fx (the hooks that started are
+// stopped).
+//
+// A build error is the component's own error: fx and dig wrap a constructor's error in the
+// chain of functions and arguments being built, with their files and lines, which names the
+// code rather than the problem, so Run keeps only the root cause (dig.RootCause).
 //
 // Components report fatal errors with shutdowner.Shutdown(fx.ExitCode(n)), never log.Fatal or
 // os.Exit, so that the rest of the process still drains, flushes and commits.
 func Run(a *fx.App) (int, error) {
 	if err := a.Err(); err != nil {
-		return 1, &RunError{Phase: PhaseBuild, Err: err}
+		return failed(PhaseBuild, dig.RootCause(err))
 	}
 	startCtx, cancel := context.WithTimeout(context.Background(), a.StartTimeout())
 	defer cancel()
@@ -95,7 +111,7 @@ func Run(a *fx.App) (int, error) {
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w (startup_timeout %v)", err, a.StartTimeout())
 		}
-		return 1, &RunError{Phase: PhaseStart, Err: err}
+		return failed(PhaseStart, dig.RootCause(err))
 	}
 	sig := <-a.Wait()
 	stopCtx, cancel := context.WithTimeout(context.Background(), a.StopTimeout())
@@ -104,7 +120,15 @@ func Run(a *fx.App) (int, error) {
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w (shutdown_timeout %v)", err, a.StopTimeout())
 		}
-		return 1, &RunError{Phase: PhaseStop, Err: err}
+		return failed(PhaseStop, err)
 	}
 	return sig.ExitCode, nil
+}
+
+// failed is Run's result for a phase that failed with err.
+func failed(phase Phase, err error) (int, error) {
+	if errors.Is(err, config.ErrInvalid) {
+		return ExitConfig, &RunError{Phase: phase, Err: err}
+	}
+	return ExitFailure, &RunError{Phase: phase, Err: err}
 }

@@ -149,6 +149,21 @@ func TestRunFailures(t *testing.T) {
 		t.Errorf("port taken: Run = %d, %v; want 1 and a start error naming http.listen", code, err)
 	}
 
+	// A constructor's error is the whole build error, without fx's and dig's wrapping (the
+	// function being built, its file and line); a configuration error exits with status 2.
+	type component struct{}
+	refused := &config.FieldError{Field: "bridge.replay_endpoint", Reason: "overlaps the PUB ports"}
+	code, err = app.Run(app.New(load(t), fx.Provide(func() (*component, error) { return nil, refused }), fx.Invoke(func(*component) {})))
+	if code != app.ExitConfig || !errors.As(err, &re) || re.Phase != app.PhaseBuild || !errors.Is(err, refused) ||
+		err.Error() != "build: config: bridge.replay_endpoint: overlaps the PUB ports" {
+		t.Errorf("a constructor's configuration error: Run = %d, %v; want 2 and only the error", code, err)
+	}
+	plain := errors.New("bridge: no codec")
+	code, err = app.Run(app.New(load(t), fx.Provide(func() (*component, error) { return nil, plain }), fx.Invoke(func(*component) {})))
+	if code != app.ExitFailure || err == nil || err.Error() != "build: bridge: no codec" {
+		t.Errorf("a constructor's error: Run = %d, %v; want 1 and only the error", code, err)
+	}
+
 	type missing struct{}
 	code, err = app.Run(app.New(load(t), fx.Invoke(func(missing) {})))
 	if code != 1 || !errors.As(err, &re) || re.Phase != app.PhaseBuild {
