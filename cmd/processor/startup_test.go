@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,4 +89,33 @@ func TestWrongBroker(t *testing.T) {
 		t.Errorf("stack traces in the log:\n%s", res.stderr)
 	}
 	t.Logf("%d lines of stderr:\n%s", len(lines), res.stderr)
+}
+
+// TestBridgeOverlappingRankPortsIsOneLine: the data-parallel engines file the README once showed
+// (two ranks on PUB 5557 and replay 5558, where rank 1's PUB port is rank 0's replay port), and
+// the same ports given to the one engine of bridge.endpoint, are refused before anything starts:
+// exit status 2 and one line naming the setting, not fx's "could not build arguments for
+// function ..." around it.
+func TestBridgeOverlappingRankPortsIsOneLine(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "engines.yaml")
+	if err := os.WriteFile(file, []byte("engines:\n"+
+		"  - {worker_id: 17, endpoint: \"tcp://engine-a:5557\", replay_endpoint: \"tcp://engine-a:5558\"}\n"+
+		"  - {worker_id: 18, endpoint: \"tcp://engine-b:5557\", replay_endpoint: \"tcp://engine-b:5558\", ranks: 2}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bridge.engines_file=" + file}, "processor: config: bridge.engines_file: " + file +
+			": engine 1 (worker 18): replay_endpoint: rank 0's replay endpoint tcp://engine-b:5558 is rank 1's PUB endpoint"},
+		{[]string{"--bridge.endpoint=tcp://engine-b:5557", "--bridge.replay_endpoint=tcp://engine-b:5558", "--bridge.ranks=2"},
+			"processor: config: bridge.replay_endpoint: rank 0's replay endpoint tcp://engine-b:5558 is rank 1's PUB endpoint"},
+	} {
+		code, _, errOut := runCmd(t, nil, append([]string{"bridge", "--kafka.brokers=127.0.0.1:9", "--http.listen=127.0.0.1:0"}, c.args...)...)
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		if code != exitUsage || len(lines) != 1 || !strings.HasPrefix(lines[0], c.want) || strings.Contains(errOut, "could not build") {
+			t.Errorf("bridge %v: exit %d, stderr %q; want 2 and one line starting %q", c.args, code, errOut, c.want)
+		}
+	}
 }
