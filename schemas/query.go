@@ -1,6 +1,8 @@
 package schemas
 
 import (
+	"errors"
+	"fmt"
 	"time"
 	"unicode/utf8"
 
@@ -21,6 +23,40 @@ const MaxCorrelationIDBytes = 256
 
 // MaxBlockSize bounds TokenIDs block sizes.
 const MaxBlockSize = 1 << 16
+
+// ValidBlockSize reports whether n is a legal block size of a token-id query
+// (QueryRequest.BlockSize): 1 to MaxBlockSize tokens. It is the one home of
+// the rule: the codec, the answerer (streams/query.Answerer) and the HTTP
+// contract (queryapi.DecodeRequest) apply it, each naming the field as its
+// caller knows it.
+func ValidBlockSize(n uint32) bool { return n >= 1 && n <= MaxBlockSize }
+
+// CheckBlockExtraKeys applies the rules of a query's per-block extra keys, of
+// which there are entries (block i's in entry i): none at all is always
+// legal; otherwise q must be a token-id query with a valid block size, and
+// entries may not exceed the number of windows of BlockSize tokens in Tokens,
+// a trailing partial window counted (one entry per block). The Kafka
+// QueryRequest has no field for extra keys yet; the answerer
+// (streams/query.Answerer.AnswerExtra) and the HTTP contract
+// (queryapi.DecodeRequest, block_extra_keys) apply this one rule. The error
+// is the rule's text alone, for the caller to wrap; it allocates only then.
+func CheckBlockExtraKeys(q *QueryRequest, entries int) error {
+	if entries == 0 {
+		return nil
+	}
+	if q.Input != InputTokenIDs {
+		return errors.New("block_extra_keys go with token_ids, not local_block_hashes")
+	}
+	if !ValidBlockSize(q.BlockSize) {
+		return fmt.Errorf("block_extra_keys need a block_size in [1,%d], got %d", MaxBlockSize, q.BlockSize)
+	}
+	tokens := q.Tokens.Len()
+	if windows := (tokens + int(q.BlockSize) - 1) / int(q.BlockSize); entries > windows {
+		return fmt.Errorf("block_extra_keys has %d entries for %d token ids in blocks of %d (at most one per block: %d)",
+			entries, tokens, q.BlockSize, windows)
+	}
+	return nil
+}
 
 // QueryInputKind says which branch of QueryRequest.input a request carries.
 type QueryInputKind uint8
@@ -107,7 +143,7 @@ func (q *QueryRequest) validate() error {
 		if len(q.Tokens)%TokenSize != 0 {
 			return invalid("input.tokens", "length %d is not a multiple of %d", len(q.Tokens), TokenSize)
 		}
-		if q.BlockSize == 0 || q.BlockSize > MaxBlockSize {
+		if !ValidBlockSize(q.BlockSize) {
 			return invalid("input.block_size", "%d is not in [1, %d]", q.BlockSize, MaxBlockSize)
 		}
 	default:

@@ -124,9 +124,9 @@ func (a *Answerer) Answer(req *schemas.QueryRequest, sc *QueryScratch) schemas.Q
 // the end of extra, and nil or empty entries, hash as text blocks; with no entry at all the
 // answer is Answer's. extra may have one entry per window including a trailing partial block
 // (which is dropped, its entry ignored); more entries than that, or extra keys with
-// LocalBlockHashes input, are an INVALID_REQUEST reply. The Kafka QueryRequest has no field for
-// extra keys yet: this is the HTTP path's (POST /v1/prefix-matches, block_extra_keys) and Go
-// callers'. It allocates only while sc's block buffer grows and for an invalid request's message.
+// LocalBlockHashes input, are an INVALID_REQUEST reply (the rule is schemas.CheckBlockExtraKeys).
+// The Kafka QueryRequest has no field for extra keys yet: this is the HTTP path's
+// (POST /v1/prefix-matches, block_extra_keys) and Go callers'. It allocates only while sc's block buffer grows and for an invalid request's message.
 func (a *Answerer) AnswerExtra(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *QueryScratch) schemas.QueryReply {
 	return a.answer(req, extra, sc)
 }
@@ -138,8 +138,8 @@ func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *
 	if err := checkRequest(req); err != nil {
 		return a.InvalidReply(replyIDFor(req.CorrelationID, err.Error()))
 	}
-	if err := checkExtra(req, extra); err != nil {
-		return a.InvalidReply(replyIDFor(req.CorrelationID, err.Error()))
+	if err := schemas.CheckBlockExtraKeys(req, len(extra)); err != nil {
+		return a.InvalidReply(replyIDFor(req.CorrelationID, fmt.Errorf("%w: %w", ErrInvalidQuery, err).Error()))
 	}
 	reply := schemas.QueryReply{CorrelationID: req.CorrelationID}
 
@@ -253,7 +253,7 @@ func checkRequest(q *schemas.QueryRequest) error {
 		if len(q.Tokens)%schemas.TokenSize != 0 {
 			return fmt.Errorf("%w: input.tokens length %d is not a multiple of %d", ErrInvalidQuery, len(q.Tokens), schemas.TokenSize)
 		}
-		if q.BlockSize == 0 || q.BlockSize > schemas.MaxBlockSize {
+		if !schemas.ValidBlockSize(q.BlockSize) {
 			return fmt.Errorf("%w: input.block_size %d is not in [1, %d]", ErrInvalidQuery, q.BlockSize, schemas.MaxBlockSize)
 		}
 	default:
@@ -261,24 +261,6 @@ func checkRequest(q *schemas.QueryRequest) error {
 	}
 	if q.ReplyPartition.Valid && q.ReplyPartition.Value < 0 {
 		return fmt.Errorf("%w: reply_partition %d is negative", ErrInvalidQuery, q.ReplyPartition.Value)
-	}
-	return nil
-}
-
-// checkExtra applies AnswerExtra's rules on extra keys: only with token ids, and at most one
-// entry per window of block_size tokens (a trailing partial window counted). It allocates only
-// when it reports an error.
-func checkExtra(q *schemas.QueryRequest, extra []ckf.ExtraKeys) error {
-	if len(extra) == 0 {
-		return nil
-	}
-	if q.Input != schemas.InputTokenIDs {
-		return fmt.Errorf("%w: block extra keys go with token ids, not local block hashes", ErrInvalidQuery)
-	}
-	tokens := len(q.Tokens) / schemas.TokenSize
-	windows := (tokens + int(q.BlockSize) - 1) / int(q.BlockSize)
-	if len(extra) > windows {
-		return fmt.Errorf("%w: %d block extra-key entries for %d tokens in blocks of %d (at most %d)", ErrInvalidQuery, len(extra), tokens, q.BlockSize, windows)
 	}
 	return nil
 }
