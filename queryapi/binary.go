@@ -1,0 +1,168 @@
+package queryapi
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"mime"
+	"net/url"
+	"strconv"
+
+	"github.com/ckf-stream/ckf-stream/schemas"
+)
+
+// The binary form of POST /v1/prefix-matches (app/indexer/http.md, "Binary form"): a request
+// body of little-endian u64 local block hashes, answered with a fixed header and one u32 depth
+// per answering lane. It exists for callers that ask many short queries: it spares the JSON
+// encoding of the hashes and of the reply, the duplicate-key scan and the per-request
+// allocations, so the route's cost is close to the search's own.
+const (
+	// BinaryContentType is the Content-Type of a binary request and of its OK reply.
+	BinaryContentType = "application/octet-stream"
+	// BinaryReplyVersion is the first byte of a binary reply; a change of the layout changes it.
+	BinaryReplyVersion = 1
+	// BinaryReplyHeaderBytes is the size of a binary reply before its depths.
+	BinaryReplyHeaderBytes = 12
+	// CorrelationIDHeader carries a binary request's correlation id (the JSON body's
+	// correlation_id); an OK binary reply echoes it.
+	CorrelationIDHeader = "X-Correlation-Id"
+	// MaxBinaryReplyBytes is the longest binary reply: every lane answering.
+	MaxBinaryReplyBytes = BinaryReplyHeaderBytes + 4*16
+)
+
+// BinaryReply is a decoded binary reply (DecodeBinaryReply): the JSON reply's fields without the
+// lanes' DC ids and pools, which GET /v1/lanes gives once for all queries.
+type BinaryReply struct {
+	QueryBlocks     uint32
+	ReadyLanes      uint16
+	IncompleteLanes uint16
+	// Depths holds one depth per bit of ReadyLanes, in lane order.
+	Depths []uint32
+}
+
+// Depth returns lane l's depth and whether lane l answered.
+func (r *BinaryReply) Depth(l uint8) (uint32, bool) {
+	if l >= 16 || r.ReadyLanes&(1<<l) == 0 {
+		return 0, false
+	}
+	return r.Depths[bits.OnesCount16(r.ReadyLanes&(1<<l-1))], true
+}
+
+// ErrBinaryReply is the kind of every error of DecodeBinaryReply.
+var ErrBinaryReply = errors.New("queryapi: malformed binary prefix-match reply")
+
+// AppendBinaryReply appends the binary encoding of an OK reply to dst: version, number of depths,
+// ready and incomplete lane masks, a reserved zero u16, query_blocks, then one u32 depth per
+// lane of Lanes (ascending lane order, one per bit of ReadyLanes), all little-endian.
+func AppendBinaryReply(dst []byte, r *schemas.QueryReply) []byte {
+	dst = append(dst, BinaryReplyVersion, byte(len(r.Lanes)))
+	dst = binary.LittleEndian.AppendUint16(dst, r.ReadyLanes)
+	dst = binary.LittleEndian.AppendUint16(dst, r.IncompleteLanes)
+	dst = binary.LittleEndian.AppendUint16(dst, 0)
+	dst = binary.LittleEndian.AppendUint32(dst, r.QueryBlocks)
+	for i := range r.Lanes {
+		dst = binary.LittleEndian.AppendUint32(dst, r.Lanes[i].Depth)
+	}
+	return dst
+}
+
+// DecodeBinaryReply decodes a binary reply body. It checks everything the layout fixes: the
+// version, the length against the count of depths, the count against the ready mask, the
+// incomplete mask within the ready one, the reserved field zero. Errors wrap ErrBinaryReply.
+func DecodeBinaryReply(b []byte) (BinaryReply, error) {
+	if len(b) < BinaryReplyHeaderBytes {
+		return BinaryReply{}, fmt.Errorf("%w: %d bytes, the header alone is %d", ErrBinaryReply, len(b), BinaryReplyHeaderBytes)
+	}
+	if b[0] != BinaryReplyVersion {
+		return BinaryReply{}, fmt.Errorf("%w: version %d, want %d", ErrBinaryReply, b[0], BinaryReplyVersion)
+	}
+	n := int(b[1])
+	r := BinaryReply{
+		ReadyLanes:      binary.LittleEndian.Uint16(b[2:]),
+		IncompleteLanes: binary.LittleEndian.Uint16(b[4:]),
+		QueryBlocks:     binary.LittleEndian.Uint32(b[8:]),
+	}
+	switch {
+	case binary.LittleEndian.Uint16(b[6:]) != 0:
+		return BinaryReply{}, fmt.Errorf("%w: reserved field %d, want 0", ErrBinaryReply, binary.LittleEndian.Uint16(b[6:]))
+	case n != bits.OnesCount16(r.ReadyLanes):
+		return BinaryReply{}, fmt.Errorf("%w: %d depths for ready lanes %#04x", ErrBinaryReply, n, r.ReadyLanes)
+	case len(b) != BinaryReplyHeaderBytes+4*n:
+		return BinaryReply{}, fmt.Errorf("%w: %d bytes for %d depths, want %d", ErrBinaryReply, len(b), n, BinaryReplyHeaderBytes+4*n)
+	case r.IncompleteLanes&^r.ReadyLanes != 0:
+		return BinaryReply{}, fmt.Errorf("%w: incomplete lanes %#04x outside ready lanes %#04x", ErrBinaryReply, r.IncompleteLanes, r.ReadyLanes)
+	}
+	r.Depths = make([]uint32, n)
+	for i := range r.Depths {
+		r.Depths[i] = binary.LittleEndian.Uint32(b[BinaryReplyHeaderBytes+4*i:])
+	}
+	return r, nil
+}
+
+// AppendBinaryRequest appends the binary request body of the given local block hashes to dst.
+func AppendBinaryRequest(dst []byte, hashes []uint64) []byte {
+	for _, h := range hashes {
+		dst = binary.LittleEndian.AppendUint64(dst, h)
+	}
+	return dst
+}
+
+// errBinaryLength: a binary body that is not a whole number of 8-byte hashes.
+var errBinaryLength = errors.New("binary body length")
+
+// IsBinaryContentType reports whether a request whose Content-Type header has the given values
+// is binary: exactly one value, BinaryContentType without parameters. Any other value goes to
+// the JSON rule (CheckJSONContentType), which refuses BinaryContentType with a parameter.
+func IsBinaryContentType(values []string) bool {
+	if len(values) != 1 {
+		return false
+	}
+	if values[0] == BinaryContentType {
+		return true
+	}
+	mt, params, err := mime.ParseMediaType(values[0])
+	return err == nil && mt == BinaryContentType && len(params) == 0
+}
+
+// DecodeBinaryRequest reads a binary request into the query the answerer takes: body, a whole
+// number of 8-byte little-endian hashes (none is the empty query), becomes the request's Hashes
+// as it is (it aliases body: keep body unchanged while the request is in use); correlationIDs,
+// the values of the request's CorrelationIDHeader, gives the correlation id (at most one; none
+// leaves it empty, for the server to make one up); rawQuery, the URL's query, may give
+// lane_mask (decimal 0..65535) and nothing else. The size limit (MaxRequestBytes) is the
+// reader's. Errors wrap ErrBadRequest.
+func DecodeBinaryRequest(body []byte, correlationIDs []string, rawQuery string) (schemas.QueryRequest, error) {
+	if len(body)%schemas.WordSize != 0 {
+		return schemas.QueryRequest{}, fmt.Errorf("%w: %w: %d bytes is not a whole number of %d-byte little-endian block hashes",
+			ErrBadRequest, errBinaryLength, len(body), schemas.WordSize)
+	}
+	req := schemas.QueryRequest{Input: schemas.InputLocalBlockHashes, Hashes: schemas.PackedU64(body)}
+	switch len(correlationIDs) {
+	case 0:
+	case 1:
+		req.CorrelationID = correlationIDs[0]
+	default:
+		return schemas.QueryRequest{}, fmt.Errorf("%w: %d %s headers: give at most one", ErrBadRequest, len(correlationIDs), CorrelationIDHeader)
+	}
+	if rawQuery == "" {
+		return req, nil
+	}
+	q, _ := url.ParseQuery(rawQuery) // as net/http's URL.Query: a malformed pair is left out
+	for k := range q {
+		if k != "lane_mask" {
+			return schemas.QueryRequest{}, fmt.Errorf("%w: query parameter %q: a binary request takes only lane_mask", ErrBadRequest, k)
+		}
+	}
+	if v := q["lane_mask"]; len(v) > 0 {
+		if len(v) > 1 {
+			return schemas.QueryRequest{}, fmt.Errorf("%w: lane_mask given %d times: give it at most once", ErrBadRequest, len(v))
+		}
+		m, err := strconv.ParseUint(v[0], 10, 16)
+		if err != nil {
+			return schemas.QueryRequest{}, fmt.Errorf("%w: lane_mask %q is not a 16-bit lane mask (0..65535)", ErrBadRequest, v[0])
+		}
+		req.LaneMask = schemas.Some(uint16(m))
+	}
+	return req, nil
+}

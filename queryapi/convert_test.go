@@ -1,0 +1,135 @@
+package queryapi_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/ckf-stream/ckf-stream/queryapi"
+	"github.com/ckf-stream/ckf-stream/schemas"
+)
+
+// TestRequestOfCarriesEveryField: RequestOf gives the JSON body every field of a token-id and of
+// a hash query.
+func TestRequestOfCarriesEveryField(t *testing.T) {
+	req := schemas.QueryRequest{CorrelationID: "c1", Input: schemas.InputTokenIDs, Tokens: schemas.AppendU32s(nil, []uint32{1, 2, 3}),
+		BlockSize: 2, LoraName: "l", CacheNamespace: "n", LaneMask: schemas.Some(uint16(6))}
+	got := queryapi.RequestOf(&req)
+	mask := uint64(6)
+	want := queryapi.PrefixMatchRequest{CorrelationID: "c1", TokenIDs: []uint32{1, 2, 3}, BlockSize: 2, LoraName: "l", CacheNamespace: "n", LaneMask: &mask}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%+v, want %+v", got, want)
+	}
+	got = queryapi.RequestOf(&schemas.QueryRequest{Input: schemas.InputLocalBlockHashes, Hashes: schemas.AppendU64s(nil, []uint64{7, 8})})
+	if !reflect.DeepEqual(got.LocalBlockHashes, []uint64{7, 8}) || got.TokenIDs != nil || got.LaneMask != nil {
+		t.Fatalf("hashes: %+v", got)
+	}
+}
+
+// TestRequestOfAnEmptyQuery: an empty hash query is written as an empty list, not as null
+// (which the server reads as no input).
+func TestRequestOfAnEmptyQuery(t *testing.T) {
+	b, err := json.Marshal(queryapi.RequestOf(&schemas.QueryRequest{Input: schemas.InputLocalBlockHashes}))
+	if err != nil || !strings.Contains(string(b), `"local_block_hashes":[]`) || !strings.Contains(string(b), `"token_ids":null`) {
+		t.Fatalf("%s, %v", b, err)
+	}
+}
+
+// TestRequestOfDecodesBack: what a client writes with RequestOf, the server's DecodeRequest reads
+// back as the same query (the fields the JSON form carries).
+func TestRequestOfDecodesBack(t *testing.T) {
+	for _, q := range []schemas.QueryRequest{
+		{CorrelationID: "h", Input: schemas.InputLocalBlockHashes, Hashes: schemas.AppendU64s(nil, []uint64{1, 1 << 63, 0}), LaneMask: schemas.Some(uint16(5))},
+		{CorrelationID: "e", Input: schemas.InputLocalBlockHashes, Hashes: schemas.AppendU64s(nil, nil)},
+		{CorrelationID: "t", Input: schemas.InputTokenIDs, Tokens: schemas.AppendU32s(nil, []uint32{9, 8, 7, 6, 5}), BlockSize: 2, LoraName: "l", CacheNamespace: "n"},
+	} {
+		body, err := json.Marshal(queryapi.RequestOf(&q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, extra, err := queryapi.DecodeRequest(body)
+		if err != nil || extra != nil {
+			t.Fatalf("%s: %v, extra %v", body, err, extra)
+		}
+		if len(q.Hashes) == 0 && q.Input == schemas.InputLocalBlockHashes {
+			q.Hashes = schemas.PackedU64{} // the JSON form's empty list reads as empty, not nil
+		}
+		if !reflect.DeepEqual(got, q) {
+			t.Fatalf("%s:\nread %+v\nwant %+v", body, got, q)
+		}
+	}
+}
+
+// TestResponseReply: Reply reads a JSON answer back into the reply the Kafka path gives, and
+// refuses an unknown status or a DC id that is not hexadecimal.
+func TestResponseReply(t *testing.T) {
+	resp := queryapi.PrefixMatchResponse{CorrelationID: "x", Status: "OK", QueryBlocks: 4, ReadyLanes: 1,
+		Matches: []queryapi.DCMatch{{Lane: 0, DcID: "000000000000dc01", Pool: "p", Depth: 3}}}
+	r, err := resp.Reply()
+	want := schemas.QueryReply{CorrelationID: "x", Status: schemas.QueryOK, QueryBlocks: 4, ReadyLanes: 1,
+		Lanes: []schemas.LaneMatch{{Lane: 0, DcID: 0xdc01, Pool: "p", Depth: 3}}}
+	if err != nil || !reflect.DeepEqual(r, want) {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	if _, err := (&queryapi.PrefixMatchResponse{Status: "MAYBE"}).Reply(); err == nil {
+		t.Fatal("an unknown status was accepted")
+	}
+	if _, err := (&queryapi.PrefixMatchResponse{Status: "OK", Matches: []queryapi.DCMatch{{DcID: "zz"}}}).Reply(); err == nil {
+		t.Fatal("a bad DC id was accepted")
+	}
+}
+
+// TestResponseOfRoundTrip: ResponseOf and Reply are inverse on every status, the incomplete
+// lanes marked on their matches, and a reply without lanes has an empty list of matches, never
+// null.
+func TestResponseOfRoundTrip(t *testing.T) {
+	for _, r := range []schemas.QueryReply{
+		{CorrelationID: "ok", Status: schemas.QueryOK, QueryBlocks: 9, ReadyLanes: 0b1001, IncompleteLanes: 0b1000,
+			Lanes: []schemas.LaneMatch{{Lane: 0, DcID: 0xdc01, Pool: "d/000000000000dc01", Depth: 9}, {Lane: 3, DcID: 0xdc04, Pool: "d/000000000000dc04", Depth: 2}}},
+		{CorrelationID: "u", Status: schemas.QueryUnavailable, ErrorMessage: "no eligible lane is ready", QueryBlocks: 3},
+		{Status: schemas.QueryInvalidRequest, ErrorMessage: "bad"},
+	} {
+		resp := queryapi.ResponseOf(&r)
+		if resp.Matches == nil {
+			t.Fatalf("%+v: matches are null", r)
+		}
+		for _, m := range resp.Matches {
+			if m.Incomplete != (r.IncompleteLanes&(1<<m.Lane) != 0) {
+				t.Fatalf("lane %d: incomplete %v, mask %#x", m.Lane, m.Incomplete, r.IncompleteLanes)
+			}
+		}
+		back, err := resp.Reply()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Lanes) == 0 {
+			back.Lanes = r.Lanes
+		}
+		if !reflect.DeepEqual(back, r) {
+			t.Fatalf("round trip:\n%+v\n%+v", back, r)
+		}
+		if got := queryapi.StatusCode(r.Status); got != []int{200, 503, 400}[r.Status] {
+			t.Fatalf("%s: status code %d", r.Status, got)
+		}
+	}
+}
+
+// TestDecodeErrorsNameNoGoType: an error about a value of the wrong JSON type names the type the
+// API documents, never a Go type of the server (the messages once read "[]indexer.wireHash" and
+// "indexer.prefixMatchWire").
+func TestDecodeErrorsNameNoGoType(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"local_block_hashes":1}`:           "field local_block_hashes: number is not a valid []uint64",
+		`{"token_ids":"x","block_size":2}`:   "field token_ids: string is not a valid []uint32",
+		`[]`:                                 "the body is a JSON array, not an object",
+		`"x"`:                                "the body is a JSON string, not an object",
+		`{"local_block_hashes":[1],"x":1}`:   `unknown field "x"`,
+		`{"token_ids":[1],"block_size":"4"}`: "field block_size: string is not a valid uint32",
+	} {
+		_, _, err := queryapi.DecodeRequest([]byte(body))
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "wire") || strings.Contains(err.Error(), "queryapi.") {
+			t.Errorf("%s: %v, want %q", body, err, want)
+		}
+	}
+}
