@@ -13,17 +13,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
-	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	lg "github.com/ckf-stream/ckf-stream/loadgen"
+	"github.com/ckf-stream/ckf-stream/queryapi"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	streamquery "github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -296,12 +295,13 @@ func leaderless(details kadm.TopicDetails, names []string) error {
 }
 
 // HTTPQuery returns a QueryFunc that asks the indexer at base (http://host:port) through
-// POST /v1/prefix-matches and turns its answer into a schemas.QueryReply: 200, 400 and 503
-// answers are replies (OK, INVALID_REQUEST, UNAVAILABLE); any other status is an error.
+// POST /v1/prefix-matches and turns its answer into a schemas.QueryReply: the body is
+// queryapi.RequestOf's, and 200, 400 and 503 answers are replies (OK, INVALID_REQUEST,
+// UNAVAILABLE; queryapi.PrefixMatchResponse.Reply); any other status is an error.
 func HTTPQuery(cl *http.Client, base string) lg.QueryFunc {
 	url := strings.TrimSuffix(base, "/") + "/v1/prefix-matches"
 	return func(ctx context.Context, req schemas.QueryRequest) (schemas.QueryReply, error) {
-		body, err := json.Marshal(HTTPRequest(req))
+		body, err := json.Marshal(queryapi.RequestOf(&req))
 		if err != nil {
 			return schemas.QueryReply{}, err
 		}
@@ -326,51 +326,14 @@ func HTTPQuery(cl *http.Client, base string) lg.QueryFunc {
 		default:
 			return schemas.QueryReply{}, fmt.Errorf("loadgen: POST %s: %s: %s", url, resp.Status, bytes.TrimSpace(b))
 		}
-		var out indexer.PrefixMatchResponse
+		var out queryapi.PrefixMatchResponse
 		if err := json.Unmarshal(b, &out); err != nil {
 			return schemas.QueryReply{}, fmt.Errorf("loadgen: POST %s: %s with an undecodable body: %w", url, resp.Status, err)
 		}
-		return ReplyOf(out)
-	}
-}
-
-// HTTPRequest is the JSON body of POST /v1/prefix-matches for req.
-func HTTPRequest(req schemas.QueryRequest) indexer.PrefixMatchRequest {
-	out := indexer.PrefixMatchRequest{CorrelationID: req.CorrelationID}
-	switch req.Input {
-	case schemas.InputLocalBlockHashes:
-		out.LocalBlockHashes = req.Hashes.AppendTo(make([]uint64, 0, req.Hashes.Len()))
-	case schemas.InputTokenIDs:
-		out.TokenIDs = req.Tokens.AppendTo(make([]uint32, 0, req.Tokens.Len()))
-		out.BlockSize, out.LoraName, out.CacheNamespace = req.BlockSize, req.LoraName, req.CacheNamespace
-	}
-	if m, ok := req.LaneMask.Get(); ok {
-		v := uint64(m)
-		out.LaneMask = &v
-	}
-	return out
-}
-
-// ReplyOf converts an HTTP answer to the reply the Kafka path would have given.
-func ReplyOf(r indexer.PrefixMatchResponse) (schemas.QueryReply, error) {
-	out := schemas.QueryReply{CorrelationID: r.CorrelationID, ErrorMessage: r.Error, ReadyLanes: r.ReadyLanes, QueryBlocks: r.QueryBlocks,
-		IncompleteLanes: r.IncompleteLanes}
-	switch r.Status {
-	case schemas.QueryOK.String():
-		out.Status = schemas.QueryOK
-	case schemas.QueryUnavailable.String():
-		out.Status = schemas.QueryUnavailable
-	case schemas.QueryInvalidRequest.String():
-		out.Status = schemas.QueryInvalidRequest
-	default:
-		return out, fmt.Errorf("loadgen: unknown answer status %q", r.Status)
-	}
-	for _, m := range r.Matches {
-		dc, err := strconv.ParseUint(m.DcID, 16, 64)
+		reply, err := out.Reply()
 		if err != nil {
-			return out, fmt.Errorf("loadgen: answer has DC id %q: %w", m.DcID, err)
+			return reply, fmt.Errorf("loadgen: POST %s: %s: %w", url, resp.Status, err)
 		}
-		out.Lanes = append(out.Lanes, schemas.LaneMatch{Lane: m.Lane, DcID: dc, Pool: m.Pool, Depth: m.Depth})
+		return reply, nil
 	}
-	return out, nil
 }

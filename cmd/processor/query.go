@@ -7,16 +7,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
-	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/queryapi"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/query"
 )
@@ -68,7 +69,7 @@ func (f *queryFlags) request() (schemas.QueryRequest, error) {
 		if err != nil {
 			return req, fmt.Errorf("--tokens: %w", err)
 		}
-		if f.blockSize < 1 || f.blockSize > schemas.MaxBlockSize {
+		if f.blockSize > math.MaxUint32 || !schemas.ValidBlockSize(uint32(f.blockSize)) {
 			return req, fmt.Errorf("--block-size %d is not in [1,%d] (required with --tokens)", f.blockSize, schemas.MaxBlockSize)
 		}
 		toks := make([]uint32, len(ts))
@@ -156,7 +157,7 @@ func runQuery(args []string, stdout, stderr io.Writer, lookupEnv func(string) (s
 		return exitFailure
 	}
 	if f.json {
-		b, _ := json.MarshalIndent(replyJSON(reply), "", "  ")
+		b, _ := json.MarshalIndent(queryapi.ResponseOf(&reply), "", "  ") // the HTTP answer's form, whichever path asked
 		fmt.Fprintln(stdout, string(b))
 	} else {
 		printReply(stdout, reply, path, took)
@@ -207,15 +208,4 @@ func printReply(w io.Writer, r schemas.QueryReply, path string, took time.Durati
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t\n", l.Lane, ckf.DcID(l.DcID), l.Depth, r.QueryBlocks)
 	}
 	_ = tw.Flush()
-}
-
-// replyJSON is the reply in the HTTP endpoint's JSON form, so both paths print alike.
-func replyJSON(r schemas.QueryReply) indexer.PrefixMatchResponse {
-	out := indexer.PrefixMatchResponse{CorrelationID: r.CorrelationID, Status: r.Status.String(), Error: r.ErrorMessage,
-		QueryBlocks: r.QueryBlocks, ReadyLanes: r.ReadyLanes, IncompleteLanes: r.IncompleteLanes, Matches: []indexer.DCMatch{}}
-	for _, l := range r.Lanes {
-		out.Matches = append(out.Matches, indexer.DCMatch{Lane: l.Lane, DcID: ckf.DcID(l.DcID).String(), Pool: l.Pool, Depth: l.Depth,
-			Incomplete: r.IncompleteLanes&(1<<l.Lane) != 0})
-	}
-	return out
 }

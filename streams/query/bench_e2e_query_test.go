@@ -19,6 +19,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/queryapi"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
 	"github.com/ckf-stream/ckf-stream/streams/lanes"
@@ -114,9 +115,9 @@ func pfQueryIndexOf(b *testing.B) *pfQueryIndex {
 			}
 			x.chains = append(x.chains, chain)
 			x.reqs = append(x.reqs, schemas.QueryRequest{Input: schemas.InputLocalBlockHashes, Hashes: schemas.AppendU64s(nil, chain)})
-			body, _ := json.Marshal(indexer.PrefixMatchRequest{LocalBlockHashes: chain})
+			body, _ := json.Marshal(queryapi.PrefixMatchRequest{LocalBlockHashes: chain})
 			x.bodies = append(x.bodies, body)
-			x.binary = append(x.binary, indexer.AppendBinaryRequest(nil, chain))
+			x.binary = append(x.binary, queryapi.AppendBinaryRequest(nil, chain))
 		}
 		for l := range ckf.LaneCount {
 			in, err := g.ClaimLane(uint8(l))
@@ -273,7 +274,7 @@ func BenchmarkE2EQueryHTTP(b *testing.B) {
 		bodies                    [][]byte
 	}{
 		{"", "e2e-query-http", "application/json", x.bodies},
-		{"binary/", "e2e-query-http-binary", indexer.BinaryContentType, x.binary},
+		{"binary/", "e2e-query-http-binary", queryapi.BinaryContentType, x.binary},
 	} {
 		for _, callers := range pfCallers {
 			b.Run(fmt.Sprintf("%scallers=%d", form.prefix, callers), func(b *testing.B) {
