@@ -20,6 +20,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
+	"github.com/ckf-stream/ckf-stream/queryapi"
 	"github.com/ckf-stream/ckf-stream/streams/lanes"
 	"github.com/ckf-stream/ckf-stream/streams/query"
 )
@@ -193,11 +194,11 @@ func (tb *table) install(t testing.TB, lane uint8, chains [][]uint64) {
 }
 
 // post sends body to POST /v1/prefix-matches and decodes the answer.
-func (tb *table) post(t *testing.T, body string) (int, indexer.PrefixMatchResponse) {
+func (tb *table) post(t *testing.T, body string) (int, queryapi.PrefixMatchResponse) {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	tb.mux.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/prefix-matches", strings.NewReader(body)))
-	var resp indexer.PrefixMatchResponse
+	var resp queryapi.PrefixMatchResponse
 	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 		t.Fatalf("POST %s: content type %q, body %s", body, ct, rec.Body)
 	}
@@ -209,16 +210,16 @@ func (tb *table) post(t *testing.T, body string) (int, indexer.PrefixMatchRespon
 
 // wantDirect checks resp against a direct GlobalIndexer.FindPrefixMatches of local, restricted
 // to mask.
-func wantDirect(t *testing.T, g *index.GlobalIndexer, local []uint64, mask uint16, resp indexer.PrefixMatchResponse) {
+func wantDirect(t *testing.T, g *index.GlobalIndexer, local []uint64, mask uint16, resp queryapi.PrefixMatchResponse) {
 	t.Helper()
 	direct, err := g.FindPrefixMatches(local)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []indexer.DCMatch
+	var want []queryapi.DCMatch
 	for l := uint8(0); l < ckf.LaneCount; l++ {
 		if m, ok := direct.Match(l); ok && mask&(1<<l) != 0 {
-			want = append(want, indexer.DCMatch{Lane: l, DcID: m.Pool.Dc.String(), Pool: m.Pool.String(), Depth: m.Depth})
+			want = append(want, queryapi.DCMatch{Lane: l, DcID: m.Pool.Dc.String(), Pool: m.Pool.String(), Depth: m.Depth})
 		}
 	}
 	if !slices.Equal(resp.Matches, want) || resp.QueryBlocks != uint32(len(local)) || resp.Status != "OK" {
@@ -257,7 +258,7 @@ func TestPrefixMatchesByHashesEqualDirectSearch(t *testing.T) {
 		t.Fatal("no query found a cached prefix: the fixture is wrong")
 	}
 	// The shared system prompt is cached in both DCs: both report at least its 8 blocks.
-	body, _ := json.Marshal(indexer.PrefixMatchRequest{CorrelationID: "mine", LocalBlockHashes: tb.chains[0][0][:10]})
+	body, _ := json.Marshal(queryapi.PrefixMatchRequest{CorrelationID: "mine", LocalBlockHashes: tb.chains[0][0][:10]})
 	_, resp := tb.post(t, string(body))
 	if resp.CorrelationID != "mine" || len(resp.Matches) != 2 || resp.Matches[0].Depth != 10 || resp.Matches[1].Depth < 8 {
 		t.Fatalf("shared prefix: %+v", resp)
@@ -345,7 +346,7 @@ func TestPrefixMatchesBadRequests(t *testing.T) {
 		}
 	}
 	// A body beyond MaxRequestBytes is refused without reading it all.
-	big := `{"local_block_hashes": [` + strings.Repeat("1234567890,", indexer.MaxRequestBytes/11+1) + `1]}`
+	big := `{"local_block_hashes": [` + strings.Repeat("1234567890,", queryapi.MaxRequestBytes/11+1) + `1]}`
 	if code, resp := tb.post(t, big); code != http.StatusRequestEntityTooLarge || !strings.Contains(resp.Error, "exceeds") {
 		t.Errorf("big body: %d %+v", code, resp)
 	}
@@ -382,7 +383,7 @@ func TestPrefixMatchesContentType(t *testing.T) {
 		}
 		rec := httptest.NewRecorder()
 		tb.mux.ServeHTTP(rec, req)
-		var resp indexer.PrefixMatchResponse
+		var resp queryapi.PrefixMatchResponse
 		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
 			t.Fatalf("%q: undecodable answer %q: %v", tc.contentType, rec.Body, err)
 		}

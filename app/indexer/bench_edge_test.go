@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckf-stream/ckf-stream/app/indexer"
+	"github.com/ckf-stream/ckf-stream/queryapi"
 )
 
 // edgeWriter is a reusable http.ResponseWriter that keeps nothing but the status, so that the
@@ -50,7 +50,7 @@ func BenchmarkQueryEdge(b *testing.B) {
 	tb := newTable(b)
 	q := append(slices.Clone(tb.chains[0][0][:20]), randomChain(rand.New(rand.NewPCG(3, 3)), 44)...)
 	jsonBody, _ := json.Marshal(map[string]any{"local_block_hashes": q})
-	binBody := indexer.AppendBinaryRequest(nil, q)
+	binBody := queryapi.AppendBinaryRequest(nil, q)
 
 	b.Run("handler", func(b *testing.B) {
 		h := tb.api.QueryHandler()
@@ -60,8 +60,8 @@ func BenchmarkQueryEdge(b *testing.B) {
 		jreq := httptest.NewRequest(http.MethodPost, "/v1/prefix-matches", jr)
 		jreq.Header.Set("Content-Type", "application/json")
 		breq := httptest.NewRequest(http.MethodPost, "/v1/prefix-matches", br)
-		breq.Header.Set("Content-Type", indexer.BinaryContentType)
-		breq.Header.Set(indexer.CorrelationIDHeader, "bench")
+		breq.Header.Set("Content-Type", queryapi.BinaryContentType)
+		breq.Header.Set(queryapi.CorrelationIDHeader, "bench")
 		one := func(req *http.Request, r *bytes.Reader, body []byte) time.Duration {
 			r.Reset(body)
 			req.Body = io.NopCloser(r)
@@ -83,10 +83,10 @@ func BenchmarkQueryEdge(b *testing.B) {
 	// scheduler) costs can be told from what the route costs.
 	mux := http.NewServeMux()
 	mux.Handle("/", tb.mux)
-	reply := make([]byte, indexer.BinaryReplyHeaderBytes+8)
+	reply := make([]byte, queryapi.BinaryReplyHeaderBytes+8)
 	mux.HandleFunc("POST /floor", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", indexer.BinaryContentType)
+		w.Header().Set("Content-Type", queryapi.BinaryContentType)
 		_, _ = w.Write(reply)
 	})
 	srv := httptest.NewServer(mux)
@@ -100,7 +100,7 @@ func BenchmarkQueryEdge(b *testing.B) {
 		one := func(ct string, body []byte) time.Duration {
 			target := url
 			if ct == "" {
-				target, ct = srv.URL+"/floor", indexer.BinaryContentType
+				target, ct = srv.URL+"/floor", queryapi.BinaryContentType
 			}
 			req, _ := http.NewRequest(http.MethodPost, target, bytes.NewReader(body))
 			req.Header.Set("Content-Type", ct)
@@ -120,7 +120,7 @@ func BenchmarkQueryEdge(b *testing.B) {
 		}
 		edgeRun(b, func() time.Duration { return one("application/json", jsonBody) }, func() time.Duration {
 			floor = append(floor, one("", binBody))
-			return one(indexer.BinaryContentType, binBody)
+			return one(queryapi.BinaryContentType, binBody)
 		})
 		slices.Sort(floor)
 		b.ReportMetric(float64(floor[len(floor)/2].Nanoseconds())/1e3, "floor-p50-µs")
@@ -133,8 +133,8 @@ func BenchmarkQueryEdge(b *testing.B) {
 		}
 		defer lc.conn.Close()
 		jreq := leanRequest("/v1/prefix-matches", "application/json", jsonBody)
-		breq := leanRequest("/v1/prefix-matches", indexer.BinaryContentType, binBody)
-		freq := leanRequest("/floor", indexer.BinaryContentType, binBody)
+		breq := leanRequest("/v1/prefix-matches", queryapi.BinaryContentType, binBody)
+		freq := leanRequest("/floor", queryapi.BinaryContentType, binBody)
 		var floor []time.Duration
 		one := func(req []byte) time.Duration {
 			start := time.Now()

@@ -7,7 +7,11 @@
 //
 //	GET  /v1/lanes            the lane status table as JSON (LanesView)
 //	GET  / and GET /lanes     the same table as a page for people, reloading itself
-//	POST /v1/prefix-matches   a prefix-match query (PrefixMatchRequest -> PrefixMatchResponse)
+//	POST /v1/prefix-matches   a prefix-match query (queryapi.PrefixMatchRequest ->
+//	                          queryapi.PrefixMatchResponse, or the binary form)
+//
+// The query route's contract (bodies, rules, codecs) is the package queryapi; this package holds
+// its handler (query_handler.go) and the wiring.
 //
 // plus the "lanes" readiness check of /readyz (API.Ready says when a replica is ready).
 //

@@ -20,6 +20,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
+	"github.com/ckf-stream/ckf-stream/queryapi"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/streams/query"
@@ -286,7 +287,7 @@ func TestMetricsMoveWhileProducing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hr indexer.PrefixMatchResponse
+	var hr queryapi.PrefixMatchResponse
 	if err := json.NewDecoder(resp.Body).Decode(&hr); err != nil {
 		t.Fatal(err)
 	}

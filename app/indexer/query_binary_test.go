@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -13,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckf-stream/ckf-stream/app/indexer"
+	"github.com/ckf-stream/ckf-stream/queryapi"
 	"github.com/ckf-stream/ckf-stream/schemas"
 )
 
@@ -21,7 +20,7 @@ import (
 // headers and returns the recorder.
 func (tb *table) postBinary(target string, body io.Reader, header map[string]string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(http.MethodPost, target, body)
-	req.Header.Set("Content-Type", indexer.BinaryContentType)
+	req.Header.Set("Content-Type", queryapi.BinaryContentType)
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
@@ -31,12 +30,12 @@ func (tb *table) postBinary(target string, body io.Reader, header map[string]str
 }
 
 // binaryOK decodes an OK binary answer, failing on anything else.
-func binaryOK(t *testing.T, rec *httptest.ResponseRecorder) indexer.BinaryReply {
+func binaryOK(t *testing.T, rec *httptest.ResponseRecorder) queryapi.BinaryReply {
 	t.Helper()
-	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != indexer.BinaryContentType {
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != queryapi.BinaryContentType {
 		t.Fatalf("binary query: %d %q %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
 	}
-	r, err := indexer.DecodeBinaryReply(rec.Body.Bytes())
+	r, err := queryapi.DecodeBinaryReply(rec.Body.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,9 +43,9 @@ func binaryOK(t *testing.T, rec *httptest.ResponseRecorder) indexer.BinaryReply 
 }
 
 // jsonProblem decodes a JSON problem answer of the given status.
-func jsonProblem(t *testing.T, rec *httptest.ResponseRecorder, code int, status string) indexer.PrefixMatchResponse {
+func jsonProblem(t *testing.T, rec *httptest.ResponseRecorder, code int, status string) queryapi.PrefixMatchResponse {
 	t.Helper()
-	var resp indexer.PrefixMatchResponse
+	var resp queryapi.PrefixMatchResponse
 	if rec.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("answer %d of type %q, want JSON: %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
 	}
@@ -60,7 +59,7 @@ func jsonProblem(t *testing.T, rec *httptest.ResponseRecorder, code int, status 
 }
 
 // sameAnswer checks that a binary reply says what the JSON reply to the same query says.
-func sameAnswer(t *testing.T, bin indexer.BinaryReply, js indexer.PrefixMatchResponse) {
+func sameAnswer(t *testing.T, bin queryapi.BinaryReply, js queryapi.PrefixMatchResponse) {
 	t.Helper()
 	if bin.QueryBlocks != js.QueryBlocks || bin.ReadyLanes != js.ReadyLanes || bin.IncompleteLanes != js.IncompleteLanes || len(bin.Depths) != len(js.Matches) {
 		t.Fatalf("binary %+v, JSON %+v", bin, js)
@@ -96,9 +95,9 @@ func TestBinaryPrefixMatchesEqualJSON(t *testing.T) {
 				target += "?lane_mask=" + mask
 				fields["lane_mask"] = json.Number(mask)
 			}
-			rec := tb.postBinary(target, bytes.NewReader(indexer.AppendBinaryRequest(nil, q)), map[string]string{indexer.CorrelationIDHeader: "bin-1"})
+			rec := tb.postBinary(target, bytes.NewReader(queryapi.AppendBinaryRequest(nil, q)), map[string]string{queryapi.CorrelationIDHeader: "bin-1"})
 			bin := binaryOK(t, rec)
-			if got := rec.Header().Get(indexer.CorrelationIDHeader); got != "bin-1" {
+			if got := rec.Header().Get(queryapi.CorrelationIDHeader); got != "bin-1" {
 				t.Fatalf("correlation id %q echoed as %q", "bin-1", got)
 			}
 			js, _ := json.Marshal(fields)
@@ -137,30 +136,30 @@ func TestBinaryPrefixMatchesBadRequests(t *testing.T) {
 			t.Errorf("%d bytes: %q", n, resp.Error)
 		}
 	}
-	big := make([]byte, indexer.MaxRequestBytes+8)
+	big := make([]byte, queryapi.MaxRequestBytes+8)
 	jsonProblem(t, tb.postBinary("/v1/prefix-matches", bytes.NewReader(big), nil), http.StatusRequestEntityTooLarge, "INVALID_REQUEST")
 	// No Content-Length: the limit is found while reading.
 	jsonProblem(t, tb.postBinary("/v1/prefix-matches", io.MultiReader(bytes.NewReader(big)), nil), http.StatusRequestEntityTooLarge, "INVALID_REQUEST")
 	// Exactly the limit is a query (of 2^19 blocks).
-	binaryOK(t, tb.postBinary("/v1/prefix-matches", io.MultiReader(bytes.NewReader(big[:indexer.MaxRequestBytes])), nil))
+	binaryOK(t, tb.postBinary("/v1/prefix-matches", io.MultiReader(bytes.NewReader(big[:queryapi.MaxRequestBytes])), nil))
 
-	body := indexer.AppendBinaryRequest(nil, []uint64{1, 2, 3})
+	body := queryapi.AppendBinaryRequest(nil, []uint64{1, 2, 3})
 	for _, target := range []string{"?lane_mask=65536", "?lane_mask=x", "?lane_mask=-1", "?lane_mask=1&lane_mask=2", "?mask=1", "?lane_mask=1&x"} {
 		jsonProblem(t, tb.postBinary("/v1/prefix-matches"+target, bytes.NewReader(body), nil), http.StatusBadRequest, "INVALID_REQUEST")
 	}
 	req := httptest.NewRequest(http.MethodPost, "/v1/prefix-matches", bytes.NewReader(body))
-	req.Header.Set("Content-Type", indexer.BinaryContentType)
-	req.Header.Add(indexer.CorrelationIDHeader, "a")
-	req.Header.Add(indexer.CorrelationIDHeader, "b")
+	req.Header.Set("Content-Type", queryapi.BinaryContentType)
+	req.Header.Add(queryapi.CorrelationIDHeader, "a")
+	req.Header.Add(queryapi.CorrelationIDHeader, "b")
 	rec := httptest.NewRecorder()
 	tb.mux.ServeHTTP(rec, req)
 	jsonProblem(t, rec, http.StatusBadRequest, "INVALID_REQUEST")
 	// A correlation id beyond the contract's limit is the Answerer's INVALID_REQUEST.
-	jsonProblem(t, tb.postBinary("/v1/prefix-matches", bytes.NewReader(body), map[string]string{indexer.CorrelationIDHeader: strings.Repeat("x", schemas.MaxCorrelationIDBytes+1)}),
+	jsonProblem(t, tb.postBinary("/v1/prefix-matches", bytes.NewReader(body), map[string]string{queryapi.CorrelationIDHeader: strings.Repeat("x", schemas.MaxCorrelationIDBytes+1)}),
 		http.StatusBadRequest, "INVALID_REQUEST")
 
 	req = httptest.NewRequest(http.MethodPost, "/v1/prefix-matches", bytes.NewReader(body))
-	req.Header.Set("Content-Type", indexer.BinaryContentType+"; version=2")
+	req.Header.Set("Content-Type", queryapi.BinaryContentType+"; version=2")
 	rec = httptest.NewRecorder()
 	tb.mux.ServeHTTP(rec, req)
 	jsonProblem(t, rec, http.StatusUnsupportedMediaType, "INVALID_REQUEST")
@@ -177,53 +176,6 @@ func TestBinaryPrefixMatchesBadRequests(t *testing.T) {
 	}
 }
 
-// TestBinaryReplyRoundTrip: AppendBinaryReply and DecodeBinaryReply agree on every ready mask, and
-// the decoder refuses every malformed reply: short, long, wrong version, count against mask,
-// incomplete lanes outside the ready ones, a reserved field set.
-func TestBinaryReplyRoundTrip(t *testing.T) {
-	rng := rand.New(rand.NewPCG(4, 4))
-	for range 200 {
-		ready := uint16(rng.Uint32())
-		r := schemas.QueryReply{Status: schemas.QueryOK, ReadyLanes: ready, IncompleteLanes: ready & uint16(rng.Uint32()), QueryBlocks: rng.Uint32()}
-		for l := range uint8(16) {
-			if ready&(1<<l) != 0 {
-				r.Lanes = append(r.Lanes, schemas.LaneMatch{Lane: l, Depth: rng.Uint32()})
-			}
-		}
-		b := indexer.AppendBinaryReply(nil, &r)
-		got, err := indexer.DecodeBinaryReply(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.QueryBlocks != r.QueryBlocks || got.ReadyLanes != ready || got.IncompleteLanes != r.IncompleteLanes || len(got.Depths) != len(r.Lanes) {
-			t.Fatalf("round trip %+v -> %+v", r, got)
-		}
-		for _, m := range r.Lanes {
-			if d, ok := got.Depth(m.Lane); !ok || d != m.Depth {
-				t.Fatalf("lane %d: %d,%v want %d", m.Lane, d, ok, m.Depth)
-			}
-		}
-	}
-	good := indexer.AppendBinaryReply(nil, &schemas.QueryReply{ReadyLanes: 0b101, IncompleteLanes: 0b100, QueryBlocks: 9,
-		Lanes: []schemas.LaneMatch{{Lane: 0, Depth: 3}, {Lane: 2, Depth: 9}}})
-	bad := map[string][]byte{
-		"short":              good[:indexer.BinaryReplyHeaderBytes-1],
-		"a depth cut":        good[:len(good)-1],
-		"a byte too many":    append(slices.Clone(good), 0),
-		"version":            append([]byte{2}, good[1:]...),
-		"count against mask": append([]byte{1, 3}, good[2:]...),
-		"incomplete outside": binary.LittleEndian.AppendUint16(slices.Clone(good[:4]), 0b010),
-		"reserved":           binary.LittleEndian.AppendUint16(slices.Clone(good[:6]), 1),
-	}
-	bad["incomplete outside"] = append(bad["incomplete outside"], good[6:]...)
-	bad["reserved"] = append(bad["reserved"], good[8:]...)
-	for name, b := range bad {
-		if _, err := indexer.DecodeBinaryReply(b); !errors.Is(err, indexer.ErrBinaryReply) {
-			t.Errorf("%s: %v", name, err)
-		}
-	}
-}
-
 // FuzzBinaryPrefixMatches sends arbitrary bodies as binary queries: a whole number of 8-byte
 // words is answered 200 with a well-formed reply that equals the JSON answer to the same hashes;
 // any other length is a 400 JSON problem body; nothing else happens.
@@ -231,8 +183,8 @@ func FuzzBinaryPrefixMatches(f *testing.F) {
 	tb := newTable(f)
 	f.Add([]byte{})
 	f.Add([]byte{1})
-	f.Add(indexer.AppendBinaryRequest(nil, tb.chains[0][0][:5]))
-	f.Add(append(indexer.AppendBinaryRequest(nil, tb.chains[1][0]), 7, 7, 7))
+	f.Add(queryapi.AppendBinaryRequest(nil, tb.chains[0][0][:5]))
+	f.Add(append(queryapi.AppendBinaryRequest(nil, tb.chains[1][0]), 7, 7, 7))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := tb.postBinary("/v1/prefix-matches", bytes.NewReader(body), nil)
 		if len(body)%8 != 0 {
@@ -250,25 +202,5 @@ func FuzzBinaryPrefixMatches(f *testing.F) {
 			t.Fatalf("JSON: %d %+v", code, resp)
 		}
 		sameAnswer(t, bin, resp)
-	})
-}
-
-// FuzzDecodeBinaryReply: the reply decoder never panics, and whatever it accepts encodes back to
-// the same bytes.
-func FuzzDecodeBinaryReply(f *testing.F) {
-	f.Add(indexer.AppendBinaryReply(nil, &schemas.QueryReply{ReadyLanes: 1, QueryBlocks: 2, Lanes: []schemas.LaneMatch{{Depth: 2}}}))
-	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := indexer.DecodeBinaryReply(b)
-		if err != nil {
-			return
-		}
-		q := schemas.QueryReply{ReadyLanes: r.ReadyLanes, IncompleteLanes: r.IncompleteLanes, QueryBlocks: r.QueryBlocks}
-		for i, m := 0, r.ReadyLanes; m != 0; i, m = i+1, m&(m-1) {
-			q.Lanes = append(q.Lanes, schemas.LaneMatch{Depth: r.Depths[i]})
-		}
-		if again := indexer.AppendBinaryReply(nil, &q); !bytes.Equal(again, b) {
-			t.Fatalf("decoded %x as %+v, which encodes as %x", b, r, again)
-		}
 	})
 }
