@@ -1,0 +1,29 @@
+// Package workers is the worker-level index of one DC: for a prompt, how many leading blocks
+// each source (worker, dp rank) holds on the device tier, and how far the chain continues on
+// the lower tiers (host pinned, disk, external). It is the second routing stage beside the
+// relay's per-DC answer, fed by the same KV events (ckf/producer's event model) and answering
+// with the meaning of dynamo-kv-router's OverlapScores and its lower-tier continuation; the
+// rules are docs/spec/workers.md (cited as workers §N).
+//
+// Model (workers §2): a membership is a (source, tier, canonical hash) triple. The canonical
+// hash of a stored block is computed from its parent's canonical in the same source's lineage
+// and its token hash, exactly as the relay computes it (producer §2, ckf.CanonicalChild), so a
+// query is a list of canonical sequence hashes (ckf.SequenceHashes of the prompt's local block
+// hashes). A source's device depth for a query is the length of the longest prefix of the query
+// whose every block the source holds on the device tier; its continuation on a lower tier starts
+// where the previous tier stopped (workers §5).
+//
+// Layout (workers §8): per tier, an open-addressing map from canonical hash to a 4-byte holder
+// value (ckf/internal/u64map): one holder inline, two or more an interned, reference-counted,
+// sorted set of dense source indexes, shared by every block with the same holders. Per source,
+// one lineage map from external id to canonical hash plus the tiers the id is held on. A query
+// looks up each query block once and compares holder values; only where the value changes does
+// it intersect sets, so a prompt held by the same workers all along costs one lookup per block
+// whatever the number of workers.
+//
+// Concurrency (workers §7): an Index has no internal synchronisation; one goroutine owns it and
+// both applies events and answers queries. Shared wraps an Index in a sync.RWMutex so that any
+// number of readers answer queries concurrently with each other while one writer applies events
+// between them: a reader sees the index before or after an event, never part of one. Every
+// query writes only its own *Result.
+package workers

@@ -1,0 +1,256 @@
+package workers
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/internal/u64map"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+)
+
+// TierCount is the number of storage tiers (producer.StorageTier's values).
+const TierCount = 4
+
+// lineageEntry is what a source's lineage keeps per external id: the canonical hash and the
+// tiers (bit t = producer.StorageTier t) the id is held on. Nine bytes with no padding, so a
+// lineage slot (8-byte key included) is 17 bytes.
+type lineageEntry struct {
+	canon [8]byte
+	tiers uint8
+}
+
+func (e *lineageEntry) canonical() ckf.CanonicalHash {
+	return ckf.CanonicalHash(binary.LittleEndian.Uint64(e.canon[:]))
+}
+
+func newLineageEntry(c ckf.CanonicalHash) lineageEntry {
+	var e lineageEntry
+	binary.LittleEndian.PutUint64(e.canon[:], uint64(c))
+	return e
+}
+
+type (
+	lineageMap = u64map.Map[ckf.ExternalBlockHash, lineageEntry]
+	holderMap  = u64map.Map[ckf.CanonicalHash, uint32]
+)
+
+// source is one (worker, dp rank) with at least one mapping (workers §2.1).
+type source struct {
+	key  ckf.SourceKey
+	lin  *lineageMap
+	held [TierCount]uint64 // memberships per tier
+}
+
+// aliasKey names one membership that more than one external id of its source maps to.
+type aliasKey struct {
+	canon ckf.CanonicalHash
+	src   uint32
+	tier  producer.StorageTier
+}
+
+// Telemetry is the index's saturating-free diagnostic counters (workers §6). None of them
+// means the state is wrong: each counts input the index refused or found redundant.
+type Telemetry struct {
+	// Events applied (any outcome, gated events excluded).
+	Events uint64
+	// StoredBlocks and RemovedBlocks count memberships added and dropped by stores,
+	// removals, clears and worker removals.
+	StoredBlocks  uint64
+	RemovedBlocks uint64
+	// DuplicateBlocks counts stored blocks the source already held on that tier under that
+	// external id (workers §3.3).
+	DuplicateBlocks uint64
+	// UnknownRemovals counts removal ids the source did not hold on that tier (workers §3.4).
+	UnknownRemovals uint64
+	// UnknownSources counts removals, clears and worker removals naming a source (or worker)
+	// the index holds nothing for (workers §3.5).
+	UnknownSources uint64
+	// ParentNotFound and InvalidSequences count rejected stores (workers §6).
+	ParentNotFound   uint64
+	InvalidSequences uint64
+	// NotWorkerResidency counts events of the cache-owner residency domain, which hold no
+	// worker's blocks and are ignored (workers §3.1); UnsupportedResidency counts events
+	// rejected for an unknown or invalid residency.
+	NotWorkerResidency   uint64
+	UnsupportedResidency uint64
+	// InvalidKinds counts events whose Kind is none of the three.
+	InvalidKinds uint64
+}
+
+// Index is the worker-level index of one DC (workers §2).
+//
+// Invariants (checked by TestIndexMatchesModel and the property tests):
+//
+//   - a source entry exists iff its lineage has at least one external id, and every
+//     lineage entry has at least one tier bit;
+//   - source i holds canonical c on tier t (c's holder value on t names i) iff some external
+//     id of i's lineage maps to c with bit t set; aliases[{c, i, t}] is the number of such ids
+//     minus one, listed only when positive;
+//   - held[t] of a source is the number of canonicals it holds on t;
+//   - a holder value is never 0 in a tier map, and a set id's refs equal the number of
+//     tier-map entries holding it.
+//
+// Failure behaviour: every store is validated before its first mutation, so a returned error
+// means nothing of that event changed; removals and clears never fail (workers §6).
+//
+// Concurrency: none; one goroutine owns an Index (see Shared for concurrent readers).
+type Index struct {
+	ids     map[ckf.SourceKey]uint32
+	srcs    []source // by dense index; key is zero and lin nil for a free index
+	freeSrc []uint32
+	lastKey ckf.SourceKey // sourceOf's one-entry cache: lastIdx is ids[lastKey]
+	lastIdx int32         // -1 when empty
+	tiers   [TierCount]holderMap
+	sets    setTable
+	aliases map[aliasKey]uint32
+	tel     Telemetry
+	prep    []prepared // the store path's working memory
+}
+
+// prepared is one block of a validated store.
+type prepared struct {
+	ext   ckf.ExternalBlockHash
+	canon ckf.CanonicalHash
+}
+
+// New returns an empty index.
+func New() *Index {
+	return &Index{ids: make(map[ckf.SourceKey]uint32), lastIdx: -1, aliases: map[aliasKey]uint32{}}
+}
+
+// Telemetry returns the counters.
+func (ix *Index) Telemetry() Telemetry { return ix.tel }
+
+// sourceOf returns key's dense index, or -1.
+func (ix *Index) sourceOf(key ckf.SourceKey) int32 {
+	if ix.lastIdx >= 0 && ix.lastKey == key {
+		return ix.lastIdx
+	}
+	i, ok := ix.ids[key]
+	if !ok {
+		return -1
+	}
+	ix.lastKey, ix.lastIdx = key, int32(i)
+	return int32(i)
+}
+
+// addSource registers key with an empty lineage and returns its dense index.
+func (ix *Index) addSource(key ckf.SourceKey) (uint32, error) {
+	var i uint32
+	if n := len(ix.freeSrc); n > 0 {
+		i = ix.freeSrc[n-1]
+		ix.freeSrc = ix.freeSrc[:n-1]
+	} else {
+		if len(ix.srcs) >= maxSources {
+			return 0, ckf.NewEventError(ckf.EventAllocationFailed, "more than 2^31-1 sources")
+		}
+		i = uint32(len(ix.srcs))
+		ix.srcs = append(ix.srcs, source{})
+	}
+	ix.srcs[i] = source{key: key, lin: &lineageMap{}}
+	ix.ids[key] = i
+	ix.lastKey, ix.lastIdx = key, int32(i)
+	return i, nil
+}
+
+// dropSource forgets source i, whose lineage is empty.
+func (ix *Index) dropSource(i uint32) {
+	delete(ix.ids, ix.srcs[i].key)
+	ix.srcs[i] = source{}
+	ix.freeSrc = append(ix.freeSrc, i)
+	ix.lastIdx = -1
+}
+
+// gain records that source i now holds c on tier t through one more external id.
+func (ix *Index) gain(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
+	p, _ := ix.tiers[t].Upsert(c)
+	nv, already := ix.sets.with(*p, i)
+	if already {
+		ix.aliases[aliasKey{c, i, t}]++
+		return
+	}
+	*p = nv
+	ix.srcs[i].held[t]++
+	ix.tel.StoredBlocks++
+}
+
+// lose records that one external id of source i mapping to c on tier t is gone.
+func (ix *Index) lose(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
+	if len(ix.aliases) > 0 {
+		k := aliasKey{c, i, t}
+		if n := ix.aliases[k]; n > 0 {
+			if n == 1 {
+				delete(ix.aliases, k)
+			} else {
+				ix.aliases[k] = n - 1
+			}
+			return
+		}
+	}
+	p := ix.tiers[t].Find(c)
+	if p == nil {
+		panic(fmt.Sprintf("workers: lineage maps to %#x on tier %v but the tier does not hold it", uint64(c), t))
+	}
+	nv, was := ix.sets.without(*p, i)
+	if !was {
+		panic(fmt.Sprintf("workers: source %d maps to %#x on tier %v but is not a holder", i, uint64(c), t))
+	}
+	if nv == 0 {
+		ix.tiers[t].Delete(c)
+	} else {
+		*p = nv
+	}
+	ix.srcs[i].held[t]--
+	ix.tel.RemovedBlocks++
+}
+
+// Sources returns every source the index holds blocks for, in (worker, rank) order.
+func (ix *Index) Sources() []ckf.SourceKey {
+	out := make([]ckf.SourceKey, 0, len(ix.ids))
+	for k := range ix.ids {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, ckf.SourceKey.Compare)
+	return out
+}
+
+// Holds reports whether source holds canonical c on tier t.
+func (ix *Index) Holds(src ckf.SourceKey, t producer.StorageTier, c ckf.CanonicalHash) bool {
+	i, ok := ix.ids[src]
+	if !ok || int(t) >= TierCount {
+		return false
+	}
+	v, _ := ix.tiers[t].Get(c)
+	return ix.sets.has(v, i)
+}
+
+// Stats is a size view of the index.
+type Stats struct {
+	Sources     int
+	Memberships [TierCount]uint64 // (source, canonical) pairs per tier
+	Canonicals  [TierCount]int    // canonicals with at least one holder per tier
+	HolderSets  int               // interned sets of two or more holders
+	Aliases     int               // memberships held through more than one external id
+	// Bytes is the tables' allocated memory (lineages, tier maps, holder sets), by capacity.
+	Bytes uint64
+}
+
+// Stats computes the stats (O(sources + holder sets)).
+func (ix *Index) Stats() Stats {
+	st := Stats{Sources: len(ix.ids), HolderSets: ix.sets.live(), Aliases: len(ix.aliases)}
+	for t := range ix.tiers {
+		st.Canonicals[t] = ix.tiers[t].Len()
+		st.Bytes += ix.tiers[t].Bytes()
+	}
+	for i := range ix.srcs {
+		s := &ix.srcs[i]
+		for t := range s.held {
+			st.Memberships[t] += s.held[t]
+		}
+		st.Bytes += s.lin.Bytes()
+	}
+	st.Bytes += ix.sets.bytes() + uint64(cap(ix.srcs))*uint64(48)
+	return st
+}

@@ -1,0 +1,300 @@
+package workers
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+	"pgregory.net/rapid"
+)
+
+// model is the naive index the tests compare with: per source, per tier, a map of external id
+// to canonical hash (workers §2), and the answers computed from the definitions (workers §5).
+type model struct {
+	lin map[ckf.SourceKey]*[TierCount]map[ckf.ExternalBlockHash]ckf.CanonicalHash
+}
+
+func newModel() *model {
+	return &model{lin: map[ckf.SourceKey]*[TierCount]map[ckf.ExternalBlockHash]ckf.CanonicalHash{}}
+}
+
+// canonOf is what the source maps ext to on any tier.
+func (m *model) canonOf(src ckf.SourceKey, ext ckf.ExternalBlockHash) (ckf.CanonicalHash, bool) {
+	tiers := m.lin[src]
+	if tiers == nil {
+		return 0, false
+	}
+	for _, l := range tiers {
+		if c, ok := l[ext]; ok {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
+func (m *model) apply(ev producer.RouterEvent) bool {
+	if ev.Residency == producer.ResidencyCacheOwner || !ev.Residency.Known() || int(ev.StorageTier) >= TierCount {
+		return false
+	}
+	src, t := ev.Source(), ev.StorageTier
+	switch ev.Event.Kind {
+	case producer.KvEventStored:
+		d := ev.Event.Stored
+		var prev ckf.CanonicalHash
+		have := false
+		if d.HasParent {
+			c, ok := m.canonOf(src, d.ParentHash)
+			if !ok {
+				return false
+			}
+			prev, have = c, true
+		} else if d.HasStartPosition && d.StartPosition != 0 {
+			return false
+		}
+		type pair struct {
+			e ckf.ExternalBlockHash
+			c ckf.CanonicalHash
+		}
+		var ps []pair
+		seen := map[ckf.ExternalBlockHash]ckf.CanonicalHash{}
+		for _, b := range d.Blocks {
+			c := ckf.CanonicalRoot(b.TokensHash)
+			if have {
+				c = ckf.CanonicalChild(prev, b.TokensHash)
+			}
+			prev, have = c, true
+			if old, ok := m.canonOf(src, b.BlockHash); ok && old != c {
+				return false
+			}
+			if old, ok := seen[b.BlockHash]; ok && old != c {
+				return false
+			}
+			seen[b.BlockHash] = c
+			ps = append(ps, pair{b.BlockHash, c})
+		}
+		if len(ps) == 0 {
+			return true
+		}
+		if m.lin[src] == nil {
+			m.lin[src] = &[TierCount]map[ckf.ExternalBlockHash]ckf.CanonicalHash{}
+		}
+		tiers := m.lin[src]
+		if tiers[t] == nil {
+			tiers[t] = map[ckf.ExternalBlockHash]ckf.CanonicalHash{}
+		}
+		for _, p := range ps {
+			tiers[t][p.e] = p.c
+		}
+	case producer.KvEventRemoved:
+		if tiers := m.lin[src]; tiers != nil {
+			for _, id := range ev.Event.Removed {
+				delete(tiers[t], id)
+			}
+			m.dropIfEmpty(src)
+		}
+	case producer.KvEventCleared:
+		delete(m.lin, src)
+	default:
+		return false
+	}
+	return true
+}
+
+func (m *model) dropIfEmpty(src ckf.SourceKey) {
+	for _, l := range m.lin[src] {
+		if len(l) > 0 {
+			return
+		}
+	}
+	delete(m.lin, src)
+}
+
+func (m *model) removeWorker(w ckf.WorkerID) {
+	for k := range m.lin {
+		if k.Worker == w {
+			delete(m.lin, k)
+		}
+	}
+}
+
+func (m *model) holds(src ckf.SourceKey, t int, c ckf.CanonicalHash) bool {
+	for _, v := range m.lin[src][t] {
+		if v == c {
+			return true
+		}
+	}
+	return false
+}
+
+// match is workers §5 by its definition: per source, the device run from position 0, then each
+// lower tier's run from where the previous one ended.
+func (m *model) match(q []ckf.CanonicalHash) []Match {
+	var out []Match
+	for src := range m.lin {
+		var runs [TierCount]uint32
+		pos := 0
+		for t := range TierCount {
+			start := pos
+			for pos < len(q) && m.holds(src, t, q[pos]) {
+				pos++
+			}
+			runs[t] = uint32(pos - start)
+		}
+		mt := Match{Source: src, Device: runs[0], HostPinned: runs[1], Disk: runs[2], External: runs[3]}
+		if mt.Total() > 0 {
+			out = append(out, mt)
+		}
+	}
+	slices.SortFunc(out, compareMatches)
+	return out
+}
+
+// eventGen draws events over a small universe so that they collide: 3 workers × 2 ranks, 4
+// tiers, chains over 4 token hashes, external ids derived from the canonical (as engines do)
+// or, now and then, arbitrary ones.
+type eventGen struct {
+	chains [][]ckf.LocalBlockHash
+}
+
+func (g *eventGen) draw(t *rapid.T, label string) producer.RouterEvent {
+	w := ckf.WorkerID(rapid.IntRange(1, 3).Draw(t, label+"w"))
+	r := ckf.DpRank(rapid.IntRange(0, 1).Draw(t, label+"r"))
+	tier := producer.StorageTier(rapid.IntRange(0, 3).Draw(t, label+"t"))
+	ev := producer.RouterEvent{WorkerID: w, StorageTier: tier}
+	ev.Event.DpRank = r
+	if rapid.IntRange(0, 30).Draw(t, label+"res") == 0 {
+		ev.Residency = producer.ResidencyCacheOwner
+	}
+	chain := g.chains[rapid.IntRange(0, len(g.chains)-1).Draw(t, label+"c")]
+	canon := ckf.SequenceHashes(localsU64(chain))
+	ext := func(i int) ckf.ExternalBlockHash {
+		if rapid.IntRange(0, 20).Draw(t, label+"odd") == 0 {
+			return ckf.ExternalBlockHash(rapid.IntRange(1, 6).Draw(t, label+"x"))
+		}
+		return ckf.ExternalBlockHash(canon[i] | 1)
+	}
+	switch k := rapid.IntRange(0, 9).Draw(t, label+"k"); {
+	case k < 6:
+		lo := rapid.IntRange(0, len(chain)-1).Draw(t, label+"lo")
+		hi := rapid.IntRange(lo, len(chain)).Draw(t, label+"hi")
+		ev.Event.Kind = producer.KvEventStored
+		if lo > 0 {
+			ev.Event.Stored.HasParent, ev.Event.Stored.ParentHash = true, ext(lo-1)
+		}
+		for i := lo; i < hi; i++ {
+			ev.Event.Stored.Blocks = append(ev.Event.Stored.Blocks, producer.StoredBlock{BlockHash: ext(i), TokensHash: chain[i]})
+		}
+	case k < 9:
+		ev.Event.Kind = producer.KvEventRemoved
+		n := rapid.IntRange(0, 3).Draw(t, label+"n")
+		for range n {
+			ev.Event.Removed = append(ev.Event.Removed, ext(rapid.IntRange(0, len(chain)-1).Draw(t, label+"i")))
+		}
+	default:
+		ev.Event.Kind = producer.KvEventCleared
+	}
+	return ev
+}
+
+func localsU64(l []ckf.LocalBlockHash) []uint64 {
+	out := make([]uint64, len(l))
+	for i, x := range l {
+		out[i] = uint64(x)
+	}
+	return out
+}
+
+func canonicals(l []ckf.LocalBlockHash) []ckf.CanonicalHash {
+	s := ckf.SequenceHashes(localsU64(l))
+	out := make([]ckf.CanonicalHash, len(s))
+	for i, x := range s {
+		out[i] = ckf.CanonicalHash(x)
+	}
+	return out
+}
+
+// checkInvariants compares every structural fact of Index with the model's.
+func checkInvariants(t interface{ Fatalf(string, ...any) }, ix *Index, m *model) {
+	if len(ix.ids) != len(m.lin) {
+		t.Fatalf("sources: index %d, model %d", len(ix.ids), len(m.lin))
+	}
+	var held [TierCount]uint64
+	for src, tiers := range m.lin {
+		for tier, l := range tiers {
+			set := map[ckf.CanonicalHash]bool{}
+			for _, c := range l {
+				set[c] = true
+				if !ix.Holds(src, producer.StorageTier(tier), c) {
+					t.Fatalf("%v should hold %#x on tier %d", src, uint64(c), tier)
+				}
+			}
+			held[tier] += uint64(len(set))
+			if got := ix.srcs[ix.ids[src]].held[tier]; got != uint64(len(set)) {
+				t.Fatalf("%v held[%d] = %d, model %d", src, tier, got, len(set))
+			}
+		}
+	}
+	st := ix.Stats()
+	if st.Memberships != held {
+		t.Fatalf("memberships %v, model %v", st.Memberships, held)
+	}
+	refs := map[uint32]uint32{}
+	for tier := range ix.tiers {
+		for _, v := range ix.tiers[tier].All() {
+			if v == 0 {
+				t.Fatalf("a zero holder value in tier %d", tier)
+			}
+			if !isSingle(v) {
+				refs[v]++
+			}
+		}
+	}
+	if len(refs) != ix.sets.live() {
+		t.Fatalf("%d sets referenced, %d live", len(refs), ix.sets.live())
+	}
+	for id, n := range refs {
+		if ix.sets.sets[id].refs != n {
+			t.Fatalf("set %d: refs %d, referenced %d times", id, ix.sets.sets[id].refs, n)
+		}
+	}
+}
+
+// TestIndexMatchesModel: random event sequences over a small universe (collisions, duplicates,
+// unknown removals, remaps, cache-owner events, clears, worker removals) leave the index with
+// the model's memberships, and every query (each chain's every prefix) gets the model's answer.
+func TestIndexMatchesModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		g := &eventGen{}
+		base := []ckf.LocalBlockHash{11, 12, 13, 14, 15, 16}
+		g.chains = [][]ckf.LocalBlockHash{base, {11, 12, 23, 24}, {31, 32, 33}, {11, 12, 13, 44, 45}}
+		ix, m := New(), newModel()
+		var r Result
+		steps := rapid.IntRange(1, 60).Draw(t, "steps")
+		for s := range steps {
+			if rapid.IntRange(0, 25).Draw(t, "rw") == 0 {
+				w := ckf.WorkerID(rapid.IntRange(1, 4).Draw(t, "rww"))
+				ix.RemoveWorker(w)
+				m.removeWorker(w)
+			} else {
+				ev := g.draw(t, "")
+				err := ix.Apply(ev)
+				ok := m.apply(ev)
+				if ok == (err != nil) && ev.Residency != producer.ResidencyCacheOwner {
+					t.Fatalf("step %d: index error %v, model accepted %v (%+v)", s, err, ok, ev)
+				}
+			}
+			checkInvariants(t, ix, m)
+			for _, ch := range g.chains {
+				q := canonicals(ch)
+				for n := 1; n <= len(q); n++ {
+					ix.Match(q[:n], Options{}, &r)
+					want := m.match(q[:n])
+					if !slices.Equal(r.Matches, want) {
+						t.Fatalf("step %d, query %v[:%d]: index %+v, model %+v", s, ch, n, r.Matches, want)
+					}
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,193 @@
+package workers
+
+import (
+	"slices"
+
+	"github.com/ckf-stream/ckf-stream/ckf/internal/u64map"
+)
+
+// A holder value is what a tier map keeps per canonical hash (workers §8):
+//
+//   - 0: no holder (never stored: the entry is deleted instead);
+//   - singleBit|i: exactly the source of dense index i;
+//   - any other value: the id of an interned holder set (two or more sources).
+//
+// Interning makes equal holder sets one id, so a query compares ids instead of sets.
+const (
+	singleBit  = uint32(1) << 31
+	maxSources = int(singleBit) - 1 // dense source indexes are below 2^31
+)
+
+func single(i uint32) uint32      { return singleBit | i }
+func isSingle(v uint32) bool      { return v&singleBit != 0 }
+func singleIndex(v uint32) uint32 { return v &^ singleBit }
+
+// holderSet is one interned set of two or more dense source indexes.
+type holderSet struct {
+	members  []uint32 // sorted ascending, no duplicates, len >= 2
+	hash     uint64   // sum of memberMix over members
+	refs     uint32   // tier-map entries whose value is this set's id
+	interned bool     // listed in setTable.byHash (false after a hash collision)
+}
+
+// setTable owns the interned holder sets. Invariants: a live set has refs > 0; a set whose refs
+// drop to 0 is freed at once (its id goes to free and its members' slice is kept for reuse);
+// byHash maps a hash to at most one live, interned set with that hash.
+type setTable struct {
+	sets    []holderSet // index = id; id 0 is never used
+	free    []uint32
+	byHash  u64map.Map[uint64, uint32]
+	scratch []uint32
+}
+
+// memberMix spreads a dense index over 64 bits; a set's hash is the sum over its members, so
+// adding or removing one member updates it in O(1).
+func memberMix(i uint32) uint64 {
+	z := uint64(i) + 0x9E3779B97F4A7C15
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
+}
+
+// members returns v's holders; buf backs a single holder.
+func (t *setTable) members(v uint32, buf *[1]uint32) []uint32 {
+	switch {
+	case v == 0:
+		return nil
+	case isSingle(v):
+		buf[0] = singleIndex(v)
+		return buf[:]
+	}
+	return t.sets[v].members
+}
+
+// intern returns the id of the set with exactly members (sorted, len >= 2) and hash h, creating
+// it when absent, and takes one reference on it.
+func (t *setTable) intern(h uint64, members []uint32) uint32 {
+	id, found := t.byHash.Get(h)
+	if found && slices.Equal(t.sets[id].members, members) {
+		t.sets[id].refs++
+		return id
+	}
+	if len(t.sets) == 0 {
+		t.sets = append(t.sets, holderSet{}) // id 0 stays unused
+	}
+	var nid uint32
+	if n := len(t.free); n > 0 {
+		nid = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		nid = uint32(len(t.sets))
+		t.sets = append(t.sets, holderSet{})
+	}
+	s := &t.sets[nid]
+	s.members = append(s.members[:0], members...)
+	s.hash, s.refs, s.interned = h, 1, !found
+	if !found {
+		t.byHash.Put(h, nid)
+	}
+	return nid
+}
+
+// release drops one reference on v when it is a set id, freeing the set at zero.
+func (t *setTable) release(v uint32) {
+	if v == 0 || isSingle(v) {
+		return
+	}
+	s := &t.sets[v]
+	s.refs--
+	if s.refs > 0 {
+		return
+	}
+	if s.interned {
+		t.byHash.Delete(s.hash)
+	}
+	s.interned = false
+	t.free = append(t.free, v)
+}
+
+// with returns the holder value of v plus source i, taking a reference on the result and
+// releasing v's, and whether i was already a holder (then v is returned unchanged).
+func (t *setTable) with(v, i uint32) (uint32, bool) {
+	switch {
+	case v == 0:
+		return single(i), false
+	case isSingle(v):
+		o := singleIndex(v)
+		if o == i {
+			return v, true
+		}
+		t.scratch = append(t.scratch[:0], min(o, i), max(o, i))
+		return t.intern(memberMix(o)+memberMix(i), t.scratch), false
+	}
+	s := &t.sets[v]
+	at, found := slices.BinarySearch(s.members, i)
+	if found {
+		return v, true
+	}
+	t.scratch = append(t.scratch[:0], s.members[:at]...)
+	t.scratch = append(t.scratch, i)
+	t.scratch = append(t.scratch, s.members[at:]...)
+	nv := t.intern(s.hash+memberMix(i), t.scratch)
+	t.release(v)
+	return nv, false
+}
+
+// without returns the holder value of v minus source i (0 when none is left), taking a
+// reference on the result and releasing v's, and whether i was a holder (else v is returned
+// unchanged).
+func (t *setTable) without(v, i uint32) (uint32, bool) {
+	switch {
+	case v == 0:
+		return 0, false
+	case isSingle(v):
+		if singleIndex(v) == i {
+			return 0, true
+		}
+		return v, false
+	}
+	s := &t.sets[v]
+	at, found := slices.BinarySearch(s.members, i)
+	if !found {
+		return v, false
+	}
+	var nv uint32
+	if len(s.members) == 2 {
+		nv = single(s.members[1-at])
+	} else {
+		t.scratch = append(t.scratch[:0], s.members[:at]...)
+		t.scratch = append(t.scratch, s.members[at+1:]...)
+		nv = t.intern(s.hash-memberMix(i), t.scratch)
+	}
+	t.release(v)
+	return nv, true
+}
+
+// has reports whether source i holds v.
+func (t *setTable) has(v, i uint32) bool {
+	switch {
+	case v == 0:
+		return false
+	case isSingle(v):
+		return singleIndex(v) == i
+	}
+	_, found := slices.BinarySearch(t.sets[v].members, i)
+	return found
+}
+
+// live returns the number of live sets.
+func (t *setTable) live() int {
+	if len(t.sets) == 0 {
+		return 0
+	}
+	return len(t.sets) - 1 - len(t.free)
+}
+
+// bytes returns the memory the sets take (slices by capacity).
+func (t *setTable) bytes() uint64 {
+	n := uint64(cap(t.sets))*48 + uint64(cap(t.free))*4 + t.byHash.Bytes()
+	for i := range t.sets {
+		n += uint64(cap(t.sets[i].members)) * 4
+	}
+	return n
+}
