@@ -103,7 +103,7 @@ func AppendResponse(dst []byte, r *PrefixMatchResponse) ([]byte, error) {
 	if b, ok := appendResponse(dst, r); ok {
 		return b, nil
 	}
-	b, err := json.Marshal(r)
+	b, err := json.Marshal(*r) // a copy: r itself stays off the heap on the plain path
 	if err != nil {
 		return dst, err
 	}
