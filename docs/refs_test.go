@@ -21,6 +21,7 @@ const sign = "\u00a7"
 var citedDocs = map[string]string{
 	"producer":    "docs/spec/producer.md",
 	"consumer":    "docs/spec/consumer.md",
+	"workers":     "docs/spec/workers.md",
 	"design":      "docs/design.md",
 	"performance": "docs/PERFORMANCE.md",
 }

@@ -3,7 +3,7 @@
 // the lower tiers (host pinned, disk, external). It is the second routing stage beside the
 // relay's per-DC answer, fed by the same KV events (ckf/producer's event model) and answering
 // with the meaning of dynamo-kv-router's OverlapScores and its lower-tier continuation; the
-// rules are docs/spec/workers.md (cited as workers §N).
+// rules are docs/spec/workers.md, cited by its section numbers.
 //
 // Model (workers §2): a membership is a (source, tier, canonical hash) triple. The canonical
 // hash of a stored block is computed from its parent's canonical in the same source's lineage

@@ -1,0 +1,83 @@
+package workers
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+)
+
+// FuzzApply decodes arbitrary bytes into events over a small universe (any residency and tier
+// encoding, undefined kinds, parents, start positions, arbitrary external ids) and checks that
+// Apply never panics, an event it refuses changes nothing, and the index keeps the model's
+// memberships and answers (workers §6).
+func FuzzApply(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	f.Add([]byte{0x10, 0, 0, 3, 1, 1, 2, 2, 3, 3, 0x21, 1, 0, 1, 0x42, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ix, m := New(), newModel()
+		next := func() byte {
+			if len(data) == 0 {
+				return 0
+			}
+			b := data[0]
+			data = data[1:]
+			return b
+		}
+		chain := []ckf.LocalBlockHash{5, 6, 7, 8}
+		canon := canonicals(chain)
+		var r Result
+		for len(data) > 0 {
+			h := next()
+			ev := producer.RouterEvent{
+				WorkerID:    ckf.WorkerID(h & 3),
+				StorageTier: producer.StorageTier((h >> 2) % 5),
+				Residency:   producer.ResidencyDomain((h >> 5) % 4),
+			}
+			ev.Event.DpRank = ckf.DpRank(next() & 1)
+			ev.Event.Kind = producer.KvEventKind(next() % 5)
+			ext := func(b byte) ckf.ExternalBlockHash {
+				if b&0x80 != 0 {
+					return ckf.ExternalBlockHash(b & 7)
+				}
+				return ckf.ExternalBlockHash(canon[int(b)%len(canon)])
+			}
+			n := int(next() % 5)
+			switch ev.Event.Kind {
+			case producer.KvEventStored:
+				p := next()
+				lo := int(p) % len(chain)
+				if p&0x40 != 0 && lo > 0 {
+					ev.Event.Stored.HasParent, ev.Event.Stored.ParentHash = true, ext(byte(lo-1)|(p&0x80))
+				}
+				if p&0x20 != 0 {
+					ev.Event.Stored.HasStartPosition, ev.Event.Stored.StartPosition = true, uint32(p&1)
+				}
+				for i := lo; i < min(lo+n, len(chain)); i++ {
+					ev.Event.Stored.Blocks = append(ev.Event.Stored.Blocks, producer.StoredBlock{
+						BlockHash: ext(byte(i) | (next() & 0x80)), TokensHash: chain[i]})
+				}
+			case producer.KvEventRemoved:
+				for range n {
+					ev.Event.Removed = append(ev.Event.Removed, ext(next()))
+				}
+			}
+			before := ix.Stats()
+			err := ix.Apply(ev)
+			if err != nil && ix.Stats() != before {
+				t.Fatalf("refused event %+v changed the index", ev)
+			}
+			if ok := m.apply(ev); ok == (err != nil) && ev.Residency != producer.ResidencyCacheOwner && ev.Residency.Known() {
+				t.Fatalf("index error %v, model accepted %v for %+v", err, ok, ev)
+			}
+			checkInvariants(t, ix, m)
+			for k := 1; k <= len(canon); k++ {
+				ix.Match(canon[:k], Options{}, &r)
+				if want := m.match(canon[:k]); !slices.Equal(r.Matches, want) {
+					t.Fatalf("query [:%d]: index %+v, model %+v", k, r.Matches, want)
+				}
+			}
+		}
+	})
+}
