@@ -14,6 +14,8 @@
 //! Usage: `peer-dynamo [ROW-SUBSTRING]`; `PEER_BENCH_MS` (default 1000) is the measured time per
 //! row, after a warm-up of a tenth of it. The Go benchmarks run for the default `-benchtime=1s`.
 
+mod workers;
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -836,6 +838,11 @@ fn bench_store_fill_50() {
 
 fn main() {
     let filter = std::env::args().nth(1).unwrap_or_default();
+    if filter == "differential" {
+        let path = std::env::args().nth(2).expect("usage: peer-dynamo differential TRACE");
+        workers::differential(&path);
+        return;
+    }
     let want = |name: &str| name.contains(&filter);
     if want("query128/shared") || want("query128/divergent") {
         let fx = query_fixture();
