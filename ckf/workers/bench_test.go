@@ -69,3 +69,29 @@ func BenchmarkMembershipMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMatch128 answers a 128-block prompt that N workers hold in full (every worker's
+// answer, no early exit), the shape of the match rows.
+func BenchmarkMatch128(b *testing.B) {
+	for _, n := range []int{8, 64, 512} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			ix := New()
+			chain := make([]ckf.LocalBlockHash, 128)
+			for i := range chain {
+				chain[i] = ckf.LocalBlockHash(i + 1)
+			}
+			for w := range n {
+				if err := ix.Apply(src{w: ckf.WorkerID(w)}.store(nil, chain...)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			q := canonicals(chain)
+			var r Result
+			ix.Match(q, Options{}, &r)
+			b.ResetTimer()
+			for range b.N {
+				ix.Match(q, Options{}, &r)
+			}
+		})
+	}
+}
