@@ -470,10 +470,20 @@ func TestBridgeCrashMidStream(t *testing.T) {
 		}
 		return 0
 	}
-	testenv.WaitUntilEvery(t, 100*time.Millisecond, 60*time.Second, "the new bridge catches up", func() bool {
+	// Reading the topic back decodes every record written so far: done on every poll, it took
+	// the CPU the new bridge needed on a loaded machine (make test's packages beside it), and the
+	// catch-up ran past the bound. So the topic is read only once the bridge has been idle for a
+	// poll (its batch count unchanged), which it is once it has caught up.
+	lastHandled := int64(-1)
+	testenv.WaitUntilEvery(t, 250*time.Millisecond, 3*time.Minute, "the new bridge catches up", func() bool {
 		if n := counter("lost_batches_total"); n != 0 {
 			// A clear for lost history was written: the records can no longer match the engine.
 			t.Fatalf("the new bridge lost %d batches (replayed %d, %d replay retries)", n, counter("replayed_batches_total"), counter("replay_retries_total"))
+		}
+		n := counter("batches_total")
+		if busy := n != lastHandled; busy {
+			lastHandled = n
+			return false
 		}
 		got = written(t, opts, codec, topic)
 		return slices.Equal(got, want)
