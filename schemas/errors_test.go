@@ -40,9 +40,9 @@ func TestDecodeFrameErrors(t *testing.T) {
 		{"query id on lane topic", frame(BuiltinID(TypeQueryRequest), good[HeaderSize:]), ErrSchemaMismatch},
 		{"header only", good[:HeaderSize], ErrTruncated},
 		{"cut in identity", good[:HeaderSize+20], ErrTruncated},
-		// The last two bytes are the nulls of capacity and sources: cutting them leaves an
+		// The last bytes are the nulls of the appended optional fields: cutting them leaves an
 		// earlier revision's body (TestPreviousRevisionBodies), so cut into the images.
-		{"cut in images", good[:len(good)-3], ErrTruncated},
+		{"cut in images", good[:len(good)-laneTrailerNulls-1], ErrTruncated},
 		{"trailing byte", append(append([]byte{}, good...), 0), ErrMalformed},
 	}
 	for _, tc := range cases {

@@ -69,9 +69,14 @@ func appendLaneRecordBody(dst []byte, r *LaneRecord) []byte {
 	}
 	dst = appendOptCapacity(dst, r.Capacity)
 	if h, ok := r.Sources.Get(); ok {
-		return appendU64(appendU64(append(dst, 2), h.DegradedSources), h.LostHistoryClears)
+		dst = appendU64(appendU64(append(dst, 2), h.DegradedSources), h.LostHistoryClears)
+	} else {
+		dst = append(dst, 0)
 	}
-	return append(dst, 0)
+	if r.AsOf.IsZero() {
+		return append(dst, 0)
+	}
+	return appendLong(append(dst, 2), r.AsOf.UnixMicro())
 }
 
 // appendOptCapacity appends an optional CapacityState (union ["null", CapacityState]).
@@ -110,6 +115,15 @@ func (r *reader) optSources(base string, nf *nat) Optional[SourceHealth] {
 		DegradedSources:   uint64(narrow(r.long(), 0, maxInt64, base+".degraded_sources", nf)),
 		LostHistoryClears: uint64(narrow(r.long(), 0, maxInt64, base+".lost_history_clears", nf)),
 	})
+}
+
+// optAsOf reads the trailing optional as_of of a lane record: a body that ends before it was
+// written with an earlier revision of the v1 schema and reads as the zero Time (null).
+func (r *reader) optAsOf() time.Time {
+	if r.failed() || r.remaining() == 0 || !r.optIndex() {
+		return time.Time{}
+	}
+	return time.UnixMicro(r.long()).UTC()
 }
 
 func (r *reader) digest(enum string) DigestIdentity {
@@ -190,6 +204,7 @@ func decodeLaneRecordBodyAfter(body []byte, known *knownIdentity) (rec LaneRecor
 	}
 	rec.Capacity = r.optCapacity("capacity", &nf)
 	rec.Sources = r.optSources("sources", &nf)
+	rec.AsOf = r.optAsOf()
 	if err := r.end(&nf); err != nil {
 		return LaneRecord{}, 0, false, err
 	}

@@ -18,6 +18,10 @@ import (
 // at least one byte.
 const laneMatchMinSize = 4
 
+// laneStateMinSize is the smallest encoding of one LaneState: lane, state and the age's union
+// index.
+const laneStateMinSize = 3
+
 func appendOptString(dst []byte, s string) []byte {
 	if s == "" {
 		return append(dst, 0)
@@ -48,9 +52,14 @@ func appendQueryRequestBody(dst []byte, q *QueryRequest) []byte {
 		dst = append(dst, 0)
 	}
 	if q.RequestTime.IsZero() {
+		dst = append(dst, 0)
+	} else {
+		dst = appendLong(append(dst, 2), q.RequestTime.UnixMicro())
+	}
+	if !q.MaxAgeMillis.Valid {
 		return append(dst, 0)
 	}
-	return appendLong(append(dst, 2), q.RequestTime.UnixMicro())
+	return appendLong(append(dst, 2), q.MaxAgeMillis.Value)
 }
 
 func (r *reader) optString() string {
@@ -102,6 +111,13 @@ func (r *reader) queryRequest(nf *nat) QueryRequest {
 	if r.optIndex() {
 		q.RequestTime = time.UnixMicro(r.long()).UTC()
 	}
+	// max_age_ms: a body that ends before it was written with the previous revision of the v1
+	// schema (same built-in id) and reads as null.
+	if !r.failed() && r.remaining() > 0 && r.optIndex() {
+		if a := r.long(); narrow(a, 0, maxInt64, "max_age_ms", nf) == a {
+			q.MaxAgeMillis = Some(a)
+		}
+	}
 	return q
 }
 
@@ -147,7 +163,21 @@ func appendQueryReplyBody(dst []byte, q *QueryReply) []byte {
 	}
 	dst = append(dst, 0) // end of the lanes array
 	dst = appendLong(dst, q.ReplyTime.UnixMicro())
-	return appendLong(dst, int64(q.IncompleteLanes))
+	dst = appendLong(dst, int64(q.IncompleteLanes))
+	if n := len(q.LaneStates); n > 0 {
+		dst = appendLong(dst, int64(n))
+		for i := range q.LaneStates {
+			st := &q.LaneStates[i]
+			dst = appendLong(dst, int64(st.Lane))
+			dst = appendLong(dst, int64(st.State))
+			if st.AgeMillis.Valid {
+				dst = appendLong(append(dst, 2), st.AgeMillis.Value)
+			} else {
+				dst = append(dst, 0)
+			}
+		}
+	}
+	return append(dst, 0) // end of the lane_states array
 }
 
 func decodeQueryReplyBody(body []byte) (QueryReply, error) {
@@ -183,6 +213,27 @@ func decodeQueryReplyBody(body []byte) (QueryReply, error) {
 	// v1 schema (same built-in id) and reads as the default, 0.
 	if !r.failed() && r.remaining() > 0 {
 		q.IncompleteLanes = uint16(narrow(int64(r.int()), 0, int64(AllLanes), "incomplete_lanes", &nf))
+	}
+	// lane_states: likewise absent (empty) from a body of an earlier revision; once begun, the
+	// array runs to its terminating empty block.
+	for started := !r.failed() && r.remaining() > 0; started; {
+		n := r.blockCount(laneStateMinSize)
+		if n == 0 {
+			break
+		}
+		if q.LaneStates == nil {
+			q.LaneStates = make([]LaneState, 0, n)
+		}
+		for ; n > 0 && !r.failed(); n-- {
+			st := LaneState{Lane: uint8(narrow(int64(r.int()), 0, ckf.LaneCount-1, "lane_states.lane", &nf))}
+			st.State = LaneAnswerState(r.index(len(laneAnswerStateSymbols), "enum"))
+			if r.optIndex() {
+				if a := r.long(); narrow(a, 0, maxInt64, "lane_states.age_ms", &nf) == a {
+					st.AgeMillis = Some(a)
+				}
+			}
+			q.LaneStates = append(q.LaneStates, st)
+		}
 	}
 	if err := r.end(&nf); err != nil {
 		return QueryReply{}, err

@@ -144,7 +144,7 @@ func TestEnumSymbolsMatchSchemas(t *testing.T) {
 		"FailurePoint": failurePointSymbols, "FailureDomain": failureDomainSymbols,
 		"CommitState": commitStateSymbols, "FailureAction": failureActionSymbols,
 		"SnapshotRequestReason": snapshotRequestReasonSymbols, "DeadLetterReason": deadLetterReasonSymbols,
-		"StorageTier": storageTierSymbols,
+		"StorageTier": storageTierSymbols, "LaneAnswerState": laneAnswerStateSymbols,
 	}
 	found := map[string]bool{}
 	for _, rt := range RecordTypes() {

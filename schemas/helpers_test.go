@@ -62,6 +62,10 @@ func testSnapshot(words int) LaneRecord {
 	}}
 }
 
+// laneTrailerNulls is how many one-byte nulls end a lane record that sets none of the optional
+// fields appended within v1 (capacity, sources, as_of).
+const laneTrailerNulls = 3
+
 func testDelta(images int) LaneRecord {
 	id := testIdentity()
 	return LaneRecord{Identity: id, Kind: LaneDelta, Delta: Delta{
@@ -86,6 +90,12 @@ func testLaneRecords() map[string]LaneRecord {
 		"heartbeat-full-filter": {Identity: id, Kind: LaneHeartbeat, Heartbeat: Heartbeat{LastSequence: 78, ProducerTime: testTime(9)},
 			Capacity: Some(CapacityState{ResidentBlocks: 1<<63 - 1, OmittedBlocks: 0, CapacityOmissions: 1<<63 - 1}),
 			Sources:  Some(SourceHealth{DegradedSources: 3, LostHistoryClears: 1<<63 - 1})},
+		"delta-as-of": func() LaneRecord {
+			r := testDelta(2)
+			r.Sources = Some(SourceHealth{DegradedSources: 1})
+			r.AsOf = testTime(1_780_000_000_654_321)
+			return r
+		}(),
 	}
 }
 
@@ -105,8 +115,9 @@ func testQueryRequests() map[string]QueryRequest {
 			Tokens: AppendU32s(nil, []uint32{1, 2, 3, 4, 5, 0xFFFFFFFF}), BlockSize: 64,
 			LoraName: "adapter-a", CacheNamespace: "tenant-7",
 			LaneMask: Some[uint16](0x00F1), ReplyTopic: "router-3-replies", ReplyPartition: Some[int32](3),
-			RequestTime: testTime(1_780_000_000_000_001),
+			RequestTime: testTime(1_780_000_000_000_001), MaxAgeMillis: Some[int64](250),
 		},
+		"max-age-zero": {CorrelationID: "y", Input: InputLocalBlockHashes, Hashes: AppendU64s(nil, []uint64{1}), MaxAgeMillis: Some[int64](0)},
 		"empty-mask": {CorrelationID: "x", Input: InputLocalBlockHashes, Hashes: PackedU64{}, LaneMask: Some[uint16](0), ReplyPartition: Some[int32](0)},
 	}
 }
@@ -130,6 +141,15 @@ func testQueryReplies() map[string]QueryReply {
 			Lanes:     []LaneMatch{{Lane: 0, DcID: 1, Pool: "p0", Depth: 5}, {Lane: 15, DcID: 9, Pool: "p15", Depth: 2}},
 			ReplyTime: testTime(10),
 		},
+		"lane-states": {
+			CorrelationID: "req-4", Status: QueryOK, ReadyLanes: 0b1000_0000_0000_0011, QueryBlocks: 7, IncompleteLanes: 0b10,
+			Lanes: []LaneMatch{{Lane: 0, DcID: 1, Pool: "p0", Depth: 7}, {Lane: 1, DcID: 2, Pool: "p1", Depth: 0}},
+			ReplyTime: testTime(1_780_000_000_000_900),
+			LaneStates: []LaneState{{Lane: 0, State: LaneExact, AgeMillis: Some[int64](3)}, {Lane: 1, State: LaneIncomplete, AgeMillis: Some[int64](0)},
+				{Lane: 4, State: LaneStale, AgeMillis: Some[int64](1 << 40)}, {Lane: 9, State: LaneUnavailable}},
+		},
+		"unavailable-states": {CorrelationID: "req-5", Status: QueryUnavailable, ErrorMessage: "no eligible lane is ready", ReplyTime: testTime(11),
+			LaneStates: []LaneState{{Lane: 3, State: LaneUnavailable}}},
 	}
 }
 

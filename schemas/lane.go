@@ -40,6 +40,10 @@ type LaneRecord struct {
 	// history lost); absent (null on the wire) when the writer does not
 	// report it.
 	Sources Optional[SourceHealth]
+	// AsOf is the time up to which the lane reflects its DC's KV events when the relay wrote
+	// the record: every KV event appended before it is in the state the record brings the lane
+	// to. The zero Time (null on the wire) when the writer does not report it.
+	AsOf time.Time
 }
 
 // SourceHealth is the state of a DC's sources (worker, rank) whose engine

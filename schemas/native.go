@@ -118,7 +118,7 @@ func laneRecordNative(r *LaneRecord) map[string]any {
 		})
 	}
 	return map[string]any{"identity": identityNative(&r.Identity), "body": body, "capacity": capacityNative(r.Capacity),
-		"sources": sourcesNative(r.Sources)}
+		"sources": sourcesNative(r.Sources), "as_of": optTime(r.AsOf)}
 }
 
 func sourcesNative(o Optional[SourceHealth]) any {
@@ -171,6 +171,7 @@ func queryRequestNative(q *QueryRequest) map[string]any {
 		"reply_topic":     optString(q.ReplyTopic),
 		"reply_partition": part,
 		"request_time":    optTime(q.RequestTime),
+		"max_age_ms":      optLong(q.MaxAgeMillis),
 	}
 }
 
@@ -178,6 +179,10 @@ func queryReplyNative(r *QueryReply) map[string]any {
 	lanes := make([]any, len(r.Lanes))
 	for i, m := range r.Lanes {
 		lanes[i] = map[string]any{"lane": int32(m.Lane), "dc_id": int64(m.DcID), "pool": m.Pool, "depth": int32(m.Depth)}
+	}
+	states := make([]any, len(r.LaneStates))
+	for i, st := range r.LaneStates {
+		states[i] = map[string]any{"lane": int32(st.Lane), "state": laneAnswerStateSymbols[st.State], "age_ms": optLong(st.AgeMillis)}
 	}
 	return map[string]any{
 		"correlation_id":   r.CorrelationID,
@@ -188,6 +193,7 @@ func queryReplyNative(r *QueryReply) map[string]any {
 		"lanes":            lanes,
 		"reply_time":       r.ReplyTime.UnixMicro(),
 		"incomplete_lanes": int32(r.IncompleteLanes),
+		"lane_states":      states,
 	}
 }
 
@@ -564,6 +570,7 @@ func (n *nat) laneRecord(v any) LaneRecord {
 	}
 	r.Capacity = n.capacity(m)
 	r.Sources = n.sources(m)
+	r.AsOf = n.optTime(m, "", "as_of") // absent from writer schemas before the field: null
 	return r
 }
 
@@ -600,6 +607,12 @@ func (n *nat) queryRequest(v any) QueryRequest {
 		CorrelationID: n.str(m, "", "correlation_id"),
 		ReplyTopic:    n.optString(m, "", "reply_topic").Value,
 		RequestTime:   n.optTime(m, "", "request_time"),
+	}
+	if o := n.optLong(m, "", "max_age_ms"); o.Valid { // absent from writer schemas before the field
+		if o.Value < 0 {
+			n.fail(ErrInvalidField, "max_age_ms", "%d is negative", o.Value)
+		}
+		q.MaxAgeMillis = o
 	}
 	if o := n.optLong(m, "", "lane_mask"); o.Valid {
 		if o.Value < 0 || o.Value > int64(AllLanes) {
@@ -659,6 +672,27 @@ func (n *nat) queryReply(v any) QueryReply {
 			Pool:  n.str(lm, "lanes", "pool"),
 			Depth: uint32(n.rangeInt(lm, "lanes", "depth", 0, maxInt32)),
 		})
+	}
+	if v, ok := m["lane_states"]; ok { // absent from writer schemas before the field: empty
+		states, ok := v.([]any)
+		if !ok && n.kind == nil {
+			n.fail(ErrMalformed, "lane_states", "expected an array")
+		}
+		if len(states) > 0 {
+			r.LaneStates = make([]LaneState, 0, len(states))
+		}
+		for _, e := range states {
+			sm := n.rec(e, "lane_states")
+			st := LaneState{
+				Lane:      uint8(n.rangeInt(sm, "lane_states", "lane", 0, ckf.LaneCount-1)),
+				State:     LaneAnswerState(n.enum(sm, "lane_states", "state", laneAnswerStateSymbols)),
+				AgeMillis: n.optLong(sm, "lane_states", "age_ms"),
+			}
+			if st.AgeMillis.Valid && st.AgeMillis.Value < 0 {
+				n.fail(ErrInvalidField, "lane_states.age_ms", "%d is negative", st.AgeMillis.Value)
+			}
+			r.LaneStates = append(r.LaneStates, st)
+		}
 	}
 	return r
 }

@@ -12,7 +12,7 @@ import (
 // String methods of the enums below are generated from the constants' line
 // comments, which are the Avro symbols (or, for union branches, record
 // names); run make generate after changing a constant.
-//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=QueryInputKind,QueryStatus -linecomment -output=query_string.go
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=QueryInputKind,QueryStatus,LaneAnswerState -linecomment -output=query_string.go
 
 // AllLanes is the lane mask with every one of the ckf.LaneCount lanes set (lane masks are 16
 // bits because ckf.LaneCount is 16; the constant expression stops compiling if it grows).
@@ -92,6 +92,10 @@ type QueryRequest struct {
 	ReplyPartition Optional[int32]
 	// RequestTime is the zero Time (null on the wire) when not set.
 	RequestTime time.Time
+	// MaxAgeMillis is the oldest lane state the router accepts, in milliseconds: older lanes are
+	// answered LaneStale, without a depth. Absent (null on the wire) accepts any age the
+	// indexer's freshness policy keeps; a present value must be non-negative.
+	MaxAgeMillis Optional[int64]
 }
 
 // QueryRoute is where the answer to a query request goes: the fields of a
@@ -152,6 +156,9 @@ func (q *QueryRequest) validate() error {
 	if q.ReplyPartition.Valid && q.ReplyPartition.Value < 0 {
 		return invalid("reply_partition", "%d is negative", q.ReplyPartition.Value)
 	}
+	if q.MaxAgeMillis.Valid && q.MaxAgeMillis.Value < 0 {
+		return invalid("max_age_ms", "%d is negative", q.MaxAgeMillis.Value)
+	}
 	return nil
 }
 
@@ -183,6 +190,48 @@ type QueryReply struct {
 	// IncompleteLanes has bit l set when lane l's depth may be under-reported: its DC holds
 	// blocks the filter omitted for capacity. A subset of ReadyLanes.
 	IncompleteLanes uint16
+	// LaneStates holds one entry per configured lane the request selected, in strictly
+	// ascending lane order, whatever its state; Lanes holds the depths of the LaneExact and
+	// LaneIncomplete ones. Empty for an invalid request (and from writers of an earlier
+	// revision).
+	LaneStates []LaneState
+}
+
+// LaneAnswerState is what one lane's answer is worth (Avro enum LaneAnswerState). A symbol a
+// reader does not know reads as LaneStateUnknown, the schema's default.
+type LaneAnswerState uint8
+
+const (
+	// LaneStateUnknown: a state of a later revision of the schema than this reader's; treat
+	// the lane as LaneUnavailable.
+	LaneStateUnknown LaneAnswerState = iota // UNKNOWN
+	// LaneExact: the lane was searched; its depth is exact for the lane's age.
+	LaneExact // EXACT
+	// LaneIncomplete: the lane was searched, but its DC holds blocks its filter omits for
+	// capacity, or sources whose engine history was lost: the depth may be short.
+	LaneIncomplete // INCOMPLETE
+	// LaneStale: the lane is ready but older than the request's MaxAgeMillis or the indexer's
+	// freshness policy allows; it has no depth.
+	LaneStale // STALE
+	// LaneUnavailable: the lane is not serving (no snapshot installed, recovering, drained); it
+	// has no depth.
+	LaneUnavailable // UNAVAILABLE
+)
+
+var laneAnswerStateSymbols = enumSymbols[LaneAnswerState]()
+
+// HasDepth reports whether a lane in state s was searched, so that the reply's Lanes holds its
+// depth.
+func (s LaneAnswerState) HasDepth() bool { return s == LaneExact || s == LaneIncomplete }
+
+// LaneState is the state of one lane in one answer (Avro record LaneState).
+type LaneState struct {
+	Lane  uint8
+	State LaneAnswerState
+	// AgeMillis is the reply time minus the time up to which the lane reflects its DC's KV
+	// events (LaneRecord.AsOf), in milliseconds, never negative; absent when the lane has no
+	// state yet.
+	AgeMillis Optional[int64]
 }
 
 // LaneMatch is the prefix depth found on one lane (Avro record LaneMatch).
@@ -218,6 +267,19 @@ func (r *QueryReply) validate() error {
 			return invalid("lanes", "entry %d: depth %d exceeds query_blocks %d", i, m.Depth, r.QueryBlocks)
 		}
 		prev = int(m.Lane)
+	}
+	prev = -1
+	for i, s := range r.LaneStates {
+		if s.Lane >= ckf.LaneCount || int(s.Lane) <= prev {
+			return invalid("lane_states", "entry %d: lane %d is out of range or not ascending", i, s.Lane)
+		}
+		if s.State > LaneUnavailable {
+			return invalid("lane_states", "entry %d: unknown state %d", i, s.State)
+		}
+		if s.AgeMillis.Valid && s.AgeMillis.Value < 0 {
+			return invalid("lane_states", "entry %d: age %d ms is negative", i, s.AgeMillis.Value)
+		}
+		prev = int(s.Lane)
 	}
 	return nil
 }

@@ -207,10 +207,10 @@ func TestRegistryOlderWriterSchema(t *testing.T) {
 	older := mutate(t, TypeQueryRequest, func(top map[string]any) {
 		fields := top["fields"].([]any)
 		last := fields[len(fields)-1].(map[string]any)
-		if last["name"] != "request_time" {
-			t.Fatalf("last field is %v", last["name"])
+		if last["name"] != "max_age_ms" || fields[len(fields)-2].(map[string]any)["name"] != "request_time" {
+			t.Fatalf("last fields are %v", fields[len(fields)-2:])
 		}
-		top["fields"] = fields[:len(fields)-1]
+		top["fields"] = fields[:len(fields)-2]
 	})
 	id, _, err := reg.RegisterSchema(reader.Subject(TypeQueryRequest), sr.Schema{Schema: older, Type: sr.TypeAvro})
 	if err != nil {
@@ -223,6 +223,7 @@ func TestRegistryOlderWriterSchema(t *testing.T) {
 	q := testQueryRequests()["tokens-full"]
 	native := queryRequestNative(&q)
 	delete(native, "request_time")
+	delete(native, "max_age_ms")
 	b, err := wc.BinaryFromNative(AppendHeader(nil, id), native)
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +232,7 @@ func TestRegistryOlderWriterSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.RequestTime = time.Time{}
+	q.RequestTime, q.MaxAgeMillis = time.Time{}, Optional[int64]{}
 	if !reflect.DeepEqual(got, q) {
 		t.Fatalf("got %+v\nwant %+v", got, q)
 	}

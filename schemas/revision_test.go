@@ -4,90 +4,118 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 )
 
 // TestPreviousRevisionBodies: bodies written with the previous revision of a v1 schema (before
 // the appended trailing fields) under the shared built-in id are read by both decoders, the
 // appended fields as their defaults; bodies of the current revision keep them.
 func TestPreviousRevisionBodies(t *testing.T) {
-	for _, tr := range []RecordType{TypeLaneRecord, TypeLaneEvent, TypeQueryReply} {
+	for _, tr := range []RecordType{TypeLaneRecord, TypeLaneEvent, TypeQueryRequest, TypeQueryReply} {
 		if builtins[tr].previous == nil {
 			t.Fatalf("%s: no previous revision", tr)
 		}
 	}
-	// previousBody encodes native with the first revision's schema, without any appended field.
-	previousBody := func(t *testing.T, tr RecordType, native map[string]any) []byte {
+	// revisions calls fn with each earlier revision's body of native (the appended fields from
+	// the k-th on left out, k counted from the last) and the names left out.
+	revisions := func(t *testing.T, tr RecordType, native func() map[string]any, fn func(b []byte, without []string)) {
 		t.Helper()
-		for _, f := range appendedFields[tr] {
-			delete(native, f)
+		all := appendedFields[tr]
+		rev := &builtins[tr]
+		for k := len(all) - 1; k >= 0; k-- {
+			rev = rev.previous
+			n := native()
+			for _, f := range all[k:] {
+				delete(n, f)
+			}
+			b, err := rev.codec.BinaryFromNative(AppendHeader(nil, BuiltinID(tr)), n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fn(b, all[k:])
 		}
-		first := builtins[tr].previous
-		for first.previous != nil {
-			first = first.previous
-		}
-		b, err := first.codec.BinaryFromNative(AppendHeader(nil, BuiltinID(tr)), native)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
 	}
 	codecs := map[string]*Codec{"fast": newTestCodec(t), "goavro": newTestCodec(t, disableFastPath())}
 	for name, r := range testLaneRecords() {
-		// The revision between: capacity, but no sources.
-		mid := r
-		mid.Capacity, mid.Sources = Some(CapacityState{ResidentBlocks: 9, OmittedBlocks: 2, CapacityOmissions: 3}), Optional[SourceHealth]{}
-		native := laneRecordNative(&mid)
-		delete(native, "sources")
-		mb, err := builtins[TypeLaneRecord].previous.codec.BinaryFromNative(AppendHeader(nil, BuiltinID(TypeLaneRecord)), native)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for cn, c := range codecs {
-			got, err := c.DecodeLaneRecord(mb)
-			if err != nil || !reflect.DeepEqual(got, mid) {
-				t.Errorf("lane record %s of the capacity revision, %s: %v\n got  %+v\n want %+v", name, cn, err, got, mid)
+		revisions(t, TypeLaneRecord, func() map[string]any { return laneRecordNative(&r) }, func(b []byte, without []string) {
+			want := r
+			for _, f := range without {
+				switch f {
+				case "capacity":
+					want.Capacity = Optional[CapacityState]{}
+				case "sources":
+					want.Sources = Optional[SourceHealth]{}
+				case "as_of":
+					want.AsOf = time.Time{}
+				default:
+					t.Fatalf("lane record field %s not handled", f)
+				}
 			}
-		}
-		old := r
-		old.Capacity, old.Sources = Optional[CapacityState]{}, Optional[SourceHealth]{}
-		b := previousBody(t, TypeLaneRecord, laneRecordNative(&r))
-		for cn, c := range codecs {
-			got, err := c.DecodeLaneRecord(b)
-			if err != nil || !reflect.DeepEqual(got, old) {
-				t.Errorf("lane record %s, %s: %v\n got  %+v\n want %+v", name, cn, err, got, old)
+			for cn, c := range codecs {
+				got, err := c.DecodeLaneRecord(b)
+				if err != nil || !reflect.DeepEqual(got, want) {
+					t.Errorf("lane record %s without %v, %s: %v\n got  %+v\n want %+v", name, without, cn, err, got, want)
+				}
 			}
-		}
+		})
 	}
 	for name, e := range testLaneEvents() {
-		old := e
-		old.Capacity = Optional[CapacityState]{}
-		b := previousBody(t, TypeLaneEvent, laneEventNative(&e))
-		for cn, c := range codecs {
-			got, err := c.DecodeLaneEvent(b)
-			if err != nil || !reflect.DeepEqual(got, old) {
-				t.Errorf("lane event %s, %s: %v\n got  %+v\n want %+v", name, cn, err, got, old)
+		revisions(t, TypeLaneEvent, func() map[string]any { return laneEventNative(&e) }, func(b []byte, without []string) {
+			want := e
+			want.Capacity = Optional[CapacityState]{}
+			for cn, c := range codecs {
+				got, err := c.DecodeLaneEvent(b)
+				if err != nil || !reflect.DeepEqual(got, want) {
+					t.Errorf("lane event %s, %s: %v\n got  %+v\n want %+v", name, cn, err, got, want)
+				}
 			}
-		}
+		})
+	}
+	for name, q := range testQueryRequests() {
+		revisions(t, TypeQueryRequest, func() map[string]any { return queryRequestNative(&q) }, func(b []byte, without []string) {
+			want := q
+			want.MaxAgeMillis = Optional[int64]{}
+			for cn, c := range codecs {
+				got, err := c.DecodeQueryRequest(b)
+				if err != nil || !reflect.DeepEqual(got, want) {
+					t.Errorf("query request %s, %s: %v\n got  %+v\n want %+v", name, cn, err, got, want)
+				}
+			}
+		})
 	}
 	for name, q := range testQueryReplies() {
-		old := q
-		old.IncompleteLanes = 0
-		b := previousBody(t, TypeQueryReply, queryReplyNative(&q))
-		for cn, c := range codecs {
-			got, err := c.DecodeQueryReply(b)
-			if err != nil || !reflect.DeepEqual(got, old) {
-				t.Errorf("query reply %s, %s: %v\n got  %+v\n want %+v", name, cn, err, got, old)
+		revisions(t, TypeQueryReply, func() map[string]any { return queryReplyNative(&q) }, func(b []byte, without []string) {
+			want := q
+			for _, f := range without {
+				switch f {
+				case "incomplete_lanes":
+					want.IncompleteLanes = 0
+				case "lane_states":
+					want.LaneStates = nil
+				default:
+					t.Fatalf("query reply field %s not handled", f)
+				}
 			}
-		}
+			for cn, c := range codecs {
+				got, err := c.DecodeQueryReply(b)
+				if err != nil || !reflect.DeepEqual(got, want) {
+					t.Errorf("query reply %s without %v, %s: %v\n got  %+v\n want %+v", name, without, cn, err, got, want)
+				}
+			}
+		})
 	}
 	// A first-revision body cut short is still truncated, not read as something shorter.
 	r := testLaneRecords()["delta"]
-	b := previousBody(t, TypeLaneRecord, laneRecordNative(&r))
-	for cn, c := range codecs {
-		if _, err := c.DecodeLaneRecord(b[:len(b)-1]); !errors.Is(err, ErrTruncated) {
-			t.Errorf("%s: cut previous-revision body: %v, want ErrTruncated", cn, err)
+	revisions(t, TypeLaneRecord, func() map[string]any { return laneRecordNative(&r) }, func(b []byte, without []string) {
+		if len(without) != len(appendedFields[TypeLaneRecord]) {
+			return
 		}
-	}
+		for cn, c := range codecs {
+			if _, err := c.DecodeLaneRecord(b[:len(b)-1]); !errors.Is(err, ErrTruncated) {
+				t.Errorf("%s: cut first-revision body: %v, want ErrTruncated", cn, err)
+			}
+		}
+	})
 }
 
 // TestCapacityFieldRules: capacity values must fit an Avro long (encode) and be non-negative
@@ -116,8 +144,8 @@ func TestCapacityFieldRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := append(good[:len(good)-2:len(good)-2], 2)
-	bad = append(appendLong(appendLong(appendLong(bad, 5), -1), 0), 0)
+	bad := append(good[:len(good)-laneTrailerNulls:len(good)-laneTrailerNulls], 2)
+	bad = append(append(appendLong(appendLong(appendLong(bad, 5), -1), 0), 0), 0)
 	for cn, cc := range map[string]*Codec{"fast": c, "goavro": newTestCodec(t, disableFastPath())} {
 		_, err := cc.DecodeLaneRecord(bad)
 		var de *DecodeError
@@ -131,8 +159,8 @@ func TestCapacityFieldRules(t *testing.T) {
 	if _, err := c.EncodeLaneRecord(r); !errors.Is(err, ErrInvalidField) {
 		t.Errorf("lost_history_clears 2^63: encode %v, want ErrInvalidField", err)
 	}
-	bad = append(good[:len(good)-1:len(good)-1], 2)
-	bad = appendLong(appendLong(bad, -3), 0)
+	bad = append(good[:len(good)-2:len(good)-2], 2)
+	bad = append(appendLong(appendLong(bad, -3), 0), 0)
 	for cn, cc := range map[string]*Codec{"fast": c, "goavro": newTestCodec(t, disableFastPath())} {
 		_, err := cc.DecodeLaneRecord(bad)
 		var de *DecodeError

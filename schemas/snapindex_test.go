@@ -61,8 +61,8 @@ func TestImageRangeErrorIsTyped(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Overwrite the last image's bucket (the 16-byte images end the body but for the one-byte
-		// nulls of capacity and sources) with bucket_count.
-		img := b[len(b)-2-ImageSize:]
+		// nulls of the appended fields) with bucket_count.
+		img := b[len(b)-laneTrailerNulls-ImageSize:]
 		for i := 0; i < 8; i++ {
 			img[i] = byte(bc >> (8 * i))
 		}
@@ -72,7 +72,7 @@ func TestImageRangeErrorIsTyped(t *testing.T) {
 			t.Errorf("%s: decode error %v (%+v), want ErrInvalidField with ImageRangeError{Index: 2, Bucket: %d}", name, err, ire, bc)
 		}
 		// Two images out of range, the larger one last: the first is named.
-		img = b[len(b)-2-2*ImageSize:]
+		img = b[len(b)-laneTrailerNulls-2*ImageSize:]
 		for i := 0; i < 8; i++ {
 			img[i] = byte((bc + 1) >> (8 * i))
 		}

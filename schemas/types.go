@@ -126,9 +126,10 @@ type builtin struct {
 // readers are upgraded before writers (as for a new union branch). With a registry, each
 // revision has its own id and none of this applies.
 var appendedFields = map[RecordType][]string{
-	TypeLaneRecord: {"capacity", "sources"},
-	TypeLaneEvent:  {"capacity"},
-	TypeQueryReply: {"incomplete_lanes"},
+	TypeLaneRecord:   {"capacity", "sources", "as_of"},
+	TypeLaneEvent:    {"capacity"},
+	TypeQueryRequest: {"max_age_ms"},
+	TypeQueryReply:   {"incomplete_lanes", "lane_states"},
 }
 
 var builtins = loadBuiltins()
