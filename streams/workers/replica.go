@@ -1,0 +1,586 @@
+package workers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/workers"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/relay"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/uber-go/tally/v4"
+	"github.com/zeebo/xxh3"
+	"go.uber.org/zap"
+)
+
+// ErrNotReady is Ready's error while the replica has not caught up with the KV topic's end
+// offsets listed at its start.
+var ErrNotReady = errors.New("workers: not caught up with the KV topic yet")
+
+// Params are New's inputs.
+type Params struct {
+	Config Config
+	Codec  *schemas.Codec
+	// ClientOptsFor gives each Kafka client's options by role ("workers-input",
+	// "workers-admin", "workers-outputs", "workers-checkpoints").
+	ClientOptsFor streams.ClientOptsFunc
+	Metrics       tally.Scope
+	Log           *zap.Logger
+}
+
+// Replica is one replica of a DC's worker-level read model (workers.md): it reads every
+// partition of the DC's KV-events topic by direct assignment, applies each event to a
+// workers.Shared that queries read concurrently, and checkpoints its lineage with the offsets
+// it reflects. Build it with New, run it with Run; Match, Ready and Status may be called from
+// any goroutine at any time.
+type Replica struct {
+	cfg   Config
+	codec *schemas.Codec
+	opts  streams.ClientOpts
+	log   *zap.Logger
+	l     *ledger
+	now   func() time.Time
+
+	mu     sync.RWMutex
+	shared *workers.Shared // replaced once, by the restore, before ready
+
+	ready     chan struct{}
+	readyOnce sync.Once
+	applied   atomic.Uint64
+	restoreAt atomic.Int64 // the checkpoint's written time (Unix ms), 0 when none was restored
+	// readyAt is applied when the replica became ready; ckptApplied the Applied count of the
+	// newest checkpoint this replica wrote (the manifest's, restored records included).
+	readyAt, ckptApplied atomic.Uint64
+}
+
+// New checks the configuration and builds a replica; nothing connects until Run. Errors are
+// *streams.ConfigError.
+func New(p Params) (*Replica, error) {
+	if err := p.Config.validate(); err != nil {
+		return nil, err
+	}
+	if p.Codec == nil {
+		return nil, &streams.ConfigError{Config: "workers", Field: "Codec", Reason: "must be set"}
+	}
+	log := p.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Replica{cfg: p.Config.derive(), codec: p.Codec, opts: streams.ClientOpts{PerRole: p.ClientOptsFor},
+		log: log, l: newLedger(p.Metrics), now: time.Now, shared: workers.NewShared(workers.New()), ready: make(chan struct{})}, nil
+}
+
+// Config returns the configuration with the derived names filled in.
+func (r *Replica) Config() Config { return r.cfg }
+
+// DC returns the replica's DC.
+func (r *Replica) DC() ckf.DcID { return r.cfg.DC }
+
+// Ready returns nil once the replica has read the KV topic up to the end offsets listed at its
+// start (after restoring its checkpoint), ErrNotReady before.
+func (r *Replica) Ready() error {
+	select {
+	case <-r.ready:
+		return nil
+	default:
+		return ErrNotReady
+	}
+}
+
+// WaitReady returns a channel closed once the replica is ready.
+func (r *Replica) WaitReady() <-chan struct{} { return r.ready }
+
+// Age is how far a replica has read: what every answer carries.
+type Age struct {
+	// NewestEventMs is the timestamp (Unix ms) of the newest KV record applied; 0 when none.
+	NewestEventMs int64
+	// LagRecords is how many KV records lie between the replica's positions and the topic's
+	// last stable offsets, as last observed (fetch responses, and a listing at every lag
+	// commit).
+	LagRecords int64
+}
+
+// AgeMs returns the milliseconds from the newest applied event to now (-1 when none).
+func (a Age) AgeMs(now time.Time) int64 {
+	if a.NewestEventMs == 0 {
+		return -1
+	}
+	return max(now.UnixMilli()-a.NewestEventMs, 0)
+}
+
+// Status is the replica's state for the status route and tests.
+type Status struct {
+	DC       ckf.DcID
+	KVTopic  string
+	Ready    bool
+	Age      Age
+	Applied  uint64 // KV records applied by this process (restored ones excluded)
+	Sources  int
+	Rows     int
+	Restored bool // started from a checkpoint
+	// ReadyAfter is Applied at the moment the replica became ready: the records between its
+	// start positions and the end offsets listed at start (plus any later record of the same
+	// poll).
+	ReadyAfter uint64
+	// CheckpointApplied is the manifest's Applied of the newest checkpoint this replica wrote:
+	// every KV record it reflects, restored ones included.
+	CheckpointApplied uint64
+	// Counters of the ledger.
+	Rejected, Undecodable, UnknownRemovals, UnknownSources, DeadLetters  uint64
+	Checkpoints, CheckpointFailures, CheckpointsRejected, CheckpointGaps uint64
+}
+
+// Status returns the current status.
+func (r *Replica) Status() Status {
+	l := r.l
+	var rej uint64
+	for i := range l.rejected {
+		rej += l.rejected[i].load()
+	}
+	return Status{DC: r.cfg.DC, KVTopic: r.cfg.Topics.KVEvents, Ready: r.Ready() == nil, Age: r.Age(), Applied: r.applied.Load(),
+		Sources: int(l.sources.load()), Rows: int(l.rows.load()), Restored: l.restored.load() == 1,
+		ReadyAfter: r.readyAt.Load(), CheckpointApplied: r.ckptApplied.Load(),
+		Rejected: rej, Undecodable: l.undecodable.load(), UnknownRemovals: l.unknownRemovals.load(), UnknownSources: l.unknownSources.load(),
+		DeadLetters: l.deadLetters.load(), Checkpoints: l.checkpoints.load(), CheckpointFailures: l.checkpointFailures.load(),
+		CheckpointsRejected: l.checkpointsRejected.load(), CheckpointGaps: l.checkpointGaps.load()}
+}
+
+// Age returns how far the replica has read.
+func (r *Replica) Age() Age {
+	return Age{NewestEventMs: r.l.newestEventMs.load(), LagRecords: r.l.lagRecords.load()}
+}
+
+// Match answers query (canonical sequence hashes, ckf.SequenceHashes of the prompt's local block
+// hashes) into res under opt, and returns the replica's age as of the answer.
+func (r *Replica) Match(query []ckf.CanonicalHash, opt workers.Options, res *workers.Result) Age {
+	start := time.Now()
+	r.mu.RLock()
+	sh := r.shared
+	r.mu.RUnlock()
+	age := r.Age()
+	sh.Match(query, opt, res)
+	r.l.matchSeconds.RecordDuration(time.Since(start))
+	return age
+}
+
+// loop is Run's state, owned by Run's goroutine.
+type loop struct {
+	r         *Replica
+	sh        *workers.Shared
+	lin       *lineage
+	eol       *streams.EndOfLog
+	pos       map[int32]int64 // next offset to apply, per KV partition
+	lso       map[int32]int64 // last stable offset as last observed
+	out       *streams.Outputs
+	ckptPart  int32
+	staleTo   int    // chunk count of the newest checkpoint known (tombstones for a smaller one)
+	applied   uint64 // KV records applied, restored count included (the manifests' Applied)
+	sinceCkpt bool   // something was applied since the last checkpoint
+	lastCkpt  time.Time
+	writing   chan ckptResult // non-nil while a checkpoint is being written
+	lag       streams.LagCommitter
+	kv        schemas.KvEvent
+}
+
+type ckptResult struct {
+	m     checkpointManifest
+	bytes int
+	err   error
+}
+
+// Run restores the newest usable checkpoint, reads the KV topic from its offsets (from the log
+// start without one), becomes ready at the end offsets listed at start, and then follows the
+// topic until ctx ends (nil) or a client cannot be built (an error). Fetch errors are counted and
+// logged; franz-go retries them.
+func (r *Replica) Run(ctx context.Context) error {
+	cfg := r.cfg
+	admCl, err := kgo.NewClient(r.opts.ForRole("workers-admin")...)
+	if err != nil {
+		return fmt.Errorf("workers: admin client: %w", err)
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	lp := &loop{r: r, lso: map[int32]int64{}, lag: streams.LagCommitter{Group: cfg.LagGroup, Topic: cfg.Topics.KVEvents,
+		Interval: cfg.LagCommitInterval, Timeout: 10 * time.Second}}
+	if cfg.LagCommitInterval == 0 {
+		lp.lag.Group = ""
+	}
+	if cfg.Topics.DeadLetter != "" {
+		outCl, err := kgo.NewClient(r.opts.ForRole("workers-outputs", kgo.ProducerLinger(5*time.Millisecond))...)
+		if err != nil {
+			return fmt.Errorf("workers: output client: %w", err)
+		}
+		defer outCl.Close()
+		lp.out = streams.NewOutputs(outCl, r.codec, 0, streams.OutputTopics{DeadLetter: cfg.Topics.DeadLetter}, r.log)
+	}
+	start := time.Now()
+	if err := lp.restore(ctx, adm); err != nil {
+		return err
+	}
+	assign := map[int32]kgo.Offset{}
+	for _, p := range lp.eol.Partitions() {
+		assign[p] = kgo.NewOffset().At(lp.pos[p])
+	}
+	inCl, err := kgo.NewClient(r.opts.ForRole("workers-input", append([]kgo.Opt{
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topics.KVEvents: assign})}, streams.EndOfLogConsumerOpts()...)...)...)
+	if err != nil {
+		return fmt.Errorf("workers: input client: %w", err)
+	}
+	defer inCl.Close()
+	r.l.restoreSeconds.RecordDuration(time.Since(start))
+	lp.checkReady(start)
+	defer lp.stop(inCl)
+	for {
+		pctx, cancel := lp.pollContext(ctx)
+		fs := inCl.PollRecords(pctx, cfg.MaxPollRecords)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		lp.onFetches(fs)
+		lp.checkReady(start)
+		lp.maybeCheckpoint(ctx)
+		lp.maybeCommitLag(inCl)
+	}
+}
+
+// restore lists the KV topic's ends, restores the newest usable checkpoint (or none) and builds
+// the end-of-log target from the resulting positions.
+func (lp *loop) restore(ctx context.Context, adm *kadm.Client) error {
+	r, cfg := lp.r, lp.r.cfg
+	eol, err := streams.ListEndOfLog(ctx, adm, cfg.Topics.KVEvents)
+	if err != nil {
+		return fmt.Errorf("workers: %w", err)
+	}
+	lp.lin = newLineage()
+	var got *restored
+	if cfg.Topics.Checkpoints != "" {
+		got, err = lp.readCheckpoint(ctx, adm, eol)
+		if err != nil {
+			return err
+		}
+	}
+	ix := workers.New()
+	starts, ends := map[int32]int64{}, map[int32]int64{}
+	if got != nil {
+		if err := got.lin.restoreInto(ix); err != nil {
+			// The payload decoded and checked out, but the index refuses it: the rules changed
+			// under it. Loudly start over from the log start.
+			r.log.Error("checkpoint does not restore into the index; replaying the KV topic from its log start",
+				zap.Uint64("generation", got.m.Generation), zap.Error(err))
+			r.l.checkpointsRejected.add(1)
+			got, ix = nil, workers.New()
+		}
+	}
+	lp.pos = map[int32]int64{}
+	for _, p := range eol.Partitions() {
+		end, _ := eol.End(p)
+		ends[p] = end
+		pos := eol.Start(p)
+		if got != nil {
+			if off, ok := got.m.Offsets[p]; ok {
+				if off < pos {
+					r.l.checkpointGaps.add(1)
+					r.log.Error("KV events after the checkpoint were deleted by retention: reading the partition from its log start (answers miss what those events stored)",
+						zap.Int32("partition", p), zap.Int64("checkpoint_offset", off), zap.Int64("log_start", pos))
+				} else {
+					pos = off
+				}
+			}
+		}
+		lp.pos[p], starts[p] = pos, pos
+	}
+	lp.eol = streams.NewEndOfLog(cfg.Topics.KVEvents, starts, ends)
+	if got != nil {
+		lp.lin = got.lin
+		lp.staleTo = got.m.Chunks
+		lp.applied = got.m.Applied
+		r.l.restored.set(1)
+		r.l.newestEventMs.set(got.m.NewestEventMs)
+		r.restoreAt.Store(got.m.WrittenMs)
+		r.log.Info("restored from checkpoint", zap.Uint64("generation", got.m.Generation), zap.Int("rows", got.lin.rows),
+			zap.Int("sources", len(got.lin.srcs)), zap.Int64("written_ms", got.m.WrittenMs))
+	}
+	lp.sh = workers.NewShared(ix)
+	r.l.lastTel = lp.sh.Telemetry()
+	r.mu.Lock()
+	r.shared = lp.sh
+	r.mu.Unlock()
+	lp.setSize()
+	lp.lastCkpt = r.now()
+	return nil
+}
+
+// readCheckpoint finds the checkpoint partition and the newest usable checkpoint; one whose
+// offsets lie beyond the KV topic's end (the topic was recreated) is rejected too.
+func (lp *loop) readCheckpoint(ctx context.Context, adm *kadm.Client, eol *streams.EndOfLog) (*restored, error) {
+	r, cfg := lp.r, lp.r.cfg
+	var n int
+	err := streams.RetryListing(ctx, func() error {
+		td, err := adm.ListTopics(ctx, cfg.Topics.Checkpoints)
+		if err != nil {
+			return err
+		}
+		d := td[cfg.Topics.Checkpoints]
+		if d.Err != nil {
+			return d.Err
+		}
+		n = len(d.Partitions)
+		return nil
+	})
+	if err != nil || n == 0 {
+		return nil, fmt.Errorf("workers: checkpoint topic %s: %d partitions, %w", cfg.Topics.Checkpoints, n, err)
+	}
+	lp.ckptPart = checkpointPartition(cfg.DC, n)
+	cr := &checkpointReader{adm: adm, opts: r.opts.ForRole("workers-checkpoints"), topic: cfg.Topics.Checkpoints,
+		partition: lp.ckptPart, dc: cfg.DC, kvTopic: cfg.Topics.KVEvents}
+	rejected := 0
+	reject := func(rec *kgo.Record, err error) {
+		rejected++
+		r.l.checkpointsRejected.add(1)
+		r.log.Error("unusable checkpoint: trying an older one, else replaying the KV topic from its log start", zap.Int64("offset", rec.Offset), zap.Error(err))
+		if lp.out != nil {
+			lp.out.DeadLetter(rec, schemas.DeadLetterMalformed, err.Error(), "workers-checkpoint")
+			r.l.deadLetters.add(1)
+		}
+	}
+	got, err := cr.latest(ctx, reject)
+	if err != nil || got == nil {
+		if err == nil && rejected > 0 {
+			r.log.Error("no usable checkpoint: replaying the KV topic from its log start", zap.Int("rejected", rejected))
+		}
+		return nil, err
+	}
+	for p, off := range got.m.Offsets {
+		if end, ok := eol.End(p); !ok || off > end {
+			// Not an older one either: the KV topic is no longer the one the checkpoints describe.
+			reject(&kgo.Record{Topic: cfg.Topics.Checkpoints, Partition: lp.ckptPart, Offset: got.m.FirstChunk},
+				fmt.Errorf("offset %d of partition %d beyond the KV topic's end: the topic was recreated", off, p))
+			return nil, nil
+		}
+	}
+	return got, nil
+}
+
+// pollContext bounds a poll by the next time a checkpoint or a lag commit may be due, so that an
+// idle topic does not hold them back.
+func (lp *loop) pollContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	cfg := lp.r.cfg
+	var due time.Time
+	if lp.writing != nil {
+		due = lp.r.now().Add(100 * time.Millisecond) // collect the result
+	}
+	if lp.sinceCkpt && cfg.CheckpointInterval > 0 && cfg.Topics.Checkpoints != "" && lp.r.Ready() == nil {
+		if at := lp.lastCkpt.Add(cfg.CheckpointInterval); due.IsZero() || at.Before(due) {
+			due = at
+		}
+	}
+	if lp.lag.Group != "" && lp.lag.Pending(lp.pos) {
+		if at := lp.lag.NextAt(); due.IsZero() || at.Before(due) {
+			due = at
+		}
+	}
+	if due.IsZero() {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, due)
+}
+
+// onFetches applies a poll's records.
+func (lp *loop) onFetches(fs kgo.Fetches) {
+	r := lp.r
+	fs.EachError(func(t string, p int32, err error) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		r.l.fetchErrors.add(1)
+		r.log.Warn("fetching KV events", zap.String("topic", t), zap.Int32("partition", p), zap.Error(err))
+	})
+	var live, replayed uint64
+	newest := r.l.newestEventMs.load()
+	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if fp.Topic != r.cfg.Topics.KVEvents {
+			return
+		}
+		if fp.LastStableOffset > 0 {
+			lp.lso[fp.Partition] = fp.LastStableOffset
+		}
+		for _, rec := range fp.Records {
+			below := lp.eol.Observe(rec)
+			lp.pos[rec.Partition] = rec.Offset + 1
+			if rec.Attrs.IsControl() {
+				continue
+			}
+			lp.apply(rec, !below)
+			if below {
+				replayed++
+			} else {
+				live++
+			}
+			newest = max(newest, rec.Timestamp.UnixMilli())
+		}
+	})
+	if live+replayed > 0 {
+		lp.applied += live + replayed
+		lp.sinceCkpt = true
+		r.applied.Add(live + replayed)
+		r.l.events.add(live + replayed)
+		r.l.replayed.add(replayed)
+		r.l.newestEventMs.set(newest)
+		r.l.telemetry(lp.sh.Telemetry())
+		lp.setSize()
+	}
+	lp.setLag()
+}
+
+// apply decodes one KV record and applies it to the index and the lineage. live: the record is
+// at or past its partition's end listed at start; only live rejections are dead-lettered (the
+// replayed ones were when this DC's replicas first read them), as the relay does.
+func (lp *loop) apply(rec *kgo.Record, live bool) {
+	r := lp.r
+	if err := r.codec.DecodeKvEventInto(rec.Value, &lp.kv); err != nil {
+		r.l.undecodable.add(1)
+		lp.reject(rec, live, schemas.DeadLetterReasonOf(err), "undecodable KV event: "+err.Error(), err)
+		return
+	}
+	ev := relay.RouterEventOf(&lp.kv)
+	if err := lp.sh.Apply(ev); err != nil {
+		r.l.rejected[rejectReason(err)].add(1)
+		lp.reject(rec, live, schemas.DeadLetterRejected, "worker index refused the event ("+reasonOf(err)+"): "+err.Error(), err)
+		return
+	}
+	lp.lin.apply(&ev)
+}
+
+func (lp *loop) reject(rec *kgo.Record, live bool, code schemas.DeadLetterReason, reason string, err error) {
+	r := lp.r
+	if !live {
+		r.log.Debug("replayed KV event rejected again", zap.Int32("partition", rec.Partition), zap.Int64("offset", rec.Offset), zap.Error(err))
+		return
+	}
+	r.log.Warn("KV event rejected", zap.Int32("partition", rec.Partition), zap.Int64("offset", rec.Offset), zap.Error(err))
+	if lp.out != nil {
+		lp.out.DeadLetter(rec, code, reason, "workers")
+		r.l.deadLetters.add(1)
+	}
+}
+
+func (lp *loop) setSize() {
+	lp.r.l.sources.set(int64(len(lp.lin.srcs)))
+	lp.r.l.rows.set(int64(lp.lin.rows))
+}
+
+// setLag sums, over the partitions, the last observed stable offset (the listed end before any
+// fetch) minus the position.
+func (lp *loop) setLag() {
+	var lag int64
+	for p, pos := range lp.pos {
+		end, ok := lp.lso[p]
+		if !ok {
+			end, _ = lp.eol.End(p)
+		}
+		lag += max(end-pos, 0)
+	}
+	lp.r.l.lagRecords.set(lag)
+}
+
+func (lp *loop) checkReady(start time.Time) {
+	r := lp.r
+	if r.Ready() == nil || !lp.eol.Reached() {
+		return
+	}
+	r.readyOnce.Do(func() {
+		r.readyAt.Store(r.applied.Load())
+		close(r.ready)
+		r.l.ready.set(1)
+		r.log.Info("caught up with the KV topic's end offsets listed at start: ready", zap.Duration("after", time.Since(start)),
+			zap.Uint64("applied", r.applied.Load()), zap.Int("sources", len(lp.lin.srcs)), zap.Int("rows", lp.lin.rows))
+	})
+}
+
+// maybeCheckpoint collects a finished checkpoint write and starts the next one when due: ready,
+// something applied since the last one, the interval passed, none in flight. The payload is
+// encoded here, between two polls, so it reflects exactly lp.pos; the transaction runs on a
+// goroutine of its own while the loop goes on applying.
+func (lp *loop) maybeCheckpoint(ctx context.Context) {
+	r, cfg := lp.r, lp.r.cfg
+	if lp.writing != nil {
+		select {
+		case res := <-lp.writing:
+			lp.writing = nil
+			if res.err != nil {
+				r.l.checkpointFailures.add(1)
+				r.log.Warn("checkpoint not written; retrying at the next interval", zap.Error(res.err))
+				break
+			}
+			lp.staleTo = res.m.Chunks
+			r.ckptApplied.Store(res.m.Applied)
+			r.l.checkpoints.add(1)
+			r.l.checkpointBytes.set(int64(res.bytes))
+			r.log.Debug("checkpoint written", zap.Uint64("generation", res.m.Generation), zap.Int("chunks", res.m.Chunks), zap.Int("bytes", res.bytes))
+		default:
+			return
+		}
+	}
+	if cfg.Topics.Checkpoints == "" || cfg.CheckpointInterval == 0 || !lp.sinceCkpt || r.Ready() != nil ||
+		r.now().Before(lp.lastCkpt.Add(cfg.CheckpointInterval)) {
+		return
+	}
+	now := r.now()
+	lp.lastCkpt, lp.sinceCkpt = now, false
+	payload := lp.lin.appendPayload(nil, cfg.DC)
+	var g [8]byte
+	_, _ = rand.Read(g[:])
+	m := checkpointManifest{DC: cfg.DC.String(), KVTopic: cfg.Topics.KVEvents, Generation: binary.LittleEndian.Uint64(g[:]),
+		PayloadLen: len(payload), PayloadHash: xxh3.Hash(payload), Offsets: maps.Clone(lp.pos),
+		NewestEventMs: r.l.newestEventMs.load(), Applied: lp.applied, Rows: lp.lin.rows, WrittenMs: now.UnixMilli()}
+	done := make(chan ckptResult, 1)
+	lp.writing = done
+	opts, part, staleTo := r.opts.ForRole("workers-checkpoints"), lp.ckptPart, lp.staleTo
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		m, err := writeCheckpoint(wctx, opts, cfg.TransactionalID, cfg.Topics.Checkpoints, part, cfg.DC, m, payload, cfg.CheckpointChunkBytes, staleTo)
+		done <- ckptResult{m: m, bytes: len(payload), err: err}
+	}()
+}
+
+// maybeCommitLag commits the positions into the lag group and refreshes the lag from a listing.
+func (lp *loop) maybeCommitLag(cl *kgo.Client) {
+	r := lp.r
+	if lp.lag.Group == "" {
+		return
+	}
+	committed, err := lp.lag.Commit(cl, r.now(), lp.pos, false)
+	if err != nil {
+		r.l.lagCommitErrors.add(1)
+		r.log.Warn("lag commit failed; retried at the next one", zap.String("group", lp.lag.Group), zap.Error(err))
+		return
+	}
+	if committed {
+		if lag, err := lp.lag.LagFromStable(cl, lp.pos); err == nil {
+			r.l.lagRecords.set(lag)
+		}
+	}
+}
+
+// stop waits for a checkpoint in flight and commits the last positions.
+func (lp *loop) stop(cl *kgo.Client) {
+	if lp.writing != nil {
+		<-lp.writing
+	}
+	if lp.lag.Group != "" {
+		_, _ = lp.lag.Commit(cl, lp.r.now(), lp.pos, true)
+	}
+	lp.r.l.ready.set(0)
+}
