@@ -582,5 +582,10 @@ func (lp *loop) stop(cl *kgo.Client) {
 	if lp.lag.Group != "" {
 		_, _ = lp.lag.Commit(cl, lp.r.now(), lp.pos, true)
 	}
+	if lp.out != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = lp.out.Flush(ctx)
+		cancel()
+	}
 	lp.r.l.ready.set(0)
 }

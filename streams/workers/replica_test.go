@@ -261,9 +261,7 @@ func TestDamagedCheckpointFallsBack(t *testing.T) {
 	if got := answers(c.match, qs); !reflect.DeepEqual(got, want) {
 		t.Fatal("answers after a full replay differ from the oracle's")
 	}
-	if n := len(e.c.PartitionRecords(t, e.dlq, 0)); n != 3 {
-		t.Fatalf("%d dead letters, want every rejected checkpoint", n)
-	}
+	testenv.WaitUntil(t, time.Minute, "a dead letter per rejected checkpoint", func() bool { return len(e.c.PartitionRecords(t, e.dlq, 0)) == 3 })
 }
 
 // TestBadRecordsCounted: an undecodable record and events the index refuses are counted and,
