@@ -85,6 +85,7 @@ type Config struct {
 	Indexer Indexer `yaml:"indexer"`
 	Relay   Relay   `yaml:"relay"`
 	Bridge  Bridge  `yaml:"bridge"`
+	Workers Workers `yaml:"workers"`
 
 	// ShutdownTimeout bounds a graceful stop, fx's stop timeout: every component's OnStop
 	// (stop intake, drain lanes, flush producers, commit offsets, close clients) must finish
@@ -692,6 +693,7 @@ func defaultConfig() Config {
 			Resume:        true,
 			LostHistory:   "clear",
 		},
+		Workers:         defaultWorkers(),
 		ShutdownTimeout: DefaultShutdownTimeout,
 		StartupTimeout:  DefaultStartupTimeout,
 	}
@@ -715,6 +717,9 @@ func (c *Config) resolve() {
 	}
 	if c.Topics.RelayCheckpoints == "" {
 		c.Topics.RelayCheckpoints = c.TopicPrefix + DefaultRelayCheckpointsTopic
+	}
+	if c.Workers.CheckpointTopic == "" {
+		c.Workers.CheckpointTopic = c.TopicPrefix + DefaultWorkersCheckpointTopic
 	}
 	c.Kafka.SASL.Mechanism = upperASCII(c.Kafka.SASL.Mechanism)
 	// An empty list or map from a file ([] or {}) means the same as none at all.
@@ -762,6 +767,7 @@ type Parts struct {
 	Indexer        Indexer
 	Relay          Relay
 	Bridge         Bridge
+	Workers        Workers
 }
 
 // Split returns c's sections as Parts.
@@ -776,6 +782,7 @@ func Split(c Config) Parts {
 		Indexer:        c.Indexer,
 		Relay:          c.Relay,
 		Bridge:         c.Bridge,
+		Workers:        c.Workers,
 	}
 }
 

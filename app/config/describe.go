@@ -12,10 +12,11 @@ const (
 	CommandQuery   = "query"
 	CommandBridge  = "bridge"
 	CommandReplay  = "replay"
+	CommandWorkers = "workers"
 )
 
 // Commands are the commands a Description may name, in the order help output lists them.
-var Commands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandQuery, CommandBridge, CommandReplay}
+var Commands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandWorkers, CommandLoadgen, CommandQuery, CommandBridge, CommandReplay}
 
 // Description is the help text of one setting: one line saying what it is, and the commands
 // whose behaviour it changes.
@@ -31,8 +32,9 @@ type Description struct {
 // at start, logs, serves HTTP and metrics, and stops within shutdown_timeout. A topic setting
 // lists the commands that read or write the topic, not the ones that only create it.
 var (
-	processCommands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandBridge, CommandReplay}
-	clientCommands  = []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen, CommandQuery, CommandBridge, CommandReplay}
+	processCommands = []string{CommandDemo, CommandIndexer, CommandRelay, CommandWorkers, CommandLoadgen, CommandBridge, CommandReplay}
+	clientCommands  = []string{CommandDemo, CommandIndexer, CommandRelay, CommandWorkers, CommandLoadgen, CommandQuery, CommandBridge, CommandReplay}
+	workersCommands = []string{CommandWorkers}
 	indexerCommands = []string{CommandDemo, CommandIndexer}
 	relayCommands   = []string{CommandDemo, CommandRelay}
 	bridgeCommands  = []string{CommandBridge}
@@ -59,13 +61,13 @@ var descriptions = map[string]Description{
 	"kafka.sasl.password":             {"SASL password; required with a mechanism, never printed (pass it by file or variable)", clientCommands},
 
 	"topic_prefix":             {"prepended to every default topic name (not to names set under topics.*)", clientCommands},
-	"topics.kv_events":         {"KV events from the engines; each relay reads its own DC's topic (loadgen and demo append .dc-<dc hex>); a bridge writes its engine's DC topic", []string{CommandDemo, CommandRelay, CommandLoadgen, CommandBridge}},
+	"topics.kv_events":         {"KV events from the engines; each relay and worker stage reads its own DC's topic (loadgen and demo append .dc-<dc hex>); a bridge writes its engine's DC topic", []string{CommandDemo, CommandRelay, CommandWorkers, CommandLoadgen, CommandBridge}},
 	"topics.lanes":             {"CKF snapshots and deltas; partition p is physical lane p", []string{CommandDemo, CommandIndexer, CommandRelay}},
 	"topics.queries":           {"prefix-match query requests from routers", []string{CommandDemo, CommandIndexer, CommandLoadgen, CommandQuery}},
 	"topics.query_replies":     {"query replies, keyed by correlation id", []string{CommandDemo, CommandIndexer, CommandLoadgen, CommandQuery}},
 	"topics.lane_events":       {"lane state changes and progress, keyed lane-<n>", indexerCommands},
 	"topics.control":           {"snapshot requests from indexers to relays, keyed lane-<n>", []string{CommandDemo, CommandIndexer, CommandRelay}},
-	"topics.dead_letter":       {"rejected records with their reason", []string{CommandDemo, CommandIndexer, CommandRelay}},
+	"topics.dead_letter":       {"rejected records with their reason", []string{CommandDemo, CommandIndexer, CommandRelay, CommandWorkers}},
 	"topics.snapshot_index":    {"compacted: where each lane's latest complete snapshot starts, keyed lane-<n>", []string{CommandDemo, CommandIndexer, CommandRelay}},
 	"topics.relay_checkpoints": {"the relays' own state checkpoints; partition p is lane p's relay", relayCommands},
 
@@ -130,6 +132,11 @@ var descriptions = map[string]Description{
 	"relay.publish_max_delay":       {"close a non-empty publication batch this long after its first event; 0 closes it once the poll that opened it is applied", relayCommands},
 	"relay.checkpoint_interval":     {"checkpoint the relay's exact state this long after the previous one; 0 disables", relayCommands},
 	"relay.checkpoint_every_events": {"also checkpoint after this many KV events; 0 disables", relayCommands},
+
+	"workers.dc_id":               {"DC id whose KV-events topic (topics.kv_events) this worker-stage replica reads; names its answers and keys its checkpoints", workersCommands},
+	"workers.checkpoint_topic":    {"compacted topic of the worker stage's checkpoints, keyed by DC; empty is topic_prefix + ckf-worker-checkpoints", workersCommands},
+	"workers.checkpoint_interval": {"least time between two checkpoints of a replica (a restart replays about this much); 0 writes none", workersCommands},
+	"workers.lag_commit_interval": {"how often a replica commits its KV positions to the lag group ckf-workers-<KV topic>-<DC> (visibility only); 0 disables", workersCommands},
 
 	"shutdown_timeout": {"bound on a graceful stop (drain, flush, commit, close)", processCommands},
 	"startup_timeout":  {"bound on start-up, topic creation included", processCommands},

@@ -130,3 +130,7 @@ func (c Config) derive() Config {
 	}
 	return c
 }
+
+// Validate applies New's rules to c: every setting's (CheckSettings), then the topics. Errors are
+// *streams.ConfigError naming the field.
+func (c Config) Validate() error { return c.validate() }

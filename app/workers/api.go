@@ -1,0 +1,219 @@
+package workers
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	ckfworkers "github.com/ckf-stream/ckf-stream/ckf/workers"
+	"github.com/ckf-stream/ckf-stream/queryapi"
+	streamworkers "github.com/ckf-stream/ckf-stream/streams/workers"
+	"github.com/ckf-stream/ckf-stream/workerapi"
+	"github.com/uber-go/tally/v4"
+)
+
+// The handler of POST /v1/worker-matches, top to bottom: tell the form by Content-Type, read the
+// body (at most queryapi.MaxRequestBytes), decode it (workerapi: the prompt by queryapi's rules),
+// answer it from the replica when it is ready and its DC is selected, and write the answer in
+// the request's form. Refusals are INVALID_REQUEST JSON bodies saying why, in both forms, with
+// the prefix-match route's statuses (400, 413, 415); a replica that is not ready answers
+// UNAVAILABLE (503, Retry-After: 1).
+
+// API serves the worker stage's routes.
+type API struct {
+	r   *streamworkers.Replica
+	ids atomic.Uint64
+	m   apiMetrics
+	now func() time.Time
+}
+
+type apiMetrics struct {
+	requests tally.Counter
+	replies  map[string]tally.Counter
+	latency  tally.Histogram
+}
+
+// NewAPI returns the handlers of r; scope may be nil.
+func NewAPI(r *streamworkers.Replica, scope tally.Scope) *API {
+	if scope == nil {
+		scope = tally.NoopScope
+	}
+	s := scope.SubScope("workers").SubScope("http")
+	a := &API{r: r, now: time.Now, m: apiMetrics{requests: s.Counter("requests_total"), replies: map[string]tally.Counter{},
+		latency: s.Histogram("request_duration_seconds", tally.MustMakeExponentialDurationBuckets(10*time.Microsecond, 2, 16))}}
+	for _, st := range []string{workerapi.StatusOK, workerapi.StatusUnavailable, workerapi.StatusInvalidRequest} {
+		a.m.replies[st] = s.Tagged(map[string]string{"status": st}).Counter("replies_total")
+	}
+	return a
+}
+
+type scratch struct {
+	res   ckfworkers.Result
+	chain []ckf.CanonicalHash
+	body  []byte
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// MatchHandler serves POST /v1/worker-matches.
+func (a *API) MatchHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		a.m.requests.Inc(1)
+		sc := scratches.Get().(*scratch)
+		defer scratches.Put(sc)
+		binary := queryapi.IsBinaryContentType(r.Header["Content-Type"])
+		var req workerapi.Request
+		var err error
+		if !binary {
+			err = queryapi.CheckJSONContentType(r.Header.Get("Content-Type"))
+		}
+		if err == nil {
+			sc.body, err = readBody(w, r, sc.body[:0])
+		}
+		if err == nil && binary {
+			req, err = workerapi.DecodeBinaryRequest(sc.body, r.Header[queryapi.CorrelationIDHeader], r.URL.RawQuery)
+		} else if err == nil {
+			req, err = workerapi.DecodeRequest(sc.body)
+		}
+		if err != nil {
+			a.refuse(w, start, err)
+			return
+		}
+		if req.Query.CorrelationID == "" {
+			req.Query.CorrelationID = "http-" + strconv.FormatUint(a.ids.Add(1), 10)
+		}
+		resp := a.Answer(&req, sc)
+		if binary && resp.Status == workerapi.StatusOK {
+			out, err := workerapi.AppendBinaryReply(nil, &resp)
+			if err == nil {
+				h := w.Header()
+				h.Set("Content-Type", queryapi.BinaryContentType)
+				h.Set("Content-Length", strconv.Itoa(len(out)))
+				if id := r.Header[queryapi.CorrelationIDHeader]; len(id) == 1 {
+					h[queryapi.CorrelationIDHeader] = id
+				}
+				w.WriteHeader(http.StatusOK)
+				_, _ = w.Write(out)
+				a.m.replies[resp.Status].Inc(1)
+				a.m.latency.RecordDuration(time.Since(start))
+				return
+			}
+		}
+		a.write(w, start, &resp)
+	})
+}
+
+// Answer answers a decoded request from the replica.
+func (a *API) Answer(req *workerapi.Request, sc *scratch) workerapi.WorkerMatchResponse {
+	if sc == nil {
+		sc = new(scratch)
+	}
+	local := req.LocalHashes()
+	resp := workerapi.WorkerMatchResponse{CorrelationID: req.Query.CorrelationID, Status: workerapi.StatusOK,
+		DcID: a.r.DC().String(), QueryBlocks: uint32(len(local)), Sources: []workerapi.SourceMatch{}}
+	if err := a.r.Ready(); err != nil {
+		resp.Status, resp.Error = workerapi.StatusUnavailable, err.Error()
+		resp.Age = ageOf(a.r.Age(), a.now())
+		return resp
+	}
+	resp.DcSelected = req.Selects(a.r.DC())
+	if !resp.DcSelected {
+		resp.Age = ageOf(a.r.Age(), a.now())
+		return resp
+	}
+	c := sc.chain[:0]
+	for i, l := range local {
+		if i == 0 {
+			c = append(c, ckf.CanonicalRoot(l))
+		} else {
+			c = append(c, ckf.CanonicalChild(c[i-1], l))
+		}
+	}
+	sc.chain = c
+	age := a.r.Match(c, ckfworkers.Options{TopK: req.TopK}, &sc.res)
+	resp.Age = ageOf(age, a.now())
+	resp.Sources = workerapi.SourcesOf(sc.res.Matches)
+	return resp
+}
+
+func ageOf(age streamworkers.Age, now time.Time) workerapi.ReplicaAge {
+	return workerapi.ReplicaAge{AgeMs: age.AgeMs(now), LagRecords: age.LagRecords}
+}
+
+// refuse answers a request that broke a rule: 415, 413 or 400 with an INVALID_REQUEST body.
+func (a *API) refuse(w http.ResponseWriter, start time.Time, err error) {
+	status := http.StatusBadRequest
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.Is(err, queryapi.ErrUnsupportedMediaType):
+		status = http.StatusUnsupportedMediaType
+		w.Header().Set("Accept", "application/json, "+queryapi.BinaryContentType)
+	case errors.As(err, &tooBig):
+		status = http.StatusRequestEntityTooLarge
+		err = fmt.Errorf("%w: body exceeds %d bytes", queryapi.ErrBadRequest, tooBig.Limit)
+	case !errors.Is(err, queryapi.ErrBadRequest):
+		err = fmt.Errorf("%w: reading the body: %v", queryapi.ErrBadRequest, err)
+	}
+	resp := workerapi.WorkerMatchResponse{Status: workerapi.StatusInvalidRequest, Error: err.Error(), Sources: []workerapi.SourceMatch{}}
+	a.writeStatus(w, status, start, &resp)
+}
+
+func (a *API) write(w http.ResponseWriter, start time.Time, resp *workerapi.WorkerMatchResponse) {
+	if resp.Status == workerapi.StatusUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	a.writeStatus(w, workerapi.StatusCode(resp.Status), start, resp)
+}
+
+func (a *API) writeStatus(w http.ResponseWriter, status int, start time.Time, resp *workerapi.WorkerMatchResponse) {
+	b, _ := json.Marshal(resp)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+	a.m.replies[resp.Status].Inc(1)
+	a.m.latency.RecordDuration(time.Since(start))
+}
+
+// readBody reads at most queryapi.MaxRequestBytes (more is an *http.MaxBytesError: 413).
+func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, error) {
+	if r.ContentLength > queryapi.MaxRequestBytes {
+		return buf, &http.MaxBytesError{Limit: queryapi.MaxRequestBytes}
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, queryapi.MaxRequestBytes))
+	return append(buf, b...), err
+}
+
+// StatusJSON is the body of GET /v1/workers.
+type StatusJSON struct {
+	DcID        string               `json:"dc_id"`
+	KVTopic     string               `json:"kv_topic"`
+	Ready       bool                 `json:"ready"`
+	Age         workerapi.ReplicaAge `json:"age"`
+	Applied     uint64               `json:"applied"`
+	Sources     int                  `json:"sources"`
+	Rows        int                  `json:"lineage_rows"`
+	Restored    bool                 `json:"restored_from_checkpoint"`
+	Rejected    uint64               `json:"events_rejected"`
+	Undecodable uint64               `json:"events_undecodable"`
+	Checkpoints uint64               `json:"checkpoints"`
+}
+
+// StatusHandler serves GET /v1/workers: the replica's status as JSON.
+func (a *API) StatusHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		s := a.r.Status()
+		b, _ := json.Marshal(StatusJSON{DcID: s.DC.String(), KVTopic: s.KVTopic, Ready: s.Ready, Age: ageOf(s.Age, a.now()),
+			Applied: s.Applied, Sources: s.Sources, Rows: s.Rows, Restored: s.Restored, Rejected: s.Rejected,
+			Undecodable: s.Undecodable, Checkpoints: s.Checkpoints})
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(append(b, '\n'))
+	})
+}
