@@ -1,7 +1,9 @@
 package workers
 
 import (
+	"cmp"
 	"errors"
+	"slices"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
@@ -59,11 +61,23 @@ func (ix *Index) Apply(ev producer.RouterEvent) error {
 }
 
 // store is workers §3.2: validate every block against the source's lineage, then commit.
+//
+// Cost: with the index larger than the caches (prefetchFloorBytes), the event's canonical
+// chain is computed first and every block's lineage slot and tier-map slot are prefetched, so
+// that the event's cache misses overlap instead of arriving one block at a time (as
+// ckf/producer's store path does); validation then reads warm slots.
 func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.StoreData) error {
 	si := ix.sourceOf(key)
 	var lin *lineageMap
 	if si >= 0 {
 		lin = ix.srcs[si].lin
+	}
+	tm := &ix.tiers[t]
+	warm := ix.worthPrefetching()
+	if warm && lin != nil {
+		for i := range d.Blocks {
+			lin.Prefetch(d.Blocks[i].BlockHash)
+		}
 	}
 	var prev ckf.CanonicalHash
 	havePrev := false
@@ -79,31 +93,31 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 		return ckf.NewEventError(ckf.EventInvalidBlockSequence, "non-zero start position without a parent")
 	}
 	p := ix.prep[:0]
-	for _, b := range d.Blocks {
-		var c ckf.CanonicalHash
+	for i := range d.Blocks {
+		b := &d.Blocks[i]
 		if havePrev {
-			c = ckf.CanonicalChild(prev, b.TokensHash)
+			prev = ckf.CanonicalChild(prev, b.TokensHash)
 		} else {
-			c = ckf.CanonicalRoot(b.TokensHash)
+			prev, havePrev = ckf.CanonicalRoot(b.TokensHash), true
 		}
-		prev, havePrev = c, true
-		if e := lin.Find(b.BlockHash); e != nil && e.canonical() != c {
-			ix.prep = p
+		if warm {
+			tm.Prefetch(prev)
+		}
+		p = append(p, prepared{ext: b.BlockHash, canon: prev})
+	}
+	ix.prep = p[:0]
+	for _, q := range p {
+		if e := lin.Find(q.ext); e != nil && e.canonical() != q.canon {
 			ix.tel.InvalidSequences++
 			return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id remapped to a different chain")
 		}
-		// The same external id earlier in this event at another position is a remap too
-		// (its canonical differs unless the chain repeats a hash, which the scan accepts).
-		for _, q := range p {
-			if q.ext == b.BlockHash && q.canon != c {
-				ix.prep = p
-				ix.tel.InvalidSequences++
-				return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id twice in one store")
-			}
-		}
-		p = append(p, prepared{ext: b.BlockHash, canon: c})
 	}
-	ix.prep = p[:0]
+	// The same external id twice in this event at different canonicals is a remap too (equal
+	// canonicals, a chain that repeats a hash, are accepted).
+	if ix.remapsWithin(p) {
+		ix.tel.InvalidSequences++
+		return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id twice in one store")
+	}
 	if len(p) == 0 {
 		return nil
 	}
@@ -134,7 +148,60 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	return nil
 }
 
+// scanLimit is the store length up to which remapsWithin compares every pair (at most 496
+// comparisons of registers); longer stores sort a copy instead (n log n).
+const scanLimit = 32
+
+// remapsWithin reports whether two blocks of p share an external id with different canonicals.
+func (ix *Index) remapsWithin(p []prepared) bool {
+	if len(p) <= scanLimit {
+		// One bit per id (of 64): when no two ids share a bit, no two are equal.
+		var seen uint64
+		clash := false
+		for _, q := range p {
+			bit := uint64(1) << (uint64(q.ext) * 0x9E3779B97F4A7C15 >> 58)
+			clash = clash || seen&bit != 0
+			seen |= bit
+		}
+		if !clash {
+			return false
+		}
+		for j := 1; j < len(p); j++ {
+			for k := range j {
+				if p[k].ext == p[j].ext && p[k].canon != p[j].canon {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	s := append(ix.sorted[:0], p...)
+	ix.sorted = s[:0]
+	slices.SortFunc(s, func(a, b prepared) int {
+		if c := cmp.Compare(a.ext, b.ext); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.canon, b.canon)
+	})
+	for j := 1; j < len(s); j++ {
+		if s[j].ext == s[j-1].ext && s[j].canon != s[j-1].canon {
+			return true
+		}
+	}
+	return false
+}
+
+// prefetchFloorBytes is the device tier map's size below which the index does not prefetch:
+// an index that small stays in the CPU's caches, so prefetches would only cost instructions.
+const prefetchFloorBytes = 1 << 20
+
+func (ix *Index) worthPrefetching() bool {
+	return ix.tiers[producer.StorageTierDevice].Bytes() >= prefetchFloorBytes
+}
+
 // remove is workers §3.4: each id in order; an id the source does not hold on t is counted.
+// With a large index, every id's lineage slot is prefetched, then the tier-map slot of every
+// canonical found, before the first change.
 func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.ExternalBlockHash) {
 	si := ix.sourceOf(key)
 	if si < 0 {
@@ -147,6 +214,17 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 	i := uint32(si)
 	lin := ix.srcs[i].lin
 	bit := uint8(1) << t
+	if len(ids) > 1 && ix.worthPrefetching() {
+		for _, id := range ids {
+			lin.Prefetch(id)
+		}
+		tm := &ix.tiers[t]
+		for _, id := range ids {
+			if e := lin.Find(id); e != nil {
+				tm.Prefetch(e.canonical())
+			}
+		}
+	}
 	for _, id := range ids {
 		e := lin.Find(id)
 		if e == nil || e.tiers&bit == 0 {

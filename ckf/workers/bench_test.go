@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"testing"
+	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
@@ -92,6 +93,106 @@ func BenchmarkMatch128(b *testing.B) {
 			for range b.N {
 				ix.Match(q, Options{}, &r)
 			}
+		})
+	}
+}
+
+// promptEvents appends prompt p's store events (16 blocks, one holder, or four for every
+// fourth prompt, over 64 workers: fillFixture's shape) to stores and their removals (the 16
+// blocks leaf first, the order engines evict in) to removals.
+func promptEvents(p uint64, stores, removals []producer.RouterEvent) ([]producer.RouterEvent, []producer.RouterEvent) {
+	blocks := make([]producer.StoredBlock, 16)
+	var prev ckf.CanonicalHash
+	for i := range 16 {
+		l := ckf.LocalBlockHash(p<<8 | uint64(i) | 1<<40)
+		if i == 0 {
+			prev = ckf.CanonicalRoot(l)
+		} else {
+			prev = ckf.CanonicalChild(prev, l)
+		}
+		blocks[i] = producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(prev), TokensHash: l}
+	}
+	ids := make([]ckf.ExternalBlockHash, 16)
+	for i := range ids {
+		ids[i] = blocks[15-i].BlockHash
+	}
+	holders := 1
+	if p%4 == 0 {
+		holders = 4
+	}
+	for h := range holders {
+		var ev producer.RouterEvent
+		ev.WorkerID = ckf.WorkerID((p + uint64(h)) % 64)
+		ev.Event.Kind = producer.KvEventStored
+		ev.Event.Stored.Blocks = blocks
+		stores = append(stores, ev)
+		ev.Event.Kind = producer.KvEventRemoved
+		ev.Event.Stored = producer.StoreData{}
+		ev.Event.Removed = ids
+		removals = append(removals, ev)
+	}
+	return stores, removals
+}
+
+// windowPrompts is the number of prompts a timed window of BenchmarkApply stores and removes
+// (448 events, 7,168 memberships).
+const windowPrompts = 256
+
+// BenchmarkApply holds an index at 1 M and 10 M memberships (the fixture's prompts in order)
+// and, per window, stores the next windowPrompts prompts (store/…) and removes the oldest
+// windowPrompts (remove/…), so the index stays at its size; ns/block is per membership stored
+// or removed, the unit of the event-apply rows. Events are built before the timer.
+func BenchmarkApply(b *testing.B) {
+	for _, n := range []int{1 << 20, 10 << 20} {
+		if testing.Short() && n > 1<<20 {
+			continue
+		}
+		ix := New()
+		next := uint64(0)
+		for m := 0; m < n; next++ {
+			st, _ := promptEvents(next, nil, nil)
+			for _, ev := range st {
+				if err := ix.Apply(ev); err != nil {
+					b.Fatal(err)
+				}
+				m += 16
+			}
+		}
+		oldest := uint64(0)
+		var storeNs, removeNs, storeBlocks, removeBlocks float64
+		window := func() {
+			var st, rm []producer.RouterEvent
+			for p := next; p < next+windowPrompts; p++ {
+				st, _ = promptEvents(p, st, nil)
+			}
+			for p := oldest; p < oldest+windowPrompts; p++ {
+				_, rm = promptEvents(p, nil, rm)
+			}
+			t0 := time.Now()
+			for i := range st {
+				if err := ix.Apply(st[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			t1 := time.Now()
+			for i := range rm {
+				ix.Apply(rm[i])
+			}
+			t2 := time.Now()
+			storeNs += float64(t1.Sub(t0))
+			removeNs += float64(t2.Sub(t1))
+			storeBlocks += float64(16 * len(st))
+			removeBlocks += float64(16 * len(rm))
+			next += windowPrompts
+			oldest += windowPrompts
+		}
+		b.Run(fmt.Sprintf("%dM", n>>20), func(b *testing.B) {
+			storeNs, removeNs, storeBlocks, removeBlocks = 0, 0, 0, 0
+			for range b.N {
+				window()
+			}
+			b.ReportMetric(storeNs/storeBlocks, "store-ns/block")
+			b.ReportMetric(removeNs/removeBlocks, "remove-ns/block")
 		})
 	}
 }

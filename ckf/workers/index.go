@@ -99,6 +99,7 @@ type Telemetry struct {
 type Index struct {
 	ids     map[ckf.SourceKey]uint32
 	srcs    []source // by dense index; key is zero and lin nil for a free index
+	order   []uint32 // the live dense indexes in SourceKey order (collect's key-order scan)
 	freeSrc []uint32
 	lastKey ckf.SourceKey // sourceOf's one-entry cache: lastIdx is ids[lastKey]
 	lastIdx int32         // -1 when empty
@@ -107,6 +108,7 @@ type Index struct {
 	aliases map[aliasKey]uint32
 	tel     Telemetry
 	prep    []prepared // the store path's working memory
+	sorted  []prepared // remapsWithin's copy of a long store
 }
 
 // prepared is one block of a validated store.
@@ -151,13 +153,18 @@ func (ix *Index) addSource(key ckf.SourceKey) (uint32, error) {
 	}
 	ix.srcs[i] = source{key: key, lin: &lineageMap{}}
 	ix.ids[key] = i
+	at, _ := slices.BinarySearchFunc(ix.order, key, func(j uint32, k ckf.SourceKey) int { return ix.srcs[j].key.Compare(k) })
+	ix.order = slices.Insert(ix.order, at, i)
 	ix.lastKey, ix.lastIdx = key, int32(i)
 	return i, nil
 }
 
 // dropSource forgets source i, whose lineage is empty.
 func (ix *Index) dropSource(i uint32) {
-	delete(ix.ids, ix.srcs[i].key)
+	key := ix.srcs[i].key
+	at, _ := slices.BinarySearchFunc(ix.order, key, func(j uint32, k ckf.SourceKey) int { return ix.srcs[j].key.Compare(k) })
+	ix.order = slices.Delete(ix.order, at, at+1)
+	delete(ix.ids, key)
 	ix.srcs[i] = source{}
 	ix.freeSrc = append(ix.freeSrc, i)
 	ix.lastIdx = -1

@@ -192,6 +192,11 @@ func (ix *Index) matchLower(query []ckf.CanonicalHash, t producer.StorageTier, r
 }
 
 // collect turns the touched slots into r.Matches under opt.
+//
+// Order without a full sort: when the answer touches at least a quarter of the sources, the
+// slots are read in SourceKey order (ix.order), so the list is already ordered by its last key;
+// it is then sorted (stably) by depth and total only if it is not already in that order, which a
+// prompt that every source holds to the same depth never needs. A small answer is sorted whole.
 func (ix *Index) collect(opt Options, r *Result) {
 	allow := r.allow[:0]
 	for _, k := range opt.Sources {
@@ -201,21 +206,39 @@ func (ix *Index) collect(opt Options, r *Result) {
 	}
 	slices.Sort(allow)
 	r.allow = allow
+	// One pass over the touched slots: in key order (ix.order) when they are at least a quarter
+	// of the sources, else in touch order; ordered stays true while the depths and totals met so
+	// far do not increase, which is Result.Matches' order when the pass is in key order.
+	keyOrdered := 4*len(r.touched) >= len(ix.order)
+	list := r.touched
+	if keyOrdered {
+		list = ix.order
+	}
+	filter := len(opt.Sources) > 0
 	maxDev := uint32(0)
-	for _, i := range r.touched {
-		s := &r.scores[i]
-		if len(opt.Sources) > 0 {
+	ordered := true
+	pd, pt := ^uint32(0), ^uint32(0)
+	out, scores, stamp, srcs := r.Matches[:0], r.scores, r.stamp, ix.srcs // locals: the loop keeps them in registers
+	for _, i := range list {
+		s := &scores[i]
+		if s.stamp != stamp {
+			continue
+		}
+		d, tot := s.m[0], s.m[0]+s.m[1]+s.m[2]+s.m[3]
+		if tot == 0 {
+			continue
+		}
+		if filter {
 			if _, ok := slices.BinarySearch(allow, i); !ok {
 				continue
 			}
 		}
-		mt := Match{Source: ix.srcs[i].key, Device: s.m[0], HostPinned: s.m[1], Disk: s.m[2], External: s.m[3]}
-		if mt.Total() == 0 {
-			continue
-		}
-		maxDev = max(maxDev, mt.Device)
-		r.Matches = append(r.Matches, mt)
+		ordered = ordered && (d < pd || (d == pd && tot <= pt))
+		pd, pt = d, tot
+		maxDev = max(maxDev, d)
+		out = append(out, Match{Source: srcs[i].key, Device: d, HostPinned: s.m[1], Disk: s.m[2], External: s.m[3]})
 	}
+	r.Matches = out
 	if opt.Frequencies && maxDev > 0 {
 		r.Frequencies = slices.Grow(r.Frequencies[:0], int(maxDev))[:maxDev]
 		clear(r.Frequencies)
@@ -228,10 +251,23 @@ func (ix *Index) collect(opt Options, r *Result) {
 			r.Frequencies[d] += r.Frequencies[d+1]
 		}
 	}
-	slices.SortFunc(r.Matches, compareMatches)
+	switch {
+	case !keyOrdered:
+		slices.SortFunc(r.Matches, compareMatches)
+	case !ordered:
+		slices.SortStableFunc(r.Matches, compareDepths)
+	}
 	if opt.TopK > 0 && len(r.Matches) > opt.TopK {
 		r.Matches = r.Matches[:opt.TopK]
 	}
+}
+
+// compareDepths is Result.Matches' order without its last key (Source).
+func compareDepths(a, b Match) int {
+	if c := cmp.Compare(b.Device, a.Device); c != 0 {
+		return c
+	}
+	return cmp.Compare(b.Total(), a.Total())
 }
 
 // compareMatches is Result.Matches' order.

@@ -219,6 +219,14 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, ix *Index, m *model)
 	if len(ix.ids) != len(m.lin) {
 		t.Fatalf("sources: index %d, model %d", len(ix.ids), len(m.lin))
 	}
+	if len(ix.order) != len(ix.ids) {
+		t.Fatalf("order lists %d sources, ids %d", len(ix.order), len(ix.ids))
+	}
+	for j, i := range ix.order {
+		if ix.ids[ix.srcs[i].key] != i || (j > 0 && ix.srcs[ix.order[j-1]].key.Compare(ix.srcs[i].key) >= 0) {
+			t.Fatalf("order %v is not the live sources in key order", ix.order)
+		}
+	}
 	var held [TierCount]uint64
 	for src, tiers := range m.lin {
 		for tier, l := range tiers {

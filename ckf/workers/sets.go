@@ -38,7 +38,16 @@ type setTable struct {
 	free    []uint32
 	byHash  u64map.Map[uint64, uint32]
 	scratch []uint32
+	// The last interned transitions: with(v, i) and without(v, i) gave nv. A store or removal
+	// changes the same holder value the same way block after block (a prompt's blocks share
+	// their holders), so a hit skips the merge, the hash lookup and the comparison. Holder sets
+	// are immutable while live, so a transition stays true until a set id is freed and may be
+	// reused: release forgets both then.
+	lastWith, lastWithout transition
 }
+
+// transition is one remembered with or without: from holder value v, source i, to set nv.
+type transition struct{ v, i, nv uint32 }
 
 // memberMix spreads a dense index over 64 bits; a set's hash is the sum over its members, so
 // adding or removing one member updates it in O(1).
@@ -104,11 +113,17 @@ func (t *setTable) release(v uint32) {
 	}
 	s.interned = false
 	t.free = append(t.free, v)
+	t.lastWith, t.lastWithout = transition{}, transition{}
 }
 
 // with returns the holder value of v plus source i, taking a reference on the result and
 // releasing v's, and whether i was already a holder (then v is returned unchanged).
 func (t *setTable) with(v, i uint32) (uint32, bool) {
+	if m := t.lastWith; m.nv != 0 && m.v == v && m.i == i {
+		t.sets[m.nv].refs++
+		t.release(v)
+		return m.nv, false
+	}
 	switch {
 	case v == 0:
 		return single(i), false
@@ -118,7 +133,9 @@ func (t *setTable) with(v, i uint32) (uint32, bool) {
 			return v, true
 		}
 		t.scratch = append(t.scratch[:0], min(o, i), max(o, i))
-		return t.intern(memberMix(o)+memberMix(i), t.scratch), false
+		nv := t.intern(memberMix(o)+memberMix(i), t.scratch)
+		t.lastWith = transition{v, i, nv}
+		return nv, false
 	}
 	s := &t.sets[v]
 	at, found := slices.BinarySearch(s.members, i)
@@ -130,6 +147,9 @@ func (t *setTable) with(v, i uint32) (uint32, bool) {
 	t.scratch = append(t.scratch, s.members[at:]...)
 	nv := t.intern(s.hash+memberMix(i), t.scratch)
 	t.release(v)
+	if t.sets[v].refs > 0 { // v is still live: the transition stays true (release above)
+		t.lastWith = transition{v, i, nv}
+	}
 	return nv, false
 }
 
@@ -137,6 +157,11 @@ func (t *setTable) with(v, i uint32) (uint32, bool) {
 // reference on the result and releasing v's, and whether i was a holder (else v is returned
 // unchanged).
 func (t *setTable) without(v, i uint32) (uint32, bool) {
+	if m := t.lastWithout; m.nv != 0 && m.v == v && m.i == i {
+		t.sets[m.nv].refs++
+		t.release(v)
+		return m.nv, true
+	}
 	switch {
 	case v == 0:
 		return 0, false
@@ -158,6 +183,11 @@ func (t *setTable) without(v, i uint32) (uint32, bool) {
 		t.scratch = append(t.scratch[:0], s.members[:at]...)
 		t.scratch = append(t.scratch, s.members[at+1:]...)
 		nv = t.intern(s.hash-memberMix(i), t.scratch)
+		t.release(v)
+		if t.sets[v].refs > 0 {
+			t.lastWithout = transition{v, i, nv}
+		}
+		return nv, true
 	}
 	t.release(v)
 	return nv, true
