@@ -204,6 +204,8 @@ type StatusJSON struct {
 	Rejected    uint64               `json:"events_rejected"`
 	Undecodable uint64               `json:"events_undecodable"`
 	Checkpoints uint64               `json:"checkpoints"`
+	// CheckpointApplied is the KV records the newest checkpoint this replica wrote reflects.
+	CheckpointApplied uint64 `json:"checkpoint_applied"`
 }
 
 // StatusHandler serves GET /v1/workers: the replica's status as JSON.
@@ -212,7 +214,7 @@ func (a *API) StatusHandler() http.Handler {
 		s := a.r.Status()
 		b, _ := json.Marshal(StatusJSON{DcID: s.DC.String(), KVTopic: s.KVTopic, Ready: s.Ready, Age: ageOf(s.Age, a.now()),
 			Applied: s.Applied, Sources: s.Sources, Rows: s.Rows, Restored: s.Restored, Rejected: s.Rejected,
-			Undecodable: s.Undecodable, Checkpoints: s.Checkpoints})
+			Undecodable: s.Undecodable, Checkpoints: s.Checkpoints, CheckpointApplied: s.CheckpointApplied})
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(append(b, '\n'))
 	})

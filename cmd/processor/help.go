@@ -72,6 +72,9 @@ var commandSummary = map[string]string{
 		"needs indexer.domain, indexer.lanes and kafka.brokers",
 	config.CommandRelay: "one DC pool's relay: reads the DC's KV-events topic (topics.kv_events) and publishes its " +
 		"cuckoo-filter lane (relay.lane); needs indexer.domain, indexer.lanes, relay.dc_id, relay.lane and kafka.brokers",
+	config.CommandWorkers: "one replica of a DC's worker stage: reads the DC's KV-events topic (topics.kv_events) into the " +
+		"worker-level index, restores from and writes checkpoints (workers.checkpoint_topic), answers POST /v1/worker-matches; " +
+		"needs workers.dc_id and kafka.brokers",
 	config.CommandBridge: "engines' KV events (vLLM, SGLang over ZeroMQ) into the KV-events topic: the engine of " +
 		"bridge.endpoint, or every engine bridge.engines_file lists; needs kafka.brokers",
 	config.CommandReplay: "a request trace (--trace FILE) through the whole pipeline in one process, routed by the " +

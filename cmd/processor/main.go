@@ -9,6 +9,8 @@
 //	              the embedded broker when no Kafka cluster is configured
 //	indexer       the global indexer: lanes, Kafka query service, HTTP API
 //	relay         one DC pool's relay: KV events in, its CKF lane (snapshots, deltas) out
+//	workers       one replica of a DC's worker stage: KV events in, per-worker answers out
+//	              (POST /v1/worker-matches)
 //	bridge        engines' KV events (vLLM, SGLang over ZeroMQ) into the KV-events topic: one
 //	              engine, or the list bridge.engines_file names
 //	loadgen       synthetic engines (KV events) and routers (queries), with a report
@@ -89,6 +91,8 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 		return runLoadgen(rest, stdout, stderr, lookupEnv)
 	case "relay":
 		return runRelay(rest, stdout, stderr, lookupEnv)
+	case "workers":
+		return runWorkers(rest, stdout, stderr, lookupEnv)
 	case "bridge":
 		return runBridge(rest, stdout, stderr, lookupEnv)
 	case "replay":
@@ -118,11 +122,13 @@ commands:
   indexer       the global indexer: lanes, Kafka query service, HTTP API (needs
                 indexer.domain and indexer.lanes)
   relay         one DC pool's relay: KV events in, its CKF lane out
+  workers       one replica of a DC's worker stage: the DC's KV events in, per-worker
+                answers out (POST /v1/worker-matches; needs workers.dc_id, topics.kv_events)
   bridge        engines' KV events (vLLM, SGLang over ZeroMQ) into the KV-events topic: one
                 engine, or the list bridge.engines_file names
   loadgen       synthetic engines and routers, then a report (see loadgen -h)
   query         one prefix-match query: --hashes H,... or --tokens T,... --block-size N,
-                over Kafka, or --http URL
+                over Kafka, or --http URL; --workers --http URL asks a worker stage
   replay        a request trace (--trace FILE) through the whole pipeline, with the routing
                 report of every policy (see replay --help, docs/EVALUATION.md)
   config print  print the effective configuration, secrets redacted [--format yaml|json]

@@ -34,6 +34,9 @@ type queryFlags struct {
 	timeout   time.Duration
 	json      bool
 	httpCreds httpClientFlags
+	workers   bool
+	topK      int
+	dcs       string
 }
 
 func (f *queryFlags) register(fs *flag.FlagSet) {
@@ -47,6 +50,9 @@ func (f *queryFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "give up after this long")
 	fs.BoolVar(&f.json, "json", false, "print the reply as JSON instead of a table")
 	f.httpCreds.register(fs)
+	fs.BoolVar(&f.workers, "workers", false, "with --http: ask a worker-stage replica (processor workers) for its DC's per-worker answer")
+	fs.IntVar(&f.topK, "top-k", 0, "with --workers: keep the best k sources (0: every source with a non-zero answer)")
+	fs.StringVar(&f.dcs, "dcs", "", "with --workers: comma-separated DC `ids` (hex) that should answer")
 }
 
 // request builds the query from the flags.
@@ -133,6 +139,9 @@ func runQuery(args []string, stdout, stderr io.Writer, lookupEnv func(string) (s
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
+	if f.workers {
+		return runWorkerQuery(ctx, &f, req, stdout, stderr)
+	}
 	path := "HTTP " + f.http
 	start := time.Now()
 	var reply schemas.QueryReply
