@@ -119,6 +119,8 @@ type LaneWriter struct {
 	capacity func() schemas.CapacityState
 	// sources, when set (ReportSources), is called for every record the writer encodes.
 	sources func() schemas.SourceHealth
+	// asOf, when set (ReportAsOf), is called for every record the writer encodes.
+	asOf func() time.Time
 }
 
 // ReportCapacity makes the writer stamp every record it writes with the producer's capacity state
@@ -132,6 +134,14 @@ func (w *LaneWriter) ReportCapacity(fn func() schemas.CapacityState) { w.capacit
 // sources (LaneRecord.sources), read from fn as the record is encoded, on the same goroutine as
 // ReportCapacity's. A nil fn stops the reports.
 func (w *LaneWriter) ReportSources(fn func() schemas.SourceHealth) { w.sources = fn }
+
+// ReportAsOf makes the writer stamp every record it writes with the time up to which the lane
+// reflects its DC's KV events (LaneRecord.as_of), read from fn as the record is encoded, on the
+// same goroutine as ReportCapacity's. Deltas are encoded when they are produced (StreamDeltas,
+// WriteDeltas), so fn must answer for every delta the call encodes: the relay's answers for the
+// events published so far, and all of them go into the same transaction. A zero time, or a nil
+// fn, writes null (as a writer of an earlier schema revision does).
+func (w *LaneWriter) ReportAsOf(fn func() time.Time) { w.asOf = fn }
 
 // LaneWriterClientOpts are the options a LaneWriter's client needs in addition to the
 // connection: records go to the partition the writer names, with acks from all in-sync replicas.
@@ -184,6 +194,9 @@ func (w *LaneWriter) record(lr schemas.LaneRecord) (*kgo.Record, error) {
 	}
 	if w.sources != nil {
 		lr.Sources = schemas.Some(w.sources())
+	}
+	if w.asOf != nil {
+		lr.AsOf = w.asOf()
 	}
 	b, err := w.codec.EncodeLaneRecord(lr)
 	if err != nil {
