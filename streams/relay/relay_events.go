@@ -162,6 +162,10 @@ func (e *RelayEventError) Unwrap() error { return e.Err }
 // the start-up snapshot, which carries it. A non-nil error is fatal to Run.
 func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 	r := rl.r
+	if !rl.replaying && !rl.state.HasPendingPublication() {
+		rl.frozenAsOf = rl.appliedAsOf() // the window opens: records written meanwhile carry this
+	}
+	rl.asOf.applied(rec.Partition, rec.Offset, rec.Timestamp)
 	if err := r.codec.DecodeKvEventInto(rec.Value, &rl.kvEvent); err != nil {
 		r.c.undecodable.add(1)
 		rl.reject(rec, live, schemas.DeadLetterReasonOf(err), "undecodable KV event: "+err.Error(), err)

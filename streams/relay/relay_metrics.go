@@ -150,7 +150,7 @@ type relayMetrics struct {
 	checkpoints, checkpointsRejected, checkpointGaps            tally.Counter
 	lagCommitErrors                                             tally.Counter
 	checkpointBytes, restoredCheckpoint, appliedRecords         tally.Gauge
-	snapshotBytes, inputLag                                     tally.Gauge
+	snapshotBytes, inputLag, asOfLag                            tally.Gauge
 	checkpointDuration                                          tally.Histogram
 	rejectedBy                                                  map[ckf.FailurePoint]tally.Counter
 	snapshotsBy                                                 map[string]tally.Counter
@@ -198,6 +198,7 @@ func newRelayMetrics(root tally.Scope) *relayMetrics {
 		snapshotDuration:    s.Histogram("snapshot_duration_seconds", snapshotBuckets),
 		snapshotBytes:       s.Gauge("snapshot_bytes"),
 		inputLag:            s.Gauge("input_lag_records"),
+		asOfLag:             s.Gauge("as_of_lag_seconds"),
 		checkpoints:         s.Counter("checkpoints_total"),
 		checkpointsRejected: s.Counter("checkpoints_rejected_total"),
 		checkpointGaps:      s.Counter("checkpoint_gaps_total"),

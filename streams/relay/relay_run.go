@@ -62,6 +62,15 @@ type relayLoop struct {
 	// Checkpoints and input positions (relay_checkpoint.go).
 	ck checkpointState
 
+	// as_of (relay_asof.go): the loop's bookkeeping, what the poller reports, the polls handed
+	// over and not yet taken, when the loop finished applying the last poll, and the as_of of
+	// the moment the publication window was last empty (stamped while it holds events).
+	asOf       *asOfTracker
+	watch      pollWatch
+	fetchCh    chan polled
+	appliedAt  time.Time
+	frozenAsOf time.Time
+
 	// Decode buffers, reused by every KV record (applyRecord): the producer keeps nothing of an
 	// event, so one KvEvent and one RouterEvent serve the whole run without allocating.
 	kvEvent     schemas.KvEvent
@@ -157,6 +166,7 @@ func (rl *relayLoop) open(ctx context.Context) error {
 		return &streams.ConfigError{Config: "relay", Field: "Incarnation", Reason: fmt.Sprintf("must be above the lane's last indexed incarnation %d, got %d", rl.prevInc, cfg.Incarnation)}
 	}
 
+	listedAt := rl.now() // before the listing: every record appended before it is below the ends
 	kv, err := streams.ListEndOfLog(ctx, adm, cfg.Topics.KVEvents)
 	if err != nil {
 		return fmt.Errorf("streams: relay: KV events: %w", err)
@@ -180,6 +190,7 @@ func (rl *relayLoop) open(ctx context.Context) error {
 		}
 	}
 	rl.replay = streams.NewEndOfLog(cfg.Topics.KVEvents, starts, ends)
+	rl.asOf = newAsOfTracker(listedAt, starts, ends)
 	if cfg.Topics.Control != "" {
 		ctl, err := listPartitions(ctx, adm, cfg.Topics.Control)
 		if err != nil {
@@ -195,8 +206,12 @@ func (rl *relayLoop) open(ctx context.Context) error {
 	}
 	// The end-of-log reader's options: read_committed, and transaction markers delivered as
 	// records, so that a KV partition whose log ends with a marker is seen to reach its end.
+	// Full fetches (no fetch sessions): every fetch answers every partition of its broker with
+	// its last stable offset, also a partition without new records, so an idle partition stays
+	// caught up while others are busy (as_of); the watch stamps when fetches arrive.
 	rl.inCl, err = kgo.NewClient(r.opts.ForRole("relay-input",
-		append([]kgo.Opt{kgo.ConsumePartitions(assign)}, streams.EndOfLogConsumerOpts()...)...)...)
+		append([]kgo.Opt{kgo.ConsumePartitions(assign), kgo.DisableFetchSessions(), kgo.WithHooks(&rl.watch)},
+			streams.EndOfLogConsumerOpts()...)...)...)
 	if err != nil {
 		return fmt.Errorf("streams: relay input client: %w", err)
 	}
@@ -248,19 +263,21 @@ func listPartitions(ctx context.Context, adm *kadm.Client, topic string) ([]int3
 // what became due.
 func (rl *relayLoop) run(ctx context.Context) error {
 	r := rl.r
-	fetches := make(chan kgo.Fetches, 1)
+	fetches := make(chan polled, 1)
+	rl.fetchCh = fetches
 	pollCtx, stopPoll := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for {
-			fs := rl.inCl.PollRecords(pollCtx, rl.cfg.MaxPollRecords)
+			p := rl.watch.poll(pollCtx, rl.inCl, rl.cfg.MaxPollRecords, rl.now)
+			fs := p.fs
 			if pollCtx.Err() != nil || fs.IsClientClosed() {
 				return
 			}
 			select {
-			case fetches <- fs:
+			case fetches <- p:
 			case <-pollCtx.Done():
 				return
 			}
@@ -296,8 +313,8 @@ func (rl *relayLoop) run(ctx context.Context) error {
 			stopPoll()
 			wg.Wait()
 			return rl.stop()
-		case fs := <-fetches:
-			if err := rl.onFetches(fs); err != nil {
+		case p := <-fetches:
+			if err := rl.onFetches(p); err != nil {
 				return err
 			}
 		case err := <-rl.commitDone():
@@ -314,8 +331,11 @@ func (rl *relayLoop) run(ctx context.Context) error {
 
 // onFetches applies one poll's records in partition order, then commits the deltas they caused.
 // Transaction markers (control records, on either topic) only count towards the replay's end.
-func (rl *relayLoop) onFetches(fs kgo.Fetches) error {
+func (rl *relayLoop) onFetches(p polled) error {
 	r := rl.r
+	fs := p.fs
+	rl.notePoll(p)
+	defer func() { rl.appliedAt = rl.now() }()
 	fs.EachError(func(t string, p int32, err error) {
 		if !errors.Is(err, context.Canceled) {
 			r.log.Warn("relay fetch error", zap.String("topic", t), zap.Int32("partition", p), zap.Error(err))
@@ -333,6 +353,7 @@ func (rl *relayLoop) onFetches(fs kgo.Fetches) error {
 		}
 		live := !rl.replay.Observe(rec) // at or past its partition's start-time end
 		if rec.Attrs.IsControl() {
+			rl.asOf.applied(rec.Partition, rec.Offset, rec.Timestamp)
 			rl.noteRead(rec)
 			continue
 		}
