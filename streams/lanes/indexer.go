@@ -194,7 +194,10 @@ type Indexer struct {
 
 	excluded   atomic.Uint32
 	incomplete atomic.Uint32
-	started    chan struct{}
+	// asOf holds per lane the time up to which it reflects its DC's KV events, in microseconds
+	// (LaneAsOf); written by the lane's owner after it applied the record that carried it.
+	asOf    [ckf.LaneCount]atomic.Int64
+	started chan struct{}
 
 	eligibility eligibilitySignal
 }
@@ -266,6 +269,20 @@ func (ix *Indexer) noteEligibility() { ix.eligibility.note(ix.EligibleLanes()) }
 // carried them: answers on them may under-report depth. Pass it to NewAnswerer (IncompleteLanes) so replies
 // mark those lanes.
 func (ix *Indexer) IncompleteLanes() uint16 { return uint16(ix.incomplete.Load()) }
+
+// LaneAsOf returns the time up to which lane l reflects its DC's KV events, in microseconds since
+// the Unix epoch, or 0 while it has applied no record of its pool: the as_of of the lane's latest
+// applied record (schemas.LaneRecord.AsOf), or, from a relay that does not stamp it, that
+// record's Kafka timestamp (the time the relay wrote it, which makes the age read short). A
+// lane stores it after the record's effect is visible to queries, so an answer never pairs a
+// state with a newer as_of than it has. Pass it to NewAnswerer (LaneAsOf) so replies carry each
+// lane's age. Safe for concurrent use: an atomic load.
+func (ix *Indexer) LaneAsOf(l uint8) int64 {
+	if l >= ckf.LaneCount {
+		return 0
+	}
+	return ix.asOf[l].Load()
+}
 
 func (ix *Indexer) setIncomplete(bit uint16, on bool) {
 	if on {

@@ -75,6 +75,7 @@ type laneState struct {
 	seekEpoch   uint64    // the feed epoch of the lane's latest seek: decoded runs of another are stale
 	applied     int64     // last offset processed (a data record or a transaction marker); -1 before any
 	appliedTime time.Time // producer timestamp of the last data record processed
+	asOf        time.Time // the time up to which the lane reflects its DC's KV events (noteAsOf)
 	seeked      bool      // a seek was issued while processing the current batch: drop its rest
 	stopped     bool      // the lane lost its ingestor (see panicked); run returns
 
@@ -227,6 +228,24 @@ func (l *lane) process(d *decodedRecord) {
 	case schemas.LaneDrainMarker:
 		l.onDrain(rec, id, lr.Drain.ExpectedSequence)
 	}
+	// The state the record brought the lane to is visible now; a snapshot's only with its last
+	// chunk, installed.
+	if id.Pool == l.pool && (lr.Kind != schemas.LaneSnapshotChunk ||
+		(lr.Snapshot.ChunkIndex+1 == lr.Snapshot.ChunkCount && l.in.Ready())) {
+		l.noteAsOf(lr.AsOf, rec.Timestamp)
+	}
+}
+
+// noteAsOf records, once the record is applied, the time up to which the lane reflects its DC's
+// KV events (Indexer.LaneAsOf): the record's as_of, or its Kafka timestamp from a relay that does
+// not stamp one (which is no earlier than the truth, so such a lane's age reads short).
+func (l *lane) noteAsOf(asOf, written time.Time) {
+	t := asOf
+	if t.IsZero() {
+		t = written
+	}
+	l.st.asOf = t
+	l.ix.asOf[l.num].Store(t.UnixMicro())
 }
 
 // ---- deltas and drain markers ----

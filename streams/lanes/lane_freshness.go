@@ -58,9 +58,9 @@ func (l *lane) capacityStatus() LaneCapacity {
 }
 
 // checkFreshness applies the freshness policy: a lane whose applied position lags the
-// partition's last stable offset by more than MaxRecordLag records, or whose last applied record
-// is older than MaxTimeLag (the relay fell silent: no delta or heartbeat), is excluded from
-// answers until it catches up. The lane consumer keeps transaction markers (kgo.KeepControlRecords),
+// partition's last stable offset by more than MaxRecordLag records, or whose age is over
+// MaxTimeLag (the time up to which it reflects its DC's KV events, LaneAsOf: the relay fell
+// silent, or behind its input), is excluded from answers until it catches up. The lane consumer keeps transaction markers (kgo.KeepControlRecords),
 // so the lag in records is exact: a caught-up lane has applied the offset just below the last
 // stable offset. The table's ready bit is not touched; exclusion is the indexer's eligibility
 // mask. Progress events go out every ProgressInterval.
@@ -70,8 +70,13 @@ func (l *lane) checkFreshness(now time.Time, force bool) {
 	if lso >= 0 {
 		lag = max(lso-(l.st.applied+1), 0)
 	}
+	// The lane's age: since the time up to which it reflects its DC's KV events, which the relay
+	// stamps (a relay that stopped, or fell behind its input, ages its lane even while its
+	// heartbeats arrive), or since its last record from a relay that does not stamp it.
 	var age time.Duration
-	if !l.st.appliedTime.IsZero() {
+	if at := l.st.asOf; !at.IsZero() {
+		age = max(now.Sub(at), 0)
+	} else if !l.st.appliedTime.IsZero() {
 		age = max(now.Sub(l.st.appliedTime), 0)
 	}
 	ready := l.in.Ready()

@@ -25,6 +25,9 @@ const (
 	unavailableNoEligible = "no requested lane is eligible (lane mask and freshness exclude every lane)"
 	// unavailableNotReady: no eligible lane was ready when the query captured the ready mask.
 	unavailableNotReady = "no eligible lane is ready"
+	// unavailableTooOld: every eligible lane is older than the request's max_age_ms, or of no
+	// known age.
+	unavailableTooOld = "every eligible lane is older than max_age_ms"
 )
 
 // Answerer answers prefix-match queries against one ckf.GlobalIndexer. It holds no mutable state:
@@ -39,7 +42,10 @@ type Answerer struct {
 	g          *index.GlobalIndexer
 	eligible   func() uint16
 	incomplete func() uint16 // nil: no lane is known to be incomplete
+	asOf       func(lane uint8) int64
 	now        func() time.Time
+	// configured is the manifest's lane mask: the lanes a reply's LaneStates may list.
+	configured uint16
 
 	// pools and dcs are the display form and DC id of each configured lane's pool, computed once:
 	// the manifest is immutable, so a reply can share these strings instead of formatting them.
@@ -58,6 +64,15 @@ type AnswererOpt func(*Answerer)
 // concurrent use and should be cheap (an atomic load). Without it no lane is marked.
 func IncompleteLanes(fn func() uint16) AnswererOpt { return func(a *Answerer) { a.incomplete = fn } }
 
+// LaneAsOf gives the Answerer, for each lane, the time up to which the lane reflects its DC's KV
+// events (schemas.LaneRecord.AsOf of the lane's latest applied record), in microseconds since
+// the Unix epoch, 0 while the lane has none (Indexer.LaneAsOf). Replies then carry each lane's
+// age (schemas.LaneState.AgeMillis), and a request's MaxAgeMillis answers older lanes
+// schemas.LaneStale. fn is called once per selected lane per answer, must be safe for concurrent
+// use and should be cheap (an atomic load). Without it lanes have no age, and a request with
+// MaxAgeMillis finds every lane stale.
+func LaneAsOf(fn func(lane uint8) int64) AnswererOpt { return func(a *Answerer) { a.asOf = fn } }
+
 // NewAnswerer returns an Answerer over g. eligible returns the lanes the freshness policy allows
 // in answers (bit l = lane l); it is called once per query, must be safe for concurrent use and
 // should be cheap (an atomic load). A nil eligible makes every lane eligible.
@@ -71,6 +86,7 @@ func NewAnswerer(g *index.GlobalIndexer, eligible func() uint16, opts ...Answere
 		if p, ok := m.PoolOf(l); ok {
 			a.pools[l] = p.String()
 			a.dcs[l] = uint64(p.Dc)
+			a.configured |= 1 << l
 		}
 	}
 	return a
@@ -85,10 +101,12 @@ func (a *Answerer) Indexer() *index.GlobalIndexer { return a.g }
 // A QueryScratch must not be used by two Answer calls at the same time; the zero value is ready
 // to use.
 type QueryScratch struct {
-	local []uint64
-	seq   []uint64
-	lanes [ckf.LaneCount]schemas.LaneMatch
-	block []byte // one block's tokens and extra keys (AnswerExtra)
+	local  []uint64
+	seq    []uint64
+	lanes  [ckf.LaneCount]schemas.LaneMatch
+	states [ckf.LaneCount]schemas.LaneState
+	ages   [ckf.LaneCount]int64 // per lane, its age in ms, -1 when it has none
+	block  []byte               // one block's tokens and extra keys (AnswerExtra)
 }
 
 // Answer answers req. It never fails: every outcome is a reply.
@@ -141,7 +159,8 @@ func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *
 	if err := schemas.CheckBlockExtraKeys(req, len(extra)); err != nil {
 		return a.InvalidReply(replyIDFor(req.CorrelationID, fmt.Errorf("%w: %w", ErrInvalidQuery, err).Error()))
 	}
-	reply := schemas.QueryReply{CorrelationID: req.CorrelationID}
+	now := a.now()
+	reply := schemas.QueryReply{CorrelationID: req.CorrelationID, ReplyTime: now}
 
 	// Local block hashes, in sc.local.
 	local := sc.local[:0]
@@ -159,29 +178,52 @@ func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *
 	sc.local = local
 	reply.QueryBlocks = uint32(len(local))
 
-	mask := schemas.AllLanes
+	selected := a.configured
 	if m, ok := req.LaneMask.Get(); ok {
-		mask = m
+		selected &= m
 	}
+	eligible := selected
 	if a.eligible != nil {
-		mask &= a.eligible()
+		eligible &= a.eligible()
+	}
+	// Ages, and the request's bound on them: a lane older than MaxAgeMillis, or of no known age,
+	// is not searched.
+	mask := eligible
+	maxAge, bounded := req.MaxAgeMillis.Get()
+	for m := selected; m != 0; m &= m - 1 {
+		l := uint8(bits.TrailingZeros16(m))
+		age := int64(-1)
+		if a.asOf != nil {
+			if at := a.asOf(l); at > 0 {
+				age = max(now.UnixMicro()-at, 0) / 1000
+			}
+		}
+		sc.ages[l] = age
+		if bounded && (age < 0 || age > maxAge) {
+			mask &^= 1 << l
+		}
 	}
 	if mask == 0 {
-		return a.unavailable(reply, unavailableNoEligible)
+		why := unavailableNoEligible
+		if eligible != 0 {
+			why = unavailableTooOld
+		}
+		return a.unavailable(reply, why, a.states(sc, selected, a.g.ReadyLanes(), 0, 0))
 	}
 	res, err := a.g.FindPrefixMatchesScratch(local, &sc.seq)
 	if err != nil {
 		// ErrUnavailable is the only error FindPrefixMatches returns today; any other error also
 		// means "no answer from the table", which the router must hear about rather than time
 		// out on.
+		states := a.states(sc, selected, a.g.ReadyLanes(), 0, 0)
 		if errors.Is(err, index.ErrUnavailable) {
-			return a.unavailable(reply, unavailableNotReady)
+			return a.unavailable(reply, unavailableNotReady, states)
 		}
-		return a.unavailable(reply, err.Error())
+		return a.unavailable(reply, err.Error(), states)
 	}
 	ready := res.ReadyLanes & mask
 	if ready == 0 {
-		return a.unavailable(reply, unavailableNotReady)
+		return a.unavailable(reply, unavailableNotReady, a.states(sc, selected, res.ReadyLanes, 0, 0))
 	}
 	n := 0
 	for m := ready; m != 0; m &= m - 1 {
@@ -195,8 +237,37 @@ func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *
 		reply.IncompleteLanes = a.incomplete() & ready
 	}
 	reply.Lanes = sc.lanes[:n]
-	reply.ReplyTime = a.now()
+	reply.LaneStates = a.states(sc, selected, res.ReadyLanes, ready, reply.IncompleteLanes)
 	return reply
+}
+
+// states fills sc.states with one entry per selected lane, in lane order, and returns them: a
+// lane not ready (as captured) is LaneUnavailable; ready but not searched (left out by the
+// freshness policy or by the request's age bound), LaneStale; searched and incomplete,
+// LaneIncomplete; searched, LaneExact. sc.ages holds every selected lane's age.
+func (a *Answerer) states(sc *QueryScratch, selected, ready, searched, incomplete uint16) []schemas.LaneState {
+	n := 0
+	for m := selected; m != 0; m &= m - 1 {
+		l := uint8(bits.TrailingZeros16(m))
+		bit := uint16(1) << l
+		st := schemas.LaneState{Lane: l}
+		if age := sc.ages[l]; age >= 0 {
+			st.AgeMillis = schemas.Some(age)
+		}
+		switch {
+		case ready&bit == 0:
+			st.State = schemas.LaneUnavailable
+		case searched&bit == 0:
+			st.State = schemas.LaneStale
+		case incomplete&bit != 0:
+			st.State = schemas.LaneIncomplete
+		default:
+			st.State = schemas.LaneExact
+		}
+		sc.states[n] = st
+		n++
+	}
+	return sc.states[:n]
 }
 
 // AnswerPooled is Answer for callers without a goroutine of their own to keep a scratch in (an
@@ -216,14 +287,17 @@ func (a *Answerer) AnswerPooledExtra(req *schemas.QueryRequest, extra []ckf.Extr
 	if len(r.Lanes) > 0 {
 		r.Lanes = append([]schemas.LaneMatch(nil), r.Lanes...)
 	}
+	if len(r.LaneStates) > 0 {
+		r.LaneStates = append([]schemas.LaneState(nil), r.LaneStates...)
+	}
 	a.scratches.Put(sc)
 	return r
 }
 
-func (a *Answerer) unavailable(r schemas.QueryReply, why string) schemas.QueryReply {
+func (a *Answerer) unavailable(r schemas.QueryReply, why string, states []schemas.LaneState) schemas.QueryReply {
 	r.Status = schemas.QueryUnavailable
 	r.ErrorMessage = why
-	r.ReplyTime = a.now()
+	r.LaneStates = states
 	return r
 }
 
@@ -261,6 +335,9 @@ func checkRequest(q *schemas.QueryRequest) error {
 	}
 	if q.ReplyPartition.Valid && q.ReplyPartition.Value < 0 {
 		return fmt.Errorf("%w: reply_partition %d is negative", ErrInvalidQuery, q.ReplyPartition.Value)
+	}
+	if q.MaxAgeMillis.Valid && q.MaxAgeMillis.Value < 0 {
+		return fmt.Errorf("%w: max_age_ms %d is negative", ErrInvalidQuery, q.MaxAgeMillis.Value)
 	}
 	return nil
 }
