@@ -130,8 +130,10 @@ func IsBinaryContentType(values []string) bool {
 // as it is (it aliases body: keep body unchanged while the request is in use); correlationIDs,
 // the values of the request's CorrelationIDHeader, gives the correlation id (at most one; none
 // leaves it empty, for the server to make one up); rawQuery, the URL's query, may give
-// lane_mask (decimal 0..65535) and nothing else. The size limit (MaxRequestBytes) is the
-// reader's. Errors wrap ErrBadRequest.
+// lane_mask (decimal 0..65535), max_age_ms (decimal milliseconds) and reply (1, the default
+// reply of depths, or 2, the reply with lane states: BinaryReplyVersionOf), each at most once,
+// and nothing else. The size limit (MaxRequestBytes) is the reader's. Errors wrap
+// ErrBadRequest.
 func DecodeBinaryRequest(body []byte, correlationIDs []string, rawQuery string) (schemas.QueryRequest, error) {
 	if len(body)%schemas.WordSize != 0 {
 		return schemas.QueryRequest{}, fmt.Errorf("%w: %w: %d bytes is not a whole number of %d-byte little-endian block hashes",
@@ -149,20 +151,43 @@ func DecodeBinaryRequest(body []byte, correlationIDs []string, rawQuery string) 
 		return req, nil
 	}
 	q, _ := url.ParseQuery(rawQuery) // as net/http's URL.Query: a malformed pair is left out
-	for k := range q {
-		if k != "lane_mask" {
-			return schemas.QueryRequest{}, fmt.Errorf("%w: query parameter %q: a binary request takes only lane_mask", ErrBadRequest, k)
+	for k, v := range q {
+		if k != "lane_mask" && k != "max_age_ms" && k != "reply" {
+			return schemas.QueryRequest{}, fmt.Errorf("%w: query parameter %q: a binary request takes only lane_mask, max_age_ms and reply", ErrBadRequest, k)
+		}
+		if len(v) > 1 {
+			return schemas.QueryRequest{}, fmt.Errorf("%w: %s given %d times: give it at most once", ErrBadRequest, k, len(v))
 		}
 	}
 	if v := q["lane_mask"]; len(v) > 0 {
-		if len(v) > 1 {
-			return schemas.QueryRequest{}, fmt.Errorf("%w: lane_mask given %d times: give it at most once", ErrBadRequest, len(v))
-		}
 		m, err := strconv.ParseUint(v[0], 10, 16)
 		if err != nil {
 			return schemas.QueryRequest{}, fmt.Errorf("%w: lane_mask %q is not a 16-bit lane mask (0..65535)", ErrBadRequest, v[0])
 		}
 		req.LaneMask = schemas.Some(uint16(m))
 	}
+	if v := q["max_age_ms"]; len(v) > 0 {
+		a, err := strconv.ParseUint(v[0], 10, 63)
+		if err != nil {
+			return schemas.QueryRequest{}, fmt.Errorf("%w: max_age_ms %q is not a number of milliseconds", ErrBadRequest, v[0])
+		}
+		req.MaxAgeMillis = schemas.Some(int64(a))
+	}
+	if v := q["reply"]; len(v) > 0 && v[0] != "1" && v[0] != "2" {
+		return schemas.QueryRequest{}, fmt.Errorf("%w: reply %q: give 1 (depths) or 2 (lane states)", ErrBadRequest, v[0])
+	}
 	return req, nil
+}
+
+// BinaryReplyVersionOf returns the binary reply layout a request's URL query asks for:
+// BinaryReplyStatesVersion for reply=2, else BinaryReplyVersion. DecodeBinaryRequest has
+// checked the parameter.
+func BinaryReplyVersionOf(rawQuery string) uint8 {
+	if rawQuery == "" {
+		return BinaryReplyVersion
+	}
+	if q, _ := url.ParseQuery(rawQuery); q.Get("reply") == "2" {
+		return BinaryReplyStatesVersion
+	}
+	return BinaryReplyVersion
 }

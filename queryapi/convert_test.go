@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ckf-stream/ckf-stream/queryapi"
 	"github.com/ckf-stream/ckf-stream/schemas"
@@ -89,8 +90,22 @@ func TestResponseOfRoundTrip(t *testing.T) {
 			Lanes: []schemas.LaneMatch{{Lane: 0, DcID: 0xdc01, Pool: "d/000000000000dc01", Depth: 9}, {Lane: 3, DcID: 0xdc04, Pool: "d/000000000000dc04", Depth: 2}}},
 		{CorrelationID: "u", Status: schemas.QueryUnavailable, ErrorMessage: "no eligible lane is ready", QueryBlocks: 3},
 		{Status: schemas.QueryInvalidRequest, ErrorMessage: "bad"},
+		{CorrelationID: "states", Status: schemas.QueryOK, QueryBlocks: 4, ReadyLanes: 0b10, ReplyTime: time.UnixMicro(1_780_000_000_123_456).UTC(),
+			Lanes: []schemas.LaneMatch{{Lane: 1, DcID: 0xdc02, Pool: "d/000000000000dc02", Depth: 0}},
+			LaneStates: []schemas.LaneState{{Lane: 0, State: schemas.LaneStale, AgeMillis: schemas.Some[int64](70_000)},
+				{Lane: 1, State: schemas.LaneExact, AgeMillis: schemas.Some[int64](0)}, {Lane: 4, State: schemas.LaneUnavailable}}},
 	} {
-		resp := queryapi.ResponseOf(&r)
+		resp := queryapi.ResponseOf(&r, nil)
+		for i, la := range resp.Lanes {
+			s := r.LaneStates[i]
+			if la.Lane != s.Lane || la.State != queryapi.LaneStateName(s.State) || (la.AgeMillis != nil) != s.AgeMillis.Valid ||
+				(la.Depth != nil) != s.State.HasDepth() {
+				t.Errorf("%s: lane answer %d %+v for state %+v", r.CorrelationID, i, la, s)
+			}
+			if la.Depth != nil && (*la.Depth != 0 || la.DcID != "000000000000dc02") {
+				t.Errorf("%s: lane 1's depth %d, DC %q", r.CorrelationID, *la.Depth, la.DcID)
+			}
+		}
 		if resp.Matches == nil {
 			t.Fatalf("%+v: matches are null", r)
 		}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"strconv"
+	"time"
 
 	"github.com/ckf-stream/ckf-stream/schemas"
 )
@@ -71,6 +72,10 @@ func parsePlainRequest(body []byte) (decoded, bool) {
 			var v uint64
 			v, ok = p.uint(math.MaxUint64)
 			in.LaneMask = &v
+		case fieldMaxAgeMillis:
+			var v uint64
+			v, ok = p.uint(math.MaxUint64)
+			in.MaxAgeMillis = &v
 		}
 		if !ok {
 			return in, false
@@ -95,6 +100,7 @@ const (
 	fieldCacheNamespace
 	fieldBlockExtraKeys
 	fieldLaneMask
+	fieldMaxAgeMillis
 )
 
 // plainParser reads the plain shape from b at i. Every method skips the whitespace before its
@@ -292,6 +298,14 @@ func appendResponse(dst []byte, r *PrefixMatchResponse) ([]byte, bool) {
 			return dst, false
 		}
 	}
+	for i := range r.Lanes {
+		if !plainString(r.Lanes[i].DcID) || !plainString(r.Lanes[i].Pool) || !plainString(r.Lanes[i].State) {
+			return dst, false
+		}
+	}
+	if y := r.ReplyTime.Year(); y < 0 || y > 9999 { // time.Time.MarshalJSON's error
+		return dst, false
+	}
 	dst = append(dst, '{')
 	if r.CorrelationID != "" {
 		dst = append(dst, `"correlation_id":"`...)
@@ -314,11 +328,29 @@ func appendResponse(dst []byte, r *PrefixMatchResponse) ([]byte, bool) {
 	dst = strconv.AppendUint(dst, uint64(r.IncompleteLanes), 10)
 	dst = append(dst, `,"matches":`...)
 	if r.Matches == nil {
-		return append(dst, "null}"...), true
+		dst = append(dst, "null"...)
+	} else {
+		dst = appendMatches(dst, r.Matches)
 	}
+	dst = append(dst, `,"lanes":`...)
+	if r.Lanes == nil {
+		dst = append(dst, "null"...)
+	} else {
+		dst = appendLaneAnswers(dst, r.Lanes)
+	}
+	if !r.ReplyTime.IsZero() {
+		dst = append(dst, `,"reply_time":"`...)
+		dst = r.ReplyTime.AppendFormat(dst, time.RFC3339Nano)
+		dst = append(dst, '"')
+	}
+	return append(dst, '}'), true
+}
+
+// appendMatches appends ms as encoding/json writes a []DCMatch of plain strings.
+func appendMatches(dst []byte, ms []DCMatch) []byte {
 	dst = append(dst, '[')
-	for i := range r.Matches {
-		m := &r.Matches[i]
+	for i := range ms {
+		m := &ms[i]
 		if i > 0 {
 			dst = append(dst, ',')
 		}
@@ -335,7 +367,37 @@ func appendResponse(dst []byte, r *PrefixMatchResponse) ([]byte, bool) {
 		}
 		dst = append(dst, '}')
 	}
-	return append(dst, "]}"...), true
+	return append(dst, ']')
+}
+
+// appendLaneAnswers appends ls as encoding/json writes a []LaneAnswer of plain strings.
+func appendLaneAnswers(dst []byte, ls []LaneAnswer) []byte {
+	dst = append(dst, '[')
+	for i := range ls {
+		l := &ls[i]
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"lane":`...)
+		dst = strconv.AppendUint(dst, uint64(l.Lane), 10)
+		dst = append(dst, `,"dc_id":"`...)
+		dst = append(dst, l.DcID...)
+		dst = append(dst, `","pool":"`...)
+		dst = append(dst, l.Pool...)
+		dst = append(dst, `","state":"`...)
+		dst = append(dst, l.State...)
+		dst = append(dst, '"')
+		if l.AgeMillis != nil {
+			dst = append(dst, `,"age_ms":`...)
+			dst = strconv.AppendInt(dst, *l.AgeMillis, 10)
+		}
+		if l.Depth != nil {
+			dst = append(dst, `,"depth":`...)
+			dst = strconv.AppendUint(dst, uint64(*l.Depth), 10)
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
 }
 
 // plainString reports whether encoding/json writes s between quotes unchanged.

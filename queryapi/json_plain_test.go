@@ -7,6 +7,9 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/schemas"
 )
 
 // plainBodies are requests parsePlainRequest must read itself.
@@ -24,6 +27,9 @@ var plainBodies = []string{
 	`{"local_block_hashes":null}`,
 	`{"correlation_id":null,"lane_mask":null,"block_size":null,"lora_name":null,"cache_namespace":null,"token_ids":[9]}`,
 	`{"lane_mask" : null , "local_block_hashes" : [ 3 ] }`,
+	`{"local_block_hashes":[5],"max_age_ms":250}`,
+	`{"max_age_ms":0,"token_ids":[1],"block_size":1}`,
+	`{"max_age_ms":null}`,
 }
 
 // declinedBodies are requests outside the plain shape: parsePlainRequest must leave them to
@@ -58,6 +64,8 @@ var declinedBodies = []string{
 	`{"token_ids":[4294967296],"block_size":1}`,
 	`{"token_ids":[1],"block_size":4294967296}`,
 	`{"block_size":-1}`,
+	`{"max_age_ms":-1}`,
+	`{"max_age_ms":1,"max_age_ms":2}`,
 	`{"correlation_id":"a\"b"}`,
 	`{"correlation_id":"tab\there"}`,
 	`{"correlation_id":"é"}`,
@@ -197,10 +205,26 @@ func responseCases() []PrefixMatchResponse {
 	for i := range sixteen {
 		sixteen[i] = DCMatch{Lane: uint8(i), DcID: fmt.Sprintf("dc-%d", i), Pool: fmt.Sprintf("pool %d/a", i), Depth: uint32(i * 1000), Incomplete: i%3 == 0}
 	}
+	lanes := make([]LaneAnswer, 16)
+	ages, depths := make([]int64, 16), make([]uint32, 16)
+	for i := range lanes {
+		ages[i], depths[i] = int64(i*i*1000), uint32(i*7)
+		lanes[i] = LaneAnswer{Lane: uint8(i), DcID: fmt.Sprintf("dc-%d", i), Pool: fmt.Sprintf("pool %d/a", i),
+			State: LaneStateName(schemas.LaneAnswerState(i % 5))}
+		if i%4 != 3 {
+			lanes[i].AgeMillis = &ages[i]
+		}
+		if i%5 == 1 || i%5 == 2 {
+			lanes[i].Depth = &depths[i]
+		}
+	}
+	replied := time.Date(2026, 12, 6, 11, 30, 0, 123456000, time.UTC)
 	return []PrefixMatchResponse{
 		{},
-		{Status: "OK", Matches: []DCMatch{}},
-		{CorrelationID: "http-7", Status: "OK", QueryBlocks: 4294967295, ReadyLanes: 65535, IncompleteLanes: 9, Matches: sixteen},
+		{Status: "OK", Matches: []DCMatch{}, Lanes: []LaneAnswer{}},
+		{CorrelationID: "http-7", Status: "OK", QueryBlocks: 4294967295, ReadyLanes: 65535, IncompleteLanes: 9, Matches: sixteen,
+			Lanes: lanes, ReplyTime: replied},
+		{Status: "OK", Matches: []DCMatch{}, Lanes: lanes[:3], ReplyTime: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
 		{Status: "UNAVAILABLE", Error: "no requested lane is ready (lanes 0-3 are replaying)"},
 		{Status: "INVALID_REQUEST", Error: `bad request: duplicate key "lane_mask"`},
 		{Status: "OK", CorrelationID: "a<b"},
@@ -210,6 +234,8 @@ func responseCases() []PrefixMatchResponse {
 		{Status: "OK", CorrelationID: "\xff"},
 		{Status: "OK", Matches: []DCMatch{{DcID: "back\\slash"}}},
 		{Status: "OK", Matches: []DCMatch{{Pool: "\u2028"}}},
+		{Status: "OK", Lanes: []LaneAnswer{{State: "exact", Pool: "<p>"}}},
+		{Status: "OK", ReplyTime: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, // MarshalJSON refuses the year
 	}
 }
 
@@ -219,8 +245,11 @@ func TestAppendResponseMatchesEncodingJSON(t *testing.T) {
 	encoded := 0
 	for _, r := range responseCases() {
 		want, err := json.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
+		if err != nil { // what encoding/json refuses, appendResponse leaves to it
+			if _, ok := appendResponse(nil, &r); ok {
+				t.Errorf("%+v: encoding/json refuses it (%v), appendResponse encoded it", r, err)
+			}
+			continue
 		}
 		got, ok := appendResponse([]byte("prefix"), &r)
 		if !ok {
@@ -234,8 +263,8 @@ func TestAppendResponseMatchesEncodingJSON(t *testing.T) {
 			t.Errorf("%+v:\nappendResponse %s\nencoding/json  %s", r, got[len("prefix"):], want)
 		}
 	}
-	if encoded != 4 { // the first four; an error quoting a key is not plain
-		t.Errorf("encoded %d of the cases, want the 4 plain ones", encoded)
+	if encoded != 5 { // the first five; an error quoting a key is not plain
+		t.Errorf("encoded %d of the cases, want the 5 plain ones", encoded)
 	}
 }
 
@@ -246,14 +275,28 @@ func FuzzAppendResponse(f *testing.F) {
 		if len(r.Matches) > 0 {
 			dc, pool = r.Matches[0].DcID, r.Matches[0].Pool
 		}
-		f.Add(r.CorrelationID, r.Status, r.Error, dc, pool, r.QueryBlocks, r.ReadyLanes, uint8(len(r.Matches)), r.Matches == nil)
+		f.Add(r.CorrelationID, r.Status, r.Error, dc, pool, r.QueryBlocks, r.ReadyLanes, uint8(len(r.Matches)), r.Matches == nil, r.ReplyTime.UnixNano())
 	}
-	f.Fuzz(func(t *testing.T, id, status, msg, dc, pool string, blocks uint32, lanes uint16, n uint8, null bool) {
+	f.Fuzz(func(t *testing.T, id, status, msg, dc, pool string, blocks uint32, lanes uint16, n uint8, null bool, replied int64) {
 		r := PrefixMatchResponse{CorrelationID: id, Status: status, Error: msg, QueryBlocks: blocks, ReadyLanes: lanes, IncompleteLanes: ^lanes}
+		if replied != 0 {
+			r.ReplyTime = time.Unix(0, replied).UTC()
+		}
 		if !null {
 			r.Matches = make([]DCMatch, n%17)
 			for i := range r.Matches {
 				r.Matches[i] = DCMatch{Lane: uint8(i), DcID: dc, Pool: pool, Depth: blocks >> i, Incomplete: lanes&(1<<i) != 0}
+			}
+			age, depth := int64(blocks)-int64(lanes), blocks/3
+			r.Lanes = make([]LaneAnswer, n%17)
+			for i := range r.Lanes {
+				r.Lanes[i] = LaneAnswer{Lane: uint8(i), DcID: dc, Pool: pool, State: LaneStateName(schemas.LaneAnswerState(i % 6))}
+				if lanes&(1<<i) != 0 {
+					r.Lanes[i].AgeMillis = &age
+				}
+				if (lanes>>1)&(1<<i) != 0 {
+					r.Lanes[i].Depth = &depth
+				}
 			}
 		}
 		got, ok := appendResponse(nil, &r)
@@ -262,7 +305,7 @@ func FuzzAppendResponse(f *testing.F) {
 		}
 		want, err := json.Marshal(r)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("appendResponse encoded what encoding/json refuses (%v): %s", err, got)
 		}
 		if string(got) != string(want) {
 			t.Fatalf("appendResponse %s\nencoding/json  %s", got, want)

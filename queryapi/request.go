@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"reflect"
 	"strings"
@@ -48,6 +49,10 @@ type PrefixMatchRequest struct {
 	// LaneMask restricts the answer to these lanes (bit l = lane l, 0..65535); absent means
 	// every lane.
 	LaneMask *uint64 `json:"lane_mask,omitempty"`
+	// MaxAgeMillis is the oldest lane state the caller accepts, in milliseconds: older lanes
+	// are answered "stale", without a depth. Absent accepts any age the indexer's freshness
+	// policy keeps.
+	MaxAgeMillis *uint64 `json:"max_age_ms,omitempty"`
 }
 
 // RequestOf returns the JSON body that asks what q asks: its correlation id, its input (local
@@ -65,6 +70,10 @@ func RequestOf(q *schemas.QueryRequest) PrefixMatchRequest {
 	if m, ok := q.LaneMask.Get(); ok {
 		v := uint64(m)
 		out.LaneMask = &v
+	}
+	if a, ok := q.MaxAgeMillis.Get(); ok && a >= 0 {
+		v := uint64(a)
+		out.MaxAgeMillis = &v
 	}
 	return out
 }
@@ -144,6 +153,7 @@ type decoded struct {
 	CacheNamespace   string
 	BlockExtraKeys   []ckf.ExtraKeys
 	LaneMask         *uint64
+	MaxAgeMillis     *uint64
 }
 
 // query applies the rules of the JSON shape to in and returns the QueryRequest it asks.
@@ -176,6 +186,12 @@ func (in *decoded) query() (schemas.QueryRequest, error) {
 		}
 		req.LaneMask = schemas.Some(uint16(*in.LaneMask))
 	}
+	if in.MaxAgeMillis != nil {
+		if *in.MaxAgeMillis > math.MaxInt64 {
+			return req, fmt.Errorf("%w: max_age_ms %d is larger than %d", ErrBadRequest, *in.MaxAgeMillis, int64(math.MaxInt64))
+		}
+		req.MaxAgeMillis = schemas.Some(int64(*in.MaxAgeMillis))
+	}
 	return req, nil
 }
 
@@ -190,11 +206,12 @@ type prefixMatchWire struct {
 	CacheNamespace   string          `json:"cache_namespace"`
 	BlockExtraKeys   []ckf.ExtraKeys `json:"block_extra_keys"`
 	LaneMask         *uint64         `json:"lane_mask"`
+	MaxAgeMillis     *uint64         `json:"max_age_ms"`
 }
 
 // prefixMatchFields are the JSON keys of a request, for the duplicate-key rule and the plain
 // reader (the field* constants index it).
-var prefixMatchFields = [...]string{"correlation_id", "local_block_hashes", "token_ids", "block_size", "lora_name", "cache_namespace", "block_extra_keys", "lane_mask"}
+var prefixMatchFields = [...]string{"correlation_id", "local_block_hashes", "token_ids", "block_size", "lora_name", "cache_namespace", "block_extra_keys", "lane_mask", "max_age_ms"}
 
 // wireHash is one element of local_block_hashes: an unsigned 64-bit JSON number, never null.
 type wireHash uint64
@@ -286,7 +303,7 @@ func decodeRequestJSON(body []byte) (decoded, error) {
 		return decoded{}, fmt.Errorf("%w: body holds more than one JSON value", ErrBadRequest)
 	}
 	out := decoded{CorrelationID: in.CorrelationID, BlockSize: in.BlockSize, LoraName: in.LoraName,
-		CacheNamespace: in.CacheNamespace, BlockExtraKeys: in.BlockExtraKeys, LaneMask: in.LaneMask}
+		CacheNamespace: in.CacheNamespace, BlockExtraKeys: in.BlockExtraKeys, LaneMask: in.LaneMask, MaxAgeMillis: in.MaxAgeMillis}
 	if in.LocalBlockHashes != nil {
 		out.LocalBlockHashes = make(schemas.PackedU64, 0, len(in.LocalBlockHashes)*schemas.WordSize)
 		for _, h := range in.LocalBlockHashes {

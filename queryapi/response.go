@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
@@ -38,23 +39,122 @@ type PrefixMatchResponse struct {
 	IncompleteLanes uint16 `json:"incomplete_lanes"`
 	// Matches holds one entry per covered lane (DC), in lane order, depth 0 included.
 	Matches []DCMatch `json:"matches"`
+	// Lanes holds one entry per configured lane the request selected, in lane order, whatever
+	// its state: searched or not, and why not. Matches is the searched lanes' part of it, kept
+	// for earlier clients.
+	Lanes []LaneAnswer `json:"lanes"`
+	// ReplyTime is when the indexer answered; the lanes' ages are counted to it. Absent from
+	// errors decided before any answer (413, 415).
+	ReplyTime time.Time `json:"reply_time,omitzero"`
+}
+
+// LaneAnswer is one selected lane in an answer: its DC, its state, its age and, when it was
+// searched, its depth.
+type LaneAnswer struct {
+	Lane uint8  `json:"lane"`
+	DcID string `json:"dc_id"`
+	Pool string `json:"pool"`
+	// State is "exact" (searched; the depth is exact for the lane's age), "incomplete"
+	// (searched; its DC's filter misses blocks it holds, so the depth may be short), "stale"
+	// (ready, but older than the request's max_age_ms or the indexer's freshness policy allows;
+	// no depth), "unavailable" (not serving: no snapshot yet, recovering, drained; no depth) or
+	// "unknown" (a state of a later indexer; treat it as unavailable).
+	State string `json:"state"`
+	// AgeMillis is the reply time minus the time up to which the lane reflects its DC's KV
+	// events, in milliseconds; absent while the lane has applied nothing.
+	AgeMillis *int64 `json:"age_ms,omitempty"`
+	// Depth is the number of leading blocks found cached in the DC, 0 when none; absent when the
+	// lane was not searched (stale, unavailable): no usable estimate.
+	Depth *uint32 `json:"depth,omitempty"`
+}
+
+// laneStateNames are LaneAnswer.State's words, indexed by schemas.LaneAnswerState.
+var laneStateNames = [...]string{
+	schemas.LaneStateUnknown: "unknown",
+	schemas.LaneExact:        "exact",
+	schemas.LaneIncomplete:   "incomplete",
+	schemas.LaneStale:        "stale",
+	schemas.LaneUnavailable:  "unavailable",
+}
+
+// LaneStateName returns LaneAnswer.State's word for s ("unknown" for a value beyond the table).
+func LaneStateName(s schemas.LaneAnswerState) string {
+	if int(s) < len(laneStateNames) {
+		return laneStateNames[s]
+	}
+	return laneStateNames[schemas.LaneStateUnknown]
+}
+
+// laneStateOf is LaneStateName's inverse; a word it does not know is LaneStateUnknown.
+func laneStateOf(name string) schemas.LaneAnswerState {
+	for s, n := range laneStateNames {
+		if n == name {
+			return schemas.LaneAnswerState(s)
+		}
+	}
+	return schemas.LaneStateUnknown
 }
 
 // ResponseOf returns the JSON body of reply: its fields, the status by its Avro symbol (OK,
-// UNAVAILABLE, INVALID_REQUEST), and one DCMatch per lane entry, the DC id as 16 hex digits
-// (ckf.DcID's form) and Incomplete from reply.IncompleteLanes. Matches is empty, never null,
-// when the reply has no lane entry.
-func ResponseOf(reply *schemas.QueryReply) PrefixMatchResponse {
+// UNAVAILABLE, INVALID_REQUEST), one DCMatch per lane entry, the DC id as 16 hex digits
+// (ckf.DcID's form) and Incomplete from reply.IncompleteLanes, and one LaneAnswer per lane
+// state, named by pools (the manifest's display form and DC id of each lane, which the
+// searched lanes' entries also carry). Matches and Lanes are empty, never null, when the reply
+// has no such entry. The LaneAnswers' AgeMillis and Depth point into reply: keep it unchanged
+// while the response is in use.
+func ResponseOf(reply *schemas.QueryReply, pools *[ckf.LaneCount]LanePool) PrefixMatchResponse {
 	resp := PrefixMatchResponse{
 		CorrelationID: reply.CorrelationID, Status: reply.Status.String(), Error: reply.ErrorMessage,
 		QueryBlocks: reply.QueryBlocks, ReadyLanes: reply.ReadyLanes, IncompleteLanes: reply.IncompleteLanes,
-		Matches: make([]DCMatch, len(reply.Lanes)),
+		Matches: make([]DCMatch, len(reply.Lanes)), Lanes: make([]LaneAnswer, len(reply.LaneStates)),
+		ReplyTime: reply.ReplyTime.UTC(),
+	}
+	if reply.ReplyTime.IsZero() {
+		resp.ReplyTime = time.Time{}
 	}
 	for i, l := range reply.Lanes {
 		resp.Matches[i] = DCMatch{Lane: l.Lane, DcID: ckf.DcID(l.DcID).String(), Pool: l.Pool, Depth: l.Depth,
 			Incomplete: reply.IncompleteLanes&(1<<l.Lane) != 0}
 	}
+	j := 0
+	for i := range reply.LaneStates {
+		s := &reply.LaneStates[i]
+		la := LaneAnswer{Lane: s.Lane, State: LaneStateName(s.State)}
+		if pools != nil && s.Lane < ckf.LaneCount {
+			la.DcID, la.Pool = pools[s.Lane].DcID, pools[s.Lane].Pool
+		}
+		if s.AgeMillis.Valid {
+			la.AgeMillis = &s.AgeMillis.Value
+		}
+		for j < len(reply.Lanes) && reply.Lanes[j].Lane < s.Lane {
+			j++
+		}
+		if j < len(reply.Lanes) && reply.Lanes[j].Lane == s.Lane && s.State.HasDepth() {
+			la.Depth = &reply.Lanes[j].Depth
+			la.DcID, la.Pool = resp.Matches[j].DcID, reply.Lanes[j].Pool
+		}
+		resp.Lanes[i] = la
+	}
 	return resp
+}
+
+// LanePool is how a lane's DC is named in answers: the DC id as 16 hex digits and the pool's
+// display form.
+type LanePool struct {
+	DcID string
+	Pool string
+}
+
+// LanePools returns the LanePool of every lane of the lane map (the manifest): pools[l] for
+// lane l, empty for a lane the map does not name.
+func LanePools(poolOf func(l uint8) (ckf.PoolID, bool)) *[ckf.LaneCount]LanePool {
+	var out [ckf.LaneCount]LanePool
+	for l := uint8(0); l < ckf.LaneCount; l++ {
+		if p, ok := poolOf(l); ok {
+			out[l] = LanePool{DcID: p.Dc.String(), Pool: p.String()}
+		}
+	}
+	return &out
 }
 
 // Reply returns the schemas.QueryReply that r stands for, as the Kafka path would have given it
@@ -80,6 +180,14 @@ func (r *PrefixMatchResponse) Reply() (schemas.QueryReply, error) {
 		}
 		out.Lanes = append(out.Lanes, schemas.LaneMatch{Lane: m.Lane, DcID: dc, Pool: m.Pool, Depth: m.Depth})
 	}
+	for _, l := range r.Lanes {
+		s := schemas.LaneState{Lane: l.Lane, State: laneStateOf(l.State)}
+		if l.AgeMillis != nil {
+			s.AgeMillis = schemas.Some(*l.AgeMillis)
+		}
+		out.LaneStates = append(out.LaneStates, s)
+	}
+	out.ReplyTime = r.ReplyTime
 	return out, nil
 }
 

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/httpserver"
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
+	"github.com/ckf-stream/ckf-stream/queryapi"
 	"github.com/ckf-stream/ckf-stream/streams/lanes"
 	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/uber-go/tally/v4"
@@ -51,6 +53,8 @@ type API struct {
 	ids      atomic.Uint64
 	// everEligible has bit l set once lane l has been eligible at any time since start.
 	everEligible atomic.Uint32
+	// pools names every lane of the lane map in answers (queryapi.ResponseOf).
+	pools *[ckf.LaneCount]queryapi.LanePool
 }
 
 // NewAPI returns the API over p.Answerer's indexer.
@@ -60,6 +64,7 @@ func NewAPI(p APIParams) (*API, error) {
 	}
 	a := &API{ans: p.Answerer, g: p.Answerer.Indexer(), lanes: p.Lanes, eligible: p.Eligible,
 		m: newQueryMetrics(p.Metrics, PathHTTP)}
+	a.pools = queryapi.LanePools(a.g.Manifest().PoolOf)
 	if a.eligible == nil {
 		a.eligible = a.g.ReadyLanes
 	}

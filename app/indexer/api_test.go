@@ -21,6 +21,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/queryapi"
+	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/lanes"
 	"github.com/ckf-stream/ckf-stream/streams/query"
 )
@@ -53,8 +54,9 @@ func (discardSink) Enqueue(ckf.Delta) error { return nil }
 type table struct {
 	g          *index.GlobalIndexer
 	eligible   atomic.Uint32
-	incomplete atomic.Uint32        // lanes whose DC reports omitted blocks
-	chains     map[uint8][][]uint64 // token-hash chains stored per lane
+	incomplete atomic.Uint32               // lanes whose DC reports omitted blocks
+	asOf       [ckf.LaneCount]atomic.Int64 // per lane, the time up to which it reflects its DC (µs)
+	chains     map[uint8][][]uint64        // token-hash chains stored per lane
 	api        *indexer.API
 	mux        *http.ServeMux
 }
@@ -77,7 +79,8 @@ func newTable(t testing.TB) *table {
 	tb.install(t, 1, [][]uint64{append(slices.Clone(shared), randomChain(rng, 3)...), tokenChain(4, 6)})
 	tb.eligible.Store(uint32(g.ReadyLanes()))
 	api, err := indexer.NewAPI(indexer.APIParams{
-		Answerer: query.NewAnswerer(g, tb.eligibleLanes, query.IncompleteLanes(func() uint16 { return uint16(tb.incomplete.Load()) })),
+		Answerer: query.NewAnswerer(g, tb.eligibleLanes, query.IncompleteLanes(func() uint16 { return uint16(tb.incomplete.Load()) }),
+			query.LaneAsOf(func(l uint8) int64 { return tb.asOf[l].Load() })),
 		Lanes:    tb.statuses,
 		Eligible: tb.eligibleLanes,
 	})
@@ -429,6 +432,58 @@ func TestIncompleteLanes(t *testing.T) {
 		case lv.Lane != 1 && lv.Capacity != nil:
 			t.Errorf("lane %d reports no capacity state, shows %+v", lv.Lane, lv.Capacity)
 		}
+	}
+}
+
+// TestPrefixMatchesLaneStates: the JSON answer lists every configured lane with its state and
+// age (lane 5, never ready, as unavailable with no age), and the reply time; max_age_ms answers
+// an older lane stale, without a depth and out of matches; the binary form gives the same with
+// reply=2.
+func TestPrefixMatchesLaneStates(t *testing.T) {
+	tb := newTable(t)
+	now := time.Now()
+	tb.asOf[0].Store(now.Add(-20 * time.Millisecond).UnixMicro())
+	tb.asOf[1].Store(now.Add(-time.Hour).UnixMicro())
+	code, resp := tb.post(t, `{"local_block_hashes": [1, 2, 3]}`)
+	if code != http.StatusOK || len(resp.Lanes) != 3 || resp.ReplyTime.Before(now) {
+		t.Fatalf("no bound: %d %+v", code, resp)
+	}
+	for i, want := range []struct {
+		lane     uint8
+		state    string
+		minAge   int64
+		hasAge   bool
+		hasDepth bool
+	}{{0, "exact", 20, true, true}, {1, "exact", 3_600_000, true, true}, {5, "unavailable", 0, false, false}} {
+		la := resp.Lanes[i]
+		if la.Lane != want.lane || la.State != want.state || (la.AgeMillis != nil) != want.hasAge ||
+			(la.AgeMillis != nil && *la.AgeMillis < want.minAge) || (la.Depth != nil) != want.hasDepth || la.Pool == "" {
+			t.Errorf("lane entry %d: %+v (age %v, depth %v), want %+v", i, la, la.AgeMillis, la.Depth, want)
+		}
+	}
+	code, resp = tb.post(t, `{"local_block_hashes": [1, 2, 3], "max_age_ms": 60000}`)
+	if code != http.StatusOK || len(resp.Matches) != 1 || resp.Matches[0].Lane != 0 || resp.Lanes[1].State != "stale" || resp.Lanes[1].Depth != nil {
+		t.Fatalf("max_age_ms 60 s: %d %+v", code, resp)
+	}
+	code, resp = tb.post(t, `{"local_block_hashes": [1], "max_age_ms": 1, "lane_mask": 2}`)
+	if code != http.StatusServiceUnavailable || resp.Error != "every eligible lane is older than max_age_ms" || len(resp.Lanes) != 1 || resp.Lanes[0].State != "stale" {
+		t.Fatalf("only lane 1, too old: %d %+v", code, resp)
+	}
+	if code, resp := tb.post(t, `{"local_block_hashes": [1], "max_age_ms": -5}`); code != http.StatusBadRequest || !strings.Contains(resp.Error, "max_age_ms") {
+		t.Fatalf("negative max_age_ms: %d %+v", code, resp)
+	}
+
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/v1/prefix-matches?reply=2&max_age_ms=60000", bytes.NewReader(queryapi.AppendBinaryRequest(nil, []uint64{1, 2, 3})))
+	req.Header.Set("Content-Type", queryapi.BinaryContentType)
+	tb.mux.ServeHTTP(rec, req)
+	got, err := queryapi.DecodeBinaryStatesReply(rec.Body.Bytes())
+	if rec.Code != http.StatusOK || err != nil || len(got.Lanes) != 3 {
+		t.Fatalf("binary reply=2: %d %v %+v", rec.Code, err, got)
+	}
+	if l := got.Lanes; l[0].State != schemas.LaneExact || l[0].Depth == queryapi.BinaryAbsent || l[1].State != schemas.LaneStale ||
+		l[1].Depth != queryapi.BinaryAbsent || l[2].State != schemas.LaneUnavailable || l[2].AgeMillis != queryapi.BinaryAbsent {
+		t.Errorf("binary lane entries %+v", l)
 	}
 }
 

@@ -166,7 +166,7 @@ func New(p Params) (*Indexer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("indexer: lanes: %w", err)
 	}
-	ans := query.NewAnswerer(g, lanes.EligibleLanes, query.IncompleteLanes(lanes.IncompleteLanes))
+	ans := query.NewAnswerer(g, lanes.EligibleLanes, query.IncompleteLanes(lanes.IncompleteLanes), query.LaneAsOf(lanes.LaneAsOf))
 	newQueries := func() (*query.QueryService, error) {
 		qs, err := query.NewQueryService(query.QueryServiceParams{
 			Config:     QueryConfig(p.Config, topics),

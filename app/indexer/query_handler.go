@@ -68,7 +68,8 @@ func (a *API) serveJSON(w http.ResponseWriter, r *http.Request, start time.Time)
 
 // serveBinary answers a binary request (queryapi.IsBinaryContentType) from pooled memory: the
 // body becomes the request's packed hashes as it is (queryapi.DecodeBinaryRequest), and an OK
-// answer is written as queryapi.AppendBinaryReply's bytes. Errors and non-OK answers are the
+// answer is written as queryapi.AppendBinaryReply's bytes, or AppendBinaryStatesReply's when
+// the request asks for reply=2. Errors and non-OK answers are the
 // JSON path's JSON bodies and statuses.
 func (a *API) serveBinary(w http.ResponseWriter, r *http.Request, start time.Time) {
 	bs := binaryScratches.Get().(*binaryScratch)
@@ -95,7 +96,12 @@ func (a *API) serveBinary(w http.ResponseWriter, r *http.Request, start time.Tim
 		a.m.latency.RecordDuration(time.Since(start))
 		return
 	}
-	out := queryapi.AppendBinaryReply(bs.out[:0], &reply)
+	var out []byte
+	if queryapi.BinaryReplyVersionOf(r.URL.RawQuery) == queryapi.BinaryReplyStatesVersion {
+		out = queryapi.AppendBinaryStatesReply(bs.out[:0], &reply)
+	} else {
+		out = queryapi.AppendBinaryReply(bs.out[:0], &reply)
+	}
 	h := w.Header()
 	h["Content-Type"] = binaryContentTypeValue
 	h["Content-Length"] = binaryLengthValues[len(out)]
@@ -131,7 +137,8 @@ func (a *API) refuse(w http.ResponseWriter, start time.Time, err error) {
 	case !errors.Is(err, queryapi.ErrBadRequest):
 		err = fmt.Errorf("%w: reading the body: %v", queryapi.ErrBadRequest, err)
 	}
-	a.writeResponse(w, status, &queryapi.PrefixMatchResponse{Status: schemas.QueryInvalidRequest.String(), Error: err.Error(), Matches: []queryapi.DCMatch{}})
+	a.writeResponse(w, status, &queryapi.PrefixMatchResponse{Status: schemas.QueryInvalidRequest.String(), Error: err.Error(),
+		Matches: []queryapi.DCMatch{}, Lanes: []queryapi.LaneAnswer{}})
 	a.m.latency.RecordDuration(time.Since(start))
 }
 
@@ -144,13 +151,13 @@ func (a *API) writeReply(w http.ResponseWriter, reply *schemas.QueryReply) {
 	case schemas.QueryInvalidRequest:
 		a.m.invalid.Inc(1)
 	}
-	resp := queryapi.ResponseOf(reply)
+	resp := queryapi.ResponseOf(reply, a.pools)
 	a.writeResponse(w, queryapi.StatusCode(reply.Status), &resp)
 }
 
 // writeResponse writes resp (queryapi.AppendResponse) and a newline as the reply.
 func (a *API) writeResponse(w http.ResponseWriter, status int, resp *queryapi.PrefixMatchResponse) {
-	b, err := queryapi.AppendResponse(make([]byte, 0, 128+96*len(resp.Matches)), resp)
+	b, err := queryapi.AppendResponse(make([]byte, 0, 160+96*len(resp.Matches)+112*len(resp.Lanes)), resp)
 	if err != nil {
 		http.Error(w, "indexer: encoding the response: "+err.Error(), http.StatusInternalServerError)
 		return
@@ -188,7 +195,7 @@ func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, error
 // the correlation id the server makes up when the request has none.
 type binaryScratch struct {
 	body []byte
-	out  [queryapi.MaxBinaryReplyBytes]byte
+	out  [max(queryapi.MaxBinaryReplyBytes, queryapi.MaxBinaryStatesReplyBytes)]byte
 	sc   query.QueryScratch
 }
 
@@ -197,7 +204,7 @@ var binaryScratches = sync.Pool{New: func() any { return new(binaryScratch) }}
 // Header values of a binary reply, shared: net/http only reads them.
 var (
 	binaryContentTypeValue = []string{queryapi.BinaryContentType}
-	binaryLengthValues     = func() (v [queryapi.MaxBinaryReplyBytes + 1][]string) {
+	binaryLengthValues     = func() (v [max(queryapi.MaxBinaryReplyBytes, queryapi.MaxBinaryStatesReplyBytes) + 1][]string) {
 		for i := range v {
 			v[i] = []string{strconv.Itoa(i)}
 		}

@@ -137,7 +137,9 @@ func testIndexerHTTP(t *testing.T) string {
 	return srv.URL
 }
 
-var depthRow = regexp.MustCompile(`(?m)^\s+0\s+0000000000000010\s+(\d+)\s+(\d+)\s*$`)
+// depthRow is lane 0's row of processor query's table: its DC, state (exact), age, depth (m[1])
+// and the query's blocks (m[2]).
+var depthRow = regexp.MustCompile(`(?m)^\s+0\s+0000000000000010\s+exact\s+\S+\s+(\d+)\s+(\d+)\s*$`)
 
 func TestQueryCommandHTTP(t *testing.T) {
 	url := testIndexerHTTP(t)

@@ -31,6 +31,7 @@ type queryFlags struct {
 	lora      string
 	namespace string
 	lanes     string
+	maxAge    time.Duration
 	timeout   time.Duration
 	json      bool
 	httpCreds httpClientFlags
@@ -47,6 +48,7 @@ func (f *queryFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.lora, "lora", "", "LoRA name salting the token blocks")
 	fs.StringVar(&f.namespace, "namespace", "", "cache namespace salting the token blocks")
 	fs.StringVar(&f.lanes, "lanes", "", "comma-separated `lanes` to ask (default: every lane)")
+	fs.DurationVar(&f.maxAge, "max-age", 0, "answer lanes older than this `age` stale, without a depth (0: any age the indexer's freshness policy keeps)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "give up after this long")
 	fs.BoolVar(&f.json, "json", false, "print the reply as JSON instead of a table")
 	f.httpCreds.register(fs)
@@ -100,6 +102,12 @@ func (f *queryFlags) request() (schemas.QueryRequest, error) {
 			mask |= 1 << l
 		}
 		req.LaneMask = schemas.Some(mask)
+	}
+	switch {
+	case f.maxAge < 0:
+		return req, fmt.Errorf("--max-age %v is negative", f.maxAge)
+	case f.maxAge > 0:
+		req.MaxAgeMillis = schemas.Some(f.maxAge.Milliseconds())
 	}
 	return req, nil
 }
@@ -166,7 +174,7 @@ func runQuery(args []string, stdout, stderr io.Writer, lookupEnv func(string) (s
 		return exitFailure
 	}
 	if f.json {
-		b, _ := json.MarshalIndent(queryapi.ResponseOf(&reply), "", "  ") // the HTTP answer's form, whichever path asked
+		b, _ := json.MarshalIndent(queryapi.ResponseOf(&reply, nil), "", "  ") // the HTTP answer's form, whichever path asked
 		fmt.Fprintln(stdout, string(b))
 	} else {
 		printReply(stdout, reply, path, took)
@@ -208,13 +216,32 @@ func printReply(w io.Writer, r schemas.QueryReply, path string, took time.Durati
 	if r.ErrorMessage != "" {
 		fmt.Fprintln(w, "  "+r.ErrorMessage)
 	}
-	if len(r.Lanes) == 0 {
+	if len(r.Lanes) == 0 && len(r.LaneStates) == 0 {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "LANE\tDC\tDEPTH\tOF\t")
-	for _, l := range r.Lanes {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t\n", l.Lane, ckf.DcID(l.DcID), l.Depth, r.QueryBlocks)
+	fmt.Fprintln(tw, "LANE\tDC\tSTATE\tAGE\tDEPTH\tOF\t")
+	if len(r.LaneStates) == 0 { // an indexer that does not report lane states
+		for _, l := range r.Lanes {
+			fmt.Fprintf(tw, "%d\t%s\t-\t-\t%d\t%d\t\n", l.Lane, ckf.DcID(l.DcID), l.Depth, r.QueryBlocks)
+		}
+	}
+	j := 0
+	for _, s := range r.LaneStates {
+		dc, age, depth := "-", "-", "-"
+		for j < len(r.Lanes) && r.Lanes[j].Lane < s.Lane {
+			j++
+		}
+		if j < len(r.Lanes) && r.Lanes[j].Lane == s.Lane {
+			dc = ckf.DcID(r.Lanes[j].DcID).String()
+			if s.State.HasDepth() {
+				depth = strconv.FormatUint(uint64(r.Lanes[j].Depth), 10)
+			}
+		}
+		if a, ok := s.AgeMillis.Get(); ok {
+			age = (time.Duration(a) * time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t\n", s.Lane, dc, queryapi.LaneStateName(s.State), age, depth, r.QueryBlocks)
 	}
 	_ = tw.Flush()
 }
