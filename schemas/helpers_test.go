@@ -118,7 +118,7 @@ func testQueryRequests() map[string]QueryRequest {
 			RequestTime: testTime(1_780_000_000_000_001), MaxAgeMillis: Some[int64](250),
 		},
 		"max-age-zero": {CorrelationID: "y", Input: InputLocalBlockHashes, Hashes: AppendU64s(nil, []uint64{1}), MaxAgeMillis: Some[int64](0)},
-		"empty-mask": {CorrelationID: "x", Input: InputLocalBlockHashes, Hashes: PackedU64{}, LaneMask: Some[uint16](0), ReplyPartition: Some[int32](0)},
+		"empty-mask":   {CorrelationID: "x", Input: InputLocalBlockHashes, Hashes: PackedU64{}, LaneMask: Some[uint16](0), ReplyPartition: Some[int32](0)},
 	}
 }
 
@@ -143,7 +143,7 @@ func testQueryReplies() map[string]QueryReply {
 		},
 		"lane-states": {
 			CorrelationID: "req-4", Status: QueryOK, ReadyLanes: 0b1000_0000_0000_0011, QueryBlocks: 7, IncompleteLanes: 0b10,
-			Lanes: []LaneMatch{{Lane: 0, DcID: 1, Pool: "p0", Depth: 7}, {Lane: 1, DcID: 2, Pool: "p1", Depth: 0}},
+			Lanes:     []LaneMatch{{Lane: 0, DcID: 1, Pool: "p0", Depth: 7}, {Lane: 1, DcID: 2, Pool: "p1", Depth: 0}},
 			ReplyTime: testTime(1_780_000_000_000_900),
 			LaneStates: []LaneState{{Lane: 0, State: LaneExact, AgeMillis: Some[int64](3)}, {Lane: 1, State: LaneIncomplete, AgeMillis: Some[int64](0)},
 				{Lane: 4, State: LaneStale, AgeMillis: Some[int64](1 << 40)}, {Lane: 9, State: LaneUnavailable}},
