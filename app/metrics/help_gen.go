@@ -82,6 +82,7 @@ var helpText = map[string]string{
 	"ckf_query_request_to_reply_seconds":              "Router's request_time to acknowledged reply (clock skew shifts it) (seconds)",
 	"ckf_query_requests_total":                        "Query requests received (requests)",
 	"ckf_relay_applied_records":                       "KV records in the state, across restarts (records)",
+	"ckf_relay_as_of_lag_seconds":                     "At the last lane record the relay encoded: its clock minus the record's as_of (how far the lane is behind the DC's KV events, as the relay sees it) (seconds)",
 	"ckf_relay_capacity_omissions_total":              "Blocks left out because the filter is full (blocks)",
 	"ckf_relay_checkpoint_bytes":                      "Size of the last checkpoint's state (bytes)",
 	"ckf_relay_checkpoint_duration_seconds":           "Time to write one checkpoint (seconds)",
