@@ -246,6 +246,11 @@ type routerReply struct {
 		Pool  string `json:"pool"`
 		Depth int    `json:"depth"`
 	} `json:"lanes"`
+	LaneStates []struct {
+		Lane  int    `json:"lane"`
+		State string `json:"state"`
+		AgeMs *int64 `json:"age_ms"`
+	} `json:"lane_states"`
 }
 
 // route runs the Python router against the indexer's topics with the router flags args and
@@ -285,6 +290,21 @@ func (e *example) checkDepths(t *testing.T, extra ...string) {
 	}
 	if r.IncompleteLanes == nil || *r.IncompleteLanes != 0 { // the relay's filter holds every block
 		t.Errorf("router: incomplete_lanes %v, want 0", r.IncompleteLanes)
+	}
+	// The relay stamps its lane records' as_of; its heartbeats keep the idle lane's age low.
+	if len(r.LaneStates) != 1 || r.LaneStates[0].Lane != 3 || r.LaneStates[0].State != "EXACT" || r.LaneStates[0].AgeMs == nil || *r.LaneStates[0].AgeMs > 60_000 {
+		t.Errorf("router: lane states %+v, want lane 3 EXACT with an age", r.LaneStates)
+	}
+	// A bound of 0 ms: the lane is older (UNAVAILABLE, exit 3, lane 3 STALE with its age and no
+	// depth), unless its age reads 0 at that moment (OK, EXACT).
+	r, stderr, code := e.route(t, append([]string{"--hashes", "1,2", "--max-age-ms", "0", "--timeout", "60"}, extra...)...)
+	switch {
+	case len(r.LaneStates) != 1 || r.LaneStates[0].AgeMs == nil:
+		t.Errorf("router with --max-age-ms 0: exit %d, %+v; want lane 3 with its age\n%s", code, r, stderr)
+	case *r.LaneStates[0].AgeMs > 0 && (code != 3 || r.LaneStates[0].State != "STALE" || len(r.Lanes) != 0):
+		t.Errorf("router with --max-age-ms 0: exit %d, %+v; want 3 and lane 3 STALE without a depth\n%s", code, r, stderr)
+	case *r.LaneStates[0].AgeMs == 0 && (code != 0 || r.LaneStates[0].State != "EXACT"):
+		t.Errorf("router with --max-age-ms 0 at age 0: exit %d, %+v; want 0 and lane 3 EXACT\n%s", code, r, stderr)
 	}
 	if r := ask(""); r.Status != "OK" || r.QueryBlocks != 8 || len(r.Lanes) != 1 || r.Lanes[0].Depth != 0 {
 		t.Errorf("router without the salt: %+v; want OK, 8 blocks, depth 0", r)

@@ -76,6 +76,8 @@ def request_record(correlation_id, args, reply_partition):
         "reply_topic": None,  # the indexers' configured reply topic (topics.query_replies)
         "reply_partition": reply_partition,
         "request_time": datetime.datetime.now(datetime.timezone.utc),
+        # lanes older than this many milliseconds are answered STALE, without a depth
+        "max_age_ms": args.max_age_ms,
     }
 
 
@@ -112,6 +114,8 @@ def main():
     ap.add_argument("--namespace", default="", help="cache namespace, with --tokens")
     ap.add_argument("--hashes", help="comma-separated local block hashes (u64) instead of --tokens")
     ap.add_argument("--lanes", default="", help="comma-separated physical lanes (0..15) to search (default: every lane)")
+    ap.add_argument("--max-age-ms", type=int, default=None,
+                    help="answer lanes older than this many milliseconds STALE, without a depth (default: any age)")
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the reply, resends included")
     ap.add_argument("--attempt-timeout", type=float, default=2.0,
                     help="seconds to wait before sending the request again with a new correlation id")
@@ -122,6 +126,8 @@ def main():
         ap.error("give --tokens (with --block-size) or --hashes")
     if args.tokens and args.block_size < 1:
         ap.error("--block-size is required with --tokens")
+    if args.max_age_ms is not None and args.max_age_ms < 0:
+        ap.error("--max-age-ms must not be negative")
     try:
         cc.parse_ints(args.tokens or args.hashes, 32 if args.tokens else 64)
     except ValueError as e:
@@ -224,6 +230,10 @@ def main():
                 "query_blocks": reply["query_blocks"],
                 "lanes": [{"lane": m["lane"], "dc_id": cc.from_long(m["dc_id"]), "pool": m["pool"], "depth": m["depth"]}
                           for m in reply["lanes"]],
+                # every selected lane, searched or not: EXACT, INCOMPLETE, STALE or UNAVAILABLE, and
+                # its age in ms (None while it has none); lanes above holds the searched ones' depths
+                "lane_states": [{"lane": s["lane"], "state": s["state"], "age_ms": s["age_ms"]}
+                                for s in reply.get("lane_states", [])],
             }))
             statuses = {"OK": cc.EXIT_OK, "UNAVAILABLE": cc.EXIT_UNAVAILABLE, "INVALID_REQUEST": cc.EXIT_INVALID_REQUEST}
             if reply["status"] not in statuses:
