@@ -882,4 +882,15 @@ fn main() {
     if want("producer-store/2^16/0-50") {
         bench_store_fill_50();
     }
+    for n in [8u64, 64, 512] {
+        let name = format!("workers-match128/{n}");
+        if want(&name) {
+            workers::bench_match(n, &name);
+        }
+    }
+    for (n, name) in [(1usize << 20, "workers-apply/1M"), (10 << 20, "workers-apply/10M")] {
+        if want(name) {
+            workers::bench_apply(n, name);
+        }
+    }
 }

@@ -20,8 +20,10 @@
 //! pinned, disk, external.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hint::black_box;
 use std::io::BufRead;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use dynamo_kv_router::indexer::concurrent_radix_tree_compressed::ConcurrentRadixTreeCompressed;
 use dynamo_kv_router::indexer::{
@@ -266,4 +268,223 @@ fn route(
             lowers[i].apply(ev);
         }
     }
+}
+
+// ---- the worker-stage rows (bench/peer/workers_bench_test.go builds the same fixtures) ----------
+
+const WORKERS_PROMPT_STREAM: u64 = 0x5045_4552_574B_5052;
+const WORKERS_MATCH_STREAM: u64 = 0x5045_4552_574B_4D54;
+const WORKERS_COUNT: u64 = 64;
+const PROMPT_BLOCKS: usize = 16;
+const WINDOW: u64 = 256;
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// Prompt p's 16 local hashes: draws 16p+1 … 16p+16 of SplitMix64 from WORKERS_PROMPT_STREAM.
+fn prompt_locals(p: u64) -> Vec<LocalBlockHash> {
+    let mut s = crate::SplitMix(WORKERS_PROMPT_STREAM.wrapping_add((PROMPT_BLOCKS as u64 * p).wrapping_mul(GAMMA)));
+    (0..PROMPT_BLOCKS).map(|_| LocalBlockHash(s.next())).collect()
+}
+
+fn prompt_holders(p: u64) -> u64 {
+    if p % 4 == 0 { 4 } else { 1 }
+}
+
+/// Prompt p's stores (one per holder, no parent, external ids = sequence hashes), its removals
+/// (the 16 ids leaf first, one event per holder) and its sequence hashes.
+fn prompt_events(p: u64) -> (Vec<RouterEvent>, Vec<RouterEvent>, Vec<u64>) {
+    let locals = prompt_locals(p);
+    let seq = dynamo_kv_router::protocols::compute_seq_hash_for_block(&locals);
+    let blocks: Vec<(u64, u64)> = seq.iter().zip(&locals).map(|(&s, l)| (s, l.0)).collect();
+    let ids: Vec<u64> = seq.iter().rev().copied().collect();
+    let (mut st, mut rm) = (Vec::new(), Vec::new());
+    for h in 0..prompt_holders(p) {
+        let w = (p + h) % WORKERS_COUNT;
+        st.push(store(w, 0, StorageTier::Device, None, &blocks));
+        rm.push(remove(w, 0, StorageTier::Device, &ids));
+    }
+    (st, rm, seq)
+}
+
+fn rss_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = s.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+    pages * 4096
+}
+
+unsafe extern "C" {
+    fn malloc_trim(pad: usize) -> i32;
+}
+
+/// The resident set after returning the allocator's free memory to the OS (glibc).
+fn settled_rss() -> u64 {
+    unsafe {
+        malloc_trim(0);
+    }
+    rss_bytes()
+}
+
+/// An indexer the apply rows drive on one thread: RadixTree directly, the concurrent tree
+/// through its own worker loop (events enqueued, then one acknowledged no-op to wait for them).
+trait ApplyTarget {
+    fn apply_all(&mut self, events: Vec<RouterEvent>);
+}
+
+impl ApplyTarget for RadixTree {
+    fn apply_all(&mut self, events: Vec<RouterEvent>) {
+        for ev in events {
+            self.apply_event(ev).expect("apply");
+        }
+    }
+}
+
+impl ApplyTarget for Looped<ConcurrentRadixTreeCompressed> {
+    fn apply_all(&mut self, events: Vec<RouterEvent>) {
+        for ev in events {
+            self.enqueue(ev);
+        }
+        self.sync();
+    }
+}
+
+struct ApplyResult {
+    store_ns: f64,
+    remove_ns: f64,
+    rss: f64,
+    checksum: u64,
+}
+
+/// Fill to `n` memberships (untimed, RSS measured around it), a warm-up of budget/10, then
+/// windows for the budget: the next 256 prompts stored (timed), the oldest 256 removed (timed).
+fn apply_row<T: ApplyTarget>(n: usize, make: impl FnOnce() -> T) -> ApplyResult {
+    let before = settled_rss();
+    let mut ix = make();
+    let mut sum = crate::Checksum::new();
+    let (mut next, mut members) = (0u64, 0usize);
+    while members < n {
+        let (st, _, seq) = prompt_events(next);
+        seq.iter().for_each(|&h| sum.add(h));
+        members += PROMPT_BLOCKS * st.len();
+        ix.apply_all(st);
+        next += 1;
+    }
+    sum.add(members as u64);
+    let rss = settled_rss().saturating_sub(before) as f64 / members as f64;
+    let mut oldest = 0u64;
+    let mut run = |limit: Duration| {
+        let (mut ts, mut tr, mut bs, mut br) = (Duration::ZERO, Duration::ZERO, 0u64, 0u64);
+        while ts + tr < limit {
+            let mut stores = Vec::new();
+            for p in next..next + WINDOW {
+                stores.extend(prompt_events(p).0);
+            }
+            let mut removals = Vec::new();
+            for p in oldest..oldest + WINDOW {
+                removals.extend(prompt_events(p).1);
+            }
+            bs += (PROMPT_BLOCKS * stores.len()) as u64;
+            br += (PROMPT_BLOCKS * removals.len()) as u64;
+            let t0 = Instant::now();
+            ix.apply_all(stores);
+            let t1 = Instant::now();
+            ix.apply_all(removals);
+            let t2 = Instant::now();
+            ts += t1 - t0;
+            tr += t2 - t1;
+            next += WINDOW;
+            oldest += WINDOW;
+        }
+        (ts.as_nanos() as f64 / bs as f64, tr.as_nanos() as f64 / br as f64)
+    };
+    run(crate::budget() / 10);
+    let (store_ns, remove_ns) = run(crate::budget());
+    drop(ix);
+    ApplyResult { store_ns, remove_ns, rss, checksum: sum.fold48() }
+}
+
+/// workers-apply/1M and /10M: the rows' metrics are the better of the two trees (the issue's
+/// target is against the crate's best single-threaded row); each tree's own are beside them.
+pub fn bench_apply(n: usize, name: &str) {
+    let radix = apply_row(n, RadixTree::new);
+    let crtc = apply_row(n, || Looped::new(ConcurrentRadixTreeCompressed::new()));
+    assert_eq!(radix.checksum, crtc.checksum);
+    crate::emit(
+        name,
+        1,
+        &[
+            ("store-ns/block", radix.store_ns.min(crtc.store_ns)),
+            ("remove-ns/block", radix.remove_ns.min(crtc.remove_ns)),
+            ("rss-B/membership", radix.rss.min(crtc.rss)),
+            ("radix-store-ns/block", radix.store_ns),
+            ("radix-remove-ns/block", radix.remove_ns),
+            ("radix-rss-B/membership", radix.rss),
+            ("crtc-store-ns/block", crtc.store_ns),
+            ("crtc-remove-ns/block", crtc.remove_ns),
+            ("crtc-rss-B/membership", crtc.rss),
+            ("fixture-sum", radix.checksum as f64),
+        ],
+    );
+}
+
+/// workers-match128/N: a 128-block prompt (SplitMix64 from WORKERS_MATCH_STREAM) held in full
+/// by N workers; one query per op with every worker's answer (no early exit), timed one by one.
+/// RadixTree takes its sequence by value: the clone is made before the timer starts.
+pub fn bench_match(n: u64, name: &str) {
+    let mut rng = crate::SplitMix(WORKERS_MATCH_STREAM);
+    let raw: Vec<u64> = (0..crate::QUERY_CHAIN_LEN).map(|_| rng.next()).collect();
+    let locals: Vec<LocalBlockHash> = raw.iter().map(|&h| LocalBlockHash(h)).collect();
+    let seq = dynamo_kv_router::protocols::compute_seq_hash_for_block(&locals);
+    let blocks: Vec<(u64, u64)> = seq.iter().zip(&raw).map(|(&s, &l)| (s, l)).collect();
+    let mut sum = crate::Checksum::new();
+    raw.iter().for_each(|&h| sum.add(h));
+    sum.add(n);
+    let mut radix = RadixTree::new();
+    let crtc = Looped::new(ConcurrentRadixTreeCompressed::new());
+    for w in 0..n {
+        radix.apply_event(store(w, 0, StorageTier::Device, None, &blocks)).expect("store");
+        crtc.enqueue(store(w, 0, StorageTier::Device, None, &blocks));
+    }
+    crtc.sync();
+    assert_eq!(radix.find_matches(locals.clone(), false).scores.len(), n as usize);
+    assert_eq!(crtc.index.find_matches_impl(&locals, false).scores.len(), n as usize);
+    let time = |f: &mut dyn FnMut() -> usize, limit: Duration| {
+        let mut d: Vec<u64> = Vec::with_capacity(1 << 20);
+        let start = Instant::now();
+        while d.len() % 256 != 0 || start.elapsed() < limit {
+            d.push(f() as u64);
+        }
+        d.sort_unstable();
+        d
+    };
+    let mut radix_q = || {
+        let q = locals.clone();
+        let t0 = Instant::now();
+        black_box(radix.find_matches(q, false));
+        t0.elapsed().as_nanos() as usize
+    };
+    time(&mut radix_q, crate::budget() / 20);
+    let r = time(&mut radix_q, crate::budget() / 2);
+    let mut crtc_q = || {
+        let t0 = Instant::now();
+        black_box(crtc.index.find_matches_impl(&locals, false));
+        t0.elapsed().as_nanos() as usize
+    };
+    time(&mut crtc_q, crate::budget() / 20);
+    let c = time(&mut crtc_q, crate::budget() / 2);
+    let (rp50, rp99) = (crate::quantile(&r, 1, 2), crate::quantile(&r, 99, 100));
+    let (cp50, cp99) = (crate::quantile(&c, 1, 2), crate::quantile(&c, 99, 100));
+    // The row is the tree with the lower p50, both of its quantiles.
+    let (p50, p99) = if rp50 <= cp50 { (rp50, rp99) } else { (cp50, cp99) };
+    crate::emit(
+        name,
+        (r.len() + c.len()) as u64,
+        &[
+            ("p50-ns", p50),
+            ("p99-ns", p99),
+            ("radix-p50-ns", rp50),
+            ("radix-p99-ns", rp99),
+            ("crtc-p50-ns", cp50),
+            ("crtc-p99-ns", cp99),
+            ("fixture-sum", sum.fold48() as f64),
+        ],
+    );
 }
