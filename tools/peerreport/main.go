@@ -265,7 +265,7 @@ func writeMachinesTable(w io.Writer, runs []machineRun) {
 		if spec.Extra {
 			name += " (extra)"
 		}
-		fmt.Fprintf(w, "| %s | %s | ≤ %.1f |", name, statName(spec.Unit), spec.Target)
+		fmt.Fprintf(w, "| %s | %s | %s |", name, statName(spec.Unit), spec.targetText())
 		all := true
 		for _, m := range runs {
 			r := m.Sum.Rows[i]
@@ -354,4 +354,22 @@ them before the next row (` + "`releaseFixtures`" + `), so no row runs beside th
 - ` + "`producer-store/2^16/0-50`" + ` — the same events into a fresh 2^16-bucket state (built untimed) until
   half of the slots are full (131,072 stores, the same keys every pass); ns per event over whole
   passes. The same per-event differences as above apply.
+- ` + "`workers-apply/1M`, `workers-apply/10M`" + ` — the worker stage (issue 39): the index holds 1 M (10 M)
+  (block, worker) memberships of 16-block prompts over 64 workers (every fourth prompt held by 4
+  workers; local hashes from one SplitMix64 stream, external ids the sequence hashes); each window
+  stores the next 256 prompts (timed: store, per block) and removes the oldest 256, leaf first, one
+  event per holder (timed: removal, per block). The Rust value is the better of ` + "`RadixTree`" + ` (its
+  ` + "`apply_event`" + ` on the bench thread) and ` + "`ConcurrentRadixTreeCompressed`" + ` (events enqueued to its
+  own worker loop, then one acknowledged no-op awaited: the loop applies them on one thread); each
+  tree's own figures are in the raw output. Rust events own their vectors and are freed inside the
+  call; Go reuses the block slices. RSS per membership: the whole process's resident set grown by
+  the fill, after a collection that returns free memory to the OS (Go) or ` + "`malloc_trim(0)`" + ` (Rust),
+  the better tree; its target is on the Go value alone.
+- ` + "`workers-match128/{8,64,512}`" + ` — a 128-block prompt held in full by N workers, every worker's
+  answer (no early exit), each query timed alone. Both sides take the prompt's local hashes: Go's
+  ` + "`MatchLocal`" + ` computes the sequence hashes inside the timed call (the raw output's
+  ` + "`match-p50-ns`" + ` is ` + "`Match`" + ` alone, on precomputed hashes); the crate's trees walk local hashes.
+  ` + "`RadixTree::find_matches`" + ` takes its sequence by value, cloned before the timer. The Rust value is
+  the tree with the lower p50 (` + "`ConcurrentRadixTreeCompressed`" + ` on this fixture); both trees return a
+  hash map of scores, Go a list ordered best first.
 `
