@@ -155,7 +155,9 @@ bench-e2e: ## end-to-end benchmarks on the real broker (ingest vs raw, lag, quer
 # make bench-peer: alternating rounds of the Rust program on the published dynamo-kv-router crate
 # (bench/peer-dynamo) and of the Go peer benchmarks (bench/peer), run by bench/peer-rounds.sh;
 # raw outputs in PEER_DIR. The report takes every directory of PEER_DIRS (one per machine: the
-# rounds of another machine come from make bench-peer-bundle, run there).
+# rounds of another machine come from make bench-peer-bundle, run there). The worker-stage rows
+# (workers-apply fills 1 M and 10 M memberships per tree, workers-match128) add about 1-1.5 minutes
+# per round per side on 2 vCPUs.
 PEER_ROUNDS ?= 5
 PEER_BENCH_MS ?= 1000
 PEER_DIR  ?= $(PERF_DIR)/peer
