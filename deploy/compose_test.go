@@ -114,11 +114,15 @@ func TestComposeIndexes(t *testing.T) {
 			t.Fatalf("docker-compose.yml has services %v built here; the test expects %s", names, want)
 		}
 	}
-	// The start order of depends_on: relays and indexer, then the load.
-	for _, name := range []string{"relay-dc01", "relay-dc02", "indexer"} {
+	// The start order of depends_on: relays, the worker stage and indexer, then the load.
+	started := []string{"relay-dc01", "relay-dc02", "indexer", "workers-dc01"}
+	if byName["workers-dc01"] == nil {
+		t.Fatalf("docker-compose.yml has services %v built here; the test expects workers-dc01", names)
+	}
+	for _, name := range started {
 		byName[name].Start()
 	}
-	for _, name := range []string{"relay-dc01", "relay-dc02", "indexer"} {
+	for _, name := range started {
 		byName[name].WaitReady(2 * time.Minute)
 	}
 	load := byName["loadgen"]

@@ -142,7 +142,7 @@ func TestHelmChart(t *testing.T) {
 		}
 	}
 	kinds := map[string]int{}
-	var relays, indexers []k8sObject
+	var relays, indexers, workers []k8sObject
 	for _, o := range objs {
 		kinds[o.Kind]++
 		switch {
@@ -150,14 +150,19 @@ func TestHelmChart(t *testing.T) {
 			relays = append(relays, o)
 		case o.Kind == "Deployment" && o.Metadata.Labels["app.kubernetes.io/component"] == "indexer":
 			indexers = append(indexers, o)
+		case o.Kind == "Deployment" && o.Metadata.Labels["app.kubernetes.io/component"] == "workers":
+			workers = append(workers, o)
 		}
 	}
 	if len(relays) != 2 || len(indexers) != 1 || indexers[0].Spec.Replicas == nil || *indexers[0].Spec.Replicas != 2 ||
-		kinds["ServiceMonitor"] != 1 || kinds["PrometheusRule"] != 1 || kinds["ConfigMap"] != 1 || kinds["Service"] != 2 {
+		kinds["ServiceMonitor"] != 1 || kinds["PrometheusRule"] != 1 || kinds["ConfigMap"] != 1 || kinds["Service"] != 3 {
 		t.Fatalf("rendered %v, %d relays, %d indexer deployments; want 2 relays (one per DC of values.yaml) and one indexer of 2 replicas", kinds, len(relays), len(indexers))
 	}
+	if len(workers) != 2 || workers[0].Spec.Replicas == nil || *workers[0].Spec.Replicas != 2 {
+		t.Fatalf("%d worker-stage deployments; want one per DC of values.yaml, 2 replicas each", len(workers))
+	}
 	blocks := map[string]bool{}
-	for _, d := range append(slices.Clone(relays), indexers...) {
+	for _, d := range append(append(slices.Clone(relays), indexers...), workers...) {
 		if se := d.Spec.Template.Spec.EnableServiceLinks; se == nil || *se {
 			t.Errorf("%s: enableServiceLinks is not false (service links add CKF_*_SERVICE_HOST variables)", d.Metadata.Name)
 		}

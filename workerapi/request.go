@@ -1,6 +1,6 @@
 // Package workerapi is the HTTP contract of POST /v1/worker-matches, the worker stage's query:
 // for a prompt, every source (worker id, dp rank) of one DC with its device depth and its
-// lower-tier continuation (docs/spec/workers.md §5), and how far the answering replica has read.
+// lower-tier continuation (workers §5), and how far the answering replica has read.
 //
 // The prompt is given exactly as for POST /v1/prefix-matches: local block hashes, or token ids
 // with block size, LoRA name, cache namespace and block extra keys, under the same rules and

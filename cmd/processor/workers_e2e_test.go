@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -130,6 +132,7 @@ func TestWorkerStageBesideRelay(t *testing.T) {
 		t.Fatalf("processor query --workers: exit %d\n%s%s", code, out, errOut)
 	}
 
+	checkMetricsDocumented(t, "http://"+wk.HTTP+"/metrics")
 	rl.Kill9()
 	produce([]producer.RouterEvent{
 		st(5, 0, producer.StorageTierDevice, prompts[2], 2), rm(2, producer.StorageTierHostPinned, prompts[0], 5, 6),
@@ -158,5 +161,39 @@ func TestWorkerStageBesideRelay(t *testing.T) {
 	}
 	if !agrees() {
 		t.Fatal("the restarted worker stage answers differently")
+	}
+}
+
+// checkMetricsDocumented: the worker stage exports its metrics, and docs/metrics.md lists each.
+func checkMetricsDocumented(t *testing.T, url string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "ckf_workers_") {
+			continue
+		}
+		name := line[:strings.IndexAny(line, "{ ")]
+		for _, suf := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(name, suf); ok && strings.HasSuffix(base, "_seconds") {
+				name = base
+			}
+		}
+		seen++
+		if !strings.Contains(string(doc), "`"+name+"`") {
+			t.Errorf("%s is exported but not in docs/metrics.md", name)
+		}
+	}
+	if seen == 0 || !strings.Contains(string(body), "ckf_workers_ready 1") {
+		t.Fatalf("no ckf_workers_ metric, or not ready, at %s", url)
 	}
 }
