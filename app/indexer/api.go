@@ -55,6 +55,8 @@ type API struct {
 	everEligible atomic.Uint32
 	// pools names every lane of the lane map in answers (queryapi.ResponseOf).
 	pools *[ckf.LaneCount]queryapi.LanePool
+	// neverMatch is the first-block alarm's latest evaluation (nil: none runs), for the views.
+	neverMatch *neverMatchWatch
 }
 
 // NewAPI returns the API over p.Answerer's indexer.
@@ -165,6 +167,19 @@ type LaneView struct {
 	// Sources is the health of the DC's sources as the lane's records last carried it; absent
 	// until one did.
 	Sources *SourcesView `json:"sources,omitempty"`
+	// NeverMatch is the first-block alarm's view of the lane over its window: searches of the
+	// lane while it held blocks, those that missed even the first block, and whether the alarm
+	// is raised (the routers' hashes do not meet the engines'). Absent until evaluated.
+	NeverMatch *NeverMatchView `json:"never_match,omitempty"`
+}
+
+// NeverMatchView is a lane's first-block alarm (query.NeverMatch) over its window.
+type NeverMatchView struct {
+	WindowSeconds float64 `json:"window_seconds"`
+	Searches      uint64  `json:"searches"`
+	Misses        uint64  `json:"misses"`
+	MissRatio     float64 `json:"miss_ratio"`
+	Alarm         bool    `json:"alarm"`
 }
 
 // SourcesView is the health of a lane's DC sources (lanes.LaneSources): sources whose engine
@@ -238,6 +253,10 @@ func (a *API) View() LanesView {
 		}
 		if h := s.Sources; h.Reported {
 			lv.Sources = &SourcesView{DegradedSources: h.DegradedSources, LostHistoryClears: h.LostHistoryClears}
+		}
+		if nm, ok := a.neverMatch.view(s.Lane); ok {
+			lv.NeverMatch = &NeverMatchView{WindowSeconds: a.neverMatch.eval.Config().Window.Seconds(), Searches: nm.Searched,
+				Misses: nm.Missed, MissRatio: nm.MissShare(), Alarm: nm.Alarm}
 		}
 		if c := s.Capacity; c.Reported {
 			lv.Capacity = &CapacityView{FilterOccupancyRatio: c.FilterOccupancy, ResidentBlocks: c.ResidentBlocks,

@@ -52,13 +52,14 @@ func (discardSink) Enqueue(ckf.Delta) error { return nil }
 // table is an in-process indexer state: lanes 0 and 1 installed with stored chains, lane 5
 // configured but never ready.
 type table struct {
-	g          *index.GlobalIndexer
-	eligible   atomic.Uint32
-	incomplete atomic.Uint32               // lanes whose DC reports omitted blocks
-	asOf       [ckf.LaneCount]atomic.Int64 // per lane, the time up to which it reflects its DC (µs)
-	chains     map[uint8][][]uint64        // token-hash chains stored per lane
-	api        *indexer.API
-	mux        *http.ServeMux
+	g           *index.GlobalIndexer
+	eligible    atomic.Uint32
+	incomplete  atomic.Uint32               // lanes whose DC reports omitted blocks
+	asOf        [ckf.LaneCount]atomic.Int64 // per lane, the time up to which it reflects its DC (µs)
+	firstBlocks query.FirstBlockStats       // the answers' first-block counts (lanes 0 and 1 hold blocks)
+	chains      map[uint8][][]uint64        // token-hash chains stored per lane
+	api         *indexer.API
+	mux         *http.ServeMux
 }
 
 func newTable(t testing.TB) *table {
@@ -80,7 +81,8 @@ func newTable(t testing.TB) *table {
 	tb.eligible.Store(uint32(g.ReadyLanes()))
 	api, err := indexer.NewAPI(indexer.APIParams{
 		Answerer: query.NewAnswerer(g, tb.eligibleLanes, query.IncompleteLanes(func() uint16 { return uint16(tb.incomplete.Load()) }),
-			query.LaneAsOf(func(l uint8) int64 { return tb.asOf[l].Load() })),
+			query.LaneAsOf(func(l uint8) int64 { return tb.asOf[l].Load() }),
+			query.CountFirstBlocks(&tb.firstBlocks, func() uint16 { return 0b11 })),
 		Lanes:    tb.statuses,
 		Eligible: tb.eligibleLanes,
 	})

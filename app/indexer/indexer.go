@@ -166,7 +166,9 @@ func New(p Params) (*Indexer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("indexer: lanes: %w", err)
 	}
-	ans := query.NewAnswerer(g, lanes.EligibleLanes, query.IncompleteLanes(lanes.IncompleteLanes), query.LaneAsOf(lanes.LaneAsOf))
+	firstBlocks := new(query.FirstBlockStats)
+	ans := query.NewAnswerer(g, lanes.EligibleLanes, query.IncompleteLanes(lanes.IncompleteLanes), query.LaneAsOf(lanes.LaneAsOf),
+		query.CountFirstBlocks(firstBlocks, lanes.HoldingLanes))
 	newQueries := func() (*query.QueryService, error) {
 		qs, err := query.NewQueryService(query.QueryServiceParams{
 			Config:     QueryConfig(p.Config, topics),
@@ -189,6 +191,7 @@ func New(p Params) (*Indexer, error) {
 	if err != nil {
 		return nil, err
 	}
+	api.neverMatch = newNeverMatchWatch(firstBlocks, m.ConfiguredLanes(), scope, log)
 	ix := &Indexer{log: log, shutdowner: p.Shutdowner, g: g, lanes: lanes, newQueries: newQueries, ans: ans, api: api,
 		gcPercent: p.Config.GCPercent, leaveAfter: p.Config.QueryLeaveAfter}
 	s := scope.SubScope("indexer")
@@ -209,6 +212,7 @@ func New(p Params) (*Indexer, error) {
 		{Name: "query service", Waiting: "the query service", Run: ix.serveQueries},
 		{Name: "lanes", Waiting: "the lanes", Run: lanes.Run},
 		{Name: "lane watcher", Waiting: "the lane watcher", Run: func(ctx context.Context) error { ix.watch(ctx); return nil }},
+		{Name: "never-match watch", Waiting: "the never-match watch", Run: api.neverMatch.run},
 	}, OnExit: func(i int, err error) { ix.fail(ix.run.Tasks[i].Name, err) }}
 	return ix, nil
 }

@@ -71,7 +71,7 @@ Eligible lanes <code>{{mask .EligibleLanes}}</code>, ready <code>{{mask .ReadyLa
 <td>{{.LagRecords}}</td><td>{{seconds .LagSeconds}}</td><td>{{.Deltas}}</td><td>{{.Images}}</td><td>{{.Snapshots}}</td>
 <td>{{.Heartbeats}}</td><td>{{.Rejected}}</td><td>{{.Recoveries}}</td><td class="l">{{faults .Faults}}</td>
 <td class="l">{{.LastFault}}{{if .LastFaultTime}} at {{.LastFaultTime.Format "15:04:05"}}{{end}}</td>
-<td class="l">{{with .Capacity}}{{percent .FilterOccupancyRatio}} full{{if .OmittedBlocks}}, <strong class="notready">{{.OmittedBlocks}} blocks omitted: answers may be short</strong>{{end}}{{else}}not reported{{end}}{{with .Sources}}{{if .DegradedSources}}; <strong class="notready">{{.DegradedSources}} sources degraded: engine history lost, answers may be short</strong>{{end}}{{end}}</td>
+<td class="l">{{with .Capacity}}{{percent .FilterOccupancyRatio}} full{{if .OmittedBlocks}}, <strong class="notready">{{.OmittedBlocks}} blocks omitted: answers may be short</strong>{{end}}{{else}}not reported{{end}}{{with .Sources}}{{if .DegradedSources}}; <strong class="notready">{{.DegradedSources}} sources degraded: engine history lost, answers may be short</strong>{{end}}{{end}}{{with .NeverMatch}}{{if .Alarm}}; <strong class="notready">queries never match: {{.Misses}} of {{.Searches}} searches in the last {{.WindowSeconds}} s missed even the first block (block size, hash seed, salts, hash kind, tokenizer)</strong>{{end}}{{end}}</td>
 </tr>
 {{else}}<tr><td colspan="18" class="l">no lane is running yet</td></tr>
 {{end}}</tbody>

@@ -194,6 +194,7 @@ type Indexer struct {
 
 	excluded   atomic.Uint32
 	incomplete atomic.Uint32
+	holding    atomic.Uint32 // lanes whose DC reports resident blocks (HoldingLanes)
 	// asOf holds per lane the time up to which it reflects its DC's KV events, in microseconds
 	// (LaneAsOf); written by the lane's owner after it applied the record that carried it.
 	asOf    [ckf.LaneCount]atomic.Int64
@@ -282,6 +283,20 @@ func (ix *Indexer) LaneAsOf(l uint8) int64 {
 		return 0
 	}
 	return ix.asOf[l].Load()
+}
+
+// HoldingLanes returns the lanes whose DC holds blocks, as the lane's latest record that carried
+// its capacity state reports them (schemas.CapacityState.ResidentBlocks above 0). A query that
+// finds not even its first block on such a lane is a sign the routers' hashes do not meet the
+// engines' (query.CountFirstBlocks). Safe for concurrent use: an atomic load.
+func (ix *Indexer) HoldingLanes() uint16 { return uint16(ix.holding.Load()) }
+
+func (ix *Indexer) setHolding(bit uint16, on bool) {
+	if on {
+		ix.holding.Or(uint32(bit))
+	} else {
+		ix.holding.And(^uint32(bit))
+	}
 }
 
 func (ix *Indexer) setIncomplete(bit uint16, on bool) {

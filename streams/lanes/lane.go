@@ -455,6 +455,7 @@ func (l *lane) event(ev schemas.LaneEvent) {
 func (l *lane) noteCapacity(c schemas.CapacityState) {
 	l.st.capacity, l.st.hasCapacity = c, true
 	l.ix.setIncomplete(l.bit, l.mayBeShort())
+	l.ix.setHolding(l.bit, c.ResidentBlocks > 0)
 }
 
 // noteSources takes the sources' health a record of the lane's pool carried. The lane is marked

@@ -44,6 +44,9 @@ type Answerer struct {
 	incomplete func() uint16 // nil: no lane is known to be incomplete
 	asOf       func(lane uint8) int64
 	now        func() time.Time
+	// firstBlocks and holding count the searches that missed the first block (CountFirstBlocks).
+	firstBlocks *FirstBlockStats
+	holding     func() uint16
 	// configured is the manifest's lane mask: the lanes a reply's LaneStates may list.
 	configured uint16
 
@@ -72,6 +75,17 @@ func IncompleteLanes(fn func() uint16) AnswererOpt { return func(a *Answerer) { 
 // use and should be cheap (an atomic load). Without it lanes have no age, and a request with
 // MaxAgeMillis finds every lane stale.
 func LaneAsOf(fn func(lane uint8) int64) AnswererOpt { return func(a *Answerer) { a.asOf = fn } }
+
+// CountFirstBlocks makes the Answerer count, in stats, each OK answer's searches of lanes that
+// hold blocks (holding: bit l set while lane l's DC reports resident blocks, Indexer.HoldingLanes)
+// and, of them, the ones that found not even the query's first block: the signal that the
+// routers' hashes never meet the engines' (NeverMatch). Queries of no full block are not counted.
+// holding is called once per counted answer, must be safe for concurrent use and should be cheap
+// (an atomic load). Counting costs an atomic add per counted lane, on counters spread over a few
+// cache lines.
+func CountFirstBlocks(stats *FirstBlockStats, holding func() uint16) AnswererOpt {
+	return func(a *Answerer) { a.firstBlocks, a.holding = stats, holding }
+}
 
 // NewAnswerer returns an Answerer over g. eligible returns the lanes the freshness policy allows
 // in answers (bit l = lane l); it is called once per query, must be safe for concurrent use and
@@ -106,6 +120,7 @@ type QueryScratch struct {
 	lanes  [ckf.LaneCount]schemas.LaneMatch
 	states [ckf.LaneCount]schemas.LaneState
 	ages   [ckf.LaneCount]int64 // per lane, its age in ms, -1 when it has none
+	shard  uint8                // FirstBlockStats' shard + 1, 0 until assigned
 	block  []byte               // one block's tokens and extra keys (AnswerExtra)
 }
 
@@ -238,6 +253,17 @@ func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *
 	}
 	reply.Lanes = sc.lanes[:n]
 	reply.LaneStates = a.states(sc, selected, res.ReadyLanes, ready, reply.IncompleteLanes)
+	if a.firstBlocks != nil && reply.QueryBlocks > 0 {
+		if held := ready & a.holding(); held != 0 {
+			var missed uint16
+			for i := 0; i < n; i++ {
+				if sc.lanes[i].Depth == 0 {
+					missed |= 1 << sc.lanes[i].Lane
+				}
+			}
+			a.firstBlocks.add(a.firstBlocks.shard(sc), held, missed&held)
+		}
+	}
 	return reply
 }
 
