@@ -375,8 +375,8 @@ func TestHelmChartLocked(t *testing.T) {
 			}
 		}
 	}
-	if deployments != 3 {
-		t.Fatalf("%d deployments rendered, want 3", deployments)
+	if deployments != 5 { // a relay and a worker stage per DC of values.yaml, the indexer
+		t.Fatalf("%d deployments rendered, want 5", deployments)
 	}
 	for _, bad := range []struct{ set, want string }{
 		{"kafka.sasl.mechanism=SCRAM-SHA-512,kafka.sasl.username=ckf", "kafka.sasl.passwordSecret.name is required"},
