@@ -66,6 +66,29 @@ func (r *replay) drive(ctx context.Context) error {
 	return nil
 }
 
+// Simulate runs the simulated policies alone, with no pipeline and no broker: the oracles, load,
+// round-robin and random, warm and cold, over the seeds, and the ckf rule on a stale index for
+// each of o.Delays. It prints the report to o.Out and, with o.OutDir, writes report.json there
+// (tools/evalplots draws the staleness curve from it). It is what processor replay
+// --simulate-only runs: what-ifs of fleet, delays and seeds in seconds.
+func Simulate(o Options) (*Report, error) {
+	rep := newReport(o)
+	rep.printHeader(o.Out)
+	if err := rep.simulate(o); err != nil {
+		return nil, err
+	}
+	rep.finish()
+	rep.print(o.Out)
+	if o.OutDir != "" {
+		path, err := rep.write(o.OutDir)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintln(o.Out, "report written to", path)
+	}
+	return rep, nil
+}
+
 // live replays the trace in real time under the ckf policy, with its KV events on the pipeline.
 func (r *replay) live(ctx context.Context) (*Live, error) {
 	o := r.opts

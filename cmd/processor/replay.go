@@ -50,7 +50,8 @@ func runReplay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 	cold := fs.Bool("cold", false, "start the live run and the headline from empty caches (default: warm, the trace's shared prefix on every worker)")
 	fs.Uint64Var(&o.Fleet.Seed, "seed", 1, "seed of the random choices (ties, the random policy); seeds seed.. seed+seeds-1 for the simulated policies")
 	fs.IntVar(&o.Seeds, "seeds", 3, "seeds of every simulated policy (the seed-to-seed spread)")
-	delays := fs.String("delays", "1s,10s,60s", "injected visibility delays (trace time) of the simulated stale-index ckf runs, comma-separated; empty for none")
+	delays := fs.String("delays", "1s,10s,60s", "injected visibility delays (trace time) of the simulated stale-index ckf runs, comma-separated (10ms, 1s, ...); empty for none")
+	simulateOnly := fs.Bool("simulate-only", false, "run the simulated policies and stale-index runs alone: no pipeline, no broker, no live run")
 	fs.StringVar(&o.Query, "query", replay.QueryKafka, "the ckf router's path to the indexer: kafka or http")
 	fs.BoolVar(&o.ViaBridge, "via-bridge", false, "send the engines' KV events through processor bridge's path: vLLM's ZeroMQ protocol on loopback sockets, one bridge per worker")
 	fs.DurationVar(&o.QueryTimeout, "query-timeout", time.Second, "bound on one query; a request whose query fails is placed by load alone (and counted)")
@@ -115,6 +116,13 @@ func runReplay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 	if err := o.Validate(); err != nil {
 		fmt.Fprintln(stderr, "processor: replay:", err)
 		return exitUsage
+	}
+	if *simulateOnly {
+		if _, err := replay.Simulate(o); err != nil {
+			fmt.Fprintln(stderr, "processor: replay:", err)
+			return exitFailure
+		}
+		return exitOK
 	}
 	replay.Configure(&cfg, o)
 	if !logLevelSet(args, lookupEnv) {

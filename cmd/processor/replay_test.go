@@ -42,3 +42,26 @@ func TestReplayRefusesBadTraces(t *testing.T) {
 		t.Errorf("bad --query: exit %d, %q", code, stderr)
 	}
 }
+
+// TestReplaySimulateOnly: --simulate-only runs the simulated policies and the stale-index runs,
+// millisecond delays included, with no broker (one that nobody listens on is configured), and
+// writes the report, with the stale runs as rows of it.
+func TestReplaySimulateOnly(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, map[string]string{"KAFKA_BROKERS": "127.0.0.1:1"}, "replay", "--trace", "../../traces/conversation_trace.jsonl",
+		"--window", "2m", "--seeds", "1", "--delays", "0s,10ms,60s", "--simulate-only", "--out", out)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, row := range []string{"ckf-stale-0s", "ckf-stale-10ms", "ckf-stale-1m0s", "oracle-depth"} {
+		if !strings.Contains(stdout, row) {
+			t.Errorf("no %s row in\n%s", row, stdout)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.json")); err != nil {
+		t.Error(err)
+	}
+	if strings.Contains(stdout, "live") && strings.Contains(stdout, "replaying") {
+		t.Errorf("a live run was started:\n%s", stdout)
+	}
+}

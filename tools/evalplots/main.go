@@ -6,7 +6,10 @@
 //
 //   - visible-cdf.png: the CDF of the live run's event-to-visible latency;
 //
-//   - dc-load.png: each DC's outstanding prefill work over time, live ckf and load policy.
+//   - dc-load.png: each DC's outstanding prefill work over time, live ckf and load policy;
+//
+//   - staleness.png: the ckf rule's hit rate and mean TTFT against the index's age (the
+//     stale-index runs, processor replay --delays), from 0 to the longest delay on a log scale.
 //
 //     go -C tools build -o ../bin/ ./evalplots   # tools/ is a module of its own
 //     bin/evalplots -dir eval-out
@@ -19,6 +22,8 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -39,7 +44,15 @@ type result struct {
 	DCLoad    [][]float64 `json:"dc_load"`
 }
 
+// row is one line of the report's table (app/replay Row).
+type row struct {
+	Policy   string  `json:"policy"`
+	HitRate  float64 `json:"hit_rate"`
+	TTFTMean float64 `json:"ttft_mean_s"`
+}
+
 type report struct {
+	Rows     []row     `json:"rows"`
 	Trace    string    `json:"trace"`
 	Speedup  float64   `json:"speedup"`
 	Compress float64   `json:"compress"`
@@ -63,7 +76,7 @@ func main() {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		fail(fmt.Errorf("report.json: %w", err))
 	}
-	for _, step := range []func(*report) error{hitPlot, visiblePlot, loadPlot} {
+	for _, step := range []func(*report) error{hitPlot, visiblePlot, loadPlot, stalenessPlot} {
 		if err := step(&rep); err != nil {
 			fail(err)
 		}
@@ -186,4 +199,51 @@ func loadPlot(rep *report) error {
 		return err
 	}
 	return save(p, "dc-load.png")
+}
+
+// stalePrefix names the stale-index runs' rows: ckf-stale-<delay> (app/replay, eval.NewStaleIndex).
+const stalePrefix = "ckf-stale-"
+
+// stalenessPlot draws the ckf rule's hit rate (left axis) and mean TTFT (scaled onto the same
+// axis, labelled in the legend) against the injected delay, on a log scale in milliseconds; a
+// delay of 0 is drawn at 0.1 ms.
+func stalenessPlot(rep *report) error {
+	var hit, ttft plotter.XYs
+	maxTTFT := 0.0
+	for _, r := range rep.Rows {
+		if !strings.HasPrefix(r.Policy, stalePrefix) {
+			continue
+		}
+		d, err := time.ParseDuration(strings.TrimPrefix(r.Policy, stalePrefix))
+		if err != nil {
+			return fmt.Errorf("row %s: %w", r.Policy, err)
+		}
+		ms := max(float64(d)/float64(time.Millisecond), 0.1)
+		hit = append(hit, plotter.XY{X: ms, Y: r.HitRate})
+		ttft = append(ttft, plotter.XY{X: ms, Y: r.TTFTMean})
+		maxTTFT = max(maxTTFT, r.TTFTMean)
+	}
+	if len(hit) < 2 {
+		fmt.Println("skip staleness.png: fewer than two stale-index runs")
+		return nil
+	}
+	maxHit := 0.0
+	for _, p := range hit {
+		maxHit = max(maxHit, p.Y)
+	}
+	scale := maxHit / maxTTFT // TTFT drawn on the hit-rate axis, its top at the top hit rate
+	for i := range ttft {
+		ttft[i].Y *= scale
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("ckf on a stale index: %s, arrivals %g×", filepath.Base(rep.Trace), rep.Compress)
+	p.X.Label.Text = "index age (injected visibility delay, ms; 0 drawn at 0.1)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Label.Text = "hit rate"
+	p.Y.Min = 0
+	if err := plotutil.AddLinePoints(p, "hit rate", hit, fmt.Sprintf("mean TTFT (×%.3f: %.2f s at the top)", scale, maxTTFT), ttft); err != nil {
+		return err
+	}
+	return save(p, "staleness.png")
 }
