@@ -134,6 +134,26 @@ type Policy interface {
 	Choose(v *View, rng *rand.Rand) int
 }
 
+// WorkerView is what a two-stage policy knows when it places a request inside the DC it chose.
+type WorkerView struct {
+	// DC is the DC the policy chose.
+	DC int
+	// Out is each of the DC's workers' outstanding prefill work in seconds: the load term of the
+	// worker rule (Config.WorkerCost), known to the router as the DC loads are.
+	Out []float64
+	// Depth is each worker's exact cached prefix in blocks: for measuring an answer against,
+	// not for choosing (the exact-knowledge rule chooses on it).
+	Depth []int
+}
+
+// WorkerPolicy is implemented by two-stage policies: after Choose, the fleet asks ChooseWorker
+// for the worker inside the chosen DC instead of choosing it by the DC's exact knowledge of its
+// workers' caches. For such a policy the fleet also counts, in Result.TwoStage, how often the DC
+// and the worker equal what exact knowledge chooses with the same random draws.
+type WorkerPolicy interface {
+	ChooseWorker(v *View, wv *WorkerView, rng *rand.Rand) int
+}
+
 // Observer is implemented by policies that see the engines' KV events (an index model).
 type Observer interface {
 	Observe(ev *KVEvent)
@@ -233,6 +253,8 @@ type Fleet struct {
 	cfg     Config
 	policy  Policy
 	obs     Observer
+	two     WorkerPolicy // nil unless the policy chooses the worker too
+	src     *rand.PCG    // rng's source: saved and restored around the exact-knowledge choices
 	rng     *rand.Rand
 	workers [][]*worker
 	dcHeld  []map[uint64]int32 // per DC: workers holding each key
@@ -261,8 +283,10 @@ func NewFleet(cfg Config, p Policy) (*Fleet, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	f := &Fleet{cfg: cfg, policy: p, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6576616c))}
+	f := &Fleet{cfg: cfg, policy: p, src: rand.NewPCG(cfg.Seed, 0x6576616c)}
+	f.rng = rand.New(f.src)
 	f.obs, _ = p.(Observer)
+	f.two, _ = p.(WorkerPolicy)
 	for range cfg.DCs {
 		ws := make([]*worker, cfg.Workers)
 		for i := range ws {
@@ -355,25 +379,38 @@ func (f *Fleet) view(idx int, r *Request) *View {
 
 func (f *Fleet) arrive(idx int, r *Request) {
 	v := f.view(idx, r)
+	exactDC := -1
+	if f.two != nil {
+		// What exact knowledge (the ckf rule on the exact depths: the cost oracle's choice) picks
+		// with the draws the policy is about to use.
+		saved := *f.src
+		exactDC = f.cfg.ChooseByCost(r.InputTokens, v.Depth, v.Load, f.rng)
+		*f.src = saved
+	}
 	dc := f.policy.Choose(v, f.rng)
 	if dc < 0 || dc >= f.cfg.DCs {
 		panic(fmt.Sprintf("eval: policy %s chose DC %d of %d", f.policy.Name(), dc, f.cfg.DCs))
 	}
 	f.res.noteArrival(v)
-	// Inside the DC: the worker with the least estimated time to first token, by the DC's exact
-	// knowledge of its workers' caches and queues; ties at random.
-	best, bestCost, ties := 0, 0.0, 0
-	for w, wk := range f.workers[dc] {
-		c := wk.out + f.uncached(r, wk.depth(v.Keys))/f.cfg.PrefillRate
-		switch {
-		case w == 0 || c < bestCost:
-			best, bestCost, ties = w, c, 1
-		case c == bestCost:
-			ties++
-			if f.rng.IntN(ties) == 0 {
-				best = w
-			}
+	// Inside the DC: the worker with the least estimated time to first token (WorkerChoice), by
+	// the DC's exact knowledge of its workers' caches and queues, or by a two-stage policy's.
+	ws := f.workers[dc]
+	wv := &WorkerView{DC: dc, Out: make([]float64, len(ws)), Depth: make([]int, len(ws))}
+	for w, wk := range ws {
+		wv.Out[w], wv.Depth[w] = wk.out, wk.depth(v.Keys)
+	}
+	var best int
+	if f.two == nil {
+		best = f.cfg.WorkerChoice(r.InputTokens, wv.Depth, wv.Out, f.rng)
+	} else {
+		saved := *f.src
+		exact := f.cfg.WorkerChoice(r.InputTokens, wv.Depth, wv.Out, f.rng)
+		*f.src = saved
+		best = f.two.ChooseWorker(v, wv, f.rng)
+		if best < 0 || best >= len(ws) {
+			panic(fmt.Sprintf("eval: policy %s chose worker %d of %d", f.policy.Name(), best, len(ws)))
 		}
+		f.res.noteTwoStage(dc == exactDC, best == exact)
 	}
 	wk := f.workers[dc][best]
 	j := &job{idx: idx, req: r, dc: dc, worker: best, keys: v.Keys, locals: v.Locals, arrival: f.now}

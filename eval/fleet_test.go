@@ -2,6 +2,7 @@ package eval
 
 import (
 	"flag"
+	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -215,6 +216,57 @@ func TestStaleIndexZeroIsCostOracle(t *testing.T) {
 	}
 	if a.HitBlocks != b.HitBlocks || a.PrefillTokens != b.PrefillTokens {
 		t.Errorf("stale index with no delay: %d hits, cost oracle %d", a.HitBlocks, b.HitBlocks)
+	}
+}
+
+// exactTwoStage is a two-stage policy with exact knowledge at both stages.
+type exactTwoStage struct{ cfg Config }
+
+func (p exactTwoStage) Name() string { return PolicyCKF }
+func (p exactTwoStage) Choose(v *View, rng *rand.Rand) int {
+	return p.cfg.ChooseByCost(v.Req.InputTokens, v.Depth, v.Load, rng)
+}
+func (p exactTwoStage) ChooseWorker(v *View, wv *WorkerView, rng *rand.Rand) int {
+	return p.cfg.WorkerChoice(v.Req.InputTokens, wv.Depth, wv.Out, rng)
+}
+
+// blindWorkers knows the DCs exactly and nothing of the workers' caches: it chooses by load.
+type blindWorkers struct{ exactTwoStage }
+
+func (p blindWorkers) ChooseWorker(v *View, wv *WorkerView, rng *rand.Rand) int {
+	return p.cfg.WorkerChoice(v.Req.InputTokens, make([]int, len(wv.Out)), wv.Out, rng)
+}
+
+// TestTwoStageExactIsCostOracle: a two-stage policy choosing the worker by the exact-knowledge
+// rule on exact depths agrees with exact knowledge on every request and makes the cost oracle's
+// every choice (the fleet's saved draws leave the tie breaks unchanged); one blind to the workers'
+// caches agrees on every DC and on fewer workers, with fewer hits.
+func TestTwoStageExactIsCostOracle(t *testing.T) {
+	reqs := readConversation(t, 3*time.Minute)
+	cfg := DefaultConfig()
+	a, err := Simulate(reqs, cfg, exactTwoStage{cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Simulate(reqs, cfg, mustPolicy(t, PolicyCostOracle, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.HitBlocks != b.HitBlocks || a.PrefillTokens != b.PrefillTokens {
+		t.Errorf("two-stage on exact knowledge: %d hits, cost oracle %d", a.HitBlocks, b.HitBlocks)
+	}
+	if ts := a.TwoStage; ts == nil || ts.Requests != len(reqs) || ts.SameDC != ts.Requests || ts.SameWorker != ts.Requests {
+		t.Errorf("two-stage agreement %+v over %d requests", ts, len(reqs))
+	}
+	if b.TwoStage != nil {
+		t.Errorf("a one-stage policy counted two-stage choices: %+v", b.TwoStage)
+	}
+	c, err := Simulate(reqs, cfg, blindWorkers{exactTwoStage{cfg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts := c.TwoStage; ts == nil || ts.SameWorker >= ts.Requests || c.HitBlocks >= b.HitBlocks {
+		t.Errorf("blind worker choice: agreement %+v, %d hits against %d", ts, c.HitBlocks, b.HitBlocks)
 	}
 }
 

@@ -34,6 +34,20 @@ func (c Config) ChooseByCost(input int, depth []int, load []float64, rng *rand.R
 	return argmin(len(depth), func(d int) float64 { return c.Cost(input, depth[d], load[d]) }, rng)
 }
 
+// WorkerCost is the worker rule's estimate of a request's time to first token on a worker whose
+// cached prefix is depth blocks and whose outstanding prefill work is out seconds: its queue plus
+// the uncached tokens / PrefillRate.
+func (c Config) WorkerCost(input, depth int, out float64) float64 {
+	return out + float64(max(input-depth*c.BlockTokens, min(1, input)))/c.PrefillRate
+}
+
+// WorkerChoice is the rule inside a DC: the worker of least WorkerCost given each worker's
+// cached depth and outstanding work, ties at random. The fleet applies it on exact knowledge; a
+// two-stage policy applies it on the worker stage's answer.
+func (c Config) WorkerChoice(input int, depth []int, out []float64, rng *rand.Rand) int {
+	return argmin(len(depth), func(w int) float64 { return c.WorkerCost(input, depth[w], out[w]) }, rng)
+}
+
 // argmin returns the index in [0,n) of the least value, ties broken uniformly with rng.
 func argmin(n int, val func(int) float64, rng *rand.Rand) int {
 	best, bestV, ties := 0, 0.0, 0

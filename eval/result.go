@@ -40,6 +40,9 @@ type Result struct {
 	// BucketSeconds is the width of the series' buckets in simulated seconds; HitSeries the hit
 	// rate of the requests arriving in each bucket (-1 for a bucket without requests); DCLoad each DC's mean outstanding prefill
 	// seconds at the arrivals of each bucket ([bucket][dc]).
+	// TwoStage is set for a two-stage policy (WorkerPolicy): its agreement with exact knowledge.
+	TwoStage *TwoStage `json:"two_stage,omitempty"`
+
 	BucketSeconds float64     `json:"bucket_s"`
 	HitSeries     []float64   `json:"hit_series"`
 	DCLoad        [][]float64 `json:"dc_load"`
@@ -49,6 +52,30 @@ type Result struct {
 	loadN                []int
 	imbSum               float64
 	imbN                 int
+}
+
+// TwoStage counts a two-stage policy's choices against exact knowledge's, made with the same
+// random draws: SameDC requests went to the DC the ckf rule picks on the exact depths (the cost
+// oracle's choice); SameWorker requests went to the worker the exact-knowledge worker rule picks
+// inside the DC the policy chose.
+type TwoStage struct {
+	Requests   int `json:"requests"`
+	SameDC     int `json:"same_dc"`
+	SameWorker int `json:"same_worker"`
+}
+
+func (r *Result) noteTwoStage(sameDC, sameWorker bool) {
+	if r.TwoStage == nil {
+		r.TwoStage = &TwoStage{}
+	}
+	t := r.TwoStage
+	t.Requests++
+	if sameDC {
+		t.SameDC++
+	}
+	if sameWorker {
+		t.SameWorker++
+	}
 }
 
 func newResult(policy string, cfg Config, dur float64) *Result {
