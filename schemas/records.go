@@ -1,5 +1,7 @@
 package schemas
 
+import "unicode/utf8"
+
 // Encode and decode entry points, one set per record type. EncodeX returns a
 // new framed record; AppendX appends it to dst (reuse dst to avoid an
 // allocation per record); DecodeX reads a framed record. Decoded records may
@@ -335,4 +337,104 @@ func fastError(t RecordType, id int, err error) error {
 		return de
 	}
 	return decodeFieldError(t, id, err)
+}
+
+// AppendWorkerQueryRequest appends the framed encoding of q to dst; an invalid request is
+// reported as an *EncodeError of kind ErrInvalidField.
+func (c *Codec) AppendWorkerQueryRequest(dst []byte, q WorkerQueryRequest) ([]byte, error) {
+	return c.appendNative(dst, TypeWorkerQueryRequest, q.validate, func() map[string]any { return workerQueryRequestNative(&q) })
+}
+
+// EncodeWorkerQueryRequest returns the framed encoding of q.
+func (c *Codec) EncodeWorkerQueryRequest(q WorkerQueryRequest) ([]byte, error) {
+	return c.AppendWorkerQueryRequest(nil, q)
+}
+
+// DecodeWorkerQueryRequest decodes a framed worker query request and enforces the prompt rules of
+// DecodeQueryRequest (correlation id, packed lengths, block size, reply partition), dc_ids a
+// multiple of 8 bytes and top_k in [0, MaxWorkerTopK].
+func (c *Codec) DecodeWorkerQueryRequest(b []byte) (WorkerQueryRequest, error) {
+	const t = TypeWorkerQueryRequest
+	e, body, err := c.body(t, b)
+	if err != nil {
+		return WorkerQueryRequest{}, err
+	}
+	v, err := e.native(t, body)
+	if err != nil {
+		return WorkerQueryRequest{}, err
+	}
+	var n nat
+	q := n.workerQueryRequest(v)
+	if err := finish(t, e.id, &n, q.validate); err != nil {
+		return WorkerQueryRequest{}, err
+	}
+	return q, nil
+}
+
+// WorkerQueryRoute is QueryRoute for a framed WorkerQueryRequest: the reply address of a request
+// DecodeWorkerQueryRequest rejected with ErrInvalidField, read without the request's contract,
+// with QueryRoute's rules (only the embedded layout's ids; no usable correlation id, no route; an
+// id over MaxCorrelationIDBytes cut to fit; an impossible reply topic or a negative partition left
+// out).
+func (c *Codec) WorkerQueryRoute(b []byte) (rt QueryRoute, ok bool) {
+	id, body, err := ParseHeader(b)
+	if err != nil {
+		return QueryRoute{}, false
+	}
+	e, known := (*c.byID.Load())[id]
+	if !known || e.typ != TypeWorkerQueryRequest || !e.embedded {
+		return QueryRoute{}, false
+	}
+	v, err := e.native(TypeWorkerQueryRequest, body)
+	if err != nil {
+		return QueryRoute{}, false
+	}
+	m, _ := v.(map[string]any)
+	var n nat
+	id0, _ := m["correlation_id"].(string)
+	fit, truncated, ok := FitCorrelationID(id0)
+	if !ok {
+		return QueryRoute{}, false
+	}
+	rt = QueryRoute{CorrelationID: fit, IDTruncated: truncated}
+	if s := n.optString(m, "", "reply_topic"); n.kind == nil && s.Valid && len(s.Value) <= 249 && utf8.ValidString(s.Value) {
+		rt.ReplyTopic = s.Value
+	}
+	n = nat{}
+	if p := n.optLong(m, "", "reply_partition"); n.kind == nil && p.Valid && p.Value >= 0 && p.Value <= maxInt32 {
+		rt.ReplyPartition = Some(int32(p.Value))
+	}
+	return rt, true
+}
+
+// AppendWorkerQueryReply appends the framed encoding of r to dst; an invalid reply is reported
+// as an *EncodeError of kind ErrInvalidField.
+func (c *Codec) AppendWorkerQueryReply(dst []byte, r WorkerQueryReply) ([]byte, error) {
+	return c.appendNative(dst, TypeWorkerQueryReply, r.validate, func() map[string]any { return workerQueryReplyNative(&r) })
+}
+
+// EncodeWorkerQueryReply returns the framed encoding of r.
+func (c *Codec) EncodeWorkerQueryReply(r WorkerQueryReply) ([]byte, error) {
+	return c.AppendWorkerQueryReply(nil, r)
+}
+
+// DecodeWorkerQueryReply decodes a framed worker query reply and enforces: sources a multiple of
+// WorkerSourceBytes, every source's depths summing to at most query_blocks, no sources unless the
+// status is OK, a non-negative age and lag.
+func (c *Codec) DecodeWorkerQueryReply(b []byte) (WorkerQueryReply, error) {
+	const t = TypeWorkerQueryReply
+	e, body, err := c.body(t, b)
+	if err != nil {
+		return WorkerQueryReply{}, err
+	}
+	v, err := e.native(t, body)
+	if err != nil {
+		return WorkerQueryReply{}, err
+	}
+	var n nat
+	r := n.workerQueryReply(v)
+	if err := finish(t, e.id, &n, r.validate); err != nil {
+		return WorkerQueryReply{}, err
+	}
+	return r, nil
 }

@@ -31,6 +31,8 @@ const (
 	TypeDeadLetter
 	TypeKvEvent
 	TypeSnapshotIndex
+	TypeWorkerQueryRequest
+	TypeWorkerQueryReply
 )
 
 type typeInfo struct {
@@ -40,22 +42,24 @@ type typeInfo struct {
 }
 
 var typeInfos = [...]typeInfo{
-	TypeLaneRecord:    {"LaneRecord", "lane_record.avsc", "ckf-lanes"},
-	TypeQueryRequest:  {"QueryRequest", "query_request.avsc", "ckf-queries"},
-	TypeQueryReply:    {"QueryReply", "query_reply.avsc", "ckf-query-replies"},
-	TypeLaneEvent:     {"LaneEvent", "lane_event.avsc", "ckf-lane-events"},
-	TypeControlRecord: {"ControlRecord", "control_record.avsc", "ckf-control"},
-	TypeDeadLetter:    {"DeadLetter", "dead_letter.avsc", "ckf-dead-letter"},
-	TypeKvEvent:       {"KvEvent", "kv_event.avsc", "kv-events"},
-	TypeSnapshotIndex: {"SnapshotIndexEntry", "snapshot_index.avsc", "ckf-snapshot-index"},
+	TypeLaneRecord:         {"LaneRecord", "lane_record.avsc", "ckf-lanes"},
+	TypeQueryRequest:       {"QueryRequest", "query_request.avsc", "ckf-queries"},
+	TypeQueryReply:         {"QueryReply", "query_reply.avsc", "ckf-query-replies"},
+	TypeLaneEvent:          {"LaneEvent", "lane_event.avsc", "ckf-lane-events"},
+	TypeControlRecord:      {"ControlRecord", "control_record.avsc", "ckf-control"},
+	TypeDeadLetter:         {"DeadLetter", "dead_letter.avsc", "ckf-dead-letter"},
+	TypeKvEvent:            {"KvEvent", "kv_event.avsc", "kv-events"},
+	TypeSnapshotIndex:      {"SnapshotIndexEntry", "snapshot_index.avsc", "ckf-snapshot-index"},
+	TypeWorkerQueryRequest: {"WorkerQueryRequest", "worker_query_request.avsc", "ckf-worker-queries"},
+	TypeWorkerQueryReply:   {"WorkerQueryReply", "worker_query_reply.avsc", "ckf-worker-query-replies"},
 }
 
 // RecordTypes returns every record type in id order.
 func RecordTypes() []RecordType {
-	return []RecordType{TypeLaneRecord, TypeQueryRequest, TypeQueryReply, TypeLaneEvent, TypeControlRecord, TypeDeadLetter, TypeKvEvent, TypeSnapshotIndex}
+	return []RecordType{TypeLaneRecord, TypeQueryRequest, TypeQueryReply, TypeLaneEvent, TypeControlRecord, TypeDeadLetter, TypeKvEvent, TypeSnapshotIndex, TypeWorkerQueryRequest, TypeWorkerQueryReply}
 }
 
-func (t RecordType) valid() bool { return t >= TypeLaneRecord && t <= TypeSnapshotIndex }
+func (t RecordType) valid() bool { return t >= TypeLaneRecord && t <= TypeWorkerQueryReply }
 
 // String returns the Avro record name, for example "LaneRecord".
 func (t RecordType) String() string {

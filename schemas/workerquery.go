@@ -1,0 +1,225 @@
+package schemas
+
+import (
+	"encoding/binary"
+	"time"
+	"unicode/utf8"
+)
+
+// The worker stage's request and reply (worker_query_request.avsc, worker_query_reply.avsc):
+// the Kafka form of POST /v1/worker-matches (workerapi). They travel at a router's query rate,
+// far below the lane and KV event rates, so they have no hand-written codec: goavro encodes and
+// decodes them, as it does the lane events and dead letters (tens of microseconds a record).
+
+// MaxWorkerTopK bounds WorkerQueryRequest.TopK (workerapi.MaxTopK takes its value from here).
+const MaxWorkerTopK = 1 << 20
+
+// WorkerSourceBytes is the packed size of one WorkerSource in WorkerQueryReply.sources:
+// worker_id u64, dp_rank u32, and the device, host_pinned, disk and external depths as u32,
+// little-endian.
+const WorkerSourceBytes = 28
+
+// WorkerQueryRequest is a worker-level match query (Avro record WorkerQueryRequest).
+type WorkerQueryRequest struct {
+	CorrelationID string
+	Input         QueryInputKind
+	// Hashes is set when Input is InputLocalBlockHashes.
+	Hashes PackedU64
+	// Tokens, BlockSize, LoraName and CacheNamespace are set when Input is InputTokenIDs. Empty
+	// salts travel as null.
+	Tokens         PackedU32
+	BlockSize      uint32
+	LoraName       string
+	CacheNamespace string
+	// DcIDs selects the DCs that answer: nil (null on the wire) selects every DC, an empty
+	// non-nil slice none.
+	DcIDs []uint64
+	// TopK keeps the TopK best sources; 0 keeps every source with a depth above 0. At most
+	// MaxWorkerTopK.
+	TopK uint32
+	// ReplyTopic is empty (null on the wire) for the worker stage's default.
+	ReplyTopic string
+	// ReplyPartition is absent to let the worker stage partition by correlation id.
+	ReplyPartition Optional[int32]
+	// RequestTime is the zero Time (null on the wire) when not set.
+	RequestTime time.Time
+}
+
+// Prompt returns the request's prompt as a QueryRequest (correlation id, input and reply
+// address; no lane mask and no age bound), the form the prefix-match rules and the HTTP
+// contract (workerapi.Request.Query) take.
+func (q *WorkerQueryRequest) Prompt() QueryRequest {
+	return QueryRequest{CorrelationID: q.CorrelationID, Input: q.Input, Hashes: q.Hashes, Tokens: q.Tokens,
+		BlockSize: q.BlockSize, LoraName: q.LoraName, CacheNamespace: q.CacheNamespace,
+		ReplyTopic: q.ReplyTopic, ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime}
+}
+
+func (q *WorkerQueryRequest) validate() error {
+	p := q.Prompt()
+	if err := p.validate(); err != nil {
+		return err
+	}
+	if q.TopK > MaxWorkerTopK {
+		return invalid("top_k", "%d is not in [0, %d]", q.TopK, MaxWorkerTopK)
+	}
+	return nil
+}
+
+// WorkerSource is one source's answer in a WorkerQueryReply: its device depth and the lower-tier
+// runs that continue the chain (docs/spec/workers.md §5).
+type WorkerSource struct {
+	WorkerID   uint64
+	DpRank     uint32
+	Device     uint32
+	HostPinned uint32
+	Disk       uint32
+	External   uint32
+}
+
+// WorkerQueryReply is one DC's answer to a WorkerQueryRequest (Avro record WorkerQueryReply).
+type WorkerQueryReply struct {
+	CorrelationID string
+	Status        QueryStatus
+	// ErrorMessage is empty (null on the wire) when Status is QueryOK.
+	ErrorMessage string
+	DcID         uint64
+	QueryBlocks  uint32
+	// Sources is best first (docs/spec/workers.md §5); empty unless Status is QueryOK.
+	Sources []WorkerSource
+	// AgeMillis is the replica's age, absent when it has applied no event.
+	AgeMillis  Optional[int64]
+	LagRecords int64
+	ReplyTime  time.Time
+}
+
+func (r *WorkerQueryReply) validate() error {
+	if len(r.CorrelationID) > MaxCorrelationIDBytes || !utf8.ValidString(r.CorrelationID) {
+		return invalid("correlation_id", "must be at most %d bytes of UTF-8, got %d bytes", MaxCorrelationIDBytes, len(r.CorrelationID))
+	}
+	if r.Status > QueryInvalidRequest {
+		return invalid("status", "unknown status %d", r.Status)
+	}
+	if r.QueryBlocks > maxInt32 {
+		return invalid("query_blocks", "%d does not fit an Avro int", r.QueryBlocks)
+	}
+	if r.Status != QueryOK && len(r.Sources) != 0 {
+		return invalid("sources", "must be empty when status is %s", r.Status)
+	}
+	for i, s := range r.Sources {
+		if s.Device > r.QueryBlocks || uint64(s.Device)+uint64(s.HostPinned)+uint64(s.Disk)+uint64(s.External) > uint64(r.QueryBlocks) {
+			return invalid("sources", "entry %d: depths %d+%d+%d+%d exceed query_blocks %d", i, s.Device, s.HostPinned, s.Disk, s.External, r.QueryBlocks)
+		}
+	}
+	if r.AgeMillis.Valid && r.AgeMillis.Value < 0 {
+		return invalid("age_ms", "%d is negative", r.AgeMillis.Value)
+	}
+	if r.LagRecords < 0 {
+		return invalid("lag_records", "%d is negative", r.LagRecords)
+	}
+	return nil
+}
+
+func packWorkerSources(ss []WorkerSource) []byte {
+	out := make([]byte, 0, len(ss)*WorkerSourceBytes)
+	for _, s := range ss {
+		out = binary.LittleEndian.AppendUint64(out, s.WorkerID)
+		out = binary.LittleEndian.AppendUint32(out, s.DpRank)
+		out = binary.LittleEndian.AppendUint32(out, s.Device)
+		out = binary.LittleEndian.AppendUint32(out, s.HostPinned)
+		out = binary.LittleEndian.AppendUint32(out, s.Disk)
+		out = binary.LittleEndian.AppendUint32(out, s.External)
+	}
+	return out
+}
+
+func unpackWorkerSources(b []byte) []WorkerSource {
+	if len(b) == 0 {
+		return nil
+	}
+	out := make([]WorkerSource, len(b)/WorkerSourceBytes)
+	for i := range out {
+		p := b[i*WorkerSourceBytes:]
+		out[i] = WorkerSource{WorkerID: binary.LittleEndian.Uint64(p), DpRank: binary.LittleEndian.Uint32(p[8:]),
+			Device: binary.LittleEndian.Uint32(p[12:]), HostPinned: binary.LittleEndian.Uint32(p[16:]),
+			Disk: binary.LittleEndian.Uint32(p[20:]), External: binary.LittleEndian.Uint32(p[24:])}
+	}
+	return out
+}
+
+func workerQueryRequestNative(q *WorkerQueryRequest) map[string]any {
+	m := queryRequestNative(&QueryRequest{CorrelationID: q.CorrelationID, Input: q.Input, Hashes: q.Hashes, Tokens: q.Tokens,
+		BlockSize: q.BlockSize, LoraName: q.LoraName, CacheNamespace: q.CacheNamespace, ReplyTopic: q.ReplyTopic,
+		ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime})
+	delete(m, "lane_mask")
+	delete(m, "max_age_ms")
+	var dcs any
+	if q.DcIDs != nil {
+		b := make([]byte, 0, len(q.DcIDs)*WordSize)
+		for _, d := range q.DcIDs {
+			b = binary.LittleEndian.AppendUint64(b, d)
+		}
+		dcs = union("bytes", b)
+	}
+	m["dc_ids"] = dcs
+	m["top_k"] = int32(q.TopK)
+	return m
+}
+
+func workerQueryReplyNative(r *WorkerQueryReply) map[string]any {
+	return map[string]any{
+		"correlation_id": r.CorrelationID,
+		"status":         queryStatusSymbols[r.Status],
+		"error_message":  optString(r.ErrorMessage),
+		"dc_id":          int64(r.DcID),
+		"query_blocks":   int32(r.QueryBlocks),
+		"sources":        packWorkerSources(r.Sources),
+		"age_ms":         optLong(r.AgeMillis),
+		"lag_records":    r.LagRecords,
+		"reply_time":     r.ReplyTime.UnixMicro(),
+	}
+}
+
+func (n *nat) workerQueryRequest(v any) WorkerQueryRequest {
+	m := n.rec(v, "")
+	q := n.queryRequest(v) // the shared fields; lane_mask and max_age_ms are absent and read as null
+	out := WorkerQueryRequest{CorrelationID: q.CorrelationID, Input: q.Input, Hashes: q.Hashes, Tokens: q.Tokens,
+		BlockSize: q.BlockSize, LoraName: q.LoraName, CacheNamespace: q.CacheNamespace, ReplyTopic: q.ReplyTopic,
+		ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime}
+	if b, dv := n.branch(m, "", "dc_ids", true); b != "" {
+		raw, ok := dv.([]byte)
+		switch {
+		case !ok:
+			n.fail(ErrMalformed, "dc_ids", "expected bytes, got %T", dv)
+		case len(raw)%WordSize != 0:
+			n.fail(ErrInvalidField, "dc_ids", "length %d is not a multiple of %d", len(raw), WordSize)
+		default:
+			out.DcIDs = PackedU64(raw).AppendTo(make([]uint64, 0, len(raw)/WordSize))
+		}
+	}
+	if _, ok := m["top_k"]; ok {
+		out.TopK = uint32(n.rangeInt(m, "", "top_k", 0, MaxWorkerTopK))
+	}
+	return out
+}
+
+func (n *nat) workerQueryReply(v any) WorkerQueryReply {
+	m := n.rec(v, "")
+	r := WorkerQueryReply{
+		CorrelationID: n.str(m, "", "correlation_id"),
+		Status:        QueryStatus(n.enum(m, "", "status", queryStatusSymbols)),
+		ErrorMessage:  n.optString(m, "", "error_message").Value,
+		DcID:          uint64(n.long(m, "", "dc_id")),
+		QueryBlocks:   uint32(n.rangeInt(m, "", "query_blocks", 0, maxInt32)),
+		AgeMillis:     n.optLong(m, "", "age_ms"),
+		LagRecords:    n.long(m, "", "lag_records"),
+		ReplyTime:     n.time(m, "", "reply_time"),
+	}
+	raw := n.bytes(m, "", "sources")
+	if n.kind == nil && len(raw)%WorkerSourceBytes != 0 {
+		n.fail(ErrInvalidField, "sources", "length %d is not a multiple of %d", len(raw), WorkerSourceBytes)
+	}
+	if n.kind == nil {
+		r.Sources = unpackWorkerSources(raw)
+	}
+	return r
+}
