@@ -1,0 +1,14 @@
+module github.com/ckf-stream/ckf-stream/tools/zmqcmp
+
+go 1.26
+
+require (
+	github.com/go-zeromq/zmq4 v0.17.0
+	github.com/pebbe/zmq4 v1.4.0
+)
+
+require (
+	github.com/go-zeromq/goczmq/v4 v4.2.2 // indirect
+	golang.org/x/sync v0.7.0 // indirect
+	golang.org/x/text v0.15.0 // indirect
+)
