@@ -60,7 +60,7 @@ func (s *QueryService) processBatch(recs []*kgo.Record) error {
 				s.m.invalid.Inc(1)
 			}
 			topic, part := s.fallbackRoute(o)
-			if err := s.produceReply(o.src, s.ans.InvalidReply(string(o.rec.Key), why), topic, part, true, o.requestTime); err != nil {
+			if err := s.produceInvalid(o.src, string(o.rec.Key), why, topic, part, o.requestTime); err != nil {
 				return s.abandon(len(recs), &QueryBatchError{Requests: len(recs), Topic: "", Partition: -1, Err: err})
 			}
 		}
@@ -116,20 +116,20 @@ func (s *QueryService) settle(requests int) error {
 // the batch must fail (nothing can be produced for the record, or the schema registry is down).
 func (s *QueryService) handle(r *kgo.Record) error {
 	s.m.requests.Inc(1)
-	req, err := s.codec.DecodeQueryRequest(r.Value)
+	req, err := s.x.Decode(r.Value)
 	if err != nil {
 		if errors.Is(err, schemas.ErrRegistry) {
 			return fmt.Errorf("decoding request at %s[%d]@%d: %w", r.Topic, r.Partition, r.Offset, err)
 		}
 		s.m.invalid.Inc(1)
 		if errors.Is(err, schemas.ErrInvalidField) {
-			if rt, ok := s.codec.QueryRoute(r.Value); ok {
+			if rt, ok := s.x.Route(r.Value); ok {
 				topic, part := s.route(rt.ReplyTopic, rt.ReplyPartition)
 				why := err.Error()
 				if rt.IDTruncated {
 					why = truncatedIDNote(len(rt.CorrelationID), schemas.MaxCorrelationIDBytes) + why
 				}
-				if err := s.produceReply(r, s.ans.InvalidReply(rt.CorrelationID, why), topic, part, true, time.Time{}); err != nil {
+				if err := s.produceInvalid(r, rt.CorrelationID, why, topic, part, time.Time{}); err != nil {
 					return err
 				}
 			}
@@ -140,23 +140,34 @@ func (s *QueryService) handle(r *kgo.Record) error {
 		s.m.invalid.Inc(1)
 		why := fmt.Sprintf("reply_topic %q is not allowed (allowed: %s or a topic starting with one of %q)",
 			req.ReplyTopic, s.cfg.ReplyTopic, s.cfg.ReplyTopicPrefixes)
-		if err := s.produceReply(r, s.ans.InvalidReply(req.CorrelationID, why), s.cfg.ReplyTopic, -1, true, req.RequestTime); err != nil {
+		if err := s.produceInvalid(r, req.CorrelationID, why, s.cfg.ReplyTopic, -1, req.RequestTime); err != nil {
 			return err
 		}
 		return s.produceDeadLetter(r, schemas.DeadLetterRejected, why)
 	}
 	t0 := time.Now()
-	reply := s.ans.Answer(&req, &s.scratch)
+	b := &s.batch
+	start := len(b.arena)
+	arena, ans, err := s.x.Answer(b.arena)
 	s.m.answerLatency.RecordDuration(time.Since(t0))
-	topic, part := s.route(req.ReplyTopic, req.ReplyPartition)
-	if err := s.produceReply(r, reply, topic, part, reply.Status == schemas.QueryInvalidRequest, req.RequestTime); err != nil {
-		return err
+	if ans.Skip {
+		s.m.skipped.Inc(1)
+		return nil
 	}
-	if reply.Status == schemas.QueryInvalidRequest {
+	if err != nil {
+		// A reply built here that breaks the contract is a bug; the request is still accounted
+		// for by a dead letter rather than dropped.
+		s.log.Error("reply not encodable", zap.String("correlation_id", req.CorrelationID), zap.Error(err))
+		return s.produceDeadLetter(r, schemas.DeadLetterRejected, "reply not encodable: "+err.Error())
+	}
+	b.arena = arena
+	topic, part := s.route(req.ReplyTopic, req.ReplyPartition)
+	s.produceEncoded(r, start, req.CorrelationID, ans, topic, part, ans.Status == schemas.QueryInvalidRequest, req.RequestTime)
+	if ans.Status == schemas.QueryInvalidRequest {
 		// The decoder enforces the same rules, so this is a request that reached Answer by
 		// another route into the codec; it is refused all the same.
 		s.m.invalid.Inc(1)
-		return s.produceDeadLetter(r, schemas.DeadLetterRejected, reply.ErrorMessage)
+		return s.produceDeadLetter(r, schemas.DeadLetterRejected, ans.ErrorMessage)
 	}
 	return nil
 }
@@ -199,34 +210,41 @@ func (s *QueryService) replyTopicAllowed(topic string) bool {
 	return false
 }
 
-// produceReply encodes reply and produces it to topic (partition part, or by key when part is
-// -1), keyed by the correlation id. deadLettered says the request is also dead-lettered, so a
-// failed delivery of this reply needs no second dead letter; requestTime is the request's
-// request_time (zero if absent), for the end-to-end latency.
-func (s *QueryService) produceReply(src *kgo.Record, reply schemas.QueryReply, topic string, part int32, deadLettered bool, requestTime time.Time) error {
+// produceInvalid encodes an INVALID_REQUEST reply to correlationID saying why and produces it
+// (see produceEncoded); the request is also dead-lettered by the caller.
+func (s *QueryService) produceInvalid(src *kgo.Record, correlationID, why, topic string, part int32, requestTime time.Time) error {
 	b := &s.batch
 	start := len(b.arena)
-	arena, err := s.codec.AppendQueryReply(b.arena, reply)
+	arena, err := s.x.AppendInvalid(b.arena, correlationID, why)
 	if err != nil {
-		// A reply built here that breaks the contract is a bug; the request is still accounted
-		// for by a dead letter rather than dropped.
-		s.log.Error("query reply not encodable", zap.String("correlation_id", reply.CorrelationID), zap.Error(err))
+		s.log.Error("reply not encodable", zap.String("correlation_id", correlationID), zap.Error(err))
 		return s.produceDeadLetter(src, schemas.DeadLetterRejected, "reply not encodable: "+err.Error())
 	}
+	b.arena = arena
+	s.produceEncoded(src, start, correlationID, Answered{Status: schemas.QueryInvalidRequest, ErrorMessage: why}, topic, part, true, requestTime)
+	return nil
+}
+
+// produceEncoded produces the reply encoded at b.arena[start:] to topic (partition part, or by
+// key when part is -1), keyed by the correlation id. deadLettered says the request is also
+// dead-lettered, so a failed delivery of this reply needs no second dead letter; requestTime is
+// the request's request_time (zero if absent), for the end-to-end latency.
+func (s *QueryService) produceEncoded(src *kgo.Record, start int, correlationID string, ans Answered, topic string, part int32, deadLettered bool, requestTime time.Time) {
+	b := &s.batch
+	arena := b.arena
 	value := arena[start:len(arena):len(arena)]
 	keyStart := len(arena)
-	arena = append(arena, reply.CorrelationID...)
+	arena = append(arena, correlationID...)
 	b.arena = arena
 	o := b.add()
-	o.kind, o.src, o.status, o.partition = outReply, src, reply.Status, part
-	o.errorMessage = reply.ErrorMessage
+	o.kind, o.src, o.status, o.partition = outReply, src, ans.Status, part
+	o.errorMessage = ans.ErrorMessage
 	o.routed = topic != s.cfg.ReplyTopic || part >= 0
 	o.deadLettered = deadLettered
 	o.requestTime = requestTime
 	o.rec = kgo.Record{Topic: topic, Partition: part, Key: arena[keyStart:len(arena):len(arena)], Value: value}
 	b.wg.Add(1)
 	s.cl.Produce(s.hard, &o.rec, s.onAck)
-	return nil
 }
 
 // produceDeadLetter produces a dead letter for src. It fails only if the dead letter cannot be

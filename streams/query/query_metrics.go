@@ -13,6 +13,7 @@ import (
 type queryMetrics struct {
 	requests, invalid, deadLetters, replyRejected tally.Counter
 	batchFailures, commitFailures, fetchErrors    tally.Counter
+	skipped                                       tally.Counter    // requests an Exchange skipped (never for the prefix-match query)
 	replies                                       [3]tally.Counter // by schemas.QueryStatus
 	latency, answerLatency, commitLatency         tally.Histogram
 	endToEnd                                      tally.Histogram
@@ -28,11 +29,11 @@ var queryLatencyBuckets = tally.DurationBuckets{
 	500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
 }
 
-func newQueryMetrics(root tally.Scope) queryMetrics {
+func newQueryMetrics(root tally.Scope, scope string) queryMetrics {
 	if root == nil {
 		root = tally.NoopScope
 	}
-	s := root.SubScope("query")
+	s := root.SubScope(scope)
 	m := queryMetrics{
 		requests:       s.Counter("requests_total"),
 		invalid:        s.Counter("invalid_requests_total"),
@@ -41,6 +42,9 @@ func newQueryMetrics(root tally.Scope) queryMetrics {
 		batchFailures:  s.Counter("batch_failures_total"),
 		commitFailures: s.Counter("commit_failures_total"),
 		fetchErrors:    s.Counter("fetch_errors_total"),
+		// skipped: requests not for this service (another DC's worker query); reported only
+		// once one is seen, so the prefix-match service, which skips none, never exports it.
+		skipped: s.Counter("not_selected_total"),
 		// latency: from the poll that returned a request to the acknowledgement of every
 		// output of its batch (the service's share of a Kafka round trip).
 		latency: s.Histogram("latency_seconds", queryLatencyBuckets),

@@ -130,7 +130,7 @@ func (e *QueryBatchError) Unwrap() []error { return []error{ErrQueryBatchFailed,
 // group so the partitions move at once, and closes the client. A service runs once.
 type QueryService struct {
 	cfg   QueryConfig
-	ans   *Answerer
+	x     Exchange
 	codec *schemas.Codec
 	opts  []kgo.Opt
 	log   *zap.Logger
@@ -148,7 +148,6 @@ type QueryService struct {
 	// Run-goroutine state.
 	cl        *kgo.Client
 	committer queryCommitter
-	scratch   QueryScratch
 	batch     queryBatch
 	onAck     func(*kgo.Record, error)
 }
@@ -160,6 +159,31 @@ func NewQueryService(p QueryServiceParams) (*QueryService, error) {
 	if p.Answerer == nil || p.Codec == nil {
 		return nil, errors.New("streams: query service needs an Answerer and a codec")
 	}
+	return NewService(ServiceParams{Config: p.Config, Exchange: &queryExchange{ans: p.Answerer, codec: p.Codec}, Codec: p.Codec,
+		ClientOpts: p.ClientOpts, Metrics: p.Metrics, Log: p.Log})
+}
+
+// ServiceParams are what NewService needs: QueryServiceParams with an Exchange in place of the
+// Answerer. MetricsScope names the service's metrics (default "query": ckf_query_*); Log's name
+// is MetricsScope too.
+type ServiceParams struct {
+	Config       QueryConfig
+	Exchange     Exchange
+	Codec        *schemas.Codec
+	ClientOpts   []kgo.Opt
+	Metrics      tally.Scope
+	MetricsScope string
+	Log          *zap.Logger
+}
+
+// NewService builds a request/reply service for any Exchange, with QueryService's consumer
+// group, batches, commit rule, reply routing and dead letters (see QueryService). The Config's
+// empty topic names are derived from the codec's prefix-match types, so an exchange of other
+// records names its topics.
+func NewService(p ServiceParams) (*QueryService, error) {
+	if p.Exchange == nil || p.Codec == nil {
+		return nil, errNoExchange
+	}
 	cfg := p.Config.withDerived(p.Codec)
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -168,9 +192,13 @@ func NewQueryService(p QueryServiceParams) (*QueryService, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	scope := p.MetricsScope
+	if scope == "" {
+		scope = "query"
+	}
 	s := &QueryService{
-		cfg: cfg, ans: p.Answerer, codec: p.Codec, opts: p.ClientOpts, log: log.Named("query"),
-		m: newQueryMetrics(p.Metrics), done: make(chan struct{}),
+		cfg: cfg, x: p.Exchange, codec: p.Codec, opts: p.ClientOpts, log: log.Named(scope),
+		m: newQueryMetrics(p.Metrics, scope), done: make(chan struct{}),
 	}
 	s.hard, s.hardCancel = context.WithCancel(context.Background())
 	s.onAck = s.batch.ack
