@@ -536,6 +536,16 @@ type Relay struct {
 	// and a restart then replays the KV-events topic from its start. Default 2,000,000
 	// (relay.DefaultRelayCheckpointEveryEvents).
 	CheckpointEveryEvents uint64 `yaml:"checkpoint_every_events"`
+	// SilentSourceAfter counts a source of the DC (worker id, dp rank) silent once it has
+	// published no KV event for this long while another source published within it
+	// (ckf_relay_silent_sources, alert CkfWorkerSilent; streams/relay/relay.md, "Silent
+	// engines"). Engines publish only when their cache changes: keep it well above a worker's
+	// longest quiet spell under load. Default 5m (relay.DefaultRelaySilentSourceAfter).
+	SilentSourceAfter time.Duration `yaml:"silent_source_after"`
+	// ForgetSourceAfter drops a source with no KV event for this long from the watch (a worker
+	// removed without a clear stops being counted then). Above silent_source_after. Default 1h
+	// (relay.DefaultRelayForgetSourceAfter).
+	ForgetSourceAfter time.Duration `yaml:"forget_source_after"`
 }
 
 // Bridge configures processor bridge: one engine worker's KV-cache events, read from the
@@ -682,6 +692,8 @@ func defaultConfig() Config {
 			PublishMaxDelay:       relay.DefaultRelayPublishMaxDelay,
 			CheckpointInterval:    relay.DefaultRelayCheckpointInterval,
 			CheckpointEveryEvents: relay.DefaultRelayCheckpointEveryEvents,
+			SilentSourceAfter:     relay.DefaultRelaySilentSourceAfter,
+			ForgetSourceAfter:     relay.DefaultRelayForgetSourceAfter,
 		},
 		Bridge: Bridge{
 			BlockSize:     DefaultBridgeBlockSize,

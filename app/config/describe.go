@@ -132,6 +132,8 @@ var descriptions = map[string]Description{
 	"relay.publish_max_delay":       {"close a non-empty publication batch this long after its first event; 0 closes it once the poll that opened it is applied", relayCommands},
 	"relay.checkpoint_interval":     {"checkpoint the relay's exact state this long after the previous one; 0 disables", relayCommands},
 	"relay.checkpoint_every_events": {"also checkpoint after this many KV events; 0 disables", relayCommands},
+	"relay.silent_source_after":     {"count a source (worker, dp rank) silent after this long without a KV event while another published within it (ckf_relay_silent_sources); > 0", relayCommands},
+	"relay.forget_source_after":     {"drop a source from the silence watch after this long without a KV event; above relay.silent_source_after", relayCommands},
 
 	"workers.dc_id":               {"DC id whose KV-events topic (topics.kv_events) this worker-stage replica reads; names its answers and keys its checkpoints", workersCommands},
 	"workers.checkpoint_topic":    {"compacted topic of the worker stage's checkpoints, keyed by DC; empty is topic_prefix + ckf-worker-checkpoints", workersCommands},

@@ -23,6 +23,8 @@ var relaySettingPaths = map[string]string{
 	"HeartbeatInterval":       "relay.heartbeat_interval",
 	"CheckpointInterval":      "relay.checkpoint_interval",
 	"CheckpointEveryEvents":   "relay.checkpoint_every_events",
+	"SilentSourceAfter":       "relay.silent_source_after",
+	"ForgetSourceAfter":       "relay.forget_source_after",
 }
 
 // RelaySettingPath returns the path of the relay library's setting field (a RelayConfig field
@@ -51,6 +53,8 @@ func (r Relay) StreamsSettings() relay.RelayConfig {
 	c.HeartbeatInterval = r.HeartbeatInterval
 	c.CheckpointInterval = r.CheckpointInterval
 	c.CheckpointEveryEvents = r.CheckpointEveryEvents
+	c.SilentSourceAfter = r.SilentSourceAfter
+	c.ForgetSourceAfter = r.ForgetSourceAfter
 	return c
 }
 

@@ -56,6 +56,11 @@ func TestRelayRulesAreTheLibrarys(t *testing.T) {
 		{"no checkpoint", func(r *config.Relay) { r.CheckpointInterval, r.CheckpointEveryEvents = 0, 0 }, ""},
 		{"checkpoints by count only", func(r *config.Relay) { r.CheckpointInterval = 0 }, ""},
 		{"negative checkpoint interval", func(r *config.Relay) { r.CheckpointInterval = -time.Second }, "relay.checkpoint_interval"},
+		{"silent after 1s", func(r *config.Relay) { r.SilentSourceAfter = time.Second }, ""},
+		{"silent_source_after 0", func(r *config.Relay) { r.SilentSourceAfter = 0 }, "relay.silent_source_after"},
+		{"negative silent_source_after", func(r *config.Relay) { r.SilentSourceAfter = -time.Minute }, "relay.silent_source_after"},
+		{"forgotten as soon as silent", func(r *config.Relay) { r.ForgetSourceAfter = r.SilentSourceAfter }, "relay.forget_source_after"},
+		{"forgotten a little later", func(r *config.Relay) { r.ForgetSourceAfter = r.SilentSourceAfter + time.Second }, ""},
 	} {
 		c := config.Default()
 		tc.set(&c.Relay)

@@ -61,6 +61,8 @@ func CheckLane(lane int) error {
 //	HeartbeatInterval        > 0
 //	CheckpointInterval       >= 0 (0: no time trigger); with Topics.Checkpoints set, it or
 //	                         CheckpointEveryEvents on
+//	SilentSourceAfter        > 0
+//	ForgetSourceAfter        > SilentSourceAfter
 //
 // Lane has its own rule (CheckLane). name names the settings in the reasons.
 func (c RelayConfig) CheckSettings(name SettingNames) []SettingProblem {
@@ -104,6 +106,13 @@ func (c RelayConfig) CheckSettings(name SettingNames) []SettingProblem {
 		c.Topics.Checkpoints != "" && c.CheckpointInterval == 0 && c.CheckpointEveryEvents == 0 {
 		fail("CheckpointInterval", nil, "is 0 and so is %s, with a checkpoint topic set: at least one checkpoint trigger must be on",
 			name.of("CheckpointEveryEvents"))
+	}
+	if c.SilentSourceAfter <= 0 {
+		fail("SilentSourceAfter", nil, "%v is not positive", c.SilentSourceAfter)
+	}
+	if c.ForgetSourceAfter <= c.SilentSourceAfter {
+		fail("ForgetSourceAfter", nil, "%v is not above %s (%v): a source must be silent before it is forgotten",
+			c.ForgetSourceAfter, name.of("SilentSourceAfter"), c.SilentSourceAfter)
 	}
 	return out
 }

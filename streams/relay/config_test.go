@@ -59,6 +59,8 @@ func TestRelayConfigValidate(t *testing.T) {
 		}},
 		{Field: "CheckpointChunkBytes", Set: func(c *relay.RelayConfig) { c.CheckpointChunkBytes = 0 }},
 		{Field: "LagCommitInterval", Set: func(c *relay.RelayConfig) { c.LagCommitInterval = -1 }},
+		{Field: "SilentSourceAfter", Set: func(c *relay.RelayConfig) { c.SilentSourceAfter = 0 }},
+		{Field: "ForgetSourceAfter", Set: func(c *relay.RelayConfig) { c.ForgetSourceAfter = c.SilentSourceAfter }},
 	} {
 		c := base()
 		tc.Set(&c)

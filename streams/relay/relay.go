@@ -28,6 +28,7 @@ import (
 //	relay_publish.go  the transactional publication path: deltas, snapshots, heartbeats, recovery
 //	relay_events.go   KV-event conversion, application, rejection and dead letters
 //	relay_metrics.go  tally handles
+//	relay_silence.go  engines that do not publish: the DC's idle time, silent sources
 //	relay_checkpoint.go  state checkpoints, restore, lag offsets (checkpoint_record.go: framing;
 //	                     checkpoint_read.go: finding the newest usable checkpoint)
 //
@@ -139,6 +140,10 @@ const (
 	DefaultRelayCheckpointChunkBytes = 900_000
 	// DefaultRelayLagCommitInterval is LagCommitInterval's default.
 	DefaultRelayLagCommitInterval = time.Second
+	// DefaultRelaySilentSourceAfter is SilentSourceAfter's default.
+	DefaultRelaySilentSourceAfter = 5 * time.Minute
+	// DefaultRelayForgetSourceAfter is ForgetSourceAfter's default.
+	DefaultRelayForgetSourceAfter = time.Hour
 )
 
 // RelayConfig configures a Relay. Start from DefaultRelayConfig, then set the topics, the pool,
@@ -265,6 +270,20 @@ type RelayConfig struct {
 	// LagCommitInterval is the least time between two commits to LagGroup. Default 1 s
 	// (DefaultRelayLagCommitInterval); >= 0; 0 commits after every lane transaction.
 	LagCommitInterval time.Duration
+	// SilentSourceAfter: a source of the DC (worker id, dp rank) whose newest KV event is older
+	// than this while another source published within it is counted silent
+	// (ckf_relay_silent_sources, logged when it goes silent and when it returns; relay.md,
+	// "Silent engines"): its engine or bridge stopped publishing, and the index keeps its blocks
+	// as they were. Event times are the records' Kafka timestamps. Trade-off: engines publish
+	// only when their cache changes, so a worker that gets no requests for this long is counted
+	// too; under load-balanced routing a few minutes is far beyond any worker's quiet spell.
+	// Default 5 min (DefaultRelaySilentSourceAfter); > 0.
+	SilentSourceAfter time.Duration
+	// ForgetSourceAfter: a source with no KV event for this long is dropped from the silence
+	// watch, which bounds its memory (at most 65,536 sources in any case) and ends the count of
+	// a worker removed without a clear (a KvCleared drops the source at once). Default 1 h
+	// (DefaultRelayForgetSourceAfter); above SilentSourceAfter.
+	ForgetSourceAfter time.Duration
 }
 
 // DefaultRelayConfig returns the relay's defaults: CKF ckf.DefaultCkfConfig() with a filter of
@@ -274,7 +293,8 @@ type RelayConfig struct {
 // transaction, a snapshot once the deltas weigh 9 snapshots or after 60 s (1 h while idle), snapshot requests
 // coalesced over 250 ms, a heartbeat after 1 s without a write, DefaultChunkWords words per
 // snapshot chunk, 30 s per transaction, 20 s for the graceful stop and 10,000 KV records per
-// poll. Topics and Pool are left empty: the caller sets them.
+// poll, a source silent after 5 min without events while others publish and forgotten after
+// 1 h. Topics and Pool are left empty: the caller sets them.
 func DefaultRelayConfig() RelayConfig {
 	return RelayConfig{
 		CKF:                        relayCkfDefaults(),
@@ -295,6 +315,8 @@ func DefaultRelayConfig() RelayConfig {
 		CheckpointEveryEvents:      DefaultRelayCheckpointEveryEvents,
 		CheckpointChunkBytes:       DefaultRelayCheckpointChunkBytes,
 		LagCommitInterval:          DefaultRelayLagCommitInterval,
+		SilentSourceAfter:          DefaultRelaySilentSourceAfter,
+		ForgetSourceAfter:          DefaultRelayForgetSourceAfter,
 	}
 }
 
@@ -447,6 +469,9 @@ type RelayStats struct {
 	RestoredCheckpoint  uint64 // id of the checkpoint the run started from (0: full replay)
 	CheckpointGaps      uint64 // input partitions whose checkpointed offset was already deleted by retention at start
 	LagCommits          uint64 // commits of the published offsets to LagGroup
+
+	Sources       uint64 // sources (worker, rank) the silence watch holds a time for
+	SilentSources uint64 // of them, silent for SilentSourceAfter while another published within it
 }
 
 // Relay publishes one DC pool's CKF on its lane. Build it with NewRelay and run it with Run;
@@ -578,6 +603,7 @@ func (r *Relay) Stats() RelayStats {
 		Checkpoints:        c.checkpoints.load(), LastCheckpoint: c.lastCheckpoint.load(), CheckpointBytes: c.checkpointBytes.load(),
 		CheckpointsRejected: c.checkpointsRejected.load(), RestoredCheckpoint: c.restored.load(),
 		CheckpointGaps: c.checkpointGaps.load(), LagCommits: c.lagCommits.load(),
+		Sources: c.sources.load(), SilentSources: c.silentSources.load(),
 	}
 }
 

@@ -171,9 +171,11 @@ func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 		rl.reject(rec, live, schemas.DeadLetterReasonOf(err), "undecodable KV event: "+err.Error(), err)
 		return nil
 	}
-	if rl.kvEvent.Kind == schemas.KvClearedEvent {
+	cleared := rl.kvEvent.Kind == schemas.KvClearedEvent
+	if cleared {
 		rl.noteClear(rec, &rl.kvEvent)
 	}
+	rl.noteSource(rec.Timestamp, cleared)
 	routerEventInto(&rl.kvEvent, &rl.routerEvent)
 	out := rl.state.ApplyEvent(rl.routerEvent)
 	if live {

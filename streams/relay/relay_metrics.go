@@ -97,6 +97,9 @@ type relayLedger struct {
 	lastCheckpoint, restored                         ledgerGauge   // stats only (restored_from_checkpoint: restore)
 	lagCommits                                       ledgerCounter // stats only
 
+	// Silent engines (relay_silence.go).
+	sources, silentSources ledgerGauge // sources, silent_sources
+
 	m *relayMetrics
 }
 
@@ -113,6 +116,7 @@ func newRelayLedger(m *relayMetrics) *relayLedger {
 	l.resident.m = m.resident
 	l.checkpoints.m, l.checkpointsRejected.m, l.checkpointGaps.m = m.checkpoints, m.checkpointsRejected, m.checkpointGaps
 	l.checkpointBytes.m = m.checkpointBytes
+	l.sources.m, l.silentSources.m = m.sources, m.silentSources
 	return l
 }
 
@@ -151,6 +155,7 @@ type relayMetrics struct {
 	lagCommitErrors                                             tally.Counter
 	checkpointBytes, restoredCheckpoint, appliedRecords         tally.Gauge
 	snapshotBytes, inputLag, asOfLag                            tally.Gauge
+	kvIdle, sources, silentSources                              tally.Gauge
 	checkpointDuration                                          tally.Histogram
 	rejectedBy                                                  map[ckf.FailurePoint]tally.Counter
 	snapshotsBy                                                 map[string]tally.Counter
@@ -199,6 +204,9 @@ func newRelayMetrics(root tally.Scope) *relayMetrics {
 		snapshotBytes:       s.Gauge("snapshot_bytes"),
 		inputLag:            s.Gauge("input_lag_records"),
 		asOfLag:             s.Gauge("as_of_lag_seconds"),
+		kvIdle:              s.Gauge("kv_idle_seconds"),
+		sources:             s.Gauge("sources"),
+		silentSources:       s.Gauge("silent_sources"),
 		checkpoints:         s.Counter("checkpoints_total"),
 		checkpointsRejected: s.Counter("checkpoints_rejected_total"),
 		checkpointGaps:      s.Counter("checkpoint_gaps_total"),

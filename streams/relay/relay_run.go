@@ -71,6 +71,11 @@ type relayLoop struct {
 	appliedAt  time.Time
 	frozenAsOf time.Time
 
+	// Silent engines (relay_silence.go): every decoded KV event's source and time, and when the
+	// watch is next evaluated.
+	silence        *silenceWatch
+	silenceCheckAt time.Time
+
 	// Decode buffers, reused by every KV record (applyRecord): the producer keeps nothing of an
 	// event, so one KvEvent and one RouterEvent serve the whole run without allocating.
 	kvEvent     schemas.KvEvent
@@ -122,6 +127,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer close(r.done)
 	rl := &relayLoop{r: r, cfg: r.cfg, now: time.Now}
+	rl.silence = newSilenceWatch(r.cfg.SilentSourceAfter, r.cfg.ForgetSourceAfter, rl.now())
 	rl.ck.lag = streams.LagCommitter{Group: r.cfg.LagGroup, Topic: r.cfg.Topics.KVEvents, Interval: r.cfg.LagCommitInterval, Timeout: r.cfg.WriteTimeout}
 	defer rl.close()
 	if err := rl.open(ctx); err != nil {
@@ -485,6 +491,7 @@ func (rl *relayLoop) due() error {
 	if rl.replaying {
 		return nil
 	}
+	rl.checkSilence(now)
 	if rl.broken {
 		if now.Before(rl.retryAt) {
 			return nil
