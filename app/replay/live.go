@@ -17,6 +17,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/query"
+	"github.com/ckf-stream/ckf-stream/workerapi"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 )
@@ -30,7 +31,7 @@ func (r *replay) drive(ctx context.Context) error {
 	o := r.opts
 	rep := newReport(o)
 	rep.printHeader(r.out)
-	fmt.Fprintf(r.out, "pipeline: %d relays and the indexer ready; simulating the other policies (%d seeds, warm and cold starts)\n",
+	fmt.Fprintf(r.out, "pipeline: %d relays, the indexer and the worker stages ready; simulating the other policies (%d seeds, warm and cold starts)\n",
 		len(r.relays), o.Seeds)
 	if err := rep.simulate(o); err != nil {
 		return err
@@ -39,8 +40,8 @@ func (r *replay) drive(ctx context.Context) error {
 	if o.ViaBridge {
 		events = "KV events through one bridge per worker (vLLM's ZeroMQ protocol)"
 	}
-	fmt.Fprintf(r.out, "live: replaying %d requests at %g× real time under ckf through the pipeline (%s; queries over %s)\n",
-		len(o.Requests), o.Speedup, events, o.Query)
+	fmt.Fprintf(r.out, "live: replaying %d requests at %g× real time under ckf through the pipeline (%s; DC queries to the indexer over %s, worker queries to the DC's worker stage over %s)\n",
+		len(o.Requests), o.Speedup, events, o.Query, WorkerQueryHTTP)
 	live, err := r.live(ctx)
 	if err != nil {
 		return err
@@ -59,9 +60,10 @@ func (r *replay) drive(ctx context.Context) error {
 		o.Done(rep)
 	}
 	// A router places a request without an answer (by load) rather than not at all: unanswered
-	// queries are reported, and fail the run only when none was answered.
-	if live.Result.Completed != len(o.Requests) || live.Answered == 0 {
-		return fmt.Errorf("%d of %d requests completed, %d of %d queries answered", live.Result.Completed, len(o.Requests), live.Answered, live.Queries)
+	// queries are reported, and fail the run only when none was answered, at either stage.
+	if live.Result.Completed != len(o.Requests) || live.Answered == 0 || live.Workers.Answered == 0 {
+		return fmt.Errorf("%d of %d requests completed, %d of %d queries answered, %d of %d worker-stage queries answered",
+			live.Result.Completed, len(o.Requests), live.Answered, live.Queries, live.Workers.Answered, live.Workers.Queries)
 	}
 	return nil
 }
@@ -106,15 +108,23 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	}
 	defer closeQuery()
 
-	lv := &Live{Query: o.Query, Events: "direct", LoadStart: loadAverage()}
+	wquery, closeWorkers, err := r.workerQuery()
+	if err != nil {
+		return nil, err
+	}
+	defer closeWorkers()
+
+	lv := &Live{Query: o.Query, Events: "direct", LoadStart: loadAverage(), Workers: &WorkerStage{Query: WorkerQueryHTTP}}
 	if o.ViaBridge {
 		lv.Events = "bridge"
 	}
 	pr := newProber(r, o.VisibleTimeout)
+	wpr := newWorkerProber(r, o.VisibleTimeout)
 	probeCtx, stopProbe := context.WithCancel(ctx)
-	probeDone := make(chan struct{})
-	go func() { defer close(probeDone); pr.run(probeCtx) }()
-	defer func() { stopProbe(); <-probeDone }()
+	probeDone := make(chan struct{}, 2)
+	go func() { defer func() { probeDone <- struct{}{} }(); pr.run(probeCtx) }()
+	go func() { defer func() { probeDone <- struct{}{} }(); wpr.run(probeCtx) }()
+	defer func() { stopProbe(); <-probeDone; <-probeDone }()
 
 	// Connect the router's clients before the clock starts: the first queries of a client pay
 	// for its metadata and connections, which would put the whole replay behind its clock.
@@ -128,7 +138,7 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 			return nil, ctx.Err()
 		}
 	}
-	em := &emitter{r: r, prod: prod, pr: pr}
+	em := &emitter{r: r, prod: prod, pr: pr, wpr: wpr}
 	if o.ViaBridge {
 		bs, err := r.startBridges(ctx)
 		if err != nil {
@@ -141,7 +151,7 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 		}()
 		em.bs = bs
 	}
-	pol := &ckfPolicy{r: r, query: query, pr: pr, lv: lv, ctx: ctx}
+	pol := &ckfPolicy{r: r, query: query, wquery: wquery, pr: pr, wpr: wpr, lv: lv, ctx: ctx}
 	fleet, err := eval.NewFleet(o.Fleet, pol)
 	if err != nil {
 		return nil, err
@@ -165,19 +175,21 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	}
 	warmed := func() error {
 		// The warm start's blocks are published like any other; the replay starts once the
-		// index shows them all.
+		// index and the worker stage show them all.
 		deadline := time.Now().Add(o.ReadyTimeout)
-		for pr.pendingCount() > 0 {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("the warm start's %d stores are not visible after %v", pr.pendingCount(), o.ReadyTimeout)
+		for _, p := range []*prober{pr, wpr} {
+			for p.pendingCount() > 0 {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("the warm start's %d stores are not visible after %v", p.pendingCount(), o.ReadyTimeout)
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-p.changed():
+				}
 			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-pr.changed():
-			}
+			p.reset()
 		}
-		pr.reset()
 		return nil
 	}
 	t0 := time.Now()
@@ -197,12 +209,14 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	}
 	// Let the last events become visible (or time out) before reading the prober.
 	deadline := time.Now().Add(o.VisibleTimeout + time.Second)
-	for pr.pendingCount() > 0 && time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-pr.changed():
-		case <-time.After(100 * time.Millisecond):
+	for _, p := range []*prober{pr, wpr} {
+		for p.pendingCount() > 0 && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-p.changed():
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
 	res.Policy = eval.PolicyCKF
@@ -214,8 +228,18 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	lv.LateP99Ms, lv.LateMaxMs = 1000*eval.Quantile(late, 0.99), 1000*late[len(late)-1]
 	slices.Sort(lv.queryLat)
 	lv.QueryP50Ms, lv.QueryP99Ms = 1000*eval.Quantile(lv.queryLat, 0.5), 1000*eval.Quantile(lv.queryLat, 0.99)
-	pr.summarise(lv)
+	vis := pr.summarise()
+	lv.VisibleEvents, lv.NotSeen, lv.RemovedBeforeSeen, lv.StillPending = vis.Events, vis.NotSeen, vis.RemovedBeforeSeen, vis.StillPending
+	lv.VisibleP50Ms, lv.VisibleP99Ms, lv.VisibleMaxMs, lv.VisibleCDFMs = vis.P50Ms, vis.P99Ms, vis.MaxMs, vis.CDFMs
 	lv.MaxLagRecords = pr.maxLag.Load()
+	ws := lv.Workers
+	ws.Visible, ws.MaxLagRecords = wpr.summarise(), wpr.maxLag.Load()
+	slices.Sort(ws.queryLat)
+	ws.QueryP50Ms, ws.QueryP99Ms = 1000*eval.Quantile(ws.queryLat, 0.5), 1000*eval.Quantile(ws.queryLat, 0.99)
+	if ts := res.TwoStage; ts != nil && ts.Requests > 0 {
+		ws.Requests, ws.SameDC, ws.SameWorker = ts.Requests, ts.SameDC, ts.SameWorker
+		ws.SameDCShare, ws.SameWorkerShare = float64(ts.SameDC)/float64(ts.Requests), float64(ts.SameWorker)/float64(ts.Requests)
+	}
 	lv.LoadEnd = loadAverage()
 	return lv, nil
 }
@@ -253,6 +277,7 @@ type emitter struct {
 	prod     *kgo.Client
 	bs       *bridges // --via-bridge: events go to the engines' sockets instead
 	pr       *prober
+	wpr      *prober // the worker stage's
 	buf      []byte
 	produced atomic.Uint64
 	failed   atomic.Uint64
@@ -298,8 +323,8 @@ func (e *emitter) emit(ev *eval.KVEvent) {
 	})
 }
 
-// track registers the stores that change what their DC holds with the prober, and the
-// removals that empty a block from its DC.
+// track registers the stores that change what their DC holds with the indexer's prober, and the
+// removals that empty a block from its DC; and every store and removal with the worker stage's.
 func (e *emitter) track(ev *eval.KVEvent, now time.Time) {
 	switch {
 	case ev.Kind == eval.KVStored && len(ev.DCChange) > 0:
@@ -307,18 +332,29 @@ func (e *emitter) track(ev *eval.KVEvent, now time.Time) {
 	case ev.Kind == eval.KVRemoved && len(ev.DCChange) > 0:
 		e.pr.removed(ev.DC, ev.DCChange, now)
 	}
+	unit := ev.DC*e.r.opts.Fleet.Workers + ev.Worker
+	switch {
+	case ev.Kind == eval.KVStored && len(ev.Keys) > 0:
+		e.wpr.addStore(unit, ev.Chain, ev.Keys, now)
+	case ev.Kind == eval.KVRemoved && len(ev.Keys) > 0:
+		e.wpr.removed(unit, ev.Keys, now)
+	}
 }
 
 // ckfPolicy is the ckf router: it asks the indexer for every DC's cached depth and places the
-// request by eval.Config.Cost on the answer and the DCs' loads. It also measures the answer
-// against the exact state of the fleet (v.Depth) at query time.
+// request by eval.Config.Cost on the answer and the DCs' loads; then it asks the chosen DC's
+// worker stage for every worker's device depth and picks the worker by the fleet's worker rule
+// (eval.Config.WorkerChoice) on that answer and the workers' loads. It also measures both
+// answers against the exact state of the fleet at query time.
 type ckfPolicy struct {
-	r     *replay
-	query loadgen.QueryFunc
-	pr    *prober
-	lv    *Live
-	ctx   context.Context
-	n     int
+	r      *replay
+	query  loadgen.QueryFunc
+	wquery workerQueryFunc
+	pr     *prober
+	wpr    *prober
+	lv     *Live
+	ctx    context.Context
+	n      int
 }
 
 func (p *ckfPolicy) Name() string { return eval.PolicyCKF }
@@ -330,7 +366,7 @@ func (p *ckfPolicy) Choose(v *eval.View, rng *rand.Rand) int {
 	lv.Queries++
 	// Which of the request's blocks are stored but not yet seen in the index, per DC, before
 	// asking: an under-report at such a block is explained by visibility.
-	pending := p.pr.pendingPositions(v.Keys, v.Depth)
+	pending := p.pr.pendingPositions(0, v.Keys, v.Depth)
 	req := schemas.QueryRequest{CorrelationID: "replay-" + strconv.Itoa(p.n), Input: schemas.InputLocalBlockHashes,
 		Hashes: schemas.AppendU64s(nil, v.Locals)}
 	qctx, cancel := context.WithTimeout(p.ctx, p.r.opts.QueryTimeout)
@@ -398,59 +434,152 @@ func (p *ckfPolicy) Choose(v *eval.View, rng *rand.Rand) int {
 	return dc
 }
 
-// prober measures event-to-visible latency: for each store that made blocks resident in a DC
-// (the DC held none of them before), it asks the indexer's answerer in process, every
-// millisecond, for the store's whole chain on the DC's lane, until the answer covers it. The
-// latency runs from the engine's event (when the replay produced it) to the first such answer.
+// ChooseWorker asks the worker stage of the chosen DC for its sources' device depths and picks
+// the worker as exact knowledge does (eval.Config.WorkerChoice: the same load term and tie
+// breaks), on the answer instead of the fleet's state. A failed query places the request by load
+// alone (every depth 0) and is counted.
+func (p *ckfPolicy) ChooseWorker(v *eval.View, wv *eval.WorkerView, rng *rand.Rand) int {
+	ws := p.lv.Workers
+	ws.Queries++
+	nw := len(wv.Out)
+	pending := p.wpr.pendingPositions(wv.DC*nw, v.Keys, wv.Depth)
+	qctx, cancel := context.WithTimeout(p.ctx, p.r.opts.QueryTimeout)
+	t0 := time.Now()
+	resp, err := p.wquery(qctx, wv.DC, v.Locals)
+	ws.queryLat = append(ws.queryLat, time.Since(t0).Seconds())
+	cancel()
+	depth := make([]int, nw)
+	switch {
+	case err != nil:
+		ws.QueryErrors++
+		ws.FallBacks++
+		if ws.FirstError == "" {
+			ws.FirstError = err.Error()
+		}
+	case resp.Status != workerapi.StatusOK:
+		ws.Unavailable++
+		ws.FallBacks++
+		if ws.FirstError == "" {
+			ws.FirstError = resp.Status + ": " + resp.Error
+		}
+	default:
+		ws.Answered++
+		for _, s := range resp.Sources {
+			if d, w, ok := workerOf(s.WorkerID); ok && d == wv.DC && w < nw && s.DpRank == 0 {
+				depth[w] = int(s.Device)
+			} else {
+				ws.ForeignSources++
+			}
+		}
+		now := time.Now()
+		for w := range depth {
+			ws.Compared++
+			e, got := wv.Depth[w], depth[w]
+			switch {
+			case got < e:
+				ws.UnderReports++
+				if pending[w] != nil && pending[w][got] {
+					ws.UnderExplained++
+				}
+			case got > e:
+				ws.OverReports++
+				if e < len(v.Keys) && p.wpr.recentlyRemoved(wv.DC*nw+w, v.Keys[e], now) {
+					ws.OverExplained++
+				}
+			default:
+				ws.Exact++
+			}
+		}
+	}
+	return p.r.opts.Fleet.WorkerChoice(v.Req.InputTokens, depth, wv.Out, rng)
+}
+
+// prober measures event-to-visible latency: for each store it tracks, it asks a read model in
+// process, every millisecond, whether the store's whole chain shows, until it does. The latency
+// runs from the engine's event (when the replay produced it) to the first such answer. A prober
+// tracks stores per unit: the indexer's (newProber) per DC, for the stores that made blocks
+// resident in their DC (the DC held none of them before), asking the answerer for the chain on
+// the DC's lane; the worker stage's (newWorkerProber) per worker, for every store, asking the
+// DC's replica for the worker's device depth.
 type prober struct {
-	r       *replay
 	timeout time.Duration
-	ans     *query.Answerer
+	// probe reports whether s shows; called from run's goroutine only.
+	probe func(s *pstore) bool
+	// lag returns the read model's largest lag in records; sampled each second.
+	lag func() int64
 
 	mu      sync.Mutex
 	pending map[*pstore]struct{}
-	byKey   []map[uint64][]*pstore // per DC: the pending stores that made each key resident
-	removal []map[uint64]time.Time // per DC: when each key was last removed from the DC
+	byKey   []map[uint64][]*pstore // per unit: the pending stores that made each key resident
+	removal []map[uint64]time.Time // per unit: when each key was last removed from the unit
 	lat     []float64              // seconds
 	notSeen int                    // timed out
-	gone    int                    // removed from the DC before they were seen
+	gone    int                    // removed from the unit before they were seen
 	wake    chan struct{}
 	maxLag  atomic.Int64
 }
 
 type pstore struct {
-	dc    int
+	unit  int
 	chain []uint64
 	keys  []uint64
 	at    time.Time
 }
 
-func newProber(r *replay, timeout time.Duration) *prober {
-	p := &prober{r: r, timeout: timeout, ans: r.ix.Answerer(), pending: map[*pstore]struct{}{}, wake: make(chan struct{})}
-	for range r.dcs {
+func newProberOf(units int, timeout time.Duration, probe func(*pstore) bool, lag func() int64) *prober {
+	p := &prober{timeout: timeout, probe: probe, lag: lag, pending: map[*pstore]struct{}{}, wake: make(chan struct{})}
+	for range units {
 		p.byKey = append(p.byKey, map[uint64][]*pstore{})
 		p.removal = append(p.removal, map[uint64]time.Time{})
 	}
 	return p
 }
 
-func (p *prober) addStore(dc int, chain, keys []uint64, at time.Time) {
-	s := &pstore{dc: dc, chain: slices.Clone(chain), keys: slices.Clone(keys), at: at}
+// newProber is the indexer's prober: a unit is a DC (= lane).
+func newProber(r *replay, timeout time.Duration) *prober {
+	ans := r.ix.Answerer()
+	var sc query.QueryScratch
+	probe := func(s *pstore) bool {
+		req := schemas.QueryRequest{CorrelationID: "probe", Input: schemas.InputLocalBlockHashes,
+			Hashes: schemas.AppendU64s(nil, s.chain), LaneMask: schemas.Some(uint16(1) << s.unit)}
+		reply := ans.Answer(&req, &sc)
+		if reply.Status == schemas.QueryOK {
+			for _, l := range reply.Lanes {
+				if int(l.Lane) == s.unit && int(l.Depth) >= len(s.chain) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	lag := func() int64 {
+		var most int64
+		for _, l := range r.ix.API().View().Lanes {
+			most = max(most, int64(l.LagRecords))
+		}
+		return most
+	}
+	return newProberOf(len(r.dcs), timeout, probe, lag)
+}
+
+func (p *prober) addStore(unit int, chain, keys []uint64, at time.Time) {
+	s := &pstore{unit: unit, chain: slices.Clone(chain), keys: slices.Clone(keys), at: at}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pending[s] = struct{}{}
 	for _, k := range s.keys {
-		p.byKey[dc][k] = append(p.byKey[dc][k], s)
+		p.byKey[unit][k] = append(p.byKey[unit][k], s)
 	}
 }
 
-// removed notes keys that left DC dc: pending stores that made them resident will never be seen.
-func (p *prober) removed(dc int, keys []uint64, at time.Time) {
+// removed notes keys that left unit u: pending stores that made them resident will never be
+// seen.
+func (p *prober) removed(u int, keys []uint64, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, k := range keys {
-		p.removal[dc][k] = at
-		for _, s := range p.byKey[dc][k] {
+		p.removal[u][k] = at
+		for _, s := range p.byKey[u][k] {
 			if _, ok := p.pending[s]; ok {
 				p.gone++
 				p.drop(s)
@@ -463,32 +592,32 @@ func (p *prober) removed(dc int, keys []uint64, at time.Time) {
 func (p *prober) drop(s *pstore) {
 	delete(p.pending, s)
 	for _, k := range s.keys {
-		list := p.byKey[s.dc][k]
+		list := p.byKey[s.unit][k]
 		list = slices.DeleteFunc(list, func(x *pstore) bool { return x == s })
 		if len(list) == 0 {
-			delete(p.byKey[s.dc], k)
+			delete(p.byKey[s.unit], k)
 		} else {
-			p.byKey[s.dc][k] = list
+			p.byKey[s.unit][k] = list
 		}
 	}
 }
 
-func (p *prober) recentlyRemoved(dc int, key uint64, now time.Time) bool {
+func (p *prober) recentlyRemoved(u int, key uint64, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	at, ok := p.removal[dc][key]
+	at, ok := p.removal[u][key]
 	return ok && now.Sub(at) <= time.Second
 }
 
-// pendingPositions returns, per DC, which positions of keys below the DC's exact depth hold a
-// block whose store is not yet seen (nil for a DC without one).
-func (p *prober) pendingPositions(keys []uint64, depth []int) [][]bool {
+// pendingPositions returns, per unit first+i, which positions of keys below the unit's exact
+// depth (depth[i]) hold a block whose store is not yet seen (nil for a unit without one).
+func (p *prober) pendingPositions(first int, keys []uint64, depth []int) [][]bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([][]bool, len(depth))
 	for d, e := range depth {
 		for i := 0; i < e; i++ {
-			if len(p.byKey[d][keys[i]]) > 0 {
+			if len(p.byKey[first+d][keys[i]]) > 0 {
 				if out[d] == nil {
 					out[d] = make([]bool, len(keys))
 				}
@@ -520,7 +649,6 @@ func (p *prober) reset() {
 }
 
 func (p *prober) run(ctx context.Context) {
-	var sc query.QueryScratch
 	var batch []*pstore
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -540,19 +668,8 @@ func (p *prober) run(ctx context.Context) {
 		var seen, expired []*pstore
 		now := time.Now()
 		for _, s := range batch {
-			req := schemas.QueryRequest{CorrelationID: "probe", Input: schemas.InputLocalBlockHashes,
-				Hashes: schemas.AppendU64s(nil, s.chain), LaneMask: schemas.Some(uint16(1) << s.dc)}
-			reply := p.ans.Answer(&req, &sc)
-			ok := false
-			if reply.Status == schemas.QueryOK {
-				for _, l := range reply.Lanes {
-					if int(l.Lane) == s.dc && int(l.Depth) >= len(s.chain) {
-						ok = true
-					}
-				}
-			}
 			switch {
-			case ok:
+			case p.probe(s):
 				seen = append(seen, s)
 			case now.Sub(s.at) > p.timeout:
 				expired = append(expired, s)
@@ -578,30 +695,43 @@ func (p *prober) run(ctx context.Context) {
 		}
 		if now.Sub(lastLag) >= time.Second {
 			lastLag = now
-			for _, l := range p.r.ix.API().View().Lanes {
-				if int64(l.LagRecords) > p.maxLag.Load() {
-					p.maxLag.Store(int64(l.LagRecords))
-				}
+			if l := p.lag(); l > p.maxLag.Load() {
+				p.maxLag.Store(l)
 			}
 		}
 	}
 }
 
-// summarise fills lv's visibility figures.
-func (p *prober) summarise(lv *Live) {
+// Visibility is a prober's event-to-visible figures.
+type Visibility struct {
+	// Events were seen; NotSeen timed out; RemovedBeforeSeen left their unit first;
+	// StillPending were unresolved at the end.
+	Events            int       `json:"visible_events"`
+	NotSeen           int       `json:"not_seen"`
+	RemovedBeforeSeen int       `json:"removed_before_seen"`
+	StillPending      int       `json:"still_pending"`
+	P50Ms             float64   `json:"visible_p50_ms"`
+	P99Ms             float64   `json:"visible_p99_ms"`
+	MaxMs             float64   `json:"visible_max_ms"`
+	CDFMs             []float64 `json:"visible_cdf_ms"`
+}
+
+// summarise returns the prober's visibility figures.
+func (p *prober) summarise() Visibility {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	lat := slices.Clone(p.lat)
 	slices.Sort(lat)
-	lv.VisibleEvents, lv.NotSeen, lv.RemovedBeforeSeen, lv.StillPending = len(lat), p.notSeen, p.gone, len(p.pending)
+	v := Visibility{Events: len(lat), NotSeen: p.notSeen, RemovedBeforeSeen: p.gone, StillPending: len(p.pending)}
 	if len(lat) > 0 {
-		lv.VisibleP50Ms = 1000 * eval.Quantile(lat, 0.5)
-		lv.VisibleP99Ms = 1000 * eval.Quantile(lat, 0.99)
-		lv.VisibleMaxMs = 1000 * lat[len(lat)-1]
+		v.P50Ms = 1000 * eval.Quantile(lat, 0.5)
+		v.P99Ms = 1000 * eval.Quantile(lat, 0.99)
+		v.MaxMs = 1000 * lat[len(lat)-1]
 	}
 	// The CDF: at most 1,000 points.
 	step := max(1, len(lat)/1000)
 	for i := 0; i < len(lat); i += step {
-		lv.VisibleCDFMs = append(lv.VisibleCDFMs, 1000*lat[i])
+		v.CDFMs = append(v.CDFMs, 1000*lat[i])
 	}
+	return v
 }

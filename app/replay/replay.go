@@ -2,13 +2,15 @@
 // whole system. One simulated fleet (D DCs × W workers with finite KV caches) runs in real time
 // under the ckf policy: its engines' KV events go as Avro KvEvent records onto each DC's KV-events
 // topic, keyed by worker id as real producers key them, through one relay per DC and the lanes
-// into the indexer, and its router asks the indexer (over Kafka or HTTP) before placing each
-// request. Every other policy (the two oracles, load, round-robin, random, and the ckf rule on an
-// index with an injected visibility delay) replays the same requests in simulated time. The run
-// ends with a report: printed, and with Options.OutDir as report.json (tools/evalplots draws the
-// plots from it).
+// into the indexer, and its router asks the indexer (over Kafka or HTTP) for the DC before
+// placing each request, then the DC's worker stage (one replica per DC beside the relays, over
+// HTTP) for the worker inside it: two-stage routing from the one stream. Every other policy (the
+// two oracles, load, round-robin, random, and the ckf rule on an index with an injected
+// visibility delay) replays the same requests in simulated time, choosing the worker inside the
+// DC by the DC's exact knowledge. The run ends with a report: printed, and with Options.OutDir as
+// report.json (tools/evalplots draws the plots from it).
 //
-// Like app/demo, it runs relays, the indexer and the driver in one process, on the embedded
+// Like app/demo, it runs relays, the worker stages, the indexer and the driver in one process, on the embedded
 // broker when no Kafka cluster is configured. docs/EVALUATION.md describes the method.
 package replay
 
@@ -28,6 +30,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/eval"
 	"github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
+	streamworkers "github.com/ckf-stream/ckf-stream/streams/workers"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/uber-go/tally/v4"
 	"go.uber.org/fx"
@@ -152,9 +155,10 @@ func Configure(cfg *config.Config, o Options) {
 	cfg.Relay.ExpectedBlocks, cfg.Relay.Seed = n, cfg.Indexer.Seed
 }
 
-// Module returns the replay's components for app.New: the indexer, one relay per lane, and the
-// driver that replays the trace, reports and stops the application (exit status 0 when every
-// request was answered and placed, 1 otherwise). cfg is the configuration after Configure.
+// Module returns the replay's components for app.New: the indexer, one relay and one
+// worker-stage replica per lane, and the driver that replays the trace, reports and stops the
+// application (exit status 0 when every request was placed and both stages answered some of
+// their queries, 1 otherwise). cfg is the configuration after Configure.
 func Module(cfg config.Config, o Options) fx.Option {
 	if err := o.Validate(); err != nil {
 		return fx.Error(fmt.Errorf("replay: %w", err))
@@ -163,6 +167,7 @@ func Module(cfg config.Config, o Options) fx.Option {
 	return fx.Module("replay",
 		fx.Provide(indexer.Provide),
 		fx.Invoke(r.wireRelays),
+		fx.Invoke(r.wireWorkers),
 		fx.Invoke(func(lc fx.Lifecycle, ix *indexer.Indexer) {
 			r.ix = ix
 			driver := r.driver()
@@ -176,13 +181,14 @@ type replay struct {
 	opts Options
 	out  io.Writer
 
-	conn   *kafka.Connection
-	log    *zap.Logger
-	sd     fx.Shutdowner
-	ix     *indexer.Indexer
-	codec  *schemas.Codec
-	relays []*relay.LaneRelay
-	dcs    []uint64 // DC ids by DC index (= lane)
+	conn    *kafka.Connection
+	log     *zap.Logger
+	sd      fx.Shutdowner
+	ix      *indexer.Indexer
+	codec   *schemas.Codec
+	relays  []*relay.LaneRelay
+	workers []*streamworkers.Replica // the worker stage: one replica per DC, by DC index
+	dcs     []uint64                 // DC ids by DC index (= lane)
 }
 
 func (r *replay) kvTopic(dc uint64) string { return loadgen.KVTopic(r.cfg.Topics.KVEvents, dc) }
@@ -248,11 +254,15 @@ func (r *replay) driver() *lifecycle.Group {
 	return lifecycle.Driver("replay", "the driver", r.out, r.drive, func(code int) { _ = r.sd.Shutdown(fx.ExitCode(code)) })
 }
 
-// ready waits for every relay's start-up snapshot and every lane of the indexer.
+// ready waits for every relay's start-up snapshot, every lane of the indexer and every DC's
+// worker stage.
 func (r *replay) ready(ctx context.Context) error {
 	t0 := time.Now()
 	if err := relay.AwaitStarted(ctx, r.relays, t0, r.opts.ReadyTimeout); err != nil {
 		return err
 	}
-	return r.ix.AwaitReady(ctx, t0, r.opts.ReadyTimeout)
+	if err := r.ix.AwaitReady(ctx, t0, r.opts.ReadyTimeout); err != nil {
+		return err
+	}
+	return r.workersReady(ctx, t0)
 }

@@ -77,12 +77,40 @@ func runReplay(t *testing.T, o replay.Options) *replay.Report {
 	return rep
 }
 
+// checkTwoStage checks the live run's second stage: every request asked the chosen DC's worker
+// stage and got an answer, no answer named a worker of another DC, every under-report of a
+// worker's depth is explained by a store not yet visible in the worker stage, every store of a
+// worker became visible there, and the worker choices (and DC choices) equal exact knowledge's
+// on at least 99 % of the requests.
+func checkTwoStage(t *testing.T, rep *replay.Report) {
+	t.Helper()
+	lv := rep.Live
+	ws := lv.Workers
+	if ws == nil {
+		t.Fatal("no worker stage in the report")
+	}
+	if ws.Queries != rep.Requests || ws.Answered != ws.Queries || ws.FallBacks != 0 || ws.ForeignSources != 0 {
+		t.Errorf("worker stage: %d requests, %d queries, %d answered, %d placed by load alone, %d foreign sources (%s)",
+			rep.Requests, ws.Queries, ws.Answered, ws.FallBacks, ws.ForeignSources, ws.FirstError)
+	}
+	if un := ws.UnderReports - ws.UnderExplained; un != 0 {
+		t.Errorf("worker stage: %d under-reports not explained by visibility", un)
+	}
+	if ws.Visible.Events == 0 || ws.Visible.NotSeen != 0 {
+		t.Errorf("worker stage event to visible: %d seen, %d never", ws.Visible.Events, ws.Visible.NotSeen)
+	}
+	if ws.Requests != rep.Requests || ws.SameWorker < rep.Requests*99/100 || ws.SameDC < rep.Requests*99/100 {
+		t.Errorf("two-stage agreement with exact knowledge over %d requests: DC %d, worker %d (want >= 99%%)", ws.Requests, ws.SameDC, ws.SameWorker)
+	}
+}
+
 // TestReplayInvariants replays five minutes of the conversation trace, 30 times compressed,
 // through the real pipeline on the embedded broker, and checks the invariants of the issue:
 // ckf's hit rate is at least load's and random's and at most the best oracle's (with the
-// oracles' seed-to-seed spread); every request is answered; every under-report is explained by
-// an event not yet visible; and where every answer was exact, ckf made the same-seed cost
-// oracle's every choice.
+// oracles' seed-to-seed spread); every request is answered at both stages; every under-report
+// is explained by an event not yet visible; where every answer was exact (the indexer's and the
+// worker stage's), the two-stage ckf run made the same-seed cost oracle's every choice; and the
+// two-stage run agrees with exact knowledge (checkTwoStage).
 func TestReplayInvariants(t *testing.T) {
 	rep := runReplay(t, options(t, 10*time.Minute, 5*time.Minute))
 	lv := rep.Live
@@ -108,9 +136,10 @@ func TestReplayInvariants(t *testing.T) {
 		t.Errorf("%d requests, %d queries, %d answered, %d placed without an answer", rep.Requests, lv.Queries, lv.Answered, lv.FallBacks)
 	}
 	// Exact answers throughout: the live run must have made the cost oracle's every choice.
-	if lv.Exact == lv.Compared && !rep.SameAsCostOracle {
+	if lv.Exact == lv.Compared && lv.Workers.Exact == lv.Workers.Compared && !rep.SameAsCostOracle {
 		t.Errorf("every answer exact, yet ckf's %d hit blocks differ from the same-seed cost oracle's", lv.Result.HitBlocks)
 	}
+	checkTwoStage(t, rep)
 	if lv.Result.Completed != rep.Requests {
 		t.Errorf("%d of %d requests completed", lv.Result.Completed, rep.Requests)
 	}
@@ -127,8 +156,8 @@ func TestReplayInvariants(t *testing.T) {
 
 // TestReplayViaBridge replays two minutes of the trace, 30 times compressed in time, with the
 // engines' KV events through processor bridge's path (vLLM's ZeroMQ protocol, one bridge per
-// worker): every query answered, every store seen, no unexplained under-report, and with exact
-// answers the cost oracle's choices.
+// worker): every query answered, every store seen, no unexplained under-report, with exact
+// answers the cost oracle's choices, and the two-stage run's agreement (checkTwoStage).
 func TestReplayViaBridge(t *testing.T) {
 	o := options(t, 10*time.Minute, 2*time.Minute)
 	o.ViaBridge, o.Seeds = true, 1
@@ -146,7 +175,8 @@ func TestReplayViaBridge(t *testing.T) {
 	if un := lv.UnderReports - lv.UnderExplained; un != 0 {
 		t.Errorf("%d under-reports not explained by visibility", un)
 	}
-	if lv.Exact == lv.Compared && !rep.SameAsCostOracle {
+	if lv.Exact == lv.Compared && lv.Workers.Exact == lv.Workers.Compared && !rep.SameAsCostOracle {
 		t.Errorf("every answer exact, yet ckf's %d hit blocks differ from the same-seed cost oracle's", lv.Result.HitBlocks)
 	}
+	checkTwoStage(t, rep)
 }

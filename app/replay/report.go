@@ -76,6 +76,54 @@ type Live struct {
 	// EventsProduced KV events; EventErrors failed to encode or produce.
 	EventsProduced uint64 `json:"events_produced"`
 	EventErrors    uint64 `json:"event_errors"`
+	// Workers is the second stage: the worker stage's answers and how the worker choices made
+	// on them compare with exact knowledge's.
+	Workers *WorkerStage `json:"worker_stage"`
+
+	queryLat []float64
+}
+
+// WorkerStage is the live run's second stage: the ckf router asks the chosen DC's worker-stage
+// replica for every worker's device depth and picks the worker on the answer.
+type WorkerStage struct {
+	// Query is the router's path to the worker stage ("http": POST /v1/worker-matches).
+	Query string `json:"query"`
+	// Queries were asked (one per request); Answered got an OK answer; QueryErrors got none;
+	// Unavailable got an UNAVAILABLE answer; FallBacks were placed by load alone (every depth 0).
+	Queries     int    `json:"queries"`
+	Answered    int    `json:"answered"`
+	QueryErrors int    `json:"query_errors"`
+	Unavailable int    `json:"unavailable"`
+	FallBacks   int    `json:"fallbacks"`
+	FirstError  string `json:"first_error,omitempty"`
+	// ForeignSources are answered sources that are not a worker of the DC asked (none expected).
+	ForeignSources int     `json:"foreign_sources"`
+	QueryP50Ms     float64 `json:"query_p50_ms"`
+	QueryP99Ms     float64 `json:"query_p99_ms"`
+	// Compared counts (answer, worker) pairs compared with the worker's exact cached prefix at
+	// query time: Exact equal, UnderReports shallower (UnderExplained of them at a block whose
+	// store on that worker was not yet visible in the worker stage), OverReports deeper
+	// (OverExplained at a block the worker removed within the last second).
+	Compared       int `json:"compared"`
+	Exact          int `json:"exact"`
+	UnderReports   int `json:"under_reports"`
+	UnderExplained int `json:"under_explained_by_visibility"`
+	OverReports    int `json:"over_reports"`
+	OverExplained  int `json:"over_explained_by_recent_removal"`
+	// Agreement with exact knowledge, with the same random draws (eval.TwoStage): of Requests,
+	// SameDC went to the DC the ckf rule picks on the exact depths (the cost oracle's choice),
+	// SameWorker to the worker the exact-knowledge worker rule picks inside the DC chosen.
+	Requests        int     `json:"requests"`
+	SameDC          int     `json:"same_dc"`
+	SameWorker      int     `json:"same_worker"`
+	SameDCShare     float64 `json:"same_dc_share"`
+	SameWorkerShare float64 `json:"same_worker_share"`
+	// Visible is the worker stage's event-to-visible latency: every store of a worker, from the
+	// engine's event to the first answer of the DC's replica (asked in process, every
+	// millisecond) whose device depth for that worker covers the store's whole chain.
+	Visible Visibility `json:"visible"`
+	// MaxLagRecords is the largest replica lag (records) sampled each second.
+	MaxLagRecords int64 `json:"max_lag_records"`
 
 	queryLat []float64
 }
@@ -259,7 +307,10 @@ func (rep *Report) print(w io.Writer) {
 		rep.Trace, rep.Requests, rep.Compress, rep.Speedup, rep.Fleet.DCs, rep.Fleet.Workers, rep.Fleet.CacheBlocks)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tstart\tseeds\thit rate\tspread\tprefill tokens\tTTFT mean s\tTTFT p99 s\timbalance\tutilisation\t")
-	for _, r := range rep.Rows {
+	for i, r := range rep.Rows {
+		if rep.Live != nil && i == len(rep.Rows)-1 {
+			r.Policy = "ckf live, two-stage"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%.4f\t%.1f%%\t%.0f\t%.3f\t%.3f\t%.2f\t%.3f\t\n", r.Policy, r.Start, r.Seeds, r.HitRate, 100*r.Spread,
 			r.PrefillTokens, r.TTFTMean, r.TTFTP99, r.Imbalance, r.Utilisation)
 	}
@@ -283,6 +334,17 @@ func (rep *Report) print(w io.Writer) {
 		lv.Decisions, lv.AgreeCostOracle, pct(lv.AgreeCostOracle, lv.Decisions), lv.AsDeepAsDepthOracle, pct(lv.AsDeepAsDepthOracle, lv.Decisions))
 	fmt.Fprintf(w, "event to visible (engine event -> first answer covering it): p50 %.2f ms, p99 %.2f ms, max %.2f ms over %d stores (%d never seen, %d removed first, %d pending)\n",
 		lv.VisibleP50Ms, lv.VisibleP99Ms, lv.VisibleMaxMs, lv.VisibleEvents, lv.NotSeen, lv.RemovedBeforeSeen, lv.StillPending)
+	if ws := lv.Workers; ws != nil {
+		fmt.Fprintf(w, "worker stage queries over %s: %d asked, %d answered, %d errors, %d unavailable; latency p50 %.2f ms, p99 %.2f ms\n",
+			ws.Query, ws.Queries, ws.Answered, ws.QueryErrors, ws.Unavailable, ws.QueryP50Ms, ws.QueryP99Ms)
+		fmt.Fprintf(w, "worker stage accuracy (per worker per answer, against the exact state at query time): %d compared, %d exact, %d under-reports (%d explained by events not yet visible, %d not), %d over-reports (%d at a block removed within 1 s)\n",
+			ws.Compared, ws.Exact, ws.UnderReports, ws.UnderExplained, ws.UnderReports-ws.UnderExplained, ws.OverReports, ws.OverExplained)
+		fmt.Fprintf(w, "two-stage agreement with exact knowledge (same draws): DC %d of %d (%.2f%%), worker given the DC %d of %d (%.2f%%)\n",
+			ws.SameDC, ws.Requests, 100*ws.SameDCShare, ws.SameWorker, ws.Requests, 100*ws.SameWorkerShare)
+		v := ws.Visible
+		fmt.Fprintf(w, "worker stage event to visible (engine event -> first replica answer covering it on its worker): p50 %.2f ms, p99 %.2f ms, max %.2f ms over %d stores (%d never seen, %d removed first, %d pending); max replica lag %d records\n",
+			v.P50Ms, v.P99Ms, v.MaxMs, v.Events, v.NotSeen, v.RemovedBeforeSeen, v.StillPending, ws.MaxLagRecords)
+	}
 	fmt.Fprintf(w, "machine: %d CPUs; load average %s at the start, %s at the end\n", rep.CPUs, lv.LoadStart, lv.LoadEnd)
 	fmt.Fprintf(w, "pipeline: %d KV events produced (%d failed) in %.1f s (%.0f/s); max lane lag %d records; replay behind its clock p99 %.1f ms, max %.1f ms\n",
 		lv.EventsProduced, lv.EventErrors, lv.ElapsedSeconds, float64(lv.EventsProduced)/lv.ElapsedSeconds, lv.MaxLagRecords, lv.LateP99Ms, lv.LateMaxMs)
