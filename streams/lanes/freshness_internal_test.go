@@ -144,3 +144,24 @@ func TestIndexerSizeMismatchSaysWhatToChange(t *testing.T) {
 		t.Errorf("lane status: last fault %q at %v, faults %v; want the event's %q", st.LastFault, st.LastFaultTime, st.Faults, ev.Fault.Detail)
 	}
 }
+
+// TestRefusingLaneLags: a lane whose every snapshot is refused reads on (heartbeats, deltas it
+// cannot apply, more refused snapshots) but its answers do not move: its lag counts every record
+// since it started, where it once read 0 (it had read everything), and its age is never set.
+func TestRefusingLaneLags(t *testing.T) {
+	t.Parallel()
+	r := newLaneRigSized(t, 0, 65536, 4096, testConfig())
+	p := r.producer(1)
+	p.snapshot()
+	p.heartbeat()
+	p.snapshot()
+	r.drain()
+	r.l.checkFreshness(r.now, false)
+	st := r.status()
+	if st.Ready || st.LagRecords != int64(len(r.log)) || st.LagRecords == 0 {
+		t.Fatalf("refusing lane: ready %v, lag %d records, want not ready and %d (every record read)", st.Ready, st.LagRecords, len(r.log))
+	}
+	if at := r.ix.LaneAsOf(r.lane); at != 0 {
+		t.Errorf("refusing lane's as_of %d, want none", at)
+	}
+}

@@ -74,6 +74,11 @@ type laneState struct {
 
 	seekEpoch   uint64    // the feed epoch of the lane's latest seek: decoded runs of another are stale
 	applied     int64     // last offset processed (a data record or a transaction marker); -1 before any
+	// usable is the last offset applied while the lane was ready: what its answers reflect.
+	// Before the lane was first ready, the offset below where it started reading. A lane that
+	// reads records it cannot use (snapshots it refuses, deltas while it waits for one) keeps
+	// it, so its lag grows instead of reading 0 (checkFreshness).
+	usable int64
 	appliedTime time.Time // producer timestamp of the last data record processed
 	asOf        time.Time // the time up to which the lane reflects its DC's KV events (noteAsOf)
 	seeked      bool      // a seek was issued while processing the current batch: drop its rest
@@ -109,7 +114,7 @@ func newLane(ix *Indexer, num uint8, pool ckf.PoolID, in *index.LaneIngestor, sn
 	l := &lane{
 		ix: ix, num: num, bit: 1 << num, pool: pool, in: in,
 		log: ix.log.With(zap.Uint8("lane", num), zap.String("pool", pool.String())),
-		st:  laneState{applied: -1, snapStart: snapStart, faultAt: -1, waitAfter: -1, deadUpTo: -1},
+		st:  laneState{applied: -1, usable: max(snapStart, 0) - 1, snapStart: snapStart, faultAt: -1, waitAfter: -1, deadUpTo: -1},
 	}
 	l.stats.s = LaneStatus{Lane: num, Pool: pool.String(), AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: snapStart,
 		Faults: map[string]uint64{}}
@@ -187,6 +192,9 @@ func (l *lane) process(d *decodedRecord) {
 	}
 	l.st.applied = rec.Offset
 	if rec.Attrs.IsControl() {
+		if l.in.Ready() {
+			l.st.usable = rec.Offset
+		}
 		return // a transaction marker: it only moves the position (exact lag, design §3)
 	}
 	l.st.appliedTime = rec.Timestamp
@@ -228,10 +236,13 @@ func (l *lane) process(d *decodedRecord) {
 	case schemas.LaneDrainMarker:
 		l.onDrain(rec, id, lr.Drain.ExpectedSequence)
 	}
+	if !l.in.Ready() {
+		return
+	}
+	l.st.usable = rec.Offset
 	// The state the record brought the lane to is visible now; a snapshot's only with its last
 	// chunk, installed.
-	if id.Pool == l.pool && (lr.Kind != schemas.LaneSnapshotChunk ||
-		(lr.Snapshot.ChunkIndex+1 == lr.Snapshot.ChunkCount && l.in.Ready())) {
+	if id.Pool == l.pool && (lr.Kind != schemas.LaneSnapshotChunk || lr.Snapshot.ChunkIndex+1 == lr.Snapshot.ChunkCount) {
 		l.noteAsOf(lr.AsOf, rec.Timestamp)
 	}
 }

@@ -66,9 +66,17 @@ func (l *lane) capacityStatus() LaneCapacity {
 // mask. Progress events go out every ProgressInterval.
 func (l *lane) checkFreshness(now time.Time, force bool) {
 	lso := l.ix.feed.LastStableOffset(int32(l.num))
+	ready := l.in.Ready()
+	// A ready lane lags by what it has not read; one that is not ready, by everything since the
+	// last record it applied while ready (it may read on, refusing what it reads: its answers do
+	// not move).
+	pos := l.st.applied
+	if !ready {
+		pos = min(l.st.usable, l.st.applied)
+	}
 	lag := int64(0)
 	if lso >= 0 {
-		lag = max(lso-(l.st.applied+1), 0)
+		lag = max(lso-(pos+1), 0)
 	}
 	// The lane's age: since the time up to which it reflects its DC's KV events, which the relay
 	// stamps (a relay that stopped, or fell behind its input, ages its lane even while its
@@ -79,7 +87,6 @@ func (l *lane) checkFreshness(now time.Time, force bool) {
 	} else if !l.st.appliedTime.IsZero() {
 		age = max(now.Sub(l.st.appliedTime), 0)
 	}
-	ready := l.in.Ready()
 	pol := l.ix.cfg.Freshness
 	stale := ready && ((pol.MaxRecordLag > 0 && lag > pol.MaxRecordLag) || (pol.MaxTimeLag > 0 && age > pol.MaxTimeLag))
 	queue := l.ix.feed.Queue(int32(l.num))
