@@ -234,6 +234,13 @@ type Topics struct {
 	// no other process, so it is not a record type of the contract. Default
 	// "ckf-relay-checkpoints".
 	RelayCheckpoints string `yaml:"relay_checkpoints"`
+	// WorkerQueries carries worker-level match requests (WorkerQueryRequest) from routers to the
+	// worker stages; every DC's stage reads it in its own consumer group and answers the requests
+	// that select its DC. Default "ckf-worker-queries".
+	WorkerQueries string `yaml:"worker_queries"`
+	// WorkerQueryReplies carries the worker stages' replies (WorkerQueryReply), one per selected
+	// DC, keyed by correlation id. Default "ckf-worker-query-replies".
+	WorkerQueryReplies string `yaml:"worker_query_replies"`
 }
 
 // DefaultRegistryTimeout is SchemaRegistry.Timeout's default.
@@ -301,6 +308,10 @@ func (t *Topics) name(rt schemas.RecordType) *string {
 		return &t.DeadLetter
 	case schemas.TypeSnapshotIndex:
 		return &t.SnapshotIndex
+	case schemas.TypeWorkerQueryRequest:
+		return &t.WorkerQueries
+	case schemas.TypeWorkerQueryReply:
+		return &t.WorkerQueryReplies
 	}
 	return nil
 }

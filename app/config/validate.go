@@ -180,6 +180,7 @@ func (t Topics) validate(p *problems) {
 		{"topics.query_replies", t.QueryReplies}, {"topics.lane_events", t.LaneEvents},
 		{"topics.control", t.Control}, {"topics.dead_letter", t.DeadLetter},
 		{"topics.snapshot_index", t.SnapshotIndex},
+		{"topics.worker_queries", t.WorkerQueries}, {"topics.worker_query_replies", t.WorkerQueryReplies},
 	} {
 		switch {
 		case f.name == "" || f.name == "." || f.name == "..":
@@ -318,7 +319,7 @@ func (ix Indexer) validateReplyTopicPrefixes(t Topics, p *problems) {
 			{"topics.kv_events", t.KVEvents}, {"topics.lanes", t.Lanes}, {"topics.queries", t.Queries},
 			{"topics.lane_events", t.LaneEvents}, {"topics.control", t.Control},
 			{"topics.dead_letter", t.DeadLetter}, {"topics.snapshot_index", t.SnapshotIndex},
-			{"topics.relay_checkpoints", t.RelayCheckpoints},
+			{"topics.relay_checkpoints", t.RelayCheckpoints}, {"topics.worker_queries", t.WorkerQueries},
 		} {
 			if strings.HasPrefix(f.name, prefix) {
 				p.add(field, "%q would let a query reply into %s (%q)", prefix, f.field, f.name)

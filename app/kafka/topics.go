@@ -57,6 +57,9 @@ func TopicLayout(t config.Topics) []TopicSpec {
 		{Name: t.Lanes, Partitions: ckf.LaneCount, Configs: retention(LanesRetention)},
 		{Name: t.Queries, Partitions: 4, Configs: retention(ShortRetention)},
 		{Name: t.QueryReplies, Partitions: 4, Configs: retention(ShortRetention)},
+		// Every DC's worker stage reads every partition in its own group (streams/workers).
+		{Name: t.WorkerQueries, Partitions: 4, Configs: retention(ShortRetention)},
+		{Name: t.WorkerQueryReplies, Partitions: 4, Configs: retention(ShortRetention)},
 		{Name: t.LaneEvents, Partitions: ckf.LaneCount, Configs: retention(EventRetention)},
 		{Name: t.Control, Partitions: 1, Configs: retention(ShortRetention)},
 		{Name: t.DeadLetter, Partitions: 1, Configs: retention(EventRetention)},
