@@ -33,7 +33,7 @@ const Path = "/v1/worker-matches"
 const StatusPath = "/v1/workers"
 
 // MaxTopK bounds top_k.
-const MaxTopK = 1 << 20
+const MaxTopK = schemas.MaxWorkerTopK
 
 // WorkerMatchRequest is the JSON body of POST /v1/worker-matches, for clients (encoding/json).
 // The prompt's fields mean what they mean in queryapi.PrefixMatchRequest.

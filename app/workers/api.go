@@ -14,6 +14,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	ckfworkers "github.com/ckf-stream/ckf-stream/ckf/workers"
 	"github.com/ckf-stream/ckf-stream/queryapi"
+	"github.com/ckf-stream/ckf-stream/schemas"
 	streamworkers "github.com/ckf-stream/ckf-stream/streams/workers"
 	"github.com/ckf-stream/ckf-stream/workerapi"
 	"github.com/uber-go/tally/v4"
@@ -142,6 +143,21 @@ func (a *API) Answer(req *workerapi.Request, sc *scratch) workerapi.WorkerMatchR
 	resp.Age = ageOf(age, a.now())
 	resp.Sources = workerapi.SourcesOf(sc.res.Matches)
 	return resp
+}
+
+// AnswerKafka answers a request of the worker query topic through Answer, the HTTP route's seam:
+// the Kafka service (streams/workers.NewQueryService) calls it for the requests that select
+// this replica's DC.
+func (a *API) AnswerKafka(q *schemas.WorkerQueryRequest) schemas.WorkerQueryReply {
+	req := workerapi.FromKafka(q)
+	resp := a.Answer(&req, nil)
+	out, err := resp.KafkaReply(a.now())
+	if err != nil {
+		// Answer names its DC in hex and uses the contract's statuses, so this is a defect.
+		return schemas.WorkerQueryReply{CorrelationID: q.CorrelationID, Status: schemas.QueryUnavailable, ErrorMessage: err.Error(),
+			DcID: uint64(a.r.DC()), ReplyTime: a.now()}
+	}
+	return out
 }
 
 func ageOf(age streamworkers.Age, now time.Time) workerapi.ReplicaAge {

@@ -176,3 +176,40 @@ func TestWorkerMatchesRefusals(t *testing.T) {
 		t.Fatalf("not ready: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestAnswerKafkaEqualsHTTP: the Kafka form of a request (WorkerQueryRequest) is answered through
+// the HTTP route's seam, so it answers what the route answers, field for field once converted back
+// (workerapi.FromKafkaReply); a replica that is not ready answers UNAVAILABLE naming its DC.
+func TestAnswerKafkaEqualsHTTP(t *testing.T) {
+	t.Parallel()
+	local := []ckf.LocalBlockHash{11, 12, 13, 14}
+	r := startReplica(t, []producer.RouterEvent{
+		store(1, producer.StorageTierDevice, local, 100),
+		store(2, producer.StorageTierDevice, local[:2], 200),
+		store(2, producer.StorageTierDisk, local, 200),
+	})
+	a := NewAPI(r, nil)
+	fixed := time.Now()
+	a.now = func() time.Time { return fixed }
+	h := a.MatchHandler()
+	for _, tc := range []struct {
+		json string
+		q    schemas.WorkerQueryRequest
+	}{
+		{`{"correlation_id":"k1","local_block_hashes":[11,12,13,14]}`, schemas.WorkerQueryRequest{CorrelationID: "k1", Input: schemas.InputLocalBlockHashes,
+			Hashes: schemas.AppendU64s(nil, []uint64{11, 12, 13, 14})}},
+		{`{"correlation_id":"k2","local_block_hashes":[11,12,13,14],"top_k":1,"dcs":["dc07"]}`, schemas.WorkerQueryRequest{CorrelationID: "k2",
+			Input: schemas.InputLocalBlockHashes, Hashes: schemas.AppendU64s(nil, []uint64{11, 12, 13, 14}), TopK: 1, DcIDs: []uint64{uint64(testDC)}}},
+		{`{"correlation_id":"k3","token_ids":[1,2,3,4,5,6,7,8],"block_size":4}`, schemas.WorkerQueryRequest{CorrelationID: "k3", Input: schemas.InputTokenIDs,
+			Tokens: schemas.AppendU32s(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8}), BlockSize: 4}},
+	} {
+		_, want := post(t, h, "", workerapi.Path, []byte(tc.json))
+		reply := a.AnswerKafka(&tc.q)
+		if _, err := (&schemas.Codec{}).EncodeWorkerQueryReply(reply); err != nil {
+			t.Fatalf("%s: reply not encodable: %v", tc.q.CorrelationID, err)
+		}
+		if got := workerapi.FromKafkaReply(&reply); !reflect.DeepEqual(got, want) || !reply.ReplyTime.Equal(fixed) {
+			t.Errorf("%s: Kafka %+v, HTTP %+v", tc.q.CorrelationID, got, want)
+		}
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/query"
 	streamworkers "github.com/ckf-stream/ckf-stream/streams/workers"
 	"github.com/ckf-stream/ckf-stream/workerapi"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -82,6 +83,7 @@ type Workers struct {
 	run        *lifecycle.Group
 	shutdowner fx.Shutdowner
 	api        *API
+	qs         *query.QueryService
 }
 
 // New builds the replica; nothing connects until Start.
@@ -108,7 +110,14 @@ func New(p Params) (*Workers, error) {
 	log.Info("worker stage built", zap.String("dc", eff.DC.String()), zap.String("kv_events", eff.Topics.KVEvents),
 		zap.String("checkpoints", eff.Topics.Checkpoints), zap.String("lag_group", eff.LagGroup))
 	w := &Workers{log: log, conn: p.Connection, create: p.Kafka.CreateTopics, r: r, shutdowner: p.Shutdowner, api: NewAPI(r, p.Scope)}
-	w.run = &lifecycle.Group{Name: "workers", Tasks: []lifecycle.Task{{Run: r.Run}}, OnExit: func(_ int, err error) {
+	qcfg := streamworkers.DefaultQueryConfig(eff.DC, codec)
+	qcfg.RequestTopic, qcfg.ReplyTopic, qcfg.DeadLetterTopic = p.Connection.Topics.WorkerQueries, p.Connection.Topics.WorkerQueryReplies, p.Connection.Topics.DeadLetter
+	w.qs, err = streamworkers.NewQueryService(streamworkers.QueryServiceParams{DC: eff.DC, Config: qcfg, Answer: w.api.AnswerKafka, Codec: codec,
+		ClientOpts: p.Connection.QueryOpts("workers-queries"), Metrics: p.Scope, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("workers: %w", err)
+	}
+	w.run = &lifecycle.Group{Name: "workers", Tasks: []lifecycle.Task{{Run: r.Run}, {Name: "query service", Run: w.qs.Run}}, OnExit: func(_ int, err error) {
 		w.log.Error("worker stage stopped", zap.Error(err))
 		if w.shutdowner != nil {
 			_ = w.shutdowner.Shutdown(fx.ExitCode(1))
@@ -124,8 +133,9 @@ func (w *Workers) Replica() *streamworkers.Replica { return w.r }
 func (w *Workers) API() *API { return w.api }
 
 // Start creates the checkpoint topic when kafka.create_topics is set and it does not exist
-// (compacted, CheckpointPartitions partitions, replicated as the other topics), then schedules
-// the replica's Run.
+// (compacted, CheckpointPartitions partitions, replicated as the other topics), and the worker
+// query topics of the layout (app/kafka.TopicLayout), then schedules the replica's Run and its
+// query service's.
 func (w *Workers) Start(ctx context.Context) error {
 	if t := w.r.Config().Topics.Checkpoints; t != "" && w.create {
 		cl, err := w.conn.NewClient("workers-topics")
@@ -146,6 +156,19 @@ func (w *Workers) Start(ctx context.Context) error {
 		}
 		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 			return fmt.Errorf("workers: create topic %s: %w", t, err)
+		}
+		qcfg := w.qs.Config()
+		for _, spec := range kafka.TopicLayout(w.conn.Topics) {
+			if spec.Name != qcfg.RequestTopic && spec.Name != qcfg.ReplyTopic {
+				continue
+			}
+			resp, err := adm.CreateTopic(ctx, spec.Partitions, factor, kafka.WithMinInsync(spec.Configs, minInsync), spec.Name)
+			if err == nil {
+				err = resp.Err
+			}
+			if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+				return fmt.Errorf("workers: create topic %s: %w", spec.Name, err)
+			}
 		}
 	}
 	return w.run.Start(ctx)
