@@ -52,7 +52,7 @@ func (f *queryFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "give up after this long")
 	fs.BoolVar(&f.json, "json", false, "print the reply as JSON instead of a table")
 	f.httpCreds.register(fs)
-	fs.BoolVar(&f.workers, "workers", false, "with --http: ask a worker-stage replica (processor workers) for its DC's per-worker answer")
+	fs.BoolVar(&f.workers, "workers", false, "ask the worker stage (processor workers) for per-worker answers: a replica at --http, or every DC of --dcs over Kafka (the first DC to answer without --dcs)")
 	fs.IntVar(&f.topK, "top-k", 0, "with --workers: keep the best k sources (0: every source with a non-zero answer)")
 	fs.StringVar(&f.dcs, "dcs", "", "with --workers: comma-separated DC `ids` (hex) that should answer")
 }
@@ -148,7 +148,7 @@ func runQuery(args []string, stdout, stderr io.Writer, lookupEnv func(string) (s
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	if f.workers {
-		return runWorkerQuery(ctx, &f, req, stdout, stderr)
+		return runWorkerQuery(ctx, cfg, &f, req, stdout, stderr)
 	}
 	path := "HTTP " + f.http
 	start := time.Now()

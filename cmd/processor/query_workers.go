@@ -7,13 +7,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/queryapi"
 	"github.com/ckf-stream/ckf-stream/schemas"
+	streamworkers "github.com/ckf-stream/ckf-stream/streams/workers"
 	"github.com/ckf-stream/ckf-stream/workerapi"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // workerRequestOf is the body of POST /v1/worker-matches asking what req asks, with top_k and
@@ -63,7 +68,7 @@ func queryWorkers(ctx context.Context, cl *http.Client, url string, body workera
 		out, _ := json.MarshalIndent(ans, "", "  ")
 		fmt.Fprintln(stdout, string(out))
 	} else {
-		printWorkerAnswer(stdout, &ans, url, took)
+		printWorkerAnswer(stdout, &ans, "HTTP "+url, took)
 	}
 	switch ans.Status {
 	case workerapi.StatusOK:
@@ -74,9 +79,9 @@ func queryWorkers(ctx context.Context, cl *http.Client, url string, body workera
 	return exitFailure, nil
 }
 
-func printWorkerAnswer(w io.Writer, a *workerapi.WorkerMatchResponse, url string, took time.Duration) {
-	fmt.Fprintf(w, "%s from DC %s via HTTP %s in %v: %d blocks; replica age %d ms, lag %d records\n",
-		a.Status, a.DcID, url, took.Round(time.Microsecond), a.QueryBlocks, a.Age.AgeMs, a.Age.LagRecords)
+func printWorkerAnswer(w io.Writer, a *workerapi.WorkerMatchResponse, path string, took time.Duration) {
+	fmt.Fprintf(w, "%s from DC %s via %s in %v: %d blocks; replica age %d ms, lag %d records\n",
+		a.Status, a.DcID, path, took.Round(time.Microsecond), a.QueryBlocks, a.Age.AgeMs, a.Age.LagRecords)
 	if a.Error != "" {
 		fmt.Fprintln(w, "error:", a.Error)
 	}
@@ -92,12 +97,8 @@ func printWorkerAnswer(w io.Writer, a *workerapi.WorkerMatchResponse, url string
 	_ = tw.Flush()
 }
 
-// runWorkerQuery is processor query --workers.
-func runWorkerQuery(ctx context.Context, f *queryFlags, req schemas.QueryRequest, stdout, stderr io.Writer) int {
-	if f.http == "" {
-		fmt.Fprintln(stderr, "processor: query: --workers needs --http URL (a processor workers replica)")
-		return exitUsage
-	}
+// runWorkerQuery is processor query --workers: over HTTP with --http, else over Kafka.
+func runWorkerQuery(ctx context.Context, cfg config.Config, f *queryFlags, req schemas.QueryRequest, stdout, stderr io.Writer) int {
 	body, err := workerRequestOf(req, f.topK, f.dcs)
 	if err == nil && f.topK < 0 {
 		err = fmt.Errorf("--top-k %d is negative", f.topK)
@@ -105,6 +106,9 @@ func runWorkerQuery(ctx context.Context, f *queryFlags, req schemas.QueryRequest
 	if err != nil {
 		fmt.Fprintln(stderr, "processor: query:", err)
 		return exitUsage
+	}
+	if f.http == "" {
+		return queryWorkersKafka(ctx, cfg, req, body, f.json, stdout, stderr)
 	}
 	cl, err := f.httpCreds.client(f.timeout)
 	if err != nil {
@@ -116,4 +120,69 @@ func runWorkerQuery(ctx context.Context, f *queryFlags, req schemas.QueryRequest
 		fmt.Fprintln(stderr, "processor: query:", err)
 	}
 	return code
+}
+
+// queryWorkersKafka asks over Kafka (the worker query topic) and prints the first reply of every
+// DC that answers: every DC of --dcs, or the first DC to answer without it. Each reply is
+// printed as the HTTP path prints its answer (the same table, or the same JSON).
+func queryWorkersKafka(ctx context.Context, cfg config.Config, req schemas.QueryRequest, body workerapi.WorkerMatchRequest, asJSON bool, stdout, stderr io.Writer) int {
+	if len(cfg.Kafka.Brokers) == 0 {
+		fmt.Fprintln(stderr, "processor: query: no Kafka cluster to ask: set kafka.brokers (KAFKA_BROKERS), or use --http URL")
+		return exitUsage
+	}
+	q := schemas.WorkerQueryRequest{CorrelationID: "cli-" + strconv.FormatInt(time.Now().UnixNano(), 36), Input: req.Input, Hashes: req.Hashes,
+		Tokens: req.Tokens, BlockSize: req.BlockSize, LoraName: req.LoraName, CacheNamespace: req.CacheNamespace, TopK: uint32(body.TopK)}
+	for _, d := range body.DCs {
+		v, err := strconv.ParseUint(d, 16, 64)
+		if err != nil {
+			fmt.Fprintf(stderr, "processor: query: --dcs: %q is not a DC id (hex)\n", d)
+			return exitUsage
+		}
+		q.DcIDs = append(q.DcIDs, v)
+	}
+	want := max(len(q.DcIDs), 1)
+	path := "Kafka " + strings.Join(cfg.Kafka.QuerySeeds(), ",")
+	start := time.Now()
+	replies, err := askWorkersKafka(ctx, cfg, q, want)
+	took := time.Since(start)
+	code := exitOK
+	for i := range replies {
+		ans := workerapi.FromKafkaReply(&replies[i])
+		if asJSON {
+			out, _ := json.MarshalIndent(ans, "", "  ")
+			fmt.Fprintln(stdout, string(out))
+		} else {
+			printWorkerAnswer(stdout, &ans, path, took)
+		}
+		switch {
+		case ans.Status == workerapi.StatusInvalidRequest:
+			code = exitUsage
+		case ans.Status == workerapi.StatusUnavailable && code == exitOK:
+			code = exitFailure
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "processor: query: %d of %d DCs answered: %v\n", len(replies), want, err)
+		return exitFailure
+	}
+	return code
+}
+
+// askWorkersKafka sends q on the worker query topic with a client of its own and returns the
+// first reply of want DCs (streams/workers.Ask).
+func askWorkersKafka(ctx context.Context, cfg config.Config, q schemas.WorkerQueryRequest, want int) ([]schemas.WorkerQueryReply, error) {
+	opts, err := kafka.ClientOpts(cfg.Kafka, cfg.Kafka.QuerySeeds())
+	if err != nil {
+		return nil, err
+	}
+	codec, err := kafka.OpenCodec(ctx, cfg.Topics, cfg.SchemaRegistry)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	return streamworkers.Ask(ctx, cl, codec, q, want)
 }
