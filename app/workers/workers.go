@@ -117,13 +117,27 @@ func New(p Params) (*Workers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workers: %w", err)
 	}
-	w.run = &lifecycle.Group{Name: "workers", Tasks: []lifecycle.Task{{Run: r.Run}, {Name: "query service", Run: w.qs.Run}}, OnExit: func(_ int, err error) {
+	w.run = &lifecycle.Group{Name: "workers", Tasks: []lifecycle.Task{{Run: r.Run}, {Name: "query service", Run: w.serveQueries}}, OnExit: func(_ int, err error) {
 		w.log.Error("worker stage stopped", zap.Error(err))
 		if w.shutdowner != nil {
 			_ = w.shutdowner.Shutdown(fx.ExitCode(1))
 		}
 	}}
 	return w, nil
+}
+
+// serveQueries runs the Kafka query service once the replica is ready: a replica joins its DC's
+// query group only when it can answer, so a restarting one takes no partitions from a ready one
+// to answer UNAVAILABLE on them (the indexer's query service joins the same way).
+func (w *Workers) serveQueries(ctx context.Context) error {
+	select {
+	case <-w.r.WaitReady():
+	case <-ctx.Done():
+		return nil
+	}
+	w.log.Info("worker stage ready: joining the query group", zap.String("group", w.qs.Config().Group),
+		zap.String("requests", w.qs.Config().RequestTopic))
+	return w.qs.Run(ctx)
 }
 
 // Replica returns the read model.

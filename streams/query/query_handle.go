@@ -151,7 +151,7 @@ func (s *QueryService) handle(r *kgo.Record) error {
 	arena, ans, err := s.x.Answer(b.arena)
 	s.m.answerLatency.RecordDuration(time.Since(t0))
 	if ans.Skip {
-		s.m.skipped.Inc(1)
+		s.m.skip()
 		return nil
 	}
 	if err != nil {

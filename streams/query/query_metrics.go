@@ -8,15 +8,18 @@ import (
 	"github.com/uber-go/tally/v4"
 )
 
-// queryMetrics caches the service's metric handles (scope "query"; the only tag is status on
-// replies, three values).
+// queryMetrics caches the service's metric handles (scope "query", or ServiceParams.MetricsScope;
+// the only tag is status on replies, three values).
 type queryMetrics struct {
 	requests, invalid, deadLetters, replyRejected tally.Counter
 	batchFailures, commitFailures, fetchErrors    tally.Counter
-	skipped                                       tally.Counter    // requests an Exchange skipped (never for the prefix-match query)
 	replies                                       [3]tally.Counter // by schemas.QueryStatus
 	latency, answerLatency, commitLatency         tally.Histogram
 	endToEnd                                      tally.Histogram
+	// skipped counts the requests an Exchange skipped (another DC's worker query), created at the
+	// first one so that the prefix-match service, which skips none, never exports it.
+	skipped tally.Counter
+	scope   tally.Scope
 }
 
 // queryLatencyBuckets span 5 µs (an answer on a warm table) to 10 s (a batch waiting out broker
@@ -42,9 +45,7 @@ func newQueryMetrics(root tally.Scope, scope string) queryMetrics {
 		batchFailures:  s.Counter("batch_failures_total"),
 		commitFailures: s.Counter("commit_failures_total"),
 		fetchErrors:    s.Counter("fetch_errors_total"),
-		// skipped: requests not for this service (another DC's worker query); reported only
-		// once one is seen, so the prefix-match service, which skips none, never exports it.
-		skipped: s.Counter("not_selected_total"),
+		scope:          s,
 		// latency: from the poll that returned a request to the acknowledgement of every
 		// output of its batch (the service's share of a Kafka round trip).
 		latency: s.Histogram("latency_seconds", queryLatencyBuckets),
@@ -61,4 +62,12 @@ func newQueryMetrics(root tally.Scope, scope string) queryMetrics {
 		m.replies[st] = s.Tagged(map[string]string{"status": strings.ToLower(st.String())}).Counter("replies_total")
 	}
 	return m
+}
+
+// skip counts a request an Exchange skipped.
+func (m *queryMetrics) skip() {
+	if m.skipped == nil {
+		m.skipped = m.scope.Counter("not_selected_total")
+	}
+	m.skipped.Inc(1)
 }
