@@ -16,6 +16,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/queryapi"
+	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/lanes"
 	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/uber-go/tally/v4"
@@ -139,7 +140,14 @@ type LaneView struct {
 	DcID string `json:"dc_id"`
 	Pool string `json:"pool"`
 	// State is serving, degraded or starting (see the State* constants).
-	State             string            `json:"state"`
+	State string `json:"state"`
+	// AnswerState is what an answer says of the lane now: exact, incomplete, stale or
+	// unavailable (queryapi.LaneAnswer.State), taken from the Answerer itself, so the view and
+	// the answers cannot disagree.
+	AnswerState string `json:"answer_state"`
+	// AgeMillis is the lane's age now as answers give it (age_ms: from the newest KV event its
+	// state reflects); absent while the lane has applied nothing.
+	AgeMillis         *int64            `json:"age_ms,omitempty"`
 	Phase             string            `json:"phase"`
 	Ready             bool              `json:"ready"`
 	Excluded          bool              `json:"excluded"`
@@ -237,6 +245,7 @@ func (a *API) View() LanesView {
 	} else {
 		v.Ready = true
 	}
+	answers := a.laneAnswers()
 	for _, s := range a.lanes() {
 		pool, _ := m.PoolOf(s.Lane)
 		lv := LaneView{
@@ -250,6 +259,13 @@ func (a *API) View() LanesView {
 		}
 		if len(lv.Faults) == 0 {
 			lv.Faults = nil
+		}
+		lv.AnswerState = queryapi.LaneStateName(schemas.LaneStateUnknown)
+		if st, ok := answers[s.Lane]; ok {
+			lv.AnswerState = queryapi.LaneStateName(st.State)
+			if age, ok := st.AgeMillis.Get(); ok {
+				lv.AgeMillis = &age
+			}
 		}
 		if h := s.Sources; h.Reported {
 			lv.Sources = &SourcesView{DegradedSources: h.DegradedSources, LostHistoryClears: h.LostHistoryClears}
@@ -278,6 +294,18 @@ func (a *API) View() LanesView {
 		v.Lanes = append(v.Lanes, lv)
 	}
 	return v
+}
+
+// laneAnswers returns, per configured lane, the state and age an answer gives it now: those of
+// an empty query's answer (no block to search, so it costs no lookup and counts in no
+// first-block statistics).
+func (a *API) laneAnswers() map[uint8]schemas.LaneState {
+	r := a.ans.AnswerPooled(&schemas.QueryRequest{CorrelationID: "lanes-view", Input: schemas.InputLocalBlockHashes})
+	out := make(map[uint8]schemas.LaneState, len(r.LaneStates))
+	for _, st := range r.LaneStates {
+		out[st.Lane] = st
+	}
+	return out
 }
 
 // Routes returns the API's HTTP routes: GET /v1/lanes, GET /lanes and GET / (the page),

@@ -530,6 +530,11 @@ func TestLanesJSONAndPage(t *testing.T) {
 			t.Errorf("lane row %d: %+v, want %+v", i, l, w)
 		}
 	}
+	for i, answer := range []string{"exact", "exact", "unavailable"} { // as an answer gives them; no lane has an age yet
+		if l := v.Lanes[i]; l.AnswerState != answer || l.AgeMillis != nil {
+			t.Errorf("lane %d: answer state %q, age %v; want %q and none", l.Lane, l.AnswerState, l.AgeMillis, answer)
+		}
+	}
 	if l := v.Lanes[0]; l.Phase != "active" || l.InstalledSequence != 3 || l.HighWatermark != 42 || l.Images != 9 {
 		t.Errorf("lane 0 row: %+v", l)
 	}
@@ -540,9 +545,9 @@ func TestLanesJSONAndPage(t *testing.T) {
 		if rec.Code != http.StatusOK || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") {
 			t.Fatalf("GET %s: %d %s", path, rec.Code, rec.Header())
 		}
-		for _, s := range []string{`http-equiv="refresh"`, testDomain, "<td>5</td>", "0000000000000015", `<tr class="serving">`, `<tr class="starting">`, "not ready",
+		for _, s := range []string{`http-equiv="refresh"`, testDomain, "<td>5</td>", "0000000000000015", `<tr class="serving" data-lane="0"`, `<tr class="starting" data-lane="5"`, "not ready",
 			// lane 1's DC filter, past its capacity; the others report none
-			"97.0 % full, <strong", "3 blocks omitted: answers may be short", "not reported"} {
+			"97.0 % full", "<li>3 blocks omitted: the DC&#39;s filter is full, answers may be short</li>", "not reported"} {
 			if !strings.Contains(body, s) {
 				t.Errorf("GET %s lacks %q:\n%s", path, s, body)
 			}
