@@ -63,8 +63,8 @@ $(HELM):
 helm: $(HELM) ## build Helm into bin/ (the chart test, deploy/helm_test.go, lints and renders deploy/helm/ckf-stream with it)
 
 .PHONY: test
-test: test-alerts $(HELM) ## unit + integration tests against a real Kafka broker and Apicurio Registry (each started and stopped if none is running), the alert rules and the Helm chart; then ckf/ again without the race detector
-	HELM=$(abspath $(HELM)) bash $(REGISTRY_DIR)/with-registry.sh bash $(KAFKA_DIR)/with-kafka.sh $(GO) test $(TEST_FLAGS) $(PKGS)
+test: test-alerts $(HELM) ## unit + integration tests against a real Kafka broker and Apicurio Registry (each started and stopped if none is running), the alert rules and the Helm chart, the lane page in headless Chromium (CKF_REQUIRE_BROWSER=1: a missing chromium fails it); then ckf/ again without the race detector
+	HELM=$(abspath $(HELM)) CKF_REQUIRE_BROWSER=1 bash $(REGISTRY_DIR)/with-registry.sh bash $(KAFKA_DIR)/with-kafka.sh $(GO) test $(TEST_FLAGS) $(PKGS)
 	$(MAKE) --no-print-directory test-norace
 
 # Race builds replace the amd64 assembly that stores into the transposed table (ckf/index,
