@@ -197,20 +197,39 @@ func TestWorkerQueriesOverKafka(t *testing.T) {
 	testenv.WaitUntil(t, time.Minute, "every partition answering before the kill", allAnswered)
 	killed := time.Now()
 	a.Kill9()
-	afterKill := 0
+	// Send until every partition has answered a request sent after the kill (the dead member's
+	// partitions only once the group has moved them), then a round more, then wait for every
+	// answer.
+	partOf := map[string]int32{}
+	resumedAll := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		seen := map[int32]bool{}
+		for id, at := range sent {
+			if _, ok := answered[id]; ok && at.After(killed) {
+				seen[partOf[id]] = true
+			}
+		}
+		return len(seen) == int(parts)
+	}
 	deadline := time.Now().Add(3 * time.Minute)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	for afterKill < 40 || !allAnswered() {
+	for more := 2 * int(parts); more > 0; n++ {
 		if time.Now().After(deadline) {
 			mu.Lock()
-			t.Fatalf("answers did not resume after the kill: %d of %d requests answered", len(answered), len(sent))
+			t.Fatalf("answers did not resume on every partition after the kill: %d of %d requests answered", len(answered), len(sent))
 		}
 		<-tick.C
+		mu.Lock()
+		partOf["fo-"+strconv.Itoa(n)] = int32(n) % parts
+		mu.Unlock()
 		send(n)
-		n++
-		afterKill++
+		if resumedAll() {
+			more--
+		}
 	}
+	testenv.WaitUntil(t, time.Minute, "every request sent after the kill answered", allAnswered)
 	stopRead()
 	var waits []time.Duration
 	var resumed time.Time
