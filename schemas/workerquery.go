@@ -66,7 +66,7 @@ func (q *WorkerQueryRequest) validate() error {
 }
 
 // WorkerSource is one source's answer in a WorkerQueryReply: its device depth and the lower-tier
-// runs that continue the chain (docs/spec/workers.md §5).
+// runs that continue the chain (workers §5 in docs/spec/workers.md).
 type WorkerSource struct {
 	WorkerID   uint64
 	DpRank     uint32
@@ -84,7 +84,7 @@ type WorkerQueryReply struct {
 	ErrorMessage string
 	DcID         uint64
 	QueryBlocks  uint32
-	// Sources is best first (docs/spec/workers.md §5); empty unless Status is QueryOK.
+	// Sources is best first (workers §5 in docs/spec/workers.md); empty unless Status is QueryOK.
 	Sources []WorkerSource
 	// AgeMillis is the replica's age, absent when it has applied no event.
 	AgeMillis  Optional[int64]
