@@ -2,12 +2,14 @@ package relay
 
 import (
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/eval"
 	"github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
@@ -291,5 +293,70 @@ func TestRelayLoopSilence(t *testing.T) {
 	}
 	if !warned || !back {
 		t.Fatalf("worker 3 going silent logged %v, returning %v; want both", warned, back)
+	}
+}
+
+// TestSilenceNoFalseAlarmOnTheTraceReplay: the conversation trace (traces/, what processor
+// replay and make eval replay) on the evaluation's simulated fleet (eval.DefaultConfig: 4 DCs of
+// 8 workers), under every simulated routing policy, its KV events fed to one watch per DC at
+// their simulated times and checked every simulated second with the default bounds: no source
+// is ever counted silent and no DC is idle past the bound. Prefix-affine policies concentrate a
+// conversation on one worker, which lengthens the others' quiet spells: the longest is logged.
+func TestSilenceNoFalseAlarmOnTheTraceReplay(t *testing.T) {
+	t.Parallel()
+	f, err := os.Open("../../traces/conversation_trace.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, _, err := eval.ReadTrace(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := eval.DefaultConfig()
+	for _, name := range []string{eval.PolicyCostOracle, eval.PolicyDepth, eval.PolicyLoad, eval.PolicyRoundRobin, eval.PolicyRandom} {
+		p, err := eval.NewPolicy(name, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fleet, err := eval.NewFleet(cfg, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		watches := make([]*silenceWatch, cfg.DCs)
+		for i := range watches {
+			watches[i] = newSilenceWatch(DefaultRelaySilentSourceAfter, DefaultRelayForgetSourceAfter, sec(0))
+		}
+		next := 1.0
+		var maxGap time.Duration
+		checkUpTo := func(at float64) {
+			for ; next <= at; next++ {
+				for dc, w := range watches {
+					if ch := w.check(sec(next)); len(ch) > 0 || len(w.silent) > 0 {
+						t.Fatalf("%s: DC %d at %vs: a false alarm: %v", name, dc, next, ch)
+					}
+					if idle := w.idle(sec(next)); idle > DefaultRelaySilentSourceAfter {
+						t.Fatalf("%s: DC %d at %vs: idle for %v", name, dc, next, idle)
+					}
+				}
+			}
+		}
+		_, err = fleet.Run(reqs, eval.SharedPrefix(reqs, eval.WarmShare), eval.Hooks{Emit: func(ev *eval.KVEvent) {
+			checkUpTo(ev.At)
+			w, key := watches[ev.DC], sourceKey{uint64(ev.Worker), 0}
+			if prev, ok := w.last[key]; ok {
+				maxGap = max(maxGap, sec(ev.At).Sub(prev))
+			}
+			w.event(key, sec(ev.At))
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for dc, w := range watches {
+			if len(w.last) != cfg.Workers {
+				t.Fatalf("%s: DC %d: %d sources watched, want its %d workers", name, dc, len(w.last), cfg.Workers)
+			}
+		}
+		t.Logf("%s: %d requests over %.0f s, longest quiet spell of a worker %v (bound %v)", name, len(reqs), next, maxGap.Round(time.Millisecond), DefaultRelaySilentSourceAfter)
 	}
 }
