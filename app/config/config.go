@@ -761,6 +761,9 @@ func (c *Config) resolve() {
 	if len(c.Indexer.ReplyTopicPrefixes) == 0 {
 		c.Indexer.ReplyTopicPrefixes = nil
 	}
+	if len(c.Workers.ReplyTopicPrefixes) == 0 {
+		c.Workers.ReplyTopicPrefixes = nil
+	}
 	if len(c.Bridge.LoraNames) == 0 {
 		c.Bridge.LoraNames = nil
 	}

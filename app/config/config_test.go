@@ -265,6 +265,10 @@ func TestInvalidFieldMessages(t *testing.T) {
 		{args: []string{"--indexer.reply_topic_prefixes=router.,ckf-"}, want: `config: indexer.reply_topic_prefixes: "ckf-" would let a query reply into topics.lanes ("ckf-lanes")`},
 		{args: []string{"--indexer.reply_topic_prefixes=router/"}, want: `config: indexer.reply_topic_prefixes: "router/" holds characters`},
 		{args: []string{"--topic_prefix=prod.", "--indexer.reply_topic_prefixes=prod.ckf-c"}, want: `would let a query reply into topics.control ("prod.ckf-control")`},
+		{args: []string{"--indexer.reply_topic_prefixes=ckf-worker-query-r"}, want: `config: indexer.reply_topic_prefixes: "ckf-worker-query-r" would let a query reply into topics.worker_query_replies ("ckf-worker-query-replies")`},
+		{args: []string{"--workers.reply_topic_prefixes=router.,ckf-query-"}, want: `config: workers.reply_topic_prefixes: "ckf-query-" would let a query reply into topics.query_replies ("ckf-query-replies")`},
+		{args: []string{"--workers.reply_topic_prefixes=ckf-worker-q"}, want: `config: workers.reply_topic_prefixes: "ckf-worker-q" would let a query reply into topics.worker_queries ("ckf-worker-queries")`},
+		{args: []string{"--topics.worker_queries=ckf-queries"}, want: `config: topics.worker_queries: "ckf-queries" is also the name of topics.queries`},
 		{args: []string{"--indexer.gc_percent=-1"}, want: "config: indexer.gc_percent: -1 is not in [0,10000]"},
 		{args: []string{"--indexer.gc_percent=10001"}, want: "config: indexer.gc_percent: 10001 is not in [0,10000]"},
 		{args: []string{"--indexer.lag_commit_interval=0s"}, want: "config: indexer.lag_commit_interval: 0s is not positive"},
@@ -303,9 +307,12 @@ func TestInvalidFieldMessages(t *testing.T) {
 // TestReplyTopicPrefixes: the allow-list is read from flags and the environment as a
 // comma-separated list, and an empty entry from a file is refused.
 func TestReplyTopicPrefixes(t *testing.T) {
-	cfg := mustLoad(t, nil, map[string]string{"CKF_INDEXER_REPLY_TOPIC_PREFIXES": "router-a., router-b."})
+	cfg := mustLoad(t, nil, map[string]string{"CKF_INDEXER_REPLY_TOPIC_PREFIXES": "router-a., router-b.", "CKF_WORKERS_REPLY_TOPIC_PREFIXES": "router-w."})
 	if got := cfg.Indexer.ReplyTopicPrefixes; !reflect.DeepEqual(got, []string{"router-a.", "router-b."}) {
 		t.Fatalf("from the environment: %q", got)
+	}
+	if got := cfg.Workers.ReplyTopicPrefixes; !reflect.DeepEqual(got, []string{"router-w."}) {
+		t.Fatalf("workers, from the environment: %q", got)
 	}
 	if got := config.Default().Indexer.ReplyTopicPrefixes; len(got) != 0 {
 		t.Fatalf("default %q, want none", got)

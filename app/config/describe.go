@@ -137,10 +137,11 @@ var descriptions = map[string]Description{
 	"relay.silent_source_after":     {"count a source (worker, dp rank) silent after this long without a KV event while another published within it (ckf_relay_silent_sources); > 0", relayCommands},
 	"relay.forget_source_after":     {"drop a source from the silence watch after this long without a KV event; above relay.silent_source_after", relayCommands},
 
-	"workers.dc_id":               {"DC id whose KV-events topic (topics.kv_events) this worker-stage replica reads; names its answers and keys its checkpoints", workersCommands},
-	"workers.checkpoint_topic":    {"compacted topic of the worker stage's checkpoints, keyed by DC; empty is topic_prefix + ckf-worker-checkpoints", workersCommands},
-	"workers.checkpoint_interval": {"least time between two checkpoints of a replica (a restart replays about this much); 0 writes none", workersCommands},
-	"workers.lag_commit_interval": {"how often a replica commits its KV positions to the lag group ckf-workers-<KV topic>-<DC> (visibility only); 0 disables", workersCommands},
+	"workers.dc_id":                {"DC id whose KV-events topic (topics.kv_events) this worker-stage replica reads; names its answers and keys its checkpoints", workersCommands},
+	"workers.checkpoint_topic":     {"compacted topic of the worker stage's checkpoints, keyed by DC; empty is topic_prefix + ckf-worker-checkpoints", workersCommands},
+	"workers.checkpoint_interval":  {"least time between two checkpoints of a replica (a restart replays about this much); 0 writes none", workersCommands},
+	"workers.reply_topic_prefixes": {"prefixes a worker query's reply_topic may start with (besides topics.worker_query_replies); others are refused", workersCommands},
+	"workers.lag_commit_interval":  {"how often a replica commits its KV positions to the lag group ckf-workers-<KV topic>-<DC> (visibility only); 0 disables", workersCommands},
 
 	"shutdown_timeout": {"bound on a graceful stop (drain, flush, commit, close)", processCommands},
 	"startup_timeout":  {"bound on start-up, topic creation included", processCommands},

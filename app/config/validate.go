@@ -302,8 +302,15 @@ func (ix Indexer) validate(p *problems) {
 // prefix that starts another topic of the product would let a query request's reply_topic write
 // replies into it.
 func (ix Indexer) validateReplyTopicPrefixes(t Topics, p *problems) {
-	const field = "indexer.reply_topic_prefixes"
-	for i, prefix := range ix.ReplyTopicPrefixes {
+	checkReplyTopicPrefixes("indexer.reply_topic_prefixes", ix.ReplyTopicPrefixes, t, p,
+		struct{ field, name string }{"topics.worker_query_replies", t.WorkerQueryReplies})
+}
+
+// checkReplyTopicPrefixes checks the reply topic prefixes of setting field: each a legal start of
+// a topic name that starts none of the product's topics but the service's own reply topic, else a
+// request's reply_topic could write replies into it (also is the other query's reply topic).
+func checkReplyTopicPrefixes(field string, prefixes []string, t Topics, p *problems, also ...struct{ field, name string }) {
+	for i, prefix := range prefixes {
 		switch {
 		case prefix == "":
 			p.add(field, "entry %d is empty, which would allow every topic", i)
@@ -315,12 +322,12 @@ func (ix Indexer) validateReplyTopicPrefixes(t Topics, p *problems) {
 			p.add(field, "%q holds characters a Kafka topic name cannot (allowed: a-z A-Z 0-9 . _ -)", prefix)
 			continue
 		}
-		for _, f := range []struct{ field, name string }{
+		for _, f := range append([]struct{ field, name string }{
 			{"topics.kv_events", t.KVEvents}, {"topics.lanes", t.Lanes}, {"topics.queries", t.Queries},
 			{"topics.lane_events", t.LaneEvents}, {"topics.control", t.Control},
 			{"topics.dead_letter", t.DeadLetter}, {"topics.snapshot_index", t.SnapshotIndex},
 			{"topics.relay_checkpoints", t.RelayCheckpoints}, {"topics.worker_queries", t.WorkerQueries},
-		} {
+		}, also...) {
 			if strings.HasPrefix(f.name, prefix) {
 				p.add(field, "%q would let a query reply into %s (%q)", prefix, f.field, f.name)
 			}

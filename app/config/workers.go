@@ -25,6 +25,11 @@ type Workers struct {
 	// LagCommitInterval is how often the replica commits its KV positions into the lag group
 	// ckf-workers-<KV topic>-<DC> (visibility only). 0 disables. Default 5s.
 	LagCommitInterval time.Duration `yaml:"lag_commit_interval"`
+	// ReplyTopicPrefixes lists the prefixes a worker query's reply_topic may start with (a router's
+	// own reply topic); a request may always name topics.worker_query_replies. Anything else is
+	// refused with an INVALID_REQUEST reply and a dead letter. A prefix that starts another topic
+	// of the product is an error. Default none.
+	ReplyTopicPrefixes []string `yaml:"reply_topic_prefixes"`
 }
 
 // workersSettingPaths maps the library's field names to this section's paths.
@@ -58,6 +63,8 @@ func (w Workers) validate(t Topics, p *problems) {
 	for _, sp := range w.StreamsSettings().CheckSettings() {
 		p.add(WorkersSettingPath(sp.Field), "%s", sp.Reason)
 	}
+	checkReplyTopicPrefixes("workers.reply_topic_prefixes", w.ReplyTopicPrefixes, t, p,
+		struct{ field, name string }{"topics.query_replies", t.QueryReplies}, struct{ field, name string }{"workers.checkpoint_topic", w.CheckpointTopic})
 	switch {
 	case w.CheckpointTopic == "" || !legalTopicChars(w.CheckpointTopic) || len(w.CheckpointTopic) > 249:
 		p.add("workers.checkpoint_topic", "%q is not a valid topic name", w.CheckpointTopic)

@@ -112,6 +112,7 @@ func New(p Params) (*Workers, error) {
 	w := &Workers{log: log, conn: p.Connection, create: p.Kafka.CreateTopics, r: r, shutdowner: p.Shutdowner, api: NewAPI(r, p.Scope)}
 	qcfg := streamworkers.DefaultQueryConfig(eff.DC, codec)
 	qcfg.RequestTopic, qcfg.ReplyTopic, qcfg.DeadLetterTopic = p.Connection.Topics.WorkerQueries, p.Connection.Topics.WorkerQueryReplies, p.Connection.Topics.DeadLetter
+	qcfg.ReplyTopicPrefixes = p.Config.ReplyTopicPrefixes
 	w.qs, err = streamworkers.NewQueryService(streamworkers.QueryServiceParams{DC: eff.DC, Config: qcfg, Answer: w.api.AnswerKafka, Codec: codec,
 		ClientOpts: p.Connection.QueryOpts("workers-queries"), Metrics: p.Scope, Log: log})
 	if err != nil {
