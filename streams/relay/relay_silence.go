@@ -72,6 +72,9 @@ func (w *silenceWatch) event(key sourceKey, at time.Time) (back *silenceChange) 
 	if prev, ok := w.last[key]; !ok || at.After(prev) {
 		w.last[key] = at
 	}
+	if len(w.last) >= 2*maxWatchedSources { // a long replay runs no check: bound the map here too
+		w.dropOldest()
+	}
 	if last, ok := w.silent[key]; ok {
 		delete(w.silent, key)
 		return &silenceChange{key: key, last: last, state: silenceBack}
@@ -117,24 +120,7 @@ func (w *silenceWatch) check(now time.Time) []silenceChange {
 			}
 		}
 	}
-	if over := len(w.last) - maxWatchedSources; over > 0 {
-		type aged struct {
-			k  sourceKey
-			at time.Time
-		}
-		all := make([]aged, 0, len(w.last))
-		for k, at := range w.last {
-			all = append(all, aged{k, at})
-		}
-		slices.SortFunc(all, func(a, b aged) int { return a.at.Compare(b.at) })
-		for _, a := range all[:over] {
-			delete(w.last, a.k)
-			if _, ok := w.silent[a.k]; ok {
-				delete(w.silent, a.k)
-				out = append(out, silenceChange{key: a.k, last: a.at, state: silenceForgotten})
-			}
-		}
-	}
+	out = append(out, w.dropOldest()...)
 	publishing := !w.newest.IsZero() && now.Sub(w.newest) <= w.after
 	for k, at := range w.last {
 		_, reported := w.silent[k]
@@ -153,6 +139,33 @@ func (w *silenceWatch) check(now time.Time) []silenceChange {
 		}
 		return compareUint(uint64(a.key.rank), uint64(b.key.rank))
 	})
+	return out
+}
+
+// dropOldest drops the sources heard from longest ago beyond maxWatchedSources, and returns the
+// silent ones among them as forgotten.
+func (w *silenceWatch) dropOldest() []silenceChange {
+	over := len(w.last) - maxWatchedSources
+	if over <= 0 {
+		return nil
+	}
+	type aged struct {
+		k  sourceKey
+		at time.Time
+	}
+	all := make([]aged, 0, len(w.last))
+	for k, at := range w.last {
+		all = append(all, aged{k, at})
+	}
+	slices.SortFunc(all, func(a, b aged) int { return a.at.Compare(b.at) })
+	var out []silenceChange
+	for _, a := range all[:over] {
+		delete(w.last, a.k)
+		if _, ok := w.silent[a.k]; ok {
+			delete(w.silent, a.k)
+			out = append(out, silenceChange{key: a.k, last: a.at, state: silenceForgotten})
+		}
+	}
 	return out
 }
 

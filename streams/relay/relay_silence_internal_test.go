@@ -360,3 +360,28 @@ func TestSilenceNoFalseAlarmOnTheTraceReplay(t *testing.T) {
 		t.Logf("%s: %d requests over %.0f s, longest quiet spell of a worker %v (bound %v)", name, len(reqs), next, maxGap.Round(time.Millisecond), DefaultRelaySilentSourceAfter)
 	}
 }
+
+// TestSilenceWatchBounded: a producer that invents a worker id per event cannot grow the watch
+// past maxWatchedSources at a check, nor past twice that between checks (a long replay): the
+// sources heard from longest ago go first.
+func TestSilenceWatchBounded(t *testing.T) {
+	t.Parallel()
+	w := newSilenceWatch(DefaultRelaySilentSourceAfter, DefaultRelayForgetSourceAfter, sec(0))
+	n := 2*maxWatchedSources + 10
+	for i := 0; i < n; i++ {
+		w.event(sourceKey{uint64(i), 0}, sec(float64(i)/1000))
+		if len(w.last) >= 2*maxWatchedSources {
+			t.Fatalf("after %d sources the watch holds %d", i+1, len(w.last))
+		}
+	}
+	w.check(sec(float64(n) / 1000))
+	if len(w.last) != maxWatchedSources {
+		t.Fatalf("after a check the watch holds %d sources, want %d", len(w.last), maxWatchedSources)
+	}
+	if _, ok := w.last[sourceKey{uint64(n - maxWatchedSources - 1), 0}]; ok {
+		t.Fatal("a source older than the newest maxWatchedSources is still held")
+	}
+	if _, ok := w.last[sourceKey{uint64(n - maxWatchedSources), 0}]; !ok {
+		t.Fatal("one of the newest maxWatchedSources sources was dropped")
+	}
+}
