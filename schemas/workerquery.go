@@ -14,6 +14,12 @@ import (
 // MaxWorkerTopK bounds WorkerQueryRequest.TopK (workerapi.MaxTopK takes its value from here).
 const MaxWorkerTopK = 1 << 20
 
+// MaxWorkerReplySources bounds the sources of one WorkerQueryReply: 32,768 sources of
+// WorkerSourceBytes are 896 KiB, so a reply fits Kafka's default message size (1 MiB,
+// max.message.bytes) with room for the rest of the record. The worker stage answers a request
+// whose top_k is 0 or larger with the best MaxWorkerReplySources sources.
+const MaxWorkerReplySources = 1 << 15
+
 // WorkerSourceBytes is the packed size of one WorkerSource in WorkerQueryReply.sources:
 // worker_id u64, dp_rank u32, and the device, host_pinned, disk and external depths as u32,
 // little-endian.

@@ -145,3 +145,21 @@ func FuzzDecodeWorkerQueryRequest(f *testing.F) {
 func FuzzDecodeWorkerQueryReply(f *testing.F) {
 	fuzzDecoder(f, TypeWorkerQueryReply, testWorkerQueryReplies(), (*Codec).EncodeWorkerQueryReply, (*Codec).DecodeWorkerQueryReply, nil)
 }
+
+// TestWorkerReplyOfMostSourcesFitsAMessage: a reply of MaxWorkerReplySources sources with the
+// longest correlation id and an error-free status fits Kafka's default max.message.bytes
+// (1,048,588) with room for the key and the batch framing.
+func TestWorkerReplyOfMostSourcesFitsAMessage(t *testing.T) {
+	r := WorkerQueryReply{CorrelationID: strings.Repeat("x", MaxCorrelationIDBytes), Status: QueryOK, DcID: 1<<64 - 1, QueryBlocks: 1 << 20,
+		Sources: make([]WorkerSource, MaxWorkerReplySources), AgeMillis: Some[int64](1 << 40), LagRecords: 1 << 40, ReplyTime: testTime(1_780_000_000_000_000)}
+	for i := range r.Sources {
+		r.Sources[i] = WorkerSource{WorkerID: 1<<64 - 1 - uint64(i), DpRank: 1<<32 - 1, Device: 1 << 20}
+	}
+	b, err := newTestCodec(t).EncodeWorkerQueryReply(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit := 1_048_588 - 2*MaxCorrelationIDBytes - 1024; len(b) > limit {
+		t.Fatalf("%d bytes, over %d", len(b), limit)
+	}
+}

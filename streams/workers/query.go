@@ -110,6 +110,10 @@ func (x *exchange) Answer(dst []byte) ([]byte, query.Answered, error) {
 	if !Selects(x.req.DcIDs, x.dc) {
 		return dst, query.Answered{Skip: true}, nil
 	}
+	// A reply holds at most MaxWorkerReplySources sources, so it fits the reply topic's messages.
+	if x.req.TopK == 0 || x.req.TopK > schemas.MaxWorkerReplySources {
+		x.req.TopK = schemas.MaxWorkerReplySources
+	}
 	reply := x.answer(&x.req)
 	out, err := x.codec.AppendWorkerQueryReply(dst, reply)
 	return out, query.Answered{Status: reply.Status, ErrorMessage: reply.ErrorMessage}, err

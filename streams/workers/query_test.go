@@ -53,8 +53,9 @@ func (rig *queryRig) serve(dc ckf.DcID) *query.QueryService {
 	cfg.RequestTopic, cfg.ReplyTopic, cfg.DeadLetterTopic = rig.req, rig.reply, rig.dlq
 	cfg.ReplyTopicPrefixes = []string{"router-a-"}
 	answer := func(q *schemas.WorkerQueryRequest) schemas.WorkerQueryReply {
+		// The source's dp rank reports the top k the answer was asked with.
 		return schemas.WorkerQueryReply{CorrelationID: q.CorrelationID, Status: schemas.QueryOK, DcID: uint64(dc), QueryBlocks: uint32(q.Hashes.Len()),
-			Sources: []schemas.WorkerSource{{WorkerID: uint64(dc), Device: uint32(q.Hashes.Len())}}, AgeMillis: schemas.Some[int64](0), ReplyTime: time.Now()}
+			Sources: []schemas.WorkerSource{{WorkerID: uint64(dc), DpRank: q.TopK, Device: uint32(q.Hashes.Len())}}, AgeMillis: schemas.Some[int64](0), ReplyTime: time.Now()}
 	}
 	s, err := NewQueryService(QueryServiceParams{DC: dc, Config: cfg, Answer: answer, Codec: rig.codec,
 		ClientOpts: []kgo.Opt{kgo.SeedBrokers(rig.c.Seeds()...)}})
@@ -147,7 +148,7 @@ func TestWorkerQueryDCFilter(t *testing.T) {
 	rig.serve(b)
 	reqs := []schemas.WorkerQueryRequest{
 		{CorrelationID: "every", Input: schemas.InputLocalBlockHashes, Hashes: hashes(3)},
-		{CorrelationID: "only-a", Input: schemas.InputLocalBlockHashes, Hashes: hashes(2), DcIDs: []uint64{uint64(a)}},
+		{CorrelationID: "only-a", Input: schemas.InputLocalBlockHashes, Hashes: hashes(2), DcIDs: []uint64{uint64(a)}, TopK: 3},
 		{CorrelationID: "only-b-and-c", Input: schemas.InputLocalBlockHashes, Hashes: hashes(2), DcIDs: []uint64{uint64(b), 0xc}},
 		{CorrelationID: "none", Input: schemas.InputLocalBlockHashes, Hashes: hashes(2), DcIDs: []uint64{}},
 		// The request topic has one partition, so both DCs answer this one after the others.
@@ -158,6 +159,14 @@ func TestWorkerQueryDCFilter(t *testing.T) {
 	}
 	out := rig.readUntil(func(o []output) bool { return len(repliesTo(o, "last")) == 2 })
 	want := map[string][]ckf.DcID{"every": {a, b}, "only-a": {a}, "only-b-and-c": {b}, "none": nil, "last": {a, b}}
+	// The answers are asked with the request's top k, capped at what a reply holds.
+	for id, k := range map[string]uint32{"every": schemas.MaxWorkerReplySources, "only-a": 3} {
+		for _, o := range repliesTo(out, id) {
+			if o.reply.Sources[0].DpRank != k {
+				t.Errorf("%s: answered with top k %d, want %d", id, o.reply.Sources[0].DpRank, k)
+			}
+		}
+	}
 	for id, dcs := range want {
 		got := map[ckf.DcID]int{}
 		for _, o := range repliesTo(out, id) {
