@@ -72,13 +72,13 @@ type laneState struct {
 	newest    ckf.ProducerIdentity
 	hasNewest bool
 
-	seekEpoch   uint64    // the feed epoch of the lane's latest seek: decoded runs of another are stale
-	applied     int64     // last offset processed (a data record or a transaction marker); -1 before any
+	seekEpoch uint64 // the feed epoch of the lane's latest seek: decoded runs of another are stale
+	applied   int64  // last offset processed (a data record or a transaction marker); -1 before any
 	// usable is the last offset applied while the lane was ready: what its answers reflect.
 	// Before the lane was first ready, the offset below where it started reading. A lane that
 	// reads records it cannot use (snapshots it refuses, deltas while it waits for one) keeps
 	// it, so its lag grows instead of reading 0 (checkFreshness).
-	usable int64
+	usable      int64
 	appliedTime time.Time // producer timestamp of the last data record processed
 	asOf        time.Time // the time up to which the lane reflects its DC's KV events (noteAsOf)
 	seeked      bool      // a seek was issued while processing the current batch: drop its rest

@@ -223,7 +223,8 @@ func (w *pollWatch) poll(ctx context.Context, cl *kgo.Client, max int, now func(
 	w.armed.Store(true) // before the take: a read after start is seen
 	p := polled{start: start}
 	// A nil context takes what is buffered and returns without waiting (kgo.Client.PollRecords).
-	if p.fs = cl.PollRecords(nil, max); len(p.fs) == 0 { //nolint:staticcheck // nil: do not wait
+	//lint:ignore SA1012 nil is franz-go's documented way to poll without waiting
+	if p.fs = cl.PollRecords(nil, max); len(p.fs) == 0 {
 		p.fresh = true
 		w.emptyAt, w.readAt = start, time.Time{}
 		w.mu.Lock()
