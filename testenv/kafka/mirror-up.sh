@@ -18,7 +18,9 @@
 #                        identity: the same topic name (IdentityReplicationPolicy), a->b only,
 #                        since that policy cannot see cycles and b->a would mirror every record back
 #   MIRROR_TOPICS        the topics mirrored, comma-separated Java regexes matched whole
-#                        (ckf-lanes.*, ckf-snapshot-index.*)
+#                        (ckf-lanes.*, ckf-snapshot-index.*, ckf-control.*: the lanes and
+#                        their snapshot index one way, the snapshot requests of remote indexers
+#                        the other; design §8)
 #   MIRROR_REFRESH_S     seconds between looks for new matching topics (1: tests create topics
 #                        while MM2 runs; MM2's default is 600)
 #   MIRROR_FLUSH_MS      offset.flush.interval.ms: how often the mirrored source positions are
@@ -34,7 +36,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 libs="$here/mirror/libs"
 : "${MIRROR_DIR:=${TMPDIR:-/tmp}/ckf-regions/mm2}"
 : "${MIRROR_POLICY:=default}"
-: "${MIRROR_TOPICS:=ckf-lanes.*, ckf-snapshot-index.*}"
+: "${MIRROR_TOPICS:=ckf-lanes.*, ckf-snapshot-index.*, ckf-control.*}"
 : "${MIRROR_REFRESH_S:=1}"
 : "${MIRROR_FLUSH_MS:=1000}"
 : "${MIRROR_HEAP_OPTS:=-Xms128m -Xmx384m}"
@@ -86,7 +88,8 @@ b.bootstrap.servers = $MIRROR_B_BOOTSTRAP
 a->b.enabled = true
 b->a.enabled = $back
 # What crosses the WAN: the lanes and the snapshot index (a remote indexer finds a lane's latest
-# snapshot by its identity, sequence and write time there; its offsets are the source's).
+# snapshot by its identity, sequence and write time there; its offsets are the source's), and the
+# control topic (a remote indexer's snapshot request, for the lane's relay).
 topics = $MIRROR_TOPICS
 groups.exclude = .*
 replication.policy.class = $policy
