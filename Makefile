@@ -253,6 +253,20 @@ cluster-up: ## start a three-node Kafka cluster on 127.0.0.1:19092-19094 (data i
 cluster-down: ## stop the cluster started by cluster-up
 	@bash $(KAFKA_DIR)/cluster-down.sh
 
+# Two regions (issue 38): two single-node clusters and MirrorMaker 2 between them (design §8).
+.PHONY: regions-up
+regions-up: ## start regions a (127.0.0.1:29092) and b (127.0.0.1:29192), each a single-node Kafka cluster, and MirrorMaker 2 mirroring the lanes and the snapshot index both ways (data in $TMPDIR/ckf-regions; MIRROR_POLICY=identity for same-named topics, a->b only)
+	@bash $(KAFKA_DIR)/regions-up.sh
+
+.PHONY: regions-down
+regions-down: ## stop MirrorMaker and the two regions started by regions-up
+	@bash $(KAFKA_DIR)/regions-down.sh
+
+# -p 1: one package, one topology (two brokers and MirrorMaker) at a time on the two cores.
+.PHONY: test-regions
+test-regions: ## the region tests: mirroring in order, offsets that differ, a WAN cut and heal, MirrorMaker kill -9, mirror latency (each test starts its own regions and MirrorMaker; a topology that cannot start fails)
+	CKF_REQUIRE_REGIONS=1 $(GO) test -p 1 -count=1 -timeout 30m -v -run '^TestRegions' ./testenv/
+
 .PHONY: kafka-up
 kafka-up: ## start the real single-node Kafka broker (prints its address)
 	@bash $(KAFKA_DIR)/kafka-up.sh
