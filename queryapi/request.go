@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"mime"
+	"net/http"
 	"reflect"
 	"strings"
 
@@ -348,4 +349,26 @@ func jsonProblem(err error) string {
 		return "the JSON value ends early"
 	}
 	return err.Error()
+}
+
+// AcceptValue is the Accept header of a 415 answer: the request types the query routes take.
+const AcceptValue = "application/json, " + BinaryContentType
+
+// Refusal maps the error of a request refused before it could be answered (the Content-Type
+// rule, the size limit, reading the body, DecodeRequest or DecodeBinaryRequest) to its HTTP
+// status and the error its INVALID_REQUEST body states: 415 for ErrUnsupportedMediaType (send
+// AcceptValue as Accept), 413 for a body over the reader's limit (*http.MaxBytesError), 400 for
+// the rest, an error that is not a rule's said to be from reading the body. Every route that
+// takes a prompt (POST /v1/prefix-matches, POST /v1/worker-matches) refuses this way.
+func Refusal(err error) (int, error) {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.Is(err, ErrUnsupportedMediaType):
+		return http.StatusUnsupportedMediaType, err
+	case errors.As(err, &tooBig):
+		return http.StatusRequestEntityTooLarge, fmt.Errorf("%w: body exceeds %d bytes", ErrBadRequest, tooBig.Limit)
+	case !errors.Is(err, ErrBadRequest):
+		return http.StatusBadRequest, fmt.Errorf("%w: reading the body: %v", ErrBadRequest, err)
+	}
+	return http.StatusBadRequest, err
 }

@@ -1,9 +1,6 @@
 package indexer
 
 import (
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -45,7 +42,7 @@ func (a *API) serveJSON(w http.ResponseWriter, r *http.Request, start time.Time)
 		a.refuse(w, start, err)
 		return
 	}
-	body, err := readBody(w, r, nil) // sized by Content-Length when there is one
+	body, err := queryapi.ReadBody(w, r, nil) // sized by Content-Length when there is one
 	if err != nil {
 		a.refuse(w, start, err)
 		return
@@ -74,7 +71,7 @@ func (a *API) serveJSON(w http.ResponseWriter, r *http.Request, start time.Time)
 func (a *API) serveBinary(w http.ResponseWriter, r *http.Request, start time.Time) {
 	bs := binaryScratches.Get().(*binaryScratch)
 	defer binaryScratches.Put(bs)
-	body, err := readBody(w, r, bs.body[:0])
+	body, err := queryapi.ReadBody(w, r, bs.body[:0])
 	bs.body = body[:0]
 	var req schemas.QueryRequest
 	if err == nil {
@@ -125,17 +122,9 @@ func (a *API) newCorrelationID() string {
 func (a *API) refuse(w http.ResponseWriter, start time.Time, err error) {
 	a.m.invalid.Inc(1)
 	a.m.replies[schemas.QueryInvalidRequest].Inc(1)
-	status := http.StatusBadRequest
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.Is(err, queryapi.ErrUnsupportedMediaType):
-		status = http.StatusUnsupportedMediaType
-		w.Header().Set("Accept", "application/json, "+queryapi.BinaryContentType)
-	case errors.As(err, &tooBig):
-		status = http.StatusRequestEntityTooLarge
-		err = fmt.Errorf("%w: body exceeds %d bytes", queryapi.ErrBadRequest, tooBig.Limit)
-	case !errors.Is(err, queryapi.ErrBadRequest):
-		err = fmt.Errorf("%w: reading the body: %v", queryapi.ErrBadRequest, err)
+	status, err := queryapi.Refusal(err)
+	if status == http.StatusUnsupportedMediaType {
+		w.Header().Set("Accept", queryapi.AcceptValue)
 	}
 	a.writeResponse(w, status, &queryapi.PrefixMatchResponse{Status: schemas.QueryInvalidRequest.String(), Error: err.Error(),
 		Matches: []queryapi.DCMatch{}, Lanes: []queryapi.LaneAnswer{}})
@@ -165,30 +154,6 @@ func (a *API) writeResponse(w http.ResponseWriter, status int, resp *queryapi.Pr
 	writeJSONBytes(w, status, b)
 }
 
-// readBody reads r's body into buf, refusing more than queryapi.MaxRequestBytes with an
-// *http.MaxBytesError (answered 413), declared in Content-Length or found while reading.
-func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, error) {
-	if r.ContentLength > queryapi.MaxRequestBytes {
-		return buf, &http.MaxBytesError{Limit: queryapi.MaxRequestBytes}
-	}
-	if r.ContentLength > 0 && int64(cap(buf)) < r.ContentLength+1 {
-		buf = make([]byte, 0, r.ContentLength+1) // +1: the read that sees EOF needs room
-	}
-	body := http.MaxBytesReader(w, r.Body, queryapi.MaxRequestBytes)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := body.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
-}
 
 // binaryScratch is one binary request's working memory, pooled: the body, the reply and the
 // Answerer's scratch. With it, a binary query allocates nothing once the pool is warm, except

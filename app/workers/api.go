@@ -2,9 +2,6 @@ package workers
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -77,7 +74,7 @@ func (a *API) MatchHandler() http.Handler {
 			err = queryapi.CheckJSONContentType(r.Header.Get("Content-Type"))
 		}
 		if err == nil {
-			sc.body, err = readBody(w, r, sc.body[:0])
+			sc.body, err = queryapi.ReadBody(w, r, sc.body[:0])
 		}
 		if err == nil && binary {
 			req, err = workerapi.DecodeBinaryRequest(sc.body, r.Header[queryapi.CorrelationIDHeader], r.URL.RawQuery)
@@ -166,17 +163,9 @@ func ageOf(age streamworkers.Age, now time.Time) workerapi.ReplicaAge {
 
 // refuse answers a request that broke a rule: 415, 413 or 400 with an INVALID_REQUEST body.
 func (a *API) refuse(w http.ResponseWriter, start time.Time, err error) {
-	status := http.StatusBadRequest
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.Is(err, queryapi.ErrUnsupportedMediaType):
-		status = http.StatusUnsupportedMediaType
-		w.Header().Set("Accept", "application/json, "+queryapi.BinaryContentType)
-	case errors.As(err, &tooBig):
-		status = http.StatusRequestEntityTooLarge
-		err = fmt.Errorf("%w: body exceeds %d bytes", queryapi.ErrBadRequest, tooBig.Limit)
-	case !errors.Is(err, queryapi.ErrBadRequest):
-		err = fmt.Errorf("%w: reading the body: %v", queryapi.ErrBadRequest, err)
+	status, err := queryapi.Refusal(err)
+	if status == http.StatusUnsupportedMediaType {
+		w.Header().Set("Accept", queryapi.AcceptValue)
 	}
 	resp := workerapi.WorkerMatchResponse{Status: workerapi.StatusInvalidRequest, Error: err.Error(), Sources: []workerapi.SourceMatch{}}
 	a.writeStatus(w, status, start, &resp)
@@ -196,15 +185,6 @@ func (a *API) writeStatus(w http.ResponseWriter, status int, start time.Time, re
 	_, _ = w.Write(append(b, '\n'))
 	a.m.replies[resp.Status].Inc(1)
 	a.m.latency.RecordDuration(time.Since(start))
-}
-
-// readBody reads at most queryapi.MaxRequestBytes (more is an *http.MaxBytesError: 413).
-func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, error) {
-	if r.ContentLength > queryapi.MaxRequestBytes {
-		return buf, &http.MaxBytesError{Limit: queryapi.MaxRequestBytes}
-	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, queryapi.MaxRequestBytes))
-	return append(buf, b...), err
 }
 
 // StatusJSON is the body of GET /v1/workers.
