@@ -20,10 +20,11 @@ const replayUsage = `usage: processor replay --trace FILE [flags] [--<setting>=<
 
 Replays a request trace (JSON lines {timestamp, input_length, output_length, hash_ids}, as the
 Mooncake traces of traces/) through a simulated fleet and the real pipeline, and reports what
-each routing policy gains: ckf live (its KV events through relays, lanes and the indexer), the
+each routing policy gains: ckf live in two stages (its KV events through relays, lanes and the
+indexer, which choose the DC, and through each DC's worker stage, which chooses the worker), the
 oracles, load, round-robin and random simulated on the same requests. docs/EVALUATION.md has
 the method. Without topic_prefix set (flag or CKF_TOPIC_PREFIX) the run uses topics of its own,
-deleted at the end. Flags:
+deleted at the end. --simulate-only runs the simulated policies alone, without a broker. Flags:
 `
 
 // runReplay parses processor replay's flags and configuration, reads the trace and runs the
