@@ -82,6 +82,9 @@ type Options struct {
 	EngineRate float64
 	// Out receives the layout, the live table, the sample answers and the summary.
 	Out io.Writer
+	// DeleteTopics deletes the demo's topics (the layout's and the KV-events topics) when it
+	// stops: processor demo sets it when it chose a topic prefix of its own on a real broker.
+	DeleteTopics bool
 }
 
 // Validate reports the first option out of its range, naming it by its processor demo flag.
@@ -192,6 +195,20 @@ func (d *demo) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally.S
 		return err
 	}
 	lc.Append(fx.StartHook(d.prepare))
+	// Appended before the relays' hook, so it runs once they stopped.
+	lc.Append(fx.StopHook(func(ctx context.Context) error {
+		if !d.opts.DeleteTopics {
+			return nil
+		}
+		var names []string
+		for _, r := range d.relays {
+			names = append(names, d.kvTopic(r.Dc))
+		}
+		if err := d.conn.DeleteRunTopics(ctx, "demo-admin", names...); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		return nil
+	}))
 	relay.RunPerLane(lc, "demo", d.relays, d.log, sd)
 	return nil
 }

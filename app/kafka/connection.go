@@ -24,6 +24,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/metrics"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
@@ -285,3 +286,23 @@ var Module = fx.Module("kafka",
 	// Built even when no component asks for it yet, so that every process ensures the layout.
 	fx.Invoke(func(*Connection) {}),
 )
+
+// DeleteRunTopics deletes, with a client of the given role, every topic of the layout
+// (TopicLayout of c.Topics) and the extra topics named: the end of a run (processor replay,
+// processor demo on a shared broker) that chose a topic prefix of its own.
+func (c *Connection) DeleteRunTopics(ctx context.Context, role string, extra ...string) error {
+	cl, err := c.NewClient(role)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var names []string
+	for _, spec := range TopicLayout(c.Topics) {
+		names = append(names, spec.Name)
+	}
+	names = append(names, extra...)
+	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, names...); err != nil {
+		return fmt.Errorf("deleting the run's %d topics: %w", len(names), err)
+	}
+	return nil
+}

@@ -31,7 +31,6 @@ import (
 	"github.com/ckf-stream/ckf-stream/loadgen"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	streamworkers "github.com/ckf-stream/ckf-stream/streams/workers"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/uber-go/tally/v4"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
@@ -229,20 +228,12 @@ func (r *replay) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally
 // deleteTopics deletes the run's topics (every topic of the layout and the KV-events topics),
 // when processor replay chose the topic prefix for this run alone.
 func (r *replay) deleteTopics(ctx context.Context) error {
-	cl, err := r.conn.NewClient("replay-admin")
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
 	var names []string
-	for _, spec := range kafka.TopicLayout(r.conn.Topics) {
-		names = append(names, spec.Name)
-	}
 	for _, dc := range r.dcs {
 		names = append(names, r.kvTopic(dc))
 	}
-	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, names...); err != nil {
-		return fmt.Errorf("replay: deleting the run's topics: %w", err)
+	if err := r.conn.DeleteRunTopics(ctx, "replay-admin", names...); err != nil {
+		return fmt.Errorf("replay: %w", err)
 	}
 	return nil
 }

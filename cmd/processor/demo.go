@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,13 @@ func runDemo(args []string, stdout, stderr io.Writer, lookupEnv func(string) (st
 	fs.IntVar(&o.HTTPSamples, "http-samples", 2000, "sequential queries of the closing HTTP latency measurement (0: none)")
 	fs.IntVar(&o.Engines, "engines", 0, "built-in engine emulators per DC, each feeding its DC through a bridge (vLLM's ZeroMQ protocol), 0..16")
 	fs.Float64Var(&o.EngineRate, "engine-rate", 100, "batches per second each built-in engine publishes")
+	// On a real broker, which other processes may use (the README's relay and indexer among
+	// them), the demo takes topics of its own, deleted at the end, unless topic_prefix is set:
+	// on the default names its relays would meet lanes another pool owns.
+	ownTopics := (settingSet(args, lookupEnv, "kafka.brokers") || envSet(lookupEnv, "KAFKA_BROKERS")) && !settingSet(args, lookupEnv, "topic_prefix")
+	if ownTopics {
+		args = append([]string{"--topic_prefix=ckf-demo-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "."}, args...)
+	}
 	cfg, code, ok := load(fs, args, stdout, stderr, lookupEnv)
 	if !ok {
 		return code
@@ -37,6 +45,11 @@ func runDemo(args []string, stdout, stderr io.Writer, lookupEnv func(string) (st
 		return exitUsage
 	}
 	o.Load = lf.runConfig(nil)
+	o.DeleteTopics = ownTopics
+	if ownTopics {
+		fmt.Fprintf(stdout, "demo: on the broker at %s, on topics of its own (prefix %s), deleted at the end; set topic_prefix to choose and keep them\n",
+			strings.Join(cfg.Kafka.Brokers, ","), cfg.TopicPrefix)
+	}
 	demo.Configure(&cfg, o)
 	// A quieter log (warnings and errors) unless log.level is set by variable or flag, so that
 	// the live table stays readable.
@@ -65,4 +78,10 @@ func logLevelSet(args []string, lookupEnv func(string) (string, bool)) bool {
 		}
 	}
 	return false
+}
+
+// envSet reports whether the variable name is set to a non-empty value.
+func envSet(lookupEnv func(string) (string, bool), name string) bool {
+	v, ok := lookupEnv(name)
+	return ok && v != ""
 }

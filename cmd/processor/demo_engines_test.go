@@ -46,3 +46,28 @@ func TestDemoWithEngines(t *testing.T) {
 		t.Errorf("engine chains %v:\n%s", c, out)
 	}
 }
+
+// TestDemoOnASharedBroker: the demo on a real broker without topic_prefix takes topics of its
+// own, says so, and deletes them at the end, so that it never meets the lanes another pool owns
+// on the default names (a demo beside the README's relay once failed with "relay lane is not
+// owned by its pool").
+func TestDemoOnASharedBroker(t *testing.T) {
+	vars := map[string]string{"KAFKA_BROKERS": strings.Join(testenv.Brokers(t), ",")}
+	code, out, errOut := runCmd(t, vars, "demo", "--http.listen=127.0.0.1:0", "--dcs=1", "--duration=1s",
+		"--table-every=1s", "--event-rate=100", "--query-rate=10", "--http-samples=0")
+	m := regexp.MustCompile(`on topics of its own \(prefix (ckf-demo-[0-9a-z]+\.)\), deleted at the end`).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("demo: exit %d, prefix %v, stdout:\n%s\nstderr:\n%s", code, m, out, errOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	listed, err := testenv.Admin(t).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range listed.Names() {
+		if strings.HasPrefix(name, m[1]) {
+			t.Errorf("topic %s of the demo is left on the broker", name)
+		}
+	}
+}
