@@ -215,10 +215,15 @@ type LanesView struct {
 	ConsumerInstance string    `json:"consumer_instance"`
 	Domain           string    `json:"domain"`
 	BucketCount      uint64    `json:"bucket_count"`
-	// ConfiguredLanes, ReadyLanes and EligibleLanes are lane masks (bit l = lane l).
-	ConfiguredLanes uint16 `json:"configured_lanes"`
-	ReadyLanes      uint16 `json:"ready_lanes"`
-	EligibleLanes   uint16 `json:"eligible_lanes"`
+	// ConfiguredLanes, ReadyLanes and EligibleLanes are lane masks (bit l = lane l), kept for
+	// the clients that read them; the *LaneNumbers are the same sets as lists of lane numbers,
+	// which a person reads without decoding bits (a mask of 3 is lanes 0 and 1, not 3 lanes).
+	ConfiguredLanes       uint16  `json:"configured_lanes"`
+	ReadyLanes            uint16  `json:"ready_lanes"`
+	EligibleLanes         uint16  `json:"eligible_lanes"`
+	ConfiguredLaneNumbers []uint8 `json:"configured_lane_numbers"`
+	ReadyLaneNumbers      []uint8 `json:"ready_lane_numbers"`
+	EligibleLaneNumbers   []uint8 `json:"eligible_lane_numbers"`
 	// Ready is the "lanes" readiness check's verdict; NotReady says why not.
 	Ready    bool       `json:"ready"`
 	NotReady string     `json:"not_ready,omitempty"`
@@ -240,6 +245,7 @@ func (a *API) View() LanesView {
 		EligibleLanes:    elig,
 		Lanes:            []LaneView{},
 	}
+	v.ConfiguredLaneNumbers, v.ReadyLaneNumbers, v.EligibleLaneNumbers = laneNumbers(v.ConfiguredLanes), laneNumbers(v.ReadyLanes), laneNumbers(v.EligibleLanes)
 	if err := a.Ready(context.Background()); err != nil {
 		v.NotReady = err.Error()
 	} else {
@@ -344,4 +350,13 @@ func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// laneNumbers lists the lanes of mask in ascending order; empty, never null, for none.
+func laneNumbers(mask uint16) []uint8 {
+	out := make([]uint8, 0, bits.OnesCount16(mask))
+	for m := mask; m != 0; m &= m - 1 {
+		out = append(out, uint8(bits.TrailingZeros16(m)))
+	}
+	return out
 }

@@ -504,6 +504,9 @@ func TestPrefixMatchesUnavailable(t *testing.T) {
 }
 
 func TestLanesJSONAndPage(t *testing.T) {
+	if v := newTable(t).api.View(); !slices.Equal(v.ConfiguredLaneNumbers, []uint8{0, 1, 5}) || !slices.Equal(v.ReadyLaneNumbers, []uint8{0, 1}) {
+		t.Errorf("lane numbers: configured %v, ready %v; want [0 1 5] and [0 1] (masks %#x, %#x)", v.ConfiguredLaneNumbers, v.ReadyLaneNumbers, v.ConfiguredLanes, v.ReadyLanes)
+	}
 	tb := newTable(t)
 	rec := httptest.NewRecorder()
 	tb.mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/lanes", nil))
