@@ -321,6 +321,8 @@ func HTTPQuery(cl *http.Client, base string) lg.QueryFunc {
 		}
 		switch resp.StatusCode {
 		case http.StatusOK, http.StatusBadRequest, http.StatusServiceUnavailable:
+		case http.StatusNotFound, http.StatusMethodNotAllowed:
+			return schemas.QueryReply{}, fmt.Errorf("POST %s: %s: the server at %s has no prefix-match route: point --http at an indexer's HTTP address (http.listen of processor indexer; a relay, a bridge or a worker stage serves other routes)", url, resp.Status, base)
 		case http.StatusUnauthorized, http.StatusForbidden:
 			return schemas.QueryReply{}, fmt.Errorf("loadgen: POST %s: %s: the indexer's query API is locked (http.auth.bearer_token_file, http.tls.client_ca_file) and refused this client's credentials: give its token (--token-file) or a client certificate (--cert-file, --key-file)", url, resp.Status)
 		default:

@@ -51,7 +51,7 @@ func TestHTTPQueryStatuses(t *testing.T) {
 	if err != nil || reply.Status != schemas.QueryInvalidRequest || !strings.Contains(reply.ErrorMessage, "block_size") {
 		t.Fatalf("block size 0: %+v, %v", reply, err)
 	}
-	if _, err := appload.HTTPQuery(srv.Client(), srv.URL+"/nowhere")(ctx, schemas.QueryRequest{Input: schemas.InputLocalBlockHashes}); err == nil || !strings.Contains(err.Error(), "404") {
+	if _, err := appload.HTTPQuery(srv.Client(), srv.URL+"/nowhere")(ctx, schemas.QueryRequest{Input: schemas.InputLocalBlockHashes}); err == nil || !strings.Contains(err.Error(), "404") || !strings.Contains(err.Error(), "point --http at an indexer") {
 		t.Fatalf("a wrong URL: %v", err)
 	}
 }
