@@ -71,7 +71,7 @@ var commandSummary = map[string]string{
 		"Kafka (consumer group indexer.query_group, joined once the replica is ready) and HTTP; " +
 		"needs indexer.domain, indexer.lanes and kafka.brokers",
 	config.CommandRelay: "one DC pool's relay: reads the DC's KV-events topic (topics.kv_events) and publishes its " +
-		"cuckoo-filter lane (relay.lane); needs indexer.domain, indexer.lanes, relay.dc_id, relay.lane and kafka.brokers",
+		"cuckoo-filter lane (relay.lane); needs indexer.domain, relay.dc_id, relay.lane and kafka.brokers (indexer.lanes, when given, is checked against them)",
 	config.CommandWorkers: "one replica of a DC's worker stage: reads the DC's KV-events topic (topics.kv_events) into the " +
 		"worker-level index, restores from and writes checkpoints (workers.checkpoint_topic), answers POST /v1/worker-matches; " +
 		"needs workers.dc_id and kafka.brokers",
