@@ -26,10 +26,11 @@ type relayLoop struct {
 	cfg RelayConfig
 	now func() time.Time
 
-	state *producer.DcState
-	inCl  *kgo.Client // KV events + control requests (consumer)
-	outCl *kgo.Client // admin requests and dead letters (non-transactional producer)
-	out   *streams.Outputs
+	state    *producer.DcState
+	fullness fullness    // the filter-occupancy warning (relay_fullness.go)
+	inCl     *kgo.Client // KV events + control requests (consumer)
+	outCl    *kgo.Client // admin requests and dead letters (non-transactional producer)
+	out      *streams.Outputs
 
 	// The current incarnation's publication path (replaced by every recovery).
 	laneCl   *kgo.Client
@@ -628,6 +629,15 @@ func (rl *relayLoop) updateGauges() {
 	r := rl.r
 	res := rl.state.ResidentCount()
 	r.c.resident.set(res)
-	r.metrics.occupancy.Update(float64(res) / float64(4*rl.state.BucketCount()))
+	occupancy := float64(res) / float64(4*rl.state.BucketCount())
+	r.metrics.occupancy.Update(occupancy)
+	switch crossed, cleared := rl.fullness.observe(occupancy); {
+	case crossed > 0:
+		r.log.Warn("the DC's filter is filling up: past full it omits the blocks it cannot place, and answers on its lane come out short; raise relay.expected_blocks and indexer.expected_blocks_per_dc together",
+			zap.Float64("occupancy", occupancy), zap.Float64("level", crossed), zap.Uint64("resident_blocks", res),
+			zap.Uint64("capacity_blocks", 4*rl.state.BucketCount()))
+	case cleared:
+		r.log.Info("the DC's filter is below 85 % full again", zap.Float64("occupancy", occupancy))
+	}
 	r.metrics.appliedRecords.Update(float64(rl.ck.events))
 }
