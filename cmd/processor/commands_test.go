@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -237,7 +238,18 @@ func TestLoadgenCommand(t *testing.T) {
 		defer cancel()
 		_, _ = testenv.Admin(t).DeleteTopics(ctx, names...)
 	})
-	code, out, errOut := runCmd(t, vars, "loadgen", "--dcs=0xa,0xb", "--duration=2s", "--event-rate=400", "--query-rate=40",
+	// One configuration file for the whole deployment: its http.listen is the indexer's, here a
+	// port another process holds; loadgen serves its /metrics on a free port instead of failing.
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	shared := filepath.Join(t.TempDir(), "deployment.yaml")
+	if err := os.WriteFile(shared, []byte("http:\n  listen: "+held.Addr().String()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCmd(t, vars, "loadgen", "--config", shared, "--dcs=0xa,0xb", "--duration=2s", "--event-rate=400", "--query-rate=40",
 		"--http", url, "--progress=500ms", "--seed=9")
 	if code != exitOK {
 		t.Fatalf("loadgen: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)

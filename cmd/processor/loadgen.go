@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app"
-	"github.com/ckf-stream/ckf-stream/app/config"
 	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
 	"github.com/ckf-stream/ckf-stream/loadgen"
 	"go.uber.org/fx"
@@ -110,9 +109,10 @@ func runLoadgen(args []string, stdout, stderr io.Writer, lookupEnv func(string) 
 		fmt.Fprintf(stderr, "processor: loadgen: --kv-topic-per-dc %q is not one of auto, true, false\n", *perDC)
 		return exitUsage
 	}
-	// An indexer on this machine likely holds the default port: serve /metrics on a free one
-	// unless http.listen says otherwise.
-	if cfg.HTTP.Listen == config.DefaultHTTPListen {
+	// An indexer on this machine likely holds the default port, or the one a deployment's shared
+	// configuration file gives (one file may serve every process): serve /metrics on a free one
+	// unless http.listen is given to this command itself, by its flag or variable.
+	if !settingSet(args, lookupEnv, "http.listen") {
 		cfg.HTTP.Listen = "127.0.0.1:0"
 	}
 	code, err := app.Run(app.New(cfg, fx.Supply(opts), appload.Module, logTo(stderr)))
