@@ -225,9 +225,15 @@ func clip(raw json.RawMessage) string {
 	return string(raw)
 }
 
-// Window returns the requests arriving in [from, from+length) milliseconds of trace time, with
-// their times shifted so that the first window instant is 0; length 0 means to the end.
+// Window returns the requests arriving in [from, from+length) milliseconds of trace time, counted
+// from the trace's first request (reqs is in time order, as ReadTrace returns it), with their
+// times shifted so that the first window instant is 0; length 0 means to the end. A trace cut
+// from a longer one, whose first timestamp is late, is thus replayed from its first request,
+// not after waiting from time 0 to it.
 func Window(reqs []Request, from, length float64) []Request {
+	if len(reqs) > 0 {
+		from += reqs[0].Time
+	}
 	var out []Request
 	for _, r := range reqs {
 		if r.Time < from || (length > 0 && r.Time >= from+length) {

@@ -71,6 +71,14 @@ func TestWindow(t *testing.T) {
 	if len(Window(reqs, 0, 0)) != 4 {
 		t.Error("length 0 is to the end")
 	}
+	// A slice of a longer trace, whose first request came at 30 minutes: counted from it.
+	late := []Request{{Time: 1_800_000}, {Time: 1_801_000}, {Time: 1_803_500}}
+	if w := Window(late, 0, 0); len(w) != 3 || w[0].Time != 0 || w[2].Time != 3500 {
+		t.Errorf("late trace from its start: %+v", w)
+	}
+	if w := Window(late, 1000, 2000); len(w) != 1 || w[0].Time != 0 {
+		t.Errorf("late trace, window 1 s to 3 s: %+v", w)
+	}
 }
 
 func TestBlockKeys(t *testing.T) {

@@ -37,7 +37,7 @@ func runReplay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 	}
 	o := replay.Options{Out: stdout, Fleet: eval.DefaultConfig()}
 	trace := fs.String("trace", "", "the trace `file` (JSON lines); required")
-	fs.DurationVar(&o.From, "from", 0, "replay the trace from this point of trace time")
+	fs.DurationVar(&o.From, "from", 0, "replay the trace from this long after its first request")
 	fs.DurationVar(&o.Window, "window", 0, "replay this much trace time (0: to the end)")
 	fs.Float64Var(&o.Speedup, "speedup", 1, "run the live replay this many times faster than real time (the simulated fleet does the same work)")
 	fs.Float64Var(&o.Compress, "compress", 1, "divide the trace's arrival times by this factor: the same requests in less time, a busier fleet")
