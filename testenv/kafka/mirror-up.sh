@@ -20,7 +20,8 @@
 #   MIRROR_TOPICS        the topics mirrored, comma-separated Java regexes matched whole
 #                        (ckf-lanes.*, ckf-snapshot-index.*, ckf-control.*: the lanes and
 #                        their snapshot index one way, the snapshot requests of remote indexers
-#                        the other; design §8)
+#                        the other; design §8; without ckf-control.* under the identity policy,
+#                        which mirrors a->b only)
 #   MIRROR_REFRESH_S     seconds between looks for new matching topics (1: tests create topics
 #                        while MM2 runs; MM2's default is 600)
 #   MIRROR_FLUSH_MS      offset.flush.interval.ms: how often the mirrored source positions are
@@ -36,7 +37,11 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 libs="$here/mirror/libs"
 : "${MIRROR_DIR:=${TMPDIR:-/tmp}/ckf-regions/mm2}"
 : "${MIRROR_POLICY:=default}"
-: "${MIRROR_TOPICS:=ckf-lanes.*, ckf-snapshot-index.*, ckf-control.*}"
+if [[ -z "${MIRROR_TOPICS:-}" ]]; then
+  # The control topic flows the other way (b->a), which the identity policy leaves off.
+  MIRROR_TOPICS="ckf-lanes.*, ckf-snapshot-index.*"
+  [[ "$MIRROR_POLICY" == identity ]] || MIRROR_TOPICS+=", ckf-control.*"
+fi
 : "${MIRROR_REFRESH_S:=1}"
 : "${MIRROR_FLUSH_MS:=1000}"
 : "${MIRROR_HEAP_OPTS:=-Xms128m -Xmx384m}"
