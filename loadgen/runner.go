@@ -153,7 +153,19 @@ func (rep Report) String() string {
 	if rep.FirstError != nil {
 		s += "loadgen: first error: " + rep.FirstError.Error() + "\n"
 	}
+	if rep.NoHitsFromThisRun() {
+		s += "loadgen: no query found a block of this run though its events were acknowledged: does a relay read the KV-events topics it writes, with the same block size, and does the indexer serve those DCs' lanes?\n"
+	}
 	return s
+}
+
+// NoHitsFromThisRun reports a run whose events were acknowledged and whose queries were answered
+// OK, none of them with a depth: with the run's own namespace (Config.Namespace) no earlier
+// state answers its prompts, so its events never reached the index (a topic no relay reads,
+// another block size, lanes the indexer does not serve). A run too short for any event to
+// become visible reads the same: it needs more than the pipeline's delay (tens of ms).
+func (rep Report) NoHitsFromThisRun() bool {
+	return rep.EventAcks > 0 && rep.OK > 0 && rep.Hits == 0
 }
 
 // Run sends events and queries at the configured rates until Duration passes or ctx ends, waits

@@ -41,6 +41,11 @@ import (
 type Config struct {
 	// Seed makes the workload reproducible. Default 1.
 	Seed uint64
+	// Namespace is the cache namespace every block is salted with (ckf.BlockSaltSeed) and that
+	// token-id queries carry. The same seed with another namespace is the same workload on
+	// other blocks, which an earlier run's state on the same lanes cannot answer: processor
+	// loadgen gives every run its own. Default "" (unsalted blocks).
+	Namespace string
 	// DCs are the DC ids of the engines' DCs. Required.
 	DCs []uint64
 	// WorkersPerDC is the number of engine workers per DC (dp rank 0 each). Default 4.
@@ -223,7 +228,7 @@ func NewWorkload(cfg Config) (*Workload, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w := &Workload{cfg: cfg, salt: ckf.BlockSaltSeed("", ""), rng: rand.New(rand.NewPCG(cfg.Seed, 0x6c6f616467656e))}
+	w := &Workload{cfg: cfg, salt: ckf.BlockSaltSeed("", cfg.Namespace), rng: rand.New(rand.NewPCG(cfg.Seed, 0x6c6f616467656e))}
 	total := 0.0
 	for i := 0; i < cfg.SystemPrompts; i++ {
 		n := w.between(cfg.SystemPromptBlocks)
@@ -484,7 +489,8 @@ func (w *Workload) NextQuery(rng *rand.Rand) Query {
 	}
 	q := Query{HomeDC: home, Blocks: len(tokens) / cfg.BlockSize}
 	if rng.Float64() < cfg.TokenQueries {
-		q.Request = schemas.QueryRequest{Input: schemas.InputTokenIDs, Tokens: schemas.AppendU32s(nil, tokens), BlockSize: uint32(cfg.BlockSize)}
+		q.Request = schemas.QueryRequest{Input: schemas.InputTokenIDs, Tokens: schemas.AppendU32s(nil, tokens), BlockSize: uint32(cfg.BlockSize),
+			CacheNamespace: cfg.Namespace}
 		return q
 	}
 	hashes := make([]uint64, 0, q.Blocks)

@@ -160,3 +160,47 @@ func BenchmarkNextEvent(b *testing.B) {
 		w.NextEvent()
 	}
 }
+
+// TestNamespaceSaltsTheBlocks: the same seed with another namespace is the same workload shape
+// on other blocks (no local hash in common), and its token queries carry the namespace, so that
+// an earlier run's state cannot answer a later run's queries; the report flags a run none of
+// whose answered queries found a block.
+func TestNamespaceSaltsTheBlocks(t *testing.T) {
+	cfg := loadgen.Config{Seed: 7, DCs: []uint64{0xa, 0xb}, TokenQueries: 1}
+	a, err := loadgen.NewWorkload(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Namespace = "run-2"
+	b, err := loadgen.NewWorkload(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint64]bool{}
+	var na, nb int
+	for i := 0; i < 200; i++ {
+		ea, eb := a.NextEvent(), b.NextEvent()
+		if ea.DC != eb.DC || ea.KV.Kind != eb.KV.Kind {
+			t.Fatalf("event %d: the shapes differ: %+v / %+v", i, ea, eb)
+		}
+		for _, bl := range ea.KV.Stored.Blocks {
+			seen[bl.TokensHash] = true
+			na++
+		}
+		for _, bl := range eb.KV.Stored.Blocks {
+			if seen[bl.TokensHash] {
+				t.Fatalf("event %d: block hash %#x in both namespaces", i, bl.TokensHash)
+			}
+			nb++
+		}
+	}
+	if na == 0 || na != nb {
+		t.Fatalf("%d and %d stored blocks", na, nb)
+	}
+	if q := b.NextQuery(rand.New(rand.NewPCG(1, 2))); q.Request.Input == schemas.InputTokenIDs && q.Request.CacheNamespace != "run-2" {
+		t.Errorf("token query namespace %q", q.Request.CacheNamespace)
+	}
+	if !(loadgen.Report{EventAcks: 10, OK: 5}).NoHitsFromThisRun() || (loadgen.Report{EventAcks: 10, OK: 5, Hits: 1}).NoHitsFromThisRun() {
+		t.Error("NoHitsFromThisRun")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app"
@@ -21,6 +22,7 @@ type loadFlags struct {
 	workers              int
 	blockSize            int
 	routers              int
+	namespace            string
 }
 
 func (f *loadFlags) register(fs *flag.FlagSet, duration time.Duration, eventRate, queryRate float64) {
@@ -31,6 +33,7 @@ func (f *loadFlags) register(fs *flag.FlagSet, duration time.Duration, eventRate
 	fs.IntVar(&f.workers, "workers", 4, "engine workers per DC")
 	fs.IntVar(&f.blockSize, "block-size", 16, "tokens per KV block")
 	fs.IntVar(&f.routers, "routers", 32, "queries in flight at most")
+	fs.StringVar(&f.namespace, "namespace", "", "cache namespace salting every block and token query (default: one of this run's own, loadgen-<id>, so no earlier run's state answers its queries)")
 }
 
 func (f *loadFlags) validate() error {
@@ -49,7 +52,7 @@ func (f *loadFlags) validate() error {
 
 func (f *loadFlags) runConfig(dcs []uint64) loadgen.RunConfig {
 	return loadgen.RunConfig{
-		Workload:  loadgen.Config{Seed: f.seed, DCs: dcs, WorkersPerDC: f.workers, BlockSize: f.blockSize},
+		Workload:  loadgen.Config{Seed: f.seed, DCs: dcs, WorkersPerDC: f.workers, BlockSize: f.blockSize, Namespace: f.namespace},
 		EventRate: f.eventRate, QueryRate: f.queryRate, Duration: f.duration, Routers: f.routers,
 	}
 }
@@ -72,9 +75,17 @@ func runLoadgen(args []string, stdout, stderr io.Writer, lookupEnv func(string) 
 		fmt.Fprintln(stderr, "processor: loadgen:", err)
 		return exitUsage
 	}
+	namespaceGiven := false
+	fs.Visit(func(fl *flag.Flag) { namespaceGiven = namespaceGiven || fl.Name == "namespace" })
+	if !namespaceGiven {
+		// A namespace of this run's own: an earlier run's blocks on the same lanes (the same seed
+		// gives the same prompts) cannot answer this run's queries, so a hit is this run's.
+		lf.namespace = "loadgen-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
 	if code, ok := requireBrokers(cfg, "loadgen", stderr); !ok {
 		return code
 	}
+	fmt.Fprintf(stdout, "loadgen: blocks salted with the cache namespace %q (--namespace)\n", lf.namespace)
 	dcs := appload.DefaultDCs(4)
 	if len(cfg.Indexer.Lanes) > 0 {
 		dcs = dcs[:0]
