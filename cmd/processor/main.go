@@ -220,7 +220,7 @@ func requireBrokers(cfg config.Config, cmd string, stderr io.Writer) (int, bool)
 		return exitOK, true
 	}
 	fmt.Fprintf(stderr, "processor: config: kafka.brokers: is required by %s (set KAFKA_BROKERS=host:port or --kafka.brokers); "+
-		"only demo runs on an embedded in-process broker, which no other process can reach\n", cmd)
+		"only demo and replay run on an embedded in-process broker, which no other process can reach\n", cmd)
 	return exitUsage, false
 }
 
