@@ -484,3 +484,132 @@ func TestRegionsIdentityPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestRegionsSnapshotFoundByTimeOnTheMirror runs design §8's recovery seek on a real mirror with
+// lane-like records: region a's "relay" writes deltas, an aborted transaction (so the offsets
+// shift), then a snapshot of three chunks and its index entry in one transaction (the entry's
+// write time taken once the chunks are acknowledged, as the relay's lane writer does), then more
+// deltas. In region b the test reads the mirrored index entry, lists the mirrored lane's offset
+// for the write time less a margin, reads forward for chunk 0 of the entry's sequence, and
+// doubles the margin when it meets a later chunk first. It must find chunk 0 at the mirror's
+// offset, which is not the entry's source offset.
+func TestRegionsSnapshotFoundByTimeOnTheMirror(t *testing.T) {
+	testenv.RegionsSet(t)
+	rg := testenv.StartRegionsT(t, testenv.RegionsConfig{})
+	a, b := rg.A.Cluster(), rg.B.Cluster()
+	lanes := a.NewTopic(t, 1, testenv.TopicName(testenv.UniqueName(t, "ckf-lanes")))
+	index := a.NewTopic(t, 1, testenv.TopicName(testenv.UniqueName(t, "ckf-snapshot-index")), testenv.TopicConfig("cleanup.policy", "compact"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	relay := manualProducer(t, a, kgo.TransactionalID(testenv.UniqueName(t, "relay")))
+	txn := func(commit bool, recs func() []*kgo.Record) []*kgo.Record {
+		t.Helper()
+		if err := relay.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		out := recs()
+		if err := relay.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	produce := func(v string) *kgo.Record {
+		t.Helper()
+		r := &kgo.Record{Topic: lanes, Partition: 0, Value: []byte(v)}
+		if err := relay.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	deltas := func(from, to int) func() []*kgo.Record {
+		return func() []*kgo.Record {
+			for s := from; s < to; s++ {
+				produce("delta-" + strconv.Itoa(s))
+			}
+			return nil
+		}
+	}
+	txn(true, deltas(1, 40))
+	txn(false, deltas(40, 50)) // aborted: never mirrored, but it takes source offsets
+	const seq = 39
+	var entry string
+	snap := txn(true, func() []*kgo.Record {
+		var chunks []*kgo.Record
+		for i := range 3 {
+			chunks = append(chunks, produce(fmt.Sprintf("chunk-%d-%d", seq, i)))
+		}
+		// The entry: sequence, chunk count, the source offset of chunk 0, the write time.
+		entry = fmt.Sprintf("%d %d %d %d", seq, len(chunks), chunks[0].Offset, time.Now().UnixMilli())
+		if err := relay.ProduceSync(ctx, &kgo.Record{Topic: index, Key: []byte("lane-0"), Value: []byte(entry)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		return chunks
+	})
+	txn(true, deltas(40, 60))
+
+	// Region b: the mirrored index entry.
+	rindex, rlanes := rg.RemoteTopic(index), rg.RemoteTopic(lanes)
+	idx := followRemote(t, b, rindex)
+	testenv.WaitUntil(t, 2*time.Minute, "the index entry mirrored", func() bool { return len(idx.partition(0)) == 1 })
+	var eSeq, eCount, eFirst, eWrite int64
+	if _, err := fmt.Sscanf(string(idx.partition(0)[0].Value), "%d %d %d %d", &eSeq, &eCount, &eFirst, &eWrite); err != nil {
+		t.Fatal(err)
+	}
+	lane := followRemote(t, b, rlanes)
+	testenv.WaitUntil(t, 2*time.Minute, "the lane mirrored", func() bool {
+		recs := lane.partition(0)
+		return len(recs) > 0 && string(recs[len(recs)-1].Value) == "delta-59"
+	})
+	badm := b.Admin(t)
+	read := func(from int64) []*kgo.Record {
+		cl := b.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{rlanes: {0: kgo.NewOffset().At(from)}}))
+		defer cl.Close()
+		var out []*kgo.Record
+		for len(out) == 0 || string(out[len(out)-1].Value) != "delta-59" {
+			fs := cl.PollFetches(ctx)
+			if err := fs.Err0(); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fs.Records()...)
+		}
+		return out
+	}
+	chunk0 := fmt.Sprintf("chunk-%d-0", eSeq)
+	var found *kgo.Record
+	margin, seeks := time.Millisecond, 0
+	for found == nil {
+		seeks++
+		lo, err := badm.ListOffsetsAfterMilli(ctx, eWrite-margin.Milliseconds(), rlanes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, _ := lo.Lookup(rlanes, 0)
+		if at.Err != nil {
+			t.Fatal(at.Err)
+		}
+		for _, r := range read(at.Offset) {
+			v := string(r.Value)
+			if v == chunk0 {
+				found = r
+				break
+			}
+			if strings.HasPrefix(v, fmt.Sprintf("chunk-%d-", eSeq)) {
+				break // a later chunk first: the seek landed inside the snapshot
+			}
+		}
+		if found == nil {
+			if seeks > 20 {
+				t.Fatalf("chunk 0 of snapshot %d not found after %d seeks (margin %v)", eSeq, seeks, margin)
+			}
+			margin *= 2
+		}
+	}
+	t.Logf("index entry %q: chunk 0 at source offset %d, found on the mirror at offset %d after %d seek(s), margin %v",
+		entry, snap[0].Offset, found.Offset, seeks, margin)
+	if eFirst != snap[0].Offset || found.Offset == eFirst {
+		t.Fatalf("chunk 0: entry's source offset %d (produced at %d), mirror offset %d: the offsets should differ", eFirst, snap[0].Offset, found.Offset)
+	}
+	if !found.Timestamp.Equal(snap[0].Timestamp) {
+		t.Fatalf("chunk 0's timestamp on the mirror %v, at the source %v", found.Timestamp, snap[0].Timestamp)
+	}
+}
