@@ -19,14 +19,21 @@ import (
 //	chunk 0 .. chunk n-1, manifest      (one Kafka transaction, with the lane records it covers)
 //
 // on the relay's partition of the checkpoint topic (partition = lane), every record keyed by
-// the pool. Every value starts with the 4-byte magic "CKFR", a 1-byte format version (1) and a
-// 1-byte kind, then, big-endian:
+// the pool. Every value starts with the 4-byte magic "CKFR", a 1-byte format version (2; 1 is
+// still read) and a 1-byte kind, then, big-endian:
 //
 //	chunk:    id u64 | index u32 | count u32 | bytes
 //	manifest: id u64 | pool str | lane u8 | incarnation u64 | sequence u64 | chunks u32 |
 //	          first chunk offset i64 | payload length u64 | payload xxh3 u64 |
 //	          write time unix ns i64 | events u64 | input topic str |
-//	          partitions u32 | (partition i32, next offset i64)* | xxh3 of everything before u64
+//	          partitions u32 | (partition i32, next offset i64)* |
+//	          [version 2: lost-history clears u64 | degraded sources u32 | (worker u64, rank u32)*] |
+//	          xxh3 of everything before u64
+//
+// Version 2 keeps the sources degraded by lost engine history and the count of lost-history
+// clears read: a restarted relay forgot them (the clears that degraded them precede the
+// checkpoint, so the replay of its tail does not see them again), and its lane records said the
+// DC healthy while its filter missed those sources' blocks. A version-1 manifest reads as none.
 //
 // (str = u16 length + bytes). The payload is the chunks' bytes concatenated in index order; the
 // manifest's hash covers it, and the manifest's own trailer covers the manifest, so a damaged
@@ -37,7 +44,8 @@ import (
 
 const (
 	checkpointMagic      = "CKFR"
-	checkpointVersion    = 1
+	checkpointVersion    = 2
+	checkpointVersion1   = 1 // read: no degraded sources
 	checkpointKindChunk  = 1
 	checkpointKindManif  = 2
 	checkpointHeaderSize = len(checkpointMagic) + 2
@@ -83,6 +91,10 @@ type checkpointManifest struct {
 	Events           uint64 // KV records applied to the state since the relay first started (all incarnations)
 	InputTopic       string
 	Offsets          []partitionOffset // sorted by partition, unique
+	// LostClears and Degraded are the relay's source health (version 2): the lost-history clears
+	// read since the relay first started, and the sources they left degraded, sorted.
+	LostClears uint64
+	Degraded   []sourceKey
 
 	offset int64 // where the manifest was read (not encoded)
 }
@@ -128,6 +140,12 @@ func appendCheckpointManifest(b []byte, m *checkpointManifest) []byte {
 		b = binary.BigEndian.AppendUint32(b, uint32(o.Partition))
 		b = binary.BigEndian.AppendUint64(b, uint64(o.Next))
 	}
+	b = binary.BigEndian.AppendUint64(b, m.LostClears)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(m.Degraded)))
+	for _, d := range m.Degraded {
+		b = binary.BigEndian.AppendUint64(b, d.worker)
+		b = binary.BigEndian.AppendUint32(b, d.rank)
+	}
 	return binary.BigEndian.AppendUint64(b, xxh3.Hash(b[start:]))
 }
 
@@ -137,8 +155,8 @@ func checkpointKind(v []byte) (byte, error) {
 	if len(v) < checkpointHeaderSize || string(v[:len(checkpointMagic)]) != checkpointMagic {
 		return 0, errors.New("not a relay checkpoint record (bad magic)")
 	}
-	if v[len(checkpointMagic)] != checkpointVersion {
-		return 0, fmt.Errorf("unsupported checkpoint format version %d", v[len(checkpointMagic)])
+	if v := v[len(checkpointMagic)]; v != checkpointVersion && v != checkpointVersion1 {
+		return 0, fmt.Errorf("unsupported checkpoint format version %d", v)
 	}
 	switch k := v[len(checkpointMagic)+1]; k {
 	case checkpointKindChunk, checkpointKindManif:
@@ -214,6 +232,16 @@ func decodeCheckpointManifest(v []byte) (checkpointManifest, error) {
 	m.Offsets = make([]partitionOffset, n)
 	for i := range m.Offsets {
 		m.Offsets[i] = partitionOffset{Partition: int32(r.u32()), Next: int64(r.u64())}
+	}
+	if v[len(checkpointMagic)] >= checkpointVersion {
+		m.LostClears = r.u64()
+		n := r.u32()
+		if uint64(n)*12 > uint64(len(r.b)) {
+			return checkpointManifest{}, errors.New("truncated manifest degraded sources")
+		}
+		for range n {
+			m.Degraded = append(m.Degraded, sourceKey{worker: r.u64(), rank: r.u32()})
+		}
 	}
 	switch {
 	case r.bad:

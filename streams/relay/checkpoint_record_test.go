@@ -2,10 +2,13 @@ package relay
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/zeebo/xxh3"
 )
 
 func testManifest() checkpointManifest {
@@ -13,6 +16,26 @@ func testManifest() checkpointManifest {
 		ID: 1_700_000_000_000_000_123, Pool: "pool-a", Lane: 7, Incarnation: 99, Sequence: 1234, Chunks: 3,
 		FirstChunkOffset: 40, PayloadLen: 2500, PayloadHash: 0xDEADBEEF, WriteTime: time.Unix(0, 1_700_000_000_123_456_789),
 		Events: 5000, InputTopic: "kv-events", Offsets: []partitionOffset{{0, 10}, {1, 0}, {5, 1 << 40}},
+		LostClears: 3, Degraded: []sourceKey{{worker: 7, rank: 0}, {worker: 7, rank: 1}, {worker: 1 << 63, rank: 4}},
+	}
+}
+
+// TestCheckpointManifestVersion1: a manifest of format version 1 (before the source health)
+// still reads, with no degraded source and no lost-history clear.
+func TestCheckpointManifestVersion1(t *testing.T) {
+	m := testManifest()
+	m.LostClears, m.Degraded = 0, nil
+	b := appendCheckpointManifest(nil, &m)
+	v1 := bytes.Clone(b[:len(b)-8-12]) // without the trailer, the clears and the count
+	v1[len(checkpointMagic)] = checkpointVersion1
+	v1 = binary.BigEndian.AppendUint64(v1, xxh3.Hash(v1))
+	got, err := decodeCheckpointManifest(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.WriteTime = m.WriteTime
+	if !reflect.DeepEqual(got, m) {
+		t.Fatalf("version 1 decoded\n%+v\nwant\n%+v", got, m)
 	}
 }
 
@@ -77,7 +100,7 @@ func TestCheckpointKind(t *testing.T) {
 		"empty":        nil,
 		"short":        []byte("CKF"),
 		"bad magic":    []byte("XKFR\x01\x01"),
-		"next version": []byte("CKFR\x02\x01"),
+		"next version": []byte("CKFR\x03\x01"),
 		"unknown kind": []byte("CKFR\x01\x09"),
 	} {
 		if _, err := checkpointKind(v); err == nil {

@@ -1,10 +1,12 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
@@ -153,6 +155,7 @@ func (rl *relayLoop) checkpoint(ctx context.Context) error {
 		Sequence: rl.pub.LastSequence(), Chunks: uint32(len(chunks)), PayloadLen: uint64(len(payload)),
 		PayloadHash: hashPayload(payload), WriteTime: rl.now(), Events: rl.ck.events,
 		InputTopic: cfg.Topics.KVEvents, Offsets: sortedOffsets(offsets),
+		LostClears: rl.lostClears, Degraded: sortedSources(rl.degraded),
 	}
 	manifest := func(rs []*kgo.Record) ([]*kgo.Record, error) {
 		m.FirstChunkOffset = chunks[0].Offset // set by the produce of rs, which holds chunks
@@ -298,6 +301,15 @@ func (rl *relayLoop) openState(ctx context.Context, adm *kadm.Client, kv *stream
 		if ok {
 			state = st
 			rl.ck.events, rl.ck.eventsAtLast = m.Events, m.Events
+			// The sources degraded before the checkpoint stay degraded: the clears that did it
+			// are not in the tail the relay replays.
+			rl.lostClears, rl.degraded = m.LostClears, nil
+			for _, d := range m.Degraded {
+				if rl.degraded == nil {
+					rl.degraded = map[sourceKey]struct{}{}
+				}
+				rl.degraded[d] = struct{}{}
+			}
 			rl.ck.lastAt, rl.ck.lastID = m.WriteTime, m.ID
 			rl.prevInc = max(rl.prevInc, m.Incarnation)
 			r.c.restore(m.ID)
@@ -327,4 +339,19 @@ func (rl *relayLoop) openState(ctx context.Context, adm *kadm.Client, kv *stream
 	state.SetPublicationMaterializationEnabled(false)
 	rl.state = state
 	return from, nil
+}
+
+// sortedSources lists the keys of set, sorted by worker then rank (a checkpoint's order).
+func sortedSources(set map[sourceKey]struct{}) []sourceKey {
+	out := make([]sourceKey, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b sourceKey) int {
+		if c := cmp.Compare(a.worker, b.worker); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.rank, b.rank)
+	})
+	return out
 }

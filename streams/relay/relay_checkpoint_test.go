@@ -286,3 +286,43 @@ func TestRelayCheckpointsFitASmallTopic(t *testing.T) {
 	}
 	compareOwnership(t, rr2, newReference(t, e, a), g)
 }
+
+// TestRelayKeepsDegradedSourcesAcrossRestart: a source a bridge cleared for lost engine history
+// stays degraded in the relay's lane records after the relay restarts from a checkpoint written
+// after the clear; the restarted relay once reported the DC healthy (the clear precedes the
+// checkpoint, so the tail it replays does not hold it).
+func TestRelayKeepsDegradedSourcesAcrossRestart(t *testing.T) {
+	t.Parallel()
+	e := newBrokerRelayEnv(t, 4096, 2)
+	const lane = 12
+	cfg := e.checkpointRelayConfig(lane, 20)
+	g := newKvGen(23)
+	lost := relay.KvEventOf(producer.RouterEvent{WorkerID: 9, Event: producer.KvCacheEvent{Kind: producer.KvEventCleared}})
+	v, err := e.Codec.EncodeKvEvent(lost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.produceKV(g.take(10))
+	e.produceRaw(&kgo.Record{Topic: e.kvTopic, Key: []byte("9"), Value: v,
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderLostHistory, Value: make([]byte, 16)}}})
+	e.produceKV(g.take(10))
+	rr := e.startRelay(cfg, true)
+	waitCheckpoints(t, rr, 1)
+	if err := rr.stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.produceKV(g.take(5))
+	rr2 := e.startRelay(cfg, true)
+	if s := rr2.r.Stats(); s.RestoredCheckpoint == 0 || s.ReplayedEvents != 5 {
+		t.Fatalf("restart: %+v; want a checkpoint restored and the 5 events after it replayed", s)
+	}
+	waitHeartbeats(t, rr2, 1)
+	recs := readLaneRecords(t, e, lane)
+	last, err := e.Codec.DecodeLaneRecord(recs[len(recs)-1].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := last.Sources.Get(); !ok || h.DegradedSources != 1 || h.LostHistoryClears != 1 {
+		t.Fatalf("the restarted relay's last lane record reports sources %+v (set %v); want 1 degraded, 1 clear", h, ok)
+	}
+}
