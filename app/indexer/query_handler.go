@@ -154,7 +154,6 @@ func (a *API) writeResponse(w http.ResponseWriter, status int, resp *queryapi.Pr
 	writeJSONBytes(w, status, b)
 }
 
-
 // binaryScratch is one binary request's working memory, pooled: the body, the reply and the
 // Answerer's scratch. With it, a binary query allocates nothing once the pool is warm, except
 // the correlation id the server makes up when the request has none.
