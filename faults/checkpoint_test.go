@@ -29,7 +29,8 @@ import (
 // than as an unusable state, and the test fails.
 const (
 	ckptMagic         = "CKFR"
-	ckptVersion       = 1
+	ckptVersion       = 1 // the test writes format version 1, which relays still read
+	ckptNextVersion   = 3 // the first version no relay reads
 	ckptKindChunk     = 1
 	ckptKindManifest  = 2
 	relayCheckpointDL = "relay-checkpoint" // the dead letters' component
@@ -290,7 +291,7 @@ func TestHostileCheckpoint(t *testing.T) {
 	in.put(damaged{kind: "random-bytes", rejected: true, code: schemas.DeadLetterMalformed, reason: "bad magic"}, in.random(300))
 	in.put(damaged{kind: "unknown-kind", rejected: true, code: schemas.DeadLetterMalformed, reason: "kind"}, append(ckptHeader(9), in.random(40)...))
 	future := ckptHeader(ckptKindManifest)
-	future[len(ckptMagic)] = ckptVersion + 1
+	future[len(ckptMagic)] = ckptNextVersion
 	in.put(damaged{kind: "future-version", rejected: true, code: schemas.DeadLetterMalformed, reason: "version"}, append(future, in.random(40)...))
 	state := modelState()
 	bad := ckptManifest{id: in.nextID + 100, pool: pool, lane: lane, chunks: 1, firstChunk: before - 1, payload: state, inputTopic: s.kv[0]}.encode()

@@ -174,7 +174,9 @@ func TestHostileInput(t *testing.T) {
 		in.put(fmt.Sprintf("lane/random-%dB", n), lanes, lane, nil, in.random(n))
 	}
 	in.put("lane/random-framed", lanes, lane, nil, append([]byte{0, 0, 0, 0, byte(laneID)}, in.random(200)...))
-	for _, cut := range []int{6, len(good) / 2, len(good) - 3} {
+	// The last three bytes are the nulls of the fields appended within v1 (capacity, sources,
+	// as_of): a body cut there is an earlier revision's, and valid. Cut into the images instead.
+	for _, cut := range []int{6, len(good) / 2, len(good) - 5} {
 		in.put(fmt.Sprintf("lane/truncated-%d-of-%d", cut, len(good)), lanes, lane, nil, good[:cut])
 	}
 	in.put("lane/unknown-schema-id", lanes, lane, nil, withSchemaID(good, 9999))
