@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -112,25 +111,5 @@ func TestRelayAsOfOnTheBroker(t *testing.T) {
 // end now.
 func readLaneRecords(t *testing.T, e *relayEnv, lane int32) []*kgo.Record {
 	t.Helper()
-	ends, err := e.Cluster.Admin(t).ListEndOffsets(context.Background(), e.Topics.Lanes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	end, _ := ends.Lookup(e.Topics.Lanes, lane)
-	cl := e.Cluster.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.Topics.Lanes: {lane: kgo.NewOffset().AtStart()}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
-	var out []*kgo.Record
-	for next := int64(0); next < end.Offset; {
-		fs := cl.PollFetches(context.Background())
-		if err := fs.Err0(); err != nil {
-			t.Fatal(err)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			next = r.Offset + 1
-			if !r.Attrs.IsControl() {
-				out = append(out, r)
-			}
-		})
-	}
-	return out
+	return e.Cluster.PartitionRecords(t, e.Topics.Lanes, lane)
 }
