@@ -80,7 +80,6 @@ type laneState struct {
 	// it, so its lag grows instead of reading 0 (checkFreshness).
 	usable      int64
 	appliedTime time.Time // producer timestamp of the last data record processed
-	asOf        time.Time // the time up to which the lane reflects its DC's KV events (noteAsOf)
 	seeked      bool      // a seek was issued while processing the current batch: drop its rest
 	stopped     bool      // the lane lost its ingestor (see panicked); run returns
 
@@ -255,7 +254,6 @@ func (l *lane) noteAsOf(asOf, written time.Time) {
 	if t.IsZero() {
 		t = written
 	}
-	l.st.asOf = t
 	l.ix.asOf[l.num].Store(t.UnixMicro())
 }
 

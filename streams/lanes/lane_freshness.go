@@ -82,8 +82,8 @@ func (l *lane) checkFreshness(now time.Time, force bool) {
 	// stamps (a relay that stopped, or fell behind its input, ages its lane even while its
 	// heartbeats arrive), or since its last record from a relay that does not stamp it.
 	var age time.Duration
-	if at := l.st.asOf; !at.IsZero() {
-		age = max(now.Sub(at), 0)
+	if at := l.ix.LaneAsOf(l.num); at > 0 {
+		age = max(now.Sub(time.UnixMicro(at)), 0)
 	} else if !l.st.appliedTime.IsZero() {
 		age = max(now.Sub(l.st.appliedTime), 0)
 	}
