@@ -34,6 +34,19 @@ func seqOf(t testing.TB, r *kgo.Record) int {
 	return n
 }
 
+// laneTopicsToMirror starts the regions for t and creates in region a a lanes-like topic of the
+// given partitions and a compacted snapshot-index-like topic, named so that MirrorMaker mirrors
+// them.
+func laneTopicsToMirror(t *testing.T, lanePartitions int32) (rg *testenv.Regions, a, b *testenv.Cluster, lanes, index string) {
+	t.Helper()
+	testenv.RegionsSet(t)
+	rg = testenv.StartRegionsT(t, testenv.RegionsConfig{})
+	a, b = rg.A.Cluster(), rg.B.Cluster()
+	lanes = a.NewTopic(t, lanePartitions, testenv.TopicName(testenv.UniqueName(t, "ckf-lanes")))
+	index = a.NewTopic(t, 1, testenv.TopicName(testenv.UniqueName(t, "ckf-snapshot-index")), testenv.TopicConfig("cleanup.policy", "compact"))
+	return rg, a, b, lanes, index
+}
+
 func manualProducer(t testing.TB, c *testenv.Cluster, opts ...kgo.Opt) *kgo.Client {
 	return c.Client(t, append([]kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0)}, opts...)...)
 }
@@ -141,11 +154,7 @@ func mirrorAccount(t testing.TB, recs []*kgo.Record, n int) (dups int) {
 // lands at or before that record's copy, which is what a remote indexer's recovery relies on
 // (design §8). The mirrored snapshot index keeps its compaction.
 func TestRegionsMirrorLanes(t *testing.T) {
-	testenv.RegionsSet(t)
-	rg := testenv.StartRegionsT(t, testenv.RegionsConfig{})
-	a, b := rg.A.Cluster(), rg.B.Cluster()
-	lanes := a.NewTopic(t, 4, testenv.TopicName(testenv.UniqueName(t, "ckf-lanes")))
-	index := a.NewTopic(t, 1, testenv.TopicName(testenv.UniqueName(t, "ckf-snapshot-index")), testenv.TopicConfig("cleanup.policy", "compact"))
+	rg, a, b, lanes, index := laneTopicsToMirror(t, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -494,11 +503,7 @@ func TestRegionsIdentityPolicy(t *testing.T) {
 // doubles the margin when it meets a later chunk first. It must find chunk 0 at the mirror's
 // offset, which is not the entry's source offset.
 func TestRegionsSnapshotFoundByTimeOnTheMirror(t *testing.T) {
-	testenv.RegionsSet(t)
-	rg := testenv.StartRegionsT(t, testenv.RegionsConfig{})
-	a, b := rg.A.Cluster(), rg.B.Cluster()
-	lanes := a.NewTopic(t, 1, testenv.TopicName(testenv.UniqueName(t, "ckf-lanes")))
-	index := a.NewTopic(t, 1, testenv.TopicName(testenv.UniqueName(t, "ckf-snapshot-index")), testenv.TopicConfig("cleanup.policy", "compact"))
+	rg, a, b, lanes, index := laneTopicsToMirror(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	relay := manualProducer(t, a, kgo.TransactionalID(testenv.UniqueName(t, "relay")))
