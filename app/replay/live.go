@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -47,14 +48,8 @@ func (r *replay) drive(ctx context.Context) error {
 		return err
 	}
 	rep.Live = live
-	rep.finish()
-	rep.print(r.out)
-	if o.OutDir != "" {
-		path, err := rep.write(o.OutDir)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(r.out, "report written to", path)
+	if err := rep.output(r.out, o.OutDir); err != nil {
+		return err
 	}
 	if o.Done != nil {
 		o.Done(rep)
@@ -79,16 +74,25 @@ func Simulate(o Options) (*Report, error) {
 	if err := rep.simulate(o); err != nil {
 		return nil, err
 	}
-	rep.finish()
-	rep.print(o.Out)
-	if o.OutDir != "" {
-		path, err := rep.write(o.OutDir)
-		if err != nil {
-			return nil, err
-		}
-		fmt.Fprintln(o.Out, "report written to", path)
+	if err := rep.output(o.Out, o.OutDir); err != nil {
+		return nil, err
 	}
 	return rep, nil
+}
+
+// output finishes the report, prints it to w and, with dir, writes report.json there.
+func (rep *Report) output(w io.Writer, dir string) error {
+	rep.finish()
+	rep.print(w)
+	if dir == "" {
+		return nil
+	}
+	path, err := rep.write(dir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "report written to", path)
+	return nil
 }
 
 // live replays the trace in real time under the ckf policy, with its KV events on the pipeline.
