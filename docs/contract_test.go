@@ -98,7 +98,8 @@ func workedExampleRecords(t *testing.T, local []uint64) string {
 		t.Fatal(err)
 	}
 	ev := schemas.KvEvent{WorkerID: 7, EventID: 1, StorageTier: schemas.TierDevice, Kind: schemas.KvStoredEvent,
-		Stored: schemas.KvStored{Blocks: []schemas.KvBlock{{BlockHash: 0x100, TokensHash: local[0]}, {BlockHash: 0x101, TokensHash: local[1]}}}}
+		Stored: schemas.KvStored{Blocks: []schemas.KvBlock{{BlockHash: 0x100, TokensHash: local[0]}, {BlockHash: 0x101, TokensHash: local[1]}},
+			BlockSize: 4}}
 	kv, err := codec.EncodeKvEvent(ev)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +116,8 @@ func workedExampleRecords(t *testing.T, local []uint64) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "KvEvent to the DC's KV-events topic, key \"7\"; worker_id 7, dp_rank 0, event_id 1, DEVICE,\n")
-	fmt.Fprintf(&b, "KvStored with no parent and blocks {block_hash 0x100, tokens_hash block 0}, {0x101, block 1}:\n")
+	fmt.Fprintf(&b, "KvStored with no parent, blocks {block_hash 0x100, tokens_hash block 0}, {0x101, block 1}\n")
+	fmt.Fprintf(&b, "and block_size 4:\n")
 	b.WriteString(hexLines(kv))
 	fmt.Fprintf(&b, "\nQueryRequest, key \"q1\": correlation_id \"q1\", LocalBlockHashes of the same two blocks\n")
 	fmt.Fprintf(&b, "(hashes = %d bytes, little-endian u64 each), no lane mask, reply_partition 0:\n", len(packed))

@@ -51,6 +51,7 @@ func appendKvEventBody(dst []byte, e *KvEvent) []byte {
 		} else {
 			dst = append(dst, 0)
 		}
+		dst = appendOptBlockSize(dst, s.BlockSize)
 	case KvRemovedEvent:
 		if n := len(e.Removed.BlockHashes); n > 0 {
 			dst = appendLong(dst, int64(n))
@@ -61,6 +62,24 @@ func appendKvEventBody(dst []byte, e *KvEvent) []byte {
 		dst = append(dst, 0)
 	}
 	return dst
+}
+
+// appendOptBlockSize appends an optional block size (union ["null", long]): 0 is null.
+func appendOptBlockSize(dst []byte, size uint32) []byte {
+	if size == 0 {
+		return append(dst, 0)
+	}
+	return appendLong(append(dst, 2), int64(size))
+}
+
+// optBlockSize reads a trailing optional block size (KvStored.block_size, LaneRecord.block_size):
+// a body that ends before it was written with an earlier revision of the v1 schema and reads as 0
+// (null); a written size must be a u32 above 0.
+func (r *reader) optBlockSize(field string, nf *nat) uint32 {
+	if r.failed() || r.remaining() == 0 || !r.optIndex() {
+		return 0
+	}
+	return uint32(narrow(r.long(), 1, 1<<32-1, field, nf))
 }
 
 // residency returns the residency domain, reusing the constant strings for
@@ -122,6 +141,7 @@ func decodeKvEventBodyInto(body []byte, e *KvEvent) error {
 			}
 		}
 		s.SharedCacheEligible = r.boolean()
+		s.BlockSize = r.optBlockSize("data.block_size", &nf)
 	case KvRemovedEvent:
 		for {
 			n := r.blockCount(longMinSize)

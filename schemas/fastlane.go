@@ -74,9 +74,11 @@ func appendLaneRecordBody(dst []byte, r *LaneRecord) []byte {
 		dst = append(dst, 0)
 	}
 	if r.AsOf.IsZero() {
-		return append(dst, 0)
+		dst = append(dst, 0)
+	} else {
+		dst = appendLong(append(dst, 2), r.AsOf.UnixMicro())
 	}
-	return appendLong(append(dst, 2), r.AsOf.UnixMicro())
+	return appendOptBlockSize(dst, r.BlockSize)
 }
 
 // appendOptCapacity appends an optional CapacityState (union ["null", CapacityState]).
@@ -205,6 +207,7 @@ func decodeLaneRecordBodyAfter(body []byte, known *knownIdentity) (rec LaneRecor
 	rec.Capacity = r.optCapacity("capacity", &nf)
 	rec.Sources = r.optSources("sources", &nf)
 	rec.AsOf = r.optAsOf()
+	rec.BlockSize = r.optBlockSize("block_size", &nf)
 	if err := r.end(&nf); err != nil {
 		return LaneRecord{}, 0, false, err
 	}

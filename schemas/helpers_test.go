@@ -63,8 +63,8 @@ func testSnapshot(words int) LaneRecord {
 }
 
 // laneTrailerNulls is how many one-byte nulls end a lane record that sets none of the optional
-// fields appended within v1 (capacity, sources, as_of).
-const laneTrailerNulls = 3
+// fields appended within v1 (capacity, sources, as_of, block_size).
+const laneTrailerNulls = 4
 
 func testDelta(images int) LaneRecord {
 	id := testIdentity()
@@ -94,6 +94,13 @@ func testLaneRecords() map[string]LaneRecord {
 			r := testDelta(2)
 			r.Sources = Some(SourceHealth{DegradedSources: 1})
 			r.AsOf = testTime(1_780_000_000_654_321)
+			return r
+		}(),
+		"heartbeat-block-size": {Identity: id, Kind: LaneHeartbeat, Heartbeat: Heartbeat{LastSequence: 79, ProducerTime: testTime(10)},
+			AsOf: testTime(1_780_000_000_000_001), BlockSize: 16},
+		"delta-widest-block-size": func() LaneRecord {
+			r := testDelta(1)
+			r.BlockSize = 1<<32 - 1
 			return r
 		}(),
 	}
@@ -211,9 +218,11 @@ func testKvEvents() map[string]KvEvent {
 			Kind: KvStoredEvent, Stored: KvStored{
 				ParentHash: Some[uint64](0xAAAA_BBBB_CCCC_DDDD), StartPosition: Some[uint32](4),
 				Blocks:              []KvBlock{{BlockHash: 1, TokensHash: 0x0123456789ABCDEF}, {BlockHash: 1<<63 + 1, TokensHash: 2}},
-				SharedCacheEligible: true,
+				SharedCacheEligible: true, BlockSize: 16,
 			},
 		},
+		"stored-widest-block-size": {WorkerID: 4, StorageTier: TierDevice, Kind: KvStoredEvent, Stored: KvStored{
+			Blocks: []KvBlock{{BlockHash: 7, TokensHash: 8}}, BlockSize: 1<<32 - 1}},
 		"stored-root": {WorkerID: 1, StorageTier: TierHostPinned, Kind: KvStoredEvent, Stored: KvStored{Blocks: []KvBlock{{BlockHash: 5, TokensHash: 6}}}},
 		"removed":     {WorkerID: 2, DpRank: 1, StorageTier: TierDevice, ResidencyDomain: Some("some-future-domain"), Kind: KvRemovedEvent, Removed: KvRemoved{BlockHashes: []uint64{1, 1<<64 - 1}}},
 		"cleared":     {WorkerID: 3, StorageTier: TierUnknown, ResidencyDomain: Some(ResidencyCacheOwner), Kind: KvClearedEvent},

@@ -64,6 +64,9 @@ type KvStored struct {
 	StartPosition       Optional[uint32]
 	Blocks              []KvBlock
 	SharedCacheEligible bool
+	// BlockSize is the engine's tokens per block; 0 (null on the wire) when the writer does
+	// not report it. A reported size is above 0 and fits a u32.
+	BlockSize uint32
 }
 
 // KvBlock is one stored block (Avro record KvBlock).

@@ -44,6 +44,10 @@ type LaneRecord struct {
 	// the record: every KV event appended before it is in the state the record brings the lane
 	// to. The zero Time (null on the wire) when the writer does not report it.
 	AsOf time.Time
+	// BlockSize is the tokens per block of the DC's engines as the relay read it from their
+	// stored events; 0 (null on the wire) when the writer does not know it or does not report
+	// it, or when the DC's engines disagree.
+	BlockSize uint32
 }
 
 // SourceHealth is the state of a DC's sources (worker, rank) whose engine

@@ -118,7 +118,15 @@ func laneRecordNative(r *LaneRecord) map[string]any {
 		})
 	}
 	return map[string]any{"identity": identityNative(&r.Identity), "body": body, "capacity": capacityNative(r.Capacity),
-		"sources": sourcesNative(r.Sources), "as_of": optTime(r.AsOf)}
+		"sources": sourcesNative(r.Sources), "as_of": optTime(r.AsOf), "block_size": optBlockSize(r.BlockSize)}
+}
+
+// optBlockSize is an optional block size (union ["null", long]): 0 is null.
+func optBlockSize(size uint32) any {
+	if size == 0 {
+		return nil
+	}
+	return union("long", int64(size))
 }
 
 func sourcesNative(o Optional[SourceHealth]) any {
@@ -289,6 +297,7 @@ func kvEventNative(e *KvEvent) map[string]any {
 			"start_position":        start,
 			"blocks":                blocks,
 			"shared_cache_eligible": s.SharedCacheEligible,
+			"block_size":            optBlockSize(s.BlockSize),
 		})
 	case KvRemovedEvent:
 		hs := make([]any, len(e.Removed.BlockHashes))
@@ -464,6 +473,20 @@ func (n *nat) optLong(m map[string]any, base, name string) Optional[int64] {
 	return Some(n.asLong(v, join(base, name)))
 }
 
+// blockSize reads an optional block size: absent (a writer schema before the field) or null
+// reads as 0; a written size must be a u32 above 0.
+func (n *nat) blockSize(m map[string]any, base, name string) uint32 {
+	o := n.optLong(m, base, name)
+	if !o.Valid {
+		return 0
+	}
+	if o.Value < 1 || o.Value > 1<<32-1 {
+		n.fail(ErrInvalidField, join(base, name), "%d is not in [1, %d]", o.Value, int64(1<<32-1))
+		return 0
+	}
+	return uint32(o.Value)
+}
+
 func (n *nat) optU64(m map[string]any, base, name string) Optional[uint64] {
 	o := n.optLong(m, base, name)
 	return Optional[uint64]{Value: uint64(o.Value), Valid: o.Valid}
@@ -571,6 +594,7 @@ func (n *nat) laneRecord(v any) LaneRecord {
 	r.Capacity = n.capacity(m)
 	r.Sources = n.sources(m)
 	r.AsOf = n.optTime(m, "", "as_of") // absent from writer schemas before the field: null
+	r.BlockSize = n.blockSize(m, "", "block_size")
 	return r
 }
 
@@ -805,6 +829,7 @@ func (n *nat) kvEvent(v any) KvEvent {
 			s.StartPosition = Some(uint32(o.Value))
 		}
 		s.SharedCacheEligible = n.boolean(d, "data", "shared_cache_eligible", false)
+		s.BlockSize = n.blockSize(d, "data", "block_size")
 		arr, ok := n.get(d, "data", "blocks", false).([]any)
 		if !ok && n.kind == nil {
 			n.fail(ErrMalformed, "data.blocks", "expected an array")

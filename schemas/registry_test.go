@@ -236,6 +236,71 @@ func TestRegistryOlderWriterSchema(t *testing.T) {
 	if !reflect.DeepEqual(got, q) {
 		t.Fatalf("got %+v\nwant %+v", got, q)
 	}
+
+	// A KV-event producer of the revision before KvStored.block_size (a field appended to a
+	// record branch, not to the top level): its stored events read without a block size. A
+	// newer producer that appends one more field to KvStored is read by this reader, which
+	// ignores the field it does not know, as a reader of the older revision ignores block_size.
+	olderKv := mutate(t, TypeKvEvent, func(top map[string]any) {
+		stored := named(top, "KvStored")
+		fields := stored["fields"].([]any)
+		if last := fields[len(fields)-1].(map[string]any); last["name"] != "block_size" {
+			t.Fatalf("last KvStored field is %v", last["name"])
+		}
+		stored["fields"] = fields[:len(fields)-1]
+	})
+	kid, _, err := reg.RegisterSchema(reader.Subject(TypeKvEvent), sr.Schema{Schema: olderKv, Type: sr.TypeAvro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := goavro.NewCodec(olderKv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := testKvEvents()["stored"]
+	kn := kvEventNative(&ev)
+	delete(kn["data"].(map[string]any)[nsName("KvStored")].(map[string]any), "block_size")
+	kb, err := kc.BinaryFromNative(AppendHeader(nil, kid), kn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotEv, err := reader.DecodeKvEvent(kb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ev
+	want.Stored.BlockSize = 0
+	if !reflect.DeepEqual(gotEv, want) {
+		t.Fatalf("older kv event: got %+v\nwant %+v", gotEv, want)
+	}
+	cur, err := reader.EncodeKvEvent(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _, _ := ParseHeader(cur); id == kid {
+		t.Fatalf("the current writer reused the older schema's id %d", id)
+	}
+	newerKv := mutate(t, TypeKvEvent, func(top map[string]any) {
+		stored := named(top, "KvStored")
+		stored["fields"] = append(stored["fields"].([]any), map[string]any{"name": "block_tier_hint", "type": []any{"null", "string"}, "default": nil, "doc": "Test-only."})
+	})
+	nid, _, err := reg.RegisterSchema(reader.Subject(TypeKvEvent), sr.Schema{Schema: newerKv, Type: sr.TypeAvro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := goavro.NewCodec(newerKv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nn := kvEventNative(&ev)
+	nn["data"].(map[string]any)[nsName("KvStored")].(map[string]any)["block_tier_hint"] = goavro.Union("string", "hbm")
+	nb, err := nc.BinaryFromNative(AppendHeader(nil, nid), nn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotEv, err := reader.DecodeKvEvent(nb); err != nil || !reflect.DeepEqual(gotEv, ev) {
+		t.Fatalf("newer kv event: %v\ngot  %+v\nwant %+v", err, gotEv, ev)
+	}
 }
 
 func TestRegistryUnknownAndForeignIDs(t *testing.T) {

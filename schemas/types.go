@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/linkedin/goavro/v2"
 )
@@ -128,9 +129,12 @@ type builtin struct {
 // id, so the readers accept a body that ends before these fields and read them as their
 // defaults; a reader of the previous revision refuses the new fields as trailing bytes, so
 // readers are upgraded before writers (as for a new union branch). With a registry, each
-// revision has its own id and none of this applies.
+// revision has its own id and none of this applies. A name "field/Record/name" is a field
+// appended to the record branch Record of the union of the last top-level field, which ends
+// the body as a top-level field would (KvStored.block_size: data is KvEvent's last field).
 var appendedFields = map[RecordType][]string{
-	TypeLaneRecord:   {"capacity", "sources", "as_of"},
+	TypeKvEvent:      {"data/KvStored/block_size"},
+	TypeLaneRecord:   {"capacity", "sources", "as_of", "block_size"},
 	TypeLaneEvent:    {"capacity"},
 	TypeQueryRequest: {"max_age_ms"},
 	TypeQueryReply:   {"incomplete_lanes", "lane_states"},
@@ -169,29 +173,56 @@ func loadBuiltins() [len(typeInfos)]builtin {
 	return out
 }
 
-// withoutTrailingFields compiles text without its last top-level fields, which must be names, in
-// order.
+// withoutTrailingFields compiles text without its last fields, which must be names, in order
+// (each a top-level field, or "field/Record/name" for the last field of a record branch of the
+// last top-level field's union; see appendedFields).
 func withoutTrailingFields(text string, names []string) (builtin, error) {
 	var top map[string]any
 	if err := json.Unmarshal([]byte(text), &top); err != nil {
 		return builtin{}, err
 	}
-	fields, _ := top["fields"].([]any)
-	if len(fields) < len(names) {
-		return builtin{}, fmt.Errorf("%d fields, fewer than the %d appended", len(fields), len(names))
-	}
-	keep := fields[:len(fields)-len(names)]
-	for i, f := range fields[len(keep):] {
-		if m, _ := f.(map[string]any); m == nil || m["name"] != names[i] {
-			return builtin{}, fmt.Errorf("field %d is not %q", len(keep)+i, names[i])
+	for i := len(names) - 1; i >= 0; i-- {
+		rec, name := top, names[i]
+		if path := strings.Split(name, "/"); len(path) == 3 {
+			rec, name = unionBranch(top, path[0], path[1]), path[2]
+			if rec == nil {
+				return builtin{}, fmt.Errorf("no record branch %s in the union of the last field %s", path[1], path[0])
+			}
 		}
+		fields, _ := rec["fields"].([]any)
+		if len(fields) == 0 {
+			return builtin{}, fmt.Errorf("no field left for %q", names[i])
+		}
+		if m, _ := fields[len(fields)-1].(map[string]any); m == nil || m["name"] != name {
+			return builtin{}, fmt.Errorf("last field is not %q", names[i])
+		}
+		rec["fields"] = fields[:len(fields)-1]
 	}
-	top["fields"] = keep
 	out, err := json.Marshal(top)
 	if err != nil {
 		return builtin{}, err
 	}
 	return compile(string(out))
+}
+
+// unionBranch returns the record named record among the branches of the union of top's last
+// field, which must be named field; nil when there is none.
+func unionBranch(top map[string]any, field, record string) map[string]any {
+	fields, _ := top["fields"].([]any)
+	if len(fields) == 0 {
+		return nil
+	}
+	last, _ := fields[len(fields)-1].(map[string]any)
+	if last == nil || last["name"] != field {
+		return nil
+	}
+	branches, _ := last["type"].([]any)
+	for _, b := range branches {
+		if m, _ := b.(map[string]any); m != nil && m["name"] == record {
+			return m
+		}
+	}
+	return nil
 }
 
 // compile parses a schema with goavro (the decoder) and with the bounds
