@@ -354,6 +354,9 @@ func (c *Converter) Convert(out []schemas.KvEvent, b *kvevents.Batch, rank uint3
 				out = append(out, next())
 				run = &out[len(out)-1]
 				run.Kind = schemas.KvStoredEvent
+				// The engine's block size travels with its blocks: the relay stamps its DC's size
+				// on the lane, and the indexer refuses a token query of another size (consumer §6.5).
+				run.Stored.BlockSize = uint32(ev.BlockSize)
 				switch {
 				case k > 0:
 					run.Stored.ParentHash = schemas.Some(uint64(ev.BlockHashes[k-1]))

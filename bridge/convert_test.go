@@ -50,7 +50,7 @@ func TestConvertStoredHashesTokensAndKeepsEngineHashes(t *testing.T) {
 	want := []schemas.KvEvent{{WorkerID: 7, DpRank: 2, EventID: 100, StorageTier: schemas.TierDevice,
 		ResidencyDomain: schemas.Some(schemas.ResidencyWorker), Kind: schemas.KvStoredEvent,
 		Stored: schemas.KvStored{ParentHash: schemas.Some(uint64(9)), Blocks: []schemas.KvBlock{
-			{BlockHash: 1, TokensHash: local(10, salt)}, {BlockHash: 2, TokensHash: local(14, salt)}}}}}
+			{BlockHash: 1, TokensHash: local(10, salt)}, {BlockHash: 2, TokensHash: local(14, salt)}}, BlockSize: testBS}}}
 	if !reflect.DeepEqual(out, want) {
 		t.Fatalf("got  %+v\nwant %+v", out, want)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
+	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/relay"
 )
 
@@ -39,7 +40,8 @@ func replayAll(t *testing.T, endpoint string) [][]byte {
 // sliding-window group or evicted, and no event refused. A third of the new chains carry an
 // image (extra_keys, in the shapes that have them), hashed with their blocks' extra keys.
 // Broker-free, so a decoder regression shows here first; the end-to-end test (testenv/engine)
-// runs the same path through Kafka.
+// runs the same path through Kafka. Every KvStored carries the engine's block size, in every
+// wire shape (vLLM's and SGLang's).
 func TestBridgeConverterHoldsTheModel(t *testing.T) {
 	const blockSize, ranks, batches = 4, 2, 400
 	for _, w := range engineemu.Wires() {
@@ -73,6 +75,7 @@ func TestBridgeConverterHoldsTheModel(t *testing.T) {
 				// The same stream as two ranks of one worker: the converter and the state keep
 				// ranks apart, so each rank must hold the model on its own.
 				var id uint64
+				stores := 0
 				for r := range uint32(ranks) {
 					for _, p := range replayAll(t, replay) {
 						b, err := kvevents.Decode(p)
@@ -85,11 +88,20 @@ func TestBridgeConverterHoldsTheModel(t *testing.T) {
 						}
 						id += uint64(len(recs))
 						for i := range recs {
+							if recs[i].Kind == schemas.KvStoredEvent {
+								stores++
+								if recs[i].Stored.BlockSize != blockSize { // every wire shape carries the engine's block size
+									t.Fatalf("a KvStored carries block size %d, the engine's is %d", recs[i].Stored.BlockSize, blockSize)
+								}
+							}
 							if out := state.ApplyEvent(relay.RouterEventOf(&recs[i])); out.FirstError != nil || out.UnknownRemovals != 0 {
 								t.Fatalf("the relay's state refused %v: %v, %d unknown removals", recs[i].Kind, out.FirstError, out.UnknownRemovals)
 							}
 						}
 					}
+				}
+				if stores == 0 {
+					t.Fatal("no KvStored converted")
 				}
 				m := e.Model().Ranks[0]
 				want := map[ckf.CanonicalHash]bool{}
