@@ -114,8 +114,8 @@ func TestHelmChart(t *testing.T) {
 		}
 		return out.Bytes()
 	}
-	run("lint", "--strict", "helm/ckf-stream")
-	rendered := run("template", "demo", "helm/ckf-stream")
+	run("lint", "--strict", "helm/ckf-stream", "--set", "domain="+testDomain)
+	rendered := run("template", "demo", "helm/ckf-stream", "--set", "domain="+testDomain)
 
 	help, err := exec.Command(processorBin, "help", "config").Output()
 	if err != nil {
@@ -155,8 +155,8 @@ func TestHelmChart(t *testing.T) {
 		}
 	}
 	if len(relays) != 2 || len(indexers) != 1 || indexers[0].Spec.Replicas == nil || *indexers[0].Spec.Replicas != 2 ||
-		kinds["ServiceMonitor"] != 1 || kinds["PrometheusRule"] != 1 || kinds["ConfigMap"] != 1 || kinds["Service"] != 3 {
-		t.Fatalf("rendered %v, %d relays, %d indexer deployments; want 2 relays (one per DC of values.yaml) and one indexer of 2 replicas", kinds, len(relays), len(indexers))
+		kinds["ServiceMonitor"] != 1 || kinds["PrometheusRule"] != 1 || kinds["ConfigMap"] != 1 || kinds["Service"] != 5 {
+		t.Fatalf("rendered %v, %d relays, %d indexer deployments; want 2 relays (one per DC of values.yaml), one indexer of 2 replicas, and 5 Services (indexer, relays, worker stages, one per DC's worker stage)", kinds, len(relays), len(indexers))
 	}
 	if len(workers) != 2 || workers[0].Spec.Replicas == nil || *workers[0].Spec.Replicas != 2 {
 		t.Fatalf("%d worker-stage deployments; want one per DC of values.yaml, 2 replicas each", len(workers))
@@ -249,7 +249,7 @@ func TestHelmChart(t *testing.T) {
 func TestHelmChartLocked(t *testing.T) {
 	helm := helmBin(t)
 	locked := []string{"--set", strings.Join([]string{
-		"kafka.tls.enabled=true", "kafka.tls.secretName=kafka-tls", "kafka.tls.clientCertificate=true",
+		"domain=" + testDomain, "kafka.tls.enabled=true", "kafka.tls.secretName=kafka-tls", "kafka.tls.clientCertificate=true",
 		"kafka.sasl.mechanism=SCRAM-SHA-512", "kafka.sasl.username=ckf", "kafka.sasl.passwordSecret.name=kafka-password",
 		"http.tls.secretName=http-tls", "http.tls.requireClientCertificates=true",
 		"http.auth.tokenSecret.name=http-token", "monitoring.scrapeClientSecret=prometheus-client",
@@ -383,7 +383,7 @@ func TestHelmChartLocked(t *testing.T) {
 		{"http.tls.requireClientCertificates=true", "http.tls.requireClientCertificates needs http.tls.secretName"},
 		{"http.tls.secretName=h,http.tls.requireClientCertificates=true", "monitoring.scrapeClientSecret is required"},
 	} {
-		if _, err := render("--set", bad.set); err == nil || !strings.Contains(err.Error(), bad.want) {
+		if _, err := render("--set", "domain="+testDomain+","+bad.set); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("--set %s: %v; want an error saying %q", bad.set, err, bad.want)
 		}
 	}

@@ -1,6 +1,113 @@
-{{/* The release's name prefix of every object. */}}
+{{/* The name prefix of every object: fullnameOverride, else the release's name, followed by
+"-ckf" unless the release's name already says ckf (release "ckf" gives ckf-relay-dc01, not
+ckf-ckf-relay-dc01). */}}
 {{- define "ckf.fullname" -}}
-{{- printf "%s-ckf" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trimSuffix "-" -}}
+{{- else if contains "ckf" .Release.Name -}}
+{{- .Release.Name | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-ckf" .Release.Name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* An object's name: the prefix and the given parts, joined by "-". Refused past 63
+characters (a Service's name is a DNS label) rather than cut, since two cut names can meet.
+Call with (list $ "part" ...). */}}
+{{- define "ckf.name" -}}
+{{- $root := first . -}}
+{{- $name := join "-" (prepend (rest .) (include "ckf.fullname" $root)) -}}
+{{- if gt (len $name) 63 -}}
+{{- fail (printf "the object name %q is longer than 63 characters: set fullnameOverride (or install under a shorter release name)" $name) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{/* A number of the values as its digits: Helm reads the values' numbers as floating point,
+which toString writes as 1e+06. Anything else as toString writes it. */}}
+{{- define "ckf.wholeNumber" -}}
+{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) -}}
+{{- printf "%d" (int64 .) -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A DC id as lower-case hex without leading zeros (0xdc01 and 56321 both give dc01): the
+form object names, the label ckf-stream/dc and the default KV topic use, and what two DC ids
+are compared by. Ids are given as indexer.lanes takes them: 0x and hex digits, or decimal. */}}
+{{- define "ckf.dcHex" -}}
+{{- $s := lower (include "ckf.wholeNumber" .) -}}
+{{- if regexMatch "^0x[0-9a-f]{1,16}$" $s -}}
+{{- default "0" (regexReplaceAll "^0+" (trimPrefix "0x" $s) "") -}}
+{{- else if regexMatch "^[0-9]{1,18}$" $s -}}
+{{- printf "%x" (int64 $s) -}}
+{{- else -}}
+{{- fail (printf "dcs: the DC id %q is not 0x and 1 to 16 hex digits (nor a decimal number of up to 18 digits)" (toString .)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A DC's KV-events topic: its kvTopic, else kv-events.dc-<DC id in hex>, the topic loadgen
+and demo write for the DC. Call with the DC's entry. */}}
+{{- define "ckf.kvTopic" -}}
+{{- default (printf "kv-events.dc-%s" (include "ckf.dcHex" .id)) .kvTopic -}}
+{{- end -}}
+
+{{/* The checks of values that no process could run with, made at render time so that
+helm install refuses them with the value named instead of leaving pods in a crash loop:
+indexer.domain's form, DC ids, lanes (each in [0,15], the format's 16 lanes, one DC per lane),
+one KV topic per DC, and the bridge's engines (worker ids unique in a DC). */}}
+{{- define "ckf.validate" -}}
+{{- $domain := required "domain is required: the indexer domain every relay and indexer shares (indexer.domain), <32 hex digits>:<32 hex digits>; see the chart's README" .Values.domain -}}
+{{- if not (regexMatch "^[0-9a-fA-F]{32}:[0-9a-fA-F]{32}$" $domain) -}}
+{{- fail (printf "domain %q is not <32 hex digits>:<32 hex digits> (indexer.domain)" $domain) -}}
+{{- end -}}
+{{- if not .Values.dcs -}}
+{{- fail "dcs lists no DC: give each DC pool's id and lane" -}}
+{{- end -}}
+{{- $laneOf := dict -}}
+{{- $dcOfLane := dict -}}
+{{- $dcOfTopic := dict -}}
+{{- range $i, $dc := .Values.dcs -}}
+{{- if not (and (kindIs "map" $dc) (hasKey $dc "id") (hasKey $dc "lane")) -}}
+{{- fail (printf "dcs[%d] has no id or no lane (helm's --set dcs[N].key=... replaces the whole list: give dcs in a values file)" $i) -}}
+{{- end -}}
+{{- $hex := include "ckf.dcHex" $dc.id -}}
+{{- $lane := include "ckf.wholeNumber" $dc.lane -}}
+{{- if not (regexMatch "^[0-9]+$" $lane) -}}
+{{- fail (printf "dcs[%d] (DC 0x%s): lane %q is not a number in [0,15]" $i $hex $lane) -}}
+{{- end -}}
+{{- if ge (int $lane) 16 -}}
+{{- fail (printf "dcs[%d] (DC 0x%s): lane %s is not in [0,15] (the format has 16 lanes)" $i $hex $lane) -}}
+{{- end -}}
+{{- if hasKey $laneOf $hex -}}
+{{- fail (printf "dcs[%d]: DC 0x%s is listed twice (lanes %s and %s); a DC publishes on one lane" $i $hex (get $laneOf $hex) $lane) -}}
+{{- end -}}
+{{- if hasKey $dcOfLane $lane -}}
+{{- fail (printf "dcs[%d]: lane %s is given to DC 0x%s and DC 0x%s; each lane carries one DC" $i $lane (get $dcOfLane $lane) $hex) -}}
+{{- end -}}
+{{- $topic := include "ckf.kvTopic" $dc -}}
+{{- if hasKey $dcOfTopic $topic -}}
+{{- fail (printf "dcs[%d]: DC 0x%s and DC 0x%s both read the KV topic %q; each DC's engines write a topic of their own (kvTopic)" $i (get $dcOfTopic $topic) $hex $topic) -}}
+{{- end -}}
+{{- $_ := set $laneOf $hex $lane -}}
+{{- $_ := set $dcOfLane $lane $hex -}}
+{{- $_ := set $dcOfTopic $topic $hex -}}
+{{- with $dc.bridge -}}
+{{- $workers := dict -}}
+{{- range $j, $e := .engines -}}
+{{- $w := include "ckf.wholeNumber" (required (printf "dcs[%d].bridge.engines[%d] (DC 0x%s) has no worker_id" $i $j $hex) $e.worker_id) -}}
+{{- if or (kindIs "string" $e.worker_id) (not (regexMatch "^[0-9]{1,15}$" $w)) -}}
+{{- fail (printf "dcs[%d].bridge.engines[%d] (DC 0x%s): worker_id %v is not an unquoted whole number of up to 15 digits (Helm holds values' numbers as floating point: larger ones lose digits)" $i $j $hex $e.worker_id) -}}
+{{- end -}}
+{{- $_ := required (printf "dcs[%d].bridge.engines[%d] (DC 0x%s) has no endpoint" $i $j $hex) $e.endpoint -}}
+{{- if hasKey $workers $w -}}
+{{- fail (printf "dcs[%d].bridge.engines (DC 0x%s): worker_id %s is listed twice (engines %s and %d); worker ids are unique among a DC's engines" $i $hex $w (get $workers $w) $j) -}}
+{{- end -}}
+{{- $_ := set $workers $w (toString $j) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Labels of every object; "component" is added per workload. */}}
@@ -19,7 +126,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "ckf.lanes" -}}
 {{- $pairs := list -}}
 {{- range .Values.dcs -}}
-{{- $pairs = append $pairs (printf "%v=%v" .lane .id) -}}
+{{- $pairs = append $pairs (printf "%v=0x%s" .lane (include "ckf.dcHex" .id)) -}}
 {{- end -}}
 {{- join "," $pairs -}}
 {{- end -}}
