@@ -121,6 +121,8 @@ type LaneWriter struct {
 	sources func() schemas.SourceHealth
 	// asOf, when set (ReportAsOf), is called for every record the writer encodes.
 	asOf func() time.Time
+	// blockSize, when set (ReportBlockSize), is called for every record the writer encodes.
+	blockSize func() uint32
 }
 
 // ReportCapacity makes the writer stamp every record it writes with the producer's capacity state
@@ -142,6 +144,11 @@ func (w *LaneWriter) ReportSources(fn func() schemas.SourceHealth) { w.sources =
 // events published so far, and all of them go into the same transaction. A zero time, or a nil
 // fn, writes null (as a writer of an earlier schema revision does).
 func (w *LaneWriter) ReportAsOf(fn func() time.Time) { w.asOf = fn }
+
+// ReportBlockSize makes the writer stamp every record it writes with the block size of the DC's
+// engines (LaneRecord.block_size), read from fn as the record is encoded, on the same goroutine
+// as ReportCapacity's. 0, or a nil fn, writes null (the size is not known).
+func (w *LaneWriter) ReportBlockSize(fn func() uint32) { w.blockSize = fn }
 
 // LaneWriterClientOpts are the options a LaneWriter's client needs in addition to the
 // connection: records go to the partition the writer names, with acks from all in-sync replicas.
@@ -194,6 +201,9 @@ func (w *LaneWriter) record(lr schemas.LaneRecord) (*kgo.Record, error) {
 	}
 	if w.sources != nil {
 		lr.Sources = schemas.Some(w.sources())
+	}
+	if w.blockSize != nil {
+		lr.BlockSize = w.blockSize()
 	}
 	if w.asOf != nil {
 		lr.AsOf = w.asOf()

@@ -472,6 +472,9 @@ type RelayStats struct {
 
 	Sources       uint64 // sources (worker, rank) the silence watch holds a time for
 	SilentSources uint64 // of them, silent for SilentSourceAfter while another published within it
+
+	BlockSizes uint64 // distinct block sizes the DC's sources report (above 1: they disagree)
+	BlockSize  uint64 // the DC's block size every lane record carries (0: none known, or sources disagree)
 }
 
 // Relay publishes one DC pool's CKF on its lane. Build it with NewRelay and run it with Run;
@@ -604,6 +607,7 @@ func (r *Relay) Stats() RelayStats {
 		CheckpointsRejected: c.checkpointsRejected.load(), RestoredCheckpoint: c.restored.load(),
 		CheckpointGaps: c.checkpointGaps.load(), LagCommits: c.lagCommits.load(),
 		Sources: c.sources.load(), SilentSources: c.silentSources.load(),
+		BlockSizes: c.blockSizes.load(), BlockSize: c.blockSize.load(),
 	}
 }
 

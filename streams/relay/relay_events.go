@@ -171,6 +171,7 @@ func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 		rl.reject(rec, live, schemas.DeadLetterReasonOf(err), "undecodable KV event: "+err.Error(), err)
 		return nil
 	}
+	rl.noteBlockSize(&rl.kvEvent)
 	cleared := rl.kvEvent.Kind == schemas.KvClearedEvent
 	if cleared {
 		rl.noteClear(rec, &rl.kvEvent)

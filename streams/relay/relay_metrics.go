@@ -100,6 +100,10 @@ type relayLedger struct {
 	// Silent engines (relay_silence.go).
 	sources, silentSources ledgerGauge // sources, silent_sources
 
+	// Block sizes (relay_blocksize.go).
+	blockSizes ledgerGauge // block_sizes
+	blockSize  ledgerGauge // block_size
+
 	m *relayMetrics
 }
 
@@ -117,6 +121,7 @@ func newRelayLedger(m *relayMetrics) *relayLedger {
 	l.checkpoints.m, l.checkpointsRejected.m, l.checkpointGaps.m = m.checkpoints, m.checkpointsRejected, m.checkpointGaps
 	l.checkpointBytes.m = m.checkpointBytes
 	l.sources.m, l.silentSources.m = m.sources, m.silentSources
+	l.blockSizes.m, l.blockSize.m = m.blockSizes, m.blockSize
 	return l
 }
 
@@ -156,6 +161,7 @@ type relayMetrics struct {
 	checkpointBytes, restoredCheckpoint, appliedRecords         tally.Gauge
 	snapshotBytes, inputLag, asOfLag                            tally.Gauge
 	kvIdle, sources, silentSources                              tally.Gauge
+	blockSizes, blockSize                                       tally.Gauge
 	checkpointDuration                                          tally.Histogram
 	rejectedBy                                                  map[ckf.FailurePoint]tally.Counter
 	snapshotsBy                                                 map[string]tally.Counter
@@ -207,6 +213,8 @@ func newRelayMetrics(root tally.Scope) *relayMetrics {
 		kvIdle:              s.Gauge("kv_idle_seconds"),
 		sources:             s.Gauge("sources"),
 		silentSources:       s.Gauge("silent_sources"),
+		blockSizes:          s.Gauge("block_sizes"),
+		blockSize:           s.Gauge("block_size"),
 		checkpoints:         s.Counter("checkpoints_total"),
 		checkpointsRejected: s.Counter("checkpoints_rejected_total"),
 		checkpointGaps:      s.Counter("checkpoint_gaps_total"),

@@ -431,6 +431,7 @@ func (rl *relayLoop) newIncarnation() error {
 	rl.w.ReportCapacity(rl.capacityState)
 	rl.w.ReportSources(rl.sourceHealth)
 	rl.w.ReportAsOf(rl.laneAsOf)
+	rl.w.ReportBlockSize(rl.laneBlockSize)
 	if rl.w.ChunkWords() < cfg.ChunkWords {
 		r.log.Info("snapshot chunks shrunk to fit the lane record limit", zap.Int("chunk_words", rl.w.ChunkWords()),
 			zap.Int("configured_chunk_words", cfg.ChunkWords), zap.Int("record_limit", limit))

@@ -60,6 +60,10 @@ type relayLoop struct {
 	degraded   map[sourceKey]struct{}
 	lostClears uint64
 
+	// The block size of each source and the DC's (relay_blocksize.go): every lane record reports
+	// it (laneBlockSize). Learned again from the KV records read after the checkpoint at start.
+	bs blockSizes
+
 	// Checkpoints and input positions (relay_checkpoint.go).
 	ck checkpointState
 
