@@ -42,13 +42,37 @@ type QueryClientConfig struct {
 	RequestLinger time.Duration
 	// StartTimeout bounds NewQueryClient's look-up of the reply partition. Default 30 s; > 0.
 	StartTimeout time.Duration
+	// HedgeAfter is how long a call waits for its reply before its request is produced again,
+	// with the same correlation id, to another partition of RequestTopic, one whose requests
+	// have been answered since (see "Hedged resends" on QueryClient): a replica killed without
+	// leaving the group holds its partitions until the group's session timeout (6 s at the
+	// least), and this bounds what its calls wait to about HedgeAfter plus one answer. Keep it
+	// above the reply delay of a healthy service (p99), or healthy calls are resent. Default
+	// 250 ms (DefaultHedgeAfter); 0 disables resends; >= 0.
+	HedgeAfter time.Duration
+	// MaxHedges bounds the resends of one call, each HedgeAfter after the previous send, each to
+	// a partition not tried yet. Default 3 (DefaultMaxHedges: with the query topic's 4
+	// partitions, every partition); >= 0.
+	MaxHedges int
 }
+
+// Hedging defaults.
+const (
+	// DefaultHedgeAfter is QueryClientConfig.HedgeAfter's default: above the reply delay p99 of
+	// a healthy service on the development broker under load (tens of ms at 50 requests/s, a
+	// few hundred at 200/s on two shared cores), and with one resend well within the 1 s a
+	// router may wait.
+	DefaultHedgeAfter = 250 * time.Millisecond
+	// DefaultMaxHedges is QueryClientConfig.MaxHedges's default.
+	DefaultMaxHedges = 3
+)
 
 // DefaultQueryClientConfig returns the query client's defaults: topics derived from the codec,
 // a random reply partition, 5 s per call, requests sent without linger, 30 s to find the reply
-// partition at start.
+// partition at start, up to 3 resends 250 ms apart.
 func DefaultQueryClientConfig() QueryClientConfig {
-	return QueryClientConfig{CallTimeout: 5 * time.Second, StartTimeout: 30 * time.Second}
+	return QueryClientConfig{CallTimeout: 5 * time.Second, StartTimeout: 30 * time.Second,
+		HedgeAfter: DefaultHedgeAfter, MaxHedges: DefaultMaxHedges}
 }
 
 // withDerived fills the empty topic names from the codec.
@@ -62,6 +86,10 @@ func (c QueryClientConfig) withDerived(codec *schemas.Codec) QueryClientConfig {
 	return c
 }
 
+// Validate checks every field in order and returns the first violation as a *ConfigError, for
+// clients of other exchanges built on this configuration (the worker stage's).
+func (c QueryClientConfig) Validate() error { return c.validate() }
+
 // validate checks every field in order and returns the first violation as a *ConfigError.
 func (c QueryClientConfig) validate() error {
 	k := streams.ConfigCheck{Config: "query client"}
@@ -71,6 +99,10 @@ func (c QueryClientConfig) validate() error {
 	k.Positive("CallTimeout", c.CallTimeout)
 	k.NonNegative("RequestLinger", c.RequestLinger)
 	k.Positive("StartTimeout", c.StartTimeout)
+	k.NonNegative("HedgeAfter", c.HedgeAfter)
+	if c.MaxHedges < 0 {
+		k.Fail("MaxHedges", "must not be negative, got %d", c.MaxHedges)
+	}
 	return k.Result()
 }
 
@@ -129,6 +161,12 @@ type QueryClientStats struct {
 	Unmatched int64
 	// Undecodable records on the reply partition could not be decoded as a QueryReply.
 	Undecodable int64
+	// Hedges are the resends of calls left unanswered for HedgeAfter (one call may resend up to
+	// MaxHedges times); Duplicates are the late replies to the copies of answered calls, dropped
+	// (they are not in Unmatched). Redirected calls were first sent to a partition other than
+	// their key's, which had left an earlier call unanswered. HedgesWithheld are resends not
+	// sent for want of hedge budget (at most one resend per five calls, sustained).
+	Hedges, Duplicates, Redirected, HedgesWithheld int64
 }
 
 // QueryClient sends query requests to the indexers over Kafka and waits for their replies. It
@@ -160,6 +198,20 @@ type QueryClientStats struct {
 // discarded and counted as Unmatched. A call that times out returns ErrQueryTimeout; the
 // request may still be answered later. A status of UNAVAILABLE or INVALID_REQUEST is a reply,
 // not an error.
+//
+// # Hedged resends
+//
+// Each request goes to an explicit partition of RequestTopic: its key's (Kafka's murmur2 of the
+// correlation id, as the default partitioner would choose). A call still unanswered after
+// HedgeAfter is produced again, the same bytes, to another partition, one whose requests were
+// answered since (PartitionRoutes keeps that evidence from the client's own calls), and again
+// every HedgeAfter up to MaxHedges times; the first reply completes the call and the later
+// ones are dropped and counted as Duplicates. The partition that left the call waiting is
+// suspected: later calls whose key falls on it are sent elsewhere (Redirected), except one probe
+// per second, until a probe is answered there without a resend. So when a replica is killed
+// without leaving the query group, its partitions' calls wait about HedgeAfter plus one answer
+// rather than the group's session timeout plus a rebalance, and later calls do not wait at all.
+// The service needs nothing for this: it answers whatever reaches its partitions, at least once.
 type QueryClient struct {
 	cfg       QueryClientConfig
 	codec     *schemas.Codec
@@ -178,7 +230,27 @@ type QueryClient struct {
 	done chan struct{}
 
 	sent, answered, timedOut, unmatched, undecodable atomic.Int64
+	hedges, duplicates, redirected, withheld         atomic.Int64
+
+	// routes chooses the partitions of sends; requestPartitions is RequestTopic's partition
+	// count as the producer's partitioner last saw it (0 until the first send is partitioned).
+	routes            *PartitionRoutes
+	requestPartitions atomic.Int32
+	// late counts, per correlation id of an answered call that was resent, the replies still
+	// expected from its other copies (under mu); lateSwept is when late was last swept.
+	late      map[string]lateCopies
+	lateSwept time.Time
 }
+
+// lateCopies are the replies still expected for an answered call's other copies.
+type lateCopies struct {
+	n  int
+	at time.Time
+}
+
+// lateCopiesKept bounds how long the client remembers an answered call's outstanding copies: a
+// copy answered later than that (the service down for longer) counts as Unmatched.
+const lateCopiesKept = 5 * time.Minute
 
 // queryCall is one call in flight: the first reply or produce failure is delivered on ch.
 type queryCall struct {
@@ -186,6 +258,8 @@ type queryCall struct {
 	// sent is set by the first of the broker's acknowledgement and the reply (which proves the
 	// request was delivered; it can come first), so the call counts once in QueryClientStats.Sent.
 	sent atomic.Bool
+	// copies is the number of times the request was produced (1 + resends).
+	copies atomic.Int32
 }
 
 type queryOutcome struct {
@@ -216,11 +290,13 @@ func NewQueryClient(ctx context.Context, p QueryClientParams) (*QueryClient, err
 		return nil, fmt.Errorf("streams: query client id: %w", err)
 	}
 	c := &QueryClient{cfg: cfg, codec: p.Codec, log: log.Named("query_client"),
-		prefix: hex.EncodeToString(idBytes[:]) + "-", waiting: map[string]*queryCall{}, done: make(chan struct{})}
+		prefix: hex.EncodeToString(idBytes[:]) + "-", waiting: map[string]*queryCall{}, done: make(chan struct{}),
+		routes: NewPartitionRoutes(0), late: map[string]lateCopies{}}
 
 	opts := streams.ClientOpts{Shared: p.ClientOpts, PerRole: p.ClientOptsFor}
 	prod, err := kgo.NewClient(opts.ForRole("query-requests",
-		kgo.DefaultProduceTopic(cfg.RequestTopic), kgo.ProducerLinger(cfg.RequestLinger))...)
+		kgo.DefaultProduceTopic(cfg.RequestTopic), kgo.ProducerLinger(cfg.RequestLinger),
+		kgo.RecordPartitioner(RequestPartitioner(&c.requestPartitions)))...)
 	if err != nil {
 		return nil, fmt.Errorf("streams: query client producer: %w", err)
 	}
@@ -290,7 +366,8 @@ func (c *QueryClient) ReplyPartition() int32 { return c.partition }
 func (c *QueryClient) Stats() QueryClientStats {
 	answered := c.answered.Load()
 	return QueryClientStats{Sent: c.sent.Load(), Answered: answered, TimedOut: c.timedOut.Load(),
-		Unmatched: c.unmatched.Load(), Undecodable: c.undecodable.Load()}
+		Unmatched: c.unmatched.Load(), Undecodable: c.undecodable.Load(),
+		Hedges: c.hedges.Load(), Duplicates: c.duplicates.Load(), Redirected: c.redirected.Load(), HedgesWithheld: c.withheld.Load()}
 }
 
 // NewCorrelationID returns a correlation id unique to this client.
@@ -335,26 +412,102 @@ func (c *QueryClient) Query(ctx context.Context, req schemas.QueryRequest) (sche
 
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	c.prod.Produce(ctx, &kgo.Record{Key: []byte(id), Value: value}, func(_ *kgo.Record, err error) {
+	key := []byte(id)
+	n := c.requestPartitions.Load()
+	first := int32(-1) // by key, in the partitioner, until the partition count is known
+	if n > 0 {
+		var redirected bool
+		first, redirected = c.routes.First(KeyPartition(key, n), n, nil, time.Now())
+		if redirected {
+			c.redirected.Add(1)
+		}
+	}
+	call.copies.Store(1)
+	c.prod.Produce(ctx, &kgo.Record{Key: key, Value: value, Partition: first}, func(_ *kgo.Record, err error) {
 		if err != nil {
 			c.deliver(call, queryOutcome{err: &QueryCallError{CorrelationID: id, Stage: "produce", Err: err}})
 			return
 		}
 		c.countSent(call)
 	})
-	select {
-	case out := <-call.ch:
-		if out.err == nil {
-			c.countSent(call)
-			c.answered.Add(1)
+	tried := []int32{first}
+	var hedge <-chan time.Time // nil: no more resends
+	t := time.NewTimer(c.cfg.HedgeAfter)
+	defer t.Stop()
+	if c.cfg.HedgeAfter > 0 && c.cfg.MaxHedges > 0 {
+		hedge = t.C
+	}
+	for waiting := true; waiting; {
+		select {
+		case out := <-call.ch:
+			return c.complete(call, out, tried)
+		case <-hedge:
+			if c.resend(ctx, id, key, value, call, &tried) && len(tried) <= c.cfg.MaxHedges {
+				t.Reset(c.cfg.HedgeAfter)
+			} else {
+				hedge = nil
+			}
+		case <-ctx.Done():
+			waiting = false
+		case <-c.done:
+			waiting = false
 		}
-		return out.reply, out.err
-	case <-ctx.Done():
+	}
+	select {
+	case out := <-call.ch: // answered while the call was ending
+		return c.complete(call, out, tried)
+	default:
+	}
+	if ctx.Err() != nil {
 		c.timedOut.Add(1)
 		return schemas.QueryReply{}, &QueryCallError{CorrelationID: id, Stage: "reply", Err: fmt.Errorf("%w: %w", ErrQueryTimeout, ctx.Err())}
-	case <-c.done:
-		return schemas.QueryReply{}, &QueryCallError{CorrelationID: id, Stage: "reply", Err: ErrQueryClientClosed}
 	}
+	return schemas.QueryReply{}, &QueryCallError{CorrelationID: id, Stage: "reply", Err: ErrQueryClientClosed}
+}
+
+// complete returns a call's outcome; a reply to a call sent once is evidence that its partition
+// is served.
+func (c *QueryClient) complete(call *queryCall, out queryOutcome, tried []int32) (schemas.QueryReply, error) {
+	if out.err != nil {
+		return out.reply, out.err
+	}
+	c.countSent(call)
+	c.answered.Add(1)
+	if len(tried) == 1 {
+		p := tried[0]
+		n := c.requestPartitions.Load()
+		if p < 0 {
+			p = KeyPartition([]byte(out.reply.CorrelationID), n)
+		}
+		c.routes.Answered(p, n, 0, time.Now())
+	}
+	return out.reply, nil
+}
+
+// resend produces the call's request again to the partition its routes choose, and reports
+// whether it did (no partition left to try, or no budget, and it does not).
+func (c *QueryClient) resend(ctx context.Context, id string, key, value []byte, call *queryCall, tried *[]int32) bool {
+	n := c.requestPartitions.Load()
+	if n <= 0 {
+		return false // the first send is not even partitioned yet: nothing to learn from
+	}
+	if (*tried)[0] < 0 {
+		(*tried)[0] = KeyPartition(key, n)
+	}
+	p, ok := c.routes.Hedge(*tried, n, nil, time.Now())
+	if !ok {
+		c.withheld.Add(1)
+		return false
+	}
+	*tried = append(*tried, p)
+	call.copies.Add(1)
+	c.hedges.Add(1)
+	c.prod.Produce(ctx, &kgo.Record{Key: key, Value: value, Partition: p}, func(_ *kgo.Record, err error) {
+		if err != nil && ctx.Err() == nil {
+			c.log.Debug("a resent request was not delivered", zap.String("correlation_id", id), zap.Int32("partition", p), zap.Error(err))
+		}
+	})
+	return true
 }
 
 // countSent counts call as sent, once.
@@ -402,14 +555,44 @@ func (c *QueryClient) readReplies(ctx context.Context) {
 			}
 			c.mu.Lock()
 			call := c.waiting[reply.CorrelationID]
+			late := false
 			if call != nil {
 				delete(c.waiting, reply.CorrelationID)
+				if n := call.copies.Load(); n > 1 {
+					c.expectLate(reply.CorrelationID, int(n-1))
+				}
+			} else if l, ok := c.late[reply.CorrelationID]; ok {
+				late = true
+				if l.n--; l.n > 0 {
+					c.late[reply.CorrelationID] = l
+				} else {
+					delete(c.late, reply.CorrelationID)
+				}
 			}
 			c.mu.Unlock()
-			if call == nil || !c.deliver(call, queryOutcome{reply: reply}) {
+			switch {
+			case late:
+				c.duplicates.Add(1)
+			case call == nil || !c.deliver(call, queryOutcome{reply: reply}):
 				c.unmatched.Add(1)
 			}
 		})
+	}
+}
+
+// expectLate records that an answered call's other copies owe n replies; c.mu is held. Entries
+// older than lateCopiesKept are swept, at most once a minute.
+func (c *QueryClient) expectLate(id string, n int) {
+	now := time.Now()
+	c.late[id] = lateCopies{n: n, at: now}
+	if now.Sub(c.lateSwept) < time.Minute {
+		return
+	}
+	c.lateSwept = now
+	for k, l := range c.late {
+		if now.Sub(l.at) > lateCopiesKept {
+			delete(c.late, k)
+		}
 	}
 }
 
