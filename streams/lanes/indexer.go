@@ -197,8 +197,11 @@ type Indexer struct {
 	holding    atomic.Uint32 // lanes whose DC reports resident blocks (HoldingLanes)
 	// asOf holds per lane the time up to which it reflects its DC's KV events, in microseconds
 	// (LaneAsOf); written by the lane's owner after it applied the record that carried it.
-	asOf    [ckf.LaneCount]atomic.Int64
-	started chan struct{}
+	asOf [ckf.LaneCount]atomic.Int64
+	// blockSize holds per lane its engines' block size as its latest applied record carried it,
+	// 0 for none (LaneBlockSize); written by the lane's owner.
+	blockSize [ckf.LaneCount]atomic.Uint32
+	started   chan struct{}
 
 	eligibility eligibilitySignal
 }
@@ -325,7 +328,9 @@ func (ix *Indexer) Lanes() []LaneStatus {
 	var out []LaneStatus
 	for _, l := range ix.lanes {
 		if l != nil {
-			out = append(out, l.stats.snapshot())
+			s := l.stats.snapshot()
+			s.BlockSize = ix.LaneBlockSize(s.Lane)
+			out = append(out, s)
 		}
 	}
 	return out

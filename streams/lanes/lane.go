@@ -220,6 +220,9 @@ func (l *lane) process(d *decodedRecord) {
 	if h, ok := lr.Sources.Get(); ok && id.Pool == l.pool {
 		l.noteSources(h)
 	}
+	if id.Pool == l.pool { // every record of the lane's pool says its size, none included (consumer §6.5)
+		l.ix.blockSize[l.num].Store(lr.BlockSize)
+	}
 	switch lr.Kind {
 	case schemas.LaneSnapshotChunk:
 		l.onChunk(rec, id, &lr.Snapshot)

@@ -75,6 +75,9 @@ type LaneStatus struct {
 	Capacity LaneCapacity
 	// Sources is the health of the DC's sources as the lane's records last carried it.
 	Sources LaneSources
+	// BlockSize is the block size of the DC's engines as the lane's latest record carried it
+	// (Indexer.LaneBlockSize); 0 when it carried none.
+	BlockSize uint32
 }
 
 // LaneSources is the health of a lane's DC sources (schemas.SourceHealth), as the relay last

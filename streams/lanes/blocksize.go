@@ -1,0 +1,101 @@
+package lanes
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"strconv"
+	"strings"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+)
+
+// ErrBlockSizeMismatch is the cause of a token-id query refused by CheckBlockSize.
+var ErrBlockSizeMismatch = errors.New("lanes: the query's block size is not the engines'")
+
+// LaneBlockSize returns the block size of lane l's DC engines as the lane's latest applied record
+// carried it (schemas.LaneRecord.BlockSize), or 0 when that record carried none (a relay of an
+// earlier revision, a relay that has read no stored event with a size yet, a DC whose engines
+// disagree) or the lane has applied no record. Safe for concurrent use: an atomic load.
+func (ix *Indexer) LaneBlockSize(l uint8) uint32 {
+	if l >= ckf.LaneCount {
+		return 0
+	}
+	return ix.blockSize[l].Load()
+}
+
+// CheckBlockSize applies consumer §6.5's rule to a token-id query chunked into blocks of size
+// tokens that selects the lanes of mask: nil when every selected lane that knows its engines'
+// block size knows size (lanes that know none are not judged), else an error matching
+// ErrBlockSizeMismatch whose message names the query's size, each other size and the lanes and
+// DCs that publish it. Pass it to NewAnswerer (query.CheckBlockSize). It allocates only for an
+// error.
+func (ix *Indexer) CheckBlockSize(mask uint16, size uint32) error {
+	var wrong uint16
+	for m := mask; m != 0; m &= m - 1 {
+		l := uint8(bits.TrailingZeros16(m))
+		if known := ix.LaneBlockSize(l); known != 0 && known != size {
+			wrong |= 1 << l
+		}
+	}
+	if wrong == 0 {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "block_size %d, but the engines of ", size)
+	first := true
+	for wrong != 0 {
+		known := ix.LaneBlockSize(uint8(bits.TrailingZeros16(wrong)))
+		var group uint16
+		for m := wrong; m != 0; m &= m - 1 {
+			l := uint8(bits.TrailingZeros16(m))
+			if ix.LaneBlockSize(l) == known {
+				group |= 1 << l
+			}
+		}
+		wrong &^= group
+		if !first {
+			b.WriteString("; of ")
+		}
+		first = false
+		fmt.Fprintf(&b, "%s (%s) publish blocks of %d tokens", laneList(group), ix.dcList(group), known)
+	}
+	return fmt.Errorf("%w: %s", ErrBlockSizeMismatch, b.String())
+}
+
+// laneList renders a lane mask as "lane 2" or "lanes 0-3, 5".
+func laneList(mask uint16) string {
+	var parts []string
+	for m := mask; m != 0; {
+		lo := bits.TrailingZeros16(m)
+		hi := lo
+		for hi+1 < ckf.LaneCount && m&(1<<(hi+1)) != 0 {
+			hi++
+		}
+		if lo == hi {
+			parts = append(parts, strconv.Itoa(lo))
+		} else {
+			parts = append(parts, strconv.Itoa(lo)+"-"+strconv.Itoa(hi))
+		}
+		m &^= uint16(1<<(hi+1)-1) &^ uint16(1<<lo-1)
+	}
+	if bits.OnesCount16(mask) == 1 {
+		return "lane " + parts[0]
+	}
+	return "lanes " + strings.Join(parts, ", ")
+}
+
+// dcList renders the DCs of a lane mask as "dc 00000000000000a1" or "dcs …, …", in lane order.
+func (ix *Indexer) dcList(mask uint16) string {
+	man := ix.g.Manifest()
+	var dcs []string
+	for m := mask; m != 0; m &= m - 1 {
+		if pool, ok := man.PoolOf(uint8(bits.TrailingZeros16(m))); ok {
+			dcs = append(dcs, pool.Dc.String())
+		}
+	}
+	if len(dcs) == 1 {
+		return "dc " + dcs[0]
+	}
+	return "dcs " + strings.Join(dcs, ", ")
+}
