@@ -43,6 +43,7 @@ type Answerer struct {
 	eligible   func() uint16
 	incomplete func() uint16 // nil: no lane is known to be incomplete
 	asOf       func(lane uint8) int64
+	blockSize  func(mask uint16, size uint32) error
 	now        func() time.Time
 	// firstBlocks and holding count the searches that missed the first block (CountFirstBlocks).
 	firstBlocks *FirstBlockStats
@@ -75,6 +76,13 @@ func IncompleteLanes(fn func() uint16) AnswererOpt { return func(a *Answerer) { 
 // use and should be cheap (an atomic load). Without it lanes have no age, and a request with
 // MaxAgeMillis finds every lane stale.
 func LaneAsOf(fn func(lane uint8) int64) AnswererOpt { return func(a *Answerer) { a.asOf = fn } }
+
+// CheckBlockSize gives the Answerer the rule of consumer §6.5: fn is called with the lanes a
+// TokenIds request selects and its block size, and a non-nil error (naming both sizes and the
+// lanes: lanes.Indexer.CheckBlockSize) makes the reply INVALID_REQUEST with that message.
+func CheckBlockSize(fn func(mask uint16, size uint32) error) AnswererOpt {
+	return func(a *Answerer) { a.blockSize = fn }
+}
 
 // CountFirstBlocks makes the Answerer count, in stats, each OK answer's searches of lanes that
 // hold blocks (holding: bit l set while lane l's DC reports resident blocks, Indexer.HoldingLanes)
@@ -173,6 +181,15 @@ func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *
 	}
 	if err := schemas.CheckBlockExtraKeys(req, len(extra)); err != nil {
 		return a.InvalidReply(replyIDFor(req.CorrelationID, fmt.Errorf("%w: %w", ErrInvalidQuery, err).Error()))
+	}
+	if a.blockSize != nil && req.Input == schemas.InputTokenIDs {
+		sel := a.configured
+		if m, ok := req.LaneMask.Get(); ok {
+			sel &= m
+		}
+		if err := a.blockSize(sel, req.BlockSize); err != nil {
+			return a.InvalidReply(replyIDFor(req.CorrelationID, fmt.Errorf("%w: %w", ErrInvalidQuery, err).Error()))
+		}
 	}
 	now := a.now()
 	reply := schemas.QueryReply{CorrelationID: req.CorrelationID, ReplyTime: now}
