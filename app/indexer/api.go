@@ -179,6 +179,10 @@ type LaneView struct {
 	// lane while it held blocks, those that missed even the first block, and whether the alarm
 	// is raised (the routers' hashes do not meet the engines'). Absent until evaluated.
 	NeverMatch *NeverMatchView `json:"never_match,omitempty"`
+	// BlockSize is the block size of the DC's engines as the lane's latest record carried it
+	// (lanes.Indexer.LaneBlockSize): a token-id query of another size that selects the lane is
+	// refused (consumer §6.5). Absent while the lane knows none.
+	BlockSize uint32 `json:"block_size,omitempty"`
 }
 
 // NeverMatchView is a lane's first-block alarm (query.NeverMatch) over its window.
@@ -261,7 +265,7 @@ func (a *API) View() LanesView {
 			HighWatermark: s.HighWatermark, LagRecords: s.LagRecords, LagSeconds: s.LagTime.Seconds(),
 			SnapshotOffset: s.SnapshotOffset, Deltas: s.Deltas, Images: s.Images, Snapshots: s.Snapshots,
 			Heartbeats: s.Heartbeats, Rejected: s.Rejected, Recoveries: s.Recoveries,
-			SnapshotRequests: s.SnapshotRequests, Faults: s.Faults, LastFault: s.LastFault,
+			SnapshotRequests: s.SnapshotRequests, Faults: s.Faults, LastFault: s.LastFault, BlockSize: s.BlockSize,
 		}
 		if len(lv.Faults) == 0 {
 			lv.Faults = nil

@@ -167,7 +167,7 @@ func New(p Params) (*Indexer, error) {
 		return nil, fmt.Errorf("indexer: lanes: %w", err)
 	}
 	firstBlocks := new(query.FirstBlockStats)
-	ans := query.NewAnswerer(g, lanes.EligibleLanes, query.IncompleteLanes(lanes.IncompleteLanes), query.LaneAsOf(lanes.LaneAsOf),
+	ans := query.NewAnswerer(g, lanes.EligibleLanes, query.IncompleteLanes(lanes.IncompleteLanes), query.LaneAsOf(lanes.LaneAsOf), query.CheckBlockSize(lanes.CheckBlockSize),
 		query.CountFirstBlocks(firstBlocks, lanes.HoldingLanes))
 	newQueries := func() (*query.QueryService, error) {
 		qs, err := query.NewQueryService(query.QueryServiceParams{

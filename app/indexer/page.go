@@ -77,7 +77,7 @@ code { font-size: 90%; }
 Eligible lanes <code>{{mask .EligibleLanes}}</code>, ready <code>{{mask .ReadyLanes}}</code>, configured <code>{{mask .ConfiguredLanes}}</code> (lane 0 rightmost).</p>
 <table>
 <thead><tr>
-<th class="key">lane</th><th class="key l">DC</th><th class="key l">state</th><th class="key l">answers</th><th class="key">age</th><th class="key l">alarms</th>
+<th class="key">lane</th><th class="key l">DC</th><th class="key l">state</th><th class="key l">answers</th><th class="key">age</th><th class="key">block<br>size</th><th class="key l">alarms</th>
 <th class="l">phase</th><th>installed<br>seq</th><th>applied<br>offset</th><th>high<br>watermark</th>
 <th>lag<br>(records)</th><th>lag<br>(s)</th><th>deltas</th><th>images</th><th>snapshots</th><th>heartbeats</th>
 <th>rejected</th><th>recoveries</th><th class="l">faults</th><th class="l">last fault</th><th class="l">DC filter</th>
@@ -86,6 +86,7 @@ Eligible lanes <code>{{mask .EligibleLanes}}</code>, ready <code>{{mask .ReadyLa
 {{range .Lanes}}<tr class="{{.State}}" data-lane="{{.Lane}}" data-state="{{.State}}" data-answer="{{.AnswerState}}">
 <td>{{.Lane}}</td><td class="l"><code>{{.DcID}}</code></td><td class="l state">{{.State}}{{if .Excluded}} (lagging){{end}}</td>
 <td class="l answer answer-{{.AnswerState}}">{{.AnswerState}}</td><td class="age">{{age .AgeMillis}}</td>
+<td class="block-size">{{if .BlockSize}}{{.BlockSize}}{{else}}unknown{{end}}</td>
 <td class="alarms">{{with alarms .}}<ul>{{range .}}<li>{{.}}</li>{{end}}</ul>{{else}}<span class="none">none</span>{{end}}</td>
 <td class="l">{{.Phase}}</td><td>{{.InstalledSequence}}</td><td>{{.AppliedOffset}}</td><td>{{.HighWatermark}}</td>
 <td>{{.LagRecords}}</td><td>{{seconds .LagSeconds}}</td><td>{{.Deltas}}</td><td>{{.Images}}</td><td>{{.Snapshots}}</td>
@@ -93,12 +94,13 @@ Eligible lanes <code>{{mask .EligibleLanes}}</code>, ready <code>{{mask .ReadyLa
 <td class="l">{{.LastFault}}{{if .LastFaultTime}} at {{.LastFaultTime.Format "15:04:05"}}{{end}}</td>
 <td class="l">{{with .Capacity}}{{percent .FilterOccupancyRatio}} full{{else}}not reported{{end}}</td>
 </tr>
-{{else}}<tr><td colspan="21" class="l">no lane is running yet</td></tr>
+{{else}}<tr><td colspan="22" class="l">no lane is running yet</td></tr>
 {{end}}</tbody>
 </table>
 <p>States: <em>serving</em> (answers include the lane), <em>degraded</em> (it served since this replica started and does not now: its relay stopped, it lags, or it recovers), <em>starting</em>.
 Answers: <em>exact</em>, <em>incomplete</em> (the DC holds blocks its filter or its sources miss: depths may be short), <em>stale</em> (older than the freshness policy: no depth), <em>unavailable</em> (not serving: no depth).
-Age: from the newest KV event the lane reflects to now.</p>
+Age: from the newest KV event the lane reflects to now.
+Block size: the tokens per block of the DC's engines, as the lane's relay reads it from their events; a token query of another block size that selects the lane is refused (<em>unknown</em>: not judged).</p>
 <p>Machine-readable: <a href="/v1/lanes">/v1/lanes</a> · <a href="/readyz">/readyz</a> · <a href="/metrics">/metrics</a>.
 Query: <code>POST /v1/prefix-matches</code> with <code>{"local_block_hashes": [...]}</code> or
 <code>{"token_ids": [...], "block_size": 16}</code>.</p>
