@@ -18,7 +18,6 @@ import (
 	"github.com/ckf-stream/ckf-stream/schemas"
 	streamworkers "github.com/ckf-stream/ckf-stream/streams/workers"
 	"github.com/ckf-stream/ckf-stream/workerapi"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // workerRequestOf is the body of POST /v1/worker-matches asking what req asks, with top_k and
@@ -169,7 +168,8 @@ func queryWorkersKafka(ctx context.Context, cfg config.Config, req schemas.Query
 }
 
 // askWorkersKafka sends q on the worker query topic with a client of its own and returns the
-// first reply of want DCs (streams/workers.Ask).
+// first reply of want DCs (streams/workers.QueryClient: a DC whose replica died without leaving
+// its group is asked again on a partition another replica serves, after 250 ms).
 func askWorkersKafka(ctx context.Context, cfg config.Config, q schemas.WorkerQueryRequest, want int) ([]schemas.WorkerQueryReply, error) {
 	opts, err := kafka.ClientOpts(cfg.Kafka, cfg.Kafka.QuerySeeds())
 	if err != nil {
@@ -179,10 +179,14 @@ func askWorkersKafka(ctx context.Context, cfg config.Config, q schemas.WorkerQue
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(opts...)
+	qcfg := streamworkers.DefaultQueryClientConfig(codec)
+	if d, ok := ctx.Deadline(); ok && time.Until(d) > 0 {
+		qcfg.CallTimeout, qcfg.StartTimeout = time.Until(d), time.Until(d)
+	}
+	qc, err := streamworkers.NewQueryClient(ctx, streamworkers.QueryClientParams{Config: qcfg, Codec: codec, ClientOpts: opts})
 	if err != nil {
 		return nil, err
 	}
-	defer cl.Close()
-	return streamworkers.Ask(ctx, cl, codec, q, want)
+	defer qc.Close()
+	return qc.Ask(ctx, q, want)
 }

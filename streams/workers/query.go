@@ -129,8 +129,10 @@ func (x *exchange) AppendInvalid(dst []byte, correlationID, why string) ([]byte,
 // on partition 0 of the reply topic (req.ReplyPartition is set to it), from its end offset listed
 // before the request is sent, so cl must be a plain client (no consumer group, no topics to
 // consume). A request's correlation id must be unique: replies to earlier requests are skipped by
-// it. For processor query --workers and the tests; a router keeps one client and reader for all
-// its requests.
+// it. It sends the request once: a DC whose replica died without leaving its group answers only
+// after the group's session timeout and a rebalance. Routers (and processor query --workers)
+// use QueryClient, which keeps one producer and reader for all requests and resends what a dead
+// replica holds.
 func Ask(ctx context.Context, cl *kgo.Client, codec *schemas.Codec, req schemas.WorkerQueryRequest, want int) ([]schemas.WorkerQueryReply, error) {
 	replyTopic := codec.Topic(schemas.TypeWorkerQueryReply)
 	if req.ReplyTopic != "" {

@@ -1,0 +1,165 @@
+package workers
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams/query"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The replica processes of TestWorkerHedgedCallsOutrunADeadReplica: the test binary run again
+// with workerFailoverEnv set, so that one can be killed with SIGKILL.
+const workerFailoverEnv = "CKF_WORKER_QUERY_FAILOVER_REPLICA"
+
+// workerFailoverDC is the DC of the replicas; workerFailoverSession their session timeout, long so
+// that "the group still lists the dead member" is a wide window.
+const (
+	workerFailoverDC      = ckf.DcID(0xd1)
+	workerFailoverSession = 20 * time.Second
+)
+
+// TestWorkerQueryFailoverReplica is a replica process of TestWorkerHedgedCallsOutrunADeadReplica
+// (skipped in an ordinary run): DC workerFailoverDC's query service on the topics its environment
+// names, answering with a stub, until killed.
+func TestWorkerQueryFailoverReplica(t *testing.T) {
+	spec := os.Getenv(workerFailoverEnv)
+	if spec == "" {
+		t.Skip("a replica process of TestWorkerHedgedCallsOutrunADeadReplica")
+	}
+	f := strings.Split(spec, ",") // brokers|...,requests,replies,dead letters,group,client id
+	codec, err := schemas.NewCodec(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultQueryConfig(workerFailoverDC, codec)
+	cfg.RequestTopic, cfg.ReplyTopic, cfg.DeadLetterTopic, cfg.Group = f[1], f[2], f[3], f[4]
+	cfg.SessionTimeout = workerFailoverSession
+	answer := func(q *schemas.WorkerQueryRequest) schemas.WorkerQueryReply {
+		return schemas.WorkerQueryReply{CorrelationID: q.CorrelationID, Status: schemas.QueryOK, DcID: uint64(workerFailoverDC),
+			QueryBlocks: uint32(q.Hashes.Len()), AgeMillis: schemas.Some[int64](0), ReplyTime: time.Now()}
+	}
+	svc, err := NewQueryService(QueryServiceParams{DC: workerFailoverDC, Config: cfg, Answer: answer, Codec: codec,
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(strings.Split(f[0], "|")...), kgo.ClientID(f[5])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWorkerHedgedCallsOutrunADeadReplica (real broker): two replicas of one DC's worker query
+// service, as processes, share a 4-partition request topic; one is killed with SIGKILL. Every
+// Ask made after the kill, the first ones on the dead member's partitions, must be answered while
+// the DC's group still lists the dead member: by the survivor, through a resend to a partition it
+// serves. Without resends an Ask on the dead member's partitions waited for the group to drop the
+// member and rebalance, and this test failed at the first one.
+func TestWorkerHedgedCallsOutrunADeadReplica(t *testing.T) {
+	brokers := testenv.Brokers(t)
+	const partitions = 4
+	requests, replies, dlq := testenv.NewTopic(t, partitions), testenv.NewTopic(t, partitions), testenv.NewTopic(t, 1)
+	group := testenv.UniqueName(t, "wqfail")
+	procs := map[string]*exec.Cmd{}
+	for _, name := range []string{"replica-a", "replica-b"} {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestWorkerQueryFailoverReplica$", "-test.count=1")
+		cmd.Env = append(os.Environ(), workerFailoverEnv+"="+strings.Join([]string{strings.Join(brokers, "|"), requests, replies, dlq, group, name}, ","))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		out, err := os.Create(t.TempDir() + "/" + name + ".log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGKILL); _ = cmd.Wait(); out.Close() })
+		procs[name] = cmd
+	}
+	adm := testenv.Admin(t)
+	members, parts := map[string]string{}, map[string][]int32{}
+	describe := func() (state string, ids map[string]string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		gs, err := adm.DescribeGroups(ctx, group)
+		g, ok := gs[group]
+		if err != nil || !ok || g.Err != nil {
+			return "not described", nil
+		}
+		ids = map[string]string{}
+		for _, m := range g.Members {
+			ids[m.MemberID] = m.ClientID
+			if ca, ok := m.Assigned.AsConsumer(); ok && len(ca.Topics) > 0 && len(ca.Topics[0].Partitions) > 0 {
+				members[m.ClientID], parts[m.ClientID] = m.MemberID, ca.Topics[0].Partitions
+			}
+		}
+		return g.State, ids
+	}
+	testenv.WaitUntil(t, 2*time.Minute, "both replicas in a stable group, each holding partitions", func() bool {
+		clear(members)
+		state, ids := describe()
+		return state == "Stable" && len(ids) == 2 && len(members) == 2
+	})
+	deadMember, deadParts, liveParts := members["replica-a"], parts["replica-a"], parts["replica-b"]
+
+	codec, err := schemas.NewCodec(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultQueryClientConfig(codec)
+	cfg.RequestTopic, cfg.ReplyTopic = requests, replies
+	cfg.CallTimeout = 2 * time.Minute // long: the test asserts on the group's membership, not on time
+	c, err := NewQueryClient(context.Background(), QueryClientParams{Config: cfg, Codec: codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	next := 0
+	ask := func(p int32) {
+		t.Helper()
+		var id string
+		for id == "" || query.KeyPartition([]byte(id), partitions) != p {
+			next++
+			id = "call-" + strconv.Itoa(next)
+		}
+		out, err := c.Ask(context.Background(), schemas.WorkerQueryRequest{CorrelationID: id, Input: schemas.InputLocalBlockHashes,
+			Hashes: schemas.AppendU64s(nil, []uint64{1, 2, 3}), DcIDs: []uint64{uint64(workerFailoverDC)}}, 0)
+		if err != nil || len(out) != 1 || out[0].Status != schemas.QueryOK || out[0].DcID != uint64(workerFailoverDC) {
+			t.Fatalf("Ask on partition %d: %+v, %v", p, out, err)
+		}
+	}
+	for p := range int32(partitions) { // every partition answers before the kill
+		ask(p)
+	}
+	dead := procs["replica-a"]
+	if err := dead.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = dead.Wait()
+	order := slices.Concat(deadParts, liveParts) // the dead member's partitions first
+	for round := range 3 {
+		for _, p := range order {
+			ask(p)
+			state, ids := describe()
+			if _, listed := ids[deadMember]; !listed {
+				t.Fatalf("round %d: the Ask on partition %d (dead member's partitions %v) was answered only after the group dropped the dead member (state %s, members %v); client %+v",
+					round, p, deadParts, state, ids, c.Stats())
+			}
+		}
+	}
+	st := c.Stats()
+	if st.Hedges == 0 {
+		t.Fatalf("no Ask was resent, so the dead member's partitions %v were not exercised: %+v", deadParts, st)
+	}
+	t.Logf("after kill -9 of one of 2 replicas: %d Asks answered while the group listed the dead member; client %+v", 3*len(order), st)
+}
