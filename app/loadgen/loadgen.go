@@ -180,6 +180,13 @@ func (l *Loadgen) Start(ctx context.Context) error {
 		l.report = &rep
 		l.mu.Unlock()
 		fmt.Fprint(l.opts.Out, rep.String())
+		if l.qc != nil {
+			// What the client's hedged resends cost: requests sent again and the late replies
+			// they caused (streams/query.QueryClient, "Hedged resends").
+			st := l.qc.Stats()
+			fmt.Fprintf(l.opts.Out, "loadgen: query client: %d calls, %d resent (%d resends withheld by the budget), %d sent off a suspected partition, %d late duplicate replies dropped, %d timed out\n",
+				st.Sent, st.Hedges, st.HedgesWithheld, st.Redirected, st.Duplicates, st.TimedOut)
+		}
 		if l.shutdowner != nil && runCtx.Err() == nil {
 			code := 0
 			if (run.EventRate > 0 && rep.EventAcks == 0) || (run.QueryRate > 0 && rep.OK+rep.Unavailable == 0) {
