@@ -51,6 +51,29 @@ run: ## run the main job (embedded in-process broker unless KAFKA_BROKERS is set
 	@$(GO) build -ldflags '$(GO_LDFLAGS)' -o bin/processor ./cmd/processor
 	bin/processor demo
 
+# The container image (Dockerfile), built with docker, else podman (CONTAINER_ENGINE chooses):
+# IMAGE:IMAGE_TAG, the chart's image.repository and the version processor --version prints.
+# make image-push REGISTRY=ghcr.io/acme tags it REGISTRY/IMAGE:IMAGE_TAG, pushes it and prints the
+# Helm values that run it. deploy/image_make_test.go runs both against stand-in engines.
+IMAGE ?= ckf-stream/processor
+IMAGE_TAG ?= $(VERSION)
+CONTAINER_ENGINE ?= $(firstword $(foreach e,docker podman,$(shell command -v $(e) 2>/dev/null)))
+
+.PHONY: image
+image: ## build the container image IMAGE:IMAGE_TAG (ckf-stream/processor:<version>) with docker or podman
+	@if [ -z "$(CONTAINER_ENGINE)" ]; then echo "make image: neither docker nor podman is on PATH: install one (or set CONTAINER_ENGINE to a docker-compatible command); the image is built from the Dockerfile" >&2; exit 2; fi
+	@if ! $(CONTAINER_ENGINE) info >/dev/null 2>&1; then echo "make image: $(CONTAINER_ENGINE) is installed but no engine answers ('$(CONTAINER_ENGINE) info' fails): start the daemon, or set CONTAINER_ENGINE=podman" >&2; exit 2; fi
+	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(IMAGE_TAG) .
+
+.PHONY: image-push
+image-push: ## build the image and push it to REGISTRY (make image-push REGISTRY=ghcr.io/acme), then print the Helm values that run it
+	@if [ -z "$(REGISTRY)" ]; then echo "make image-push: set REGISTRY, the registry and path to push to: make image-push REGISTRY=ghcr.io/acme pushes ghcr.io/acme/$(IMAGE):$(IMAGE_TAG)" >&2; exit 2; fi
+	@$(MAKE) --no-print-directory image
+	@case "$(IMAGE_TAG)" in *-dirty) echo "make image-push: warning: the tree has uncommitted changes; the tag $(IMAGE_TAG) says so, but names no commit that holds them" >&2;; esac
+	$(CONTAINER_ENGINE) tag $(IMAGE):$(IMAGE_TAG) $(REGISTRY)/$(IMAGE):$(IMAGE_TAG)
+	$(CONTAINER_ENGINE) push $(REGISTRY)/$(IMAGE):$(IMAGE_TAG)
+	@echo "pushed $(REGISTRY)/$(IMAGE):$(IMAGE_TAG); install the chart with --set image.repository=$(REGISTRY)/$(IMAGE) --set image.tag=$(IMAGE_TAG)"
+
 # Helm, for the chart's lint and render test (deploy/helm_test.go): built once from the Go module
 # proxy (pinned HELM_VERSION) into bin/, like promtool.
 HELM_VERSION ?= v4.3.2
