@@ -236,6 +236,7 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	lv.VisibleEvents, lv.NotSeen, lv.RemovedBeforeSeen, lv.StillPending = vis.Events, vis.NotSeen, vis.RemovedBeforeSeen, vis.StillPending
 	lv.VisibleP50Ms, lv.VisibleP99Ms, lv.VisibleMaxMs, lv.VisibleCDFMs = vis.P50Ms, vis.P99Ms, vis.MaxMs, vis.CDFMs
 	lv.MaxLagRecords = pr.maxLag.Load()
+	lv.Ages = ageAccuracy(lv.ageErr, lv.ageErrBehind)
 	ws := lv.Workers
 	ws.Visible, ws.MaxLagRecords = wpr.summarise(), wpr.maxLag.Load()
 	slices.Sort(ws.queryLat)
@@ -393,6 +394,7 @@ func (p *ckfPolicy) Choose(v *eval.View, rng *rand.Rand) int {
 				depth[l.Lane] = int(l.Depth)
 			}
 		}
+		p.compareAges(&reply)
 		now := time.Now()
 		for d := range depth {
 			lv.Compared++
@@ -436,6 +438,23 @@ func (p *ckfPolicy) Choose(v *eval.View, rng *rand.Rand) int {
 		}
 	}
 	return dc
+}
+
+// compareAges sets each searched lane's age in reply against the truth at the reply's time
+// (prober.staleness): the error, in milliseconds, is the age minus the truth.
+func (p *ckfPolicy) compareAges(reply *schemas.QueryReply) {
+	for _, s := range reply.LaneStates {
+		age, ok := s.AgeMillis.Get()
+		if !ok || !s.State.HasDepth() || int(s.Lane) >= len(p.r.dcs) || reply.ReplyTime.IsZero() {
+			continue
+		}
+		truth := p.pr.staleness(int(s.Lane), reply.ReplyTime)
+		e := float64(age) - float64(truth)/float64(time.Millisecond)
+		p.lv.ageErr = append(p.lv.ageErr, e)
+		if truth > 0 {
+			p.lv.ageErrBehind = append(p.lv.ageErrBehind, e)
+		}
+	}
 }
 
 // ChooseWorker asks the worker stage of the chosen DC for its sources' device depths and picks
@@ -514,14 +533,24 @@ type prober struct {
 
 	mu      sync.Mutex
 	pending map[*pstore]struct{}
-	byKey   []map[uint64][]*pstore // per unit: the pending stores that made each key resident
-	removal []map[uint64]time.Time // per unit: when each key was last removed from the unit
-	lat     []float64              // seconds
-	notSeen int                    // timed out
-	gone    int                    // removed from the unit before they were seen
-	wake    chan struct{}
-	maxLag  atomic.Int64
+	// resolved holds, per unit, the stores resolved in the last staleWindow: seen, removed from
+	// the unit first, or given up on, with when. staleness reads them.
+	resolved [][]span
+	byKey    []map[uint64][]*pstore // per unit: the pending stores that made each key resident
+	removal  []map[uint64]time.Time // per unit: when each key was last removed from the unit
+	lat      []float64              // seconds
+	notSeen  int                    // timed out
+	gone     int                    // removed from the unit before they were seen
+	wake     chan struct{}
+	maxLag   atomic.Int64
 }
+
+// span is a resolved store: produced at at, part of its unit's read model (or moot) from done.
+type span struct{ at, done time.Time }
+
+// staleWindow is how long resolved stores are kept for staleness: longer than any answer's
+// round trip.
+const staleWindow = 10 * time.Second
 
 type pstore struct {
 	unit  int
@@ -535,6 +564,7 @@ func newProberOf(units int, timeout time.Duration, probe func(*pstore) bool, lag
 	for range units {
 		p.byKey = append(p.byKey, map[uint64][]*pstore{})
 		p.removal = append(p.removal, map[uint64]time.Time{})
+		p.resolved = append(p.resolved, nil)
 	}
 	return p
 }
@@ -586,10 +616,43 @@ func (p *prober) removed(u int, keys []uint64, at time.Time) {
 		for _, s := range p.byKey[u][k] {
 			if _, ok := p.pending[s]; ok {
 				p.gone++
-				p.drop(s)
+				p.resolve(s, at)
 			}
 		}
 	}
+}
+
+// resolve forgets a pending store that is part of its unit's read model (or moot) from done; p.mu
+// is held.
+func (p *prober) resolve(s *pstore, done time.Time) {
+	p.drop(s)
+	r := append(p.resolved[s.unit], span{at: s.at, done: done})
+	if len(r) >= 1024 && done.Sub(r[0].done) > staleWindow {
+		r = slices.DeleteFunc(r, func(x span) bool { return done.Sub(x.done) > staleWindow })
+	}
+	p.resolved[s.unit] = r
+}
+
+// staleness is how far behind its engines unit u's read model was at t, as the replay knows it:
+// t minus the production time of the oldest store of u produced before t and not part of the
+// read model at t; 0 when every store produced before t was. It is the truth an answer's age
+// (schemas.LaneState.AgeMillis) stands for, to the prober's resolution (one probe round, about
+// a millisecond), over the stores it tracks (those that change what the unit holds).
+func (p *prober) staleness(u int, t time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	oldest := t
+	for s := range p.pending {
+		if s.unit == u && s.at.Before(oldest) {
+			oldest = s.at
+		}
+	}
+	for _, x := range p.resolved[u] {
+		if x.at.Before(oldest) && x.done.After(t) {
+			oldest = x.at
+		}
+	}
+	return t.Sub(oldest)
 }
 
 // drop forgets a pending store; p.mu is held.
@@ -650,6 +713,9 @@ func (p *prober) reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.lat, p.notSeen, p.gone = nil, 0, 0
+	for u := range p.resolved {
+		p.resolved[u] = nil
+	}
 }
 
 func (p *prober) run(ctx context.Context) {
@@ -684,13 +750,13 @@ func (p *prober) run(ctx context.Context) {
 			for _, s := range seen {
 				if _, ok := p.pending[s]; ok {
 					p.lat = append(p.lat, now.Sub(s.at).Seconds())
-					p.drop(s)
+					p.resolve(s, now)
 				}
 			}
 			for _, s := range expired {
 				if _, ok := p.pending[s]; ok {
 					p.notSeen++
-					p.drop(s)
+					p.resolve(s, now)
 				}
 			}
 			close(p.wake)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -79,8 +80,65 @@ type Live struct {
 	// Workers is the second stage: the worker stage's answers and how the worker choices made
 	// on them compare with exact knowledge's.
 	Workers *WorkerStage `json:"worker_stage"`
+	// Ages compares every searched lane's age in the answers with the truth the replay knows.
+	Ages AgeAccuracy `json:"ages"`
 
-	queryLat []float64
+	queryLat             []float64
+	ageErr, ageErrBehind []float64 // milliseconds: age minus truth
+}
+
+// AgeAccuracy is how the ages in the answers (schemas.LaneState.AgeMillis) compare with the
+// truth: for a lane of an answer, how long before the reply the oldest store of its DC that the
+// lane did not yet show was produced (0 when it showed every store produced before the reply),
+// as the replay's prober sees stores become visible (to about a millisecond). The error is the
+// age minus the truth: positive when the answer says the lane is older than it is (the relay
+// last vouched for its DC some time ago: an idle lane's heartbeat period bounds that), negative
+// when it says the lane is fresher than it is, the direction a router cannot see.
+type AgeAccuracy struct {
+	// Compared counts (answer, searched lane) pairs with an age; Behind those whose lane lacked
+	// a store produced before the reply (truth > 0).
+	Compared int `json:"compared"`
+	Behind   int `json:"behind"`
+	// WithinTwoMs: |error| <= 2 ms; Understated: error < -2 ms. Of Behind: the same.
+	WithinTwoMs       int `json:"within_2ms"`
+	Understated       int `json:"understated"`
+	BehindWithinTwoMs int `json:"behind_within_2ms"`
+	BehindUnderstated int `json:"behind_understated"`
+	// The error's quantiles (ms, signed), over all and over Behind.
+	ErrP1Ms        float64 `json:"err_p1_ms"`
+	ErrP50Ms       float64 `json:"err_p50_ms"`
+	ErrP99Ms       float64 `json:"err_p99_ms"`
+	ErrMaxMs       float64 `json:"err_max_ms"`
+	BehindErrP1Ms  float64 `json:"behind_err_p1_ms"`
+	BehindErrP50Ms float64 `json:"behind_err_p50_ms"`
+	BehindErrP99Ms float64 `json:"behind_err_p99_ms"`
+}
+
+func ageAccuracy(all, behind []float64) AgeAccuracy {
+	count := func(xs []float64) (within, under int) {
+		for _, x := range xs {
+			switch {
+			case x < -2:
+				under++
+			case x <= 2:
+				within++
+			}
+		}
+		return within, under
+	}
+	a := AgeAccuracy{Compared: len(all), Behind: len(behind)}
+	a.WithinTwoMs, a.Understated = count(all)
+	a.BehindWithinTwoMs, a.BehindUnderstated = count(behind)
+	all, behind = slices.Clone(all), slices.Clone(behind)
+	slices.Sort(all)
+	slices.Sort(behind)
+	if len(all) > 0 {
+		a.ErrP1Ms, a.ErrP50Ms, a.ErrP99Ms, a.ErrMaxMs = eval.Quantile(all, 0.01), eval.Quantile(all, 0.5), eval.Quantile(all, 0.99), all[len(all)-1]
+	}
+	if len(behind) > 0 {
+		a.BehindErrP1Ms, a.BehindErrP50Ms, a.BehindErrP99Ms = eval.Quantile(behind, 0.01), eval.Quantile(behind, 0.5), eval.Quantile(behind, 0.99)
+	}
+	return a
 }
 
 // WorkerStage is the live run's second stage: the ckf router asks the chosen DC's worker-stage
@@ -334,6 +392,12 @@ func (rep *Report) print(w io.Writer) {
 		lv.Decisions, lv.AgreeCostOracle, pct(lv.AgreeCostOracle, lv.Decisions), lv.AsDeepAsDepthOracle, pct(lv.AsDeepAsDepthOracle, lv.Decisions))
 	fmt.Fprintf(w, "event to visible (engine event -> first answer covering it): p50 %.2f ms, p99 %.2f ms, max %.2f ms over %d stores (%d never seen, %d removed first, %d pending)\n",
 		lv.VisibleP50Ms, lv.VisibleP99Ms, lv.VisibleMaxMs, lv.VisibleEvents, lv.NotSeen, lv.RemovedBeforeSeen, lv.StillPending)
+	if a := lv.Ages; a.Compared > 0 {
+		fmt.Fprintf(w, "lane ages against the truth (age minus truth, per searched lane per answer): %d compared, %d within 2 ms (%.1f%%), %d understated by more than 2 ms; error p1 %.1f, p50 %.1f, p99 %.1f, max %.1f ms\n",
+			a.Compared, a.WithinTwoMs, pct(a.WithinTwoMs, a.Compared), a.Understated, a.ErrP1Ms, a.ErrP50Ms, a.ErrP99Ms, a.ErrMaxMs)
+		fmt.Fprintf(w, "  of them with a store not yet visible at the reply: %d, %d within 2 ms (%.1f%%), %d understated; error p1 %.1f, p50 %.1f, p99 %.1f ms\n",
+			a.Behind, a.BehindWithinTwoMs, pct(a.BehindWithinTwoMs, a.Behind), a.BehindUnderstated, a.BehindErrP1Ms, a.BehindErrP50Ms, a.BehindErrP99Ms)
+	}
 	if ws := lv.Workers; ws != nil {
 		fmt.Fprintf(w, "worker stage queries over %s: %d asked, %d answered, %d errors, %d unavailable; latency p50 %.2f ms, p99 %.2f ms\n",
 			ws.Query, ws.Queries, ws.Answered, ws.QueryErrors, ws.Unavailable, ws.QueryP50Ms, ws.QueryP99Ms)
