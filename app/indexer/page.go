@@ -77,7 +77,7 @@ code { font-size: 90%; }
 Eligible lanes <code>{{mask .EligibleLanes}}</code>, ready <code>{{mask .ReadyLanes}}</code>, configured <code>{{mask .ConfiguredLanes}}</code> (lane 0 rightmost).</p>
 <table>
 <thead><tr>
-<th class="key">lane</th><th class="key l">DC</th><th class="key l">state</th><th class="key l">answers</th><th class="key">age</th><th class="key">block<br>size</th><th class="key l">alarms</th>
+<th class="key">lane</th><th class="key l">DC</th><th class="key l">state</th><th class="key l">answers</th><th class="key">age</th><th class="key l">alarms</th><th class="key">block<br>size</th>
 <th class="l">phase</th><th>installed<br>seq</th><th>applied<br>offset</th><th>high<br>watermark</th>
 <th>lag<br>(records)</th><th>lag<br>(s)</th><th>deltas</th><th>images</th><th>snapshots</th><th>heartbeats</th>
 <th>rejected</th><th>recoveries</th><th class="l">faults</th><th class="l">last fault</th><th class="l">DC filter</th>
@@ -86,8 +86,8 @@ Eligible lanes <code>{{mask .EligibleLanes}}</code>, ready <code>{{mask .ReadyLa
 {{range .Lanes}}<tr class="{{.State}}" data-lane="{{.Lane}}" data-state="{{.State}}" data-answer="{{.AnswerState}}">
 <td>{{.Lane}}</td><td class="l"><code>{{.DcID}}</code></td><td class="l state">{{.State}}{{if .Excluded}} (lagging){{end}}</td>
 <td class="l answer answer-{{.AnswerState}}">{{.AnswerState}}</td><td class="age">{{age .AgeMillis}}</td>
-<td class="block-size">{{if .BlockSize}}{{.BlockSize}}{{else}}unknown{{end}}</td>
 <td class="alarms">{{with alarms .}}<ul>{{range .}}<li>{{.}}</li>{{end}}</ul>{{else}}<span class="none">none</span>{{end}}</td>
+<td class="block-size">{{if .BlockSize}}{{.BlockSize}}{{else}}unknown{{end}}</td>
 <td class="l">{{.Phase}}</td><td>{{.InstalledSequence}}</td><td>{{.AppliedOffset}}</td><td>{{.HighWatermark}}</td>
 <td>{{.LagRecords}}</td><td>{{seconds .LagSeconds}}</td><td>{{.Deltas}}</td><td>{{.Images}}</td><td>{{.Snapshots}}</td>
 <td>{{.Heartbeats}}</td><td>{{.Rejected}}</td><td>{{.Recoveries}}</td><td class="l">{{faults .Faults}}</td>
