@@ -5,8 +5,12 @@ package deploy_test
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -28,6 +32,9 @@ type composeFile struct {
 		Build       string            `yaml:"build"`
 		Command     []string          `yaml:"command"`
 		Environment map[string]string `yaml:"environment"`
+		Healthcheck struct {
+			Test []string `yaml:"test"`
+		} `yaml:"healthcheck"`
 	} `yaml:"services"`
 }
 
@@ -36,6 +43,9 @@ type composeService struct {
 	name string
 	args []string
 	env  []string
+	// healthcheck is the compose healthcheck's command after /healthcheck (the image's
+	// deploy/healthcheck); nil when the service has none of that form.
+	healthcheck []string
 }
 
 // hostServices reads docker-compose.yml and returns its services built from this repository
@@ -84,7 +94,11 @@ func hostServices(t *testing.T, prefix string) []composeService {
 			kv = append(kv, k+"="+v)
 		}
 		sort.Strings(kv)
-		out = append(out, composeService{name: name, args: s.Command, env: kv})
+		var check []string
+		if test := s.Healthcheck.Test; len(test) >= 2 && test[0] == "CMD" && test[1] == "/healthcheck" {
+			check = append([]string{}, test[2:]...)
+		}
+		out = append(out, composeService{name: name, args: s.Command, env: kv, healthcheck: check})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
@@ -125,8 +139,33 @@ func TestComposeIndexes(t *testing.T) {
 	for _, name := range started {
 		byName[name].WaitReady(2 * time.Minute)
 	}
+	// Each ready service's compose healthcheck passes against the real process (the image's
+	// /healthcheck, built here, asking the port the process listens on).
+	healthcheck := buildHealthcheck(t)
+	healthy := func(name string) error {
+		s := services[slices.IndexFunc(services, func(s composeService) bool { return s.name == name })]
+		if s.healthcheck == nil {
+			t.Fatalf("%s has no healthcheck running /healthcheck", name)
+		}
+		cmd := exec.Command(healthcheck, s.healthcheck...)
+		cmd.Env = append(os.Environ(), "CKF_HTTP_LISTEN="+byName[name].HTTP)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	for _, name := range started {
+		if err := healthy(name); err != nil {
+			t.Errorf("%s is ready, but its compose healthcheck fails: %v", name, err)
+		}
+	}
 	load := byName["loadgen"]
 	load.Start()
+	var loadErr error
+	testenv.WaitUntil(t, 2*time.Minute, "loadgen's compose healthcheck passes", func() bool {
+		loadErr = healthy("loadgen")
+		return loadErr == nil
+	}, func() string { return fmt.Sprint(loadErr) })
 
 	ix := byName["indexer"]
 	c := &http.Client{Timeout: 2 * time.Second}
@@ -181,4 +220,112 @@ func TestComposeIndexes(t *testing.T) {
 		t.Errorf("no answer with depth > 0: %s\n%s", lines[len(lines)-1], testenv.Tail(load.LogPath(1), 20))
 	}
 	t.Logf("compose on the host: %s", strings.TrimSpace(lines[len(lines)-1]))
+}
+
+// buildHealthcheck builds deploy/healthcheck, the image's /healthcheck, and returns its path.
+func buildHealthcheck(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "healthcheck")
+	if out, err := exec.Command("go", "build", "-o", bin, "./healthcheck").CombinedOutput(); err != nil {
+		t.Fatalf("building deploy/healthcheck: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestComposeWaitsOnHealth reads docker-compose.yml and checks that a service starts only once
+// what it needs serves: every depends_on entry waits for service_healthy, on a service that has
+// a healthcheck and is started by default whenever the dependent is; every service built here
+// has a healthcheck that runs /healthcheck (which the Dockerfile puts in the image) against
+// /readyz on the port the service listens on (CKF_HTTP_LISTEN), within a timeout longer than
+// the healthcheck's own 3 s, and publishes that port where it publishes one. Loadgen once
+// started as soon as the relays' containers had, before anything was ready.
+func TestComposeWaitsOnHealth(t *testing.T) {
+	raw, err := os.ReadFile("../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type healthcheck struct {
+		Test    []string `yaml:"test"`
+		Timeout string   `yaml:"timeout"`
+		Disable bool     `yaml:"disable"`
+	}
+	var cf struct {
+		Services map[string]struct {
+			Build       string            `yaml:"build"`
+			Profiles    []string          `yaml:"profiles"`
+			Environment map[string]string `yaml:"environment"`
+			Ports       []string          `yaml:"ports"`
+			Healthcheck *healthcheck      `yaml:"healthcheck"`
+			DependsOn   yaml.Node         `yaml:"depends_on"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(raw, &cf); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	dockerfile, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^COPY --from=build \S+ /healthcheck$`).Match(dockerfile) {
+		t.Fatal("the Dockerfile does not put /healthcheck in the image, which the compose healthchecks run")
+	}
+	built := 0
+	for name, s := range cf.Services {
+		switch s.DependsOn.Kind {
+		case 0:
+		case yaml.MappingNode:
+			var deps map[string]struct {
+				Condition string `yaml:"condition"`
+			}
+			if err := s.DependsOn.Decode(&deps); err != nil {
+				t.Fatalf("%s: depends_on: %v", name, err)
+			}
+			for dep, d := range deps {
+				target, ok := cf.Services[dep]
+				switch {
+				case !ok:
+					t.Errorf("%s depends on %s, which the file does not define", name, dep)
+				case d.Condition != "service_healthy":
+					t.Errorf("%s depends on %s with condition %q, want service_healthy", name, dep, d.Condition)
+				case target.Healthcheck == nil || len(target.Healthcheck.Test) == 0 || target.Healthcheck.Disable:
+					t.Errorf("%s waits for %s to be healthy, which has no healthcheck", name, dep)
+				case len(target.Profiles) > 0 && !slices.Equal(target.Profiles, s.Profiles):
+					t.Errorf("%s depends on %s, which only starts with the profiles %v", name, dep, target.Profiles)
+				}
+			}
+		default:
+			t.Errorf("%s: depends_on is a list: it waits for the containers to start, not to be ready; give each a condition: service_healthy", name)
+		}
+		if s.Build != "." {
+			continue
+		}
+		built++
+		hc := s.Healthcheck
+		if hc == nil || len(hc.Test) < 2 || hc.Test[0] != "CMD" || hc.Test[1] != "/healthcheck" || hc.Disable {
+			t.Errorf("%s: healthcheck %+v, want [CMD, /healthcheck]", name, hc)
+			continue
+		}
+		_, port, err := net.SplitHostPort(s.Environment["CKF_HTTP_LISTEN"])
+		if err != nil || port == "0" {
+			t.Errorf("%s: CKF_HTTP_LISTEN %q names no port for its healthcheck", name, s.Environment["CKF_HTTP_LISTEN"])
+			continue
+		}
+		if len(hc.Test) > 2 {
+			u, err := url.Parse(hc.Test[2])
+			if err != nil || u.Port() != port || u.Path != "/readyz" {
+				t.Errorf("%s: healthcheck asks %q, not /readyz on the port it listens on (%s)", name, hc.Test[2], port)
+			}
+		}
+		if d, err := time.ParseDuration(hc.Timeout); err != nil || d <= 3*time.Second {
+			t.Errorf("%s: healthcheck timeout %q, want more than the healthcheck's own 3s", name, hc.Timeout)
+		}
+		for _, p := range s.Ports {
+			if container := p[strings.LastIndex(p, ":")+1:]; container != port {
+				t.Errorf("%s publishes container port %s, but listens on %s", name, container, port)
+			}
+		}
+	}
+	if built < 5 {
+		t.Errorf("%d services built here; want relays, the worker stage, the indexer and loadgen", built)
+	}
 }
