@@ -65,7 +65,10 @@ func (ix *Index) Apply(ev producer.RouterEvent) error {
 // Cost: with the index larger than the caches (prefetchFloorBytes), the event's canonical
 // chain is computed first and every block's lineage slot and tier-map slot are prefetched, so
 // that the event's cache misses overlap instead of arriving one block at a time (as
-// ckf/producer's store path does); validation then reads warm slots.
+// ckf/producer's store path does). A known source's lineage is then validated and written in
+// one pass, one probe per block (an upsert that checks the id's canonical), and undone should a
+// block turn out to remap an id (rollbackStore): a store is rejected rarely, so it pays for a
+// second pass then rather than every store paying for a separate validating lookup.
 func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.StoreData) error {
 	si := ix.sourceOf(key)
 	var lin *lineageMap
@@ -101,51 +104,95 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 			prev, havePrev = ckf.CanonicalRoot(b.TokensHash), true
 		}
 		if warm {
-			tm.Prefetch(prev)
+			tm.Prefetch(uint64(prev))
 		}
 		p = append(p, prepared{ext: b.BlockHash, canon: prev})
 	}
 	ix.prep = p[:0]
-	for _, q := range p {
-		if e := lin.Find(q.ext); e != nil && e.canonical() != q.canon {
-			ix.tel.InvalidSequences++
-			return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id remapped to a different chain")
-		}
-	}
-	// The same external id twice in this event at different canonicals is a remap too (equal
-	// canonicals, a chain that repeats a hash, are accepted).
-	if ix.remapsWithin(p) {
-		ix.tel.InvalidSequences++
-		return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id twice in one store")
-	}
 	if len(p) == 0 {
 		return nil
 	}
-	// Mutation starts here.
+	bit := uint8(1) << t
 	var i uint32
 	if si >= 0 {
 		i = uint32(si)
+		// One pass: each id's slot is found or made, and checked against its canonical. An id
+		// that appears twice in this store meets its own earlier slot, so a repeat at another
+		// canonical is caught as a remap too (a repeat at the same canonical, a chain that
+		// repeats a hash, is a duplicate).
+		for k := range p {
+			q := &p[k]
+			e, existed := lin.Upsert(q.ext)
+			switch {
+			case !existed:
+				*e = newLineageEntry(q.canon)
+				e.tiers = bit
+				q.did = didCreate
+			case e.canonical() != q.canon:
+				ix.rollbackStore(lin, p[:k], bit)
+				ix.tel.InvalidSequences++
+				return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id remapped to a different chain")
+			case e.tiers&bit != 0:
+				q.did = didNothing
+			default:
+				e.tiers |= bit
+				q.did = didAddTier
+			}
+		}
 	} else {
+		// A new source has no lineage to contradict: only the store itself can remap an id.
+		if ix.remapsWithin(p) {
+			ix.tel.InvalidSequences++
+			return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id twice in one store")
+		}
 		var err error
 		if i, err = ix.addSource(key); err != nil {
 			return err
 		}
 		lin = ix.srcs[i].lin
+		for k := range p {
+			q := &p[k]
+			e, existed := lin.Upsert(q.ext)
+			if existed { // the same id earlier in this store, at the same canonical
+				q.did = didNothing
+				continue
+			}
+			*e = newLineageEntry(q.canon)
+			e.tiers = bit
+			q.did = didCreate
+		}
 	}
-	bit := uint8(1) << t
+	// Mutation of the tier map starts here; the lineage is final.
 	for _, q := range p {
-		e, _ := lin.Upsert(q.ext)
-		if e.tiers&bit != 0 {
+		if q.did == didNothing {
 			ix.tel.DuplicateBlocks++
 			continue
 		}
-		if e.tiers == 0 {
-			*e = newLineageEntry(q.canon)
-		}
-		e.tiers |= bit
 		ix.gain(i, t, q.canon)
 	}
 	return nil
+}
+
+// What the lineage pass of a store did to one block's slot (prepared.did), for the tier-map
+// pass and for rollbackStore.
+const (
+	didNothing uint8 = iota // the id already held the tier: a duplicate
+	didCreate               // a new slot
+	didAddTier              // the tier added to an existing slot
+)
+
+// rollbackStore undoes the lineage pass over done (the blocks before the one that remapped an
+// id), last first, so that the rejected store leaves the lineage as it found it. Slots move as
+// others are inserted, so each is found again by its id.
+func (ix *Index) rollbackStore(lin *lineageMap, done []prepared, bit uint8) {
+	for k := len(done) - 1; k >= 0; k-- {
+		switch q := &done[k]; q.did {
+		case didCreate:
+			lin.Delete(q.ext)
+		case didAddTier:
+			lin.Find(q.ext).tiers &^= bit
+		}
+	}
 }
 
 // scanLimit is the store length up to which remapsWithin compares every pair (at most 496
@@ -200,8 +247,9 @@ func (ix *Index) worthPrefetching() bool {
 }
 
 // remove is workers §3.4: each id in order; an id the source does not hold on t is counted.
-// With a large index, every id's lineage slot is prefetched, then the tier-map slot of every
-// canonical found, before the first change.
+// A first pass looks every id up (with a large index, after prefetching every id's lineage slot)
+// and prefetches the tier-map slot of each canonical found; the second applies the removals,
+// deleting a slot that held only this tier without looking it up again.
 func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.ExternalBlockHash) {
 	si := ix.sourceOf(key)
 	if si < 0 {
@@ -214,29 +262,48 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 	i := uint32(si)
 	lin := ix.srcs[i].lin
 	bit := uint8(1) << t
-	if len(ids) > 1 && ix.worthPrefetching() {
+	warm := len(ids) > 1 && ix.worthPrefetching()
+	if warm {
 		for _, id := range ids {
 			lin.Prefetch(id)
 		}
-		tm := &ix.tiers[t]
-		for _, id := range ids {
-			if e := lin.Find(id); e != nil {
-				tm.Prefetch(e.canonical())
+	}
+	tm := &ix.tiers[t]
+	p := ix.prep[:0]
+	for _, id := range ids {
+		q := prepared{ext: id}
+		if e := lin.Find(id); e != nil && e.tiers&bit != 0 {
+			q.canon, q.did = e.canonical(), e.tiers
+			if warm {
+				tm.Prefetch(uint64(q.canon))
 			}
 		}
+		p = append(p, q)
 	}
-	for _, id := range ids {
-		e := lin.Find(id)
-		if e == nil || e.tiers&bit == 0 {
+	ix.prep = p[:0]
+	for _, q := range p {
+		// q.did is the id's tiers before this event (0: not held on t). The same id twice in
+		// one event finds its slot gone or without the tier the second time: unknown then.
+		switch {
+		case q.did == 0:
 			ix.tel.UnknownRemovals++
 			continue
+		case q.did == bit:
+			if !lin.Delete(q.ext) {
+				ix.tel.UnknownRemovals++
+				continue
+			}
+		default:
+			e := lin.Find(q.ext)
+			if e == nil || e.tiers&bit == 0 {
+				ix.tel.UnknownRemovals++
+				continue
+			}
+			if e.tiers &^= bit; e.tiers == 0 {
+				lin.Delete(q.ext)
+			}
 		}
-		c := e.canonical()
-		e.tiers &^= bit
-		if e.tiers == 0 {
-			lin.Delete(id)
-		}
-		ix.lose(i, t, c)
+		ix.lose(i, t, q.canon)
 	}
 	if lin.Len() == 0 {
 		ix.dropSource(i)

@@ -33,7 +33,6 @@ func newLineageEntry(c ckf.CanonicalHash) lineageEntry {
 
 type (
 	lineageMap = u64map.Map[ckf.ExternalBlockHash, lineageEntry]
-	holderMap  = u64map.Map[ckf.CanonicalHash, uint32]
 )
 
 // source is one (worker, dp rank) with at least one mapping (workers §2.1).
@@ -103,7 +102,7 @@ type Index struct {
 	freeSrc []uint32
 	lastKey ckf.SourceKey // sourceOf's one-entry cache: lastIdx is ids[lastKey]
 	lastIdx int32         // -1 when empty
-	tiers   [TierCount]holderMap
+	tiers   [TierCount]holderTable
 	sets    setTable
 	aliases map[aliasKey]uint32
 	tel     Telemetry
@@ -115,6 +114,7 @@ type Index struct {
 type prepared struct {
 	ext   ckf.ExternalBlockHash
 	canon ckf.CanonicalHash
+	did   uint8 // the store's lineage pass: didNothing, didCreate or didAddTier
 }
 
 // New returns an empty index.
@@ -172,8 +172,8 @@ func (ix *Index) dropSource(i uint32) {
 
 // gain records that source i now holds c on tier t through one more external id.
 func (ix *Index) gain(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
-	p, _ := ix.tiers[t].Upsert(c)
-	nv, already := ix.sets.with(*p, i)
+	p := ix.tiers[t].upsert(uint64(c))
+	nv, already := ix.sets.with(*p, i, ix.srcs)
 	if already {
 		ix.aliases[aliasKey{c, i, t}]++
 		return
@@ -196,18 +196,19 @@ func (ix *Index) lose(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
 			return
 		}
 	}
-	p := ix.tiers[t].Find(c)
-	if p == nil {
+	tm := &ix.tiers[t]
+	at := tm.find(uint64(c))
+	if at < 0 {
 		panic(fmt.Sprintf("workers: lineage maps to %#x on tier %v but the tier does not hold it", uint64(c), t))
 	}
-	nv, was := ix.sets.without(*p, i)
+	nv, was := ix.sets.without(tm.slots[at].val, i, ix.srcs)
 	if !was {
 		panic(fmt.Sprintf("workers: source %d maps to %#x on tier %v but is not a holder", i, uint64(c), t))
 	}
 	if nv == 0 {
-		ix.tiers[t].Delete(c)
+		tm.deleteAt(at)
 	} else {
-		*p = nv
+		tm.slots[at].val = nv
 	}
 	ix.srcs[i].held[t]--
 	ix.tel.RemovedBlocks++
@@ -229,8 +230,7 @@ func (ix *Index) Holds(src ckf.SourceKey, t producer.StorageTier, c ckf.Canonica
 	if !ok || int(t) >= TierCount {
 		return false
 	}
-	v, _ := ix.tiers[t].Get(c)
-	return ix.sets.has(v, i)
+	return ix.sets.has(ix.tiers[t].get(uint64(c)), i, ix.srcs)
 }
 
 // Stats is a size view of the index.

@@ -2,7 +2,9 @@ package workers
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
+	"unsafe"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
@@ -53,7 +55,13 @@ type Result struct {
 	next    []uint32
 	tierVal []uint32 // a lower tier's holder value per query position
 	allow   []uint32 // dense indexes of Options.Sources, sorted
+	dropped []uint32 // matchGroups: sources in the order the walk dropped them
+	cuts    []cut    // matchGroups: where each drop position's sources end in dropped
 }
+
+// cut is one position of a device walk at which sources dropped out: they hold exactly depth
+// leading blocks, and they are dropped[previous cut's end:end] (in key order).
+type cut struct{ depth, end uint32 }
 
 // scoreSlot is one source's answer under construction.
 type scoreSlot struct {
@@ -77,6 +85,20 @@ func (r *Result) touch(i uint32) *scoreSlot {
 func (ix *Index) Match(query []ckf.CanonicalHash, opt Options, r *Result) {
 	r.Matches = r.Matches[:0]
 	r.Frequencies = r.Frequencies[:0]
+	if len(query) == 0 || len(ix.ids) == 0 {
+		return
+	}
+	if ix.tiers[producer.StorageTierHostPinned].Len() == 0 && ix.tiers[producer.StorageTierDisk].Len() == 0 &&
+		ix.tiers[producer.StorageTierExternal].Len() == 0 {
+		ix.matchGroups(query, opt, r)
+		return
+	}
+	ix.matchSlots(query, opt, r)
+}
+
+// matchSlots is Match with lower tiers to walk: each source's answer is built in a slot of
+// r.scores, then collected. It also answers a device-only index (TestGroupsEqualSlots).
+func (ix *Index) matchSlots(query []ckf.CanonicalHash, opt Options, r *Result) {
 	r.touched = r.touched[:0]
 	if len(r.scores) < len(ix.srcs) {
 		r.scores = slices.Grow(r.scores[:0], len(ix.srcs))[:len(ix.srcs)]
@@ -88,10 +110,20 @@ func (ix *Index) Match(query []ckf.CanonicalHash, opt Options, r *Result) {
 		clear(r.scores)
 		r.stamp = 1
 	}
-	if len(query) == 0 || len(ix.ids) == 0 {
-		return
+	active, depth := ix.walkDevice(query, r)
+	for _, a := range r.dropped {
+		r.touch(a)
 	}
-	ix.matchDevice(query, r)
+	from := 0
+	for _, c := range r.cuts {
+		for _, a := range r.dropped[from:c.end] {
+			r.scores[a].m[producer.StorageTierDevice] = c.depth
+		}
+		from = int(c.end)
+	}
+	for _, a := range active {
+		r.touch(a).m[producer.StorageTierDevice] = depth
+	}
 	for t := producer.StorageTierHostPinned; t <= producer.StorageTierExternal; t++ {
 		if ix.tiers[t].Len() > 0 {
 			ix.matchLower(query, t, r)
@@ -100,39 +132,84 @@ func (ix *Index) Match(query []ckf.CanonicalHash, opt Options, r *Result) {
 	ix.collect(opt, r)
 }
 
-// matchDevice is workers §5.1: one lookup per query block while some source is still active;
-// sets are intersected only where the holder value changes.
-func (ix *Index) matchDevice(query []ckf.CanonicalHash, r *Result) {
+// lookahead is how many query positions ahead walkDevice prefetches the tier-map slot of, in
+// an index larger than the caches (prefetchFloorBytes): enough misses in flight to hide most of
+// the memory latency of a walk that would otherwise take one miss per block.
+const lookahead = 8
+
+// walkDevice is workers §5.1: one lookup per query block while some source is still active;
+// sets are intersected only where the holder value changes. It returns the sources that hold
+// every block up to the end of the walk (in key order) and that depth; the sources that dropped
+// out earlier are in r.dropped, grouped by r.cuts, each group in key order and the groups in
+// increasing depth.
+func (ix *Index) walkDevice(query []ckf.CanonicalHash, r *Result) ([]uint32, uint32) {
+	r.dropped, r.cuts = r.dropped[:0], r.cuts[:0]
 	dev := &ix.tiers[producer.StorageTierDevice]
-	var buf [1]uint32
-	v, _ := dev.Get(query[0])
-	if v == 0 {
-		return
+	if dev.live == 0 {
+		return nil, 0
 	}
-	active := append(r.active[:0], ix.sets.members(v, &buf)...)
-	cur := v // a holder value whose holders include every active source
+	warm := dev.Bytes() >= prefetchFloorBytes
+	if warm {
+		for _, c := range query[:min(lookahead, len(query))] {
+			dev.Prefetch(uint64(c))
+		}
+	}
+	var buf [1]uint32
+	var active []uint32
+	srcs := ix.srcs
+	slots, seed, shift := dev.slots, dev.seed, dev.shift
+	cur := uint32(0) // a holder value whose holders include every active source
 	depth := len(query)
-	for pos := 1; pos < len(query); pos++ {
-		v, _ := dev.Get(query[pos])
-		if v == cur {
-			continue
+	for pos, c := range query {
+		if warm && pos+lookahead < len(query) {
+			dev.Prefetch(uint64(query[pos+lookahead]))
+		}
+		// holderTable.get, inlined: this lookup is most of a query's work.
+		k, v := uint64(c), uint32(0)
+		hi, lo := bits.Mul64(k^seed, mixFold)
+		for i, d := (hi^lo)>>shift, uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
+			s := &slots[i]
+			if s.val == 0 {
+				break
+			}
+			sk := s.k()
+			if sk == k {
+				v = s.val
+				break
+			}
+			if hi, lo := bits.Mul64(sk^seed, mixFold); i-(hi^lo)>>shift < d {
+				break
+			}
 		}
 		if v == 0 {
 			depth = pos
 			break
 		}
+		if v == cur {
+			continue
+		}
+		if pos == 0 {
+			active = append(r.active[:0], ix.sets.members(v, &buf)...)
+			cur = v
+			continue
+		}
+		// Both lists are in key order: a merge keeps the active sources that v holds.
 		mem := ix.sets.members(v, &buf)
 		next := r.next[:0]
 		j := 0
 		for _, a := range active {
-			for j < len(mem) && mem[j] < a {
+			ka := srcs[a].key
+			for j < len(mem) && srcs[mem[j]].key.Less(ka) {
 				j++
 			}
 			if j < len(mem) && mem[j] == a {
 				next = append(next, a)
 			} else {
-				r.touch(a).m[producer.StorageTierDevice] = uint32(pos)
+				r.dropped = append(r.dropped, a)
 			}
+		}
+		if n, last := uint32(len(r.dropped)), len(r.cuts)-1; (last < 0 && n > 0) || (last >= 0 && r.cuts[last].end < n) {
+			r.cuts = append(r.cuts, cut{depth: uint32(pos), end: n})
 		}
 		r.next, active = active, next
 		cur = v
@@ -140,10 +217,94 @@ func (ix *Index) matchDevice(query []ckf.CanonicalHash, r *Result) {
 			break
 		}
 	}
-	for _, a := range active {
-		r.touch(a).m[producer.StorageTierDevice] = uint32(depth)
+	if active != nil {
+		r.active = active
 	}
-	r.active = active
+	return active, uint32(depth)
+}
+
+// matchGroups answers a query when no lower tier holds anything: every total is the device
+// depth, so Result.Matches' order is depth descending, then source key ascending, which is the
+// order walkDevice leaves its groups in read backwards: the sources active at the end first,
+// then each cut's sources from the last cut to the first, each group already in key order. No
+// per-source slot and no sort.
+func (ix *Index) matchGroups(query []ckf.CanonicalHash, opt Options, r *Result) {
+	active, depth := ix.walkDevice(query, r)
+	allow := ix.allowed(opt, r)
+	filter := len(opt.Sources) > 0
+	out := slices.Grow(r.Matches[:0], len(active)+len(r.dropped))
+	out = ix.appendGroup(out, active, depth, filter, allow)
+	for g := len(r.cuts) - 1; g >= 0; g-- {
+		from := uint32(0)
+		if g > 0 {
+			from = r.cuts[g-1].end
+		}
+		out = ix.appendGroup(out, r.dropped[from:r.cuts[g].end], r.cuts[g].depth, filter, allow)
+	}
+	r.Matches = out
+	if opt.Frequencies && len(out) > 0 {
+		fillFrequencies(r, out[0].Device)
+	}
+	if opt.TopK > 0 && len(r.Matches) > opt.TopK {
+		r.Matches = r.Matches[:opt.TopK]
+	}
+}
+
+// appendGroup appends a Match of device depth d for each source of group (those in allow when
+// filter is set) to out, whose capacity must hold them. Each Match is written field by field in
+// place: a composite literal appended is built on the stack and copied with 16-byte loads that
+// straddle its narrower stores, a store-forwarding stall per source that took most of a
+// 512-source answer's time.
+func (ix *Index) appendGroup(out []Match, group []uint32, d uint32, filter bool, allow []uint32) []Match {
+	srcs := ix.srcs
+	n := len(out)
+	out = out[:n+len(group)]
+	for _, a := range group {
+		if filter && !contains(allow, a) {
+			continue
+		}
+		m := &out[n]
+		m.Source = srcs[a].key
+		m.Device, m.HostPinned, m.Disk, m.External = d, 0, 0, 0
+		n++
+	}
+	return out[:n]
+}
+
+// allowed returns the dense indexes of opt.Sources that the index knows, sorted, in r's memory.
+func (ix *Index) allowed(opt Options, r *Result) []uint32 {
+	allow := r.allow[:0]
+	for _, k := range opt.Sources {
+		if i, ok := ix.ids[k]; ok {
+			allow = append(allow, i)
+		}
+	}
+	slices.Sort(allow)
+	r.allow = allow
+	return allow
+}
+
+func contains(sorted []uint32, i uint32) bool {
+	_, ok := slices.BinarySearch(sorted, i)
+	return ok
+}
+
+// fillFrequencies sets r.Frequencies from r.Matches (workers §5.3): entry d counts the sources
+// whose device depth exceeds d, for d below maxDev, the largest device depth.
+func fillFrequencies(r *Result, maxDev uint32) {
+	if maxDev == 0 {
+		return
+	}
+	r.Frequencies = slices.Grow(r.Frequencies[:0], int(maxDev))[:maxDev]
+	clear(r.Frequencies)
+	for _, mt := range r.Matches {
+		if mt.Device > 0 {
+			r.Frequencies[mt.Device-1]++
+		}
+	}
+	for d := int(maxDev) - 2; d >= 0; d-- {
+		r.Frequencies[d] += r.Frequencies[d+1]
+	}
 }
 
 // matchLower is workers §5.2 for lower tier t: every source continues from the position its
@@ -162,7 +323,7 @@ func (ix *Index) matchLower(query []ckf.CanonicalHash, t producer.StorageTier, r
 	}
 	val := func(pos int) uint32 {
 		if vals[pos] == unread {
-			vals[pos], _ = m.Get(query[pos])
+			vals[pos] = m.get(uint64(query[pos]))
 		}
 		return vals[pos]
 	}
@@ -172,7 +333,7 @@ func (ix *Index) matchLower(query []ckf.CanonicalHash, t producer.StorageTier, r
 			start += int(s.m[k])
 		}
 		pos := start
-		for pos < n && ix.sets.has(val(pos), i) {
+		for pos < n && ix.sets.has(val(pos), i, ix.srcs) {
 			pos++
 		}
 		s.m[t] = uint32(pos - start)
@@ -198,14 +359,7 @@ func (ix *Index) matchLower(query []ckf.CanonicalHash, t producer.StorageTier, r
 // it is then sorted (stably) by depth and total only if it is not already in that order, which a
 // prompt that every source holds to the same depth never needs. A small answer is sorted whole.
 func (ix *Index) collect(opt Options, r *Result) {
-	allow := r.allow[:0]
-	for _, k := range opt.Sources {
-		if i, ok := ix.ids[k]; ok {
-			allow = append(allow, i)
-		}
-	}
-	slices.Sort(allow)
-	r.allow = allow
+	allow := ix.allowed(opt, r)
 	// One pass over the touched slots: in key order (ix.order) when they are at least a quarter
 	// of the sources, else in touch order; ordered stays true while the depths and totals met so
 	// far do not increase, which is Result.Matches' order when the pass is in key order.
@@ -229,27 +383,21 @@ func (ix *Index) collect(opt Options, r *Result) {
 			continue
 		}
 		if filter {
-			if _, ok := slices.BinarySearch(allow, i); !ok {
+			if !contains(allow, i) {
 				continue
 			}
 		}
 		ordered = ordered && (d < pd || (d == pd && tot <= pt))
 		pd, pt = d, tot
 		maxDev = max(maxDev, d)
-		out = append(out, Match{Source: srcs[i].key, Device: d, HostPinned: s.m[1], Disk: s.m[2], External: s.m[3]})
+		out = append(out, Match{}) // then filled field by field (see appendGroup)
+		m := &out[len(out)-1]
+		m.Source = srcs[i].key
+		m.Device, m.HostPinned, m.Disk, m.External = d, s.m[1], s.m[2], s.m[3]
 	}
 	r.Matches = out
-	if opt.Frequencies && maxDev > 0 {
-		r.Frequencies = slices.Grow(r.Frequencies[:0], int(maxDev))[:maxDev]
-		clear(r.Frequencies)
-		for _, mt := range r.Matches {
-			if mt.Device > 0 {
-				r.Frequencies[mt.Device-1]++
-			}
-		}
-		for d := int(maxDev) - 2; d >= 0; d-- {
-			r.Frequencies[d] += r.Frequencies[d+1]
-		}
+	if opt.Frequencies {
+		fillFrequencies(r, maxDev)
 	}
 	switch {
 	case !keyOrdered:
@@ -282,16 +430,17 @@ func compareMatches(a, b Match) int {
 }
 
 // MatchLocal is Match on a prompt's local block hashes: it computes their canonical chain
-// (ckf.CanonicalRoot, ckf.CanonicalChild) into r's memory first.
+// (ckf.CanonicalRoot, ckf.CanonicalChild) into *chain first, with ckf.AppendSequenceHashes, whose
+// loop carries each hash to the next step in registers.
 func (ix *Index) MatchLocal(local []ckf.LocalBlockHash, opt Options, r *Result, chain *[]ckf.CanonicalHash) {
-	c := (*chain)[:0]
-	for i, l := range local {
-		if i == 0 {
-			c = append(c, ckf.CanonicalRoot(l))
-		} else {
-			c = append(c, ckf.CanonicalChild(c[i-1], l))
-		}
-	}
+	words := ckf.AppendSequenceHashes(asWords((*chain)[:0]), asWords(local))
+	c := unsafe.Slice((*ckf.CanonicalHash)(unsafe.SliceData(words)), cap(words))[:len(words)]
 	*chain = c
 	ix.Match(c, opt, r)
+}
+
+// asWords views a slice of a 64-bit hash type as []uint64 (same memory, same length and
+// capacity), so that ckf.AppendSequenceHashes can fill it.
+func asWords[H ~uint64](s []H) []uint64 {
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(s))), cap(s))[:len(s)]
 }

@@ -154,13 +154,17 @@ func (m *model) match(q []ckf.CanonicalHash) []Match {
 // tiers, chains over 4 token hashes, external ids derived from the canonical (as engines do)
 // or, now and then, arbitrary ones.
 type eventGen struct {
-	chains [][]ckf.LocalBlockHash
+	chains     [][]ckf.LocalBlockHash
+	deviceOnly bool // every event on the device tier (Match's matchGroups path)
 }
 
 func (g *eventGen) draw(t *rapid.T, label string) producer.RouterEvent {
 	w := ckf.WorkerID(rapid.IntRange(1, 3).Draw(t, label+"w"))
 	r := ckf.DpRank(rapid.IntRange(0, 1).Draw(t, label+"r"))
-	tier := producer.StorageTier(rapid.IntRange(0, 3).Draw(t, label+"t"))
+	tier := producer.StorageTierDevice
+	if !g.deviceOnly {
+		tier = producer.StorageTier(rapid.IntRange(0, 3).Draw(t, label+"t"))
+	}
 	ev := producer.RouterEvent{WorkerID: w, StorageTier: tier}
 	ev.Event.DpRank = r
 	if rapid.IntRange(0, 30).Draw(t, label+"res") == 0 {
@@ -249,7 +253,7 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, ix *Index, m *model)
 	}
 	refs := map[uint32]uint32{}
 	for tier := range ix.tiers {
-		for _, v := range ix.tiers[tier].All() {
+		for _, v := range ix.tiers[tier].all() {
 			if v == 0 {
 				t.Fatalf("a zero holder value in tier %d", tier)
 			}
@@ -272,12 +276,17 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, ix *Index, m *model)
 // unknown removals, remaps, cache-owner events, clears, worker removals) leave the index with
 // the model's memberships, and every query (each chain's every prefix) gets the model's answer.
 func TestIndexMatchesModel(t *testing.T) {
+	t.Run("all-tiers", func(t *testing.T) { checkAgainstModel(t, false) })
+	t.Run("device-only", func(t *testing.T) { checkAgainstModel(t, true) })
+}
+
+func checkAgainstModel(t *testing.T, deviceOnly bool) {
 	rapid.Check(t, func(t *rapid.T) {
-		g := &eventGen{}
+		g := &eventGen{deviceOnly: deviceOnly}
 		base := []ckf.LocalBlockHash{11, 12, 13, 14, 15, 16}
 		g.chains = [][]ckf.LocalBlockHash{base, {11, 12, 23, 24}, {31, 32, 33}, {11, 12, 13, 44, 45}}
 		ix, m := New(), newModel()
-		var r Result
+		var r, slots Result
 		steps := rapid.IntRange(1, 60).Draw(t, "steps")
 		for s := range steps {
 			if rapid.IntRange(0, 25).Draw(t, "rw") == 0 {
@@ -301,8 +310,32 @@ func TestIndexMatchesModel(t *testing.T) {
 					if !slices.Equal(r.Matches, want) {
 						t.Fatalf("step %d, query %v[:%d]: index %+v, model %+v", s, ch, n, r.Matches, want)
 					}
+					checkGroupsEqualSlots(t, ix, q[:n], drawOptions(t), &r, &slots)
 				}
 			}
 		}
 	})
+}
+
+// drawOptions draws query options over the model's universe of sources.
+func drawOptions(t *rapid.T) Options {
+	var opt Options
+	opt.TopK = rapid.IntRange(0, 3).Draw(t, "topk")
+	opt.Frequencies = rapid.Bool().Draw(t, "freq")
+	for range rapid.IntRange(0, 2).Draw(t, "nsrc") {
+		opt.Sources = append(opt.Sources, ckf.SourceKey{Worker: ckf.WorkerID(rapid.IntRange(1, 3).Draw(t, "fw")), Rank: ckf.DpRank(rapid.IntRange(0, 1).Draw(t, "fr"))})
+	}
+	return opt
+}
+
+// checkGroupsEqualSlots: Match (which answers a device-only index from the walk's groups,
+// matchGroups) and matchSlots (one slot per source, then collect) give the same answer under
+// the same options, whichever path Match took.
+func checkGroupsEqualSlots(t *rapid.T, ix *Index, q []ckf.CanonicalHash, opt Options, r, slots *Result) {
+	ix.Match(q, opt, r)
+	slots.Matches, slots.Frequencies = slots.Matches[:0], slots.Frequencies[:0]
+	ix.matchSlots(q, opt, slots)
+	if !slices.Equal(r.Matches, slots.Matches) || !slices.Equal(r.Frequencies, slots.Frequencies) {
+		t.Fatalf("query %v %+v: Match %+v %v, matchSlots %+v %v", q, opt, r.Matches, r.Frequencies, slots.Matches, slots.Frequencies)
+	}
 }

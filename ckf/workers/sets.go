@@ -23,8 +23,14 @@ func isSingle(v uint32) bool      { return v&singleBit != 0 }
 func singleIndex(v uint32) uint32 { return v &^ singleBit }
 
 // holderSet is one interned set of two or more dense source indexes.
+//
+// Members are kept in the order of their sources' keys (ckf.SourceKey.Compare), not of their
+// dense indexes: a query whose sources all leave at the same position lists them in that order
+// straight from the set (workers §5.4). The order is stable while the set lives, because a set
+// only names live sources and a live source's key never changes; a dense index is reused only
+// after its source is gone, and then no set names it.
 type holderSet struct {
-	members  []uint32 // sorted ascending, no duplicates, len >= 2
+	members  []uint32 // by source key ascending, no duplicates, len >= 2
 	hash     uint64   // sum of memberMix over members
 	refs     uint32   // tier-map entries whose value is this set's id
 	interned bool     // listed in setTable.byHash (false after a hash collision)
@@ -70,7 +76,24 @@ func (t *setTable) members(v uint32, buf *[1]uint32) []uint32 {
 	return t.sets[v].members
 }
 
-// intern returns the id of the set with exactly members (sorted, len >= 2) and hash h, creating
+// keyAt is the binary search of source i among members (ordered by key): the position where i is
+// or would be, and whether it is there. Written out rather than slices.BinarySearchFunc, whose
+// comparison closure would capture srcs on the query path.
+func keyAt(members []uint32, i uint32, srcs []source) (int, bool) {
+	k := srcs[i].key
+	lo, hi := 0, len(members)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if srcs[members[m]].key.Less(k) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(members) && members[lo] == i
+}
+
+// intern returns the id of the set with exactly members (in key order, len >= 2) and hash h, creating
 // it when absent, and takes one reference on it.
 func (t *setTable) intern(h uint64, members []uint32) uint32 {
 	id, found := t.byHash.Get(h)
@@ -118,7 +141,7 @@ func (t *setTable) release(v uint32) {
 
 // with returns the holder value of v plus source i, taking a reference on the result and
 // releasing v's, and whether i was already a holder (then v is returned unchanged).
-func (t *setTable) with(v, i uint32) (uint32, bool) {
+func (t *setTable) with(v, i uint32, srcs []source) (uint32, bool) {
 	if m := t.lastWith; m.nv != 0 && m.v == v && m.i == i {
 		t.sets[m.nv].refs++
 		t.release(v)
@@ -132,13 +155,17 @@ func (t *setTable) with(v, i uint32) (uint32, bool) {
 		if o == i {
 			return v, true
 		}
-		t.scratch = append(t.scratch[:0], min(o, i), max(o, i))
+		if srcs[o].key.Less(srcs[i].key) {
+			t.scratch = append(t.scratch[:0], o, i)
+		} else {
+			t.scratch = append(t.scratch[:0], i, o)
+		}
 		nv := t.intern(memberMix(o)+memberMix(i), t.scratch)
 		t.lastWith = transition{v, i, nv}
 		return nv, false
 	}
 	s := &t.sets[v]
-	at, found := slices.BinarySearch(s.members, i)
+	at, found := keyAt(s.members, i, srcs)
 	if found {
 		return v, true
 	}
@@ -156,7 +183,7 @@ func (t *setTable) with(v, i uint32) (uint32, bool) {
 // without returns the holder value of v minus source i (0 when none is left), taking a
 // reference on the result and releasing v's, and whether i was a holder (else v is returned
 // unchanged).
-func (t *setTable) without(v, i uint32) (uint32, bool) {
+func (t *setTable) without(v, i uint32, srcs []source) (uint32, bool) {
 	if m := t.lastWithout; m.nv != 0 && m.v == v && m.i == i {
 		t.sets[m.nv].refs++
 		t.release(v)
@@ -172,7 +199,7 @@ func (t *setTable) without(v, i uint32) (uint32, bool) {
 		return v, false
 	}
 	s := &t.sets[v]
-	at, found := slices.BinarySearch(s.members, i)
+	at, found := keyAt(s.members, i, srcs)
 	if !found {
 		return v, false
 	}
@@ -194,14 +221,14 @@ func (t *setTable) without(v, i uint32) (uint32, bool) {
 }
 
 // has reports whether source i holds v.
-func (t *setTable) has(v, i uint32) bool {
+func (t *setTable) has(v, i uint32, srcs []source) bool {
 	switch {
 	case v == 0:
 		return false
 	case isSingle(v):
 		return singleIndex(v) == i
 	}
-	_, found := slices.BinarySearch(t.sets[v].members, i)
+	_, found := keyAt(t.sets[v].members, i, srcs)
 	return found
 }
 

@@ -1,0 +1,225 @@
+package workers
+
+import (
+	"encoding/binary"
+	"iter"
+	"math/bits"
+	"math/rand/v2"
+	"unsafe"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/internal/hugepage"
+	"github.com/ckf-stream/ckf-stream/ckf/internal/prefetch"
+)
+
+// holderTable is one tier map (workers §8): canonical hash → holder value, an open-addressing
+// table with linear probing in Robin Hood order and backward-shift deletion, as
+// ckf/internal/u64map, specialised to this one use:
+//
+//   - a slot is the key's eight bytes and the 4-byte holder value (12 bytes, no padding), and a
+//     holder value is never 0 in a live entry (workers §4), so value 0 marks an empty slot and
+//     every 64-bit key, 0 included, is an ordinary key;
+//   - operations hand out slot indexes, so a removal reads the holder value and deletes the
+//     entry in one probe (find, then deleteAt), where a generic map probes twice;
+//   - the query walk (walkDevice) inlines the lookup (holderTable.get's loop) instead of calling
+//     through a generic map, the largest share of a query's time on an index in the caches.
+//
+// Homes are a power of two (home(k) is the top bits of k's mixed hash), the table grows by
+// doubling at 7/8 full and shrinks when a deletion leaves it under 1/16 full (as u64map, so a
+// source's clear gives memory back). Probe runs do not wrap: a tail of up to holderTail slots
+// follows the last home, and an insertion whose run would pass it grows the table. Each table
+// draws a random seed, mixed into every home, so keys cannot be aimed at one run; no result
+// depends on it.
+//
+// Memory: the load is 7/16–7/8 between growths; at the 10 M-membership fixture (5.99 M
+// canonicals, 2^23 homes) 0.71, 12 / 0.71 / 1.75 holders = 9.6 B per membership (u64map's
+// finer growth steps held it at 8.4 B; performance §9.1).
+type holderTable struct {
+	slots  []holderSlot // homes slots, then the tail
+	homes  uint64       // a power of two, or 0 before the first insertion
+	shift  uint8        // home(k) = mix(k) >> shift
+	live   int
+	growAt int
+	seed   uint64
+}
+
+type holderSlot struct {
+	key [8]byte // the canonical hash, little-endian (bytes, so the slot is 12 bytes)
+	val uint32  // holder value; 0: the slot is empty
+}
+
+func (s *holderSlot) k() uint64 { return binary.LittleEndian.Uint64(s.key[:]) }
+
+const (
+	holderTail     = 64 // the most slots after the last home
+	holderMinHomes = 8
+	mixFold        = 0x9E3779B97F4A7C15 // 2^64 / golden ratio, odd
+)
+
+// home is k's first probe position.
+func (h *holderTable) home(k uint64) uint64 {
+	hi, lo := bits.Mul64(k^h.seed, mixFold)
+	return (hi ^ lo) >> h.shift
+}
+
+// Len is the number of entries.
+func (h *holderTable) Len() int { return h.live }
+
+// Bytes is the memory the slots take.
+func (h *holderTable) Bytes() uint64 {
+	return uint64(len(h.slots)) * uint64(unsafe.Sizeof(holderSlot{}))
+}
+
+// get returns k's holder value, 0 when absent. walkDevice carries a copy of this loop.
+func (h *holderTable) get(k uint64) uint32 {
+	if i := h.find(k); i >= 0 {
+		return h.slots[i].val
+	}
+	return 0
+}
+
+// find returns k's slot index, or -1. An index is valid until the next upsert or deleteAt.
+func (h *holderTable) find(k uint64) int {
+	slots := h.slots
+	if h.live == 0 {
+		return -1
+	}
+	for i, d := h.home(k), uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
+		s := &slots[i]
+		if s.val == 0 {
+			return -1
+		}
+		sk := s.k()
+		if sk == k {
+			return int(i)
+		}
+		if i-h.home(sk) < d { // k would sit here or earlier: absent
+			return -1
+		}
+	}
+	return -1
+}
+
+// Prefetch starts loading the cache line of k's first probe slot.
+func (h *holderTable) Prefetch(k uint64) {
+	if h.live != 0 {
+		prefetch.Line(unsafe.Pointer(&h.slots[h.home(k)]))
+	}
+}
+
+// upsert returns a pointer to k's holder value, inserting k first when absent; the value of a
+// new entry is 0 and the caller must set it (non-zero) before the table's next operation, since
+// 0 marks the slot empty. The pointer is valid until the next upsert or deleteAt.
+func (h *holderTable) upsert(k uint64) *uint32 {
+	if h.live >= h.growAt {
+		h.resize(max(2*h.homes, holderMinHomes))
+	}
+	for {
+		slots := h.slots
+		for i, d := h.home(k), uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
+			s := &slots[i]
+			if s.val == 0 {
+				binary.LittleEndian.PutUint64(s.key[:], k)
+				h.live++
+				return &s.val
+			}
+			sk := s.k()
+			if sk == k {
+				return &s.val
+			}
+			if i-h.home(sk) < d {
+				// k is absent and belongs here: the run from i to the next empty slot moves one
+				// slot on (Robin Hood order stays intact), k takes slot i.
+				e := i + 1
+				for e < uint64(len(slots)) && slots[e].val != 0 {
+					e++
+				}
+				if e == uint64(len(slots)) {
+					break // the run would pass the tail
+				}
+				copy(slots[i+1:e+1], slots[i:e])
+				*s = holderSlot{}
+				binary.LittleEndian.PutUint64(s.key[:], k)
+				h.live++
+				return &s.val
+			}
+		}
+		h.resize(2 * h.homes)
+	}
+}
+
+// deleteAt removes the entry in slot i (an index from find or the slot of a live key): the
+// following entries of its run move back one slot each until one sits at its home or a slot is
+// empty, so no tombstone is left.
+func (h *holderTable) deleteAt(i int) {
+	slots := h.slots
+	j := i + 1
+	for j < len(slots) && slots[j].val != 0 && h.home(slots[j].k()) != uint64(j) {
+		j++
+	}
+	copy(slots[i:j-1], slots[i+1:j])
+	slots[j-1] = holderSlot{}
+	h.live--
+	if h.homes > 64 && h.live < int(h.homes/16) {
+		h.resize(homesFor(2 * h.live))
+	}
+}
+
+// all yields every entry, in an unspecified order; the table must not change meanwhile.
+func (h *holderTable) all() iter.Seq2[ckf.CanonicalHash, uint32] {
+	return func(yield func(ckf.CanonicalHash, uint32) bool) {
+		for i := range h.slots {
+			if s := &h.slots[i]; s.val != 0 && !yield(ckf.CanonicalHash(s.k()), s.val) {
+				return
+			}
+		}
+	}
+}
+
+// homesFor is the fewest homes (a power of two) that hold n entries without growing.
+func homesFor(n int) uint64 {
+	need := max(uint64(holderMinHomes), (uint64(n)*8+6)/7)
+	return 1 << bits.Len64(need-1)
+}
+
+// resize moves every entry into a table of homes home positions (a power of two), growing it
+// further should a run pass the tail.
+func (h *holderTable) resize(homes uint64) {
+	old := h.slots
+	if old == nil {
+		h.seed = rand.Uint64()
+	}
+	for !h.rehash(old, homes) {
+		homes *= 2
+	}
+}
+
+func (h *holderTable) rehash(old []holderSlot, homes uint64) bool {
+	h.slots = make([]holderSlot, homes+min(homes, holderTail))
+	hugepage.Advise(h.slots)
+	h.homes, h.shift, h.growAt, h.live = homes, uint8(64-bits.TrailingZeros64(homes)), int(homes*7/8), 0
+	for j := range old {
+		if old[j].val != 0 && !h.place(old[j]) {
+			return false
+		}
+	}
+	return true
+}
+
+// place inserts c, whose key is absent, in Robin Hood order; false when its run passes the tail.
+func (h *holderTable) place(c holderSlot) bool {
+	slots := h.slots
+	for i, d := h.home(c.k()), uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
+		s := &slots[i]
+		if s.val == 0 {
+			*s = c
+			h.live++
+			return true
+		}
+		if sd := i - h.home(s.k()); sd < d {
+			c, *s = *s, c
+			d = sd
+		}
+	}
+	return false
+}
