@@ -45,7 +45,9 @@ type PartitionRoutes struct {
 
 // routeState is one partition's evidence in one group.
 type routeState struct {
-	suspectedAt time.Time // zero: not suspected
+	// suspectedAt is when the call that left the partition suspected was sent (zero: not
+	// suspected): a partition answered after that was alive while the call waited.
+	suspectedAt time.Time
 	probedAt    time.Time
 	answeredAt  time.Time // last call sent only here and answered
 }
@@ -150,13 +152,14 @@ func (r *PartitionRoutes) Answered(p, n int32, g uint64, now time.Time) {
 	st[p].suspectedAt = time.Time{}
 }
 
-// Hedge records that a call sent to every partition in tried (of n) is still unanswered by
-// groups (nil: every group seen) after the hedge delay, which makes those partitions suspected
-// there, and returns the partition to send it to next: one not tried and suspected in none of
-// groups, preferring those answered since the earliest suspicion. ok is false when there is none
-// (every other partition is suspected or tried: another copy would most likely wait as long) or
-// when the hedge budget is spent.
-func (r *PartitionRoutes) Hedge(tried []int32, n int32, groups []uint64, now time.Time) (p int32, ok bool) {
+// Hedge records that a call first sent at sent to every partition in tried (of n) is still
+// unanswered by groups (nil: every group seen) after the hedge delay, which makes those
+// partitions suspected there, and returns the partition to send it to next: one not tried and
+// suspected in none of groups, preferring those answered since the earliest suspected call was
+// sent (alive while it waited). ok is false when there is none (every other partition is
+// suspected or tried: another copy would most likely wait as long) or when the hedge budget is
+// spent.
+func (r *PartitionRoutes) Hedge(tried []int32, n int32, groups []uint64, sent time.Time) (p int32, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if n <= 0 {
@@ -170,7 +173,7 @@ func (r *PartitionRoutes) Hedge(tried []int32, n int32, groups []uint64, now tim
 		st := r.states(g, n)
 		for _, t := range tried {
 			if t >= 0 && t < n && st[t].suspectedAt.IsZero() {
-				st[t].suspectedAt = now
+				st[t].suspectedAt = sent
 			}
 		}
 	}
@@ -185,8 +188,8 @@ func (r *PartitionRoutes) Hedge(tried []int32, n int32, groups []uint64, now tim
 }
 
 // pick returns a partition outside skip suspected in none of groups, round robin among those
-// answered in every group since the earliest suspicion (proven alive since the trouble began),
-// else among the rest.
+// answered in every group since the earliest suspected call was sent (alive since the trouble
+// began), else among the rest.
 func (r *PartitionRoutes) pick(n int32, groups []uint64, skip []int32) (int32, bool) {
 	var since time.Time
 	for _, g := range groups {

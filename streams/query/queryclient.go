@@ -430,6 +430,7 @@ func (c *QueryClient) Query(ctx context.Context, req schemas.QueryRequest) (sche
 		}
 		c.countSent(call)
 	})
+	sentAt := time.Now()
 	tried := []int32{first}
 	var hedge <-chan time.Time // nil: no more resends
 	t := time.NewTimer(c.cfg.HedgeAfter)
@@ -442,7 +443,7 @@ func (c *QueryClient) Query(ctx context.Context, req schemas.QueryRequest) (sche
 		case out := <-call.ch:
 			return c.complete(call, out, tried)
 		case <-hedge:
-			if c.resend(ctx, id, key, value, call, &tried) && len(tried) <= c.cfg.MaxHedges {
+			if c.resend(ctx, id, key, value, call, &tried, sentAt) && len(tried) <= c.cfg.MaxHedges {
 				t.Reset(c.cfg.HedgeAfter)
 			} else {
 				hedge = nil
@@ -486,7 +487,7 @@ func (c *QueryClient) complete(call *queryCall, out queryOutcome, tried []int32)
 
 // resend produces the call's request again to the partition its routes choose, and reports
 // whether it did (no partition left to try, or no budget, and it does not).
-func (c *QueryClient) resend(ctx context.Context, id string, key, value []byte, call *queryCall, tried *[]int32) bool {
+func (c *QueryClient) resend(ctx context.Context, id string, key, value []byte, call *queryCall, tried *[]int32, sentAt time.Time) bool {
 	n := c.requestPartitions.Load()
 	if n <= 0 {
 		return false // the first send is not even partitioned yet: nothing to learn from
@@ -494,7 +495,7 @@ func (c *QueryClient) resend(ctx context.Context, id string, key, value []byte, 
 	if (*tried)[0] < 0 {
 		(*tried)[0] = KeyPartition(key, n)
 	}
-	p, ok := c.routes.Hedge(*tried, n, nil, time.Now())
+	p, ok := c.routes.Hedge(*tried, n, nil, sentAt)
 	if !ok {
 		c.withheld.Add(1)
 		return false

@@ -229,6 +229,7 @@ func (c *QueryClient) Ask(ctx context.Context, req schemas.WorkerQueryRequest, w
 		}
 		c.sent.Add(1)
 	})
+	sentAt := time.Now()
 	tried := []int32{first}
 	var hedge <-chan time.Time // nil: no more resends
 	t := time.NewTimer(c.cfg.HedgeAfter)
@@ -243,7 +244,7 @@ func (c *QueryClient) Ask(ctx context.Context, req schemas.WorkerQueryRequest, w
 				return c.complete(id, call, out, tried), nil
 			}
 		case <-hedge:
-			if c.resend(ctx, req, key, call, &tried) && len(tried) <= c.cfg.MaxHedges {
+			if c.resend(ctx, req, key, call, &tried, sentAt) && len(tried) <= c.cfg.MaxHedges {
 				t.Reset(c.cfg.HedgeAfter)
 			} else {
 				hedge = nil
@@ -290,7 +291,7 @@ func (c *QueryClient) complete(id string, call *workerCall, out []schemas.Worker
 
 // resend produces the request again for the DCs that have not answered (all of them when the
 // request names none) to the partition the routes choose; it reports whether it did.
-func (c *QueryClient) resend(ctx context.Context, req schemas.WorkerQueryRequest, key []byte, call *workerCall, tried *[]int32) bool {
+func (c *QueryClient) resend(ctx context.Context, req schemas.WorkerQueryRequest, key []byte, call *workerCall, tried *[]int32, sentAt time.Time) bool {
 	n := c.requestPartitions.Load()
 	if n <= 0 {
 		return false
@@ -308,7 +309,7 @@ func (c *QueryClient) resend(ctx context.Context, req schemas.WorkerQueryRequest
 		}
 		req.DcIDs = missing
 	}
-	p, ok := c.routes.Hedge(*tried, n, missing, time.Now())
+	p, ok := c.routes.Hedge(*tried, n, missing, sentAt)
 	if !ok {
 		c.withheld.Add(1)
 		return false
