@@ -443,6 +443,24 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 	if len(r.Matches) != 64 || r.Matches[0] != (Match{Source: ckf.SourceKey{Worker: 63}, Device: 127, HostPinned: 1}) {
 		t.Fatalf("matches %d, first %+v", len(r.Matches), r.Matches[0])
 	}
+	// A device-only index: Match answers from the walk's groups, MatchLocal fuses the chain
+	// into the walk (workers §5.4); neither allocates either.
+	dev := New()
+	for w := range 64 {
+		mustApply(t, dev, src{w: ckf.WorkerID(w)}.store(nil, chain[:64+w]...))
+	}
+	var c []ckf.CanonicalHash
+	dev.MatchLocal(chain, opt, &r, &c)
+	if n := testing.AllocsPerRun(100, func() { dev.Match(q, opt, &r) }); n != 0 {
+		t.Fatalf("Match (device only) allocates %.1f times per query", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { dev.MatchLocal(chain, opt, &r, &c) }); n != 0 {
+		t.Fatalf("MatchLocal allocates %.1f times per query", n)
+	}
+	dev.MatchLocal(chain, Options{}, &r, &c)
+	if len(r.Matches) != 64 || r.Matches[0] != (Match{Source: ckf.SourceKey{Worker: 63}, Device: 127}) || !slices.Equal(c, q) {
+		t.Fatalf("matches %d, first %+v", len(r.Matches), r.Matches[0])
+	}
 }
 
 // TestSharedConcurrentReaders: queries under Shared run beside the writer (go test -race) and

@@ -88,12 +88,17 @@ func (ix *Index) Match(query []ckf.CanonicalHash, opt Options, r *Result) {
 	if len(query) == 0 || len(ix.ids) == 0 {
 		return
 	}
-	if ix.tiers[producer.StorageTierHostPinned].Len() == 0 && ix.tiers[producer.StorageTierDisk].Len() == 0 &&
-		ix.tiers[producer.StorageTierExternal].Len() == 0 {
+	if ix.deviceOnly() {
 		ix.matchGroups(query, opt, r)
 		return
 	}
 	ix.matchSlots(query, opt, r)
+}
+
+// deviceOnly reports whether no lower tier holds anything: then every total is the device depth.
+func (ix *Index) deviceOnly() bool {
+	return ix.tiers[producer.StorageTierHostPinned].Len() == 0 && ix.tiers[producer.StorageTierDisk].Len() == 0 &&
+		ix.tiers[producer.StorageTierExternal].Len() == 0
 }
 
 // matchSlots is Match with lower tiers to walk: each source's answer is built in a slot of
@@ -110,7 +115,7 @@ func (ix *Index) matchSlots(query []ckf.CanonicalHash, opt Options, r *Result) {
 		clear(r.scores)
 		r.stamp = 1
 	}
-	active, depth := ix.walkDevice(query, r)
+	active, depth := ix.walkDevice(query, nil, r)
 	for _, a := range r.dropped {
 		r.touch(a)
 	}
@@ -142,13 +147,24 @@ const lookahead = 8
 // every block up to the end of the walk (in key order) and that depth; the sources that dropped
 // out earlier are in r.dropped, grouped by r.cuts, each group in key order and the groups in
 // increasing depth.
-func (ix *Index) walkDevice(query []ckf.CanonicalHash, r *Result) ([]uint32, uint32) {
+//
+// With local set (MatchLocal's fused walk), query is only the chain's memory, len(local) long:
+// the walk computes each canonical hash as it reaches the position (the chain's dependent
+// multiplies then overlap the lookups, which do not feed the chain), and the rest of the chain
+// after the walk stops, so query holds the whole chain on return.
+func (ix *Index) walkDevice(query []ckf.CanonicalHash, local []ckf.LocalBlockHash, r *Result) ([]uint32, uint32) {
 	r.dropped, r.cuts = r.dropped[:0], r.cuts[:0]
 	dev := &ix.tiers[producer.StorageTierDevice]
+	fused := local != nil
+	var prev uint64 // the fused walk's last canonical hash
+	filled := 0     // the fused walk's positions of query computed so far
 	if dev.live == 0 {
+		if fused {
+			finishChain(query, local, 0, 0)
+		}
 		return nil, 0
 	}
-	warm := dev.Bytes() >= prefetchFloorBytes
+	warm := !fused && dev.Bytes() >= prefetchFloorBytes
 	if warm {
 		for _, c := range query[:min(lookahead, len(query))] {
 			dev.Prefetch(uint64(c))
@@ -160,12 +176,20 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, r *Result) ([]uint32, uin
 	slots, seed, shift := dev.slots, dev.seed, dev.shift
 	cur := uint32(0) // a holder value whose holders include every active source
 	depth := len(query)
-	for pos, c := range query {
+	for pos := range query {
 		if warm && pos+lookahead < len(query) {
 			dev.Prefetch(uint64(query[pos+lookahead]))
 		}
+		k, v := uint64(query[pos]), uint32(0)
+		if fused {
+			if pos == 0 {
+				prev = uint64(ckf.CanonicalRoot(local[0]))
+			} else {
+				prev = ckf.NextSequenceHash(prev, uint64(local[pos]))
+			}
+			query[pos], k, filled = ckf.CanonicalHash(prev), prev, pos+1
+		}
 		// holderTable.get, inlined: this lookup is most of a query's work.
-		k, v := uint64(c), uint32(0)
 		hi, lo := bits.Mul64(k^seed, mixFold)
 		for i, d := (hi^lo)>>shift, uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
 			s := &slots[i]
@@ -220,7 +244,22 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, r *Result) ([]uint32, uin
 	if active != nil {
 		r.active = active
 	}
+	if fused {
+		finishChain(query, local, filled, prev)
+	}
 	return active, uint32(depth)
+}
+
+// finishChain computes chain[filled:] from local, prev being chain[filled-1] (when filled > 0).
+func finishChain(chain []ckf.CanonicalHash, local []ckf.LocalBlockHash, filled int, prev uint64) {
+	for ; filled < len(chain); filled++ {
+		if filled == 0 {
+			prev = uint64(ckf.CanonicalRoot(local[0]))
+		} else {
+			prev = ckf.NextSequenceHash(prev, uint64(local[filled]))
+		}
+		chain[filled] = ckf.CanonicalHash(prev)
+	}
 }
 
 // matchGroups answers a query when no lower tier holds anything: every total is the device
@@ -229,7 +268,12 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, r *Result) ([]uint32, uin
 // then each cut's sources from the last cut to the first, each group already in key order. No
 // per-source slot and no sort.
 func (ix *Index) matchGroups(query []ckf.CanonicalHash, opt Options, r *Result) {
-	active, depth := ix.walkDevice(query, r)
+	active, depth := ix.walkDevice(query, nil, r)
+	ix.emitGroups(active, depth, opt, r)
+}
+
+// emitGroups is matchGroups' answer from a walk's groups.
+func (ix *Index) emitGroups(active []uint32, depth uint32, opt Options, r *Result) {
 	allow := ix.allowed(opt, r)
 	filter := len(opt.Sources) > 0
 	out := slices.Grow(r.Matches[:0], len(active)+len(r.dropped))
@@ -429,12 +473,24 @@ func compareMatches(a, b Match) int {
 	return a.Source.Compare(b.Source)
 }
 
-// MatchLocal is Match on a prompt's local block hashes: it computes their canonical chain
-// (ckf.CanonicalRoot, ckf.CanonicalChild) into *chain first, with ckf.AppendSequenceHashes, whose
-// loop carries each hash to the next step in registers.
+// MatchLocal is Match on a prompt's local block hashes; *chain receives their canonical chain
+// (ckf.CanonicalRoot, ckf.CanonicalChild). When no lower tier holds anything and the device map
+// is small enough to stay in the caches (prefetchFloorBytes), the walk computes the chain as it
+// goes (walkDevice's fused form); otherwise the chain comes first, with
+// ckf.AppendSequenceHashes, so that the walk can prefetch ahead of itself.
 func (ix *Index) MatchLocal(local []ckf.LocalBlockHash, opt Options, r *Result, chain *[]ckf.CanonicalHash) {
+	if len(local) > 0 && len(ix.ids) > 0 && ix.deviceOnly() &&
+		ix.tiers[producer.StorageTierDevice].Bytes() < prefetchFloorBytes {
+		c := slices.Grow((*chain)[:0], len(local))[:len(local)]
+		*chain = c
+		r.Matches = r.Matches[:0]
+		r.Frequencies = r.Frequencies[:0]
+		active, depth := ix.walkDevice(c, local, r)
+		ix.emitGroups(active, depth, opt, r)
+		return
+	}
 	words := ckf.AppendSequenceHashes(asWords((*chain)[:0]), asWords(local))
-	c := unsafe.Slice((*ckf.CanonicalHash)(unsafe.SliceData(words)), cap(words))[:len(words)]
+	c := unsafe.Slice((*ckf.CanonicalHash)(unsafe.Pointer(unsafe.SliceData(words))), cap(words))[:len(words)]
 	*chain = c
 	ix.Match(c, opt, r)
 }

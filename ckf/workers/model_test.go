@@ -310,7 +310,7 @@ func checkAgainstModel(t *testing.T, deviceOnly bool) {
 					if !slices.Equal(r.Matches, want) {
 						t.Fatalf("step %d, query %v[:%d]: index %+v, model %+v", s, ch, n, r.Matches, want)
 					}
-					checkGroupsEqualSlots(t, ix, q[:n], drawOptions(t), &r, &slots)
+					checkGroupsEqualSlots(t, ix, ch[:n], q[:n], drawOptions(t), &r, &slots)
 				}
 			}
 		}
@@ -331,11 +331,22 @@ func drawOptions(t *rapid.T) Options {
 // checkGroupsEqualSlots: Match (which answers a device-only index from the walk's groups,
 // matchGroups) and matchSlots (one slot per source, then collect) give the same answer under
 // the same options, whichever path Match took.
-func checkGroupsEqualSlots(t *rapid.T, ix *Index, q []ckf.CanonicalHash, opt Options, r, slots *Result) {
-	ix.Match(q, opt, r)
+//
+// MatchLocal on the prompt's local hashes (the fused walk when the index is device-only) gives
+// that answer too, and the canonical chain.
+func checkGroupsEqualSlots(t *rapid.T, ix *Index, local []ckf.LocalBlockHash, q []ckf.CanonicalHash, opt Options, r, slots *Result) {
 	slots.Matches, slots.Frequencies = slots.Matches[:0], slots.Frequencies[:0]
 	ix.matchSlots(q, opt, slots)
+	ix.Match(q, opt, r)
 	if !slices.Equal(r.Matches, slots.Matches) || !slices.Equal(r.Frequencies, slots.Frequencies) {
 		t.Fatalf("query %v %+v: Match %+v %v, matchSlots %+v %v", q, opt, r.Matches, r.Frequencies, slots.Matches, slots.Frequencies)
+	}
+	chain := []ckf.CanonicalHash{99} // stale content and a short capacity: MatchLocal replaces both
+	ix.MatchLocal(local, opt, r, &chain)
+	if !slices.Equal(chain, q) {
+		t.Fatalf("MatchLocal(%v) chain %v, want %v", local, chain, q)
+	}
+	if !slices.Equal(r.Matches, slots.Matches) || !slices.Equal(r.Frequencies, slots.Frequencies) {
+		t.Fatalf("query %v %+v: MatchLocal %+v %v, matchSlots %+v %v", q, opt, r.Matches, r.Frequencies, slots.Matches, slots.Frequencies)
 	}
 }
