@@ -1,6 +1,7 @@
 package query
 
 import (
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -106,9 +107,8 @@ func (r *PartitionRoutes) suspected(p, n int32, groups []uint64) bool {
 
 // First returns the partition of a call's first send among n, for the groups that owe it a
 // reply (nil: every group seen). It is key, the key's partition, unless key is suspected in one
-// of them and not due a probe; then it is a partition suspected in none (round robin, those
-// answered since the earliest suspicion first), redirected true. With every partition suspected
-// it is key.
+// of them and not due a probe; then it is another partition (see pick), redirected true. With no
+// other partition to send to it is key.
 func (r *PartitionRoutes) First(key, n int32, groups []uint64, now time.Time) (p int32, redirected bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -121,10 +121,16 @@ func (r *PartitionRoutes) First(key, n int32, groups []uint64, now time.Time) (p
 		return key, false
 	}
 	due := true
+	var since time.Time // when the call that suspected key was sent
 	for _, g := range gs {
 		st := r.states(g, n)
-		if !st[key].suspectedAt.IsZero() && now.Sub(st[key].probedAt) < r.probe {
-			due = false
+		if s := st[key]; !s.suspectedAt.IsZero() {
+			if now.Sub(s.probedAt) < r.probe {
+				due = false
+			}
+			if since.IsZero() || s.suspectedAt.Before(since) {
+				since = s.suspectedAt
+			}
 		}
 	}
 	if due {
@@ -133,7 +139,7 @@ func (r *PartitionRoutes) First(key, n int32, groups []uint64, now time.Time) (p
 		}
 		return key, false
 	}
-	if q, ok := r.pick(n, gs, []int32{key}); ok {
+	if q, ok := r.pick(n, gs, []int32{key}, since); ok {
 		return q, true
 	}
 	return key, false
@@ -152,18 +158,25 @@ func (r *PartitionRoutes) Answered(p, n int32, g uint64, now time.Time) {
 	st[p].suspectedAt = time.Time{}
 }
 
+// Errors of Hedge: why a call is not resent.
+var (
+	// ErrNoHedgeBudget: the budget of resends is spent (a slow service, not a dead member,
+	// leaves most calls waiting past the hedge delay).
+	ErrNoHedgeBudget = errors.New("streams: no hedge budget left")
+	// ErrNoHedgePartition: every other partition was tried or is suspected without having
+	// answered since the call was sent: another copy would most likely wait as long.
+	ErrNoHedgePartition = errors.New("streams: no partition left to resend to")
+)
+
 // Hedge records that a call first sent at sent to every partition in tried (of n) is still
 // unanswered by groups (nil: every group seen) after the hedge delay, which makes those
-// partitions suspected there, and returns the partition to send it to next: one not tried and
-// suspected in none of groups, preferring those answered since the earliest suspected call was
-// sent (alive while it waited). ok is false when there is none (every other partition is
-// suspected or tried: another copy would most likely wait as long) or when the hedge budget is
-// spent.
-func (r *PartitionRoutes) Hedge(tried []int32, n int32, groups []uint64, sent time.Time) (p int32, ok bool) {
+// partitions suspected there, and returns the partition to send it to next (see pick), or
+// ErrNoHedgeBudget or ErrNoHedgePartition.
+func (r *PartitionRoutes) Hedge(tried []int32, n int32, groups []uint64, sent time.Time) (int32, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if n <= 0 {
-		return -1, false
+		return -1, ErrNoHedgePartition
 	}
 	gs := r.groupsOf(groups)
 	if len(gs) == 0 {
@@ -178,47 +191,42 @@ func (r *PartitionRoutes) Hedge(tried []int32, n int32, groups []uint64, sent ti
 		}
 	}
 	if r.tokens < 1 {
-		return -1, false
+		return -1, ErrNoHedgeBudget
 	}
-	p, ok = r.pick(n, gs, tried)
-	if ok {
-		r.tokens--
+	p, ok := r.pick(n, gs, tried, sent)
+	if !ok {
+		return -1, ErrNoHedgePartition
 	}
-	return p, ok
+	r.tokens--
+	return p, nil
 }
 
-// pick returns a partition outside skip suspected in none of groups, round robin among those
-// answered in every group since the earliest suspected call was sent (alive since the trouble
-// began), else among the rest.
-func (r *PartitionRoutes) pick(n int32, groups []uint64, skip []int32) (int32, bool) {
-	var since time.Time
-	for _, g := range groups {
-		for _, s := range r.states(g, n) {
-			if !s.suspectedAt.IsZero() && (since.IsZero() || s.suspectedAt.Before(since)) {
-				since = s.suspectedAt
-			}
-		}
-	}
-	var proven, others []int32
+// pick returns a partition outside skip, round robin among the first non-empty of: those
+// answered in every group after since (alive while the waiting call waited, suspected or not: a
+// slow answer can suspect a live partition, and it must still take resends); those suspected in
+// none of groups. ok is false when both are empty.
+func (r *PartitionRoutes) pick(n int32, groups []uint64, skip []int32, since time.Time) (int32, bool) {
+	var alive, unsuspected []int32
 	for q := int32(0); q < n; q++ {
-		if slices.Contains(skip, q) || r.suspected(q, n, groups) {
+		if slices.Contains(skip, q) {
 			continue
 		}
-		alive := true
+		answered := len(groups) > 0
 		for _, g := range groups {
-			if a := r.states(g, n)[q].answeredAt; a.IsZero() || a.Before(since) {
-				alive = false
+			if a := r.states(g, n)[q].answeredAt; a.IsZero() || !a.After(since) {
+				answered = false
 			}
 		}
-		if alive {
-			proven = append(proven, q)
-		} else {
-			others = append(others, q)
+		switch {
+		case answered:
+			alive = append(alive, q)
+		case !r.suspected(q, n, groups):
+			unsuspected = append(unsuspected, q)
 		}
 	}
-	from := proven
+	from := alive
 	if len(from) == 0 {
-		from = others
+		from = unsuspected
 	}
 	if len(from) == 0 {
 		return -1, false

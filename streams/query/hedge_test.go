@@ -1,6 +1,7 @@
 package query
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -18,8 +19,8 @@ func TestPartitionRoutes(t *testing.T) {
 	}
 	// A call sent to 0 at 100 ms waits; partition 3 answers another call meanwhile (at 200 ms).
 	r.Answered(3, 4, 0, at(200))
-	if p, ok := r.Hedge([]int32{0}, 4, nil, at(100)); !ok || p != 3 {
-		t.Fatalf("resend of the call stalled on 0: partition %d (ok %v), want 3, the one answered while it waited", p, ok)
+	if p, err := r.Hedge([]int32{0}, 4, nil, at(100)); err != nil || p != 3 {
+		t.Fatalf("resend of the call stalled on 0: partition %d (%v), want 3, the one answered while it waited", p, err)
 	}
 	// Calls keyed on 0: the first is a probe (0 was never probed), the next ones go elsewhere.
 	if p, redirected := r.First(0, 4, nil, at(400)); p != 0 || redirected {
@@ -41,17 +42,34 @@ func TestPartitionRoutes(t *testing.T) {
 	if p, redirected := r.First(0, 4, nil, at(1500)); p != 0 || redirected {
 		t.Fatalf("call on 0 after its probe was answered: %d (redirected %v)", p, redirected)
 	}
-	// Every other partition tried or suspected: no resend.
-	if p, ok := r.Hedge([]int32{0, 1, 2, 3}, 4, nil, at(2000)); ok {
-		t.Fatalf("resend with every partition tried: %d", p)
+	// Every other partition tried: no resend.
+	if p, err := r.Hedge([]int32{0, 1, 2, 3}, 4, nil, at(2000)); !errors.Is(err, ErrNoHedgePartition) {
+		t.Fatalf("resend with every partition tried: %d, %v", p, err)
+	}
+
+	// Under load a slow answer suspects a live partition (2, at 3000 ms) and the dead one (1) is
+	// suspected too: a call stalled on 1 still goes to 2, which answered while it waited, not to
+	// 3, which has not answered since.
+	d := NewPartitionRoutes(time.Second)
+	for p := int32(0); p < 4; p++ {
+		d.Answered(p, 4, 0, at(0))
+	}
+	d.Hedge([]int32{2}, 4, nil, at(3000))
+	d.Hedge([]int32{0}, 4, nil, at(3000))
+	d.Answered(2, 4, 0, at(3100)) // redirected calls answered on 2
+	d.Hedge([]int32{2}, 4, nil, at(3150))
+	if p, err := d.Hedge([]int32{1}, 4, nil, at(3050)); err != nil || p != 2 {
+		t.Fatalf("resend of the call stalled on 1: %d (%v), want 2, suspected but answered while it waited", p, err)
 	}
 
 	// The budget: a full burst of resends, then one per five first sends.
 	b := NewPartitionRoutes(time.Second)
 	sent := 0
 	for i := range 100 {
-		if _, ok := b.Hedge([]int32{int32(i % 2)}, 64, nil, at(i)); ok {
+		if _, err := b.Hedge([]int32{int32(i % 2)}, 64, nil, at(i)); err == nil {
 			sent++
+		} else if !errors.Is(err, ErrNoHedgeBudget) {
+			t.Fatal(err)
 		}
 		for p := int32(0); p < 2; p++ {
 			b.Answered(p, 64, 0, at(i)) // clear the suspicion so that only the budget refuses
@@ -63,8 +81,8 @@ func TestPartitionRoutes(t *testing.T) {
 	for i := range 5 {
 		b.First(5, 64, nil, at(200+i))
 	}
-	if _, ok := b.Hedge([]int32{0}, 64, nil, at(300)); !ok {
-		t.Fatal("no resend after five first sends")
+	if _, err := b.Hedge([]int32{0}, 64, nil, at(300)); err != nil {
+		t.Fatalf("no resend after five first sends: %v", err)
 	}
 
 	// Groups: DC 7's stall on partition 1 moves DC 7's calls, not DC 8's.

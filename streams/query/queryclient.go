@@ -495,9 +495,11 @@ func (c *QueryClient) resend(ctx context.Context, id string, key, value []byte, 
 	if (*tried)[0] < 0 {
 		(*tried)[0] = KeyPartition(key, n)
 	}
-	p, ok := c.routes.Hedge(*tried, n, nil, sentAt)
-	if !ok {
-		c.withheld.Add(1)
+	p, err := c.routes.Hedge(*tried, n, nil, sentAt)
+	if err != nil {
+		if errors.Is(err, ErrNoHedgeBudget) {
+			c.withheld.Add(1)
+		}
 		return false
 	}
 	*tried = append(*tried, p)

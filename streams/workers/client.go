@@ -309,9 +309,11 @@ func (c *QueryClient) resend(ctx context.Context, req schemas.WorkerQueryRequest
 		}
 		req.DcIDs = missing
 	}
-	p, ok := c.routes.Hedge(*tried, n, missing, sentAt)
-	if !ok {
-		c.withheld.Add(1)
+	p, err := c.routes.Hedge(*tried, n, missing, sentAt)
+	if err != nil {
+		if errors.Is(err, query.ErrNoHedgeBudget) {
+			c.withheld.Add(1)
+		}
 		return false
 	}
 	value, err := c.codec.EncodeWorkerQueryRequest(req)
