@@ -193,7 +193,10 @@ func TestDockerBuildContext(t *testing.T) {
 	ignored.Dir = ".."
 	list, err := ignored.Output()
 	if err != nil {
-		t.Fatalf("git ls-files: %v", err)
+		if exec.Command("git", "-C", "..", "rev-parse", "--git-dir").Run() == nil {
+			t.Fatalf("git ls-files: %v", err)
+		}
+		t.Log("not a git checkout: the paths git ignores are not checked")
 	}
 	for _, p := range strings.Fields(string(list)) {
 		if !leftOut(rules, strings.TrimSuffix(p, "/")) {
