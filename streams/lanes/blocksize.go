@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 )
 
 // ErrBlockSizeMismatch is the cause of a token-id query refused by CheckBlockSize.
@@ -26,15 +27,21 @@ func (ix *Indexer) LaneBlockSize(l uint8) uint32 {
 
 // CheckBlockSize applies consumer §6.5's rule to a token-id query chunked into blocks of size
 // tokens that selects the lanes of mask: nil when every selected lane that knows its engines'
-// block size knows size (lanes that know none are not judged), else an error matching
-// ErrBlockSizeMismatch whose message names the query's size, each other size and the lanes and
-// DCs that publish it. Pass it to NewAnswerer (query.CheckBlockSize). It allocates only for an
-// error.
+// block size (LaneBlockSize) knows size (lanes that know none are not judged), else an error
+// matching ErrBlockSizeMismatch whose message names the query's size, each other size and the
+// lanes and DCs that publish it. Pass it to NewAnswerer (query.CheckBlockSize). It allocates
+// only for an error. Safe for concurrent use.
 func (ix *Indexer) CheckBlockSize(mask uint16, size uint32) error {
+	return CheckBlockSize(ix.g.Manifest(), mask, size, ix.LaneBlockSize)
+}
+
+// CheckBlockSize is Indexer.CheckBlockSize over the block sizes known gives per lane (0: none),
+// the DCs named from m's lanes.
+func CheckBlockSize(m index.Manifest, mask uint16, size uint32, known func(lane uint8) uint32) error {
 	var wrong uint16
-	for m := mask; m != 0; m &= m - 1 {
-		l := uint8(bits.TrailingZeros16(m))
-		if known := ix.LaneBlockSize(l); known != 0 && known != size {
+	for ms := mask; ms != 0; ms &= ms - 1 {
+		l := uint8(bits.TrailingZeros16(ms))
+		if k := known(l); k != 0 && k != size {
 			wrong |= 1 << l
 		}
 	}
@@ -45,11 +52,11 @@ func (ix *Indexer) CheckBlockSize(mask uint16, size uint32) error {
 	fmt.Fprintf(&b, "block_size %d, but the engines of ", size)
 	first := true
 	for wrong != 0 {
-		known := ix.LaneBlockSize(uint8(bits.TrailingZeros16(wrong)))
+		k := known(uint8(bits.TrailingZeros16(wrong)))
 		var group uint16
-		for m := wrong; m != 0; m &= m - 1 {
-			l := uint8(bits.TrailingZeros16(m))
-			if ix.LaneBlockSize(l) == known {
+		for ms := wrong; ms != 0; ms &= ms - 1 {
+			l := uint8(bits.TrailingZeros16(ms))
+			if known(l) == k {
 				group |= 1 << l
 			}
 		}
@@ -58,7 +65,7 @@ func (ix *Indexer) CheckBlockSize(mask uint16, size uint32) error {
 			b.WriteString("; of ")
 		}
 		first = false
-		fmt.Fprintf(&b, "%s (%s) publish blocks of %d tokens", laneList(group), ix.dcList(group), known)
+		fmt.Fprintf(&b, "%s (%s) publish blocks of %d tokens", laneList(group), dcList(m, group), k)
 	}
 	return fmt.Errorf("%w: %s", ErrBlockSizeMismatch, b.String())
 }
@@ -86,8 +93,7 @@ func laneList(mask uint16) string {
 }
 
 // dcList renders the DCs of a lane mask as "dc 00000000000000a1" or "dcs …, …", in lane order.
-func (ix *Indexer) dcList(mask uint16) string {
-	man := ix.g.Manifest()
+func dcList(man index.Manifest, mask uint16) string {
 	var dcs []string
 	for m := mask; m != 0; m &= m - 1 {
 		if pool, ok := man.PoolOf(uint8(bits.TrailingZeros16(m))); ok {

@@ -15,8 +15,7 @@ import (
 // source shows it, and the answerer refuses a token query whose block size another selected lane
 // knows, naming both sizes, the lanes and their DCs; lanes without a size are not judged, nor are
 // queries of local block hashes. A later record without a size makes the lane unknown again.
-func TestLaneBlockSizeAndTheRefusal(t *testing.T) {
-	t.Parallel()
+func TestLaneBlockSizeAndTheRefusal(t *testing.T) { // not parallel: it counts allocations
 	nums := []uint8{0, 1, 2, 3, 5, 6}
 	rigs := newLaneRigs(t, 4096, 4096, testConfig(), nums...)
 	heartbeat := func(r *laneRig, p *rigProducer, size uint32) {
@@ -66,6 +65,9 @@ func TestLaneBlockSizeAndTheRefusal(t *testing.T) {
 	}
 	if r := ask(16, 0b1111); r.Status != schemas.QueryOK {
 		t.Fatalf("block size 16 on lanes 0-3: %v %q", r.Status, r.ErrorMessage)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = ix.CheckBlockSize(0b1111, 16) }); n != 0 {
+		t.Fatalf("a query the rule lets through: %v allocations, want 0", n)
 	}
 	// Every lane: 16 is wrong for lane 5, 32 for lanes 0-3; lane 6 (unknown) judges neither.
 	if r := ask(16, 0); r.Status != schemas.QueryInvalidRequest ||
