@@ -54,10 +54,11 @@ func (discardSink) Enqueue(ckf.Delta) error { return nil }
 type table struct {
 	g           *index.GlobalIndexer
 	eligible    atomic.Uint32
-	incomplete  atomic.Uint32               // lanes whose DC reports omitted blocks
-	asOf        [ckf.LaneCount]atomic.Int64 // per lane, the time up to which it reflects its DC (µs)
-	firstBlocks query.FirstBlockStats       // the answers' first-block counts (lanes 0 and 1 hold blocks)
-	chains      map[uint8][][]uint64        // token-hash chains stored per lane
+	incomplete  atomic.Uint32                // lanes whose DC reports omitted blocks
+	asOf        [ckf.LaneCount]atomic.Int64  // per lane, the time up to which it reflects its DC (µs)
+	blockSizes  [ckf.LaneCount]atomic.Uint32 // per lane, its engines' block size (0: none known)
+	firstBlocks query.FirstBlockStats        // the answers' first-block counts (lanes 0 and 1 hold blocks)
+	chains      map[uint8][][]uint64         // token-hash chains stored per lane
 	api         *indexer.API
 	mux         *http.ServeMux
 }
@@ -82,6 +83,9 @@ func newTable(t testing.TB) *table {
 	api, err := indexer.NewAPI(indexer.APIParams{
 		Answerer: query.NewAnswerer(g, tb.eligibleLanes, query.IncompleteLanes(func() uint16 { return uint16(tb.incomplete.Load()) }),
 			query.LaneAsOf(func(l uint8) int64 { return tb.asOf[l].Load() }),
+			query.CheckBlockSize(func(mask uint16, size uint32) error {
+				return lanes.CheckBlockSize(g.Manifest(), mask, size, func(l uint8) uint32 { return tb.blockSizes[l].Load() })
+			}),
 			query.CountFirstBlocks(&tb.firstBlocks, func() uint16 { return 0b11 })),
 		Lanes:    tb.statuses,
 		Eligible: tb.eligibleLanes,
@@ -105,7 +109,8 @@ func (tb *table) statuses() []lanes.LaneStatus {
 	for l := uint8(0); l < ckf.LaneCount; l++ {
 		if p, ok := m.PoolOf(l); ok {
 			ready := tb.g.ReadyLanes()&(1<<l) != 0
-			st := lanes.LaneStatus{Lane: l, Pool: p.String(), Ready: ready, AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: -1}
+			st := lanes.LaneStatus{Lane: l, Pool: p.String(), Ready: ready, AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: -1,
+				BlockSize: tb.blockSizes[l].Load()}
 			if ready {
 				st.Phase = lanes.PhaseActive
 				st.InstalledSequence, st.Snapshots, st.Deltas, st.Images = 3, 1, 2, 9
