@@ -407,6 +407,16 @@ type Indexer struct {
 	// Lanes maps physical lane (0..15) to the DC id whose relay publishes on it. A DC appears
 	// on at most one lane. Empty by default; the indexer needs at least one lane.
 	Lanes LaneMap `yaml:"lanes"`
+	// RemoteLanes names the lanes of indexer.lanes whose relay publishes in another region,
+	// lane=alias (MirrorMaker's alias of that region): they are read from MirrorMaker's copies of
+	// that region's lane topic and snapshot index, named by MirrorPolicy, and a snapshot is found
+	// there by time and sequence, never by offset (consumer §9.8). Lanes not listed are read from
+	// topics.lanes. Empty by default: one region (regions.go, design §8).
+	RemoteLanes LaneRegions `yaml:"remote_lanes"`
+	// MirrorPolicy is MirrorMaker's replication policy between the regions: "default" (region
+	// eu's lanes are eu.<topics.lanes>, its index eu.<topics.snapshot_index>) or "identity" (the
+	// copies keep the names: flows one way only). Default "default" (DefaultMirrorPolicy).
+	MirrorPolicy string `yaml:"mirror_policy"`
 	// BucketCount is the CKF bucket count every lane must publish: a power of two in
 	// [2, 2^24] (ckf.MaxWireBucketCount). 0 (the default) derives it from ExpectedBlocksPerDC; a
 	// non-zero value wins.
@@ -688,6 +698,7 @@ func defaultConfig() Config {
 			QueryBatchSize:      query.DefaultQueryBatchRecords,
 			GCPercent:           DefaultIndexerGCPercent,
 			LagCommitInterval:   lanes.DefaultIndexerLagCommitInterval,
+			MirrorPolicy:        DefaultMirrorPolicy,
 		},
 		// The relay's and the freshness defaults are streams' (and ckf's for the CKF format and
 		// cadence); defaults_test.go in app/relay and app/indexer pins them field by field.
@@ -757,6 +768,9 @@ func (c *Config) resolve() {
 	}
 	if len(c.Indexer.Lanes) == 0 {
 		c.Indexer.Lanes = nil
+	}
+	if len(c.Indexer.RemoteLanes) == 0 {
+		c.Indexer.RemoteLanes = nil
 	}
 	if len(c.Indexer.ReplyTopicPrefixes) == 0 {
 		c.Indexer.ReplyTopicPrefixes = nil

@@ -107,6 +107,8 @@ var descriptions = map[string]Description{
 	"indexer.domain":                   {"indexer domain <32 hex>:<32 hex> (cache semantics:routing scope); required by indexer and relay", []string{CommandDemo, CommandIndexer, CommandRelay}},
 	"indexer.domain_source":            {"how the domain's digests were obtained: explicit or default_derived", []string{CommandDemo, CommandIndexer, CommandRelay}},
 	"indexer.lanes":                    {"lane map lane=dc,... (lane 0..15 to DC id); required by indexer, checked by relay, DCs of loadgen", []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen}},
+	"indexer.remote_lanes":             {"lanes published in another region, lane=alias,...: read from MirrorMaker's copies of that region's lanes and snapshot index (design §8)", indexerCommands},
+	"indexer.mirror_policy":            {"MirrorMaker's replication policy between regions: default (<alias>.<topic>) or identity (same names, one way)", indexerCommands},
 	"indexer.bucket_count":             {"CKF bucket count every lane must publish (power of two); 0 derives it from expected_blocks_per_dc", []string{CommandIndexer}},
 	"indexer.lag_commit_interval":      {"how often each replica commits its applied lane offsets to its lag group <prefix>ckf-indexer-<instance> (visibility only); default 5s", indexerCommands},
 	"indexer.expected_blocks_per_dc":   {"blocks per DC that size the filter; must equal the relays' relay.expected_blocks", []string{CommandIndexer}},

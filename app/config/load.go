@@ -244,6 +244,9 @@ var fieldTable = sync.OnceValue(func() []field {
 
 // setString parses s into v, a leaf of Config, in the syntax of variables and flags.
 func setString(v reflect.Value, s string) error {
+	if sp, ok := v.Addr().Interface().(interface{ parseSetting(string) error }); ok {
+		return sp.parseSetting(s) // a type with its own syntax (regions.go)
+	}
 	switch v.Type() {
 	case durationType:
 		d, err := time.ParseDuration(s)

@@ -87,6 +87,7 @@ func (c Config) Validate() error {
 	}
 	c.Indexer.validate(&p)
 	c.Indexer.validateReplyTopicPrefixes(c.Topics, &p)
+	c.Indexer.validateRegions(c.Topics, &p)
 	c.Relay.validate(&p)
 	c.Bridge.validate(&p)
 	c.Workers.validate(c.Topics, &p)
