@@ -296,7 +296,10 @@ func NewQueryClient(ctx context.Context, p QueryClientParams) (*QueryClient, err
 	opts := streams.ClientOpts{Shared: p.ClientOpts, PerRole: p.ClientOptsFor}
 	prod, err := kgo.NewClient(opts.ForRole("query-requests",
 		kgo.DefaultProduceTopic(cfg.RequestTopic), kgo.ProducerLinger(cfg.RequestLinger),
-		kgo.RecordPartitioner(RequestPartitioner(&c.requestPartitions)))...)
+		kgo.RecordPartitioner(RequestPartitioner(&c.requestPartitions)),
+		// A request older than a call's timeout is of no use to anyone; this bounds the records
+		// in the buffer while no broker takes them (their calls' contexts do not: see resend).
+		kgo.RecordDeliveryTimeout(max(cfg.CallTimeout, time.Second)))...) // franz-go refuses less than 1 s
 	if err != nil {
 		return nil, fmt.Errorf("streams: query client producer: %w", err)
 	}
@@ -423,7 +426,9 @@ func (c *QueryClient) Query(ctx context.Context, req schemas.QueryRequest) (sche
 		}
 	}
 	call.copies.Store(1)
-	c.prod.Produce(ctx, &kgo.Record{Key: key, Value: value, Partition: first}, func(_ *kgo.Record, err error) {
+	// Not the call's context, for the reason given in resend: the producer's delivery timeout
+	// (CallTimeout) bounds the record instead.
+	c.prod.Produce(context.WithoutCancel(ctx), &kgo.Record{Key: key, Value: value, Partition: first}, func(_ *kgo.Record, err error) {
 		if err != nil {
 			c.deliver(call, queryOutcome{err: &QueryCallError{CorrelationID: id, Stage: "produce", Err: err}})
 			return
@@ -505,8 +510,12 @@ func (c *QueryClient) resend(ctx context.Context, id string, key, value []byte, 
 	*tried = append(*tried, p)
 	call.copies.Add(1)
 	c.hedges.Add(1)
-	c.prod.Produce(ctx, &kgo.Record{Key: key, Value: value, Partition: p}, func(_ *kgo.Record, err error) {
-		if err != nil && ctx.Err() == nil {
+	// Not the call's context: the call may end (its first copy answered) while this copy waits
+	// in the producer's buffer, and franz-go fails a buffered batch whose first record's context
+	// is done, the other calls' requests in it included. The copy is delivered regardless
+	// (bounded by the producer's delivery timeout) and its reply dropped as a duplicate.
+	c.prod.Produce(context.WithoutCancel(ctx), &kgo.Record{Key: key, Value: value, Partition: p}, func(_ *kgo.Record, err error) {
+		if err != nil {
 			c.log.Debug("a resent request was not delivered", zap.String("correlation_id", id), zap.Int32("partition", p), zap.Error(err))
 		}
 	})

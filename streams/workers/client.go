@@ -110,7 +110,8 @@ func NewQueryClient(ctx context.Context, p QueryClientParams) (*QueryClient, err
 		waiting: map[string]*workerCall{}, late: map[string]time.Time{}, done: make(chan struct{}),
 		prefix: strconv.FormatUint(mrand.Uint64(), 36) + "-"}
 	prod, err := kgo.NewClient(append(slices.Clone(p.ClientOpts), kgo.DefaultProduceTopic(cfg.RequestTopic),
-		kgo.ProducerLinger(cfg.RequestLinger), kgo.RecordPartitioner(query.RequestPartitioner(&c.requestPartitions)))...)
+		kgo.ProducerLinger(cfg.RequestLinger), kgo.RecordPartitioner(query.RequestPartitioner(&c.requestPartitions)),
+		kgo.RecordDeliveryTimeout(max(cfg.CallTimeout, time.Second)))...) // franz-go refuses less than 1 s
 	if err != nil {
 		return nil, fmt.Errorf("streams: worker query client producer: %w", err)
 	}
@@ -222,7 +223,8 @@ func (c *QueryClient) Ask(ctx context.Context, req schemas.WorkerQueryRequest, w
 		}
 	}
 	produceErr := make(chan error, 1)
-	c.prod.Produce(ctx, &kgo.Record{Key: key, Value: value, Partition: first}, func(_ *kgo.Record, err error) {
+	// Not the call's context (see resend): the producer's delivery timeout bounds the record.
+	c.prod.Produce(context.WithoutCancel(ctx), &kgo.Record{Key: key, Value: value, Partition: first}, func(_ *kgo.Record, err error) {
 		if err != nil {
 			produceErr <- err
 			return
@@ -323,8 +325,12 @@ func (c *QueryClient) resend(ctx context.Context, req schemas.WorkerQueryRequest
 	*tried = append(*tried, p)
 	call.copies.Add(1)
 	c.hedges.Add(1)
-	c.prod.Produce(ctx, &kgo.Record{Key: key, Value: value, Partition: p}, func(_ *kgo.Record, err error) {
-		if err != nil && ctx.Err() == nil {
+	// Not the call's context: the call may end (its first copy answered) while this copy waits
+	// in the producer's buffer, and franz-go fails a buffered batch whose first record's context
+	// is done, the other calls' requests in it included. The copy is delivered regardless
+	// (bounded by the producer's delivery timeout) and its reply dropped as a duplicate.
+	c.prod.Produce(context.WithoutCancel(ctx), &kgo.Record{Key: key, Value: value, Partition: p}, func(_ *kgo.Record, err error) {
+		if err != nil {
 			c.log.Debug("a resent worker request was not delivered", zap.String("correlation_id", req.CorrelationID), zap.Error(err))
 		}
 	})
