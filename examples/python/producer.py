@@ -35,10 +35,11 @@ import ckf_contract as cc
 import ckf_registry
 
 
-def kv_stored_events(worker_id, local_hashes, blocks_per_event, first_block_id):
+def kv_stored_events(worker_id, local_hashes, blocks_per_event, first_block_id, block_size):
     """KvEvent records (as fastavro dicts) that store the blocks in order. Each block gets the
     engine id first_block_id + its index: engine ids are opaque to the filter, only removals and
-    parent_hash refer to them."""
+    parent_hash refer to them. Each event carries the engine's block size: the relay stamps it on
+    its lane, and the indexer refuses token queries of another size (consumer §6.5)."""
     per_event = blocks_per_event or len(local_hashes)
     events = []
     for start in range(0, len(local_hashes), per_event):
@@ -56,6 +57,7 @@ def kv_stored_events(worker_id, local_hashes, blocks_per_event, first_block_id):
                 "blocks": [{"block_hash": cc.to_long(first_block_id + start + i), "tokens_hash": cc.to_long(h)}
                            for i, h in enumerate(chunk)],
                 "shared_cache_eligible": False,
+                "block_size": block_size,
             }),
         })
     return events
@@ -137,7 +139,7 @@ def main():
     # Key: the worker id in decimal, so every event of one worker (and so of each of its
     # (worker_id, dp_rank) sources) lands on one partition and stays in order.
     key = str(args.worker_id).encode("ascii")
-    for event in kv_stored_events(args.worker_id, local, args.blocks_per_event, args.first_block_id):
+    for event in kv_stored_events(args.worker_id, local, args.blocks_per_event, args.first_block_id, args.block_size):
         body = io.BytesIO()
         fastavro.schemaless_writer(body, schema, event)
         producer.produce(args.topic, key=key, value=cc.frame(schema_id, body.getvalue()), on_delivery=delivered)
