@@ -22,7 +22,7 @@ import (
 // test engine with blocks of 16 tokens, its batches read back from its replay socket by the
 // bridge's client, decoded and converted as the bridge does, the KV events on a Kafka topic, the
 // relay that stamps 16 on its lane records, the indexer's lane that keeps it, and the answerer
-// of both query paths (Kafka and HTTP): a token query of one of the engine's resident prompts
+// of both query paths (directly, as HTTP uses it, and over Kafka): a token query of one of the engine's resident prompts
 // with block_size 32 is refused naming 32, 16, the lane and its DC; with 16 it is answered with
 // the prompt's depth.
 func TestBlockSizeFromEngineToQuery(t *testing.T) {
@@ -99,5 +99,43 @@ func TestBlockSizeFromEngineToQuery(t *testing.T) {
 	r := ask(blockSize)
 	if r.Status != schemas.QueryOK || len(r.Lanes) != 1 || r.Lanes[0].Depth != uint32(blocks) {
 		t.Fatalf("block size 16: %v %q, lanes %+v; want the prompt's %d blocks", r.Status, r.ErrorMessage, r.Lanes, blocks)
+	}
+
+	// The same two queries over Kafka: the query service's answers are the answerer's.
+	requests, replyTopic := e.Cluster.NewTopic(t, 1), e.Cluster.NewTopic(t, 1)
+	opts := []kgo.Opt{kgo.SeedBrokers(e.Cluster.Seeds()...)}
+	qcfg := query.DefaultQueryConfig()
+	qcfg.RequestTopic, qcfg.ReplyTopic, qcfg.DeadLetterTopic = requests, replyTopic, e.Topics.DeadLetter
+	qcfg.Group = testenv.UniqueName(t, "g")
+	svc, err := query.NewQueryService(query.QueryServiceParams{Config: qcfg, Answerer: ans, Codec: e.Codec, ClientOpts: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("query service: %v", err)
+		}
+	}()
+	ccfg := query.DefaultQueryClientConfig()
+	ccfg.RequestTopic, ccfg.ReplyTopic, ccfg.CallTimeout = requests, replyTopic, 30*time.Second
+	cl, err := query.NewQueryClient(context.Background(), query.QueryClientParams{Config: ccfg, Codec: e.Codec, ClientOpts: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, size := range []uint32{32, blockSize} {
+		r, err := cl.Query(context.Background(), schemas.QueryRequest{Input: schemas.InputTokenIDs, Tokens: schemas.AppendU32s(nil, prompt), BlockSize: size})
+		switch {
+		case err != nil:
+			t.Fatalf("block size %d over Kafka: %v", size, err)
+		case size == 32 && (r.Status != schemas.QueryInvalidRequest || !strings.Contains(r.ErrorMessage, "block_size 32, but the engines of lane 9 (dc "+dc+") publish blocks of 16 tokens")):
+			t.Fatalf("block size 32 over Kafka: %v %q", r.Status, r.ErrorMessage)
+		case size == blockSize && (r.Status != schemas.QueryOK || len(r.Lanes) != 1 || r.Lanes[0].Depth != uint32(blocks)):
+			t.Fatalf("block size 16 over Kafka: %v %q, lanes %+v", r.Status, r.ErrorMessage, r.Lanes)
+		}
 	}
 }
