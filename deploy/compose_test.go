@@ -5,6 +5,7 @@ package deploy_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -48,15 +49,31 @@ type composeService struct {
 	healthcheck []string
 }
 
+// composeVariable is compose's ${NAME:-default} (the only form docker-compose.yml uses).
+var composeVariable = regexp.MustCompile(`\$\{(\w+):-([^}]*)\}`)
+
+// interpolate replaces the ${NAME:-default} of a compose value with vars[NAME], else default, as
+// compose does with its environment.
+func interpolate(v string, vars map[string]string) string {
+	return composeVariable.ReplaceAllStringFunc(v, func(m string) string {
+		sub := composeVariable.FindStringSubmatch(m)
+		if val, ok := vars[sub[1]]; ok && val != "" {
+			return val
+		}
+		return sub[2]
+	})
+}
+
 // hostServices reads docker-compose.yml and returns its services built from this repository
-// (build: .), with the environment adapted to a host run against the test broker: KAFKA_BROKERS
+// (build: .), with the environment adapted to a host run against the test broker (and compose's
+// ${NAME:-default} taken from vars): KAFKA_BROKERS
 // is the test broker, the schema registry is the test registry (TEST_SCHEMA_REGISTRY_URL) or none,
 // and CKF_TOPIC_PREFIX and CKF_INDEXER_QUERY_GROUP are the test's own so that runs never share
 // topics (topic names the file sets explicitly, CKF_TOPICS_*, get the same prefix, as
 // topic_prefix applies only to default names). Every other variable and every argument is the compose file's. CKF_HTTP_LISTEN is
 // replaced by testenv.Process (one free port per process, as one host cannot give every service
 // port 8080).
-func hostServices(t *testing.T, prefix string) []composeService {
+func hostServices(t *testing.T, prefix string, vars map[string]string) []composeService {
 	t.Helper()
 	raw, err := os.ReadFile("../docker-compose.yml")
 	if err != nil {
@@ -73,7 +90,7 @@ func hostServices(t *testing.T, prefix string) []composeService {
 		}
 		env := map[string]string{}
 		for k, v := range s.Environment {
-			env[k] = v
+			env[k] = interpolate(v, vars)
 		}
 		env["KAFKA_BROKERS"] = strings.Join(testenv.Brokers(t), ",")
 		if url := os.Getenv("TEST_SCHEMA_REGISTRY_URL"); url != "" {
@@ -116,7 +133,7 @@ var hitsLine = regexp.MustCompile(`hits (\d+) of (\d+) ok`)
 // engines wrote kv-events.dc-dc01.dc-dc0N, which no relay read, and every answer was depth 0.
 func TestComposeIndexes(t *testing.T) {
 	prefix := testenv.UniqueName(t, "ckfcompose") + "-"
-	services := hostServices(t, prefix)
+	services := hostServices(t, prefix, nil)
 	byName := map[string]*proc{}
 	var names []string
 	for _, s := range services {
@@ -220,6 +237,38 @@ func TestComposeIndexes(t *testing.T) {
 		t.Errorf("no answer with depth > 0: %s\n%s", lines[len(lines)-1], testenv.Tail(load.LogPath(1), 20))
 	}
 	t.Logf("compose on the host: %s", strings.TrimSpace(lines[len(lines)-1]))
+}
+
+// TestComposeBridgeStarts runs the compose file's bridge-dc01 (profile bridge) on the host with
+// ENGINE_HOST at an address where no engine runs: the bridge takes its compose configuration
+// (no refusal at start), and its /readyz, which the compose healthcheck asks, says which engine
+// it waits for, until one answers.
+func TestComposeBridgeStarts(t *testing.T) {
+	prefix := testenv.UniqueName(t, "ckfcomposebridge") + "-"
+	services := hostServices(t, prefix, map[string]string{"ENGINE_HOST": "127.0.0.2"})
+	i := slices.IndexFunc(services, func(s composeService) bool { return s.name == "bridge-dc01" })
+	if i < 0 {
+		t.Fatal("docker-compose.yml has no bridge-dc01 built here")
+	}
+	s := services[i]
+	p := startProc(t, s.name, s.env, s.args...)
+	c := &http.Client{Timeout: 2 * time.Second}
+	var last string
+	testenv.WaitUntil(t, 2*time.Minute, "the compose bridge's /readyz names the engine it waits for", func() bool {
+		if !p.Alive() {
+			t.Fatalf("the compose bridge exited (%v):\n%s", p.ExitError(), testenv.Tail(p.LogPath(1), 20))
+		}
+		resp, err := c.Get("http://" + p.HTTP + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		last = fmt.Sprintf("%d %s", resp.StatusCode, b)
+		// 200 only if something answers there after all (an engine bound to every address).
+		return resp.StatusCode == http.StatusOK || strings.Contains(string(b), "no engine answers at tcp://127.0.0.2:5557")
+	}, func() string { return last + "\n" + testenv.Tail(p.LogPath(1), 20) })
+	t.Logf("the compose bridge's /readyz: %s", strings.TrimSpace(last))
 }
 
 // buildHealthcheck builds deploy/healthcheck, the image's /healthcheck, and returns its path.

@@ -184,6 +184,7 @@ func TestHelmChartRefusesValues(t *testing.T) {
 			"is longer than 63 characters: set fullnameOverride"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			values := []string{}
 			if tc.values != "" {
 				values = append(values, tc.values)
