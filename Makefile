@@ -87,7 +87,7 @@ helm: $(HELM) ## build Helm into bin/ (the chart test, deploy/helm_test.go, lint
 
 .PHONY: test
 test: test-alerts $(HELM) ## unit + integration tests against a real Kafka broker and Apicurio Registry (each started and stopped if none is running), the alert rules and the Helm chart, the lane page in headless Chromium (CKF_REQUIRE_BROWSER=1: a missing chromium fails it); then ckf/ again without the race detector
-	HELM=$(abspath $(HELM)) CKF_REQUIRE_BROWSER=1 bash $(REGISTRY_DIR)/with-registry.sh bash $(KAFKA_DIR)/with-kafka.sh $(GO) test $(TEST_FLAGS) $(PKGS)
+	HELM=$(abspath $(HELM)) CKF_REQUIRE_BROWSER=1 CKF_REQUIRE_BROKER=1 bash $(REGISTRY_DIR)/with-registry.sh bash $(KAFKA_DIR)/with-kafka.sh $(GO) test $(TEST_FLAGS) $(PKGS)
 	$(MAKE) --no-print-directory test-norace
 
 # Race builds replace the amd64 assembly that stores into the transposed table (ckf/index,
@@ -151,8 +151,9 @@ eval: build ## replay the conversation trace through the pipeline under every ro
 	$(TOOLS_BIN)/evalplots -dir $(EVAL_OUT)/bridge
 
 .PHONY: test-unit
-test-unit: ## tests that need no broker (packages without integration tests)
-	$(GO) test $(TEST_FLAGS) ./ckf/... ./schemas/...
+test-unit: ## every in-process test of every package, with no broker, registry or network: the tests that need one skip with one line (make test runs them all)
+	env -u KAFKA_BROKERS -u TEST_SCHEMA_REGISTRY_URL -u CKF_REQUIRE_BROKER -u CKF_REQUIRE_BROWSER -u HELM \
+		KAFKA_RUN_DIR=$(CURDIR)/bin/no-broker REGISTRY_RUN_DIR=$(CURDIR)/bin/no-registry $(GO) test $(TEST_FLAGS) $(PKGS)
 
 .PHONY: bench
 bench: ## Go benchmarks with baselines in the same run; writes $(BENCH_OUT) for benchstat and a ratio report

@@ -23,6 +23,7 @@ import (
 // their state about once a second (relayCheckpointEveryEvents), so the broker faults hit
 // checkpoint transactions; after each fault every relay must commit a checkpoint again.
 func TestBrokerRestartProcesses(t *testing.T) {
+	testenv.NeedKafkaJars(t)
 	testenv.Brokers(t) // the jars come with the shared broker; fail early with the usual message
 	seed := uint64(envInt(t, "FAULTS_SEED", 1))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -17,6 +17,7 @@ import (
 // TestBrokerLifecycle starts a second, private broker from the scripts, checks that it serves,
 // then stops it and checks that no JVM is left behind and the port is closed again.
 func TestBrokerLifecycle(t *testing.T) {
+	testenv.NeedKafkaJars(t)
 	testenv.Brokers(t) // the jars are resolved by the first broker; fail fast with the usual message if absent
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -75,6 +76,7 @@ func TestUnreachableBrokerMessageNamesStartCommand(t *testing.T) {
 // TestBrokerRestartKeepsData restarts a private broker on its data: records acknowledged before
 // the restart are read back after it.
 func TestBrokerRestartKeepsData(t *testing.T) {
+	testenv.NeedKafkaJars(t)
 	testenv.Brokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

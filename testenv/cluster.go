@@ -192,6 +192,7 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (*LocalClust
 // that use it). It fails the test when the cluster does not start.
 func StartLocalClusterT(t testing.TB, cfg LocalClusterConfig) *LocalCluster {
 	t.Helper()
+	NeedKafkaJars(t)
 	if cfg.RunDir == "" {
 		cfg.RunDir = filepath.Join(t.TempDir(), "cluster")
 	}

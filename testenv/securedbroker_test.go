@@ -21,6 +21,7 @@ import (
 // certificates required): the test's user gets in and learns only the secured listener from
 // metadata; a wrong password is refused with SASL_AUTHENTICATION_FAILED.
 func TestSecuredBroker(t *testing.T) {
+	testenv.NeedKafkaJars(t)
 	testenv.Brokers(t) // the jars are resolved by the first broker; fail fast with the usual message if absent
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 // and afterwards its tables and answers equal the reference (a run without the restart).
 // Broker: a private broker restarted under the running indexer and producers.
 func TestIndexerSurvivesBrokerRestart(t *testing.T) {
+	testenv.NeedKafkaJars(t)
 	t.Parallel()
 	testenv.Brokers(t) // the jars come with the shared broker; fail early with the usual message
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

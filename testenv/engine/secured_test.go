@@ -35,6 +35,7 @@ const (
 // secured configuration pointed at the broker's plaintext port, and a plaintext configuration
 // pointed at the SASL_SSL port (both kafka.tls.enabled).
 func TestSecuredKafkaEndToEnd(t *testing.T) {
+	testenv.NeedKafkaJars(t)
 	testenv.Brokers(t) // the broker jars come with the shared broker; fail with its message when absent
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
