@@ -8,8 +8,10 @@
 //
 // Tests find the broker through KAFKA_BROKERS (a comma-separated list of host:port). When it is
 // unset, the address written by kafka-up.sh to $TMPDIR/ckf-kafka/bootstrap is used. A test that
-// needs the broker and cannot reach one fails (it never skips) with a message that names the
-// command that starts one.
+// needs the broker (or the registry, or the Kafka jars) and cannot reach it skips with one line
+// that names the command that starts one, unless RequireEnv is set (make test sets it): then it
+// fails with that message. So `go test ./...` on a machine with no broker runs every in-process
+// test, and `make test` cannot pass by skipping.
 //
 // StartLocalCluster (and StartLocalClusterT) starts a three-node KRaft cluster on loopback from
 // the same jars (testenv/kafka/cluster-up.sh; `make cluster-up` and `make cluster-down` for a
