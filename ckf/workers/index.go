@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/internal/u64map"
@@ -37,7 +38,6 @@ type (
 
 // source is one (worker, dp rank) with at least one mapping (workers §2.1).
 type source struct {
-	key  ckf.SourceKey
 	lin  *lineageMap
 	held [TierCount]uint64 // memberships per tier
 }
@@ -97,8 +97,9 @@ type Telemetry struct {
 // Concurrency: none; one goroutine owns an Index (see Shared for concurrent readers).
 type Index struct {
 	ids     map[ckf.SourceKey]uint32
-	srcs    []source // by dense index; key is zero and lin nil for a free index
-	order   []uint32 // the live dense indexes in SourceKey order (collect's key-order scan)
+	srcs    []source        // by dense index; lin is nil for a free index
+	keys    []ckf.SourceKey // by dense index, apart from srcs: the answer's and the sets' order read only keys
+	order   []uint32        // the live dense indexes in SourceKey order (collect's key-order scan)
 	freeSrc []uint32
 	lastKey ckf.SourceKey // sourceOf's one-entry cache: lastIdx is ids[lastKey]
 	lastIdx int32         // -1 when empty
@@ -150,10 +151,12 @@ func (ix *Index) addSource(key ckf.SourceKey) (uint32, error) {
 		}
 		i = uint32(len(ix.srcs))
 		ix.srcs = append(ix.srcs, source{})
+		ix.keys = append(ix.keys, ckf.SourceKey{})
 	}
-	ix.srcs[i] = source{key: key, lin: &lineageMap{}}
+	ix.srcs[i] = source{lin: &lineageMap{}}
+	ix.keys[i] = key
 	ix.ids[key] = i
-	at, _ := slices.BinarySearchFunc(ix.order, key, func(j uint32, k ckf.SourceKey) int { return ix.srcs[j].key.Compare(k) })
+	at, _ := slices.BinarySearchFunc(ix.order, key, func(j uint32, k ckf.SourceKey) int { return ix.keys[j].Compare(k) })
 	ix.order = slices.Insert(ix.order, at, i)
 	ix.lastKey, ix.lastIdx = key, int32(i)
 	return i, nil
@@ -161,11 +164,12 @@ func (ix *Index) addSource(key ckf.SourceKey) (uint32, error) {
 
 // dropSource forgets source i, whose lineage is empty.
 func (ix *Index) dropSource(i uint32) {
-	key := ix.srcs[i].key
-	at, _ := slices.BinarySearchFunc(ix.order, key, func(j uint32, k ckf.SourceKey) int { return ix.srcs[j].key.Compare(k) })
+	key := ix.keys[i]
+	at, _ := slices.BinarySearchFunc(ix.order, key, func(j uint32, k ckf.SourceKey) int { return ix.keys[j].Compare(k) })
 	ix.order = slices.Delete(ix.order, at, at+1)
 	delete(ix.ids, key)
 	ix.srcs[i] = source{}
+	ix.keys[i] = ckf.SourceKey{}
 	ix.freeSrc = append(ix.freeSrc, i)
 	ix.lastIdx = -1
 }
@@ -173,7 +177,7 @@ func (ix *Index) dropSource(i uint32) {
 // gain records that source i now holds c on tier t through one more external id.
 func (ix *Index) gain(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
 	p := ix.tiers[t].upsert(uint64(c))
-	nv, already := ix.sets.with(*p, i, ix.srcs)
+	nv, already := ix.sets.with(*p, i, ix.keys)
 	if already {
 		ix.aliases[aliasKey{c, i, t}]++
 		return
@@ -201,7 +205,7 @@ func (ix *Index) lose(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
 	if at < 0 {
 		panic(fmt.Sprintf("workers: lineage maps to %#x on tier %v but the tier does not hold it", uint64(c), t))
 	}
-	nv, was := ix.sets.without(tm.slots[at].val, i, ix.srcs)
+	nv, was := ix.sets.without(tm.slots[at].val, i, ix.keys)
 	if !was {
 		panic(fmt.Sprintf("workers: source %d maps to %#x on tier %v but is not a holder", i, uint64(c), t))
 	}
@@ -230,7 +234,7 @@ func (ix *Index) Holds(src ckf.SourceKey, t producer.StorageTier, c ckf.Canonica
 	if !ok || int(t) >= TierCount {
 		return false
 	}
-	return ix.sets.has(ix.tiers[t].get(uint64(c)), i, ix.srcs)
+	return ix.sets.has(ix.tiers[t].get(uint64(c)), i, ix.keys)
 }
 
 // Stats is a size view of the index.
@@ -258,6 +262,6 @@ func (ix *Index) Stats() Stats {
 		}
 		st.Bytes += s.lin.Bytes()
 	}
-	st.Bytes += ix.sets.bytes() + uint64(cap(ix.srcs))*uint64(48)
+	st.Bytes += ix.sets.bytes() + uint64(cap(ix.srcs))*uint64(unsafe.Sizeof(source{})) + uint64(cap(ix.keys))*uint64(unsafe.Sizeof(ckf.SourceKey{}))
 	return st
 }

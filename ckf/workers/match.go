@@ -172,7 +172,7 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, local []ckf.LocalBlockHas
 	}
 	var buf [1]uint32
 	var active []uint32
-	srcs := ix.srcs
+	keys := ix.keys
 	slots, seed, shift := dev.slots, dev.seed, dev.shift
 	cur := uint32(0) // a holder value whose holders include every active source
 	depth := len(query)
@@ -222,8 +222,8 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, local []ckf.LocalBlockHas
 		next := r.next[:0]
 		j := 0
 		for _, a := range active {
-			ka := srcs[a].key
-			for j < len(mem) && srcs[mem[j]].key.Less(ka) {
+			ka := keys[a]
+			for j < len(mem) && keys[mem[j]].Less(ka) {
 				j++
 			}
 			if j < len(mem) && mem[j] == a {
@@ -300,7 +300,7 @@ func (ix *Index) emitGroups(active []uint32, depth uint32, opt Options, r *Resul
 // straddle its narrower stores, a store-forwarding stall per source that took most of a
 // 512-source answer's time.
 func (ix *Index) appendGroup(out []Match, group []uint32, d uint32, filter bool, allow []uint32) []Match {
-	srcs := ix.srcs
+	keys := ix.keys
 	n := len(out)
 	out = out[:n+len(group)]
 	for _, a := range group {
@@ -308,7 +308,7 @@ func (ix *Index) appendGroup(out []Match, group []uint32, d uint32, filter bool,
 			continue
 		}
 		m := &out[n]
-		m.Source = srcs[a].key
+		m.Source = keys[a]
 		m.Device, m.HostPinned, m.Disk, m.External = d, 0, 0, 0
 		n++
 	}
@@ -377,7 +377,7 @@ func (ix *Index) matchLower(query []ckf.CanonicalHash, t producer.StorageTier, r
 			start += int(s.m[k])
 		}
 		pos := start
-		for pos < n && ix.sets.has(val(pos), i, ix.srcs) {
+		for pos < n && ix.sets.has(val(pos), i, ix.keys) {
 			pos++
 		}
 		s.m[t] = uint32(pos - start)
@@ -416,7 +416,7 @@ func (ix *Index) collect(opt Options, r *Result) {
 	maxDev := uint32(0)
 	ordered := true
 	pd, pt := ^uint32(0), ^uint32(0)
-	out, scores, stamp, srcs := r.Matches[:0], r.scores, r.stamp, ix.srcs // locals: the loop keeps them in registers
+	out, scores, stamp, keys := r.Matches[:0], r.scores, r.stamp, ix.keys // locals: the loop keeps them in registers
 	for _, i := range list {
 		s := &scores[i]
 		if s.stamp != stamp {
@@ -436,7 +436,7 @@ func (ix *Index) collect(opt Options, r *Result) {
 		maxDev = max(maxDev, d)
 		out = append(out, Match{}) // then filled field by field (see appendGroup)
 		m := &out[len(out)-1]
-		m.Source = srcs[i].key
+		m.Source = keys[i]
 		m.Device, m.HostPinned, m.Disk, m.External = d, s.m[1], s.m[2], s.m[3]
 	}
 	r.Matches = out

@@ -227,7 +227,7 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, ix *Index, m *model)
 		t.Fatalf("order lists %d sources, ids %d", len(ix.order), len(ix.ids))
 	}
 	for j, i := range ix.order {
-		if ix.ids[ix.srcs[i].key] != i || (j > 0 && ix.srcs[ix.order[j-1]].key.Compare(ix.srcs[i].key) >= 0) {
+		if ix.ids[ix.keys[i]] != i || (j > 0 && ix.keys[ix.order[j-1]].Compare(ix.keys[i]) >= 0) {
 			t.Fatalf("order %v is not the live sources in key order", ix.order)
 		}
 	}

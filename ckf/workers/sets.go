@@ -3,6 +3,8 @@ package workers
 import (
 	"slices"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
+
 	"github.com/ckf-stream/ckf-stream/ckf/internal/u64map"
 )
 
@@ -78,13 +80,13 @@ func (t *setTable) members(v uint32, buf *[1]uint32) []uint32 {
 
 // keyAt is the binary search of source i among members (ordered by key): the position where i is
 // or would be, and whether it is there. Written out rather than slices.BinarySearchFunc, whose
-// comparison closure would capture srcs on the query path.
-func keyAt(members []uint32, i uint32, srcs []source) (int, bool) {
-	k := srcs[i].key
+// comparison closure would capture keys on the query path.
+func keyAt(members []uint32, i uint32, keys []ckf.SourceKey) (int, bool) {
+	k := keys[i]
 	lo, hi := 0, len(members)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if srcs[members[m]].key.Less(k) {
+		if keys[members[m]].Less(k) {
 			lo = m + 1
 		} else {
 			hi = m
@@ -141,7 +143,7 @@ func (t *setTable) release(v uint32) {
 
 // with returns the holder value of v plus source i, taking a reference on the result and
 // releasing v's, and whether i was already a holder (then v is returned unchanged).
-func (t *setTable) with(v, i uint32, srcs []source) (uint32, bool) {
+func (t *setTable) with(v, i uint32, keys []ckf.SourceKey) (uint32, bool) {
 	if m := t.lastWith; m.nv != 0 && m.v == v && m.i == i {
 		t.sets[m.nv].refs++
 		t.release(v)
@@ -155,7 +157,7 @@ func (t *setTable) with(v, i uint32, srcs []source) (uint32, bool) {
 		if o == i {
 			return v, true
 		}
-		if srcs[o].key.Less(srcs[i].key) {
+		if keys[o].Less(keys[i]) {
 			t.scratch = append(t.scratch[:0], o, i)
 		} else {
 			t.scratch = append(t.scratch[:0], i, o)
@@ -165,7 +167,7 @@ func (t *setTable) with(v, i uint32, srcs []source) (uint32, bool) {
 		return nv, false
 	}
 	s := &t.sets[v]
-	at, found := keyAt(s.members, i, srcs)
+	at, found := keyAt(s.members, i, keys)
 	if found {
 		return v, true
 	}
@@ -183,7 +185,7 @@ func (t *setTable) with(v, i uint32, srcs []source) (uint32, bool) {
 // without returns the holder value of v minus source i (0 when none is left), taking a
 // reference on the result and releasing v's, and whether i was a holder (else v is returned
 // unchanged).
-func (t *setTable) without(v, i uint32, srcs []source) (uint32, bool) {
+func (t *setTable) without(v, i uint32, keys []ckf.SourceKey) (uint32, bool) {
 	if m := t.lastWithout; m.nv != 0 && m.v == v && m.i == i {
 		t.sets[m.nv].refs++
 		t.release(v)
@@ -199,7 +201,7 @@ func (t *setTable) without(v, i uint32, srcs []source) (uint32, bool) {
 		return v, false
 	}
 	s := &t.sets[v]
-	at, found := keyAt(s.members, i, srcs)
+	at, found := keyAt(s.members, i, keys)
 	if !found {
 		return v, false
 	}
@@ -221,14 +223,14 @@ func (t *setTable) without(v, i uint32, srcs []source) (uint32, bool) {
 }
 
 // has reports whether source i holds v.
-func (t *setTable) has(v, i uint32, srcs []source) bool {
+func (t *setTable) has(v, i uint32, keys []ckf.SourceKey) bool {
 	switch {
 	case v == 0:
 		return false
 	case isSingle(v):
 		return singleIndex(v) == i
 	}
-	_, found := keyAt(t.sets[v].members, i, srcs)
+	_, found := keyAt(t.sets[v].members, i, keys)
 	return found
 }
 
