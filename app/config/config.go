@@ -567,6 +567,11 @@ type Relay struct {
 	// removed without a clear stops being counted then). Above silent_source_after. Default 1h
 	// (relay.DefaultRelayForgetSourceAfter).
 	ForgetSourceAfter time.Duration `yaml:"forget_source_after"`
+	// RemoteRegions are the MirrorMaker aliases of the other regions whose indexers read this
+	// relay's lane: their snapshot requests reach it on MirrorMaker's copies of their control
+	// topics, <alias>.<topics.control> (regions.go, design §8), which must exist when the relay
+	// starts. Default none (one region).
+	RemoteRegions []string `yaml:"remote_regions"`
 }
 
 // Bridge configures processor bridge: one engine worker's KV-cache events, read from the
@@ -774,6 +779,9 @@ func (c *Config) resolve() {
 	}
 	if len(c.Indexer.ReplyTopicPrefixes) == 0 {
 		c.Indexer.ReplyTopicPrefixes = nil
+	}
+	if len(c.Relay.RemoteRegions) == 0 {
+		c.Relay.RemoteRegions = nil
 	}
 	if len(c.Workers.ReplyTopicPrefixes) == 0 {
 		c.Workers.ReplyTopicPrefixes = nil

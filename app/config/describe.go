@@ -137,6 +137,7 @@ var descriptions = map[string]Description{
 	"relay.checkpoint_interval":     {"checkpoint the relay's exact state this long after the previous one; 0 disables", relayCommands},
 	"relay.checkpoint_every_events": {"also checkpoint after this many KV events; 0 disables", relayCommands},
 	"relay.silent_source_after":     {"count a source (worker, dp rank) silent after this long without a KV event while another published within it (ckf_relay_silent_sources); > 0", relayCommands},
+	"relay.remote_regions":          {"aliases of the other regions whose indexers read this lane: their snapshot requests arrive on <alias>.<topics.control> (design §8)", []string{CommandRelay}},
 	"relay.forget_source_after":     {"drop a source from the silence watch after this long without a KV event; above relay.silent_source_after", relayCommands},
 
 	"workers.dc_id":                {"DC id whose KV-events topic (topics.kv_events) this worker-stage replica reads; names its answers and keys its checkpoints", workersCommands},

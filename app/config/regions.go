@@ -157,3 +157,33 @@ func (ix Indexer) LaneSources(t Topics) map[uint8]streams.LaneSource {
 	}
 	return out
 }
+
+// validateRegions applies relay.remote_regions' rules: each a region alias, listed once, whose
+// control topic's copy has a name within Kafka's limit.
+func (r Relay) validateRegions(t Topics, p *problems) {
+	seen := map[string]bool{}
+	for _, alias := range r.RemoteRegions {
+		if err := streams.CheckRegionAlias(alias); err != nil {
+			p.add("relay.remote_regions", "%v", err)
+			continue
+		}
+		if seen[alias] {
+			p.add("relay.remote_regions", "region %q is listed twice", alias)
+			continue
+		}
+		seen[alias] = true
+		if err := streams.CheckMirroredTopic(streams.MirroredTopic(streams.MirrorPolicyDefault, alias, t.Control)); err != nil {
+			p.add("relay.remote_regions", "%v", err)
+		}
+	}
+}
+
+// MirroredControl returns the control topics of relay.remote_regions as MirrorMaker names their
+// copies in this region (its default policy: requests flow back only under it, design §8).
+func (r Relay) MirroredControl(t Topics) []string {
+	var out []string
+	for _, alias := range r.RemoteRegions {
+		out = append(out, streams.MirroredTopic(streams.MirrorPolicyDefault, alias, t.Control))
+	}
+	return out
+}

@@ -78,3 +78,24 @@ indexer:
 		}
 	}
 }
+
+// TestRelayRemoteRegions: relay.remote_regions names the copies of the other regions' control
+// topics the relay reads; a bad or repeated alias is refused naming the setting.
+func TestRelayRemoteRegions(t *testing.T) {
+	cfg := mustLoad(t, []string{"--relay.remote_regions=eu, us"}, nil)
+	if got, want := cfg.Relay.MirroredControl(cfg.Topics), []string{"eu." + cfg.Topics.Control, "us." + cfg.Topics.Control}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("mirrored control topics %v, want %v", got, want)
+	}
+	if got := mustLoad(t, nil, nil).Relay.MirroredControl(cfg.Topics); got != nil {
+		t.Fatalf("no remote regions: %v", got)
+	}
+	for _, tc := range []struct{ arg, want string }{
+		{"--relay.remote_regions=eu,eu", `config: relay.remote_regions: region "eu" is listed twice`},
+		{"--relay.remote_regions=e.u", `config: relay.remote_regions: region alias "e.u" holds '.'`},
+	} {
+		_, err := config.Load(config.Sources{Args: []string{tc.arg}, LookupEnv: env(nil)})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.arg, err, tc.want)
+		}
+	}
+}

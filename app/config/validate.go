@@ -89,6 +89,7 @@ func (c Config) Validate() error {
 	c.Indexer.validateReplyTopicPrefixes(c.Topics, &p)
 	c.Indexer.validateRegions(c.Topics, &p)
 	c.Relay.validate(&p)
+	c.Relay.validateRegions(c.Topics, &p)
 	c.Bridge.validate(&p)
 	c.Workers.validate(c.Topics, &p)
 	if c.ShutdownTimeout <= 0 {
