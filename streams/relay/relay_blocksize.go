@@ -77,7 +77,8 @@ func (b *blockSizes) sizes() []uint32 {
 }
 
 // describe renders each size with the sources that report it, for the disagreement's log:
-// "16: worker 7 rank 0, worker 8 rank 0; 32: worker 9 rank 1".
+// "16: worker 7 rank 0, worker 8 rank 0; 32: worker 9 rank 1". Past describeSources sources of
+// one size the rest are counted ("and 120 more"), so a DC of many workers logs one short line.
 func (b *blockSizes) describe() string {
 	var parts []string
 	for _, size := range b.sizes() {
@@ -93,14 +94,20 @@ func (b *blockSizes) describe() string {
 			}
 			return cmpU64(uint64(x.rank), uint64(y.rank))
 		})
-		names := make([]string, len(srcs))
-		for i, k := range srcs {
-			names[i] = fmt.Sprintf("worker %d rank %d", k.worker, k.rank)
+		names := make([]string, 0, min(len(srcs), describeSources)+1)
+		for _, k := range srcs[:min(len(srcs), describeSources)] {
+			names = append(names, fmt.Sprintf("worker %d rank %d", k.worker, k.rank))
+		}
+		if n := len(srcs) - describeSources; n > 0 {
+			names = append(names, fmt.Sprintf("and %d more", n))
 		}
 		parts = append(parts, fmt.Sprintf("%d: %s", size, strings.Join(names, ", ")))
 	}
 	return strings.Join(parts, "; ")
 }
+
+// describeSources is how many sources of one size describe names.
+const describeSources = 8
 
 func cmpU64(a, b uint64) int {
 	switch {

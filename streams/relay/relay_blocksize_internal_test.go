@@ -25,4 +25,11 @@ func TestBlockSizesBookkeeping(t *testing.T) {
 	check("the 32-token source clears", b.forget(sourceKey{9, 1}), true, 16, 1)
 	check("a source changes its size", b.note(sourceKey{1, 0}, 8), true, 0, 2)
 	check("the other follows", b.note(sourceKey{2, 0}, 8), true, 8, 1)
+	for w := range uint64(20) {
+		b.note(sourceKey{100 + w, 0}, 4)
+	}
+	if got, want := b.describe(), "4: worker 100 rank 0, worker 101 rank 0, worker 102 rank 0, worker 103 rank 0, worker 104 rank 0, "+
+		"worker 105 rank 0, worker 106 rank 0, worker 107 rank 0, and 12 more; 8: worker 1 rank 0, worker 2 rank 0"; got != want {
+		t.Fatalf("describe of many sources: %q, want %q", got, want)
+	}
 }
