@@ -396,7 +396,7 @@ func (w *Workload) store(i int, wk *worker, blocks []block) {
 	if k == len(blocks) {
 		return
 	}
-	kv := schemas.KvEvent{Kind: schemas.KvStoredEvent}
+	kv := schemas.KvEvent{Kind: schemas.KvStoredEvent, Stored: schemas.KvStored{BlockSize: uint32(w.cfg.BlockSize)}} // the relay stamps it on the lane (consumer §6.5)
 	parent := uint64(0)
 	if k > 0 {
 		parent = blocks[k-1].ext
