@@ -59,9 +59,9 @@ type QueryClientConfig struct {
 // Hedging defaults.
 const (
 	// DefaultHedgeAfter is QueryClientConfig.HedgeAfter's default: above the reply delay p99 of
-	// a healthy service on the development broker under load (tens of ms at 50 requests/s, a
-	// few hundred at 200/s on two shared cores), and with one resend well within the 1 s a
-	// router may wait.
+	// a healthy service on the development machine at 50 requests/s (69–111 ms on two shared
+	// cores under other work, design §5.1), and with one resend well within the 1 s a router
+	// may wait.
 	DefaultHedgeAfter = 250 * time.Millisecond
 	// DefaultMaxHedges is QueryClientConfig.MaxHedges's default.
 	DefaultMaxHedges = 3
