@@ -14,6 +14,17 @@ import (
 // ErrBlockSizeMismatch is the cause of a token-id query refused by CheckBlockSize.
 var ErrBlockSizeMismatch = errors.New("lanes: the query's block size is not the engines'")
 
+// BlockSizeError is CheckBlockSize's refusal: its message is the sentence a router reads ("block_size
+// 32, but the engines of lanes 0-3 (dc …) publish blocks of 16 tokens"), and it matches
+// ErrBlockSizeMismatch.
+type BlockSizeError struct{ msg string }
+
+// Error implements error.
+func (e *BlockSizeError) Error() string { return e.msg }
+
+// Is makes the error match ErrBlockSizeMismatch.
+func (e *BlockSizeError) Is(target error) bool { return target == ErrBlockSizeMismatch }
+
 // LaneBlockSize returns the block size of lane l's DC engines as the lane's latest applied record
 // carried it (schemas.LaneRecord.BlockSize), or 0 when that record carried none (a relay of an
 // earlier revision, a relay that has read no stored event with a size yet, a DC whose engines
@@ -27,10 +38,10 @@ func (ix *Indexer) LaneBlockSize(l uint8) uint32 {
 
 // CheckBlockSize applies consumer §6.5's rule to a token-id query chunked into blocks of size
 // tokens that selects the lanes of mask: nil when every selected lane that knows its engines'
-// block size (LaneBlockSize) knows size (lanes that know none are not judged), else an error
-// matching ErrBlockSizeMismatch whose message names the query's size, each other size and the
-// lanes and DCs that publish it. Pass it to NewAnswerer (query.CheckBlockSize). It allocates
-// only for an error. Safe for concurrent use.
+// block size (LaneBlockSize) knows size (lanes that know none are not judged), else a
+// *BlockSizeError (it matches ErrBlockSizeMismatch) whose message names the query's size, each
+// other size and the lanes and DCs that publish it. Pass it to NewAnswerer
+// (query.CheckBlockSize). It allocates only for an error. Safe for concurrent use.
 func (ix *Indexer) CheckBlockSize(mask uint16, size uint32) error {
 	return CheckBlockSize(ix.g.Manifest(), mask, size, ix.LaneBlockSize)
 }
@@ -67,7 +78,7 @@ func CheckBlockSize(m index.Manifest, mask uint16, size uint32, known func(lane 
 		first = false
 		fmt.Fprintf(&b, "%s (%s) publish blocks of %d tokens", laneList(group), dcList(m, group), k)
 	}
-	return fmt.Errorf("%w: %s", ErrBlockSizeMismatch, b.String())
+	return &BlockSizeError{msg: b.String()}
 }
 
 // laneList renders a lane mask as "lane 2" or "lanes 0-3, 5".
