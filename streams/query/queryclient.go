@@ -195,7 +195,8 @@ type QueryClientStats struct {
 // A call without a correlation id gets a unique one (a random per-client prefix and a counter).
 // The first reply with the id completes the call; later replies with the same id (the service
 // delivers at least once, so duplicates happen) and replies to calls that already timed out are
-// discarded and counted as Unmatched. A call that times out returns ErrQueryTimeout; the
+// discarded and counted as Unmatched (the replies to a resent call's other copies, as
+// Duplicates: see "Hedged resends"). A call that times out returns ErrQueryTimeout; the
 // request may still be answered later. A status of UNAVAILABLE or INVALID_REQUEST is a reply,
 // not an error.
 //
