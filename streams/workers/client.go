@@ -301,16 +301,11 @@ func (c *QueryClient) resend(ctx context.Context, req schemas.WorkerQueryRequest
 	if (*tried)[0] < 0 {
 		(*tried)[0] = query.KeyPartition(key, n)
 	}
-	var missing []uint64
-	if req.DcIDs != nil {
-		answered := call.got()
-		for _, d := range req.DcIDs {
-			if !slices.ContainsFunc(answered, func(r schemas.WorkerQueryReply) bool { return r.DcID == d }) {
-				missing = append(missing, d)
-			}
-		}
-		req.DcIDs = missing
+	missing := missingDCs(req.DcIDs, call.got())
+	if missing != nil && len(missing) == 0 {
+		return false // every DC named has answered; the call completes on its own
 	}
+	req.DcIDs = missing
 	p, err := c.routes.Hedge(*tried, n, missing, sentAt)
 	if err != nil {
 		if errors.Is(err, query.ErrNoHedgeBudget) {
@@ -335,6 +330,22 @@ func (c *QueryClient) resend(ctx context.Context, req schemas.WorkerQueryRequest
 		}
 	})
 	return true
+}
+
+// missingDCs returns the DCs of asked without a reply in answered, or nil (every DC) when asked
+// is nil: a request that names no DCs cannot be narrowed, so its resend asks every DC again and
+// the DCs that answered already send duplicates.
+func missingDCs(asked []uint64, answered []schemas.WorkerQueryReply) []uint64 {
+	if asked == nil {
+		return nil
+	}
+	missing := []uint64{}
+	for _, d := range asked {
+		if !slices.ContainsFunc(answered, func(r schemas.WorkerQueryReply) bool { return r.DcID == d }) {
+			missing = append(missing, d)
+		}
+	}
+	return missing
 }
 
 func (c *QueryClient) forget(id string, call *workerCall) {

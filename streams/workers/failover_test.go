@@ -163,3 +163,18 @@ func TestWorkerHedgedCallsOutrunADeadReplica(t *testing.T) {
 	}
 	t.Logf("after kill -9 of one of 2 replicas: %d Asks answered while the group listed the dead member; client %+v", 3*len(order), st)
 }
+
+// TestMissingDCs: a resend names only the DCs still missing, and a request that names none is
+// resent as it was.
+func TestMissingDCs(t *testing.T) {
+	answered := []schemas.WorkerQueryReply{{DcID: 0xa}, {DcID: 0xc}}
+	if got := missingDCs([]uint64{0xa, 0xb, 0xc, 0xd}, answered); !slices.Equal(got, []uint64{0xb, 0xd}) {
+		t.Fatalf("missing of a, b, c, d with a and c answered: %x", got)
+	}
+	if got := missingDCs(nil, answered); got != nil {
+		t.Fatalf("a request naming no DCs: %x, want nil (every DC)", got)
+	}
+	if got := missingDCs([]uint64{0xa}, nil); !slices.Equal(got, []uint64{0xa}) {
+		t.Fatalf("nothing answered: %x", got)
+	}
+}
