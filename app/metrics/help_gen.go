@@ -87,6 +87,8 @@ var helpText = map[string]string{
 	"ckf_query_requests_total":                        "Query requests received (requests)",
 	"ckf_relay_applied_records":                       "KV records in the state, across restarts (records)",
 	"ckf_relay_as_of_lag_seconds":                     "At the last lane record the relay encoded: its clock minus the record's as_of (how far the lane is behind the DC's KV events, as the relay sees it) (seconds)",
+	"ckf_relay_block_size":                            "The DC's block size every lane record carries; 0 while none is known or the sources disagree (tokens)",
+	"ckf_relay_block_sizes":                           "Distinct block sizes the DC's sources (worker id, dp rank) report in their stored events; above 1 they disagree and lane records carry no size (consumer §6.5; a warning names each size and its sources) (sizes)",
 	"ckf_relay_capacity_omissions_total":              "Blocks left out because the filter is full (blocks)",
 	"ckf_relay_checkpoint_bytes":                      "Size of the last checkpoint's state (bytes)",
 	"ckf_relay_checkpoint_duration_seconds":           "Time to write one checkpoint (seconds)",
