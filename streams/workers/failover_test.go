@@ -2,11 +2,14 @@ package workers
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,8 +25,8 @@ import (
 // with workerFailoverEnv set, so that one can be killed with SIGKILL.
 const workerFailoverEnv = "CKF_WORKER_QUERY_FAILOVER_REPLICA"
 
-// workerFailoverDC is the DC of the replicas; workerFailoverSession their session timeout, long so
-// that "the group still lists the dead member" is a wide window.
+// workerFailoverDC is the DC of the replicas; workerFailoverSession the test's session timeout,
+// long so that "the group still lists the dead member" is a wide window.
 const (
 	workerFailoverDC      = ckf.DcID(0xd1)
 	workerFailoverSession = 20 * time.Second
@@ -37,14 +40,16 @@ func TestWorkerQueryFailoverReplica(t *testing.T) {
 	if spec == "" {
 		t.Skip("a replica process of TestWorkerHedgedCallsOutrunADeadReplica")
 	}
-	f := strings.Split(spec, ",") // brokers|...,requests,replies,dead letters,group,client id
+	f := strings.Split(spec, ",") // brokers|...,requests,replies,dead letters,group,client id,session
 	codec, err := schemas.NewCodec(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultQueryConfig(workerFailoverDC, codec)
 	cfg.RequestTopic, cfg.ReplyTopic, cfg.DeadLetterTopic, cfg.Group = f[1], f[2], f[3], f[4]
-	cfg.SessionTimeout = workerFailoverSession
+	if cfg.SessionTimeout, err = time.ParseDuration(f[6]); err != nil {
+		t.Fatal(err)
+	}
 	answer := func(q *schemas.WorkerQueryRequest) schemas.WorkerQueryReply {
 		return schemas.WorkerQueryReply{CorrelationID: q.CorrelationID, Status: schemas.QueryOK, DcID: uint64(workerFailoverDC),
 			QueryBlocks: uint32(q.Hashes.Len()), AgeMillis: schemas.Some[int64](0), ReplyTime: time.Now()}
@@ -59,6 +64,29 @@ func TestWorkerQueryFailoverReplica(t *testing.T) {
 	}
 }
 
+// startWorkerReplicas starts replica-a and replica-b (TestWorkerQueryFailoverReplica processes)
+// on the topics and group given, with session timeout session; they are killed when tb ends.
+func startWorkerReplicas(tb testing.TB, brokers []string, requests, replies, dlq, group string, session time.Duration) map[string]*exec.Cmd {
+	tb.Helper()
+	procs := map[string]*exec.Cmd{}
+	for _, name := range []string{"replica-a", "replica-b"} {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestWorkerQueryFailoverReplica$", "-test.count=1", "-test.bench=^$")
+		cmd.Env = append(os.Environ(), workerFailoverEnv+"="+strings.Join([]string{strings.Join(brokers, "|"), requests, replies, dlq, group, name, session.String()}, ","))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		out, err := os.Create(tb.TempDir() + "/" + name + ".log")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGKILL); _ = cmd.Wait(); out.Close() })
+		procs[name] = cmd
+	}
+	return procs
+}
+
 // TestWorkerHedgedCallsOutrunADeadReplica (real broker): two replicas of one DC's worker query
 // service, as processes, share a 4-partition request topic; one is killed with SIGKILL. Every
 // Ask made after the kill, the first ones on the dead member's partitions, must be answered while
@@ -70,22 +98,7 @@ func TestWorkerHedgedCallsOutrunADeadReplica(t *testing.T) {
 	const partitions = 4
 	requests, replies, dlq := testenv.NewTopic(t, partitions), testenv.NewTopic(t, partitions), testenv.NewTopic(t, 1)
 	group := testenv.UniqueName(t, "wqfail")
-	procs := map[string]*exec.Cmd{}
-	for _, name := range []string{"replica-a", "replica-b"} {
-		cmd := exec.Command(os.Args[0], "-test.run", "^TestWorkerQueryFailoverReplica$", "-test.count=1")
-		cmd.Env = append(os.Environ(), workerFailoverEnv+"="+strings.Join([]string{strings.Join(brokers, "|"), requests, replies, dlq, group, name}, ","))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		out, err := os.Create(t.TempDir() + "/" + name + ".log")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGKILL); _ = cmd.Wait(); out.Close() })
-		procs[name] = cmd
-	}
+	procs := startWorkerReplicas(t, brokers, requests, replies, dlq, group, workerFailoverSession)
 	adm := testenv.Admin(t)
 	members, parts := map[string]string{}, map[string][]int32{}
 	describe := func() (state string, ids map[string]string) {
@@ -176,5 +189,123 @@ func TestMissingDCs(t *testing.T) {
 	}
 	if got := missingDCs([]uint64{0xa}, nil); !slices.Equal(got, []uint64{0xa}) {
 		t.Fatalf("nothing answered: %x", got)
+	}
+}
+
+// BenchmarkWorkerQueryFailover (real broker) is the scenario on the worker query path, to
+// report, not to assert: two replica processes of one DC (stub answers, the default 6 s session)
+// on a 4-partition request topic, a router's QueryClient asking 50 times a second from 32 slots
+// (an ask due while all are busy is skipped), call timeout 5 s, kill -9 of one replica 15 s in,
+// 40 s of load (CKF_FAILOVER_SECONDS), without resends and with them. It logs the answered asks
+// of every second and reports answered, timed out and skipped asks, the p99 and max wait, and
+// the resends and late duplicates. Run it with -benchtime=1x: one run is one scenario.
+func BenchmarkWorkerQueryFailover(b *testing.B) {
+	brokers := testenv.Brokers(b)
+	seconds := 40
+	if v, err := strconv.Atoi(os.Getenv("CKF_FAILOVER_SECONDS")); err == nil && v > 16 {
+		seconds = v
+	}
+	for _, hedges := range []int{0, query.DefaultMaxHedges} {
+		b.Run(fmt.Sprintf("max_hedges=%d", hedges), func(b *testing.B) {
+			const partitions = 4
+			requests, replies, dlq := testenv.NewTopic(b, partitions), testenv.NewTopic(b, partitions), testenv.NewTopic(b, 1)
+			group := testenv.UniqueName(b, "wqbench")
+			procs := startWorkerReplicas(b, brokers, requests, replies, dlq, group, query.DefaultQuerySessionTimeout)
+			adm := testenv.Admin(b)
+			testenv.WaitUntil(b, 2*time.Minute, "both replicas in a stable group, each holding partitions", func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				gs, err := adm.DescribeGroups(ctx, group)
+				g, ok := gs[group]
+				if err != nil || !ok || g.Err != nil || g.State != "Stable" || len(g.Members) != 2 {
+					return false
+				}
+				for _, m := range g.Members {
+					if ca, ok := m.Assigned.AsConsumer(); !ok || len(ca.Topics) == 0 || len(ca.Topics[0].Partitions) == 0 {
+						return false
+					}
+				}
+				return true
+			})
+			codec, err := schemas.NewCodec(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg := DefaultQueryClientConfig(codec)
+			cfg.RequestTopic, cfg.ReplyTopic, cfg.MaxHedges = requests, replies, hedges
+			c, err := NewQueryClient(context.Background(), QueryClientParams{Config: cfg, Codec: codec, ClientOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(c.Close)
+			var mu sync.Mutex
+			var waits []time.Duration
+			var answered, timeouts, skipped atomic.Int64
+			perSecond := make([]atomic.Int64, seconds+10)
+			start := time.Now()
+			slots := make(chan struct{}, 32)
+			var wg sync.WaitGroup
+			for range 32 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range slots {
+						t0 := time.Now()
+						out, err := c.Ask(context.Background(), schemas.WorkerQueryRequest{Input: schemas.InputLocalBlockHashes,
+							Hashes: schemas.AppendU64s(nil, []uint64{1, 2, 3}), DcIDs: []uint64{uint64(workerFailoverDC)}}, 0)
+						if err != nil || len(out) != 1 {
+							timeouts.Add(1)
+							continue
+						}
+						d := time.Since(t0)
+						answered.Add(1)
+						perSecond[min(int(time.Since(start)/time.Second), len(perSecond)-1)].Add(1)
+						mu.Lock()
+						waits = append(waits, d)
+						mu.Unlock()
+					}
+				}()
+			}
+			b.ResetTimer()
+			killed, due := false, 0
+			for time.Since(start) < time.Duration(seconds)*time.Second {
+				if !killed && time.Since(start) >= 15*time.Second {
+					if err := procs["replica-a"].Process.Signal(syscall.SIGKILL); err != nil {
+						b.Fatal(err)
+					}
+					killed = true
+				}
+				for ; float64(due) < 50*time.Since(start).Seconds(); due++ {
+					select {
+					case slots <- struct{}{}:
+					default:
+						skipped.Add(1)
+					}
+				}
+				time.Sleep(2 * time.Millisecond) // the pace of the load, not a wait for an outcome
+			}
+			close(slots)
+			wg.Wait()
+			b.StopTimer()
+			slices.Sort(waits)
+			if len(waits) == 0 {
+				b.Fatal("no ask answered")
+			}
+			var series []string
+			for i := 12; i < min(30, seconds); i++ {
+				series = append(series, fmt.Sprintf("%d-%ds:%d", i, i+1, perSecond[i].Load()))
+			}
+			st := c.Stats()
+			b.Logf("asked %d: answered %d, timed out %d, skipped %d; wait p50 %v, p99 %v, max %v; resent %d (withheld %d), redirected %d, late duplicates %d; answered per second %s",
+				due, answered.Load(), timeouts.Load(), skipped.Load(), waits[len(waits)/2].Round(time.Microsecond), waits[len(waits)*99/100].Round(time.Microsecond),
+				waits[len(waits)-1].Round(time.Microsecond), st.Hedges, st.HedgesWithheld, st.Redirected, st.Duplicates, strings.Join(series, " "))
+			b.ReportMetric(float64(answered.Load()), "answered")
+			b.ReportMetric(float64(timeouts.Load()), "timeouts")
+			b.ReportMetric(float64(skipped.Load()), "skipped")
+			b.ReportMetric(float64(waits[len(waits)*99/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(waits[len(waits)-1].Microseconds())/1000, "max-ms")
+			b.ReportMetric(float64(st.Hedges), "resends")
+			b.ReportMetric(0, "ns/op")
+		})
 	}
 }
