@@ -20,14 +20,14 @@ const (
 
 var storageTierSymbols = enumSymbols[StorageTier]()
 
-// Residency domains with a defined meaning. KvEvent.ResidencyDomain carries
-// any other string unchanged so the relay can fail closed on it.
 // HeaderLostHistory is the record header that marks a KvCleared written in place of engine
 // history the writer lost (a bridge whose engine's replay buffer no longer had the batches): its
 // value is the lost range, two 8-byte big-endian sequence numbers. A relay counts such clears
 // and the sources they leave degraded (LaneRecord.Sources).
 const HeaderLostHistory = "ckf-bridge-lost"
 
+// Residency domains with a defined meaning. KvEvent.ResidencyDomain carries
+// any other string unchanged so the relay can fail closed on it.
 const (
 	ResidencyWorker     = "worker"
 	ResidencyCacheOwner = "cache_owner"

@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 )
 
-// ErrIncompatibleSchema: the registry refused to register an embedded schema
+// ErrIncompatibleSchema means the registry refused to register an embedded schema
 // because it breaks the compatibility level in force for the subject (HTTP
 // 409, the Confluent API's error code 409, which Apicurio's ccompat API uses
 // too). RegistryError.Compatibility names the level when the registry told it.

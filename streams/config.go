@@ -6,8 +6,10 @@ import (
 	"time"
 )
 
-// Configuration style, the same for every component of the package (Indexer, LaneFeed, Relay,
-// LaneWriter, QueryService, QueryClient):
+// Configuration style, the same for every component built on this package: its LaneWriter,
+// and in the packages beside it the indexer and lane feed (streams/lanes), the relay
+// (streams/relay), the query service and client (streams/query) and the worker stage
+// (streams/workers), each of which checks its configuration with a ConfigCheck:
 //
 //   - Each configuration type has a constructor of its defaults (DefaultIndexerConfig,
 //     DefaultRelayConfig, ...). Callers start from it and change what they need; the zero value
@@ -21,15 +23,15 @@ import (
 //     first incarnation (from the start time); their doc comments say so, and the component's
 //     Config accessor returns the configuration with them derived.
 
-// ErrInvalidConfig is matched (errors.Is) by every configuration error of the package's New…
-// functions.
+// ErrInvalidConfig is matched (errors.Is) by every configuration error of the New… functions
+// that check their configuration with a ConfigCheck.
 var ErrInvalidConfig = errors.New("streams: invalid configuration")
 
 // ConfigError reports an invalid field of one of the package's configurations. It matches
 // ErrInvalidConfig and, when set, Err.
 type ConfigError struct {
 	// Config names the configuration: "indexer", "lane feed", "relay", "lane writer",
-	// "query service" or "query client".
+	// "query service", "query client" or "workers".
 	Config string
 	// Field is the Go path of the field within the configuration, for example "HeartbeatInterval"
 	// or "Feed.ResumeBytes".
@@ -64,42 +66,42 @@ type ConfigCheck struct {
 	err    *ConfigError
 }
 
-// fail records a violation of field unless an earlier one was recorded.
+// Fail records a violation of field unless an earlier one was recorded.
 func (c *ConfigCheck) Fail(field, format string, args ...any) {
 	if c.err == nil {
 		c.err = &ConfigError{Config: c.Config, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
 }
 
-// failWith records a violation of field caused by err unless an earlier one was recorded.
+// FailWith records a violation of field caused by err unless an earlier one was recorded.
 func (c *ConfigCheck) FailWith(field, reason string, err error) {
 	if c.err == nil {
 		c.err = &ConfigError{Config: c.Config, Field: field, Reason: reason, Err: err}
 	}
 }
 
-// positive requires d > 0.
+// Positive requires d > 0.
 func (c *ConfigCheck) Positive(field string, d time.Duration) {
 	if d <= 0 {
 		c.Fail(field, "must be > 0, got %v", d)
 	}
 }
 
-// nonNegative requires d >= 0 (zero's meaning is the field's).
+// NonNegative requires d >= 0 (zero's meaning is the field's).
 func (c *ConfigCheck) NonNegative(field string, d time.Duration) {
 	if d < 0 {
 		c.Fail(field, "must not be negative, got %v", d)
 	}
 }
 
-// named requires a non-empty name.
+// Named requires a non-empty name.
 func (c *ConfigCheck) Named(field, name string) {
 	if name == "" {
 		c.Fail(field, "must be named")
 	}
 }
 
-// result returns the first violation, or nil (a typed nil never escapes as a non-nil error).
+// Result returns the first violation, or nil (a typed nil never escapes as a non-nil error).
 func (c *ConfigCheck) Result() error {
 	if c.err == nil {
 		return nil

@@ -173,7 +173,7 @@ func NewEndOfLog(topic string, starts, ends map[int32]int64) *EndOfLog {
 	return e
 }
 
-// partitions returns every listed partition, in order.
+// Partitions returns every listed partition, in order.
 func (e *EndOfLog) Partitions() []int32 {
 	ps := make([]int32, 0, len(e.ends))
 	for p := range e.ends {
@@ -183,22 +183,22 @@ func (e *EndOfLog) Partitions() []int32 {
 	return ps
 }
 
-// end returns partition p's listed end.
+// End returns partition p's listed end.
 func (e *EndOfLog) End(p int32) (int64, bool) {
 	end, ok := e.ends[p]
 	return end, ok
 }
 
-// start returns partition p's log start as listed (0 when none was listed).
+// Start returns partition p's log start as listed (0 when none was listed).
 func (e *EndOfLog) Start(p int32) int64 { return e.starts[p] }
 
-// reached reports whether every partition has been read up to its end.
+// Reached reports whether every partition has been read up to its end.
 func (e *EndOfLog) Reached() bool { return len(e.pending) == 0 }
 
-// remaining returns how many partitions are not read up to their end yet.
+// Remaining returns how many partitions are not read up to their end yet.
 func (e *EndOfLog) Remaining() int { return len(e.pending) }
 
-// observe records that rec was read, control records included, and reports whether rec lies
+// Observe records that rec was read, control records included, and reports whether rec lies
 // below its partition's end (part of the start-up read) rather than past it (written after the
 // listing). Records of another topic or of a partition not listed are not below any end.
 func (e *EndOfLog) Observe(rec *kgo.Record) (below bool) {
@@ -235,7 +235,7 @@ type fetchPoller interface {
 	PollFetches(ctx context.Context) kgo.Fetches
 }
 
-// read reads the pending partitions from their log start to their end with a client of its own
+// Read reads the pending partitions from their log start to their end with a client of its own
 // (opts carry the connection; the assignment and EndOfLogConsumerOpts are added), calling fn for
 // every data record below its partition's end, in partition order. It fetches nothing when every
 // partition is already reached.
@@ -252,7 +252,7 @@ func (e *EndOfLog) Read(ctx context.Context, opts []kgo.Opt, fn func(*kgo.Record
 	return e.ReadToEnd(ctx, cl, fn)
 }
 
-// readToEnd polls until every partition is reached, calling fn for every data record below its
+// ReadToEnd polls until every partition is reached, calling fn for every data record below its
 // partition's end; control records and records past the end are only counted. It returns nil
 // once caught up, an *EndOfLogError wrapping ctx's error when ctx ends first, or one wrapping
 // the first fetch error (franz-go retries transient errors itself; what reaches a poll is not

@@ -31,15 +31,15 @@ type LagCommitter struct {
 	last      time.Time       // when the last commit was attempted
 }
 
-// pending reports whether positions differ from what the group last received.
+// Pending reports whether positions differ from what the group last received.
 func (c *LagCommitter) Pending(positions map[int32]int64) bool {
 	return c.Group != "" && len(positions) > 0 && !maps.Equal(positions, c.committed)
 }
 
-// nextAt is the earliest time an unforced commit may run.
+// NextAt is the earliest time an unforced commit may run.
 func (c *LagCommitter) NextAt() time.Time { return c.last.Add(c.Interval) }
 
-// commit commits positions into the group when they moved since the last commit and the interval
+// Commit commits positions into the group when they moved since the last commit and the interval
 // has passed since the last attempt (force: whatever the interval). committed says whether a
 // commit succeeded; err is the failure of an attempted one, for the caller to count and log (it
 // is never fatal: the next call retries).
@@ -65,7 +65,7 @@ func (c *LagCommitter) Commit(cl *kgo.Client, now time.Time, positions map[int32
 	return true, nil
 }
 
-// lagFromStable lists the topic's last stable offsets (ListOffsets under read_committed) and
+// LagFromStable lists the topic's last stable offsets (ListOffsets under read_committed) and
 // returns, summed over its partitions, how far positions are behind them: the lag of the offsets
 // just committed, counted as a read_committed consumer can reach, which group lag tools (counting
 // to the high watermark) can exceed only by records of open transactions and records written

@@ -45,7 +45,7 @@ const (
 	MaxRelayLaneRecordBytes = 16 << 20
 )
 
-// ErrLaneRecordLimitTooSmall: the lane topic's max.message.bytes is below MinLaneRecordBytes, too
+// ErrLaneRecordLimitTooSmall means the lane topic's max.message.bytes is below MinLaneRecordBytes, too
 // small for a lane record, or the checkpoint topic's leaves no room for a checkpoint chunk. The
 // relay's Run returns it (wrapped) at the incarnation that read it: raise the topic's
 // max.message.bytes.

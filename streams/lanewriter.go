@@ -29,7 +29,7 @@ const (
 	MaxLaneRecordBytes = 1 << 30
 )
 
-// ErrLaneRecordTooLarge: a delta has more images than one record of the writer's
+// ErrLaneRecordTooLarge means a delta has more images than one record of the writer's
 // MaxRecordBytes carries (LaneWriter.MaxDeltaImages). WriteDeltas returns it, wrapped, before
 // producing anything; the relay never hits it, since it splits its publications to that size.
 var ErrLaneRecordTooLarge = errors.New("streams: delta larger than the lane record limit")
@@ -400,7 +400,7 @@ func (w *LaneWriter) WriteDeltas(ctx context.Context, ds []ckf.Delta) error {
 	return w.WriteDeltasWith(ctx, ds, nil, nil)
 }
 
-// writeDeltasWith writes ds in order, then extra (records of other partitions, the relay's
+// WriteDeltasWith writes ds in order, then extra (records of other partitions, the relay's
 // checkpoint chunks), then what after adds once their offsets are known: one unit, one
 // transaction when transactional.
 func (w *LaneWriter) WriteDeltasWith(ctx context.Context, ds []ckf.Delta, extra []*kgo.Record, after func([]*kgo.Record) ([]*kgo.Record, error)) error {

@@ -77,7 +77,7 @@ func NewEnvOn(t testing.TB, c *testenv.Cluster, expectedBlocks uint64) *Env {
 	}
 }
 
-// manifest returns a manifest with lane l owned by DC 100+l for each given lane.
+// Manifest returns a manifest with lane l owned by DC 100+l for each given lane.
 func (e *Env) Manifest(consumer ckf.ConsumerInstanceID, lanes ...uint8) index.Manifest {
 	e.T.Helper()
 	var ml index.ManifestLanes
@@ -99,7 +99,7 @@ type RunningIndexer struct {
 	done    chan error
 }
 
-// indexerConfig returns the indexer configuration of the tests: the defaults on the test's
+// IndexerConfig returns the indexer configuration of the tests: the defaults on the test's
 // topics, with freshness bounds no test reaches by accident and no periodic progress events.
 func (e *Env) IndexerConfig() lanes.IndexerConfig {
 	cfg := lanes.DefaultIndexerConfig()
@@ -176,7 +176,7 @@ func (e *Env) Producer(lane uint8, incarnation uint64) *Producer {
 	return e.ProducerWithIdentity(lane, id, state)
 }
 
-// transactionalProducer is producer with a transactional writer, as a relay's: every write is
+// TransactionalProducer is producer with a transactional writer, as a relay's: every write is
 // one transaction, so the lane partition holds commit markers.
 func (e *Env) TransactionalProducer(lane uint8, incarnation uint64) *Producer {
 	e.T.Helper()
@@ -185,7 +185,7 @@ func (e *Env) TransactionalProducer(lane uint8, incarnation uint64) *Producer {
 	return e.producerOn(cl, true, lane, id, state)
 }
 
-// producerState is a fresh exact state of the env's size and the identity of lane's pool at
+// ProducerState is a fresh exact state of the env's size and the identity of lane's pool at
 // incarnation.
 func (e *Env) ProducerState(lane uint8, incarnation uint64) (ckf.ProducerIdentity, *producer.DcState) {
 	e.T.Helper()
@@ -219,7 +219,7 @@ func (e *Env) producerOn(cl *kgo.Client, transactional bool, lane uint8, id ckf.
 	return p
 }
 
-// snapshot publishes a barrier snapshot (tail first, on the old wire lease).
+// Snapshot publishes a barrier snapshot (tail first, on the old wire lease).
 func (p *Producer) Snapshot() streams.SnapshotPosition {
 	p.t.Helper()
 	p.epoch++
@@ -234,7 +234,7 @@ func (p *Producer) Snapshot() streams.SnapshotPosition {
 	return pos
 }
 
-// storeChain stores a chain of n new blocks, optionally continuing the first k blocks of an
+// StoreChain stores a chain of n new blocks, optionally continuing the first k blocks of an
 // existing chain (a shared prefix), and publishes the delta.
 func (p *Producer) StoreChain(n int, prefixOf []uint64, k int) []uint64 {
 	p.t.Helper()
@@ -270,7 +270,7 @@ func (p *Producer) apply(ev producer.RouterEvent) {
 
 func errorsIsCapacity(err error) bool { return errors.Is(err, ckf.ErrCapacityExhausted) }
 
-// clearWorker clears everything worker 1 stored.
+// ClearWorker clears everything worker 1 stored.
 func (p *Producer) ClearWorker() {
 	p.apply(producer.RouterEvent{WorkerID: 1, Event: producer.KvCacheEvent{Kind: producer.KvEventCleared}})
 	p.Chains = nil
@@ -336,7 +336,7 @@ func (e *Env) WatchEvents() *EventLog {
 	return log
 }
 
-// waitFor returns the first event of lane matching match, waiting up to timeout.
+// WaitFor returns the first event of lane matching match, waiting up to timeout.
 func (l *EventLog) WaitFor(t *testing.T, lane uint8, timeout time.Duration, what string, match func(ev schemas.LaneEvent) bool) schemas.LaneEvent {
 	t.Helper()
 	var found schemas.LaneEvent
@@ -368,7 +368,7 @@ func (l *EventLog) WaitFor(t *testing.T, lane uint8, timeout time.Duration, what
 	return found
 }
 
-// count returns how many events of lane seen so far match.
+// Count returns how many events of lane seen so far match.
 func (l *EventLog) Count(lane uint8, match func(ev schemas.LaneEvent) bool) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -53,7 +53,7 @@ func (r *RawLane) Delta(id ckf.ProducerIdentity, base, seq uint64, images ...[2]
 		Delta: schemas.Delta{BaseSequence: base, Sequence: seq, Images: packed}}))
 }
 
-// chunks writes a snapshot of words as chunks of size n, in the given chunk order.
+// Chunks writes a snapshot of words as chunks of size n, in the given chunk order.
 func (r *RawLane) Chunks(id ckf.ProducerIdentity, seq uint64, words []uint64, n int, order []int) {
 	r.t.Helper()
 	count := (len(words) + n - 1) / n
