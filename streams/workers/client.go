@@ -82,7 +82,7 @@ func DefaultQueryClientConfig(codec *schemas.Codec) query.QueryClientConfig {
 	return c
 }
 
-// ErrWorkerQueryTimeout: not every DC asked for answered within the call's deadline.
+// ErrWorkerQueryTimeout means not every DC asked for answered within the call's deadline.
 var ErrWorkerQueryTimeout = errors.New("streams: worker query timed out waiting for its replies")
 
 // NewQueryClient validates the configuration (query.QueryClientConfig's rules; empty topic names
