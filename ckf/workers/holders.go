@@ -70,7 +70,7 @@ func (h *holderTable) Bytes() uint64 {
 	return uint64(len(h.slots)) * uint64(unsafe.Sizeof(holderSlot{}))
 }
 
-// get returns k's holder value, 0 when absent. walkDevice carries a copy of this loop.
+// get returns k's holder value, 0 when absent.
 func (h *holderTable) get(k uint64) uint32 {
 	if i := h.find(k); i >= 0 {
 		return h.slots[i].val
@@ -222,4 +222,18 @@ func (h *holderTable) place(c holderSlot) bool {
 		}
 	}
 	return false
+}
+
+// probe is the lookup of k in slots (a holderTable's, with its seed and shift): k's holder
+// value, 0 when absent. It scans from k's home to k or to an empty slot, without find's Robin
+// Hood early exit for an absent key (a walk misses once, where it ends), which keeps it small
+// enough for the compiler to inline into the query walk's loops (runFrom, runFromLocal).
+func probe(slots []holderSlot, seed uint64, shift uint8, k uint64) uint32 {
+	hi, lo := bits.Mul64(k^seed, mixFold)
+	for i := (hi ^ lo) >> shift; i < uint64(len(slots)); i++ {
+		if s := &slots[i]; s.val == 0 || s.k() == k {
+			return s.val
+		}
+	}
+	return 0
 }

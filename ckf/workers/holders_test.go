@@ -8,7 +8,8 @@ import (
 
 // TestHolderTableMatchesMap: random upserts and deletions (keys from a small range, 0 included,
 // so that they collide, runs form and the table grows and shrinks) leave a holderTable with a Go
-// map's contents, and its Robin Hood order intact (every key reachable from its home over live
+// map's contents (by get and by the query walk's probe, present and absent keys), and its Robin
+// Hood order intact (every key reachable from its home over live
 // slots, distances growing by at most one per step).
 func TestHolderTableMatchesMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -35,6 +36,15 @@ func TestHolderTableMatchesMap(t *testing.T) {
 		for k, v := range want {
 			if got := h.get(k); got != v {
 				t.Fatalf("get(%#x) = %d, want %d", k, got, v)
+			}
+			if got := probe(h.slots, h.seed, h.shift, k); got != v {
+				t.Fatalf("probe(%#x) = %d, want %d", k, got, v)
+			}
+		}
+		for x := range keyRange + 1 { // absent keys too: both lookups say 0
+			k := x * 0x5851F42D4C957F2D
+			if _, ok := want[k]; !ok && (h.get(k) != 0 || (h.live > 0 && probe(h.slots, h.seed, h.shift, k) != 0)) {
+				t.Fatalf("%#x is absent, get %d", k, h.get(k))
 			}
 		}
 		n := 0

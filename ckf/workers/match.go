@@ -2,7 +2,6 @@ package workers
 
 import (
 	"cmp"
-	"math/bits"
 	"slices"
 	"unsafe"
 
@@ -156,8 +155,6 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, local []ckf.LocalBlockHas
 	r.dropped, r.cuts = r.dropped[:0], r.cuts[:0]
 	dev := &ix.tiers[producer.StorageTierDevice]
 	fused := local != nil
-	var prev uint64 // the fused walk's last canonical hash
-	filled := 0     // the fused walk's positions of query computed so far
 	if dev.live == 0 {
 		if fused {
 			finishChain(query, local, 0, 0)
@@ -173,44 +170,27 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, local []ckf.LocalBlockHas
 	var buf [1]uint32
 	var active []uint32
 	keys := ix.keys
-	slots, seed, shift := dev.slots, dev.seed, dev.shift
-	cur := uint32(0) // a holder value whose holders include every active source
+	var prev uint64 // the fused walk's last canonical hash
+	filled := 0     // the fused walk's positions of query computed so far
+	// cur is a holder value whose holders include every active source; before the first block,
+	// a value no entry has (set ids and single holders never have every bit set), so that the
+	// first lookup always stops the run.
+	cur := ^uint32(0)
 	depth := len(query)
-	for pos := range query {
-		if warm && pos+lookahead < len(query) {
-			dev.Prefetch(uint64(query[pos+lookahead]))
-		}
-		k, v := uint64(query[pos]), uint32(0)
+	for pos := 0; pos < len(query); pos++ {
+		var v uint32
 		if fused {
-			if pos == 0 {
-				prev = uint64(ckf.CanonicalRoot(local[0]))
-			} else {
-				prev = ckf.NextSequenceHash(prev, uint64(local[pos]))
-			}
-			query[pos], k, filled = ckf.CanonicalHash(prev), prev, pos+1
+			pos, v, prev = runFromLocal(dev, local, query, pos, prev, cur)
+			filled = min(pos+1, len(query))
+		} else {
+			pos, v = runFrom(dev, query, pos, cur, warm)
 		}
-		// holderTable.get, inlined: this lookup is most of a query's work.
-		hi, lo := bits.Mul64(k^seed, mixFold)
-		for i, d := (hi^lo)>>shift, uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
-			s := &slots[i]
-			if s.val == 0 {
-				break
-			}
-			sk := s.k()
-			if sk == k {
-				v = s.val
-				break
-			}
-			if hi, lo := bits.Mul64(sk^seed, mixFold); i-(hi^lo)>>shift < d {
-				break
-			}
+		if pos == len(query) {
+			break
 		}
 		if v == 0 {
 			depth = pos
 			break
-		}
-		if v == cur {
-			continue
 		}
 		if pos == 0 {
 			active = append(r.active[:0], ix.sets.members(v, &buf)...)
@@ -248,6 +228,45 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, local []ckf.LocalBlockHas
 		finishChain(query, local, filled, prev)
 	}
 	return active, uint32(depth)
+}
+
+// runFrom returns the first position from from on whose device holder value differs from cur,
+// and that value; len(query) and cur when there is none. This loop is most of a query's work: it
+// holds only what it needs, so the compiler keeps it in registers (walkDevice's own loop does
+// not), and probe is inlined. With warm it prefetches the slot lookahead positions ahead.
+func runFrom(dev *holderTable, query []ckf.CanonicalHash, from int, cur uint32, warm bool) (int, uint32) {
+	slots, seed, shift := dev.slots, dev.seed, dev.shift
+	for pos := from; pos < len(query); pos++ {
+		if warm && pos+lookahead < len(query) {
+			dev.Prefetch(uint64(query[pos+lookahead]))
+		}
+		if v := probe(slots, seed, shift, uint64(query[pos])); v != cur {
+			return pos, v
+		}
+	}
+	return len(query), cur
+}
+
+// runFromLocal is runFrom for the fused walk: it computes chain[pos] from local as it reaches
+// pos (prev being chain[from-1] when from > 0) and also returns the last hash it computed.
+func runFromLocal(dev *holderTable, local []ckf.LocalBlockHash, chain []ckf.CanonicalHash, from int, prev uint64, cur uint32) (int, uint32, uint64) {
+	slots, seed, shift := dev.slots, dev.seed, dev.shift
+	if from == 0 && len(local) > 0 {
+		prev = uint64(ckf.CanonicalRoot(local[0]))
+		chain[0] = ckf.CanonicalHash(prev)
+		if v := probe(slots, seed, shift, prev); v != cur {
+			return 0, v, prev
+		}
+		from = 1
+	}
+	for pos := from; pos < len(local); pos++ {
+		prev = ckf.NextSequenceHash(prev, uint64(local[pos]))
+		chain[pos] = ckf.CanonicalHash(prev)
+		if v := probe(slots, seed, shift, prev); v != cur {
+			return pos, v, prev
+		}
+	}
+	return len(local), cur, prev
 }
 
 // finishChain computes chain[filled:] from local, prev being chain[filled-1] (when filled > 0).
