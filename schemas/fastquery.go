@@ -56,10 +56,12 @@ func appendQueryRequestBody(dst []byte, q *QueryRequest) []byte {
 	} else {
 		dst = appendLong(append(dst, 2), q.RequestTime.UnixMicro())
 	}
-	if !q.MaxAgeMillis.Valid {
-		return append(dst, 0)
+	if q.MaxAgeMillis.Valid {
+		dst = appendLong(append(dst, 2), q.MaxAgeMillis.Value)
+	} else {
+		dst = append(dst, 0)
 	}
-	return appendLong(append(dst, 2), q.MaxAgeMillis.Value)
+	return appendBlockExtraKeys(dst, q.BlockExtraKeys)
 }
 
 func (r *reader) optString() string {
@@ -118,7 +120,38 @@ func (r *reader) queryRequest(nf *nat) QueryRequest {
 			q.MaxAgeMillis = Some(a)
 		}
 	}
+	// block_extra_keys: likewise null from a body of an earlier revision.
+	if !r.failed() && r.remaining() > 0 && r.optIndex() {
+		q.BlockExtraKeys = r.blockExtraKeys(nf)
+	}
 	return q
+}
+
+// blockExtraKeys reads the array of block_extra_keys (after its union index): each item one
+// block's canonical encoding. An item that is not one is reported through nf.
+func (r *reader) blockExtraKeys(nf *nat) []ckf.ExtraKeys {
+	var items [][]byte
+	for {
+		n := r.blockCount(1) // an item is at least its length byte
+		if n == 0 {
+			break
+		}
+		if items == nil {
+			items = make([][]byte, 0, n)
+		}
+		for ; n > 0 && !r.failed(); n-- {
+			items = append(items, r.bytes())
+		}
+	}
+	if r.failed() {
+		return nil
+	}
+	keys, err := parseBlockExtraKeys(items)
+	if err != nil {
+		nf.fail(ErrInvalidField, "block_extra_keys", "%v", err)
+		return nil
+	}
+	return keys
 }
 
 // maxTopicNameBytes is Kafka's limit on the length of a topic name.

@@ -123,6 +123,18 @@ func testQueryRequests() map[string]QueryRequest {
 			LoraName: "adapter-a", CacheNamespace: "tenant-7",
 			LaneMask: Some[uint16](0x00F1), ReplyTopic: "router-3-replies", ReplyPartition: Some[int32](3),
 			RequestTime: testTime(1_780_000_000_000_001), MaxAgeMillis: Some[int64](250),
+			BlockExtraKeys: []ckf.ExtraKeys{{ckf.ExtraTupleValue(ckf.ExtraStringValue("img-a"), ckf.ExtraIntValue(-3)), ckf.ExtraStringValue("salt-1")}},
+		},
+		// Every kind of extra-key value, a block without keys between two with, and the entry of
+		// a trailing partial block (8 tokens in blocks of 3: three windows).
+		"extra-keys": {
+			CorrelationID: "req-x", Input: InputTokenIDs, Tokens: AppendU32s(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8}), BlockSize: 3,
+			BlockExtraKeys: []ckf.ExtraKeys{
+				{ckf.ExtraNil(), ckf.ExtraBoolValue(true), ckf.ExtraIntValue(-1), ckf.ExtraUintValue(1<<64 - 1), ckf.ExtraFloatValue(0.5),
+					ckf.ExtraStringValue("ü"), ckf.ExtraBytesValue([]byte{0, 0xff}), ckf.ExtraTupleValue(), ckf.ExtraTupleValue(ckf.ExtraTupleValue(ckf.ExtraIntValue(7)))},
+				nil,
+				{ckf.ExtraStringValue("salt")},
+			},
 		},
 		"max-age-zero": {CorrelationID: "y", Input: InputLocalBlockHashes, Hashes: AppendU64s(nil, []uint64{1}), MaxAgeMillis: Some[int64](0)},
 		"empty-mask":   {CorrelationID: "x", Input: InputLocalBlockHashes, Hashes: PackedU64{}, LaneMask: Some[uint16](0), ReplyPartition: Some[int32](0)},

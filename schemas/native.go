@@ -173,13 +173,14 @@ func queryRequestNative(q *QueryRequest) map[string]any {
 		part = union("int", q.ReplyPartition.Value)
 	}
 	return map[string]any{
-		"correlation_id":  q.CorrelationID,
-		"input":           input,
-		"lane_mask":       mask,
-		"reply_topic":     optString(q.ReplyTopic),
-		"reply_partition": part,
-		"request_time":    optTime(q.RequestTime),
-		"max_age_ms":      optLong(q.MaxAgeMillis),
+		"correlation_id":   q.CorrelationID,
+		"input":            input,
+		"lane_mask":        mask,
+		"reply_topic":      optString(q.ReplyTopic),
+		"reply_partition":  part,
+		"request_time":     optTime(q.RequestTime),
+		"max_age_ms":       optLong(q.MaxAgeMillis),
+		"block_extra_keys": blockExtraKeysNative(q.BlockExtraKeys),
 	}
 }
 
@@ -638,6 +639,7 @@ func (n *nat) queryRequest(v any) QueryRequest {
 		}
 		q.MaxAgeMillis = o
 	}
+	q.BlockExtraKeys = n.blockExtraKeys(m) // absent from writer schemas before the field
 	if o := n.optLong(m, "", "lane_mask"); o.Valid {
 		if o.Value < 0 || o.Value > int64(AllLanes) {
 			n.fail(ErrInvalidField, "lane_mask", "%d sets bits above lane 15", o.Value)
@@ -666,6 +668,33 @@ func (n *nat) queryRequest(v any) QueryRequest {
 		n.fail(ErrMalformed, "input", "unknown branch %q", branch)
 	}
 	return q
+}
+
+// blockExtraKeys reads the optional block_extra_keys field; a writer schema without it reads
+// as none.
+func (n *nat) blockExtraKeys(m map[string]any) []ckf.ExtraKeys {
+	b, av := n.branch(m, "", "block_extra_keys", true)
+	if b == "" {
+		return nil
+	}
+	arr, ok := av.([]any)
+	if !ok {
+		n.fail(ErrMalformed, "block_extra_keys", "expected an array, got %T", av)
+		return nil
+	}
+	items := make([][]byte, len(arr))
+	for i, it := range arr {
+		if items[i], ok = it.([]byte); !ok {
+			n.fail(ErrMalformed, "block_extra_keys", "entry %d: expected bytes, got %T", i, it)
+			return nil
+		}
+	}
+	keys, err := parseBlockExtraKeys(items)
+	if err != nil {
+		n.fail(ErrInvalidField, "block_extra_keys", "%v", err)
+		return nil
+	}
+	return keys
 }
 
 func (n *nat) queryReply(v any) QueryReply {

@@ -35,9 +35,9 @@ func ValidBlockSize(n uint32) bool { return n >= 1 && n <= MaxBlockSize }
 // which there are entries (block i's in entry i): none at all is always
 // legal; otherwise q must be a token-id query with a valid block size, and
 // entries may not exceed the number of windows of BlockSize tokens in Tokens,
-// a trailing partial window counted (one entry per block). The Kafka
-// QueryRequest has no field for extra keys yet; the answerer
-// (streams/query.Answerer.AnswerExtra) and the HTTP contract
+// a trailing partial window counted (one entry per block). The codec
+// (QueryRequest.BlockExtraKeys and WorkerQueryRequest.BlockExtraKeys), the
+// answerer (streams/query.Answerer.AnswerExtra) and the HTTP contract
 // (queryapi.DecodeRequest, block_extra_keys) apply this one rule. The error
 // is the rule's text alone, for the caller to wrap; it allocates only then.
 func CheckBlockExtraKeys(q *QueryRequest, entries int) error {
@@ -96,6 +96,13 @@ type QueryRequest struct {
 	// answered LaneStale, without a depth. Absent (null on the wire) accepts any age the
 	// indexer's freshness policy keeps; a present value must be non-negative.
 	MaxAgeMillis Optional[int64]
+	// BlockExtraKeys (with token ids only) gives block i's extra keys in entry i, as
+	// ckf.TokenBlockHashExtra hashes them: the values the engine mixed into that block's hash
+	// besides its tokens, in the engine's order, the LoRA name left out (LoraName salts it);
+	// a nil or empty entry is a block without. At most one entry per block, a trailing
+	// partial block counted (CheckBlockExtraKeys). Empty (null on the wire) for none; on the
+	// wire each entry travels as its canonical encoding (ckf.ExtraKeys.AppendCanonical).
+	BlockExtraKeys []ckf.ExtraKeys
 }
 
 // QueryRoute is where the answer to a query request goes: the fields of a
@@ -159,7 +166,7 @@ func (q *QueryRequest) validate() error {
 	if q.MaxAgeMillis.Valid && q.MaxAgeMillis.Value < 0 {
 		return invalid("max_age_ms", "%d is negative", q.MaxAgeMillis.Value)
 	}
-	return nil
+	return checkBlockExtraKeys(q, q.BlockExtraKeys)
 }
 
 // QueryStatus is the outcome of a query (Avro enum QueryStatus).

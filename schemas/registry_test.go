@@ -207,10 +207,11 @@ func TestRegistryOlderWriterSchema(t *testing.T) {
 	older := mutate(t, TypeQueryRequest, func(top map[string]any) {
 		fields := top["fields"].([]any)
 		last := fields[len(fields)-1].(map[string]any)
-		if last["name"] != "max_age_ms" || fields[len(fields)-2].(map[string]any)["name"] != "request_time" {
-			t.Fatalf("last fields are %v", fields[len(fields)-2:])
+		if last["name"] != "block_extra_keys" || fields[len(fields)-2].(map[string]any)["name"] != "max_age_ms" ||
+			fields[len(fields)-3].(map[string]any)["name"] != "request_time" {
+			t.Fatalf("last fields are %v", fields[len(fields)-3:])
 		}
-		top["fields"] = fields[:len(fields)-2]
+		top["fields"] = fields[:len(fields)-3]
 	})
 	id, _, err := reg.RegisterSchema(reader.Subject(TypeQueryRequest), sr.Schema{Schema: older, Type: sr.TypeAvro})
 	if err != nil {
@@ -224,6 +225,7 @@ func TestRegistryOlderWriterSchema(t *testing.T) {
 	native := queryRequestNative(&q)
 	delete(native, "request_time")
 	delete(native, "max_age_ms")
+	delete(native, "block_extra_keys")
 	b, err := wc.BinaryFromNative(AppendHeader(nil, id), native)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +234,7 @@ func TestRegistryOlderWriterSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.RequestTime, q.MaxAgeMillis = time.Time{}, Optional[int64]{}
+	q.RequestTime, q.MaxAgeMillis, q.BlockExtraKeys = time.Time{}, Optional[int64]{}, nil
 	if !reflect.DeepEqual(got, q) {
 		t.Fatalf("got %+v\nwant %+v", got, q)
 	}

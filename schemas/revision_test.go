@@ -12,7 +12,7 @@ import (
 // the appended trailing fields) under the shared built-in id are read by both decoders, the
 // appended fields as their defaults; bodies of the current revision keep them.
 func TestPreviousRevisionBodies(t *testing.T) {
-	for _, tr := range []RecordType{TypeKvEvent, TypeLaneRecord, TypeLaneEvent, TypeQueryRequest, TypeQueryReply} {
+	for _, tr := range []RecordType{TypeKvEvent, TypeLaneRecord, TypeLaneEvent, TypeQueryRequest, TypeQueryReply, TypeWorkerQueryRequest} {
 		if builtins[tr].previous == nil {
 			t.Fatalf("%s: no previous revision", tr)
 		}
@@ -97,7 +97,16 @@ func TestPreviousRevisionBodies(t *testing.T) {
 	for name, q := range testQueryRequests() {
 		revisions(t, TypeQueryRequest, func() map[string]any { return queryRequestNative(&q) }, func(b []byte, without []string) {
 			want := q
-			want.MaxAgeMillis = Optional[int64]{}
+			for _, f := range without {
+				switch f {
+				case "max_age_ms":
+					want.MaxAgeMillis = Optional[int64]{}
+				case "block_extra_keys":
+					want.BlockExtraKeys = nil
+				default:
+					t.Fatalf("query request field %s not handled", f)
+				}
+			}
 			for cn, c := range codecs {
 				got, err := c.DecodeQueryRequest(b)
 				if err != nil || !reflect.DeepEqual(got, want) {
@@ -124,6 +133,17 @@ func TestPreviousRevisionBodies(t *testing.T) {
 				if err != nil || !reflect.DeepEqual(got, want) {
 					t.Errorf("query reply %s without %v, %s: %v\n got  %+v\n want %+v", name, without, cn, err, got, want)
 				}
+			}
+		})
+	}
+	for name, q := range testWorkerQueryRequests() {
+		revisions(t, TypeWorkerQueryRequest, func() map[string]any { return workerQueryRequestNative(&q) }, func(b []byte, without []string) {
+			want := q
+			want.BlockExtraKeys = nil
+			c := newTestCodec(t)
+			got, err := c.DecodeWorkerQueryRequest(b)
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("worker query request %s without %v: %v\n got  %+v\n want %+v", name, without, err, got, want)
 			}
 		})
 	}

@@ -136,8 +136,10 @@ var appendedFields = map[RecordType][]string{
 	TypeKvEvent:      {"data/KvStored/block_size"},
 	TypeLaneRecord:   {"capacity", "sources", "as_of", "block_size"},
 	TypeLaneEvent:    {"capacity"},
-	TypeQueryRequest: {"max_age_ms"},
+	TypeQueryRequest: {"max_age_ms", "block_extra_keys"},
 	TypeQueryReply:   {"incomplete_lanes", "lane_states"},
+
+	TypeWorkerQueryRequest: {"block_extra_keys"},
 }
 
 var builtins = loadBuiltins()

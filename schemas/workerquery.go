@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // The worker stage's request and reply (worker_query_request.avsc, worker_query_reply.avsc):
@@ -49,15 +51,18 @@ type WorkerQueryRequest struct {
 	ReplyPartition Optional[int32]
 	// RequestTime is the zero Time (null on the wire) when not set.
 	RequestTime time.Time
+	// BlockExtraKeys are the blocks' extra keys of a token query, as QueryRequest.BlockExtraKeys
+	// carries them.
+	BlockExtraKeys []ckf.ExtraKeys
 }
 
-// Prompt returns the request's prompt as a QueryRequest (correlation id, input and reply
-// address; no lane mask and no age bound), the form the prefix-match rules and the HTTP
+// Prompt returns the request's prompt as a QueryRequest (correlation id, input with the blocks'
+// extra keys, and reply address; no lane mask and no age bound), the form the prefix-match rules and the HTTP
 // contract (workerapi.Request.Query) take.
 func (q *WorkerQueryRequest) Prompt() QueryRequest {
 	return QueryRequest{CorrelationID: q.CorrelationID, Input: q.Input, Hashes: q.Hashes, Tokens: q.Tokens,
 		BlockSize: q.BlockSize, LoraName: q.LoraName, CacheNamespace: q.CacheNamespace,
-		ReplyTopic: q.ReplyTopic, ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime}
+		ReplyTopic: q.ReplyTopic, ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime, BlockExtraKeys: q.BlockExtraKeys}
 }
 
 func (q *WorkerQueryRequest) validate() error {
@@ -155,7 +160,7 @@ func unpackWorkerSources(b []byte) []WorkerSource {
 func workerQueryRequestNative(q *WorkerQueryRequest) map[string]any {
 	m := queryRequestNative(&QueryRequest{CorrelationID: q.CorrelationID, Input: q.Input, Hashes: q.Hashes, Tokens: q.Tokens,
 		BlockSize: q.BlockSize, LoraName: q.LoraName, CacheNamespace: q.CacheNamespace, ReplyTopic: q.ReplyTopic,
-		ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime})
+		ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime, BlockExtraKeys: q.BlockExtraKeys})
 	delete(m, "lane_mask")
 	delete(m, "max_age_ms")
 	var dcs any
@@ -187,10 +192,10 @@ func workerQueryReplyNative(r *WorkerQueryReply) map[string]any {
 
 func (n *nat) workerQueryRequest(v any) WorkerQueryRequest {
 	m := n.rec(v, "")
-	q := n.queryRequest(v) // the shared fields; lane_mask and max_age_ms are absent and read as null
+	q := n.queryRequest(v) // the shared fields (block_extra_keys too); lane_mask and max_age_ms are absent and read as null
 	out := WorkerQueryRequest{CorrelationID: q.CorrelationID, Input: q.Input, Hashes: q.Hashes, Tokens: q.Tokens,
 		BlockSize: q.BlockSize, LoraName: q.LoraName, CacheNamespace: q.CacheNamespace, ReplyTopic: q.ReplyTopic,
-		ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime}
+		ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime, BlockExtraKeys: q.BlockExtraKeys}
 	if b, dv := n.branch(m, "", "dc_ids", true); b != "" {
 		raw, ok := dv.([]byte)
 		switch {

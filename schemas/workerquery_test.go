@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 func testWorkerQueryRequests() map[string]WorkerQueryRequest {
@@ -17,6 +19,7 @@ func testWorkerQueryRequests() map[string]WorkerQueryRequest {
 			Tokens: AppendU32s(nil, []uint32{1, 2, 3, 4, 5, 0xFFFFFFFF}), BlockSize: 64,
 			LoraName: "adapter-a", CacheNamespace: "tenant-7", DcIDs: []uint64{1, 1<<64 - 1}, TopK: 3,
 			ReplyTopic: "router-3-worker-replies", ReplyPartition: Some[int32](3), RequestTime: testTime(1_780_000_000_000_001),
+			BlockExtraKeys: []ckf.ExtraKeys{{ckf.ExtraStringValue("salt-1")}},
 		},
 		"no-dc": {CorrelationID: "x", Input: InputLocalBlockHashes, Hashes: PackedU64{}, DcIDs: []uint64{}, TopK: MaxWorkerTopK, ReplyPartition: Some[int32](0)},
 	}
