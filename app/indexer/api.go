@@ -50,7 +50,7 @@ type API struct {
 	g        *index.GlobalIndexer
 	lanes    func() []lanes.LaneStatus
 	eligible func() uint16
-	m        queryMetrics
+	m        query.PathMetrics
 	ids      atomic.Uint64
 	// everEligible has bit l set once lane l has been eligible at any time since start.
 	everEligible atomic.Uint32

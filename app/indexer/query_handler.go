@@ -3,11 +3,9 @@ package indexer
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/ckf-stream/ckf-stream/app/metrics"
 	"github.com/ckf-stream/ckf-stream/queryapi"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/query"
@@ -26,7 +24,7 @@ import (
 func (a *API) QueryHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		a.m.requests.Inc(1)
+		a.m.Requests.Inc(1)
 		if queryapi.IsBinaryContentType(r.Header["Content-Type"]) {
 			a.serveBinary(w, r, start)
 			return
@@ -57,10 +55,10 @@ func (a *API) serveJSON(w http.ResponseWriter, r *http.Request, start time.Time)
 	}
 	answerStart := time.Now()
 	reply := a.ans.AnswerPooledExtra(&req, extra)
-	a.m.answerLatency.RecordDuration(time.Since(answerStart))
-	a.m.replies[reply.Status].Inc(1)
+	a.m.AnswerLatency.RecordDuration(time.Since(answerStart))
+	a.m.Replies[reply.Status].Inc(1)
 	a.writeReply(w, &reply)
-	a.m.latency.RecordDuration(time.Since(start))
+	a.m.Latency.RecordDuration(time.Since(start))
 }
 
 // serveBinary answers a binary request (queryapi.IsBinaryContentType) from pooled memory: the
@@ -86,11 +84,11 @@ func (a *API) serveBinary(w http.ResponseWriter, r *http.Request, start time.Tim
 	}
 	answerStart := time.Now()
 	reply := a.ans.Answer(&req, &bs.sc)
-	a.m.answerLatency.RecordDuration(time.Since(answerStart))
-	a.m.replies[reply.Status].Inc(1)
+	a.m.AnswerLatency.RecordDuration(time.Since(answerStart))
+	a.m.Replies[reply.Status].Inc(1)
 	if reply.Status != schemas.QueryOK {
 		a.writeReply(w, &reply)
-		a.m.latency.RecordDuration(time.Since(start))
+		a.m.Latency.RecordDuration(time.Since(start))
 		return
 	}
 	var out []byte
@@ -107,7 +105,7 @@ func (a *API) serveBinary(w http.ResponseWriter, r *http.Request, start time.Tim
 	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out)
-	a.m.latency.RecordDuration(time.Since(start))
+	a.m.Latency.RecordDuration(time.Since(start))
 }
 
 // newCorrelationID makes up the correlation id of a request that has none: "http-" and a
@@ -120,15 +118,15 @@ func (a *API) newCorrelationID() string {
 // rule, the size limit, reading the body, queryapi's decoding): 415, 413 or 400 with an
 // INVALID_REQUEST JSON body saying why.
 func (a *API) refuse(w http.ResponseWriter, start time.Time, err error) {
-	a.m.invalid.Inc(1)
-	a.m.replies[schemas.QueryInvalidRequest].Inc(1)
+	a.m.Invalid.Inc(1)
+	a.m.Replies[schemas.QueryInvalidRequest].Inc(1)
 	status, err := queryapi.Refusal(err)
 	if status == http.StatusUnsupportedMediaType {
 		w.Header().Set("Accept", queryapi.AcceptValue)
 	}
 	a.writeResponse(w, status, &queryapi.PrefixMatchResponse{Status: schemas.QueryInvalidRequest.String(), Error: err.Error(),
 		Matches: []queryapi.DCMatch{}, Lanes: []queryapi.LaneAnswer{}})
-	a.m.latency.RecordDuration(time.Since(start))
+	a.m.Latency.RecordDuration(time.Since(start))
 }
 
 // writeReply writes reply as the JSON body (queryapi.ResponseOf) with its status
@@ -138,7 +136,7 @@ func (a *API) writeReply(w http.ResponseWriter, reply *schemas.QueryReply) {
 	case schemas.QueryUnavailable:
 		w.Header().Set("Retry-After", "1")
 	case schemas.QueryInvalidRequest:
-		a.m.invalid.Inc(1)
+		a.m.Invalid.Inc(1)
 	}
 	resp := queryapi.ResponseOf(reply, a.pools)
 	a.writeResponse(w, queryapi.StatusCode(reply.Status), &resp)
@@ -176,34 +174,13 @@ var (
 	}()
 )
 
-// queryMetrics are the metrics of one query path, under the names the Kafka query service uses
-// (scope "query": requests, invalid_requests, replies by status, latency_seconds,
-// answer_latency_seconds), tagged path=<path>. The two paths thus share one set of series per
-// name: ckf_query_replies_total{path="http",status="unavailable"} is the HTTP path's unavailable count.
-type queryMetrics struct {
-	requests, invalid      tally.Counter
-	replies                [3]tally.Counter // by schemas.QueryStatus
-	latency, answerLatency tally.Histogram
-}
-
-func newQueryMetrics(root tally.Scope, path string) queryMetrics {
+// newQueryMetrics returns the metrics of one query path: the set every path into the answerer
+// reports (query.PathMetrics: the Kafka query service's names and buckets, scope "query"),
+// tagged path=<path>. On the HTTP path Latency is the whole request (decode, answer, encode,
+// write).
+func newQueryMetrics(root tally.Scope, path string) query.PathMetrics {
 	if root == nil {
 		root = tally.NoopScope
 	}
-	s := root.Tagged(map[string]string{"path": path}).SubScope("query")
-	buckets := tally.DurationBuckets{}
-	for _, sec := range metrics.TimerBuckets() {
-		buckets = append(buckets, time.Duration(sec*float64(time.Second)))
-	}
-	m := queryMetrics{
-		requests: s.Counter("requests_total"),
-		invalid:  s.Counter("invalid_requests_total"),
-		// latency: the whole request on the HTTP path (decode, answer, encode, write).
-		latency:       s.Histogram("latency_seconds", buckets),
-		answerLatency: s.Histogram("answer_latency_seconds", buckets),
-	}
-	for st := schemas.QueryOK; st <= schemas.QueryInvalidRequest; st++ {
-		m.replies[st] = s.Tagged(map[string]string{"status": strings.ToLower(st.String())}).Counter("replies_total")
-	}
-	return m
+	return query.NewPathMetrics(root.Tagged(map[string]string{"path": path}).SubScope("query"))
 }

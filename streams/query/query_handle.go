@@ -57,7 +57,7 @@ func (s *QueryService) processBatch(recs []*kgo.Record) error {
 			if o.status == schemas.QueryInvalidRequest && o.errorMessage != "" {
 				why = o.errorMessage + "; " + why
 			} else {
-				s.m.invalid.Inc(1)
+				s.m.Invalid.Inc(1)
 			}
 			topic, part := s.fallbackRoute(o)
 			if err := s.produceInvalid(o.src, string(o.rec.Key), why, topic, part, o.requestTime); err != nil {
@@ -76,14 +76,14 @@ func (s *QueryService) processBatch(recs []*kgo.Record) error {
 		case o.kind == outDeadLetter:
 			s.m.deadLetters.Inc(1)
 		case o.kind == outReply && !o.failed:
-			s.m.replies[o.status].Inc(1)
+			s.m.Replies[o.status].Inc(1)
 			if !o.requestTime.IsZero() {
 				s.m.endToEnd.RecordDuration(time.Since(o.requestTime))
 			}
 		}
 	}
 	for range recs {
-		s.m.latency.RecordDuration(took)
+		s.m.Latency.RecordDuration(took)
 	}
 	return nil
 }
@@ -115,13 +115,13 @@ func (s *QueryService) settle(requests int) error {
 // handle answers one request record and produces its outputs. It returns an error only when
 // the batch must fail (nothing can be produced for the record, or the schema registry is down).
 func (s *QueryService) handle(r *kgo.Record) error {
-	s.m.requests.Inc(1)
+	s.m.Requests.Inc(1)
 	req, err := s.x.Decode(r.Value)
 	if err != nil {
 		if errors.Is(err, schemas.ErrRegistry) {
 			return fmt.Errorf("decoding request at %s[%d]@%d: %w", r.Topic, r.Partition, r.Offset, err)
 		}
-		s.m.invalid.Inc(1)
+		s.m.Invalid.Inc(1)
 		if errors.Is(err, schemas.ErrInvalidField) {
 			if rt, ok := s.x.Route(r.Value); ok {
 				topic, part := s.route(rt.ReplyTopic, rt.ReplyPartition)
@@ -137,7 +137,7 @@ func (s *QueryService) handle(r *kgo.Record) error {
 		return s.produceDeadLetter(r, schemas.DeadLetterReasonOf(err), err.Error())
 	}
 	if req.ReplyTopic != "" && !s.replyTopicAllowed(req.ReplyTopic) {
-		s.m.invalid.Inc(1)
+		s.m.Invalid.Inc(1)
 		why := fmt.Sprintf("reply_topic %q is not allowed (allowed: %s or a topic starting with one of %q)",
 			req.ReplyTopic, s.cfg.ReplyTopic, s.cfg.ReplyTopicPrefixes)
 		if err := s.produceInvalid(r, req.CorrelationID, why, s.cfg.ReplyTopic, -1, req.RequestTime); err != nil {
@@ -149,7 +149,7 @@ func (s *QueryService) handle(r *kgo.Record) error {
 	b := &s.batch
 	start := len(b.arena)
 	arena, ans, err := s.x.Answer(b.arena)
-	s.m.answerLatency.RecordDuration(time.Since(t0))
+	s.m.AnswerLatency.RecordDuration(time.Since(t0))
 	if ans.Skip {
 		s.m.skip()
 		return nil
@@ -166,7 +166,7 @@ func (s *QueryService) handle(r *kgo.Record) error {
 	if ans.Status == schemas.QueryInvalidRequest {
 		// The decoder enforces the same rules, so this is a request that reached Answer by
 		// another route into the codec; it is refused all the same.
-		s.m.invalid.Inc(1)
+		s.m.Invalid.Inc(1)
 		return s.produceDeadLetter(r, schemas.DeadLetterRejected, ans.ErrorMessage)
 	}
 	return nil
