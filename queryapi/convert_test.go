@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/queryapi"
 	"github.com/ckf-stream/ckf-stream/schemas"
 )
@@ -44,13 +45,16 @@ func TestRequestOfDecodesBack(t *testing.T) {
 		{CorrelationID: "h", Input: schemas.InputLocalBlockHashes, Hashes: schemas.AppendU64s(nil, []uint64{1, 1 << 63, 0}), LaneMask: schemas.Some(uint16(5))},
 		{CorrelationID: "e", Input: schemas.InputLocalBlockHashes, Hashes: schemas.AppendU64s(nil, nil)},
 		{CorrelationID: "t", Input: schemas.InputTokenIDs, Tokens: schemas.AppendU32s(nil, []uint32{9, 8, 7, 6, 5}), BlockSize: 2, LoraName: "l", CacheNamespace: "n"},
+		{CorrelationID: "x", Input: schemas.InputTokenIDs, Tokens: schemas.AppendU32s(nil, []uint32{9, 8, 7, 6, 5}), BlockSize: 2,
+			BlockExtraKeys: []ckf.ExtraKeys{{ckf.ExtraStringValue("salt-1"), ckf.ExtraTupleValue(ckf.ExtraStringValue("img"), ckf.ExtraIntValue(-1))}, nil, {ckf.ExtraBytesValue([]byte{1})}},
+			MaxAgeMillis:   schemas.Some[int64](20)},
 	} {
 		body, err := json.Marshal(queryapi.RequestOf(&q))
 		if err != nil {
 			t.Fatal(err)
 		}
 		got, extra, err := queryapi.DecodeRequest(body)
-		if err != nil || extra != nil {
+		if err != nil || !reflect.DeepEqual(extra, q.BlockExtraKeys) {
 			t.Fatalf("%s: %v, extra %v", body, err, extra)
 		}
 		if len(q.Hashes) == 0 && q.Input == schemas.InputLocalBlockHashes {

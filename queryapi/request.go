@@ -57,7 +57,8 @@ type PrefixMatchRequest struct {
 }
 
 // RequestOf returns the JSON body that asks what q asks: its correlation id, its input (local
-// block hashes, or token ids with the block size and salts) and its lane mask. The Kafka-only
+// block hashes, or token ids with the block size, salts and blocks' extra keys), its lane mask
+// and its age bound. The Kafka-only
 // fields (reply topic and partition, request time) have no JSON counterpart and are left out.
 func RequestOf(q *schemas.QueryRequest) PrefixMatchRequest {
 	out := PrefixMatchRequest{CorrelationID: q.CorrelationID}
@@ -67,6 +68,7 @@ func RequestOf(q *schemas.QueryRequest) PrefixMatchRequest {
 	case schemas.InputTokenIDs:
 		out.TokenIDs = q.Tokens.AppendTo(make([]uint32, 0, q.Tokens.Len()))
 		out.BlockSize, out.LoraName, out.CacheNamespace = q.BlockSize, q.LoraName, q.CacheNamespace
+		out.BlockExtraKeys = q.BlockExtraKeys
 	}
 	if m, ok := q.LaneMask.Get(); ok {
 		v := uint64(m)
@@ -126,7 +128,8 @@ func CheckJSONContentType(ct string) error {
 // Errors wrap ErrBadRequest and say which rule. The lists are read straight into the packed
 // little-endian form of the QueryRequest (Hashes or Tokens), an empty list as an empty,
 // non-nil one. The correlation id is left empty when the body has none: the server makes one
-// up. A body of the plain shape is read in one pass (parsePlainRequest), any other, and every
+// up. The blocks' extra keys are returned and also set in the request's BlockExtraKeys. A body
+// of the plain shape is read in one pass (parsePlainRequest), any other, and every
 // one in error, by encoding/json (decodeRequestJSON).
 func DecodeRequest(body []byte) (schemas.QueryRequest, []ckf.ExtraKeys, error) {
 	in, plain := parsePlainRequest(body)
@@ -177,6 +180,9 @@ func (in *decoded) query() (schemas.QueryRequest, error) {
 		req.BlockSize, req.LoraName, req.CacheNamespace = in.BlockSize, in.LoraName, in.CacheNamespace
 		if err := schemas.CheckBlockExtraKeys(&req, len(in.BlockExtraKeys)); err != nil {
 			return req, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+		if len(in.BlockExtraKeys) > 0 {
+			req.BlockExtraKeys = in.BlockExtraKeys // the request is whole: the Kafka form carries them too
 		}
 	default:
 		return req, fmt.Errorf("%w: give local_block_hashes, or token_ids with block_size", ErrBadRequest)

@@ -14,9 +14,10 @@ import (
 // with the HTTP route's seam (app/workers.API.Answer), and turns the answer into a reply with
 // KafkaReply, so the two forms answer alike and nobody maps a reply by hand a second time.
 
-// FromKafka returns the Request a decoded Kafka request asks: its prompt, top k and DC filter.
+// FromKafka returns the Request a decoded Kafka request asks: its prompt with its blocks' extra
+// keys, top k and DC filter.
 func FromKafka(q *schemas.WorkerQueryRequest) Request {
-	r := Request{Query: q.Prompt(), TopK: int(q.TopK)}
+	r := Request{Query: q.Prompt(), Extra: q.BlockExtraKeys, TopK: int(q.TopK)}
 	if q.DcIDs != nil {
 		r.DCs = make([]ckf.DcID, len(q.DcIDs))
 		for i, d := range q.DcIDs {

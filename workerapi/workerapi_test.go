@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/queryapi"
+	"github.com/ckf-stream/ckf-stream/schemas"
 )
 
 // prefixBodies are prefix-match bodies, valid and not: this route reads each as that route does.
@@ -221,4 +222,31 @@ func FuzzDecodeBinaryReply(f *testing.F) {
 			t.Fatalf("decoded reply re-encodes differently: %v", err)
 		}
 	})
+}
+
+// TestFromKafkaCarriesExtraKeys: a Kafka worker request's block_extra_keys reach the answer's
+// hashes, as the JSON body's block_extra_keys do: both forms of one salted prompt hash alike.
+func TestFromKafkaCarriesExtraKeys(t *testing.T) {
+	extra := []ckf.ExtraKeys{{ckf.ExtraStringValue("salt-1")}, nil, {ckf.ExtraTupleValue(ckf.ExtraStringValue("img"), ckf.ExtraIntValue(-1))}}
+	q := schemas.WorkerQueryRequest{CorrelationID: "k", Input: schemas.InputTokenIDs, Tokens: schemas.AppendU32s(nil, []uint32{1, 2, 3, 4, 5, 6}),
+		BlockSize: 2, LoraName: "l", BlockExtraKeys: extra}
+	r := FromKafka(&q)
+	want := ckf.TokenBlockHashesExtra([]uint32{1, 2, 3, 4, 5, 6}, 2, extra, ckf.BlockSaltSeed("l", ""))
+	if got := r.LocalHashes(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Kafka form: %x, want %x", got, want)
+	}
+	body, err := json.Marshal(WorkerMatchRequest{CorrelationID: "k", TokenIDs: []uint32{1, 2, 3, 4, 5, 6}, BlockSize: 2, LoraName: "l", BlockExtraKeys: extra})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr, err := DecodeRequest(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hr.LocalHashes(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("JSON form: %x, want %x", got, want)
+	}
+	if plain := ckf.TokenBlockHashes([]uint32{1, 2, 3, 4, 5, 6}, 2, ckf.BlockSaltSeed("l", "")); reflect.DeepEqual(plain, want) {
+		t.Fatal("the keys changed no hash")
+	}
 }

@@ -30,6 +30,8 @@ type queryFlags struct {
 	blockSize uint
 	lora      string
 	namespace string
+	extraKeys string
+	cacheSalt string
 	lanes     string
 	maxAge    time.Duration
 	timeout   time.Duration
@@ -47,6 +49,8 @@ func (f *queryFlags) register(fs *flag.FlagSet) {
 	fs.UintVar(&f.blockSize, "block-size", 0, "tokens per block, required with --tokens")
 	fs.StringVar(&f.lora, "lora", "", "LoRA name salting the token blocks")
 	fs.StringVar(&f.namespace, "namespace", "", "cache namespace salting the token blocks")
+	fs.StringVar(&f.extraKeys, "extra-keys", "", "with --tokens: the blocks' extra keys as `JSON`, entry i for block i, as block_extra_keys of the HTTP API (for example '[[[\"img-a\",1]],[[\"img-a\",-3]]]'; null for a block without)")
+	fs.StringVar(&f.cacheSalt, "cache-salt", "", "with --tokens: the request's cache `salt`, appended to the first block's extra keys as vLLM and SGLang engines salt it (the bridge's rule)")
 	fs.StringVar(&f.lanes, "lanes", "", "comma-separated `lanes` to ask (default: every lane)")
 	fs.DurationVar(&f.maxAge, "max-age", 0, "answer lanes older than this `age` stale, without a depth (0: any age the indexer's freshness policy keeps)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "give up after this long")
@@ -68,8 +72,8 @@ func (f *queryFlags) request() (schemas.QueryRequest, error) {
 		if err != nil {
 			return req, fmt.Errorf("--hashes: %w", err)
 		}
-		if f.blockSize != 0 || f.lora != "" || f.namespace != "" {
-			return req, errors.New("--block-size, --lora and --namespace go with --tokens")
+		if f.blockSize != 0 || f.lora != "" || f.namespace != "" || f.extraKeys != "" || f.cacheSalt != "" {
+			return req, errors.New("--block-size, --lora, --namespace, --extra-keys and --cache-salt go with --tokens")
 		}
 		req.Input, req.Hashes = schemas.InputLocalBlockHashes, schemas.AppendU64s(nil, hs)
 	case f.tokens != "":
@@ -86,6 +90,14 @@ func (f *queryFlags) request() (schemas.QueryRequest, error) {
 		}
 		req.Input, req.Tokens, req.BlockSize = schemas.InputTokenIDs, schemas.AppendU32s(nil, toks), uint32(f.blockSize)
 		req.LoraName, req.CacheNamespace = f.lora, f.namespace
+		extra, err := f.blockExtraKeys()
+		if err != nil {
+			return req, err
+		}
+		req.BlockExtraKeys = extra
+		if err := schemas.CheckBlockExtraKeys(&req, len(extra)); err != nil {
+			return req, fmt.Errorf("--extra-keys: %w", err)
+		}
 	default:
 		return req, errors.New("give --hashes, or --tokens with --block-size")
 	}
@@ -110,6 +122,32 @@ func (f *queryFlags) request() (schemas.QueryRequest, error) {
 		req.MaxAgeMillis = schemas.Some(f.maxAge.Milliseconds())
 	}
 	return req, nil
+}
+
+// blockExtraKeys reads --extra-keys (the HTTP API's block_extra_keys JSON) and appends
+// --cache-salt to the first block's keys, where vLLM puts a request's cache_salt and where the
+// bridge puts SGLang's (bridge/README.md).
+func (f *queryFlags) blockExtraKeys() ([]ckf.ExtraKeys, error) {
+	var extra []ckf.ExtraKeys
+	if f.extraKeys != "" {
+		dec := json.NewDecoder(strings.NewReader(f.extraKeys))
+		if err := dec.Decode(&extra); err != nil {
+			return nil, fmt.Errorf("--extra-keys: not a JSON list of the blocks' extra keys: %w", err)
+		}
+		if dec.More() {
+			return nil, errors.New("--extra-keys: more than one JSON value")
+		}
+	}
+	if f.cacheSalt != "" {
+		if len(extra) == 0 {
+			extra = make([]ckf.ExtraKeys, 1)
+		}
+		extra[0] = append(append(ckf.ExtraKeys(nil), extra[0]...), ckf.ExtraStringValue(f.cacheSalt))
+	}
+	if len(extra) == 0 {
+		return nil, nil
+	}
+	return extra, nil
 }
 
 // parseList parses comma-separated unsigned integers of the given bit size (decimal, or 0x hex).

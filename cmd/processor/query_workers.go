@@ -28,7 +28,7 @@ func workerRequestOf(req schemas.QueryRequest, topK int, dcs string) (workerapi.
 	}
 	p := queryapi.RequestOf(&req)
 	out := workerapi.WorkerMatchRequest{CorrelationID: p.CorrelationID, LocalBlockHashes: p.LocalBlockHashes, TokenIDs: p.TokenIDs,
-		BlockSize: p.BlockSize, LoraName: p.LoraName, CacheNamespace: p.CacheNamespace, TopK: topK}
+		BlockSize: p.BlockSize, LoraName: p.LoraName, CacheNamespace: p.CacheNamespace, BlockExtraKeys: p.BlockExtraKeys, TopK: topK}
 	if out.LocalBlockHashes == nil && out.TokenIDs == nil {
 		out.LocalBlockHashes = []uint64{}
 	}
@@ -130,7 +130,8 @@ func queryWorkersKafka(ctx context.Context, cfg config.Config, req schemas.Query
 		return exitUsage
 	}
 	q := schemas.WorkerQueryRequest{CorrelationID: "cli-" + strconv.FormatInt(time.Now().UnixNano(), 36), Input: req.Input, Hashes: req.Hashes,
-		Tokens: req.Tokens, BlockSize: req.BlockSize, LoraName: req.LoraName, CacheNamespace: req.CacheNamespace, TopK: uint32(body.TopK)}
+		Tokens: req.Tokens, BlockSize: req.BlockSize, LoraName: req.LoraName, CacheNamespace: req.CacheNamespace,
+		BlockExtraKeys: req.BlockExtraKeys, TopK: uint32(body.TopK)}
 	for _, d := range body.DCs {
 		v, err := strconv.ParseUint(d, 16, 64)
 		if err != nil {

@@ -149,7 +149,8 @@ type QueryScratch struct {
 // ckf.BlockSaltSeed(LoraName, CacheNamespace); the packed little-endian token bytes are exactly
 // the bytes ckf.TokenBlockHash hashes, so they are hashed in place (the tests check the result
 // against ckf.TokenBlockHashes).
-// Blocks that carry extra keys (images, a cache salt) are hashed by AnswerExtra.
+// Blocks that carry extra keys (images, a cache salt) are hashed with them: req.BlockExtraKeys
+// here, or the keys given to AnswerExtra.
 //
 // The reply's Lanes aliases sc: it is valid until the next Answer with the same scratch, so
 // encode or copy the reply first. With a reused scratch, Answer does not allocate except for the
@@ -166,8 +167,9 @@ func (a *Answerer) Answer(req *schemas.QueryRequest, sc *QueryScratch) schemas.Q
 // answer is Answer's. extra may have one entry per window including a trailing partial block
 // (which is dropped, its entry ignored); more entries than that, or extra keys with
 // LocalBlockHashes input, are an INVALID_REQUEST reply (the rule is schemas.CheckBlockExtraKeys).
-// The Kafka QueryRequest has no field for extra keys yet: this is the HTTP path's
-// (POST /v1/prefix-matches, block_extra_keys) and Go callers'. It allocates only while sc's block buffer grows and for an invalid request's message.
+// With no extra given, req.BlockExtraKeys are used (the Kafka QueryRequest's block_extra_keys,
+// which Answer therefore honours too); given extra, they replace req's. It allocates only while
+// sc's block buffer grows and for an invalid request's message.
 func (a *Answerer) AnswerExtra(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *QueryScratch) schemas.QueryReply {
 	return a.answer(req, extra, sc)
 }
@@ -175,6 +177,9 @@ func (a *Answerer) AnswerExtra(req *schemas.QueryRequest, extra []ckf.ExtraKeys,
 func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *QueryScratch) schemas.QueryReply {
 	if sc == nil {
 		sc = new(QueryScratch)
+	}
+	if len(extra) == 0 {
+		extra = req.BlockExtraKeys // a Kafka request carries its blocks' extra keys in itself
 	}
 	if err := checkRequest(req); err != nil {
 		return a.InvalidReply(replyIDFor(req.CorrelationID, err.Error()))

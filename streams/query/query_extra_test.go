@@ -1,11 +1,16 @@
 package query_test
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
 	"github.com/ckf-stream/ckf-stream/streams/query"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/uber-go/tally/v4"
 )
 
 // qImage is vLLM's published form of a multimodal item in a block's extra keys.
@@ -88,5 +93,52 @@ func TestQueryAnswerExtraKeys(t *testing.T) {
 	extra := imageBlocks("img-a")
 	if n := testing.AllocsPerRun(200, func() { ans.AnswerExtra(&req, extra, &sc) }); n != 0 {
 		t.Errorf("extra-key query: %.1f allocations per answer, want 0", n)
+	}
+}
+
+// TestQueryExtraKeysOverKafka: a QueryRequest with block_extra_keys, sent over Kafka to the
+// query service, is answered as AnswerExtra answers the same keys: the image and cache salt the
+// engine stored find the whole prompt; the same tokens without the keys, or without the salt,
+// find nothing; keys with a hash query are refused with INVALID_REQUEST naming the field.
+func TestQueryExtraKeysOverKafka(t *testing.T) {
+	t.Parallel() // its own in-process cluster
+	k := streamtest.NewFakeKafka(t)
+	x := newQIndex(t, 2)
+	p := newQPrompts(11)
+	tokens := p.tokens[:6*qBlockSize]
+	extra := []ckf.ExtraKeys{{qImage("img-a", 3), ckf.ExtraStringValue("salt-1")}, {qImage("img-a", 3-qBlockSize)}}
+	var cached []uint64
+	for _, h := range ckf.TokenBlockHashesExtra(tokens, qBlockSize, extra, ckf.BlockSaltSeed(qLora, "")) {
+		cached = append(cached, uint64(h))
+	}
+	x.store(2, cached)
+	x.activate(2)
+	codec := qCodec(t)
+	tp := newQTopics(t, k, 1)
+	qStartService(t, k, query.NewAnswerer(x.g, nil), codec, qConfig(tp, testenv.UniqueName(t, "g")), tally.NewTestScope("", nil))
+	replies := qReplies(t, k, codec, tp.replies)
+
+	withKeys := qTokenRequest("with-keys", tokens, qBlockSize, qLora, "")
+	withKeys.BlockExtraKeys = extra
+	noKeys := qTokenRequest("no-keys", tokens, qBlockSize, qLora, "")
+	noSalt := qTokenRequest("no-salt", tokens, qBlockSize, qLora, "")
+	noSalt.BlockExtraKeys = []ckf.ExtraKeys{{qImage("img-a", 3)}, extra[1]}
+	keys, values := []string{"with-keys", "no-keys", "no-salt"}, [][]byte{qEncode(t, codec, withKeys), qEncode(t, codec, noKeys), qEncode(t, codec, noSalt)}
+	// A hash query with keys, written as a writer that does not check them would.
+	bad := qHashRequest("keys-with-hashes", cached)
+	body := qEncode(t, codec, bad)
+	body = append(body[:len(body)-1], 2, 2, 0, 0) // block_extra_keys: one block, empty item
+	keys, values = append(keys, "keys-with-hashes"), append(values, body)
+	qProduce(t, k.Client(t), tp.requests, keys, values)
+	replies.waitIDs(t, keys, time.Minute)
+
+	for id, want := range map[string]uint32{"with-keys": 6, "no-keys": 0, "no-salt": 0} {
+		r := replies.get(id)[0]
+		if r.Status != schemas.QueryOK || len(r.Lanes) != 1 || r.Lanes[0].Depth != want {
+			t.Errorf("%s: %+v, want depth %d on lane 2", id, r, want)
+		}
+	}
+	if r := replies.get("keys-with-hashes")[0]; r.Status != schemas.QueryInvalidRequest || !strings.Contains(r.ErrorMessage, "block_extra_keys") {
+		t.Errorf("keys with hashes: %+v, want INVALID_REQUEST naming block_extra_keys", r)
 	}
 }
