@@ -6,6 +6,7 @@ package examples
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -136,6 +137,50 @@ func TestPythonHashesMatchCkf(t *testing.T) {
 
 // exampleDomain is the indexer domain of the end-to-end tests (any 32:32 hex digits).
 const exampleDomain = "0123456789abcdef0123456789abcdef:fedcba9876543210fedcba9876543210"
+
+// TestPythonExtraKeysMatchCkf: the Python contract's extra-key encoding (block_extra_keys of the
+// Kafka request) is ckf's canonical encoding byte for byte, and its hashes of blocks with extra
+// keys are ckf.TokenBlockHashesExtra's.
+func TestPythonExtraKeysMatchCkf(t *testing.T) {
+	py := python(t)
+	const blocks = `[[["img-a", 1], "salt-1"], null, [null, true, -5, 18446744073709551615, 0.25, {"bytes": "00ff"}, [[7]]]]`
+	cmd := exec.Command(py, "-c", `import json, sys, ckf_contract as cc
+blocks = json.loads(sys.argv[1])
+enc = cc.block_extra_keys([b or [] for b in blocks])
+print(json.dumps({"items": [e.hex() for e in enc], "local": cc.local_block_hashes_extra(list(range(1, 14)), 4, [b or [] for b in blocks], "sql-adapter")}))`, blocks)
+	cmd.Dir = pythonDir
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python: %v", err)
+	}
+	var got struct {
+		Items []string `json:"items"`
+		Local []uint64 `json:"local"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	var keys []ckf.ExtraKeys
+	if err := json.Unmarshal([]byte(blocks), &keys); err != nil {
+		t.Fatal(err)
+	}
+	tokens := make([]uint32, 13)
+	for i := range tokens {
+		tokens[i] = uint32(i + 1)
+	}
+	var local []uint64
+	for _, h := range ckf.TokenBlockHashesExtra(tokens, 4, keys, ckf.BlockSaltSeed("sql-adapter", "")) {
+		local = append(local, uint64(h))
+	}
+	if !slices.Equal(got.Local, local) || len(got.Items) != len(keys) {
+		t.Fatalf("Python hashes %x (%d items), ckf %x", got.Local, len(got.Items), local)
+	}
+	for i, k := range keys {
+		if want := hex.EncodeToString(k.AppendCanonical(nil)); got.Items[i] != want {
+			t.Errorf("block %d: Python %s, ckf %s", i, got.Items[i], want)
+		}
+	}
+}
 
 // The router's exit statuses (router.py's help, examples/python/README.md).
 const (
@@ -308,6 +353,13 @@ func (e *example) checkDepths(t *testing.T, extra ...string) {
 	}
 	if r := ask(""); r.Status != "OK" || r.QueryBlocks != 8 || len(r.Lanes) != 1 || r.Lanes[0].Depth != 0 {
 		t.Errorf("router without the salt: %+v; want OK, 8 blocks, depth 0", r)
+	}
+	// A cache salt (block_extra_keys on the Kafka request): the stored blocks have none, so the
+	// salted first block is another block and nothing matches.
+	r, stderr, code = e.route(t, append([]string{"--tokens", tokenList(promptTokens()), "--block-size", strconv.Itoa(blockSize),
+		"--lora", lora, "--cache-salt", "tenant-salt", "--timeout", "60"}, extra...)...)
+	if code != 0 || r.Status != "OK" || r.QueryBlocks != 8 || len(r.Lanes) != 1 || r.Lanes[0].Depth != 0 {
+		t.Errorf("router with a cache salt: exit %d, %+v; want OK, 8 blocks, depth 0\n%s", code, r, stderr)
 	}
 }
 

@@ -99,6 +99,58 @@ def local_block_hashes(tokens, block_size, lora_name="", cache_namespace=""):
     return out
 
 
+def extra_value_encoding(value):
+    """The canonical encoding of one extra-key value (producer §2.2, "Extra keys"): a type tag,
+    then the value, little-endian. JSON's forms are accepted: null, booleans, integers, floats,
+    strings, lists (tuples), and {"bytes": "<hex>"} for a byte string."""
+    if value is None:
+        return b"\x00"
+    if isinstance(value, bool):
+        return b"\x01" + (b"\x01" if value else b"\x00")
+    if isinstance(value, int):
+        if -(1 << 63) <= value < 1 << 63:
+            return b"\x02" + struct.pack("<q", value)
+        if value < U64:
+            return b"\x03" + struct.pack("<Q", value)
+        raise ValueError(f"extra key {value} is outside [-2^63, 2^64)")
+    if isinstance(value, float):
+        return b"\x04" + struct.pack("<d", value)
+    if isinstance(value, str):
+        raw = value.encode("utf-8")
+        return b"\x05" + struct.pack("<I", len(raw)) + raw
+    if isinstance(value, (bytes, bytearray)):
+        return b"\x06" + struct.pack("<I", len(value)) + bytes(value)
+    if isinstance(value, dict) and set(value) == {"bytes"}:
+        return extra_value_encoding(bytes.fromhex(value["bytes"]))
+    if isinstance(value, (list, tuple)):
+        return b"\x07" + struct.pack("<I", len(value)) + b"".join(extra_value_encoding(v) for v in value)
+    raise ValueError(f"{value!r} is not an extra-key value")
+
+
+def block_extra_keys(blocks):
+    """QueryRequest.block_extra_keys for a list of the blocks' keys (entry i for block i; None or
+    an empty list for a block without): each block's keys as one tuple in the canonical encoding,
+    the bytes the local hash appends after the block's tokens; empty bytes for a block without.
+    None when no block has keys."""
+    if not blocks or not any(blocks):
+        return None
+    return [extra_value_encoding(list(keys)) if keys else b"" for keys in blocks]
+
+
+def local_block_hashes_extra(tokens, block_size, blocks, lora_name="", cache_namespace=""):
+    """local_block_hashes with per-block extra keys: a block whose keys are not empty is hashed
+    over its packed tokens followed by the keys' canonical encoding (producer §2.2)."""
+    encoded = block_extra_keys(blocks) or []
+    seed = salt_seed(lora_name, cache_namespace)
+    out = []
+    for i, start in enumerate(range(0, len(tokens) - block_size + 1, block_size)):
+        data = struct.pack(f"<{block_size}I", *tokens[start:start + block_size])
+        if i < len(encoded):
+            data += encoded[i]
+        out.append(xxhash.xxh3_64_intdigest(data, seed=seed))
+    return out
+
+
 def sequence_hashes(local):
     """The canonical chain the relay computes from a store's tokens_hash values (informative: a
     producer sends local hashes, never canonical ones)."""

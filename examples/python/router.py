@@ -78,7 +78,24 @@ def request_record(correlation_id, args, reply_partition):
         "request_time": datetime.datetime.now(datetime.timezone.utc),
         # lanes older than this many milliseconds are answered STALE, without a depth
         "max_age_ms": args.max_age_ms,
+        # each block's extra keys (images, a cache salt) in their canonical encoding, or None
+        "block_extra_keys": cc.block_extra_keys(blocks_extra_keys(args)) if args.tokens else None,
     }
+
+
+def blocks_extra_keys(args):
+    """The blocks' extra keys from --extra-keys (JSON, entry i for block i) with --cache-salt
+    appended to the first block's keys, where vLLM puts a request's cache_salt and the bridge
+    puts SGLang's."""
+    blocks = json.loads(args.extra_keys) if args.extra_keys else []
+    if not isinstance(blocks, list) or not all(k is None or isinstance(k, list) for k in blocks):
+        raise ValueError("give a JSON list with one list (or null) per block")
+    blocks = [k or [] for k in blocks]
+    if args.cache_salt:
+        if not blocks:
+            blocks = [[]]
+        blocks[0] = blocks[0] + [args.cache_salt]
+    return blocks
 
 
 def fail(status, message):
@@ -112,6 +129,10 @@ def main():
     ap.add_argument("--block-size", type=int, default=0, help="tokens per KV block, with --tokens")
     ap.add_argument("--lora", default="", help="LoRA adapter name, with --tokens")
     ap.add_argument("--namespace", default="", help="cache namespace, with --tokens")
+    ap.add_argument("--extra-keys", default="",
+                    help="with --tokens: the blocks' extra keys as JSON, entry i for block i (null for none), "
+                         "as the HTTP API's block_extra_keys, e.g. '[[[\"img-a\",1],\"salt-1\"],[[\"img-a\",-3]]]'")
+    ap.add_argument("--cache-salt", default="", help="with --tokens: the request's cache salt (the first block's extra key)")
     ap.add_argument("--hashes", help="comma-separated local block hashes (u64) instead of --tokens")
     ap.add_argument("--lanes", default="", help="comma-separated physical lanes (0..15) to search (default: every lane)")
     ap.add_argument("--max-age-ms", type=int, default=None,
@@ -128,10 +149,21 @@ def main():
         ap.error("--block-size is required with --tokens")
     if args.max_age_ms is not None and args.max_age_ms < 0:
         ap.error("--max-age-ms must not be negative")
+    if args.hashes and (args.extra_keys or args.cache_salt):
+        ap.error("--extra-keys and --cache-salt go with --tokens")
     try:
         cc.parse_ints(args.tokens or args.hashes, 32 if args.tokens else 64)
     except ValueError as e:
         ap.error(f"{'--tokens' if args.tokens else '--hashes'}: {e}")
+    if args.tokens:
+        try:
+            blocks = blocks_extra_keys(args)
+            cc.block_extra_keys(blocks)
+        except (ValueError, TypeError) as e:
+            ap.error(f"--extra-keys: {e}")
+        windows = -(-len(cc.parse_ints(args.tokens, 32)) // args.block_size) if args.block_size > 0 else 0
+        if len(blocks) > windows:
+            ap.error(f"--extra-keys: {len(blocks)} entries for {windows} blocks (at most one per block)")
     try:
         lane_mask(args.lanes)
     except ValueError as e:
