@@ -63,9 +63,9 @@ import (
 // Delivery: every write is a Kafka transaction of an idempotent, acks=all producer whose
 // transactional id is derived from the pool, so that the broker fences an older instance of the
 // same pool as soon as a newer one writes; indexers read with read_committed and never see the
-// records of an aborted transaction. A fence is taken for the brokers' the first time in
-// fenceRecoveryWindow and for a newer instance the second (writeFailed). A write whose outcome
-// is uncertain (any error other than a fence, and that first fence) abandons the stream: the publisher is fenced (DeliveryUncertain) and the relay
+// records of an aborted transaction. Whether a fence came from a newer instance or from the
+// brokers is decided by the pool's claim, not by the answer (relay_claim.go, writeFailed). A
+// failed write, and a fence with no newer instance, abandons the stream: the publisher is fenced (DeliveryUncertain) and the relay
 // continues under a new producer incarnation whose first record is a barrier snapshot. A new
 // incarnation, not just a new wire lease, because only a new identity makes every indexer
 // replica mint a new lease and install the snapshot: a ready replica would ignore a snapshot of
@@ -73,10 +73,10 @@ import (
 
 // Relay errors.
 var (
-	// ErrRelayFenced: the broker fenced this instance's transactional id a second time within
-	// the fence recovery window (ten minutes) of recovering from a first fence, so a newer
-	// instance of the same pool is running. Run returns it (wrapped); the instance must stop, and
-	// must not be restarted in a loop (it would fence the newer one in turn).
+	// ErrRelayFenced: a newer instance of the same pool claimed it (its claim is the latest on
+	// the snapshot index; relay_claim.go), or, with no snapshot index to hold claims, the broker
+	// fenced this instance's transactional id. Run returns it (wrapped); the instance must stop,
+	// and must not be restarted in a loop (it would fence the newer one in turn).
 	ErrRelayFenced = errors.New("streams: relay fenced by a newer instance of its pool")
 	// ErrLaneNotOwned: the configured lane does not belong to the relay's pool, according to
 	// RelayConfig.LaneOwners or to the lane's latest snapshot-index entry. To hand a lane over
@@ -457,7 +457,11 @@ type RelayStats struct {
 	SnapshotRequests   uint64 // control-topic requests for this lane and pool
 	Heartbeats         uint64
 	Recoveries         uint64 // new incarnations after an uncertain write (a fence taken for the brokers' included)
-	FenceRecoveries    uint64 // fences taken for the brokers' and recovered from (at most one per fence recovery window)
+	FenceRecoveries    uint64 // fences recovered from because the pool's latest claim was this instance's (no newer instance)
+	WriteTimeouts      uint64 // lane writes unanswered within WriteTimeout (write_failures_total{cause="timeout"})
+	Fences             uint64 // lane writes answered with a fence (write_failures_total{cause="fence"})
+	WriteErrors        uint64 // lane writes failed otherwise (write_failures_total{cause="error"})
+	LastWriteFailure   string // the last failed lane write: what, why and when ("" before the first)
 	ResidentBlocks     uint64 // fingerprints in the filter
 	BucketCount        uint64
 	LastSnapshotMillis uint64 // duration of the last snapshot (barrier + write)
@@ -489,10 +493,13 @@ type Relay struct {
 
 	c        *relayLedger // RelayStats and the metrics they share (relay_metrics.go)
 	identity atomic.Pointer[ckf.ProducerIdentity]
-	started  chan struct{}
-	done     chan struct{} // closed when Run returns
-	inspect  chan inspectReq
-	ran      atomic.Bool
+	// lastFailure is the last failed lane write (nil: none yet); Ready names it while the relay
+	// recovers.
+	lastFailure atomic.Pointer[writeFailure]
+	started     chan struct{}
+	done        chan struct{} // closed when Run returns
+	inspect     chan inspectReq
+	ran         atomic.Bool
 
 	// hooks is noHooks in a relay NewRelay builds; tests build theirs with hooks that fail
 	// lane writes or hold background commits (relay_export_test.go).
@@ -585,7 +592,10 @@ func (r *Relay) Ready() error {
 	default:
 	}
 	if r.c.fenced.load() {
-		return errors.New("relay fenced: publication stopped")
+		if f := r.lastFailure.Load(); f != nil {
+			return fmt.Errorf("relay publication stopped, recovering under a new incarnation: last lane %s", f)
+		}
+		return errors.New("relay publication stopped: recovering under a new incarnation")
 	}
 	return nil
 }
@@ -601,7 +611,9 @@ func (r *Relay) Stats() RelayStats {
 		CapacityOmissions: c.capacity.load(), UnknownRemovals: c.unknownRemovals.load(),
 		Deltas: c.deltas.load(), Images: c.images.load(), SplitPublications: c.splits.load(), Transactions: c.txns.load(),
 		Snapshots: c.snapshots.Load(), SnapshotRequests: c.requests.load(), Heartbeats: c.heartbeats.load(),
-		Recoveries: c.rec.load(), FenceRecoveries: c.fenceRecoveries.load(), ResidentBlocks: c.resident.load(), BucketCount: c.buckets.load(),
+		Recoveries: c.rec.load(), FenceRecoveries: c.fenceRecoveries.load(),
+		WriteTimeouts: c.writeFailures[causeTimeout].load(), Fences: c.writeFailures[causeFence].load(), WriteErrors: c.writeFailures[causeError].load(),
+		LastWriteFailure: r.lastFailure.Load().text(), ResidentBlocks: c.resident.load(), BucketCount: c.buckets.load(),
 		LastSnapshotMillis: c.snapMillis.load(),
 		Checkpoints:        c.checkpoints.load(), LastCheckpoint: c.lastCheckpoint.load(), CheckpointBytes: c.checkpointBytes.load(),
 		CheckpointsRejected: c.checkpointsRejected.load(), RestoredCheckpoint: c.restored.load(),

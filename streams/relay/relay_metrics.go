@@ -84,12 +84,13 @@ type relayLedger struct {
 	requests         ledgerCounter // snapshot_requests_total
 
 	// Output.
-	deltas, images, splits ledgerCounter // deltas_published_total, images_published_total, split_publications_total
-	txns, heartbeats, rec  ledgerCounter // transactions_total, heartbeats_total, recoveries_total
-	fenceRecoveries        ledgerCounter // fence_recoveries_total
-	snapshots              atomic.Uint64 // total of snapshots_total{reason}: snapshot
-	snapMillis             ledgerGauge   // stats only (snapshot_duration_seconds has the distribution)
-	resident               ledgerGauge   // resident_blocks
+	deltas, images, splits ledgerCounter            // deltas_published_total, images_published_total, split_publications_total
+	txns, heartbeats, rec  ledgerCounter            // transactions_total, heartbeats_total, recoveries_total
+	fenceRecoveries        ledgerCounter            // fence_recoveries_total
+	writeFailures          [numCauses]ledgerCounter // write_failures_total{cause}
+	snapshots              atomic.Uint64            // total of snapshots_total{reason}: snapshot
+	snapMillis             ledgerGauge              // stats only (snapshot_duration_seconds has the distribution)
+	resident               ledgerGauge              // resident_blocks
 
 	// Checkpoints.
 	checkpoints, checkpointsRejected, checkpointGaps ledgerCounter // checkpoints_total, checkpoints_rejected_total, checkpoint_gaps_total
@@ -117,6 +118,9 @@ func newRelayLedger(m *relayMetrics) *relayLedger {
 	l.deltas.m, l.images.m, l.splits.m = m.deltas, m.images, m.splits
 	l.txns.m, l.heartbeats.m, l.rec.m = m.transactions, m.heartbeats, m.recoveries
 	l.fenceRecoveries.m = m.fenceRecoveries
+	for c := range numCauses {
+		l.writeFailures[c].m = m.writeFailuresBy[c]
+	}
 	l.resident.m = m.resident
 	l.checkpoints.m, l.checkpointsRejected.m, l.checkpointGaps.m = m.checkpoints, m.checkpointsRejected, m.checkpointGaps
 	l.checkpointBytes.m = m.checkpointBytes
@@ -124,6 +128,9 @@ func newRelayLedger(m *relayMetrics) *relayLedger {
 	l.blockSizes.m, l.blockSize.m = m.blockSizes, m.blockSize
 	return l
 }
+
+// writeFailed counts a failed lane write by its cause.
+func (l *relayLedger) writeFailed(c failCause) { l.writeFailures[c].add(1) }
 
 // reject counts an event rejected by the state at its failure point.
 func (l *relayLedger) reject(p ckf.FailurePoint) {
@@ -148,9 +155,9 @@ func (l *relayLedger) restore(id uint64) {
 
 // relayMetrics caches the relay's metric handles under the "relay" sub-scope (ckf_relay_*); the
 // ledger writes those it shares with RelayStats.
-// Tag keys: none, except "point" on events_rejected_total (the producer failure point, four values)
-// and "reason" on snapshots_total (start, periodic, request, recovery): one set of keys per name,
-// bounded values.
+// Tag keys: none, except "point" on events_rejected_total (the producer failure point, four values),
+// "reason" on snapshots_total (start, periodic, request, recovery) and "cause" on
+// write_failures_total (timeout, fence, error): one set of keys per name, bounded values.
 type relayMetrics struct {
 	events, undecodable, deadLetters, capacity, unknownRemovals tally.Counter
 	deltas, images, transactions, heartbeats, recoveries        tally.Counter
@@ -164,6 +171,7 @@ type relayMetrics struct {
 	blockSizes, blockSize                                       tally.Gauge
 	checkpointDuration                                          tally.Histogram
 	rejectedBy                                                  map[ckf.FailurePoint]tally.Counter
+	writeFailuresBy                                             [numCauses]tally.Counter
 	snapshotsBy                                                 map[string]tally.Counter
 	snapshotDuration                                            tally.Histogram
 	occupancy, resident, lastSequence, fenced, started          tally.Gauge
@@ -232,6 +240,9 @@ func newRelayMetrics(root tally.Scope) *relayMetrics {
 	for _, p := range []ckf.FailurePoint{ckf.BoundedRelocationFailure, ckf.PrecommitAllocationFailure,
 		ckf.SourceProtocolFailure, ckf.PrewriteInvariantMismatch} {
 		m.rejectedBy[p] = s.Tagged(map[string]string{"point": p.String()}).Counter("events_rejected_total")
+	}
+	for c := range numCauses {
+		m.writeFailuresBy[c] = s.Tagged(map[string]string{"cause": c.String()}).Counter("write_failures_total")
 	}
 	for _, r := range []string{snapStart, snapPeriodic, snapRequest, snapRecovery} {
 		m.snapshotsBy[r] = s.Tagged(map[string]string{"reason": r}).Counter("snapshots_total")

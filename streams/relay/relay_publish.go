@@ -301,50 +301,40 @@ func isFenceError(err error) bool {
 	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
 }
 
-// fenceRecoveryWindow is how long after recovering from a fence a relay takes another fence as
-// proof that a newer instance of its pool runs (see writeFailed). It is far longer than one round
-// of two contending instances (each fences the other at its next transactional write, and a lane
-// gets a heartbeat after a second without one: DefaultRelayHeartbeatInterval) and far shorter than the time between transaction coordinator moves of
-// a healthy cluster.
-const fenceRecoveryWindow = 10 * time.Minute
-
 // writeFailed handles a failed lane write.
 //
 // A fence (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) says the transactional id's epoch moved past
 // this instance's. A newer instance of the pool moves it when it starts, but so can the brokers:
-// a transaction coordinator that moves to another node while a commit is in flight, the commit
-// retried there after the transaction ended, answers with a fence although no other producer
-// exists (seen once in the cluster suite, docs/RELIABILITY.md). The two cannot be told apart from
-// the answer, and the only way to ask the coordinator is to initialise the id again, which fences
-// whoever else holds it. So the first fence is taken for the brokers': the relay recovers under a
-// new incarnation (fencing a newer instance, if there is one, in its turn). A second fence within
-// fenceRecoveryWindow is taken for a newer instance: the relay stops (ErrRelayFenced) and leaves
-// the lane to it. Two live instances therefore settle in one round, the older one stopping: the
-// older is fenced once by the newer's start and recovers, the newer is fenced once by that and
-// recovers, the older is fenced again and stops.
+// a commit in flight across a failover of its transaction coordinator or of a partition leader,
+// retried after the coordinator ended the transaction, is answered with a fence although no
+// other producer exists (seen in the cluster suite, docs/RELIABILITY.md). The answer cannot tell
+// the two apart; the pool's claim can (relay_claim.go): the stream is abandoned as after any
+// uncertain write, and the recovery reads the latest claim before it initialises the id again. A
+// newer instance's claim stops the relay (ErrRelayFenced) without fencing that instance; its own
+// makes it recover under a new incarnation.
 //
 // Anything else makes delivery uncertain: the stream is abandoned and recovery starts at once.
+// A write that reached WriteTimeout unanswered (streams.ErrWriteUncertain) is counted and shown
+// apart, since it is how a relay with no partition leader left says so.
 func (rl *relayLoop) writeFailed(what string, err error) error {
 	r := rl.r
 	r.c.fenced.set(true)
-	if isFenceError(err) {
-		if last := rl.fenceRecoveredAt; !last.IsZero() && rl.now().Sub(last) < fenceRecoveryWindow {
-			r.log.Error("relay fenced again within the fence recovery window: a newer instance of its pool runs; stopping",
-				zap.String("write", what), zap.Duration("since_last_fence", rl.now().Sub(last)),
-				zap.Duration("window", fenceRecoveryWindow), zap.Error(err))
-			rl.broken = true
-			return fmt.Errorf("%w: %s: %w", ErrRelayFenced, what, err)
-		}
-		rl.fenceRecoveredAt = rl.now()
-		r.c.fenceRecoveries.add(1)
-		r.log.Warn("relay fenced; recovering under a new incarnation (a second fence within the window stops it: a newer instance of the pool runs)",
-			zap.String("write", what), zap.Uint64("incarnation", rl.identity.Incarnation),
-			zap.Duration("window", fenceRecoveryWindow), zap.Error(err))
+	cause := failureCause(err)
+	r.c.writeFailed(cause)
+	r.lastFailure.Store(&writeFailure{write: what, cause: cause, err: err.Error(), at: rl.now()})
+	if cause == causeFence {
+		rl.fence = err
+		r.log.Warn("lane write failed: relay fenced; the pool's latest claim decides (a newer instance's stops it, its own recovers)",
+			zap.String("write", what), zap.Uint64("incarnation", rl.identity.Incarnation), zap.String("instance", rl.instance), zap.Error(err))
 		rl.markBroken(err)
 		return nil
 	}
-	r.log.Error("lane write failed; delivery uncertain, recovering under a new incarnation",
-		zap.String("write", what), zap.Uint64("incarnation", rl.identity.Incarnation), zap.Error(err))
+	msg := "lane write failed; delivery uncertain, recovering under a new incarnation"
+	if cause == causeTimeout {
+		msg = "lane write failed: unanswered within the write timeout; delivery uncertain, recovering under a new incarnation"
+	}
+	r.log.Error(msg, zap.String("write", what), zap.Uint64("incarnation", rl.identity.Incarnation),
+		zap.Duration("write_timeout", rl.cfg.WriteTimeout), zap.Error(err))
 	rl.markBroken(err)
 	return nil
 }
@@ -368,6 +358,14 @@ func (rl *relayLoop) recover() error {
 	if !r.c.started.load() {
 		reason = snapStart // the start-up snapshot, or a retry of it
 	}
+	held, err := rl.holdsPool()
+	if err != nil {
+		return err
+	}
+	if !held {
+		rl.backoff()
+		return nil
+	}
 	if err := rl.newIncarnation(); err != nil {
 		return err
 	}
@@ -375,8 +373,7 @@ func (rl *relayLoop) recover() error {
 		return err
 	}
 	if rl.broken {
-		rl.failures++
-		rl.retryAt = rl.now().Add(min(100*time.Millisecond<<min(rl.failures, 6), 5*time.Second))
+		rl.backoff()
 		return nil
 	}
 	rl.failures = 0
@@ -385,6 +382,12 @@ func (rl *relayLoop) recover() error {
 		r.c.rec.add(1)
 	}
 	return nil
+}
+
+// backoff schedules the next recovery attempt after a failed one: 100 ms doubling to 5 s.
+func (rl *relayLoop) backoff() {
+	rl.failures++
+	rl.retryAt = rl.now().Add(min(100*time.Millisecond<<min(rl.failures, 6), 5*time.Second))
 }
 
 // newIncarnation replaces the publication path: a fresh transactional client (same

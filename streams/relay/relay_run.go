@@ -96,9 +96,13 @@ type relayLoop struct {
 	broken   bool      // the stream is abandoned; a new incarnation must start with a snapshot
 	retryAt  time.Time // next recovery attempt
 	failures int       // consecutive failed recovery attempts
-	// fenceRecoveredAt is when this instance last recovered from a fence (zero: never): a second
-	// fence within fenceRecoveryWindow of it stops the relay (writeFailed).
-	fenceRecoveredAt time.Time
+	// fence is the fence that broke the stream, until the recovery read the pool's claim
+	// (holdsPool); nil otherwise.
+	fence error
+
+	// The pool claim (relay_claim.go): this Run's instance id, and whether its claim is written.
+	instance string
+	claimed  bool
 }
 
 // Run runs the relay until ctx ends or a fatal error. Start-up: it checks the lane's ownership
@@ -131,7 +135,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return errors.New("streams: relay: Run called twice")
 	}
 	defer close(r.done)
-	rl := &relayLoop{r: r, cfg: r.cfg, now: time.Now}
+	rl := &relayLoop{r: r, cfg: r.cfg, now: time.Now, instance: newInstanceID()}
 	rl.silence = newSilenceWatch(r.cfg.SilentSourceAfter, r.cfg.ForgetSourceAfter, rl.now())
 	rl.ck.lag = streams.LagCommitter{Group: r.cfg.LagGroup, Topic: r.cfg.Topics.KVEvents, Interval: r.cfg.LagCommitInterval, Timeout: r.cfg.WriteTimeout}
 	defer rl.close()
