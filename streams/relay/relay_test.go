@@ -734,7 +734,9 @@ func TestRelayRecoversFromAFenceNoInstanceCaused(t *testing.T) {
 		testenv.WaitUntil(t, streamtest.Converge, fmt.Sprintf("the relay recovers from fence %d", i+1), func() bool {
 			s := rr.r.Stats()
 			return s.FenceRecoveries == before.FenceRecoveries+1 && s.Recoveries > before.Recoveries && s.Incarnation > before.Incarnation && rr.r.Ready() == nil
-		}, func() string { return fmt.Sprintf("stats %+v, ready %v, run %v", rr.r.Stats(), rr.r.Ready(), runErr(rr)) })
+		}, func() string {
+			return fmt.Sprintf("stats %+v, ready %v, run %v", rr.r.Stats(), rr.r.Ready(), runErr(rr))
+		})
 		if err := runErr(rr); err != nil {
 			t.Fatalf("the relay stopped on fence %d: %v", i+1, err)
 		}
