@@ -5,9 +5,12 @@ package faults
 import (
 	"context"
 	"fmt"
+	"io"
 	mrand "math/rand/v2"
+	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,6 +36,49 @@ func (r *clusterRun) relayReports() (failed, recoveries []int) {
 		recoveries = append(recoveries, int(sumMetrics(m, "ckf_relay_recoveries_total")))
 	}
 	return failed, recoveries
+}
+
+// relayReport is what one relay shows about its failed lane writes: its log lines, its
+// ckf_relay_write_failures_total by cause, and its /readyz (status and body).
+type relayReport struct {
+	logged   int
+	failures map[string]float64 // cause -> count
+	ready    int                // /readyz status (0: no answer)
+	body     string
+}
+
+func (rp relayReport) String() string {
+	return fmt.Sprintf("logged %d, write failures %v, /readyz %d %q", rp.logged, rp.failures, rp.ready, rp.body)
+}
+
+// total is the sum of the failures over the causes.
+func (rp relayReport) total() float64 {
+	var n float64
+	for _, v := range rp.failures {
+		n += v
+	}
+	return n
+}
+
+// relayReportsNow reads each relay's report (relayReport).
+func (r *clusterRun) relayReportsNow() []relayReport {
+	out := make([]relayReport, len(r.s.relays))
+	c := &http.Client{Timeout: 2 * time.Second}
+	for i, rl := range r.s.relays {
+		rp := relayReport{logged: rl.LogCount(laneWriteFailedLog), failures: map[string]float64{}}
+		if m, err := rl.Metrics(); err == nil {
+			for _, cause := range []string{"timeout", "fence", "error"} {
+				rp.failures[cause] = m[`ckf_relay_write_failures_total{cause="`+cause+`"}`]
+			}
+		}
+		if resp, err := c.Get("http://" + rl.HTTP + "/readyz"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			rp.ready, rp.body = resp.StatusCode, strings.TrimSpace(string(b))
+		}
+		out[i] = rp
+	}
+	return out
 }
 
 // probeTopic creates a topic of one partition on the three nodes with min.insync.replicas 2 whose
@@ -172,10 +218,11 @@ func TestClusterReplicationPartition(t *testing.T) {
 // The outage lasts a seeded 35 to 45 s (longer than the relays' 30 s write timeout). Nothing may
 // be acknowledged meanwhile: none of the writer's events sent after the loss (checked once it has
 // sent 300 more) and no relay transaction (ckf_relay_transactions_total does not move from 2 s
-// after the loss, when any answer already on its way has arrived, until the restart). Which
-// relays reported a failed lane write (their log) is recorded, not asserted: a relay whose
-// records were in flight when the leaders died waits for them past its write timeout (see
-// docs/RELIABILITY.md). Then both nodes start again (together), and the deployment must recover
+// after the loss, when any answer already on its way has arrived, until the restart). Every relay
+// must report while it lasts: a failed lane write in its log, in ckf_relay_write_failures_total
+// and on its /readyz (503 naming the write); the outage lasts until they all have, if its seeded
+// length is shorter (each write ends at the relays' 30 s write timeout; docs/RELIABILITY.md).
+// Then both nodes start again (together), and the deployment must recover
 // without a process exiting: every held event acknowledged within the writer's delivery
 // timeout, none lost, the lane sequences exact. The outage plus two node starts (up to a minute
 // each on a loaded machine) can pass the suite's 2-minute delivery timeout, so the writer's is 4
@@ -206,6 +253,23 @@ func TestClusterTwoNodesLost(t *testing.T) {
 	sentAtLoss, ackedAtLoss := r.w.sent.Load(), r.w.acked.Load()
 	testenv.WaitUntil(t, time.Minute, "the writer sends 300 events into the outage", func() bool { return r.w.sent.Load() >= sentAtLoss+300 })
 	txnsAt := r.relayTransactions()
+	// Every relay must report while no leader is left: each lane write ends at the relays' 30 s
+	// write timeout, so within it (plus a recovery attempt) each relay has logged a failed lane
+	// write, counted it in ckf_relay_write_failures_total and says so on /readyz (503 naming
+	// the write). The outage lasts until then if its seeded length is shorter.
+	baseReports := r.relayReportsNow()
+	var reports []relayReport
+	testenv.WaitUntilEvery(t, time.Second, 2*time.Minute, "every relay reports a failed lane write (log, metric, /readyz) with two of three nodes dead", func() bool {
+		reports = r.relayReportsNow()
+		for i, rp := range reports {
+			if rp.logged <= baseFailed[i] || rp.total() <= baseReports[i].total() || rp.ready != http.StatusServiceUnavailable ||
+				!strings.Contains(rp.body, "lane") {
+				return false
+			}
+		}
+		return true
+	}, func() string { return fmt.Sprintf("before the loss %v; now %v", baseReports, reports) })
+	reported := time.Since(start)
 	time.Sleep(time.Until(start.Add(outage))) // the outage's length, seeded: the schedule, not a wait for an outcome
 	r.checkAlive("while two nodes are down")
 	for i, n := range r.relayTransactions() {
@@ -242,9 +306,9 @@ func TestClusterTwoNodesLost(t *testing.T) {
 	slices.Sort(ids)
 	r.finish("loss of two of three nodes", fmt.Sprintf("SIGKILL of nodes %v, lane 0's leader %d among them, for %v (seed %d)", ids, before.Leader, outage.Round(time.Millisecond), seed),
 		fmt.Sprintf("%d events sent into the outage, %d in flight at the loss acknowledged, 0 of those sent after it and no relay transaction (%v) committed while it lasted; "+
-			"failed lane writes logged by the relays %v before, %v at the restart, %v at the end; recoveries %v -> %v; "+
+			"every relay reported %v after the loss: %v; failed lane writes logged by the relays %v before, %v at the restart, %v at the end; recoveries %v -> %v; "+
 			"both nodes started in %v, lane 0 led by %d with a whole ISR %v after the restart, deployment recovered %v after the restart",
-			sentDuring, ackedDuring, txnsAt, baseFailed, failedDuring, failed, baseRecoveries, recoveries,
+			sentDuring, ackedDuring, txnsAt, reported.Round(time.Millisecond), reports, baseFailed, failedDuring, failed, baseRecoveries, recoveries,
 			started.Round(time.Millisecond), after.Leader, isrBack.Round(time.Millisecond), took.Round(time.Millisecond)), probe)
 }
 
