@@ -668,7 +668,15 @@ func TestClusterPausedLeader(t *testing.T) {
 	r.waitPartition("the resumed node back in lane 0's ISR", func(s testenv.PartitionState) bool { return len(s.ISR) == 3 })
 	back := time.Since(resumed)
 	probe := qp.end()
+	// What the relays met: a fence answered after the SIGCONT is recovered from when no newer
+	// instance claimed the pool (fence_recoveries); no relay may exit (finish checks the pids).
+	reports := r.relayReportsNow()
+	var fenceRecoveries []float64
+	for _, rl := range r.s.relays {
+		m, _ := rl.Metrics()
+		fenceRecoveries = append(fenceRecoveries, sumMetrics(m, "ckf_relay_fence_recoveries_total"))
+	}
 	r.finish("SIGSTOP of lane 0's leader", fmt.Sprintf("SIGSTOP of node %d for %v (seed %d)", victim.ID, pause.Round(time.Millisecond), seed),
-		fmt.Sprintf("lane 0 at the end of the pause: leader %d, ISR %v; deployment recovered %v after the SIGSTOP (%v after SIGCONT); node back in the ISR %v after SIGCONT",
-			during.Leader, during.ISR, took.Round(time.Millisecond), (took-pause).Round(time.Millisecond), back.Round(time.Millisecond)), probe)
+		fmt.Sprintf("lane 0 at the end of the pause: leader %d, ISR %v; deployment recovered %v after the SIGSTOP (%v after SIGCONT); node back in the ISR %v after SIGCONT; relays at the end: %v, fence recoveries %v",
+			during.Leader, during.ISR, took.Round(time.Millisecond), (took-pause).Round(time.Millisecond), back.Round(time.Millisecond), reports, fenceRecoveries), probe)
 }
