@@ -169,6 +169,22 @@ func BlockExtraKeys(keys ckf.ExtraKeys, loraName string) ckf.ExtraKeys {
 	return keys
 }
 
+// WithCacheSalt returns the extra keys of a salted sequence's first block: keys with the salt
+// string appended (a copy; keys is not changed). SGLang (0.5.18 and later) tells a salted
+// store by its cache salt (kvevents.Event.CacheSalt) and keeps the request's whole radix path in
+// the salt's namespace: its child keys and its event hashes are salted from the path's root,
+// and two requests with the same tokens and different salts share no block. The project's
+// chain gives the same namespaces with one salted block: the salt enters the local hash of the
+// sequence's first block (a store without a parent), and every later block's canonical hash
+// follows it through the chain (a later store names its parent, which is salted). That is where
+// vLLM puts a request's cache_salt too (the first block's extra keys, after its multimodal
+// items), so a router asks both engines alike: block_extra_keys with the salt as the first
+// block's last key (producer §2.2, "Extra keys"). A router without the salt hashes another
+// first block and matches none of the salted sequence.
+func WithCacheSalt(keys ckf.ExtraKeys, salt string) ckf.ExtraKeys {
+	return append(keys[:len(keys):len(keys)], ckf.ExtraStringValue(salt))
+}
+
 // outOfScope says whether ev, on its own, is outside the filter's scope: blocks on another
 // medium than the device (compared without case: engines write "GPU", connectors other cases),
 // or a store of a group that is not full attention. Such an event is filtered before its block
@@ -367,6 +383,9 @@ func (c *Converter) Convert(out []schemas.KvEvent, b *kvevents.Batch, rank uint3
 			var extra ckf.ExtraKeys
 			if ev.ExtraKeys != nil { // checked above: one entry per block
 				extra = BlockExtraKeys(ev.ExtraKeys[k], loras[i])
+			}
+			if k == 0 && ev.HasCacheSalt && !ev.HasParent {
+				extra = WithCacheSalt(extra, ev.CacheSalt)
 			}
 			local := ckf.TokenBlockHashExtra(ev.TokenIDs[k*ev.BlockSize:(k+1)*ev.BlockSize], extra, salts[i])
 			run.Stored.Blocks = append(run.Stored.Blocks, schemas.KvBlock{BlockHash: uint64(h), TokensHash: uint64(local)})

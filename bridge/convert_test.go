@@ -9,6 +9,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 const testBS = 4
@@ -279,5 +280,90 @@ func TestConvertHashesExtraKeys(t *testing.T) {
 	_, _, err := NewConverter(7, testBS, nil).Convert(nil, &kvevents.Batch{Events: []kvevents.Event{ev(nil)}}, 0, 1)
 	if !errors.Is(err, ErrExtraKeys) {
 		t.Fatalf("one entry for two blocks: %v, want ErrExtraKeys", err)
+	}
+}
+
+// TestConvertSGLangCacheSalt: a salted SGLang sequence (its stores carry the cache salt) is
+// salted on its first block only, and its canonical chain is the one a router computes for the
+// same tokens with the salt as the first block's extra key, so that router matches every block,
+// a router without the salt (or with another one) matches none, and unsalted stores hash as
+// before. The salt reaches the converter from both SGLang wire shapes.
+func TestConvertSGLangCacheSalt(t *testing.T) {
+	seed := ckf.BlockSaltSeed("", "")
+	salted := func(ev kvevents.Event, salt string) kvevents.Event {
+		ev.CacheSalt, ev.HasCacheSalt = salt, true
+		return ev
+	}
+	// SGLang publishes one store per page, each naming the page before it.
+	c := NewConverter(7, testBS, nil)
+	out, _ := convert(t, c, 0, salted(stored(0, false, 10, 1), "tenant-a"), salted(stored(1, true, 14, 2), "tenant-a"),
+		salted(stored(2, true, 18, 3), "tenant-a"))
+	var locals []uint64
+	for _, ev := range out {
+		for _, b := range ev.Stored.Blocks {
+			locals = append(locals, b.TokensHash)
+		}
+	}
+	tokens := toks(10, 3)
+	saltKeys := []ckf.ExtraKeys{{ckf.ExtraStringValue("tenant-a")}}
+	wantLocal := ckf.TokenBlockHashesExtra(tokens, testBS, saltKeys, seed)
+	for i := range wantLocal {
+		if locals[i] != uint64(wantLocal[i]) {
+			t.Fatalf("block %d: local %#x, want %#x (the salt in the first block only)", i, locals[i], uint64(wantLocal[i]))
+		}
+	}
+	if locals[1] != local(14, seed) || locals[2] != local(18, seed) {
+		t.Fatal("blocks after the first are salted: their chain carries the salt already")
+	}
+	held := map[ckf.CanonicalHash]bool{}
+	for _, h := range ckf.SequenceHashes(locals) {
+		held[ckf.CanonicalHash(h)] = true
+	}
+	matches := func(chain []ckf.CanonicalHash) int {
+		n := 0
+		for _, h := range chain {
+			if held[h] {
+				n++
+			}
+		}
+		return n
+	}
+	if n := matches(ckf.TokenSequenceHashesExtra(tokens, testBS, saltKeys, seed)); n != 3 {
+		t.Errorf("a router with the salt matches %d blocks, want 3", n)
+	}
+	if n := matches(ckf.TokenSequenceHashes(tokens, testBS, seed)); n != 0 {
+		t.Errorf("a router without the salt matches %d blocks, want 0", n)
+	}
+	if n := matches(ckf.TokenSequenceHashesExtra(tokens, testBS, []ckf.ExtraKeys{{ckf.ExtraStringValue("tenant-b")}}, seed)); n != 0 {
+		t.Errorf("a router with another salt matches %d blocks, want 0", n)
+	}
+	// Unsalted stores, and a salted store that continues a sequence, are not salted.
+	out, _ = convert(t, NewConverter(7, testBS, nil), 0, stored(0, false, 10, 1), salted(stored(1, true, 14, 2), "tenant-a"))
+	if b := out[0].Stored.Blocks[0].TokensHash; b != local(10, seed) {
+		t.Errorf("unsalted first block %#x, want %#x", b, local(10, seed))
+	}
+	if b := out[1].Stored.Blocks[0].TokensHash; b != local(14, seed) {
+		t.Errorf("salted continuation %#x, want the text hash %#x", b, local(14, seed))
+	}
+	// Both SGLang shapes, decoded: the 0.5.18 array event with its metadata map, the later map
+	// event with its cache_salt key.
+	want := uint64(wantLocal[0])
+	for name, ev := range map[string]any{
+		"array with metadata": []any{"BlockStored", []any{int64(-7)}, nil, toks(10, 1), testBS, nil, "GPU", map[string]any{"cache_salt": "tenant-a"}},
+		"map with cache_salt": map[string]any{"type": "BlockStored", "block_hashes": []any{int64(-7)}, "parent_block_hash": nil,
+			"token_ids": toks(10, 1), "block_size": testBS, "lora_id": nil, "medium": "GPU", "cache_salt": "tenant-a"},
+	} {
+		raw, err := msgpack.Marshal([]any{1.5, []any{ev}, 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := kvevents.Decode(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out, _, err := NewConverter(7, testBS, nil).Convert(nil, &b, 0, 1)
+		if err != nil || len(out) != 1 || out[0].Stored.Blocks[0].TokensHash != want {
+			t.Errorf("%s: %+v, %v; want the salted hash %#x", name, out, err, want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package engineemu_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +39,9 @@ func replayAll(t *testing.T, endpoint string) [][]byte {
 // leave an exact producer state (the relay's) holding exactly the blocks of the emulator's
 // model: every resident chain, nothing of the chains stored on the CPU tier, in the
 // sliding-window group or evicted, and no event refused. A third of the new chains carry an
-// image (extra_keys, in the shapes that have them), hashed with their blocks' extra keys.
+// image (extra_keys, in the shapes that have them), hashed with their blocks' extra keys; in
+// SGLang's shapes a third of the new text chains are salted (the cache salt on every store of
+// the sequence), hashed with the salt in their first block.
 // Broker-free, so a decoder regression shows here first; the end-to-end test (testenv/engine)
 // runs the same path through Kafka. Every KvStored carries the engine's block size, in every
 // wire shape (vLLM's and SGLang's).
@@ -56,7 +59,7 @@ func TestBridgeConverterHoldsTheModel(t *testing.T) {
 					engineemu.Mode(engineemu.PubBind), engineemu.Ranks(1), engineemu.Shape(w), engineemu.Hashes(h),
 					engineemu.ReplayTopicFrame(odd), engineemu.CPUMedium(cpu), engineemu.Topic("kv@emu"),
 					engineemu.BlockSize(blockSize), engineemu.Capacity(64), engineemu.Hybrid(true), engineemu.DupFraction(0.1),
-					engineemu.MMFraction(0.3),
+					engineemu.MMFraction(0.3), engineemu.SaltFraction(0.3),
 					engineemu.Seed(uint64(100+10*int(w)+int(h))))
 				if err != nil {
 					t.Fatal(err)
@@ -105,6 +108,17 @@ func TestBridgeConverterHoldsTheModel(t *testing.T) {
 				}
 				m := e.Model().Ranks[0]
 				want := map[ckf.CanonicalHash]bool{}
+				salted := 0
+				for _, c := range m.Resident {
+					if len(c.ExtraKeys) > 0 && len(c.ExtraKeys[0]) > 0 {
+						if v := c.ExtraKeys[0][len(c.ExtraKeys[0])-1]; v.Kind == ckf.ExtraString && strings.HasPrefix(v.Str, "tenant-") {
+							salted++
+						}
+					}
+				}
+				if sglang := w == engineemu.WireArray6 || w == engineemu.WireMapEvents; sglang != (salted > 0) {
+					t.Fatalf("%d resident salted chains in shape %v", salted, w)
+				}
 				for _, c := range m.Resident {
 					for _, k := range ckf.TokenSequenceHashesExtra(c.Tokens, blockSize, c.ExtraKeys, ckf.BlockSaltSeed(c.LoRAName, "")) {
 						want[k] = true

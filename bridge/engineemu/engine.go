@@ -54,6 +54,7 @@ type cfg struct {
 	dupFraction    float64
 	hybrid         bool
 	mmFraction     float64
+	saltFraction   float64
 	bufferSteps    int
 	replayTruncate int
 	replayTopic    bool
@@ -93,6 +94,8 @@ func (c *cfg) validate() error {
 		return bad("a LoRA share without a LoRA name")
 	case c.mmFraction < 0 || c.mmFraction > 1:
 		return bad("image share %v outside [0,1]", c.mmFraction)
+	case c.saltFraction < 0 || c.saltFraction > 1:
+		return bad("salted share %v outside [0,1]", c.saltFraction)
 	}
 	for r := range c.ranks {
 		if _, err := offsetEndpoint(c.endpoint, r); err != nil {
@@ -167,6 +170,14 @@ func Hybrid(on bool) Opt { return func(c *cfg) { c.hybrid = on } }
 // extra_keys on the wire). With a share above 0 every store carries extra_keys as vLLM 0.34.0
 // publishes them (pool.go); not in WireArray5, which has no extra_keys.
 func MMFraction(f float64) Opt { return func(c *cfg) { c.mmFraction = f } }
+
+// SaltFraction sets the share of new text root chains that SGLang salts with a request's
+// cache salt (one of two; default 0: none). Every store of a salted chain, continuations
+// included, carries the salt as SGLang 0.5.18 and later publish it: a metadata map
+// {"cache_salt": ...} after medium in the six-field array shape, a cache_salt key in the map
+// events; only in those two shapes (WireArray6, WireMapEvents). The model's chains give the salt
+// as the first block's last extra key, where the bridge hashes it (bridge.WithCacheSalt).
+func SaltFraction(f float64) Opt { return func(c *cfg) { c.saltFraction = f } }
 
 // BufferSteps sets the replay buffer in batches (default 10,000, the engines' default).
 func BufferSteps(n int) Opt { return func(c *cfg) { c.bufferSteps = n } }

@@ -21,8 +21,9 @@ type block struct {
 	tokens   []uint32
 	lora     string
 	extra    ExtraKeys
-	copies   int // stores not yet matched by a removal, while resident on GPU
-	children int // resident GPU children
+	salt     string // the SGLang cache salt of the block's sequence ("" for none; SaltFraction)
+	copies   int    // stores not yet matched by a removal, while resident on GPU
+	children int    // resident GPU children
 }
 
 // indexedSet is a set with constant-time add, remove and uniform choice.
@@ -144,8 +145,9 @@ func blockDigest(parent *Digest, tokens []uint32, lora string, extra ExtraKeys) 
 	return d
 }
 
-// newChain makes n blocks of random tokens after parent (nil: a new root).
-func (p *pool) newChain(parent *block, n int, lora string) []*block {
+// newChain makes n blocks of random tokens after parent (nil: a new root, salted with salt
+// when it is not empty; after a parent, the parent's salt).
+func (p *pool) newChain(parent *block, n int, lora, salt string) []*block {
 	out := make([]*block, 0, n)
 	prev := parent
 	for range n {
@@ -153,27 +155,40 @@ func (p *pool) newChain(parent *block, n int, lora string) []*block {
 		for i := range tokens {
 			tokens[i] = uint32(p.rng.IntN(vocab))
 		}
-		prev = p.chainBlock(prev, tokens, lora, nil)
+		prev = p.chainBlock(prev, tokens, lora, nil, salt)
 		out = append(out, prev)
 	}
 	return out
 }
 
 // chainBlock returns the block after prev (nil: a root) with these tokens, LoRA and extra
-// keys, the known one when the pool made it before.
-func (p *pool) chainBlock(prev *block, tokens []uint32, lora string, extra ExtraKeys) *block {
+// keys, the known one when the pool made it before. A block after prev is in prev's salt's
+// namespace; a root is in salt's, which enters its digest as SGLang's salted event hashes are
+// seeded from the salt, so salted and unsalted sequences share no block.
+func (p *pool) chainBlock(prev *block, tokens []uint32, lora string, extra ExtraKeys, salt string) *block {
 	var pd *Digest
+	digestExtra := extra
 	if prev != nil {
 		d := prev.digest
 		pd = &d
+		salt = prev.salt
+	} else if salt != "" {
+		digestExtra = append(extra[:len(extra):len(extra)], ckf.ExtraStringValue(salt))
 	}
-	d := blockDigest(pd, tokens, lora, extra)
+	d := blockDigest(pd, tokens, lora, digestExtra)
 	b := p.known[d]
 	if b == nil {
-		b = &block{digest: d, parent: pd, tokens: tokens, lora: lora, extra: extra}
+		b = &block{digest: d, parent: pd, tokens: tokens, lora: lora, extra: extra, salt: salt}
 		p.known[d] = b
 	}
 	return b
+}
+
+// salts says whether the pool salts sequences as SGLang does (SaltFraction; only in SGLang's
+// shapes: the six-field array, whose salted stores append a metadata map, and the map events,
+// whose salted stores carry a cache_salt key).
+func (p *pool) salts() bool {
+	return p.cfg.saltFraction > 0 && (p.cfg.wire == WireArray6 || p.cfg.wire == WireMapEvents)
 }
 
 // imagePlaceholder is the token id of an image's positions: outside the random vocabulary.
@@ -222,7 +237,7 @@ func (p *pool) imageChain(n int, lora string) []*block {
 		if b == 0 && salt != "" {
 			extra = append(extra, ckf.ExtraStringValue(salt))
 		}
-		prev = p.chainBlock(prev, tokens, lora, extra)
+		prev = p.chainBlock(prev, tokens, lora, extra, "")
 		out = append(out, prev)
 	}
 	return out
@@ -230,7 +245,7 @@ func (p *pool) imageChain(n int, lora string) []*block {
 
 func (p *pool) storedEvent(chain []*block, medium string, g *Group) Event {
 	ev := Event{Kind: BlockStored, Parent: chain[0].parent, BlockSize: p.cfg.blockSize, Medium: medium,
-		LoRAName: chain[0].lora, Group: g}
+		LoRAName: chain[0].lora, Group: g, CacheSalt: chain[0].salt}
 	if ev.LoRAName != "" {
 		id := p.cfg.loraID
 		ev.LoRAID = &id
@@ -278,7 +293,11 @@ func (p *pool) gpuStore() Event {
 	if parent == nil && p.images() && p.rng.Float64() < p.cfg.mmFraction {
 		chain = p.imageChain(1+p.rng.IntN(4), lora)
 	} else {
-		chain = p.newChain(parent, 1+p.rng.IntN(4), lora)
+		salt := ""
+		if parent == nil && p.salts() && p.rng.Float64() < p.cfg.saltFraction {
+			salt = fmt.Sprintf("tenant-%d", p.rng.IntN(2))
+		}
+		chain = p.newChain(parent, 1+p.rng.IntN(4), lora, salt)
 	}
 	for _, b := range chain {
 		if _, ok := p.gpu[b.digest]; ok {
@@ -341,7 +360,7 @@ func (p *pool) cpuEvent() Event {
 		chain = []*block{p.randomResident()}
 	} else {
 		// A chain that only ever lives on the CPU tier.
-		chain = p.newChain(nil, 1+p.rng.IntN(3), "")
+		chain = p.newChain(nil, 1+p.rng.IntN(3), "", "")
 	}
 	for _, b := range chain {
 		p.cpu.add(b.digest)
@@ -357,7 +376,7 @@ func (p *pool) windowEvent() Event {
 		}
 		return Event{Kind: BlockRemoved, Medium: "GPU", Hashes: victims, Group: slidingWindowGroup}
 	}
-	chain := p.newChain(nil, 1+p.rng.IntN(3), "")
+	chain := p.newChain(nil, 1+p.rng.IntN(3), "", "")
 	for _, b := range chain {
 		p.window.add(b.digest)
 	}
@@ -401,8 +420,13 @@ func (p *pool) chainOf(d Digest) Chain {
 	lora := b.lora
 	for {
 		parts = append(parts, b.tokens)
-		extra = append(extra, b.extra)
-		withExtra = withExtra || len(b.extra) > 0
+		k := b.extra
+		if b.parent == nil && b.salt != "" {
+			// The salt of an SGLang sequence enters its first block's hash (bridge.WithCacheSalt).
+			k = append(k[:len(k):len(k)], ckf.ExtraStringValue(b.salt))
+		}
+		extra = append(extra, k)
+		withExtra = withExtra || len(k) > 0
 		if b.parent == nil {
 			break
 		}

@@ -171,6 +171,9 @@ type Event struct {
 	Medium    string
 	Group     *Group
 	ExtraKeys []ExtraKeys
+	// CacheSalt is an SGLang store's cache salt ("" for none): a metadata map after medium in
+	// WireArray6, a cache_salt key in the map shapes.
+	CacheSalt string
 }
 
 // EventKind is the tag of an event.
@@ -279,6 +282,17 @@ func (e *encoder) event(ev *Event) error {
 		}
 		if ev.ExtraKeys != nil && e.wire.eventMaps() {
 			fields = append(fields, field{"extra_keys", func() error { return e.extraKeys(ev.ExtraKeys) }})
+		}
+		if ev.CacheSalt != "" {
+			switch {
+			case e.wire.eventMaps():
+				fields = append(fields, field{"cache_salt", func() error { return m.EncodeString(ev.CacheSalt) }})
+			case e.wire == WireArray6:
+				// SGLang's BlockStoredWithMetadata: the array event with metadata appended.
+				fields = append(fields, field{"metadata", func() error {
+					return first(m.EncodeMapLen(1), m.EncodeString("cache_salt"), m.EncodeString(ev.CacheSalt))
+				}})
+			}
 		}
 		if e.wire.HasGroups() {
 			g := ev.Group

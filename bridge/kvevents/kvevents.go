@@ -21,9 +21,11 @@
 // None or a tuple of the values the engine mixed into that block's hash) is decoded into
 // ckf.ExtraKeys: nil, bool, integers, floats, strings, bytes and nested arrays up to
 // ckf.MaxExtraDepth; a map or extension value, deeper nesting, or a list whose length is not
-// the number of block hashes is malformed. Anything else (a tag this package does not know, a
-// field of the wrong type, trailing bytes) is a *DecodeError matching ErrMalformed or
-// ErrUnknownEvent: the caller dead-letters the raw bytes.
+// the number of block hashes is malformed. SGLang's cache salt of a salted store (the metadata
+// map of 0.5.18 and 0.5.19, the cache_salt key or metadata map of later releases) is decoded
+// into Event.CacheSalt: a string or null, anything else malformed. Anything else (a tag this
+// package does not know, a field of the wrong type, trailing bytes) is a *DecodeError matching
+// ErrMalformed or ErrUnknownEvent: the caller dead-letters the raw bytes.
 package kvevents
 
 import (
@@ -153,6 +155,13 @@ type Event struct {
 	// then (mm identifier, offset) pairs, the cache salt on the first block, prompt-embeds
 	// digests); the converter decides what enters the local hash.
 	ExtraKeys []ckf.ExtraKeys
+	// CacheSalt is SGLang's cache salt of a salted store (HasCacheSalt false: unsalted): the
+	// metadata map {"cache_salt": ...} SGLang 0.5.18 and 0.5.19 append to the array event, or
+	// the cache_salt key (or the same metadata map) of the map events of later releases. SGLang
+	// keeps a salted request's whole radix path, and its event hashes, in the salt's namespace;
+	// the converter salts the sequence's first block with it, as vLLM's cache_salt is salted.
+	CacheSalt    string
+	HasCacheSalt bool
 }
 
 // MaxElements bounds any one array or map length in a batch (hashes, tokens, events), so a
@@ -577,13 +586,14 @@ func (d *decoder) event(path string, ev *Event) error {
 			name := fields[i-1]
 			if name == "lora_name" && kind == KindStored {
 				// SGLang 0.5.18 and 0.5.19 append a metadata map ({"cache_salt": ...}) to a
-				// salted store where vLLM has lora_name; it is read past.
+				// salted store where vLLM has lora_name.
 				if c, err := d.peek(); err != nil {
 					return d.wrap(path, err)
 				} else if isMap(c) {
-					if err := d.wrap(path+".metadata", d.dec.Skip()); err != nil {
+					if err := d.metadata(path+".metadata", ev); err != nil {
 						return err
 					}
+					seen["metadata"] = true
 					continue
 				}
 			}
@@ -607,6 +617,22 @@ func (d *decoder) event(path string, ev *Event) error {
 			}
 			if key == "type" {
 				if tag, err = d.str(path + ".type"); err != nil {
+					return err
+				}
+				continue
+			}
+			if key == "cache_salt" || key == "metadata" { // SGLang 0.5.20 and later
+				if seen[key] {
+					return malformed(path, "field %q twice", key)
+				}
+				seen[key] = true
+				var err error
+				if key == "metadata" {
+					err = d.metadata(path+".metadata", ev)
+				} else {
+					err = d.cacheSalt(path+".cache_salt", ev)
+				}
+				if err != nil {
 					return err
 				}
 				continue
@@ -643,7 +669,7 @@ func (d *decoder) event(path string, ev *Event) error {
 	}
 	if ev.Kind != KindStored {
 		ev.TokenIDs, ev.BlockSize, ev.HasParent, ev.Parent, ev.LoraName, ev.HasLoraID, ev.LoraID, ev.SpecKind = nil, 0, false, 0, "", false, 0, ""
-		ev.ExtraKeys = nil
+		ev.ExtraKeys, ev.CacheSalt, ev.HasCacheSalt = nil, "", false
 	}
 	if ev.ExtraKeys != nil && len(ev.ExtraKeys) != len(ev.BlockHashes) {
 		return malformed(path+".extra_keys", "%d entries for %d block hashes", len(ev.ExtraKeys), len(ev.BlockHashes))
@@ -712,6 +738,53 @@ func (d *decoder) field(path, name string, ev *Event) error {
 		err = d.wrap(path, d.dec.Skip())
 	}
 	return err
+}
+
+// metadata reads SGLang's BlockStoredMetadata map: its cache_salt (a string, or null for none);
+// keys this package does not know are skipped.
+func (d *decoder) metadata(path string, ev *Event) error {
+	null, err := d.isNil()
+	if err != nil || null {
+		return d.wrap(path, err)
+	}
+	n, err := d.length(path)(d.dec.DecodeMapLen())
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		key, err := d.str(path + ".key")
+		if err != nil {
+			return err
+		}
+		if key != "cache_salt" {
+			if err := d.wrap(path+"."+key, d.dec.Skip()); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := d.cacheSalt(path+".cache_salt", ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cacheSalt reads a cache salt: a string, or null for none. Two salts of one event (a map
+// event with both the key and the metadata map) must agree: the store is in one namespace.
+func (d *decoder) cacheSalt(path string, ev *Event) error {
+	null, err := d.isNil()
+	if err != nil || null {
+		return d.wrap(path, err)
+	}
+	salt, err := d.str(path)
+	if err != nil {
+		return err
+	}
+	if ev.HasCacheSalt && ev.CacheSalt != salt {
+		return malformed(path, "two cache salts, %q and %q", ev.CacheSalt, salt)
+	}
+	ev.CacheSalt, ev.HasCacheSalt = salt, true
+	return nil
 }
 
 // extraKeys reads extra_keys: null, or an array of one entry per block, each null or an array

@@ -312,25 +312,68 @@ func TestDecodeExtraKeys(t *testing.T) {
 
 // SGLang 0.5.18 and 0.5.19 write a salted store as BlockStoredWithMetadata: the array_like
 // BlockStored of its release (block_hashes to medium) with a metadata map appended, under the
-// tag "BlockStored". The map stands where vLLM's lora_name stands and is read past; SGLang 0.5.20
-// and later send maps, whose cache_salt and session_id keys are unknown fields, skipped.
+// tag "BlockStored". The map stands where vLLM's lora_name stands; its cache_salt is the
+// event's CacheSalt (other keys skipped). SGLang 0.5.20 and later send maps, with the salt under
+// cache_salt (or the same metadata map); session_id is an unknown field, skipped.
 func TestDecodeSGLangMetadataAndMapFields(t *testing.T) {
 	arr, err := msgpack.Marshal([]any{1.5, []any{
-		[]any{"BlockStored", []any{int64(-7)}, nil, []any{1, 2, 3, 4}, 4, nil, "GPU", map[string]any{"cache_salt": "s"}},
+		[]any{"BlockStored", []any{int64(-7)}, nil, []any{1, 2, 3, 4}, 4, nil, "GPU", map[string]any{"cache_salt": "s", "later": 1}},
 	}, 0})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := Decode(arr)
-	if err != nil || len(b.Events) != 1 || b.Events[0].LoraName != "" || b.Events[0].Medium != "GPU" || b.Events[0].BlockHashes[0] != BlockHash(uint64(1<<64-7)) {
+	if err != nil || len(b.Events) != 1 || b.Events[0].LoraName != "" || b.Events[0].Medium != "GPU" || b.Events[0].BlockHashes[0] != BlockHash(uint64(1<<64-7)) ||
+		!b.Events[0].HasCacheSalt || b.Events[0].CacheSalt != "s" {
 		t.Fatalf("0.5.18 metadata: %+v, %v", b, err)
 	}
-	m, err := msgpack.Marshal([]any{1.5, []any{map[string]any{"type": "BlockStored", "block_hashes": []any{3}, "parent_block_hash": nil,
-		"token_ids": []any{1, 2, 3, 4}, "block_size": 4, "lora_id": nil, "medium": "GPU", "cache_salt": "s", "session_id": "x"}}, 2})
+	storedMap := func(extra map[string]any) []byte {
+		t.Helper()
+		ev := map[string]any{"type": "BlockStored", "block_hashes": []any{3}, "parent_block_hash": nil,
+			"token_ids": []any{1, 2, 3, 4}, "block_size": 4, "lora_id": nil, "medium": "GPU"}
+		for k, v := range extra {
+			ev[k] = v
+		}
+		m, err := msgpack.Marshal([]any{1.5, []any{ev}, 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for name, tc := range map[string]struct {
+		fields map[string]any
+		salt   string
+		salted bool
+	}{
+		"cache_salt":        {map[string]any{"cache_salt": "s", "session_id": "x"}, "s", true},
+		"metadata":          {map[string]any{"metadata": map[string]any{"cache_salt": "s"}}, "s", true},
+		"both, agreeing":    {map[string]any{"cache_salt": "s", "metadata": map[string]any{"cache_salt": "s"}}, "s", true},
+		"empty salt":        {map[string]any{"cache_salt": ""}, "", true},
+		"null salt":         {map[string]any{"cache_salt": nil}, "", false},
+		"null metadata":     {map[string]any{"metadata": nil}, "", false},
+		"metadata, no salt": {map[string]any{"metadata": map[string]any{}}, "", false},
+		"unsalted":          {nil, "", false},
+	} {
+		b, err := Decode(storedMap(tc.fields))
+		if err != nil || len(b.Events) != 1 || b.Rank != 2 || b.Events[0].HasCacheSalt != tc.salted || b.Events[0].CacheSalt != tc.salt {
+			t.Errorf("0.5.20 map, %s: %+v, %v; want salt %q (%v)", name, b, err, tc.salt, tc.salted)
+		}
+	}
+	for name, fields := range map[string]map[string]any{
+		"salt not a string":  {"cache_salt": 7},
+		"metadata not a map": {"metadata": "s"},
+		"two salts":          {"cache_salt": "s", "metadata": map[string]any{"cache_salt": "t"}},
+	} {
+		if _, err := Decode(storedMap(fields)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
+	}
+	// A removal carries no salt, whatever it was sent with.
+	rm, err := msgpack.Marshal([]any{1.5, []any{map[string]any{"type": "BlockRemoved", "block_hashes": []any{3}, "cache_salt": "s"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err := Decode(m); err != nil || len(b.Events) != 1 || b.Rank != 2 {
-		t.Fatalf("0.5.20 map: %+v, %v", b, err)
+	if b, err := Decode(rm); err != nil || b.Events[0].HasCacheSalt {
+		t.Fatalf("removal: %+v, %v", b, err)
 	}
 }
