@@ -59,25 +59,23 @@ func (e *ConfigError) Unwrap() []error {
 	return []error{ErrInvalidConfig, e.Err}
 }
 
-// ConfigCheck collects the first violation of one configuration's rules, in the order the
-// rules are checked (field order), so validate methods read as a list of rules.
+// ConfigCheck collects the violations of one configuration's rules, in the order the rules are
+// checked (field order), so validate methods read as a list of rules. Result returns the first,
+// which is what a New… function refuses with; Problems returns them all, for a process
+// configuration that reports every broken setting at once.
 type ConfigCheck struct {
 	Config string
-	err    *ConfigError
+	errs   []*ConfigError
 }
 
-// Fail records a violation of field unless an earlier one was recorded.
+// Fail records a violation of field.
 func (c *ConfigCheck) Fail(field, format string, args ...any) {
-	if c.err == nil {
-		c.err = &ConfigError{Config: c.Config, Field: field, Reason: fmt.Sprintf(format, args...)}
-	}
+	c.errs = append(c.errs, &ConfigError{Config: c.Config, Field: field, Reason: fmt.Sprintf(format, args...)})
 }
 
-// FailWith records a violation of field caused by err unless an earlier one was recorded.
+// FailWith records a violation of field caused by err.
 func (c *ConfigCheck) FailWith(field, reason string, err error) {
-	if c.err == nil {
-		c.err = &ConfigError{Config: c.Config, Field: field, Reason: reason, Err: err}
-	}
+	c.errs = append(c.errs, &ConfigError{Config: c.Config, Field: field, Reason: reason, Err: err})
 }
 
 // Positive requires d > 0.
@@ -97,14 +95,17 @@ func (c *ConfigCheck) NonNegative(field string, d time.Duration) {
 // Named requires a non-empty name.
 func (c *ConfigCheck) Named(field, name string) {
 	if name == "" {
-		c.Fail(field, "must be named")
+		c.Fail(field, "must not be empty")
 	}
 }
 
 // Result returns the first violation, or nil (a typed nil never escapes as a non-nil error).
 func (c *ConfigCheck) Result() error {
-	if c.err == nil {
+	if len(c.errs) == 0 {
 		return nil
 	}
-	return c.err
+	return c.errs[0]
 }
+
+// Problems returns every violation, in the order the rules were checked.
+func (c *ConfigCheck) Problems() []*ConfigError { return c.errs }

@@ -261,7 +261,7 @@ func TestInvalidFieldMessages(t *testing.T) {
 		{args: []string{"--indexer.freshness.max_record_lag=-1"}, want: "config: indexer.freshness.max_record_lag: -1 is negative"},
 		{args: []string{"--indexer.freshness.max_time_lag=-1s"}, want: "config: indexer.freshness.max_time_lag: -1s is negative"},
 		{args: []string{"--indexer.query_group="}, want: "config: indexer.query_group: must not be empty"},
-		{args: []string{"--indexer.query_batch_size=0"}, want: "config: indexer.query_batch_size: 0 is not in [1,65536]"},
+		{args: []string{"--indexer.query_batch_size=0"}, want: "config: indexer.query_batch_size: must be in [1, 65536], got 0"},
 		{args: []string{"--indexer.reply_topic_prefixes=router.,ckf-"}, want: `config: indexer.reply_topic_prefixes: "ckf-" would let a query reply into topics.lanes ("ckf-lanes")`},
 		{args: []string{"--indexer.reply_topic_prefixes=router/"}, want: `config: indexer.reply_topic_prefixes: "router/" holds characters`},
 		{args: []string{"--topic_prefix=prod.", "--indexer.reply_topic_prefixes=prod.ckf-c"}, want: `would let a query reply into topics.control ("prod.ckf-control")`},

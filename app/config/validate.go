@@ -8,10 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
-	"github.com/ckf-stream/ckf-stream/streams/query"
 )
 
 // ErrInvalid matches every validation and loading error of this package via errors.Is.
@@ -86,6 +84,7 @@ func (c Config) Validate() error {
 		p.add("metrics.report_interval", "%v is not positive", c.Metrics.ReportInterval)
 	}
 	c.Indexer.validate(&p)
+	c.Indexer.validateQuery(c.Topics, &p)
 	c.Indexer.validateReplyTopicPrefixes(c.Topics, &p)
 	c.Indexer.validateRegions(c.Topics, &p)
 	c.Relay.validate(&p)
@@ -280,17 +279,8 @@ func (ix Indexer) validate(p *problems) {
 	if ix.Freshness.MaxTimeLag < 0 {
 		p.add("indexer.freshness.max_time_lag", "%v is negative", ix.Freshness.MaxTimeLag)
 	}
-	if ix.QueryGroup == "" {
-		p.add("indexer.query_group", "must not be empty")
-	}
-	if ix.QuerySessionTimeout < time.Second {
-		p.add("indexer.query_session_timeout", "%v is below 1s", ix.QuerySessionTimeout)
-	}
 	if ix.QueryLeaveAfter <= 0 {
 		p.add("indexer.query_leave_after", "%v is not positive", ix.QueryLeaveAfter)
-	}
-	if ix.QueryBatchSize < 1 || ix.QueryBatchSize > query.MaxQueryBatchRecords {
-		p.add("indexer.query_batch_size", "%d is not in [1,%d]", ix.QueryBatchSize, query.MaxQueryBatchRecords)
 	}
 	if ix.GCPercent < 0 || ix.GCPercent > 10000 {
 		p.add("indexer.gc_percent", "%d is not in [0,10000]", ix.GCPercent)

@@ -28,7 +28,6 @@ import (
 	"math/bits"
 	"os"
 	"runtime/debug"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -106,18 +105,10 @@ func StreamsConfig(ix config.Indexer, topics config.Topics) lanes.IndexerConfig 
 	return cfg
 }
 
-// QueryConfig converts the indexer section and the topic names to the query service's streams
-// configuration: streams' defaults (query.DefaultQueryConfig) with the topics, the group, the
-// batch size, the session timeout (heartbeats every third of it, at most every second) and the
-// reply topic prefixes of the configuration.
+// QueryConfig is the query service's configuration of the indexer section and the topic names
+// (config.Indexer.QuerySettings, whose rules config.Validate reports).
 func QueryConfig(ix config.Indexer, topics config.Topics) query.QueryConfig {
-	cfg := query.DefaultQueryConfig()
-	cfg.RequestTopic, cfg.ReplyTopic, cfg.DeadLetterTopic = topics.Queries, topics.QueryReplies, topics.DeadLetter
-	cfg.Group, cfg.MaxBatchRecords = ix.QueryGroup, ix.QueryBatchSize
-	cfg.SessionTimeout = ix.QuerySessionTimeout
-	cfg.HeartbeatInterval = min(query.DefaultQueryHeartbeatInterval, ix.QuerySessionTimeout/3)
-	cfg.ReplyTopicPrefixes = slices.Clone(ix.ReplyTopicPrefixes)
-	return cfg
+	return ix.QuerySettings(topics)
 }
 
 // New builds the replica: manifest (a random consumer instance id when the configured one is 0,

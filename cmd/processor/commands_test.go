@@ -53,7 +53,7 @@ func TestIndexerConfigErrors(t *testing.T) {
 		{append(ok, "--indexer.freshness.max_record_lag=-1"), []string{"processor: config: indexer.freshness.max_record_lag: -1 is negative"}},
 		{append(ok, "--indexer.freshness.max_time_lag=-1s"), []string{"processor: config: indexer.freshness.max_time_lag: -1s is negative"}},
 		{append(ok, "--indexer.query_group="), []string{"processor: config: indexer.query_group: must not be empty"}},
-		{append(ok, "--indexer.query_batch_size=70000"), []string{"processor: config: indexer.query_batch_size: 70000 is not in [1,65536]"}},
+		{append(ok, "--indexer.query_batch_size=70000"), []string{"processor: config: indexer.query_batch_size: must be in [1, 65536], got 70000"}},
 	} {
 		code, out, errOut := runCmd(t, nil, append([]string{"indexer", "--http.listen=127.0.0.1:0"}, tc.args...)...)
 		if code != exitUsage || out != "" {

@@ -81,7 +81,7 @@ func TestInvalidConfigExits(t *testing.T) {
 		{[]string{"demo", "--http.listen=nowhere"}, nil, `processor: config: http.listen: "nowhere" is not host:port`},
 		{[]string{"demo"}, map[string]string{"CKF_METRICS_REPORT_INTERVAL": "0s"}, "processor: config: metrics.report_interval: 0s is not positive"},
 		{[]string{"demo", "--indexer.lanes=0=1,1=1"}, nil, "processor: config: indexer.lanes: DC 0x1 is on lanes 0 and 1"},
-		{[]string{"demo"}, map[string]string{"CKF_INDEXER_QUERY_BATCH_SIZE": "0"}, "processor: config: indexer.query_batch_size: 0 is not in [1,65536]"},
+		{[]string{"demo"}, map[string]string{"CKF_INDEXER_QUERY_BATCH_SIZE": "0"}, "processor: config: indexer.query_batch_size: must be in [1, 65536], got 0"},
 		{[]string{"demo", "--relay.heartbeat_interval=0s"}, nil, "processor: config: relay.heartbeat_interval: 0s is not positive"},
 		{[]string{"demo"}, map[string]string{"CKF_SHUTDOWN_TIMEOUT": "-1s"}, "processor: config: shutdown_timeout: -1s is not positive"},
 		{[]string{"demo", "--kafka.tls.enabled"}, nil, "processor: config: kafka.tls.enabled: is true, but kafka.brokers is empty"},

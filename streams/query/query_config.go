@@ -55,6 +55,7 @@ type QueryConfig struct {
 	// at once). Default 6 s (DefaultQuerySessionTimeout), the smallest the broker accepts by
 	// default (group.min.session.timeout.ms); franz-go's own default is 45 s. Shorter is refused
 	// by such a broker; longer rides out longer pauses (a GC, a stalled host) without a rebalance.
+	// At least 1 s (MinQuerySessionTimeout).
 	SessionTimeout time.Duration
 	// HeartbeatInterval is how often a member heartbeats (heartbeat.interval.ms), which is also
 	// how soon it learns of a rebalance. Default 1 s; > 0 and below SessionTimeout.
@@ -64,7 +65,8 @@ type QueryConfig struct {
 }
 
 // Query service defaults and limits that the process configuration (app/config: indexer.query_group,
-// indexer.query_batch_size) takes as its own, so that each has this one home.
+// indexer.query_batch_size, indexer.query_session_timeout) takes as its own, so that each has this
+// one home.
 const (
 	// DefaultQueryGroup is QueryConfig.Group's default.
 	DefaultQueryGroup = "ckf-indexer-queries"
@@ -75,6 +77,10 @@ const (
 	// DefaultQuerySessionTimeout is QueryConfig.SessionTimeout's default: the broker's default
 	// group.min.session.timeout.ms.
 	DefaultQuerySessionTimeout = 6 * time.Second
+	// MinQuerySessionTimeout is the shortest QueryConfig.SessionTimeout accepted: a member
+	// heartbeats several times per session, and no broker's group.min.session.timeout.ms
+	// (6 s by default) is meant to go below it.
+	MinQuerySessionTimeout = time.Second
 	// DefaultQueryHeartbeatInterval is QueryConfig.HeartbeatInterval's default.
 	DefaultQueryHeartbeatInterval = time.Second
 )
@@ -117,8 +123,16 @@ func (c QueryConfig) withDerived(codec *schemas.Codec) QueryConfig {
 }
 
 // validate checks every field in order and returns the first violation as a *ConfigError.
-func (c QueryConfig) validate() error {
-	k := streams.ConfigCheck{Config: "query service"}
+func (c QueryConfig) validate() error { return c.check().Result() }
+
+// CheckSettings returns every rule of c that is broken, in field order, each a *ConfigError
+// naming its field ("SessionTimeout"): the rules NewQueryService holds a configuration to, for a
+// process configuration to report under its own setting names (app/config's indexer section).
+// Topic names left empty are not judged (NewQueryService derives them).
+func (c QueryConfig) CheckSettings() []*streams.ConfigError { return c.check().Problems() }
+
+func (c QueryConfig) check() *streams.ConfigCheck {
+	k := &streams.ConfigCheck{Config: "query service"}
 	for i, p := range c.ReplyTopicPrefixes {
 		if p == "" {
 			k.Fail(fmt.Sprintf("ReplyTopicPrefixes[%d]", i), "is empty, which would allow every topic")
@@ -131,11 +145,13 @@ func (c QueryConfig) validate() error {
 	k.NonNegative("ReplyLinger", c.ReplyLinger)
 	k.Positive("ReplyTimeout", c.ReplyTimeout)
 	k.Positive("CommitTimeout", c.CommitTimeout)
-	k.Positive("SessionTimeout", c.SessionTimeout)
+	if c.SessionTimeout < MinQuerySessionTimeout {
+		k.Fail("SessionTimeout", "must be at least %v, got %v", MinQuerySessionTimeout, c.SessionTimeout)
+	}
 	k.Positive("HeartbeatInterval", c.HeartbeatInterval)
 	if c.HeartbeatInterval >= c.SessionTimeout && c.SessionTimeout > 0 {
 		k.Fail("HeartbeatInterval", "must be below SessionTimeout (%v), got %v", c.SessionTimeout, c.HeartbeatInterval)
 	}
 	k.Named("Component", c.Component)
-	return k.Result()
+	return k
 }
