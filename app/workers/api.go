@@ -2,6 +2,7 @@ package workers
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -127,6 +128,15 @@ func (a *API) Answer(req *workerapi.Request, sc *scratch) workerapi.WorkerMatchR
 		resp.Age = ageOf(a.r.Age(), a.now())
 		return resp
 	}
+	if req.Query.Input == schemas.InputTokenIDs {
+		// Blocks of another size than every engine of the DC publishes match none of its blocks:
+		// refused, naming both sizes, as the prefix-match route refuses them (consumer §6.5).
+		if err := a.r.CheckBlockSize(req.Query.BlockSize); err != nil {
+			resp.Status, resp.Error = workerapi.StatusInvalidRequest, fmt.Errorf("%w: %w", queryapi.ErrBadRequest, err).Error()
+			resp.Age = ageOf(a.r.Age(), a.now())
+			return resp
+		}
+	}
 	c := sc.chain[:0]
 	for i, l := range local {
 		if i == 0 {
@@ -202,6 +212,12 @@ type StatusJSON struct {
 	Checkpoints uint64               `json:"checkpoints"`
 	// CheckpointApplied is the KV records the newest checkpoint this replica wrote reflects.
 	CheckpointApplied uint64 `json:"checkpoint_applied"`
+	// BlockSize is the block size every source of the DC reports (0: none known, or sources
+	// that disagree); BlockSizes the distinct sizes and BlockSizesBySource each size's sources.
+	// A token query of a size no source reports is refused.
+	BlockSize          uint32   `json:"block_size"`
+	BlockSizes         []uint32 `json:"block_sizes"`
+	BlockSizesBySource string   `json:"block_sizes_by_source,omitempty"`
 }
 
 // StatusHandler serves GET /v1/workers: the replica's status as JSON.
@@ -210,8 +226,17 @@ func (a *API) StatusHandler() http.Handler {
 		s := a.r.Status()
 		b, _ := json.Marshal(StatusJSON{DcID: s.DC.String(), KVTopic: s.KVTopic, Ready: s.Ready, Age: ageOf(s.Age, a.now()),
 			Applied: s.Applied, Sources: s.Sources, Rows: s.Rows, Restored: s.Restored, Rejected: s.Rejected,
-			Undecodable: s.Undecodable, Checkpoints: s.Checkpoints, CheckpointApplied: s.CheckpointApplied})
+			Undecodable: s.Undecodable, Checkpoints: s.Checkpoints, CheckpointApplied: s.CheckpointApplied,
+			BlockSize: oneSize(s.BlockSizes), BlockSizes: append([]uint32{}, s.BlockSizes...), BlockSizesBySource: s.BlockSizesBySource})
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(append(b, '\n'))
 	})
+}
+
+// oneSize is the one size of sizes, 0 when there is none or more than one.
+func oneSize(sizes []uint32) uint32 {
+	if len(sizes) == 1 {
+		return sizes[0]
+	}
+	return 0
 }

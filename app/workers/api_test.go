@@ -38,6 +38,16 @@ func store(w ckf.WorkerID, t producer.StorageTier, local []ckf.LocalBlockHash, b
 // startReplica runs a replica of testDC on a kfake topic holding evs and waits until it is ready.
 func startReplica(t *testing.T, evs []producer.RouterEvent) *streamworkers.Replica {
 	t.Helper()
+	kvs := make([]schemas.KvEvent, len(evs))
+	for i, ev := range evs {
+		kvs[i] = relay.KvEventOf(ev)
+	}
+	return startReplicaOf(t, kvs)
+}
+
+// startReplicaOf is startReplica for KV records as written (a stored event's block size, say).
+func startReplicaOf(t *testing.T, evs []schemas.KvEvent) *streamworkers.Replica {
+	t.Helper()
 	c := testenv.FakeCluster(t)
 	kv := c.NewTopic(t, 2)
 	codec, err := schemas.NewCodec(context.Background())
@@ -46,8 +56,11 @@ func startReplica(t *testing.T, evs []producer.RouterEvent) *streamworkers.Repli
 	}
 	cl := c.Client(t)
 	for _, ev := range evs {
-		b, _ := codec.EncodeKvEvent(relay.KvEventOf(ev))
-		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: kv, Key: []byte(strconv.FormatUint(uint64(ev.WorkerID), 10)), Value: b}).FirstErr(); err != nil {
+		b, err := codec.EncodeKvEvent(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: kv, Key: []byte(strconv.FormatUint(ev.WorkerID, 10)), Value: b}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -211,5 +224,43 @@ func TestAnswerKafkaEqualsHTTP(t *testing.T) {
 		if got := workerapi.FromKafkaReply(&reply); !reflect.DeepEqual(got, want) || !reply.ReplyTime.Equal(fixed) {
 			t.Errorf("%s: Kafka %+v, HTTP %+v", tc.q.CorrelationID, got, want)
 		}
+	}
+}
+
+// TestWorkerMatchesBlockSize: the replica reads each source's block size from its stored events;
+// a token query of a size no source publishes is refused over HTTP (400) and over Kafka
+// (INVALID_REQUEST) with the prefix-match path's sentence naming both sizes, the engines' size
+// is answered, a hash query is not judged, and GET /v1/workers shows the size.
+func TestWorkerMatchesBlockSize(t *testing.T) {
+	t.Parallel()
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	local := ckf.TokenBlockHashes(tokens, 4, ckf.BlockSaltSeed("", ""))
+	ev := relay.KvEventOf(store(1, producer.StorageTierDevice, local, 100))
+	ev.Stored.BlockSize = 4
+	r := startReplicaOf(t, []schemas.KvEvent{ev})
+	a := NewAPI(r, nil)
+	h := a.MatchHandler()
+	const want = "bad request: block_size 8, but the engines of dc 000000000000dc07 publish blocks of 4 tokens"
+	rec, resp := post(t, h, "", workerapi.Path, []byte(`{"correlation_id":"b8","token_ids":[1,2,3,4,5,6,7,8],"block_size":8}`))
+	if rec.Code != http.StatusBadRequest || resp.Status != workerapi.StatusInvalidRequest || resp.Error != want || resp.DcID != testDC.String() {
+		t.Fatalf("HTTP, block_size 8: %d %+v; want 400 saying %q", rec.Code, resp, want)
+	}
+	reply := a.AnswerKafka(&schemas.WorkerQueryRequest{CorrelationID: "k8", Input: schemas.InputTokenIDs, Tokens: schemas.AppendU32s(nil, tokens), BlockSize: 8})
+	if _, err := (&schemas.Codec{}).EncodeWorkerQueryReply(reply); err != nil || reply.Status != schemas.QueryInvalidRequest || reply.ErrorMessage != want {
+		t.Fatalf("Kafka, block_size 8: %+v (%v); want INVALID_REQUEST saying %q", reply, err, want)
+	}
+	rec, resp = post(t, h, "", workerapi.Path, []byte(`{"correlation_id":"b4","token_ids":[1,2,3,4,5,6,7,8],"block_size":4}`))
+	if rec.Code != http.StatusOK || len(resp.Sources) != 1 || resp.Sources[0].Device != 2 {
+		t.Fatalf("HTTP, block_size 4: %d %+v; want source 1 at depth 2", rec.Code, resp)
+	}
+	if rec, resp := post(t, h, "", workerapi.Path, []byte(`{"local_block_hashes":[1,2]}`)); rec.Code != http.StatusOK || resp.Status != workerapi.StatusOK {
+		t.Fatalf("a hash query: %d %+v", rec.Code, resp)
+	}
+	srec := httptest.NewRecorder()
+	a.StatusHandler().ServeHTTP(srec, httptest.NewRequest(http.MethodGet, "/v1/workers", nil))
+	var st StatusJSON
+	if err := json.Unmarshal(srec.Body.Bytes(), &st); err != nil || st.BlockSize != 4 || !reflect.DeepEqual(st.BlockSizes, []uint32{4}) ||
+		st.BlockSizesBySource != "4: worker 1 rank 0" {
+		t.Fatalf("GET /v1/workers: %s (%v)", srec.Body.Bytes(), err)
 	}
 }

@@ -54,6 +54,8 @@ type Replica struct {
 	mu     sync.RWMutex
 	shared *workers.Shared // replaced once, by the restore, before ready
 
+	sizes blockSizes // the DC's block sizes by source (blocksize.go)
+
 	ready     chan struct{}
 	readyOnce sync.Once
 	applied   atomic.Uint64
@@ -138,6 +140,10 @@ type Status struct {
 	// Counters of the ledger.
 	Rejected, Undecodable, UnknownRemovals, UnknownSources, DeadLetters  uint64
 	Checkpoints, CheckpointFailures, CheckpointsRejected, CheckpointGaps uint64
+	// BlockSizes are the distinct block sizes the DC's sources report, ascending (empty: none
+	// known); BlockSizesBySource names each size's sources (CheckBlockSize's rule).
+	BlockSizes         []uint32
+	BlockSizesBySource string
 }
 
 // Status returns the current status.
@@ -147,7 +153,9 @@ func (r *Replica) Status() Status {
 	for i := range l.rejected {
 		rej += l.rejected[i].load()
 	}
+	sizes, bySource := r.BlockSizes()
 	return Status{DC: r.cfg.DC, KVTopic: r.cfg.Topics.KVEvents, Ready: r.Ready() == nil, Age: r.Age(), Applied: r.applied.Load(),
+		BlockSizes: sizes, BlockSizesBySource: bySource,
 		Sources: int(l.sources.load()), Rows: int(l.rows.load()), Restored: l.restored.load() == 1,
 		ReadyAfter: r.readyAt.Load(), CheckpointApplied: r.ckptApplied.Load(),
 		Rejected: rej, Undecodable: l.undecodable.load(), UnknownRemovals: l.unknownRemovals.load(), UnknownSources: l.unknownSources.load(),
@@ -460,6 +468,7 @@ func (lp *loop) apply(rec *kgo.Record, live bool) {
 		return
 	}
 	lp.lin.apply(&ev)
+	r.sizes.observe(&lp.kv)
 }
 
 func (lp *loop) reject(rec *kgo.Record, live bool, code schemas.DeadLetterReason, reason string, err error) {
