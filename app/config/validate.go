@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/streams/relay"
 )
 
 // ErrInvalid matches every validation and loading error of this package via errors.Is.
@@ -248,8 +249,8 @@ func (ix Indexer) validate(p *problems) {
 	}
 	dcLane := map[uint64]int{}
 	for _, lane := range ix.Lanes.Lanes() {
-		if lane < 0 || lane >= ckf.LaneCount {
-			p.add("indexer.lanes", "lane %d is not in [0,%d]", lane, ckf.LaneCount-1)
+		if err := relay.CheckLane(lane); err != nil {
+			p.add("indexer.lanes", "lane %v", err)
 			continue
 		}
 		dc := ix.Lanes[lane]

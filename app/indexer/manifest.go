@@ -85,13 +85,9 @@ func BuildManifest(ix config.Indexer, consumer ckf.ConsumerInstanceID) (index.Ma
 	if err != nil {
 		return index.Manifest{}, nil, err
 	}
-	var lanes index.ManifestLanes
-	for _, l := range ix.Lanes.Lanes() {
-		if l < 0 || l >= ckf.LaneCount {
-			return index.Manifest{}, nil, &config.FieldError{Field: "indexer.lanes",
-				Reason: fmt.Sprintf("lane %d is not in [0,%d]", l, ckf.LaneCount-1)}
-		}
-		lanes[l] = &ckf.PoolID{Domain: domain, Dc: ckf.DcID(ix.Lanes[l])}
+	lanes, err := ix.LaneOwners()
+	if err != nil {
+		return index.Manifest{}, nil, err
 	}
 	m, warnings, err := index.NewManifest(consumer, domain, format, lanes)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
-	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -33,16 +32,16 @@ type LaneRelay struct {
 // the errors.
 func PerLane(owner string, cfg config.Config, conn *kafka.Connection, codec *schemas.Codec, scope tally.Scope,
 	log *zap.Logger, kvTopic func(dc uint64) string) ([]*LaneRelay, error) {
-	m, _, err := indexer.BuildManifest(cfg.Indexer, 1)
+	owners, err := cfg.Indexer.LaneOwners()
 	if err != nil {
 		return nil, err
 	}
 	var out []*LaneRelay
 	for l := uint8(0); l < ckf.LaneCount; l++ {
-		pool, ok := m.PoolOf(l)
-		if !ok {
+		if owners[l] == nil {
 			continue
 		}
+		pool := *owners[l]
 		rc := cfg.Relay
 		rc.DcID, rc.Lane = uint64(pool.Dc), int(l)
 		sc, err := StreamsConfig(rc, cfg.Indexer, conn.Topics)

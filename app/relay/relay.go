@@ -28,7 +28,6 @@ import (
 	"github.com/ckf-stream/ckf-stream/app/kafka"
 	"github.com/ckf-stream/ckf-stream/app/lifecycle"
 	"github.com/ckf-stream/ckf-stream/ckf"
-	"github.com/ckf-stream/ckf-stream/ckf/index"
 	streamrelay "github.com/ckf-stream/ckf-stream/streams/relay"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/uber-go/tally/v4"
@@ -78,12 +77,9 @@ func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (st
 	if err := streamrelay.CheckLane(rc.Lane); err != nil {
 		return streamrelay.RelayConfig{}, &config.FieldError{Field: "relay.lane", Reason: err.Error()}
 	}
-	var owners index.ManifestLanes
-	for _, l := range ix.Lanes.Lanes() {
-		if err := streamrelay.CheckLane(l); err != nil {
-			return streamrelay.RelayConfig{}, &config.FieldError{Field: "indexer.lanes", Reason: "lane " + err.Error()}
-		}
-		owners[l] = &ckf.PoolID{Domain: domain, Dc: ckf.DcID(ix.Lanes[l])}
+	owners, err := ix.LaneOwners()
+	if err != nil {
+		return streamrelay.RelayConfig{}, err
 	}
 	cfg := rc.StreamsSettings()
 	cfg.Topics = streamrelay.RelayTopics{
