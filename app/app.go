@@ -27,12 +27,19 @@ import (
 	"go.uber.org/fx"
 )
 
-// Core are the modules every process runs besides the configuration and the HTTP server.
+// Core are the modules every process runs besides the configuration and the HTTP server, and
+// the Kafka connection's readiness as /readyz's "kafka" check.
 var Core = fx.Options(
 	logging.Module,
 	metrics.Module,
 	kafka.Module,
+	fx.Provide(httpserver.AsReadinessCheck(kafkaReadiness)),
 )
+
+// kafkaReadiness is the "kafka" readiness check: the connection's (kafka.Connection.Ready).
+func kafkaReadiness(c *kafka.Connection) httpserver.ReadinessCheck {
+	return httpserver.ReadinessCheck{Name: "kafka", Check: c.Ready}
+}
 
 // New builds the application of cfg: the configuration, the HTTP listener, Core, then components,
 // then the HTTP server. Start-up runs in that order and shutdown in reverse, so that /healthz

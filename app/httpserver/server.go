@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/app/metrics"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 )
@@ -78,6 +79,8 @@ type Params struct {
 	Logger *zap.Logger      `optional:"true"`
 	Routes []Route          `group:"routes"`
 	Checks []ReadinessCheck `group:"readiness"`
+	// Metrics, when the application has them (app/metrics), are served at GET /metrics.
+	Metrics *metrics.Metrics `optional:"true"`
 	// Shutdowner, when set, stops the application if the server fails after it started
 	// (the listener breaks); without it the failure is only logged.
 	Shutdowner fx.Shutdowner `optional:"true"`
@@ -141,6 +144,9 @@ func New(p Params) (*Server, error) {
 		{Pattern: "GET /healthz", Handler: http.HandlerFunc(s.healthz)},
 		{Pattern: "GET /readyz", Handler: http.HandlerFunc(s.readyz)},
 	}, p.Routes...)
+	if p.Metrics != nil {
+		routes = append(routes, Route{Pattern: "GET /metrics", Handler: p.Metrics.Handler()})
+	}
 	for _, r := range routes {
 		if err := handle(s.mux, r); err != nil {
 			return nil, err

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
-	"github.com/ckf-stream/ckf-stream/app/httpserver"
 	"github.com/ckf-stream/ckf-stream/app/metrics"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -259,28 +258,19 @@ func (c *Connection) Close() {
 	})
 }
 
-// Result is what Provide returns to the fx graph.
-type Result struct {
-	fx.Out
-
-	Connection *Connection
-	// Check is the "kafka" readiness check (Connection.Ready).
-	Check httpserver.ReadinessCheck `group:"readiness"`
-}
-
-// Provide is Module's constructor: New, with Start and Close appended to lc's hooks and the
-// "kafka" readiness check.
-func Provide(lc fx.Lifecycle, p Params) (Result, error) {
+// Provide is Module's constructor: New, with Start and Close appended to lc's hooks.
+func Provide(lc fx.Lifecycle, p Params) (*Connection, error) {
 	c, err := New(p)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	lc.Append(fx.Hook{OnStart: c.Start, OnStop: func(context.Context) error { c.Close(); return nil }})
-	return Result{Connection: c, Check: httpserver.ReadinessCheck{Name: "kafka", Check: c.Ready}}, nil
+	return c, nil
 }
 
-// Module provides the *Connection, ensures the topic layout at start, closes the connection at
-// stop, and adds the "kafka" readiness check.
+// Module provides the *Connection, ensures the topic layout at start and closes the connection
+// at stop. Its readiness (Connection.Ready) is the "kafka" check of /readyz, which the
+// application (package app) adds, so that this package needs no HTTP server.
 var Module = fx.Module("kafka",
 	fx.Provide(Provide),
 	// Built even when no component asks for it yet, so that every process ensures the layout.

@@ -17,7 +17,6 @@ import (
 	"sync"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
-	"github.com/ckf-stream/ckf-stream/app/httpserver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -219,8 +218,6 @@ type Result struct {
 	Scope tally.Scope
 	// Kafka is the factory of Kafka client hooks (Metrics.Kafka()).
 	Kafka *KafkaHooks
-	// Route serves GET /metrics.
-	Route httpserver.Route `group:"routes"`
 }
 
 // Provide is Module's constructor: New, with the scope's Close appended to lc's stop hooks.
@@ -236,12 +233,12 @@ func Provide(lc fx.Lifecycle, p Params) (Result, error) {
 		Metrics: m,
 		Scope:   m.Scope,
 		Kafka:   m.kafka,
-		Route:   httpserver.Route{Pattern: "GET /metrics", Handler: m.Handler()},
 	}, nil
 }
 
-// Module provides the *Metrics, its root tally.Scope, the *KafkaHooks, and the GET /metrics
-// route; it closes the scope when the application stops.
+// Module provides the *Metrics, its root tally.Scope and the *KafkaHooks; it closes the scope
+// when the application stops. The HTTP server (app/httpserver) serves GET /metrics from the
+// *Metrics when the application has one.
 var Module = fx.Module("metrics", fx.Provide(Provide))
 
 // kpromRenames are the kprom gauges whose names end in _total, which Prometheus reserves for
