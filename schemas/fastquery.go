@@ -61,6 +61,9 @@ func appendQueryRequestBody(dst []byte, q *QueryRequest) []byte {
 	} else {
 		dst = append(dst, 0)
 	}
+	if len(q.BlockExtraKeys) == 0 {
+		return append(dst, 0) // block_extra_keys: null
+	}
 	return appendBlockExtraKeys(dst, q.BlockExtraKeys)
 }
 

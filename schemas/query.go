@@ -166,6 +166,9 @@ func (q *QueryRequest) validate() error {
 	if q.MaxAgeMillis.Valid && q.MaxAgeMillis.Value < 0 {
 		return invalid("max_age_ms", "%d is negative", q.MaxAgeMillis.Value)
 	}
+	if len(q.BlockExtraKeys) == 0 {
+		return nil
+	}
 	return checkBlockExtraKeys(q, q.BlockExtraKeys)
 }
 
