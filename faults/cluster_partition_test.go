@@ -67,8 +67,15 @@ func (r *clusterRun) relayReportsNow() []relayReport {
 	for i, rl := range r.s.relays {
 		rp := relayReport{logged: rl.LogCount(laneWriteFailedLog), failures: map[string]float64{}}
 		if m, err := rl.Metrics(); err == nil {
-			for _, cause := range []string{"timeout", "fence", "error"} {
-				rp.failures[cause] = m[`ckf_relay_write_failures_total{cause="`+cause+`"}`]
+			for series, v := range m {
+				if !strings.HasPrefix(series, "ckf_relay_write_failures_total{") {
+					continue
+				}
+				for _, cause := range []string{"timeout", "fence", "error"} {
+					if strings.Contains(series, `cause="`+cause+`"`) {
+						rp.failures[cause] += v
+					}
+				}
 			}
 		}
 		if resp, err := c.Get("http://" + rl.HTTP + "/readyz"); err == nil {
