@@ -316,9 +316,18 @@ func (p ProducerIdentity) ValidateWire() error {
 	return p.Format.ValidateWire()
 }
 
-// LaneCount is CKF_LANE_COUNT = DC_COUNT: the fixed number of consumer lanes
-// (DC pools) in one transposed table; lane masks are uint16.
+// LaneCount is CKF_LANE_COUNT = DC_COUNT: the reference's number of consumer
+// lanes (DC pools) in one transposed table, whose lane masks are uint16. It
+// is the lane count of every API that takes or returns a uint16 mask or a
+// [LaneCount] array, and the lane count of a manifest built by
+// index.NewManifest.
 const LaneCount = 16
+
+// MaxLanes is the largest lane count of one transposed table beyond the
+// reference (consumer §16): a table configured for n lanes (1..MaxLanes,
+// index.NewManifestN) has rows of about n words, and its wide APIs take and
+// return uint64 lane masks and [MaxLanes] arrays.
+const MaxLanes = 64
 
 // LaneLease is the consumer-minted right to feed one physical lane. A new
 // lease on a lane must carry a strictly greater Epoch than the previous one

@@ -54,6 +54,21 @@ func FindPrefixDepths(n int, ready uint16, window int, probe func(pos int) uint1
 	return search.Find(n, ready, window, probe)
 }
 
+// FindPrefixDepths64 is FindPrefixDepths over up to MaxLanes lanes (consumer
+// §16): ready and probe's result are uint64 lane masks and the result has
+// one depth per lane of MaxLanes. It does not allocate.
+func FindPrefixDepths64(n int, ready uint64, window int, probe func(pos int) uint64) [MaxLanes]uint32 {
+	var d [MaxLanes]uint32
+	search.FindWide(&d, n, ready, window, func(pos int, _ uint64) uint64 { return probe(pos) }, nil, nil)
+	return d
+}
+
+// LinearPrefixDepths64 is LinearPrefixDepths over up to MaxLanes lanes.
+// Tests and benchmarks only.
+func LinearPrefixDepths64(n int, ready uint64, probe func(pos int) uint64) [MaxLanes]uint32 {
+	return search.LinearWide(n, ready, probe)
+}
+
 // LinearPrefixDepths is the exact linear reference (consumer §7.6) the galloping
 // search approximates: a lane's depth is the length of its leading run of
 // hits. Tests and benchmarks only.

@@ -195,7 +195,7 @@ func BenchmarkConsumerProbeDRAM(b *testing.B) {
 			}
 			for j := 0; j < 8; j++ {
 				p := &bt.probes[(i+j)&mask]
-				acc ^= t.probe(p.Fingerprint, p.BucketA, p.BucketB)
+				acc ^= uint16(t.probe(p.Fingerprint, p.BucketA, p.BucketB))
 			}
 		}
 		consumerBenchSink = acc
@@ -295,7 +295,7 @@ func BenchmarkConsumerQuery128(b *testing.B) {
 				s := ckf.AppendSequenceHashes(seq[:0], c)
 				ckf.LinearPrefixDepths(len(s), 0xFFFF, func(pos int) uint16 {
 					p := g.addr.Probe(s[pos])
-					return g.table.probe(p.Fingerprint, p.BucketA, p.BucketB)
+					return g.table.probeSettled16(p.Fingerprint, p.BucketA, p.BucketB, 0)
 				})
 			}, shape.chains))
 		})

@@ -175,7 +175,7 @@ func BenchmarkQueryCostVsLength(b *testing.B) {
 					ckf.LinearPrefixDepths(n, 0xFFFF, func(pos int) uint16 {
 						probes++
 						p := g.addr.Probe(s[pos])
-						return g.table.probe(p.Fingerprint, p.BucketA, p.BucketB)
+						return g.table.probeSettled16(p.Fingerprint, p.BucketA, p.BucketB, 0)
 					})
 				}
 				b.ReportMetric(float64(n), "blocks/query")

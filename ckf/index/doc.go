@@ -1,6 +1,7 @@
 // Package index is the global side of the CKF index: one GlobalIndexer per
-// indexer domain holds a transposed, bucket-major table shared by up to
-// sixteen lanes (one per DC pool), answers prefix-match queries over every
+// indexer domain holds a transposed, bucket-major table shared by its lanes
+// (one per DC pool: the reference's sixteen, or 1..64 with rows as wide as
+// the lane count, consumer §16), answers prefix-match queries over every
 // ready lane lock-free, and is written by one LaneIngestor per lane (consumer
 // §2–§7).
 //

@@ -1,14 +1,16 @@
 package index
 
 import (
+	"strconv"
 	"sync/atomic"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // GlobalIndexer is GlobalCkfIndexer (consumer §2.2): the consumer-side global
-// index of one indexer domain. It owns the transposed table shared by up to
-// sixteen lanes (one per DC pool), the immutable addressing, the search
+// index of one indexer domain. It owns the transposed table shared by the
+// manifest's lanes (one per DC pool: 16 as in the reference, or 1..64 from
+// NewManifestN, consumer §16), the immutable addressing, the search
 // configuration and two lane masks.
 //
 // Concurrency model: any number of goroutines may query (FindPrefixMatches,
@@ -21,17 +23,20 @@ import (
 // consistent, which is at least as strong as every ordering the reference
 // specifies (consumer §2.4); the mapping is:
 //
-//	snapshot activation   ready |= bit     (Release)  -> atomic.Uint32.Or
-//	ingestor clear_ready  ready &^= bit    (AcqRel)   -> atomic.Uint32.And
-//	pool retirement       ready &^= bit    (Release)  -> atomic.Uint32.And
-//	query capture         load, once       (Acquire)  -> atomic.Uint32.Load
-//	ReadyLanes()          load             (Acquire)  -> atomic.Uint32.Load
-//	claim                 claimed |= bit   (AcqRel)   -> atomic.Uint32.Or (old value tested)
-//	release               claimed &^= bit  (Release)  -> atomic.Uint32.And
+//	snapshot activation   ready |= bit     (Release)  -> atomic.Uint64.Or
+//	ingestor clear_ready  ready &^= bit    (AcqRel)   -> atomic.Uint64.And
+//	pool retirement       ready &^= bit    (Release)  -> atomic.Uint64.And
+//	query capture         load, once       (Acquire)  -> atomic.Uint64.Load
+//	ReadyLanes()          load             (Acquire)  -> atomic.Uint64.Load
+//	claim                 claimed |= bit   (AcqRel)   -> atomic.Uint64.Or (old value tested)
+//	release               claimed &^= bit  (Release)  -> atomic.Uint64.And
 //	table word load       one per word        (Relaxed)  -> atomic.LoadUint64
 //	table word store      one per word        (Relaxed)  -> atomic.StoreUint64; snapshot words and delta
 //	                                                        images on amd64: a plain MOV
 //	                                                        (transposedTable.storeColumn, storeImages)
+//
+// The masks are 64 bits wide whatever the lane count (consumer §16): one
+// word, so capturing every lane is still one load.
 //
 // A snapshot's words are all stored before its Or; a query's Load that
 // observes the bit therefore observes every snapshot word (Go memory model:
@@ -45,16 +50,17 @@ type GlobalIndexer struct {
 	table    transposedTable
 	window   int
 
-	ready   atomic.Uint32 // low 16 bits: bit l set ⇔ lane l queryable
-	claimed atomic.Uint32 // low 16 bits: bit l set ⇔ an ingestor owns lane l
+	ready   atomic.Uint64 // bit l set ⇔ lane l queryable
+	claimed atomic.Uint64 // bit l set ⇔ an ingestor owns lane l
 }
 
 // NewGlobalIndexer validates the search configuration (window 1..8, else a
 // *BuildError matching ErrBuildInvalidVerificationWindow), validates the
 // manifest format (version 1, 16-bit fingerprints, 4 slots, power-of-two
 // bucket count >= 2 — a choice: the reference trusts the format), builds the
-// addressing and allocates bucket_count × 16 zeroed words (ErrCapacityOverflow
-// if that size overflows). Both lane masks start at 0.
+// addressing and allocates bucket_count rows of zeroed words, 16 per row for
+// a manifest of 16 lanes, rowStride(lanes) for the others (consumer §16;
+// ErrCapacityOverflow if that size overflows). Both lane masks start at 0.
 func NewGlobalIndexer(m Manifest, search ckf.SearchConfig) (*GlobalIndexer, error) {
 	if err := search.Validate(); err != nil {
 		return nil, err
@@ -66,7 +72,7 @@ func NewGlobalIndexer(m Manifest, search ckf.SearchConfig) (*GlobalIndexer, erro
 	if err != nil {
 		return nil, err
 	}
-	t, err := newTransposedTable(m.format.BucketCount)
+	t, err := newTransposedTable(m.format.BucketCount, m.LaneCount())
 	if err != nil {
 		return nil, err
 	}
@@ -85,23 +91,44 @@ func (g *GlobalIndexer) VerificationWindow() int { return g.window }
 // BucketCount returns the number of buckets per lane.
 func (g *GlobalIndexer) BucketCount() uint64 { return g.table.buckets }
 
-// ReadyLanes returns the current ready mask (one atomic load). It may be
-// stale by the time the caller uses it.
+// LaneCount returns the manifest's lane count (consumer §16).
+func (g *GlobalIndexer) LaneCount() int { return g.manifest.LaneCount() }
+
+// RowWords returns the number of words of one table row: 16 for 16 lanes,
+// the lane count rounded up (to a power of two up to 8, then to a multiple
+// of 8) for the others. The table takes BucketCount × RowWords × 8 bytes.
+func (g *GlobalIndexer) RowWords() int { return g.table.stride }
+
+// ReadyLanes returns the current ready mask of lanes 0..15 (one atomic
+// load): the whole mask of an indexer of at most 16 lanes; ReadyLanes64
+// reports every lane. It may be stale by the time the caller uses it.
 func (g *GlobalIndexer) ReadyLanes() uint16 { return uint16(g.ready.Load()) }
 
-// ClaimedLanes returns the current claim mask (one atomic load).
+// ReadyLanes64 returns the current ready mask of every lane (one atomic
+// load, consumer §16).
+func (g *GlobalIndexer) ReadyLanes64() uint64 { return g.ready.Load() }
+
+// ClaimedLanes returns the current claim mask of lanes 0..15 (one atomic
+// load); ClaimedLanes64 reports every lane.
 func (g *GlobalIndexer) ClaimedLanes() uint16 { return uint16(g.claimed.Load()) }
+
+// ClaimedLanes64 returns the current claim mask of every lane.
+func (g *GlobalIndexer) ClaimedLanes64() uint64 { return g.claimed.Load() }
 
 // LaneWords returns a copy of lane's words in bucket order (diagnostics and
 // tests; it reads each word atomically but the copy is not a consistent cut
-// while the lane is being written). lane must be < LaneCount.
+// while the lane is being written). lane must be < LaneCount().
 func (g *GlobalIndexer) LaneWords(lane uint8) []uint64 {
+	if int(lane) >= g.manifest.LaneCount() {
+		panic("index: LaneWords lane " + strconv.Itoa(int(lane)) + " out of range")
+	}
 	return g.table.laneWords(int(lane), make([]uint64, 0, g.table.buckets))
 }
 
 // ClaimLane makes the caller the single owner of lane and returns its
 // ingestor in state Unassigned (consumer §2.3). Errors, in order: ErrInvalidLane
-// (lane >= 16), ErrUnconfiguredLane, ErrLaneAlreadyClaimed. The claim is
+// (lane >= the lane count, 16 unless NewManifestN set another),
+// ErrUnconfiguredLane, ErrLaneAlreadyClaimed. The claim is
 // released by LaneIngestor.Close, which first clears the lane's ready bit.
 //
 // The validation scratch (a bitmap of ceil(bucket_count/64) words and the
@@ -110,14 +137,14 @@ func (g *GlobalIndexer) LaneWords(lane uint8) []uint64 {
 // and reports AllocationFailed when that allocation fails; a Go allocation
 // failure aborts the process instead, so that error is never returned.
 func (g *GlobalIndexer) ClaimLane(lane uint8) (*LaneIngestor, error) {
-	if lane >= ckf.LaneCount {
+	if int(lane) >= g.manifest.LaneCount() {
 		return nil, ErrInvalidLane
 	}
 	pool, ok := g.manifest.PoolOf(lane)
 	if !ok {
 		return nil, ErrUnconfiguredLane
 	}
-	bit := uint32(1) << lane
+	bit := uint64(1) << lane
 	if g.claimed.Or(bit)&bit != 0 {
 		return nil, ErrLaneAlreadyClaimed
 	}
@@ -133,11 +160,11 @@ func (g *GlobalIndexer) ClaimLane(lane uint8) (*LaneIngestor, error) {
 }
 
 // activateLane sets lane's ready bit (snapshot activation, Release).
-func (g *GlobalIndexer) activateLane(bit uint32) { g.ready.Or(bit) }
+func (g *GlobalIndexer) activateLane(bit uint64) { g.ready.Or(bit) }
 
 // clearReadyLane clears lane's ready bit (ingestor clear_ready, AcqRel, and
 // pool retirement, Release).
-func (g *GlobalIndexer) clearReadyLane(bit uint32) { g.ready.And(^bit) }
+func (g *GlobalIndexer) clearReadyLane(bit uint64) { g.ready.And(^bit) }
 
 // releaseLane clears lane's claim bit (Release).
-func (g *GlobalIndexer) releaseLane(bit uint32) { g.claimed.And(^bit) }
+func (g *GlobalIndexer) releaseLane(bit uint64) { g.claimed.And(^bit) }

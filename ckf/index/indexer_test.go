@@ -99,23 +99,38 @@ type fixture struct {
 	t      testing.TB
 	domain ckf.IndexerDomainID
 	format ckf.FormatIdentity
-	pools  [ckf.LaneCount]ckf.PoolID
+	pools  [ckf.MaxLanes]ckf.PoolID
 	m      Manifest
 	g      *GlobalIndexer
 }
 
-// newFixture builds an indexer with lanes 0..lanes-1 configured (pool DC =
-// 100+lane), the given bucket count and window.
+// newFixture builds an indexer of the reference's 16 lanes with lanes
+// 0..lanes-1 configured (pool DC = 100+lane), the given bucket count and
+// window.
 func newFixture(t testing.TB, lanes int, buckets uint64, window int) *fixture {
+	if lanes > fixtureWidth {
+		t.Skipf("needs %d lanes, the table has %d", lanes, fixtureWidth)
+	}
+	return newFixtureN(t, fixtureWidth, lanes, buckets, window)
+}
+
+// fixtureWidth is the lane count of newFixture's table: the reference's 16,
+// except while TestIngestorSpecCasesAtWidths reruns the spec cases at 4 and
+// 64 lanes (consumer §16).
+var fixtureWidth = ckf.LaneCount
+
+// newFixtureN is newFixture for a table of width lanes (NewManifestN,
+// consumer §16) with lanes 0..configured-1 configured.
+func newFixtureN(t testing.TB, width, configured int, buckets uint64, window int) *fixture {
 	t.Helper()
 	f := &fixture{t: t, domain: testDomainOf(ckf.IdentityExplicit), format: ckf.NewFormatIdentity(ckf.DefaultSeed, buckets)}
-	var ml ManifestLanes
-	for l := 0; l < lanes; l++ {
+	ml := make([]*ckf.PoolID, width)
+	for l := 0; l < configured; l++ {
 		f.pools[l] = ckf.PoolID{Domain: f.domain, Dc: ckf.DcID(100 + l)}
 		p := f.pools[l]
 		ml[l] = &p
 	}
-	m, _, err := NewManifest(testConsumer, f.domain, f.format, ml)
+	m, _, err := NewManifestN(testConsumer, f.domain, f.format, ml)
 	if err != nil {
 		t.Fatal(err)
 	}

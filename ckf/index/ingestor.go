@@ -32,7 +32,7 @@ import (
 type LaneIngestor struct {
 	g      *GlobalIndexer
 	lane   uint8
-	bit    uint32
+	bit    uint64
 	pool   ckf.PoolID
 	closed bool
 

@@ -249,7 +249,7 @@ func validateAssignment(m *Manifest, lane uint8, lastEpoch uint64, hasLast bool,
 
 // Indexer-level errors (claiming and querying).
 var (
-	// ErrInvalidLane: lane >= LaneCount.
+	// ErrInvalidLane: lane >= the manifest's lane count.
 	ErrInvalidLane = errors.New("ckf: invalid lane")
 	// ErrUnconfiguredLane: the lane has no pool in the manifest.
 	ErrUnconfiguredLane = errors.New("ckf: unconfigured lane")
@@ -262,4 +262,8 @@ var (
 	// ErrUnavailable is QueryError::Unavailable: no configured lane was
 	// ready when the query captured the ready mask.
 	ErrUnavailable = errors.New("ckf: no ready lane")
+	// ErrLanesBeyond16: FindPrefixMatches or FindPrefixMatchesScratch on an
+	// indexer whose manifest configures a lane beyond 15, which their
+	// 16-lane result cannot hold (consumer §16); FindPrefixMatches64 answers.
+	ErrLanesBeyond16 = errors.New("ckf: the manifest configures lanes beyond 15, which a 16-lane result cannot hold; query with FindPrefixMatches64")
 )

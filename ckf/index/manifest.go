@@ -1,6 +1,7 @@
 package index
 
 import (
+	"math/bits"
 	"strconv"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -8,8 +9,9 @@ import (
 
 // Manifest is GlobalCkfManifest (consumer §2.1): the immutable description of
 // one global indexer — its consumer instance, its single indexer domain, the
-// CKF format every lane must publish, and the fixed physical lane → PoolID
-// map (at most LaneCount lanes).
+// CKF format every lane must publish, its lane count (the width of the
+// transposed table: ckf.LaneCount from NewManifest, 1..ckf.MaxLanes from
+// NewManifestN, consumer §16) and the fixed physical lane → PoolID map.
 //
 // Invariants established by NewManifest and never changed afterwards:
 // every configured lane's pool belongs to Domain; no PoolID and no DcID
@@ -20,8 +22,8 @@ type Manifest struct {
 	consumer   ckf.ConsumerInstanceID
 	domain     ckf.IndexerDomainID
 	format     ckf.FormatIdentity
-	lanes      [ckf.LaneCount]ckf.PoolID
-	configured uint16
+	lanes      []ckf.PoolID // len = lane count; shared by copies, never written after NewManifestN
+	configured uint64
 }
 
 // ManifestLanes is the lane → pool input of NewManifest: entry l is the pool
@@ -74,6 +76,9 @@ const (
 	ManifestDuplicateDcLane
 	// ManifestNoConfiguredLanes: no lane is configured.
 	ManifestNoConfiguredLanes
+	// ManifestInvalidLaneCount: NewManifestN was given a lane count outside
+	// 1..ckf.MaxLanes (Lanes set; consumer §16).
+	ManifestInvalidLaneCount
 )
 
 // ManifestError is a GlobalCkfManifest build error. errors.Is matches the
@@ -84,6 +89,8 @@ type ManifestError struct {
 	Lane uint8      // MixedIndexerDomain
 	Pool ckf.PoolID // DuplicatePool
 	Dc   ckf.DcID   // DuplicateDcLane
+	// Lanes is the refused lane count (InvalidLaneCount).
+	Lanes int
 }
 
 // Error implements error.
@@ -97,6 +104,8 @@ func (e *ManifestError) Error() string {
 		return "ckf: manifest DC " + e.Dc.String() + " configured on two lanes"
 	case ManifestNoConfiguredLanes:
 		return "ckf: manifest has no configured lanes"
+	case ManifestInvalidLaneCount:
+		return "ckf: manifest lane count " + strconv.Itoa(e.Lanes) + " is not in [1," + strconv.Itoa(ckf.MaxLanes) + "]"
 	}
 	return "ckf: manifest error " + strconv.Itoa(int(e.Kind))
 }
@@ -113,6 +122,7 @@ var (
 	ErrDuplicatePool      error = &ManifestError{Kind: ManifestDuplicatePool}
 	ErrDuplicateDcLane    error = &ManifestError{Kind: ManifestDuplicateDcLane}
 	ErrNoConfiguredLanes  error = &ManifestError{Kind: ManifestNoConfiguredLanes}
+	ErrInvalidLaneCount   error = &ManifestError{Kind: ManifestInvalidLaneCount}
 )
 
 // NewManifest validates and builds a manifest. Lanes are checked in
@@ -129,9 +139,22 @@ var (
 // The format is not validated here; NewGlobalIndexer validates it when it
 // sizes the table.
 func NewManifest(consumer ckf.ConsumerInstanceID, domain ckf.IndexerDomainID, format ckf.FormatIdentity, lanes ManifestLanes) (Manifest, []ManifestWarning, error) {
-	m := Manifest{consumer: consumer, domain: domain, format: format}
-	for l := 0; l < ckf.LaneCount; l++ {
-		p := lanes[l]
+	return NewManifestN(consumer, domain, format, lanes[:])
+}
+
+// NewManifestN is NewManifest for a table of len(lanes) lanes (consumer
+// §16): entry l is the pool of physical lane l, or nil. The lane count must
+// be in 1..ckf.MaxLanes, else *ManifestError InvalidLaneCount (checked
+// before the lanes); the lanes are then checked as NewManifest checks them.
+// The transposed table's rows follow the lane count (rows of 4 words for 4
+// lanes, 64 for 64), so a deployment pays for the lanes it configures, not
+// for the ceiling. NewManifest(…) is NewManifestN(…, lanes[:]): 16 lanes.
+func NewManifestN(consumer ckf.ConsumerInstanceID, domain ckf.IndexerDomainID, format ckf.FormatIdentity, lanes []*ckf.PoolID) (Manifest, []ManifestWarning, error) {
+	if len(lanes) < 1 || len(lanes) > ckf.MaxLanes {
+		return Manifest{}, nil, &ManifestError{Kind: ManifestInvalidLaneCount, Lanes: len(lanes)}
+	}
+	m := Manifest{consumer: consumer, domain: domain, format: format, lanes: make([]ckf.PoolID, len(lanes))}
+	for l, p := range lanes {
 		if p == nil {
 			continue
 		}
@@ -155,7 +178,7 @@ func NewManifest(consumer ckf.ConsumerInstanceID, domain ckf.IndexerDomainID, fo
 		return Manifest{}, nil, &ManifestError{Kind: ManifestNoConfiguredLanes}
 	}
 	var warnings []ManifestWarning
-	if n := popcount16(m.configured); n > 1 && domain.ReliesOnDefaults() {
+	if n := bits.OnesCount64(m.configured); n > 1 && domain.ReliesOnDefaults() {
 		warnings = append(warnings, ManifestWarning{Kind: WarnDefaultDerivedDomainAcrossDCs, Domain: domain, ConfiguredDCs: n})
 	}
 	return m, warnings, nil
@@ -170,14 +193,25 @@ func (m Manifest) IndexerDomain() ckf.IndexerDomainID { return m.domain }
 // Format returns the CKF format every lane must match.
 func (m Manifest) Format() ckf.FormatIdentity { return m.format }
 
-// ConfiguredLanes returns the mask of configured lanes (bit l ⇔ lane l has a
-// pool).
-func (m Manifest) ConfiguredLanes() uint16 { return m.configured }
+// LaneCount returns the number of lanes of the manifest's table:
+// ckf.LaneCount for a manifest of NewManifest, len(lanes) for one of
+// NewManifestN (consumer §16).
+func (m Manifest) LaneCount() int { return len(m.lanes) }
 
-// PoolOf returns the pool of lane, ok == false when lane >= LaneCount or is
-// not configured.
+// ConfiguredLanes returns the mask of configured lanes among lanes 0..15
+// (bit l ⇔ lane l has a pool): the whole mask of a manifest of at most 16
+// lanes. A manifest of more lanes reports the rest through
+// ConfiguredLanes64 only.
+func (m Manifest) ConfiguredLanes() uint16 { return uint16(m.configured) }
+
+// ConfiguredLanes64 returns the mask of configured lanes of every lane
+// (consumer §16).
+func (m Manifest) ConfiguredLanes64() uint64 { return m.configured }
+
+// PoolOf returns the pool of lane, ok == false when lane is not below the
+// lane count or is not configured.
 func (m Manifest) PoolOf(lane uint8) (ckf.PoolID, bool) {
-	if lane >= ckf.LaneCount || m.configured&(1<<lane) == 0 {
+	if int(lane) >= len(m.lanes) || m.configured&(1<<lane) == 0 {
 		return ckf.PoolID{}, false
 	}
 	return m.lanes[lane], true
@@ -185,18 +219,11 @@ func (m Manifest) PoolOf(lane uint8) (ckf.PoolID, bool) {
 
 // LaneOf returns the lane of pool, ok == false when pool is not configured.
 func (m Manifest) LaneOf(pool ckf.PoolID) (uint8, bool) {
-	for l := 0; l < ckf.LaneCount; l++ {
-		if m.configured&(1<<uint(l)) != 0 && m.lanes[l] == pool {
+	for c := m.configured; c != 0; c &= c - 1 {
+		l := bits.TrailingZeros64(c)
+		if m.lanes[l] == pool {
 			return uint8(l), true
 		}
 	}
 	return 0, false
-}
-
-func popcount16(m uint16) int {
-	n := 0
-	for ; m != 0; m &= m - 1 {
-		n++
-	}
-	return n
 }

@@ -114,3 +114,141 @@ func probeRowsSWAR(ra, rb *[ckf.LaneCount]uint64, fp uint16) uint16 {
 	acc |= acc >> 16
 	return uint16(acc)
 }
+
+// Kernels of the other row widths (consumer §16). Each is the 16-lane SWAR
+// formulation above over fewer or more words: rows of 8 and 4 words fold one
+// accumulator, rows of 64 words run the 16-lane kernel on each quarter, and
+// the other multiples of 8 (24..56) run it on each full 16 words and the
+// 8-word kernel on the rest. TestProbeKernelsEveryWidth checks every width
+// against probeRowsRefN.
+
+// probeRowsRefN is probeRowsRef over a row of any width: bit l is lane l's
+// Bucket.Contains in ra or rb. Tests only.
+func probeRowsRefN(ra, rb []uint64, fp uint16) uint64 {
+	var m uint64
+	for l := range ra {
+		if ckf.Bucket(atomic.LoadUint64(&ra[l])).Contains(fp) || ckf.Bucket(atomic.LoadUint64(&rb[l])).Contains(fp) {
+			m |= 1 << uint(l)
+		}
+	}
+	return m
+}
+
+// probeRowsN is the kernel of rows of 1 and 2 words (and of any width, one
+// lane at a time): the flags of each lane tested for "any".
+func probeRowsN(ra, rb []uint64, fp uint16) uint64 {
+	rep := ckf.BroadcastFingerprint(fp)
+	var m uint64
+	for l := range ra {
+		if probeLaneFlags(atomic.LoadUint64(&ra[l]), atomic.LoadUint64(&rb[l]), rep)&ckf.SlotHighBits != 0 {
+			m |= 1 << uint(l&63)
+		}
+	}
+	return m
+}
+
+// probeRows8 is the kernel of 8-word rows (5..8 lanes).
+func probeRows8(ra, rb *[8]uint64, fp uint16) uint16 {
+	rep := ckf.BroadcastFingerprint(fp)
+	const h = ckf.SlotHighBits
+	acc := (probeLaneFlags(atomic.LoadUint64(&ra[0]), atomic.LoadUint64(&rb[0]), rep) & h) >> 15
+	acc |= (probeLaneFlags(atomic.LoadUint64(&ra[1]), atomic.LoadUint64(&rb[1]), rep) & h) >> 14
+	acc |= (probeLaneFlags(atomic.LoadUint64(&ra[2]), atomic.LoadUint64(&rb[2]), rep) & h) >> 13
+	acc |= (probeLaneFlags(atomic.LoadUint64(&ra[3]), atomic.LoadUint64(&rb[3]), rep) & h) >> 12
+	acc |= (probeLaneFlags(atomic.LoadUint64(&ra[4]), atomic.LoadUint64(&rb[4]), rep) & h) >> 11
+	acc |= (probeLaneFlags(atomic.LoadUint64(&ra[5]), atomic.LoadUint64(&rb[5]), rep) & h) >> 10
+	acc |= (probeLaneFlags(atomic.LoadUint64(&ra[6]), atomic.LoadUint64(&rb[6]), rep) & h) >> 9
+	acc |= (probeLaneFlags(atomic.LoadUint64(&ra[7]), atomic.LoadUint64(&rb[7]), rep) & h) >> 8
+	acc |= acc >> 32
+	acc |= acc >> 16
+	return uint16(acc)
+}
+
+// probeRow8 is probeRows8 on one row.
+func probeRow8(r *[8]uint64, fp uint16) uint16 {
+	rep := ckf.BroadcastFingerprint(fp)
+	const h = ckf.SlotHighBits
+	acc := (probeWordFlags(atomic.LoadUint64(&r[0]), rep) & h) >> 15
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[1]), rep) & h) >> 14
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[2]), rep) & h) >> 13
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[3]), rep) & h) >> 12
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[4]), rep) & h) >> 11
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[5]), rep) & h) >> 10
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[6]), rep) & h) >> 9
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[7]), rep) & h) >> 8
+	acc |= acc >> 32
+	acc |= acc >> 16
+	return uint16(acc)
+}
+
+// probeRows4 is the kernel of 4-word rows (3..4 lanes).
+func probeRows4(ra, rb *[4]uint64, fp uint16) uint16 {
+	rep := ckf.BroadcastFingerprint(fp)
+	const h = ckf.SlotHighBits
+	acc := (probeLaneFlags(atomic.LoadUint64(&ra[0]), atomic.LoadUint64(&rb[0]), rep) & h) >> 15
+	acc |= (probeLaneFlags(atomic.LoadUint64(&ra[1]), atomic.LoadUint64(&rb[1]), rep) & h) >> 14
+	acc |= (probeLaneFlags(atomic.LoadUint64(&ra[2]), atomic.LoadUint64(&rb[2]), rep) & h) >> 13
+	acc |= (probeLaneFlags(atomic.LoadUint64(&ra[3]), atomic.LoadUint64(&rb[3]), rep) & h) >> 12
+	acc |= acc >> 32
+	acc |= acc >> 16
+	return uint16(acc)
+}
+
+// probeRow4 is probeRows4 on one row.
+func probeRow4(r *[4]uint64, fp uint16) uint16 {
+	rep := ckf.BroadcastFingerprint(fp)
+	const h = ckf.SlotHighBits
+	acc := (probeWordFlags(atomic.LoadUint64(&r[0]), rep) & h) >> 15
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[1]), rep) & h) >> 14
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[2]), rep) & h) >> 13
+	acc |= (probeWordFlags(atomic.LoadUint64(&r[3]), rep) & h) >> 12
+	acc |= acc >> 32
+	acc |= acc >> 16
+	return uint16(acc)
+}
+
+// probeRows64 is the kernel of 64-word rows (57..64 lanes): the 16-lane
+// kernel on each quarter, lane 16q+l at bit 16q+l.
+func probeRows64(ra, rb *[64]uint64, fp uint16) uint64 {
+	m := uint64(probeRows((*[16]uint64)(ra[0:16]), (*[16]uint64)(rb[0:16]), fp))
+	m |= uint64(probeRows((*[16]uint64)(ra[16:32]), (*[16]uint64)(rb[16:32]), fp)) << 16
+	m |= uint64(probeRows((*[16]uint64)(ra[32:48]), (*[16]uint64)(rb[32:48]), fp)) << 32
+	m |= uint64(probeRows((*[16]uint64)(ra[48:64]), (*[16]uint64)(rb[48:64]), fp)) << 48
+	return m
+}
+
+// probeRow64 is probeRows64 on one row.
+func probeRow64(r *[64]uint64, fp uint16) uint64 {
+	m := uint64(probeRow((*[16]uint64)(r[0:16]), fp))
+	m |= uint64(probeRow((*[16]uint64)(r[16:32]), fp)) << 16
+	m |= uint64(probeRow((*[16]uint64)(r[32:48]), fp)) << 32
+	m |= uint64(probeRow((*[16]uint64)(r[48:64]), fp)) << 48
+	return m
+}
+
+// probeRowsWide is the kernel of rows of 24..56 words (a multiple of 8):
+// the 16-lane kernel on each full 16 words, the 8-word kernel on the rest.
+func probeRowsWide(ra, rb []uint64, fp uint16) uint64 {
+	var m uint64
+	i := 0
+	for ; i+16 <= len(ra) && i+16 <= len(rb); i += 16 {
+		m |= uint64(probeRows((*[16]uint64)(ra[i:i+16]), (*[16]uint64)(rb[i:i+16]), fp)) << uint(i&63)
+	}
+	if i+8 <= len(ra) && i+8 <= len(rb) {
+		m |= uint64(probeRows8((*[8]uint64)(ra[i:i+8]), (*[8]uint64)(rb[i:i+8]), fp)) << uint(i&63)
+	}
+	return m
+}
+
+// probeRowWide is probeRowsWide on one row.
+func probeRowWide(r []uint64, fp uint16) uint64 {
+	var m uint64
+	i := 0
+	for ; i+16 <= len(r); i += 16 {
+		m |= uint64(probeRow((*[16]uint64)(r[i:i+16]), fp)) << uint(i&63)
+	}
+	if i+8 <= len(r) {
+		m |= uint64(probeRow8((*[8]uint64)(r[i:i+8]), fp)) << uint(i&63)
+	}
+	return m
+}

@@ -8,5 +8,8 @@ import "github.com/ckf-stream/ckf-stream/ckf"
 // x86-64 only).
 func prefetchRows(ra, rb *[ckf.LaneCount]uint64) {}
 
+// prefetchRowLines is a no-op where no prefetch instruction is wired up.
+func prefetchRowLines(ra, rb *uint64, lines int) {}
+
 // prefetchImages is a no-op where no prefetch instruction is wired up.
 func (t *transposedTable) prefetchImages(lane int, images []ckf.BucketImage) {}

@@ -94,7 +94,7 @@ func TestSearchWindowStudy(t *testing.T) {
 					}
 					probe := func(pos int) uint16 {
 						p := g.addr.Probe(seqs[pos])
-						return g.table.probe(p.Fingerprint, p.BucketA, p.BucketB)
+						return g.table.probeSettled16(p.Fingerprint, p.BucketA, p.BucketB, 0)
 					}
 					lin := ckf.LinearPrefixDepths(n, 0xFFFF, probe)
 					for w := 1; w <= ckf.MaxVerificationWindow; w++ {

@@ -9,15 +9,20 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/internal/hugepage"
 )
 
-// transposedTable is TransposedCkfTable<16> (consumer §5.1): bucketCount rows of
-// LaneCount words, bucket-major and lane-minor, so the word of (bucket b,
-// lane l) is words[b*LaneCount+l] and one probe of all sixteen lanes touches
-// exactly one 128-byte row per candidate bucket.
+// transposedTable is TransposedCkfTable (consumer §5.1) for a configured
+// lane count of 1..ckf.MaxLanes (consumer §16): bucketCount rows of stride
+// words, bucket-major and lane-minor, so the word of (bucket b, lane l) is
+// words[b*stride+l] and one probe of every lane touches exactly one row per
+// candidate bucket. stride is rowStride(lanes): the reference's 16 lanes
+// give rows of 16 words (128 bytes), 4 lanes rows of 4 words (32 bytes), 64
+// lanes rows of 64 words (512 bytes); the words of lanes between lanes and
+// stride are never written and stay 0, so they never match a fingerprint.
 //
 // Deviation from the reference (which only has natural 8-byte alignment,
-// consumer §5.1 and §15): the first row is aligned to 128 bytes, so every row is
-// exactly two 64-byte cache lines and a probe touches four lines, never six.
-// This changes no observable behaviour.
+// consumer §5.1 and §15): the first row is aligned to 128 bytes, so a row of
+// 16 words is exactly two 64-byte cache lines and a probe touches four
+// lines, never six; a row of 8 words or more starts on a line, and a row of
+// 4 or fewer never crosses one. This changes no observable behaviour.
 //
 // Memory-ordering contract ("weak read", consumer §5.5):
 //
@@ -28,7 +33,8 @@ import (
 //     race and purego builds) use plain MOVs, whose single-copy atomicity
 //     and store order x86-TSO guarantees (the argument is on storeImages),
 //     and sync/atomic stores elsewhere. Either is at least the Relaxed order
-//     the reference uses.
+//     the reference uses. The row width changes none of this: it only
+//     changes the distance between the words of one lane.
 //   - There is no multi-word atomicity: a query concurrent with a delta may
 //     observe any mix of old and new words (a fingerprint mid-relocation can
 //     be visible twice or in neither bucket: a transient false positive or
@@ -37,52 +43,88 @@ import (
 //     mask per query) observes the complete snapshot or something newer.
 //   - No lock, seqlock, double buffer or retry is used, by design (consumer §5.5).
 //
-// The table itself does not know about readiness; probe always evaluates all
-// sixteen lanes and the caller masks the result with its captured ready
-// lanes.
+// The table itself does not know about readiness; a probe evaluates every
+// lane of the row (or of its first 16 words, probeSettled16) and the caller
+// masks the result with its captured ready lanes.
 type transposedTable struct {
-	words   []uint64 // len = buckets*LaneCount, 128-byte aligned
-	buckets uint64
-	backing []uint64 // owns words (words may start inside it for alignment)
+	words    []uint64 // len = buckets*stride, 128-byte aligned
+	buckets  uint64
+	stride   int      // words per row: rowStride(lanes)
+	rowBytes uint64   // stride*8
+	rowLines int      // cache lines a prefetch of one row touches: max(1, rowBytes/64)
+	backing  []uint64 // owns words (words may start inside it for alignment)
 }
 
-// rowBytes is the size of one bucket row: 16 lanes × 8 bytes.
-const rowBytes = ckf.LaneCount * 8
+// tableAlign is the alignment of the first row (consumer §5.1 Choice).
+const tableAlign = 128
 
-// newTransposedTable allocates bucketCount zeroed rows. A size that
-// overflows the address space returns ErrCapacityOverflow (a *BuildError). Go cannot
+// rowStride returns the words per row of a table of lanes lanes
+// (1..ckf.MaxLanes): the next power of two up to 8 (a row never crosses a
+// cache line), then the next multiple of 8 (whole lines, at most 7 words
+// of padding). 16 lanes give 16 words, as in the reference.
+func rowStride(lanes int) int {
+	switch {
+	case lanes <= 1:
+		return 1
+	case lanes <= 2:
+		return 2
+	case lanes <= 4:
+		return 4
+	case lanes <= 8:
+		return 8
+	}
+	return (lanes + 7) &^ 7
+}
+
+// newTransposedTable allocates bucketCount zeroed rows for lanes lanes
+// (1..ckf.MaxLanes; the manifest validated it). A size that overflows the
+// address space returns ErrCapacityOverflow (a *BuildError). Go cannot
 // report an allocation failure (the runtime aborts), so AllocationFailed is
 // never returned (recorded deviation).
-func newTransposedTable(bucketCount uint64) (transposedTable, error) {
-	if bucketCount == 0 || bucketCount > (math.MaxInt/8-ckf.LaneCount)/ckf.LaneCount {
+func newTransposedTable(bucketCount uint64, lanes int) (transposedTable, error) {
+	if lanes < 1 || lanes > ckf.MaxLanes {
+		return transposedTable{}, &ManifestError{Kind: ManifestInvalidLaneCount, Lanes: lanes}
+	}
+	stride := rowStride(lanes)
+	if bucketCount == 0 || bucketCount > (math.MaxInt/8-tableAlign)/uint64(stride) {
 		return transposedTable{}, &ckf.BuildError{Kind: ckf.BuildCapacityOverflow}
 	}
-	n := int(bucketCount) * ckf.LaneCount
-	backing := make([]uint64, n+ckf.LaneCount)
+	n := int(bucketCount) * stride
+	backing := make([]uint64, n+tableAlign/8)
 	off := 0
-	if r := uintptr(unsafe.Pointer(&backing[0])) % rowBytes; r != 0 {
-		off = int((rowBytes - r) / 8)
+	if r := uintptr(unsafe.Pointer(&backing[0])) % tableAlign; r != 0 {
+		off = int((tableAlign - r) / 8)
 	}
 	words := backing[off : off+n : off+n]
 	hugepage.Advise(words)
-	return transposedTable{words: words, buckets: bucketCount, backing: backing}, nil
+	rb := uint64(stride) * 8
+	return transposedTable{words: words, buckets: bucketCount, stride: stride, rowBytes: rb,
+		rowLines: max(1, int(rb/64)), backing: backing}, nil
 }
 
-// row returns the 16 words of bucket b. b must be < buckets.
+// row returns the first 16 words of bucket b (the whole row of a 16-lane
+// table). b must be < buckets and stride >= 16.
 func (t *transposedTable) row(b uint64) *[ckf.LaneCount]uint64 {
-	return (*[ckf.LaneCount]uint64)(t.words[b*ckf.LaneCount : b*ckf.LaneCount+ckf.LaneCount])
+	i := b * uint64(t.stride)
+	return (*[ckf.LaneCount]uint64)(t.words[i : i+ckf.LaneCount])
+}
+
+// rowWords returns the stride words of bucket b. b must be < buckets.
+func (t *transposedTable) rowWords(b uint64) []uint64 {
+	i := b * uint64(t.stride)
+	return t.words[i : i+uint64(t.stride) : i+uint64(t.stride)]
 }
 
 // load returns the word of (b, lane) with an atomic load.
 func (t *transposedTable) load(b uint64, lane int) uint64 {
-	return atomic.LoadUint64(&t.words[b*ckf.LaneCount+uint64(lane)])
+	return atomic.LoadUint64(&t.words[b*uint64(t.stride)+uint64(lane)])
 }
 
 // store writes the word of (b, lane) with one atomic 64-bit store
 // (store_image, consumer §5.2). Tests and studies only: the ingestor writes
 // through storeColumn (snapshots) and storeImages (deltas).
 func (t *transposedTable) store(b uint64, lane int, v uint64) {
-	atomic.StoreUint64(&t.words[b*ckf.LaneCount+uint64(lane)], v)
+	atomic.StoreUint64(&t.words[b*uint64(t.stride)+uint64(lane)], v)
 }
 
 // laneWords copies lane's column into dst (len(dst) == buckets); tests and
@@ -95,12 +137,12 @@ func (t *transposedTable) laneWords(lane int, dst []uint64) []uint64 {
 	return dst
 }
 
-// probe returns the 16-lane hit mask of fingerprint fp in buckets a and b
-// (consumer §5.3): bit l is set iff lane l's word in a or in b holds fp in some slot.
-// fp must be non-zero (empty slots would match 0). a and b must be <
-// buckets. It evaluates all lanes regardless of readiness.
-func (t *transposedTable) probe(fp uint16, a, b uint64) uint16 {
-	return probeRows(t.row(a), t.row(b), fp)
+// probe returns the hit mask of fingerprint fp in buckets a and b over every
+// lane of the row (consumer §5.3): bit l is set iff lane l's word in a or in
+// b holds fp in some slot. fp must be non-zero (empty slots would match 0).
+// a and b must be < buckets. It evaluates all lanes regardless of readiness.
+func (t *transposedTable) probe(fp uint16, a, b uint64) uint64 {
+	return t.probeSettled(fp, a, b, 0)
 }
 
 // probeSettled is probe plus a second load of row a for the lanes of recheck
@@ -114,9 +156,65 @@ func (t *transposedTable) probe(fp uint16, a, b uint64) uint16 {
 // stays possible is a fingerprint moved by two deltas applied between two
 // loads of the same probe (consumer §5.5). The second load costs one row
 // when some lane of recheck misses, nothing otherwise.
-func (t *transposedTable) probeSettled(fp uint16, a, b uint64, recheck uint16) uint16 {
+//
+// The kernel is chosen by the row width: the 16-lane kernel for rows of 16,
+// four of them for rows of 64, 8- and 4-word kernels, and a loop of 16- and
+// 8-word kernels for the other multiples of 8 (probeRowsWide).
+func (t *transposedTable) probeSettled(fp uint16, a, b uint64, recheck uint64) uint64 {
+	var m uint64
+	switch t.stride {
+	case 16:
+		return uint64(t.probeSettled16(fp, a, b, uint16(recheck)))
+	case 64:
+		ra := (*[64]uint64)(t.rowWords(a))
+		m = probeRows64(ra, (*[64]uint64)(t.rowWords(b)), fp)
+		if miss := recheck &^ m; miss != 0 {
+			m |= probeRow64(ra, fp) & miss
+		}
+		return m
+	case 1, 2, 4, 8:
+		return uint64(t.probeSettled16(fp, a, b, uint16(recheck)))
+	}
+	ra := t.rowWords(a)
+	m = probeRowsWide(ra, t.rowWords(b), fp)
+	if miss := recheck &^ m; miss != 0 {
+		m |= probeRowWide(ra, fp) & miss
+	}
+	return m
+}
+
+// probeSettled16 is probeSettled for the lanes 0..15 alone, the 16-lane
+// query path (consumer §6): the whole row of a table of at most 16 lanes,
+// the first 16 words of a wider one (whose lanes 16 and up the caller has
+// not captured). A 16-lane table runs exactly the reference layout's
+// kernels.
+func (t *transposedTable) probeSettled16(fp uint16, a, b uint64, recheck uint16) uint16 {
+	var m uint16
+	switch t.stride {
+	case 8:
+		ra := (*[8]uint64)(t.rowWords(a))
+		m = probeRows8(ra, (*[8]uint64)(t.rowWords(b)), fp)
+		if miss := recheck &^ m; miss != 0 {
+			m |= probeRow8(ra, fp) & miss
+		}
+		return m
+	case 4:
+		ra := (*[4]uint64)(t.rowWords(a))
+		m = probeRows4(ra, (*[4]uint64)(t.rowWords(b)), fp)
+		if miss := recheck &^ m; miss != 0 {
+			m |= probeRow4(ra, fp) & miss
+		}
+		return m
+	case 1, 2:
+		ra := t.rowWords(a)
+		m = uint16(probeRowsN(ra, t.rowWords(b), fp))
+		if miss := recheck &^ m; miss != 0 {
+			m |= uint16(probeRowsN(ra, ra, fp)) & miss
+		}
+		return m
+	}
 	ra := t.row(a)
-	m := probeRows(ra, t.row(b), fp)
+	m = probeRows(ra, t.row(b), fp)
 	if miss := recheck &^ m; miss != 0 {
 		m |= probeRow(ra, fp) & miss
 	}
@@ -126,5 +224,19 @@ func (t *transposedTable) probeSettled(fp uint16, a, b uint64, recheck uint16) u
 // prefetch touches the rows of a and b ahead of a probe (consumer §5.4); a pure
 // optimisation with no semantic effect.
 func (t *transposedTable) prefetch(a, b uint64) {
-	prefetchRows(t.row(a), t.row(b))
+	if t.stride == 16 {
+		prefetchRows(t.row(a), t.row(b))
+		return
+	}
+	prefetchRowLines(&t.words[a*uint64(t.stride)], &t.words[b*uint64(t.stride)], t.rowLines)
+}
+
+// prefetch16 is prefetch for the 16-lane query path: the first 16 words of
+// a wider row (two lines), the whole row of a narrower one.
+func (t *transposedTable) prefetch16(a, b uint64) {
+	if t.stride >= 16 {
+		prefetchRows(t.row(a), t.row(b))
+		return
+	}
+	prefetchRowLines(&t.words[a*uint64(t.stride)], &t.words[b*uint64(t.stride)], 1)
 }

@@ -4,18 +4,18 @@ package index
 
 import (
 	"unsafe"
-
-	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // storeColumnAsm: see table_storecol_amd64.s.
 //
 //go:noescape
-func storeColumnAsm(dst *uint64, src *uint64, n int)
+func storeColumnAsm(dst *uint64, src *uint64, n int, rowBytes uint64, ahead uint64)
 
 // storeColumn stores words[b] into (b, lane) for every bucket b, in bucket
 // order, one plain 8-byte MOV each — the snapshot install path. The
-// assembly loop prefetches each target line for writing 8 rows ahead.
+// assembly loop prefetches each target line for writing 8 rows ahead
+// (at least 1024 bytes, so that rows narrower than 16 lanes, several to a
+// line, still ask for lines well ahead).
 // len(words) must equal buckets.
 //
 // Plain stores instead of sync/atomic ones (XCHG, which drains the store
@@ -36,6 +36,6 @@ func (t *transposedTable) storeColumn(lane int, words []uint64) {
 	if len(words) == 0 {
 		return
 	}
-	_ = t.words[(len(words)-1)*ckf.LaneCount+lane] // bounds check once
-	storeColumnAsm(&t.words[lane], (*uint64)(unsafe.Pointer(&words[0])), len(words))
+	_ = t.words[(len(words)-1)*t.stride+lane] // bounds check once
+	storeColumnAsm(&t.words[lane], (*uint64)(unsafe.Pointer(&words[0])), len(words), t.rowBytes, max(8*t.rowBytes, 1024))
 }

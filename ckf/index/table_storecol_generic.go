@@ -4,8 +4,6 @@ package index
 
 import (
 	"sync/atomic"
-
-	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // storeColumn stores words[b] into (b, lane) for every bucket b, in bucket
@@ -16,6 +14,6 @@ import (
 func (t *transposedTable) storeColumn(lane int, words []uint64) {
 	ws := t.words[lane:]
 	for b, w := range words {
-		atomic.StoreUint64(&ws[b*ckf.LaneCount], w)
+		atomic.StoreUint64(&ws[b*t.stride], w)
 	}
 }

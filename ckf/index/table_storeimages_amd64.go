@@ -9,13 +9,13 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// storeImagesAsm stores each image's value into *(col + 128*bucket) with
+// storeImagesAsm stores each image's value into *(col + rowBytes*bucket) with
 // one plain 8-byte MOV, in image order, stopping at the first image whose
 // bucket is >= buckets. It returns the number of images stored. See
 // table_storeimages_amd64.s.
 //
 //go:noescape
-func storeImagesAsm(col *uint64, images *ckf.BucketImage, n int, buckets uint64) int
+func storeImagesAsm(col *uint64, images *ckf.BucketImage, n int, buckets uint64, rowBytes uint64) int
 
 // storeImages stores a delta's images into lane's column: the word of
 // (image.Bucket, lane) becomes image.Value, one 64-bit store per image, in
@@ -78,10 +78,10 @@ func (t *transposedTable) storeImages(lane int, images []ckf.BucketImage) {
 	if len(images) == 0 {
 		return
 	}
-	if uint(lane) >= ckf.LaneCount {
+	if uint(lane) >= uint(t.stride) {
 		panic(fmt.Sprintf("index: storeImages lane %d out of range", lane))
 	}
-	if n := storeImagesAsm(&t.words[lane], unsafe.SliceData(images), len(images), t.buckets); n != len(images) {
+	if n := storeImagesAsm(&t.words[lane], unsafe.SliceData(images), len(images), t.buckets, t.rowBytes); n != len(images) {
 		panic(fmt.Sprintf("index: storeImages bucket %d out of range [0, %d)", images[n].Bucket, t.buckets))
 	}
 }

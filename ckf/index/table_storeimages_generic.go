@@ -18,15 +18,15 @@ import (
 // stores instead (table_storeimages_amd64.go explains why that is
 // equivalent there); this loop is what the race detector sees.
 func (t *transposedTable) storeImages(lane int, images []ckf.BucketImage) {
-	if uint(lane) >= ckf.LaneCount {
+	if uint(lane) >= uint(t.stride) {
 		panic(fmt.Sprintf("index: storeImages lane %d out of range", lane))
 	}
 	col := t.words[lane:]
 	for i := range images {
 		b := images[i].Bucket
-		if b >= t.buckets { // b*LaneCount could wrap around into range
+		if b >= t.buckets { // b*stride could wrap around into range
 			panic(fmt.Sprintf("index: storeImages bucket %d out of range [0, %d)", b, t.buckets))
 		}
-		atomic.StoreUint64(&col[b*ckf.LaneCount], images[i].Value)
+		atomic.StoreUint64(&col[b*uint64(t.stride)], images[i].Value)
 	}
 }

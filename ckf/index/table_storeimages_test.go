@@ -15,31 +15,34 @@ import (
 func TestStoreImagesMatchesReference(t *testing.T) {
 	const buckets = 1 << 10
 	r := rand.New(rand.NewPCG(31, 32))
-	tb, err := newTransposedTable(buckets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := make([]uint64, buckets*ckf.LaneCount)
-	for round := 0; round < 200; round++ {
-		lane := r.IntN(ckf.LaneCount)
-		images := make([]ckf.BucketImage, r.IntN(100))
-		for i := range images {
-			images[i] = ckf.BucketImage{Bucket: r.Uint64N(buckets), Value: r.Uint64()}
-			if i%7 == 6 { // a repeat: the later image must win
-				images[i].Bucket = images[i-3].Bucket
+	for _, lanes := range testWidths {
+		tb, err := newTransposedTable(buckets, lanes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stride := uint64(tb.stride)
+		want := make([]uint64, buckets*stride)
+		for round := 0; round < 60; round++ {
+			lane := r.IntN(lanes)
+			images := make([]ckf.BucketImage, r.IntN(100))
+			for i := range images {
+				images[i] = ckf.BucketImage{Bucket: r.Uint64N(buckets), Value: r.Uint64()}
+				if i%7 == 6 { // a repeat: the later image must win
+					images[i].Bucket = images[i-3].Bucket
+				}
 			}
-		}
-		if round == 0 {
-			images = append(images, ckf.BucketImage{Bucket: 0, Value: 1}, ckf.BucketImage{Bucket: buckets - 1, Value: 2})
-		}
-		tb.storeImages(lane, images)
-		for _, im := range images {
-			want[im.Bucket*ckf.LaneCount+uint64(lane)] = im.Value
-		}
-		for b := uint64(0); b < buckets; b++ {
-			for l := 0; l < ckf.LaneCount; l++ {
-				if got := tb.load(b, l); got != want[b*ckf.LaneCount+uint64(l)] {
-					t.Fatalf("round %d (lane %d): word (%d, %d) = %#x, want %#x", round, lane, b, l, got, want[b*ckf.LaneCount+uint64(l)])
+			if round == 0 {
+				images = append(images, ckf.BucketImage{Bucket: 0, Value: 1}, ckf.BucketImage{Bucket: buckets - 1, Value: 2})
+			}
+			tb.storeImages(lane, images)
+			for _, im := range images {
+				want[im.Bucket*stride+uint64(lane)] = im.Value
+			}
+			for b := uint64(0); b < buckets; b++ {
+				for l := 0; l < tb.stride; l++ {
+					if got := tb.load(b, l); got != want[b*stride+uint64(l)] {
+						t.Fatalf("lanes %d round %d (lane %d): word (%d, %d) = %#x, want %#x", lanes, round, lane, b, l, got, want[b*stride+uint64(l)])
+					}
 				}
 			}
 		}
@@ -50,31 +53,33 @@ func TestStoreImagesMatchesReference(t *testing.T) {
 // writing outside the lane's column.
 func TestStoreImagesPanicsOutOfRange(t *testing.T) {
 	const buckets = 64
-	tb, err := newTransposedTable(buckets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustPanic := func(name string, fn func()) {
-		t.Helper()
-		defer func() {
-			if recover() == nil {
-				t.Errorf("%s: no panic", name)
-			}
-		}()
-		fn()
-	}
-	mustPanic("bucket == buckets", func() {
-		tb.storeImages(3, []ckf.BucketImage{{Bucket: 1, Value: 5}, {Bucket: buckets, Value: 6}})
-	})
-	mustPanic("huge bucket", func() { tb.storeImages(0, []ckf.BucketImage{{Bucket: 1 << 60, Value: 7}}) })
-	mustPanic("lane 16", func() { tb.storeImages(ckf.LaneCount, []ckf.BucketImage{{Bucket: 0, Value: 8}}) })
-	mustPanic("lane -1", func() { tb.storeImages(-1, []ckf.BucketImage{{Bucket: 0, Value: 8}}) })
-	// Nothing but lane 3's bucket 1 may have been written (the assembly
-	// path stores the images before the offending one).
-	for b := uint64(0); b < buckets; b++ {
-		for l := 0; l < ckf.LaneCount; l++ {
-			if v := tb.load(b, l); v != 0 && (b != 1 || l != 3 || v != 5) {
-				t.Fatalf("word (%d, %d) = %#x", b, l, v)
+	for _, lanes := range []int{4, 16, 24, 64} {
+		tb, err := newTransposedTable(buckets, lanes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustPanic := func(name string, fn func()) {
+			t.Helper()
+			defer func() {
+				if recover() == nil {
+					t.Errorf("lanes %d, %s: no panic", lanes, name)
+				}
+			}()
+			fn()
+		}
+		mustPanic("bucket == buckets", func() {
+			tb.storeImages(3, []ckf.BucketImage{{Bucket: 1, Value: 5}, {Bucket: buckets, Value: 6}})
+		})
+		mustPanic("huge bucket", func() { tb.storeImages(0, []ckf.BucketImage{{Bucket: 1 << 60, Value: 7}}) })
+		mustPanic("lane = row width", func() { tb.storeImages(tb.stride, []ckf.BucketImage{{Bucket: 0, Value: 8}}) })
+		mustPanic("lane -1", func() { tb.storeImages(-1, []ckf.BucketImage{{Bucket: 0, Value: 8}}) })
+		// Nothing but lane 3's bucket 1 may have been written (the assembly
+		// path stores the images before the offending one).
+		for b := uint64(0); b < buckets; b++ {
+			for l := 0; l < tb.stride; l++ {
+				if v := tb.load(b, l); v != 0 && (b != 1 || l != 3 || v != 5) {
+					t.Fatalf("lanes %d: word (%d, %d) = %#x", lanes, b, l, v)
+				}
 			}
 		}
 	}
@@ -143,7 +148,6 @@ func whileReading(t *testing.T, readers int, newCheck func(reader int) func() (f
 // on amd64, the assembly plain-store path runs on real hardware.
 func TestStoreImagesConcurrentReaders(t *testing.T) {
 	const (
-		buckets = 1 << 12
 		images  = 40 // <= smallDeltaImages
 		deltas  = 20_000
 		readers = 2
@@ -151,7 +155,14 @@ func TestStoreImagesConcurrentReaders(t *testing.T) {
 	if testing.Short() {
 		t.Skip("concurrency soak")
 	}
-	f := newFixture(t, 2, buckets, ckf.DefaultVerificationWindow)
+	for _, lanes := range []int{2, 64} {
+		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) { storeImagesConcurrentReaders(t, lanes, images, deltas/2, readers) })
+	}
+}
+
+func storeImagesConcurrentReaders(t *testing.T, lanes, images, deltas, readers int) {
+	const buckets = 1 << 12
+	f := newFixtureN(t, lanes, lanes, buckets, ckf.DefaultVerificationWindow)
 	in := f.readyLane(1, 1, 0, nil)
 	r := rand.New(rand.NewPCG(33, 34))
 	order := r.Perm(buckets)[:images] // distinct buckets, fixed list order
@@ -175,7 +186,7 @@ func TestStoreImagesConcurrentReaders(t *testing.T) {
 	}
 	whileReading(t, readers, passOverTheList, func() {
 		imgs := make([]ckf.BucketImage, images)
-		for gen := uint64(1); gen <= deltas; gen++ {
+		for gen := uint64(1); gen <= uint64(deltas); gen++ {
 			for i, b := range order {
 				imgs[i] = ckf.BucketImage{Bucket: uint64(b), Value: concurrentWord(uint64(b), gen)}
 			}
@@ -185,7 +196,7 @@ func TestStoreImagesConcurrentReaders(t *testing.T) {
 		}
 	})
 	for _, b := range order {
-		if w := f.word(uint64(b), 1); w != concurrentWord(uint64(b), deltas) {
+		if w := f.word(uint64(b), 1); w != concurrentWord(uint64(b), uint64(deltas)) {
 			t.Fatalf("bucket %d = %#x after the last delta", b, w)
 		}
 		if w := f.word(uint64(b), 0); w != 0 {
@@ -271,15 +282,23 @@ func TestFindDuplicateSmallMatchesBitmap(t *testing.T) {
 // real hardware.
 func TestStoreColumnConcurrentReaders(t *testing.T) {
 	const (
-		buckets     = 1 << 12
 		generations = 400
 		readers     = 2
-		lane        = 7
 	)
 	if testing.Short() {
 		t.Skip("concurrency soak")
 	}
-	tb, err := newTransposedTable(buckets)
+	for _, lanes := range []int{16, 64} {
+		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) { storeColumnConcurrentReaders(t, lanes, generations/2, readers) })
+	}
+}
+
+func storeColumnConcurrentReaders(t *testing.T, lanes, generations, readers int) {
+	const (
+		buckets = 1 << 12
+		lane    = 7
+	)
+	tb, err := newTransposedTable(buckets, lanes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +318,7 @@ func TestStoreColumnConcurrentReaders(t *testing.T) {
 	}
 	whileReading(t, readers, bucketAfterBucket, func() {
 		words := make([]uint64, buckets)
-		for gen := uint64(1); gen <= generations; gen++ {
+		for gen := uint64(1); gen <= uint64(generations); gen++ {
 			for b := range words {
 				words[b] = concurrentWord(uint64(b), gen)
 			}
@@ -307,7 +326,7 @@ func TestStoreColumnConcurrentReaders(t *testing.T) {
 		}
 	})
 	for b := uint64(0); b < buckets; b++ {
-		if w := tb.load(b, lane); w != concurrentWord(b, generations) {
+		if w := tb.load(b, lane); w != concurrentWord(b, uint64(generations)) {
 			t.Fatalf("bucket %d = %#x after the last generation", b, w)
 		}
 	}

@@ -26,5 +26,9 @@ func (m Manifest) ValidateAssignment(lane uint8, lastEpoch uint64, hasLast bool,
 }
 
 // WithdrawReady clears the ready bits in bits (ingestor clear_ready), so that queries stop
-// reading those lanes before the transport retires or fences them.
-func (g *GlobalIndexer) WithdrawReady(bits uint32) { g.clearReadyLane(bits) }
+// reading those lanes before the transport retires or fences them. It reaches lanes 0..31;
+// WithdrawReady64 reaches every lane (consumer §16).
+func (g *GlobalIndexer) WithdrawReady(bits uint32) { g.clearReadyLane(uint64(bits)) }
+
+// WithdrawReady64 is WithdrawReady for lanes 0..63.
+func (g *GlobalIndexer) WithdrawReady64(bits uint64) { g.clearReadyLane(bits) }

@@ -68,7 +68,9 @@ type poolHooks struct {
 
 // NewIngestionPool builds the pool over g (consumer §4.1): validates cfg, claims every
 // configured lane of g (so g must have no claimed lane), and starts
-// cfg.Workers workers plus the lag watchdog. Call Close to stop them.
+// cfg.Workers workers plus the lag watchdog. Call Close to stop them. The pool serves
+// the reference's 16 lanes: an indexer that configures a lane beyond 15 (consumer §16)
+// is refused with index.ErrLanesBeyond16.
 func NewIngestionPool(g *index.GlobalIndexer, cfg IngestionPoolConfig) (*IngestionPool, error) {
 	return newIngestionPool(g, cfg, poolHooks{})
 }
@@ -76,6 +78,9 @@ func NewIngestionPool(g *index.GlobalIndexer, cfg IngestionPoolConfig) (*Ingesti
 func newIngestionPool(g *index.GlobalIndexer, cfg IngestionPoolConfig, hooks poolHooks) (*IngestionPool, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if g.Manifest().ConfiguredLanes64() > 0xFFFF {
+		return nil, index.ErrLanesBeyond16
 	}
 	limit := cfg.MaxOutstandingImagesPerLane
 	if limit == 0 {

@@ -2,6 +2,7 @@ package search
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -94,4 +95,114 @@ func randomMembership(rt *rapid.T, n int) membership {
 		}
 	}
 	return m
+}
+
+// wideMembership is a 64-lane oracle: member[pos] is the hit mask of pos.
+type wideMembership []uint64
+
+func (m wideMembership) probe(pos int) uint64 { return m[pos] }
+
+func findWide(n int, ready uint64, w int, probe func(pos int) uint64) [MaxLanes]uint32 {
+	var d [MaxLanes]uint32
+	FindWide(&d, n, ready, w, func(pos int, _ uint64) uint64 { return probe(pos) }, nil, nil)
+	return d
+}
+
+// randomWideMembership draws a (non-monotone) 64-lane membership, holes with a drawn density.
+func randomWideMembership(rt *rapid.T, n int) wideMembership {
+	density := rapid.IntRange(0, 64).Draw(rt, "holes")
+	r := rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 7))
+	m := make(wideMembership, n)
+	for i := range m {
+		for l := 0; l < MaxLanes; l++ {
+			if density == 0 || r.IntN(density+1) != 0 {
+				m[i] |= 1 << uint(l)
+			}
+		}
+	}
+	return m
+}
+
+// The 64-lane search equals the linear reference on every monotone
+// membership, for every window and ready mask (consumer §16).
+func TestPropWideSearchEqualsLinearOnMonotone(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(0, 400).Draw(rt, "n")
+		ready := rapid.Uint64().Draw(rt, "ready")
+		w := rapid.IntRange(1, 8).Draw(rt, "window")
+		m := make(wideMembership, n)
+		for l := 0; l < MaxLanes; l++ {
+			var depth int
+			switch rapid.IntRange(0, 3).Draw(rt, "shape") {
+			case 0:
+				depth = n
+			case 1:
+				depth = 0
+			default:
+				depth = rapid.IntRange(0, n).Draw(rt, "depth")
+			}
+			for pos := 0; pos < depth; pos++ {
+				m[pos] |= 1 << uint(l)
+			}
+		}
+		if got, want := findWide(n, ready, w, m.probe), LinearWide(n, ready, m.probe); got != want {
+			rt.Fatalf("n=%d ready=%064b w=%d: got %v want %v", n, ready, w, got, want)
+		}
+	})
+}
+
+// The 64-lane search equals 64 independent single-lane searches on any membership, and
+// reads only the lanes it passes to the probe.
+func TestPropWideSearchLanesIndependent(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(0, 200).Draw(rt, "n")
+		ready := rapid.Uint64().Draw(rt, "ready")
+		w := rapid.IntRange(1, 8).Draw(rt, "window")
+		m := randomWideMembership(rt, n)
+		all := findWide(n, ready, w, m.probe)
+		for l := 0; l < MaxLanes; l++ {
+			bit := uint64(1) << uint(l)
+			one := findWide(n, ready&bit, w, func(pos int) uint64 { return m[pos] & bit })
+			if one[l] != all[l] {
+				rt.Fatalf("lane %d: alone %d, together %d", l, one[l], all[l])
+			}
+			if all[l] > uint32(n) || (ready&bit == 0 && all[l] != 0) {
+				rt.Fatalf("lane %d depth %d (n=%d ready=%064b)", l, all[l], n, ready)
+			}
+		}
+		noise := rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "noise"), 11))
+		var got [MaxLanes]uint32
+		FindWide(&got, n, ready, w, func(pos int, lanes uint64) uint64 {
+			if lanes&^ready != 0 {
+				rt.Fatalf("probe of position %d passes lanes %064b outside ready %064b", pos, lanes, ready)
+			}
+			return m[pos]&lanes | noise.Uint64()&^lanes
+		}, nil, nil)
+		if got != all {
+			rt.Fatalf("with noise outside the passed lanes %v, honest %v", got, all)
+		}
+	})
+}
+
+// On lanes 0..15 the 64-lane search is the 16-lane one: same depths, same probe schedule.
+func TestPropWideSearchMatchesNarrowBelow16(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(0, 300).Draw(rt, "n")
+		ready := rapid.Uint16().Draw(rt, "ready")
+		w := rapid.IntRange(1, 8).Draw(rt, "window")
+		m := randomMembership(rt, n)
+		var narrowProbes, wideProbes []int
+		narrow := FindWith(n, ready, w, func(pos int, _ uint16) uint16 {
+			narrowProbes = append(narrowProbes, pos)
+			return m[pos]
+		}, nil, nil)
+		var wide [MaxLanes]uint32
+		FindWide(&wide, n, uint64(ready), w, func(pos int, _ uint64) uint64 {
+			wideProbes = append(wideProbes, pos)
+			return uint64(m[pos])
+		}, nil, nil)
+		if [Lanes]uint32(wide[:Lanes]) != narrow || !slices.Equal(narrowProbes, wideProbes) {
+			rt.Fatalf("wide %v (probes %v), narrow %v (probes %v)", wide[:Lanes], wideProbes, narrow, narrowProbes)
+		}
+	})
 }

@@ -27,9 +27,14 @@
 // Neither Find nor Linear allocates: all per-lane state lives in fixed-size arrays
 // on the caller's stack.
 //
-// It knows nothing of tables or identities, only the width of the lane mask:
-// package ckf re-exports it (FindPrefixDepths, LinearPrefixDepths) and
-// ckf/index runs it over the transposed table.
+// It knows nothing of tables or identities, only the width of the lane mask.
+// Two widths are compiled from one generic body (findWith): the reference's
+// 16 lanes (Find, FindWith, Linear: uint16 masks, [16]uint32 depths) and up
+// to 64 lanes (FindWide, LinearWide: uint64 masks, [64]uint32 depths,
+// consumer §16). Each instantiation has its own fixed-size arrays, so a
+// search of at most 16 lanes costs what it did before the wide one existed.
+// Package ckf re-exports both (FindPrefixDepths, FindPrefixDepths64, …) and
+// ckf/index runs them over the transposed table.
 package search
 
 import (
@@ -43,6 +48,9 @@ const (
 	// (ckf.FindPrefixDepths returns this package's [Lanes]uint32 as
 	// [ckf.LaneCount]uint32).
 	Lanes = 16
+	// MaxLanes is the number of lanes the wide search covers: one per bit
+	// of a uint64 lane mask (ckf.MaxLanes, consumer §16).
+	MaxLanes = 64
 	// MaxWindow is the largest verification window (consumer §1.2); ckf
 	// exports it as MaxVerificationWindow. Larger windows are clamped.
 	MaxWindow = 8
@@ -51,18 +59,47 @@ const (
 // Linear is the exact linear reference (consumer §7.6): lanes are removed
 // from the active set at their first miss, so a lane's depth is the length of
 // its leading run of hits. Tests and benchmarks only.
+//
+//go:noinline
 func Linear(n int, ready uint16, probe func(pos int) uint16) [Lanes]uint32 {
 	var depths [Lanes]uint32
+	linear(&depths, n, ready, probe)
+	return depths
+}
+
+// LinearWide is Linear over up to 64 lanes (uint64 masks).
+//
+//go:noinline
+func LinearWide(n int, ready uint64, probe func(pos int) uint64) [MaxLanes]uint32 {
+	var depths [MaxLanes]uint32
+	linear(&depths, n, ready, probe)
+	return depths
+}
+
+func linear[M mask, D depthArray](depths *D, n int, ready M, probe func(pos int) M) {
 	active := ready
 	for i := 0; i < n && active != 0; i++ {
 		active &= probe(i)
 		d := saturateDepth(i + 1)
 		for m := active; m != 0; m &= m - 1 {
-			depths[lowestLane(m)] = d
+			(*depths)[lowestLane(m)] = d
 		}
 	}
-	return depths
 }
+
+// mask is a lane mask: bit l is lane l.
+type mask interface{ ~uint16 | ~uint64 }
+
+// The per-lane arrays of one search width. Each instantiation of findWith
+// takes the arrays of its width (16 with uint16 masks, 64 with uint64
+// masks), so the compiler stencils one body per width with constant array
+// sizes.
+type (
+	depthArray interface {
+		[Lanes]uint32 | [MaxLanes]uint32
+	}
+	intArray interface{ [Lanes]int | [MaxLanes]int }
+)
 
 // Stats counts what the search did; used by tests to pin probe
 // schedules and by benchmarks. It is filled only when a non-nil pointer is
@@ -86,7 +123,7 @@ func saturateDepth(v int) uint32 {
 }
 
 // lowestLane returns the index of the lowest set bit of m (m != 0).
-func lowestLane(m uint16) int { return bits.TrailingZeros16(m) }
+func lowestLane[M mask](m M) int { return bits.TrailingZeros64(uint64(m)) }
 
 // Find is the production search (consumer §7, with tail verification and provenance
 // fallback) for n positions over the lanes in ready with the given
@@ -108,10 +145,35 @@ func Find(n int, ready uint16, window int, probe func(pos int) uint16) [Lanes]ui
 // in the exponential phase, a whole level ahead in the binary phase), so
 // the caller can prefetch its rows; st, when not nil, receives what the
 // search did.
+//
+// FindWith, FindWide, Linear and LinearWide are never inlined: a caller in
+// another package that inlined the wrapper would call the generic body
+// directly, and escape analysis then moves the caller's probe state to the
+// heap (5 allocations per indexer query, TestQueryDoesNotAllocate).
+//
+//go:noinline
 func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16) uint16, prefetch func(pos int), st *Stats) [Lanes]uint32 {
 	var depths [Lanes]uint32
+	findWith[uint16, [Lanes]int, [Lanes]uint16](&depths, n, ready, window, probe, prefetch, st)
+	return depths
+}
+
+// FindWide is FindWith over up to 64 lanes (consumer §16): uint64 masks, and
+// the depths written into *depths (every entry: lanes outside ready get 0).
+// The schedule of probes is the one FindWith would run over the same
+// lanes; a search whose lanes all lie below 16 probes exactly the positions
+// FindWith probes.
+//
+//go:noinline
+func FindWide(depths *[MaxLanes]uint32, n int, ready uint64, window int, probe func(pos int, lanes uint64) uint64, prefetch func(pos int), st *Stats) {
+	*depths = [MaxLanes]uint32{}
+	findWith[uint64, [MaxLanes]int, [MaxLanes]uint64](depths, n, ready, window, probe, prefetch, st)
+}
+
+// findWith is the body of FindWith and FindWide; *depths must be zero.
+func findWith[M mask, I intArray, G interface{ [Lanes]M | [MaxLanes]M }, D depthArray](depths *D, n int, ready M, window int, probe func(pos int, lanes M) M, prefetch func(pos int), st *Stats) {
 	if n <= 0 {
-		return depths
+		return
 	}
 	if window < 1 {
 		window = 1
@@ -127,10 +189,10 @@ func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16)
 		if st != nil {
 			st.Probes = nprobe
 		}
-		return depths
+		return
 	}
 
-	var lower, lowerPred, upper [Lanes]int
+	var lower, lowerPred, upper I
 	for m := active; m != 0; m &= m - 1 {
 		l := lowestLane(m)
 		upper[l] = n
@@ -169,8 +231,8 @@ func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16)
 
 	// consumer §7.3 grouped binary phase, level by level. Groups keep
 	// first-appearance order (ascending lane of their first member).
-	var groupPos [Lanes]int
-	var groupLanes [Lanes]uint16
+	var groupPos I
+	var groupLanes G
 	for {
 		ng := 0
 		for m := active; m != 0; m &= m - 1 {
@@ -188,7 +250,7 @@ func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16)
 				groupLanes[ng] = 0
 				ng++
 			}
-			groupLanes[g] |= 1 << uint(l)
+			groupLanes[g] |= M(1) << uint(l)
 		}
 		if ng == 0 {
 			break
@@ -215,10 +277,10 @@ func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16)
 	}
 
 	// Tentative depth = upper.
-	var start, cursor [Lanes]int
+	var start, cursor I
 	for m := active; m != 0; m &= m - 1 {
 		l := lowestLane(m)
-		depths[l] = saturateDepth(upper[l])
+		(*depths)[l] = saturateDepth(upper[l])
 		s := upper[l] - window
 		if s < 0 {
 			s = 0
@@ -236,12 +298,12 @@ func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16)
 	// whose group has no verifying lane left is never reached because only
 	// verifying lanes' cursors are considered.
 	verifying := active
-	var fallback uint16
+	var fallback M
 	if prefetch != nil {
 		// Issue every window's loads up front so the serial verification
 		// probes overlap their misses (a pure optimisation: the reference
 		// prefetches each position right before probing it).
-		var seen uint16
+		var seen M
 		for m := active; m != 0; m &= m - 1 {
 			l := lowestLane(m)
 			dup := false
@@ -255,7 +317,7 @@ func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16)
 			if dup {
 				continue
 			}
-			seen |= 1 << uint(l)
+			seen |= M(1) << uint(l)
 			for p := start[l]; p < upper[l]; p++ {
 				prefetch(p)
 			}
@@ -263,7 +325,7 @@ func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16)
 	}
 	for {
 		p := -1
-		var part uint16
+		var part M
 		for m := verifying; m != 0; m &= m - 1 {
 			l := lowestLane(m)
 			c := cursor[l]
@@ -273,9 +335,9 @@ func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16)
 			switch {
 			case p < 0 || c < p:
 				p = c
-				part = 1 << uint(l)
+				part = M(1) << uint(l)
 			case c == p:
-				part |= 1 << uint(l)
+				part |= M(1) << uint(l)
 			}
 		}
 		if p < 0 {
@@ -289,9 +351,9 @@ func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16)
 		}
 		for m := miss; m != 0; m &= m - 1 {
 			l := lowestLane(m)
-			depths[l] = saturateDepth(p)
+			(*depths)[l] = saturateDepth(p)
 			if p == start[l] {
-				fallback |= 1 << uint(l)
+				fallback |= M(1) << uint(l)
 			}
 		}
 		verifying &^= miss
@@ -302,8 +364,8 @@ func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16)
 	// consumer §7.5 provenance fallback: scan [lower_pred+1, start) for left-edge
 	// lanes, in lock-step, one probe per distinct cursor.
 	if fallback != 0 {
-		var end [Lanes]int
-		var scanning uint16
+		var end I
+		var scanning M
 		for m := fallback; m != 0; m &= m - 1 {
 			l := lowestLane(m)
 			if st != nil {
@@ -321,23 +383,23 @@ func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16)
 			}
 			cursor[l] = from
 			end[l] = start[l]
-			scanning |= 1 << uint(l)
+			scanning |= M(1) << uint(l)
 			if st != nil {
 				st.FallbackActive++
 			}
 		}
 		for scanning != 0 {
 			p := -1
-			var part uint16
+			var part M
 			for m := scanning; m != 0; m &= m - 1 {
 				l := lowestLane(m)
 				c := cursor[l]
 				switch {
 				case p < 0 || c < p:
 					p = c
-					part = 1 << uint(l)
+					part = M(1) << uint(l)
 				case c == p:
-					part |= 1 << uint(l)
+					part |= M(1) << uint(l)
 				}
 			}
 			if prefetch != nil {
@@ -350,9 +412,9 @@ func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16)
 			}
 			for m := part; m != 0; m &= m - 1 {
 				l := lowestLane(m)
-				bit := uint16(1) << uint(l)
+				bit := M(1) << uint(l)
 				if h&bit == 0 {
-					depths[l] = saturateDepth(p)
+					(*depths)[l] = saturateDepth(p)
 					scanning &^= bit
 					continue
 				}
@@ -366,5 +428,4 @@ func FindWith(n int, ready uint16, window int, probe func(pos int, lanes uint16)
 	if st != nil {
 		st.Probes = nprobe
 	}
-	return depths
 }

@@ -69,15 +69,15 @@ func TestSearchEmptyQueryAndEmptyMask(t *testing.T) {
 	var zero [Lanes]uint32
 	called := false
 	p := func(int) uint16 { called = true; return 0xFFFF }
-	if got := Find(0, 0xFFFF, 2, p); got != zero || called {
+	if got := findT(0, 0xFFFF, 2, p); got != zero || called {
 		t.Fatalf("n=0: got %v, probe called %v", got, called)
 	}
-	if got := Find(5, 0, 2, p); got != zero {
+	if got := findT(5, 0, 2, p); got != zero {
 		t.Fatalf("empty mask: got %v", got)
 	}
 	// A lane that misses block 0 has depth 0; lanes outside the mask are 0.
 	m := laneDepths(4, [Lanes]int{0: 4, 1: 0, 2: 4})
-	got := Find(4, 0b011, 2, m.probe)
+	got := findT(4, 0b011, 2, m.probe)
 	if got[0] != 4 || got[1] != 0 || got[2] != 0 {
 		t.Fatalf("got %v", got)
 	}
@@ -86,13 +86,13 @@ func TestSearchEmptyQueryAndEmptyMask(t *testing.T) {
 // The window contract of consumer §7.4 on [1,1,1,0,1,1,1,1]: w=1 -> 8, w=8 -> 3.
 func TestSearchWindowContract(t *testing.T) {
 	m := singleLane(1, 1, 1, 0, 1, 1, 1, 1)
-	if got := Find(len(m), 1, 1, m.probe)[0]; got != 8 {
+	if got := findT(len(m), 1, 1, m.probe)[0]; got != 8 {
 		t.Fatalf("w=1: got %d want 8", got)
 	}
-	if got := Find(len(m), 1, 8, m.probe)[0]; got != 3 {
+	if got := findT(len(m), 1, 8, m.probe)[0]; got != 3 {
 		t.Fatalf("w=8: got %d want 3", got)
 	}
-	if got := Linear(len(m), 1, m.probe)[0]; got != 3 {
+	if got := linearT(len(m), 1, m.probe)[0]; got != 3 {
 		t.Fatalf("linear: got %d want 3", got)
 	}
 }
@@ -100,7 +100,7 @@ func TestSearchWindowContract(t *testing.T) {
 // The schedule of consumer §7.2 for n=9.
 func TestSearchExponentialPrefetchSchedule(t *testing.T) {
 	r := &recorder{m: withHits(9, 9)}
-	FindWith(9, 1, 1, anyLanes(r.probe), r.prefetch, nil)
+	findWithT(9, 1, 1, anyLanes(r.probe), r.prefetch, nil)
 	want := []string{"probe 0", "prefetch 1", "prefetch 2", "probe 1", "prefetch 4", "probe 2", "prefetch 8", "probe 4", "probe 8"}
 	if got := r.events[:len(want)]; !reflect.DeepEqual(got, want) {
 		t.Fatalf("schedule\n got %v\nwant %v", r.events, want)
@@ -113,7 +113,7 @@ func TestSearchExponentialPrefetchSchedule(t *testing.T) {
 func TestSearchGroupedBinaryMidpointsOncePerLevel(t *testing.T) {
 	m := laneDepths(8, [Lanes]int{0: 5, 1: 5, 2: 3})
 	r := &recorder{m: m}
-	got := FindWith(8, 0b111, 2, anyLanes(r.probe), nil, nil)
+	got := findWithT(8, 0b111, 2, anyLanes(r.probe), nil, nil)
 	if got[0] != 5 || got[1] != 5 || got[2] != 3 {
 		t.Fatalf("depths %v", got)
 	}
@@ -129,14 +129,14 @@ func TestSearchGroupedBinaryMidpointsOncePerLevel(t *testing.T) {
 		d[l] = 77
 	}
 	r = &recorder{m: laneDepths(128, d)}
-	got = FindWith(128, 0xFFFF, 1, anyLanes(r.probe), nil, nil)
+	got = findWithT(128, 0xFFFF, 1, anyLanes(r.probe), nil, nil)
 	for l := range got {
 		if got[l] != 77 {
 			t.Fatalf("lane %d depth %d", l, got[l])
 		}
 	}
 	one := &recorder{m: laneDepths(128, [Lanes]int{0: 77})}
-	FindWith(128, 1, 1, anyLanes(one.probe), nil, nil)
+	findWithT(128, 1, 1, anyLanes(one.probe), nil, nil)
 	if !reflect.DeepEqual(r.probes, one.probes) {
 		t.Fatalf("16 equal lanes probed %v, one lane %v", r.probes, one.probes)
 	}
@@ -147,7 +147,7 @@ func TestSearchGroupedBinaryMidpointsOncePerLevel(t *testing.T) {
 		d[l] = 3 + 7*l
 	}
 	lv := &levelRecorder{m: laneDepths(128, d)}
-	got = FindWith(128, 0xFFFF, 2, anyLanes(lv.probe), lv.prefetch, nil)
+	got = findWithT(128, 0xFFFF, 2, anyLanes(lv.probe), lv.prefetch, nil)
 	for l := range got {
 		if got[l] != uint32(d[l]) {
 			t.Fatalf("lane %d depth %d want %d", l, got[l], d[l])
@@ -194,7 +194,7 @@ func TestSearchOverlappingWindowsStayPerLane(t *testing.T) {
 	m[14] &^= 1 << 1
 	m[15] &^= 1 << 2
 	m[13] &^= 1 << 2 // lane 2 also misses 13: first miss wins
-	got := Find(16, 0b111, 4, m.probe)
+	got := findT(16, 0b111, 4, m.probe)
 	if got[0] != 16 || got[1] != 14 || got[2] != 13 {
 		t.Fatalf("got %v want [16 14 13]", got[:3])
 	}
@@ -208,18 +208,18 @@ func TestSearchWindowRepairsNearHoles(t *testing.T) {
 	for off := 1; off <= 8; off++ {
 		m := withHits(n, n)
 		m[n-off] = 0
-		if got := Find(n, 1, 8, m.probe)[0]; got != uint32(n-off) {
+		if got := findT(n, 1, 8, m.probe)[0]; got != uint32(n-off) {
 			t.Fatalf("w=8 hole at offset %d: got %d want %d", off, got, n-off)
 		}
 	}
 	m := withHits(n, n)
 	m[n-9] = 0
-	if got := Find(n, 1, 8, m.probe)[0]; got != n {
+	if got := findT(n, 1, 8, m.probe)[0]; got != n {
 		t.Fatalf("w=8 hole at offset 9: got %d want %d (advisory)", got, n)
 	}
 	m = withHits(n, n)
 	m[n-2] = 0
-	if got := Find(n, 1, 1, m.probe)[0]; got != n {
+	if got := findT(n, 1, 1, m.probe)[0]; got != n {
 		t.Fatalf("w=1 hole at offset 2: got %d want %d", got, n)
 	}
 }
@@ -230,7 +230,7 @@ func TestSearchWindowRepairsNearHoles(t *testing.T) {
 func TestSearchFallbackRepairsClippedFalsePivot(t *testing.T) {
 	m := withHits(65, 40, 48)
 	var st Stats
-	got := FindWith(65, 1, 2, anyLanes(m.probe), nil, &st)[0]
+	got := findWithT(65, 1, 2, anyLanes(m.probe), nil, &st)[0]
 	if got != 40 {
 		t.Fatalf("got %d want 40", got)
 	}
@@ -255,7 +255,7 @@ func TestSearchFallbackStaggeredCursorsGroupedAtEqualPositions(t *testing.T) {
 		}
 	}
 	var st Stats
-	got := FindWith(65, 0b11, 2, anyLanes(m.probe), nil, &st)
+	got := findWithT(65, 0b11, 2, anyLanes(m.probe), nil, &st)
 	if got[0] != 40 || got[1] != 36 {
 		t.Fatalf("got %v", got[:2])
 	}
@@ -274,7 +274,7 @@ func TestSearchFallbackStaggeredCursorsGroupedAtEqualPositions(t *testing.T) {
 	}
 	r := &recorder{m: m}
 	st = Stats{}
-	got = FindWith(65, 0b101, 2, anyLanes(r.probe), nil, &st)
+	got = findWithT(65, 0b101, 2, anyLanes(r.probe), nil, &st)
 	if got[0] != 40 || got[2] != 20 {
 		t.Fatalf("got %v", got[:3])
 	}
@@ -295,7 +295,7 @@ func TestSearchFallbackSecondOrderProvenanceSkipped(t *testing.T) {
 	// start 45 misses at the left edge, lower_pred = 46 >= 45 → skipped.
 	m := withHits(65, 30, 32, 40, 44, 46, 47)
 	var st Stats
-	got := FindWith(65, 1, 3, anyLanes(m.probe), nil, &st)[0]
+	got := findWithT(65, 1, 3, anyLanes(m.probe), nil, &st)[0]
 	if got != 45 {
 		t.Fatalf("got %d want 45 (advisory residual)", got)
 	}
@@ -308,11 +308,11 @@ func TestSearchFallbackSecondOrderProvenanceSkipped(t *testing.T) {
 // false hit the fallback starts above the true depth.
 func TestSearchFallbackFalsePredecessorResidual(t *testing.T) {
 	m := withHits(65, 30, 32, 48)
-	got := Find(65, 1, 2, m.probe)[0]
+	got := findT(65, 1, 2, m.probe)[0]
 	if got != 33 {
 		t.Fatalf("got %d want 33 (documented residual; linear = 30)", got)
 	}
-	if lin := Linear(65, 1, m.probe)[0]; lin != 30 {
+	if lin := linearT(65, 1, m.probe)[0]; lin != 30 {
 		t.Fatalf("linear %d", lin)
 	}
 }
@@ -332,7 +332,7 @@ func TestSearchStableHolesBoundedProbes(t *testing.T) {
 			m[0] = 0xFFFF
 			for w := 1; w <= 8; w++ {
 				var st Stats
-				got := FindWith(n, 0xFFFF, w, anyLanes(m.probe), nil, &st)
+				got := findWithT(n, 0xFFFF, w, anyLanes(m.probe), nil, &st)
 				if st.Probes > 2*n+2*8 {
 					t.Fatalf("n=%d w=%d: %d probes", n, w, st.Probes)
 				}
@@ -354,10 +354,10 @@ func TestSearchDepthSaturates(t *testing.T) {
 
 func TestSearchWindowClampedInPureFunction(t *testing.T) {
 	m := singleLane(1, 1, 1, 0, 1, 1, 1, 1)
-	if Find(8, 1, 0, m.probe) != Find(8, 1, 1, m.probe) {
+	if findT(8, 1, 0, m.probe) != findT(8, 1, 1, m.probe) {
 		t.Fatal("window 0 must behave as 1")
 	}
-	if Find(8, 1, 99, m.probe) != Find(8, 1, 8, m.probe) {
+	if findT(8, 1, 99, m.probe) != findT(8, 1, 8, m.probe) {
 		t.Fatal("window 99 must behave as 8")
 	}
 }
@@ -370,7 +370,7 @@ func TestSearchDoesNotAllocate(t *testing.T) {
 	m := laneDepths(128, d)
 	probe := m.probe
 	allocs := testing.AllocsPerRun(100, func() {
-		_ = Find(128, 0xFFFF, 2, probe)
+		_ = findT(128, 0xFFFF, 2, probe)
 	})
 	if allocs != 0 {
 		t.Fatalf("allocs per search = %v", allocs)
@@ -401,7 +401,7 @@ func TestSearchEqualsLinearRandomMonotoneLong(t *testing.T) {
 		m := laneDepths(n, d)
 		ready := uint16(next(1 << 16))
 		w := 1 + next(8)
-		if got, want := Find(n, ready, w, m.probe), Linear(n, ready, m.probe); got != want {
+		if got, want := findT(n, ready, w, m.probe), linearT(n, ready, m.probe); got != want {
 			t.Fatalf("n=%d w=%d d=%v: got %v want %v", n, w, d, got, want)
 		}
 	}
@@ -411,4 +411,80 @@ func TestSearchEqualsLinearRandomMonotoneLong(t *testing.T) {
 // lanes it decides.
 func anyLanes(probe func(pos int) uint16) func(pos int, lanes uint16) uint16 {
 	return func(pos int, _ uint16) uint16 { return probe(pos) }
+}
+
+// wideShift selects the search the spec cases run: -1 is the 16-lane search
+// (FindWith, uint16 masks); 0 and 48 run the 64-lane search (FindWide) with
+// each case's 16 lanes at lanes 0..15 or moved up to lanes 48..63
+// (consumer §16), which must give the same depths, probe schedules and
+// statistics. TestSearchSpecCasesWide sets it; every other test sees -1.
+var wideShift = -1
+
+func findWithT(n int, ready uint16, window int, probe func(pos int, lanes uint16) uint16, prefetch func(pos int), st *Stats) [Lanes]uint32 {
+	if wideShift < 0 {
+		return FindWith(n, ready, window, probe, prefetch, st)
+	}
+	s := uint(wideShift)
+	var wide [MaxLanes]uint32
+	FindWide(&wide, n, uint64(ready)<<s, window, func(pos int, lanes uint64) uint64 {
+		if lanes&^(0xFFFF<<s) != 0 {
+			panic(fmt.Sprintf("wide search passed lanes %064b outside %d..%d", lanes, s, s+15))
+		}
+		return uint64(probe(pos, uint16(lanes>>s)))<<s | ^uint64(0xFFFF<<s)&0x5555_5555_5555_5555
+	}, prefetch, st)
+	var out [Lanes]uint32
+	for l := range wide {
+		if l < int(s) || l >= int(s)+Lanes {
+			if wide[l] != 0 {
+				panic(fmt.Sprintf("wide search: lane %d outside the case has depth %d", l, wide[l]))
+			}
+			continue
+		}
+		out[l-int(s)] = wide[l]
+	}
+	return out
+}
+
+func findT(n int, ready uint16, window int, probe func(pos int) uint16) [Lanes]uint32 {
+	return findWithT(n, ready, window, anyLanes(probe), nil, nil)
+}
+
+func linearT(n int, ready uint16, probe func(pos int) uint16) [Lanes]uint32 {
+	if wideShift < 0 {
+		return Linear(n, ready, probe)
+	}
+	s := uint(wideShift)
+	wide := LinearWide(n, uint64(ready)<<s, func(pos int) uint64 { return uint64(probe(pos)) << s })
+	var out [Lanes]uint32
+	copy(out[:], wide[s:s+Lanes])
+	return out
+}
+
+// The spec cases of this file (consumer §7, §12) at the 64-lane width: the
+// wide search, with each case's lanes at 0..15 and at 48..63 and garbage in
+// the bits of the lanes it does not pass, answers exactly as the 16-lane one.
+func TestSearchSpecCasesWide(t *testing.T) {
+	cases := map[string]func(*testing.T){
+		"EmptyQueryAndEmptyMask":                          TestSearchEmptyQueryAndEmptyMask,
+		"WindowContract":                                  TestSearchWindowContract,
+		"ExponentialPrefetchSchedule":                     TestSearchExponentialPrefetchSchedule,
+		"GroupedBinaryMidpointsOncePerLevel":              TestSearchGroupedBinaryMidpointsOncePerLevel,
+		"OverlappingWindowsStayPerLane":                   TestSearchOverlappingWindowsStayPerLane,
+		"WindowRepairsNearHoles":                          TestSearchWindowRepairsNearHoles,
+		"FallbackRepairsClippedFalsePivot":                TestSearchFallbackRepairsClippedFalsePivot,
+		"FallbackStaggeredCursorsGroupedAtEqualPositions": TestSearchFallbackStaggeredCursorsGroupedAtEqualPositions,
+		"FallbackSecondOrderProvenanceSkipped":            TestSearchFallbackSecondOrderProvenanceSkipped,
+		"FallbackFalsePredecessorResidual":                TestSearchFallbackFalsePredecessorResidual,
+		"StableHolesBoundedProbes":                        TestSearchStableHolesBoundedProbes,
+		"DepthSaturates":                                  TestSearchDepthSaturates,
+		"WindowClampedInPureFunction":                     TestSearchWindowClampedInPureFunction,
+		"EqualsLinearRandomMonotoneLong":                  TestSearchEqualsLinearRandomMonotoneLong,
+	}
+	defer func() { wideShift = -1 }()
+	for _, shift := range []int{0, 48} {
+		wideShift = shift
+		for name, run := range cases {
+			t.Run(fmt.Sprintf("lanes%d-%d/%s", shift, shift+15, name), run)
+		}
+	}
 }
