@@ -82,7 +82,7 @@ func New(p Params) (*Bridge, error) { return newBridge(p, "") }
 // newBridge is New; a non-empty worker tags the bridge's gauges with it (a Fleet's engines
 // share the counters).
 func newBridge(p Params, worker string) (*Bridge, error) {
-	cfg := p.Config.withDefaults()
+	cfg := p.Config
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -176,7 +176,7 @@ type runningBridge struct {
 
 func runBridge(t *testing.T, e *engine, opts []kgo.Opt, codec *schemas.Codec, topic, dlq string, scope tally.Scope) *runningBridge {
 	t.Helper()
-	return runBridgeWith(t, bridge.Config{Endpoint: e.pub, ReplayEndpoint: e.reply}, opts, codec, topic, dlq, scope)
+	return runBridgeWith(t, defaulted(bridge.Config{Endpoint: e.pub, ReplayEndpoint: e.reply}), opts, codec, topic, dlq, scope)
 }
 
 func runBridgeWith(t *testing.T, cfg bridge.Config, opts []kgo.Opt, codec *schemas.Codec, topic, dlq string, scope tally.Scope) *runningBridge {
@@ -304,7 +304,7 @@ func TestBridgeBindModeEngineProcessRestart(t *testing.T) {
 	ps := testenv.FreePorts(t, 2)
 	pubEP, replayEP := fmt.Sprintf("tcp://127.0.0.1:%d", ps[0]), fmt.Sprintf("tcp://127.0.0.1:%d", ps[1])
 	scope := tally.NewTestScope("", nil)
-	runBridgeWith(t, bridge.Config{Endpoint: pubEP, ReplayEndpoint: replayEP, Bind: true}, opts, codec, topic, dlq, scope)
+	runBridgeWith(t, defaulted(bridge.Config{Endpoint: pubEP, ReplayEndpoint: replayEP, Bind: true}), opts, codec, topic, dlq, scope)
 	settle := func(e *engine, what string) {
 		t.Helper()
 		want := e.held()
@@ -345,7 +345,7 @@ func TestBridgeRanks(t *testing.T) {
 	}
 	engines[0].do("pub 6")
 	engines[1].do("pub 9")
-	runBridgeWith(t, bridge.Config{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", pub), ReplayEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", rep), Ranks: 2},
+	runBridgeWith(t, defaulted(bridge.Config{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", pub), ReplayEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", rep), Ranks: 2}),
 		opts, codec, topic, dlq, nil)
 	engines[0].do("pub 2")
 	engines[1].do("drop 2")
@@ -373,8 +373,8 @@ func BenchmarkBridgeWithEngine(b *testing.B) {
 	e := startEngineB(b)
 	scope := tally.NewTestScope("", nil)
 	prod := testenv.Client(b, kgo.RecordPartitioner(bridge.KeyPartitioner()))
-	br, err := bridge.New(bridge.Params{Config: bridge.Config{Endpoint: e.pub, ReplayEndpoint: e.reply, WorkerID: 7, BlockSize: 4,
-		KVTopic: topic, DeadLetterTopic: dlq, IdleRecheck: 100 * time.Millisecond, ReplayRetries: 3},
+	br, err := bridge.New(bridge.Params{Config: defaulted(bridge.Config{Endpoint: e.pub, ReplayEndpoint: e.reply, WorkerID: 7, BlockSize: 4,
+		KVTopic: topic, DeadLetterTopic: dlq, IdleRecheck: 100 * time.Millisecond, ReplayRetries: 3}),
 		Codec: codec, Producer: prod, Metrics: scope})
 	if err != nil {
 		b.Fatal(err)
@@ -433,8 +433,8 @@ func TestBridgeCrashMidStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := bridge.New(bridge.Params{Config: bridge.Config{Endpoint: e.pub, ReplayEndpoint: e.reply, WorkerID: 7, BlockSize: 4,
-		KVTopic: topic, DeadLetterTopic: dlq, IdleRecheck: 100 * time.Millisecond, ReplayRetries: 3, Resume: true},
+	b, err := bridge.New(bridge.Params{Config: defaulted(bridge.Config{Endpoint: e.pub, ReplayEndpoint: e.reply, WorkerID: 7, BlockSize: 4,
+		KVTopic: topic, DeadLetterTopic: dlq, IdleRecheck: 100 * time.Millisecond, ReplayRetries: 3, Resume: true}),
 		Codec: codec, Producer: prod, ConsumerOpts: opts, Metrics: scope})
 	if err != nil {
 		t.Fatal(err)
@@ -513,8 +513,8 @@ func BenchmarkBridgeGapFill(b *testing.B) {
 	e := startEngineB(b)
 	scope := tally.NewTestScope("", nil)
 	prod := testenv.Client(b, kgo.RecordPartitioner(bridge.KeyPartitioner()))
-	br, err := bridge.New(bridge.Params{Config: bridge.Config{Endpoint: e.pub, ReplayEndpoint: e.reply, WorkerID: 7, BlockSize: 4,
-		KVTopic: topic, DeadLetterTopic: dlq, ReplayRetries: 3},
+	br, err := bridge.New(bridge.Params{Config: defaulted(bridge.Config{Endpoint: e.pub, ReplayEndpoint: e.reply, WorkerID: 7, BlockSize: 4,
+		KVTopic: topic, DeadLetterTopic: dlq, ReplayRetries: 3}),
 		Codec: codec, Producer: prod, Metrics: scope})
 	if err != nil {
 		b.Fatal(err)
@@ -552,8 +552,8 @@ func TestBridgeStopsWhileDialling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := bridge.New(bridge.Params{Config: bridge.Config{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", testenv.FreePort(t)), WorkerID: 7,
-		KVTopic: "unused", DeadLetterTopic: "unused"}, Codec: codec, Producer: prod})
+	b, err := bridge.New(bridge.Params{Config: defaulted(bridge.Config{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", testenv.FreePort(t)), WorkerID: 7,
+		KVTopic: "unused", DeadLetterTopic: "unused"}), Codec: codec, Producer: prod})
 	if err != nil {
 		t.Fatal(err)
 	}

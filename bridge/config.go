@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Defaults of Config, for its zero fields. ReplayRetries, IdleRecheck and Resume keep their
+// Defaults of Config (DefaultConfig). ReplayRetries, IdleRecheck and Resume default to their
 // zero values (no retry, no re-check, no read-back); processor bridge sets them from
 // bridge.replay_retries (3), bridge.idle_recheck (5s) and bridge.resume (true).
 const (
@@ -18,7 +18,10 @@ const (
 // ErrConfig is wrapped by every configuration error of New.
 var ErrConfig = errors.New("bridge: invalid configuration")
 
-// Config configures a Bridge for one engine worker.
+// Config configures a Bridge for one engine worker. Start from DefaultConfig: New and Check
+// take every field as it is, as the rest of the project's configurations do (streams/config.go's
+// configuration style): a zero is a zero, never "the default", and a zero that cannot work is
+// refused naming the field.
 type Config struct {
 	// Endpoint is the engine's PUB endpoint of rank 0 (tcp://host:5557); rank r uses
 	// RankEndpoint(Endpoint, r).
@@ -31,19 +34,21 @@ type Config struct {
 	// Bind binds the SUB sockets instead of dialling (for engines configured with a
 	// non-wildcard endpoint, which connect).
 	Bind bool
-	// Ranks is the number of data-parallel ranks of the engine; default 1.
+	// Ranks is the number of data-parallel ranks of the engine; default 1; >= 1.
 	Ranks int
 	// WorkerID is the worker id of every record (and the record key).
 	WorkerID uint64
-	// BlockSize is the only engine block size accepted; default 16.
+	// BlockSize is the only engine block size accepted; default 16 (DefaultBlockSize); >= 1.
 	BlockSize int
 	// LoraNames maps numeric LoRA ids to adapter names for engines that send no lora_name.
 	LoraNames map[int64]string
 	// KVTopic and DeadLetterTopic are the topics written.
 	KVTopic, DeadLetterTopic string
-	// BufferBatches bounds the batches received and not yet handled, per rank; default 1024.
+	// BufferBatches bounds the batches received and not yet handled, per rank; default 1024
+	// (DefaultBufferBatches); >= 1.
 	BufferBatches int
-	// ReplayTimeout bounds the wait for each replay reply; default 2s.
+	// ReplayTimeout bounds the wait for each replay reply; default 2s (DefaultReplayTimeout);
+	// > 0.
 	ReplayTimeout time.Duration
 	// ReplayRetries is how many replays in a row may bring nothing new before the missing
 	// batches are reported lost (0: the first replay is the only one).
@@ -54,29 +59,23 @@ type Config struct {
 	// Resume reads the worker's records back from KVTopic at start to continue where a
 	// previous bridge stopped (ReadBack); it needs Params.ConsumerOpts.
 	Resume bool
-	// LostHistory is the policy for a rank's blocks when engine batches are lost; empty is
-	// LostHistoryClear.
+	// LostHistory is the policy for a rank's blocks when engine batches are lost:
+	// LostHistoryClear (the default) or LostHistoryKeep.
 	LostHistory LostHistory
 }
 
-func (c *Config) withDefaults() Config {
-	out := *c
-	if out.Ranks == 0 {
-		out.Ranks = 1
+// DefaultConfig returns the defaults: one rank, blocks of DefaultBlockSize tokens,
+// DefaultBufferBatches per rank, replays bounded by DefaultReplayTimeout and not retried, no idle
+// re-check, no read-back, lost history cleared. The endpoints, the worker id and the topics are
+// the caller's.
+func DefaultConfig() Config {
+	return Config{
+		Ranks:         1,
+		BlockSize:     DefaultBlockSize,
+		BufferBatches: DefaultBufferBatches,
+		ReplayTimeout: DefaultReplayTimeout,
+		LostHistory:   LostHistoryClear,
 	}
-	if out.BlockSize == 0 {
-		out.BlockSize = DefaultBlockSize
-	}
-	if out.BufferBatches == 0 {
-		out.BufferBatches = DefaultBufferBatches
-	}
-	if out.ReplayTimeout == 0 {
-		out.ReplayTimeout = DefaultReplayTimeout
-	}
-	if out.LostHistory == "" {
-		out.LostHistory = LostHistoryClear
-	}
-	return out
 }
 
 // ConfigError is a configuration New, NewFleet or Check refuses. Field names the setting as
@@ -96,12 +95,9 @@ func (e *ConfigError) Error() string {
 
 func (e *ConfigError) Unwrap() error { return ErrConfig }
 
-// Check applies the defaults to c and reports the first rule it breaks, as New does, without
-// building anything: a *ConfigError.
-func (c Config) Check() error {
-	d := c.withDefaults()
-	return d.validate()
-}
+// Check reports the first rule c breaks, as New does, without building anything: a
+// *ConfigError.
+func (c Config) Check() error { return c.validate() }
 
 func (c *Config) validate() error {
 	bad := func(field, f string, a ...any) error { return &ConfigError{Field: field, Reason: fmt.Sprintf(f, a...)} }
@@ -116,8 +112,8 @@ func (c *Config) validate() error {
 		return bad("", "no KV-events or dead-letter topic")
 	case c.BufferBatches < 1:
 		return bad("buffer_batches", "%d is not positive", c.BufferBatches)
-	case c.ReplayTimeout < 0:
-		return bad("replay_timeout", "%v is negative", c.ReplayTimeout)
+	case c.ReplayTimeout <= 0:
+		return bad("replay_timeout", "%v is not positive", c.ReplayTimeout)
 	case c.ReplayRetries < 0:
 		return bad("replay_retries", "%d is negative", c.ReplayRetries)
 	case c.IdleRecheck < 0:

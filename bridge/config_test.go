@@ -11,7 +11,8 @@ import (
 // README's data-parallel example once had PUB 5557, replay 5558 and two ranks). One engine's
 // configuration is refused with the setting named and a port that works suggested.
 func TestConfigCheckRefusesOverlappingRankPorts(t *testing.T) {
-	base := Config{WorkerID: 1, KVTopic: "kv", DeadLetterTopic: "dl"}
+	base := DefaultConfig()
+	base.WorkerID, base.KVTopic, base.DeadLetterTopic = 1, "kv", "dl"
 	for _, c := range []struct {
 		pub, replay string
 		ranks       int
@@ -39,5 +40,39 @@ func TestConfigCheckRefusesOverlappingRankPorts(t *testing.T) {
 		case c.want != "" && (!errors.As(err, &ce) || !errors.Is(err, ErrConfig) || ce.Field != "replay_endpoint" || !strings.Contains(ce.Reason, c.want)):
 			t.Errorf("%s + %s, %d ranks: %v, want replay_endpoint: ...%s...", c.pub, c.replay, c.ranks, err, c.want)
 		}
+	}
+}
+
+// TestConfigTakesZeroAsZero: the library reads a zero field as zero, as the project's other
+// configurations do; the defaults come from DefaultConfig, and a zero that cannot work is
+// refused naming the setting instead of being replaced behind the caller's back.
+func TestConfigTakesZeroAsZero(t *testing.T) {
+	ok := DefaultConfig()
+	ok.Endpoint, ok.WorkerID, ok.KVTopic, ok.DeadLetterTopic = "tcp://e:5557", 1, "kv", "dl"
+	if err := ok.Check(); err != nil {
+		t.Fatalf("DefaultConfig with an endpoint and topics: %v", err)
+	}
+	for _, c := range []struct {
+		field string
+		zero  func(*Config)
+	}{
+		{"ranks", func(c *Config) { c.Ranks = 0 }},
+		{"block_size", func(c *Config) { c.BlockSize = 0 }},
+		{"buffer_batches", func(c *Config) { c.BufferBatches = 0 }},
+		{"replay_timeout", func(c *Config) { c.ReplayTimeout = 0 }},
+		{"lost_history", func(c *Config) { c.LostHistory = "" }},
+	} {
+		cfg := ok
+		c.zero(&cfg)
+		var ce *ConfigError
+		if err := cfg.Check(); !errors.As(err, &ce) || ce.Field != c.field {
+			t.Errorf("%s = 0: %v, want refused naming %s", c.field, err, c.field)
+		}
+	}
+	// Zero is a legal value of these, and means none: no retry, no idle re-check.
+	z := ok
+	z.ReplayRetries, z.IdleRecheck = 0, 0
+	if err := z.Check(); err != nil {
+		t.Errorf("no replay retry and no idle re-check: %v", err)
 	}
 }

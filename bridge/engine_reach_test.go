@@ -43,7 +43,9 @@ func TestBridgeSaysWhenNoEngineAnswers(t *testing.T) {
 	}
 	core, logs := observer.New(zapcore.InfoLevel)
 	scope := tally.NewTestScope("", nil)
-	b, err := New(Params{Config: Config{Endpoint: ep, Ranks: 2, WorkerID: 7, KVTopic: "kv", DeadLetterTopic: "dlq"},
+	cfg := DefaultConfig()
+	cfg.Endpoint, cfg.Ranks, cfg.WorkerID, cfg.KVTopic, cfg.DeadLetterTopic = ep, 2, 7, "kv", "dlq"
+	b, err := New(Params{Config: cfg,
 		Codec: codec, Producer: prod, Metrics: scope, Log: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)

@@ -73,7 +73,7 @@ func CheckFleet(cfgs []Config) error {
 		if err := c.Check(); err != nil {
 			return &EngineError{Index: i, WorkerID: c.WorkerID, Err: err}
 		}
-		cfg := c.withDefaults()
+		cfg := c
 		for r := 0; r < cfg.Ranks; r++ {
 			for _, base := range []string{cfg.Endpoint, cfg.ReplayEndpoint} {
 				// Check has seen to it that an engine's own endpoints are distinct.

@@ -20,7 +20,9 @@ func TestNewFleetRefusesSharedWorkersAndEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	engine := func(worker uint64, ep, replay string, ranks int) Config {
-		return Config{WorkerID: worker, Endpoint: ep, ReplayEndpoint: replay, Ranks: ranks, KVTopic: "kv", DeadLetterTopic: "dl"}
+		c := DefaultConfig()
+		c.WorkerID, c.Endpoint, c.ReplayEndpoint, c.Ranks, c.KVTopic, c.DeadLetterTopic = worker, ep, replay, ranks, "kv", "dl"
+		return c
 	}
 	for _, c := range []struct {
 		name    string
@@ -32,7 +34,7 @@ func TestNewFleetRefusesSharedWorkersAndEndpoints(t *testing.T) {
 		{"same endpoint", []Config{engine(1, "tcp://a:5557", "", 1), engine(2, "tcp://a:5557", "", 1)}, "both use tcp://a:5557"},
 		{"rank ports overlap another engine", []Config{engine(1, "tcp://a:5557", "", 2), engine(2, "tcp://a:5558", "", 1)}, "both use tcp://a:5558"},
 		{"own ranks overlap its replay", []Config{engine(1, "tcp://a:5557", "tcp://a:5558", 2)}, "engine 0 (worker 1): bridge: invalid configuration: replay_endpoint: rank 0's replay endpoint tcp://a:5558 is rank 1's PUB endpoint"},
-		{"different topics", []Config{engine(1, "tcp://a:5557", "", 1), {WorkerID: 2, Endpoint: "tcp://b:5557", KVTopic: "other", DeadLetterTopic: "dl"}}, "write different topics"},
+		{"different topics", []Config{engine(1, "tcp://a:5557", "", 1), func() Config { c := engine(2, "tcp://b:5557", "", 1); c.KVTopic = "other"; return c }()}, "write different topics"},
 		{"an invalid engine", []Config{engine(1, "tcp://a:5557", "", -1)}, "engine 0 (worker 1)"},
 	} {
 		_, err := NewFleet(FleetParams{Configs: c.engines, Codec: codec, Producer: prod})

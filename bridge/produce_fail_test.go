@@ -60,8 +60,8 @@ func TestBridgeStopsWhenKafkaRefusesARecord(t *testing.T) {
 	if err := pub.Listen("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	b, err := bridge.New(bridge.Params{Config: bridge.Config{Endpoint: "tcp://" + pub.Addr().String(), WorkerID: 7, BlockSize: 4,
-		KVTopic: "kv", DeadLetterTopic: "dlq"}, Codec: codec, Producer: prod, Log: zaptest.NewLogger(t)})
+	b, err := bridge.New(bridge.Params{Config: defaulted(bridge.Config{Endpoint: "tcp://" + pub.Addr().String(), WorkerID: 7, BlockSize: 4,
+		KVTopic: "kv", DeadLetterTopic: "dlq"}), Codec: codec, Producer: prod, Log: zaptest.NewLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,11 +59,12 @@ func (d *demo) wireEngines(lc fx.Lifecycle, conn *kafka.Connection, scope tally.
 				return err
 			}
 			de.prod = prod
+			cfg := bridge.DefaultConfig()
+			cfg.Endpoint, cfg.ReplayEndpoint, cfg.WorkerID, cfg.BlockSize = pub, replay, worker, blockSize
+			cfg.KVTopic, cfg.DeadLetterTopic, cfg.IdleRecheck = d.kvTopic(r.Dc), conn.Topics.DeadLetter, time.Second
 			b, err := bridge.New(bridge.Params{
-				Config: bridge.Config{Endpoint: pub, ReplayEndpoint: replay, Ranks: 1, WorkerID: worker,
-					BlockSize: blockSize, KVTopic: d.kvTopic(r.Dc), DeadLetterTopic: conn.Topics.DeadLetter,
-					IdleRecheck: time.Second},
-				Codec: d.codec, Producer: prod,
+				Config: cfg,
+				Codec:  d.codec, Producer: prod,
 				Metrics: scope.Tagged(map[string]string{"dc": fmt.Sprintf("%016x", r.Dc)}),
 				Log:     log.Named("bridge").With(zap.Uint64("worker_id", worker)),
 			})

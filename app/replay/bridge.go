@@ -65,10 +65,12 @@ func (r *replay) startBridges(ctx context.Context) (*bridges, error) {
 				bs.workers = append(bs.workers, row)
 				return fail(fmt.Errorf("replay: engine socket of DC %d worker %d: %w", d, w, err))
 			}
+			cfg := bridge.DefaultConfig()
+			cfg.Endpoint, cfg.WorkerID, cfg.BlockSize = "tcp://"+pub.Addr().String(), WorkerID(d, w), bridgeBlockSize
+			cfg.KVTopic, cfg.DeadLetterTopic = r.kvTopic(r.dcs[d]), r.conn.Topics.DeadLetter
 			b, err := bridge.New(bridge.Params{
-				Config: bridge.Config{Endpoint: "tcp://" + pub.Addr().String(), Ranks: 1, WorkerID: WorkerID(d, w),
-					BlockSize: bridgeBlockSize, KVTopic: r.kvTopic(r.dcs[d]), DeadLetterTopic: r.conn.Topics.DeadLetter},
-				Codec: r.codec, Producer: prod, Metrics: tally.NoopScope,
+				Config: cfg,
+				Codec:  r.codec, Producer: prod, Metrics: tally.NoopScope,
 				Log: r.log.Named("bridge").With(zap.Uint64("worker_id", WorkerID(d, w))),
 			})
 			if err != nil {
