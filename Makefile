@@ -153,7 +153,7 @@ eval: build ## replay the conversation trace through the pipeline under every ro
 .PHONY: test-unit
 test-unit: ## every in-process test of every package, with no broker, registry or network: the tests that need one skip with one line (make test runs them all)
 	env -u KAFKA_BROKERS -u TEST_SCHEMA_REGISTRY_URL -u CKF_REQUIRE_BROKER -u CKF_REQUIRE_BROWSER -u HELM \
-		KAFKA_RUN_DIR=$(CURDIR)/bin/no-broker REGISTRY_RUN_DIR=$(CURDIR)/bin/no-registry $(GO) test $(TEST_FLAGS) $(PKGS)
+		CKF_IN_PROCESS_ONLY=1 KAFKA_RUN_DIR=$(CURDIR)/bin/no-broker REGISTRY_RUN_DIR=$(CURDIR)/bin/no-registry $(GO) test $(TEST_FLAGS) $(PKGS)
 
 .PHONY: bench
 bench: ## Go benchmarks with baselines in the same run; writes $(BENCH_OUT) for benchstat and a ratio report

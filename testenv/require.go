@@ -38,10 +38,18 @@ func KafkaResolved() bool {
 	return len(m) > 0
 }
 
-// NeedKafkaJars skips t (or fails it, RequireEnv) when the Kafka distribution is not resolved:
-// the tests that start brokers of their own call it first.
+// InProcessEnv is the variable that, set to anything but empty or "0", limits a run to
+// in-process tests: NeedKafkaJars skips even where the jars are resolved, so that no test starts
+// a broker JVM of its own. make test-unit sets it.
+const InProcessEnv = "CKF_IN_PROCESS_ONLY"
+
+// NeedKafkaJars skips t (or fails it, RequireEnv) when the Kafka distribution is not resolved,
+// and skips it under InProcessEnv: the tests that start brokers of their own call it first.
 func NeedKafkaJars(t testing.TB) {
 	t.Helper()
+	if v := strings.TrimSpace(os.Getenv(InProcessEnv)); v != "" && v != "0" {
+		t.Skipf("this test starts Kafka brokers of its own (skipped: %s is set)", InProcessEnv)
+	}
 	if !KafkaResolved() {
 		missing(t, "this test starts Kafka brokers of its own and the Kafka jars are not resolved: bash "+
 			filepath.Join(ScriptDir(), "kafka-up.sh")+" --resolve-only")
