@@ -103,17 +103,18 @@ func (g *GlobalIndexer) FindPrefixMatchesScratch(localHashes []uint64, scratch *
 // findPrefixMatches runs the query; seq is an empty buffer whose capacity
 // should cover len(local) (else it grows).
 func (g *GlobalIndexer) findPrefixMatches(local []uint64, seq []uint64) (PrefixMatches, error) {
-	if g.manifest.configured > 0xFFFF {
-		return PrefixMatches{}, ErrLanesBeyond16
-	}
 	return g.findPrefixMatchesCaptured(local, seq, uint16(g.ready.Load()))
 }
 
 // findPrefixMatchesCaptured runs a query with an already captured ready
 // mask (tests use it to replay a query that captured its mask before a
-// concurrent retirement). The manifest configures no lane beyond 15.
+// concurrent retirement). A manifest that configures a lane beyond 15 is
+// refused (ErrLanesBeyond16).
 func (g *GlobalIndexer) findPrefixMatchesCaptured(local []uint64, seq []uint64, captured uint16) (PrefixMatches, error) {
 	var res PrefixMatches
+	if g.manifest.configured > 0xFFFF {
+		return res, ErrLanesBeyond16
+	}
 	captured &= uint16(g.manifest.configured)
 	if captured == 0 {
 		return res, ErrUnavailable

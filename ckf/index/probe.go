@@ -117,10 +117,9 @@ func probeRowsSWAR(ra, rb *[ckf.LaneCount]uint64, fp uint16) uint16 {
 
 // Kernels of the other row widths (consumer §16). Each is the 16-lane SWAR
 // formulation above over fewer or more words: rows of 8 and 4 words fold one
-// accumulator, rows of 64 words run the 16-lane kernel on each quarter, and
-// the other multiples of 8 (24..56) run it on each full 16 words and the
-// 8-word kernel on the rest. TestProbeKernelsEveryWidth checks every width
-// against probeRowsRefN.
+// accumulator, and rows of 24..64 words run the 16-lane kernel on each full
+// 16 words and the 8-word kernel on the rest. TestProbeKernelsEveryWidth
+// checks every width against probeRowsRefN.
 
 // probeRowsRefN is probeRowsRef over a row of any width: bit l is lane l's
 // Bucket.Contains in ra or rb. Tests only.
@@ -207,27 +206,10 @@ func probeRow4(r *[4]uint64, fp uint16) uint16 {
 	return uint16(acc)
 }
 
-// probeRows64 is the kernel of 64-word rows (57..64 lanes): the 16-lane
-// kernel on each quarter, lane 16q+l at bit 16q+l.
-func probeRows64(ra, rb *[64]uint64, fp uint16) uint64 {
-	m := uint64(probeRows((*[16]uint64)(ra[0:16]), (*[16]uint64)(rb[0:16]), fp))
-	m |= uint64(probeRows((*[16]uint64)(ra[16:32]), (*[16]uint64)(rb[16:32]), fp)) << 16
-	m |= uint64(probeRows((*[16]uint64)(ra[32:48]), (*[16]uint64)(rb[32:48]), fp)) << 32
-	m |= uint64(probeRows((*[16]uint64)(ra[48:64]), (*[16]uint64)(rb[48:64]), fp)) << 48
-	return m
-}
-
-// probeRow64 is probeRows64 on one row.
-func probeRow64(r *[64]uint64, fp uint16) uint64 {
-	m := uint64(probeRow((*[16]uint64)(r[0:16]), fp))
-	m |= uint64(probeRow((*[16]uint64)(r[16:32]), fp)) << 16
-	m |= uint64(probeRow((*[16]uint64)(r[32:48]), fp)) << 32
-	m |= uint64(probeRow((*[16]uint64)(r[48:64]), fp)) << 48
-	return m
-}
-
-// probeRowsWide is the kernel of rows of 24..56 words (a multiple of 8):
-// the 16-lane kernel on each full 16 words, the 8-word kernel on the rest.
+// probeRowsWide is the kernel of rows wider than 16 words (a multiple of
+// 8) over every lane: the 16-lane kernel on each full 16 words, the 8-word
+// kernel on the rest (transposedTable.probe; the query path probes the
+// pieces of the lanes it decides, transposedTable.probeSettled).
 func probeRowsWide(ra, rb []uint64, fp uint16) uint64 {
 	var m uint64
 	i := 0
@@ -236,19 +218,6 @@ func probeRowsWide(ra, rb []uint64, fp uint16) uint64 {
 	}
 	if i+8 <= len(ra) && i+8 <= len(rb) {
 		m |= uint64(probeRows8((*[8]uint64)(ra[i:i+8]), (*[8]uint64)(rb[i:i+8]), fp)) << uint(i&63)
-	}
-	return m
-}
-
-// probeRowWide is probeRowsWide on one row.
-func probeRowWide(r []uint64, fp uint16) uint64 {
-	var m uint64
-	i := 0
-	for ; i+16 <= len(r); i += 16 {
-		m |= uint64(probeRow((*[16]uint64)(r[i:i+16]), fp)) << uint(i&63)
-	}
-	if i+8 <= len(r) {
-		m |= uint64(probeRow8((*[8]uint64)(r[i:i+8]), fp)) << uint(i&63)
 	}
 	return m
 }

@@ -2,6 +2,7 @@ package index
 
 import (
 	"math"
+	"strconv"
 	"sync/atomic"
 	"unsafe"
 
@@ -140,45 +141,64 @@ func (t *transposedTable) laneWords(lane int, dst []uint64) []uint64 {
 // probe returns the hit mask of fingerprint fp in buckets a and b over every
 // lane of the row (consumer §5.3): bit l is set iff lane l's word in a or in
 // b holds fp in some slot. fp must be non-zero (empty slots would match 0).
-// a and b must be < buckets. It evaluates all lanes regardless of readiness.
+// a and b must be < buckets. It evaluates all lanes regardless of readiness,
+// once (tests, studies and benchmarks; queries use probeSettled16 and
+// probeSettled).
 func (t *transposedTable) probe(fp uint16, a, b uint64) uint64 {
-	return t.probeSettled(fp, a, b, 0)
+	if t.stride <= ckf.LaneCount {
+		return uint64(t.probeSettled16(fp, a, b, 0))
+	}
+	return probeRowsWide(t.rowWords(a), t.rowWords(b), fp)
 }
 
-// probeSettled is probe plus a second load of row a for the lanes of recheck
-// that missed in both rows (A, B, A). With images stored destination before
-// source (producer §7.6), a fingerprint that one delta moves between a and
-// b is seen by at least one of the three loads, whichever stores fall
-// between them: a move a→b stores b before a, so the first load of a sees
-// it unless a was already stored, and then the load of b, which follows,
-// sees it in b; a move b→a stores a before b, so a load of b that no longer
-// sees it follows the store to a, which the second load of a sees. What
-// stays possible is a fingerprint moved by two deltas applied between two
-// loads of the same probe (consumer §5.5). The second load costs one row
-// when some lane of recheck misses, nothing otherwise.
+// probeSettled is the probe of the 64-lane query path: the hit mask of fp in
+// rows a and b for the lanes of lanes (the lanes the search decides with
+// this probe; it reads no other bit), plus a second load of row a for those
+// of them that missed in both rows (A, B, A). With images stored
+// destination before source (producer §7.6), a fingerprint that one delta
+// moves between a and b is seen by at least one of the three loads,
+// whichever stores fall between them: a move a→b stores b before a, so the
+// first load of a sees it unless a was already stored, and then the load of
+// b, which follows, sees it in b; a move b→a stores a before b, so a load of
+// b that no longer sees it follows the store to a, which the second load of
+// a sees. What stays possible is a fingerprint moved by two deltas applied
+// between two loads of the same probe (consumer §5.5). The second load
+// costs one row when some lane of lanes misses, nothing otherwise.
 //
-// The kernel is chosen by the row width: the 16-lane kernel for rows of 16,
-// four of them for rows of 64, 8- and 4-word kernels, and a loop of 16- and
-// 8-word kernels for the other multiples of 8 (probeRowsWide).
-func (t *transposedTable) probeSettled(fp uint16, a, b uint64, recheck uint64) uint64 {
-	var m uint64
-	switch t.stride {
-	case 16:
-		return uint64(t.probeSettled16(fp, a, b, uint16(recheck)))
-	case 64:
-		ra := (*[64]uint64)(t.rowWords(a))
-		m = probeRows64(ra, (*[64]uint64)(t.rowWords(b)), fp)
-		if miss := recheck &^ m; miss != 0 {
-			m |= probeRow64(ra, fp) & miss
-		}
-		return m
-	case 1, 2, 4, 8:
-		return uint64(t.probeSettled16(fp, a, b, uint16(recheck)))
+// Rows of up to 16 words are probed whole (probeSettled16). A wider row is
+// probed in pieces of 16 words (the 16-lane kernel) and a last piece of 8
+// (rows of 24, 40 and 56 words), and a piece none of whose lanes is in
+// lanes is neither loaded nor computed: a search whose lanes have spread
+// over different positions (divergent chains) reads 2 of a 64-lane row's 8
+// lines where one piece's lanes decide. Bits of other pieces are 0.
+func (t *transposedTable) probeSettled(fp uint16, a, b uint64, lanes uint64) uint64 {
+	if t.stride <= ckf.LaneCount {
+		return uint64(t.probeSettled16(fp, a, b, uint16(lanes)))
 	}
-	ra := t.rowWords(a)
-	m = probeRowsWide(ra, t.rowWords(b), fp)
-	if miss := recheck &^ m; miss != 0 {
-		m |= probeRowWide(ra, fp) & miss
+	ra, rb := t.rowWords(a), t.rowWords(b)
+	var m uint64
+	i := 0
+	for ; i+16 <= len(ra) && i+16 <= len(rb); i += 16 {
+		sub := uint16(lanes >> uint(i&63))
+		if sub == 0 {
+			continue
+		}
+		pa := (*[16]uint64)(ra[i : i+16])
+		h := probeRows(pa, (*[16]uint64)(rb[i:i+16]), fp)
+		if miss := sub &^ h; miss != 0 {
+			h |= probeRow(pa, fp) & miss
+		}
+		m |= uint64(h) << uint(i&63)
+	}
+	if i+8 <= len(ra) && i+8 <= len(rb) {
+		if sub := uint16(uint8(lanes >> uint(i&63))); sub != 0 {
+			pa := (*[8]uint64)(ra[i : i+8])
+			h := probeRows8(pa, (*[8]uint64)(rb[i:i+8]), fp)
+			if miss := sub &^ h; miss != 0 {
+				h |= probeRow8(pa, fp) & miss
+			}
+			m |= uint64(h) << uint(i&63)
+		}
 	}
 	return m
 }
@@ -189,6 +209,14 @@ func (t *transposedTable) probeSettled(fp uint16, a, b uint64, recheck uint64) u
 // not captured). A 16-lane table runs exactly the reference layout's
 // kernels.
 func (t *transposedTable) probeSettled16(fp uint16, a, b uint64, recheck uint16) uint16 {
+	if t.stride >= ckf.LaneCount {
+		ra := t.row(a)
+		m := probeRows(ra, t.row(b), fp)
+		if miss := recheck &^ m; miss != 0 {
+			m |= probeRow(ra, fp) & miss
+		}
+		return m
+	}
 	var m uint16
 	switch t.stride {
 	case 8:
@@ -213,12 +241,7 @@ func (t *transposedTable) probeSettled16(fp uint16, a, b uint64, recheck uint16)
 		}
 		return m
 	}
-	ra := t.row(a)
-	m = probeRows(ra, t.row(b), fp)
-	if miss := recheck &^ m; miss != 0 {
-		m |= probeRow(ra, fp) & miss
-	}
-	return m
+	panic("index: row stride " + strconv.Itoa(t.stride))
 }
 
 // prefetch touches the rows of a and b ahead of a probe (consumer §5.4); a pure

@@ -206,3 +206,88 @@ func TestPropWideSearchMatchesNarrowBelow16(t *testing.T) {
 		}
 	})
 }
+
+// findClasses (FindWide) equals findWith's per-lane 64-lane body on any membership: the same
+// depths, the same probes and prefetches in the same order with the same lanes passed, and the
+// same statistics. Memberships are drawn with a few distinct lane patterns so that classes
+// form, split and stay shared.
+func TestPropClassesEqualPerLane(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(0, 300).Draw(rt, "n")
+		ready := rapid.Uint64().Draw(rt, "ready")
+		w := rapid.IntRange(1, 8).Draw(rt, "window")
+		patterns := rapid.IntRange(1, 8).Draw(rt, "patterns")
+		r := rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 3))
+		// Lane l follows pattern l%patterns: a depth with a few holes and false hits.
+		rows := make([][]bool, patterns)
+		for p := range rows {
+			d := r.IntN(n + 1)
+			rows[p] = make([]bool, n)
+			for i := range rows[p] {
+				rows[p][i] = i < d
+				if r.IntN(12) == 0 {
+					rows[p][i] = !rows[p][i]
+				}
+			}
+		}
+		perm := r.Perm(MaxLanes)
+		m := make(wideMembership, n)
+		for i := range m {
+			for l := 0; l < MaxLanes; l++ {
+				if rows[perm[l]%patterns][i] {
+					m[i] |= 1 << uint(l)
+				}
+			}
+		}
+		type event struct {
+			prefetch bool
+			pos      int
+			lanes    uint64
+		}
+		run := func(find func(*[MaxLanes]uint32, int, uint64, int, func(int, uint64) uint64, func(int), *Stats)) ([MaxLanes]uint32, []event, Stats) {
+			var d [MaxLanes]uint32
+			var ev []event
+			var st Stats
+			find(&d, n, ready, w, func(pos int, lanes uint64) uint64 {
+				ev = append(ev, event{pos: pos, lanes: lanes})
+				return m[pos]
+			}, func(pos int) { ev = append(ev, event{prefetch: true, pos: pos}) }, &st)
+			return d, ev, st
+		}
+		d1, e1, s1 := run(FindWide)
+		d2, e2, s2 := run(findWidePerLane)
+		if d1 != d2 || s1 != s2 || !slices.Equal(e1, e2) {
+			rt.Fatalf("classes %v %+v\nper lane %v %+v\nevents equal: %v", d1, s1, d2, s2, slices.Equal(e1, e2))
+		}
+	})
+}
+
+// FindWith (the 16-lane body written out) equals findWith's generic 16-lane instantiation:
+// the same depths, probes (with their lanes), prefetches and statistics.
+func TestPropGenericEqualsFindWith(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(0, 300).Draw(rt, "n")
+		ready := rapid.Uint16().Draw(rt, "ready")
+		w := rapid.IntRange(1, 8).Draw(rt, "window")
+		m := randomMembership(rt, n)
+		type event struct {
+			prefetch bool
+			pos      int
+			lanes    uint16
+		}
+		var e1, e2 []event
+		var s1, s2 Stats
+		d1 := FindWith(n, ready, w, func(pos int, lanes uint16) uint16 {
+			e1 = append(e1, event{pos: pos, lanes: lanes})
+			return m[pos]
+		}, func(pos int) { e1 = append(e1, event{prefetch: true, pos: pos}) }, &s1)
+		var d2 [Lanes]uint32
+		findWith[uint16, [Lanes]int, [Lanes]uint16](&d2, n, ready, w, func(pos int, lanes uint16) uint16 {
+			e2 = append(e2, event{pos: pos, lanes: lanes})
+			return m[pos]
+		}, func(pos int) { e2 = append(e2, event{prefetch: true, pos: pos}) }, &s2)
+		if d1 != d2 || s1 != s2 || !slices.Equal(e1, e2) {
+			rt.Fatalf("written out %v %+v, generic %v %+v", d1, s1, d2, s2)
+		}
+	})
+}
