@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -295,31 +296,9 @@ func NewQueryClient(ctx context.Context, p QueryClientParams) (*QueryClient, err
 		routes: NewPartitionRoutes(0), late: map[string]lateCopies{}}
 
 	opts := streams.ClientOpts{Shared: p.ClientOpts, PerRole: p.ClientOptsFor}
-	prod, err := kgo.NewClient(opts.ForRole("query-requests",
-		kgo.DefaultProduceTopic(cfg.RequestTopic), kgo.ProducerLinger(cfg.RequestLinger),
-		kgo.RecordPartitioner(RequestPartitioner(&c.requestPartitions)),
-		// A request older than a call's timeout is of no use to anyone; this bounds the records
-		// in the buffer while no broker takes them (their calls' contexts do not: see resend).
-		kgo.RecordDeliveryTimeout(max(cfg.CallTimeout, time.Second)))...) // franz-go refuses less than 1 s
+	prod, cons, partition, err := OpenCallClients(ctx, cfg, "query", opts.ForRole("query-requests"), opts.ForRole("query-replies"), &c.requestPartitions)
 	if err != nil {
-		return nil, fmt.Errorf("streams: query client producer: %w", err)
-	}
-	sctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
-	defer cancel()
-	partition, start, err := pickReplyPartition(sctx, kadm.NewClient(prod), cfg.ReplyTopic, cfg.ReplyPartition)
-	if err != nil {
-		prod.Close()
 		return nil, err
-	}
-	cons, err := kgo.NewClient(opts.ForRole("query-replies",
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.ReplyTopic: {partition: kgo.NewOffset().At(start)}}),
-		// If retention ever removes our position, skip ahead: old replies are nobody's.
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
-		kgo.FetchMaxWait(time.Second),
-	)...)
-	if err != nil {
-		prod.Close()
-		return nil, fmt.Errorf("streams: query client consumer: %w", err)
 	}
 	c.prod, c.cons, c.partition = prod, cons, partition
 	rctx, stop := context.WithCancel(context.Background())
@@ -328,8 +307,46 @@ func NewQueryClient(ctx context.Context, p QueryClientParams) (*QueryClient, err
 	return c, nil
 }
 
+// OpenCallClients opens what a client of a request/reply service over Kafka calls with (the
+// prefix-match service's QueryClient, the worker stage's client): a producer of requests to
+// cfg.RequestTopic (partitioned by RequestPartitioner over partitions, records bounded by the
+// call timeout) and a consumer of the reply partition, cfg.ReplyPartition or one at random, from
+// its end as listed now, retried until cfg.StartTimeout (a topic just created may take a moment
+// to appear). what names the client in errors ("query", "worker query"); produce and consume are
+// the two clients' options.
+func OpenCallClients(ctx context.Context, cfg QueryClientConfig, what string, produce, consume []kgo.Opt,
+	partitions *atomic.Int32) (prod, cons *kgo.Client, partition int32, err error) {
+	prod, err = kgo.NewClient(append(slices.Clone(produce),
+		kgo.DefaultProduceTopic(cfg.RequestTopic), kgo.ProducerLinger(cfg.RequestLinger),
+		kgo.RecordPartitioner(RequestPartitioner(partitions)),
+		// A request older than a call's timeout is of no use to anyone; this bounds the records
+		// in the buffer while no broker takes them (their calls' contexts do not: see resend).
+		kgo.RecordDeliveryTimeout(max(cfg.CallTimeout, time.Second)))...) // franz-go refuses less than 1 s
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("streams: %s client producer: %w", what, err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	partition, start, err := pickReplyPartition(sctx, kadm.NewClient(prod), cfg.ReplyTopic, cfg.ReplyPartition, what)
+	if err != nil {
+		prod.Close()
+		return nil, nil, 0, err
+	}
+	cons, err = kgo.NewClient(append(slices.Clone(consume),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.ReplyTopic: {partition: kgo.NewOffset().At(start)}}),
+		// If retention ever removes our position, skip ahead: old replies are nobody's.
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
+		kgo.FetchMaxWait(time.Second),
+	)...)
+	if err != nil {
+		prod.Close()
+		return nil, nil, 0, fmt.Errorf("streams: %s client consumer: %w", what, err)
+	}
+	return prod, cons, partition, nil
+}
+
 // pickReplyPartition returns the reply partition (want, or a random one) and its end offset.
-func pickReplyPartition(ctx context.Context, adm *kadm.Client, topic string, want schemas.Optional[int32]) (int32, int64, error) {
+func pickReplyPartition(ctx context.Context, adm *kadm.Client, topic string, want schemas.Optional[int32], what string) (int32, int64, error) {
 	for {
 		ends, err := adm.ListEndOffsets(ctx, topic)
 		if err == nil {
@@ -347,12 +364,12 @@ func pickReplyPartition(ctx context.Context, adm *kadm.Client, topic string, wan
 				if o, ok := parts[p]; ok {
 					return p, o.Offset, nil
 				}
-				return 0, 0, fmt.Errorf("streams: query client: reply topic %s has no partition %d (%d partitions)", topic, p, len(parts))
+				return 0, 0, fmt.Errorf("streams: %s client: reply topic %s has no partition %d (%d partitions)", what, topic, p, len(parts))
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return 0, 0, fmt.Errorf("streams: query client: reply topic %s: %w (last error: %v)", topic, ctx.Err(), err)
+			return 0, 0, fmt.Errorf("streams: %s client: reply topic %s: %w (last error: %v)", what, topic, ctx.Err(), err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/query"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 )
@@ -109,58 +108,15 @@ func NewQueryClient(ctx context.Context, p QueryClientParams) (*QueryClient, err
 	c := &QueryClient{cfg: cfg, codec: p.Codec, log: log.Named("worker_query_client"), routes: query.NewPartitionRoutes(0),
 		waiting: map[string]*workerCall{}, late: map[string]time.Time{}, done: make(chan struct{}),
 		prefix: strconv.FormatUint(mrand.Uint64(), 36) + "-"}
-	prod, err := kgo.NewClient(append(slices.Clone(p.ClientOpts), kgo.DefaultProduceTopic(cfg.RequestTopic),
-		kgo.ProducerLinger(cfg.RequestLinger), kgo.RecordPartitioner(query.RequestPartitioner(&c.requestPartitions)),
-		kgo.RecordDeliveryTimeout(max(cfg.CallTimeout, time.Second)))...) // franz-go refuses less than 1 s
+	prod, cons, partition, err := query.OpenCallClients(ctx, cfg, "worker query", p.ClientOpts, p.ClientOpts, &c.requestPartitions)
 	if err != nil {
-		return nil, fmt.Errorf("streams: worker query client producer: %w", err)
-	}
-	sctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
-	defer cancel()
-	partition, start, err := replyStart(sctx, kadm.NewClient(prod), cfg.ReplyTopic, cfg.ReplyPartition)
-	if err != nil {
-		prod.Close()
 		return nil, err
-	}
-	cons, err := kgo.NewClient(append(slices.Clone(p.ClientOpts),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.ReplyTopic: {partition: kgo.NewOffset().At(start)}}),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(time.Second))...)
-	if err != nil {
-		prod.Close()
-		return nil, fmt.Errorf("streams: worker query client consumer: %w", err)
 	}
 	c.prod, c.cons, c.partition = prod, cons, partition
 	rctx, stop := context.WithCancel(context.Background())
 	c.stop = stop
 	go c.readReplies(rctx)
 	return c, nil
-}
-
-// replyStart returns the reply partition (want, or one at random) and its end offset, retrying
-// until ctx ends (a topic just created may take a moment to appear).
-func replyStart(ctx context.Context, adm *kadm.Client, topic string, want schemas.Optional[int32]) (int32, int64, error) {
-	for {
-		ends, err := adm.ListEndOffsets(ctx, topic)
-		if err == nil {
-			err = ends.Error()
-		}
-		if err == nil && len(ends[topic]) > 0 {
-			p, ok := want.Get()
-			if !ok {
-				p = int32(mrand.IntN(len(ends[topic])))
-			}
-			o, ok := ends[topic][p]
-			if !ok {
-				return 0, 0, fmt.Errorf("streams: worker query client: reply topic %s has no partition %d (%d partitions)", topic, p, len(ends[topic]))
-			}
-			return p, o.Offset, nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, 0, fmt.Errorf("streams: worker query client: reply topic %s: %w (last error: %v)", topic, ctx.Err(), err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // Stats returns the client's counters (query.QueryClientStats; Answered counts calls every DC
