@@ -110,6 +110,13 @@ type IndexerConfig struct {
 	// snapshots: the commits are for visibility only). "" (the default) derives
 	// IndexerLagGroup("", the manifest's consumer instance id).
 	LagGroup string
+	// LaneSources names, per lane, where the lane is read when not from Topics.Lanes and
+	// Topics.SnapshotIndex: a lane of another region from a mirror's copy of that region's lane
+	// topic (partition p is still lane p) and snapshot index, found by time and sequence rather
+	// than offsets (streams.LaneSource.Mirrored, consumer §9.8). Its snapshot requests still go
+	// to Topics.Control, which the deployment mirrors towards the lane's region (design §8).
+	// Default none: every lane from Topics.Lanes.
+	LaneSources map[uint8]streams.LaneSource
 	// LagCommitInterval is how often the applied offsets are committed to LagGroup (only when
 	// they moved), and once more at a graceful stop. A shorter interval makes lag tools more
 	// current at the cost of one OffsetCommit request per interval; lag tools read at most this
@@ -148,7 +155,36 @@ func (c IndexerConfig) validate() error {
 	k.Positive("RestoreTimeout", c.RestoreTimeout)
 	k.NonNegative("RetrySnapshotRequestGap", c.RetrySnapshotRequestGap)
 	k.Positive("LagCommitInterval", c.LagCommitInterval)
+	for l := uint8(0); l < ckf.LaneCount; l++ {
+		src, ok := c.LaneSources[l]
+		if !ok {
+			continue
+		}
+		field := fmt.Sprintf("LaneSources[%d]", l)
+		k.Named(field+".Topic", src.Topic)
+		if err := streams.CheckMirroredTopic(src.Topic); err != nil {
+			k.FailWith(field+".Topic", "is not a topic name", err)
+		}
+		if src.Mirrored {
+			if err := streams.CheckRegionAlias(src.Region); err != nil {
+				k.FailWith(field+".Region", "is not a region alias", err)
+			}
+		}
+	}
+	for l := range c.LaneSources {
+		if l >= ckf.LaneCount {
+			k.Fail("LaneSources", "names lane %d, not in [0,%d)", l, ckf.LaneCount)
+		}
+	}
 	return k.Result()
+}
+
+// Source returns where lane l is read: LaneSources[l], or Topics.Lanes and Topics.SnapshotIndex.
+func (c IndexerConfig) Source(l uint8) streams.LaneSource {
+	if src, ok := c.LaneSources[l]; ok {
+		return src
+	}
+	return streams.LaneSource{Topic: c.Topics.Lanes, SnapshotIndex: c.Topics.SnapshotIndex}
 }
 
 // checkInterval is how often an idle lane checks its health and freshness: a tenth of the time
@@ -363,11 +399,16 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	start := map[int32]kgo.Offset{}
+	start := map[string]map[int32]kgo.Offset{}
+	topicOf := map[int32]string{}
 	for _, l := range lanes {
-		start[l] = plan[l].start
+		topic := ix.cfg.Source(uint8(l)).Topic
+		if start[topic] == nil {
+			start[topic] = map[int32]kgo.Offset{}
+		}
+		start[topic][l], topicOf[l] = plan[l].start, topic
 	}
-	laneCl, err := kgo.NewClient(ix.opts.ForRole("lanes", LaneConsumerOpts(ix.cfg.Topics.Lanes, start)...)...)
+	laneCl, err := kgo.NewClient(ix.opts.ForRole("lanes", LaneConsumerOptsFor(start)...)...)
 	if err != nil {
 		return fmt.Errorf("streams: indexer lane client: %w", err)
 	}
@@ -375,7 +416,7 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	defer laneCl.Close()
 	feedCfg := ix.cfg.Feed
 	feedCfg.OnFetchError = func(err error) { ix.log.Warn("lane fetch error", zap.Error(err)) }
-	if ix.feed, err = NewLaneFeed(laneCl, ix.cfg.Topics.Lanes, lanes, feedCfg); err != nil {
+	if ix.feed, err = NewLaneFeedTopics(laneCl, topicOf, feedCfg); err != nil {
 		return err
 	}
 	// Claim every lane's ingestor: this Indexer is the only writer of the table's lanes
@@ -405,7 +446,7 @@ func (ix *Indexer) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); ln.run(runCtx) }()
 	}
-	lag := &streams.LagCommitter{Group: ix.lagGroup, Topic: ix.cfg.Topics.Lanes, Interval: ix.cfg.LagCommitInterval, Timeout: lagCommitTimeout}
+	lag := ix.newLagCommitters(topicOf)
 	wg.Add(1)
 	go func() { defer wg.Done(); ix.commitLagEvery(runCtx, lag) }()
 	close(ix.started)
@@ -440,12 +481,27 @@ func (ix *Indexer) closeLanes() {
 // lagCommitTimeout bounds one commit to the indexer's lag group.
 const lagCommitTimeout = 10 * time.Second
 
-// appliedPositions returns, per lane partition that applied a record, the offset after the last
-// record applied (data or transaction marker): the committed-offset form lag tools expect.
-func (ix *Indexer) appliedPositions() map[int32]int64 {
+// lagCommitters commit the applied positions of the lanes of each lane topic (the local one,
+// and a mirror's copy per other region) into the one lag group.
+type lagCommitters map[string]*streams.LagCommitter
+
+func (ix *Indexer) newLagCommitters(topicOf map[int32]string) lagCommitters {
+	out := lagCommitters{}
+	for _, topic := range topicOf {
+		if out[topic] == nil {
+			out[topic] = &streams.LagCommitter{Group: ix.lagGroup, Topic: topic, Interval: ix.cfg.LagCommitInterval, Timeout: lagCommitTimeout}
+		}
+	}
+	return out
+}
+
+// appliedPositions returns, per lane partition of topic that applied a record, the offset after
+// the last record applied (data or transaction marker): the committed-offset form lag tools
+// expect.
+func (ix *Indexer) appliedPositions(topic string) map[int32]int64 {
 	out := map[int32]int64{}
 	for _, l := range ix.lanes {
-		if l == nil {
+		if l == nil || ix.cfg.Source(l.num).Topic != topic {
 			continue
 		}
 		if applied := l.stats.appliedOffset(); applied >= 0 {
@@ -457,7 +513,7 @@ func (ix *Indexer) appliedPositions() map[int32]int64 {
 
 // commitLagEvery commits the applied positions to the lag group every LagCommitInterval until
 // ctx ends. It is the committer's only user while the lanes run; Run commits once more after.
-func (ix *Indexer) commitLagEvery(ctx context.Context, lag *streams.LagCommitter) {
+func (ix *Indexer) commitLagEvery(ctx context.Context, lag lagCommitters) {
 	t := time.NewTicker(ix.cfg.LagCommitInterval)
 	defer t.Stop()
 	for {
@@ -470,16 +526,19 @@ func (ix *Indexer) commitLagEvery(ctx context.Context, lag *streams.LagCommitter
 	}
 }
 
-// commitLag commits the positions that moved (force: whatever the interval). A failure is
-// counted and logged, never fatal; the next commit retries.
-func (ix *Indexer) commitLag(lag *streams.LagCommitter, force bool) {
-	ok, err := lag.Commit(ix.outCl, time.Now(), ix.appliedPositions(), force)
-	if err != nil {
-		ix.metrics.lagCommitErrors.Inc(1)
-		ix.log.Warn("applied lane offsets not committed to the lag group", zap.String("group", lag.Group), zap.Error(err))
-		return
-	}
-	if ok {
-		ix.metrics.lagCommits.Inc(1)
+// commitLag commits the positions that moved (force: whatever the interval), topic by topic. A
+// failure is counted and logged, never fatal; the next commit retries.
+func (ix *Indexer) commitLag(lag lagCommitters, force bool) {
+	for topic, c := range lag {
+		ok, err := c.Commit(ix.outCl, time.Now(), ix.appliedPositions(topic), force)
+		if err != nil {
+			ix.metrics.lagCommitErrors.Inc(1)
+			ix.log.Warn("applied lane offsets not committed to the lag group", zap.String("group", c.Group),
+				zap.String("topic", topic), zap.Error(err))
+			continue
+		}
+		if ok {
+			ix.metrics.lagCommits.Inc(1)
+		}
 	}
 }

@@ -116,7 +116,7 @@ func newLane(ix *Indexer, num uint8, pool ckf.PoolID, in *index.LaneIngestor, sn
 		st:  laneState{applied: -1, usable: max(snapStart, 0) - 1, snapStart: snapStart, faultAt: -1, waitAfter: -1, deadUpTo: -1},
 	}
 	l.stats.s = LaneStatus{Lane: num, Pool: pool.String(), AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: snapStart,
-		Faults: map[string]uint64{}}
+		Faults: map[string]uint64{}, Source: ix.cfg.Source(num).String()}
 	return l
 }
 
@@ -272,6 +272,13 @@ func (l *lane) onDelta(rec *kgo.Record, id ckf.ProducerIdentity, d *schemas.Delt
 		l.stats.update(func(s *LaneStatus) { s.Rejected++ })
 	}
 	if l.asm.active {
+		if id == l.asm.identity && d.Sequence <= l.asm.sequence {
+			// A delta the snapshot being assembled already covers, repeated by a mirror's replay
+			// that began before the snapshot (consumer §9.8): the relay writes a snapshot's
+			// chunks contiguously, so the original stream never has it here.
+			l.stats.update(func(s *LaneStatus) { s.ReplayedRecords++ })
+			return
+		}
 		l.abandonAssembly(rec.Offset, "delta inside a snapshot")
 	}
 	if !l.in.Ready() {

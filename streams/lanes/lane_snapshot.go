@@ -16,7 +16,8 @@ import (
 
 // assembly collects the chunks of one snapshot (design §3). Chunks must arrive in order, with
 // one sequence, identity, chunk count and bucket count, covering the buckets contiguously;
-// anything else abandons the snapshot and nothing becomes ready.
+// anything else abandons the snapshot and nothing becomes ready, except a repeat of a chunk
+// already assembled (a mirror's replay, replayedChunk), which is skipped.
 type assembly struct {
 	active   bool
 	skip     bool // header checks only: a stale snapshot a ready lane ignores, or one not wanted
@@ -100,7 +101,21 @@ func (l *lane) rejectSnapshot(rec *kgo.Record, kind schemas.LaneFaultKind, what 
 		Fault: &schemas.LaneFault{Kind: kind, Detail: what, Offset: schemas.Some(rec.Offset)}})
 }
 
+// replayedChunk reports whether c repeats a chunk of the snapshot being assembled: the same
+// producer identity, sequence, chunk count and bucket count, and an index below the next one
+// expected. A mirror delivers at least once, and a mirror restarted in the middle of a snapshot
+// writes some of its chunks again (design §8); the state at one sequence of one identity is one
+// state, so the repeat carries the words already assembled (consumer §9.8).
+func (a *assembly) replayedChunk(id ckf.ProducerIdentity, c *schemas.SnapshotChunk) bool {
+	return a.active && id == a.identity && c.Sequence == a.sequence && c.ChunkCount == a.count &&
+		c.TotalBuckets == a.total && c.ChunkIndex < a.next
+}
+
 func (l *lane) onChunk(rec *kgo.Record, id ckf.ProducerIdentity, c *schemas.SnapshotChunk) {
+	if l.asm.replayedChunk(id, c) {
+		l.stats.update(func(s *LaneStatus) { s.ReplayedRecords++ })
+		return
+	}
 	if c.ChunkIndex == 0 {
 		if l.asm.active {
 			l.abandonAssembly(rec.Offset, "a new snapshot started before the previous one completed")

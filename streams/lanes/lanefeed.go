@@ -75,9 +75,11 @@ func (c FeedConfig) validate() error {
 // partition, and the lane's queue is cleared and its epoch advanced under the queue's lock in
 // the same step.
 type LaneFeed struct {
-	cl    *kgo.Client
-	topic string
-	cfg   FeedConfig
+	cl  *kgo.Client
+	cfg FeedConfig
+	// topicOf names each lane's topic: partition p of topicOf[p] is lane p (a lane of another
+	// region is read from a mirror's copy of its lane topic, design §8).
+	topicOf [ckf.LaneCount]string
 
 	queues [ckf.LaneCount]*laneQueue
 
@@ -95,20 +97,40 @@ type pendingSeek struct {
 // kgo.ConsumePartitions for exactly those partitions (see LaneConsumerOpts). cfg is taken as it
 // is; an invalid field is a *ConfigError.
 func NewLaneFeed(cl *kgo.Client, topic string, lanes []int32, cfg FeedConfig) (*LaneFeed, error) {
+	topics := make(map[int32]string, len(lanes))
+	for _, l := range lanes {
+		if _, dup := topics[l]; dup {
+			return nil, fmt.Errorf("streams: lane %d listed twice", l)
+		}
+		topics[l] = topic
+	}
+	return NewLaneFeedTopics(cl, topics, cfg)
+}
+
+// NewLaneFeedTopics returns a feed for the given lanes, each read as its own partition of the
+// topic named for it (lanes of one region share their region's lane topic). cl must be a client
+// created with kgo.ConsumePartitions for exactly those partitions (see LaneConsumerOptsFor).
+func NewLaneFeedTopics(cl *kgo.Client, topics map[int32]string, cfg FeedConfig) (*LaneFeed, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	f := &LaneFeed{cl: cl, topic: topic, cfg: cfg, pending: map[int32]pendingSeek{}}
-	for _, l := range lanes {
+	f := &LaneFeed{cl: cl, cfg: cfg, pending: map[int32]pendingSeek{}}
+	for l, topic := range topics {
 		if l < 0 || l >= ckf.LaneCount {
 			return nil, fmt.Errorf("streams: lane %d out of range [0,%d)", l, ckf.LaneCount)
 		}
-		if f.queues[l] != nil {
-			return nil, fmt.Errorf("streams: lane %d listed twice", l)
+		if topic == "" {
+			return nil, fmt.Errorf("streams: lane %d has no topic", l)
 		}
+		f.topicOf[l] = topic
 		f.queues[l] = &laneQueue{lane: l, notify: make(chan struct{}, 1)}
 	}
 	return f, nil
+}
+
+// partition is lane's partition as a pause, resume or offset map names it.
+func (f *LaneFeed) partition(lane int32) map[string][]int32 {
+	return map[string][]int32{f.topicOf[lane]: {lane}}
 }
 
 // Config returns the configuration the feed runs with: the one it was built with.
@@ -120,8 +142,14 @@ func (f *LaneFeed) Config() FeedConfig { return f.cfg }
 // applied; and transaction markers kept as records (Attrs.IsControl), so a lane's applied
 // position reaches the last stable offset exactly when it is caught up.
 func LaneConsumerOpts(topic string, start map[int32]kgo.Offset) []kgo.Opt {
+	return LaneConsumerOptsFor(map[string]map[int32]kgo.Offset{topic: start})
+}
+
+// LaneConsumerOptsFor is LaneConsumerOpts for lanes on several topics: start maps each topic to
+// its lane partitions' start offsets.
+func LaneConsumerOptsFor(start map[string]map[int32]kgo.Offset) []kgo.Opt {
 	return []kgo.Opt{
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+		kgo.ConsumePartitions(start),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
 		kgo.FetchMaxPartitionBytes(8 << 20),
@@ -166,7 +194,7 @@ func (f *LaneFeed) Run(ctx context.Context) error {
 			f.deliverError(fatal)
 		}
 		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if fp.Topic != f.topic || fp.Partition < 0 || fp.Partition >= ckf.LaneCount {
+			if fp.Partition < 0 || fp.Partition >= ckf.LaneCount || fp.Topic != f.topicOf[fp.Partition] {
 				return
 			}
 			q := f.queues[fp.Partition]
@@ -177,7 +205,7 @@ func (f *LaneFeed) Run(ctx context.Context) error {
 				return
 			}
 			q.push(fp.Records, stableEnd(fp), f.cfg.PauseBytes, func() {
-				f.cl.PauseFetchPartitions(map[string][]int32{f.topic: {fp.Partition}})
+				f.cl.PauseFetchPartitions(f.partition(fp.Partition))
 			})
 		})
 	}
@@ -217,19 +245,23 @@ func (f *LaneFeed) applySeeks() {
 	seeks := f.pending
 	f.pending = map[int32]pendingSeek{}
 	f.mu.Unlock()
-	set := map[int32]kgo.EpochOffset{}
+	set := map[string]map[int32]kgo.EpochOffset{}
 	for lane, s := range seeks {
 		q := f.queues[lane]
 		q.mu.Lock()
 		q.batches, q.bytes, q.epoch = nil, 0, s.epoch
 		if q.paused {
 			q.paused = false
-			f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {lane}})
+			f.cl.ResumeFetchPartitions(f.partition(lane))
 		}
 		q.mu.Unlock()
-		set[lane] = kgo.EpochOffset{Epoch: -1, Offset: s.offset}
+		topic := f.topicOf[lane]
+		if set[topic] == nil {
+			set[topic] = map[int32]kgo.EpochOffset{}
+		}
+		set[topic][lane] = kgo.EpochOffset{Epoch: -1, Offset: s.offset}
 	}
-	f.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{f.topic: set})
+	f.cl.SetOffsets(set)
 }
 
 // Next blocks until lane has records (or ctx ends) and returns them. Records fetched before the
@@ -260,7 +292,7 @@ func (f *LaneFeed) TryNext(lane int32) (LaneBatch, bool) {
 		q.bytes -= b.bytes
 		if q.paused && q.bytes <= f.cfg.ResumeBytes {
 			q.paused = false
-			f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {lane}})
+			f.cl.ResumeFetchPartitions(f.partition(lane))
 		}
 		if b.Epoch != q.wantEpoch {
 			continue // fetched before a seek that is still pending or was just applied

@@ -78,6 +78,13 @@ type LaneStatus struct {
 	// BlockSize is the block size of the DC's engines as the lane's latest record carried it
 	// (Indexer.LaneBlockSize); 0 when it carried none.
 	BlockSize uint32
+	// ReplayedRecords counts records skipped inside a snapshot's assembly as repeats (a mirror's
+	// replay after a restart, consumer §9.8): chunks already assembled, and deltas of the
+	// snapshot's producer at or below its sequence.
+	ReplayedRecords uint64
+	// Source is where the lane is read: its lane topic, and the region it is mirrored from
+	// (streams.LaneSource).
+	Source string
 }
 
 // LaneSources is the health of a lane's DC sources (schemas.SourceHealth), as the relay last

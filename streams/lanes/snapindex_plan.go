@@ -22,10 +22,33 @@ type lanePlan struct {
 
 // restorePlan decides each lane's start position: the latest indexed snapshot that is still
 // retained; otherwise the log start (any retained snapshot is found by reading) plus a snapshot
-// request so the lane does not depend on retention.
+// request so the lane does not depend on retention. Lanes are planned per source (Source): the
+// lanes of one lane topic and snapshot index together, a mirrored source by time and sequence.
 func (ix *Indexer) restorePlan(ctx context.Context, lanes []int32) (map[int32]lanePlan, error) {
+	bySource := map[streams.LaneSource][]int32{}
+	var sources []streams.LaneSource
+	for _, l := range lanes {
+		src := ix.cfg.Source(uint8(l))
+		if bySource[src] == nil {
+			sources = append(sources, src)
+		}
+		bySource[src] = append(bySource[src], l)
+	}
+	plan := map[int32]lanePlan{}
+	for _, src := range sources {
+		if err := ix.planSource(ctx, src, bySource[src], plan); err != nil {
+			return nil, err
+		}
+	}
+	return plan, nil
+}
+
+// planSource plans the lanes read from one source. A local lane seeks to its entry's first
+// offset; a mirrored lane to chunk 0 of its entry's snapshot, found by the entry's write time,
+// identity and sequence (consumer §9.8), since the entry's offsets are the source region's.
+func (ix *Indexer) planSource(ctx context.Context, src streams.LaneSource, lanes []int32, plan map[int32]lanePlan) error {
 	adm := kadm.NewClient(ix.outCl)
-	topic := ix.cfg.Topics.Lanes
+	topic := src.Topic
 	// Both listings are retried on retriable Kafka errors (streams.RetryListing): right after the
 	// topics are created, or during a leader election, a broker may not know a partition's
 	// leader yet.
@@ -38,7 +61,7 @@ func (ix *Indexer) restorePlan(ctx context.Context, lanes []int32) (map[int32]la
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("streams: start offsets of %s: %w", topic, err)
+		return fmt.Errorf("streams: start offsets of %s: %w", topic, err)
 	}
 	err = streams.RetryListing(ctx, func() (err error) {
 		ends, err = adm.ListEndOffsets(ctx, topic)
@@ -48,16 +71,15 @@ func (ix *Indexer) restorePlan(ctx context.Context, lanes []int32) (map[int32]la
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("streams: end offsets of %s: %w", topic, err)
+		return fmt.Errorf("streams: end offsets of %s: %w", topic, err)
 	}
 	entries := map[uint8]schemas.SnapshotIndexEntry{}
-	if ix.cfg.Topics.SnapshotIndex != "" {
-		if entries, err = ix.readSnapshotIndex(ctx, adm); err != nil {
-			return nil, err
+	if src.SnapshotIndex != "" {
+		if entries, err = ix.readSnapshotIndex(ctx, adm, src.SnapshotIndex); err != nil {
+			return err
 		}
 	}
 	m := ix.g.Manifest()
-	plan := map[int32]lanePlan{}
 	for _, l := range lanes {
 		so, _ := starts.Lookup(topic, l)
 		eo, _ := ends.Lookup(topic, l)
@@ -71,6 +93,8 @@ func (ix *Indexer) restorePlan(ctx context.Context, lanes []int32) (map[int32]la
 			}
 		}
 		switch {
+		case ok && src.Mirrored:
+			plan[l] = ix.planMirrored(ctx, adm, src, l, e)
 		case ok && e.FirstOffset >= so.Offset && e.FirstOffset < eo.Offset:
 			plan[l] = lanePlan{start: kgo.NewOffset().At(e.FirstOffset), snapshotOffset: e.FirstOffset}
 			ix.log.Info("lane restores from indexed snapshot", zap.Int32("lane", l), zap.Int64("offset", e.FirstOffset),
@@ -83,11 +107,29 @@ func (ix *Indexer) restorePlan(ctx context.Context, lanes []int32) (map[int32]la
 				request: "no snapshot of this lane is indexed"}
 		}
 	}
-	return plan, nil
+	return nil
+}
+
+// planMirrored finds a mirrored lane's indexed snapshot by time and sequence. A snapshot not on
+// the partition (not mirrored yet, or no longer retained), or a search that fails, starts the
+// lane at the partition's end with a snapshot request, as a snapshot no longer retained does.
+func (ix *Indexer) planMirrored(ctx context.Context, adm *kadm.Client, src streams.LaneSource, l int32, e schemas.SnapshotIndexEntry) lanePlan {
+	found, err := streams.FindSnapshotByTime(ctx, adm, ix.opts.ForRole("snapshot-index"), ix.codec,
+		streams.SnapshotSeek{Topic: src.Topic, Partition: l, Entry: e})
+	if err != nil {
+		ix.log.Warn("mirrored lane's indexed snapshot not found by time", zap.Int32("lane", l), zap.String("source", src.String()),
+			zap.Uint64("sequence", e.Sequence), zap.Time("write_time", e.WriteTime), zap.Error(err))
+		return lanePlan{start: kgo.NewOffset().AtEnd(), snapshotOffset: -1,
+			request: fmt.Sprintf("indexed snapshot %d not found on %s by its write time: %v", e.Sequence, src, err)}
+	}
+	ix.log.Info("mirrored lane restores from indexed snapshot found by time", zap.Int32("lane", l), zap.String("source", src.String()),
+		zap.Int64("offset", found.Offset), zap.Int64("source_offset", e.FirstOffset), zap.Uint64("sequence", e.Sequence),
+		zap.Int("seeks", found.Seeks), zap.Duration("margin", found.Margin), zap.Int("records_read", found.Read))
+	return lanePlan{start: kgo.NewOffset().At(found.Offset), snapshotOffset: found.Offset}
 }
 
 // readSnapshotIndex reads the compacted index topic up to its end at the call and returns the
 // latest entry per lane (a tombstone removes the lane's entry).
-func (ix *Indexer) readSnapshotIndex(ctx context.Context, adm *kadm.Client) (map[uint8]schemas.SnapshotIndexEntry, error) {
-	return streams.ReadSnapshotIndexTopic(ctx, adm, ix.opts.ForRole("snapshot-index"), ix.codec, ix.cfg.Topics.SnapshotIndex, ix.log)
+func (ix *Indexer) readSnapshotIndex(ctx context.Context, adm *kadm.Client, topic string) (map[uint8]schemas.SnapshotIndexEntry, error) {
+	return streams.ReadSnapshotIndexTopic(ctx, adm, ix.opts.ForRole("snapshot-index"), ix.codec, topic, ix.log)
 }
