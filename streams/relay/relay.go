@@ -101,6 +101,11 @@ type RelayTopics struct {
 	SnapshotIndex string
 	// Control carries snapshot requests; "" reads none.
 	Control string
+	// MirroredControl are MirrorMaker's copies of other regions' control topics in this
+	// region's cluster (design §8: the indexers of another region ask for this lane's snapshots
+	// on their own control topic, mirrored here), read like Control. Each must exist when the
+	// relay starts. Default none.
+	MirroredControl []string
 	// DeadLetter receives rejected KV events and unusable checkpoint records; "" only counts
 	// and logs them.
 	DeadLetter string
@@ -355,6 +360,13 @@ func (c RelayConfig) validate() error {
 	k := streams.ConfigCheck{Config: "relay"}
 	k.Named("Topics.KVEvents", c.Topics.KVEvents)
 	k.Named("Topics.Lanes", c.Topics.Lanes)
+	for i, t := range c.Topics.MirroredControl {
+		field := fmt.Sprintf("Topics.MirroredControl[%d]", i)
+		k.Named(field, t)
+		if t != "" && (t == c.Topics.Control || t == c.Topics.KVEvents || t == c.Topics.Lanes) {
+			k.Fail(field, "is %q, also the name of another of the relay's topics", t)
+		}
+	}
 	if c.Pool == (ckf.PoolID{}) {
 		k.Fail("Pool", "must be set")
 	}

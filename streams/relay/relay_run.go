@@ -206,17 +206,20 @@ func (rl *relayLoop) open(ctx context.Context) error {
 	}
 	rl.replay = streams.NewEndOfLog(cfg.Topics.KVEvents, starts, ends)
 	rl.asOf = newAsOfTracker(listedAt, starts, ends)
-	if cfg.Topics.Control != "" {
-		ctl, err := listPartitions(ctx, adm, cfg.Topics.Control)
+	for _, control := range append([]string{cfg.Topics.Control}, cfg.Topics.MirroredControl...) {
+		if control == "" {
+			continue
+		}
+		ctl, err := listPartitions(ctx, adm, control)
 		if err != nil {
 			return err
 		}
 		// Requests written before the input client resolves the end are served by the start-up
 		// snapshot, which comes after it. (AtEnd rather than the exact offsets just listed: an
 		// exact offset on an empty partition stalled the whole direct consumer in testing.)
-		assign[cfg.Topics.Control] = map[int32]kgo.Offset{}
+		assign[control] = map[int32]kgo.Offset{}
 		for _, p := range ctl {
-			assign[cfg.Topics.Control][p] = kgo.NewOffset().AtEnd()
+			assign[control][p] = kgo.NewOffset().AtEnd()
 		}
 	}
 	// The end-of-log reader's options: read_committed, and transaction markers delivered as
