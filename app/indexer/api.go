@@ -183,6 +183,12 @@ type LaneView struct {
 	// (lanes.Indexer.LaneBlockSize): a token-id query of another size that selects the lane is
 	// refused (consumer §6.5). Absent while the lane knows none.
 	BlockSize uint32 `json:"block_size,omitempty"`
+	// Source is where the lane is read: its lane topic, and for a lane of another region the
+	// region it is mirrored from (indexer.remote_lanes, design §8).
+	Source string `json:"source"`
+	// ReplayedRecords counts records the lane skipped inside a snapshot's assembly as a mirror's
+	// repeats (lanes.LaneStatus.ReplayedRecords); absent while 0.
+	ReplayedRecords uint64 `json:"replayed_records,omitempty"`
 }
 
 // NeverMatchView is a lane's first-block alarm (query.NeverMatch) over its window.
@@ -266,6 +272,7 @@ func (a *API) View() LanesView {
 			SnapshotOffset: s.SnapshotOffset, Deltas: s.Deltas, Images: s.Images, Snapshots: s.Snapshots,
 			Heartbeats: s.Heartbeats, Rejected: s.Rejected, Recoveries: s.Recoveries,
 			SnapshotRequests: s.SnapshotRequests, Faults: s.Faults, LastFault: s.LastFault, BlockSize: s.BlockSize,
+			Source: s.Source, ReplayedRecords: s.ReplayedRecords,
 		}
 		if len(lv.Faults) == 0 {
 			lv.Faults = nil

@@ -90,7 +90,7 @@ func Freshness(f config.Freshness) lanes.FreshnessPolicy {
 
 // StreamsConfig converts the indexer section and the topic names to the lanes' streams
 // configuration: streams' defaults (lanes.DefaultIndexerConfig) with the topics, the freshness
-// policy and the lag commit interval of the configuration. The lag group is New's to name (it
+// policy, the lag commit interval and the remote lanes' sources of the configuration. The lag group is New's to name (it
 // needs the consumer instance id).
 func StreamsConfig(ix config.Indexer, topics config.Topics) lanes.IndexerConfig {
 	cfg := lanes.DefaultIndexerConfig()
@@ -102,6 +102,9 @@ func StreamsConfig(ix config.Indexer, topics config.Topics) lanes.IndexerConfig 
 	}
 	cfg.Freshness = Freshness(ix.Freshness)
 	cfg.LagCommitInterval = ix.LagCommitInterval
+	// Lanes of other regions are read from MirrorMaker's copies of their region's lane topic and
+	// snapshot index (indexer.remote_lanes, design §8).
+	cfg.LaneSources = ix.LaneSources(topics)
 	return cfg
 }
 

@@ -85,6 +85,8 @@ func StreamsConfig(rc config.Relay, ix config.Indexer, topics config.Topics) (st
 	cfg.Topics = streamrelay.RelayTopics{
 		KVEvents: topics.KVEvents, Lanes: topics.Lanes, SnapshotIndex: topics.SnapshotIndex,
 		Control: topics.Control, DeadLetter: topics.DeadLetter,
+		// The indexers of other regions ask on their own control topics, mirrored here (design §8).
+		MirroredControl: rc.MirroredControl(topics),
 	}
 	if rc.CheckpointInterval > 0 || rc.CheckpointEveryEvents > 0 {
 		cfg.Topics.Checkpoints = topics.RelayCheckpoints
