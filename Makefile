@@ -288,7 +288,7 @@ regions-down: ## stop MirrorMaker and the two regions started by regions-up
 
 # -p 1: one package, one topology (two brokers and MirrorMaker) at a time on the two cores.
 .PHONY: test-regions
-test-regions: ## the region tests: mirroring in order, offsets that differ, a WAN cut and heal, MirrorMaker kill -9, mirror latency (each test starts its own regions and MirrorMaker; a topology that cannot start fails)
+test-regions: ## the region tests: mirroring in order, offsets that differ, a WAN cut and heal, MirrorMaker kill -9, mirror latency; then the product on two regions (a relay and an indexer in each: answers alike, remote lanes stale through a cut, the identity policy, remote event-to-visible; docs/regions.md). Each test starts its own regions and MirrorMaker; a topology that cannot start fails
 	CKF_REQUIRE_REGIONS=1 $(GO) test -p 1 -count=1 -timeout 30m -v -run '^TestRegions' ./testenv/
 
 .PHONY: kafka-up
