@@ -39,33 +39,7 @@ func TestBlockSizeFromEngineToQuery(t *testing.T) {
 	if err := eng.Publish(40, func(int, uint64) bool { return true }); err != nil {
 		t.Fatal(err)
 	}
-	_, replay := eng.Endpoints(0)
-	replies, complete, err := bridge.NewReplayer(replay, "kv@", 30*time.Second).Replay(context.Background(), 0)
-	if err != nil || !complete {
-		t.Fatalf("replay from the engine: complete %v, %v", complete, err)
-	}
-	conv := bridge.NewConverter(7, blockSize, nil)
-	var recs []*kgo.Record
-	var id uint64
-	for _, r := range replies {
-		b, err := kvevents.Decode(r.Payload)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs, _, err := conv.Convert(nil, &b, 0, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id += uint64(len(evs))
-		for i := range evs {
-			v, err := e.Codec.EncodeKvEvent(evs[i])
-			if err != nil {
-				t.Fatal(err)
-			}
-			recs = append(recs, &kgo.Record{Topic: e.kvTopic, Key: []byte(strconv.FormatUint(evs[i].WorkerID, 10)), Value: v})
-		}
-	}
-	e.produceRaw(recs...)
+	bridgeToKafka(t, e, eng, blockSize)
 
 	ri := e.StartIndexer(e.Manifest(61, lane), e.IndexerConfig())
 	rr := e.startRelay(e.relayConfig(lane, testenv.UniqueName(t, "relay")), true)
@@ -138,4 +112,38 @@ func TestBlockSizeFromEngineToQuery(t *testing.T) {
 			t.Fatalf("block size 16 over Kafka: %v %q, lanes %+v", r.Status, r.ErrorMessage, r.Lanes)
 		}
 	}
+}
+
+// bridgeToKafka reads the whole history of eng's rank 0 from its replay socket with the
+// bridge's client, decodes and converts it as the bridge does (worker 7, blocks of blockSize
+// tokens) and produces the KV events on e's KV topic.
+func bridgeToKafka(t *testing.T, e *relayEnv, eng *engineemu.Engine, blockSize int) {
+	t.Helper()
+	_, replay := eng.Endpoints(0)
+	replies, complete, err := bridge.NewReplayer(replay, "kv@", 30*time.Second).Replay(context.Background(), 0)
+	if err != nil || !complete {
+		t.Fatalf("replay from the engine: complete %v, %v", complete, err)
+	}
+	conv := bridge.NewConverter(7, blockSize, nil)
+	var recs []*kgo.Record
+	var id uint64
+	for _, r := range replies {
+		b, err := kvevents.Decode(r.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, _, err := conv.Convert(nil, &b, 0, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id += uint64(len(evs))
+		for i := range evs {
+			v, err := e.Codec.EncodeKvEvent(evs[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, &kgo.Record{Topic: e.kvTopic, Key: []byte(strconv.FormatUint(evs[i].WorkerID, 10)), Value: v})
+		}
+	}
+	e.produceRaw(recs...)
 }

@@ -1,19 +1,13 @@
 package relay_test
 
 import (
-	"context"
-	"strconv"
 	"testing"
-	"time"
 
-	"github.com/ckf-stream/ckf-stream/bridge"
 	"github.com/ckf-stream/ckf-stream/bridge/engineemu"
-	"github.com/ckf-stream/ckf-stream/bridge/kvevents"
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/ckf-stream/ckf-stream/testenv"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestSGLangCacheSaltFromEngineToQuery (producer §2.2, "Extra keys") runs SGLang's cache_salt
@@ -38,33 +32,7 @@ func TestSGLangCacheSaltFromEngineToQuery(t *testing.T) {
 	if err := eng.Publish(60, func(int, uint64) bool { return true }); err != nil {
 		t.Fatal(err)
 	}
-	_, replay := eng.Endpoints(0)
-	replies, complete, err := bridge.NewReplayer(replay, "kv@", 30*time.Second).Replay(context.Background(), 0)
-	if err != nil || !complete {
-		t.Fatalf("replay from the engine: complete %v, %v", complete, err)
-	}
-	conv := bridge.NewConverter(7, blockSize, nil)
-	var recs []*kgo.Record
-	var id uint64
-	for _, r := range replies {
-		b, err := kvevents.Decode(r.Payload)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs, _, err := conv.Convert(nil, &b, 0, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id += uint64(len(evs))
-		for i := range evs {
-			v, err := e.Codec.EncodeKvEvent(evs[i])
-			if err != nil {
-				t.Fatal(err)
-			}
-			recs = append(recs, &kgo.Record{Topic: e.kvTopic, Key: []byte(strconv.FormatUint(evs[i].WorkerID, 10)), Value: v})
-		}
-	}
-	e.produceRaw(recs...)
+	bridgeToKafka(t, e, eng, blockSize)
 
 	ri := e.StartIndexer(e.Manifest(62, lane), e.IndexerConfig())
 	rr := e.startRelay(e.relayConfig(lane, testenv.UniqueName(t, "relay")), true)
