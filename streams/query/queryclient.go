@@ -565,49 +565,56 @@ func (c *QueryClient) forget(id string, call *queryCall) {
 	c.mu.Unlock()
 }
 
-// readReplies consumes the reply partition and completes calls until ctx ends.
-func (c *QueryClient) readReplies(ctx context.Context) {
-	defer close(c.done)
+// ReadReplies polls a call client's reply consumer (OpenCallClients) until ctx ends or the
+// consumer closes, logs fetch errors, and hands every record to handle, on this goroutine: the
+// reply reader of the prefix-match client and of the worker stage's.
+func ReadReplies(ctx context.Context, cons *kgo.Client, log *zap.Logger, handle func(*kgo.Record)) {
 	for {
-		fetches := c.cons.PollFetches(ctx)
+		fetches := cons.PollFetches(ctx)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			return
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
-			c.log.Warn("reply fetch error", zap.String("topic", topic), zap.Int32("partition", p), zap.Error(err))
+			log.Warn("reply fetch error", zap.String("topic", topic), zap.Int32("partition", p), zap.Error(err))
 		})
-		fetches.EachRecord(func(r *kgo.Record) {
-			reply, err := c.codec.DecodeQueryReply(r.Value)
-			if err != nil {
-				c.undecodable.Add(1)
-				c.log.Warn("undecodable record on the reply partition", zap.Int64("offset", r.Offset), zap.Error(err))
-				return
-			}
-			c.mu.Lock()
-			call := c.waiting[reply.CorrelationID]
-			late := false
-			if call != nil {
-				delete(c.waiting, reply.CorrelationID)
-				if n := call.copies.Load(); n > 1 {
-					c.expectLate(reply.CorrelationID, int(n-1))
-				}
-			} else if l, ok := c.late[reply.CorrelationID]; ok {
-				late = true
-				if l.n--; l.n > 0 {
-					c.late[reply.CorrelationID] = l
-				} else {
-					delete(c.late, reply.CorrelationID)
-				}
-			}
-			c.mu.Unlock()
-			switch {
-			case late:
-				c.duplicates.Add(1)
-			case call == nil || !c.deliver(call, queryOutcome{reply: reply}):
-				c.unmatched.Add(1)
-			}
-		})
+		fetches.EachRecord(handle)
 	}
+}
+
+// readReplies consumes the reply partition and completes calls until ctx ends.
+func (c *QueryClient) readReplies(ctx context.Context) {
+	defer close(c.done)
+	ReadReplies(ctx, c.cons, c.log, func(r *kgo.Record) {
+		reply, err := c.codec.DecodeQueryReply(r.Value)
+		if err != nil {
+			c.undecodable.Add(1)
+			c.log.Warn("undecodable record on the reply partition", zap.Int64("offset", r.Offset), zap.Error(err))
+			return
+		}
+		c.mu.Lock()
+		call := c.waiting[reply.CorrelationID]
+		late := false
+		if call != nil {
+			delete(c.waiting, reply.CorrelationID)
+			if n := call.copies.Load(); n > 1 {
+				c.expectLate(reply.CorrelationID, int(n-1))
+			}
+		} else if l, ok := c.late[reply.CorrelationID]; ok {
+			late = true
+			if l.n--; l.n > 0 {
+				c.late[reply.CorrelationID] = l
+			} else {
+				delete(c.late, reply.CorrelationID)
+			}
+		}
+		c.mu.Unlock()
+		switch {
+		case late:
+			c.duplicates.Add(1)
+		case call == nil || !c.deliver(call, queryOutcome{reply: reply}):
+			c.unmatched.Add(1)
+		}
+	})
 }
 
 // expectLate records that an answered call's other copies owe n replies; c.mu is held. Entries

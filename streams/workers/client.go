@@ -328,48 +328,39 @@ func (c *QueryClient) forget(id string, call *workerCall) {
 // readReplies consumes the reply partition and hands each call its DCs' first replies.
 func (c *QueryClient) readReplies(ctx context.Context) {
 	defer close(c.done)
-	for {
-		fetches := c.cons.PollFetches(ctx)
-		if ctx.Err() != nil || fetches.IsClientClosed() {
+	query.ReadReplies(ctx, c.cons, c.log, func(r *kgo.Record) {
+		reply, err := c.codec.DecodeWorkerQueryReply(r.Value)
+		if err != nil {
+			c.undecodable.Add(1)
 			return
 		}
-		fetches.EachError(func(topic string, p int32, err error) {
-			c.log.Warn("reply fetch error", zap.String("topic", topic), zap.Int32("partition", p), zap.Error(err))
-		})
-		fetches.EachRecord(func(r *kgo.Record) {
-			reply, err := c.codec.DecodeWorkerQueryReply(r.Value)
-			if err != nil {
-				c.undecodable.Add(1)
-				return
-			}
-			c.mu.Lock()
-			call := c.waiting[reply.CorrelationID]
-			_, late := c.late[reply.CorrelationID]
-			c.mu.Unlock()
-			if call == nil {
-				if late {
-					c.duplicates.Add(1)
-				} else {
-					c.unmatched.Add(1)
-				}
-				return
-			}
-			call.mu.Lock()
-			dup := slices.ContainsFunc(call.replies, func(o schemas.WorkerQueryReply) bool { return o.DcID == reply.DcID })
-			if !dup {
-				call.replies = append(call.replies, reply)
-			}
-			call.mu.Unlock()
-			if dup {
+		c.mu.Lock()
+		call := c.waiting[reply.CorrelationID]
+		_, late := c.late[reply.CorrelationID]
+		c.mu.Unlock()
+		if call == nil {
+			if late {
 				c.duplicates.Add(1)
-				return
+			} else {
+				c.unmatched.Add(1)
 			}
-			select {
-			case call.notify <- struct{}{}:
-			default:
-			}
-		})
-	}
+			return
+		}
+		call.mu.Lock()
+		dup := slices.ContainsFunc(call.replies, func(o schemas.WorkerQueryReply) bool { return o.DcID == reply.DcID })
+		if !dup {
+			call.replies = append(call.replies, reply)
+		}
+		call.mu.Unlock()
+		if dup {
+			c.duplicates.Add(1)
+			return
+		}
+		select {
+		case call.notify <- struct{}{}:
+		default:
+		}
+	})
 }
 
 // Close stops reading replies, fails the calls in flight with query.ErrQueryClientClosed and
