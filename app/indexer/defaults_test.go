@@ -56,7 +56,7 @@ func TestQueryDefaultsAreStreams(t *testing.T) {
 		return query.NewQueryService(query.QueryServiceParams{Config: c, Answerer: query.NewAnswerer(g, nil), Codec: codec})
 	}
 	def := config.Default()
-	qc := indexer.QueryConfig(def.Indexer, def.Topics)
+	qc := def.Indexer.QuerySettings(def.Topics)
 	want := query.DefaultQueryConfig()
 	want.RequestTopic, want.ReplyTopic, want.DeadLetterTopic = qc.RequestTopic, qc.ReplyTopic, qc.DeadLetterTopic
 	for _, d := range testenv.FieldDiffs(qc, want, "configuration", "streams") {
@@ -81,7 +81,7 @@ func TestQueryDefaultsAreStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qc = indexer.QueryConfig(set.Indexer, set.Topics)
+	qc = set.Indexer.QuerySettings(set.Topics)
 	if !slices.Equal(qc.ReplyTopicPrefixes, []string{"router-a.", "router-b."}) {
 		t.Errorf("reply topic prefixes %q", qc.ReplyTopicPrefixes)
 	}

@@ -108,12 +108,6 @@ func StreamsConfig(ix config.Indexer, topics config.Topics) lanes.IndexerConfig 
 	return cfg
 }
 
-// QueryConfig is the query service's configuration of the indexer section and the topic names
-// (config.Indexer.QuerySettings, whose rules config.Validate reports).
-func QueryConfig(ix config.Indexer, topics config.Topics) query.QueryConfig {
-	return ix.QuerySettings(topics)
-}
-
 // New builds the replica: manifest (a random consumer instance id when the configured one is 0,
 // logged), table, lanes, query service and API. Nothing connects until Start.
 func New(p Params) (*Indexer, error) {
@@ -165,7 +159,7 @@ func New(p Params) (*Indexer, error) {
 		query.CountFirstBlocks(firstBlocks, lanes.HoldingLanes))
 	newQueries := func() (*query.QueryService, error) {
 		qs, err := query.NewQueryService(query.QueryServiceParams{
-			Config:     QueryConfig(p.Config, topics),
+			Config:     p.Config.QuerySettings(topics),
 			Answerer:   ans,
 			Codec:      codec,
 			ClientOpts: p.Connection.QueryOpts("queries"),
