@@ -1,13 +1,16 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -20,11 +23,47 @@ import (
 // already in use". Below that range only a process that names the port explicitly can take it.
 // A port is free when nothing is bound to it on any address (the probe listens on all of them),
 // and this process never hands out the same port twice.
+//
+// The test binaries of `make test` run side by side and choose from the same range, so a port
+// one binary has handed out but not bound yet (or has unbound for a moment: a broker's restart
+// on its own ports) looks free to the others, and a probe of theirs that holds it for an instant
+// makes the bind fail. Each handed-out port is therefore also claimed across processes: an
+// exclusive flock on a file named after the port in a folder of the machine's temporary
+// directory, held by this process until it exits (the kernel drops the lock with the process,
+// so a crashed test leaves no claim behind). A port another process claims is never probed.
 
 // handedOut is every port this process has handed out: a test may not have bound one yet.
+// claims holds the open claim file of each (see above); they stay open until the process exits.
 var handedOut struct {
 	sync.Mutex
-	ports map[int]bool
+	ports  map[int]bool
+	claims map[int]*os.File
+}
+
+// claimDir is the folder of the cross-process port claims.
+func claimDir() string { return filepath.Join(os.TempDir(), "ckf-stream-port-claims") }
+
+// claimPort takes the cross-process claim of port p: ok is false when another process (or
+// another claim of this one) holds it. The returned file holds the claim until it is closed; it
+// is nil, with ok true, when claims cannot be kept on this machine (no writable temporary
+// directory), and ports are then chosen as if no other process chose any.
+func claimPort(p int) (f *os.File, ok bool) {
+	dir := claimDir()
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return nil, true
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(p)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, false
+		}
+		return nil, true
+	}
+	return f, true
 }
 
 // portRange is the range ports are chosen from: up to 12,000 ports below the ephemeral range,
@@ -35,30 +74,61 @@ func portRange(want int) (lo, hi int, ok bool) {
 	return lo, hi, hi-lo >= 4*want
 }
 
-// probe holds port p on every address if nothing else is bound to it and this process has not
-// handed it out; the caller closes the listener.
-func probe(p int) (net.Listener, bool) {
+// portProbe is a port held while it is being chosen: its listener on every address and its
+// cross-process claim (nil when claims cannot be kept).
+type portProbe struct {
+	port  int
+	l     net.Listener
+	claim *os.File
+}
+
+// release gives the port up: it was not chosen.
+func (pp portProbe) release() {
+	_ = pp.l.Close()
+	if pp.claim != nil {
+		_ = pp.claim.Close()
+	}
+}
+
+// probe holds port p if this process has not handed it out, no other process claims it, and
+// nothing is bound to it on any address. The caller releases it or hands it out.
+func probe(p int) (portProbe, bool) {
 	if handedOut.ports[p] {
-		return nil, false
+		return portProbe{}, false
+	}
+	claim, ok := claimPort(p)
+	if !ok {
+		return portProbe{}, false
 	}
 	l, err := net.Listen("tcp", ":"+strconv.Itoa(p))
 	if err != nil {
-		return nil, false
+		if claim != nil {
+			_ = claim.Close()
+		}
+		return portProbe{}, false
 	}
-	return l, true
+	return portProbe{port: p, l: l, claim: claim}, true
 }
 
-// handOut records ps as handed out and closes the probes.
-func handOut(ls []net.Listener, ps []int) {
-	for _, l := range ls {
-		_ = l.Close()
-	}
+// handOut records the probed ports as handed out, closes their listeners, keeps their claims
+// and returns the ports in order.
+func handOut(pps []portProbe) []int {
 	if handedOut.ports == nil {
 		handedOut.ports = make(map[int]bool)
+		handedOut.claims = make(map[int]*os.File)
 	}
-	for _, p := range ps {
-		handedOut.ports[p] = true
+	for _, pp := range pps {
+		_ = pp.l.Close()
+		handedOut.ports[pp.port] = true
+		if pp.claim != nil {
+			handedOut.claims[pp.port] = pp.claim
+		}
 	}
+	ports := make([]int, len(pps))
+	for i, pp := range pps {
+		ports[i] = pp.port
+	}
+	return ports
 }
 
 // freeLoopbackPorts returns n distinct ports that are free now, chosen below the ephemeral
@@ -66,34 +136,36 @@ func handOut(ls []net.Listener, ps []int) {
 func freeLoopbackPorts(n int) ([]int, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
-	var ls []net.Listener
-	out := make([]int, 0, n)
-	defer func() { handOut(ls, out) }()
 	lo, hi, ok := portRange(n)
 	if !ok {
 		// No room below the ephemeral range: let the kernel choose.
+		var pps []portProbe
 		for range n {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
+				for _, pp := range pps {
+					pp.release()
+				}
 				return nil, fmt.Errorf("free port: %w", err)
 			}
-			ls = append(ls, l)
-			out = append(out, l.Addr().(*net.TCPAddr).Port)
+			pps = append(pps, portProbe{port: l.Addr().(*net.TCPAddr).Port, l: l})
 		}
-		return out, nil
+		return handOut(pps), nil
 	}
+	var pps []portProbe
 	start := mrand.IntN(hi - lo)
-	for i := 0; i < hi-lo && len(out) < n; i++ {
-		p := lo + (start+i)%(hi-lo)
-		if l, free := probe(p); free {
-			ls = append(ls, l)
-			out = append(out, p)
+	for i := 0; i < hi-lo && len(pps) < n; i++ {
+		if pp, free := probe(lo + (start+i)%(hi-lo)); free {
+			pps = append(pps, pp)
 		}
 	}
-	if len(out) < n {
-		return nil, fmt.Errorf("free port: only %d of %d ports free in [%d,%d)", len(out), n, lo, hi)
+	if len(pps) < n {
+		for _, pp := range pps {
+			pp.release()
+		}
+		return nil, fmt.Errorf("free port: only %d of %d ports free in [%d,%d)", len(pps), n, lo, hi)
 	}
-	return out, nil
+	return handOut(pps), nil
 }
 
 // freePortRun returns the first of n consecutive ports that are free now, chosen below the
@@ -109,24 +181,19 @@ func freePortRun(n int) (int, error) {
 	start := mrand.IntN(span)
 	for i := 0; i < span; i++ {
 		base := lo + (start+i)%span
-		var ls []net.Listener
+		var pps []portProbe
 		for k := range n {
-			l, free := probe(base + k)
+			pp, free := probe(base + k)
 			if !free {
 				break
 			}
-			ls = append(ls, l)
+			pps = append(pps, pp)
 		}
-		if len(ls) == n {
-			run := make([]int, n)
-			for k := range run {
-				run[k] = base + k
-			}
-			handOut(ls, run)
-			return base, nil
+		if len(pps) == n {
+			return handOut(pps)[0], nil
 		}
-		for _, l := range ls {
-			_ = l.Close()
+		for _, pp := range pps {
+			pp.release()
 		}
 	}
 	return 0, fmt.Errorf("free port run: no %d consecutive free ports in [%d,%d)", n, lo, hi)

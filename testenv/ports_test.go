@@ -1,9 +1,13 @@
 package testenv
 
 import (
+	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -65,5 +69,59 @@ func TestFreePortRunNeverRepeatsAPort(t *testing.T) {
 			t.Fatalf("port %d handed out twice", p)
 		}
 		seen[p] = true
+	}
+}
+
+// TestPortClaimedAcrossProcesses checks that a port this process has handed out, and not bound,
+// is not free to another test binary: the other process's probe must skip it, or its listener,
+// held for an instant while it chooses, makes this process's later bind fail (a broker restarting
+// on its own ports met exactly that). The other process is this test binary run again.
+func TestPortClaimedAcrossProcesses(t *testing.T) {
+	if p := os.Getenv("CKF_PORT_CLAIM_CHILD"); p != "" {
+		port, err := strconv.Atoi(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handedOut.Lock()
+		pp, free := probe(port)
+		handedOut.Unlock()
+		if free {
+			pp.release()
+			fmt.Println("probe: free")
+			return
+		}
+		fmt.Println("probe: claimed")
+		return
+	}
+	port := FreePort(t)
+	ask := func(port int) string {
+		t.Helper()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPortClaimedAcrossProcesses$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "CKF_PORT_CLAIM_CHILD="+strconv.Itoa(port))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if v, ok := strings.CutPrefix(line, "probe: "); ok {
+				return v
+			}
+		}
+		t.Fatalf("child said nothing of the probe:\n%s", out)
+		return ""
+	}
+	if got := ask(port); got != "claimed" {
+		t.Errorf("another process found port %d %s, though this process handed it out", port, got)
+	}
+	// The control: a port nobody handed out is free to the other process.
+	other := FreePort(t)
+	handedOut.Lock()
+	if f := handedOut.claims[other]; f != nil {
+		_ = f.Close()
+		delete(handedOut.claims, other)
+	}
+	handedOut.Unlock()
+	if got := ask(other); got != "free" {
+		t.Errorf("another process found unclaimed port %d %s", other, got)
 	}
 }
