@@ -12,7 +12,7 @@ import (
 // the appended trailing fields) under the shared built-in id are read by both decoders, the
 // appended fields as their defaults; bodies of the current revision keep them.
 func TestPreviousRevisionBodies(t *testing.T) {
-	for _, tr := range []RecordType{TypeKvEvent, TypeLaneRecord, TypeLaneEvent, TypeQueryRequest, TypeQueryReply, TypeWorkerQueryRequest} {
+	for _, tr := range []RecordType{TypeKvEvent, TypeLaneRecord, TypeLaneEvent, TypeQueryRequest, TypeQueryReply, TypeWorkerQueryRequest, TypeWorkerQueryReply} {
 		if builtins[tr].previous == nil {
 			t.Fatalf("%s: no previous revision", tr)
 		}
@@ -139,11 +139,37 @@ func TestPreviousRevisionBodies(t *testing.T) {
 	for name, q := range testWorkerQueryRequests() {
 		revisions(t, TypeWorkerQueryRequest, func() map[string]any { return workerQueryRequestNative(&q) }, func(b []byte, without []string) {
 			want := q
-			want.BlockExtraKeys = nil
+			for _, f := range without {
+				switch f {
+				case "block_extra_keys":
+					want.BlockExtraKeys = nil
+				case "max_age_ms":
+					want.MaxAgeMillis = Optional[int64]{}
+				default:
+					t.Fatalf("worker query request field %s not handled", f)
+				}
+			}
 			c := newTestCodec(t)
 			got, err := c.DecodeWorkerQueryRequest(b)
 			if err != nil || !reflect.DeepEqual(got, want) {
 				t.Errorf("worker query request %s without %v: %v\n got  %+v\n want %+v", name, without, err, got, want)
+			}
+		})
+	}
+	for name, r := range testWorkerQueryReplies() {
+		revisions(t, TypeWorkerQueryReply, func() map[string]any { return workerQueryReplyNative(&r) }, func(b []byte, without []string) {
+			want := r
+			for _, f := range without {
+				switch f {
+				case "state":
+					want.State = LaneStateUnknown
+				default:
+					t.Fatalf("worker query reply field %s not handled", f)
+				}
+			}
+			got, err := newTestCodec(t).DecodeWorkerQueryReply(b)
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("worker query reply %s without %v: %v\n got  %+v\n want %+v", name, without, err, got, want)
 			}
 		})
 	}

@@ -139,7 +139,8 @@ var appendedFields = map[RecordType][]string{
 	TypeQueryRequest: {"max_age_ms", "block_extra_keys"},
 	TypeQueryReply:   {"incomplete_lanes", "lane_states"},
 
-	TypeWorkerQueryRequest: {"block_extra_keys"},
+	TypeWorkerQueryRequest: {"block_extra_keys", "max_age_ms"},
+	TypeWorkerQueryReply:   {"state"},
 }
 
 var builtins = loadBuiltins()

@@ -54,15 +54,20 @@ type WorkerQueryRequest struct {
 	// BlockExtraKeys are the blocks' extra keys of a token query, as QueryRequest.BlockExtraKeys
 	// carries them.
 	BlockExtraKeys []ckf.ExtraKeys
+	// MaxAgeMillis is the oldest DC state the router accepts, in milliseconds: a DC whose age
+	// (WorkerQueryReply.AgeMillis) is larger, or unknown, is answered LaneStale without sources.
+	// Absent (null on the wire) accepts any age; a present value must be non-negative.
+	MaxAgeMillis Optional[int64]
 }
 
 // Prompt returns the request's prompt as a QueryRequest (correlation id, input with the blocks'
-// extra keys, and reply address; no lane mask and no age bound), the form the prefix-match rules and the HTTP
-// contract (workerapi.Request.Query) take.
+// extra keys, reply address and age bound; no lane mask), the form the prefix-match rules and
+// the HTTP contract (workerapi.Request.Query) take.
 func (q *WorkerQueryRequest) Prompt() QueryRequest {
 	return QueryRequest{CorrelationID: q.CorrelationID, Input: q.Input, Hashes: q.Hashes, Tokens: q.Tokens,
 		BlockSize: q.BlockSize, LoraName: q.LoraName, CacheNamespace: q.CacheNamespace,
-		ReplyTopic: q.ReplyTopic, ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime, BlockExtraKeys: q.BlockExtraKeys}
+		ReplyTopic: q.ReplyTopic, ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime, MaxAgeMillis: q.MaxAgeMillis,
+		BlockExtraKeys: q.BlockExtraKeys}
 }
 
 func (q *WorkerQueryRequest) validate() error {
@@ -97,10 +102,18 @@ type WorkerQueryReply struct {
 	QueryBlocks  uint32
 	// Sources is best first (workers §5 in docs/spec/workers.md); empty unless Status is QueryOK.
 	Sources []WorkerSource
-	// AgeMillis is the replica's age, absent when it has applied no event.
+	// AgeMillis is the DC's age in this answer: ReplyTime minus the time up to which the replica
+	// reflects the DC's KV events (workers §10 in docs/spec/workers.md), in milliseconds, never
+	// negative; absent while the replica knows no such time.
 	AgeMillis  Optional[int64]
 	LagRecords int64
 	ReplyTime  time.Time
+	// State is what the answer is worth (workers §10 in docs/spec/workers.md): LaneExact or
+	// LaneIncomplete (may be short: a source lost engine history) when Sources holds the answer,
+	// LaneStale (older than the request's MaxAgeMillis) and LaneUnavailable (not ready) without
+	// sources, LaneStateUnknown for an INVALID_REQUEST reply and from replicas of an earlier
+	// revision (the field's default).
+	State LaneAnswerState
 }
 
 func (r *WorkerQueryReply) validate() error {
@@ -115,6 +128,12 @@ func (r *WorkerQueryReply) validate() error {
 	}
 	if r.Status != QueryOK && len(r.Sources) != 0 {
 		return invalid("sources", "must be empty when status is %s", r.Status)
+	}
+	if r.State > LaneUnavailable {
+		return invalid("state", "unknown state %d", r.State)
+	}
+	if r.Status == QueryOK && (r.State == LaneStale || r.State == LaneUnavailable) {
+		return invalid("state", "%s has no sources, so status must not be OK", r.State)
 	}
 	for i, s := range r.Sources {
 		if s.Device > r.QueryBlocks || uint64(s.Device)+uint64(s.HostPinned)+uint64(s.Disk)+uint64(s.External) > uint64(r.QueryBlocks) {
@@ -158,11 +177,9 @@ func unpackWorkerSources(b []byte) []WorkerSource {
 }
 
 func workerQueryRequestNative(q *WorkerQueryRequest) map[string]any {
-	m := queryRequestNative(&QueryRequest{CorrelationID: q.CorrelationID, Input: q.Input, Hashes: q.Hashes, Tokens: q.Tokens,
-		BlockSize: q.BlockSize, LoraName: q.LoraName, CacheNamespace: q.CacheNamespace, ReplyTopic: q.ReplyTopic,
-		ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime, BlockExtraKeys: q.BlockExtraKeys})
+	p := q.Prompt()
+	m := queryRequestNative(&p)
 	delete(m, "lane_mask")
-	delete(m, "max_age_ms")
 	var dcs any
 	if q.DcIDs != nil {
 		b := make([]byte, 0, len(q.DcIDs)*WordSize)
@@ -187,15 +204,16 @@ func workerQueryReplyNative(r *WorkerQueryReply) map[string]any {
 		"age_ms":         optLong(r.AgeMillis),
 		"lag_records":    r.LagRecords,
 		"reply_time":     r.ReplyTime.UnixMicro(),
+		"state":          laneAnswerStateSymbols[r.State],
 	}
 }
 
 func (n *nat) workerQueryRequest(v any) WorkerQueryRequest {
 	m := n.rec(v, "")
-	q := n.queryRequest(v) // the shared fields (block_extra_keys too); lane_mask and max_age_ms are absent and read as null
+	q := n.queryRequest(v) // the shared fields (block_extra_keys and max_age_ms too, null when absent); lane_mask is absent and reads as null
 	out := WorkerQueryRequest{CorrelationID: q.CorrelationID, Input: q.Input, Hashes: q.Hashes, Tokens: q.Tokens,
 		BlockSize: q.BlockSize, LoraName: q.LoraName, CacheNamespace: q.CacheNamespace, ReplyTopic: q.ReplyTopic,
-		ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime, BlockExtraKeys: q.BlockExtraKeys}
+		ReplyPartition: q.ReplyPartition, RequestTime: q.RequestTime, MaxAgeMillis: q.MaxAgeMillis, BlockExtraKeys: q.BlockExtraKeys}
 	if b, dv := n.branch(m, "", "dc_ids", true); b != "" {
 		raw, ok := dv.([]byte)
 		switch {
@@ -224,6 +242,9 @@ func (n *nat) workerQueryReply(v any) WorkerQueryReply {
 		AgeMillis:     n.optLong(m, "", "age_ms"),
 		LagRecords:    n.long(m, "", "lag_records"),
 		ReplyTime:     n.time(m, "", "reply_time"),
+	}
+	if _, ok := m["state"]; ok { // absent from writer schemas before the field: LaneStateUnknown
+		r.State = LaneAnswerState(n.enum(m, "", "state", laneAnswerStateSymbols))
 	}
 	raw := n.bytes(m, "", "sources")
 	if n.kind == nil && len(raw)%WorkerSourceBytes != 0 {

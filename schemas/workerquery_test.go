@@ -2,8 +2,12 @@ package schemas
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/linkedin/goavro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
@@ -19,9 +23,10 @@ func testWorkerQueryRequests() map[string]WorkerQueryRequest {
 			Tokens: AppendU32s(nil, []uint32{1, 2, 3, 4, 5, 0xFFFFFFFF}), BlockSize: 64,
 			LoraName: "adapter-a", CacheNamespace: "tenant-7", DcIDs: []uint64{1, 1<<64 - 1}, TopK: 3,
 			ReplyTopic: "router-3-worker-replies", ReplyPartition: Some[int32](3), RequestTime: testTime(1_780_000_000_000_001),
-			BlockExtraKeys: []ckf.ExtraKeys{{ckf.ExtraStringValue("salt-1")}},
+			BlockExtraKeys: []ckf.ExtraKeys{{ckf.ExtraStringValue("salt-1")}}, MaxAgeMillis: Some[int64](250),
 		},
-		"no-dc": {CorrelationID: "x", Input: InputLocalBlockHashes, Hashes: PackedU64{}, DcIDs: []uint64{}, TopK: MaxWorkerTopK, ReplyPartition: Some[int32](0)},
+		"max-age-0": {CorrelationID: "wq-4", Input: InputLocalBlockHashes, Hashes: PackedU64{}, MaxAgeMillis: Some[int64](0)},
+		"no-dc":     {CorrelationID: "x", Input: InputLocalBlockHashes, Hashes: PackedU64{}, DcIDs: []uint64{}, TopK: MaxWorkerTopK, ReplyPartition: Some[int32](0)},
 	}
 }
 
@@ -33,11 +38,13 @@ func testWorkerQueryReplies() map[string]WorkerQueryReply {
 				{WorkerID: 1<<64 - 1, DpRank: 1<<32 - 1, Device: 12},
 				{WorkerID: 7, DpRank: 2, Device: 4, HostPinned: 3, Disk: 2, External: 1},
 			},
-			AgeMillis: Some[int64](12), LagRecords: 3, ReplyTime: testTime(1_780_000_000_000_900),
+			AgeMillis: Some[int64](12), LagRecords: 3, ReplyTime: testTime(1_780_000_000_000_900), State: LaneExact,
 		},
-		"ok-empty":    {CorrelationID: "wq-3", Status: QueryOK, DcID: 2, QueryBlocks: 0, AgeMillis: Some[int64](0), ReplyTime: testTime(3)},
-		"unavailable": {CorrelationID: "wq-2", Status: QueryUnavailable, ErrorMessage: "restoring", DcID: 1, QueryBlocks: 4, LagRecords: 1 << 40, ReplyTime: testTime(5)},
-		"invalid":     {CorrelationID: "", Status: QueryInvalidRequest, ErrorMessage: "schemas: truncated input", ReplyTime: testTime(6)},
+		"ok-empty":    {CorrelationID: "wq-3", Status: QueryOK, DcID: 2, QueryBlocks: 0, AgeMillis: Some[int64](0), ReplyTime: testTime(3), State: LaneExact},
+		"unavailable": {CorrelationID: "wq-2", Status: QueryUnavailable, ErrorMessage: "restoring", DcID: 1, QueryBlocks: 4, LagRecords: 1 << 40, ReplyTime: testTime(5), State: LaneUnavailable},
+		"stale": {CorrelationID: "wq-5", Status: QueryUnavailable, ErrorMessage: "the DC is older than max_age_ms", DcID: 1, QueryBlocks: 4,
+			AgeMillis: Some[int64](9_000), LagRecords: 70, ReplyTime: testTime(7), State: LaneStale},
+		"invalid": {CorrelationID: "", Status: QueryInvalidRequest, ErrorMessage: "schemas: truncated input", ReplyTime: testTime(6)},
 	}
 }
 
@@ -64,6 +71,7 @@ func TestWorkerQueryRules(t *testing.T) {
 		"block_size": {WorkerQueryRequest{CorrelationID: "a", Input: InputTokenIDs, BlockSize: 0}, "input.block_size"},
 		"id":         {WorkerQueryRequest{Input: InputLocalBlockHashes}, "correlation_id"},
 		"partition":  {WorkerQueryRequest{CorrelationID: "a", Input: InputLocalBlockHashes, ReplyPartition: Some[int32](-1)}, "reply_partition"},
+		"max_age_ms": {WorkerQueryRequest{CorrelationID: "a", Input: InputLocalBlockHashes, MaxAgeMillis: Some[int64](-1)}, "max_age_ms"},
 	}
 	for name, tc := range reqs {
 		_, err := c.EncodeWorkerQueryRequest(tc.q)
@@ -81,6 +89,9 @@ func TestWorkerQueryRules(t *testing.T) {
 		"age":      {WorkerQueryReply{AgeMillis: Some[int64](-1)}, "age_ms"},
 		"lag":      {WorkerQueryReply{LagRecords: -1}, "lag_records"},
 		"status":   {WorkerQueryReply{Status: 3}, "status"},
+		"state":    {WorkerQueryReply{Status: QueryUnavailable, State: LaneUnavailable + 1}, "state"},
+		"ok stale": {WorkerQueryReply{Status: QueryOK, State: LaneStale}, "state"},
+		"ok unav":  {WorkerQueryReply{Status: QueryOK, State: LaneUnavailable}, "state"},
 		"too long": {WorkerQueryReply{CorrelationID: strings.Repeat("x", MaxCorrelationIDBytes+1)}, "correlation_id"},
 	}
 	for name, tc := range reps {
@@ -164,5 +175,77 @@ func TestWorkerReplyOfMostSourcesFitsAMessage(t *testing.T) {
 	}
 	if limit := 1_048_588 - 2*MaxCorrelationIDBytes - 1024; len(b) > limit {
 		t.Fatalf("%d bytes, over %d", len(b), limit)
+	}
+}
+
+// TestWorkerQueryRegistryOlderWriters: through a registry, request and reply bodies of a writer
+// of the revision before the appended fields (registered under their own ids) are read with the
+// fields absent: max_age_ms null, state UNKNOWN; the current writer gets an id of its own.
+func TestWorkerQueryRegistryOlderWriters(t *testing.T) {
+	reg := newRegistry(t)
+	reader := newTestCodec(t, RegistryURLs(reg.URL()))
+	older := func(rt RecordType, drop ...string) (*goavro.Codec, int) {
+		t.Helper()
+		text := mutate(t, rt, func(top map[string]any) {
+			fields := top["fields"].([]any)
+			for i := len(drop) - 1; i >= 0; i-- {
+				if last := fields[len(fields)-1].(map[string]any); last["name"] != drop[i] {
+					t.Fatalf("%s: last field is %v, want %s", rt, last["name"], drop[i])
+				}
+				fields = fields[:len(fields)-1]
+			}
+			top["fields"] = fields
+		})
+		id, _, err := reg.RegisterSchema(reader.Subject(rt), sr.Schema{Schema: text, Type: sr.TypeAvro})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id == reader.SchemaID(rt) {
+			t.Fatalf("%s: the older revision got the current writer's id %d", rt, id)
+		}
+		wc, err := goavro.NewCodec(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wc, id
+	}
+
+	qc, qid := older(TypeWorkerQueryRequest, "block_extra_keys", "max_age_ms")
+	q := testWorkerQueryRequests()["tokens-full"]
+	qn := workerQueryRequestNative(&q)
+	delete(qn, "block_extra_keys")
+	delete(qn, "max_age_ms")
+	b, err := qc.BinaryFromNative(AppendHeader(nil, qid), qn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotQ, err := reader.DecodeWorkerQueryRequest(b)
+	q.BlockExtraKeys, q.MaxAgeMillis = nil, Optional[int64]{}
+	if err != nil || !reflect.DeepEqual(gotQ, q) {
+		t.Fatalf("older request: %v\n got  %+v\n want %+v", err, gotQ, q)
+	}
+
+	rc, rid := older(TypeWorkerQueryReply, "state")
+	r := testWorkerQueryReplies()["ok"]
+	rn := workerQueryReplyNative(&r)
+	delete(rn, "state")
+	b, err = rc.BinaryFromNative(AppendHeader(nil, rid), rn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotR, err := reader.DecodeWorkerQueryReply(b)
+	r.State = LaneStateUnknown
+	if err != nil || !reflect.DeepEqual(gotR, r) {
+		t.Fatalf("older reply: %v\n got  %+v\n want %+v", err, gotR, r)
+	}
+	cur, err := reader.EncodeWorkerQueryReply(testWorkerQueryReplies()["stale"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _, _ := ParseHeader(cur); id == rid {
+		t.Fatalf("the current writer reused the older schema's id %d", id)
+	}
+	if got, err := reader.DecodeWorkerQueryReply(cur); err != nil || got.State != LaneStale {
+		t.Fatalf("current reply through the registry: %+v, %v", got, err)
 	}
 }
