@@ -12,11 +12,12 @@ import (
 // make generate after changing a constant.
 //go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=FenceReason -linecomment -output=publisher_string.go
 
-// DeltaSink receives the publisher's deltas. Enqueue must return nil only
-// if the next owner accepted the complete delta; any error makes delivery
-// uncertain and fences the publisher (DeliveryUncertain). The publisher
-// does not retain d after Enqueue returns, but d.Images is handed over:
-// the sink may keep it.
+// DeltaSink receives the deltas of Publish, the spec's sink (producer §8.2). Enqueue must
+// return nil only if the next owner accepted the complete delta; any error makes delivery
+// uncertain and fences the publisher (DeliveryUncertain). The publisher does not retain d after
+// Enqueue returns, but d.Images is handed over: the sink may keep it. A caller that writes the
+// deltas itself (the relay: its deltas are delivered only when their Kafka transaction commits)
+// takes them from Delta and needs no sink.
 type DeltaSink interface {
 	Enqueue(d ckf.Delta) error
 }
@@ -46,7 +47,12 @@ var ErrFenced = errors.New("ckf: publisher fenced")
 // sequence space of this producer generation is exhausted.
 var ErrSequenceExhausted = errors.New("ckf: publication sequence exhausted")
 
-// ErrEmptyBatch is returned by Publish for an empty batch (a consumer
+// ErrNoSink is returned by Publish and SnapshotAfterBarrier of a publisher built without a sink,
+// with no state change: such a publisher hands its deltas out through Delta and
+// SnapshotAfterBarrierDelta.
+var ErrNoSink = errors.New("ckf: publisher has no delta sink (use Delta and SnapshotAfterBarrierDelta)")
+
+// ErrEmptyBatch is returned by Publish and Delta for an empty batch (a consumer
 // treats an empty delta as a fault, so the publisher refuses to send one
 // and does not fence; DcState never produces one).
 var ErrEmptyBatch = errors.New("ckf: empty publication batch")
@@ -93,10 +99,17 @@ type PublishOutcome struct {
 	ImageCount int
 }
 
-// Publisher is DcCkfPublisher (producer §8.2): it stamps DcState batches with the
-// producer identity, the current lease and a sequence that is per producer
-// generation (not per lease), and enforces the fence rules. Not safe for
-// concurrent use (one per pool, driven by the pool actor).
+// Publisher is DcCkfPublisher (producer §8.2): it stamps DcState batches with the producer
+// identity, the current lease and a sequence that is per producer generation (not per lease),
+// and enforces the fence rules. Not safe for concurrent use (one per pool, driven by the pool
+// actor).
+//
+// Two ways out, with the same rules: Publish and SnapshotAfterBarrier hand each delta to the
+// sink given at construction (the spec's shape, the in-process adapters); Delta and
+// SnapshotAfterBarrierDelta return it to the caller, who writes it (the relay, one way: the
+// publisher never calls back into it). The difference is when the sequence moves: Publish
+// advances it once the sink took the delta, Delta as it returns the delta, since the caller
+// learns whether it was delivered only later (MarkDeliveryUncertain).
 type Publisher struct {
 	identity ckf.ProducerIdentity
 	lease    ckf.LaneLease
@@ -106,8 +119,10 @@ type Publisher struct {
 	sink     DeltaSink
 }
 
-// NewPublisher returns a publisher without a lease, unfenced, whose last
-// sequence is initialSequence (the relay actor and local adapter use 0).
+// NewPublisher returns a publisher without a lease, unfenced, whose last sequence is
+// initialSequence (the relay actor and local adapter use 0). sink may be nil for a publisher
+// used only through Delta and SnapshotAfterBarrierDelta; its Publish and SnapshotAfterBarrier
+// then return ErrNoSink.
 func NewPublisher(identity ckf.ProducerIdentity, initialSequence uint64, sink DeltaSink) *Publisher {
 	return &Publisher{identity: identity, last: initialSequence, sink: sink}
 }
@@ -124,7 +139,27 @@ func (p *Publisher) LastSequence() uint64 { return p.last }
 // Fenced returns the fence reason (FenceNone if not fenced).
 func (p *Publisher) Fenced() FenceReason { return p.fenced }
 
-// Publish sends one batch (producer §8.2):
+// next is publish's steps 1-3 (producer §8.2), shared by Publish and Delta: the delta that
+// would carry images, or why there is none. It changes nothing but the SequenceExhausted fence;
+// the caller advances the sequence once the delta is handed over.
+func (p *Publisher) next(images []ckf.BucketImage) (ckf.Delta, PublishKind, error) {
+	if p.fenced != FenceNone {
+		return ckf.Delta{}, 0, &FencedError{Reason: p.fenced}
+	}
+	if len(images) == 0 {
+		return ckf.Delta{}, 0, ErrEmptyBatch
+	}
+	if !p.hasLease {
+		return ckf.Delta{}, PublishNoSubscriber, nil
+	}
+	if p.last == math.MaxUint64 {
+		p.fenced = FenceSequenceExhausted
+		return ckf.Delta{}, 0, &FencedError{Reason: FenceSequenceExhausted}
+	}
+	return ckf.Delta{Identity: p.identity, Lease: p.lease, BaseSequence: p.last, Sequence: p.last + 1, Images: images}, Published, nil
+}
+
+// Publish sends one batch to the sink (producer §8.2):
 //  1. fenced -> *FencedError;
 //  2. no lease -> PublishNoSubscriber, the batch is discarded, sequence
 //     unchanged;
@@ -135,29 +170,56 @@ func (p *Publisher) Fenced() FenceReason { return p.fenced }
 //     sequence unchanged;
 //  5. last = last+1, Published.
 //
-// An empty batch returns ErrEmptyBatch with no state change (our choice).
+// An empty batch returns ErrEmptyBatch with no state change (our choice); a publisher without
+// a sink returns ErrNoSink with no state change.
 func (p *Publisher) Publish(images []ckf.BucketImage) (PublishOutcome, error) {
-	if p.fenced != FenceNone {
-		return PublishOutcome{}, &FencedError{Reason: p.fenced}
+	if p.sink == nil {
+		return PublishOutcome{}, ErrNoSink
 	}
-	if len(images) == 0 {
-		return PublishOutcome{}, ErrEmptyBatch
+	d, kind, err := p.next(images)
+	if err != nil {
+		return PublishOutcome{}, err
 	}
-	if !p.hasLease {
+	if kind == PublishNoSubscriber {
 		return PublishOutcome{Kind: PublishNoSubscriber, Sequence: p.last}, nil
 	}
-	if p.last == math.MaxUint64 {
-		p.fenced = FenceSequenceExhausted
-		return PublishOutcome{}, &FencedError{Reason: FenceSequenceExhausted}
-	}
-	next := p.last + 1
-	d := ckf.Delta{Identity: p.identity, Lease: p.lease, BaseSequence: p.last, Sequence: next, Images: images}
 	if err := p.sink.Enqueue(d); err != nil {
 		p.fenced = FenceDeliveryUncertain
 		return PublishOutcome{}, &EnqueueError{Err: err}
 	}
-	p.last = next
-	return PublishOutcome{Kind: Published, Sequence: next, ImageCount: len(images)}, nil
+	p.last = d.Sequence
+	return PublishOutcome{Kind: Published, Sequence: d.Sequence, ImageCount: len(images)}, nil
+}
+
+// Delta is publish (producer §8.2) for a caller that writes the delta itself: steps 1-3 as in
+// Publish (fenced -> *FencedError; no lease -> PublishNoSubscriber with the zero delta, the batch
+// discarded; last == 2^64-1 -> fence SequenceExhausted, *FencedError), then last = last+1 and
+// Published with the delta {identity, lease, base=last, seq=last+1, images}. An empty batch
+// returns ErrEmptyBatch with no state change. No sink is called.
+//
+// The sequence advances as the delta is returned: the delta counts as handed over, so the next
+// one is based on it even before it is delivered (a Kafka transaction holds several). The caller
+// must deliver the deltas in the order it got them; if it cannot tell whether one reached the
+// next owner, it calls MarkDeliveryUncertain, and the stream that delta belonged to is never
+// continued (a new lease and barrier snapshot recover, at the advanced sequence, whose words
+// include the uncertain delta's images). d.Images is images: the caller keeps it. It does not
+// allocate.
+func (p *Publisher) Delta(images []ckf.BucketImage) (ckf.Delta, PublishKind, error) {
+	d, kind, err := p.next(images)
+	if err == nil && kind == Published {
+		p.last = d.Sequence
+	}
+	return d, kind, err
+}
+
+// MarkDeliveryUncertain fences the publisher DeliveryUncertain (producer §8.2): a delta taken
+// from Delta or SnapshotAfterBarrierDelta may not have reached the next owner. Later batches
+// return *FencedError until a barrier snapshot under a new lease. A publisher fenced
+// SequenceExhausted stays so (only a new producer generation continues it).
+func (p *Publisher) MarkDeliveryUncertain() {
+	if p.fenced != FenceSequenceExhausted {
+		p.fenced = FenceDeliveryUncertain
+	}
 }
 
 // RetireLease drops the lease without fencing; later batches are
@@ -181,6 +243,26 @@ func (e *SnapshotError) Error() string { return "ckf: barrier snapshot failed: "
 // Unwrap returns the cause.
 func (e *SnapshotError) Unwrap() error { return e.Err }
 
+// barrier is snapshot_after_barrier's steps 1-2 (producer §8.2), shared by SnapshotAfterBarrier
+// and SnapshotAfterBarrierDelta: the state's tail and words.
+func (p *Publisher) barrier(state *DcState) (tail []ckf.BucketImage, words []uint64, err error) {
+	if p.last == math.MaxUint64 || p.fenced == FenceSequenceExhausted {
+		return nil, nil, ErrSequenceExhausted
+	}
+	tail, words, err = state.BarrierSnapshot()
+	if err != nil {
+		return nil, nil, &SnapshotError{Err: err}
+	}
+	return tail, words, nil
+}
+
+// install is snapshot_after_barrier's step 5: the new lease, the fence cleared, the snapshot.
+func (p *Publisher) install(newLease ckf.LaneLease, words []uint64) ckf.Snapshot {
+	p.lease, p.hasLease = newLease, true
+	p.fenced = FenceNone
+	return ckf.Snapshot{Identity: p.identity, Lease: newLease, Sequence: p.last, Buckets: words}
+}
+
 // SnapshotAfterBarrier installs newLease behind a barrier (producer §8.2):
 //  1. last == 2^64-1 or fenced SequenceExhausted -> ErrSequenceExhausted
 //     (a new producer generation is needed);
@@ -195,13 +277,15 @@ func (e *SnapshotError) Unwrap() error { return e.Err }
 //  4. fenced DeliveryUncertain/LeaseStalled -> the tail is dropped;
 //  5. lease = newLease, fence cleared; the snapshot carries the (possibly
 //     advanced) last sequence, to be continued by last -> last+1.
+//
+// A publisher without a sink returns ErrNoSink before step 1, with no state change.
 func (p *Publisher) SnapshotAfterBarrier(state *DcState, newLease ckf.LaneLease) (ckf.Snapshot, error) {
-	if p.last == math.MaxUint64 || p.fenced == FenceSequenceExhausted {
-		return ckf.Snapshot{}, ErrSequenceExhausted
+	if p.sink == nil {
+		return ckf.Snapshot{}, ErrNoSink
 	}
-	tail, words, err := state.BarrierSnapshot()
+	tail, words, err := p.barrier(state)
 	if err != nil {
-		return ckf.Snapshot{}, &SnapshotError{Err: err}
+		return ckf.Snapshot{}, err
 	}
 	if p.fenced == FenceNone && len(tail) > 0 {
 		if _, err := p.Publish(tail); err != nil {
@@ -211,9 +295,36 @@ func (p *Publisher) SnapshotAfterBarrier(state *DcState, newLease ckf.LaneLease)
 			return ckf.Snapshot{}, &SnapshotError{Err: err}
 		}
 	}
-	p.lease, p.hasLease = newLease, true
-	p.fenced = FenceNone
-	return ckf.Snapshot{Identity: p.identity, Lease: newLease, Sequence: p.last, Buckets: words}, nil
+	return p.install(newLease, words), nil
+}
+
+// SnapshotAfterBarrierDelta is SnapshotAfterBarrier for a caller that writes the deltas itself
+// (Delta): steps 1, 2, 4 and 5 are the same; in step 3 the tail, if not fenced and one exists,
+// is taken with Delta on the OLD lease and returned as tail (no old lease: discarded, and tail
+// is the zero delta; a rollover fences SequenceExhausted and returns ErrSequenceExhausted
+// without installing the new lease). tail has images only when the barrier published one.
+//
+// The caller writes tail before the snapshot: the snapshot's sequence continues it. If it
+// cannot tell whether tail was delivered, it calls MarkDeliveryUncertain and does not send the
+// snapshot; the next barrier, under another lease, recovers (its words include the tail).
+func (p *Publisher) SnapshotAfterBarrierDelta(state *DcState, newLease ckf.LaneLease) (tail ckf.Delta, snap ckf.Snapshot, err error) {
+	images, words, err := p.barrier(state)
+	if err != nil {
+		return ckf.Delta{}, ckf.Snapshot{}, err
+	}
+	if p.fenced == FenceNone && len(images) > 0 {
+		d, kind, err := p.Delta(images)
+		if err != nil {
+			if errors.Is(err, ErrSequenceExhausted) {
+				return ckf.Delta{}, ckf.Snapshot{}, ErrSequenceExhausted
+			}
+			return ckf.Delta{}, ckf.Snapshot{}, &SnapshotError{Err: err}
+		}
+		if kind == Published {
+			tail = d
+		}
+	}
+	return tail, p.install(newLease, words), nil
 }
 
 // ExactDrainMarker returns {lease, expected_sequence: last} if a lease
