@@ -20,10 +20,16 @@ BENCH_E2E_OUT ?= bench-e2e.txt
 # streams/relay/bench_e2e_relay_test.go); each one runs its own repetitions, one package at a time.
 BENCH_E2E ?= E2E
 PERF_DIR  ?= docs/perf
-# make soak: the load the soak holds (the measured capacity, see docs/RELIABILITY.md) and for how long.
-SOAK_DURATION ?= 10m
-SOAK_EVENT_RATE ?= 8000
-SOAK_QUERY_RATE ?= 200
+# make soak: the deployment as processes (SOAK_DCS relays, two indexer replicas) with three faults
+# inside, for SOAK_DURATION at SOAK_EVENT_RATE KV events/s and SOAK_QUERY_RATE queries/s over Kafka.
+# make soak-demo: the one-process demo's 16 lanes at the measured capacity (docs/RELIABILITY.md).
+SOAK_DURATION ?= 30m
+SOAK_DCS ?= 4
+SOAK_EVENT_RATE ?= 2000
+SOAK_QUERY_RATE ?= 100
+SOAK_DEMO_DURATION ?= 10m
+SOAK_DEMO_EVENT_RATE ?= 8000
+SOAK_DEMO_QUERY_RATE ?= 200
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 STATICCHECK_VERSION ?= v0.8.2
 # tools/ (benchreport, peerreport, plots, soak) is a module of its own, tools/go.mod, so that the service
@@ -120,11 +126,18 @@ bench-bridge: ## processor bridge's event rate and gap-fill figures against the 
 	bash $(KAFKA_DIR)/with-kafka.sh $(GO) test -count=1 -timeout 20m -v -run '^$$' -bench '^(BenchmarkBridgeThroughput|BenchmarkBridgeFleet64)$$' -benchtime 1x ./testenv/engine/
 
 .PHONY: soak
-soak: build ## 16 lanes under load for SOAK_DURATION (10m) with queries; RSS and lane state in $(PERF_DIR)/soak.csv (not part of test)
+soak: ## relays and two indexer replicas as processes under load for SOAK_DURATION (30m) with a relay kill -9, an indexer kill -9 and a broker restart inside: exact answers after each, no error, RSS flat; samples in $(PERF_DIR)/soak-faults.csv (not part of test)
+	@mkdir -p $(PERF_DIR)
+	bash $(KAFKA_DIR)/with-kafka.sh env CKF_SOAK_DURATION=$(SOAK_DURATION) CKF_SOAK_DCS=$(SOAK_DCS) \
+	  CKF_SOAK_EVENT_RATE=$(SOAK_EVENT_RATE) CKF_SOAK_QUERY_RATE=$(SOAK_QUERY_RATE) CKF_SOAK_CSV=$(abspath $(PERF_DIR))/soak-faults.csv \
+	  $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./faults/
+
+.PHONY: soak-demo
+soak-demo: build ## 16 lanes in one process (processor demo) under load for SOAK_DEMO_DURATION (10m) with queries; RSS and lane state in $(PERF_DIR)/soak.csv (not part of test)
 	@mkdir -p $(PERF_DIR)
 	$(GO) -C tools build -o $(TOOLS_BIN)/soak ./soak
-	bash $(KAFKA_DIR)/with-kafka.sh $(TOOLS_BIN)/soak -processor bin/processor -duration $(SOAK_DURATION) \
-	  -event-rate $(SOAK_EVENT_RATE) -query-rate $(SOAK_QUERY_RATE) -out $(PERF_DIR)/soak.csv -log $(PERF_DIR)/soak-demo.log
+	bash $(KAFKA_DIR)/with-kafka.sh $(TOOLS_BIN)/soak -processor bin/processor -duration $(SOAK_DEMO_DURATION) \
+	  -event-rate $(SOAK_DEMO_EVENT_RATE) -query-rate $(SOAK_DEMO_QUERY_RATE) -out $(PERF_DIR)/soak.csv -log $(PERF_DIR)/soak-demo.log
 
 # make eval: the conversation trace through the whole system (docs/EVALUATION.md). Four runs of
 # EVAL_WINDOW of trace time: live at 1× real time, live at EVAL_SPEEDUP× real time, with arrivals
