@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ckf-stream/ckf-stream/app/indexer"
 	appload "github.com/ckf-stream/ckf-stream/app/loadgen"
 	"github.com/ckf-stream/ckf-stream/eval"
 	"github.com/ckf-stream/ckf-stream/loadgen"
@@ -32,8 +33,12 @@ func (r *replay) drive(ctx context.Context) error {
 	o := r.opts
 	rep := newReport(o)
 	rep.printHeader(r.out)
-	fmt.Fprintf(r.out, "pipeline: %d relays, the indexer and the worker stages ready; simulating the other policies (%d seeds, warm and cold starts)\n",
-		len(r.relays), o.Seeds)
+	where := "the indexer"
+	if len(r.regions) > 1 {
+		where = fmt.Sprintf("%d regions' indexers (lanes mirrored between them)", len(r.regions))
+	}
+	fmt.Fprintf(r.out, "pipeline: %d relays, %s and the worker stages ready; simulating the other policies (%d seeds, warm and cold starts)\n",
+		len(r.relays), where, o.Seeds)
 	if err := rep.simulate(o); err != nil {
 		return err
 	}
@@ -99,18 +104,29 @@ func (rep *Report) output(w io.Writer, dir string) error {
 func (r *replay) live(ctx context.Context) (*Live, error) {
 	o := r.opts
 	// The engines publish each event at once (no linger: franz-go's default would hold it up to
-	// 10 ms), keyed by worker, acknowledged by every in-sync replica.
-	prod, err := r.conn.NewClient("replay-engines", kgo.ProducerLinger(0),
-		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(30*time.Second), kgo.MaxBufferedRecords(50_000))
-	if err != nil {
-		return nil, err
+	// 10 ms), keyed by worker, acknowledged by every in-sync replica; each DC's engines to their
+	// region's cluster. The router of each region asks its region's indexer.
+	var prods []*kgo.Client
+	var queries []loadgen.QueryFunc
+	defer func() {
+		for _, p := range prods {
+			p.Close()
+		}
+	}()
+	for _, reg := range r.regions {
+		prod, err := reg.conn.NewClient("replay-engines", kgo.ProducerLinger(0),
+			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(30*time.Second), kgo.MaxBufferedRecords(50_000))
+		if err != nil {
+			return nil, err
+		}
+		prods = append(prods, prod)
+		query, closeQuery, err := r.queryFunc(ctx, reg)
+		if err != nil {
+			return nil, err
+		}
+		defer closeQuery()
+		queries = append(queries, query)
 	}
-	defer prod.Close()
-	query, closeQuery, err := r.queryFunc(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer closeQuery()
 
 	wquery, closeWorkers, err := r.workerQuery()
 	if err != nil {
@@ -122,27 +138,42 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	if o.ViaBridge {
 		lv.Events = "bridge"
 	}
-	pr := newProber(r, o.VisibleTimeout)
+	// A prober per region's indexer (region 0's is the live run's headline), and the worker
+	// stage's.
+	var prs []*prober
+	for _, reg := range r.regions {
+		prs = append(prs, newProber(r, reg.ix, o.VisibleTimeout))
+	}
+	pr := prs[0]
 	wpr := newWorkerProber(r, o.VisibleTimeout)
+	all := append(slices.Clone(prs), wpr)
 	probeCtx, stopProbe := context.WithCancel(ctx)
-	probeDone := make(chan struct{}, 2)
-	go func() { defer func() { probeDone <- struct{}{} }(); pr.run(probeCtx) }()
-	go func() { defer func() { probeDone <- struct{}{} }(); wpr.run(probeCtx) }()
-	defer func() { stopProbe(); <-probeDone; <-probeDone }()
+	probeDone := make(chan struct{}, len(all))
+	for _, p := range all {
+		go func() { defer func() { probeDone <- struct{}{} }(); p.run(probeCtx) }()
+	}
+	defer func() {
+		stopProbe()
+		for range all {
+			<-probeDone
+		}
+	}()
 
 	// Connect the router's clients before the clock starts: the first queries of a client pay
 	// for its metadata and connections, which would put the whole replay behind its clock.
 	for i := range 20 {
 		req := schemas.QueryRequest{CorrelationID: "replay-warmup-" + strconv.Itoa(i), Input: schemas.InputLocalBlockHashes,
 			Hashes: schemas.AppendU64s(nil, []uint64{eval.LocalHash(uint64(i))})}
-		qctx, cancel := context.WithTimeout(ctx, o.QueryTimeout)
-		_, err := query(qctx, req)
-		cancel()
-		if err != nil && ctx.Err() != nil {
-			return nil, ctx.Err()
+		for _, query := range queries {
+			qctx, cancel := context.WithTimeout(ctx, o.QueryTimeout)
+			_, err := query(qctx, req)
+			cancel()
+			if err != nil && ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 		}
 	}
-	em := &emitter{r: r, prod: prod, pr: pr, wpr: wpr}
+	em := &emitter{r: r, prods: prods, prs: prs, wpr: wpr, kvBytes: make([]atomic.Uint64, len(r.dcs))}
 	if o.ViaBridge {
 		bs, err := r.startBridges(ctx)
 		if err != nil {
@@ -155,7 +186,13 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 		}()
 		em.bs = bs
 	}
-	pol := &ckfPolicy{r: r, query: query, wquery: wquery, pr: pr, wpr: wpr, lv: lv, ctx: ctx}
+	pol := &ckfPolicy{r: r, queries: queries, wquery: wquery, prs: prs, wpr: wpr, lv: lv, ctx: ctx}
+	if len(r.regions) > 1 {
+		lv.WANDelayMs = float64(o.WANDelay) / float64(time.Millisecond)
+		for _, reg := range r.regions {
+			pol.regions = append(pol.regions, &RegionLive{Alias: reg.alias, DCs: reg.dcs, PerDC: make([]DCAccuracy, len(r.dcs))})
+		}
+	}
 	fleet, err := eval.NewFleet(o.Fleet, pol)
 	if err != nil {
 		return nil, err
@@ -181,7 +218,7 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 		// The warm start's blocks are published like any other; the replay starts once the
 		// index and the worker stage show them all.
 		deadline := time.Now().Add(o.ReadyTimeout)
-		for _, p := range []*prober{pr, wpr} {
+		for _, p := range all {
 			for p.pendingCount() > 0 {
 				if time.Now().After(deadline) {
 					return fmt.Errorf("the warm start's %d stores are not visible after %v", p.pendingCount(), o.ReadyTimeout)
@@ -203,7 +240,11 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	}
 	elapsed := time.Since(t0)
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = prod.Flush(fctx)
+	for _, prod := range prods {
+		if err == nil {
+			err = prod.Flush(fctx)
+		}
+	}
 	if err == nil && em.bs != nil {
 		err = em.bs.flush(fctx)
 	}
@@ -213,7 +254,7 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	}
 	// Let the last events become visible (or time out) before reading the prober.
 	deadline := time.Now().Add(o.VisibleTimeout + time.Second)
-	for _, p := range []*prober{pr, wpr} {
+	for _, p := range all {
 		for p.pendingCount() > 0 && time.Now().Before(deadline) {
 			select {
 			case <-ctx.Done():
@@ -245,25 +286,27 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 		ws.Requests, ws.SameDC, ws.SameWorker = ts.Requests, ts.SameDC, ts.SameWorker
 		ws.SameDCShare, ws.SameWorkerShare = float64(ts.SameDC)/float64(ts.Requests), float64(ts.SameWorker)/float64(ts.Requests)
 	}
+	lv.Regions = r.regionsLive(pol.regions, prs, em)
 	lv.LoadEnd = loadAverage()
 	return lv, nil
 }
 
-// queryFunc returns the ckf router's path to the indexer: a Kafka query client, or HTTP on a
-// loopback listener serving the indexer's own POST /v1/prefix-matches handler.
-func (r *replay) queryFunc(ctx context.Context) (loadgen.QueryFunc, func(), error) {
+// queryFunc returns the ckf router's path to reg's indexer: a Kafka query client on reg's
+// cluster, or HTTP on a loopback listener serving the indexer's own POST /v1/prefix-matches
+// handler.
+func (r *replay) queryFunc(ctx context.Context, reg *region) (loadgen.QueryFunc, func(), error) {
 	if r.opts.Query == QueryHTTP {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, nil, err
 		}
-		srv := &http.Server{Handler: r.ix.API().QueryHandler(), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: reg.ix.API().QueryHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		q := appload.HTTPQuery(&http.Client{Timeout: 10 * time.Second}, "http://"+ln.Addr().String())
 		return q, func() { _ = srv.Close() }, nil
 	}
 	qc, err := query.NewQueryClient(ctx, query.QueryClientParams{Config: query.DefaultQueryClientConfig(),
-		Codec: r.codec, ClientOptsFor: func(role string) []kgo.Opt { return r.conn.QueryOpts("replay-" + role) }, Log: r.log})
+		Codec: reg.codec, ClientOptsFor: func(role string) []kgo.Opt { return reg.conn.QueryOpts("replay-" + role) }, Log: r.log})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -279,13 +322,15 @@ func WorkerID(d, w int) uint64 { return uint64(d+1)<<16 | uint64(w+1) }
 // change what their DC holds with the prober.
 type emitter struct {
 	r        *replay
-	prod     *kgo.Client
-	bs       *bridges // --via-bridge: events go to the engines' sockets instead
-	pr       *prober
-	wpr      *prober // the worker stage's
+	prods    []*kgo.Client // by region
+	bs       *bridges      // --via-bridge: events go to the engines' sockets instead
+	prs      []*prober     // the indexers', by region
+	wpr      *prober       // the worker stage's
 	buf      []byte
 	produced atomic.Uint64
 	failed   atomic.Uint64
+	// kvBytes are the bytes (key and value) of the KvEvent records produced, by DC index.
+	kvBytes []atomic.Uint64
 }
 
 func (e *emitter) emit(ev *eval.KVEvent) {
@@ -321,21 +366,25 @@ func (e *emitter) emit(ev *eval.KVEvent) {
 	e.track(ev, time.Now())
 	rec := &kgo.Record{Topic: e.r.kvTopic(e.r.dcs[ev.DC]), Key: strconv.AppendUint(nil, kv.WorkerID, 10), Value: slices.Clone(e.buf)}
 	e.produced.Add(1)
-	e.prod.Produce(context.WithoutCancel(context.Background()), rec, func(_ *kgo.Record, err error) {
+	e.kvBytes[ev.DC].Add(uint64(len(rec.Key) + len(rec.Value)))
+	e.prods[e.r.regionOf[ev.DC]].Produce(context.WithoutCancel(context.Background()), rec, func(_ *kgo.Record, err error) {
 		if err != nil {
 			e.failed.Add(1)
 		}
 	})
 }
 
-// track registers the stores that change what their DC holds with the indexer's prober, and the
-// removals that empty a block from its DC; and every store and removal with the worker stage's.
+// track registers the stores that change what their DC holds with every indexer's prober, and
+// the removals that empty a block from its DC; and every store and removal with the worker
+// stage's.
 func (e *emitter) track(ev *eval.KVEvent, now time.Time) {
-	switch {
-	case ev.Kind == eval.KVStored && len(ev.DCChange) > 0:
-		e.pr.addStore(ev.DC, ev.Chain, ev.DCChange, now)
-	case ev.Kind == eval.KVRemoved && len(ev.DCChange) > 0:
-		e.pr.removed(ev.DC, ev.DCChange, now)
+	for _, pr := range e.prs {
+		switch {
+		case ev.Kind == eval.KVStored && len(ev.DCChange) > 0:
+			pr.addStore(ev.DC, ev.Chain, ev.DCChange, now)
+		case ev.Kind == eval.KVRemoved && len(ev.DCChange) > 0:
+			pr.removed(ev.DC, ev.DCChange, now)
+		}
 	}
 	unit := ev.DC*e.r.opts.Fleet.Workers + ev.Worker
 	switch {
@@ -350,73 +399,133 @@ func (e *emitter) track(ev *eval.KVEvent, now time.Time) {
 // request by eval.Config.Cost on the answer and the DCs' loads; then it asks the chosen DC's
 // worker stage for every worker's device depth and picks the worker by the fleet's worker rule
 // (eval.Config.WorkerChoice) on that answer and the workers' loads. It also measures both
-// answers against the exact state of the fleet at query time.
+// answers against the exact state of the fleet at query time. Across regions the requests
+// arrive at the regions' routers in turn (request n at region n mod N), each placing its
+// requests on its own region's answer; every region's indexer is asked every request (at once),
+// and its answers are measured per DC (RegionLive).
 type ckfPolicy struct {
-	r      *replay
-	query  loadgen.QueryFunc
-	wquery workerQueryFunc
-	pr     *prober
-	wpr    *prober
-	lv     *Live
-	ctx    context.Context
-	n      int
+	r       *replay
+	queries []loadgen.QueryFunc // by region
+	wquery  workerQueryFunc
+	prs     []*prober // by region
+	wpr     *prober
+	lv      *Live
+	regions []*RegionLive // nil in one region
+	ctx     context.Context
+	n       int
 }
 
 func (p *ckfPolicy) Name() string { return eval.PolicyCKF }
+
+// answer is one region's answer to a request: pending are the request's blocks stored but not
+// yet seen in that region's index, per DC, before asking (an under-report at such a block is
+// explained by visibility).
+type answer struct {
+	reply   schemas.QueryReply
+	err     error
+	pending [][]bool
+	lat     time.Duration
+}
+
+// ask asks every region's indexer for v's prompt, at once when there are several.
+func (p *ckfPolicy) ask(v *eval.View) []answer {
+	req := schemas.QueryRequest{CorrelationID: "replay-" + strconv.Itoa(p.n), Input: schemas.InputLocalBlockHashes,
+		Hashes: schemas.AppendU64s(nil, v.Locals)}
+	out := make([]answer, len(p.queries))
+	one := func(i int) {
+		out[i].pending = p.prs[i].pendingPositions(0, v.Keys, v.Depth)
+		qctx, cancel := context.WithTimeout(p.ctx, p.r.opts.QueryTimeout)
+		t0 := time.Now()
+		out[i].reply, out[i].err = p.queries[i](qctx, req)
+		out[i].lat = time.Since(t0)
+		cancel()
+	}
+	if len(p.queries) == 1 {
+		one(0)
+		return out
+	}
+	var wg sync.WaitGroup
+	for i := range p.queries {
+		wg.Add(1)
+		go func() { defer wg.Done(); one(i) }()
+	}
+	wg.Wait()
+	return out
+}
+
+// judge reads a's depths, per DC (= lane), and compares each with the exact state at query
+// time, adding to total and, when not nil, to perDC[dc].
+func (p *ckfPolicy) judge(pr *prober, a *answer, v *eval.View, total *Accuracy, perDC []DCAccuracy) []int {
+	depth := make([]int, len(v.Depth))
+	for _, l := range a.reply.Lanes {
+		if int(l.Lane) < len(depth) {
+			depth[l.Lane] = int(l.Depth)
+		}
+	}
+	now := time.Now()
+	for d := range depth {
+		var c Accuracy
+		c.Compared = 1
+		e, got := v.Depth[d], depth[d]
+		switch {
+		case got < e:
+			c.UnderReports = 1
+			if a.pending[d] != nil && a.pending[d][got] {
+				c.UnderExplained = 1
+			}
+		case got > e:
+			c.OverReports = 1
+			if e < len(v.Keys) && pr.recentlyRemoved(d, v.Keys[e], now) {
+				c.OverExplained = 1
+			}
+		default:
+			c.Exact = 1
+		}
+		total.add(c)
+		if perDC != nil {
+			perDC[d].add(c)
+		}
+	}
+	return depth
+}
 
 func (p *ckfPolicy) Choose(v *eval.View, rng *rand.Rand) int {
 	cfg := p.r.opts.Fleet
 	p.n++
 	lv := p.lv
 	lv.Queries++
-	// Which of the request's blocks are stored but not yet seen in the index, per DC, before
-	// asking: an under-report at such a block is explained by visibility.
-	pending := p.pr.pendingPositions(0, v.Keys, v.Depth)
-	req := schemas.QueryRequest{CorrelationID: "replay-" + strconv.Itoa(p.n), Input: schemas.InputLocalBlockHashes,
-		Hashes: schemas.AppendU64s(nil, v.Locals)}
-	qctx, cancel := context.WithTimeout(p.ctx, p.r.opts.QueryTimeout)
-	t0 := time.Now()
-	reply, err := p.query(qctx, req)
-	lv.queryLat = append(lv.queryLat, time.Since(t0).Seconds())
-	cancel()
+	answers := p.ask(v)
+	for i, rl := range p.regions {
+		a := &answers[i]
+		rl.Queries++
+		rl.queryLat = append(rl.queryLat, a.lat.Seconds())
+		if a.err != nil || a.reply.Status != schemas.QueryOK {
+			continue
+		}
+		rl.Answered++
+		p.judge(p.prs[i], a, v, &rl.Accuracy, rl.PerDC)
+	}
+	home := 0
+	if len(answers) > 1 {
+		home = p.n % len(answers)
+	}
+	a := &answers[home]
+	lv.queryLat = append(lv.queryLat, a.lat.Seconds())
 	depth := make([]int, len(v.Depth))
 	switch {
-	case err != nil:
+	case a.err != nil:
 		lv.QueryErrors++
 		lv.FallBacks++
-	case reply.Status != schemas.QueryOK:
+	case a.reply.Status != schemas.QueryOK:
 		lv.Unavailable++
 		lv.FallBacks++
 	default:
 		lv.Answered++
-		for _, l := range reply.Lanes {
-			if int(l.Lane) < len(depth) {
-				depth[l.Lane] = int(l.Depth)
-			}
-		}
-		p.compareAges(&reply)
-		now := time.Now()
-		for d := range depth {
-			lv.Compared++
-			e, got := v.Depth[d], depth[d]
-			switch {
-			case got < e:
-				lv.UnderReports++
-				if pending[d] != nil && pending[d][got] {
-					lv.UnderExplained++
-				}
-			case got > e:
-				lv.OverReports++
-				if e < len(v.Keys) && p.pr.recentlyRemoved(d, v.Keys[e], now) {
-					lv.OverExplained++
-				}
-			default:
-				lv.Exact++
-			}
-		}
+		depth = p.judge(p.prs[home], a, v, &lv.Accuracy, nil)
+		p.compareAges(p.prs[home], &a.reply)
 	}
-	if err != nil && lv.FirstError == "" {
-		lv.FirstError = err.Error()
+	if a.err != nil && lv.FirstError == "" {
+		lv.FirstError = a.err.Error()
 	}
 	dc := cfg.ChooseByCost(v.Req.InputTokens, depth, v.Load, rng)
 	// The oracles' picks on the exact state, for agreement.
@@ -441,14 +550,15 @@ func (p *ckfPolicy) Choose(v *eval.View, rng *rand.Rand) int {
 }
 
 // compareAges sets each searched lane's age in reply against the truth at the reply's time
-// (prober.staleness): the error, in milliseconds, is the age minus the truth.
-func (p *ckfPolicy) compareAges(reply *schemas.QueryReply) {
+// (prober.staleness of pr, the prober of the answering region's indexer): the error, in
+// milliseconds, is the age minus the truth.
+func (p *ckfPolicy) compareAges(pr *prober, reply *schemas.QueryReply) {
 	for _, s := range reply.LaneStates {
 		age, ok := s.AgeMillis.Get()
 		if !ok || !s.State.HasDepth() || int(s.Lane) >= len(p.r.dcs) || reply.ReplyTime.IsZero() {
 			continue
 		}
-		truth := p.pr.staleness(int(s.Lane), reply.ReplyTime)
+		truth := pr.staleness(int(s.Lane), reply.ReplyTime)
 		e := float64(age) - float64(truth)/float64(time.Millisecond)
 		p.lv.ageErr = append(p.lv.ageErr, e)
 		if truth > 0 {
@@ -539,7 +649,9 @@ type prober struct {
 	byKey    []map[uint64][]*pstore // per unit: the pending stores that made each key resident
 	removal  []map[uint64]time.Time // per unit: when each key was last removed from the unit
 	lat      []float64              // seconds
+	latUnit  []int                  // the unit of each of lat
 	notSeen  int                    // timed out
+	unitMiss []int                  // per unit: timed out
 	gone     int                    // removed from the unit before they were seen
 	wake     chan struct{}
 	maxLag   atomic.Int64
@@ -566,12 +678,13 @@ func newProberOf(units int, timeout time.Duration, probe func(*pstore) bool, lag
 		p.removal = append(p.removal, map[uint64]time.Time{})
 		p.resolved = append(p.resolved, nil)
 	}
+	p.unitMiss = make([]int, units)
 	return p
 }
 
-// newProber is the indexer's prober: a unit is a DC (= lane).
-func newProber(r *replay, timeout time.Duration) *prober {
-	ans := r.ix.Answerer()
+// newProber is an indexer's prober (ix: one region's): a unit is a DC (= lane).
+func newProber(r *replay, ix *indexer.Indexer, timeout time.Duration) *prober {
+	ans := ix.Answerer()
 	var sc query.QueryScratch
 	probe := func(s *pstore) bool {
 		req := schemas.QueryRequest{CorrelationID: "probe", Input: schemas.InputLocalBlockHashes,
@@ -588,7 +701,7 @@ func newProber(r *replay, timeout time.Duration) *prober {
 	}
 	lag := func() int64 {
 		var most int64
-		for _, l := range r.ix.API().View().Lanes {
+		for _, l := range ix.API().View().Lanes {
 			most = max(most, int64(l.LagRecords))
 		}
 		return most
@@ -712,7 +825,8 @@ func (p *prober) changed() <-chan struct{} {
 func (p *prober) reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.lat, p.notSeen, p.gone = nil, 0, 0
+	p.lat, p.latUnit, p.notSeen, p.gone = nil, nil, 0, 0
+	clear(p.unitMiss)
 	for u := range p.resolved {
 		p.resolved[u] = nil
 	}
@@ -750,12 +864,14 @@ func (p *prober) run(ctx context.Context) {
 			for _, s := range seen {
 				if _, ok := p.pending[s]; ok {
 					p.lat = append(p.lat, now.Sub(s.at).Seconds())
+					p.latUnit = append(p.latUnit, s.unit)
 					p.resolve(s, now)
 				}
 			}
 			for _, s := range expired {
 				if _, ok := p.pending[s]; ok {
 					p.notSeen++
+					p.unitMiss[s.unit]++
 					p.resolve(s, now)
 				}
 			}
@@ -784,6 +900,37 @@ type Visibility struct {
 	P99Ms             float64   `json:"visible_p99_ms"`
 	MaxMs             float64   `json:"visible_max_ms"`
 	CDFMs             []float64 `json:"visible_cdf_ms"`
+}
+
+// summariseOf returns the visibility figures of the units keep keeps, without the CDF: events
+// seen, never seen, still pending, and the latency quantiles.
+func (p *prober) summariseOf(keep func(unit int) bool) Visibility {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var lat []float64
+	for i, x := range p.lat {
+		if keep(p.latUnit[i]) {
+			lat = append(lat, x)
+		}
+	}
+	slices.Sort(lat)
+	v := Visibility{Events: len(lat)}
+	for u, n := range p.unitMiss {
+		if keep(u) {
+			v.NotSeen += n
+		}
+	}
+	for s := range p.pending {
+		if keep(s.unit) {
+			v.StillPending++
+		}
+	}
+	if len(lat) > 0 {
+		v.P50Ms = 1000 * eval.Quantile(lat, 0.5)
+		v.P99Ms = 1000 * eval.Quantile(lat, 0.99)
+		v.MaxMs = 1000 * lat[len(lat)-1]
+	}
+	return v
 }
 
 // summarise returns the prober's visibility figures.

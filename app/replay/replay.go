@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
@@ -90,6 +91,15 @@ type Options struct {
 	// VisibleTimeout is how long the visibility prober waits for one event to show in the
 	// index before counting it as never seen (--visible-timeout, default 10s).
 	VisibleTimeout time.Duration
+	// Regions splits the DCs over this many regions (--regions, default 1), each with its own
+	// embedded Kafka cluster holding its DCs' KV topics, relays, worker stages and an indexer
+	// of every lane, the lanes copied between the clusters by an in-process mirror in
+	// MirrorMaker's place (mirror.go, design §8); region i's DCs are a contiguous block of DC
+	// indices. 0 reads as 1: one cluster, no mirror.
+	Regions int
+	// WANDelay is the one-way delay the mirror adds to every record between two regions
+	// (--wan-delay).
+	WANDelay time.Duration
 	// OutDir receives report.json when set (--out).
 	OutDir string
 	// DeleteTopics names topics to delete at the end (the run's own, when processor replay chose
@@ -122,6 +132,12 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--visible-timeout %v is not positive", o.VisibleTimeout)
 	case o.Out == nil:
 		return errors.New("no output for the report")
+	case o.Regions < 0:
+		return fmt.Errorf("--regions %d is negative", o.Regions)
+	case o.WANDelay < 0:
+		return fmt.Errorf("--wan-delay %v is negative", o.WANDelay)
+	case o.regions() > 1 && o.ViaBridge:
+		return fmt.Errorf("--regions %d with --via-bridge: the bridges write to one cluster; run the regions without --via-bridge", o.Regions)
 	}
 	for _, d := range o.Delays {
 		if d < 0 {
@@ -131,8 +147,17 @@ func (o Options) Validate() error {
 	if err := o.Fleet.Validate(); err != nil {
 		return err
 	}
+	if o.regions() > o.Fleet.DCs {
+		return fmt.Errorf("--regions %d is above --dcs %d: every region holds at least one DC", o.Regions, o.Fleet.DCs)
+	}
+	if o.regions() > maxRegions {
+		return fmt.Errorf("--regions %d is above %d", o.Regions, maxRegions)
+	}
 	return nil
 }
+
+// regions is the number of regions: Regions, or 1 when it is 0.
+func (o Options) regions() int { return max(1, o.Regions) }
 
 // Configure fills what the replay needs and cfg leaves open: the indexer domain (Domain) when
 // none is set, one lane per simulated DC (appload.DefaultDCs on lanes 0..DCs-1; a configured
@@ -152,6 +177,8 @@ func Configure(cfg *config.Config, o Options) {
 	}
 	cfg.Indexer.BucketCount, cfg.Indexer.ExpectedBlocksPerDC = 0, n
 	cfg.Relay.ExpectedBlocks, cfg.Relay.Seed = n, cfg.Indexer.Seed
+	// The application's own components are region 0's: its remote lanes and regions.
+	*cfg = regionConfig(*cfg, o, 0)
 }
 
 // Module returns the replay's components for app.New: the indexer, one relay and one
@@ -167,10 +194,14 @@ func Module(cfg config.Config, o Options) fx.Option {
 		fx.Provide(indexer.Provide),
 		fx.Invoke(r.wireRelays),
 		fx.Invoke(r.wireWorkers),
-		fx.Invoke(func(lc fx.Lifecycle, ix *indexer.Indexer) {
-			r.ix = ix
+		fx.Invoke(func(lc fx.Lifecycle, ix *indexer.Indexer) error {
+			r.ix, r.regions[0].ix = ix, ix
+			if err := r.wireIndexers(lc); err != nil {
+				return err
+			}
 			driver := r.driver()
 			lc.Append(fx.Hook{OnStart: driver.Start, OnStop: driver.Stop})
+			return nil
 		}),
 	)
 }
@@ -185,15 +216,21 @@ type replay struct {
 	sd      fx.Shutdowner
 	ix      *indexer.Indexer
 	codec   *schemas.Codec
-	relays  []*relay.LaneRelay
+	relays  []*relay.LaneRelay       // every region's, by lane
 	workers []*streamworkers.Replica // the worker stage: one replica per DC, by DC index
 	dcs     []uint64                 // DC ids by DC index (= lane)
+	// regions are the regions (one without --regions; region 0 is conn and ix), regionOf each
+	// DC index's region, mirror the copies between them (nil in one region).
+	regions  []*region
+	regionOf []int
+	mirror   *mirror
 }
 
 func (r *replay) kvTopic(dc uint64) string { return loadgen.KVTopic(r.cfg.Topics.KVEvents, dc) }
 
-// wireRelays builds one relay per lane as app/demo does (relay.PerLane): processor relay's
-// configuration for the lane's DC, reading the DC's own KV-events topic.
+// wireRelays opens the regions (openRegions) and builds one relay per lane as app/demo does
+// (relay.PerLane), on the cluster of the lane's region: processor relay's configuration for the
+// lane's DC, reading the DC's own KV-events topic.
 func (r *replay) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally.Scope, log *zap.Logger, sd fx.Shutdowner) error {
 	r.conn, r.log, r.sd = conn, log.Named("replay"), sd
 	codec, err := conn.Codec()
@@ -201,18 +238,30 @@ func (r *replay) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally
 		return err
 	}
 	r.codec = codec
-	if r.relays, err = relay.PerLane("replay", r.cfg, conn, codec, scope, log, r.kvTopic); err != nil {
+	if err := r.openRegions(lc, conn); err != nil {
 		return err
 	}
+	for _, reg := range r.regions {
+		if reg.relays, err = relay.PerLane("replay", reg.relayConfig(), reg.conn, reg.codec, scope, log, r.kvTopic); err != nil {
+			return err
+		}
+		r.relays = append(r.relays, reg.relays...)
+	}
+	slices.SortFunc(r.relays, func(a, b *relay.LaneRelay) int { return int(a.Lane) - int(b.Lane) })
 	for _, lr := range r.relays {
 		r.dcs = append(r.dcs, lr.Dc)
 	}
 	lc.Append(fx.StartHook(func(ctx context.Context) error {
-		var names []string
-		for _, dc := range r.dcs {
-			names = append(names, r.kvTopic(dc))
+		for _, reg := range r.regions {
+			var names []string
+			for _, d := range reg.dcs {
+				names = append(names, r.kvTopic(r.dcs[d]))
+			}
+			if err := appload.EnsureTopics(ctx, reg.conn, names, appload.KVPartitions, nil); err != nil {
+				return err
+			}
 		}
-		return appload.EnsureTopics(ctx, r.conn, names, appload.KVPartitions, nil)
+		return nil
 	}))
 	// Appended before the relays' hook, so it runs once they stopped.
 	lc.Append(fx.StopHook(func(ctx context.Context) error {
@@ -229,8 +278,8 @@ func (r *replay) wireRelays(lc fx.Lifecycle, conn *kafka.Connection, scope tally
 // when processor replay chose the topic prefix for this run alone.
 func (r *replay) deleteTopics(ctx context.Context) error {
 	var names []string
-	for _, dc := range r.dcs {
-		names = append(names, r.kvTopic(dc))
+	for _, d := range r.regions[0].dcs {
+		names = append(names, r.kvTopic(r.dcs[d]))
 	}
 	if err := r.conn.DeleteRunTopics(ctx, "replay-admin", names...); err != nil {
 		return fmt.Errorf("replay: %w", err)
@@ -245,15 +294,20 @@ func (r *replay) driver() *lifecycle.Group {
 	return lifecycle.Driver("replay", "the driver", r.out, r.drive, func(code int) { _ = r.sd.Shutdown(fx.ExitCode(code)) })
 }
 
-// ready waits for every relay's start-up snapshot, every lane of the indexer and every DC's
-// worker stage.
+// ready waits for every relay's start-up snapshot, every lane of every region's indexer and
+// every DC's worker stage.
 func (r *replay) ready(ctx context.Context) error {
 	t0 := time.Now()
 	if err := relay.AwaitStarted(ctx, r.relays, t0, r.opts.ReadyTimeout); err != nil {
 		return err
 	}
-	if err := r.ix.AwaitReady(ctx, t0, r.opts.ReadyTimeout); err != nil {
-		return err
+	for _, reg := range r.regions {
+		if err := reg.ix.AwaitReady(ctx, t0, r.opts.ReadyTimeout); err != nil {
+			if len(r.regions) > 1 {
+				return fmt.Errorf("region %s: %w", reg.alias, err)
+			}
+			return err
+		}
 	}
 	return r.workersReady(ctx, t0)
 }

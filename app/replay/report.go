@@ -37,16 +37,8 @@ type Live struct {
 	Unavailable int    `json:"unavailable"`
 	FallBacks   int    `json:"fallbacks"`
 	FirstError  string `json:"first_error,omitempty"`
-	// Compared counts (answer, DC) pairs compared with the exact state at query time: Exact
-	// equal, UnderReports shallower (UnderExplained of them at a block whose store was not yet
-	// visible), OverReports deeper (OverExplained at a block removed from the DC within the last
-	// second).
-	Compared       int `json:"compared"`
-	Exact          int `json:"exact"`
-	UnderReports   int `json:"under_reports"`
-	UnderExplained int `json:"under_explained_by_visibility"`
-	OverReports    int `json:"over_reports"`
-	OverExplained  int `json:"over_explained_by_recent_removal"`
+	// Accuracy compares the answers the router placed its requests on with the exact state.
+	Accuracy
 	// Decisions counts the requests whose deepest exact prefix is at least 2 blocks; of them
 	// AgreeCostOracle chose a DC of least exact cost (the cost oracle's choice up to ties) and
 	// AsDeepAsDepthOracle a DC holding a prefix as deep as the depth oracle's pick.
@@ -82,9 +74,88 @@ type Live struct {
 	Workers *WorkerStage `json:"worker_stage"`
 	// Ages compares every searched lane's age in the answers with the truth the replay knows.
 	Ages AgeAccuracy `json:"ages"`
+	// Regions are the regions of a replay over several (--regions), in order; WANDelayMs the
+	// one-way delay between two of them. Across regions the figures above are those of the
+	// answers the requests were placed on (request n on region n mod N's) and, for
+	// visibility, of region a's indexer.
+	Regions    []*RegionLive `json:"regions,omitempty"`
+	WANDelayMs float64       `json:"wan_delay_ms,omitempty"`
 
 	queryLat             []float64
 	ageErr, ageErrBehind []float64 // milliseconds: age minus truth
+}
+
+// Accuracy counts (answer, DC) pairs compared with the exact state at query time: Exact equal,
+// UnderReports shallower (UnderExplained of them at a block whose store was not yet visible to
+// the answering indexer), OverReports deeper (OverExplained at a block removed from the DC
+// within the last second).
+type Accuracy struct {
+	Compared       int `json:"compared"`
+	Exact          int `json:"exact"`
+	UnderReports   int `json:"under_reports"`
+	UnderExplained int `json:"under_explained_by_visibility"`
+	OverReports    int `json:"over_reports"`
+	OverExplained  int `json:"over_explained_by_recent_removal"`
+}
+
+func (a *Accuracy) add(b Accuracy) {
+	a.Compared += b.Compared
+	a.Exact += b.Exact
+	a.UnderReports += b.UnderReports
+	a.UnderExplained += b.UnderExplained
+	a.OverReports += b.OverReports
+	a.OverExplained += b.OverExplained
+}
+
+// DCAccuracy is one region's answers for one DC.
+type DCAccuracy struct {
+	DC int `json:"dc"`
+	// Local: the DC's lane is published in the answering region; otherwise it is read from
+	// the mirror's copy.
+	Local bool `json:"local"`
+	Accuracy
+}
+
+// RegionLive is one region of a replay over several: its indexer's answers to every request,
+// per DC, against the exact state; how soon its indexer showed the stores of its own DCs and of
+// the other regions' (event to visible, local and remote); and the bytes that crossed the WAN
+// out of it against the bytes of its DCs' KV events, which stay in the region.
+type RegionLive struct {
+	Alias string `json:"alias"`
+	// DCs are the DC indices (= lanes) whose engines, relays and worker stages run in the
+	// region.
+	DCs []int `json:"dcs"`
+	// Queries were asked of the region's indexer (every request); Answered got an OK reply.
+	Queries    int     `json:"queries"`
+	Answered   int     `json:"answered"`
+	QueryP50Ms float64 `json:"query_p50_ms"`
+	QueryP99Ms float64 `json:"query_p99_ms"`
+	Accuracy
+	PerDC []DCAccuracy `json:"per_dc"`
+	// VisibleLocal and VisibleRemote: event to visible in the region's indexer for stores of
+	// its own DCs and of the other regions' (their lanes through the mirror).
+	VisibleLocal  Visibility `json:"visible_local"`
+	VisibleRemote Visibility `json:"visible_remote"`
+	// KVBytes are the key and value bytes of the KV events of the region's DCs. LaneBytesOut
+	// are the bytes (key, value and headers of each record) of its lane topic and snapshot
+	// index copied to the other regions, all of them together: SnapshotBytesOut of snapshot
+	// chunks, DeltaBytesOut of deltas, the rest heartbeats, drain markers and index entries.
+	// LaneBytesPerRegion is LaneBytesOut per other region, LaneOverKV LaneBytesPerRegion /
+	// KVBytes and DeltaOverKV the deltas' share of it. ControlBytesOut are its control topic's
+	// bytes copied out (its indexer's snapshot requests).
+	KVBytes            uint64  `json:"kv_bytes"`
+	LaneBytesOut       uint64  `json:"lane_bytes_out"`
+	SnapshotBytesOut   uint64  `json:"snapshot_bytes_out"`
+	DeltaBytesOut      uint64  `json:"delta_bytes_out"`
+	LaneBytesPerRegion float64 `json:"lane_bytes_per_region"`
+	LaneOverKV         float64 `json:"lane_over_kv"`
+	DeltaOverKV        float64 `json:"delta_over_kv"`
+	ControlBytesOut    uint64  `json:"control_bytes_out"`
+	// MirroredRecords were copied out of the region; MirrorFailures failed to be written.
+	MirroredRecords uint64 `json:"mirrored_records"`
+	MirrorFailures  uint64 `json:"mirror_failures"`
+
+	queryLat []float64
 }
 
 // AgeAccuracy is how the ages in the answers (schemas.LaneState.AgeMillis) compare with the
@@ -409,6 +480,9 @@ func (rep *Report) print(w io.Writer) {
 		fmt.Fprintf(w, "worker stage event to visible (engine event -> first replica answer covering it on its worker): p50 %.2f ms, p99 %.2f ms, max %.2f ms over %d stores (%d never seen, %d removed first, %d pending); max replica lag %d records\n",
 			v.P50Ms, v.P99Ms, v.MaxMs, v.Events, v.NotSeen, v.RemovedBeforeSeen, v.StillPending, ws.MaxLagRecords)
 	}
+	if len(lv.Regions) > 0 {
+		printRegions(w, lv)
+	}
 	fmt.Fprintf(w, "machine: %d CPUs; load average %s at the start, %s at the end\n", rep.CPUs, lv.LoadStart, lv.LoadEnd)
 	fmt.Fprintf(w, "pipeline: %d KV events produced (%d failed) in %.1f s (%.0f/s); max lane lag %d records; replay behind its clock p99 %.1f ms, max %.1f ms\n",
 		lv.EventsProduced, lv.EventErrors, lv.ElapsedSeconds, float64(lv.EventsProduced)/lv.ElapsedSeconds, lv.MaxLagRecords, lv.LateP99Ms, lv.LateMaxMs)
@@ -445,4 +519,41 @@ func loadAverage() string {
 		return ""
 	}
 	return string(bytes.Join(f[:3], []byte(" ")))
+}
+
+// printRegions prints the regions of a replay over several: per region its indexer's answers
+// against the exact state, per DC; event to visible of its own DCs' stores and of the other
+// regions'; and the bytes out of it over the WAN against its DCs' KV bytes.
+func printRegions(w io.Writer, lv *Live) {
+	fmt.Fprintf(w, "regions: %d, each its own cluster, lanes mirrored between them with %.0f ms one-way WAN delay; every request asked of every region's indexer\n",
+		len(lv.Regions), lv.WANDelayMs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "region\tDCs\tanswered\texact\tunder (unexpl.)\tover (unexpl.)\tvisible local p50/p99 ms\tvisible remote p50/p99 ms\tnever seen\t")
+	for _, rl := range lv.Regions {
+		fmt.Fprintf(tw, "%s\t%v\t%d/%d\t%d/%d\t%d (%d)\t%d (%d)\t%.1f / %.1f\t%.1f / %.1f\t%d\t\n",
+			rl.Alias, rl.DCs, rl.Answered, rl.Queries, rl.Exact, rl.Compared, rl.UnderReports, rl.UnderReports-rl.UnderExplained,
+			rl.OverReports, rl.OverReports-rl.OverExplained, rl.VisibleLocal.P50Ms, rl.VisibleLocal.P99Ms,
+			rl.VisibleRemote.P50Ms, rl.VisibleRemote.P99Ms, rl.VisibleLocal.NotSeen+rl.VisibleRemote.NotSeen)
+	}
+	_ = tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "region\tKV bytes (stay)\tlane bytes out\tsnapshots\tdeltas\tper other region\tlane/KV\tdeltas/KV\tcontrol bytes out\tmirror failures\t")
+	for _, rl := range lv.Regions {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%.3f\t%.3f\t%d\t%d\t\n", rl.Alias, rl.KVBytes, rl.LaneBytesOut, rl.SnapshotBytesOut,
+			rl.DeltaBytesOut, rl.LaneBytesPerRegion, rl.LaneOverKV, rl.DeltaOverKV, rl.ControlBytesOut, rl.MirrorFailures)
+	}
+	_ = tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "region\tDC\tlane is\tcompared\texact\tunder (unexpl.)\tover (unexpl.)\t")
+	for _, rl := range lv.Regions {
+		for _, d := range rl.PerDC {
+			where := "remote"
+			if d.Local {
+				where = "local"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d (%d)\t%d (%d)\t\n", rl.Alias, d.DC, where, d.Compared, d.Exact,
+				d.UnderReports, d.UnderReports-d.UnderExplained, d.OverReports, d.OverReports-d.OverExplained)
+		}
+	}
+	_ = tw.Flush()
 }

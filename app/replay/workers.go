@@ -36,7 +36,7 @@ const WorkerQueryHTTP = "http"
 // implementation of this function.
 type workerQueryFunc func(ctx context.Context, dc int, locals []uint64) (workerapi.WorkerMatchResponse, error)
 
-// wireWorkers builds one worker-stage replica per DC and runs them between the application's
+// wireWorkers builds one worker-stage replica per DC, on its region's cluster, and runs them between the application's
 // start and stop, after the relays' topics exist.
 func (r *replay) wireWorkers(lc fx.Lifecycle) error {
 	g := &lifecycle.Group{Name: "replay", OnExit: func(i int, err error) {
@@ -51,8 +51,9 @@ func (r *replay) wireWorkers(lc fx.Lifecycle) error {
 		cfg.Topics = streamworkers.Topics{KVEvents: r.kvTopic(dc)}
 		cfg.CheckpointInterval, cfg.LagCommitInterval = 0, 0
 		role := fmt.Sprintf("replay-dc%d-", d)
-		rep, err := streamworkers.New(streamworkers.Params{Config: cfg, Codec: r.codec,
-			ClientOptsFor: func(name string) []kgo.Opt { return r.conn.Opts(role + name) },
+		reg := r.regions[r.regionOf[d]] // the DC's own region
+		rep, err := streamworkers.New(streamworkers.Params{Config: cfg, Codec: reg.codec,
+			ClientOptsFor: func(name string) []kgo.Opt { return reg.conn.Opts(role + name) },
 			Log:           r.log.Named("workers").With(zap.Int("dc", d))})
 		if err != nil {
 			return fmt.Errorf("replay: worker stage of DC %d: %w", d, err)

@@ -23,7 +23,9 @@ Mooncake traces of traces/) through a simulated fleet and the real pipeline, and
 each routing policy gains: ckf live in two stages (its KV events through relays, lanes and the
 indexer, which choose the DC, and through each DC's worker stage, which chooses the worker), the
 oracles, load, round-robin and random simulated on the same requests. docs/EVALUATION.md has
-the method. Without topic_prefix set (flag or CKF_TOPIC_PREFIX) the run uses topics of its own,
+the method. --regions N splits the DCs over N regions, each on an embedded cluster of its own with
+the lanes mirrored between them (docs/regions.md), and reports each region's answers, local and
+remote event-to-visible latency and the bytes crossing the WAN. Without topic_prefix set (flag or CKF_TOPIC_PREFIX) the run uses topics of its own,
 deleted at the end. --simulate-only runs the simulated policies alone, without a broker. Flags:
 `
 
@@ -59,6 +61,8 @@ func runReplay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 	fs.Uint64Var(&o.ExpectedBlocks, "expected-blocks", 0, "expected blocks per DC: sizes every filter (0: twice a DC's cache blocks)")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 60*time.Second, "give up when the lanes are not ready after this long")
 	fs.DurationVar(&o.VisibleTimeout, "visible-timeout", 10*time.Second, "count a KV event as never seen when the index does not show it after this long")
+	fs.IntVar(&o.Regions, "regions", 1, "split the DCs over this many regions, each its own embedded Kafka cluster, the lanes mirrored between them (docs/regions.md); above 1 needs no kafka.brokers")
+	fs.DurationVar(&o.WANDelay, "wan-delay", 0, "one-way delay the mirror adds between two regions (with --regions)")
 	fs.StringVar(&o.OutDir, "out", "", "write report.json into this `directory` (tools/evalplots draws the plots from it)")
 
 	ownTopics := !settingSet(args, lookupEnv, "topic_prefix")
@@ -124,6 +128,10 @@ func runReplay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 			return exitFailure
 		}
 		return exitOK
+	}
+	if o.Regions > 1 && len(cfg.Kafka.Brokers) > 0 {
+		fmt.Fprintln(stderr, "processor: replay:", replay.ErrRegionsNeedEmbedded)
+		return exitUsage
 	}
 	replay.Configure(&cfg, o)
 	if !logLevelSet(args, lookupEnv) {

@@ -65,3 +65,24 @@ func TestReplaySimulateOnly(t *testing.T) {
 		t.Errorf("a live run was started:\n%s", stdout)
 	}
 }
+
+// TestReplayRegionsFlags: --regions above the DCs is refused by name, and --regions above 1 on a
+// configured cluster is refused before any broker is contacted (each region runs on an
+// embedded cluster of its own).
+func TestReplayRegionsFlags(t *testing.T) {
+	trace := "../../traces/conversation_trace.jsonl"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--regions", "5"}, "--regions 5 is above --dcs 4"},
+		{[]string{"--regions", "2", "--wan-delay", "-1s"}, "--wan-delay -1s is negative"},
+		{[]string{"--regions", "2"}, "embedded broker of its own"},
+	} {
+		args := append([]string{"replay", "--trace", trace, "--window", "1m"}, tc.args...)
+		code, stdout, stderr := runCmd(t, map[string]string{"KAFKA_BROKERS": "127.0.0.1:1"}, args...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) || stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want a usage error naming %q", tc.args, code, stdout, stderr, tc.want)
+		}
+	}
+}
