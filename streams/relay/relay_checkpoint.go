@@ -24,7 +24,7 @@ import (
 // Write: at a publication boundary (the open window is published first), the exact state is
 // encoded (producer.DcState.AppendCheckpoint) and written, in chunks and then a manifest holding
 // the KV-events offsets the state has applied up to, in the same Kafka transaction as the lane
-// deltas collected since the previous commit. Lane output, state and input positions therefore
+// deltas taken since the previous commit. Lane output, state and input positions therefore
 // commit or abort together: a restarted relay never restores a state whose lane records were
 // lost, nor lane records whose state was lost.
 //
@@ -118,10 +118,10 @@ func (rl *relayLoop) nextCheckpointAt() (time.Time, bool) {
 	return rl.ck.lastAt.Add(rl.cfg.CheckpointInterval), true
 }
 
-// checkpoint publishes the open window, then commits the collected deltas, the encoded state and
-// the input offsets in one transaction (bounded by ctx and WriteTimeout). A state that cannot be
-// encoded is logged and retried at the next trigger, its deltas left to the next commit; a failed
-// write is a failed lane write (writeFailed).
+// checkpoint publishes the open window, then commits the open transaction's deltas, the encoded
+// state and the input offsets in one transaction (bounded by ctx and WriteTimeout). A state that
+// cannot be encoded is logged and retried at the next trigger, its deltas left to the next
+// commit; a failed write is a failed lane write (writeFailed).
 func (rl *relayLoop) checkpoint(ctx context.Context) error {
 	r, cfg := rl.r, rl.cfg
 	start := rl.now()
@@ -164,12 +164,12 @@ func (rl *relayLoop) checkpoint(ctx context.Context) error {
 	}
 	err = rl.fault("checkpoint")
 	if err == nil {
-		err = rl.w.WriteDeltasWith(ctx, rl.sink.unstreamed(), chunks, manifest)
+		err = rl.w.WriteDeltasWith(ctx, rl.txn.unstreamed(), chunks, manifest)
 	}
 	if err != nil {
 		return rl.writeFailed("checkpoint", err)
 	}
-	rl.sink.taken()
+	rl.txn.taken()
 	rl.wrote()
 	rl.ck.published = offsets
 	rl.ck.lastAt, rl.ck.lastID, rl.ck.eventsAtLast = rl.now(), id, rl.ck.events

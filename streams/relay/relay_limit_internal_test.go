@@ -35,7 +35,7 @@ func TestRelayPublishSplitsToTheRecordLimit(t *testing.T) {
 	}
 	splits := uint64(0)
 	for _, tc := range []struct{ images, pieces int }{{n, 1}, {n + 1, 2}, {2 * n, 2}, {2*n + 1, 3}, {1, 1}} {
-		from, base := len(rl.sink.pending), rl.pub.LastSequence()
+		from, base := len(rl.txn.deltas), rl.pub.LastSequence()
 		rl.publish(slices.Clone(images[:tc.images]))
 		checkChain(t, rl, from, base, images[:tc.images], tc.pieces)
 		if tc.pieces > 1 {
@@ -45,8 +45,8 @@ func TestRelayPublishSplitsToTheRecordLimit(t *testing.T) {
 			t.Fatalf("after %d images: %d split publications counted; want %d", tc.images, got, splits)
 		}
 	}
-	if rl.broken || rl.r.c.deltas.load() != uint64(len(rl.sink.pending)) {
-		t.Fatalf("broken %v, %d deltas counted for %d collected", rl.broken, rl.r.c.deltas.load(), len(rl.sink.pending))
+	if rl.broken || rl.r.c.deltas.load() != uint64(len(rl.txn.deltas)) {
+		t.Fatalf("broken %v, %d deltas counted for %d taken", rl.broken, rl.r.c.deltas.load(), len(rl.txn.deltas))
 	}
 }
 
@@ -68,23 +68,23 @@ func TestRelayBarrierTailIsSplit(t *testing.T) {
 	}
 	want := rl.state.CopyWords()
 	rl.publishOpenWindow()
-	pieces := len(rl.sink.pending)
+	pieces := len(rl.txn.deltas)
 	if pieces < 2 || rl.r.c.splits.load() != 1 {
 		t.Fatalf("the open window went out as %d deltas, %d splits; want several pieces of one split", pieces, rl.r.c.splits.load())
 	}
 	last := rl.pub.LastSequence()
-	snap, err := rl.pub.SnapshotAfterBarrier(rl.state, ckf.LaneLease{Lane: 4, Epoch: 2})
+	tail, snap, err := rl.pub.SnapshotAfterBarrierDelta(rl.state, ckf.LaneLease{Lane: 4, Epoch: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rl.sink.pending) != pieces || snap.Sequence != last || !slices.Equal(snap.Buckets, want) {
-		t.Fatalf("the barrier published a tail (%d deltas, was %d; snapshot sequence %d, last %d) or changed the words",
-			len(rl.sink.pending), pieces, snap.Sequence, last)
+	if tail.Images != nil || snap.Sequence != last || !slices.Equal(snap.Buckets, want) {
+		t.Fatalf("the barrier published a tail (%d images; snapshot sequence %d, last %d) or changed the words",
+			len(tail.Images), snap.Sequence, last)
 	}
 	// The pieces replayed on the words before the window give the snapshot's words.
 	before := make([]uint64, len(want))
 	seen := map[uint64]bool{}
-	for _, d := range rl.sink.pending {
+	for _, d := range rl.txn.deltas {
 		for _, im := range d.Images {
 			if seen[im.Bucket] {
 				t.Fatalf("bucket %d published twice", im.Bucket)
@@ -188,14 +188,14 @@ func TestReadTopicMaxMessageBytesFromTheBroker(t *testing.T) {
 }
 
 // splitTestLoop is a relay loop with a leased publisher and a client-less writer of limit
-// bytes per record: enough for publish and publishOpenWindow, which only collect deltas.
+// bytes per record: enough for publish and publishOpenWindow, which only add deltas to the open
+// transaction (nothing streams without a client).
 func splitTestLoop(t *testing.T, cfg ckf.CkfConfig, imagesPerDelta int) *relayLoop {
 	t.Helper()
 	codec := streamtest.ConfigCodec(t)
 	id, state := streamtest.LimitIdentity(t, cfg)
-	sink := &relaySink{}
-	pub := producer.NewPublisher(id, 0, sink)
-	if _, err := pub.SnapshotAfterBarrier(state, ckf.LaneLease{Lane: 4, Epoch: 1}); err != nil {
+	pub := producer.NewPublisher(id, 0, nil)
+	if _, _, err := pub.SnapshotAfterBarrierDelta(state, ckf.LaneLease{Lane: 4, Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
 	w := streamtest.ClientlessWriter(t, codec, id, streamtest.ExactLimitFor(t, codec, id, imagesPerDelta), streams.DefaultChunkWords)
@@ -203,14 +203,14 @@ func splitTestLoop(t *testing.T, cfg ckf.CkfConfig, imagesPerDelta int) *relayLo
 		t.Fatalf("writer carries %d images per delta; want %d", w.MaxDeltaImages(), imagesPerDelta)
 	}
 	m := newRelayMetrics(nil)
-	return &relayLoop{r: &Relay{log: zap.NewNop(), metrics: m, c: newRelayLedger(m), hooks: noHooks{}}, state: state, pub: pub, sink: sink, w: w}
+	return &relayLoop{r: &Relay{log: zap.NewNop(), metrics: m, c: newRelayLedger(m), hooks: noHooks{}}, state: state, pub: pub, w: w}
 }
 
-// checkChain checks that the collected deltas from index from on are consecutive sequences,
+// checkChain checks that the transaction's deltas from index from on are consecutive sequences,
 // each based on the previous one starting at base, and carry want in order.
 func checkChain(t *testing.T, rl *relayLoop, from int, base uint64, want []ckf.BucketImage, pieces int) {
 	t.Helper()
-	ds := rl.sink.pending[from:]
+	ds := rl.txn.deltas[from:]
 	if len(ds) != pieces {
 		t.Fatalf("%d images: %d deltas; want %d", len(want), len(ds), pieces)
 	}

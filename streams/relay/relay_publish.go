@@ -17,47 +17,41 @@ import (
 	"go.uber.org/zap"
 )
 
-// relaySink is the publisher's DeltaSink: it collects the deltas of the open transaction. The
-// publisher's "next owner" is that transaction: Enqueue accepts a delta into it, and the relay
-// commits the collected deltas as one transaction (commitDeltas). If the commit fails, every
-// collected delta is uncertain at once; the relay then abandons this publisher's whole stream
-// (new incarnation + snapshot), so the publisher's sequence, which already counted them, is
-// never continued. After a failure the sink refuses every delta with that failure, so a
-// publisher still asked to publish fences itself DeliveryUncertain as the spec requires.
-type relaySink struct {
-	pending  []ckf.Delta
-	streamed int // pending[:streamed] are already produced into the open transaction
-	err      error
+// laneTxn is the open lane transaction's deltas, in sequence order, as the relay took them from
+// the publisher (Publisher.Delta): the relay writes them itself, and the publisher never calls
+// back. A delta counts as handed over when taken (the publisher's sequence has advanced), and as
+// written only when its transaction commits (commitDeltas, finishCommit). If the commit fails,
+// every delta taken is uncertain at once; the relay then abandons this publisher's whole stream
+// (markBroken: the publisher is fenced DeliveryUncertain, then a new incarnation + snapshot), so
+// the publisher's sequence, which already counted them, is never continued.
+type laneTxn struct {
+	deltas   []ckf.Delta
+	streamed int // deltas[:streamed] are already produced into the open transaction
 }
 
-// taken empties the sink once a write committed its deltas.
-func (s *relaySink) taken() {
-	clear(s.pending) // the images belong to the sink; let them go
-	s.pending, s.streamed = s.pending[:0], 0
+// add appends a delta taken from the publisher; its images are the relay's now.
+func (t *laneTxn) add(d ckf.Delta) { t.deltas = append(t.deltas, d) }
+
+// taken empties the transaction once a write committed its deltas.
+func (t *laneTxn) taken() {
+	clear(t.deltas) // the images belong to the relay; let them go
+	t.deltas, t.streamed = t.deltas[:0], 0
 }
 
-// takeFirst empties the sink of its first n deltas once a write committed them; the rest, which
-// were collected while that write ran and never streamed, stay for the next transaction.
-func (s *relaySink) takeFirst(n int) {
-	rest := copy(s.pending, s.pending[n:])
-	clear(s.pending[rest:])
-	s.pending, s.streamed = s.pending[:rest], 0
+// takeFirst drops the first n deltas once a write committed them; the rest, which were taken
+// while that write ran and never streamed, stay for the next transaction.
+func (t *laneTxn) takeFirst(n int) {
+	rest := copy(t.deltas, t.deltas[n:])
+	clear(t.deltas[rest:])
+	t.deltas, t.streamed = t.deltas[:rest], 0
 }
 
-// unstreamed returns the collected deltas not yet produced into the open transaction.
-func (s *relaySink) unstreamed() []ckf.Delta { return s.pending[s.streamed:] }
+// unstreamed returns the deltas not yet produced into the open transaction.
+func (t *laneTxn) unstreamed() []ckf.Delta { return t.deltas[t.streamed:] }
 
-// Enqueue implements ckf.DeltaSink.
-func (s *relaySink) Enqueue(d ckf.Delta) error {
-	if s.err != nil {
-		return s.err
-	}
-	s.pending = append(s.pending, d)
-	return nil
-}
-
-// publish hands one publication batch to the publisher (collected into the open transaction).
-// While the stream is broken the batch is dropped: the recovery snapshot carries its images.
+// publish takes one publication batch's delta from the publisher and adds it to the open
+// transaction, which streams it to the lane. While the stream is broken the batch is dropped: the
+// recovery snapshot carries its images.
 //
 // A batch larger than one lane record carries (LaneWriter.MaxDeltaImages, from the lane topic's
 // max.message.bytes) is split into consecutive pieces in the batch's order, each published as
@@ -90,59 +84,62 @@ func (rl *relayLoop) publish(images []ckf.BucketImage) {
 // 100 bytes; the trigger needs the order of magnitude, not the byte.
 const deltaRecordWeight = 128
 
-// publishDelta publishes images as one delta; false when the stream broke.
+// publishDelta publishes images as one delta: the publisher stamps it (Publisher.Delta; without
+// a lease it discards the batch), the open transaction takes it and streams it. False when the
+// stream broke.
 func (rl *relayLoop) publishDelta(images []ckf.BucketImage) bool {
-	out, err := rl.pub.Publish(images)
+	d, kind, err := rl.pub.Delta(images)
 	if err != nil {
 		rl.markBroken(err)
 		return false
 	}
-	if out.Kind == producer.Published {
+	if kind == producer.Published {
+		rl.txn.add(d)
 		rl.stream()
 		rl.deltasSinceSnap++
-		rl.deltaBytesSinceSnap += uint64(out.ImageCount)*schemas.ImageSize + deltaRecordWeight
+		rl.deltaBytesSinceSnap += uint64(len(images))*schemas.ImageSize + deltaRecordWeight
 		rl.r.c.deltas.add(1)
-		rl.r.c.images.add(uint64(out.ImageCount))
+		rl.r.c.images.add(uint64(len(images)))
 	}
 	return true
 }
 
-// stream produces the collected deltas not yet sent into the open transaction (see
-// LaneWriter.StreamDeltas), so the broker takes them while the relay applies the rest of the
-// poll; the commit then waits only for the tail. A delta that cannot be streamed stays collected
-// and the commit meets (and handles) its error. While the previous transaction is still being
-// committed (commitDeltasAsync) nothing is streamed: the writer is busy, and the deltas wait in
-// the sink for the next transaction.
+// stream produces the transaction's deltas not yet sent (see LaneWriter.StreamDeltas), so the
+// broker takes them while the relay applies the rest of the poll; the commit then waits only for
+// the tail. A delta that cannot be streamed stays in the transaction and the commit meets (and
+// handles) its error. While the previous transaction is still being committed
+// (commitDeltasAsync) nothing is streamed: the writer is busy, and the deltas wait for the next
+// transaction.
 func (rl *relayLoop) stream() {
 	if rl.inflight != nil {
 		return
 	}
-	if ds := rl.sink.unstreamed(); len(ds) > 0 {
+	if ds := rl.txn.unstreamed(); len(ds) > 0 {
 		if err := rl.w.StreamDeltas(ds); err != nil {
 			rl.r.log.Debug("deltas not streamed; the commit writes them", zap.Error(err))
 			return
 		}
-		rl.sink.streamed = len(rl.sink.pending)
+		rl.txn.streamed = len(rl.txn.deltas)
 	}
 }
 
-// commitDeltas writes the collected deltas as one transaction.
+// commitDeltas writes the open transaction's deltas and commits it.
 func (rl *relayLoop) commitDeltas() error { return rl.commitDeltasCtx(context.Background()) }
 
 func (rl *relayLoop) commitDeltasCtx(ctx context.Context) error {
 	if err := rl.awaitCommit(ctx); err != nil {
 		return err
 	}
-	if rl.broken || len(rl.sink.pending) == 0 {
+	if rl.broken || len(rl.txn.deltas) == 0 {
 		return nil
 	}
 	if err := rl.fault("deltas"); err != nil {
 		return rl.writeFailed("deltas", err)
 	}
-	if err := rl.w.WriteDeltas(ctx, rl.sink.unstreamed()); err != nil {
+	if err := rl.w.WriteDeltas(ctx, rl.txn.unstreamed()); err != nil {
 		return rl.writeFailed("deltas", err)
 	}
-	rl.sink.taken()
+	rl.txn.taken()
 	rl.wrote()
 	rl.notePublished()
 	return nil
@@ -155,33 +152,33 @@ func (rl *relayLoop) commitDeltasCtx(ctx context.Context) error {
 type asyncCommit struct {
 	done     <-chan error
 	cancel   context.CancelFunc
-	deltas   int             // the sink's first deltas: the ones this transaction holds
+	deltas   int             // laneTxn's first deltas: the ones this transaction holds
 	sequence uint64          // the publisher's last sequence, the transaction's last delta
 	offsets  map[int32]int64 // the input positions its deltas cover; nil when the window held events
 }
 
-// commitDeltasAsync commits the collected deltas as one transaction, like commitDeltas, but
-// returns once the commit has started: the writer flushes and ends the transaction on its own
-// goroutine while the loop goes on applying the next poll, whose deltas collect in the sink and
-// go into the next transaction. The relay's delivery rules are those of commitDeltas: the
-// transaction's deltas are recorded as written (sequence, published input positions, lag) only
-// when its commit succeeded (finishCommit), a failed commit makes every delta collected so far
-// uncertain (a new incarnation), and every other write (snapshot, checkpoint, heartbeat, drain,
-// a window flush) first waits for the commit in flight (awaitCommit). A previous commit still in
-// flight is waited for first, so at most one transaction is being committed at a time. When the
-// deltas cannot all be streamed it falls back to commitDeltas, which meets the error.
+// commitDeltasAsync commits the open transaction, like commitDeltas, but returns once the commit
+// has started: the writer flushes and ends the transaction on its own goroutine while the loop
+// goes on applying the next poll, whose deltas wait in laneTxn for the next transaction. The
+// relay's delivery rules are those of commitDeltas: the transaction's deltas are recorded as
+// written (sequence, published input positions, lag) only when its commit succeeded
+// (finishCommit), a failed commit makes every delta taken so far uncertain (a new incarnation),
+// and every other write (snapshot, checkpoint, heartbeat, drain, a window flush) first waits for
+// the commit in flight (awaitCommit). A previous commit still in flight is waited for first, so
+// at most one transaction is being committed at a time. When the deltas cannot all be streamed
+// it falls back to commitDeltas, which meets the error.
 func (rl *relayLoop) commitDeltasAsync() error {
 	if err := rl.awaitCommit(context.Background()); err != nil {
 		return err
 	}
-	if rl.broken || len(rl.sink.pending) == 0 {
+	if rl.broken || len(rl.txn.deltas) == 0 {
 		return nil
 	}
 	if err := rl.fault("deltas"); err != nil {
 		return rl.writeFailed("deltas", err)
 	}
 	rl.stream()
-	if len(rl.sink.unstreamed()) > 0 {
+	if len(rl.txn.unstreamed()) > 0 {
 		return rl.commitDeltas()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -199,7 +196,7 @@ func (rl *relayLoop) commitDeltasAsync() error {
 		}()
 		done = gated
 	}
-	c := &asyncCommit{done: done, cancel: cancel, deltas: len(rl.sink.pending), sequence: rl.pub.LastSequence()}
+	c := &asyncCommit{done: done, cancel: cancel, deltas: len(rl.txn.deltas), sequence: rl.pub.LastSequence()}
 	if !rl.state.HasPendingPublication() {
 		c.offsets = maps.Clone(rl.ck.next)
 	}
@@ -216,7 +213,7 @@ func (rl *relayLoop) commitDone() <-chan error {
 }
 
 // pollCommit records the outcome of the commit in flight if it has arrived, without waiting: the
-// loop checks after every record, so that once the broker committed, the deltas collected since
+// loop checks after every record, so that once the broker committed, the deltas taken since
 // are streamed into the next transaction while the rest of the poll is applied, instead of all
 // at its end.
 func (rl *relayLoop) pollCommit() error {
@@ -248,8 +245,8 @@ func (rl *relayLoop) awaitCommit(ctx context.Context) error {
 	return rl.finishCommit(err)
 }
 
-// finishCommit records the outcome of the commit in flight: on success its deltas leave the sink
-// and count as written, its input positions as published, and the deltas collected meanwhile are
+// finishCommit records the outcome of the commit in flight: on success its deltas leave laneTxn
+// and count as written, its input positions as published, and the deltas taken meanwhile are
 // streamed into the next transaction; a failure is a failed lane write (writeFailed).
 func (rl *relayLoop) finishCommit(err error) error {
 	c := rl.inflight
@@ -258,7 +255,7 @@ func (rl *relayLoop) finishCommit(err error) error {
 	if err != nil {
 		return rl.writeFailed("deltas", err)
 	}
-	rl.sink.takeFirst(c.deltas)
+	rl.txn.takeFirst(c.deltas)
 	rl.wroteSequence(c.sequence)
 	if c.offsets != nil {
 		if rl.ck.published == nil {
@@ -339,10 +336,14 @@ func (rl *relayLoop) writeFailed(what string, err error) error {
 	return nil
 }
 
-// markBroken abandons the current stream (publisher fenced: DeliveryUncertain).
+// markBroken abandons the current stream: the publisher is fenced DeliveryUncertain (every delta
+// it handed over since the last commit is uncertain), and the first cause is kept for stop's error.
 func (rl *relayLoop) markBroken(err error) {
-	if rl.sink != nil && rl.sink.err == nil {
-		rl.sink.err = fmt.Errorf("streams: relay: delivery uncertain: %w", err)
+	if rl.uncertain == nil {
+		rl.uncertain = fmt.Errorf("streams: relay: delivery uncertain: %w", err)
+	}
+	if rl.pub != nil {
+		rl.pub.MarkDeliveryUncertain()
 	}
 	rl.r.c.fenced.set(true)
 	if !rl.broken {
@@ -423,8 +424,9 @@ func (rl *relayLoop) newIncarnation() error {
 	id := rl.identity
 	r.identity.Store(&id)
 	r.c.incarnation.set(inc)
-	rl.sink = &relaySink{}
-	rl.pub = producer.NewPublisher(id, 0, rl.sink)
+	rl.txn.taken()
+	rl.uncertain = nil
+	rl.pub = producer.NewPublisher(id, 0, nil) // one way: the relay takes its deltas (Delta) and writes them
 	if rl.w, err = streams.NewLaneWriter(cl, r.codec, id, streams.LaneWriterConfig{
 		LaneTopic: cfg.Topics.Lanes, IndexTopic: cfg.Topics.SnapshotIndex, Lane: cfg.Lane,
 		ChunkWords: cfg.ChunkWords, WriteTimeout: cfg.WriteTimeout, Transactional: true, MaxRecordBytes: limit,
@@ -444,8 +446,8 @@ func (rl *relayLoop) newIncarnation() error {
 	return nil
 }
 
-// snapshot writes a barrier snapshot: the collected deltas and the state's open window (the
-// tail, on the old wire lease) are committed first, then the snapshot's chunks and its index
+// snapshot writes a barrier snapshot: the open transaction's deltas and the state's open window
+// (the tail, on the old wire lease) are committed first, then the snapshot's chunks and its index
 // entry in one transaction. The next delta continues the snapshot's sequence.
 func (rl *relayLoop) snapshot(reason string) error {
 	r := rl.r
@@ -455,7 +457,7 @@ func (rl *relayLoop) snapshot(reason string) error {
 		return err
 	}
 	rl.epoch++
-	snap, err := rl.pub.SnapshotAfterBarrier(rl.state, ckf.LaneLease{Consumer: 0, Lane: rl.cfg.Lane, Epoch: rl.epoch})
+	tail, snap, err := rl.pub.SnapshotAfterBarrierDelta(rl.state, ckf.LaneLease{Consumer: 0, Lane: rl.cfg.Lane, Epoch: rl.epoch})
 	switch {
 	case errors.Is(err, producer.ErrSequenceExhausted):
 		r.log.Warn("sequence space exhausted; continuing under a new incarnation")
@@ -465,13 +467,16 @@ func (rl *relayLoop) snapshot(reason string) error {
 		// A barrier build error leaves the state and the publisher untouched (the tail stays
 		// pending): a live stream retries at the next trigger, while a stream without a lease
 		// yet (start-up, recovery) must not run on (its batches would be discarded), so it
-		// retries as a recovery. A failed tail publish has fenced the publisher: recover.
+		// retries as a recovery. Any other error: recover.
 		r.log.Error("barrier snapshot failed", zap.Error(err))
 		if _, leased := rl.pub.Lease(); !leased || !errors.As(err, new(*ckf.BuildError)) {
 			rl.markBroken(err)
 		}
 		rl.lastSnapshot = rl.now()
 		return nil
+	}
+	if len(tail.Images) > 0 { // none: publishOpenWindow left the barrier an empty window
+		rl.txn.add(tail)
 	}
 	rl.pendingSince = zeroTime
 	if err := rl.commitDeltas(); err != nil || rl.broken {

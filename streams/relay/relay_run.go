@@ -36,7 +36,7 @@ type relayLoop struct {
 	laneCl   *kgo.Client
 	w        *streams.LaneWriter
 	pub      *producer.Publisher
-	sink     *relaySink
+	txn      laneTxn // the open lane transaction's deltas (relay_publish.go)
 	identity ckf.ProducerIdentity
 	epoch    uint64 // synthetic wire lease epoch, bumped at every snapshot
 	prevInc  uint64 // the lane's last indexed incarnation (0 = none)
@@ -93,9 +93,10 @@ type relayLoop struct {
 	inflight *asyncCommit
 
 	// Failure.
-	broken   bool      // the stream is abandoned; a new incarnation must start with a snapshot
-	retryAt  time.Time // next recovery attempt
-	failures int       // consecutive failed recovery attempts
+	broken    bool      // the stream is abandoned; a new incarnation must start with a snapshot
+	uncertain error     // why it was abandoned, the first cause in this incarnation (markBroken)
+	retryAt   time.Time // next recovery attempt
+	failures  int       // consecutive failed recovery attempts
 	// fence is the fence that broke the stream, until the recovery read the pool's claim
 	// (holdsPool); nil otherwise.
 	fence error
@@ -382,7 +383,7 @@ func (rl *relayLoop) onFetches(p polled) error {
 		if err := rl.pollCommit(); err != nil {
 			return err
 		}
-		if !rl.replaying && rl.sink != nil && len(rl.sink.pending) >= rl.cfg.MaxDeltasPerTransaction {
+		if !rl.replaying && len(rl.txn.deltas) >= rl.cfg.MaxDeltasPerTransaction {
 			if err := rl.commitDeltas(); err != nil {
 				return err
 			}
@@ -572,7 +573,7 @@ func (rl *relayLoop) stop() error {
 		return err
 	}
 	if rl.broken {
-		return fmt.Errorf("streams: relay stop: the last deltas were not written: %w", rl.sink.err)
+		return fmt.Errorf("streams: relay stop: the last deltas were not written: %w", rl.uncertain)
 	}
 	marker, ok := rl.pub.ExactDrainMarker()
 	if !ok {
