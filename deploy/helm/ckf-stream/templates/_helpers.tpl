@@ -56,7 +56,8 @@ and demo write for the DC. Call with the DC's entry. */}}
 {{/* The checks of values that no process could run with, made at render time so that
 helm install refuses them with the value named instead of leaving pods in a crash loop:
 indexer.domain's form, DC ids, lanes (each in [0,15], the format's 16 lanes, one DC per lane),
-one KV topic per DC, and the bridge's engines (worker ids unique in a DC). */}}
+one KV topic per DC, the bridge's engines (worker ids unique in a DC), and the region
+(ckf.validateRegion). */}}
 {{- define "ckf.validate" -}}
 {{- $domain := required "domain is required: the indexer domain every relay and indexer shares (indexer.domain), <32 hex digits>:<32 hex digits>; see the chart's README" .Values.domain -}}
 {{- if not (regexMatch "^[0-9a-fA-F]{32}:[0-9a-fA-F]{32}$" $domain) -}}
@@ -108,6 +109,82 @@ one KV topic per DC, and the bridge's engines (worker ids unique in a DC). */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- include "ckf.validateRegion" (list . $laneOf $dcOfLane) -}}
+{{- end -}}
+
+{{/* The region's values (design §8; docs/regions.md): its MirrorMaker alias and the other
+regions' (region.alias, region.peers: MirrorMaker's cluster aliases, a-z A-Z 0-9 _ -, as
+indexer.remote_lanes takes them), the mirror policy, and the DCs of other regions whose lanes
+this region's indexers read from MirrorMaker's copies (region.remoteDCs: id, lane, region).
+Refused: a remote DC without its region or of a region not in region.peers, a lane or DC both
+local (dcs) and remote or remote twice, peers without this region's alias, this region among
+its peers. Call with (list $ laneOf dcOfLane): the local DCs' lanes, from ckf.validate. */}}
+{{- define "ckf.validateRegion" -}}
+{{- $root := index . 0 -}}
+{{- $laneOf := index . 1 -}}
+{{- $dcOfLane := index . 2 -}}
+{{- $r := $root.Values.region | default dict -}}
+{{- $alias := $r.alias | default "" | toString -}}
+{{- $peers := $r.peers | default list -}}
+{{- $remote := $r.remoteDCs | default list -}}
+{{- $aliasRule := "^[a-zA-Z0-9_-]+$" -}}
+{{- if not (has ($r.mirrorPolicy | default "default") (list "default" "identity")) -}}
+{{- fail (printf "region.mirrorPolicy %q is not default or identity (indexer.mirror_policy)" $r.mirrorPolicy) -}}
+{{- end -}}
+{{- if and (or $peers $remote) (not $alias) -}}
+{{- fail "region.alias is required with region.peers or region.remoteDCs: this region's MirrorMaker alias" -}}
+{{- end -}}
+{{- if and $alias (not (regexMatch $aliasRule $alias)) -}}
+{{- fail (printf "region.alias %q is not a region alias: a-z A-Z 0-9 _ - (MirrorMaker's cluster alias, which a dot would split)" $alias) -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range $i, $p := $peers -}}
+{{- $p = toString $p -}}
+{{- if not (regexMatch $aliasRule $p) -}}
+{{- fail (printf "region.peers[%d] %q is not a region alias: a-z A-Z 0-9 _ - (MirrorMaker's cluster alias, which a dot would split)" $i $p) -}}
+{{- end -}}
+{{- if eq $p $alias -}}
+{{- fail (printf "region.peers[%d] is %q, this region's own alias: peers are the other regions" $i $p) -}}
+{{- end -}}
+{{- if hasKey $seen $p -}}
+{{- fail (printf "region.peers: %q is listed twice" $p) -}}
+{{- end -}}
+{{- $_ := set $seen $p "" -}}
+{{- end -}}
+{{- range $i, $dc := $remote -}}
+{{- if not (and (kindIs "map" $dc) (hasKey $dc "id") (hasKey $dc "lane") (hasKey $dc "region")) -}}
+{{- fail (printf "region.remoteDCs[%d] has no id, lane or region" $i) -}}
+{{- end -}}
+{{- $hex := include "ckf.dcHex" $dc.id -}}
+{{- $lane := include "ckf.wholeNumber" $dc.lane -}}
+{{- $from := toString $dc.region -}}
+{{- if not (regexMatch "^[0-9]+$" $lane) -}}
+{{- fail (printf "region.remoteDCs[%d] (DC 0x%s): lane %q is not a number in [0,15]" $i $hex $lane) -}}
+{{- end -}}
+{{- if ge (int $lane) 16 -}}
+{{- fail (printf "region.remoteDCs[%d] (DC 0x%s): lane %s is not in [0,15] (the format has 16 lanes)" $i $hex $lane) -}}
+{{- end -}}
+{{- if not (hasKey $seen $from) -}}
+{{- fail (printf "region.remoteDCs[%d] (DC 0x%s): region %q is unknown: not in region.peers %v (the other regions' MirrorMaker aliases)" $i $hex $from $peers) -}}
+{{- end -}}
+{{- if hasKey $laneOf $hex -}}
+{{- fail (printf "region.remoteDCs[%d]: DC 0x%s is listed twice (lanes %s and %s): a DC runs in one region, on one lane" $i $hex (get $laneOf $hex) $lane) -}}
+{{- end -}}
+{{- if hasKey $dcOfLane $lane -}}
+{{- fail (printf "region.remoteDCs[%d]: lane %s is given to DC 0x%s and DC 0x%s of region %s; a lane is local (dcs) or remote, and carries one DC" $i $lane (get $dcOfLane $lane) $hex $from) -}}
+{{- end -}}
+{{- $_ := set $laneOf $hex $lane -}}
+{{- $_ := set $dcOfLane $lane $hex -}}
+{{- end -}}
+{{- end -}}
+
+{{/* indexer.remote_lanes from region.remoteDCs: lane=alias pairs. */}}
+{{- define "ckf.remoteLanes" -}}
+{{- $pairs := list -}}
+{{- range (.Values.region | default dict).remoteDCs -}}
+{{- $pairs = append $pairs (printf "%s=%s" (include "ckf.wholeNumber" .lane) (toString .region)) -}}
+{{- end -}}
+{{- join "," $pairs -}}
 {{- end -}}
 
 {{/* Labels of every object; "component" is added per workload. */}}
@@ -122,10 +199,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* indexer.lanes from the DC list: lane=dc pairs. */}}
+{{/* indexer.lanes from the DC list and the other regions' DCs (region.remoteDCs): lane=dc
+pairs; every relay and indexer of the region shares the lane map of every region. */}}
 {{- define "ckf.lanes" -}}
 {{- $pairs := list -}}
-{{- range .Values.dcs -}}
+{{- range concat .Values.dcs ((.Values.region | default dict).remoteDCs | default list) -}}
 {{- $pairs = append $pairs (printf "%v=0x%s" .lane (include "ckf.dcHex" .id)) -}}
 {{- end -}}
 {{- join "," $pairs -}}
