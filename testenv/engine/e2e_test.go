@@ -157,9 +157,14 @@ func (s *e2e) bridge(name string, worker uint64, ranks, pub, replay int, extra .
 	return newProc(s.t, s.logDir, name, append(env, extra...), "bridge")
 }
 
-// depth asks the indexer for the prefix depth of tokens under lora.
-func (s *e2e) depth(tokens []uint32, lora string) (int, error) {
-	body, _ := json.Marshal(map[string]any{"token_ids": tokens, "block_size": blockSize, "lora_name": lora})
+// depth asks the indexer for the prefix depth of tokens under lora, with the blocks' extra keys
+// (a salted sequence's salt is its first block's) when there are any.
+func (s *e2e) depth(tokens []uint32, lora string, extra []ckf.ExtraKeys) (int, error) {
+	req := map[string]any{"token_ids": tokens, "block_size": blockSize, "lora_name": lora}
+	if len(extra) > 0 {
+		req["block_extra_keys"] = extra
+	}
+	body, _ := json.Marshal(req)
 	c := &http.Client{Timeout: 3 * time.Second}
 	resp, err := c.Post("http://"+s.indexer.HTTP+"/v1/prefix-matches", "application/json", bytes.NewReader(body))
 	if err != nil {
@@ -191,13 +196,15 @@ type oracle struct {
 type query struct {
 	tokens   []uint32
 	lora     string
-	resident bool   // a resident chain (else a chain stored elsewhere or evicted)
-	engine   string // the engine whose model the chain comes from
+	extra    []ckf.ExtraKeys // the blocks' extra keys: a salted chain's salt
+	resident bool            // a resident chain (else a chain stored elsewhere or evicted)
+	engine   string          // the engine whose model the chain comes from
 }
 
-// canonical is the chain a query by tokens under lora looks up, at the engines' block size.
-func canonical(tokens []uint32, lora string) []ckf.CanonicalHash {
-	return ckf.TokenSequenceHashes(tokens, blockSize, ckf.BlockSaltSeed(lora, ""))
+// canonical is the chain a query by tokens under lora, with the blocks' extra keys, looks up at
+// the engines' block size.
+func canonical(tokens []uint32, lora string, extra []ckf.ExtraKeys) []ckf.CanonicalHash {
+	return ckf.TokenSequenceHashesExtra(tokens, blockSize, extra, ckf.BlockSaltSeed(lora, ""))
 }
 
 // readModel asks an emulator for its model.
@@ -227,18 +234,18 @@ func newOracle(models ...engineModel) *oracle {
 	for _, em := range models {
 		for _, r := range em.model.Ranks {
 			for _, c := range r.Resident {
-				for _, h := range canonical(c.Tokens, c.LoRAName) {
+				for _, h := range canonical(c.Tokens, c.LoRAName, c.ExtraKeys) {
 					o.resident[h] = true
 				}
-				o.queries = append(o.queries, query{tokens: c.Tokens, lora: c.LoRAName, resident: true, engine: em.name})
-				if c.LoRAName != "" {
-					// The same tokens without the adapter are other blocks.
+				o.queries = append(o.queries, query{tokens: c.Tokens, lora: c.LoRAName, extra: c.ExtraKeys, resident: true, engine: em.name})
+				if c.LoRAName != "" || len(c.ExtraKeys) > 0 {
+					// The same tokens without the adapter or the salt are other blocks.
 					o.queries = append(o.queries, query{tokens: c.Tokens, engine: em.name})
 				}
 			}
 			for i, c := range r.Absent {
 				if i%3 == 0 { // a sample keeps the number of HTTP queries small
-					o.queries = append(o.queries, query{tokens: c.Tokens, lora: c.LoRAName, engine: em.name})
+					o.queries = append(o.queries, query{tokens: c.Tokens, lora: c.LoRAName, extra: c.ExtraKeys, engine: em.name})
 				}
 			}
 		}
@@ -249,7 +256,7 @@ func newOracle(models ...engineModel) *oracle {
 // expected is the depth the exact state guarantees: the leading blocks resident in the DC.
 func (o *oracle) expected(q query) int {
 	n := 0
-	for _, h := range canonical(q.tokens, q.lora) {
+	for _, h := range canonical(q.tokens, q.lora, q.extra) {
 		if !o.resident[h] {
 			break
 		}
@@ -269,7 +276,7 @@ type report struct {
 func (s *e2e) compare(o *oracle) (report, error) {
 	var r report
 	for _, q := range o.queries {
-		got, err := s.depth(q.tokens, q.lora)
+		got, err := s.depth(q.tokens, q.lora, q.extra)
 		if err != nil {
 			return r, err
 		}
@@ -285,7 +292,7 @@ func (s *e2e) compare(o *oracle) (report, error) {
 			}
 			r.shortBy[q.engine]++
 			if r.firstShort == "" {
-				r.firstShort = fmt.Sprintf("%s: a %d-block chain (lora %q, resident %v) answered %d, want %d", q.engine, len(q.tokens)/blockSize, q.lora, q.resident, got, want)
+				r.firstShort = fmt.Sprintf("%s: a %d-block chain (lora %q, salted %v, resident %v) answered %d, want %d", q.engine, len(q.tokens)/blockSize, q.lora, len(q.extra) > 0, q.resident, got, want)
 			}
 		default:
 			r.long++
@@ -349,7 +356,10 @@ func (c *engineCase) model(t testing.TB, dir string) engineModel {
 // them. One engine has two data-parallel ranks and one connects to a bridge that binds; every
 // engine stores chains under a LoRA adapter (a numeric id the bridge maps, for the lines without
 // lora_name), copies blocks to the CPU tier where its wire has a medium, and stores
-// sliding-window group chains where it has group fields. The scenario: batches kept off the live
+// sliding-window group chains where it has group fields, and salts a share of its sequences with
+// a request's cache salt where its wire can say one (vLLM's extra keys, SGLang's cache_salt key):
+// those chains are asked for with the salt as their first block's extra key, and without it
+// (other blocks). The scenario: batches kept off the live
 // socket (the final one included) must come from the replay sockets; an AllBlocksCleared kept off
 // the live socket must still clear; every bridge killed with SIGKILL while its engine publishes
 // must lose nothing; an engine restart (sequences from 0, no clear event) must clear what the
@@ -389,6 +399,11 @@ func TestBridgeEndToEnd(t *testing.T) {
 			"--lora-id", "7", "--lora-name", "adapter-a"}
 		if c.truncate {
 			args = append(args, "--replay-truncate", "1")
+		}
+		if r := c.release.Wire; r == engineemu.WireArray || r == engineemu.WireMapEvents {
+			// Salted sequences: vLLM's cache_salt in the first block's extra keys, SGLang's in
+			// the cache_salt key of every store (the bridge salts the first block with it).
+			args = append(args, "--salt-fraction", "0.2")
 		}
 		if !c.bind {
 			c.emu = startEmulator(t, s.logDir, "engine-"+c.release.Name, c.ranks, args...)
@@ -535,7 +550,7 @@ func (s *e2e) checkGone(o *oracle, held map[string][]engineemu.Chain, what strin
 	for name, chains := range held {
 		gone := &oracle{resident: o.resident}
 		for _, c := range chains {
-			gone.queries = append(gone.queries, query{tokens: c.Tokens, lora: c.LoRAName, engine: name})
+			gone.queries = append(gone.queries, query{tokens: c.Tokens, lora: c.LoRAName, extra: c.ExtraKeys, engine: name})
 		}
 		if r, err := s.compare(gone); err != nil {
 			s.t.Fatal(err)

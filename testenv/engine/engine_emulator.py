@@ -45,7 +45,12 @@ or bytes (the whole 32-byte digest).
 The workload is seeded (--seed): each rank runs a block pool of at most --capacity GPU blocks that
 stores chains of full blocks (new roots, and branches off resident blocks), evicts leaf blocks
 when full, stores some blocks twice (the same hash from two requests, removed twice), keeps some
-chains under a LoRA adapter (--lora-fraction; lora_name, and lora_id from --lora-id), copies
+chains under a LoRA adapter (--lora-fraction; lora_name, and lora_id from --lora-id), salts
+some new sequences with a request's cache salt (--salt-fraction, one of three salts; --salt-style
+vllm: the salt is the last extra key of the sequence's first block, as vLLM sends it, on the
+shapes that carry extra_keys; sglang: every store of a salted sequence names it in its
+cache_salt key, as SGLang 0.5.20 and later send it, on the map shapes; the salt enters the block
+hashes, so a salted sequence shares no block with an unsalted one of the same tokens), copies
 chains to the CPU tier (--cpu-fraction; medium "CPU": never device residency), and, with --hybrid
 (map and array wires), stores chains in a sliding-window group (group_idx 1), which a bridge must
 filter out. The GPU pool is prefix-closed (only leaves are evicted), so the model is the set of
@@ -70,6 +75,8 @@ script file can be piped in from the command line.
 The model (JSON): {"block_size", "wire", "hash_format", "ranks": [{"rank", "resident": [{"lora_name",
 "tokens", "blocks"}, ...] (each a resident leaf chain: every prefix of it is resident on GPU),
 "absent": [...] (chains stored on other media or groups, or evicted, and not on GPU)}],
+a salted chain also with "extra_keys": its blocks' extra keys as they enter their hashes (the
+salt the first block's one key, as bridge/engineemu's model gives them),
 "stats": {...}}.
 """
 
@@ -146,8 +153,9 @@ RELEASES = {
 class Wire:
     """The msgspec structs of one wire shape and the encoder that writes them."""
 
-    def __init__(self, shape: str) -> None:
+    def __init__(self, shape: str, salt_style: str = "vllm") -> None:
         self.shape = shape
+        self.salt_style = salt_style
         self.fields = STORED_FIELDS.get(shape, 11)
         events_as_maps = shape in ("map", "mapevents")
         opts = dict(omit_defaults=True, gc=False, array_like=not events_as_maps)
@@ -157,6 +165,8 @@ class Wire:
                          ("extra_keys", Any, None), ("group_idx", Any, None),
                          ("kv_cache_spec_kind", Any, None),
                          ("kv_cache_spec_sliding_window", Any, None)][:self.fields]
+        if salt_style == "sglang" and events_as_maps:
+            stored_fields.append(("cache_salt", Any, None))
         removed_fields = [("block_hashes", list), ("medium", Any), ("group_idx", Any, None)]
         removed_fields = removed_fields[:1 if self.fields == 5 else 2 if self.fields < 11 else 3]
         batch_fields = [("ts", float), ("events", list), ("data_parallel_rank", Any, None)]
@@ -175,10 +185,17 @@ class Wire:
     def has_groups(self) -> bool:
         return self.fields == 11
 
+    def carries_salt(self) -> bool:
+        """Whether this shape can say a store's cache salt in the given style."""
+        if self.salt_style == "sglang":
+            return self.shape in ("map", "mapevents")
+        return self.has_groups()
+
     def stored(self, hashes, parent, tokens, block_size, lora_id, medium, lora_name, group,
-               extra_keys=None):
+               extra_keys=None, cache_salt=None):
         """extra_keys: one entry per block (None, or a tuple of the block's keys), as vLLM sends
-        them from 0.17.1 on; only the shapes with the full field set carry them."""
+        them from 0.17.1 on; only the shapes with the full field set carry them. cache_salt:
+        SGLang's salt of a salted store (sglang style, map shapes)."""
         args = [hashes, parent, tokens, block_size, lora_id, medium, lora_name][:self.fields]
         kw = {}
         if group is not None and self.has_groups():
@@ -186,6 +203,8 @@ class Wire:
                       kv_cache_spec_sliding_window=group[2])
         if extra_keys is not None and self.has_groups():
             kw["extra_keys"] = [None if k is None else tuple(k) for k in extra_keys]
+        if cache_salt is not None and self.salt_style == "sglang" and self.carries_salt():
+            kw["cache_salt"] = cache_salt
         return self.BlockStored(*args, **kw)
 
     def removed(self, hashes, medium, group):
@@ -220,14 +239,15 @@ def wire_hash(digest: Optional[bytes], fmt: str):
 # ---- the block pool of one rank --------------------------------------------------------------
 
 class Block:
-    __slots__ = ("digest", "parent", "tokens", "lora", "depth", "copies", "children")
+    __slots__ = ("digest", "parent", "tokens", "lora", "salt", "depth", "copies", "children")
 
     def __init__(self, digest: bytes, parent: Optional[bytes], tokens: list[int],
-                 lora: Optional[str], depth: int) -> None:
+                 lora: Optional[str], depth: int, salt: Optional[str] = None) -> None:
         self.digest = digest
         self.parent = parent
         self.tokens = tokens
         self.lora = lora
+        self.salt = salt
         self.depth = depth
         self.copies = 1
         self.children = 0
@@ -406,24 +426,30 @@ class Rank:
     def wire_hash(self, digest: Optional[bytes]):
         return wire_hash(digest, self.emu.args.hash_format)
 
-    def block_digest(self, parent: Optional[bytes], tokens: list[int], lora: Optional[str]) -> bytes:
+    def block_digest(self, parent: Optional[bytes], tokens: list[int], lora: Optional[str],
+                     salt: Optional[str] = None) -> bytes:
         h = hashlib.sha256()
         h.update(parent or b"\0" * 32)
         h.update(b"".join(t.to_bytes(4, "little") for t in tokens))
         if lora:
             h.update(lora.encode())
+        if salt and parent is None:
+            # The engines hash the salt into the sequence's first block (vLLM: its extra keys;
+            # SGLang: the salted root); the chain carries it on through the parent hashes.
+            h.update(b"salt:" + salt.encode())
         return h.digest()
 
-    def new_chain(self, parent: Optional[Block], n: int, lora: Optional[str]) -> list[Block]:
+    def new_chain(self, parent: Optional[Block], n: int, lora: Optional[str],
+                  salt: Optional[str] = None) -> list[Block]:
         bs = self.emu.args.block_size
         out = []
         prev = parent
         for _ in range(n):
             tokens = [self.rng.randrange(VOCAB) for _ in range(bs)]
-            d = self.block_digest(prev.digest if prev else None, tokens, lora)
+            d = self.block_digest(prev.digest if prev else None, tokens, lora, salt)
             b = self.known.get(d)
             if b is None:
-                b = Block(d, prev.digest if prev else None, tokens, lora, (prev.depth if prev else 0) + 1)
+                b = Block(d, prev.digest if prev else None, tokens, lora, (prev.depth if prev else 0) + 1, salt)
                 self.known[d] = b
             out.append(b)
             prev = b
@@ -433,10 +459,14 @@ class Rank:
         a = self.emu.args
         first = chain[0]
         lora = first.lora
+        extra_keys = None
+        if first.salt and first.parent is None and self.emu.wire.salt_style == "vllm":
+            extra_keys = [(first.salt,)] + [None] * (len(chain) - 1)
         return self.emu.wire.stored(
             [self.wire_hash(b.digest) for b in chain], self.wire_hash(first.parent),
             [t for b in chain for t in b.tokens], a.block_size,
-            a.lora_id if lora else None, medium, lora, group)
+            a.lora_id if lora else None, medium, lora, group, extra_keys=extra_keys,
+            cache_salt=first.salt)
 
     def gpu_store(self) -> Optional[Any]:
         a = self.emu.args
@@ -451,7 +481,8 @@ class Rank:
         if self.gpu and rng.random() < 0.7:
             parent = self.gpu[self.gpu_keys.sample(rng, 1)[0]]
         lora = parent.lora if parent else (a.lora_name if rng.random() < a.lora_fraction else None)
-        chain = self.new_chain(parent, rng.randint(1, 4), lora)
+        salt = parent.salt if parent else (f"salt-{rng.randrange(3)}" if a.salt_fraction > 0 and rng.random() < a.salt_fraction else None)
+        chain = self.new_chain(parent, rng.randint(1, 4), lora, salt)
         # A block already resident (same tokens after the same parent) is a duplicate store.
         for b in chain:
             if b.digest in self.gpu:
@@ -536,23 +567,29 @@ class Rank:
 
     # the model
 
-    def chain_of(self, digest: bytes) -> tuple[Optional[str], list[int], int]:
+    def chain_of(self, digest: bytes) -> tuple[Optional[str], Optional[str], list[int], int]:
         tokens: list[list[int]] = []
         b = self.known[digest]
-        lora = b.lora
+        lora, salt = b.lora, b.salt
         while True:
             tokens.append(b.tokens)
             if b.parent is None:
                 break
             b = self.known[b.parent]
         tokens.reverse()
-        return lora, [t for blk in tokens for t in blk], len(tokens)
+        return lora, salt, [t for blk in tokens for t in blk], len(tokens)
+
+    def chain_json(self, digest: bytes) -> dict:
+        lora, salt, tokens, n = self.chain_of(digest)
+        c = {"lora_name": lora or "", "tokens": tokens, "blocks": n}
+        if salt:
+            c["extra_keys"] = [[salt]] + [[] for _ in range(n - 1)]
+        return c
 
     def model(self) -> dict:
         resident = []
         for d in self.leaves.items:
-            lora, tokens, n = self.chain_of(d)
-            resident.append({"lora_name": lora or "", "tokens": tokens, "blocks": n})
+            resident.append(self.chain_json(d))
         absent = []
         seen = set()
         others = [d for d in self.cpu.items if d not in self.gpu] + self.window_only[-1000:] + self.evicted[-2000:]
@@ -560,8 +597,7 @@ class Rank:
             if d in self.gpu or d in seen:
                 continue
             seen.add(d)
-            lora, tokens, n = self.chain_of(d)
-            absent.append({"lora_name": lora or "", "tokens": tokens, "blocks": n})
+            absent.append(self.chain_json(d))
         resident.sort(key=lambda c: c["tokens"])
         absent.sort(key=lambda c: c["tokens"])
         return {"rank": self.rank, "next_seq": self.seq, "resident_blocks": len(self.gpu),
@@ -574,7 +610,7 @@ class Emulator:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.ctx = zmq.Context.instance()
-        self.wire = Wire(args.wire)
+        self.wire = Wire(args.wire, args.salt_style)
         self.topic = args.topic.encode()
         self.stats: dict[str, float] = {k: 0 for k in (
             "batches", "dropped_live", "replay_requests", "replayed_batches", "replay_truncated",
@@ -703,6 +739,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--lora-name", default="adapter-a")
     p.add_argument("--lora-id", type=int, default=1)
     p.add_argument("--lora-fraction", type=float, default=0.2, help="share of new chains under the LoRA")
+    p.add_argument("--salt-fraction", type=float, default=0.0,
+                   help="share of new sequences salted with a request's cache salt (0: none)")
+    p.add_argument("--salt-style", choices=("vllm", "sglang"),
+                   help="how the salt is sent: vllm (the first block's extra keys) or sglang (the "
+                        "cache_salt key of every store of the sequence); default: the --release's engine, else vllm")
     p.add_argument("--cpu-fraction", type=float, default=0.1, help="share of events on the CPU tier")
     p.add_argument("--dup-fraction", type=float, default=0.03, help="share of stores that repeat a block")
     p.add_argument("--hybrid", action="store_true", help="also store sliding-window group chains")
@@ -725,6 +766,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = p.parse_args(argv)
     if args.bind and args.connect:
         p.error("--bind and --connect exclude each other")
+    if args.salt_style is None:
+        args.salt_style = "sglang" if (args.release or "").startswith("sglang") else "vllm"
+    if args.salt_fraction > 0 and not Wire(args.wire, args.salt_style).carries_salt():
+        p.error(f"--salt-fraction: the {args.wire} wire cannot carry a {args.salt_style} cache salt "
+                "(vllm: array, map or mapevents, which have extra_keys; sglang: map or mapevents)")
     emu = Emulator(args)
     try:
         print(json.dumps({"ok": True, "ready": True, "ranks": args.ranks}), flush=True)

@@ -5,6 +5,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -40,12 +41,18 @@ func replayAll(t *testing.T, endpoint string) [][]byte {
 // decoded and converted by the bridge's code and applied to the relay's exact state, leaves that
 // state holding every block of the model's resident chains and nothing of its absent ones, in
 // every engine release line (engineemu.Releases: shape, hashes, replay framing, CPU medium) and
-// in the map shape. Broker-free, so that an end-to-end failure can be told apart from a wrong
+// in the map shape. Where the release's shape can say a request's cache salt (vLLM's extra keys,
+// SGLang's cache_salt key), a share of the sequences is salted, and the model's chains hash
+// with the salt as their first block's extra key, as a router asks for them. Broker-free, so that an end-to-end failure can be told apart from a wrong
 // oracle.
 func TestPythonModelIsExact(t *testing.T) {
-	runs := [][]string{{"--wire", "map", "--hash-format", "bytes"}}
+	runs := [][]string{{"--wire", "map", "--hash-format", "bytes", "--salt-fraction", "0.3"}}
 	for _, r := range engineemu.Releases {
-		runs = append(runs, []string{"--release", r.Name})
+		run := []string{"--release", r.Name}
+		if r.Wire == engineemu.WireArray || r.Wire == engineemu.WireMapEvents {
+			run = append(run, "--salt-fraction", "0.3")
+		}
+		runs = append(runs, run)
 	}
 	for i, shape := range runs {
 		t.Run(shape[1], func(t *testing.T) {
@@ -85,10 +92,17 @@ func TestPythonModelIsExact(t *testing.T) {
 			}
 			r := model.Ranks[0]
 			want := map[ckf.CanonicalHash]bool{}
+			salted := 0
 			for _, ch := range r.Resident {
-				for _, k := range ckf.TokenSequenceHashes(ch.Tokens, 4, ckf.BlockSaltSeed(ch.LoRAName, "")) {
+				for _, k := range ckf.TokenSequenceHashesExtra(ch.Tokens, 4, ch.ExtraKeys, ckf.BlockSaltSeed(ch.LoRAName, "")) {
 					want[k] = true
 				}
+				if len(ch.ExtraKeys) > 0 {
+					salted++
+				}
+			}
+			if slices.Contains(shape, "--salt-fraction") && salted == 0 {
+				t.Fatal("no resident chain is salted: the run did not cover the cache salt")
 			}
 			if len(want) != r.ResidentBlocks || state.ResidentCount() != uint64(len(want)) {
 				t.Fatalf("the state holds %d blocks; the model says %d (%d distinct in its chains)", state.ResidentCount(), r.ResidentBlocks, len(want))
@@ -99,7 +113,7 @@ func TestPythonModelIsExact(t *testing.T) {
 				}
 			}
 			for _, ch := range r.Absent {
-				for _, k := range ckf.TokenSequenceHashes(ch.Tokens, 4, ckf.BlockSaltSeed(ch.LoRAName, "")) {
+				for _, k := range ckf.TokenSequenceHashesExtra(ch.Tokens, 4, ch.ExtraKeys, ckf.BlockSaltSeed(ch.LoRAName, "")) {
 					if state.Contains(k) != want[k] {
 						t.Fatal("a block that is not resident on GPU is held")
 					}
