@@ -33,7 +33,8 @@ import (
 //     the filters and caches warm up, before the first fault).
 //
 // Every sample (each process's RSS and Go heap, every CKF_SOAK_INTERVAL) goes to CKF_SOAK_CSV
-// when it is set; the run's SUMMARY line gives the rest. Without CKF_SOAK_DURATION the test skips:
+// when it is set, and each fault as a row of process "fault: <what>" at its moment (tools/plots
+// draws soak-rss.png from it); the run's SUMMARY line gives the rest. Without CKF_SOAK_DURATION the test skips:
 // it is not part of `make test`.
 
 // soakSettings are the soak's knobs, from the environment.
@@ -149,6 +150,14 @@ func (r *soakRecorder) flat(process string, d time.Duration) (warm, end int64, o
 	return median(a), median(b), true
 }
 
+// mark writes a fault's moment to the CSV.
+func (r *soakRecorder) mark(what string) {
+	if r.w != nil {
+		_ = r.w.Write([]string{strconv.FormatFloat(time.Since(r.start).Seconds(), 'f', 1, 64), "fault: " + what, "", "", ""})
+		r.w.Flush()
+	}
+}
+
 func median(v []int64) int64 {
 	v = slices.Clone(v)
 	slices.Sort(v)
@@ -260,6 +269,7 @@ func TestSoak(t *testing.T) {
 		if next < len(faults) && elapsed >= time.Duration(faults[next].at*float64(set.duration)) {
 			f := faults[next]
 			began := time.Now()
+			rec.mark(f.name)
 			f.do()
 			t.Logf("%v: %s, back in %v", elapsed.Round(time.Second), f.name, time.Since(began).Round(100*time.Millisecond))
 			exact("after the " + f.name)

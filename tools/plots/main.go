@@ -7,7 +7,9 @@
 //   - lag-cdf.png, lag-vs-load.png: delta produced -> visible latency (e2e-lag-load=*.json);
 //
 //   - query-latency-cdf.png, query-throughput-vs-load.png: queries over Kafka, HTTP and in
-//     process (e2e-query-*-callers=*.json).
+//     process (e2e-query-*-callers=*.json);
+//
+//   - soak-rss.png: the RSS of each process over `make soak`, with its faults (soak-faults.csv).
 //
 //     go -C tools build -o ../bin/ ./plots   # tools/ is a module of its own
 //     bin/plots -dir docs/perf
@@ -45,6 +47,7 @@ func main() {
 		{"query cost vs length", costVsLength},
 		{"delta visibility latency", lagPlots},
 		{"query paths", queryPlots},
+		{"soak", soakPlot},
 	}
 	failed := false
 	for _, s := range steps {
