@@ -82,7 +82,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 			lin.Prefetch(d.Blocks[i].BlockHash)
 		}
 	}
-	var prev ckf.CanonicalHash
+	var prev, parent ckf.CanonicalHash
 	havePrev := false
 	if d.HasParent {
 		e := lin.Find(d.ParentHash)
@@ -91,6 +91,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 			return ckf.NewEventError(ckf.EventParentBlockNotFound, "parent not in source lineage")
 		}
 		prev, havePrev = e.canonical(), true
+		parent = prev
 	} else if d.HasStartPosition && d.StartPosition != 0 {
 		ix.tel.InvalidSequences++
 		return ckf.NewEventError(ckf.EventInvalidBlockSequence, "non-zero start position without a parent")
@@ -170,6 +171,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 		}
 		ix.gain(i, t, q.canon)
 	}
+	ix.memo.recordStore(d.HasParent, parent, d.Blocks, p)
 	return nil
 }
 

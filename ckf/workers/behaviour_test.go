@@ -443,8 +443,8 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 	if len(r.Matches) != 64 || r.Matches[0] != (Match{Source: ckf.SourceKey{Worker: 63}, Device: 127, HostPinned: 1}) {
 		t.Fatalf("matches %d, first %+v", len(r.Matches), r.Matches[0])
 	}
-	// A device-only index: Match answers from the walk's groups, MatchLocal fuses the chain
-	// into the walk (workers §5.4); neither allocates either.
+	// A device-only index: Match answers from the walk's groups (workers §5.4), MatchLocal
+	// reads the chain from the memo of stores (workers §5.4); neither allocates either.
 	dev := New()
 	for w := range 64 {
 		mustApply(t, dev, src{w: ckf.WorkerID(w)}.store(nil, chain[:64+w]...))

@@ -88,13 +88,57 @@ func BenchmarkMatch128(b *testing.B) {
 			}
 			q := canonicals(chain)
 			var r Result
-			ix.Match(q, Options{}, &r)
-			b.ResetTimer()
-			for range b.N {
+			b.Run("Match", func(b *testing.B) {
 				ix.Match(q, Options{}, &r)
-			}
+				b.ResetTimer()
+				for range b.N {
+					ix.Match(q, Options{}, &r)
+				}
+			})
+			b.Run("MatchLocal", func(b *testing.B) {
+				var c []ckf.CanonicalHash
+				ix.MatchLocal(chain, Options{}, &r, &c)
+				b.ResetTimer()
+				for range b.N {
+					ix.MatchLocal(chain, Options{}, &r, &c)
+				}
+			})
 		})
 	}
+}
+
+// BenchmarkChain128 is the canonical chain of a 128-block prompt: read from the memo of a store
+// of it (memo), or hashed (hash: ckf.AppendSequenceHashes; miss: the memo holding nothing of it).
+func BenchmarkChain128(b *testing.B) {
+	local := make([]ckf.LocalBlockHash, 128)
+	for i := range local {
+		local[i] = ckf.LocalBlockHash(i + 1)
+	}
+	ix := New()
+	if err := ix.Apply(src{w: 1}.store(nil, local...)); err != nil {
+		b.Fatal(err)
+	}
+	out := make([]ckf.CanonicalHash, len(local))
+	b.Run("memo", func(b *testing.B) {
+		for range b.N {
+			ix.memo.fill(out, local)
+		}
+	})
+	b.Run("hash", func(b *testing.B) {
+		w := asWords(out[:0])
+		for range b.N {
+			w = ckf.AppendSequenceHashes(w[:0], asWords(local))
+		}
+	})
+	other := make([]ckf.LocalBlockHash, len(local))
+	for i := range other {
+		other[i] = local[i] + 1000
+	}
+	b.Run("miss", func(b *testing.B) {
+		for range b.N {
+			ix.memo.fill(out, other)
+		}
+	})
 }
 
 // promptEvents appends prompt p's store events (16 blocks, one holder, or four for every

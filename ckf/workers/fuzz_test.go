@@ -28,6 +28,7 @@ func FuzzApply(f *testing.F) {
 		chain := []ckf.LocalBlockHash{5, 6, 7, 8}
 		canon := canonicals(chain)
 		var r Result
+		var got []ckf.CanonicalHash
 		for len(data) > 0 {
 			h := next()
 			ev := producer.RouterEvent{
@@ -74,8 +75,13 @@ func FuzzApply(f *testing.F) {
 			checkInvariants(t, ix, m)
 			for k := 1; k <= len(canon); k++ {
 				ix.Match(canon[:k], Options{}, &r)
-				if want := m.match(canon[:k]); !slices.Equal(r.Matches, want) {
+				want := m.match(canon[:k])
+				if !slices.Equal(r.Matches, want) {
 					t.Fatalf("query [:%d]: index %+v, model %+v", k, r.Matches, want)
+				}
+				ix.MatchLocal(chain[:k], Options{}, &r, &got)
+				if !slices.Equal(got, canon[:k]) || !slices.Equal(r.Matches, want) {
+					t.Fatalf("MatchLocal [:%d]: chain %v, want %v; index %+v, model %+v", k, got, canon[:k], r.Matches, want)
 				}
 			}
 		}

@@ -227,7 +227,7 @@ func (h *holderTable) place(c holderSlot) bool {
 // probe is the lookup of k in slots (a holderTable's, with its seed and shift): k's holder
 // value, 0 when absent. It scans from k's home to k or to an empty slot, without find's Robin
 // Hood early exit for an absent key (a walk misses once, where it ends), which keeps it small
-// enough for the compiler to inline into the query walk's loops (runFrom, runFromLocal).
+// enough for the compiler to inline into the query walk's loop (runFrom).
 func probe(slots []holderSlot, seed uint64, shift uint8, k uint64) uint32 {
 	hi, lo := bits.Mul64(k^seed, mixFold)
 	for i := (hi ^ lo) >> shift; i < uint64(len(slots)); i++ {

@@ -106,6 +106,7 @@ type Index struct {
 	tiers   [TierCount]holderTable
 	sets    setTable
 	aliases map[aliasKey]uint32
+	memo    chainMemo // recent stores' chains by local hash, for MatchLocal
 	tel     Telemetry
 	prep    []prepared // the store path's working memory
 	sorted  []prepared // remapsWithin's copy of a long store
@@ -262,6 +263,6 @@ func (ix *Index) Stats() Stats {
 		}
 		st.Bytes += s.lin.Bytes()
 	}
-	st.Bytes += ix.sets.bytes() + uint64(cap(ix.srcs))*uint64(unsafe.Sizeof(source{})) + uint64(cap(ix.keys))*uint64(unsafe.Sizeof(ckf.SourceKey{}))
+	st.Bytes += ix.sets.bytes() + ix.memo.bytes() + uint64(cap(ix.srcs))*uint64(unsafe.Sizeof(source{})) + uint64(cap(ix.keys))*uint64(unsafe.Sizeof(ckf.SourceKey{}))
 	return st
 }

@@ -114,7 +114,7 @@ func (ix *Index) matchSlots(query []ckf.CanonicalHash, opt Options, r *Result) {
 		clear(r.scores)
 		r.stamp = 1
 	}
-	active, depth := ix.walkDevice(query, nil, r)
+	active, depth := ix.walkDevice(query, r)
 	for _, a := range r.dropped {
 		r.touch(a)
 	}
@@ -146,22 +146,13 @@ const lookahead = 8
 // every block up to the end of the walk (in key order) and that depth; the sources that dropped
 // out earlier are in r.dropped, grouped by r.cuts, each group in key order and the groups in
 // increasing depth.
-//
-// With local set (MatchLocal's fused walk), query is only the chain's memory, len(local) long:
-// the walk computes each canonical hash as it reaches the position (the chain's dependent
-// multiplies then overlap the lookups, which do not feed the chain), and the rest of the chain
-// after the walk stops, so query holds the whole chain on return.
-func (ix *Index) walkDevice(query []ckf.CanonicalHash, local []ckf.LocalBlockHash, r *Result) ([]uint32, uint32) {
+func (ix *Index) walkDevice(query []ckf.CanonicalHash, r *Result) ([]uint32, uint32) {
 	r.dropped, r.cuts = r.dropped[:0], r.cuts[:0]
 	dev := &ix.tiers[producer.StorageTierDevice]
-	fused := local != nil
 	if dev.live == 0 {
-		if fused {
-			finishChain(query, local, 0, 0)
-		}
 		return nil, 0
 	}
-	warm := !fused && dev.Bytes() >= prefetchFloorBytes
+	warm := dev.Bytes() >= prefetchFloorBytes
 	if warm {
 		for _, c := range query[:min(lookahead, len(query))] {
 			dev.Prefetch(uint64(c))
@@ -170,8 +161,6 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, local []ckf.LocalBlockHas
 	var buf [1]uint32
 	var active []uint32
 	keys := ix.keys
-	var prev uint64 // the fused walk's last canonical hash
-	filled := 0     // the fused walk's positions of query computed so far
 	// cur is a holder value whose holders include every active source; before the first block,
 	// a value no entry has (set ids and single holders never have every bit set), so that the
 	// first lookup always stops the run.
@@ -179,12 +168,7 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, local []ckf.LocalBlockHas
 	depth := len(query)
 	for pos := 0; pos < len(query); pos++ {
 		var v uint32
-		if fused {
-			pos, v, prev = runFromLocal(dev, local, query, pos, prev, cur)
-			filled = min(pos+1, len(query))
-		} else {
-			pos, v = runFrom(dev, query, pos, cur, warm)
-		}
+		pos, v = runFrom(dev, query, pos, cur, warm)
 		if pos == len(query) {
 			break
 		}
@@ -224,9 +208,6 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, local []ckf.LocalBlockHas
 	if active != nil {
 		r.active = active
 	}
-	if fused {
-		finishChain(query, local, filled, prev)
-	}
 	return active, uint32(depth)
 }
 
@@ -247,47 +228,13 @@ func runFrom(dev *holderTable, query []ckf.CanonicalHash, from int, cur uint32, 
 	return len(query), cur
 }
 
-// runFromLocal is runFrom for the fused walk: it computes chain[pos] from local as it reaches
-// pos (prev being chain[from-1] when from > 0) and also returns the last hash it computed.
-func runFromLocal(dev *holderTable, local []ckf.LocalBlockHash, chain []ckf.CanonicalHash, from int, prev uint64, cur uint32) (int, uint32, uint64) {
-	slots, seed, shift := dev.slots, dev.seed, dev.shift
-	if from == 0 && len(local) > 0 {
-		prev = uint64(ckf.CanonicalRoot(local[0]))
-		chain[0] = ckf.CanonicalHash(prev)
-		if v := probe(slots, seed, shift, prev); v != cur {
-			return 0, v, prev
-		}
-		from = 1
-	}
-	for pos := from; pos < len(local); pos++ {
-		prev = ckf.NextSequenceHash(prev, uint64(local[pos]))
-		chain[pos] = ckf.CanonicalHash(prev)
-		if v := probe(slots, seed, shift, prev); v != cur {
-			return pos, v, prev
-		}
-	}
-	return len(local), cur, prev
-}
-
-// finishChain computes chain[filled:] from local, prev being chain[filled-1] (when filled > 0).
-func finishChain(chain []ckf.CanonicalHash, local []ckf.LocalBlockHash, filled int, prev uint64) {
-	for ; filled < len(chain); filled++ {
-		if filled == 0 {
-			prev = uint64(ckf.CanonicalRoot(local[0]))
-		} else {
-			prev = ckf.NextSequenceHash(prev, uint64(local[filled]))
-		}
-		chain[filled] = ckf.CanonicalHash(prev)
-	}
-}
-
 // matchGroups answers a query when no lower tier holds anything: every total is the device
 // depth, so Result.Matches' order is depth descending, then source key ascending, which is the
 // order walkDevice leaves its groups in read backwards: the sources active at the end first,
 // then each cut's sources from the last cut to the first, each group already in key order. No
 // per-source slot and no sort.
 func (ix *Index) matchGroups(query []ckf.CanonicalHash, opt Options, r *Result) {
-	active, depth := ix.walkDevice(query, nil, r)
+	active, depth := ix.walkDevice(query, r)
 	ix.emitGroups(active, depth, opt, r)
 }
 
@@ -493,19 +440,15 @@ func compareMatches(a, b Match) int {
 }
 
 // MatchLocal is Match on a prompt's local block hashes; *chain receives their canonical chain
-// (ckf.CanonicalRoot, ckf.CanonicalChild). When no lower tier holds anything and the device map
-// is small enough to stay in the caches (prefetchFloorBytes), the walk computes the chain as it
-// goes (walkDevice's fused form); otherwise the chain comes first, with
-// ckf.AppendSequenceHashes, so that the walk can prefetch ahead of itself.
+// (ckf.CanonicalRoot, ckf.CanonicalChild). The chain is read from the memo of recent stores'
+// chains where their local hashes match the prompt's (chainMemo, workers §5.4), and hashed
+// where none does; with no run stored at all it is hashed whole (ckf.AppendSequenceHashes).
 func (ix *Index) MatchLocal(local []ckf.LocalBlockHash, opt Options, r *Result, chain *[]ckf.CanonicalHash) {
-	if len(local) > 0 && len(ix.ids) > 0 && ix.deviceOnly() &&
-		ix.tiers[producer.StorageTierDevice].Bytes() < prefetchFloorBytes {
+	if len(local) > 0 && ix.memo.runs != nil {
 		c := slices.Grow((*chain)[:0], len(local))[:len(local)]
 		*chain = c
-		r.Matches = r.Matches[:0]
-		r.Frequencies = r.Frequencies[:0]
-		active, depth := ix.walkDevice(c, local, r)
-		ix.emitGroups(active, depth, opt, r)
+		ix.memo.fill(c, local)
+		ix.Match(c, opt, r)
 		return
 	}
 	words := ckf.AppendSequenceHashes(asWords((*chain)[:0]), asWords(local))
