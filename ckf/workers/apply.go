@@ -249,9 +249,11 @@ func (ix *Index) worthPrefetching() bool {
 }
 
 // remove is workers §3.4: each id in order; an id the source does not hold on t is counted.
-// A first pass looks every id up (with a large index, after prefetching every id's lineage slot)
-// and prefetches the tier-map slot of each canonical found; the second applies the removals,
-// deleting a slot that held only this tier without looking it up again.
+// A first pass looks every id up (with a large index, after prefetching every id's lineage slot),
+// takes tier t off its lineage entry at once (deleting an entry left with no tier while its slot
+// is still in the cache) and prefetches the tier-map slot of each canonical found; the second
+// pass changes the tier map. The same id twice in one event finds its entry gone or without
+// the tier the second time: unknown then, as when removed one at a time.
 func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.ExternalBlockHash) {
 	si := ix.sourceOf(key)
 	if si < 0 {
@@ -273,38 +275,24 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 	tm := &ix.tiers[t]
 	p := ix.prep[:0]
 	for _, id := range ids {
-		q := prepared{ext: id}
-		if e := lin.Find(id); e != nil && e.tiers&bit != 0 {
-			q.canon, q.did = e.canonical(), e.tiers
-			if warm {
-				tm.Prefetch(uint64(q.canon))
-			}
+		e := lin.Find(id)
+		if e == nil || e.tiers&bit == 0 {
+			ix.tel.UnknownRemovals++
+			continue
 		}
-		p = append(p, q)
+		c := e.canonical()
+		if warm {
+			tm.Prefetch(uint64(c))
+		}
+		if e.tiers == bit {
+			lin.Delete(id)
+		} else {
+			e.tiers &^= bit
+		}
+		p = append(p, prepared{ext: id, canon: c})
 	}
 	ix.prep = p[:0]
 	for _, q := range p {
-		// q.did is the id's tiers before this event (0: not held on t). The same id twice in
-		// one event finds its slot gone or without the tier the second time: unknown then.
-		switch {
-		case q.did == 0:
-			ix.tel.UnknownRemovals++
-			continue
-		case q.did == bit:
-			if !lin.Delete(q.ext) {
-				ix.tel.UnknownRemovals++
-				continue
-			}
-		default:
-			e := lin.Find(q.ext)
-			if e == nil || e.tiers&bit == 0 {
-				ix.tel.UnknownRemovals++
-				continue
-			}
-			if e.tiers &^= bit; e.tiers == 0 {
-				lin.Delete(q.ext)
-			}
-		}
 		ix.lose(i, t, q.canon)
 	}
 	if lin.Len() == 0 {
