@@ -26,7 +26,7 @@ func TestLaneWriterConfigValidate(t *testing.T) {
 	}
 	for _, tc := range []streamtest.IllegalCase[streams.LaneWriterConfig]{
 		{Field: "LaneTopic", Set: func(c *streams.LaneWriterConfig) { c.LaneTopic = "" }},
-		{Field: "Lane", Set: func(c *streams.LaneWriterConfig) { c.Lane = ckf.LaneCount }},
+		{Field: "Lane", Set: func(c *streams.LaneWriterConfig) { c.Lane = ckf.MaxLanes }},
 		{Field: "ChunkWords", Set: func(c *streams.LaneWriterConfig) { c.ChunkWords = 0 }},
 		{Field: "ChunkWords", Set: func(c *streams.LaneWriterConfig) { c.ChunkWords = -1 }},
 		{Field: "WriteTimeout", Set: func(c *streams.LaneWriterConfig) { c.WriteTimeout = 0 }},

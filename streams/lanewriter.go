@@ -47,7 +47,7 @@ type LaneWriterConfig struct {
 	LaneTopic string
 	// IndexTopic is the compacted snapshot index; "" (the default) does not index snapshots.
 	IndexTopic string
-	// Lane is the physical lane = partition written, in [0, ckf.LaneCount). Default 0.
+	// Lane is the physical lane = partition written, in [0, ckf.MaxLanes) (consumer §16). Default 0.
 	Lane uint8
 	// ChunkWords is the bucket words per snapshot chunk. Default DefaultChunkWords; >= 1.
 	ChunkWords int
@@ -79,8 +79,8 @@ func DefaultLaneWriterConfig() LaneWriterConfig {
 func (c LaneWriterConfig) validate() error {
 	k := ConfigCheck{Config: "lane writer"}
 	k.Named("LaneTopic", c.LaneTopic)
-	if c.Lane >= ckf.LaneCount {
-		k.Fail("Lane", "must be below %d, got %d", ckf.LaneCount, c.Lane)
+	if c.Lane >= ckf.MaxLanes {
+		k.Fail("Lane", "must be below %d, got %d", ckf.MaxLanes, c.Lane)
 	}
 	if c.ChunkWords < 1 {
 		k.Fail("ChunkWords", "must be >= 1, got %d", c.ChunkWords)

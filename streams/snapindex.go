@@ -62,7 +62,7 @@ func parseLaneKey(k []byte) (uint8, bool) {
 			return 0, false
 		}
 		n = n*10 + int(c-'0')
-		if n >= ckf.LaneCount {
+		if n >= ckf.MaxLanes {
 			return 0, false
 		}
 	}

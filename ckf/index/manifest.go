@@ -28,8 +28,20 @@ type Manifest struct {
 
 // ManifestLanes is the lane → pool input of NewManifest: entry l is the pool
 // of physical lane l, or nil when lane l is not configured (Rust's
-// [Option<PoolId>; 16]).
-type ManifestLanes [ckf.LaneCount]*ckf.PoolID
+// [Option<PoolId>; 16], extended to ckf.MaxLanes entries, consumer §16, so
+// that one lane map serves a deployment of any lane count).
+type ManifestLanes [ckf.MaxLanes]*ckf.PoolID
+
+// Count returns the lane count of a table that holds every configured lane
+// of ml: the highest configured lane + 1, 0 when none is configured.
+func (ml *ManifestLanes) Count() int {
+	for l := len(ml) - 1; l >= 0; l-- {
+		if ml[l] != nil {
+			return l + 1
+		}
+	}
+	return 0
+}
 
 // ManifestWarningKind enumerates the non-fatal findings of NewManifest.
 type ManifestWarningKind uint8
@@ -138,8 +150,13 @@ var (
 //
 // The format is not validated here; NewGlobalIndexer validates it when it
 // sizes the table.
+//
+// The table has 16 lanes (ckf.LaneCount) when every configured lane lies
+// below 16, as every manifest built before consumer §16 had, and otherwise
+// the highest configured lane + 1 (NewManifestN sizes a table to a lane count
+// of its caller's choice).
 func NewManifest(consumer ckf.ConsumerInstanceID, domain ckf.IndexerDomainID, format ckf.FormatIdentity, lanes ManifestLanes) (Manifest, []ManifestWarning, error) {
-	return NewManifestN(consumer, domain, format, lanes[:])
+	return NewManifestN(consumer, domain, format, lanes[:max(ckf.LaneCount, lanes.Count())])
 }
 
 // NewManifestN is NewManifest for a table of len(lanes) lanes (consumer
@@ -148,7 +165,8 @@ func NewManifest(consumer ckf.ConsumerInstanceID, domain ckf.IndexerDomainID, fo
 // before the lanes); the lanes are then checked as NewManifest checks them.
 // The transposed table's rows follow the lane count (rows of 4 words for 4
 // lanes, 64 for 64), so a deployment pays for the lanes it configures, not
-// for the ceiling. NewManifest(…) is NewManifestN(…, lanes[:]): 16 lanes.
+// for the ceiling. NewManifest(…) is NewManifestN(…, lanes[:16]) for a lane
+// map within lanes 0..15.
 func NewManifestN(consumer ckf.ConsumerInstanceID, domain ckf.IndexerDomainID, format ckf.FormatIdentity, lanes []*ckf.PoolID) (Manifest, []ManifestWarning, error) {
 	if len(lanes) < 1 || len(lanes) > ckf.MaxLanes {
 		return Manifest{}, nil, &ManifestError{Kind: ManifestInvalidLaneCount, Lanes: len(lanes)}

@@ -38,11 +38,12 @@ type SettingProblem struct {
 	Err    error  // the underlying error (ckf's), if any
 }
 
-// CheckLane is RelayConfig.Lane's rule: a physical lane, in [0, ckf.LaneCount). It takes an int
-// so that a configuration file's value is checked before it is narrowed to a lane.
+// CheckLane is RelayConfig.Lane's rule: a physical lane, in [0, ckf.MaxLanes) (consumer §16).
+// It takes an int so that a configuration file's value is checked before it is narrowed to a
+// lane.
 func CheckLane(lane int) error {
-	if lane < 0 || lane >= ckf.LaneCount {
-		return fmt.Errorf("%d is not in [0,%d]", lane, ckf.LaneCount-1)
+	if lane < 0 || lane >= ckf.MaxLanes {
+		return fmt.Errorf("%d is not in [0,%d]", lane, ckf.MaxLanes-1)
 	}
 	return nil
 }

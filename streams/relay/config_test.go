@@ -27,7 +27,7 @@ func TestRelayConfigValidate(t *testing.T) {
 		{Field: "Topics.KVEvents", Set: func(c *relay.RelayConfig) { c.Topics.KVEvents = "" }},
 		{Field: "Topics.Lanes", Set: func(c *relay.RelayConfig) { c.Topics.Lanes = "" }},
 		{Field: "Pool", Set: func(c *relay.RelayConfig) { c.Pool = ckf.PoolID{} }},
-		{Field: "Lane", Set: func(c *relay.RelayConfig) { c.Lane = ckf.LaneCount }},
+		{Field: "Lane", Set: func(c *relay.RelayConfig) { c.Lane = ckf.MaxLanes }},
 		{Field: "CKF.ExpectedBlocksPerDC", Set: func(c *relay.RelayConfig) { c.CKF.ExpectedBlocksPerDC = 0 }},
 		{Field: "CKF", Set: func(c *relay.RelayConfig) { c.CKF.MaxKicks = 0 }},
 		{Field: "CKF", Set: func(c *relay.RelayConfig) { c.CKF.VerificationWindow = 0 }},
