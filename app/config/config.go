@@ -124,7 +124,8 @@ type Kafka struct {
 	ClientID string `yaml:"client_id"`
 	// CreateTopics creates missing topics of the layout at start. Default true. Set it to false
 	// where topics are provisioned by operators and the principal may not create them; start-up
-	// then only checks that the layout exists and that the lane topic has ckf.LaneCount partitions.
+	// then only checks that the layout exists and that the lane topic has a partition per lane
+	// (Indexer.LanePartitions).
 	CreateTopics bool `yaml:"create_topics"`
 	// TopicReplicationFactor is the replication factor of the topics the process creates
 	// (kafka.create_topics; existing topics are left as they are). 0, the default, decides at
@@ -404,8 +405,11 @@ type Indexer struct {
 	// DomainSource says how both digests of Domain were obtained: explicit (the default) or
 	// default_derived. A default-derived domain across several DCs is allowed and logged.
 	DomainSource string `yaml:"domain_source"`
-	// Lanes maps physical lane (0..15) to the DC id whose relay publishes on it. A DC appears
-	// on at most one lane. Empty by default; the indexer needs at least one lane.
+	// Lanes maps physical lane (0..63) to the DC id whose relay publishes on it. A DC appears
+	// on at most one lane. Empty by default; the indexer needs at least one lane. The indexer's
+	// table holds the highest mapped lane + 1 lanes (Indexer.LaneCount: a 4-lane map builds a
+	// 4-lane table), and the lane topic needs a partition per lane, at least 16
+	// (Indexer.LanePartitions; consumer §16).
 	Lanes LaneMap `yaml:"lanes"`
 	// RemoteLanes names the lanes of indexer.lanes whose relay publishes in another region,
 	// lane=alias (MirrorMaker's alias of that region): they are read from MirrorMaker's copies of
@@ -505,7 +509,7 @@ type Freshness struct {
 type Relay struct {
 	// DcID is the DC id of the pool this relay publishes for. Default 0.
 	DcID uint64 `yaml:"dc_id"`
-	// Lane is the physical lane (lane topic partition) the relay writes, in [0,15]. It must
+	// Lane is the physical lane (lane topic partition) the relay writes, in [0,63]. It must
 	// be the lane the indexers' indexer.lanes maps to DcID. Default 0.
 	Lane int `yaml:"lane"`
 	// ExpectedBlocks sizes the relay's filter; it must equal the indexers'

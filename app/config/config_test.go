@@ -253,7 +253,7 @@ func TestInvalidFieldMessages(t *testing.T) {
 		{args: []string{"--metrics.report_interval=0s"}, want: "config: metrics.report_interval: 0s is not positive"},
 		{args: []string{"--indexer.domain=abc"}, want: `config: indexer.domain: "abc" is not <32 hex digits>:<32 hex digits>`},
 		{args: []string{"--indexer.domain_source=guessed"}, want: `config: indexer.domain_source: "guessed" is not one of explicit, default_derived`},
-		{args: []string{"--indexer.lanes=16=1"}, want: "config: indexer.lanes: lane 16 is not in [0,15]"},
+		{args: []string{"--indexer.lanes=64=1"}, want: "config: indexer.lanes: lane 64 is not in [0,63]"},
 		{args: []string{"--indexer.lanes=1=5,4=5"}, want: "config: indexer.lanes: DC 0x5 is on lanes 1 and 4; a DC publishes on one lane"},
 		{args: []string{"--indexer.bucket_count=1000"}, want: "config: indexer.bucket_count: 1000 is not 0 or a power of two in [2,16777216]"},
 		{args: []string{"--indexer.expected_blocks_per_dc=0"}, want: "config: indexer.expected_blocks_per_dc: must be positive when indexer.bucket_count is 0"},
@@ -272,7 +272,7 @@ func TestInvalidFieldMessages(t *testing.T) {
 		{args: []string{"--indexer.gc_percent=-1"}, want: "config: indexer.gc_percent: -1 is not in [0,10000]"},
 		{args: []string{"--indexer.gc_percent=10001"}, want: "config: indexer.gc_percent: 10001 is not in [0,10000]"},
 		{args: []string{"--indexer.lag_commit_interval=0s"}, want: "config: indexer.lag_commit_interval: 0s is not positive"},
-		{args: []string{"--relay.lane=-1"}, want: "config: relay.lane: -1 is not in [0,15]"},
+		{args: []string{"--relay.lane=-1"}, want: "config: relay.lane: -1 is not in [0,63]"},
 		{args: []string{"--relay.expected_blocks=0"}, want: "config: relay.expected_blocks: must be positive"},
 		{args: []string{"--relay.snapshot_interval=0s", "--relay.snapshot_every_deltas=0", "--relay.snapshot_delta_ratio=0"}, want: "config: relay.snapshot_interval: is 0 and so are relay.snapshot_every_deltas and relay.snapshot_delta_ratio"},
 		{args: []string{"--relay.snapshot_delta_ratio=-1"}, want: "config: relay.snapshot_delta_ratio: -1 is negative"},
@@ -328,7 +328,7 @@ func TestReplyTopicPrefixes(t *testing.T) {
 }
 
 func TestEveryInvalidFieldIsReported(t *testing.T) {
-	_, err := config.Load(config.Sources{Args: []string{"--indexer.verification_window=9", "--relay.lane=16", "--log.level=x"}, LookupEnv: env(nil)})
+	_, err := config.Load(config.Sources{Args: []string{"--indexer.verification_window=9", "--relay.lane=64", "--log.level=x"}, LookupEnv: env(nil)})
 	for _, want := range []string{"indexer.verification_window", "relay.lane", "log.level"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %s", err, want)
@@ -461,8 +461,8 @@ func TestCKFFactsAreCKFs(t *testing.T) {
 		{"indexer.expected_blocks_per_dc", fmt.Sprint(uint64(ckf.MaxWireBucketCount) * 16 / 5), fmt.Sprint(uint64(ckf.MaxWireBucketCount)*16/5 + 1)},
 		{"relay.expected_blocks", fmt.Sprint(uint64(ckf.MaxWireBucketCount) * 16 / 5), fmt.Sprint(uint64(ckf.MaxWireBucketCount)*16/5 + 1)},
 		{"indexer.verification_window", fmt.Sprint(ckf.MaxVerificationWindow), fmt.Sprint(ckf.MaxVerificationWindow + 1)},
-		{"relay.lane", fmt.Sprint(ckf.LaneCount - 1), fmt.Sprint(ckf.LaneCount)},
-		{"indexer.lanes", fmt.Sprintf("%d=7", ckf.LaneCount-1), fmt.Sprintf("%d=7", ckf.LaneCount)},
+		{"relay.lane", fmt.Sprint(ckf.MaxLanes - 1), fmt.Sprint(ckf.MaxLanes)},
+		{"indexer.lanes", fmt.Sprintf("%d=7", ckf.MaxLanes-1), fmt.Sprintf("%d=7", ckf.MaxLanes)},
 	} {
 		if err := valid("--" + tc.field + "=" + tc.ok); err != nil {
 			t.Errorf("%s=%s refused: %v", tc.field, tc.ok, err)

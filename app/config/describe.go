@@ -106,7 +106,7 @@ var descriptions = map[string]Description{
 	"indexer.consumer_instance_id":     {"this replica's id in its lane leases; 0 draws a random one (must differ between replicas)", indexerCommands},
 	"indexer.domain":                   {"indexer domain <32 hex>:<32 hex> (cache semantics:routing scope); required by indexer and relay", []string{CommandDemo, CommandIndexer, CommandRelay}},
 	"indexer.domain_source":            {"how the domain's digests were obtained: explicit or default_derived", []string{CommandDemo, CommandIndexer, CommandRelay}},
-	"indexer.lanes":                    {"lane map lane=dc,... (lane 0..15 to DC id); required by indexer, checked by relay, DCs of loadgen", []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen}},
+	"indexer.lanes":                    {"lane map lane=dc,... (lane 0..63 to DC id); required by indexer, checked by relay, DCs of loadgen", []string{CommandDemo, CommandIndexer, CommandRelay, CommandLoadgen}},
 	"indexer.remote_lanes":             {"lanes published in another region, lane=alias,...: read from MirrorMaker's copies of that region's lanes and snapshot index (design §8)", indexerCommands},
 	"indexer.mirror_policy":            {"MirrorMaker's replication policy between regions: default (<alias>.<topic>) or identity (same names, one way)", indexerCommands},
 	"indexer.bucket_count":             {"CKF bucket count every lane must publish (power of two); 0 derives it from expected_blocks_per_dc", []string{CommandIndexer}},
@@ -124,7 +124,7 @@ var descriptions = map[string]Description{
 	"indexer.gc_percent":               {"GOGC the indexer sets at start; 0 keeps the runtime's (a GOGC variable wins)", indexerCommands},
 
 	"relay.dc_id":                   {"DC id of the pool this relay publishes for", []string{CommandRelay}},
-	"relay.lane":                    {"physical lane 0..15 the relay writes; indexer.lanes must map it to relay.dc_id", []string{CommandRelay}},
+	"relay.lane":                    {"physical lane 0..63 the relay writes; indexer.lanes must map it to relay.dc_id", []string{CommandRelay}},
 	"relay.expected_blocks":         {"blocks that size the relay's filter; must equal indexer.expected_blocks_per_dc", []string{CommandRelay}},
 	"relay.seed":                    {"CKF addressing seed; must equal indexer.seed", []string{CommandRelay}},
 	"relay.snapshot_every_deltas":   {"snapshot after this many deltas; 0 disables the count trigger", relayCommands},

@@ -28,3 +28,25 @@ func (ix Indexer) LaneOwners() (index.ManifestLanes, error) {
 	}
 	return owners, nil
 }
+
+// LaneCount returns the lane count of the indexer's table: the highest lane of the lane map + 1
+// (a map of lanes 0..3 builds a 4-lane table, of lanes 0..15 the reference's 16), 0 for an empty
+// map. Lanes outside [0,63] are not counted (Validate refuses them). Consumer §16: the table's
+// rows, and what a query reads, follow this count.
+func (ix Indexer) LaneCount() int {
+	n := 0
+	for l := range ix.Lanes {
+		if l >= 0 && l < ckf.MaxLanes && l+1 > n {
+			n = l + 1
+		}
+	}
+	return n
+}
+
+// LanePartitions returns the partition count the lane topic (and the relays' checkpoint topic,
+// whose partition p is lane p's relay) needs for the lane map: one per lane of LaneCount, and at
+// least ckf.LaneCount (16), the count of every deployment before consumer §16, so that existing
+// topics and the default layout stay as they were.
+func (ix Indexer) LanePartitions() int {
+	return max(ckf.LaneCount, ix.LaneCount())
+}

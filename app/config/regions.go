@@ -19,7 +19,7 @@ import (
 // alias rules are the library's (streams.MirroredTopic, streams.CheckRegionAlias,
 // streams.CheckMirrorPolicy); this file reports them under the settings' paths.
 
-// LaneRegions maps a physical lane (0..15) to the MirrorMaker alias of the region whose relay
+// LaneRegions maps a physical lane (0..63) to the MirrorMaker alias of the region whose relay
 // publishes it. In a file it is a mapping whose keys may be numbers or strings: {8: eu, "9": eu};
 // in a variable or flag comma-separated lane=alias pairs: 8=eu,9=eu.
 type LaneRegions map[int]string
@@ -118,8 +118,8 @@ func (ix Indexer) validateRegions(t Topics, p *problems) {
 	}
 	for _, lane := range ix.RemoteLanes.Lanes() {
 		alias := ix.RemoteLanes[lane]
-		if lane < 0 || lane >= ckf.LaneCount {
-			p.add("indexer.remote_lanes", "lane %d is not in [0,%d]", lane, ckf.LaneCount-1)
+		if lane < 0 || lane >= ckf.MaxLanes {
+			p.add("indexer.remote_lanes", "lane %d is not in [0,%d]", lane, ckf.MaxLanes-1)
 			continue
 		}
 		if _, ok := ix.Lanes[lane]; !ok {

@@ -41,7 +41,7 @@ func (s Secret) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(s.St
 // MarshalText encodes the redacted form.
 func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
-// LaneMap maps a physical lane (0..15) to the DC id that publishes on it. In a file it is a
+// LaneMap maps a physical lane (0..63, consumer §16) to the DC id that publishes on it. In a file it is a
 // mapping whose keys may be numbers or strings (as JSON requires): {0: 0x1a, "1": 27}; in a
 // variable or flag it is comma-separated lane=dc pairs: 0=0x1a,1=27. DC ids accept decimal and
 // 0x-prefixed hex, and print as hex, as ckf renders a DcID.

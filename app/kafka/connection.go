@@ -43,6 +43,10 @@ type Params struct {
 	Logger   *zap.Logger           `optional:"true"`
 	// Hooks, when set, adds kprom metrics to every client built from the connection.
 	Hooks *metrics.KafkaHooks `optional:"true"`
+	// Indexer and Relay give the lane count the lane topic's partitions follow (consumer §16):
+	// one per lane of indexer.lanes and relay.lane, at least 16. Absent: 16.
+	Indexer config.Indexer `optional:"true"`
+	Relay   config.Relay   `optional:"true"`
 }
 
 // Connection is the process's Kafka connection: the cluster, the shared client options, and
@@ -61,7 +65,9 @@ type Connection struct {
 	log         *zap.Logger
 	admin       *kgo.Client
 	topicsReady atomic.Bool
-	closeOnce   sync.Once
+	// lanePartitions is the lane topic's partition count (TopicLayoutLanes).
+	lanePartitions int
+	closeOnce      sync.Once
 
 	codecMu sync.Mutex
 	codec   *schemas.Codec
@@ -85,7 +91,8 @@ func New(p Params) (*Connection, error) {
 		cluster.Close()
 		return nil, err
 	}
-	c := &Connection{Cluster: cluster, Topics: p.Topics, Registry: p.Registry, cfg: p.Config, base: base, hooks: p.Hooks, log: log}
+	c := &Connection{Cluster: cluster, Topics: p.Topics, Registry: p.Registry, cfg: p.Config, base: base, hooks: p.Hooks, log: log,
+		lanePartitions: max(p.Indexer.LanePartitions(), p.Relay.Lane+1)}
 	c.admin, err = c.NewClient("admin")
 	if err != nil {
 		cluster.Close()
@@ -156,8 +163,9 @@ func (c *Connection) NewClient(client string, extra ...kgo.Opt) (*kgo.Client, er
 }
 
 // Start waits for a broker to answer, then ensures the topic layout: it creates the missing
-// topics when kafka.create_topics is set, and otherwise only verifies them; either way the lane
-// topic must have ckf.LaneCount partitions. It returns when the layout is usable, when a
+// topics when kafka.create_topics is set (growing the per-lane topics to the lane count), and
+// otherwise only verifies them; either way the lane topic must have a partition per lane, at
+// least 16 (TopicLayoutLanes). It returns when the layout is usable, when a
 // broker refuses the client for good (an authentication or authorization error), or shortly
 // before ctx ends: it keeps a margin so that its own error, which names the cause, reaches the
 // caller before fx's start timeout reports a bare "context deadline exceeded".
@@ -167,9 +175,9 @@ func (c *Connection) Start(ctx context.Context) error {
 	defer cancel()
 	err := c.waitForBroker(ctx)
 	if err == nil && c.cfg.CreateTopics {
-		err = EnsureTopicsReplicated(ctx, c.admin, c.Topics, ReplicationOf(c.cfg))
+		err = EnsureTopicsLanes(ctx, c.admin, c.Topics, ReplicationOf(c.cfg), c.lanePartitions)
 	} else if err == nil {
-		err = VerifyTopics(ctx, c.admin, c.Topics)
+		err = VerifyTopicsLanes(ctx, c.admin, c.Topics, c.lanePartitions)
 	}
 	if err != nil {
 		// fx does not run the OnStop of a hook whose OnStart failed: release what New opened.

@@ -50,11 +50,21 @@ func retention(d time.Duration) map[string]*string {
 	return map[string]*string{"cleanup.policy": kadm.StringPtr("delete"), "retention.ms": kadm.StringPtr(strconv.FormatInt(d.Milliseconds(), 10))}
 }
 
-// TopicLayout returns every topic the product uses with its partition count and configs.
+// TopicLayout returns every topic the product uses with its partition count and configs, for a
+// deployment of at most 16 lanes (TopicLayoutLanes with ckf.LaneCount).
 func TopicLayout(t config.Topics) []TopicSpec {
+	return TopicLayoutLanes(t, ckf.LaneCount)
+}
+
+// TopicLayoutLanes is TopicLayout for a deployment whose lane topic needs lanes partitions
+// (config.Indexer.LanePartitions; consumer §16): the lane topic and the relays' checkpoint topic,
+// where partition p is lane p, get max(lanes, 16) partitions; every other topic is as
+// TopicLayout has it.
+func TopicLayoutLanes(t config.Topics, lanes int) []TopicSpec {
+	perLane := int32(max(lanes, ckf.LaneCount))
 	return []TopicSpec{
 		{Name: t.KVEvents, Partitions: ckf.LaneCount, Configs: retention(KVEventsRetention)},
-		{Name: t.Lanes, Partitions: ckf.LaneCount, Configs: retention(LanesRetention)},
+		{Name: t.Lanes, Partitions: perLane, Configs: retention(LanesRetention)},
 		{Name: t.Queries, Partitions: 4, Configs: retention(ShortRetention)},
 		{Name: t.QueryReplies, Partitions: 4, Configs: retention(ShortRetention)},
 		// Every DC's worker stage reads every partition in its own group (streams/workers).
@@ -66,7 +76,7 @@ func TopicLayout(t config.Topics) []TopicSpec {
 		// One live record per lane; compaction keeps the latest.
 		{Name: t.SnapshotIndex, Partitions: 1, Configs: map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}},
 		// Partition p is lane p's relay.
-		{Name: t.RelayCheckpoints, Partitions: ckf.LaneCount, Configs: map[string]*string{
+		{Name: t.RelayCheckpoints, Partitions: perLane, Configs: map[string]*string{
 			"cleanup.policy": kadm.StringPtr("delete"), "retention.ms": kadm.StringPtr("-1"),
 			"retention.bytes": kadm.StringPtr(strconv.Itoa(CheckpointRetentionBytes)),
 			"segment.bytes":   kadm.StringPtr(strconv.Itoa(checkpointSegmentBytes)),
@@ -74,8 +84,9 @@ func TopicLayout(t config.Topics) []TopicSpec {
 	}
 }
 
-// ErrLaneTopicPartitions is returned (wrapped) when the lane topic exists with fewer than
-// ckf.LaneCount partitions: partition p must be physical lane p, so such a topic cannot serve.
+// ErrLaneTopicPartitions is returned (wrapped) when the lane topic exists with fewer partitions
+// than the deployment has lanes (at least ckf.LaneCount): partition p must be physical lane p, so
+// such a topic cannot serve.
 var ErrLaneTopicPartitions = errors.New("lane topic has too few partitions")
 
 // Replication is how the topics a process creates are replicated: kafka.topic_replication_factor
@@ -154,12 +165,21 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t config.Topics) error {
 // replication included); an existing lane topic with fewer than ckf.LaneCount partitions is an
 // error, since partition p must be physical lane p.
 func EnsureTopicsReplicated(ctx context.Context, cl *kgo.Client, t config.Topics, r Replication) error {
+	return EnsureTopicsLanes(ctx, cl, t, r, ckf.LaneCount)
+}
+
+// EnsureTopicsLanes is EnsureTopicsReplicated for the layout of TopicLayoutLanes(t, lanes): an
+// existing lane topic or relay checkpoint topic with fewer partitions than that layout's is grown
+// to it (partition p is lane p, so the existing lanes keep their partitions), and the lane topic
+// must then have them.
+func EnsureTopicsLanes(ctx context.Context, cl *kgo.Client, t config.Topics, r Replication, lanes int) error {
 	adm := kadm.NewClient(cl)
 	factor, minInsync, err := ReplicationFor(ctx, adm, r)
 	if err != nil {
 		return err
 	}
-	for _, spec := range TopicLayout(t) {
+	layout := TopicLayoutLanes(t, lanes)
+	for _, spec := range layout {
 		resp, err := adm.CreateTopic(ctx, spec.Partitions, factor, WithMinInsync(spec.Configs, minInsync), spec.Name)
 		if err == nil {
 			err = resp.Err
@@ -168,7 +188,38 @@ func EnsureTopicsReplicated(ctx context.Context, cl *kgo.Client, t config.Topics
 			return fmt.Errorf("create topic %s: %w", spec.Name, err)
 		}
 	}
-	return VerifyTopics(ctx, cl, t)
+	if lanes > ckf.LaneCount {
+		if err := growPerLaneTopics(ctx, adm, layout, t); err != nil {
+			return err
+		}
+	}
+	return VerifyTopicsLanes(ctx, cl, t, lanes)
+}
+
+// growPerLaneTopics grows the lane topic and the relays' checkpoint topic to their partitions of
+// layout when they exist with fewer (a deployment that went beyond 16 lanes).
+func growPerLaneTopics(ctx context.Context, adm *kadm.Client, layout []TopicSpec, t config.Topics) error {
+	details, err := adm.ListTopics(ctx, t.Lanes, t.RelayCheckpoints)
+	if err != nil {
+		return fmt.Errorf("list topics %s, %s: %w", t.Lanes, t.RelayCheckpoints, err)
+	}
+	for _, spec := range layout {
+		if spec.Name != t.Lanes && spec.Name != t.RelayCheckpoints {
+			continue
+		}
+		d, ok := details[spec.Name]
+		if !ok || d.Err != nil || len(d.Partitions) >= int(spec.Partitions) {
+			continue // not listed yet: VerifyTopicsLanes waits for it and checks it
+		}
+		resp, err := adm.UpdatePartitions(ctx, int(spec.Partitions), spec.Name)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("grow topic %s from %d to %d partitions (one per lane): %w", spec.Name, len(d.Partitions), spec.Partitions, err)
+		}
+	}
+	return nil
 }
 
 // VerifyTopics waits until every topic of the layout exists with a leader for each partition,
@@ -176,8 +227,15 @@ func EnsureTopicsReplicated(ctx context.Context, cl *kgo.Client, t config.Topics
 // creation is asynchronous on a real cluster, so a topic that was just created may take a moment
 // to appear; VerifyTopics retries until ctx ends.
 func VerifyTopics(ctx context.Context, cl *kgo.Client, t config.Topics) error {
+	return VerifyTopicsLanes(ctx, cl, t, ckf.LaneCount)
+}
+
+// VerifyTopicsLanes is VerifyTopics for the layout of TopicLayoutLanes(t, lanes): the lane topic
+// must have a partition per lane, and at least ckf.LaneCount.
+func VerifyTopicsLanes(ctx context.Context, cl *kgo.Client, t config.Topics, lanes int) error {
 	adm := kadm.NewClient(cl)
-	layout := TopicLayout(t)
+	layout := TopicLayoutLanes(t, lanes)
+	need := max(lanes, ckf.LaneCount)
 	var details kadm.TopicDetails
 	for {
 		var err error
@@ -194,9 +252,9 @@ func VerifyTopics(ctx context.Context, cl *kgo.Client, t config.Topics) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if d := details[t.Lanes]; len(d.Partitions) < ckf.LaneCount {
-		return fmt.Errorf("topic %s has %d partitions; the lane topic needs %d (one per physical lane): %w",
-			t.Lanes, len(d.Partitions), ckf.LaneCount, ErrLaneTopicPartitions)
+	if d := details[t.Lanes]; len(d.Partitions) < need {
+		return fmt.Errorf("topic %s has %d partitions; the lane topic needs %d (one per physical lane, indexer.lanes): %w",
+			t.Lanes, len(d.Partitions), need, ErrLaneTopicPartitions)
 	}
 	return nil
 }

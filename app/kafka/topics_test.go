@@ -207,3 +207,60 @@ func TestResolveReplication(t *testing.T) {
 		t.Errorf("ReplicationOf = %+v", got)
 	}
 }
+
+// TestLaneTopicFollowsTheLaneCount: a deployment beyond 16 lanes (consumer §16) creates its lane
+// and checkpoint topics with a partition per lane, grows the 16-partition topics of an earlier
+// deployment to it, and a lane topic left short fails the verification naming the count.
+func TestLaneTopicFollowsTheLaneCount(t *testing.T) {
+	c, err := kafka.OpenCluster(config.Kafka{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.MetadataMinAge(10*time.Millisecond)) // the layout is listed again right after it changes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	partitions := func(topic string) int {
+		t.Helper()
+		d, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(d[topic].Partitions)
+	}
+
+	wide := config.DefaultTopics("wide.")
+	if err := kafka.EnsureTopicsLanes(ctx, cl, wide, kafka.Replication{}, 64); err != nil {
+		t.Fatalf("EnsureTopicsLanes(64): %v", err)
+	}
+	for _, spec := range kafka.TopicLayoutLanes(wide, 64) {
+		if got := partitions(spec.Name); got != int(spec.Partitions) {
+			t.Errorf("%s: %d partitions, want %d", spec.Name, got, spec.Partitions)
+		}
+	}
+	if n := partitions(wide.Lanes); n != 64 || partitions(wide.RelayCheckpoints) != 64 {
+		t.Errorf("lane topic %d, checkpoints %d partitions, want 64 each", n, partitions(wide.RelayCheckpoints))
+	}
+
+	grown := config.DefaultTopics("grown.")
+	if err := kafka.EnsureTopics(ctx, cl, grown); err != nil {
+		t.Fatal(err)
+	}
+	err = kafka.VerifyTopicsLanes(ctx, cl, grown, 20)
+	if err == nil || !strings.Contains(err.Error(), "needs 20") || !errors.Is(err, kafka.ErrLaneTopicPartitions) {
+		t.Fatalf("VerifyTopicsLanes(20) on 16 partitions: %v, want a partition-count error naming 20", err)
+	}
+	if err := kafka.EnsureTopicsLanes(ctx, cl, grown, kafka.Replication{}, 20); err != nil {
+		t.Fatalf("EnsureTopicsLanes(20) over a 16-lane layout: %v", err)
+	}
+	if a, b := partitions(grown.Lanes), partitions(grown.RelayCheckpoints); a != 20 || b != 20 {
+		t.Errorf("grown: lane topic %d, checkpoints %d partitions, want 20 each", a, b)
+	}
+	if n := partitions(grown.KVEvents); n != 16 {
+		t.Errorf("grown: kv events %d partitions, want 16 (not per lane)", n)
+	}
+}
