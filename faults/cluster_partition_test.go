@@ -24,7 +24,7 @@ import (
 
 // laneWriteFailedLog is the start of the message a relay logs when a lane write (a transaction
 // of deltas, heartbeats or a snapshot) fails and it recovers under a new incarnation
-// (streams/relay_publish.go).
+// (streams/relay/relay_recover.go, writeFailed).
 const laneWriteFailedLog = "lane write failed"
 
 // relayReports counts each relay's failed lane writes so far (its log lines) and its recoveries.

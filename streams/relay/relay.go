@@ -23,12 +23,20 @@ import (
 // bucket images on its lane partition, with barrier snapshots at start, periodically and on
 // request. The files:
 //
-//	relay.go          configuration, construction, accessors, errors
-//	relay_run.go      the run loop: start-up replay, live phase, graceful stop
-//	relay_publish.go  the transactional publication path: deltas, snapshots, heartbeats, recovery
-//	relay_events.go   KV-event conversion, application, rejection and dead letters
-//	relay_metrics.go  tally handles
-//	relay_silence.go  engines that do not publish: the DC's idle time, silent sources
+//	relay.go             configuration, construction, accessors, errors
+//	relay_run.go         the run loop: start-up replay, live phase, graceful stop
+//	relay_events.go      KV-event conversion, application, rejection and dead letters
+//	relay_deltas.go      the delta path, one way: the publisher's delta into the open
+//	                     transaction, streamed, committed
+//	relay_snapshot.go    barrier snapshots and heartbeats
+//	relay_recover.go     failed writes, recovery, a new incarnation
+//	relay_claim.go       the pool claim that tells a newer instance's fence from the brokers'
+//	relay_limit.go       the lane record limit
+//	relay_metrics.go     tally handles
+//	relay_silence.go     engines that do not publish: the DC's idle time, silent sources
+//	relay_asof.go        the as_of every lane record carries
+//	relay_blocksize.go   the DC's block size every lane record carries
+//	relay_fullness.go    the filter-occupancy warning
 //	relay_checkpoint.go  state checkpoints, restore, lag offsets (checkpoint_record.go: framing;
 //	                     checkpoint_read.go: finding the newest usable checkpoint)
 //

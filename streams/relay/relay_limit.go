@@ -34,18 +34,3 @@ func (rl *relayLoop) laneRecordLimit() (int, error) {
 		zap.String("source", source), zap.Int("record_limit", limit))
 	return limit, nil
 }
-
-// publishOpenWindow publishes the state's open publication window, split like any publication,
-// before a barrier snapshot. The spec's barrier (Publisher.SnapshotAfterBarrier) would publish
-// it as the tail, in one delta whatever its size; published here, on the same wire lease and in
-// the same order (nothing is applied between this drain and the barrier's copy of the words),
-// it leaves the barrier an empty tail. Without a lease (start-up, recovery) the publisher
-// discards it exactly as the barrier would.
-func (rl *relayLoop) publishOpenWindow() {
-	if rl.broken {
-		return
-	}
-	if images := rl.state.Flush(); len(images) > 0 {
-		rl.publish(images)
-	}
-}

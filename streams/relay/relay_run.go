@@ -36,7 +36,7 @@ type relayLoop struct {
 	laneCl   *kgo.Client
 	w        *streams.LaneWriter
 	pub      *producer.Publisher
-	txn      laneTxn // the open lane transaction's deltas (relay_publish.go)
+	txn      laneTxn // the open lane transaction's deltas (relay_deltas.go)
 	identity ckf.ProducerIdentity
 	epoch    uint64 // synthetic wire lease epoch, bumped at every snapshot
 	prevInc  uint64 // the lane's last indexed incarnation (0 = none)
