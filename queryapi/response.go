@@ -102,7 +102,7 @@ func laneStateOf(name string) schemas.LaneAnswerState {
 // searched lanes' entries also carry). Matches and Lanes are empty, never null, when the reply
 // has no such entry. The LaneAnswers' AgeMillis and Depth point into reply: keep it unchanged
 // while the response is in use.
-func ResponseOf(reply *schemas.QueryReply, pools *[ckf.LaneCount]LanePool) PrefixMatchResponse {
+func ResponseOf(reply *schemas.QueryReply, pools *[ckf.MaxLanes]LanePool) PrefixMatchResponse {
 	resp := PrefixMatchResponse{
 		CorrelationID: reply.CorrelationID, Status: reply.Status.String(), Error: reply.ErrorMessage,
 		QueryBlocks: reply.QueryBlocks, ReadyLanes: reply.ReadyLanes, IncompleteLanes: reply.IncompleteLanes,
@@ -120,7 +120,7 @@ func ResponseOf(reply *schemas.QueryReply, pools *[ckf.LaneCount]LanePool) Prefi
 	for i := range reply.LaneStates {
 		s := &reply.LaneStates[i]
 		la := LaneAnswer{Lane: s.Lane, State: LaneStateName(s.State)}
-		if pools != nil && s.Lane < ckf.LaneCount {
+		if pools != nil && s.Lane < ckf.MaxLanes {
 			la.DcID, la.Pool = pools[s.Lane].DcID, pools[s.Lane].Pool
 		}
 		if s.AgeMillis.Valid {
@@ -147,9 +147,9 @@ type LanePool struct {
 
 // LanePools returns the LanePool of every lane of the lane map (the manifest): pools[l] for
 // lane l, empty for a lane the map does not name.
-func LanePools(poolOf func(l uint8) (ckf.PoolID, bool)) *[ckf.LaneCount]LanePool {
-	var out [ckf.LaneCount]LanePool
-	for l := uint8(0); l < ckf.LaneCount; l++ {
+func LanePools(poolOf func(l uint8) (ckf.PoolID, bool)) *[ckf.MaxLanes]LanePool {
+	var out [ckf.MaxLanes]LanePool
+	for l := uint8(0); l < ckf.MaxLanes; l++ {
 		if p, ok := poolOf(l); ok {
 			out[l] = LanePool{DcID: p.Dc.String(), Pool: p.String()}
 		}

@@ -37,7 +37,7 @@ type APIParams struct {
 	Lanes func() []lanes.LaneStatus
 	// Eligible returns the lanes queries may use now (lanes.Indexer.EligibleLanes); nil means
 	// the table's ready lanes.
-	Eligible func() uint16
+	Eligible func() uint64
 	// Metrics is the root scope; the HTTP path records under the tag path="http".
 	Metrics tally.Scope
 }
@@ -49,13 +49,13 @@ type API struct {
 	ans      *query.Answerer
 	g        *index.GlobalIndexer
 	lanes    func() []lanes.LaneStatus
-	eligible func() uint16
+	eligible func() uint64
 	m        query.PathMetrics
 	ids      atomic.Uint64
 	// everEligible has bit l set once lane l has been eligible at any time since start.
-	everEligible atomic.Uint32
+	everEligible atomic.Uint64
 	// pools names every lane of the lane map in answers (queryapi.ResponseOf).
-	pools *[ckf.LaneCount]queryapi.LanePool
+	pools *[ckf.MaxLanes]queryapi.LanePool
 	// neverMatch is the first-block alarm's latest evaluation (nil: none runs), for the views.
 	neverMatch *neverMatchWatch
 }
@@ -69,16 +69,16 @@ func NewAPI(p APIParams) (*API, error) {
 		m: newQueryMetrics(p.Metrics, PathHTTP)}
 	a.pools = queryapi.LanePools(a.g.Manifest().PoolOf)
 	if a.eligible == nil {
-		a.eligible = a.g.ReadyLanes
+		a.eligible = a.g.ReadyLanes64
 	}
 	return a, nil
 }
 
 // Observe records which lanes are eligible now (see Ready). The indexer calls it a few times a
 // second; Ready and the lane views call it too.
-func (a *API) Observe() uint16 {
+func (a *API) Observe() uint64 {
 	e := a.eligible()
-	a.everEligible.Or(uint32(e))
+	a.everEligible.Or(e)
 	return e
 }
 
@@ -101,8 +101,8 @@ var ErrNotReady = errors.New("indexer: not ready")
 // A DC that is down for good is taken out of indexer.lanes by configuration.
 func (a *API) Ready(context.Context) error {
 	elig := a.Observe()
-	configured := a.g.Manifest().ConfiguredLanes()
-	if missing := configured &^ uint16(a.everEligible.Load()); missing != 0 {
+	configured := a.g.Manifest().ConfiguredLanes64()
+	if missing := configured &^ a.everEligible.Load(); missing != 0 {
 		return fmt.Errorf("%w: lanes %s have not been ready since start", ErrNotReady, laneList(missing))
 	}
 	if elig&configured == 0 {
@@ -112,13 +112,13 @@ func (a *API) Ready(context.Context) error {
 }
 
 // laneList renders a lane mask as "0,3,7".
-func laneList(mask uint16) string {
+func laneList(mask uint64) string {
 	var b strings.Builder
 	for m := mask; m != 0; m &= m - 1 {
 		if b.Len() > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(strconv.Itoa(bits.TrailingZeros16(m)))
+		b.WriteString(strconv.Itoa(bits.TrailingZeros64(m)))
 	}
 	return b.String()
 }
@@ -225,12 +225,17 @@ type LanesView struct {
 	ConsumerInstance string    `json:"consumer_instance"`
 	Domain           string    `json:"domain"`
 	BucketCount      uint64    `json:"bucket_count"`
-	// ConfiguredLanes, ReadyLanes and EligibleLanes are lane masks (bit l = lane l), kept for
-	// the clients that read them; the *LaneNumbers are the same sets as lists of lane numbers,
-	// which a person reads without decoding bits (a mask of 3 is lanes 0 and 1, not 3 lanes).
-	ConfiguredLanes       uint16  `json:"configured_lanes"`
-	ReadyLanes            uint16  `json:"ready_lanes"`
-	EligibleLanes         uint16  `json:"eligible_lanes"`
+	// LaneCount is the table's lane count: the highest lane of indexer.lanes + 1 (consumer
+	// §16).
+	LaneCount int `json:"lane_count"`
+	// ConfiguredLanes, ReadyLanes and EligibleLanes are lane masks (bit l = lane l, up to 64
+	// bits: consumer §16), kept for the clients that read them; the *LaneNumbers are the same
+	// sets as lists of lane numbers, which a person reads without decoding bits (a mask of 3 is
+	// lanes 0 and 1, not 3 lanes), and which stay exact where a reader's JSON numbers are
+	// doubles (lanes above 52).
+	ConfiguredLanes       uint64  `json:"configured_lanes"`
+	ReadyLanes            uint64  `json:"ready_lanes"`
+	EligibleLanes         uint64  `json:"eligible_lanes"`
 	ConfiguredLaneNumbers []uint8 `json:"configured_lane_numbers"`
 	ReadyLaneNumbers      []uint8 `json:"ready_lane_numbers"`
 	EligibleLaneNumbers   []uint8 `json:"eligible_lane_numbers"`
@@ -244,14 +249,15 @@ type LanesView struct {
 func (a *API) View() LanesView {
 	m := a.g.Manifest()
 	elig := a.Observe()
-	ever := uint16(a.everEligible.Load())
+	ever := a.everEligible.Load()
 	v := LanesView{
+		LaneCount:        m.LaneCount(),
 		Time:             time.Now().UTC(),
 		ConsumerInstance: fmt.Sprintf("%016x", uint64(m.ConsumerInstance())),
 		Domain:           m.IndexerDomain().String(),
 		BucketCount:      a.g.BucketCount(),
-		ConfiguredLanes:  m.ConfiguredLanes(),
-		ReadyLanes:       a.g.ReadyLanes(),
+		ConfiguredLanes:  m.ConfiguredLanes64(),
+		ReadyLanes:       a.g.ReadyLanes64(),
 		EligibleLanes:    elig,
 		Lanes:            []LaneView{},
 	}
@@ -299,7 +305,7 @@ func (a *API) View() LanesView {
 			t := s.LastFaultTime.UTC()
 			lv.LastFaultTime = &t
 		}
-		bit := uint16(1) << s.Lane
+		bit := uint64(1) << s.Lane
 		switch {
 		case elig&bit != 0:
 			lv.State = StateServing
@@ -364,10 +370,10 @@ func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 }
 
 // laneNumbers lists the lanes of mask in ascending order; empty, never null, for none.
-func laneNumbers(mask uint16) []uint8 {
-	out := make([]uint8, 0, bits.OnesCount16(mask))
+func laneNumbers(mask uint64) []uint8 {
+	out := make([]uint8, 0, bits.OnesCount64(mask))
 	for m := mask; m != 0; m &= m - 1 {
-		out = append(out, uint8(bits.TrailingZeros16(m)))
+		out = append(out, uint8(bits.TrailingZeros64(m)))
 	}
 	return out
 }

@@ -81,12 +81,12 @@ func newTable(t testing.TB) *table {
 	tb.install(t, 1, [][]uint64{append(slices.Clone(shared), randomChain(rng, 3)...), tokenChain(4, 6)})
 	tb.eligible.Store(uint32(g.ReadyLanes()))
 	api, err := indexer.NewAPI(indexer.APIParams{
-		Answerer: query.NewAnswerer(g, tb.eligibleLanes, query.IncompleteLanes(func() uint16 { return uint16(tb.incomplete.Load()) }),
+		Answerer: query.NewAnswerer(g, tb.eligibleLanes, query.IncompleteLanes(func() uint64 { return uint64(tb.incomplete.Load()) }),
 			query.LaneAsOf(func(l uint8) int64 { return tb.asOf[l].Load() }),
-			query.CheckBlockSize(func(mask uint16, size uint32) error {
+			query.CheckBlockSize(func(mask uint64, size uint32) error {
 				return lanes.CheckBlockSize(g.Manifest(), mask, size, func(l uint8) uint32 { return tb.blockSizes[l].Load() })
 			}),
-			query.CountFirstBlocks(&tb.firstBlocks, func() uint16 { return 0b11 })),
+			query.CountFirstBlocks(&tb.firstBlocks, func() uint64 { return 0b11 })),
 		Lanes:    tb.statuses,
 		Eligible: tb.eligibleLanes,
 	})
@@ -101,7 +101,7 @@ func newTable(t testing.TB) *table {
 	return tb
 }
 
-func (tb *table) eligibleLanes() uint16 { return uint16(tb.eligible.Load()) }
+func (tb *table) eligibleLanes() uint64 { return uint64(tb.eligible.Load()) }
 
 func (tb *table) statuses() []lanes.LaneStatus {
 	var out []lanes.LaneStatus

@@ -11,7 +11,7 @@ import (
 // WatchNeverMatch gives a the first-block alarm over stats for the configured lanes, on the
 // clock now, with metrics in scope, and returns the function that takes one sample (what the
 // indexer's watch does every few seconds).
-func WatchNeverMatch(a *API, stats *query.FirstBlockStats, configured uint16, now func() time.Time, scope tally.Scope) func() {
+func WatchNeverMatch(a *API, stats *query.FirstBlockStats, configured uint64, now func() time.Time, scope tally.Scope) func() {
 	a.neverMatch = newNeverMatchWatch(stats, configured, scope, zap.NewNop())
 	a.neverMatch.now = now
 	return func() { a.neverMatch.sample() }

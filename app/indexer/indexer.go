@@ -179,7 +179,7 @@ func New(p Params) (*Indexer, error) {
 	if err != nil {
 		return nil, err
 	}
-	api.neverMatch = newNeverMatchWatch(firstBlocks, m.ConfiguredLanes(), scope, log)
+	api.neverMatch = newNeverMatchWatch(firstBlocks, m.ConfiguredLanes64(), scope, log)
 	ix := &Indexer{log: log, shutdowner: p.Shutdowner, g: g, lanes: lanes, newQueries: newQueries, ans: ans, api: api,
 		gcPercent: p.Config.GCPercent, leaveAfter: p.Config.QueryLeaveAfter}
 	s := scope.SubScope("indexer")
@@ -370,14 +370,14 @@ func (ix *Indexer) fail(what string, err error) {
 // watch observes eligibility at every change (so that a lane eligible for a moment counts for
 // readiness even when no probe ran then) and updates the lane-count gauges, until ctx ends.
 func (ix *Indexer) watch(ctx context.Context) {
-	configured := ix.g.Manifest().ConfiguredLanes()
+	configured := ix.g.Manifest().ConfiguredLanes64()
 	for {
 		changed := ix.lanes.EligibilityChanged() // before observing: no change in between is missed
 		elig := ix.api.Observe() & configured
-		ever := uint16(ix.api.everEligible.Load())
-		ix.gauges.configured.Update(float64(bits.OnesCount16(configured)))
-		ix.gauges.eligible.Update(float64(bits.OnesCount16(elig)))
-		ix.gauges.degraded.Update(float64(bits.OnesCount16(ever &^ elig & configured)))
+		ever := ix.api.everEligible.Load()
+		ix.gauges.configured.Update(float64(bits.OnesCount64(configured)))
+		ix.gauges.eligible.Update(float64(bits.OnesCount64(elig)))
+		ix.gauges.degraded.Update(float64(bits.OnesCount64(ever &^ elig & configured)))
 		select {
 		case <-ctx.Done():
 			return

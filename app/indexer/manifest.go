@@ -68,7 +68,7 @@ func ConsumerInstance(configured uint64) (ckf.ConsumerInstanceID, error) {
 }
 
 // BuildManifest builds the indexer's manifest from its configuration: the domain, the format,
-// and lane l owned by the pool (domain, DC ix.Lanes[l]). consumer is the replica's consumer
+// and lane l owned by the pool (domain, DC ix.Lanes[l]), for a table of ix.LaneCount() lanes. consumer is the replica's consumer
 // instance id (see ConsumerInstance). The warnings are ckf's non-fatal findings (a
 // default-derived domain across several DCs), for the caller to log. Errors are
 // *config.FieldError for a field that cannot be used, or ckf's *ckf.ManifestError wrapped in one
@@ -89,7 +89,9 @@ func BuildManifest(ix config.Indexer, consumer ckf.ConsumerInstanceID) (index.Ma
 	if err != nil {
 		return index.Manifest{}, nil, err
 	}
-	m, warnings, err := index.NewManifest(consumer, domain, format, lanes)
+	// The table holds the lanes of the map and no more (consumer §16): a 4-lane map builds a
+	// 4-lane table, whose rows are a quarter of the 16-lane ones.
+	m, warnings, err := index.NewManifestN(consumer, domain, format, lanes[:ix.LaneCount()])
 	if err != nil {
 		return index.Manifest{}, nil, &config.FieldError{Field: "indexer.lanes", Reason: err.Error(), Err: err}
 	}

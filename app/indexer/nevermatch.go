@@ -30,21 +30,21 @@ const neverMatchCauses = "the routers' blocks never meet the engines': check the
 type neverMatchWatch struct {
 	stats *query.FirstBlockStats
 	eval  *query.NeverMatch
-	lanes uint16 // configured
+	lanes uint64 // configured
 	log   *zap.Logger
 	now   func() time.Time
 
-	searches, misses [ckf.LaneCount]tally.Counter
-	ratio, alarm     [ckf.LaneCount]tally.Gauge
-	reported         [2][ckf.LaneCount]uint64 // searched and missed totals already counted
-	raised           uint16
-	last             atomic.Pointer[[ckf.LaneCount]query.NeverMatchLane]
+	searches, misses [ckf.MaxLanes]tally.Counter
+	ratio, alarm     [ckf.MaxLanes]tally.Gauge
+	reported         [2][ckf.MaxLanes]uint64 // searched and missed totals already counted
+	raised           uint64
+	last             atomic.Pointer[[ckf.MaxLanes]query.NeverMatchLane]
 }
 
-func newNeverMatchWatch(stats *query.FirstBlockStats, configured uint16, scope tally.Scope, log *zap.Logger) *neverMatchWatch {
+func newNeverMatchWatch(stats *query.FirstBlockStats, configured uint64, scope tally.Scope, log *zap.Logger) *neverMatchWatch {
 	w := &neverMatchWatch{stats: stats, eval: query.NewNeverMatch(query.NeverMatchConfig{}), lanes: configured, log: log, now: time.Now}
 	s := scope.SubScope("query")
-	for l := uint8(0); l < ckf.LaneCount; l++ {
+	for l := uint8(0); l < ckf.MaxLanes; l++ {
 		if configured&(1<<l) == 0 {
 			continue
 		}
@@ -71,11 +71,11 @@ func (w *neverMatchWatch) run(ctx context.Context) error {
 }
 
 // sample takes one sample and publishes it.
-func (w *neverMatchWatch) sample() [ckf.LaneCount]query.NeverMatchLane {
+func (w *neverMatchWatch) sample() [ckf.MaxLanes]query.NeverMatchLane {
 	searched, missed := w.stats.Totals()
 	out := w.eval.Observe(w.now(), searched, missed)
-	for l := uint8(0); l < ckf.LaneCount; l++ {
-		bit := uint16(1) << l
+	for l := uint8(0); l < ckf.MaxLanes; l++ {
+		bit := uint64(1) << l
 		if w.lanes&bit == 0 {
 			continue
 		}
@@ -103,7 +103,7 @@ func (w *neverMatchWatch) sample() [ckf.LaneCount]query.NeverMatchLane {
 
 // view returns lane l's latest evaluation, if any.
 func (w *neverMatchWatch) view(l uint8) (query.NeverMatchLane, bool) {
-	if w == nil || l >= ckf.LaneCount {
+	if w == nil || l >= ckf.MaxLanes {
 		return query.NeverMatchLane{}, false
 	}
 	p := w.last.Load()

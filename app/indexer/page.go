@@ -21,7 +21,9 @@ const PageRefresh = 2 * time.Second
 // browser or with curl. Each row carries data-lane, data-state and data-answer attributes for
 // scripts and tests (TestLanePageInABrowser reads the page in headless Chromium).
 var pageTemplate = template.Must(template.New("lanes").Funcs(template.FuncMap{
-	"mask":    func(m uint16) string { return fmt.Sprintf("%016b", m) },
+	// mask renders a lane mask as bits, lane 0 rightmost, one digit per lane of the table
+	// (at least 16, as the page has always shown).
+	"mask":    func(m uint64, lanes int) string { return fmt.Sprintf("%0*b", max(lanes, 16), m) },
 	"seconds": func(s float64) string { return strconv.FormatFloat(s, 'f', 3, 64) },
 	"percent": func(r float64) string { return strconv.FormatFloat(100*r, 'f', 1, 64) + " %" },
 	"age":     pageAge,
@@ -74,7 +76,7 @@ code { font-size: 90%; }
 <p>Domain <code>{{.Domain}}</code>, consumer instance <code>{{.ConsumerInstance}}</code>,
 {{.BucketCount}} buckets per lane. As of <span id="as-of">{{.Time.Format "2006-01-02 15:04:05.000 MST"}}</span>; this page reloads every {{refresh}} s.</p>
 <p>{{if .Ready}}<strong class="ready">ready</strong>{{else}}<strong class="notready">not ready</strong>: {{notReady .NotReady}}{{end}}.
-Eligible lanes <code>{{mask .EligibleLanes}}</code>, ready <code>{{mask .ReadyLanes}}</code>, configured <code>{{mask .ConfiguredLanes}}</code> (lane 0 rightmost).</p>
+Eligible lanes <code>{{mask .EligibleLanes .LaneCount}}</code>, ready <code>{{mask .ReadyLanes .LaneCount}}</code>, configured <code>{{mask .ConfiguredLanes .LaneCount}}</code> (lane 0 rightmost).</p>
 <table>
 <thead><tr>
 <th class="key">lane</th><th class="key l">DC</th><th class="key l">state</th><th class="key l">answers</th><th class="key">age</th><th class="key l">alarms</th><th class="key">block<br>size</th>

@@ -30,7 +30,7 @@ func (e *BlockSizeError) Is(target error) bool { return target == ErrBlockSizeMi
 // earlier revision, a relay that has read no stored event with a size yet, a DC whose engines
 // disagree) or the lane has applied no record. Safe for concurrent use: an atomic load.
 func (ix *Indexer) LaneBlockSize(l uint8) uint32 {
-	if l >= ckf.LaneCount {
+	if l >= ckf.MaxLanes {
 		return 0
 	}
 	return ix.blockSize[l].Load()
@@ -42,16 +42,16 @@ func (ix *Indexer) LaneBlockSize(l uint8) uint32 {
 // *BlockSizeError (it matches ErrBlockSizeMismatch) whose message names the query's size, each
 // other size and the lanes and DCs that publish it. Pass it to NewAnswerer
 // (query.CheckBlockSize). It allocates only for an error. Safe for concurrent use.
-func (ix *Indexer) CheckBlockSize(mask uint16, size uint32) error {
+func (ix *Indexer) CheckBlockSize(mask uint64, size uint32) error {
 	return CheckBlockSize(ix.g.Manifest(), mask, size, ix.LaneBlockSize)
 }
 
 // CheckBlockSize is Indexer.CheckBlockSize over the block sizes known gives per lane (0: none),
 // the DCs named from m's lanes.
-func CheckBlockSize(m index.Manifest, mask uint16, size uint32, known func(lane uint8) uint32) error {
-	var wrong uint16
+func CheckBlockSize(m index.Manifest, mask uint64, size uint32, known func(lane uint8) uint32) error {
+	var wrong uint64
 	for ms := mask; ms != 0; ms &= ms - 1 {
-		l := uint8(bits.TrailingZeros16(ms))
+		l := uint8(bits.TrailingZeros64(ms))
 		if k := known(l); k != 0 && k != size {
 			wrong |= 1 << l
 		}
@@ -63,10 +63,10 @@ func CheckBlockSize(m index.Manifest, mask uint16, size uint32, known func(lane 
 	fmt.Fprintf(&b, "block_size %d, but the engines of ", size)
 	first := true
 	for wrong != 0 {
-		k := known(uint8(bits.TrailingZeros16(wrong)))
-		var group uint16
+		k := known(uint8(bits.TrailingZeros64(wrong)))
+		var group uint64
 		for ms := wrong; ms != 0; ms &= ms - 1 {
-			l := uint8(bits.TrailingZeros16(ms))
+			l := uint8(bits.TrailingZeros64(ms))
 			if known(l) == k {
 				group |= 1 << l
 			}
@@ -82,12 +82,12 @@ func CheckBlockSize(m index.Manifest, mask uint16, size uint32, known func(lane 
 }
 
 // laneList renders a lane mask as "lane 2" or "lanes 0-3, 5".
-func laneList(mask uint16) string {
+func laneList(mask uint64) string {
 	var parts []string
 	for m := mask; m != 0; {
-		lo := bits.TrailingZeros16(m)
+		lo := bits.TrailingZeros64(m)
 		hi := lo
-		for hi+1 < ckf.LaneCount && m&(1<<(hi+1)) != 0 {
+		for hi+1 < ckf.MaxLanes && m&(1<<(hi+1)) != 0 {
 			hi++
 		}
 		if lo == hi {
@@ -95,19 +95,19 @@ func laneList(mask uint16) string {
 		} else {
 			parts = append(parts, strconv.Itoa(lo)+"-"+strconv.Itoa(hi))
 		}
-		m &^= uint16(1<<(hi+1)-1) &^ uint16(1<<lo-1)
+		m &^= (1<<(hi+1) - 1) &^ (1<<lo - 1)
 	}
-	if bits.OnesCount16(mask) == 1 {
+	if bits.OnesCount64(mask) == 1 {
 		return "lane " + parts[0]
 	}
 	return "lanes " + strings.Join(parts, ", ")
 }
 
 // dcList renders the DCs of a lane mask as "dc 00000000000000a1" or "dcs …, …", in lane order.
-func dcList(man index.Manifest, mask uint16) string {
+func dcList(man index.Manifest, mask uint64) string {
 	var dcs []string
 	for m := mask; m != 0; m &= m - 1 {
-		if pool, ok := man.PoolOf(uint8(bits.TrailingZeros16(m))); ok {
+		if pool, ok := man.PoolOf(uint8(bits.TrailingZeros64(m))); ok {
 			dcs = append(dcs, pool.Dc.String())
 		}
 	}

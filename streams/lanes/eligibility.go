@@ -9,11 +9,11 @@ import "sync"
 // so a waiter learns of every change without sampling.
 type eligibilitySignal struct {
 	mu      sync.Mutex
-	last    uint16
+	last    uint64
 	changed chan struct{}
 }
 
-func (s *eligibilitySignal) init(mask uint16) {
+func (s *eligibilitySignal) init(mask uint64) {
 	s.last, s.changed = mask, make(chan struct{})
 }
 
@@ -25,7 +25,7 @@ func (s *eligibilitySignal) wait() <-chan struct{} {
 }
 
 // note takes the mask as it is now and wakes the waiters when it differs from the last one.
-func (s *eligibilitySignal) note(mask uint16) {
+func (s *eligibilitySignal) note(mask uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if mask == s.last {

@@ -94,7 +94,7 @@ func TestEligibilityChangedSignalsEachChange(t *testing.T) {
 	cfg.Freshness.MaxTimeLag = time.Second
 	r := newLaneRig(t, 5, 4096, cfg)
 	p := r.producer(1)
-	step := func(what string, change func(), want uint16) {
+	step := func(what string, change func(), want uint64) {
 		t.Helper()
 		ch := r.ix.EligibilityChanged()
 		change()

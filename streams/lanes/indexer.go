@@ -155,7 +155,7 @@ func (c IndexerConfig) validate() error {
 	k.Positive("RestoreTimeout", c.RestoreTimeout)
 	k.NonNegative("RetrySnapshotRequestGap", c.RetrySnapshotRequestGap)
 	k.Positive("LagCommitInterval", c.LagCommitInterval)
-	for l := uint8(0); l < ckf.LaneCount; l++ {
+	for l := uint8(0); l < ckf.MaxLanes; l++ {
 		src, ok := c.LaneSources[l]
 		if !ok {
 			continue
@@ -172,8 +172,8 @@ func (c IndexerConfig) validate() error {
 		}
 	}
 	for l := range c.LaneSources {
-		if l >= ckf.LaneCount {
-			k.Fail("LaneSources", "names lane %d, not in [0,%d)", l, ckf.LaneCount)
+		if l >= ckf.MaxLanes {
+			k.Fail("LaneSources", "names lane %d, not in [0,%d)", l, ckf.MaxLanes)
 		}
 	}
 	return k.Result()
@@ -226,17 +226,17 @@ type Indexer struct {
 	out    laneOutputs
 	outCl  *kgo.Client
 	laneCl *kgo.Client
-	lanes  [ckf.LaneCount]*lane
+	lanes  [ckf.MaxLanes]*lane
 
-	excluded   atomic.Uint32
-	incomplete atomic.Uint32
-	holding    atomic.Uint32 // lanes whose DC reports resident blocks (HoldingLanes)
+	excluded   atomic.Uint64
+	incomplete atomic.Uint64
+	holding    atomic.Uint64 // lanes whose DC reports resident blocks (HoldingLanes)
 	// asOf holds per lane the time up to which it reflects its DC's KV events, in microseconds
 	// (LaneAsOf); written by the lane's owner after it applied the record that carried it.
-	asOf [ckf.LaneCount]atomic.Int64
+	asOf [ckf.MaxLanes]atomic.Int64
 	// blockSize holds per lane its engines' block size as its latest applied record carried it,
 	// 0 for none (LaneBlockSize); written by the lane's owner.
-	blockSize [ckf.LaneCount]atomic.Uint32
+	blockSize [ckf.MaxLanes]atomic.Uint32
 	started   chan struct{}
 
 	eligibility eligibilitySignal
@@ -290,8 +290,8 @@ func (ix *Indexer) GlobalIndexer() *index.GlobalIndexer { return ix.g }
 
 // EligibleLanes returns the lanes a query may use now: ready in the table and not excluded by
 // the freshness policy.
-func (ix *Indexer) EligibleLanes() uint16 {
-	return ix.g.ReadyLanes() &^ uint16(ix.excluded.Load())
+func (ix *Indexer) EligibleLanes() uint64 {
+	return ix.g.ReadyLanes64() &^ ix.excluded.Load()
 }
 
 // EligibilityChanged returns a channel that is closed the next time EligibleLanes changes. A
@@ -308,7 +308,7 @@ func (ix *Indexer) noteEligibility() { ix.eligibility.note(ix.EligibleLanes()) }
 // history (schemas.SourceHealth.DegradedSources above 0), on the lane's latest record that
 // carried them: answers on them may under-report depth. Pass it to NewAnswerer (IncompleteLanes) so replies
 // mark those lanes.
-func (ix *Indexer) IncompleteLanes() uint16 { return uint16(ix.incomplete.Load()) }
+func (ix *Indexer) IncompleteLanes() uint64 { return ix.incomplete.Load() }
 
 // LaneAsOf returns the time up to which lane l reflects its DC's KV events, in microseconds since
 // the Unix epoch, or 0 while it has applied no record of its pool: the as_of of the lane's latest
@@ -318,7 +318,7 @@ func (ix *Indexer) IncompleteLanes() uint16 { return uint16(ix.incomplete.Load()
 // state with a newer as_of than it has. Pass it to NewAnswerer (LaneAsOf) so replies carry each
 // lane's age. Safe for concurrent use: an atomic load.
 func (ix *Indexer) LaneAsOf(l uint8) int64 {
-	if l >= ckf.LaneCount {
+	if l >= ckf.MaxLanes {
 		return 0
 	}
 	return ix.asOf[l].Load()
@@ -328,29 +328,29 @@ func (ix *Indexer) LaneAsOf(l uint8) int64 {
 // its capacity state reports them (schemas.CapacityState.ResidentBlocks above 0). A query that
 // finds not even its first block on such a lane is a sign the routers' hashes do not meet the
 // engines' (query.CountFirstBlocks). Safe for concurrent use: an atomic load.
-func (ix *Indexer) HoldingLanes() uint16 { return uint16(ix.holding.Load()) }
+func (ix *Indexer) HoldingLanes() uint64 { return ix.holding.Load() }
 
-func (ix *Indexer) setHolding(bit uint16, on bool) {
+func (ix *Indexer) setHolding(bit uint64, on bool) {
 	if on {
-		ix.holding.Or(uint32(bit))
+		ix.holding.Or(bit)
 	} else {
-		ix.holding.And(^uint32(bit))
+		ix.holding.And(^bit)
 	}
 }
 
-func (ix *Indexer) setIncomplete(bit uint16, on bool) {
+func (ix *Indexer) setIncomplete(bit uint64, on bool) {
 	if on {
-		ix.incomplete.Or(uint32(bit))
+		ix.incomplete.Or(bit)
 	} else {
-		ix.incomplete.And(^uint32(bit))
+		ix.incomplete.And(^bit)
 	}
 }
 
-func (ix *Indexer) setExcluded(bit uint16, on bool) {
+func (ix *Indexer) setExcluded(bit uint64, on bool) {
 	if on {
-		ix.excluded.Or(uint32(bit))
+		ix.excluded.Or(bit)
 	} else {
-		ix.excluded.And(^uint32(bit))
+		ix.excluded.And(^bit)
 	}
 }
 
@@ -377,7 +377,7 @@ func (ix *Indexer) Lanes() []LaneStatus {
 func (ix *Indexer) Run(ctx context.Context) error {
 	m := ix.g.Manifest()
 	var lanes []int32
-	for l := uint8(0); l < ckf.LaneCount; l++ {
+	for l := uint8(0); l < ckf.MaxLanes; l++ {
 		if _, ok := m.PoolOf(l); ok {
 			lanes = append(lanes, int32(l))
 		}

@@ -13,7 +13,7 @@ import (
 // outside the manifest would otherwise export ready 0 forever and page the lane-not-ready alert
 // (deploy/prometheus/alerts.yml); its handles are no-ops.
 type indexerMetrics struct {
-	lanes           [ckf.LaneCount]laneMetrics
+	lanes           [ckf.MaxLanes]laneMetrics
 	lagCommits      tally.Counter
 	lagCommitErrors tally.Counter
 }

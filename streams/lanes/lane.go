@@ -45,7 +45,7 @@ import (
 type lane struct {
 	ix   *Indexer
 	num  uint8 // physical lane = partition
-	bit  uint16
+	bit  uint64
 	pool ckf.PoolID
 	log  *zap.Logger
 	in   *index.LaneIngestor // claimed by Indexer.Run, replaced after a panic, released by close

@@ -79,9 +79,9 @@ type LaneFeed struct {
 	cfg FeedConfig
 	// topicOf names each lane's topic: partition p of topicOf[p] is lane p (a lane of another
 	// region is read from a mirror's copy of its lane topic, design §8).
-	topicOf [ckf.LaneCount]string
+	topicOf [ckf.MaxLanes]string
 
-	queues [ckf.LaneCount]*laneQueue
+	queues [ckf.MaxLanes]*laneQueue
 
 	mu         sync.Mutex
 	pending    map[int32]pendingSeek
@@ -116,8 +116,8 @@ func NewLaneFeedTopics(cl *kgo.Client, topics map[int32]string, cfg FeedConfig) 
 	}
 	f := &LaneFeed{cl: cl, cfg: cfg, pending: map[int32]pendingSeek{}}
 	for l, topic := range topics {
-		if l < 0 || l >= ckf.LaneCount {
-			return nil, fmt.Errorf("streams: lane %d out of range [0,%d)", l, ckf.LaneCount)
+		if l < 0 || l >= ckf.MaxLanes {
+			return nil, fmt.Errorf("streams: lane %d out of range [0,%d)", l, ckf.MaxLanes)
 		}
 		if topic == "" {
 			return nil, fmt.Errorf("streams: lane %d has no topic", l)
@@ -194,7 +194,7 @@ func (f *LaneFeed) Run(ctx context.Context) error {
 			f.deliverError(fatal)
 		}
 		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if fp.Partition < 0 || fp.Partition >= ckf.LaneCount || fp.Topic != f.topicOf[fp.Partition] {
+			if fp.Partition < 0 || fp.Partition >= ckf.MaxLanes || fp.Topic != f.topicOf[fp.Partition] {
 				return
 			}
 			q := f.queues[fp.Partition]

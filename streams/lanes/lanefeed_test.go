@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/streams/lanes"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -158,8 +159,11 @@ func TestLaneFeedSeekDiscardsQueued(t *testing.T) {
 }
 
 func TestLaneFeedRejectsBadLanes(t *testing.T) {
-	if _, err := lanes.NewLaneFeed(nil, "x", []int32{16}, lanes.DefaultFeedConfig()); err == nil {
-		t.Fatal("lane 16 accepted")
+	if _, err := lanes.NewLaneFeed(nil, "x", []int32{ckf.MaxLanes}, lanes.DefaultFeedConfig()); err == nil {
+		t.Fatal("lane 64 accepted")
+	}
+	if _, err := lanes.NewLaneFeed(nil, "x", []int32{-1}, lanes.DefaultFeedConfig()); err == nil {
+		t.Fatal("lane -1 accepted")
 	}
 	if _, err := lanes.NewLaneFeed(nil, "x", []int32{3, 3}, lanes.DefaultFeedConfig()); err == nil {
 		t.Fatal("duplicate lane accepted")

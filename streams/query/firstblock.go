@@ -30,16 +30,16 @@ type FirstBlockStats struct {
 }
 
 type firstBlockShard struct {
-	lanes [ckf.LaneCount]struct{ searched, missed atomic.Uint64 }
+	lanes [ckf.MaxLanes]struct{ searched, missed atomic.Uint64 }
 	_     [64]byte // keeps the next shard's counters off this one's last cache line
 }
 
 // add counts one answer's searched lanes (the ready lanes that hold blocks) and, of them, the
 // ones whose depth is 0 (missed), in shard i.
-func (s *FirstBlockStats) add(i uint8, searched, missed uint16) {
+func (s *FirstBlockStats) add(i uint8, searched, missed uint64) {
 	sh := &s.shards[i%firstBlockShards]
 	for m := searched; m != 0; m &= m - 1 {
-		l := trailingZeros16(m)
+		l := uint8(bits.TrailingZeros64(m))
 		sh.lanes[l].searched.Add(1)
 		if missed&(1<<l) != 0 {
 			sh.lanes[l].missed.Add(1)
@@ -56,7 +56,7 @@ func (s *FirstBlockStats) shard(sc *QueryScratch) uint8 {
 }
 
 // Totals returns the counts so far, per lane.
-func (s *FirstBlockStats) Totals() (searched, missed [ckf.LaneCount]uint64) {
+func (s *FirstBlockStats) Totals() (searched, missed [ckf.MaxLanes]uint64) {
 	for i := range s.shards {
 		for l := range s.shards[i].lanes {
 			searched[l] += s.shards[i].lanes[l].searched.Load()
@@ -110,7 +110,7 @@ type NeverMatch struct {
 
 type neverMatchSample struct {
 	at               time.Time
-	searched, missed [ckf.LaneCount]uint64
+	searched, missed [ckf.MaxLanes]uint64
 }
 
 // NewNeverMatch returns an evaluator with cfg; zero fields take the defaults.
@@ -134,7 +134,7 @@ func (n *NeverMatch) Config() NeverMatchConfig { return n.cfg }
 // Observe records the totals at now and returns every lane's counts over the window: since the
 // newest sample at least Window old, or the oldest one while none is (the alarm can then rise
 // before a full window has passed, on MinSearches searches).
-func (n *NeverMatch) Observe(now time.Time, searched, missed [ckf.LaneCount]uint64) [ckf.LaneCount]NeverMatchLane {
+func (n *NeverMatch) Observe(now time.Time, searched, missed [ckf.MaxLanes]uint64) [ckf.MaxLanes]NeverMatchLane {
 	n.samples = append(n.samples, neverMatchSample{at: now, searched: searched, missed: missed})
 	base := 0
 	for i := len(n.samples) - 1; i >= 0; i-- {
@@ -145,7 +145,7 @@ func (n *NeverMatch) Observe(now time.Time, searched, missed [ckf.LaneCount]uint
 	}
 	n.samples = n.samples[base:] // what is older than the base is never needed again
 	from := n.samples[0]
-	var out [ckf.LaneCount]NeverMatchLane
+	var out [ckf.MaxLanes]NeverMatchLane
 	for l := range out {
 		s, m := searched[l]-from.searched[l], missed[l]-from.missed[l]
 		out[l] = NeverMatchLane{Searched: s, Missed: m}
@@ -153,5 +153,3 @@ func (n *NeverMatch) Observe(now time.Time, searched, missed [ckf.LaneCount]uint
 	}
 	return out
 }
-
-func trailingZeros16(m uint16) uint8 { return uint8(bits.TrailingZeros16(m)) }

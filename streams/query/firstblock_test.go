@@ -14,7 +14,7 @@ import (
 func TestNeverMatchWindow(t *testing.T) {
 	n := query.NewNeverMatch(query.NeverMatchConfig{Window: 60 * time.Second, MinSearches: 10, Share: 0.999})
 	t0 := time.Unix(1000, 0)
-	var s, m [ckf.LaneCount]uint64
+	var s, m [ckf.MaxLanes]uint64
 	step := func(at time.Duration, searched, missed uint64) query.NeverMatchLane {
 		s[3] += searched
 		m[3] += missed

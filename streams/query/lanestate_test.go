@@ -25,8 +25,8 @@ func TestAnswerLaneStatesAndAges(t *testing.T) {
 	var eligible, incomplete atomic.Uint32
 	eligible.Store(1<<0 | 1<<1 | 1<<5)
 	incomplete.Store(1 << 1)
-	ans := query.NewAnswerer(x.g, func() uint16 { return uint16(eligible.Load()) },
-		query.IncompleteLanes(func() uint16 { return uint16(incomplete.Load()) }),
+	ans := query.NewAnswerer(x.g, func() uint64 { return uint64(eligible.Load()) },
+		query.IncompleteLanes(func() uint64 { return uint64(incomplete.Load()) }),
 		query.LaneAsOf(func(l uint8) int64 { return asOf[l] }))
 	query.SetAnswererClock(ans, func() time.Time { return now })
 	var sc query.QueryScratch

@@ -40,21 +40,21 @@ const (
 // reply, never an empty OK.
 type Answerer struct {
 	g          *index.GlobalIndexer
-	eligible   func() uint16
-	incomplete func() uint16 // nil: no lane is known to be incomplete
+	eligible   func() uint64
+	incomplete func() uint64 // nil: no lane is known to be incomplete
 	asOf       func(lane uint8) int64
-	blockSize  func(mask uint16, size uint32) error
+	blockSize  func(mask uint64, size uint32) error
 	now        func() time.Time
 	// firstBlocks and holding count the searches that missed the first block (CountFirstBlocks).
 	firstBlocks *FirstBlockStats
-	holding     func() uint16
+	holding     func() uint64
 	// configured is the manifest's lane mask: the lanes a reply's LaneStates may list.
-	configured uint16
+	configured uint64
 
 	// pools and dcs are the display form and DC id of each configured lane's pool, computed once:
 	// the manifest is immutable, so a reply can share these strings instead of formatting them.
-	pools [ckf.LaneCount]string
-	dcs   [ckf.LaneCount]uint64
+	pools [ckf.MaxLanes]string
+	dcs   [ckf.MaxLanes]uint64
 
 	scratches sync.Pool // *QueryScratch, for AnswerPooled
 }
@@ -66,7 +66,7 @@ type AnswererOpt func(*Answerer)
 // filter omitted blocks for capacity (Indexer.IncompleteLanes); replies mark the searched ones
 // (schemas.QueryReply.IncompleteLanes). fn is called once per OK answer, must be safe for
 // concurrent use and should be cheap (an atomic load). Without it no lane is marked.
-func IncompleteLanes(fn func() uint16) AnswererOpt { return func(a *Answerer) { a.incomplete = fn } }
+func IncompleteLanes(fn func() uint64) AnswererOpt { return func(a *Answerer) { a.incomplete = fn } }
 
 // LaneAsOf gives the Answerer, for each lane, the time up to which the lane reflects its DC's KV
 // events (schemas.LaneRecord.AsOf of the lane's latest applied record), in microseconds since
@@ -80,7 +80,7 @@ func LaneAsOf(fn func(lane uint8) int64) AnswererOpt { return func(a *Answerer) 
 // CheckBlockSize gives the Answerer the rule of consumer §6.5: fn is called with the lanes a
 // TokenIds request selects and its block size, and a non-nil error (naming both sizes and the
 // lanes: lanes.Indexer.CheckBlockSize) makes the reply INVALID_REQUEST with that message.
-func CheckBlockSize(fn func(mask uint16, size uint32) error) AnswererOpt {
+func CheckBlockSize(fn func(mask uint64, size uint32) error) AnswererOpt {
 	return func(a *Answerer) { a.blockSize = fn }
 }
 
@@ -91,20 +91,21 @@ func CheckBlockSize(fn func(mask uint16, size uint32) error) AnswererOpt {
 // holding is called once per counted answer, must be safe for concurrent use and should be cheap
 // (an atomic load). Counting costs an atomic add per counted lane, on counters spread over a few
 // cache lines.
-func CountFirstBlocks(stats *FirstBlockStats, holding func() uint16) AnswererOpt {
+func CountFirstBlocks(stats *FirstBlockStats, holding func() uint64) AnswererOpt {
 	return func(a *Answerer) { a.firstBlocks, a.holding = stats, holding }
 }
 
 // NewAnswerer returns an Answerer over g. eligible returns the lanes the freshness policy allows
 // in answers (bit l = lane l); it is called once per query, must be safe for concurrent use and
-// should be cheap (an atomic load). A nil eligible makes every lane eligible.
-func NewAnswerer(g *index.GlobalIndexer, eligible func() uint16, opts ...AnswererOpt) *Answerer {
+// should be cheap (an atomic load). A nil eligible makes every lane eligible. Masks are 64 bits
+// whatever the table's lane count (consumer §16).
+func NewAnswerer(g *index.GlobalIndexer, eligible func() uint64, opts ...AnswererOpt) *Answerer {
 	a := &Answerer{g: g, eligible: eligible, now: time.Now}
 	for _, o := range opts {
 		o(a)
 	}
 	m := g.Manifest()
-	for l := uint8(0); l < ckf.LaneCount; l++ {
+	for l := uint8(0); l < ckf.MaxLanes; l++ {
 		if p, ok := m.PoolOf(l); ok {
 			a.pools[l] = p.String()
 			a.dcs[l] = uint64(p.Dc)
@@ -125,11 +126,11 @@ func (a *Answerer) Indexer() *index.GlobalIndexer { return a.g }
 type QueryScratch struct {
 	local  []uint64
 	seq    []uint64
-	lanes  [ckf.LaneCount]schemas.LaneMatch
-	states [ckf.LaneCount]schemas.LaneState
-	ages   [ckf.LaneCount]int64 // per lane, its age in ms, -1 when it has none
-	shard  uint8                // FirstBlockStats' shard + 1, 0 until assigned
-	block  []byte               // one block's tokens and extra keys (AnswerExtra)
+	lanes  [ckf.MaxLanes]schemas.LaneMatch
+	states [ckf.MaxLanes]schemas.LaneState
+	ages   [ckf.MaxLanes]int64 // per lane, its age in ms, -1 when it has none
+	shard  uint8               // FirstBlockStats' shard + 1, 0 until assigned
+	block  []byte              // one block's tokens and extra keys (AnswerExtra)
 }
 
 // Answer answers req. It never fails: every outcome is a reply.
@@ -187,12 +188,12 @@ func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *
 	if err := schemas.CheckBlockExtraKeys(req, len(extra)); err != nil {
 		return a.InvalidReply(replyIDFor(req.CorrelationID, fmt.Errorf("%w: %w", ErrInvalidQuery, err).Error()))
 	}
+	selected, err := a.selectLanes(req)
+	if err != nil {
+		return a.InvalidReply(replyIDFor(req.CorrelationID, err.Error()))
+	}
 	if a.blockSize != nil && req.Input == schemas.InputTokenIDs {
-		sel := a.configured
-		if m, ok := req.LaneMask.Get(); ok {
-			sel &= m
-		}
-		if err := a.blockSize(sel, req.BlockSize); err != nil {
+		if err := a.blockSize(selected, req.BlockSize); err != nil {
 			return a.InvalidReply(replyIDFor(req.CorrelationID, fmt.Errorf("%w: %w", ErrInvalidQuery, err).Error()))
 		}
 	}
@@ -215,10 +216,6 @@ func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *
 	sc.local = local
 	reply.QueryBlocks = uint32(len(local))
 
-	selected := a.configured
-	if m, ok := req.LaneMask.Get(); ok {
-		selected &= m
-	}
 	eligible := selected
 	if a.eligible != nil {
 		eligible &= a.eligible()
@@ -228,7 +225,7 @@ func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *
 	mask := eligible
 	maxAge, bounded := req.MaxAgeMillis.Get()
 	for m := selected; m != 0; m &= m - 1 {
-		l := uint8(bits.TrailingZeros16(m))
+		l := uint8(bits.TrailingZeros64(m))
 		age := int64(-1)
 		if a.asOf != nil {
 			if at := a.asOf(l); at > 0 {
@@ -245,14 +242,14 @@ func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *
 		if eligible != 0 {
 			why = unavailableTooOld
 		}
-		return a.unavailable(reply, why, a.states(sc, selected, a.g.ReadyLanes(), 0, 0))
+		return a.unavailable(reply, why, a.states(sc, selected, a.g.ReadyLanes64(), 0, 0))
 	}
-	res, err := a.g.FindPrefixMatchesScratch(local, &sc.seq)
+	res, err := a.g.FindPrefixMatches64(local, &sc.seq)
 	if err != nil {
-		// ErrUnavailable is the only error FindPrefixMatches returns today; any other error also
-		// means "no answer from the table", which the router must hear about rather than time
-		// out on.
-		states := a.states(sc, selected, a.g.ReadyLanes(), 0, 0)
+		// ErrUnavailable is the only error FindPrefixMatches64 returns today; any other error
+		// also means "no answer from the table", which the router must hear about rather than
+		// time out on.
+		states := a.states(sc, selected, a.g.ReadyLanes64(), 0, 0)
 		if errors.Is(err, index.ErrUnavailable) {
 			return a.unavailable(reply, unavailableNotReady, states)
 		}
@@ -264,20 +261,21 @@ func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *
 	}
 	n := 0
 	for m := ready; m != 0; m &= m - 1 {
-		l := uint8(bits.TrailingZeros16(m))
-		sc.lanes[n] = schemas.LaneMatch{Lane: l, DcID: a.dcs[l], Pool: a.pools[l], Depth: res.Lanes[l].Depth}
+		l := uint8(bits.TrailingZeros64(m))
+		sc.lanes[n] = schemas.LaneMatch{Lane: l, DcID: a.dcs[l], Pool: a.pools[l], Depth: res.Depths[l]}
 		n++
 	}
 	reply.Status = schemas.QueryOK
-	reply.ReadyLanes = ready
+	var incomplete uint64
 	if a.incomplete != nil {
-		reply.IncompleteLanes = a.incomplete() & ready
+		incomplete = a.incomplete() & ready
 	}
+	setReplyMasks(&reply, ready, incomplete)
 	reply.Lanes = sc.lanes[:n]
-	reply.LaneStates = a.states(sc, selected, res.ReadyLanes, ready, reply.IncompleteLanes)
+	reply.LaneStates = a.states(sc, selected, res.ReadyLanes, ready, incomplete)
 	if a.firstBlocks != nil && reply.QueryBlocks > 0 {
 		if held := ready & a.holding(); held != 0 {
-			var missed uint16
+			var missed uint64
 			for i := 0; i < n; i++ {
 				if sc.lanes[i].Depth == 0 {
 					missed |= 1 << sc.lanes[i].Lane
@@ -293,11 +291,11 @@ func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *
 // lane not ready (as captured) is LaneUnavailable; ready but not searched (left out by the
 // freshness policy or by the request's age bound), LaneStale; searched and incomplete,
 // LaneIncomplete; searched, LaneExact. sc.ages holds every selected lane's age.
-func (a *Answerer) states(sc *QueryScratch, selected, ready, searched, incomplete uint16) []schemas.LaneState {
+func (a *Answerer) states(sc *QueryScratch, selected, ready, searched, incomplete uint64) []schemas.LaneState {
 	n := 0
 	for m := selected; m != 0; m &= m - 1 {
-		l := uint8(bits.TrailingZeros16(m))
-		bit := uint16(1) << l
+		l := uint8(bits.TrailingZeros64(m))
+		bit := uint64(1) << l
 		st := schemas.LaneState{Lane: l}
 		if age := sc.ages[l]; age >= 0 {
 			st.AgeMillis = schemas.Some(age)

@@ -45,10 +45,10 @@ type qIndex struct {
 	g         *index.GlobalIndexer
 	cfg       ckf.CkfConfig
 	format    ckf.FormatIdentity
-	pools     [ckf.LaneCount]ckf.PoolID
-	states    [ckf.LaneCount]*producer.DcState
-	ingestors [ckf.LaneCount]*index.LaneIngestor
-	epochs    [ckf.LaneCount]uint64
+	pools     [ckf.MaxLanes]ckf.PoolID
+	states    [ckf.MaxLanes]*producer.DcState
+	ingestors [ckf.MaxLanes]*index.LaneIngestor
+	epochs    [ckf.MaxLanes]uint64
 	nextExt   uint64
 }
 
@@ -494,7 +494,7 @@ func TestQueryAnswerMatchesIndexer(t *testing.T) {
 	p.fill(x)
 	var eligible atomic.Uint32
 	eligible.Store(0xFFFF)
-	ans := query.NewAnswerer(x.g, func() uint16 { return uint16(eligible.Load()) })
+	ans := query.NewAnswerer(x.g, func() uint64 { return uint64(eligible.Load()) })
 	var sc query.QueryScratch
 
 	req := qHashRequest("q", p.a)
@@ -599,7 +599,7 @@ func TestQueryServiceAnswersOverKafka(t *testing.T) {
 	x, p, codec, tp := newQServed(t, k, 2, 2)
 	var eligible atomic.Uint32
 	eligible.Store(0xFFFF)
-	ans := query.NewAnswerer(x.g, func() uint16 { return uint16(eligible.Load()) })
+	ans := query.NewAnswerer(x.g, func() uint64 { return uint64(eligible.Load()) })
 	altReplies := tp.k.NewTopic(t, 2, testenv.TopicName(tp.replies+"-ok-alt"))
 	scope := tally.NewTestScope("", nil)
 	group := testenv.UniqueName(t, "g")
