@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -59,6 +60,22 @@ type checkpointManifest struct {
 	Rows int `json:"rows"`
 	// WrittenMs is when the checkpoint was written (Unix ms).
 	WrittenMs int64 `json:"written_ms"`
+	// Degraded lists the sources whose engine history was lost, as (worker id, dp rank) pairs
+	// in key order; absent when none (and from replicas of an earlier revision).
+	Degraded [][2]uint64 `json:"degraded_sources,omitempty"`
+}
+
+// degradedList is the manifest's form of the degraded sources: pairs in key order, nil for none.
+func degradedList(m map[ckf.SourceKey]struct{}) [][2]uint64 {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := slices.SortedFunc(maps.Keys(m), ckf.SourceKey.Compare)
+	out := make([][2]uint64, len(keys))
+	for i, k := range keys {
+		out[i] = [2]uint64{uint64(k.Worker), uint64(k.Rank)}
+	}
+	return out
 }
 
 // CheckpointError is an unusable checkpoint or checkpoint record, as it is logged, counted and

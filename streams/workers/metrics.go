@@ -68,9 +68,11 @@ type ledger struct {
 	checkpoints, checkpointFailures     counter
 	checkpointsRejected, checkpointGaps counter
 	fetchErrors, lagCommitErrors        counter
+	lostHistoryClears                   counter
 	lagRecords, newestEventMs           gauge
 	ready, restored                     gauge
 	sources, rows, checkpointBytes      gauge
+	degradedSources                     gauge
 	restoreSeconds                      tally.Histogram
 	matchSeconds                        tally.Histogram
 	lastTel                             workers.Telemetry
@@ -92,7 +94,7 @@ func newLedger(scope tally.Scope) *ledger {
 		{&l.deadLetters, "dead_letters_total"}, {&l.checkpoints, "checkpoints_total"},
 		{&l.checkpointFailures, "checkpoint_failures_total"}, {&l.checkpointsRejected, "checkpoints_rejected_total"},
 		{&l.checkpointGaps, "checkpoint_gaps_total"}, {&l.fetchErrors, "fetch_errors_total"},
-		{&l.lagCommitErrors, "lag_commit_errors_total"},
+		{&l.lagCommitErrors, "lag_commit_errors_total"}, {&l.lostHistoryClears, "lost_history_clears_total"},
 	} {
 		c.c.m = s.Counter(c.name)
 	}
@@ -105,7 +107,7 @@ func newLedger(scope tally.Scope) *ledger {
 	}{
 		{&l.lagRecords, "lag_records"}, {&l.newestEventMs, "newest_event_timestamp_ms"}, {&l.ready, "ready"},
 		{&l.restored, "restored_from_checkpoint"}, {&l.sources, "sources"}, {&l.rows, "lineage_rows"},
-		{&l.checkpointBytes, "checkpoint_bytes"},
+		{&l.checkpointBytes, "checkpoint_bytes"}, {&l.degradedSources, "degraded_sources"},
 	} {
 		g.g.m = s.Gauge(g.name)
 	}

@@ -55,6 +55,13 @@ type Replica struct {
 	shared *workers.Shared // replaced once, by the restore, before ready
 
 	sizes blockSizes // the DC's block sizes by source (blocksize.go)
+	// degradedSources is how many sources of the DC lost engine history (loop.degraded): while
+	// some have, answers are incomplete (workers §10 in docs/spec/workers.md).
+	degradedSources atomic.Int64
+	watch           idleWatch // as_of for queries (asof.go)
+	// beforeApply, when set (by this package's tests, before Run), is called with each KV record
+	// before it is applied: a test holds the loop there to make the replica lag.
+	beforeApply func(*kgo.Record)
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -104,6 +111,10 @@ func (r *Replica) WaitReady() <-chan struct{} { return r.ready }
 
 // Age is how far a replica has read: what every answer carries.
 type Age struct {
+	// AsOf is the time up to which the replica reflects its DC's KV events (workers §10 in
+	// docs/spec/workers.md: every event appended before it is applied, an idle topic read to its
+	// end counting as reflected up to now); zero while the replica knows no such time.
+	AsOf time.Time
 	// NewestEventMs is the timestamp (Unix ms) of the newest KV record applied; 0 when none.
 	NewestEventMs int64
 	// LagRecords is how many KV records lie between the replica's positions and the topic's
@@ -112,24 +123,28 @@ type Age struct {
 	LagRecords int64
 }
 
-// AgeMs returns the milliseconds from the newest applied event to now (-1 when none).
+// AgeMs returns the DC's age at now: the milliseconds from AsOf to now, never negative (a
+// clock behind AsOf reads 0); -1 when AsOf is unknown.
 func (a Age) AgeMs(now time.Time) int64 {
-	if a.NewestEventMs == 0 {
+	if a.AsOf.IsZero() {
 		return -1
 	}
-	return max(now.UnixMilli()-a.NewestEventMs, 0)
+	return max(now.UnixMicro()-a.AsOf.UnixMicro(), 0) / 1000
 }
 
 // Status is the replica's state for the status route and tests.
 type Status struct {
-	DC       ckf.DcID
-	KVTopic  string
-	Ready    bool
-	Age      Age
-	Applied  uint64 // KV records applied by this process (restored ones excluded)
-	Sources  int
-	Rows     int
-	Restored bool // started from a checkpoint
+	DC      ckf.DcID
+	KVTopic string
+	Ready   bool
+	// CaughtUpNow says the replica has read every KV partition to its end and waits for records:
+	// it reflects the DC up to this moment (Age.AsOf is now).
+	CaughtUpNow bool
+	Age         Age
+	Applied     uint64 // KV records applied by this process (restored ones excluded)
+	Sources     int
+	Rows        int
+	Restored    bool // started from a checkpoint
 	// ReadyAfter is Applied at the moment the replica became ready: the records between its
 	// start positions and the end offsets listed at start (plus any later record of the same
 	// poll).
@@ -140,6 +155,10 @@ type Status struct {
 	// Counters of the ledger.
 	Rejected, Undecodable, UnknownRemovals, UnknownSources, DeadLetters  uint64
 	Checkpoints, CheckpointFailures, CheckpointsRejected, CheckpointGaps uint64
+	// DegradedSources counts the sources of the DC whose engine history was lost (a clear
+	// marked schemas.HeaderLostHistory, until a clear without the mark): while it is above 0,
+	// answers may be short and say so (state incomplete).
+	DegradedSources int
 	// BlockSizes are the distinct block sizes the DC's sources report, ascending (empty: none
 	// known); BlockSizesBySource names each size's sources (CheckBlockSize's rule).
 	BlockSizes         []uint32
@@ -154,7 +173,8 @@ func (r *Replica) Status() Status {
 		rej += l.rejected[i].load()
 	}
 	sizes, bySource := r.BlockSizes()
-	return Status{DC: r.cfg.DC, KVTopic: r.cfg.Topics.KVEvents, Ready: r.Ready() == nil, Age: r.Age(), Applied: r.applied.Load(),
+	return Status{DC: r.cfg.DC, KVTopic: r.cfg.Topics.KVEvents, Ready: r.Ready() == nil, CaughtUpNow: r.watch.waitingSince.Load() != 0,
+		Age: r.Age(), Applied: r.applied.Load(), DegradedSources: int(r.degradedSources.Load()),
 		BlockSizes: sizes, BlockSizesBySource: bySource,
 		Sources: int(l.sources.load()), Rows: int(l.rows.load()), Restored: l.restored.load() == 1,
 		ReadyAfter: r.readyAt.Load(), CheckpointApplied: r.ckptApplied.Load(),
@@ -165,8 +185,11 @@ func (r *Replica) Status() Status {
 
 // Age returns how far the replica has read.
 func (r *Replica) Age() Age {
-	return Age{NewestEventMs: r.l.newestEventMs.load(), LagRecords: r.l.lagRecords.load()}
+	return Age{AsOf: r.watch.at(r.now()), NewestEventMs: r.l.newestEventMs.load(), LagRecords: r.l.lagRecords.load()}
 }
+
+// DegradedSources returns how many sources of the DC lost engine history (Status.DegradedSources).
+func (r *Replica) DegradedSources() int { return int(r.degradedSources.Load()) }
 
 // Match answers query (canonical sequence hashes, ckf.SequenceHashes of the prompt's local block
 // hashes) into res under opt, and returns the replica's age as of the answer.
@@ -198,6 +221,15 @@ type loop struct {
 	writing   chan ckptResult // non-nil while a checkpoint is being written
 	lag       streams.LagCommitter
 	kv        schemas.KvEvent
+	// asOf is the as_of bookkeeping (asof.go). arrival is a lower bound of the arrival of the
+	// fetches of the poll being applied (zero: unknown); drainedStart the start of the latest
+	// poll that took every buffered record (the fetches buffered since were requested after
+	// it); syncAt, when not zero, the time up to which the replica is caught up once the poll
+	// being applied is.
+	asOf                          *asOfBook
+	arrival, drainedStart, syncAt time.Time
+	// degraded holds the sources whose engine history was lost (noteClear); checkpointed.
+	degraded map[ckf.SourceKey]struct{}
 }
 
 type ckptResult struct {
@@ -240,7 +272,10 @@ func (r *Replica) Run(ctx context.Context) error {
 		assign[p] = kgo.NewOffset().At(lp.pos[p])
 	}
 	inCl, err := kgo.NewClient(r.opts.ForRole("workers-input", append([]kgo.Opt{
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topics.KVEvents: assign})}, streams.EndOfLogConsumerOpts()...)...)...)
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topics.KVEvents: assign}),
+		// Without fetch sessions every fetch answers every partition of its broker with its last
+		// stable offset, so an idle partition keeps being seen at its end (as_of, asof.go).
+		kgo.DisableFetchSessions(), kgo.WithHooks(&r.watch)}, streams.EndOfLogConsumerOpts()...)...)...)
 	if err != nil {
 		return fmt.Errorf("workers: input client: %w", err)
 	}
@@ -250,7 +285,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	defer lp.stop(inCl)
 	for {
 		pctx, cancel := lp.pollContext(ctx)
-		fs := inCl.PollRecords(pctx, cfg.MaxPollRecords)
+		fs := lp.poll(pctx, inCl)
 		cancel()
 		if ctx.Err() != nil {
 			return nil
@@ -266,6 +301,7 @@ func (r *Replica) Run(ctx context.Context) error {
 // the end-of-log target from the resulting positions.
 func (lp *loop) restore(ctx context.Context, adm *kadm.Client) error {
 	r, cfg := lp.r, lp.r.cfg
+	listedAt := r.now() // before the listing: a partition at its listed end is reflected up to it
 	eol, err := streams.ListEndOfLog(ctx, adm, cfg.Topics.KVEvents)
 	if err != nil {
 		return fmt.Errorf("workers: %w", err)
@@ -309,12 +345,21 @@ func (lp *loop) restore(ctx context.Context, adm *kadm.Client) error {
 		lp.pos[p], starts[p] = pos, pos
 	}
 	lp.eol = streams.NewEndOfLog(cfg.Topics.KVEvents, starts, ends)
+	lp.asOf = newAsOfBook(listedAt, starts, ends)
+	r.watch.publish(lp.asOf.asOf())
 	if got != nil {
 		lp.lin = got.lin
 		lp.staleTo = got.m.Chunks
 		lp.applied = got.m.Applied
 		r.l.restored.set(1)
 		r.l.newestEventMs.set(got.m.NewestEventMs)
+		for _, d := range got.m.Degraded {
+			if lp.degraded == nil {
+				lp.degraded = map[ckf.SourceKey]struct{}{}
+			}
+			lp.degraded[ckf.SourceKey{Worker: ckf.WorkerID(d[0]), Rank: ckf.DpRank(d[1])}] = struct{}{}
+		}
+		lp.setDegraded()
 		r.restoreAt.Store(got.m.WrittenMs)
 		r.log.Info("restored from checkpoint", zap.Uint64("generation", got.m.Generation), zap.Int("rows", got.lin.rows),
 			zap.Int("sources", len(got.lin.srcs)), zap.Int64("written_ms", got.m.WrittenMs))
@@ -404,6 +449,77 @@ func (lp *loop) pollContext(ctx context.Context) (context.Context, context.Cance
 	return context.WithDeadline(ctx, due)
 }
 
+// poll takes the next records (at most MaxPollRecords): first whatever the input client holds,
+// without waiting; when it holds nothing, it waits until ctx ends or a fetch brings records. While
+// it so waits with every partition applied up to its end, queries take the replica as caught up
+// at their own moment (idleWatch.at); when the wait ends, the replica was caught up until the
+// first fetch response read during it (or its end, with none). It sets what onFetches needs to
+// keep the as_of bookkeeping: the fetches' arrival bound and the time to sync to.
+func (lp *loop) poll(ctx context.Context, cl *kgo.Client) kgo.Fetches {
+	r, w, most := lp.r, &lp.r.watch, lp.r.cfg.MaxPollRecords
+	start := r.now()
+	w.firstRead.Store(0)
+	w.armed.Store(true) // before the take: a batch read after start is seen
+	lp.syncAt = time.Time{}
+	//lint:ignore SA1012 a nil context is franz-go's documented way to take what is buffered without waiting
+	if fs := cl.PollRecords(nil, most); len(fs) != 0 {
+		w.armed.Store(false)
+		lp.arrival = lp.drainedStart
+		if fs.NumRecords() < most {
+			lp.drainedStart = start
+		}
+		return fs
+	}
+	caught := lp.asOf.caughtUp()
+	if caught {
+		lp.asOf.sync(start)
+		w.publish(lp.asOf.asOf())
+		w.waitingSince.Store(start.UnixNano())
+	}
+	fs := cl.PollRecords(ctx, most)
+	bound, read := r.now(), false
+	if fr := w.firstRead.Load(); fr != 0 {
+		bound, read = time.Unix(0, fr), true
+	}
+	lp.arrival = start
+	if read {
+		lp.arrival = bound
+	}
+	drained := fs.NumRecords() < most
+	if drained {
+		lp.drainedStart = start
+	}
+	if caught {
+		// Until the records of this poll are applied, the index reflects every event appended
+		// before the earliest of them (and before the wait began, at the least).
+		during := bound
+		if e := earliestTimestamp(fs); !e.IsZero() && e.Before(during) {
+			during = e
+		}
+		if during.Before(start) {
+			during = start
+		}
+		lp.asOf.sync(during)
+		w.publish(lp.asOf.asOf())
+		w.waitingSince.Store(0)
+		if drained {
+			lp.syncAt = bound
+		}
+	}
+	return fs
+}
+
+// earliestTimestamp is the earliest Kafka timestamp of fs's records (zero: none).
+func earliestTimestamp(fs kgo.Fetches) time.Time {
+	var out time.Time
+	fs.EachRecord(func(rec *kgo.Record) {
+		if out.IsZero() || rec.Timestamp.Before(out) {
+			out = rec.Timestamp
+		}
+	})
+	return out
+}
+
 // onFetches applies a poll's records.
 func (lp *loop) onFetches(fs kgo.Fetches) {
 	r := lp.r
@@ -423,9 +539,17 @@ func (lp *loop) onFetches(fs kgo.Fetches) {
 		if fp.LastStableOffset > 0 {
 			lp.lso[fp.Partition] = fp.LastStableOffset
 		}
+		if fp.Err == nil {
+			end := fp.LastStableOffset
+			if end < 0 { // a broker that does not report it: the high watermark
+				end = fp.HighWatermark
+			}
+			lp.asOf.fetched(fp.Partition, end, lp.arrival)
+		}
 		for _, rec := range fp.Records {
 			below := lp.eol.Observe(rec)
 			lp.pos[rec.Partition] = rec.Offset + 1
+			lp.asOf.applied(rec.Partition, rec.Offset, rec.Timestamp)
 			if rec.Attrs.IsControl() {
 				continue
 			}
@@ -448,6 +572,10 @@ func (lp *loop) onFetches(fs kgo.Fetches) {
 		r.l.telemetry(lp.sh.Telemetry())
 		lp.setSize()
 	}
+	if !lp.syncAt.IsZero() {
+		lp.asOf.sync(lp.syncAt)
+	}
+	lp.r.watch.publish(lp.asOf.asOf())
 	lp.setLag()
 }
 
@@ -456,6 +584,9 @@ func (lp *loop) onFetches(fs kgo.Fetches) {
 // replayed ones were when this DC's replicas first read them), as the relay does.
 func (lp *loop) apply(rec *kgo.Record, live bool) {
 	r := lp.r
+	if r.beforeApply != nil {
+		r.beforeApply(rec)
+	}
 	if err := r.codec.DecodeKvEventInto(rec.Value, &lp.kv); err != nil {
 		r.l.undecodable.add(1)
 		lp.reject(rec, live, schemas.DeadLetterReasonOf(err), "undecodable KV event: "+err.Error(), err)
@@ -469,6 +600,40 @@ func (lp *loop) apply(rec *kgo.Record, live bool) {
 	}
 	lp.lin.apply(&ev)
 	r.sizes.observe(&lp.kv)
+	if lp.kv.Kind == schemas.KvClearedEvent {
+		lp.noteClear(rec, ev.Source())
+	}
+}
+
+// noteClear follows an applied KvCleared record of src, as the relay does for its lane records
+// (LaneRecord.Sources): one marked with schemas.HeaderLostHistory (a bridge that lost engine
+// history cleared the source in its place) leaves the source degraded, since its engine may
+// still hold blocks this index no longer credits it with; any other clear of the source makes it
+// whole again (its engine restarted or cleared).
+func (lp *loop) noteClear(rec *kgo.Record, src ckf.SourceKey) {
+	r := lp.r
+	for _, h := range rec.Headers {
+		if h.Key == schemas.HeaderLostHistory {
+			if lp.degraded == nil {
+				lp.degraded = map[ckf.SourceKey]struct{}{}
+			}
+			lp.degraded[src] = struct{}{}
+			r.l.lostHistoryClears.add(1)
+			r.log.Warn("a source's engine history was lost: its blocks were cleared (its depths may be short in answers, marked incomplete)",
+				zap.Uint64("worker_id", uint64(src.Worker)), zap.Uint32("dp_rank", uint32(src.Rank)), zap.Int("degraded_sources", len(lp.degraded)))
+			lp.setDegraded()
+			return
+		}
+	}
+	if _, ok := lp.degraded[src]; ok {
+		delete(lp.degraded, src)
+		lp.setDegraded()
+	}
+}
+
+func (lp *loop) setDegraded() {
+	lp.r.degradedSources.Store(int64(len(lp.degraded)))
+	lp.r.l.degradedSources.set(int64(len(lp.degraded)))
 }
 
 func (lp *loop) reject(rec *kgo.Record, live bool, code schemas.DeadLetterReason, reason string, err error) {
@@ -552,7 +717,8 @@ func (lp *loop) maybeCheckpoint(ctx context.Context) {
 	_, _ = rand.Read(g[:])
 	m := checkpointManifest{DC: cfg.DC.String(), KVTopic: cfg.Topics.KVEvents, Generation: binary.LittleEndian.Uint64(g[:]),
 		PayloadLen: len(payload), PayloadHash: xxh3.Hash(payload), Offsets: maps.Clone(lp.pos),
-		NewestEventMs: r.l.newestEventMs.load(), Applied: lp.applied, Rows: lp.lin.rows, WrittenMs: now.UnixMilli()}
+		NewestEventMs: r.l.newestEventMs.load(), Applied: lp.applied, Rows: lp.lin.rows, WrittenMs: now.UnixMilli(),
+		Degraded: degradedList(lp.degraded)}
 	done := make(chan ckptResult, 1)
 	lp.writing = done
 	opts, part, staleTo := r.opts.ForRole("workers-checkpoints"), lp.ckptPart, lp.staleTo

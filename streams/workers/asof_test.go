@@ -1,0 +1,225 @@
+package workers
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
+	"github.com/ckf-stream/ckf-stream/schemas"
+	"github.com/ckf-stream/ckf-stream/streams/relay"
+	"github.com/ckf-stream/ckf-stream/testenv"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestAsOfBookBounds: the bookkeeping's rules (workers §10 in docs/spec/workers.md) on made-up
+// facts: a partition at its listed end is reflected up to the listing; one behind its end is
+// reflected up to its last applied record's timestamp, and stays there however late it is asked,
+// which is what makes a lagging replica's age grow; reaching the end seen by a fetch moves it to
+// that fetch's arrival; the whole replica caught up moves every partition on.
+func TestAsOfBookBounds(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	listed := at(1000)
+	b := newAsOfBook(listed, map[int32]int64{0: 4, 1: 0}, map[int32]int64{0: 4, 1: 3})
+	if got := b.asOf(); !got.IsZero() {
+		t.Fatalf("partition 1 not yet replayed: as_of %v, want none", got)
+	}
+	b.applied(1, 0, at(-5000))
+	if got := b.asOf(); !got.Equal(at(-5000)) {
+		t.Fatalf("partition 1 behind after its first record: as_of %v, want that record's timestamp", got)
+	}
+	b.applied(1, 1, at(-4000))
+	b.applied(1, 2, at(-3000))
+	if got := b.asOf(); !got.Equal(listed) || !b.caughtUp() {
+		t.Fatalf("both partitions at their listed ends: as_of %v, want the listing's %v", got, listed)
+	}
+	// A fetch arriving no earlier than 2000 reports partition 1's end at 5: behind again, so it is
+	// bounded by what it reached (the listing) until its records are applied.
+	b.fetched(1, 5, at(2000))
+	b.fetched(0, 4, at(2000))
+	if got := b.asOf(); !got.Equal(listed) || b.caughtUp() {
+		t.Fatalf("partition 1 behind its fetched end: as_of %v, want %v", got, listed)
+	}
+	b.applied(1, 3, at(1500))
+	if got := b.asOf(); !got.Equal(at(1500)) {
+		t.Fatalf("one of two pending records applied: as_of %v, want its timestamp", got)
+	}
+	b.applied(1, 4, at(1600))
+	if got := b.asOf(); !got.Equal(at(2000)) {
+		t.Fatalf("partition 1 at the fetched end: as_of %v, want the fetch's arrival", got)
+	}
+	b.sync(at(9000))
+	if got := b.asOf(); !got.Equal(at(9000)) {
+		t.Fatalf("whole replica caught up at 9000: as_of %v", got)
+	}
+	age := Age{AsOf: at(9000)}
+	if a := age.AgeMs(at(12_500)); a != 3500 {
+		t.Fatalf("age at 12500: %d ms, want 3500", a)
+	}
+	if a := age.AgeMs(at(8000)); a != 0 {
+		t.Fatalf("a clock behind as_of reads %d ms, want 0", a)
+	}
+	if a := (Age{}).AgeMs(at(0)); a != -1 {
+		t.Fatalf("no as_of: %d, want -1", a)
+	}
+}
+
+// produceAt writes evs with the Kafka timestamp ts (a producer's CreateTime).
+func (e *env) produceAt(ts time.Time, evs []producer.RouterEvent) {
+	e.t.Helper()
+	var recs []*kgo.Record
+	for _, ev := range evs {
+		b, err := e.codec.EncodeKvEvent(relay.KvEventOf(ev))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Topic: e.kv, Key: []byte(strconv.FormatUint(uint64(ev.WorkerID), 10)), Value: b, Timestamp: ts})
+	}
+	if err := e.cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// waitIdle waits until the replica's loop waits for records with every partition read to its
+// end, and returns the moment it began to (Unix ns).
+func (run *running) waitIdle(t *testing.T) int64 {
+	t.Helper()
+	testenv.WaitUntil(t, time.Minute, "the replica waiting, caught up", func() bool { return run.r.watch.waitingSince.Load() != 0 },
+		func() string { return run.r.Age().AsOf.String() })
+	return run.r.watch.waitingSince.Load()
+}
+
+// TestIdleDCReadsFresh: a DC whose engines last wrote an hour ago, and whose KV topic the replica
+// has read to its end, is as fresh as the replica's last look at the topic, not an hour old: its
+// as_of is no earlier than the replica's start once ready, and no earlier than the moment it is
+// asked while the topic stays silent. (Counting from the newest event, the age was an hour.)
+func TestIdleDCReadsFresh(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hourAgo := time.Now().Add(-time.Hour)
+	e.produceAt(hourAgo, newTraceGen(5).trace(60))
+	started := time.Now()
+	run := e.start(e.config())
+	run.waitReady(t)
+	now := time.Now()
+	if a := run.r.Age(); a.AsOf.Before(started) || a.AgeMs(now) > now.Sub(started).Milliseconds() || a.NewestEventMs != hourAgo.UnixMilli() {
+		t.Fatalf("ready: as_of %v before the start %v (age %d ms; the newest event, %d ms old, is not the DC's age)",
+			a.AsOf, started, a.AgeMs(now), now.Sub(hourAgo).Milliseconds())
+	}
+	run.waitIdle(t)
+	asked := time.Now()
+	if a := run.r.Age(); a.AsOf.Before(asked) || !run.r.Status().CaughtUpNow {
+		t.Fatalf("silent topic read to its end: as_of %v, before the question at %v", a.AsOf, asked)
+	}
+}
+
+// TestLaggingReplicaKeepsItsBound: a replica held before applying a record written after it
+// caught up (as a slow replica is) reflects the DC only up to the moment it last found nothing to
+// read, however late it is asked, so its age grows; once the record is applied and the topic is
+// silent again, it is fresh again. The record's own timestamp (an hour old) does not count as the
+// replica's progress.
+func TestLaggingReplicaKeepsItsBound(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r, err := New(Params{Config: e.config(), Codec: e.codec, ClientOptsFor: func(string) []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(e.c.Seeds()...)} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	r.beforeApply = func(rec *kgo.Record) {
+		if rec.Timestamp.Before(hourAgo.Add(time.Second)) {
+			held <- struct{}{}
+			<-release
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &running{r: r, cancel: cancel, done: make(chan error, 1)}
+	go func() { run.done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+		run.stop()
+	})
+	run.waitReady(t)
+	since := run.waitIdle(t)
+	written := time.Now()
+	e.produceAt(hourAgo, newTraceGen(5).trace(1))
+	select {
+	case <-held:
+	case err := <-run.done:
+		t.Fatalf("replica stopped: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the record never reached the replica")
+	}
+	a := r.Age()
+	if a.AsOf.UnixMicro() != since/1000 || !a.AsOf.Before(written) {
+		t.Fatalf("lagging: as_of %v, want the moment it last found nothing to read (%v), before the write at %v", a.AsOf, time.Unix(0, since), written)
+	}
+	later := written.Add(time.Hour)
+	if age := a.AgeMs(later); age < time.Hour.Milliseconds() {
+		t.Fatalf("asked an hour after the write: age %d ms, want at least an hour", age)
+	}
+	if again := r.Age(); !again.AsOf.Equal(a.AsOf) {
+		t.Fatalf("still held: as_of moved from %v to %v", a.AsOf, again.AsOf)
+	}
+	close(release)
+	run.waitApplied(t, 1)
+	run.waitIdle(t)
+	if a := r.Age(); a.AsOf.Before(written) {
+		t.Fatalf("caught up again: as_of %v, before the write at %v", a.AsOf, written)
+	}
+}
+
+// TestLostHistoryDegradesUntilAFullClear: a clear written in place of lost engine history
+// (schemas.HeaderLostHistory) leaves its source degraded, which a checkpoint keeps across a
+// restart; a clear without the mark makes it whole again.
+func TestLostHistoryDegradesUntilAFullClear(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := newTraceGen(3)
+	evs := g.trace(50)
+	e.produce(evs)
+	clear := func(lost bool) {
+		t.Helper()
+		ev := producer.RouterEvent{WorkerID: evs[0].WorkerID, Residency: producer.ResidencyWorker, Event: producer.KvCacheEvent{Kind: producer.KvEventCleared}}
+		b, err := e.codec.EncodeKvEvent(relay.KvEventOf(ev))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &kgo.Record{Topic: e.kv, Key: []byte(strconv.FormatUint(uint64(ev.WorkerID), 10)), Value: b}
+		if lost {
+			rec.Headers = []kgo.RecordHeader{{Key: schemas.HeaderLostHistory, Value: make([]byte, 16)}}
+		}
+		if err := e.cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clear(true)
+	cfg := e.config()
+	cfg.CheckpointInterval = time.Millisecond
+	a := e.start(cfg)
+	a.waitReady(t)
+	if s := a.r.Status(); s.DegradedSources != 1 || a.r.DegradedSources() != 1 {
+		t.Fatalf("after a lost-history clear: %d degraded sources, want 1", s.DegradedSources)
+	}
+	testenv.WaitUntil(t, time.Minute, "a checkpoint of every record", func() bool { return a.r.Status().CheckpointApplied == uint64(len(evs)+1) })
+	a.stop()
+
+	b := e.start(e.config())
+	b.waitReady(t)
+	if s := b.r.Status(); !s.Restored || s.DegradedSources != 1 {
+		t.Fatalf("restored: %+v, want 1 degraded source kept by the checkpoint", s)
+	}
+	clear(false)
+	b.waitApplied(t, 1)
+	if n := b.r.DegradedSources(); n != 0 {
+		t.Fatalf("after a clear without the mark: %d degraded sources, want 0", n)
+	}
+}
