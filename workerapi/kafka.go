@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/queryapi"
 	"github.com/ckf-stream/ckf-stream/schemas"
 )
 
@@ -27,11 +28,15 @@ func FromKafka(q *schemas.WorkerQueryRequest) Request {
 	return r
 }
 
-// KafkaReply returns r as a WorkerQueryReply answered at now: the status, the DC, the sources
-// packed, the age (null when the replica has applied nothing) and lag.
+// KafkaReply returns r as a WorkerQueryReply: the status, the state (UNKNOWN when r has none),
+// the DC, the sources packed, the age (null when unknown), the lag and the reply time (r's, or now
+// when r has none).
 func (r *WorkerMatchResponse) KafkaReply(now time.Time) (schemas.WorkerQueryReply, error) {
 	out := schemas.WorkerQueryReply{CorrelationID: r.CorrelationID, ErrorMessage: r.Error, QueryBlocks: r.QueryBlocks,
-		LagRecords: max(r.Age.LagRecords, 0), ReplyTime: now}
+		LagRecords: max(r.Age.LagRecords, 0), ReplyTime: now, State: stateOf(r.State)}
+	if !r.ReplyTime.IsZero() {
+		out.ReplyTime = r.ReplyTime
+	}
 	switch r.Status {
 	case StatusOK:
 		out.Status = schemas.QueryOK
@@ -62,10 +67,15 @@ func (r *WorkerMatchResponse) KafkaReply(now time.Time) (schemas.WorkerQueryRepl
 }
 
 // FromKafkaReply returns a WorkerQueryReply as the JSON answer of this contract (dc_selected is
-// true: a DC that is not selected does not reply over Kafka).
+// true: a DC that is not selected does not reply over Kafka). An INVALID_REQUEST reply has no
+// state; a state the reply does not give (a replica of an earlier revision) reads StateUnknown.
 func FromKafkaReply(r *schemas.WorkerQueryReply) WorkerMatchResponse {
 	out := WorkerMatchResponse{CorrelationID: r.CorrelationID, Error: r.ErrorMessage, DcID: ckf.DcID(r.DcID).String(), DcSelected: true,
-		QueryBlocks: r.QueryBlocks, Age: ReplicaAge{AgeMs: -1, LagRecords: r.LagRecords}, Sources: make([]SourceMatch, len(r.Sources))}
+		QueryBlocks: r.QueryBlocks, Age: ReplicaAge{AgeMs: -1, LagRecords: r.LagRecords}, Sources: make([]SourceMatch, len(r.Sources)),
+		ReplyTime: r.ReplyTime.UTC()}
+	if r.Status != schemas.QueryInvalidRequest {
+		out.State = queryapi.LaneStateName(r.State)
+	}
 	if a, ok := r.AgeMillis.Get(); ok {
 		out.Age.AgeMs = a
 	}
@@ -81,4 +91,15 @@ func FromKafkaReply(r *schemas.WorkerQueryReply) WorkerMatchResponse {
 		out.Sources[i] = SourceMatch{WorkerID: s.WorkerID, DpRank: s.DpRank, Device: s.Device, HostPinned: s.HostPinned, Disk: s.Disk, External: s.External}
 	}
 	return out
+}
+
+// stateOf is the Kafka state of a State word; "" and words it does not know are
+// LaneStateUnknown.
+func stateOf(word string) schemas.LaneAnswerState {
+	for _, s := range []schemas.LaneAnswerState{schemas.LaneExact, schemas.LaneIncomplete, schemas.LaneStale, schemas.LaneUnavailable} {
+		if queryapi.LaneStateName(s) == word {
+			return s
+		}
+	}
+	return schemas.LaneStateUnknown
 }

@@ -51,6 +51,10 @@ type WorkerMatchRequest struct {
 	// a replica of another DC answers OK with dc_selected false and no source. For callers that
 	// send one query to several DCs' replicas.
 	DCs []string `json:"dcs,omitempty"`
+	// MaxAgeMillis, when present, is the oldest DC state the router accepts: a DC whose age is
+	// larger (or unknown) answers UNAVAILABLE with state "stale" and no sources, as the
+	// prefix-match route answers such a lane.
+	MaxAgeMillis *uint64 `json:"max_age_ms,omitempty"`
 }
 
 // Request is a decoded request: the prompt as the prefix-match route reads it, and this route's
@@ -98,6 +102,7 @@ const (
 	keyTopK     = "top_k"
 	keyDCs      = "dcs"
 	keyLaneMask = "lane_mask"
+	keyMaxAge   = "max_age_ms" // read by queryapi; named here for the binary request's parameters
 )
 
 // DecodeRequest reads a JSON body: top_k (a number 0..MaxTopK) and dcs (a list of DC ids, 16 hex
@@ -201,10 +206,11 @@ func parseDC(s *string) (ckf.DcID, error) {
 
 // DecodeBinaryRequest reads a binary request (queryapi.IsBinaryContentType): the body and the
 // correlation id as queryapi.DecodeBinaryRequest reads them; the URL's query may give top_k
-// (decimal) and dcs (comma-separated DC ids), each at most once, and nothing else. Errors wrap
-// queryapi.ErrBadRequest.
+// (decimal), dcs (comma-separated DC ids) and max_age_ms (decimal milliseconds, read by
+// queryapi's rule), each at most once, and nothing else. Errors wrap queryapi.ErrBadRequest.
 func DecodeBinaryRequest(body []byte, correlationIDs []string, rawQuery string) (Request, error) {
 	var out Request
+	var prompt url.Values // the parameters queryapi reads
 	q, _ := url.ParseQuery(rawQuery)
 	for k, v := range q {
 		if len(v) > 1 {
@@ -226,11 +232,13 @@ func DecodeBinaryRequest(body []byte, correlationIDs []string, rawQuery string) 
 				}
 				out.DCs = append(out.DCs, dc)
 			}
+		case keyMaxAge:
+			prompt = url.Values{k: v}
 		default:
-			return out, fmt.Errorf("%w: query parameter %q: a binary request takes only top_k and dcs", queryapi.ErrBadRequest, k)
+			return out, fmt.Errorf("%w: query parameter %q: a binary request takes only top_k, dcs and max_age_ms", queryapi.ErrBadRequest, k)
 		}
 	}
-	req, err := queryapi.DecodeBinaryRequest(body, correlationIDs, "")
+	req, err := queryapi.DecodeBinaryRequest(body, correlationIDs, prompt.Encode())
 	if err != nil {
 		return out, err
 	}

@@ -133,9 +133,16 @@ func TestResponseJSONIsEncodingJSONs(t *testing.T) {
 // TestBinaryReplyRoundTrip: a reply decodes to the answer it was written from.
 func TestBinaryReplyRoundTrip(t *testing.T) {
 	t.Parallel()
-	r := WorkerMatchResponse{Status: StatusOK, DcID: ckf.DcID(0xdc01).String(), DcSelected: true, QueryBlocks: 9,
+	r := WorkerMatchResponse{Status: StatusOK, DcID: ckf.DcID(0xdc01).String(), DcSelected: true, QueryBlocks: 9, State: StateExact,
 		Age:     ReplicaAge{AgeMs: -1, LagRecords: 5},
 		Sources: []SourceMatch{{WorkerID: 7, DpRank: 1, Device: 4, HostPinned: 2, Disk: 1, External: 0}, {WorkerID: 1 << 60, Device: 1}}}
+	incomplete := r
+	incomplete.State, incomplete.Age.AgeMs = StateIncomplete, 12
+	if b, err := AppendBinaryReply(nil, &incomplete); err != nil || b[1] != 3 {
+		t.Fatalf("incomplete: flags %#x, %v", b[1], err)
+	} else if back, err := DecodeBinaryReply(b); err != nil || !reflect.DeepEqual(back, incomplete) {
+		t.Fatalf("incomplete: %+v %v", back, err)
+	}
 	b, err := AppendBinaryReply(nil, &r)
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +169,11 @@ func TestDecodeBinaryRequest(t *testing.T) {
 	if err != nil || r.TopK != 1 || !reflect.DeepEqual(r.DCs, []ckf.DcID{0xdc01, 0xdc02}) || r.Query.CorrelationID != "c" || len(r.LocalHashes()) != 2 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	for q, reason := range map[string]string{"lane_mask=1": "takes only top_k and dcs", "top_k=x": "top_k", "top_k=1&top_k=2": "given 2 times", "dcs=,": "DC id"} {
+	if r, err := DecodeBinaryRequest(body, nil, "max_age_ms=250&top_k=2"); err != nil || r.Query.MaxAgeMillis != schemas.Some[int64](250) || r.TopK != 2 {
+		t.Fatalf("max_age_ms: %+v %v", r, err)
+	}
+	for q, reason := range map[string]string{"lane_mask=1": "takes only top_k, dcs and max_age_ms", "top_k=x": "top_k", "top_k=1&top_k=2": "given 2 times", "dcs=,": "DC id",
+		"max_age_ms=-1": "max_age_ms", "max_age_ms=1&max_age_ms=2": "given 2 times"} {
 		if _, err := DecodeBinaryRequest(body, nil, q); !errors.Is(err, queryapi.ErrBadRequest) || !strings.Contains(err.Error(), reason) {
 			t.Errorf("%s: %v", q, err)
 		}
