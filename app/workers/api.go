@@ -110,22 +110,28 @@ func (a *API) MatchHandler() http.Handler {
 	})
 }
 
-// Answer answers a decoded request from the replica.
+// Answer answers a decoded request from the replica, with the DC's state and age (workers §10 in
+// docs/spec/workers.md): a replica that is not ready answers UNAVAILABLE, state unavailable; one
+// older than the request's max_age_ms (or of no known age under a bound) UNAVAILABLE, state
+// stale, as the prefix-match route answers a lane too old (both without sources); otherwise the
+// sources, state exact, or incomplete while a source of the DC is degraded by lost engine
+// history.
 func (a *API) Answer(req *workerapi.Request, sc *scratch) workerapi.WorkerMatchResponse {
 	if sc == nil {
 		sc = new(scratch)
 	}
 	local := req.LocalHashes()
+	now := a.now()
+	age := a.r.Age()
 	resp := workerapi.WorkerMatchResponse{CorrelationID: req.Query.CorrelationID, Status: workerapi.StatusOK,
-		DcID: a.r.DC().String(), QueryBlocks: uint32(len(local)), Sources: []workerapi.SourceMatch{}}
+		DcID: a.r.DC().String(), QueryBlocks: uint32(len(local)), Sources: []workerapi.SourceMatch{},
+		Age: ageOf(age, now), ReplyTime: now.UTC()}
 	if err := a.r.Ready(); err != nil {
-		resp.Status, resp.Error = workerapi.StatusUnavailable, err.Error()
-		resp.Age = ageOf(a.r.Age(), a.now())
+		resp.Status, resp.Error, resp.State = workerapi.StatusUnavailable, err.Error(), workerapi.StateUnavailable
 		return resp
 	}
 	resp.DcSelected = req.Selects(a.r.DC())
 	if !resp.DcSelected {
-		resp.Age = ageOf(a.r.Age(), a.now())
 		return resp
 	}
 	if req.Query.Input == schemas.InputTokenIDs {
@@ -133,9 +139,16 @@ func (a *API) Answer(req *workerapi.Request, sc *scratch) workerapi.WorkerMatchR
 		// refused, naming both sizes, as the prefix-match route refuses them (consumer §6.5).
 		if err := a.r.CheckBlockSize(req.Query.BlockSize); err != nil {
 			resp.Status, resp.Error = workerapi.StatusInvalidRequest, fmt.Errorf("%w: %w", queryapi.ErrBadRequest, err).Error()
-			resp.Age = ageOf(a.r.Age(), a.now())
 			return resp
 		}
+	}
+	if bound, ok := req.Query.MaxAgeMillis.Get(); ok && (resp.Age.AgeMs < 0 || resp.Age.AgeMs > bound) {
+		resp.Status, resp.State = workerapi.StatusUnavailable, workerapi.StateStale
+		resp.Error = fmt.Sprintf("dc %s is older than max_age_ms %d (its age is %d ms)", resp.DcID, bound, resp.Age.AgeMs)
+		if resp.Age.AgeMs < 0 {
+			resp.Error = fmt.Sprintf("dc %s has no known age, so it cannot be shown to be within max_age_ms %d", resp.DcID, bound)
+		}
+		return resp
 	}
 	c := sc.chain[:0]
 	for i, l := range local {
@@ -146,9 +159,13 @@ func (a *API) Answer(req *workerapi.Request, sc *scratch) workerapi.WorkerMatchR
 		}
 	}
 	sc.chain = c
-	age := a.r.Match(c, ckfworkers.Options{TopK: req.TopK}, &sc.res)
-	resp.Age = ageOf(age, a.now())
+	// The age was read before the search: the index searched is at least as new as it says.
+	a.r.Match(c, ckfworkers.Options{TopK: req.TopK}, &sc.res)
 	resp.Sources = workerapi.SourcesOf(sc.res.Matches)
+	resp.State = workerapi.StateExact
+	if a.r.DegradedSources() > 0 {
+		resp.State = workerapi.StateIncomplete
+	}
 	return resp
 }
 
@@ -199,17 +216,23 @@ func (a *API) writeStatus(w http.ResponseWriter, status int, start time.Time, re
 
 // StatusJSON is the body of GET /v1/workers.
 type StatusJSON struct {
-	DcID        string               `json:"dc_id"`
-	KVTopic     string               `json:"kv_topic"`
-	Ready       bool                 `json:"ready"`
+	DcID    string `json:"dc_id"`
+	KVTopic string `json:"kv_topic"`
+	Ready   bool   `json:"ready"`
+	// CaughtUpNow: the replica has read its KV topic to the end and waits for records, so it
+	// reflects the DC up to now (age 0).
+	CaughtUpNow bool                 `json:"caught_up_now"`
 	Age         workerapi.ReplicaAge `json:"age"`
 	Applied     uint64               `json:"applied"`
 	Sources     int                  `json:"sources"`
 	Rows        int                  `json:"lineage_rows"`
 	Restored    bool                 `json:"restored_from_checkpoint"`
-	Rejected    uint64               `json:"events_rejected"`
-	Undecodable uint64               `json:"events_undecodable"`
-	Checkpoints uint64               `json:"checkpoints"`
+	// DegradedSources counts the sources whose engine history was lost: while above 0, answers
+	// say "incomplete".
+	DegradedSources int    `json:"degraded_sources"`
+	Rejected        uint64 `json:"events_rejected"`
+	Undecodable     uint64 `json:"events_undecodable"`
+	Checkpoints     uint64 `json:"checkpoints"`
 	// CheckpointApplied is the KV records the newest checkpoint this replica wrote reflects.
 	CheckpointApplied uint64 `json:"checkpoint_applied"`
 	// BlockSize is the block size every source of the DC reports (0: none known, or sources
@@ -224,8 +247,8 @@ type StatusJSON struct {
 func (a *API) StatusHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		s := a.r.Status()
-		b, _ := json.Marshal(StatusJSON{DcID: s.DC.String(), KVTopic: s.KVTopic, Ready: s.Ready, Age: ageOf(s.Age, a.now()),
-			Applied: s.Applied, Sources: s.Sources, Rows: s.Rows, Restored: s.Restored, Rejected: s.Rejected,
+		b, _ := json.Marshal(StatusJSON{DcID: s.DC.String(), KVTopic: s.KVTopic, Ready: s.Ready, CaughtUpNow: s.CaughtUpNow, Age: ageOf(s.Age, a.now()),
+			Applied: s.Applied, Sources: s.Sources, Rows: s.Rows, Restored: s.Restored, DegradedSources: s.DegradedSources, Rejected: s.Rejected,
 			Undecodable: s.Undecodable, Checkpoints: s.Checkpoints, CheckpointApplied: s.CheckpointApplied,
 			BlockSize: oneSize(s.BlockSizes), BlockSizes: append([]uint32{}, s.BlockSizes...), BlockSizesBySource: s.BlockSizesBySource})
 		w.Header().Set("Content-Type", "application/json")

@@ -168,7 +168,7 @@ func TestWorkerMatchesRefusals(t *testing.T) {
 		{"", workerapi.Path, `{"local_block_hashes":[1],"extra":1}`, 400, "unknown field"},
 		{"", workerapi.Path, `not json`, 400, "bad request"},
 		{queryapi.BinaryContentType, workerapi.Path, "1234567", 400, "whole number"},
-		{queryapi.BinaryContentType, workerapi.Path + "?lane_mask=1", "12345678", 400, "only top_k and dcs"},
+		{queryapi.BinaryContentType, workerapi.Path + "?lane_mask=1", "12345678", 400, "only top_k, dcs and max_age_ms"},
 		{"", workerapi.Path, `{"local_block_hashes":[` + strings.Repeat("1,", queryapi.MaxRequestBytes/2) + `1]}`, 413, "exceeds"},
 	} {
 		rec, resp := post(t, h, tc.ct, tc.url, []byte(tc.body))
