@@ -20,15 +20,16 @@ import (
 	"github.com/ckf-stream/ckf-stream/workerapi"
 )
 
-// workerRequestOf is the body of POST /v1/worker-matches asking what req asks, with top_k and
-// the DC filter (comma-separated DC ids).
+// workerRequestOf is the body of POST /v1/worker-matches asking what req asks (its age bound,
+// --max-age, included), with top_k and the DC filter (comma-separated DC ids).
 func workerRequestOf(req schemas.QueryRequest, topK int, dcs string) (workerapi.WorkerMatchRequest, error) {
 	if req.LaneMask.Valid {
 		return workerapi.WorkerMatchRequest{}, fmt.Errorf("--lanes is the prefix-match route's; with --workers give --dcs")
 	}
 	p := queryapi.RequestOf(&req)
 	out := workerapi.WorkerMatchRequest{CorrelationID: p.CorrelationID, LocalBlockHashes: p.LocalBlockHashes, TokenIDs: p.TokenIDs,
-		BlockSize: p.BlockSize, LoraName: p.LoraName, CacheNamespace: p.CacheNamespace, BlockExtraKeys: p.BlockExtraKeys, TopK: topK}
+		BlockSize: p.BlockSize, LoraName: p.LoraName, CacheNamespace: p.CacheNamespace, BlockExtraKeys: p.BlockExtraKeys, TopK: topK,
+		MaxAgeMillis: p.MaxAgeMillis}
 	if out.LocalBlockHashes == nil && out.TokenIDs == nil {
 		out.LocalBlockHashes = []uint64{}
 	}
@@ -78,9 +79,18 @@ func queryWorkers(ctx context.Context, cl *http.Client, url string, body workera
 	return exitFailure, nil
 }
 
+// printWorkerAnswer prints a on one line (status, DC, state, the DC's age: workers §10 in
+// docs/spec/workers.md), then the sources as a table.
 func printWorkerAnswer(w io.Writer, a *workerapi.WorkerMatchResponse, path string, took time.Duration) {
-	fmt.Fprintf(w, "%s from DC %s via %s in %v: %d blocks; replica age %d ms, lag %d records\n",
-		a.Status, a.DcID, path, took.Round(time.Microsecond), a.QueryBlocks, a.Age.AgeMs, a.Age.LagRecords)
+	state, age := a.State, "unknown"
+	if state == "" {
+		state = "none"
+	}
+	if a.Age.AgeMs >= 0 {
+		age = strconv.FormatInt(a.Age.AgeMs, 10) + " ms"
+	}
+	fmt.Fprintf(w, "%s from DC %s via %s in %v: state %s, %d blocks; DC age %s, lag %d records\n",
+		a.Status, a.DcID, path, took.Round(time.Microsecond), state, a.QueryBlocks, age, a.Age.LagRecords)
 	if a.Error != "" {
 		fmt.Fprintln(w, "error:", a.Error)
 	}
@@ -131,7 +141,7 @@ func queryWorkersKafka(ctx context.Context, cfg config.Config, req schemas.Query
 	}
 	q := schemas.WorkerQueryRequest{CorrelationID: "cli-" + strconv.FormatInt(time.Now().UnixNano(), 36), Input: req.Input, Hashes: req.Hashes,
 		Tokens: req.Tokens, BlockSize: req.BlockSize, LoraName: req.LoraName, CacheNamespace: req.CacheNamespace,
-		BlockExtraKeys: req.BlockExtraKeys, TopK: uint32(body.TopK)}
+		BlockExtraKeys: req.BlockExtraKeys, TopK: uint32(body.TopK), MaxAgeMillis: req.MaxAgeMillis}
 	for _, d := range body.DCs {
 		v, err := strconv.ParseUint(d, 16, 64)
 		if err != nil {
