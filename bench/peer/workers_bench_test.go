@@ -14,8 +14,9 @@ package peer
 //     membership.
 //   - workers-match128/8, /64, /512: a 128-block prompt held in full by 8, 64, 512 workers;
 //     one query per op (every worker's answer), timed one by one for p50/p99. The query is the
-//     prompt's local hashes, as the crate takes them: MatchLocal computes the sequence hashes
-//     (match-p50-ns: Match alone, on precomputed ones).
+//     prompt's local hashes, as the crate takes them: MatchLocal finds the sequence hashes (from
+//     its memo of the stores' chains, comparing local hashes; match-p50-ns: Match alone, on
+//     precomputed ones).
 
 import (
 	"fmt"
