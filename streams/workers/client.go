@@ -135,7 +135,10 @@ func (c *QueryClient) ReplyPartition() int32 { return c.partition }
 // len(req.DcIDs) when the request names its DCs, else 1). It fills in the correlation id when
 // req has none, and the request time when it is zero, and sets the reply topic and partition to
 // the client's own. When ctx ends or CallTimeout passes first it returns the replies that came,
-// with a *query.QueryCallError wrapping ErrWorkerQueryTimeout.
+// with a *query.QueryCallError wrapping ErrWorkerQueryTimeout. Each reply says what its DC's
+// answer is worth (State) and how old the DC is (AgeMillis, its as_of age); req.MaxAgeMillis
+// makes an older DC reply UNAVAILABLE, State schemas.LaneStale, without sources (workers §10 in
+// docs/spec/workers.md).
 func (c *QueryClient) Ask(ctx context.Context, req schemas.WorkerQueryRequest, want int) ([]schemas.WorkerQueryReply, error) {
 	if req.CorrelationID == "" {
 		req.CorrelationID = c.prefix + strconv.FormatUint(c.next.Add(1), 10)
