@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -247,5 +248,34 @@ func TestWorkerQueryRegistryOlderWriters(t *testing.T) {
 	}
 	if got, err := reader.DecodeWorkerQueryReply(cur); err != nil || got.State != LaneStale {
 		t.Fatalf("current reply through the registry: %+v, %v", got, err)
+	}
+}
+
+// TestWorkerQueryAppendedFieldsHaveDefaults: every field appended to the worker query schemas
+// has a default of its own (an enum's default symbol is not one), so that a registry under
+// BACKWARD or FULL compatibility accepts the revision after the one before it: a reader of this
+// revision resolves a body of the previous one by the defaults.
+func TestWorkerQueryAppendedFieldsHaveDefaults(t *testing.T) {
+	for _, rt := range []RecordType{TypeWorkerQueryRequest, TypeWorkerQueryReply} {
+		var top struct {
+			Fields []map[string]any `json:"fields"`
+		}
+		if err := json.Unmarshal([]byte(rt.Schema()), &top); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range appendedFields[rt] {
+			found := false
+			for _, f := range top.Fields {
+				if f["name"] == name {
+					found = true
+					if _, ok := f["default"]; !ok {
+						t.Errorf("%s.%s has no default", rt, name)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%s: appended field %s not in the schema", rt, name)
+			}
+		}
 	}
 }
