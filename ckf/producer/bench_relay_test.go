@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -93,4 +94,151 @@ func BenchmarkDcStateRelayWorkload(b *testing.B) {
 	ops := float64(w.ops) * float64(b.N)
 	b.ReportMetric(elapsed*1e9/ops, "ns/blockop")
 	b.ReportMetric(ops/elapsed, "blockops/s")
+}
+
+// txnSink is the relay's former DeltaSink: Publish handed it each delta, which it appended to
+// the open transaction's list. BenchmarkRelayWorkloadPublished's "sink" path, kept to compare
+// the one-way path against the one it replaced.
+type txnSink struct{ deltas []ckf.Delta }
+
+func (s *txnSink) Enqueue(d ckf.Delta) error { s.deltas = append(s.deltas, d); return nil }
+
+// BenchmarkRelayWorkloadPublished is BenchmarkDcStateRelayWorkload with every publication
+// turned into a delta as the relay does, into a transaction list emptied every 16 deltas:
+// path=append has Publisher.AppendDelta append it (the relay's one-way path); path=sink hands the
+// batch to Publisher.Publish, whose sink appends it (the path it replaced). Reported per block
+// operation, as BenchmarkDcStateRelayWorkload; the publish step alone is BenchmarkPublishStep.
+func BenchmarkRelayWorkloadPublished(b *testing.B) {
+	const events = 100_000
+	w := newRelayWorkload(21)
+	evs := make([]RouterEvent, events)
+	for i := range evs {
+		evs[i] = w.event()
+	}
+	cfg := cfgN(1<<20, 64)
+	for _, path := range []string{"append", "sink"} {
+		b.Run("path="+path, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				s, err := NewDcState(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sink := &txnSink{}
+				var txn []ckf.Delta
+				var p *Publisher
+				if path == "sink" {
+					p = NewPublisher(prodIdentity(s.BucketCount()), 0, sink)
+					_, err = p.SnapshotAfterBarrier(s, ckf.LaneLease{Lane: 1, Epoch: 1})
+				} else {
+					p = NewPublisher(prodIdentity(s.BucketCount()), 0, nil)
+					_, _, err = p.SnapshotAfterBarrierDelta(s, ckf.LaneLease{Lane: 1, Epoch: 1})
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				for i := range evs {
+					out := s.ApplyEvent(evs[i])
+					if out.FirstError != nil {
+						b.Fatalf("event %d: %v", i, out.FirstError)
+					}
+					if len(out.Publication) == 0 {
+						continue
+					}
+					if path == "sink" {
+						if _, err := p.Publish(out.Publication); err != nil {
+							b.Fatal(err)
+						}
+						if len(sink.deltas) == 16 {
+							clear(sink.deltas)
+							sink.deltas = sink.deltas[:0]
+						}
+					} else {
+						if txn, _, err = p.AppendDelta(txn, out.Publication); err != nil {
+							b.Fatal(err)
+						}
+						if len(txn) == 16 {
+							clear(txn)
+							txn = txn[:0]
+						}
+					}
+				}
+			}
+			elapsed := b.Elapsed().Seconds()
+			ops := float64(w.ops) * float64(b.N)
+			b.ReportMetric(elapsed*1e9/ops, "ns/blockop")
+		})
+	}
+}
+
+// BenchmarkPublishStep is the publish step alone, on the publications of the relay workload's
+// first 20,000 events (a delta every 64 events, and every event), each delta going into a
+// transaction list emptied every 16 deltas: path=append has Publisher.AppendDelta append it (the
+// relay's one-way path), path=delta takes Publisher.Delta's delta and appends it, path=sink has
+// Publisher.Publish hand it to a sink that appends it (the path the relay replaced). Reported
+// per delta.
+func BenchmarkPublishStep(b *testing.B) {
+	for _, every := range []uint64{64, 1} {
+		w := newRelayWorkload(21)
+		s, err := NewDcState(cfgN(1<<20, every))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var pubs [][]ckf.BucketImage
+		for range 20_000 {
+			if out := s.ApplyEvent(w.event()); len(out.Publication) > 0 {
+				pubs = append(pubs, out.Publication)
+			}
+		}
+		for _, path := range []string{"append", "delta", "sink"} {
+			b.Run(fmt.Sprintf("every=%d/path=%s", every, path), func(b *testing.B) {
+				sink := &txnSink{}
+				p := NewPublisher(prodIdentity(s.BucketCount()), 0, sink)
+				p.lease, p.hasLease = ckf.LaneLease{Lane: 1, Epoch: 1}, true
+				txn := make([]ckf.Delta, 0, 16)
+				sink.deltas = make([]ckf.Delta, 0, 16)
+				b.ReportAllocs()
+				for b.Loop() {
+					if path == "sink" {
+						for _, im := range pubs {
+							if _, err := p.Publish(im); err != nil {
+								b.Fatal(err)
+							}
+							if len(sink.deltas) == 16 {
+								clear(sink.deltas)
+								sink.deltas = sink.deltas[:0]
+							}
+						}
+						continue
+					}
+					if path == "append" {
+						for _, im := range pubs {
+							var err error
+							if txn, _, err = p.AppendDelta(txn, im); err != nil {
+								b.Fatal(err)
+							}
+							if len(txn) == 16 {
+								clear(txn)
+								txn = txn[:0]
+							}
+						}
+						continue
+					}
+					for _, im := range pubs {
+						d, _, err := p.Delta(im)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if txn = append(txn, d); len(txn) == 16 {
+							clear(txn)
+							txn = txn[:0]
+						}
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(pubs)), "ns/delta")
+			})
+		}
+	}
 }

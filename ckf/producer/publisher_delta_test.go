@@ -1,6 +1,6 @@
 package producer
 
-// The one-way publisher path (Delta, SnapshotAfterBarrierDelta, MarkDeliveryUncertain): the
+// The one-way publisher path (Delta, AppendDelta, SnapshotAfterBarrierDelta, MarkDeliveryUncertain): the
 // same rules as Publish and SnapshotAfterBarrier (producer §8.2), with the delta returned to
 // the caller instead of handed to a sink.
 
@@ -134,6 +134,28 @@ func TestPublisherWithoutSink(t *testing.T) {
 	}
 }
 
+func TestAppendDeltaAppendsOnlyADelta(t *testing.T) {
+	p := NewPublisher(prodIdentity(64), 2, nil)
+	images := []ckf.BucketImage{{Bucket: 1, Value: 2}}
+	ds := []ckf.Delta{{Sequence: 99}}
+	if got, kind, err := p.AppendDelta(ds, images); err != nil || kind != PublishNoSubscriber || len(got) != 1 || p.LastSequence() != 2 {
+		t.Fatalf("no lease: %d deltas, %v %v", len(got), kind, err)
+	}
+	p.lease, p.hasLease = ckf.LaneLease{Epoch: 1}, true
+	got, kind, err := p.AppendDelta(ds, images)
+	if err != nil || kind != Published || len(got) != 2 || got[0].Sequence != 99 ||
+		got[1].BaseSequence != 2 || got[1].Sequence != 3 || got[1].Lease != p.lease || !slices.Equal(got[1].Images, images) {
+		t.Fatalf("appended %+v, %v %v", got, kind, err)
+	}
+	if got, _, err := p.AppendDelta(got, nil); !errors.Is(err, ErrEmptyBatch) || len(got) != 2 || p.LastSequence() != 3 {
+		t.Fatalf("empty batch: %d deltas, %v", len(got), err)
+	}
+	p.MarkDeliveryUncertain()
+	if got, _, err := p.AppendDelta(got, images); !errors.Is(err, ErrFenced) || len(got) != 2 {
+		t.Fatalf("fenced: %d deltas, %v", len(got), err)
+	}
+}
+
 func TestDeltaDoesNotAllocate(t *testing.T) {
 	p := NewPublisher(prodIdentity(64), 0, nil)
 	p.lease, p.hasLease = ckf.LaneLease{Epoch: 1}, true
@@ -148,10 +170,18 @@ func TestDeltaDoesNotAllocate(t *testing.T) {
 	}); allocs != 0 {
 		t.Fatalf("Delta: %v allocations per call", allocs)
 	}
+	if allocs := testing.AllocsPerRun(1000, func() {
+		var err error
+		if taken, _, err = p.AppendDelta(taken[:0], images); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Fatalf("AppendDelta into a slice with room: %v allocations per call", allocs)
+	}
 }
 
 // For random streams of events, flushes, barriers, failed deliveries and retired leases, the
-// one-way path (Delta, SnapshotAfterBarrierDelta, MarkDeliveryUncertain) and the sink path
+// one-way path (Delta or AppendDelta, SnapshotAfterBarrierDelta, MarkDeliveryUncertain) and the sink path
 // (Publish, SnapshotAfterBarrier, a failing sink) on two identical states agree: same outcomes,
 // fences, leases, snapshots and delivered deltas, except that a failed delivery has advanced the
 // one-way publisher's sequence by one (the delta counted as handed over) and the sink's not.
@@ -185,7 +215,21 @@ func TestPropDeltaPathEqualsSinkPath(t *testing.T) {
 			}
 			ra, errA := pa.Publish(batch)
 			sink.failNext = 0
-			d, kind, errB := pb.Delta(batch)
+			var d ckf.Delta
+			var kind PublishKind
+			var errB error
+			if rapid.Bool().Draw(rt, "append") {
+				var ds []ckf.Delta
+				ds, kind, errB = pb.AppendDelta(ds, batch)
+				if len(ds) != map[bool]int{true: 1, false: 0}[errB == nil && kind == Published] {
+					rt.Fatalf("AppendDelta appended %d deltas (kind %v, err %v)", len(ds), kind, errB)
+				}
+				if len(ds) == 1 {
+					d = ds[0]
+				}
+			} else {
+				d, kind, errB = pb.Delta(batch)
+			}
 			var ee *EnqueueError
 			switch {
 			case errors.As(errA, &ee):
