@@ -98,8 +98,9 @@ func newStateRig(t *testing.T, evs []producer.RouterEvent, hourOld bool, lost ..
 }
 
 // TestWorkerMatchesStateAndAge: a DC whose engines last wrote an hour ago and whose replica has
-// read its topic to the end answers exact and fresh (age 0 while it waits for records), even under
-// max_age_ms 0, over HTTP (JSON and binary) and Kafka; the same replica once it stopped reading,
+// read its topic to the end answers exact and fresh (its as_of no earlier than the moment it was
+// seen caught up), under max_age_ms 60000, over HTTP (JSON and binary) and Kafka (counted from the
+// newest event, the age was an hour); the same replica once it stopped reading,
 // asked an hour later, answers stale without sources under max_age_ms 60000 (UNAVAILABLE, 503,
 // as the prefix-match route answers a lane too old), and exact with its hour-old age without a
 // bound.
@@ -107,23 +108,29 @@ func TestWorkerMatchesStateAndAge(t *testing.T) {
 	t.Parallel()
 	local := []ckf.LocalBlockHash{11, 12, 13, 14}
 	rig := newStateRig(t, []producer.RouterEvent{store(1, producer.StorageTierDevice, local, 100)}, true)
-	testenv.WaitUntil(t, time.Minute, "the replica caught up and waiting", func() bool { return rig.r.Status().CaughtUpNow })
+	var caught time.Time // read just before the replica was seen caught up: its as_of is no earlier
+	testenv.WaitUntil(t, time.Minute, "the replica caught up and waiting", func() bool {
+		caught = time.Now()
+		return rig.r.Status().CaughtUpNow
+	})
 	a := NewAPI(rig.r, nil)
 	h := a.MatchHandler()
+	// fresh: the age at the reply is no more than the time since the replica was seen caught up.
+	fresh := func(age int64, reply time.Time) bool { return age >= 0 && age <= reply.Sub(caught).Milliseconds() }
 
-	rec, resp := post(t, h, "", workerapi.Path, []byte(`{"local_block_hashes":[11,12,13,14],"max_age_ms":0}`))
-	if rec.Code != 200 || resp.Status != workerapi.StatusOK || resp.State != workerapi.StateExact || resp.Age.AgeMs != 0 ||
-		len(resp.Sources) != 1 || resp.ReplyTime.IsZero() || !strings.Contains(rec.Body.String(), `"state":"exact"`) {
-		t.Fatalf("idle DC under max_age_ms 0: %d %s", rec.Code, rec.Body)
+	rec, resp := post(t, h, "", workerapi.Path, []byte(`{"local_block_hashes":[11,12,13,14],"max_age_ms":60000}`))
+	if rec.Code != 200 || resp.Status != workerapi.StatusOK || resp.State != workerapi.StateExact || !fresh(resp.Age.AgeMs, resp.ReplyTime) ||
+		len(resp.Sources) != 1 || !strings.Contains(rec.Body.String(), `"state":"exact"`) {
+		t.Fatalf("idle DC under max_age_ms 60000: %d %s", rec.Code, rec.Body)
 	}
-	rec, _ = post(t, h, queryapi.BinaryContentType, workerapi.Path+"?max_age_ms=0", queryapi.AppendBinaryRequest(nil, []uint64{11, 12, 13, 14}))
-	if bin, err := workerapi.DecodeBinaryReply(rec.Body.Bytes()); rec.Code != 200 || err != nil || bin.State != workerapi.StateExact || bin.Age.AgeMs != 0 {
-		t.Fatalf("binary, idle DC under max_age_ms 0: %d %v %+v", rec.Code, err, bin)
+	rec, _ = post(t, h, queryapi.BinaryContentType, workerapi.Path+"?max_age_ms=60000", queryapi.AppendBinaryRequest(nil, []uint64{11, 12, 13, 14}))
+	if bin, err := workerapi.DecodeBinaryReply(rec.Body.Bytes()); rec.Code != 200 || err != nil || bin.State != workerapi.StateExact || !fresh(bin.Age.AgeMs, time.Now()) {
+		t.Fatalf("binary, idle DC under max_age_ms 60000: %d %v %+v", rec.Code, err, bin)
 	}
 	q := schemas.WorkerQueryRequest{CorrelationID: "k0", Input: schemas.InputLocalBlockHashes, Hashes: schemas.AppendU64s(nil, []uint64{11, 12, 13, 14}),
-		MaxAgeMillis: schemas.Some[int64](0)}
-	if reply := a.AnswerKafka(&q); reply.Status != schemas.QueryOK || reply.State != schemas.LaneExact || reply.AgeMillis != schemas.Some[int64](0) || len(reply.Sources) != 1 {
-		t.Fatalf("Kafka, idle DC under max_age_ms 0: %+v", reply)
+		MaxAgeMillis: schemas.Some[int64](60000)}
+	if reply := a.AnswerKafka(&q); reply.Status != schemas.QueryOK || reply.State != schemas.LaneExact || !fresh(reply.AgeMillis.Value, reply.ReplyTime) || len(reply.Sources) != 1 {
+		t.Fatalf("Kafka, idle DC under max_age_ms 60000: %+v", reply)
 	}
 
 	rig.stop()
@@ -158,13 +165,18 @@ func TestWorkerMatchesStateAndAge(t *testing.T) {
 
 // TestWorkerQueryStateOverKafka: a router's QueryClient asks the worker stage through the real
 // query service (kfake): the request's max_age_ms reaches the replica and the reply's state and
-// age come back through the codec: exact and fresh from a replica caught up with a silent topic,
+// age come back through the codec: exact and fresh (no older than the moment it was seen caught
+// up, where the newest event is an hour old) from a replica caught up with a silent topic,
 // stale without sources from the same replica asked an hour later once it stopped reading.
 func TestWorkerQueryStateOverKafka(t *testing.T) {
 	t.Parallel()
 	local := []ckf.LocalBlockHash{11, 12, 13, 14}
 	rig := newStateRig(t, []producer.RouterEvent{store(1, producer.StorageTierDevice, local, 100)}, true)
-	testenv.WaitUntil(t, time.Minute, "the replica caught up and waiting", func() bool { return rig.r.Status().CaughtUpNow })
+	var caught time.Time // read just before the replica was seen caught up: its as_of is no earlier
+	testenv.WaitUntil(t, time.Minute, "the replica caught up and waiting", func() bool {
+		caught = time.Now()
+		return rig.r.Status().CaughtUpNow
+	})
 	a := NewAPI(rig.r, nil)
 	var shift atomic.Int64 // the API's clock ahead of the wall clock, read by the service's goroutines
 	a.now = func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }
@@ -196,8 +208,8 @@ func TestWorkerQueryStateOverKafka(t *testing.T) {
 		}
 		return replies[0]
 	}
-	if r := ask(0); r.Status != schemas.QueryOK || r.State != schemas.LaneExact || r.AgeMillis != schemas.Some[int64](0) || len(r.Sources) != 1 {
-		t.Fatalf("caught-up replica under max_age_ms 0: %+v", r)
+	if r := ask(60000); r.Status != schemas.QueryOK || r.State != schemas.LaneExact || !r.AgeMillis.Valid || r.AgeMillis.Value > r.ReplyTime.Sub(caught).Milliseconds() || len(r.Sources) != 1 {
+		t.Fatalf("caught-up replica under max_age_ms 60000: %+v (seen caught up at %v)", r, caught)
 	}
 	rig.stop()
 	shift.Store(int64(time.Hour))
