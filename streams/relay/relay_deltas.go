@@ -13,17 +13,17 @@ import (
 
 // The delta path, one way and top to bottom: applyRecord (relay_events.go) applies a KV event
 // to the state (producer.DcState.ApplyEvent), which returns the absolute images of the window
-// the event closed; publish splits them to the lane record limit and, for each piece, takes the
-// delta from the publisher (producer.Publisher.Delta: identity, wire lease, base and sequence,
-// producer §8.2) and adds it to the open transaction (laneTxn), which streams it to the lane
+// the event closed; publish splits them to the lane record limit and, for each piece, has the
+// publisher append its delta to the open transaction (producer.Publisher.AppendDelta: identity,
+// wire lease, base and sequence, producer §8.2; laneTxn), which streams it to the lane
 // (streams.LaneWriter.StreamDeltas); the end of the poll commits the transaction
 // (commitDeltasAsync), and only a committed transaction counts as written. Nothing calls back
 // into the relay. Failed writes and recovery: relay_recover.go; snapshots and heartbeats:
 // relay_snapshot.go.
 
-// laneTxn is the open lane transaction's deltas, in sequence order, as the relay took them from
-// the publisher (Publisher.Delta): the relay writes them itself, and the publisher never calls
-// back. A delta counts as handed over when taken (the publisher's sequence has advanced), and as
+// laneTxn is the open lane transaction's deltas, in sequence order, as the publisher appended
+// them (Publisher.AppendDelta, and a barrier's tail from SnapshotAfterBarrierDelta): the relay
+// writes them itself, and the publisher never calls back. A delta counts as handed over when taken (the publisher's sequence has advanced), and as
 // written only when its transaction commits (commitDeltas, finishCommit). If the commit fails,
 // every delta taken is uncertain at once; the relay then abandons this publisher's whole stream
 // (markBroken: the publisher is fenced DeliveryUncertain, then a new incarnation + snapshot), so
@@ -33,7 +33,7 @@ type laneTxn struct {
 	streamed int // deltas[:streamed] are already produced into the open transaction
 }
 
-// add appends a delta taken from the publisher; its images are the relay's now.
+// add appends a delta taken from the publisher (a barrier's tail); its images are the relay's now.
 func (t *laneTxn) add(d ckf.Delta) { t.deltas = append(t.deltas, d) }
 
 // taken empties the transaction once a write committed its deltas.
@@ -53,8 +53,8 @@ func (t *laneTxn) takeFirst(n int) {
 // unstreamed returns the deltas not yet produced into the open transaction.
 func (t *laneTxn) unstreamed() []ckf.Delta { return t.deltas[t.streamed:] }
 
-// publish takes one publication batch's delta from the publisher and adds it to the open
-// transaction, which streams it to the lane. While the stream is broken the batch is dropped: the
+// publish has the publisher stamp one publication batch's delta into the open transaction,
+// which streams it to the lane. While the stream is broken the batch is dropped: the
 // recovery snapshot carries its images.
 //
 // A batch larger than one lane record carries (LaneWriter.MaxDeltaImages, from the lane topic's
@@ -88,17 +88,18 @@ func (rl *relayLoop) publish(images []ckf.BucketImage) {
 // 100 bytes; the trigger needs the order of magnitude, not the byte.
 const deltaRecordWeight = 128
 
-// publishDelta publishes images as one delta: the publisher stamps it (Publisher.Delta; without
-// a lease it discards the batch), the open transaction takes it and streams it. False when the
-// stream broke.
+// publishDelta publishes images as one delta: the publisher stamps it and appends it to the
+// open transaction (Publisher.AppendDelta; without a lease it discards the batch), which streams
+// it. False when the stream broke.
 func (rl *relayLoop) publishDelta(images []ckf.BucketImage) bool {
-	d, kind, err := rl.pub.Delta(images)
+	var kind producer.PublishKind
+	var err error
+	rl.txn.deltas, kind, err = rl.pub.AppendDelta(rl.txn.deltas, images)
 	if err != nil {
 		rl.markBroken(err)
 		return false
 	}
 	if kind == producer.Published {
-		rl.txn.add(d)
 		rl.stream()
 		rl.deltasSinceSnap++
 		rl.deltaBytesSinceSnap += uint64(len(images))*schemas.ImageSize + deltaRecordWeight
