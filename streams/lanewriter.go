@@ -93,14 +93,16 @@ func (c LaneWriterConfig) validate() error {
 }
 
 // LaneWriter writes one producer's lane records: snapshots (chunked, then indexed), deltas,
-// heartbeats and drain markers, all to the lane's own partition and in call order. It is the
-// relay's publication sink (it implements ckf.DeltaSink) and the test producer of the
-// integration tests. It is not safe for concurrent use: one producer, one writer.
+// heartbeats and drain markers, all to the lane's own partition and in call order. The relay
+// writes the deltas it takes from its publisher (producer.Publisher.AppendDelta) with
+// StreamDeltas and WriteDeltas; the integration tests' producers use it as the publisher's sink
+// (it implements producer.DeltaSink). It is not safe for concurrent use: one producer, one
+// writer.
 //
 // Delivery: each call returns only once the broker acknowledged every record it wrote (acks=all,
 // idempotent producer; with Transactional, once the transaction committed). An error means
-// delivery is uncertain: ckf.Publisher then fences itself (DeliveryUncertain) and the relay
-// recovers with a new snapshot.
+// delivery is uncertain: the publisher is fenced DeliveryUncertain (by the sink's error, or the
+// relay's producer.Publisher.MarkDeliveryUncertain) and the relay recovers with a new snapshot.
 type LaneWriter struct {
 	cl       *kgo.Client
 	codec    *schemas.Codec
@@ -431,7 +433,7 @@ func (w *LaneWriter) deltaRecord(d *ckf.Delta) (*kgo.Record, error) {
 	}})
 }
 
-// Enqueue implements ckf.DeltaSink: the delta is written and acknowledged before it returns.
+// Enqueue implements producer.DeltaSink: the delta is written and acknowledged before it returns.
 func (w *LaneWriter) Enqueue(d ckf.Delta) error {
 	return w.WriteDeltas(context.Background(), []ckf.Delta{d})
 }
