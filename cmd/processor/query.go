@@ -52,7 +52,7 @@ func (f *queryFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.extraKeys, "extra-keys", "", "with --tokens: the blocks' extra keys as `JSON`, entry i for block i, as block_extra_keys of the HTTP API (for example '[[[\"img-a\",1]],[[\"img-a\",-3]]]'; null for a block without)")
 	fs.StringVar(&f.cacheSalt, "cache-salt", "", "with --tokens: the request's cache `salt`, appended to the first block's extra keys as vLLM and SGLang engines salt it (the bridge's rule)")
 	fs.StringVar(&f.lanes, "lanes", "", "comma-separated `lanes` to ask (default: every lane)")
-	fs.DurationVar(&f.maxAge, "max-age", 0, "answer lanes older than this `age` stale, without a depth (0: any age the indexer's freshness policy keeps)")
+	fs.DurationVar(&f.maxAge, "max-age", 0, "answer lanes older than this `age` stale, without a depth (with --workers: DCs, without sources); 0: any age the freshness policy keeps")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "give up after this long")
 	fs.BoolVar(&f.json, "json", false, "print the reply as JSON instead of a table")
 	f.httpCreds.register(fs)
