@@ -17,8 +17,9 @@
 // (subjects <topic>-value) and from a fixed built-in table otherwise; see
 // BuiltinID and README.md.
 //
-// The package takes only two constants from ckf (LaneCount, which bounds every
-// lane number and mask, and PoolIdentityVersion); its records are plain wire
+// The package takes only three constants from ckf (LaneCount, which bounds the
+// 16-bit lane masks of the reference, MaxLanes, which bounds every lane number and
+// the 64-bit masks of consumer §16, and PoolIdentityVersion); its records are plain wire
 // structs, and the streams layer converts them to and from ckf's types. Bulk data (bucket words, delta images, query
 // hashes and tokens) travels as packed little-endian bytes; the decoded
 // records alias the input buffer for those fields instead of copying them, and

@@ -252,9 +252,9 @@ func TestDecodeFieldErrorsOtherTypes(t *testing.T) {
 
 	ev := testLaneEvents()["progress"]
 	en := laneEventNative(&ev)
-	en["lane"] = int32(16)
+	en["lane"] = int32(64)
 	_, err = c.DecodeLaneEvent(enc(TypeLaneEvent, en))
-	wantKind(t, "lane 16", err, ErrInvalidField)
+	wantKind(t, "lane 64", err, ErrInvalidField)
 
 	k := testKvEvents()["stored"]
 	kn := kvEventNative(&k)

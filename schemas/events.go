@@ -163,8 +163,8 @@ type LaneEvent struct {
 }
 
 func (e *LaneEvent) validate() error {
-	if e.Lane >= ckf.LaneCount {
-		return invalid("lane", "%d is not below %d", e.Lane, ckf.LaneCount)
+	if e.Lane >= ckf.MaxLanes {
+		return invalid("lane", "%d is not below %d", e.Lane, ckf.MaxLanes)
 	}
 	if err := e.Pool.validate("pool"); err != nil {
 		return err
@@ -244,8 +244,8 @@ func (c *ControlRecord) validate() error {
 	switch c.Kind {
 	case ControlSnapshotRequest:
 		s := &c.SnapshotRequest
-		if s.Lane >= ckf.LaneCount {
-			return invalid("body.lane", "%d is not below %d", s.Lane, ckf.LaneCount)
+		if s.Lane >= ckf.MaxLanes {
+			return invalid("body.lane", "%d is not below %d", s.Lane, ckf.MaxLanes)
 		}
 		if err := s.Pool.validate("body.pool"); err != nil {
 			return err

@@ -54,12 +54,12 @@ func TestBlockExtraKeysRules(t *testing.T) {
 		q := base
 		q.BlockExtraKeys = nil
 		b := appendQueryRequestBody(AppendHeader(nil, id), &q)
-		b = append(b[:len(b)-1], 2) // replace the null block_extra_keys
+		b = append(b[:len(b)-2], 2) // replace the null block_extra_keys (and lane_mask64's after it)
 		b = appendLong(b, int64(len(items)))
 		for _, it := range items {
 			b = appendBytes(b, it)
 		}
-		return append(b, 0)
+		return append(b, 0, 0) // the array's end, lane_mask64 null
 	}
 	str := func(s string) []byte { return append([]byte{5, byte(len(s)), 0, 0, 0}, s...) }
 	tuple := func(vals ...[]byte) []byte {

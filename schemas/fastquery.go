@@ -40,9 +40,12 @@ func appendQueryRequestBody(dst []byte, q *QueryRequest) []byte {
 		dst = appendOptString(dst, q.LoraName)
 		dst = appendOptString(dst, q.CacheNamespace)
 	}
-	if q.LaneMask.Valid {
+	switch {
+	case q.LaneMask64.Valid: // lane_mask is lane_mask64's low 16 bits
+		dst = appendLong(append(dst, 2), int64(uint16(q.LaneMask64.Value)))
+	case q.LaneMask.Valid:
 		dst = appendLong(append(dst, 2), int64(q.LaneMask.Value))
-	} else {
+	default:
 		dst = append(dst, 0)
 	}
 	dst = appendOptString(dst, q.ReplyTopic)
@@ -62,9 +65,14 @@ func appendQueryRequestBody(dst []byte, q *QueryRequest) []byte {
 		dst = append(dst, 0)
 	}
 	if len(q.BlockExtraKeys) == 0 {
-		return append(dst, 0) // block_extra_keys: null
+		dst = append(dst, 0) // block_extra_keys: null
+	} else {
+		dst = appendBlockExtraKeys(dst, q.BlockExtraKeys)
 	}
-	return appendBlockExtraKeys(dst, q.BlockExtraKeys)
+	if q.LaneMask64.Valid {
+		return appendLong(append(dst, 2), int64(q.LaneMask64.Value))
+	}
+	return append(dst, 0) // lane_mask64: null
 }
 
 func (r *reader) optString() string {
@@ -126,6 +134,14 @@ func (r *reader) queryRequest(nf *nat) QueryRequest {
 	// block_extra_keys: likewise null from a body of an earlier revision.
 	if !r.failed() && r.remaining() > 0 && r.optIndex() {
 		q.BlockExtraKeys = r.blockExtraKeys(nf)
+	}
+	// lane_mask64: likewise; lane_mask must then be its low 16 bits, and it is the selection.
+	if !r.failed() && r.remaining() > 0 && r.optIndex() {
+		m := uint64(r.long())
+		if q.LaneMask != Some(uint16(m)) && nf.kind == nil {
+			nf.fail(ErrInvalidField, "lane_mask", "%s is not the low 16 bits of lane_mask64 %#x", laneMaskText(q.LaneMask), m)
+		}
+		q.LaneMask, q.LaneMask64 = Optional[uint16]{}, Some(m)
 	}
 	return q
 }
@@ -213,7 +229,17 @@ func appendQueryReplyBody(dst []byte, q *QueryReply) []byte {
 			}
 		}
 	}
-	return append(dst, 0) // end of the lane_states array
+	dst = append(dst, 0) // end of the lane_states array
+	dst = appendOptMask64(dst, q.ReadyLanes64)
+	return appendOptMask64(dst, q.IncompleteLanes64)
+}
+
+// appendOptMask64 appends a 64-bit lane mask field that is null when 0.
+func appendOptMask64(dst []byte, m uint64) []byte {
+	if m == 0 {
+		return append(dst, 0)
+	}
+	return appendLong(append(dst, 2), int64(m))
 }
 
 func decodeQueryReplyBody(body []byte) (QueryReply, error) {
@@ -237,7 +263,7 @@ func decodeQueryReplyBody(body []byte) (QueryReply, error) {
 		}
 		for ; n > 0 && !r.failed(); n-- {
 			q.Lanes = append(q.Lanes, LaneMatch{
-				Lane:  uint8(narrow(int64(r.int()), 0, ckf.LaneCount-1, "lanes.lane", &nf)),
+				Lane:  uint8(narrow(int64(r.int()), 0, ckf.MaxLanes-1, "lanes.lane", &nf)),
 				DcID:  r.u64(),
 				Pool:  r.str(),
 				Depth: uint32(narrow(int64(r.int()), 0, maxInt32, "lanes.depth", &nf)),
@@ -261,7 +287,7 @@ func decodeQueryReplyBody(body []byte) (QueryReply, error) {
 			q.LaneStates = make([]LaneState, 0, n)
 		}
 		for ; n > 0 && !r.failed(); n-- {
-			st := LaneState{Lane: uint8(narrow(int64(r.int()), 0, ckf.LaneCount-1, "lane_states.lane", &nf))}
+			st := LaneState{Lane: uint8(narrow(int64(r.int()), 0, ckf.MaxLanes-1, "lane_states.lane", &nf))}
 			st.State = LaneAnswerState(r.index(len(laneAnswerStateSymbols), "enum"))
 			if r.optIndex() {
 				if a := r.long(); narrow(a, 0, maxInt64, "lane_states.age_ms", &nf) == a {
@@ -270,6 +296,13 @@ func decodeQueryReplyBody(body []byte) (QueryReply, error) {
 			}
 			q.LaneStates = append(q.LaneStates, st)
 		}
+	}
+	// ready_lanes64 and incomplete_lanes64: null from a body of an earlier revision.
+	if !r.failed() && r.remaining() > 0 && r.optIndex() {
+		q.ReadyLanes64 = uint64(r.long())
+	}
+	if !r.failed() && r.remaining() > 0 && r.optIndex() {
+		q.IncompleteLanes64 = uint64(r.long())
 	}
 	if err := r.end(&nf); err != nil {
 		return QueryReply{}, err

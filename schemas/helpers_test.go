@@ -138,6 +138,9 @@ func testQueryRequests() map[string]QueryRequest {
 		},
 		"max-age-zero": {CorrelationID: "y", Input: InputLocalBlockHashes, Hashes: AppendU64s(nil, []uint64{1}), MaxAgeMillis: Some[int64](0)},
 		"empty-mask":   {CorrelationID: "x", Input: InputLocalBlockHashes, Hashes: PackedU64{}, LaneMask: Some[uint16](0), ReplyPartition: Some[int32](0)},
+		// consumer §16: lanes beyond 15, and every lane of a reader of 64.
+		"mask64":     {CorrelationID: "w", Input: InputLocalBlockHashes, Hashes: AppendU64s(nil, []uint64{5}), LaneMask64: Some[uint64](1<<3 | 1<<40 | 1<<63)},
+		"mask64-all": {CorrelationID: "v", Input: InputLocalBlockHashes, Hashes: PackedU64{}, LaneMask64: Some(AllLanes64)},
 	}
 }
 
@@ -169,6 +172,15 @@ func testQueryReplies() map[string]QueryReply {
 		},
 		"unavailable-states": {CorrelationID: "req-5", Status: QueryUnavailable, ErrorMessage: "no eligible lane is ready", ReplyTime: testTime(11),
 			LaneStates: []LaneState{{Lane: 3, State: LaneUnavailable}}},
+		// consumer §16: lanes beyond 15 in the 64-bit masks, the 16-bit ones their low bits.
+		"lanes64": {
+			CorrelationID: "req-6", Status: QueryOK, ReadyLanes: 1 << 3, QueryBlocks: 9, IncompleteLanes: 0,
+			Lanes: []LaneMatch{{Lane: 3, DcID: 3, Pool: "p3", Depth: 9}, {Lane: 40, DcID: 40, Pool: "p40", Depth: 2},
+				{Lane: 63, DcID: 1<<64 - 1, Pool: "p63", Depth: 0}},
+			ReplyTime:    testTime(12),
+			LaneStates:   []LaneState{{Lane: 3, State: LaneExact}, {Lane: 17, State: LaneStale}, {Lane: 40, State: LaneIncomplete}, {Lane: 63, State: LaneExact}},
+			ReadyLanes64: 1<<3 | 1<<40 | 1<<63, IncompleteLanes64: 1 << 40,
+		},
 	}
 }
 

@@ -29,6 +29,14 @@ func optLong(o Optional[int64]) any {
 	return union("long", o.Value)
 }
 
+// optMask64 is a 64-bit lane mask field that is null when 0 (QueryReply.ReadyLanes64).
+func optMask64(m uint64) any {
+	if m == 0 {
+		return nil
+	}
+	return union("long", int64(m))
+}
+
 func optU64(o Optional[uint64]) any {
 	if !o.Valid {
 		return nil
@@ -172,10 +180,16 @@ func queryRequestNative(q *QueryRequest) map[string]any {
 	if q.ReplyPartition.Valid {
 		part = union("int", q.ReplyPartition.Value)
 	}
+	var mask64 any
+	if q.LaneMask64.Valid {
+		mask = union("int", int32(uint16(q.LaneMask64.Value))) // lane_mask is lane_mask64's low 16 bits
+		mask64 = union("long", int64(q.LaneMask64.Value))
+	}
 	return map[string]any{
 		"correlation_id":   q.CorrelationID,
 		"input":            input,
 		"lane_mask":        mask,
+		"lane_mask64":      mask64,
 		"reply_topic":      optString(q.ReplyTopic),
 		"reply_partition":  part,
 		"request_time":     optTime(q.RequestTime),
@@ -194,15 +208,17 @@ func queryReplyNative(r *QueryReply) map[string]any {
 		states[i] = map[string]any{"lane": int32(st.Lane), "state": laneAnswerStateSymbols[st.State], "age_ms": optLong(st.AgeMillis)}
 	}
 	return map[string]any{
-		"correlation_id":   r.CorrelationID,
-		"status":           queryStatusSymbols[r.Status],
-		"error_message":    optString(r.ErrorMessage),
-		"ready_lanes":      int32(r.ReadyLanes),
-		"query_blocks":     int32(r.QueryBlocks),
-		"lanes":            lanes,
-		"reply_time":       r.ReplyTime.UnixMicro(),
-		"incomplete_lanes": int32(r.IncompleteLanes),
-		"lane_states":      states,
+		"correlation_id":     r.CorrelationID,
+		"status":             queryStatusSymbols[r.Status],
+		"error_message":      optString(r.ErrorMessage),
+		"ready_lanes":        int32(r.ReadyLanes),
+		"query_blocks":       int32(r.QueryBlocks),
+		"lanes":              lanes,
+		"reply_time":         r.ReplyTime.UnixMicro(),
+		"incomplete_lanes":   int32(r.IncompleteLanes),
+		"lane_states":        states,
+		"ready_lanes64":      optMask64(r.ReadyLanes64),
+		"incomplete_lanes64": optMask64(r.IncompleteLanes64),
 	}
 }
 
@@ -646,6 +662,12 @@ func (n *nat) queryRequest(v any) QueryRequest {
 		}
 		q.LaneMask = Some(uint16(o.Value))
 	}
+	if o := n.optLong(m, "", "lane_mask64"); o.Valid { // absent from writer schemas before the field
+		if q.LaneMask != Some(uint16(o.Value)) {
+			n.fail(ErrInvalidField, "lane_mask", "%s is not the low 16 bits of lane_mask64 %#x", laneMaskText(q.LaneMask), uint64(o.Value))
+		}
+		q.LaneMask, q.LaneMask64 = Optional[uint16]{}, Some(uint64(o.Value))
+	}
 	if o := n.optLong(m, "", "reply_partition"); o.Valid {
 		if o.Value < 0 || o.Value > maxInt32 {
 			n.fail(ErrInvalidField, "reply_partition", "%d is negative", o.Value)
@@ -710,6 +732,13 @@ func (n *nat) queryReply(v any) QueryReply {
 	if _, ok := m["incomplete_lanes"]; ok { // absent from writer schemas before the field
 		r.IncompleteLanes = uint16(n.rangeInt(m, "", "incomplete_lanes", 0, int64(AllLanes)))
 	}
+	// ready_lanes64 and incomplete_lanes64: absent from writer schemas before the fields, null.
+	if o := n.optLong(m, "", "ready_lanes64"); o.Valid {
+		r.ReadyLanes64 = uint64(o.Value)
+	}
+	if o := n.optLong(m, "", "incomplete_lanes64"); o.Valid {
+		r.IncompleteLanes64 = uint64(o.Value)
+	}
 	arr, ok := n.get(m, "", "lanes", false).([]any)
 	if !ok && n.kind == nil {
 		n.fail(ErrMalformed, "lanes", "expected an array")
@@ -720,7 +749,7 @@ func (n *nat) queryReply(v any) QueryReply {
 	for _, e := range arr {
 		lm := n.rec(e, "lanes")
 		r.Lanes = append(r.Lanes, LaneMatch{
-			Lane:  uint8(n.rangeInt(lm, "lanes", "lane", 0, ckf.LaneCount-1)),
+			Lane:  uint8(n.rangeInt(lm, "lanes", "lane", 0, ckf.MaxLanes-1)),
 			DcID:  uint64(n.long(lm, "lanes", "dc_id")),
 			Pool:  n.str(lm, "lanes", "pool"),
 			Depth: uint32(n.rangeInt(lm, "lanes", "depth", 0, maxInt32)),
@@ -737,7 +766,7 @@ func (n *nat) queryReply(v any) QueryReply {
 		for _, e := range states {
 			sm := n.rec(e, "lane_states")
 			st := LaneState{
-				Lane:      uint8(n.rangeInt(sm, "lane_states", "lane", 0, ckf.LaneCount-1)),
+				Lane:      uint8(n.rangeInt(sm, "lane_states", "lane", 0, ckf.MaxLanes-1)),
 				State:     LaneAnswerState(n.enum(sm, "lane_states", "state", laneAnswerStateSymbols)),
 				AgeMillis: n.optLong(sm, "lane_states", "age_ms"),
 			}
@@ -753,7 +782,7 @@ func (n *nat) queryReply(v any) QueryReply {
 func (n *nat) laneEvent(v any) LaneEvent {
 	m := n.rec(v, "")
 	e := LaneEvent{
-		Lane:              uint8(n.rangeInt(m, "", "lane", 0, ckf.LaneCount-1)),
+		Lane:              uint8(n.rangeInt(m, "", "lane", 0, ckf.MaxLanes-1)),
 		Pool:              n.pool(n.get(m, "", "pool", false), "pool"),
 		ConsumerInstance:  uint64(n.long(m, "", "consumer_instance")),
 		LeaseEpoch:        n.optU64(m, "", "lease_epoch"),
@@ -800,7 +829,7 @@ func (n *nat) controlRecord(v any) ControlRecord {
 	case nsName("SnapshotRequest"):
 		c.Kind = ControlSnapshotRequest
 		c.SnapshotRequest = SnapshotRequest{
-			Lane:        uint8(n.rangeInt(b, "body", "lane", 0, ckf.LaneCount-1)),
+			Lane:        uint8(n.rangeInt(b, "body", "lane", 0, ckf.MaxLanes-1)),
 			Pool:        n.pool(n.get(b, "body", "pool", false), "body.pool"),
 			Requester:   uint64(n.long(b, "body", "requester")),
 			Reason:      SnapshotRequestReason(n.enum(b, "body", "reason", snapshotRequestReasonSymbols)),

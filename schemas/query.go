@@ -82,8 +82,9 @@ type QueryRequest struct {
 	BlockSize      uint32
 	LoraName       string
 	CacheNamespace string
-	// LaneMask selects lanes, bit i = lane i; absent (the zero value) means
-	// every lane.
+	// LaneMask selects lanes, bit i = lane i (0..15); absent (the zero value) means
+	// every lane. A request with LaneMask64 leaves it absent: on the wire lane_mask is then
+	// LaneMask64's low 16 bits (and a body whose lane_mask is not is refused).
 	LaneMask Optional[uint16]
 	// ReplyTopic is empty (null on the wire) for the indexer's default.
 	ReplyTopic string
@@ -103,6 +104,36 @@ type QueryRequest struct {
 	// partial block counted (CheckBlockExtraKeys). Empty (null on the wire) for none; on the
 	// wire each entry travels as its canonical encoding (ckf.ExtraKeys.AppendCanonical).
 	BlockExtraKeys []ckf.ExtraKeys
+	// LaneMask64 selects lanes among up to 64 (consumer §16), bit i = lane i (all bits: every
+	// lane); absent (null on the wire), LaneMask selects. Its presence says the writer reads
+	// replies of up to 64 lanes (QueryReply.ReadyLanes64): an indexer that serves lanes beyond
+	// 15 refuses a request without it whose selection reaches beyond lane 15 (see Lanes). The
+	// wire's lane_mask carries its low 16 bits, for indexers of an earlier revision.
+	LaneMask64 Optional[uint64]
+}
+
+// AllLanes64 is LaneMask64's "every lane".
+const AllLanes64 = ^uint64(0)
+
+// Lanes returns the lanes q selects as a 64-bit mask (AllLanes64 for every lane) and whether
+// the writer reads replies of up to 64 lanes: LaneMask64 when present (wide), else LaneMask, else
+// every lane (neither wide).
+func (q *QueryRequest) Lanes() (mask uint64, wide bool) {
+	if m, ok := q.LaneMask64.Get(); ok {
+		return m, true
+	}
+	if m, ok := q.LaneMask.Get(); ok {
+		return uint64(m), false
+	}
+	return AllLanes64, false
+}
+
+// laneMaskText renders an optional 16-bit lane mask for a message.
+func laneMaskText(m Optional[uint16]) string {
+	if v, ok := m.Get(); ok {
+		return fmt.Sprintf("%#x", v)
+	}
+	return "null"
 }
 
 // QueryRoute is where the answer to a query request goes: the fields of a
@@ -166,6 +197,9 @@ func (q *QueryRequest) validate() error {
 	if q.MaxAgeMillis.Valid && q.MaxAgeMillis.Value < 0 {
 		return invalid("max_age_ms", "%d is negative", q.MaxAgeMillis.Value)
 	}
+	if q.LaneMask64.Valid && q.LaneMask.Valid && q.LaneMask.Value != uint16(q.LaneMask64.Value) {
+		return invalid("lane_mask", "%#x is not the low 16 bits of lane_mask64 %#x", q.LaneMask.Value, q.LaneMask64.Value)
+	}
 	if len(q.BlockExtraKeys) == 0 {
 		return nil
 	}
@@ -205,6 +239,43 @@ type QueryReply struct {
 	// LaneIncomplete ones. Empty for an invalid request (and from writers of an earlier
 	// revision).
 	LaneStates []LaneState
+	// ReadyLanes64 and IncompleteLanes64 are the whole masks of ReadyLanes and IncompleteLanes
+	// when they reach beyond lane 15 (consumer §16), their low 16 bits equal to those; 0 (null
+	// on the wire) when the 16-bit fields hold the whole masks. Read and set the masks with
+	// ReadyMask, IncompleteMask and SetMasks.
+	ReadyLanes64      uint64
+	IncompleteLanes64 uint64
+}
+
+// ReadyMask returns the whole readiness mask of the reply: ReadyLanes64 when set, else
+// ReadyLanes.
+func (r *QueryReply) ReadyMask() uint64 {
+	if r.ReadyLanes64 != 0 {
+		return r.ReadyLanes64
+	}
+	return uint64(r.ReadyLanes)
+}
+
+// IncompleteMask returns the whole mask of the lanes whose depth may be short:
+// IncompleteLanes64 when set, else IncompleteLanes.
+func (r *QueryReply) IncompleteMask() uint64 {
+	if r.IncompleteLanes64 != 0 {
+		return r.IncompleteLanes64
+	}
+	return uint64(r.IncompleteLanes)
+}
+
+// SetMasks sets the reply's readiness and incomplete masks: the 16-bit fields to their low 16
+// bits, and the 64-bit ones to the whole masks when a lane beyond 15 is set (0 otherwise).
+func (r *QueryReply) SetMasks(ready, incomplete uint64) {
+	r.ReadyLanes, r.IncompleteLanes = uint16(ready), uint16(incomplete)
+	r.ReadyLanes64, r.IncompleteLanes64 = 0, 0
+	if ready > uint64(AllLanes) {
+		r.ReadyLanes64 = ready
+	}
+	if incomplete > uint64(AllLanes) {
+		r.IncompleteLanes64 = incomplete
+	}
 }
 
 // LaneAnswerState is what one lane's answer is worth (Avro enum LaneAnswerState). A symbol a
@@ -262,15 +333,21 @@ func (r *QueryReply) validate() error {
 	if r.QueryBlocks > maxInt32 {
 		return invalid("query_blocks", "%d does not fit an Avro int", r.QueryBlocks)
 	}
-	if r.IncompleteLanes&^r.ReadyLanes != 0 {
-		return invalid("incomplete_lanes", "%#x is not a subset of ready_lanes %#x", r.IncompleteLanes, r.ReadyLanes)
+	if r.ReadyLanes64 != 0 && uint16(r.ReadyLanes64) != r.ReadyLanes {
+		return invalid("ready_lanes", "%#x is not the low 16 bits of ready_lanes64 %#x", r.ReadyLanes, r.ReadyLanes64)
+	}
+	if r.IncompleteLanes64 != 0 && uint16(r.IncompleteLanes64) != r.IncompleteLanes {
+		return invalid("incomplete_lanes", "%#x is not the low 16 bits of incomplete_lanes64 %#x", r.IncompleteLanes, r.IncompleteLanes64)
+	}
+	if r.IncompleteMask()&^r.ReadyMask() != 0 {
+		return invalid("incomplete_lanes", "%#x is not a subset of ready_lanes %#x", r.IncompleteMask(), r.ReadyMask())
 	}
 	if r.Status != QueryOK && len(r.Lanes) != 0 {
 		return invalid("lanes", "must be empty when status is %s", r.Status)
 	}
 	prev := -1
 	for i, m := range r.Lanes {
-		if m.Lane >= ckf.LaneCount || int(m.Lane) <= prev {
+		if m.Lane >= ckf.MaxLanes || int(m.Lane) <= prev {
 			return invalid("lanes", "entry %d: lane %d is out of range or not ascending", i, m.Lane)
 		}
 		if m.Depth > r.QueryBlocks {
@@ -280,7 +357,7 @@ func (r *QueryReply) validate() error {
 	}
 	prev = -1
 	for i, s := range r.LaneStates {
-		if s.Lane >= ckf.LaneCount || int(s.Lane) <= prev {
+		if s.Lane >= ckf.MaxLanes || int(s.Lane) <= prev {
 			return invalid("lane_states", "entry %d: lane %d is out of range or not ascending", i, s.Lane)
 		}
 		if s.State > LaneUnavailable {

@@ -207,11 +207,11 @@ func TestRegistryOlderWriterSchema(t *testing.T) {
 	older := mutate(t, TypeQueryRequest, func(top map[string]any) {
 		fields := top["fields"].([]any)
 		last := fields[len(fields)-1].(map[string]any)
-		if last["name"] != "block_extra_keys" || fields[len(fields)-2].(map[string]any)["name"] != "max_age_ms" ||
-			fields[len(fields)-3].(map[string]any)["name"] != "request_time" {
-			t.Fatalf("last fields are %v", fields[len(fields)-3:])
+		if last["name"] != "lane_mask64" || fields[len(fields)-2].(map[string]any)["name"] != "block_extra_keys" ||
+			fields[len(fields)-3].(map[string]any)["name"] != "max_age_ms" || fields[len(fields)-4].(map[string]any)["name"] != "request_time" {
+			t.Fatalf("last fields are %v", fields[len(fields)-4:])
 		}
-		top["fields"] = fields[:len(fields)-3]
+		top["fields"] = fields[:len(fields)-4]
 	})
 	id, _, err := reg.RegisterSchema(reader.Subject(TypeQueryRequest), sr.Schema{Schema: older, Type: sr.TypeAvro})
 	if err != nil {
@@ -226,6 +226,7 @@ func TestRegistryOlderWriterSchema(t *testing.T) {
 	delete(native, "request_time")
 	delete(native, "max_age_ms")
 	delete(native, "block_extra_keys")
+	delete(native, "lane_mask64")
 	b, err := wc.BinaryFromNative(AppendHeader(nil, id), native)
 	if err != nil {
 		t.Fatal(err)

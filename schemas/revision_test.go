@@ -103,6 +103,10 @@ func TestPreviousRevisionBodies(t *testing.T) {
 					want.MaxAgeMillis = Optional[int64]{}
 				case "block_extra_keys":
 					want.BlockExtraKeys = nil
+				case "lane_mask64": // the earlier revision's lane_mask: its low 16 bits
+					if m, ok := want.LaneMask64.Get(); ok {
+						want.LaneMask, want.LaneMask64 = Some(uint16(m)), Optional[uint64]{}
+					}
 				default:
 					t.Fatalf("query request field %s not handled", f)
 				}
@@ -124,6 +128,10 @@ func TestPreviousRevisionBodies(t *testing.T) {
 					want.IncompleteLanes = 0
 				case "lane_states":
 					want.LaneStates = nil
+				case "ready_lanes64":
+					want.ReadyLanes64 = 0
+				case "incomplete_lanes64":
+					want.IncompleteLanes64 = 0
 				default:
 					t.Fatalf("query reply field %s not handled", f)
 				}

@@ -20,8 +20,8 @@ type SnapshotIndexEntry struct {
 }
 
 func (e *SnapshotIndexEntry) validate() error {
-	if e.Lane >= ckf.LaneCount {
-		return invalid("lane", "%d is not below %d", e.Lane, ckf.LaneCount)
+	if e.Lane >= ckf.MaxLanes {
+		return invalid("lane", "%d is not below %d", e.Lane, ckf.MaxLanes)
 	}
 	if err := e.Identity.validate("identity"); err != nil {
 		return err
@@ -53,7 +53,7 @@ func snapshotIndexNative(e *SnapshotIndexEntry) map[string]any {
 func (n *nat) snapshotIndex(v any) SnapshotIndexEntry {
 	m := n.rec(v, "")
 	return SnapshotIndexEntry{
-		Lane:        uint8(n.rangeInt(m, "", "lane", 0, ckf.LaneCount-1)),
+		Lane:        uint8(n.rangeInt(m, "", "lane", 0, ckf.MaxLanes-1)),
 		Identity:    n.identity(n.get(m, "", "identity", false), "identity"),
 		Sequence:    uint64(n.long(m, "", "sequence")),
 		FirstOffset: n.long(m, "", "first_offset"),

@@ -22,7 +22,7 @@ func TestSnapshotIndexEntryValidation(t *testing.T) {
 	c := newTestCodec(t)
 	good := testSnapshotIndexEntries()["lane-15"]
 	for name, mut := range map[string]func(e *SnapshotIndexEntry){
-		"lane":         func(e *SnapshotIndexEntry) { e.Lane = 16 },
+		"lane":         func(e *SnapshotIndexEntry) { e.Lane = 64 },
 		"first-offset": func(e *SnapshotIndexEntry) { e.FirstOffset = -1 },
 		"last-offset":  func(e *SnapshotIndexEntry) { e.LastOffset = e.FirstOffset - 1 },
 		"chunk-count":  func(e *SnapshotIndexEntry) { e.ChunkCount = 0 },

@@ -136,8 +136,8 @@ var appendedFields = map[RecordType][]string{
 	TypeKvEvent:      {"data/KvStored/block_size"},
 	TypeLaneRecord:   {"capacity", "sources", "as_of", "block_size"},
 	TypeLaneEvent:    {"capacity"},
-	TypeQueryRequest: {"max_age_ms", "block_extra_keys"},
-	TypeQueryReply:   {"incomplete_lanes", "lane_states"},
+	TypeQueryRequest: {"max_age_ms", "block_extra_keys", "lane_mask64"},
+	TypeQueryReply:   {"incomplete_lanes", "lane_states", "ready_lanes64", "incomplete_lanes64"},
 
 	TypeWorkerQueryRequest: {"block_extra_keys", "max_age_ms"},
 	TypeWorkerQueryReply:   {"state"},
