@@ -29,24 +29,42 @@ const (
 	CorrelationIDHeader = "X-Correlation-Id"
 	// MaxBinaryReplyBytes is the longest binary reply: every lane answering.
 	MaxBinaryReplyBytes = BinaryReplyHeaderBytes + 4*16
+	// BinaryReplyWideVersion is the first byte of the binary reply of up to 64 lanes (consumer
+	// §16), asked for with reply=3: BinaryReplyVersion's layout with 64-bit masks,
+	//
+	//	offset  size  field
+	//	0       1     version (3)
+	//	1       1     number of depths n
+	//	2       2     reserved, 0
+	//	4       4     query_blocks
+	//	8       8     ready lanes
+	//	16      8     incomplete lanes
+	//	24      4*n   one u32 depth per ready lane, in lane order
+	BinaryReplyWideVersion = 3
+	// BinaryReplyWideHeaderBytes is the size of a wide binary reply before its depths.
+	BinaryReplyWideHeaderBytes = 24
+	// MaxBinaryReplyWideBytes is the longest wide binary reply: 64 lanes answering.
+	MaxBinaryReplyWideBytes = BinaryReplyWideHeaderBytes + 4*64
 )
 
 // BinaryReply is a decoded binary reply (DecodeBinaryReply): the JSON reply's fields without the
 // lanes' DC ids and pools, which GET /v1/lanes gives once for all queries.
 type BinaryReply struct {
-	QueryBlocks     uint32
-	ReadyLanes      uint16
-	IncompleteLanes uint16
+	QueryBlocks uint32
+	// ReadyLanes and IncompleteLanes are lane masks: 16 bits in a BinaryReplyVersion reply, 64
+	// in a BinaryReplyWideVersion one.
+	ReadyLanes      uint64
+	IncompleteLanes uint64
 	// Depths holds one depth per bit of ReadyLanes, in lane order.
 	Depths []uint32
 }
 
 // Depth returns lane l's depth and whether lane l answered.
 func (r *BinaryReply) Depth(l uint8) (uint32, bool) {
-	if l >= 16 || r.ReadyLanes&(1<<l) == 0 {
+	if l >= 64 || r.ReadyLanes&(1<<l) == 0 {
 		return 0, false
 	}
-	return r.Depths[bits.OnesCount16(r.ReadyLanes&(1<<l-1))], true
+	return r.Depths[bits.OnesCount64(r.ReadyLanes&(1<<l-1))], true
 }
 
 // ErrBinaryReply is the kind of every error of DecodeBinaryReply.
@@ -54,7 +72,9 @@ var ErrBinaryReply = errors.New("queryapi: malformed binary prefix-match reply")
 
 // AppendBinaryReply appends the binary encoding of an OK reply to dst: version, number of depths,
 // ready and incomplete lane masks, a reserved zero u16, query_blocks, then one u32 depth per
-// lane of Lanes (ascending lane order, one per bit of ReadyLanes), all little-endian.
+// lane of Lanes (ascending lane order, one per bit of ReadyLanes), all little-endian. Its masks
+// hold lanes 0..15: a reply with a lane beyond 15 is written by AppendBinaryReplyWide (the
+// handler refuses reply=1 to a request that selects such a lane, CheckBinaryReplyLanes).
 func AppendBinaryReply(dst []byte, r *schemas.QueryReply) []byte {
 	dst = append(dst, BinaryReplyVersion, byte(len(r.Lanes)))
 	dst = binary.LittleEndian.AppendUint16(dst, r.ReadyLanes)
@@ -67,10 +87,43 @@ func AppendBinaryReply(dst []byte, r *schemas.QueryReply) []byte {
 	return dst
 }
 
-// DecodeBinaryReply decodes a binary reply body. It checks everything the layout fixes: the
-// version, the length against the count of depths, the count against the ready mask, the
-// incomplete mask within the ready one, the reserved field zero. Errors wrap ErrBinaryReply.
+// AppendBinaryReplyWide appends the wide binary encoding of an OK reply to dst
+// (BinaryReplyWideVersion: 64-bit masks), the reply of up to 64 lanes.
+func AppendBinaryReplyWide(dst []byte, r *schemas.QueryReply) []byte {
+	dst = append(dst, BinaryReplyWideVersion, byte(len(r.Lanes)), 0, 0)
+	dst = binary.LittleEndian.AppendUint32(dst, r.QueryBlocks)
+	dst = binary.LittleEndian.AppendUint64(dst, r.ReadyMask())
+	dst = binary.LittleEndian.AppendUint64(dst, r.IncompleteMask())
+	for i := range r.Lanes {
+		dst = binary.LittleEndian.AppendUint32(dst, r.Lanes[i].Depth)
+	}
+	return dst
+}
+
+// ErrBinaryReplyLanes is the cause of CheckBinaryReplyLanes' refusal.
+var ErrBinaryReplyLanes = errors.New("queryapi: the binary reply asked for cannot hold the lanes selected")
+
+// CheckBinaryReplyLanes applies the rule of the reply a binary request asks for (version, from
+// BinaryReplyVersionOf) to the lanes it selects (selected: the indexer's configured lanes within
+// the request's lane mask): BinaryReplyVersion's masks hold lanes 0..15, so a selection beyond
+// them is refused (wrapping ErrBadRequest and ErrBinaryReplyLanes) rather than answered cut
+// short (consumer §16); the other replies hold 64 lanes. It allocates only for the refusal.
+func CheckBinaryReplyLanes(version uint8, selected uint64) error {
+	if version == BinaryReplyVersion && selected > uint64(schemas.AllLanes) {
+		return fmt.Errorf("%w: %w: reply=1 carries lanes 0..15 (16-bit masks), and the request selects lanes up to %d: ask reply=3 (64-bit masks) or reply=2 (lane states), or give a lane_mask within lanes 0..15",
+			ErrBadRequest, ErrBinaryReplyLanes, 63-bits.LeadingZeros64(selected))
+	}
+	return nil
+}
+
+// DecodeBinaryReply decodes a binary reply body of either layout (BinaryReplyVersion,
+// BinaryReplyWideVersion). It checks everything the layout fixes: the version, the length
+// against the count of depths, the count against the ready mask, the incomplete mask within the
+// ready one, the reserved field zero. Errors wrap ErrBinaryReply.
 func DecodeBinaryReply(b []byte) (BinaryReply, error) {
+	if len(b) > 0 && b[0] == BinaryReplyWideVersion {
+		return decodeBinaryReplyWide(b)
+	}
 	if len(b) < BinaryReplyHeaderBytes {
 		return BinaryReply{}, fmt.Errorf("%w: %d bytes, the header alone is %d", ErrBinaryReply, len(b), BinaryReplyHeaderBytes)
 	}
@@ -79,14 +132,14 @@ func DecodeBinaryReply(b []byte) (BinaryReply, error) {
 	}
 	n := int(b[1])
 	r := BinaryReply{
-		ReadyLanes:      binary.LittleEndian.Uint16(b[2:]),
-		IncompleteLanes: binary.LittleEndian.Uint16(b[4:]),
+		ReadyLanes:      uint64(binary.LittleEndian.Uint16(b[2:])),
+		IncompleteLanes: uint64(binary.LittleEndian.Uint16(b[4:])),
 		QueryBlocks:     binary.LittleEndian.Uint32(b[8:]),
 	}
 	switch {
 	case binary.LittleEndian.Uint16(b[6:]) != 0:
 		return BinaryReply{}, fmt.Errorf("%w: reserved field %d, want 0", ErrBinaryReply, binary.LittleEndian.Uint16(b[6:]))
-	case n != bits.OnesCount16(r.ReadyLanes):
+	case n != bits.OnesCount64(r.ReadyLanes):
 		return BinaryReply{}, fmt.Errorf("%w: %d depths for ready lanes %#04x", ErrBinaryReply, n, r.ReadyLanes)
 	case len(b) != BinaryReplyHeaderBytes+4*n:
 		return BinaryReply{}, fmt.Errorf("%w: %d bytes for %d depths, want %d", ErrBinaryReply, len(b), n, BinaryReplyHeaderBytes+4*n)
@@ -96,6 +149,34 @@ func DecodeBinaryReply(b []byte) (BinaryReply, error) {
 	r.Depths = make([]uint32, n)
 	for i := range r.Depths {
 		r.Depths[i] = binary.LittleEndian.Uint32(b[BinaryReplyHeaderBytes+4*i:])
+	}
+	return r, nil
+}
+
+// decodeBinaryReplyWide is DecodeBinaryReply of a BinaryReplyWideVersion body.
+func decodeBinaryReplyWide(b []byte) (BinaryReply, error) {
+	if len(b) < BinaryReplyWideHeaderBytes {
+		return BinaryReply{}, fmt.Errorf("%w: %d bytes, the wide header alone is %d", ErrBinaryReply, len(b), BinaryReplyWideHeaderBytes)
+	}
+	n := int(b[1])
+	r := BinaryReply{
+		QueryBlocks:     binary.LittleEndian.Uint32(b[4:]),
+		ReadyLanes:      binary.LittleEndian.Uint64(b[8:]),
+		IncompleteLanes: binary.LittleEndian.Uint64(b[16:]),
+	}
+	switch {
+	case binary.LittleEndian.Uint16(b[2:]) != 0:
+		return BinaryReply{}, fmt.Errorf("%w: reserved field %d, want 0", ErrBinaryReply, binary.LittleEndian.Uint16(b[2:]))
+	case n != bits.OnesCount64(r.ReadyLanes):
+		return BinaryReply{}, fmt.Errorf("%w: %d depths for ready lanes %#x", ErrBinaryReply, n, r.ReadyLanes)
+	case len(b) != BinaryReplyWideHeaderBytes+4*n:
+		return BinaryReply{}, fmt.Errorf("%w: %d bytes for %d depths, want %d", ErrBinaryReply, len(b), n, BinaryReplyWideHeaderBytes+4*n)
+	case r.IncompleteLanes&^r.ReadyLanes != 0:
+		return BinaryReply{}, fmt.Errorf("%w: incomplete lanes %#x outside ready lanes %#x", ErrBinaryReply, r.IncompleteLanes, r.ReadyLanes)
+	}
+	r.Depths = make([]uint32, n)
+	for i := range r.Depths {
+		r.Depths[i] = binary.LittleEndian.Uint32(b[BinaryReplyWideHeaderBytes+4*i:])
 	}
 	return r, nil
 }
@@ -130,9 +211,9 @@ func IsBinaryContentType(values []string) bool {
 // as it is (it aliases body: keep body unchanged while the request is in use); correlationIDs,
 // the values of the request's CorrelationIDHeader, gives the correlation id (at most one; none
 // leaves it empty, for the server to make one up); rawQuery, the URL's query, may give
-// lane_mask (decimal 0..65535), max_age_ms (decimal milliseconds) and reply (1, the default
-// reply of depths, or 2, the reply with lane states: BinaryReplyVersionOf), each at most once,
-// and nothing else. The size limit (MaxRequestBytes) is the reader's. Errors wrap
+// lane_mask (decimal, up to 64 bits: consumer §16), max_age_ms (decimal milliseconds) and reply
+// (1, the default reply of depths, 2, the reply with lane states, or 3, the reply of depths
+// with 64-bit masks: BinaryReplyVersionOf), each at most once, and nothing else. The size limit (MaxRequestBytes) is the reader's. Errors wrap
 // ErrBadRequest.
 func DecodeBinaryRequest(body []byte, correlationIDs []string, rawQuery string) (schemas.QueryRequest, error) {
 	if len(body)%schemas.WordSize != 0 {
@@ -160,11 +241,11 @@ func DecodeBinaryRequest(body []byte, correlationIDs []string, rawQuery string) 
 		}
 	}
 	if v := q["lane_mask"]; len(v) > 0 {
-		m, err := strconv.ParseUint(v[0], 10, 16)
+		m, err := strconv.ParseUint(v[0], 10, 64)
 		if err != nil {
-			return schemas.QueryRequest{}, fmt.Errorf("%w: lane_mask %q is not a 16-bit lane mask (0..65535)", ErrBadRequest, v[0])
+			return schemas.QueryRequest{}, fmt.Errorf("%w: lane_mask %q is not a lane mask (a decimal number of up to 64 bits)", ErrBadRequest, v[0])
 		}
-		req.LaneMask = schemas.Some(uint16(m))
+		setLaneMask(&req, m)
 	}
 	if v := q["max_age_ms"]; len(v) > 0 {
 		a, err := strconv.ParseUint(v[0], 10, 63)
@@ -173,21 +254,25 @@ func DecodeBinaryRequest(body []byte, correlationIDs []string, rawQuery string) 
 		}
 		req.MaxAgeMillis = schemas.Some(int64(a))
 	}
-	if v := q["reply"]; len(v) > 0 && v[0] != "1" && v[0] != "2" {
-		return schemas.QueryRequest{}, fmt.Errorf("%w: reply %q: give 1 (depths) or 2 (lane states)", ErrBadRequest, v[0])
+	if v := q["reply"]; len(v) > 0 && v[0] != "1" && v[0] != "2" && v[0] != "3" {
+		return schemas.QueryRequest{}, fmt.Errorf("%w: reply %q: give 1 (depths), 2 (lane states) or 3 (depths, 64-bit masks)", ErrBadRequest, v[0])
 	}
 	return req, nil
 }
 
 // BinaryReplyVersionOf returns the binary reply layout a request's URL query asks for:
-// BinaryReplyStatesVersion for reply=2, else BinaryReplyVersion. DecodeBinaryRequest has
-// checked the parameter.
+// BinaryReplyStatesVersion for reply=2, BinaryReplyWideVersion for reply=3, else
+// BinaryReplyVersion. DecodeBinaryRequest has checked the parameter.
 func BinaryReplyVersionOf(rawQuery string) uint8 {
 	if rawQuery == "" {
 		return BinaryReplyVersion
 	}
-	if q, _ := url.ParseQuery(rawQuery); q.Get("reply") == "2" {
+	q, _ := url.ParseQuery(rawQuery)
+	switch q.Get("reply") {
+	case "2":
 		return BinaryReplyStatesVersion
+	case "3":
+		return BinaryReplyWideVersion
 	}
 	return BinaryReplyVersion
 }

@@ -79,12 +79,12 @@ func TestBinaryRequestParameters(t *testing.T) {
 	if err != nil || req.MaxAgeMillis != schemas.Some[int64](250) || req.LaneMask != schemas.Some[uint16](3) {
 		t.Fatalf("%+v, %v", req, err)
 	}
-	for q, v := range map[string]uint8{"": 1, "reply=1": 1, "reply=2": 2, "lane_mask=1": 1, "reply=2&max_age_ms=0": 2} {
+	for q, v := range map[string]uint8{"": 1, "reply=1": 1, "reply=2": 2, "reply=3": 3, "lane_mask=1": 1, "reply=2&max_age_ms=0": 2} {
 		if got := queryapi.BinaryReplyVersionOf(q); got != v {
 			t.Errorf("BinaryReplyVersionOf(%q) = %d, want %d", q, got, v)
 		}
 	}
-	for _, q := range []string{"reply=3", "reply=2&reply=2", "max_age_ms=-1", "max_age_ms=x", "max_age_ms=1&max_age_ms=2", "top_k=1"} {
+	for _, q := range []string{"reply=4", "reply=0", "reply=2&reply=2", "lane_mask=18446744073709551616", "lane_mask=-1", "max_age_ms=-1", "max_age_ms=x", "max_age_ms=1&max_age_ms=2", "top_k=1"} {
 		if _, err := queryapi.DecodeBinaryRequest(body, nil, q); !errors.Is(err, queryapi.ErrBadRequest) {
 			t.Errorf("%q: %v, want ErrBadRequest", q, err)
 		}

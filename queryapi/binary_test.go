@@ -29,7 +29,7 @@ func TestBinaryReplyRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.QueryBlocks != r.QueryBlocks || got.ReadyLanes != ready || got.IncompleteLanes != r.IncompleteLanes || len(got.Depths) != len(r.Lanes) {
+		if got.QueryBlocks != r.QueryBlocks || got.ReadyLanes != uint64(ready) || got.IncompleteLanes != uint64(r.IncompleteLanes) || len(got.Depths) != len(r.Lanes) {
 			t.Fatalf("round trip %+v -> %+v", r, got)
 		}
 		for _, m := range r.Lanes {
@@ -63,16 +63,23 @@ func TestBinaryReplyRoundTrip(t *testing.T) {
 func FuzzDecodeBinaryReply(f *testing.F) {
 	f.Add(AppendBinaryReply(nil, &schemas.QueryReply{ReadyLanes: 1, QueryBlocks: 2, Lanes: []schemas.LaneMatch{{Depth: 2}}}))
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add(AppendBinaryReplyWide(nil, &schemas.QueryReply{ReadyLanes: 1, ReadyLanes64: 1 | 1<<40, QueryBlocks: 2,
+		Lanes: []schemas.LaneMatch{{Depth: 2}, {Lane: 40, Depth: 1}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeBinaryReply(b)
 		if err != nil {
 			return
 		}
-		q := schemas.QueryReply{ReadyLanes: r.ReadyLanes, IncompleteLanes: r.IncompleteLanes, QueryBlocks: r.QueryBlocks}
+		q := schemas.QueryReply{QueryBlocks: r.QueryBlocks}
+		q.SetMasks(r.ReadyLanes, r.IncompleteLanes)
 		for i, m := 0, r.ReadyLanes; m != 0; i, m = i+1, m&(m-1) {
 			q.Lanes = append(q.Lanes, schemas.LaneMatch{Depth: r.Depths[i]})
 		}
-		if again := AppendBinaryReply(nil, &q); !bytes.Equal(again, b) {
+		again := AppendBinaryReply(nil, &q)
+		if b[0] == BinaryReplyWideVersion {
+			again = AppendBinaryReplyWide(nil, &q)
+		}
+		if !bytes.Equal(again, b) {
 			t.Fatalf("decoded %x as %+v, which encodes as %x", b, r, again)
 		}
 	})

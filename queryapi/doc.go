@@ -27,7 +27,7 @@
 // # Rules
 //
 // The rules of the JSON shape (exactly one input, the token-only fields with token_ids, a lane
-// mask of 16 bits, no null inside a list, each documented key at most once, no unknown key) and
+// mask of up to 64 bits (consumer §16), no null inside a list, each documented key at most once, no unknown key) and
 // of the binary form (a whole number of 8-byte hashes, at most one X-Correlation-Id, only the
 // lane_mask parameter) are this package's. The rules a Kafka query shares live in schemas and
 // are called from here: the block size (schemas.ValidBlockSize) and the extra keys' count

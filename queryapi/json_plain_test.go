@@ -277,8 +277,8 @@ func FuzzAppendResponse(f *testing.F) {
 		}
 		f.Add(r.CorrelationID, r.Status, r.Error, dc, pool, r.QueryBlocks, r.ReadyLanes, uint8(len(r.Matches)), r.Matches == nil, r.ReplyTime.UnixNano())
 	}
-	f.Fuzz(func(t *testing.T, id, status, msg, dc, pool string, blocks uint32, lanes uint16, n uint8, null bool, replied int64) {
-		r := PrefixMatchResponse{CorrelationID: id, Status: status, Error: msg, QueryBlocks: blocks, ReadyLanes: lanes, IncompleteLanes: ^lanes}
+	f.Fuzz(func(t *testing.T, id, status, msg, dc, pool string, blocks uint32, lanes uint64, n uint8, null bool, replied int64) {
+		r := PrefixMatchResponse{CorrelationID: id, Status: status, Error: msg, QueryBlocks: blocks, ReadyLanes: lanes, IncompleteLanes: ^lanes << 7}
 		if replied != 0 {
 			r.ReplyTime = time.Unix(0, replied).UTC()
 		}

@@ -47,8 +47,9 @@ type PrefixMatchRequest struct {
 	// partial block counted. Values: JSON null, booleans, integers, floats, strings, arrays
 	// (tuples) and {"bytes": "<hex>"} (ckf.ExtraValue's JSON form).
 	BlockExtraKeys []ckf.ExtraKeys `json:"block_extra_keys,omitempty"`
-	// LaneMask restricts the answer to these lanes (bit l = lane l, 0..65535); absent means
-	// every lane.
+	// LaneMask restricts the answer to these lanes (bit l = lane l, up to lane 63: consumer
+	// §16); absent means every lane. A mask beyond lane 15 is the request's 64-bit lane mask
+	// (schemas.QueryRequest.LaneMask64).
 	LaneMask *uint64 `json:"lane_mask,omitempty"`
 	// MaxAgeMillis is the oldest lane state the caller accepts, in milliseconds: older lanes
 	// are answered "stale", without a depth. Absent accepts any age the indexer's freshness
@@ -70,7 +71,9 @@ func RequestOf(q *schemas.QueryRequest) PrefixMatchRequest {
 		out.BlockSize, out.LoraName, out.CacheNamespace = q.BlockSize, q.LoraName, q.CacheNamespace
 		out.BlockExtraKeys = q.BlockExtraKeys
 	}
-	if m, ok := q.LaneMask.Get(); ok {
+	if m, ok := q.LaneMask64.Get(); ok && m != schemas.AllLanes64 {
+		out.LaneMask = &m
+	} else if m, ok := q.LaneMask.Get(); ok && !q.LaneMask64.Valid {
 		v := uint64(m)
 		out.LaneMask = &v
 	}
@@ -188,10 +191,7 @@ func (in *decoded) query() (schemas.QueryRequest, error) {
 		return req, fmt.Errorf("%w: give local_block_hashes, or token_ids with block_size", ErrBadRequest)
 	}
 	if in.LaneMask != nil {
-		if *in.LaneMask > uint64(schemas.AllLanes) {
-			return req, fmt.Errorf("%w: lane_mask %d is not a 16-bit lane mask (0..65535)", ErrBadRequest, *in.LaneMask)
-		}
-		req.LaneMask = schemas.Some(uint16(*in.LaneMask))
+		setLaneMask(&req, *in.LaneMask)
 	}
 	if in.MaxAgeMillis != nil {
 		if *in.MaxAgeMillis > math.MaxInt64 {
@@ -377,4 +377,30 @@ func Refusal(err error) (int, error) {
 		return http.StatusBadRequest, fmt.Errorf("%w: reading the body: %v", ErrBadRequest, err)
 	}
 	return http.StatusBadRequest, err
+}
+
+// setLaneMask sets a request's lane mask from the HTTP forms' lane_mask, which holds up to 64
+// lanes (consumer §16): a mask within lanes 0..15 is LaneMask, as the Kafka form of a reader of
+// 16 lanes carries it; a wider one is LaneMask64.
+func setLaneMask(req *schemas.QueryRequest, m uint64) {
+	if m <= uint64(schemas.AllLanes) {
+		req.LaneMask = schemas.Some(uint16(m))
+		return
+	}
+	req.LaneMask64 = schemas.Some(m)
+}
+
+// Widen marks req as asked by a reader of up to 64 lanes (consumer §16), as the HTTP forms
+// whose answers carry 64-bit masks or one entry per lane are (JSON, and the binary replies
+// other than BinaryReplyVersion): its selection, LaneMask or every lane, becomes LaneMask64, so
+// that an indexer of more than 16 lanes answers it whole instead of refusing it.
+func Widen(req *schemas.QueryRequest) {
+	if req.LaneMask64.Valid {
+		return
+	}
+	m := schemas.AllLanes64
+	if v, ok := req.LaneMask.Get(); ok {
+		m = uint64(v)
+	}
+	req.LaneMask, req.LaneMask64 = schemas.Optional[uint16]{}, schemas.Some(m)
 }

@@ -32,11 +32,12 @@ type PrefixMatchResponse struct {
 	Error         string `json:"error,omitempty"`
 	// QueryBlocks is the number of full blocks of the query.
 	QueryBlocks uint32 `json:"query_blocks"`
-	// ReadyLanes is the mask of the lanes the answer covers.
-	ReadyLanes uint16 `json:"ready_lanes"`
+	// ReadyLanes is the mask of the lanes the answer covers, up to 64 bits (consumer §16; a
+	// reader whose JSON numbers are doubles reads lanes above 52 from Matches and Lanes).
+	ReadyLanes uint64 `json:"ready_lanes"`
 	// IncompleteLanes is the mask of the covered lanes whose depth may be under-reported (their
 	// DC's filter omits blocks for capacity); the same lanes' matches say "incomplete": true.
-	IncompleteLanes uint16 `json:"incomplete_lanes"`
+	IncompleteLanes uint64 `json:"incomplete_lanes"`
 	// Matches holds one entry per covered lane (DC), in lane order, depth 0 included.
 	Matches []DCMatch `json:"matches"`
 	// Lanes holds one entry per configured lane the request selected, in lane order, whatever
@@ -97,7 +98,7 @@ func laneStateOf(name string) schemas.LaneAnswerState {
 
 // ResponseOf returns the JSON body of reply: its fields, the status by its Avro symbol (OK,
 // UNAVAILABLE, INVALID_REQUEST), one DCMatch per lane entry, the DC id as 16 hex digits
-// (ckf.DcID's form) and Incomplete from reply.IncompleteLanes, and one LaneAnswer per lane
+// (ckf.DcID's form) and Incomplete from the reply's incomplete mask, and one LaneAnswer per lane
 // state, named by pools (the manifest's display form and DC id of each lane, which the
 // searched lanes' entries also carry). Matches and Lanes are empty, never null, when the reply
 // has no such entry. The LaneAnswers' AgeMillis and Depth point into reply: keep it unchanged
@@ -105,7 +106,7 @@ func laneStateOf(name string) schemas.LaneAnswerState {
 func ResponseOf(reply *schemas.QueryReply, pools *[ckf.MaxLanes]LanePool) PrefixMatchResponse {
 	resp := PrefixMatchResponse{
 		CorrelationID: reply.CorrelationID, Status: reply.Status.String(), Error: reply.ErrorMessage,
-		QueryBlocks: reply.QueryBlocks, ReadyLanes: reply.ReadyLanes, IncompleteLanes: reply.IncompleteLanes,
+		QueryBlocks: reply.QueryBlocks, ReadyLanes: reply.ReadyMask(), IncompleteLanes: reply.IncompleteMask(),
 		Matches: make([]DCMatch, len(reply.Lanes)), Lanes: make([]LaneAnswer, len(reply.LaneStates)),
 		ReplyTime: reply.ReplyTime.UTC(),
 	}
@@ -114,7 +115,7 @@ func ResponseOf(reply *schemas.QueryReply, pools *[ckf.MaxLanes]LanePool) Prefix
 	}
 	for i, l := range reply.Lanes {
 		resp.Matches[i] = DCMatch{Lane: l.Lane, DcID: ckf.DcID(l.DcID).String(), Pool: l.Pool, Depth: l.Depth,
-			Incomplete: reply.IncompleteLanes&(1<<l.Lane) != 0}
+			Incomplete: resp.IncompleteLanes&(1<<l.Lane) != 0}
 	}
 	j := 0
 	for i := range reply.LaneStates {
@@ -161,8 +162,8 @@ func LanePools(poolOf func(l uint8) (ckf.PoolID, bool)) *[ckf.MaxLanes]LanePool 
 // (ResponseOf's inverse, but for the reply time, which the JSON form does not carry). An unknown
 // status or a DC id that is not hexadecimal is an error.
 func (r *PrefixMatchResponse) Reply() (schemas.QueryReply, error) {
-	out := schemas.QueryReply{CorrelationID: r.CorrelationID, ErrorMessage: r.Error, ReadyLanes: r.ReadyLanes, QueryBlocks: r.QueryBlocks,
-		IncompleteLanes: r.IncompleteLanes}
+	out := schemas.QueryReply{CorrelationID: r.CorrelationID, ErrorMessage: r.Error, QueryBlocks: r.QueryBlocks}
+	out.SetMasks(r.ReadyLanes, r.IncompleteLanes)
 	switch r.Status {
 	case schemas.QueryOK.String():
 		out.Status = schemas.QueryOK

@@ -58,6 +58,8 @@ type API struct {
 	pools *[ckf.MaxLanes]queryapi.LanePool
 	// neverMatch is the first-block alarm's latest evaluation (nil: none runs), for the views.
 	neverMatch *neverMatchWatch
+	// configured is the manifest's lane mask.
+	configured uint64
 }
 
 // NewAPI returns the API over p.Answerer's indexer.
@@ -68,6 +70,7 @@ func NewAPI(p APIParams) (*API, error) {
 	a := &API{ans: p.Answerer, g: p.Answerer.Indexer(), lanes: p.Lanes, eligible: p.Eligible,
 		m: newQueryMetrics(p.Metrics, PathHTTP)}
 	a.pools = queryapi.LanePools(a.g.Manifest().PoolOf)
+	a.configured = a.g.Manifest().ConfiguredLanes64()
 	if a.eligible == nil {
 		a.eligible = a.g.ReadyLanes64
 	}
@@ -323,7 +326,8 @@ func (a *API) View() LanesView {
 // an empty query's answer (no block to search, so it costs no lookup and counts in no
 // first-block statistics).
 func (a *API) laneAnswers() map[uint8]schemas.LaneState {
-	r := a.ans.AnswerPooled(&schemas.QueryRequest{CorrelationID: "lanes-view", Input: schemas.InputLocalBlockHashes})
+	r := a.ans.AnswerPooled(&schemas.QueryRequest{CorrelationID: "lanes-view", Input: schemas.InputLocalBlockHashes,
+		LaneMask64: schemas.Some(schemas.AllLanes64)})
 	out := make(map[uint8]schemas.LaneState, len(r.LaneStates))
 	for _, st := range r.LaneStates {
 		out[st.Lane] = st

@@ -27,7 +27,7 @@ func TestPrefixMatchesWithBlockExtraKeys(t *testing.T) {
 		chain = append(chain, uint64(h))
 	}
 	tb.install(t, 5, [][]uint64{chain})
-	tb.eligible.Store(uint32(tb.g.ReadyLanes()))
+	tb.eligible.Store(tb.g.ReadyLanes64())
 	depth := func(body string) uint32 {
 		t.Helper()
 		code, resp := tb.post(t, body)

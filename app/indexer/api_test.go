@@ -53,19 +53,24 @@ func (discardSink) Enqueue(ckf.Delta) error { return nil }
 // configured but never ready.
 type table struct {
 	g           *index.GlobalIndexer
-	eligible    atomic.Uint32
-	incomplete  atomic.Uint32                // lanes whose DC reports omitted blocks
-	asOf        [ckf.LaneCount]atomic.Int64  // per lane, the time up to which it reflects its DC (µs)
-	blockSizes  [ckf.LaneCount]atomic.Uint32 // per lane, its engines' block size (0: none known)
-	firstBlocks query.FirstBlockStats        // the answers' first-block counts (lanes 0 and 1 hold blocks)
-	chains      map[uint8][][]uint64         // token-hash chains stored per lane
+	eligible    atomic.Uint64
+	incomplete  atomic.Uint64               // lanes whose DC reports omitted blocks
+	asOf        [ckf.MaxLanes]atomic.Int64  // per lane, the time up to which it reflects its DC (µs)
+	blockSizes  [ckf.MaxLanes]atomic.Uint32 // per lane, its engines' block size (0: none known)
+	firstBlocks query.FirstBlockStats       // the answers' first-block counts (lanes 0 and 1 hold blocks)
+	chains      map[uint8][][]uint64        // token-hash chains stored per lane
 	api         *indexer.API
 	mux         *http.ServeMux
 }
 
 func newTable(t testing.TB) *table {
 	t.Helper()
-	cfg := testConfig()
+	return newTableOf(t, testConfig())
+}
+
+// newTableOf is newTable over the lanes of cfg, which must map lanes 0 and 1.
+func newTableOf(t testing.TB, cfg config.Indexer) *table {
+	t.Helper()
 	m, _, err := indexer.BuildManifest(cfg, 7)
 	if err != nil {
 		t.Fatal(err)
@@ -79,9 +84,9 @@ func newTable(t testing.TB) *table {
 	shared := randomChain(rng, 8) // a system prompt both DCs hold
 	tb.install(t, 0, [][]uint64{append(slices.Clone(shared), randomChain(rng, 12)...), randomChain(rng, 5)})
 	tb.install(t, 1, [][]uint64{append(slices.Clone(shared), randomChain(rng, 3)...), tokenChain(4, 6)})
-	tb.eligible.Store(uint32(g.ReadyLanes()))
+	tb.eligible.Store(g.ReadyLanes64())
 	api, err := indexer.NewAPI(indexer.APIParams{
-		Answerer: query.NewAnswerer(g, tb.eligibleLanes, query.IncompleteLanes(func() uint64 { return uint64(tb.incomplete.Load()) }),
+		Answerer: query.NewAnswerer(g, tb.eligibleLanes, query.IncompleteLanes(tb.incomplete.Load),
 			query.LaneAsOf(func(l uint8) int64 { return tb.asOf[l].Load() }),
 			query.CheckBlockSize(func(mask uint64, size uint32) error {
 				return lanes.CheckBlockSize(g.Manifest(), mask, size, func(l uint8) uint32 { return tb.blockSizes[l].Load() })
@@ -101,14 +106,14 @@ func newTable(t testing.TB) *table {
 	return tb
 }
 
-func (tb *table) eligibleLanes() uint64 { return uint64(tb.eligible.Load()) }
+func (tb *table) eligibleLanes() uint64 { return tb.eligible.Load() }
 
 func (tb *table) statuses() []lanes.LaneStatus {
 	var out []lanes.LaneStatus
 	m := tb.g.Manifest()
-	for l := uint8(0); l < ckf.LaneCount; l++ {
+	for l := uint8(0); l < ckf.MaxLanes; l++ {
 		if p, ok := m.PoolOf(l); ok {
-			ready := tb.g.ReadyLanes()&(1<<l) != 0
+			ready := tb.g.ReadyLanes64()&(1<<l) != 0
 			st := lanes.LaneStatus{Lane: l, Pool: p.String(), Ready: ready, AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: -1,
 				BlockSize: tb.blockSizes[l].Load()}
 			if ready {
@@ -334,7 +339,7 @@ func TestPrefixMatchesBadRequests(t *testing.T) {
 		{`{"token_ids": [1,2,3], "block_size": 65537}`, "block_size 65537 is not in [1,65536]"},
 		{`{"token_ids": [1,2,3], "block_size": -4}`, "field block_size"},
 		{`{"local_block_hashes": [1], "block_size": 4}`, "go with token_ids"},
-		{`{"local_block_hashes": [1], "lane_mask": 65536}`, "lane_mask 65536 is not a 16-bit lane mask"},
+		{`{"local_block_hashes": [1], "lane_mask": 18446744073709551616}`, "field lane_mask"}, // 64 lanes at most (consumer §16)
 		{`{"local_block_hashes": [1], "hashes": [2]}`, `unknown field "hashes"`},
 		{`{"local_block_hashes": [1]} {"local_block_hashes": [2]}`, "more than one JSON value"},
 		{`{"local_block_hashes": [1], "correlation_id": "` + strings.Repeat("x", 300) + `"}`, "correlation_id must be 1..256 bytes"},
@@ -576,7 +581,7 @@ func TestReadiness(t *testing.T) {
 		t.Fatalf("lane 5 never ready: %v", err)
 	}
 	tb.install(t, 5, [][]uint64{{1, 2, 3}})
-	tb.eligible.Store(uint32(tb.g.ReadyLanes()))
+	tb.eligible.Store(tb.g.ReadyLanes64())
 	if err := tb.api.Ready(ctx); err != nil {
 		t.Fatalf("every lane ready: %v", err)
 	}

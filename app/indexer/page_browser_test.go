@@ -213,7 +213,7 @@ func TestLanePageInABrowser(t *testing.T) {
 	// eligible lanes, and its as_of stays where the relay left it.
 	loads := pageLoads.Load()
 	tb.asOf[0].Store(time.Now().Add(-45 * time.Second).UnixMicro())
-	tb.eligible.And(^uint32(1))
+	tb.eligible.And(^uint64(1))
 	after := rows(`tr[data-lane="0"][data-answer="stale"]`) // shown once the page reloads itself
 	if pageLoads.Load() <= loads {
 		t.Fatalf("the page shows the stale lane without reloading: %d loads", pageLoads.Load())

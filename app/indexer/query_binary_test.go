@@ -144,7 +144,7 @@ func TestBinaryPrefixMatchesBadRequests(t *testing.T) {
 	binaryOK(t, tb.postBinary("/v1/prefix-matches", io.MultiReader(bytes.NewReader(big[:queryapi.MaxRequestBytes])), nil))
 
 	body := queryapi.AppendBinaryRequest(nil, []uint64{1, 2, 3})
-	for _, target := range []string{"?lane_mask=65536", "?lane_mask=x", "?lane_mask=-1", "?lane_mask=1&lane_mask=2", "?mask=1", "?lane_mask=1&x"} {
+	for _, target := range []string{"?lane_mask=18446744073709551616", "?lane_mask=x", "?lane_mask=-1", "?lane_mask=1&lane_mask=2", "?mask=1", "?lane_mask=1&x"} {
 		jsonProblem(t, tb.postBinary("/v1/prefix-matches"+target, bytes.NewReader(body), nil), http.StatusBadRequest, "INVALID_REQUEST")
 	}
 	req := httptest.NewRequest(http.MethodPost, "/v1/prefix-matches", bytes.NewReader(body))

@@ -53,6 +53,7 @@ func (a *API) serveJSON(w http.ResponseWriter, r *http.Request, start time.Time)
 	if req.CorrelationID == "" {
 		req.CorrelationID = a.newCorrelationID()
 	}
+	queryapi.Widen(&req) // the JSON answer's masks hold 64 lanes (consumer §16)
 	answerStart := time.Now()
 	reply := a.ans.AnswerPooledExtra(&req, extra)
 	a.m.AnswerLatency.RecordDuration(time.Since(answerStart))
@@ -63,9 +64,10 @@ func (a *API) serveJSON(w http.ResponseWriter, r *http.Request, start time.Time)
 
 // serveBinary answers a binary request (queryapi.IsBinaryContentType) from pooled memory: the
 // body becomes the request's packed hashes as it is (queryapi.DecodeBinaryRequest), and an OK
-// answer is written as queryapi.AppendBinaryReply's bytes, or AppendBinaryStatesReply's when
-// the request asks for reply=2. Errors and non-OK answers are the
-// JSON path's JSON bodies and statuses.
+// answer is written as queryapi.AppendBinaryReply's bytes, AppendBinaryStatesReply's when the
+// request asks for reply=2, or AppendBinaryReplyWide's for reply=3. reply=1's 16-bit masks
+// refuse a selection beyond lane 15 (queryapi.CheckBinaryReplyLanes); the other replies hold 64
+// lanes (consumer §16). Errors and non-OK answers are the JSON path's JSON bodies and statuses.
 func (a *API) serveBinary(w http.ResponseWriter, r *http.Request, start time.Time) {
 	bs := binaryScratches.Get().(*binaryScratch)
 	defer binaryScratches.Put(bs)
@@ -82,6 +84,16 @@ func (a *API) serveBinary(w http.ResponseWriter, r *http.Request, start time.Tim
 	if len(r.Header[queryapi.CorrelationIDHeader]) == 0 {
 		req.CorrelationID = a.newCorrelationID()
 	}
+	version := queryapi.BinaryReplyVersionOf(r.URL.RawQuery)
+	if version == queryapi.BinaryReplyVersion {
+		mask, _ := req.Lanes()
+		if err := queryapi.CheckBinaryReplyLanes(version, mask&a.configured); err != nil {
+			a.refuse(w, start, err)
+			return
+		}
+	} else {
+		queryapi.Widen(&req)
+	}
 	answerStart := time.Now()
 	reply := a.ans.Answer(&req, &bs.sc)
 	a.m.AnswerLatency.RecordDuration(time.Since(answerStart))
@@ -92,9 +104,12 @@ func (a *API) serveBinary(w http.ResponseWriter, r *http.Request, start time.Tim
 		return
 	}
 	var out []byte
-	if queryapi.BinaryReplyVersionOf(r.URL.RawQuery) == queryapi.BinaryReplyStatesVersion {
+	switch version {
+	case queryapi.BinaryReplyStatesVersion:
 		out = queryapi.AppendBinaryStatesReply(bs.out[:0], &reply)
-	} else {
+	case queryapi.BinaryReplyWideVersion:
+		out = queryapi.AppendBinaryReplyWide(bs.out[:0], &reply)
+	default:
 		out = queryapi.AppendBinaryReply(bs.out[:0], &reply)
 	}
 	h := w.Header()
@@ -157,16 +172,19 @@ func (a *API) writeResponse(w http.ResponseWriter, status int, resp *queryapi.Pr
 // the correlation id the server makes up when the request has none.
 type binaryScratch struct {
 	body []byte
-	out  [max(queryapi.MaxBinaryReplyBytes, queryapi.MaxBinaryStatesReplyBytes)]byte
+	out  [maxBinaryReplyBytes]byte
 	sc   query.QueryScratch
 }
 
 var binaryScratches = sync.Pool{New: func() any { return new(binaryScratch) }}
 
+// maxBinaryReplyBytes is the longest binary reply of any layout.
+const maxBinaryReplyBytes = max(queryapi.MaxBinaryReplyBytes, queryapi.MaxBinaryStatesReplyBytes, queryapi.MaxBinaryReplyWideBytes)
+
 // Header values of a binary reply, shared: net/http only reads them.
 var (
 	binaryContentTypeValue = []string{queryapi.BinaryContentType}
-	binaryLengthValues     = func() (v [max(queryapi.MaxBinaryReplyBytes, queryapi.MaxBinaryStatesReplyBytes) + 1][]string) {
+	binaryLengthValues     = func() (v [maxBinaryReplyBytes + 1][]string) {
 		for i := range v {
 			v[i] = []string{strconv.Itoa(i)}
 		}

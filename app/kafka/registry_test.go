@@ -441,3 +441,49 @@ func TestRegistryIncompatibleSchemaRefusedAtStart(t *testing.T) {
 		t.Errorf("versions of %s after the refusal: %v, want [1]", subject, versions)
 	}
 }
+
+// TestRegistryLanes64UnderFull (consumer §16): under FULL compatibility (each revision's reader
+// reads the other's writer) the real registry accepts the query schemas with the 64-lane fields
+// (lane_mask64, ready_lanes64, incomplete_lanes64) after the revisions without them, and this
+// codec reads the earlier writers' records: a request as one of a reader of 16 lanes, a reply
+// with its 16-bit masks.
+func TestRegistryLanes64UnderFull(t *testing.T) {
+	cfg := registryConfig(t)
+	reqSubject, replySubject := cfg.Topics.Queries+"-value", cfg.Topics.QueryReplies+"-value"
+	setCompatibility(t, reqSubject, "FULL")
+	setCompatibility(t, replySubject, "FULL")
+	olderReq := schemaWith(t, schemas.TypeQueryRequest, withoutField("lane_mask64"))
+	olderReply := schemaWith(t, schemas.TypeQueryReply, func(f []any) []any {
+		return withoutField("incomplete_lanes64")(withoutField("ready_lanes64")(f))
+	})
+	st, reqID := register(t, reqSubject, olderReq)
+	if st != http.StatusOK {
+		t.Fatalf("registering the request without lane_mask64: HTTP %d", st)
+	}
+	if st, _ := register(t, replySubject, olderReply); st != http.StatusOK {
+		t.Fatalf("registering the reply without the 64-bit masks: HTTP %d", st)
+	}
+	codec, err := kafka.OpenCodec(context.Background(), cfg.Topics, cfg.SchemaRegistry)
+	if err != nil {
+		t.Fatalf("the 64-lane schemas after the earlier ones under FULL: %v", err)
+	}
+	if codec.SchemaID(schemas.TypeQueryRequest) == reqID {
+		t.Fatalf("the 64-lane request reuses the earlier schema's id %d", reqID)
+	}
+	for _, subject := range []string{reqSubject, replySubject} {
+		if v := latest(t, subject); v.Version != 2 {
+			t.Errorf("%s: latest version %d, want 2", subject, v.Version)
+		}
+	}
+
+	q := schemas.QueryRequest{CorrelationID: "earlier", Input: schemas.InputLocalBlockHashes,
+		Hashes: schemas.AppendU64s(nil, []uint64{1, 2}), LaneMask: schemas.Some[uint16](3)}
+	cur, err := codec.EncodeQueryRequest(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := codec.DecodeQueryRequest(rewrite(t, schemas.TypeQueryRequest, cur, olderReq, reqID, func(m map[string]any) { delete(m, "lane_mask64") }))
+	if mask, wide := got.Lanes(); err != nil || mask != 3 || wide {
+		t.Fatalf("the earlier writer's request: %+v, %v; want lanes 0 and 1 of a reader of 16", got, err)
+	}
+}

@@ -287,7 +287,7 @@ func (r *laneRig) applySeek() {
 
 func (r *laneRig) status() LaneStatus { return r.l.stats.snapshot() }
 func (r *laneRig) words() []uint64    { return r.ix.g.LaneWords(r.lane) }
-func (r *laneRig) ready() bool        { return r.ix.g.ReadyLanes()&(1<<r.lane) != 0 }
+func (r *laneRig) ready() bool        { return r.ix.g.ReadyLanes64()&(1<<r.lane) != 0 }
 
 func (r *laneRig) encode(lr schemas.LaneRecord) []byte {
 	r.t.Helper()

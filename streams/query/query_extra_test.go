@@ -127,7 +127,7 @@ func TestQueryExtraKeysOverKafka(t *testing.T) {
 	// A hash query with keys, written as a writer that does not check them would.
 	bad := qHashRequest("keys-with-hashes", cached)
 	body := qEncode(t, codec, bad)
-	body = append(body[:len(body)-1], 2, 2, 0, 0) // block_extra_keys: one block, empty item
+	body = append(body[:len(body)-2], 2, 2, 0, 0, 0) // block_extra_keys: one block, empty item; lane_mask64 null
 	keys, values = append(keys, "keys-with-hashes"), append(values, body)
 	qProduce(t, k.Client(t), tp.requests, keys, values)
 	replies.waitIDs(t, keys, time.Minute)
