@@ -31,8 +31,8 @@ func (ix Indexer) LaneOwners() (index.ManifestLanes, error) {
 
 // LaneCount returns the lane count of the indexer's table: the highest lane of the lane map + 1
 // (a map of lanes 0..3 builds a 4-lane table, of lanes 0..15 the reference's 16), 0 for an empty
-// map. Lanes outside [0,63] are not counted (Validate refuses them). Consumer §16: the table's
-// rows, and what a query reads, follow this count.
+// map. Lanes outside [0,63] are not counted (Validate refuses them). The table's rows, and what
+// a query reads, follow this count (consumer §16).
 func (ix Indexer) LaneCount() int {
 	n := 0
 	for l := range ix.Lanes {
