@@ -17,12 +17,15 @@ import (
 //
 // It is a memo of a pure function: canonical(parent, local) = ckf.CanonicalChild(parent, local)
 // whatever the index holds, so a run stays true after its blocks are removed, and an answer
-// never depends on what the memo holds, only its speed does. Nothing is ever invalidated; a
-// run is overwritten by a later store whose key falls in the same place (direct-mapped), and a
-// query falls back to hashing where the memo has no run.
+// never depends on what the memo holds, only its speed does. Nothing is ever invalidated. Runs
+// are placed in pairs of places (two-way): a key's run goes to the first place of its pair, the
+// run there moving to the second, so a pair keeps its two latest keys, and a query falls back
+// to hashing where the memo has no run.
 //
 // Cost: a store writes one run per runBlocks blocks (the event's chain is computed anyway);
-// the table is at most memoMaxRuns runs (about 1.1 MiB), grown with the number of runs stored.
+// the table is at most memoMaxRuns runs (about 1.1 MiB), grown with the number of runs stored
+// (from memoMinRuns: a 128-block prompt's eight runs then share a pair with a third about once
+// in three hundred seeds, and a lost run costs its own blocks' hashes, not the rest's).
 // Only stores write it, so queries under Shared's read lock only read it.
 type chainMemo struct {
 	runs   []chainRun // a power of two, or nil before the first store
@@ -36,7 +39,7 @@ type chainMemo struct {
 const runBlocks = 16
 
 const (
-	memoMinRuns = 64
+	memoMinRuns = 256
 	memoMaxRuns = 4096
 )
 
@@ -49,9 +52,23 @@ type chainRun struct {
 	canon  [runBlocks]ckf.CanonicalHash
 }
 
+// home is the first place of parent's pair (an even index; the pair is home, home+1).
 func (m *chainMemo) home(parent uint64) uint64 {
 	hi, lo := bits.Mul64(parent^m.seed, mixFold)
-	return (hi ^ lo) >> m.shift
+	return (hi ^ lo) >> m.shift &^ 1
+}
+
+// find returns the run keyed by parent, or nil.
+func (m *chainMemo) find(parent uint64) *chainRun {
+	h := m.home(parent)
+	pair := m.runs[h : h+2 : h+2]
+	if r := &pair[0]; r.parent == parent && r.n != 0 {
+		return r
+	}
+	if r := &pair[1]; r.parent == parent && r.n != 0 {
+		return r
+	}
+	return nil
 }
 
 // bytes is the memory the memo takes.
@@ -77,18 +94,26 @@ func (m *chainMemo) recordStore(hasParent bool, parent ckf.CanonicalHash, blocks
 	}
 }
 
-// record writes one run (len(blocks) = len(p) <= runBlocks, at least 1).
+// record writes one run (len(blocks) = len(p) <= runBlocks, at least 1) into the first place
+// of its pair: over a run with the same key, else moving the run there to the second place.
 func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []prepared) {
 	if m.runs == nil {
 		m.seed = rand.Uint64()
 		m.resize(memoMinRuns)
 	}
-	r := &m.runs[m.home(parent)]
+	h := m.home(parent)
+	pair := m.runs[h : h+2 : h+2]
+	r := &pair[0]
 	n := uint32(len(p))
-	if r.n == n && r.parent == parent && r.canon[n-1] == p[n-1].canon {
+	switch {
+	case r.n == n && r.parent == parent && r.canon[n-1] == p[n-1].canon:
 		return // the same run again (another holder of the same prompt): it is already there
-	}
-	if r.n == 0 {
+	case r.n != 0 && r.parent != parent:
+		if pair[1].n == 0 {
+			m.stored++
+		}
+		pair[1] = *r
+	case r.n == 0:
 		m.stored++
 	}
 	r.parent, r.n = parent, n
@@ -101,8 +126,8 @@ func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []pre
 	}
 }
 
-// resize moves the runs into a table of n places (a power of two); runs that land on the same
-// place keep the last one.
+// resize moves the runs into a table of n places (a power of two, at least 2); a pair keeps
+// the two it receives last.
 func (m *chainMemo) resize(n int) {
 	old := m.runs
 	m.runs = make([]chainRun, n)
@@ -110,46 +135,58 @@ func (m *chainMemo) resize(n int) {
 	m.stored = 0
 	for i := range old {
 		if o := &old[i]; o.n != 0 {
-			r := &m.runs[m.home(o.parent)]
-			if r.n == 0 {
+			h := m.home(o.parent)
+			pair := m.runs[h : h+2 : h+2]
+			if pair[0].n != 0 {
+				if pair[1].n == 0 {
+					m.stored++
+				}
+				pair[1] = pair[0]
+			} else {
 				m.stored++
 			}
-			*r = *o
+			pair[0] = *o
 		}
 	}
 }
 
 // fill sets chain[i] to the canonical hash of local[:i+1] (ckf.CanonicalRoot,
-// ckf.CanonicalChild): from the memo's runs as long as their local hashes match the query's.
-// Where no run continues the chain, the rest is hashed without looking at the memo again: a
-// later run would have to continue a canonical that no remembered store reached, which only
-// an overwritten run leaves behind (len(chain) = len(local) >= 1).
+// ckf.CanonicalChild): from the memo's runs as long as their local hashes match the query's,
+// hashing one block where no run continues the chain and looking again after it. After more
+// than runBlocks blocks in a row without a run the rest is hashed without looking: a run lost
+// to a later store costs at most its own blocks before the next one is found, and a prompt the
+// memo does not know costs that many looks (len(chain) = len(local) >= 1).
 func (m *chainMemo) fill(chain []ckf.CanonicalHash, local []ckf.LocalBlockHash) {
 	chain = chain[:len(local)]
 	prev := ckf.CanonicalRoot(local[0])
 	chain[0] = prev
-	runs := m.runs
 	pos := 1
-	for pos < len(local) && len(runs) > 0 {
-		r := &runs[m.home(uint64(prev))]
-		if r.parent != uint64(prev) || r.n == 0 {
-			break
-		}
-		n := min(int(r.n), len(local)-pos)
-		lq, out := local[pos:pos+n], chain[pos:pos+n]
-		rl, rc := r.local[:len(lq)], r.canon[:len(lq)]
-		k := 0
-		for ; k < len(lq); k++ {
-			if rl[k] != lq[k] {
-				break
+	if m.runs != nil {
+		misses := 0
+		for pos < len(local) && misses <= runBlocks {
+			if r := m.find(uint64(prev)); r != nil {
+				n := min(int(r.n), len(local)-pos)
+				lq, out := local[pos:pos+n], chain[pos:pos+n]
+				rl, rc := r.local[:len(lq)], r.canon[:len(lq)]
+				k := 0
+				for ; k < len(lq); k++ {
+					if rl[k] != lq[k] {
+						break
+					}
+					out[k] = rc[k]
+				}
+				if k > 0 {
+					pos += k
+					prev = chain[pos-1]
+					misses = 0
+					continue
+				}
 			}
-			out[k] = rc[k]
+			prev = ckf.CanonicalChild(prev, local[pos])
+			chain[pos] = prev
+			pos++
+			misses++
 		}
-		if k == 0 {
-			break
-		}
-		pos += k
-		prev = chain[pos-1]
 	}
 	for ; pos < len(local); pos++ {
 		prev = ckf.CanonicalChild(prev, local[pos])
