@@ -141,7 +141,7 @@ func matchesExpressions(t *testing.T, exprs any, labels any) bool {
 
 // TestHelmChartRefusesValues renders values that no process could run with and checks that
 // helm refuses each with a message naming the value: a missing or malformed domain, a DC
-// listed twice, a lane used twice or out of the format's 16, two DCs on one KV topic (one given
+// listed twice, a lane used twice or out of the 64 (consumer §16), two DCs on one KV topic (one given
 // by default), bad DC ids, duplicate or inexact bridge worker ids, and names past 63 characters.
 func TestHelmChartRefusesValues(t *testing.T) {
 	const twoDCs = "dcs:\n  - {id: \"0xdc01\", lane: 0, kvTopic: kv-events.dc-dc01}\n"
@@ -157,14 +157,14 @@ func TestHelmChartRefusesValues(t *testing.T) {
 		{"DC without a lane", false, "dcs:\n  - {id: \"0xdc01\"}\n", "dcs[0] has no id or no lane"},
 		{"duplicate lanes", false, twoDCs + "  - {id: \"0xdc02\", lane: 0, kvTopic: kv-events.dc-dc02}\n",
 			"dcs[1]: lane 0 is given to DC 0xdc01 and DC 0xdc02"},
-		{"lane 16", false, twoDCs + "  - {id: \"0xdc02\", lane: 16, kvTopic: kv-events.dc-dc02}\n",
-			"dcs[1] (DC 0xdc02): lane 16 is not in [0,15]"},
+		{"lane 64", false, twoDCs + "  - {id: \"0xdc02\", lane: 64, kvTopic: kv-events.dc-dc02}\n",
+			"dcs[1] (DC 0xdc02): lane 64 is not in [0,63]"},
 		{"lane 1000", false, twoDCs + "  - {id: \"0xdc02\", lane: 1000, kvTopic: kv-events.dc-dc02}\n",
-			"dcs[1] (DC 0xdc02): lane 1000 is not in [0,15]"},
+			"dcs[1] (DC 0xdc02): lane 1000 is not in [0,63]"},
 		{"negative lane", false, twoDCs + "  - {id: \"0xdc02\", lane: -1, kvTopic: kv-events.dc-dc02}\n",
-			`dcs[1] (DC 0xdc02): lane "-1" is not a number in [0,15]`},
+			`dcs[1] (DC 0xdc02): lane "-1" is not a number in [0,63]`},
 		{"fractional lane", false, twoDCs + "  - {id: \"0xdc02\", lane: 1.5, kvTopic: kv-events.dc-dc02}\n",
-			`dcs[1] (DC 0xdc02): lane "1.5" is not a number in [0,15]`},
+			`dcs[1] (DC 0xdc02): lane "1.5" is not a number in [0,63]`},
 		{"two DCs on one KV topic", false, twoDCs + "  - {id: \"0xdc02\", lane: 1, kvTopic: kv-events.dc-dc01}\n",
 			`dcs[1]: DC 0xdc01 and DC 0xdc02 both read the KV topic "kv-events.dc-dc01"`},
 		{"a KV topic another DC's default", false, twoDCs + "  - {id: \"0xdc02\", lane: 1, kvTopic: kv-events.dc-dc03}\n  - {id: \"0xdc03\", lane: 2}\n",

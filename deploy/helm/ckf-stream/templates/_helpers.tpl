@@ -55,7 +55,7 @@ and demo write for the DC. Call with the DC's entry. */}}
 
 {{/* The checks of values that no process could run with, made at render time so that
 helm install refuses them with the value named instead of leaving pods in a crash loop:
-indexer.domain's form, DC ids, lanes (each in [0,15], the format's 16 lanes, one DC per lane),
+indexer.domain's form, DC ids, lanes (each in [0,63], consumer §16, one DC per lane),
 one KV topic per DC, the bridge's engines (worker ids unique in a DC), and the region
 (ckf.validateRegion). */}}
 {{- define "ckf.validate" -}}
@@ -76,10 +76,10 @@ one KV topic per DC, the bridge's engines (worker ids unique in a DC), and the r
 {{- $hex := include "ckf.dcHex" $dc.id -}}
 {{- $lane := include "ckf.wholeNumber" $dc.lane -}}
 {{- if not (regexMatch "^[0-9]+$" $lane) -}}
-{{- fail (printf "dcs[%d] (DC 0x%s): lane %q is not a number in [0,15]" $i $hex $lane) -}}
+{{- fail (printf "dcs[%d] (DC 0x%s): lane %q is not a number in [0,63]" $i $hex $lane) -}}
 {{- end -}}
-{{- if ge (int $lane) 16 -}}
-{{- fail (printf "dcs[%d] (DC 0x%s): lane %s is not in [0,15] (the format has 16 lanes)" $i $hex $lane) -}}
+{{- if ge (int $lane) 64 -}}
+{{- fail (printf "dcs[%d] (DC 0x%s): lane %s is not in [0,63] (consumer §16: up to 64 lanes)" $i $hex $lane) -}}
 {{- end -}}
 {{- if hasKey $laneOf $hex -}}
 {{- fail (printf "dcs[%d]: DC 0x%s is listed twice (lanes %s and %s); a DC publishes on one lane" $i $hex (get $laneOf $hex) $lane) -}}
@@ -159,10 +159,10 @@ its peers. Call with (list $ laneOf dcOfLane): the local DCs' lanes, from ckf.va
 {{- $lane := include "ckf.wholeNumber" $dc.lane -}}
 {{- $from := toString $dc.region -}}
 {{- if not (regexMatch "^[0-9]+$" $lane) -}}
-{{- fail (printf "region.remoteDCs[%d] (DC 0x%s): lane %q is not a number in [0,15]" $i $hex $lane) -}}
+{{- fail (printf "region.remoteDCs[%d] (DC 0x%s): lane %q is not a number in [0,63]" $i $hex $lane) -}}
 {{- end -}}
-{{- if ge (int $lane) 16 -}}
-{{- fail (printf "region.remoteDCs[%d] (DC 0x%s): lane %s is not in [0,15] (the format has 16 lanes)" $i $hex $lane) -}}
+{{- if ge (int $lane) 64 -}}
+{{- fail (printf "region.remoteDCs[%d] (DC 0x%s): lane %s is not in [0,63] (consumer §16: up to 64 lanes)" $i $hex $lane) -}}
 {{- end -}}
 {{- if not (hasKey $seen $from) -}}
 {{- fail (printf "region.remoteDCs[%d] (DC 0x%s): region %q is unknown: not in region.peers %v (the other regions' MirrorMaker aliases)" $i $hex $from $peers) -}}
