@@ -123,6 +123,7 @@ var helpText = map[string]string{
 	"ckf_relay_transactions_total":                    "Lane transactions committed (transactions)",
 	"ckf_relay_unknown_removals_total":                "Removals of blocks the relay does not hold (events)",
 	"ckf_relay_write_failures_total":                  "Failed lane writes by cause: timeout is a write unanswered within the relay's write timeout (alert CkfRelayWritesUnanswered) (writes)",
+	"ckf_workers_age_seconds":                         "The DC's age as an answer would state it now (workers §10: from the time up to which the replica reflects its KV topic), set every second on a goroutine of its own so that a held loop does not freeze it; unset until the replica has read its topic to the end once (seconds)",
 	"ckf_workers_cache_owner_events_total":            "Cache-owner events, which hold no worker's blocks and are ignored (events)",
 	"ckf_workers_checkpoint_bytes":                    "Payload of the last checkpoint written (bytes)",
 	"ckf_workers_checkpoint_failures_total":           "Checkpoint transactions that failed (retried at the next interval) (checkpoints)",

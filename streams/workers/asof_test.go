@@ -2,7 +2,9 @@ package workers
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/streams/relay"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/uber-go/tally/v4"
 )
 
 // TestAsOfBookBounds: the bookkeeping's rules (workers §10 in docs/spec/workers.md) on made-up
@@ -226,4 +229,63 @@ func TestLostHistoryDegradesUntilAFullClear(t *testing.T) {
 	if n := b.r.DegradedSources(); n != 0 {
 		t.Fatalf("after a clear without the mark: %d degraded sources, want 0", n)
 	}
+}
+
+// TestAgeGaugeWhileTheLoopIsHeld: ckf_workers_age_seconds is set on a goroutine of its own, so
+// while the loop is held before applying a record (a slow apply, a stuck fetch) the gauge keeps
+// stating the age an answer would state, here an hour on by the replica's clock, instead of
+// freezing at the last value the loop left; while the replica idles caught up it reads fresh.
+func TestAgeGaugeWhileTheLoopIsHeld(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	scope := tally.NewTestScope("ckf", nil)
+	r, err := New(Params{Config: e.config(), Codec: e.codec, Metrics: scope,
+		ClientOptsFor: func(string) []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(e.c.Seeds()...)} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var skew atomic.Int64 // the replica's clock runs this far ahead once the loop is held
+	r.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	r.beforeApply = func(*kgo.Record) {
+		held <- struct{}{}
+		<-release
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &running{r: r, cancel: cancel, done: make(chan error, 1)}
+	go func() { run.done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+		run.stop()
+	})
+	gauge := func() (float64, bool) {
+		g, ok := scope.Snapshot().Gauges()["ckf.workers.age_seconds+"]
+		if !ok {
+			return 0, false
+		}
+		return g.Value(), true
+	}
+	run.waitReady(t)
+	run.waitIdle(t)
+	testenv.WaitUntil(t, time.Minute, "the age gauge set, under a minute while the replica idles caught up", func() bool {
+		v, ok := gauge()
+		return ok && v < 60
+	})
+	e.produce(newTraceGen(5).trace(1))
+	select {
+	case <-held:
+	case err := <-run.done:
+		t.Fatalf("replica stopped: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the record never reached the replica")
+	}
+	skew.Store(int64(time.Hour))
+	testenv.WaitUntil(t, time.Minute, "the age gauge at an hour or more while the loop is held", func() bool {
+		v, _ := gauge()
+		return v >= 3600
+	}, func() string { v, ok := gauge(); return fmt.Sprintf("gauge %v (set %v)", v, ok) })
 }

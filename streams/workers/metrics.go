@@ -73,6 +73,7 @@ type ledger struct {
 	ready, restored                     gauge
 	sources, rows, checkpointBytes      gauge
 	degradedSources                     gauge
+	ageSeconds                          tally.Gauge
 	restoreSeconds                      tally.Histogram
 	matchSeconds                        tally.Histogram
 	lastTel                             workers.Telemetry
@@ -111,6 +112,7 @@ func newLedger(scope tally.Scope) *ledger {
 	} {
 		g.g.m = s.Gauge(g.name)
 	}
+	l.ageSeconds = s.Gauge("age_seconds")
 	l.restoreSeconds = s.Histogram("restore_duration_seconds", tally.MustMakeExponentialDurationBuckets(1e6, 2, 16))
 	l.matchSeconds = s.Histogram("match_duration_seconds", tally.MustMakeExponentialDurationBuckets(500, 2, 16))
 	return l

@@ -183,6 +183,29 @@ func (r *Replica) Status() Status {
 		CheckpointsRejected: l.checkpointsRejected.load(), CheckpointGaps: l.checkpointGaps.load()}
 }
 
+// ageReportInterval is how often ckf_workers_age_seconds is set.
+const ageReportInterval = time.Second
+
+// reportAge sets ckf_workers_age_seconds every interval until ctx ends: the DC's age as an answer
+// would state it at that moment (Age.AgeMs). It runs on a goroutine of its own, reading what the
+// loop publishes (idleWatch), so that a loop held up in an apply or a fetch does not freeze the
+// gauge: the age it reports keeps growing while the loop is held. Not set while the as_of is
+// unknown (before the replica has read its topic to the end once; ckf_workers_ready says so).
+func (r *Replica) reportAge(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if ms := r.Age().AgeMs(r.now()); ms >= 0 {
+			r.l.ageSeconds.Update(float64(ms) / 1000)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // Age returns how far the replica has read.
 func (r *Replica) Age() Age {
 	return Age{AsOf: r.watch.at(r.now()), NewestEventMs: r.l.newestEventMs.load(), LagRecords: r.l.lagRecords.load()}
@@ -283,6 +306,9 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.l.restoreSeconds.RecordDuration(time.Since(start))
 	lp.checkReady(start)
 	defer lp.stop(inCl)
+	ageCtx, stopAge := context.WithCancel(ctx)
+	defer stopAge()
+	go r.reportAge(ageCtx, ageReportInterval)
 	for {
 		pctx, cancel := lp.pollContext(ctx)
 		fs := lp.poll(pctx, inCl)
