@@ -17,7 +17,7 @@ import (
 // uncertain and fences the publisher (DeliveryUncertain). The publisher does not retain d after
 // Enqueue returns, but d.Images is handed over: the sink may keep it. A caller that writes the
 // deltas itself (the relay: its deltas are delivered only when their Kafka transaction commits)
-// takes them from Delta and needs no sink.
+// takes them from Delta or AppendDelta and needs no sink.
 type DeltaSink interface {
 	Enqueue(d ckf.Delta) error
 }
@@ -139,11 +139,11 @@ func (p *Publisher) LastSequence() uint64 { return p.last }
 // Fenced returns the fence reason (FenceNone if not fenced).
 func (p *Publisher) Fenced() FenceReason { return p.fenced }
 
-// ready is publish's steps 1-3 (producer §8.2), shared by Publish and Delta: Published when a
-// delta can be stamped now, PublishNoSubscriber when the batch is to be discarded, or why
-// neither. It changes nothing but the SequenceExhausted fence; the caller builds the delta in
-// place (a ckf.Delta is 160 bytes: no copy on the way) and advances the sequence once it is
-// handed over.
+// ready is publish's steps 1-3 (producer §8.2), shared by Publish, Delta and AppendDelta:
+// Published when a delta can be stamped now, PublishNoSubscriber when the batch is to be
+// discarded, or why neither. It changes nothing but the SequenceExhausted fence; the caller
+// builds the delta in place (a ckf.Delta is 160 bytes: no copy on the way) and advances the
+// sequence once it is handed over.
 func (p *Publisher) ready(images []ckf.BucketImage) (PublishKind, error) {
 	if p.fenced != FenceNone {
 		return 0, &FencedError{Reason: p.fenced}
