@@ -62,17 +62,23 @@ func (w *relayWorkload) event() RouterEvent {
 	return RouterEvent{WorkerID: wk, Event: KvCacheEvent{Kind: KvEventRemoved, Removed: ids}}
 }
 
+// relayWorkloadEvents generates n events of the workload (seed 21), with the generator that
+// counted their block operations.
+func relayWorkloadEvents(n int) (*relayWorkload, []RouterEvent) {
+	w := newRelayWorkload(21)
+	evs := make([]RouterEvent, n)
+	for i := range evs {
+		evs[i] = w.event()
+	}
+	return w, evs
+}
+
 // BenchmarkDcStateRelayWorkload is the relay's exact state alone on BenchmarkE2ERelay's workload
 // (2^20 expected blocks, a delta every 64 events, the relay's default): 10^5 pre-generated events
 // applied from an empty state, reported per block operation ("ns/blockop", "blockops/s").
 // The events are generated before the timer starts, so only ApplyEvent (and its drains) is timed.
 func BenchmarkDcStateRelayWorkload(b *testing.B) {
-	const events = 100_000
-	w := newRelayWorkload(21)
-	evs := make([]RouterEvent, events)
-	for i := range evs {
-		evs[i] = w.event()
-	}
+	w, evs := relayWorkloadEvents(100_000)
 	cfg := cfgN(1<<20, 64)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -109,12 +115,7 @@ func (s *txnSink) Enqueue(d ckf.Delta) error { s.deltas = append(s.deltas, d); r
 // batch to Publisher.Publish, whose sink appends it (the path it replaced). Reported per block
 // operation, as BenchmarkDcStateRelayWorkload; the publish step alone is BenchmarkPublishStep.
 func BenchmarkRelayWorkloadPublished(b *testing.B) {
-	const events = 100_000
-	w := newRelayWorkload(21)
-	evs := make([]RouterEvent, events)
-	for i := range evs {
-		evs[i] = w.event()
-	}
+	w, evs := relayWorkloadEvents(100_000)
 	cfg := cfgN(1<<20, 64)
 	for _, path := range []string{"append", "sink"} {
 		b.Run("path="+path, func(b *testing.B) {
