@@ -19,7 +19,9 @@
 // one lineage map from external id to canonical hash plus the tiers the id is held on. A query
 // looks up each query block once and compares holder values; only where the value changes does
 // it intersect sets, so a prompt held by the same workers all along costs one lookup per block
-// whatever the number of workers.
+// whatever the number of workers. A memo of recent stores' chains (runs of local and canonical
+// hashes keyed by the canonical before them) lets MatchLocal find a stored prompt's chain by
+// comparing local hashes instead of hashing every block (workers §5.4).
 //
 // Concurrency (workers §7): an Index has no internal synchronisation; one goroutine owns it and
 // both applies events and answers queries. Shared wraps an Index in a sync.RWMutex so that any
