@@ -6,167 +6,61 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ckf-stream/ckf-stream/streams/internal/asof"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // as_of: the time up to which the lane reflects its DC's KV events (relay.md, "as_of").
 //
 // Every lane record carries it (LaneRecord.AsOf): every KV event appended to the KV-events topic
-// before as_of is in the state the record brings the lane to. The relay derives it from facts
-// about offsets and times, per input partition, and takes the oldest:
-//
-//   - a partition applied up to the end (last stable offset) that an observation reported is
-//     reflected up to the time of that observation: the listing of the ends at start, or a fetch,
-//     whose time is a lower bound of its arrival (pollWatch);
-//   - a partition behind the end it was last seen with is reflected up to the Kafka timestamp of
-//     the last record applied from it, or the time it was last caught up, whichever is later;
-//   - when the relay has applied every fetch and every partition is caught up while its poller
-//     waits inside PollRecords with nothing buffered, it is caught up now: a record appended
-//     ends the wait (franz-go long-polls with FetchMinBytes 1), so every partition is reflected
-//     up to that moment (asOfTracker.sync).
+// before as_of is in the state the record brings the lane to. The rules (per input partition,
+// from the listing, fetches and applied records, the oldest taken) are streams/internal/asof's,
+// which the worker stage shares; what is the relay's own is how it learns the times: the lower
+// bound of a fetch's arrival (pollWatch, fetchBound), and when it is caught up now: when it has
+// applied every fetch and every partition is caught up while its poller waits inside
+// PollRecords with nothing buffered (asOfTracker.at).
 //
 // Events still in the open publication window are applied but not published: a record written
 // while the window holds some carries the as_of of the moment it was last empty.
 
-// asOfTracker holds, per KV partition, what the relay knows of how far it reflects it. It is
-// pure bookkeeping, fed by the loop (listing, fetches, applied records, observed waits); it
-// reads no clock. Owned by the loop's goroutine.
+// asOfTracker is the relay's as_of bookkeeping: the shared rules (asof.Book) and, per
+// partition, the start of the latest poll that returned it and took every buffered record (its
+// next fetch was requested after it: fetchBound). Owned by the loop's goroutine; it reads no
+// clock.
 type asOfTracker struct {
-	parts  map[int32]*partAsOf
-	synced time.Time // the latest time the whole relay was caught up (sync)
+	*asof.Book
+	pollStart map[int32]time.Time
 }
 
-// partAsOf is one partition's bookkeeping.
-type partAsOf struct {
-	next     int64     // the next offset to apply
-	end      int64     // the highest end (last stable offset) observed: the listing's, then fetches'
-	endAt    time.Time // the latest time of an observation of an end at or below end
-	caughtAt time.Time // the latest observation time whose end next has reached (zero: none)
-	lastTs   time.Time // the Kafka timestamp of the last record applied (zero: none)
-	// pollStart is the start of the latest poll that returned the partition and took every
-	// buffered record: the partition's next fetch was requested after it (fetchBound).
-	pollStart time.Time
-}
-
-// The partition's bound is the latest of caughtAt, lastTs and the tracker's synced.
-
-// newAsOfTracker starts the bookkeeping from the listing at start: every partition's next
-// offset to apply (from) and its end as listed at listedAt, a time taken before the listing. A
-// partition whose next offset is at its end is caught up as of listedAt; the others are once the
-// replay reaches their end.
+// newAsOfTracker starts the bookkeeping from the listing at start (asof.NewBook).
 func newAsOfTracker(listedAt time.Time, from, ends map[int32]int64) *asOfTracker {
-	t := &asOfTracker{parts: make(map[int32]*partAsOf, len(ends))}
-	for p, end := range ends {
-		pa := &partAsOf{next: from[p], end: end, endAt: listedAt}
-		if pa.next >= pa.end {
-			pa.caughtAt = listedAt
-		}
-		t.parts[p] = pa
-	}
-	return t
-}
-
-// applied records that the record at offset of partition p, with Kafka timestamp ts, is applied
-// (its effect, if any, is in the state).
-func (t *asOfTracker) applied(p int32, offset int64, ts time.Time) {
-	pa := t.parts[p]
-	if pa == nil {
-		return
-	}
-	pa.next = max(pa.next, offset+1)
-	if ts.After(pa.lastTs) {
-		pa.lastTs = ts
-	}
-	if pa.next >= pa.end && pa.endAt.After(pa.caughtAt) {
-		pa.caughtAt = pa.endAt
-	}
-}
-
-// fetched records that a fetch which arrived no earlier than at reported end (the partition's
-// last stable offset) for p. The partition's end becomes the highest reported, and the time of
-// reaching it the latest observation time: reaching the highest end reaches every lower one. A
-// zero at (arrival unknown) still raises the end, so the partition is not taken as caught up
-// before its records are applied.
-func (t *asOfTracker) fetched(p int32, end int64, at time.Time) {
-	pa := t.parts[p]
-	if pa == nil {
-		return
-	}
-	pa.end = max(pa.end, end)
-	if at.After(pa.endAt) {
-		pa.endAt = at
-	}
-	if pa.next >= pa.end && pa.endAt.After(pa.caughtAt) {
-		pa.caughtAt = pa.endAt
-	}
-}
-
-// caughtUp reports whether every partition is applied up to the end it was last seen with.
-func (t *asOfTracker) caughtUp() bool {
-	for _, pa := range t.parts {
-		if pa.next < pa.end {
-			return false
-		}
-	}
-	return true
-}
-
-// sync records that the whole relay was caught up at at: every record appended before it is
-// applied, on every partition.
-func (t *asOfTracker) sync(at time.Time) {
-	if at.After(t.synced) {
-		t.synced = at
-	}
+	return &asOfTracker{Book: asof.NewBook(listedAt, from, ends), pollStart: make(map[int32]time.Time, len(ends))}
 }
 
 // at is the as_of of the applied state at now: idle says the poller has been waiting inside
 // PollRecords with nothing buffered, and no poll waits for the loop; then, if every partition
-// is applied up to its end, the relay is caught up now (sync). Otherwise the partitions' bounds.
+// is applied up to its end, the relay is caught up now (Sync). Otherwise the partitions' bounds.
 func (t *asOfTracker) at(now time.Time, idle bool) time.Time {
-	if idle && t.caughtUp() {
-		t.sync(now)
+	if idle && t.CaughtUp() {
+		t.Sync(now)
 	}
-	return t.asOf()
-}
-
-// asOf is the time up to which the applied state reflects the KV topic: over the partitions,
-// the oldest of each one's latest bound (caught up, last record applied, whole relay caught
-// up). Zero when a partition has no bound yet (before its replay reached its end).
-func (t *asOfTracker) asOf() time.Time {
-	var out time.Time
-	first := true
-	for _, pa := range t.parts {
-		b := pa.caughtAt
-		if pa.lastTs.After(b) {
-			b = pa.lastTs
-		}
-		if t.synced.After(b) {
-			b = t.synced
-		}
-		if b.IsZero() {
-			return time.Time{}
-		}
-		if first || b.Before(out) {
-			out, first = b, false
-		}
-	}
-	return out
+	return t.AsOf()
 }
 
 // fetchBound is the lower bound of the arrival of p's part of a poll whose own bound is base:
 // the later of base and the start of the latest poll that returned p and took every buffered
 // record (franz-go requests a partition again only once its buffered data is taken).
 func (t *asOfTracker) fetchBound(p int32, base time.Time) time.Time {
-	if pa := t.parts[p]; pa != nil && pa.pollStart.After(base) {
-		return pa.pollStart
+	if s := t.pollStart[p]; s.After(base) {
+		return s
 	}
 	return base
 }
 
 // polledAt records that a poll started at start returned p and took every buffered record.
 func (t *asOfTracker) polledAt(p int32, start time.Time) {
-	if pa := t.parts[p]; pa != nil && start.After(pa.pollStart) {
-		pa.pollStart = start
+	if start.After(t.pollStart[p]) {
+		t.pollStart[p] = start
 	}
 }
 
@@ -264,8 +158,8 @@ func (w *pollWatch) waitingAt(t time.Time) bool {
 // partition of the KV topic the poll answered without error reports its last stable offset as of
 // the poll's arrival.
 func (rl *relayLoop) notePoll(p polled) {
-	if p.fresh && !p.bound.IsZero() && !rl.appliedAt.After(p.bound) && rl.asOf.caughtUp() {
-		rl.asOf.sync(p.bound)
+	if p.fresh && !p.bound.IsZero() && !rl.appliedAt.After(p.bound) && rl.asOf.CaughtUp() {
+		rl.asOf.Sync(p.bound)
 	}
 	kv := rl.cfg.Topics.KVEvents
 	p.fs.EachPartition(func(fp kgo.FetchTopicPartition) {
@@ -276,7 +170,7 @@ func (rl *relayLoop) notePoll(p polled) {
 		if end < 0 { // a broker that does not report it: the high watermark (read_uncommitted's end)
 			end = fp.HighWatermark
 		}
-		rl.asOf.fetched(fp.Partition, end, rl.asOf.fetchBound(fp.Partition, p.bound))
+		rl.asOf.Fetched(fp.Partition, end, rl.asOf.fetchBound(fp.Partition, p.bound))
 		if p.drained {
 			rl.asOf.polledAt(fp.Partition, p.start)
 		}

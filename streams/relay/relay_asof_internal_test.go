@@ -20,11 +20,11 @@ type asOfStep struct {
 func ms(n int) time.Time { return time.UnixMilli(1_780_000_000_000 + int64(n)) }
 
 func applied(p int32, off int64, ts time.Time) func(*asOfTracker) time.Time {
-	return func(t *asOfTracker) time.Time { t.applied(p, off, ts); return t.asOf() }
+	return func(t *asOfTracker) time.Time { t.Applied(p, off, ts); return t.AsOf() }
 }
 
 func fetched(p int32, end int64, at time.Time) func(*asOfTracker) time.Time {
-	return func(t *asOfTracker) time.Time { t.fetched(p, end, at); return t.asOf() }
+	return func(t *asOfTracker) time.Time { t.Fetched(p, end, at); return t.AsOf() }
 }
 
 func stampAt(now time.Time, idle bool) func(*asOfTracker) time.Time {
@@ -100,7 +100,7 @@ func TestAsOfTracker(t *testing.T) {
 				if got := s.do(tr); !got.Equal(s.want) {
 					t.Fatalf("%s: as_of %v, want %v", s.what, got, s.want)
 				}
-				if got := tr.caughtUp(); got != s.caught {
+				if got := tr.CaughtUp(); got != s.caught {
 					t.Fatalf("%s: caught up %v, want %v", s.what, got, s.caught)
 				}
 			}

@@ -165,7 +165,7 @@ func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 	if !rl.replaying && !rl.state.HasPendingPublication() {
 		rl.frozenAsOf = rl.appliedAsOf() // the window opens: records written meanwhile carry this
 	}
-	rl.asOf.applied(rec.Partition, rec.Offset, rec.Timestamp)
+	rl.asOf.Applied(rec.Partition, rec.Offset, rec.Timestamp)
 	if err := r.codec.DecodeKvEventInto(rec.Value, &rl.kvEvent); err != nil {
 		r.c.undecodable.add(1)
 		rl.reject(rec, live, schemas.DeadLetterReasonOf(err), "undecodable KV event: "+err.Error(), err)

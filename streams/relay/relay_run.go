@@ -372,7 +372,7 @@ func (rl *relayLoop) onFetches(p polled) error {
 		}
 		live := !rl.replay.Observe(rec) // at or past its partition's start-time end
 		if rec.Attrs.IsControl() {
-			rl.asOf.applied(rec.Partition, rec.Offset, rec.Timestamp)
+			rl.asOf.Applied(rec.Partition, rec.Offset, rec.Timestamp)
 			rl.noteRead(rec)
 			continue
 		}

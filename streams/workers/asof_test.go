@@ -16,60 +16,6 @@ import (
 	"github.com/uber-go/tally/v4"
 )
 
-// TestAsOfBookBounds: the bookkeeping's rules (workers §10 in docs/spec/workers.md) on made-up
-// facts: a partition at its listed end is reflected up to the listing; one behind its end is
-// reflected up to its last applied record's timestamp, and stays there however late it is asked,
-// which is what makes a lagging replica's age grow; reaching the end seen by a fetch moves it to
-// that fetch's arrival; the whole replica caught up moves every partition on.
-func TestAsOfBookBounds(t *testing.T) {
-	t.Parallel()
-	base := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
-	listed := at(1000)
-	b := newAsOfBook(listed, map[int32]int64{0: 4, 1: 0}, map[int32]int64{0: 4, 1: 3})
-	if got := b.asOf(); !got.IsZero() {
-		t.Fatalf("partition 1 not yet replayed: as_of %v, want none", got)
-	}
-	b.applied(1, 0, at(-5000))
-	if got := b.asOf(); !got.Equal(at(-5000)) {
-		t.Fatalf("partition 1 behind after its first record: as_of %v, want that record's timestamp", got)
-	}
-	b.applied(1, 1, at(-4000))
-	b.applied(1, 2, at(-3000))
-	if got := b.asOf(); !got.Equal(listed) || !b.caughtUp() {
-		t.Fatalf("both partitions at their listed ends: as_of %v, want the listing's %v", got, listed)
-	}
-	// A fetch arriving no earlier than 2000 reports partition 1's end at 5: behind again, so it is
-	// bounded by what it reached (the listing) until its records are applied.
-	b.fetched(1, 5, at(2000))
-	b.fetched(0, 4, at(2000))
-	if got := b.asOf(); !got.Equal(listed) || b.caughtUp() {
-		t.Fatalf("partition 1 behind its fetched end: as_of %v, want %v", got, listed)
-	}
-	b.applied(1, 3, at(1500))
-	if got := b.asOf(); !got.Equal(at(1500)) {
-		t.Fatalf("one of two pending records applied: as_of %v, want its timestamp", got)
-	}
-	b.applied(1, 4, at(1600))
-	if got := b.asOf(); !got.Equal(at(2000)) {
-		t.Fatalf("partition 1 at the fetched end: as_of %v, want the fetch's arrival", got)
-	}
-	b.sync(at(9000))
-	if got := b.asOf(); !got.Equal(at(9000)) {
-		t.Fatalf("whole replica caught up at 9000: as_of %v", got)
-	}
-	age := Age{AsOf: at(9000)}
-	if a := age.AgeMs(at(12_500)); a != 3500 {
-		t.Fatalf("age at 12500: %d ms, want 3500", a)
-	}
-	if a := age.AgeMs(at(8000)); a != 0 {
-		t.Fatalf("a clock behind as_of reads %d ms, want 0", a)
-	}
-	if a := (Age{}).AgeMs(at(0)); a != -1 {
-		t.Fatalf("no as_of: %d, want -1", a)
-	}
-}
-
 // produceAt writes evs with the Kafka timestamp ts (a producer's CreateTime).
 func (e *env) produceAt(ts time.Time, evs []producer.RouterEvent) {
 	e.t.Helper()
@@ -97,6 +43,24 @@ func (run *running) waitIdle(t *testing.T) (since int64, seen time.Time) {
 		return since != 0
 	}, func() string { return run.r.Age().AsOf.String() })
 	return since, seen
+}
+
+// TestAgeMs: a DC's age is the milliseconds from its as_of to the moment asked, 0 on a clock
+// behind as_of, and -1 (unknown) without an as_of.
+func TestAgeMs(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	age := Age{AsOf: at(9000)}
+	if a := age.AgeMs(at(12_500)); a != 3500 {
+		t.Fatalf("age at 12500: %d ms, want 3500", a)
+	}
+	if a := age.AgeMs(at(8000)); a != 0 {
+		t.Fatalf("a clock behind as_of reads %d ms, want 0", a)
+	}
+	if a := (Age{}).AgeMs(at(0)); a != -1 {
+		t.Fatalf("no as_of: %d, want -1", a)
+	}
 }
 
 // TestIdleDCReadsFresh: a DC whose engines last wrote an hour ago, and whose KV topic the replica

@@ -15,6 +15,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/workers"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
+	"github.com/ckf-stream/ckf-stream/streams/internal/asof"
 	"github.com/ckf-stream/ckf-stream/streams/relay"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -244,12 +245,12 @@ type loop struct {
 	writing   chan ckptResult // non-nil while a checkpoint is being written
 	lag       streams.LagCommitter
 	kv        schemas.KvEvent
-	// asOf is the as_of bookkeeping (asof.go). arrival is a lower bound of the arrival of the
-	// fetches of the poll being applied (zero: unknown); drainedStart the start of the latest
+	// asOf is the as_of bookkeeping (streams/internal/asof, asof.go). arrival is a lower bound
+	// of the arrival of the fetches of the poll being applied (zero: unknown); drainedStart the start of the latest
 	// poll that took every buffered record (the fetches buffered since were requested after
 	// it); syncAt, when not zero, the time up to which the replica is caught up once the poll
 	// being applied is.
-	asOf                          *asOfBook
+	asOf                          *asof.Book
 	arrival, drainedStart, syncAt time.Time
 	// degraded holds the sources whose engine history was lost (noteClear); checkpointed.
 	degraded map[ckf.SourceKey]struct{}
@@ -371,8 +372,8 @@ func (lp *loop) restore(ctx context.Context, adm *kadm.Client) error {
 		lp.pos[p], starts[p] = pos, pos
 	}
 	lp.eol = streams.NewEndOfLog(cfg.Topics.KVEvents, starts, ends)
-	lp.asOf = newAsOfBook(listedAt, starts, ends)
-	r.watch.publish(lp.asOf.asOf())
+	lp.asOf = asof.NewBook(listedAt, starts, ends)
+	r.watch.publish(lp.asOf.AsOf())
 	if got != nil {
 		lp.lin = got.lin
 		lp.staleTo = got.m.Chunks
@@ -496,10 +497,10 @@ func (lp *loop) poll(ctx context.Context, cl *kgo.Client) kgo.Fetches {
 		}
 		return fs
 	}
-	caught := lp.asOf.caughtUp()
+	caught := lp.asOf.CaughtUp()
 	if caught {
-		lp.asOf.sync(start)
-		w.publish(lp.asOf.asOf())
+		lp.asOf.Sync(start)
+		w.publish(lp.asOf.AsOf())
 		w.waitingSince.Store(start.UnixNano())
 	}
 	fs := cl.PollRecords(ctx, most)
@@ -525,8 +526,8 @@ func (lp *loop) poll(ctx context.Context, cl *kgo.Client) kgo.Fetches {
 		if during.Before(start) {
 			during = start
 		}
-		lp.asOf.sync(during)
-		w.publish(lp.asOf.asOf())
+		lp.asOf.Sync(during)
+		w.publish(lp.asOf.AsOf())
 		w.waitingSince.Store(0)
 		if drained {
 			lp.syncAt = bound
@@ -570,12 +571,12 @@ func (lp *loop) onFetches(fs kgo.Fetches) {
 			if end < 0 { // a broker that does not report it: the high watermark
 				end = fp.HighWatermark
 			}
-			lp.asOf.fetched(fp.Partition, end, lp.arrival)
+			lp.asOf.Fetched(fp.Partition, end, lp.arrival)
 		}
 		for _, rec := range fp.Records {
 			below := lp.eol.Observe(rec)
 			lp.pos[rec.Partition] = rec.Offset + 1
-			lp.asOf.applied(rec.Partition, rec.Offset, rec.Timestamp)
+			lp.asOf.Applied(rec.Partition, rec.Offset, rec.Timestamp)
 			if rec.Attrs.IsControl() {
 				continue
 			}
@@ -599,9 +600,9 @@ func (lp *loop) onFetches(fs kgo.Fetches) {
 		lp.setSize()
 	}
 	if !lp.syncAt.IsZero() {
-		lp.asOf.sync(lp.syncAt)
+		lp.asOf.Sync(lp.syncAt)
 	}
-	lp.r.watch.publish(lp.asOf.asOf())
+	lp.r.watch.publish(lp.asOf.AsOf())
 	lp.setLag()
 }
 
