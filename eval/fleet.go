@@ -60,8 +60,8 @@ var ErrConfig = errors.New("eval: invalid config")
 // Validate reports the first field out of range.
 func (c Config) Validate() error {
 	switch {
-	case c.DCs < 1 || c.DCs > 16:
-		return fmt.Errorf("%w: %d DCs is not in [1,16]", ErrConfig, c.DCs)
+	case c.DCs < 1 || c.DCs > 64: // one lane a DC, up to ckf.MaxLanes (consumer §16)
+		return fmt.Errorf("%w: %d DCs is not in [1,64]", ErrConfig, c.DCs)
 	case c.Workers < 1:
 		return fmt.Errorf("%w: %d workers per DC", ErrConfig, c.Workers)
 	case c.CacheBlocks < 1:

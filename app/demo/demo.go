@@ -58,7 +58,7 @@ type Options struct {
 	// ignored: the demo's DCs are the configured lanes' (see Configure).
 	Load loadgen.RunConfig
 	// DCs is the number of DCs, one relay each on lanes 0..DCs-1, when indexer.lanes is not
-	// set; in [1, ckf.LaneCount] (--dcs, default 4).
+	// set; in [1, ckf.MaxLanes] (--dcs, default 4; consumer §16).
 	DCs int
 	// ExpectedBlocks sizes every filter, the indexer's and the relays' alike (--expected-blocks,
 	// default 65,536: a demo's DCs hold far fewer blocks than a production DC).
@@ -90,8 +90,8 @@ type Options struct {
 // Validate reports the first option out of its range, naming it by its processor demo flag.
 func (o Options) Validate() error {
 	switch {
-	case o.DCs < 1 || o.DCs > ckf.LaneCount:
-		return fmt.Errorf("--dcs %d is not in [1,%d]", o.DCs, ckf.LaneCount)
+	case o.DCs < 1 || o.DCs > ckf.MaxLanes:
+		return fmt.Errorf("--dcs %d is not in [1,%d]", o.DCs, ckf.MaxLanes)
 	case o.TableEvery <= 0:
 		return fmt.Errorf("--table-every %v is not positive", o.TableEvery)
 	case o.ReadyTimeout <= 0:

@@ -24,8 +24,8 @@ func TestOptionsValidate(t *testing.T) {
 		change func(*demo.Options)
 		want   string
 	}{
-		{func(o *demo.Options) { o.DCs = 0 }, "--dcs 0 is not in [1,16]"},
-		{func(o *demo.Options) { o.DCs = ckf.LaneCount + 1 }, "--dcs 17 is not in [1,16]"},
+		{func(o *demo.Options) { o.DCs = 0 }, "--dcs 0 is not in [1,64]"},
+		{func(o *demo.Options) { o.DCs = ckf.MaxLanes + 1 }, "--dcs 65 is not in [1,64]"},
 		{func(o *demo.Options) { o.TableEvery = 0 }, "--table-every 0s is not positive"},
 		{func(o *demo.Options) { o.ReadyTimeout = -time.Second }, "--ready-timeout -1s is not positive"},
 		{func(o *demo.Options) { o.HTTPSamples = -1 }, "--http-samples -1 is negative"},

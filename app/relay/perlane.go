@@ -37,7 +37,7 @@ func PerLane(owner string, cfg config.Config, conn *kafka.Connection, codec *sch
 		return nil, err
 	}
 	var out []*LaneRelay
-	for l := uint8(0); l < ckf.LaneCount; l++ {
+	for l := uint8(0); l < ckf.MaxLanes; l++ { // lanes up to 63 (consumer §16)
 		if owners[l] == nil {
 			continue
 		}

@@ -103,7 +103,7 @@ func (r *replay) openRegions(lc fx.Lifecycle, conn *kafka.Connection) error {
 		reg := &region{alias: RegionAlias(i), cfg: regionConfig(r.cfg, r.opts, i), conn: conn, codec: r.codec}
 		if i > 0 {
 			c, err := kafka.New(kafka.Params{Config: reg.cfg.Kafka, Topics: conn.Topics, Registry: conn.Registry,
-				Logger: r.log.With(zap.String("region", reg.alias))})
+				Indexer: reg.cfg.Indexer, Relay: reg.cfg.Relay, Logger: r.log.With(zap.String("region", reg.alias))})
 			if err != nil {
 				return fmt.Errorf("replay: region %s: %w", reg.alias, err)
 			}

@@ -43,7 +43,7 @@ func TestIndexerConfigErrors(t *testing.T) {
 		{[]string{"--indexer.domain=" + testDomain}, []string{"processor: config: indexer.lanes: is required by the indexer"}},
 		{append(ok, "--indexer.domain=abc"), []string{`processor: config: indexer.domain: "abc" is not <32 hex digits>:<32 hex digits>`}},
 		{append(ok, "--indexer.domain_source=guessed"), []string{`processor: config: indexer.domain_source: "guessed" is not one of explicit, default_derived`}},
-		{append(ok, "--indexer.lanes=16=0x10"), []string{"processor: config: indexer.lanes: lane 16 is not in [0,15]"}},
+		{append(ok, "--indexer.lanes=64=0x10"), []string{"processor: config: indexer.lanes: lane 64 is not in [0,63]"}},
 		{append(ok, "--indexer.lanes=0=7,3=7"), []string{"processor: config: indexer.lanes: DC 0x7 is on lanes 0 and 3"}},
 		{append(ok, "--indexer.lanes=0=x"), []string{`DC id "x" of lane 0 is not an unsigned 64-bit integer`}},
 		{append(ok, "--indexer.bucket_count=3"), []string{"processor: config: indexer.bucket_count: 3 is not 0 or a power of two in [2,16777216]"}},
@@ -167,7 +167,7 @@ func TestQueryCommandHTTP(t *testing.T) {
 		{[]string{"--tokens", "1,2"}, "--block-size 0 is not in [1,65536]"},
 		{[]string{"--hashes", "1,x"}, `--hashes: "x" is not an unsigned 64-bit integer`},
 		{[]string{"--tokens", "4294967296", "--block-size", "1"}, `--tokens: "4294967296" is not an unsigned 32-bit integer`},
-		{[]string{"--hashes", "1", "--lanes", "16"}, "--lanes: lane 16 is not in [0,15]"},
+		{[]string{"--hashes", "1", "--lanes", "64"}, "--lanes: lane 64 is not in [0,63]"},
 		{[]string{"--hashes", "1", "--block-size", "4"}, "go with --tokens"},
 		{[]string{"--hashes", "1"}, "no Kafka cluster to ask"},
 	} {

@@ -18,7 +18,7 @@ func runDemo(args []string, stdout, stderr io.Writer, lookupEnv func(string) (st
 	o := demo.Options{Out: stdout}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	lf.register(fs, 30*time.Second, 5000, 500)
-	fs.IntVar(&o.DCs, "dcs", 4, "DCs (one relay each, on lanes 0..n-1) when indexer.lanes is not set, 1..16")
+	fs.IntVar(&o.DCs, "dcs", 4, "DCs (one relay each, on lanes 0..n-1) when indexer.lanes is not set, 1..64")
 	fs.Uint64Var(&o.ExpectedBlocks, "expected-blocks", 1<<16, "expected blocks per DC: sizes every filter (indexer and relays)")
 	fs.DurationVar(&o.TableEvery, "table-every", 3*time.Second, "print the lane table and sample answers this often")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 60*time.Second, "give up when the lanes are not ready after this long")

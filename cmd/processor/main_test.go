@@ -55,8 +55,8 @@ func TestConfigPrintRedactsSecrets(t *testing.T) {
 		t.Errorf("--format toml: exit %d, stderr %q", code, errOut)
 	}
 	// An invalid configuration is printed (to find the layer that set the bad value), then refused.
-	code, out, errOut := runCmd(t, nil, "config", "print", "--relay.lane=16")
-	if code != exitUsage || !strings.Contains(out, "lane: 16") || !strings.Contains(errOut, "relay.lane: 16 is not in [0,15]") {
+	code, out, errOut := runCmd(t, nil, "config", "print", "--relay.lane=64")
+	if code != exitUsage || !strings.Contains(out, "lane: 64") || !strings.Contains(errOut, "relay.lane: 64 is not in [0,63]") {
 		t.Errorf("config print of an invalid config: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if code, _, _ := runCmd(t, nil, "config"); code != exitUsage {
@@ -73,7 +73,7 @@ func TestInvalidConfigExits(t *testing.T) {
 		want string
 	}{
 		{[]string{"demo", "--indexer.verification_window=9"}, nil, "processor: config: indexer.verification_window: 9 is not in [1,8]"},
-		{[]string{"config", "print", "--relay.lane=16"}, nil, "processor: config: relay.lane: 16 is not in [0,15]"},
+		{[]string{"config", "print", "--relay.lane=64"}, nil, "processor: config: relay.lane: 64 is not in [0,63]"},
 		{[]string{"demo"}, map[string]string{"KAFKA_BROKERS": "nohostport"}, `processor: config: kafka.brokers[0]: "nohostport" is not host:port`},
 		{[]string{"demo"}, map[string]string{"CKF_LOG_LEVEL": "loud"}, `processor: config: log.level: "loud" is not one of debug, info, warn, error`},
 		{[]string{"demo", "--kafka.sasl.mechanism=OAUTH"}, nil, `processor: config: kafka.sasl.mechanism: "OAUTH" is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512`},
@@ -88,7 +88,7 @@ func TestInvalidConfigExits(t *testing.T) {
 		{[]string{"demo", "--config=/no/such/file.yaml"}, nil, "processor: config: file /no/such/file.yaml: open /no/such/file.yaml: no such file or directory"},
 		{[]string{"demo", "--no-such-flag"}, nil, "flag provided but not defined: -no-such-flag"},
 		{[]string{"demo", "stray"}, nil, `processor: demo: unexpected argument "stray"`},
-		{[]string{"demo", "--dcs=17"}, nil, "processor: demo: --dcs 17 is not in [1,16]"},
+		{[]string{"demo", "--dcs=65"}, nil, "processor: demo: --dcs 65 is not in [1,64]"},
 		{[]string{"demo", "--table-every=0s"}, nil, "processor: demo: --table-every 0s is not positive"},
 	} {
 		code, _, errOut := runCmd(t, tc.vars, tc.args...)

@@ -43,7 +43,7 @@ func runReplay(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 	fs.DurationVar(&o.Window, "window", 0, "replay this much trace time (0: to the end)")
 	fs.Float64Var(&o.Speedup, "speedup", 1, "run the live replay this many times faster than real time (the simulated fleet does the same work)")
 	fs.Float64Var(&o.Compress, "compress", 1, "divide the trace's arrival times by this factor: the same requests in less time, a busier fleet")
-	fs.IntVar(&o.Fleet.DCs, "dcs", o.Fleet.DCs, "simulated DCs (one relay and lane each), 1..16")
+	fs.IntVar(&o.Fleet.DCs, "dcs", o.Fleet.DCs, "simulated DCs (one relay and lane each), 1..64")
 	fs.IntVar(&o.Fleet.Workers, "workers", o.Fleet.Workers, "simulated workers per DC")
 	fs.IntVar(&o.Fleet.CacheBlocks, "cache-blocks", o.Fleet.CacheBlocks, "KV cache of one worker in blocks")
 	fs.IntVar(&o.Fleet.BlockTokens, "block-tokens", o.Fleet.BlockTokens, "tokens per block of the trace's hash ids")
