@@ -490,7 +490,7 @@ func (w *Workload) NextQuery(rng *rand.Rand) Query {
 	q := Query{HomeDC: home, Blocks: len(tokens) / cfg.BlockSize}
 	if rng.Float64() < cfg.TokenQueries {
 		q.Request = schemas.QueryRequest{Input: schemas.InputTokenIDs, Tokens: schemas.AppendU32s(nil, tokens), BlockSize: uint32(cfg.BlockSize),
-			CacheNamespace: cfg.Namespace}
+			CacheNamespace: cfg.Namespace, LaneMask64: schemas.Some(schemas.AllLanes64)}
 		return q
 	}
 	hashes := make([]uint64, 0, q.Blocks)
@@ -500,6 +500,8 @@ func (w *Workload) NextQuery(rng *rand.Rand) Query {
 	for k := len(seq.blocks); k < q.Blocks; k++ {
 		hashes = append(hashes, uint64(ckf.TokenBlockHash(tokens[k*cfg.BlockSize:(k+1)*cfg.BlockSize], w.salt)))
 	}
-	q.Request = schemas.QueryRequest{Input: schemas.InputLocalBlockHashes, Hashes: schemas.AppendU64s(nil, hashes)}
+	// lane_mask64: every lane, read as up to 64 (consumer §16), as routers of this revision ask.
+	q.Request = schemas.QueryRequest{Input: schemas.InputLocalBlockHashes, Hashes: schemas.AppendU64s(nil, hashes),
+		LaneMask64: schemas.Some(schemas.AllLanes64)}
 	return q
 }

@@ -172,7 +172,7 @@ func (d *demo) compareEngines() engineCheck {
 				c.chains++
 				req := &schemas.QueryRequest{CorrelationID: "demo-engine", Input: schemas.InputTokenIDs,
 					Tokens: packTokens(ch.Tokens), BlockSize: uint32(blockSize), LoraName: ch.LoRAName,
-					LaneMask: schemas.Some(uint16(1) << laneOf[de.dc])}
+					LaneMask64: schemas.Some(uint64(1) << laneOf[de.dc])}
 				reply := ans.Answer(req, &query.QueryScratch{})
 				depth := -1
 				for _, l := range reply.Lanes {

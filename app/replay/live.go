@@ -163,7 +163,7 @@ func (r *replay) live(ctx context.Context) (*Live, error) {
 	// for its metadata and connections, which would put the whole replay behind its clock.
 	for i := range 20 {
 		req := schemas.QueryRequest{CorrelationID: "replay-warmup-" + strconv.Itoa(i), Input: schemas.InputLocalBlockHashes,
-			Hashes: schemas.AppendU64s(nil, []uint64{eval.LocalHash(uint64(i))})}
+			Hashes: schemas.AppendU64s(nil, []uint64{eval.LocalHash(uint64(i))}), LaneMask64: schemas.Some(schemas.AllLanes64)}
 		for _, query := range queries {
 			qctx, cancel := context.WithTimeout(ctx, o.QueryTimeout)
 			_, err := query(qctx, req)
@@ -429,8 +429,9 @@ type answer struct {
 
 // ask asks every region's indexer for v's prompt, at once when there are several.
 func (p *ckfPolicy) ask(v *eval.View) []answer {
+	// lane_mask64: the router reads answers of up to 64 lanes (--dcs up to 64, consumer §16).
 	req := schemas.QueryRequest{CorrelationID: "replay-" + strconv.Itoa(p.n), Input: schemas.InputLocalBlockHashes,
-		Hashes: schemas.AppendU64s(nil, v.Locals)}
+		Hashes: schemas.AppendU64s(nil, v.Locals), LaneMask64: schemas.Some(schemas.AllLanes64)}
 	out := make([]answer, len(p.queries))
 	one := func(i int) {
 		out[i].pending = p.prs[i].pendingPositions(0, v.Keys, v.Depth)
@@ -688,7 +689,7 @@ func newProber(r *replay, ix *indexer.Indexer, timeout time.Duration) *prober {
 	var sc query.QueryScratch
 	probe := func(s *pstore) bool {
 		req := schemas.QueryRequest{CorrelationID: "probe", Input: schemas.InputLocalBlockHashes,
-			Hashes: schemas.AppendU64s(nil, s.chain), LaneMask: schemas.Some(uint16(1) << s.unit)}
+			Hashes: schemas.AppendU64s(nil, s.chain), LaneMask64: schemas.Some(uint64(1) << s.unit)}
 		reply := ans.Answer(&req, &sc)
 		if reply.Status == schemas.QueryOK {
 			for _, l := range reply.Lanes {

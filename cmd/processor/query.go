@@ -106,14 +106,14 @@ func (f *queryFlags) request() (schemas.QueryRequest, error) {
 		if err != nil {
 			return req, fmt.Errorf("--lanes: %w", err)
 		}
-		var mask uint16
+		var mask uint64
 		for _, l := range ls {
-			if l >= ckf.LaneCount {
-				return req, fmt.Errorf("--lanes: lane %d is not in [0,%d]", l, ckf.LaneCount-1)
+			if l >= ckf.MaxLanes {
+				return req, fmt.Errorf("--lanes: lane %d is not in [0,%d]", l, ckf.MaxLanes-1)
 			}
 			mask |= 1 << l
 		}
-		req.LaneMask = schemas.Some(mask)
+		req.LaneMask64 = schemas.Some(mask)
 	}
 	switch {
 	case f.maxAge < 0:
@@ -244,6 +244,7 @@ func queryKafka(ctx context.Context, cfg config.Config, timeout time.Duration, r
 		return schemas.QueryReply{}, err
 	}
 	defer qc.Close()
+	queryapi.Widen(&req) // this command reads answers of up to 64 lanes (consumer §16)
 	return qc.Query(ctx, req)
 }
 

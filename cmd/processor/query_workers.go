@@ -23,7 +23,7 @@ import (
 // workerRequestOf is the body of POST /v1/worker-matches asking what req asks (its age bound,
 // --max-age, included), with top_k and the DC filter (comma-separated DC ids).
 func workerRequestOf(req schemas.QueryRequest, topK int, dcs string) (workerapi.WorkerMatchRequest, error) {
-	if req.LaneMask.Valid {
+	if req.LaneMask.Valid || req.LaneMask64.Valid {
 		return workerapi.WorkerMatchRequest{}, fmt.Errorf("--lanes is the prefix-match route's; with --workers give --dcs")
 	}
 	p := queryapi.RequestOf(&req)
