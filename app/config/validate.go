@@ -86,6 +86,7 @@ func (c Config) Validate() error {
 	}
 	c.Indexer.validate(&p)
 	c.Indexer.validateQuery(c.Topics, &p)
+	c.Indexer.validateLanes(c.Topics, &p)
 	c.Indexer.validateReplyTopicPrefixes(c.Topics, &p)
 	c.Indexer.validateRegions(c.Topics, &p)
 	c.Relay.validate(&p)
@@ -274,20 +275,11 @@ func (ix Indexer) validate(p *problems) {
 	if w := ix.VerificationWindow; w < 1 || w > ckf.MaxVerificationWindow {
 		p.add("indexer.verification_window", "%d is not in [1,%d]", w, ckf.MaxVerificationWindow)
 	}
-	if ix.Freshness.MaxRecordLag < 0 {
-		p.add("indexer.freshness.max_record_lag", "%d is negative", ix.Freshness.MaxRecordLag)
-	}
-	if ix.Freshness.MaxTimeLag < 0 {
-		p.add("indexer.freshness.max_time_lag", "%v is negative", ix.Freshness.MaxTimeLag)
-	}
 	if ix.QueryLeaveAfter <= 0 {
 		p.add("indexer.query_leave_after", "%v is not positive", ix.QueryLeaveAfter)
 	}
 	if ix.GCPercent < 0 || ix.GCPercent > 10000 {
 		p.add("indexer.gc_percent", "%d is not in [0,10000]", ix.GCPercent)
-	}
-	if ix.LagCommitInterval <= 0 {
-		p.add("indexer.lag_commit_interval", "%v is not positive", ix.LagCommitInterval)
 	}
 }
 

@@ -15,23 +15,23 @@ import (
 	"github.com/ckf-stream/ckf-stream/testenv"
 )
 
-// TestIndexerDefaultsAreStreams: the indexer section's defaults, converted by StreamsConfig, are
+// TestIndexerDefaultsAreStreams: the indexer section's defaults, converted by LaneSettings, are
 // lanes.DefaultIndexerConfig field by field (the topic names, which streams leaves to the
 // deployment, aside), so the freshness bounds (indexer.freshness) have one value; and a policy
 // with both bounds 0, which the configuration documents as "disabled", is streams' policy that
 // checks neither bound.
 func TestIndexerDefaultsAreStreams(t *testing.T) {
 	def := config.Default()
-	sc := indexer.StreamsConfig(def.Indexer, def.Topics)
+	sc := def.Indexer.LaneSettings(def.Topics)
 	want := lanes.DefaultIndexerConfig()
 	want.Topics = sc.Topics
 	for _, d := range testenv.FieldDiffs(sc, want, "configuration", "streams") {
 		t.Error(d)
 	}
-	if got, want := indexer.Freshness(def.Indexer.Freshness), lanes.DefaultFreshnessPolicy(); got != want {
+	if got, want := def.Indexer.Freshness.Policy(), lanes.DefaultFreshnessPolicy(); got != want {
 		t.Errorf("default freshness: configuration %+v, streams %+v", got, want)
 	}
-	if got := indexer.Freshness(config.Freshness{}); got != (lanes.FreshnessPolicy{}) {
+	if got := (config.Freshness{}).Policy(); got != (lanes.FreshnessPolicy{}) {
 		t.Errorf("freshness with both bounds 0 (disabled) converts to %+v, want the zero policy (no bound checked)", got)
 	}
 }

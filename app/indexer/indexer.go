@@ -82,32 +82,6 @@ type Indexer struct {
 	run *lifecycle.Group
 }
 
-// Freshness converts the configured policy. Both sides read a zero bound as "not checked", so
-// each bound maps as it is: indexer.freshness with both bounds 0 excludes no lane for lag.
-func Freshness(f config.Freshness) lanes.FreshnessPolicy {
-	return lanes.FreshnessPolicy{MaxRecordLag: f.MaxRecordLag, MaxTimeLag: f.MaxTimeLag}
-}
-
-// StreamsConfig converts the indexer section and the topic names to the lanes' streams
-// configuration: streams' defaults (lanes.DefaultIndexerConfig) with the topics, the freshness
-// policy, the lag commit interval and the remote lanes' sources of the configuration. The lag group is New's to name (it
-// needs the consumer instance id).
-func StreamsConfig(ix config.Indexer, topics config.Topics) lanes.IndexerConfig {
-	cfg := lanes.DefaultIndexerConfig()
-	cfg.Topics = lanes.IndexerTopics{
-		Lanes: topics.Lanes, Control: topics.Control, LaneEvents: topics.LaneEvents, DeadLetter: topics.DeadLetter,
-		// The relays index each lane's latest complete snapshot here, so a starting replica
-		// seeks each lane straight to it instead of reading from the log start.
-		SnapshotIndex: topics.SnapshotIndex,
-	}
-	cfg.Freshness = Freshness(ix.Freshness)
-	cfg.LagCommitInterval = ix.LagCommitInterval
-	// Lanes of other regions are read from MirrorMaker's copies of their region's lane topic and
-	// snapshot index (indexer.remote_lanes, design §8).
-	cfg.LaneSources = ix.LaneSources(topics)
-	return cfg
-}
-
 // New builds the replica: manifest (a random consumer instance id when the configured one is 0,
 // logged), table, lanes, query service and API. Nothing connects until Start.
 func New(p Params) (*Indexer, error) {
@@ -140,7 +114,7 @@ func New(p Params) (*Indexer, error) {
 	if err != nil {
 		return nil, err
 	}
-	laneCfg := StreamsConfig(p.Config, topics)
+	laneCfg := p.Config.LaneSettings(topics)
 	laneCfg.LagGroup = lanes.IndexerLagGroup(p.All.TopicPrefix, consumer)
 	lanes, err := lanes.NewIndexer(lanes.IndexerParams{
 		Config:  laneCfg,

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
-	"github.com/ckf-stream/ckf-stream/app/indexer"
 	"github.com/ckf-stream/ckf-stream/streams"
 )
 
@@ -15,7 +14,7 @@ func TestRemoteLanesReachTheLanes(t *testing.T) {
 	cfg := config.Default()
 	cfg.Indexer.Lanes = config.LaneMap{0: 0xdc01, 1: 0xdc02}
 	cfg.Indexer.RemoteLanes = config.LaneRegions{1: "eu"}
-	sc := indexer.StreamsConfig(cfg.Indexer, cfg.Topics)
+	sc := cfg.Indexer.LaneSettings(cfg.Topics)
 	want := streams.LaneSource{Region: "eu", Topic: "eu." + cfg.Topics.Lanes, SnapshotIndex: "eu." + cfg.Topics.SnapshotIndex, Mirrored: true}
 	if got := sc.Source(1); got != want {
 		t.Fatalf("lane 1: %+v, want %+v", got, want)

@@ -50,8 +50,8 @@ func TestIndexerConfigErrors(t *testing.T) {
 		{append(ok, "--indexer.expected_blocks_per_dc=0"), []string{"processor: config: indexer.expected_blocks_per_dc: must be positive when indexer.bucket_count is 0"}},
 		{append(ok, "--indexer.expected_blocks_per_dc=100000000000"), []string{"processor: config: indexer.expected_blocks_per_dc: 100000000000 needs more than 16777216 buckets"}},
 		{append(ok, "--indexer.verification_window=0"), []string{"processor: config: indexer.verification_window: 0 is not in [1,8]"}},
-		{append(ok, "--indexer.freshness.max_record_lag=-1"), []string{"processor: config: indexer.freshness.max_record_lag: -1 is negative"}},
-		{append(ok, "--indexer.freshness.max_time_lag=-1s"), []string{"processor: config: indexer.freshness.max_time_lag: -1s is negative"}},
+		{append(ok, "--indexer.freshness.max_record_lag=-1"), []string{"processor: config: indexer.freshness.max_record_lag: must not be negative, got -1"}},
+		{append(ok, "--indexer.freshness.max_time_lag=-1s"), []string{"processor: config: indexer.freshness.max_time_lag: must not be negative, got -1s"}},
 		{append(ok, "--indexer.query_group="), []string{"processor: config: indexer.query_group: must not be empty"}},
 		{append(ok, "--indexer.query_batch_size=70000"), []string{"processor: config: indexer.query_batch_size: must be in [1, 65536], got 70000"}},
 	} {

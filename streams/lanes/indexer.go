@@ -143,15 +143,22 @@ func DefaultIndexerConfig() IndexerConfig {
 }
 
 // validate checks every field in order and returns the first violation as a *ConfigError.
-func (c IndexerConfig) validate() error {
-	k := streams.ConfigCheck{Config: "indexer"}
+func (c IndexerConfig) validate() error { return c.check().Result() }
+
+// CheckSettings returns every violation of the configuration's rules, in field order (none when
+// NewIndexer would accept it): the rules a configuration file's indexer section is held to too
+// (app/config reports each under its setting's path).
+func (c IndexerConfig) CheckSettings() []*streams.ConfigError { return c.check().Problems() }
+
+func (c IndexerConfig) check() *streams.ConfigCheck {
+	k := &streams.ConfigCheck{Config: "indexer"}
 	k.Named("Topics.Lanes", c.Topics.Lanes)
 	k.Named("Topics.Control", c.Topics.Control)
 	k.Named("Topics.LaneEvents", c.Topics.LaneEvents)
 	k.Named("Topics.DeadLetter", c.Topics.DeadLetter)
-	c.Freshness.check(&k, "Freshness.")
+	c.Freshness.check(k, "Freshness.")
 	k.NonNegative("ProgressInterval", c.ProgressInterval)
-	c.Feed.check(&k, "Feed.")
+	c.Feed.check(k, "Feed.")
 	k.Positive("RestoreTimeout", c.RestoreTimeout)
 	k.NonNegative("RetrySnapshotRequestGap", c.RetrySnapshotRequestGap)
 	k.Positive("LagCommitInterval", c.LagCommitInterval)
@@ -176,7 +183,7 @@ func (c IndexerConfig) validate() error {
 			k.Fail("LaneSources", "names lane %d, not in [0,%d)", l, ckf.MaxLanes)
 		}
 	}
-	return k.Result()
+	return k
 }
 
 // Source returns where lane l is read: LaneSources[l], or Topics.Lanes and Topics.SnapshotIndex.
