@@ -130,25 +130,33 @@ func DecodeBinaryReply(b []byte) (BinaryReply, error) {
 	if b[0] != BinaryReplyVersion {
 		return BinaryReply{}, fmt.Errorf("%w: version %d, want %d", ErrBinaryReply, b[0], BinaryReplyVersion)
 	}
-	n := int(b[1])
 	r := BinaryReply{
 		ReadyLanes:      uint64(binary.LittleEndian.Uint16(b[2:])),
 		IncompleteLanes: uint64(binary.LittleEndian.Uint16(b[4:])),
 		QueryBlocks:     binary.LittleEndian.Uint32(b[8:]),
 	}
+	return binaryReplyDepths(b, BinaryReplyHeaderBytes, binary.LittleEndian.Uint16(b[6:]), r)
+}
+
+// binaryReplyDepths checks a reply body whose header (header bytes: the count of depths in its
+// second byte, a reserved field, the masks already read into r) is read, and reads its depths:
+// the reserved field 0, one depth per ready lane, nothing after them, the incomplete lanes among
+// the ready ones.
+func binaryReplyDepths(b []byte, header int, reserved uint16, r BinaryReply) (BinaryReply, error) {
+	n := int(b[1])
 	switch {
-	case binary.LittleEndian.Uint16(b[6:]) != 0:
-		return BinaryReply{}, fmt.Errorf("%w: reserved field %d, want 0", ErrBinaryReply, binary.LittleEndian.Uint16(b[6:]))
+	case reserved != 0:
+		return BinaryReply{}, fmt.Errorf("%w: reserved field %d, want 0", ErrBinaryReply, reserved)
 	case n != bits.OnesCount64(r.ReadyLanes):
 		return BinaryReply{}, fmt.Errorf("%w: %d depths for ready lanes %#04x", ErrBinaryReply, n, r.ReadyLanes)
-	case len(b) != BinaryReplyHeaderBytes+4*n:
-		return BinaryReply{}, fmt.Errorf("%w: %d bytes for %d depths, want %d", ErrBinaryReply, len(b), n, BinaryReplyHeaderBytes+4*n)
+	case len(b) != header+4*n:
+		return BinaryReply{}, fmt.Errorf("%w: %d bytes for %d depths, want %d", ErrBinaryReply, len(b), n, header+4*n)
 	case r.IncompleteLanes&^r.ReadyLanes != 0:
 		return BinaryReply{}, fmt.Errorf("%w: incomplete lanes %#04x outside ready lanes %#04x", ErrBinaryReply, r.IncompleteLanes, r.ReadyLanes)
 	}
 	r.Depths = make([]uint32, n)
 	for i := range r.Depths {
-		r.Depths[i] = binary.LittleEndian.Uint32(b[BinaryReplyHeaderBytes+4*i:])
+		r.Depths[i] = binary.LittleEndian.Uint32(b[header+4*i:])
 	}
 	return r, nil
 }
@@ -158,27 +166,12 @@ func decodeBinaryReplyWide(b []byte) (BinaryReply, error) {
 	if len(b) < BinaryReplyWideHeaderBytes {
 		return BinaryReply{}, fmt.Errorf("%w: %d bytes, the wide header alone is %d", ErrBinaryReply, len(b), BinaryReplyWideHeaderBytes)
 	}
-	n := int(b[1])
 	r := BinaryReply{
 		QueryBlocks:     binary.LittleEndian.Uint32(b[4:]),
 		ReadyLanes:      binary.LittleEndian.Uint64(b[8:]),
 		IncompleteLanes: binary.LittleEndian.Uint64(b[16:]),
 	}
-	switch {
-	case binary.LittleEndian.Uint16(b[2:]) != 0:
-		return BinaryReply{}, fmt.Errorf("%w: reserved field %d, want 0", ErrBinaryReply, binary.LittleEndian.Uint16(b[2:]))
-	case n != bits.OnesCount64(r.ReadyLanes):
-		return BinaryReply{}, fmt.Errorf("%w: %d depths for ready lanes %#x", ErrBinaryReply, n, r.ReadyLanes)
-	case len(b) != BinaryReplyWideHeaderBytes+4*n:
-		return BinaryReply{}, fmt.Errorf("%w: %d bytes for %d depths, want %d", ErrBinaryReply, len(b), n, BinaryReplyWideHeaderBytes+4*n)
-	case r.IncompleteLanes&^r.ReadyLanes != 0:
-		return BinaryReply{}, fmt.Errorf("%w: incomplete lanes %#x outside ready lanes %#x", ErrBinaryReply, r.IncompleteLanes, r.ReadyLanes)
-	}
-	r.Depths = make([]uint32, n)
-	for i := range r.Depths {
-		r.Depths[i] = binary.LittleEndian.Uint32(b[BinaryReplyWideHeaderBytes+4*i:])
-	}
-	return r, nil
+	return binaryReplyDepths(b, BinaryReplyWideHeaderBytes, binary.LittleEndian.Uint16(b[2:]), r)
 }
 
 // AppendBinaryRequest appends the binary request body of the given local block hashes to dst.
