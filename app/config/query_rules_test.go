@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/app/config"
+	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/streams/query"
 )
 
@@ -40,18 +41,26 @@ func TestQueryRulesAreTheLibrarys(t *testing.T) {
 				app = append(app, fe)
 			}
 		}
-		lib := c.Indexer.QuerySettings(c.Topics).CheckSettings()
-		switch {
-		case tc.path == "" && (len(app) > 0 || len(lib) > 0):
-			t.Errorf("%s: want accepted; configuration: %v; library: %v", tc.name, app, lib)
-		case tc.path != "" && (len(app) != 1 || app[0].Field != tc.path):
-			t.Errorf("%s: the configuration refuses %v; want %s refused once", tc.name, app, tc.path)
-		case tc.path != "" && len(lib) == 0:
-			t.Errorf("%s: the configuration refuses %s, the library accepts it", tc.name, tc.path)
-		case tc.path != "" && config.QuerySettingPath(lib[0].Field) != tc.path:
-			t.Errorf("%s: the configuration refuses %s, the library %s (%v)", tc.name, tc.path, lib[0].Field, lib[0])
-		case tc.path != "" && app[0].Reason != lib[0].Reason:
-			t.Errorf("%s: the configuration says %q, the library %q", tc.name, app[0].Reason, lib[0].Reason)
-		}
+		settingsAgree(t, tc.name, tc.path, app, c.Indexer.QuerySettings(c.Topics).CheckSettings(), config.QuerySettingPath)
+	}
+}
+
+// settingsAgree checks one case of a section whose library reports every violation: the
+// configuration's problems app (of the settings under test) and the library's lib must both
+// accept (path ""), or both refuse the setting at path, the configuration once and in the
+// library's words (pathOf maps a library field to its setting's path).
+func settingsAgree(t *testing.T, name, path string, app []*config.FieldError, lib []*streams.ConfigError, pathOf func(string) string) {
+	t.Helper()
+	switch {
+	case path == "" && (len(app) > 0 || len(lib) > 0):
+		t.Errorf("%s: want accepted; configuration: %v; library: %v", name, app, lib)
+	case path != "" && (len(app) != 1 || app[0].Field != path):
+		t.Errorf("%s: the configuration refuses %v; want %s refused once", name, app, path)
+	case path != "" && len(lib) == 0:
+		t.Errorf("%s: the configuration refuses %s, the library accepts it", name, path)
+	case path != "" && pathOf(lib[0].Field) != path:
+		t.Errorf("%s: the configuration refuses %s, the library %s (%v)", name, path, lib[0].Field, lib[0])
+	case path != "" && app[0].Reason != lib[0].Reason:
+		t.Errorf("%s: the configuration says %q, the library %q", name, app[0].Reason, lib[0].Reason)
 	}
 }
