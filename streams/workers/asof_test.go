@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,41 +95,15 @@ func TestIdleDCReadsFresh(t *testing.T) {
 func TestLaggingReplicaKeepsItsBound(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r, err := New(Params{Config: e.config(), Codec: e.codec, ClientOptsFor: func(string) []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(e.c.Seeds()...)} }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	hourAgo := time.Now().Add(-time.Hour)
-	held, release := make(chan struct{}, 1), make(chan struct{})
-	r.beforeApply = func(rec *kgo.Record) {
-		if rec.Timestamp.Before(hourAgo.Add(time.Second)) {
-			held <- struct{}{}
-			<-release
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	run := &running{r: r, cancel: cancel, done: make(chan error, 1)}
-	go func() { run.done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-		run.stop()
-	})
+	run := startHeld(t, e, Params{}, func(rec *kgo.Record) bool { return rec.Timestamp.Before(hourAgo.Add(time.Second)) }, nil)
+	r := run.r
 	run.waitReady(t)
 	since, _ := run.waitIdle(t)
 	written := time.Now()
 	e.produceAt(hourAgo, newTraceGen(5).trace(1))
 	acked := time.Now() // the record was appended between written and acked
-	select {
-	case <-held:
-	case err := <-run.done:
-		t.Fatalf("replica stopped: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("the record never reached the replica")
-	}
+	run.waitHeld(t)
 	a := r.Age()
 	if a.AsOf.UnixMicro() < since/1000 || !a.AsOf.Before(acked) {
 		t.Fatalf("lagging: as_of %v, want the moment it last found nothing to read (%v, or a later wait's), before the write's ack at %v", a.AsOf, time.Unix(0, since), acked)
@@ -140,7 +115,7 @@ func TestLaggingReplicaKeepsItsBound(t *testing.T) {
 	if again := r.Age(); !again.AsOf.Equal(a.AsOf) {
 		t.Fatalf("still held: as_of moved from %v to %v", a.AsOf, again.AsOf)
 	}
-	close(release)
+	run.release()
 	run.waitApplied(t, 1)
 	run.waitIdle(t)
 	if a := r.Age(); a.AsOf.Before(written) {
@@ -203,29 +178,9 @@ func TestAgeGaugeWhileTheLoopIsHeld(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	scope := tally.NewTestScope("ckf", nil)
-	r, err := New(Params{Config: e.config(), Codec: e.codec, Metrics: scope,
-		ClientOptsFor: func(string) []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(e.c.Seeds()...)} }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var skew atomic.Int64 // the replica's clock runs this far ahead once the loop is held
-	r.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	held, release := make(chan struct{}, 1), make(chan struct{})
-	r.beforeApply = func(*kgo.Record) {
-		held <- struct{}{}
-		<-release
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	run := &running{r: r, cancel: cancel, done: make(chan error, 1)}
-	go func() { run.done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-		run.stop()
-	})
+	run := startHeld(t, e, Params{Metrics: scope}, func(*kgo.Record) bool { return true },
+		func() time.Time { return time.Now().Add(time.Duration(skew.Load())) })
 	gauge := func() (float64, bool) {
 		g, ok := scope.Snapshot().Gauges()["ckf.workers.age_seconds+"]
 		if !ok {
@@ -240,16 +195,62 @@ func TestAgeGaugeWhileTheLoopIsHeld(t *testing.T) {
 		return ok && v < 60
 	})
 	e.produce(newTraceGen(5).trace(1))
-	select {
-	case <-held:
-	case err := <-run.done:
-		t.Fatalf("replica stopped: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("the record never reached the replica")
-	}
+	run.waitHeld(t)
 	skew.Store(int64(time.Hour))
 	testenv.WaitUntil(t, time.Minute, "the age gauge at an hour or more while the loop is held", func() bool {
 		v, _ := gauge()
 		return v >= 3600
 	}, func() string { v, ok := gauge(); return fmt.Sprintf("gauge %v (set %v)", v, ok) })
+}
+
+// heldReplica runs a replica whose loop stops before applying a record that hold selects, until
+// the test releases it (at the latest when the test ends), as a slow or stuck replica does.
+type heldReplica struct {
+	*running
+	held    chan struct{}
+	release func()
+}
+
+// startHeld starts a replica of e with p (its configuration, codec and clients e's) whose loop
+// holds before every record hold selects; clock, when not nil, is the replica's clock.
+func startHeld(t *testing.T, e *env, p Params, hold func(*kgo.Record) bool, clock func() time.Time) *heldReplica {
+	t.Helper()
+	p.Config, p.Codec = e.config(), e.codec
+	p.ClientOptsFor = func(string) []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(e.c.Seeds()...)} }
+	r, err := New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if clock != nil {
+		r.now = clock
+	}
+	held, released := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	h := &heldReplica{held: held, release: func() { once.Do(func() { close(released) }) }}
+	r.beforeApply = func(rec *kgo.Record) {
+		if hold(rec) {
+			held <- struct{}{}
+			<-released
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.running = &running{r: r, cancel: cancel, done: make(chan error, 1)}
+	go func() { h.done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		h.release()
+		h.stop()
+	})
+	return h
+}
+
+// waitHeld waits until the loop holds a record.
+func (h *heldReplica) waitHeld(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.held:
+	case err := <-h.done:
+		t.Fatalf("replica stopped: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the record never reached the replica")
+	}
 }
