@@ -178,9 +178,8 @@ func TestSoak(t *testing.T) {
 	seed := uint64(envInt(t, "FAULTS_SEED", 1))
 	ctx, cancel := context.WithTimeout(context.Background(), set.duration+20*time.Minute)
 	defer cancel()
-	ports := testenv.FreePorts(t, 2)
-	cfg := testenv.BrokerConfig{RunDir: filepath.Join(t.TempDir(), "kafka"), Port: ports[0], ControllerPort: ports[1]}
-	b, err := testenv.StartBroker(ctx, cfg)
+	// StartBroker fixes both ports, so the restart below binds the same ones.
+	b, err := testenv.StartBroker(ctx, testenv.BrokerConfig{RunDir: filepath.Join(t.TempDir(), "kafka")})
 	if err != nil {
 		t.Fatalf("private broker: %v", err)
 	}
