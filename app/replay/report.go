@@ -229,16 +229,10 @@ type WorkerStage struct {
 	ForeignSources int     `json:"foreign_sources"`
 	QueryP50Ms     float64 `json:"query_p50_ms"`
 	QueryP99Ms     float64 `json:"query_p99_ms"`
-	// Compared counts (answer, worker) pairs compared with the worker's exact cached prefix at
-	// query time: Exact equal, UnderReports shallower (UnderExplained of them at a block whose
-	// store on that worker was not yet visible in the worker stage), OverReports deeper
-	// (OverExplained at a block the worker removed within the last second).
-	Compared       int `json:"compared"`
-	Exact          int `json:"exact"`
-	UnderReports   int `json:"under_reports"`
-	UnderExplained int `json:"under_explained_by_visibility"`
-	OverReports    int `json:"over_reports"`
-	OverExplained  int `json:"over_explained_by_recent_removal"`
+	// Accuracy counts (answer, worker) pairs compared with the worker's exact cached prefix at
+	// query time: under-reports explained by a store on that worker not yet visible in the
+	// worker stage, over-reports by a block the worker removed within the last second.
+	Accuracy
 	// Agreement with exact knowledge, with the same random draws (eval.TwoStage): of Requests,
 	// SameDC went to the DC the ckf rule picks on the exact depths (the cost oracle's choice),
 	// SameWorker to the worker the exact-knowledge worker rule picks inside the DC chosen.
