@@ -264,3 +264,42 @@ func TestLaneTopicFollowsTheLaneCount(t *testing.T) {
 		t.Errorf("grown: kv events %d partitions, want 16 (not per lane)", n)
 	}
 }
+
+// TestDeleteRunTopicsLeavesNoneListed (real broker): DeleteRunTopics returns only once the
+// cluster's metadata lists none of the run's topics, the extra ones included, and takes a topic
+// that never existed as deleted. (It returned once the controller had taken the deletion, and
+// `processor demo` on a shared broker, which says its topics are deleted at the end, was once
+// seen with all of them still listed right after.)
+func TestDeleteRunTopicsLeavesNoneListed(t *testing.T) {
+	cfg := config.Default()
+	cfg.Kafka.Brokers = testenv.Brokers(t)
+	prefix := testenv.UniqueName(t, "delrun") + "."
+	cfg.Topics = config.DefaultTopics(prefix)
+	cl := testenv.Client(t)
+	deleteLayout(t, cl, cfg.Topics)
+	checkLayout(t, cl, cfg.Topics)
+	extra := cfg.Topics.KVEvents + ".dc-dc01"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, -1, nil, extra); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := kafka.New(kafka.Params{Config: cfg.Kafka, Topics: cfg.Topics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.DeleteRunTopics(ctx, "test-admin", extra, cfg.Topics.KVEvents+".never-created"); err != nil {
+		t.Fatalf("DeleteRunTopics: %v", err)
+	}
+	listed, err := adm.ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range listed.Names() {
+		if strings.HasPrefix(name, prefix) {
+			t.Errorf("topic %s of the run is still listed", name)
+		}
+	}
+}
