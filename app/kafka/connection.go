@@ -287,52 +287,20 @@ var Module = fx.Module("kafka",
 
 // DeleteRunTopics deletes, with a client of the given role, every topic of the layout
 // (TopicLayout of c.Topics) and the extra topics named: the end of a run (processor replay,
-// processor demo on a shared broker) that chose a topic prefix of its own. It returns once the
-// cluster's metadata lists none of them (a deletion the controller accepted reaches the brokers'
-// metadata a moment later, and a topic whose deletion timed out is asked for again), or with
-// the error of a topic that could not be deleted, or when ctx ends. A topic that does not exist
-// counts as deleted.
+// processor demo on a shared broker) that chose a topic prefix of its own.
 func (c *Connection) DeleteRunTopics(ctx context.Context, role string, extra ...string) error {
 	cl, err := c.NewClient(role)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	adm := kadm.NewClient(cl)
 	var names []string
 	for _, spec := range TopicLayout(c.Topics) {
 		names = append(names, spec.Name)
 	}
 	names = append(names, extra...)
-	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		resp, err := adm.DeleteTopics(ctx, names...)
-		if err != nil {
-			return fmt.Errorf("deleting the run's %d topics: %w", len(names), err)
-		}
-		for _, r := range resp.Sorted() {
-			if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) && !kerr.IsRetriable(r.Err) {
-				return fmt.Errorf("deleting topic %s of the run: %w", r.Topic, r.Err)
-			}
-		}
-		listed, err := adm.ListTopics(ctx, names...)
-		if err != nil {
-			return fmt.Errorf("listing the run's topics after deleting them: %w", err)
-		}
-		left := names[:0]
-		for _, n := range names {
-			// A topic asked for by name and gone comes back with UNKNOWN_TOPIC_OR_PARTITION.
-			if d, ok := listed[n]; ok && !errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
-				left = append(left, n)
-			}
-		}
-		if len(left) == 0 {
-			return nil
-		}
-		names = left
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("deleting the run's topics: %d still listed (%v): %w", len(names), names, ctx.Err())
-		case <-time.After(backoff):
-		}
+	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, names...); err != nil {
+		return fmt.Errorf("deleting the run's %d topics: %w", len(names), err)
 	}
+	return nil
 }
