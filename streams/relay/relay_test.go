@@ -998,6 +998,14 @@ func TestRelayAppliesWhileTheLastTransactionCommits(t *testing.T) {
 	e.produce(a...)
 	waitApplied(t, rr, 40)
 	waitRelayLane(t, ri, rr, lane)
+	// The relay counts a transaction when its commit's answer reaches the loop, which can be
+	// after the indexer has read the records: the counts taken below must include every
+	// transaction of a, or the first commit the gate holds can be one of a's.
+	testenv.WaitUntil(t, streamtest.Converge, "the relay's counts reach the lane's sequence", func() bool {
+		return rr.r.Stats().LastSequence == streamtest.LaneStatus(ri, lane).InstalledSequence
+	}, func() string {
+		return fmt.Sprintf("relay %+v, lane %+v", rr.r.Stats(), streamtest.LaneStatus(ri, lane))
+	})
 
 	held, release := make(chan struct{}), make(chan struct{})
 	var holdOnce, releaseOnce sync.Once
