@@ -248,20 +248,9 @@ func TestRegistrySubjectsAndWireIDs(t *testing.T) {
 		t.Fatalf("a second Codec call built another codec (%v)", err)
 	}
 
-	var subjects []string
-	if st := ccompat(t, http.MethodGet, "/subjects", nil, &subjects); st != http.StatusOK {
-		t.Fatalf("GET /subjects: HTTP %d", st)
-	}
-	subjects = slices.DeleteFunc(subjects, func(s string) bool { return !strings.HasPrefix(s, cfg.TopicPrefix) })
-	var want []string
-	for _, rt := range schemas.RecordTypes() {
-		want = append(want, cfg.Topics.Of(rt)+"-value")
-	}
-	slices.Sort(subjects)
-	slices.Sort(want)
-	if !slices.Equal(subjects, want) {
-		t.Fatalf("subjects under %q: %q\nwant %q", cfg.TopicPrefix, subjects, want)
-	}
+	// Each record type's subject is looked up by name: the registry's list of every subject
+	// (GET /subjects) stops at 1,000 entries in Apicurio (a registry that served many test runs
+	// holds more), so it cannot say that this run's are there.
 	for _, rt := range schemas.RecordTypes() {
 		v := latest(t, cfg.Topics.Of(rt)+"-value")
 		if v.Version != 1 || v.ID != codec.SchemaID(rt) || v.ID == schemas.BuiltinID(rt) {
