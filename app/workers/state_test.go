@@ -103,16 +103,24 @@ func newStateRig(t *testing.T, evs []producer.RouterEvent, hourOld bool, lost ..
 // newest event, the age was an hour); the same replica once it stopped reading,
 // asked an hour later, answers stale without sources under max_age_ms 60000 (UNAVAILABLE, 503,
 // as the prefix-match route answers a lane too old), and exact with its hour-old age without a
+// waitCaughtUp waits until the replica waits caught up with its topic and returns a time read
+// just before it was seen so: its as_of is no earlier.
+func (rig *stateRig) waitCaughtUp(t *testing.T) time.Time {
+	t.Helper()
+	var caught time.Time
+	testenv.WaitUntil(t, time.Minute, "the replica caught up and waiting", func() bool {
+		caught = time.Now()
+		return rig.r.Status().CaughtUpNow
+	})
+	return caught
+}
+
 // bound.
 func TestWorkerMatchesStateAndAge(t *testing.T) {
 	t.Parallel()
 	local := []ckf.LocalBlockHash{11, 12, 13, 14}
 	rig := newStateRig(t, []producer.RouterEvent{store(1, producer.StorageTierDevice, local, 100)}, true)
-	var caught time.Time // read just before the replica was seen caught up: its as_of is no earlier
-	testenv.WaitUntil(t, time.Minute, "the replica caught up and waiting", func() bool {
-		caught = time.Now()
-		return rig.r.Status().CaughtUpNow
-	})
+	caught := rig.waitCaughtUp(t)
 	a := NewAPI(rig.r, nil)
 	h := a.MatchHandler()
 	// fresh: the age at the reply is no more than the time since the replica was seen caught up.
@@ -172,11 +180,7 @@ func TestWorkerQueryStateOverKafka(t *testing.T) {
 	t.Parallel()
 	local := []ckf.LocalBlockHash{11, 12, 13, 14}
 	rig := newStateRig(t, []producer.RouterEvent{store(1, producer.StorageTierDevice, local, 100)}, true)
-	var caught time.Time // read just before the replica was seen caught up: its as_of is no earlier
-	testenv.WaitUntil(t, time.Minute, "the replica caught up and waiting", func() bool {
-		caught = time.Now()
-		return rig.r.Status().CaughtUpNow
-	})
+	caught := rig.waitCaughtUp(t)
 	a := NewAPI(rig.r, nil)
 	var shift atomic.Int64 // the API's clock ahead of the wall clock, read by the service's goroutines
 	a.now = func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }
