@@ -8,3 +8,7 @@ import "github.com/uber-go/tally/v4"
 func SetMetrics(ix *Indexer, scope tally.Scope) {
 	ix.metrics = newIndexerMetrics(scope, func(l uint8) bool { _, ok := ix.g.Manifest().PoolOf(l); return ok })
 }
+
+// SetAfterPlan makes ix call f once its start-up plan is made, before its lane consumer exists.
+// Call it before Run.
+func SetAfterPlan(ix *Indexer, f func()) { ix.afterPlan = f }

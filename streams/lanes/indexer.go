@@ -247,6 +247,10 @@ type Indexer struct {
 	started   chan struct{}
 
 	eligibility eligibilitySignal
+
+	// afterPlan, when set (tests only, SetAfterPlan), runs once the start-up plan is made and
+	// before the lane consumer exists: the moment a quick relay may already answer.
+	afterPlan func()
 }
 
 // laneOutputs are the side records a lane produces: lane events, dead letters and snapshot
@@ -405,6 +409,9 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	cancel()
 	if err != nil {
 		return err
+	}
+	if ix.afterPlan != nil {
+		ix.afterPlan()
 	}
 	start := map[string]map[int32]kgo.Offset{}
 	topicOf := map[int32]string{}

@@ -9,6 +9,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
+	"github.com/ckf-stream/ckf-stream/streams/lanes"
 	"github.com/ckf-stream/ckf-stream/streams/query"
 	"github.com/ckf-stream/ckf-stream/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -104,6 +105,41 @@ func TestIndexerRestartWithoutRetainedSnapshot(t *testing.T) {
 	p.Snapshot() // the relay answers the request
 	p.StoreChain(3, nil, 0)
 	streamtest.WaitLane(t, ri, p, streamtest.Converge)
+}
+
+// TestIndexerRestartSnapshotWrittenBeforeTheConsumerStarts: a lane whose indexed snapshot is
+// no longer retained starts at the partition's end as listed when the start-up plan was made, so a
+// snapshot the relay writes between that plan and the lane consumer's first fetch (a relay quick
+// to answer, or one writing its periodic snapshot) is read, not skipped by an end resolved later
+// (the lane then waited for a snapshot already written; CI saw it once).
+// Broker: retention (DeleteRecords) and the consumer's start offset on a real partition.
+func TestIndexerRestartSnapshotWrittenBeforeTheConsumerStarts(t *testing.T) {
+	t.Parallel()
+	e := streamtest.NewEnv(t, 4096)
+	p := e.Producer(6, 1)
+	p.Snapshot()
+	p.StoreChain(7, nil, 0)
+	adm := testenv.Admin(t)
+	ends, err := adm.ListEndOffsets(context.Background(), e.Topics.Lanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := ends.Lookup(e.Topics.Lanes, 6)
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: e.Topics.Lanes, Partition: 6, At: end.Offset})
+	if resp, err := adm.DeleteRecords(context.Background(), del); err != nil || resp.Error() != nil {
+		t.Fatalf("delete records: %v %v", err, resp.Error())
+	}
+	ri := e.StartIndexerWith(e.Manifest(32, 6), e.IndexerConfig(), func(ix *lanes.Indexer) {
+		lanes.SetAfterPlan(ix, func() {
+			p.Snapshot()
+			p.StoreChain(3, nil, 0)
+		})
+	})
+	streamtest.WaitLane(t, ri, p, streamtest.Converge)
+	if st := streamtest.LaneStatus(ri, p.Lane); st.Snapshots != 1 {
+		t.Errorf("lane %d: %d snapshots installed, want 1 (the one written after the plan)", p.Lane, st.Snapshots)
+	}
 }
 
 // compareKafkaQueries sends queries over the query topics (QueryService + QueryClient on the real

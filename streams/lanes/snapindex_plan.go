@@ -94,13 +94,16 @@ func (ix *Indexer) planSource(ctx context.Context, src streams.LaneSource, lanes
 		}
 		switch {
 		case ok && src.Mirrored:
-			plan[l] = ix.planMirrored(ctx, adm, src, l, e)
+			plan[l] = ix.planMirrored(ctx, adm, src, l, e, eo.Offset)
 		case ok && e.FirstOffset >= so.Offset && e.FirstOffset < eo.Offset:
 			plan[l] = lanePlan{start: kgo.NewOffset().At(e.FirstOffset), snapshotOffset: e.FirstOffset}
 			ix.log.Info("lane restores from indexed snapshot", zap.Int32("lane", l), zap.Int64("offset", e.FirstOffset),
 				zap.Uint64("sequence", e.Sequence))
 		case ok:
-			plan[l] = lanePlan{start: kgo.NewOffset().AtEnd(), snapshotOffset: -1,
+			// From the end as listed now, before the request is sent, not "at end" resolved
+			// when the consumer first fetches: a relay quick to answer would write the
+			// requested snapshot before that, and the lane would start after it and wait.
+			plan[l] = lanePlan{start: kgo.NewOffset().At(eo.Offset), snapshotOffset: -1,
 				request: fmt.Sprintf("indexed snapshot at offset %d is no longer retained (log start %d)", e.FirstOffset, so.Offset)}
 		default:
 			plan[l] = lanePlan{start: kgo.NewOffset().AtStart(), snapshotOffset: -1,
@@ -112,14 +115,15 @@ func (ix *Indexer) planSource(ctx context.Context, src streams.LaneSource, lanes
 
 // planMirrored finds a mirrored lane's indexed snapshot by time and sequence. A snapshot not on
 // the partition (not mirrored yet, or no longer retained), or a search that fails, starts the
-// lane at the partition's end with a snapshot request, as a snapshot no longer retained does.
-func (ix *Indexer) planMirrored(ctx context.Context, adm *kadm.Client, src streams.LaneSource, l int32, e schemas.SnapshotIndexEntry) lanePlan {
+// lane at the partition's end (end, as listed before the request is sent) with a snapshot
+// request, as a snapshot no longer retained does.
+func (ix *Indexer) planMirrored(ctx context.Context, adm *kadm.Client, src streams.LaneSource, l int32, e schemas.SnapshotIndexEntry, end int64) lanePlan {
 	found, err := streams.FindSnapshotByTime(ctx, adm, ix.opts.ForRole("snapshot-index"), ix.codec,
 		streams.SnapshotSeek{Topic: src.Topic, Partition: l, Entry: e})
 	if err != nil {
 		ix.log.Warn("mirrored lane's indexed snapshot not found by time", zap.Int32("lane", l), zap.String("source", src.String()),
 			zap.Uint64("sequence", e.Sequence), zap.Time("write_time", e.WriteTime), zap.Error(err))
-		return lanePlan{start: kgo.NewOffset().AtEnd(), snapshotOffset: -1,
+		return lanePlan{start: kgo.NewOffset().At(end), snapshotOffset: -1,
 			request: fmt.Sprintf("indexed snapshot %d not found on %s by its write time: %v", e.Sequence, src, err)}
 	}
 	ix.log.Info("mirrored lane restores from indexed snapshot found by time", zap.Int32("lane", l), zap.String("source", src.String()),
