@@ -287,20 +287,46 @@ var Module = fx.Module("kafka",
 
 // DeleteRunTopics deletes, with a client of the given role, every topic of the layout
 // (TopicLayout of c.Topics) and the extra topics named: the end of a run (processor replay,
-// processor demo on a shared broker) that chose a topic prefix of its own.
+// processor demo on a shared broker) that chose a topic prefix of its own. The broker answers
+// each topic on its own, so each topic's answer is read: a topic that does not exist counts as
+// deleted; a deletion that timed out (REQUEST_TIMED_OUT: the controller did not finish it within
+// the request's timeout) is asked for again, up to deleteAttempts times in all; any other error
+// is returned, naming its topic.
 func (c *Connection) DeleteRunTopics(ctx context.Context, role string, extra ...string) error {
 	cl, err := c.NewClient(role)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	adm := kadm.NewClient(cl)
 	var names []string
 	for _, spec := range TopicLayout(c.Topics) {
 		names = append(names, spec.Name)
 	}
 	names = append(names, extra...)
-	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, names...); err != nil {
-		return fmt.Errorf("deleting the run's %d topics: %w", len(names), err)
+	for attempt := 1; len(names) > 0; attempt++ {
+		resp, err := adm.DeleteTopics(ctx, names...)
+		if err != nil {
+			return fmt.Errorf("deleting the run's %d topics: %w", len(names), err)
+		}
+		var again []string
+		var errs []error
+		for _, r := range resp.Sorted() {
+			switch {
+			case r.Err == nil, errors.Is(r.Err, kerr.UnknownTopicOrPartition):
+			case errors.Is(r.Err, kerr.RequestTimedOut) && attempt < deleteAttempts:
+				again = append(again, r.Topic)
+			default:
+				errs = append(errs, fmt.Errorf("topic %s: %w", r.Topic, r.Err))
+			}
+		}
+		if len(errs) > 0 {
+			return fmt.Errorf("deleting the run's topics: %w", errors.Join(errs...))
+		}
+		names = again
 	}
 	return nil
 }
+
+// deleteAttempts is how many times DeleteRunTopics asks for a deletion that keeps timing out.
+const deleteAttempts = 3
