@@ -102,7 +102,8 @@ func (r *clusterRun) startKafkaQueries(rate int) *kafkaQueries {
 				hashes = binary.LittleEndian.AppendUint64(hashes, h)
 			}
 			b, err := r.s.codec.EncodeQueryRequest(schemas.QueryRequest{CorrelationID: strconv.Itoa(i), Input: schemas.InputLocalBlockHashes,
-				Hashes: schemas.PackedU64(hashes), ReplyPartition: schemas.Some(int32(0)), RequestTime: time.Now()})
+				Hashes: schemas.PackedU64(hashes), ReplyPartition: schemas.Some(int32(0)), RequestTime: time.Now(),
+				LaneMask64: schemas.Some(r.s.laneMask64())}) // every lane, those beyond 15 included (consumer §16)
 			if err != nil {
 				r.t.Errorf("encode request: %v", err)
 				return

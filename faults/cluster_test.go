@@ -37,6 +37,12 @@ import (
 // (must be 0). TestClusterKillLeader runs in `make test`; the others need
 // CKF_CLUSTER_FULL=1 (`make test-cluster`).
 
+// clusterLanes are the lanes of the cluster deployment's two DCs: DC 0 on lane 0, whose
+// partition's leader the scenarios fault, and DC 1 on lane 63, so that the lane topic and the
+// relays' checkpoint topic have 64 partitions (consumer §16) and the suite holds for a lane
+// beyond the reference's 16 (its lane mask, its partition, its entry in the answers).
+var clusterLanes = []int{0, 63}
+
 // clusterRun is one scenario's deployment on its own cluster.
 type clusterRun struct {
 	t     *testing.T
@@ -82,7 +88,7 @@ func startRunOn(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.
 // startRunOnReplicas is startRunOn with the given number of indexer replicas.
 func startRunOnReplicas(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *testenv.ProxiedCluster, replicas int, writerOpts ...kgo.Opt) *clusterRun {
 	t.Helper()
-	s := newSystem(t, c.DirectSeeds(), 2, replicas)
+	s := newSystemOnLanes(t, c.DirectSeeds(), clusterLanes, replicas)
 	for _, r := range s.relays {
 		r.AddEnv("KAFKA_BROKERS=" + strings.Join(c.Seeds(), ","))
 	}
@@ -106,13 +112,19 @@ func startRunOnReplicas(t *testing.T, seed uint64, c *testenv.LocalCluster, pc *
 }
 
 // checkReplication checks that the lane and KV-events topics have 3 replicas each and
-// min.insync.replicas 2: what the processes choose on a cluster of three brokers.
+// min.insync.replicas 2: what the processes choose on a cluster of three brokers; and that the
+// lane and checkpoint topics have a partition per lane up to the highest.
 func (r *clusterRun) checkReplication() {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(r.t.Context(), time.Minute)
 	defer cancel()
-	for _, topic := range []string{r.s.topics.Lanes, r.s.kv[0], r.s.topics.RelayCheckpoints} {
-		st, err := testenv.Partition(ctx, r.adm, topic, 0)
+	last := int32(r.s.laneCount() - 1)
+	for _, tp := range []struct {
+		topic     string
+		partition int32
+	}{{r.s.topics.Lanes, last}, {r.s.kv[0], 0}, {r.s.topics.RelayCheckpoints, last}} {
+		topic := tp.topic
+		st, err := testenv.Partition(ctx, r.adm, topic, tp.partition)
 		if err != nil {
 			r.t.Fatal(err)
 		}
@@ -150,19 +162,19 @@ func (r *clusterRun) checkAlive(when string) {
 	}
 }
 
-// lanePartition returns lane 0's partition state.
+// lanePartition returns the state of DC 0's lane partition (lane 0's, clusterLanes).
 func (r *clusterRun) lanePartition() testenv.PartitionState {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(r.t.Context(), 2*time.Minute)
 	defer cancel()
-	st, err := testenv.Partition(ctx, r.adm, r.s.topics.Lanes, 0)
+	st, err := testenv.Partition(ctx, r.adm, r.s.topics.Lanes, int32(r.s.lanes[0]))
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	return st
 }
 
-// waitPartition waits until lane 0's partition satisfies cond.
+// waitPartition waits until DC 0's lane partition satisfies cond.
 func (r *clusterRun) waitPartition(what string, cond func(testenv.PartitionState) bool) testenv.PartitionState {
 	r.t.Helper()
 	var st testenv.PartitionState
@@ -327,6 +339,7 @@ func (qp *queryProbe) end() string {
 
 // laneCheck is what checkLaneSequences found on one lane partition.
 type laneCheck struct {
+	lane                                                 int
 	records, deltas, snapshots, heartbeats, incarnations int
 	// duplicates are deltas at or below the sequence already reached in their incarnation;
 	// gaps are deltas not based on the sequence reached; stale are records of an incarnation
@@ -350,14 +363,17 @@ func (r *clusterRun) checkLaneSequences(seqs []uint64) []laneCheck {
 	}
 	parts := map[int32]kgo.Offset{}
 	want := map[int32]int64{}
-	for i := range r.s.relays {
-		parts[int32(i)] = kgo.NewOffset().AtStart()
-		o, _ := lso.Lookup(r.s.topics.Lanes, int32(i))
-		want[int32(i)] = o.Offset
+	for _, l := range r.s.lanes {
+		parts[int32(l)] = kgo.NewOffset().AtStart()
+		o, _ := lso.Lookup(r.s.topics.Lanes, int32(l))
+		want[int32(l)] = o.Offset
 	}
 	cl := r.s.client(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.s.topics.Lanes: parts}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 	checks := make([]laneCheck, len(r.s.relays))
+	for i, l := range r.s.lanes {
+		checks[i].lane = l
+	}
 	type cursor struct {
 		inc      uint64
 		maxInc   uint64
@@ -368,7 +384,7 @@ func (r *clusterRun) checkLaneSequences(seqs []uint64) []laneCheck {
 	cur := make([]cursor, len(r.s.relays))
 	pending := func() bool {
 		for i := range cur {
-			if cur[i].reached < want[int32(i)] {
+			if cur[i].reached < want[int32(r.s.lanes[i])] {
 				return true
 			}
 		}
@@ -389,7 +405,7 @@ func (r *clusterRun) checkLaneSequences(seqs []uint64) []laneCheck {
 			r.t.Errorf("lane %d fetch: %v", p, err)
 		})
 		fs.EachRecord(func(rec *kgo.Record) {
-			i := int(rec.Partition)
+			i := r.s.dcOn(uint8(rec.Partition))
 			c, lc := &cur[i], &checks[i]
 			c.reached = rec.Offset + 1
 			if rec.Attrs.IsControl() {
@@ -397,7 +413,7 @@ func (r *clusterRun) checkLaneSequences(seqs []uint64) []laneCheck {
 			}
 			lr, err := r.s.codec.DecodeLaneRecord(rec.Value)
 			if err != nil {
-				r.t.Errorf("lane %d offset %d: %v", i, rec.Offset, err)
+				r.t.Errorf("lane %d offset %d: %v", rec.Partition, rec.Offset, err)
 				return
 			}
 			lc.records++
@@ -440,10 +456,10 @@ func (r *clusterRun) checkLaneSequences(seqs []uint64) []laneCheck {
 	}
 	for i, lc := range checks {
 		if lc.duplicates != 0 || lc.gaps != 0 || lc.stale != 0 {
-			r.t.Errorf("lane %d: %+v: a delta was duplicated, lost or written by a fenced incarnation", i, lc)
+			r.t.Errorf("lane %d: %+v: a delta was duplicated, lost or written by a fenced incarnation", lc.lane, lc)
 		}
 		if lc.last != seqs[i] {
-			r.t.Errorf("lane %d ends at sequence %d, the relay at %d", i, lc.last, seqs[i])
+			r.t.Errorf("lane %d ends at sequence %d, the relay at %d", lc.lane, lc.last, seqs[i])
 		}
 	}
 	return checks
@@ -655,7 +671,7 @@ func TestClusterPausedLeader(t *testing.T) {
 	// Lane 0's partition as the cluster saw it at the end of the pause (for the report; the
 	// metadata request may time out if it reaches the paused node).
 	mctx, mcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	during, derr := testenv.Partition(mctx, r.adm, r.s.topics.Lanes, 0)
+	during, derr := testenv.Partition(mctx, r.adm, r.s.topics.Lanes, int32(r.s.lanes[0]))
 	mcancel()
 	if derr != nil {
 		t.Logf("lane 0's partition at the end of the pause: %v", derr)

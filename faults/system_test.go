@@ -52,14 +52,15 @@ const relayCheckpointEveryEvents = 64
 // omissions, and snapshots of 32 KiB that install in milliseconds.
 const expectedBlocks = 8192
 
-// system is one test's deployment: relays (one per DC, lane i = DC i) and indexer replicas as
-// processes, under a topic prefix, an indexer domain and a query group of their own.
+// system is one test's deployment: relays (one per DC, DC i on lane lanes[i]) and indexer
+// replicas as processes, under a topic prefix, an indexer domain and a query group of their own.
 type system struct {
 	t       *testing.T
 	seeds   []string
 	prefix  string
 	domain  string
 	dcs     []uint64
+	lanes   []int // the lane of each DC
 	topics  config.Topics
 	kv      []string // KV-events topic of each DC
 	logDir  string
@@ -68,15 +69,29 @@ type system struct {
 	indexes []*proc
 }
 
-// newSystem prepares (does not start) relays for dcs DCs and replicas indexer replicas.
+// newSystem prepares (does not start) relays for dcs DCs, DC i on lane i, and replicas indexer
+// replicas.
 func newSystem(t *testing.T, seeds []string, dcs, replicas int) *system {
 	t.Helper()
+	lanes := make([]int, dcs)
+	for i := range lanes {
+		lanes[i] = i
+	}
+	return newSystemOnLanes(t, seeds, lanes, replicas)
+}
+
+// newSystemOnLanes is newSystem with a DC on each of the given lanes (0..63, DC i on lanes[i]):
+// the lane map, the relays' lanes and the lane topic's partitions (one per lane up to the highest,
+// at least 16, as the processes size it) follow them.
+func newSystemOnLanes(t *testing.T, seeds []string, laneOf []int, replicas int) *system {
+	t.Helper()
+	dcs := len(laneOf)
 	var d [32]byte
 	if _, err := rand.Read(d[:]); err != nil {
 		t.Fatal(err)
 	}
 	s := &system{t: t, seeds: seeds, prefix: testenv.UniqueName(t, "ckff") + "-",
-		domain: hex.EncodeToString(d[:16]) + ":" + hex.EncodeToString(d[16:])}
+		domain: hex.EncodeToString(d[:16]) + ":" + hex.EncodeToString(d[16:]), lanes: slices.Clone(laneOf)}
 	s.topics = config.DefaultTopics(s.prefix)
 	s.logDir = filepath.Join(t.TempDir(), "logs")
 	if err := os.MkdirAll(s.logDir, 0o755); err != nil {
@@ -92,7 +107,7 @@ func newSystem(t *testing.T, seeds []string, dcs, replicas int) *system {
 		dc := 0xdc01 + uint64(i)
 		s.dcs = append(s.dcs, dc)
 		s.kv = append(s.kv, loadgen.KVTopic(s.topics.KVEvents, dc))
-		lanes = append(lanes, fmt.Sprintf("%d=%#x", i, dc))
+		lanes = append(lanes, fmt.Sprintf("%d=%#x", laneOf[i], dc))
 	}
 	common := []string{
 		"KAFKA_BROKERS=" + strings.Join(seeds, ","),
@@ -107,7 +122,7 @@ func newSystem(t *testing.T, seeds []string, dcs, replicas int) *system {
 	}
 	for i, dc := range s.dcs {
 		env := append(slices.Clone(common),
-			fmt.Sprintf("CKF_RELAY_DC_ID=%#x", dc), "CKF_RELAY_LANE="+strconv.Itoa(i),
+			fmt.Sprintf("CKF_RELAY_DC_ID=%#x", dc), "CKF_RELAY_LANE="+strconv.Itoa(s.lanes[i]),
 			"CKF_TOPICS_KV_EVENTS="+s.kv[i],
 			"CKF_RELAY_SNAPSHOT_EVERY_DELTAS=400", "CKF_RELAY_SNAPSHOT_INTERVAL=5s",
 			"CKF_RELAY_CHECKPOINT_EVERY_EVENTS="+strconv.Itoa(relayCheckpointEveryEvents))
@@ -130,7 +145,7 @@ func (s *system) ensureTopics() {
 	adm := kadm.NewClient(s.client())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	specs := appkafka.TopicLayout(s.topics)
+	specs := appkafka.TopicLayoutLanes(s.topics, s.laneCount())
 	i := slices.IndexFunc(specs, func(sp appkafka.TopicSpec) bool { return sp.Name == s.topics.KVEvents })
 	if i < 0 {
 		s.t.Fatalf("the topic layout has no KV-events topic %s", s.topics.KVEvents)
@@ -156,6 +171,29 @@ func (s *system) ensureTopics() {
 			s.t.Fatalf("create %s: %v", sp.Name, err)
 		}
 	}
+}
+
+// laneCount is the lane count of the deployment's table: its highest lane + 1.
+func (s *system) laneCount() int { return slices.Max(s.lanes) + 1 }
+
+// dcOn returns the index of the DC on lane, failing the test when no DC is on it (a lane the
+// deployment does not configure was listed or answered).
+func (s *system) dcOn(lane uint8) int {
+	s.t.Helper()
+	i := slices.Index(s.lanes, int(lane))
+	if i < 0 {
+		s.t.Fatalf("lane %d: no DC of the deployment is on it (lanes %v)", lane, s.lanes)
+	}
+	return i
+}
+
+// laneMask64 selects every lane of the deployment.
+func (s *system) laneMask64() uint64 {
+	var m uint64
+	for _, l := range s.lanes {
+		m |= 1 << l
+	}
+	return m
 }
 
 // client is a franz-go client on the system's cluster, closed at the end of the test.
@@ -563,7 +601,7 @@ func (s *system) replicasCaughtUp(seqs []uint64, timeout time.Duration) []lanesP
 			ok := err == nil && len(page.Lanes) == len(seqs)
 			if ok {
 				for _, l := range page.Lanes {
-					if l.State != "serving" || l.InstalledSequence != seqs[l.Lane] {
+					if l.State != "serving" || l.InstalledSequence != seqs[s.dcOn(l.Lane)] {
 						ok = false
 					}
 				}
@@ -612,7 +650,7 @@ func (s *system) compareAnswers(w *writer, qs []query) oracleReport {
 				s.t.Errorf("query %d: %s answers %v, %s answers %v", qi, ix.Name, a.Matches, s.indexes[0].Name, first.Matches)
 			}
 			for _, m := range a.Matches {
-				want := w.modelDepth(int(m.Lane), q)
+				want := w.modelDepth(s.dcOn(m.Lane), q)
 				rep.probes++
 				if int(m.Depth) < want {
 					rep.lost++
