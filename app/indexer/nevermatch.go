@@ -21,9 +21,16 @@ const neverMatchInterval = 5 * time.Second
 const neverMatchCauses = "the routers' blocks never meet the engines': check the block size, the hash seed, the LoRA and namespace salts, " +
 	"that routers send local block hashes (not sequence hashes), and that they tokenize with the engines' model"
 
+// neverMatchChained is the log line's cause when most recent misses were chained stops
+// (query.FirstBlockStats.Chained): every answer stopped after the first block while the query's
+// second hash, as sent, was already the stored block's sequence hash.
+const neverMatchChained = "the routers send sequence hashes where local block hashes belong (answers stop after the first block, " +
+	"and the second hash as sent is already chained): send the hashes of each block's tokens alone"
+
 // neverMatchWatch samples the Answerer's first-block counts every neverMatchInterval, evaluates
 // them (query.NeverMatch), and publishes the result: per lane the counters
-// ckf_query_first_block_searches_total and ckf_query_first_block_misses_total, the gauges
+// ckf_query_first_block_searches_total, ckf_query_first_block_misses_total and
+// ckf_query_first_block_chained_total (the misses that were chained stops), the gauges
 // ckf_query_first_block_miss_ratio (over the window) and ckf_query_never_match (1 while the
 // alarm is raised), a warning when a lane's alarm rises and a line when it clears, and the
 // lane view's never_match (API.View).
@@ -34,11 +41,11 @@ type neverMatchWatch struct {
 	log   *zap.Logger
 	now   func() time.Time
 
-	searches, misses [ckf.MaxLanes]tally.Counter
-	ratio, alarm     [ckf.MaxLanes]tally.Gauge
-	reported         [2][ckf.MaxLanes]uint64 // searched and missed totals already counted
-	raised           uint64
-	last             atomic.Pointer[[ckf.MaxLanes]query.NeverMatchLane]
+	searches, misses, chained [ckf.MaxLanes]tally.Counter
+	ratio, alarm              [ckf.MaxLanes]tally.Gauge
+	reported                  [3][ckf.MaxLanes]uint64 // searched, missed and chained totals already counted
+	raised                    uint64
+	last                      atomic.Pointer[[ckf.MaxLanes]query.NeverMatchLane]
 }
 
 func newNeverMatchWatch(stats *query.FirstBlockStats, configured uint64, scope tally.Scope, log *zap.Logger) *neverMatchWatch {
@@ -50,6 +57,7 @@ func newNeverMatchWatch(stats *query.FirstBlockStats, configured uint64, scope t
 		}
 		t := s.Tagged(map[string]string{"lane": strconv.Itoa(int(l))})
 		w.searches[l], w.misses[l] = t.Counter("first_block_searches_total"), t.Counter("first_block_misses_total")
+		w.chained[l] = t.Counter("first_block_chained_total")
 		w.ratio[l], w.alarm[l] = t.Gauge("first_block_miss_ratio"), t.Gauge("never_match")
 		w.alarm[l].Update(0)
 	}
@@ -73,23 +81,30 @@ func (w *neverMatchWatch) run(ctx context.Context) error {
 // sample takes one sample and publishes it.
 func (w *neverMatchWatch) sample() [ckf.MaxLanes]query.NeverMatchLane {
 	searched, missed := w.stats.Totals()
+	chained := w.stats.Chained()
 	out := w.eval.Observe(w.now(), searched, missed)
 	for l := uint8(0); l < ckf.MaxLanes; l++ {
 		bit := uint64(1) << l
 		if w.lanes&bit == 0 {
 			continue
 		}
+		newMisses, newChained := missed[l]-w.reported[1][l], chained[l]-w.reported[2][l]
 		w.searches[l].Inc(int64(searched[l] - w.reported[0][l]))
-		w.misses[l].Inc(int64(missed[l] - w.reported[1][l]))
-		w.reported[0][l], w.reported[1][l] = searched[l], missed[l]
+		w.misses[l].Inc(int64(newMisses))
+		w.chained[l].Inc(int64(newChained))
+		w.reported[0][l], w.reported[1][l], w.reported[2][l] = searched[l], missed[l], chained[l]
 		w.ratio[l].Update(out[l].MissShare())
 		switch on := out[l].Alarm; {
 		case on && w.raised&bit == 0:
 			w.raised |= bit
 			w.alarm[l].Update(1)
-			w.log.Warn("queries never match a lane that holds blocks: "+neverMatchCauses,
+			causes := neverMatchCauses
+			if 2*newChained > newMisses {
+				causes = neverMatchChained
+			}
+			w.log.Warn("queries never match a lane that holds blocks: "+causes,
 				zap.Uint8("lane", l), zap.Uint64("searches", out[l].Searched), zap.Uint64("misses", out[l].Missed),
-				zap.Duration("window", w.eval.Config().Window))
+				zap.Uint64("chained_stops_since_last_sample", newChained), zap.Duration("window", w.eval.Config().Window))
 		case !on && w.raised&bit != 0:
 			w.raised &^= bit
 			w.alarm[l].Update(0)

@@ -17,10 +17,13 @@ import (
 // TestQueriesNeverMatchAlarm plants, through the HTTP query path, each way routers' hashes can
 // miss the engines' while lane 1's DC holds the prompt (token blocks of 4 with LoRA "a" and
 // namespace "ns"): another block size, another hash seed, no LoRA salt, no namespace salt, the
-// engines' block hashes sent as local hashes, a tokenizer of another model. Each raises the lane's
+// engines' block hashes sent as local hashes, sequence hashes sent as local hashes, a tokenizer
+// of another model. Each raises the lane's
 // alarm within one window (60 s of the test's clock): the /v1/lanes view and the metric
-// ckf_query_never_match say so. The right prompt raises none, and a mix of hits and misses
-// (a DC whose prompts are merely new) raises none either.
+// ckf_query_never_match say so. The right prompt raises none, a mix of hits and misses (a DC
+// whose prompts are merely new) raises none, and neither do prompts that share only their first
+// block with what the DC holds (every answer depth 1, as with sequence hashes, but the second
+// hash names no stored block).
 func TestQueriesNeverMatchAlarm(t *testing.T) {
 	const blockSize, blocks = 4, 6
 	toks := testTokens(blockSize, blocks)
@@ -47,8 +50,12 @@ func TestQueriesNeverMatchAlarm(t *testing.T) {
 		// where tokens hashes belong.
 		{"engine block hashes sent as local hashes", `{"local_block_hashes": [12, 13, 14, 15, 16, 17], "lane_mask": 2}`, true},
 		// Sequence hashes where local hashes belong: the first is the first local hash, so the
-		// first block matches and this alarm stays quiet (every answer reads depth 1).
-		{"sequence hashes sent as local hashes", fmt.Sprintf(`{"local_block_hashes": %s, "lane_mask": 2}`, asList(seqs)), false},
+		// first block matches and every answer reads depth 1; the second hash, as sent, is the
+		// stored second block's sequence hash (a chained stop).
+		{"sequence hashes sent as local hashes", fmt.Sprintf(`{"local_block_hashes": %s, "lane_mask": 2}`, asList(seqs)), true},
+		// The engines' prompt cut short after its first block, then new blocks: depth 1 on every
+		// query, with a second hash that names no stored block. No alarm.
+		{"prompts sharing only their first block", fmt.Sprintf(`{"local_block_hashes": [%d, 424242, 434343], "lane_mask": 2}`, local[0]), false},
 		{"a tokenizer of another model", fmt.Sprintf(`{"token_ids": %s, "block_size": 4, "lora_name": "a", "cache_namespace": "ns", "lane_mask": 2}`, asList(otherTokenizer)), true},
 		{"new prompts among matching ones", "", false},
 	} {

@@ -9,40 +9,47 @@ import (
 )
 
 // Routing that silently stopped working looks like this from the indexer: a DC holds blocks, yet
-// no query ever finds even its first block there. The routers' hashes do not meet the engines':
+// no query ever finds even its first block there, or (sequence hashes sent as local hashes) every
+// query stops right after its first block while its second hash, as sent, names a stored block. The routers' hashes do not meet the engines':
 // another block size, hash seed or salt (LoRA name, namespace), local hashes sent where sequence
 // hashes are expected or the reverse, a tokenizer of another model. Every answer then reads
 // depth 0 and routing falls back to load alone, with nothing failing. FirstBlockStats counts, per
-// lane, the answers that searched a lane holding blocks and how many of them missed the query's
-// first block; NeverMatch turns the counts into an alarm over a window.
+// lane, the answers that searched a lane holding blocks and how many of them missed (the query's
+// first block absent, or the chained stop above); NeverMatch turns the counts into an alarm over
+// a window.
 
 // firstBlockShards spreads FirstBlockStats' counters over this many cache-line-padded copies,
 // so that answering goroutines rarely write the same line; a reader sums them.
 const firstBlockShards = 8
 
 // FirstBlockStats counts, per lane, the searches of a lane that held blocks (searched) and the
-// ones that found not even the query's first block there (missed), over every answer of an
-// Answerer given it (CountFirstBlocks): the Kafka and HTTP paths alike. Safe for concurrent use;
-// the zero value is ready. Counters only grow.
+// ones whose hashes did not meet the lane's (missed): not even the query's first block there, or
+// a stop right after it with the query's second hash, as sent, a stored block's sequence hash
+// (chained, also counted on its own: Chained). Over every answer of an Answerer given it
+// (CountFirstBlocks): the Kafka and HTTP paths alike. Safe for concurrent use; the zero value is
+// ready. Counters only grow.
 type FirstBlockStats struct {
 	shards [firstBlockShards]firstBlockShard
 	next   atomic.Uint32 // shard of the next scratch that has none
 }
 
 type firstBlockShard struct {
-	lanes [ckf.MaxLanes]struct{ searched, missed atomic.Uint64 }
+	lanes [ckf.MaxLanes]struct{ searched, missed, chained atomic.Uint64 }
 	_     [64]byte // keeps the next shard's counters off this one's last cache line
 }
 
 // add counts one answer's searched lanes (the ready lanes that hold blocks) and, of them, the
-// ones whose depth is 0 (missed), in shard i.
-func (s *FirstBlockStats) add(i uint8, searched, missed uint64) {
+// ones missed and the ones chained (a subset of missed), in shard i.
+func (s *FirstBlockStats) add(i uint8, searched, missed, chained uint64) {
 	sh := &s.shards[i%firstBlockShards]
 	for m := searched; m != 0; m &= m - 1 {
 		l := uint8(bits.TrailingZeros64(m))
 		sh.lanes[l].searched.Add(1)
 		if missed&(1<<l) != 0 {
 			sh.lanes[l].missed.Add(1)
+		}
+		if chained&(1<<l) != 0 {
+			sh.lanes[l].chained.Add(1)
 		}
 	}
 }
@@ -64,6 +71,18 @@ func (s *FirstBlockStats) Totals() (searched, missed [ckf.MaxLanes]uint64) {
 		}
 	}
 	return searched, missed
+}
+
+// Chained returns, per lane, how many of the missed searches so far were chained stops: the
+// answer stopped after the query's first block while its second hash, as sent, was the sequence
+// hash of a block the lane holds (routers sending sequence hashes as local hashes).
+func (s *FirstBlockStats) Chained() (chained [ckf.MaxLanes]uint64) {
+	for i := range s.shards {
+		for l := range s.shards[i].lanes {
+			chained[l] += s.shards[i].lanes[l].chained.Load()
+		}
+	}
+	return chained
 }
 
 // NeverMatchConfig sets when NeverMatch raises its alarm for a lane.

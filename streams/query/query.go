@@ -275,16 +275,37 @@ func (a *Answerer) answer(req *schemas.QueryRequest, extra []ckf.ExtraKeys, sc *
 	reply.LaneStates = a.states(sc, selected, res.ReadyLanes, ready, incomplete)
 	if a.firstBlocks != nil && reply.QueryBlocks > 0 {
 		if held := ready & a.holding(); held != 0 {
-			var missed uint64
+			var missed, stopped uint64
 			for i := 0; i < n; i++ {
-				if sc.lanes[i].Depth == 0 {
+				switch sc.lanes[i].Depth {
+				case 0:
 					missed |= 1 << sc.lanes[i].Lane
+				case 1:
+					stopped |= 1 << sc.lanes[i].Lane
 				}
 			}
-			a.firstBlocks.add(a.firstBlocks.shard(sc), held, missed&held)
+			chained := a.chainedHashes(req.Input, local, stopped&held)
+			a.firstBlocks.add(a.firstBlocks.shard(sc), held, (missed|chained)&held, chained)
 		}
 	}
 	return reply
+}
+
+// chainedHashes returns the lanes of stopped (searched lanes whose answer stopped after the
+// query's first block) where the query's second hash, taken as it came, is itself the sequence
+// hash of a block the lane holds. A router that sends sequence hashes where local hashes belong
+// gets exactly that on every query: its first hash equals the first local hash, so the first
+// block matches, and chaining its second hash again misses, while that hash as sent names the
+// stored second block. Only local-hash queries are probed (token ids are hashed here), one
+// membership probe per such answer (index.GlobalIndexer.LanesHolding, no allocation). A lane
+// that merely holds the query's second block content as some other chain's first block reads
+// chained too; the alarm's share over a window (NeverMatch) keeps such coincidences from raising
+// it (consumer §6.6).
+func (a *Answerer) chainedHashes(input schemas.QueryInputKind, local []uint64, stopped uint64) uint64 {
+	if stopped == 0 || input != schemas.InputLocalBlockHashes || len(local) < 2 {
+		return 0
+	}
+	return a.g.LanesHolding(local[1], stopped)
 }
 
 // states fills sc.states with one entry per selected lane, in lane order, and returns them: a
