@@ -2,7 +2,6 @@ package indexer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -353,24 +352,6 @@ func (a *API) LanesHandler() http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusOK, a.View())
 	})
-}
-
-// writeJSON writes v as encoding/json marshals it, and a newline, as the reply.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		http.Error(w, "indexer: encoding the response: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	writeJSONBytes(w, status, b)
-}
-
-// writeJSONBytes writes b, one JSON value, and a newline as the reply.
-func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
 }
 
 // laneNumbers lists the lanes of mask in ascending order; empty, never null, for none.
