@@ -2,6 +2,7 @@ package queryapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -62,6 +63,44 @@ func TestRequestOfDecodesBack(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got, q) {
 			t.Fatalf("%s:\nread %+v\nwant %+v", body, got, q)
+		}
+		rq := queryapi.RequestOf(&q)
+		if back, err := rq.Request(); err != nil || !reflect.DeepEqual(back, got) {
+			t.Fatalf("%s: Request gives %+v, %v; DecodeRequest %+v", body, back, err, got)
+		}
+	}
+}
+
+// TestRequestRulesAreDecodeRequests: PrefixMatchRequest.Request refuses what DecodeRequest
+// refuses of the same body, in the same words (one copy of the rules), and accepts what it
+// accepts.
+func TestRequestRulesAreDecodeRequests(t *testing.T) {
+	mask, age, bigAge := uint64(1<<40|1), uint64(5), uint64(1<<63)
+	for name, r := range map[string]queryapi.PrefixMatchRequest{
+		"no input":              {},
+		"both inputs":           {LocalBlockHashes: []uint64{1}, TokenIDs: []uint32{1}, BlockSize: 1},
+		"block size of hashes":  {LocalBlockHashes: []uint64{1}, BlockSize: 4},
+		"lora of hashes":        {LocalBlockHashes: []uint64{1}, LoraName: "l"},
+		"extra keys of hashes":  {LocalBlockHashes: []uint64{1}, BlockExtraKeys: []ckf.ExtraKeys{nil}},
+		"no block size":         {TokenIDs: []uint32{1, 2}},
+		"block size too large":  {TokenIDs: []uint32{1, 2}, BlockSize: schemas.MaxBlockSize + 1},
+		"extra keys past end":   {TokenIDs: []uint32{1, 2}, BlockSize: 2, BlockExtraKeys: []ckf.ExtraKeys{nil, nil}},
+		"age too large":         {LocalBlockHashes: []uint64{1}, MaxAgeMillis: &bigAge},
+		"fine, wide mask":       {LocalBlockHashes: []uint64{1, 2}, LaneMask: &mask, MaxAgeMillis: &age},
+		"fine, empty":           {LocalBlockHashes: []uint64{}},
+		"fine, tokens and keys": {TokenIDs: []uint32{1, 2, 3}, BlockSize: 2, LoraName: "l", BlockExtraKeys: []ckf.ExtraKeys{{ckf.ExtraIntValue(1)}}},
+	} {
+		body, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _, werr := queryapi.DecodeRequest(body)
+		got, gerr := r.Request()
+		if fmt.Sprint(gerr) != fmt.Sprint(werr) || (werr == nil && !reflect.DeepEqual(got, want)) {
+			t.Errorf("%s: Request gives %+v, %v; DecodeRequest %+v, %v", name, got, gerr, want, werr)
+		}
+		if strings.HasPrefix(name, "fine") != (gerr == nil) {
+			t.Errorf("%s: error %v", name, gerr)
 		}
 	}
 }

@@ -84,6 +84,23 @@ func RequestOf(q *schemas.QueryRequest) PrefixMatchRequest {
 	return out
 }
 
+// Request returns the schemas.QueryRequest that r asks (RequestOf's inverse) under the rules of
+// the JSON shape, the very rules DecodeRequest applies to a body: a client that builds its
+// request from its own inputs (processor query's flags) gets the server's verdict without a
+// round trip, from the one copy of the rules. The lists are packed (a nil list stays absent, an
+// empty one is an empty query); errors wrap ErrBadRequest and name the JSON field.
+func (r *PrefixMatchRequest) Request() (schemas.QueryRequest, error) {
+	in := decoded{CorrelationID: r.CorrelationID, BlockSize: r.BlockSize, LoraName: r.LoraName,
+		CacheNamespace: r.CacheNamespace, BlockExtraKeys: r.BlockExtraKeys, LaneMask: r.LaneMask, MaxAgeMillis: r.MaxAgeMillis}
+	if r.LocalBlockHashes != nil {
+		in.LocalBlockHashes = schemas.AppendU64s(make([]byte, 0, len(r.LocalBlockHashes)*schemas.WordSize), r.LocalBlockHashes)
+	}
+	if r.TokenIDs != nil {
+		in.TokenIDs = schemas.AppendU32s(make([]byte, 0, len(r.TokenIDs)*schemas.TokenSize), r.TokenIDs)
+	}
+	return in.query()
+}
+
 // Errors of the request rules. Every error DecodeRequest and DecodeBinaryRequest return wraps
 // ErrBadRequest (answered 400); CheckJSONContentType's wrap ErrUnsupportedMediaType (answered
 // 415).
