@@ -61,68 +61,70 @@ func (f *queryFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dcs, "dcs", "", "with --workers: comma-separated DC `ids` (hex) that should answer")
 }
 
-// request builds the query from the flags.
+// request builds the query from the flags: the flags fill a queryapi.PrefixMatchRequest (each
+// flag is one field of the HTTP body) and its rules are the route's own
+// (queryapi.PrefixMatchRequest.Request), stated with the flags' names; what is left here is
+// reading each flag's text.
 func (f *queryFlags) request() (schemas.QueryRequest, error) {
-	var req schemas.QueryRequest
-	switch {
-	case f.hashes != "" && f.tokens != "":
-		return req, errors.New("give --hashes or --tokens, not both")
-	case f.hashes != "":
+	var body queryapi.PrefixMatchRequest
+	if f.hashes != "" {
 		hs, err := parseList(f.hashes, 64)
 		if err != nil {
-			return req, fmt.Errorf("--hashes: %w", err)
+			return schemas.QueryRequest{}, fmt.Errorf("--hashes: %w", err)
 		}
-		if f.blockSize != 0 || f.lora != "" || f.namespace != "" || f.extraKeys != "" || f.cacheSalt != "" {
-			return req, errors.New("--block-size, --lora, --namespace, --extra-keys and --cache-salt go with --tokens")
-		}
-		req.Input, req.Hashes = schemas.InputLocalBlockHashes, schemas.AppendU64s(nil, hs)
-	case f.tokens != "":
+		body.LocalBlockHashes = hs
+	}
+	if f.tokens != "" {
 		ts, err := parseList(f.tokens, 32)
 		if err != nil {
-			return req, fmt.Errorf("--tokens: %w", err)
+			return schemas.QueryRequest{}, fmt.Errorf("--tokens: %w", err)
 		}
-		if f.blockSize > math.MaxUint32 || !schemas.ValidBlockSize(uint32(f.blockSize)) {
-			return req, fmt.Errorf("--block-size %d is not in [1,%d] (required with --tokens)", f.blockSize, schemas.MaxBlockSize)
-		}
-		toks := make([]uint32, len(ts))
+		body.TokenIDs = make([]uint32, len(ts))
 		for i, t := range ts {
-			toks[i] = uint32(t)
+			body.TokenIDs[i] = uint32(t)
 		}
-		req.Input, req.Tokens, req.BlockSize = schemas.InputTokenIDs, schemas.AppendU32s(nil, toks), uint32(f.blockSize)
-		req.LoraName, req.CacheNamespace = f.lora, f.namespace
-		extra, err := f.blockExtraKeys()
-		if err != nil {
-			return req, err
-		}
-		req.BlockExtraKeys = extra
-		if err := schemas.CheckBlockExtraKeys(&req, len(extra)); err != nil {
-			return req, fmt.Errorf("--extra-keys: %w", err)
-		}
-	default:
-		return req, errors.New("give --hashes, or --tokens with --block-size")
 	}
+	if f.blockSize > math.MaxUint32 {
+		return schemas.QueryRequest{}, fmt.Errorf("--block-size %d is not in [1,%d]", f.blockSize, schemas.MaxBlockSize)
+	}
+	body.BlockSize, body.LoraName, body.CacheNamespace = uint32(f.blockSize), f.lora, f.namespace
+	extra, err := f.blockExtraKeys()
+	if err != nil {
+		return schemas.QueryRequest{}, err
+	}
+	body.BlockExtraKeys = extra
 	if f.lanes != "" {
 		ls, err := parseList(f.lanes, 8)
 		if err != nil {
-			return req, fmt.Errorf("--lanes: %w", err)
+			return schemas.QueryRequest{}, fmt.Errorf("--lanes: %w", err)
 		}
 		var mask uint64
 		for _, l := range ls {
 			if l >= ckf.MaxLanes {
-				return req, fmt.Errorf("--lanes: lane %d is not in [0,%d]", l, ckf.MaxLanes-1)
+				return schemas.QueryRequest{}, fmt.Errorf("--lanes: lane %d is not in [0,%d]", l, ckf.MaxLanes-1)
 			}
 			mask |= 1 << l
 		}
-		req.LaneMask64 = schemas.Some(mask)
+		body.LaneMask = &mask
 	}
 	switch {
 	case f.maxAge < 0:
-		return req, fmt.Errorf("--max-age %v is negative", f.maxAge)
+		return schemas.QueryRequest{}, fmt.Errorf("--max-age %v is negative", f.maxAge)
 	case f.maxAge > 0:
-		req.MaxAgeMillis = schemas.Some(f.maxAge.Milliseconds())
+		ms := uint64(f.maxAge.Milliseconds())
+		body.MaxAgeMillis = &ms
+	}
+	req, err := body.Request()
+	if err != nil {
+		return req, errors.New(flagNames.Replace(strings.TrimPrefix(err.Error(), queryapi.ErrBadRequest.Error()+": ")))
 	}
 	return req, nil
 }
+
+// flagNames says the HTTP body's field names, in which the route's rules speak, as the flags
+// that set them.
+var flagNames = strings.NewReplacer("local_block_hashes", "--hashes", "token_ids", "--tokens", "block_size", "--block-size",
+	"lora_name", "--lora", "cache_namespace", "--namespace", "block_extra_keys", "--extra-keys/--cache-salt", "max_age_ms", "--max-age")
 
 // blockExtraKeys reads --extra-keys (the HTTP API's block_extra_keys JSON) and appends
 // --cache-salt to the first block's keys, where vLLM puts a request's cache_salt and where the
@@ -248,39 +250,37 @@ func queryKafka(ctx context.Context, cfg config.Config, timeout time.Duration, r
 	return qc.Query(ctx, req)
 }
 
-// printReply prints the reply as a table of per-DC depths.
+// printReply prints the reply as a table of per-DC depths: the rows of the HTTP answer's lanes
+// (queryapi.ResponseOf, the one mapping of a reply, whichever path asked).
 func printReply(w io.Writer, r schemas.QueryReply, path string, took time.Duration) {
 	fmt.Fprintf(w, "%s: %d blocks, %d lanes answered, %v over %s (correlation id %s)\n",
 		r.Status, r.QueryBlocks, len(r.Lanes), took.Round(time.Microsecond), path, r.CorrelationID)
 	if r.ErrorMessage != "" {
 		fmt.Fprintln(w, "  "+r.ErrorMessage)
 	}
-	if len(r.Lanes) == 0 && len(r.LaneStates) == 0 {
+	resp := queryapi.ResponseOf(&r, nil)
+	if len(resp.Matches) == 0 && len(resp.Lanes) == 0 {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "LANE\tDC\tSTATE\tAGE\tDEPTH\tOF\t")
-	if len(r.LaneStates) == 0 { // an indexer that does not report lane states
-		for _, l := range r.Lanes {
-			fmt.Fprintf(tw, "%d\t%s\t-\t-\t%d\t%d\t\n", l.Lane, ckf.DcID(l.DcID), l.Depth, r.QueryBlocks)
+	if len(resp.Lanes) == 0 { // an indexer that does not report lane states
+		for _, m := range resp.Matches {
+			fmt.Fprintf(tw, "%d\t%s\t-\t-\t%d\t%d\t\n", m.Lane, m.DcID, m.Depth, r.QueryBlocks)
 		}
 	}
-	j := 0
-	for _, s := range r.LaneStates {
+	for _, l := range resp.Lanes {
 		dc, age, depth := "-", "-", "-"
-		for j < len(r.Lanes) && r.Lanes[j].Lane < s.Lane {
-			j++
+		if l.DcID != "" {
+			dc = l.DcID
 		}
-		if j < len(r.Lanes) && r.Lanes[j].Lane == s.Lane {
-			dc = ckf.DcID(r.Lanes[j].DcID).String()
-			if s.State.HasDepth() {
-				depth = strconv.FormatUint(uint64(r.Lanes[j].Depth), 10)
-			}
+		if l.AgeMillis != nil {
+			age = (time.Duration(*l.AgeMillis) * time.Millisecond).String()
 		}
-		if a, ok := s.AgeMillis.Get(); ok {
-			age = (time.Duration(a) * time.Millisecond).String()
+		if l.Depth != nil {
+			depth = strconv.FormatUint(uint64(*l.Depth), 10)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t\n", s.Lane, dc, queryapi.LaneStateName(s.State), age, depth, r.QueryBlocks)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t\n", l.Lane, dc, l.State, age, depth, r.QueryBlocks)
 	}
 	_ = tw.Flush()
 }
