@@ -178,6 +178,10 @@ func (t *transposedTable) probeSettled(fp uint16, a, b uint64, lanes uint64) uin
 	ra, rb := t.rowWords(a), t.rowWords(b)
 	var m uint64
 	i := 0
+	if probeWideAVX2 && t.stride >= 32 {
+		m = probeSettledAVX2(ra, rb, fp, lanes)
+		i = t.stride &^ 31
+	}
 	for ; i+16 <= len(ra) && i+16 <= len(rb); i += 16 {
 		sub := uint16(lanes >> uint(i&63))
 		if sub == 0 {
@@ -201,6 +205,36 @@ func (t *transposedTable) probeSettled(fp uint16, a, b uint64, lanes uint64) uin
 		}
 	}
 	return m
+}
+
+// probeSettledAVX2 is probeSettled over the 32-lane blocks of rows ra and
+// rb (len(ra) == len(rb) >= 32, one or two blocks) with the AVX2 kernel
+// (probe_avx2_amd64.go): the blocks from the first to the last that holds a
+// lane of lanes, rows A and B, then row A again for those of lanes that
+// missed. Bits of blocks left out are 0.
+func probeSettledAVX2(ra, rb []uint64, fp uint16, lanes uint64) uint64 {
+	first, blocks := 0, len(ra)>>5
+	if blocks > 1 && lanes>>32 == 0 {
+		blocks = 1
+	}
+	if uint32(lanes) == 0 {
+		if blocks == 1 {
+			return 0
+		}
+		first, blocks = 32, 1
+	}
+	if first+32*blocks > len(rb) {
+		return 0
+	}
+	span := ^uint64(0) // the lanes of the blocks probed
+	if blocks == 1 {
+		span = uint64(math.MaxUint32) << uint(first)
+	}
+	h := probeRowsAVX2(&ra[first], &rb[first], blocks, fp) << uint(first)
+	if miss := lanes & span &^ h; miss != 0 {
+		h |= probeRowAVX2(&ra[first], blocks, fp) << uint(first) & miss
+	}
+	return h
 }
 
 // probeSettled16 is probeSettled for the lanes 0..15 alone, the 16-lane
