@@ -76,8 +76,17 @@ func newLaneDecoder(feed *LaneFeed, codec *schemas.Codec, lane uint8) *laneDecod
 	return d
 }
 
-// release gives a run back to the stage. The owner must not touch it afterwards.
-func (d *laneDecoder) release(r *decodedRun) { d.free <- r }
+// release gives a run back to the stage. The owner must not touch it afterwards. The run's
+// records are cleared first: a decoded record points into the fetched batch it came from (rec,
+// and lr's packed fields alias rec.Value), so a slot left filled keeps that whole batch (a
+// decompressed buffer of up to a producer batch) reachable, and a slot that later, shorter runs
+// do not reach again keeps it for good: after the full runs of a catch-up (a restart, a broker
+// outage), up to decodeBuffers × decodeRunRecords batches per lane.
+func (d *laneDecoder) release(r *decodedRun) {
+	clear(r.recs)
+	r.recs = r.recs[:0]
+	d.free <- r
+}
 
 // run decodes the lane's batches until ctx ends.
 func (d *laneDecoder) run(ctx context.Context) {
@@ -126,6 +135,7 @@ func (d *laneDecoder) fill(r *decodedRun, epoch uint64, recs []*kgo.Record) int 
 			n := out.lr.Delta.Images.Len()
 			if len(r.images)+n > cap(r.images) {
 				if len(r.recs) > 1 {
+					*out = decodedRecord{} // no reference left beyond the run's length (see release)
 					r.recs = r.recs[:len(r.recs)-1]
 					break // the next run starts with this record (decoding it again is cheap)
 				}
