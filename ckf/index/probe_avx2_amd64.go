@@ -4,10 +4,10 @@ package index
 
 // AVX2 kernel of wide rows (consumer §5.3, §16), chosen at run time.
 //
-// probeRowsAVX2 computes the hit mask of a fingerprint over 32-lane blocks
-// of rows A and B (64 lanes: two blocks), probeRowAVX2 over row A alone
-// (the settled probe's second load of A). transposedTable.probeSettled
-// runs them on the blocks of a row of 32 words or more when probeWideAVX2
+// probeSettledAVX2Asm computes the hit mask of a fingerprint over 32-lane
+// blocks of rows A and B (64 lanes: two blocks) and, for the decided lanes
+// that miss in both, over row A once more (the settled probe,
+// transposedTable.probeSettled). probeSettled runs it on the blocks of a row of 32 words or more when probeWideAVX2
 // is set (the CPU has AVX2 and the OS saves the ymm registers), and the
 // portable SWAR kernel otherwise and on the rest of the row. Race and
 // purego builds use probe_avx2_generic.go, as the table's store assembly
@@ -31,8 +31,8 @@ package index
 //
 // Order: x86-TSO does not reorder loads with other loads, so the loads of
 // different instructions are seen in program order. The kernel loads each
-// group of row A before the same group of row B, and probeRowAVX2 runs
-// after probeRowsAVX2 has returned, so for every lane the loads are A, then
+// group of row A before the same group of row B, and reads row A again
+// only after every load of row B, so for every lane the loads are A, then
 // B, then A again: the order transposedTable.probeSettled's argument
 // needs (producer §7.6). Assembly is also beyond the compiler's reordering.
 //
@@ -44,17 +44,15 @@ package index
 // measure the portable kernel in the same run.
 var probeWideAVX2 = cpuHasAVX2()
 
-// probeRowsAVX2 returns the hit mask of fp over the blocks*32 lanes of rows
-// ra and rb (blocks 1 or 2, both rows 16-byte aligned): bit l is set iff
-// word l of ra or of rb holds fp in some slot. See probe_avx2_amd64.s.
+// probeSettledAVX2Asm is the settled probe of the blocks*32 lanes (blocks
+// 1 or 2) of rows ra and rb, all 16-byte aligned: h = the hit mask of fp in
+// ra or rb (bit l: word l of either row holds fp in some slot), then, when
+// some lane of lanes is not in h, h | (hits of fp in row rc alone) & lanes.
+// probeSettled passes row A as rc; tests pass another row to see which
+// row the third read loads. See probe_avx2_amd64.s.
 //
 //go:noescape
-func probeRowsAVX2(ra, rb *uint64, blocks int, fp uint16) uint64
-
-// probeRowAVX2 is probeRowsAVX2 over row ra alone.
-//
-//go:noescape
-func probeRowAVX2(ra *uint64, blocks int, fp uint16) uint64
+func probeSettledAVX2Asm(ra, rb, rc *uint64, blocks int, fp uint16, lanes uint64) uint64
 
 func cpuidex(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
 

@@ -71,15 +71,18 @@
 	VPACKSSWB Y5, Y4, Y4; \
 	VPMOVMSKB Y4, AX
 
-// func probeRowsAVX2(ra, rb *uint64, blocks int, fp uint16) uint64
+// func probeSettledAVX2Asm(ra, rb, rc *uint64, blocks int, fp uint16, lanes uint64) uint64
 //
-// Hit mask of fp over the blocks*32 lanes of rows ra and rb (blocks >= 1;
-// both 16-byte aligned): bit l set iff word l of ra or of rb holds fp.
-TEXT ·probeRowsAVX2(SB), NOSPLIT, $0-40
+// The settled probe of blocks*32 lanes (blocks 1 or 2; rows 16-byte
+// aligned): h = the hit mask of fp in rows ra and rb (bit l set iff word l
+// of ra or of rb holds fp in some slot); then, if some lane of lanes is not
+// in h, row rc (row A again in production; another row in tests) is probed
+// alone and its hits among those lanes are added: h | (hits(rc) & lanes &^ h).
+TEXT ·probeSettledAVX2Asm(SB), NOSPLIT, $0-56
 	MOVQ ra+0(FP), SI
 	MOVQ rb+8(FP), DI
-	MOVQ blocks+16(FP), DX
-	MOVWLZX fp+24(FP), AX
+	MOVQ blocks+24(FP), DX
+	MOVWLZX fp+32(FP), AX
 	MOVQ AX, X15
 	VPBROADCASTW X15, Y15
 	VPXOR Y14, Y14, Y14
@@ -97,36 +100,33 @@ rowsloop:
 	DECQ DX
 	JNZ rowsloop
 
-	VZEROUPPER
-	MOVQ R8, ret+32(FP)
-	RET
+	// R10 = lanes &^ h: the lanes to read once more in row rc.
+	MOVQ R8, R10
+	NOTQ R10
+	ANDQ lanes+40(FP), R10
+	JZ done
 
-// func probeRowAVX2(ra *uint64, blocks int, fp uint16) uint64
-//
-// Hit mask of fp over the blocks*32 lanes of row ra alone (blocks >= 1;
-// 16-byte aligned).
-TEXT ·probeRowAVX2(SB), NOSPLIT, $0-32
-	MOVQ ra+0(FP), SI
-	MOVQ blocks+8(FP), DX
-	MOVWLZX fp+16(FP), AX
-	MOVQ AX, X15
-	VPBROADCASTW X15, Y15
-	VPXOR Y14, Y14, Y14
-	XORQ R8, R8
+	MOVQ rc+16(FP), SI
+	MOVQ blocks+24(FP), DX
+	XORQ R11, R11
 	XORL CX, CX
 
-rowloop:
+againloop:
 	BLOCK(HITS1)
 	NOTL AX
 	SHLQ CX, AX
-	ORQ AX, R8
+	ORQ AX, R11
 	ADDQ $256, SI
 	ADDL $32, CX
 	DECQ DX
-	JNZ rowloop
+	JNZ againloop
 
+	ANDQ R10, R11
+	ORQ R11, R8
+
+done:
 	VZEROUPPER
-	MOVQ R8, ret+24(FP)
+	MOVQ R8, ret+48(FP)
 	RET
 
 // func cpuidex(leaf, sub uint32) (eax, ebx, ecx, edx uint32)

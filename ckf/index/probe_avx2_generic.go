@@ -13,16 +13,17 @@ import "unsafe"
 // probeWideAVX2 is false: no AVX2 kernel in this build.
 var probeWideAVX2 = false
 
-// probeRowsAVX2 is the hit mask of fp over the blocks*32 lanes of rows ra
-// and rb, one atomic load per word.
-func probeRowsAVX2(ra, rb *uint64, blocks int, fp uint16) uint64 {
-	return probeRowsN(wordsAt(ra, blocks*32), wordsAt(rb, blocks*32), fp)
-}
-
-// probeRowAVX2 is probeRowsAVX2 over row ra alone.
-func probeRowAVX2(ra *uint64, blocks int, fp uint16) uint64 {
-	r := wordsAt(ra, blocks*32)
-	return probeRowsN(r, r, fp)
+// probeSettledAVX2Asm is the settled probe of blocks*32 lanes of rows ra
+// and rb, then rc for the lanes of lanes that missed, one atomic load per
+// word (the assembly's semantics, probe_avx2_amd64.go).
+func probeSettledAVX2Asm(ra, rb, rc *uint64, blocks int, fp uint16, lanes uint64) uint64 {
+	n := blocks * 32
+	h := probeRowsN(wordsAt(ra, n), wordsAt(rb, n), fp)
+	if miss := lanes &^ h; miss != 0 {
+		c := wordsAt(rc, n)
+		h |= probeRowsN(c, c, fp) & miss
+	}
+	return h
 }
 
 // probeWideKernel names the kernel of wide rows (benchmarks report it).

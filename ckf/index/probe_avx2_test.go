@@ -14,34 +14,55 @@ import (
 // lane of either row, and the settled probe with the kernel on and off.
 
 // avx2Rows returns rows A and B of 64 words, 128-byte aligned as the
-// table's rows are (VMOVDQA needs 16).
-func avx2Rows(t testing.TB) (ra, rb []uint64) {
-	tb, err := newTransposedTable(2, ckf.MaxLanes)
+// table's rows are (VMOVDQA needs 16), and a zero row of the same table.
+func avx2Rows(t testing.TB) (ra, rb, zero []uint64) {
+	tb, err := newTransposedTable(3, ckf.MaxLanes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tb.rowWords(0), tb.rowWords(1)
+	return tb.rowWords(0), tb.rowWords(1), tb.rowWords(2)
 }
 
-// checkAVX2Kernels compares both kernels with the reference on one and two
-// blocks of ra and rb.
-func checkAVX2Kernels(t testing.TB, ra, rb []uint64, fp uint16) {
+// avx2RowsHits is the kernel's mask of rows ra and rb (no lane decided, so
+// no third read).
+func avx2RowsHits(ra, rb []uint64, blocks int, fp uint16) uint64 {
+	return probeSettledAVX2Asm(&ra[0], &rb[0], &ra[0], blocks, fp, 0)
+}
+
+// avx2RowHits is the kernel's mask of row r alone: rows A and B are the
+// zero row, so every lane misses and the third read, of r, decides.
+func avx2RowHits(r, zero []uint64, blocks int, fp uint16) uint64 {
+	return probeSettledAVX2Asm(&zero[0], &zero[0], &r[0], blocks, fp, ^uint64(0))
+}
+
+// checkAVX2Kernels compares the kernel with the reference on one and two
+// blocks of ra and rb: rows A and B, each row alone, and the third read
+// (of row B, so that it can add lanes) for the decided lanes that missed.
+func checkAVX2Kernels(t testing.TB, ra, rb, zero []uint64, fp uint16, decided uint64) {
 	t.Helper()
-	empty := make([]uint64, len(ra))
 	for blocks := 1; blocks <= 2; blocks++ {
 		n := 32 * blocks
-		if got, want := probeRowsAVX2(&ra[0], &rb[0], blocks, fp), probeRowsRefN(ra[:n], rb[:n], fp); got != want {
-			t.Fatalf("rows, %d blocks, fp %#x: got %064b want %064b\nra %x\nrb %x", blocks, fp, got, want, ra, rb)
+		span := ^uint64(0) >> uint(64-n)
+		ab := probeRowsRefN(ra[:n], rb[:n], fp)
+		if got := avx2RowsHits(ra, rb, blocks, fp); got != ab {
+			t.Fatalf("rows, %d blocks, fp %#x: got %064b want %064b\nra %x\nrb %x", blocks, fp, got, ab, ra, rb)
 		}
-		if got, want := probeRowAVX2(&ra[0], blocks, fp), probeRowsRefN(ra[:n], empty[:n], fp); got != want {
-			t.Fatalf("row A, %d blocks, fp %#x: got %064b want %064b\nra %x", blocks, fp, got, want, ra)
+		a := probeRowsRefN(ra[:n], zero[:n], fp)
+		if got := avx2RowHits(ra, zero, blocks, fp); got != a {
+			t.Fatalf("row A, %d blocks, fp %#x: got %064b want %064b\nra %x", blocks, fp, got, a, ra)
 		}
-		if got, want := probeRowAVX2(&rb[0], blocks, fp), probeRowsRefN(rb[:n], empty[:n], fp); got != want {
-			t.Fatalf("row B, %d blocks, fp %#x: got %064b want %064b\nrb %x", blocks, fp, got, want, rb)
+		b := probeRowsRefN(rb[:n], zero[:n], fp)
+		if got := avx2RowHits(rb, zero, blocks, fp); got != b {
+			t.Fatalf("row B, %d blocks, fp %#x: got %064b want %064b\nrb %x", blocks, fp, got, b, rb)
+		}
+		// Rows A and zero, then B for the decided lanes that missed.
+		d := decided & span
+		if got, want := probeSettledAVX2Asm(&ra[0], &zero[0], &rb[0], blocks, fp, d), a|b&d&^a; got != want {
+			t.Fatalf("third read, %d blocks, fp %#x, decided %064b: got %064b want %064b", blocks, fp, d, got, want)
 		}
 	}
 	// The second block alone, as probeSettled runs it for lanes 32..63.
-	if got, want := probeRowsAVX2(&ra[32], &rb[32], 1, fp), probeRowsRefN(ra[32:], rb[32:], fp); got != want {
+	if got, want := avx2RowsHits(ra[32:], rb[32:], 1, fp), probeRowsRefN(ra[32:], rb[32:], fp); got != want {
 		t.Fatalf("rows, second block, fp %#x: got %032b want %032b", fp, got, want)
 	}
 }
@@ -52,7 +73,7 @@ func checkAVX2Kernels(t testing.TB, ra, rb []uint64, fp uint16) {
 var adversarialFingerprints = []uint16{1, 2, 0x007F, 0x0080, 0x00FF, 0x0100, 0x7FFF, 0x8000, 0x8001, 0xFF00, 0xFFFE, 0xFFFF}
 
 func TestProbeAVX2EqualsReference(t *testing.T) {
-	ra, rb := avx2Rows(t)
+	ra, rb, zero := avx2Rows(t)
 	r := rand.New(rand.NewPCG(37, 64))
 	for i := 0; i < 50000; i++ {
 		fp := uint16(r.Uint32()) | 1
@@ -63,7 +84,8 @@ func TestProbeAVX2EqualsReference(t *testing.T) {
 			copy(ra[16*p:], randomRow(r, fp)[:])
 			copy(rb[16*p:], randomRow(r, fp)[:])
 		}
-		checkAVX2Kernels(t, ra, rb, fp)
+		decided := r.Uint64() >> uint(r.IntN(64))
+		checkAVX2Kernels(t, ra, rb, zero, fp, decided)
 	}
 }
 
@@ -71,7 +93,8 @@ func TestProbeAVX2EqualsReference(t *testing.T) {
 // lane; and every lane misses with near-miss neighbours (fp±1, fp with
 // bytes swapped, fp^0x8000) in every slot.
 func TestProbeAVX2AllLanes(t *testing.T) {
-	ra, rb := avx2Rows(t)
+	ra, rb, zero := avx2Rows(t)
+	const decided = 0x0F0F_F0F0_0FF0_F00F
 	for _, fp := range adversarialFingerprints {
 		near := [4]uint16{fp + 1, fp - 1, fp>>8 | fp<<8, fp ^ 0x8000}
 		for where := 0; where < 3; where++ {
@@ -91,8 +114,8 @@ func TestProbeAVX2AllLanes(t *testing.T) {
 					rb[l] = hit
 				}
 			}
-			checkAVX2Kernels(t, ra, rb, fp)
-			if got := probeRowsAVX2(&ra[0], &rb[0], 2, fp); got != ^uint64(0) {
+			checkAVX2Kernels(t, ra, rb, zero, fp, decided)
+			if got := avx2RowsHits(ra, rb, 2, fp); got != ^uint64(0) {
 				t.Fatalf("fp %#x, rows %d: all lanes hit, got %064b", fp, where, got)
 			}
 		}
@@ -105,8 +128,8 @@ func TestProbeAVX2AllLanes(t *testing.T) {
 			}
 			ra[l], rb[l] = miss, miss
 		}
-		checkAVX2Kernels(t, ra, rb, fp)
-		if got := probeRowsAVX2(&ra[0], &rb[0], 2, fp); got != 0 {
+		checkAVX2Kernels(t, ra, rb, zero, fp, decided)
+		if got := avx2RowsHits(ra, rb, 2, fp); got != 0 {
 			t.Fatalf("fp %#x: no lane holds it, got %064b", fp, got)
 		}
 	}
@@ -115,7 +138,7 @@ func TestProbeAVX2AllLanes(t *testing.T) {
 // A fingerprint in each slot of each lane of either row is found there and
 // nowhere else (neighbours hold garbage that must not match).
 func TestProbeAVX2EverySlotEveryLane(t *testing.T) {
-	ra, rb := avx2Rows(t)
+	ra, rb, zero := avx2Rows(t)
 	for _, fp := range adversarialFingerprints {
 		for lane := 0; lane < ckf.MaxLanes; lane++ {
 			for slot := 0; slot < 4; slot++ {
@@ -129,17 +152,17 @@ func TestProbeAVX2EverySlotEveryLane(t *testing.T) {
 						row = rb
 					}
 					row[lane] = uint64(ckf.Bucket(row[lane]).WithSlot(slot, fp))
-					if got := probeRowsAVX2(&ra[0], &rb[0], 2, fp); got != 1<<uint(lane) {
+					if got := avx2RowsHits(ra, rb, 2, fp); got != 1<<uint(lane) {
 						t.Fatalf("fp %#x lane %d slot %d row %d: %064b", fp, lane, slot, which, got)
 					}
 					wantA := uint64(0)
 					if which == 0 {
 						wantA = 1 << uint(lane)
 					}
-					if got := probeRowAVX2(&ra[0], 2, fp); got != wantA {
+					if got := avx2RowHits(ra, zero, 2, fp); got != wantA {
 						t.Fatalf("row A alone, fp %#x lane %d slot %d row %d: %064b", fp, lane, slot, which, got)
 					}
-					checkAVX2Kernels(t, ra, rb, fp)
+					checkAVX2Kernels(t, ra, rb, zero, fp, ^uint64(0)<<uint(lane))
 				}
 			}
 		}
@@ -197,10 +220,11 @@ func FuzzProbeAVX2(f *testing.F) {
 	f.Add([]byte{0xEF, 0xBE, 0, 0, 0, 0, 0, 0}, uint16(0xBEEF), uint64(0), uint64(1<<63), uint64(1<<40))
 	f.Add(make([]byte, 64), uint16(0x8000), ^uint64(0), ^uint64(0), uint64(0xFFFF_FFFF))
 	f.Add([]byte{0xFF}, uint16(0xFFFF), uint64(0x5555_5555_5555_5555), uint64(0xAAAA_AAAA_AAAA_AAAA), uint64(0x8000_0000_0000_0001))
-	tb, err := newTransposedTable(2, ckf.MaxLanes)
+	tb, err := newTransposedTable(3, ckf.MaxLanes)
 	if err != nil {
 		f.Fatal(err)
 	}
+	zero := tb.rowWords(2)
 	f.Fuzz(func(t *testing.T, data []byte, fp uint16, inA, inB, decided uint64) {
 		if fp == 0 {
 			fp = 1 // query fingerprints are never 0 (consumer §5.3)
@@ -225,7 +249,7 @@ func FuzzProbeAVX2(f *testing.F) {
 			}
 			row[lane] = w
 		}
-		checkAVX2Kernels(t, ra, rb, fp)
+		checkAVX2Kernels(t, ra, rb, zero, fp, decided)
 		want := probeRowsRefN(ra, rb, fp)
 		var swar, avx uint64
 		withProbeKernel(false, func() { swar = tb.probeSettled(fp, 0, 1, decided) })

@@ -226,15 +226,11 @@ func probeSettledAVX2(ra, rb []uint64, fp uint16, lanes uint64) uint64 {
 	if first+32*blocks > len(rb) {
 		return 0
 	}
-	span := ^uint64(0) // the lanes of the blocks probed
+	span := ^uint64(0) // the lanes of the blocks probed, from the first
 	if blocks == 1 {
-		span = uint64(math.MaxUint32) << uint(first)
+		span = math.MaxUint32
 	}
-	h := probeRowsAVX2(&ra[first], &rb[first], blocks, fp) << uint(first)
-	if miss := lanes & span &^ h; miss != 0 {
-		h |= probeRowAVX2(&ra[first], blocks, fp) << uint(first) & miss
-	}
-	return h
+	return probeSettledAVX2Asm(&ra[first], &rb[first], &ra[first], blocks, fp, lanes>>uint(first)&span) << uint(first)
 }
 
 // probeSettled16 is probeSettled for the lanes 0..15 alone, the 16-lane
