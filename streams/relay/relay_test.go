@@ -197,10 +197,10 @@ func waitRelayLane(t *testing.T, ri *streamtest.RunningIndexer, rr *runningRelay
 	testenv.WaitUntil(t, streamtest.Converge, fmt.Sprintf("lane %d converges to the relay", lane), func() bool {
 		words, seq = rr.inspect(t)
 		st := streamtest.LaneStatus(ri, lane)
-		return g.ReadyLanes()&(1<<lane) != 0 && st.Identity == rr.r.Identity().String() && st.InstalledSequence == seq &&
+		return g.ReadyLanes64()&(1<<lane) != 0 && st.Identity == rr.r.Identity().String() && st.InstalledSequence == seq &&
 			slices.Equal(g.LaneWords(lane), words)
 	}, func() string {
-		return fmt.Sprintf("ready=%v words equal=%v status=%+v relay sequence %d identity %s", g.ReadyLanes()&(1<<lane) != 0,
+		return fmt.Sprintf("ready=%v words equal=%v status=%+v relay sequence %d identity %s", g.ReadyLanes64()&(1<<lane) != 0,
 			slices.Equal(g.LaneWords(lane), words), streamtest.LaneStatus(ri, lane), seq, rr.r.Identity())
 	})
 	return words
