@@ -4,4 +4,8 @@
 // and snapshot requests (through streams.Outputs), checks each lane's freshness, commits its
 // applied offsets to a lag group and exposes each lane's status (LaneStatus). It owns the
 // indexer's configuration, metrics and lane state machine; fx wiring lives in app/indexer.
+//
+// A lane's status and its ckf_indexer_lane_* metrics are one ledger (lane_ledger.go): each
+// figure is written once, into the status, and the same call reports the metrics from it, so
+// the lane table and the metrics cannot disagree.
 package lanes

@@ -8,7 +8,8 @@ import (
 	"github.com/uber-go/tally/v4"
 )
 
-// indexerMetrics caches the indexer's per-lane metric handles (one set of tag keys per metric
+// indexerMetrics caches the indexer's per-lane metric handles, which only the lanes' ledger
+// writes (lane_ledger.go) (one set of tag keys per metric
 // name, lane as the only tag: bounded cardinality). Only configured lanes get series: a lane
 // outside the manifest would otherwise export ready 0 forever and page the lane-not-ready alert
 // (deploy/prometheus/alerts.yml); its handles are no-ops.
@@ -78,57 +79,8 @@ func newIndexerMetrics(root tally.Scope, configured func(lane uint8) bool) *inde
 	return m
 }
 
-func (m *indexerMetrics) deltas(lane uint8, deltas, images uint64) {
-	l := &m.lanes[lane]
-	l.deltas.Inc(int64(deltas))
-	l.images.Inc(int64(images))
-}
-
-func (m *indexerMetrics) snapshotInstalled(lane uint8, took time.Duration) {
-	l := &m.lanes[lane]
-	l.snapshots.Inc(1)
-	l.snapshotInstall.RecordDuration(took)
-}
-
-func (m *indexerMetrics) rejected(lane uint8)      { m.lanes[lane].rejected.Inc(1) }
-func (m *indexerMetrics) assemblyFault(lane uint8) { m.lanes[lane].assemblyFaults.Inc(1) }
-
-// fault counts a lane fault by kind. The kind tag set is fixed per metric name.
-func (m *indexerMetrics) fault(lane uint8, kind string) {
-	m.lanes[lane].scope.Tagged(map[string]string{"kind": kind}).Counter("lane_faults_total").Inc(1)
-}
-
-func (m *indexerMetrics) lag(lane uint8, lso, applied, lagRecords int64, age time.Duration) {
-	l := &m.lanes[lane]
-	l.lso.Update(float64(lso))
-	l.applied.Update(float64(applied))
-	l.lagRecords.Update(float64(lagRecords))
-	l.lagSeconds.Update(age.Seconds())
-}
-
-func (m *indexerMetrics) state(lane uint8, ready, excluded bool, installed uint64, queue QueueState) {
-	l := &m.lanes[lane]
-	l.ready.Update(b2f(ready))
-	l.excluded.Update(b2f(excluded))
-	l.installedSeq.Update(float64(installed))
-	l.queuedBytes.Update(float64(queue.Bytes))
-	l.fetchPaused.Update(b2f(queue.Paused))
-}
-
-func (m *indexerMetrics) capacity(lane uint8, c LaneCapacity) {
-	l := &m.lanes[lane]
-	l.occupancy.Update(c.FilterOccupancy)
-	l.omittedBlocks.Update(float64(c.OmittedBlocks))
-	l.omissions.Update(float64(c.CapacityOmissions))
-}
-
-func (m *indexerMetrics) sources(lane uint8, degraded uint64) {
-	m.lanes[lane].degradedSources.Update(float64(degraded))
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
+// fault is the lane's counter of faults of the given kind. The kind tag set is fixed per metric
+// name.
+func (l *laneMetrics) fault(kind string) tally.Counter {
+	return l.scope.Tagged(map[string]string{"kind": kind}).Counter("lane_faults_total")
 }

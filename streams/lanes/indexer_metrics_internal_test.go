@@ -14,9 +14,10 @@ func TestIndexerMetricsOnlyConfiguredLanes(t *testing.T) {
 	scope := tally.NewTestScope("", nil)
 	m := newIndexerMetrics(scope, func(l uint8) bool { return l == 3 || l == 12 })
 	for l := uint8(0); l < 16; l++ {
-		m.state(l, false, false, 0, QueueState{})
-		m.lag(l, 10, 4, 5, time.Second)
-		m.deltas(l, 1, 1)
+		newLaneLedger(LaneStatus{Lane: l}, &m.lanes[l]).update(func(s *LaneStatus) {
+			s.HighWatermark, s.AppliedOffset, s.LagRecords, s.LagTime = 10, 4, 5, time.Second
+			s.Deltas, s.Images = 1, 1
+		})
 	}
 	lanes := map[string]bool{}
 	for _, g := range scope.Snapshot().Gauges() {

@@ -52,7 +52,7 @@ type lane struct {
 
 	st    laneState
 	asm   assembly
-	stats laneStats
+	stats *laneLedger // the lane's status and metrics (lane_ledger.go)
 
 	// delta is the delta being applied: the ingestor is done with it when ApplyDelta returns,
 	// so one value serves every delta of the lane.
@@ -92,7 +92,7 @@ type laneState struct {
 	excluded     bool      // left out of answers by the freshness policy
 	deadUpTo     int64     // highest offset dead-lettered (a replay does not repeat it)
 
-	// Counters not yet published to stats and metrics (published per batch: one lock, not one
+	// Counters not yet published to the lane's ledger (published per batch: one lock, not one
 	// per delta).
 	newDeltas, newImages uint64
 
@@ -115,8 +115,8 @@ func newLane(ix *Indexer, num uint8, pool ckf.PoolID, in *index.LaneIngestor, sn
 		log: ix.log.With(zap.Uint8("lane", num), zap.String("pool", pool.String())),
 		st:  laneState{applied: -1, usable: max(snapStart, 0) - 1, snapStart: snapStart, faultAt: -1, waitAfter: -1, deadUpTo: -1},
 	}
-	l.stats.s = LaneStatus{Lane: num, Pool: pool.String(), AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: snapStart,
-		Faults: map[string]uint64{}, Source: ix.cfg.Source(num).String()}
+	l.stats = newLaneLedger(LaneStatus{Lane: num, Pool: pool.String(), AppliedOffset: -1, HighWatermark: -1, SnapshotOffset: snapStart,
+		Source: ix.cfg.Source(num).String()}, &ix.metrics.lanes[num])
 	return l
 }
 
@@ -268,7 +268,6 @@ func (l *lane) onDelta(rec *kgo.Record, id ckf.ProducerIdentity, d *schemas.Delt
 		// Dead-letter it; on a ready lane it is also the spec's WrongIdentity fault, which the
 		// ingestor reports below.
 		l.deadLetter(rec, schemas.DeadLetterRejected, "delta of pool "+id.Pool.String()+" on a lane owned by "+l.pool.String())
-		l.ix.metrics.rejected(l.num)
 		l.stats.update(func(s *LaneStatus) { s.Rejected++ })
 	}
 	if l.asm.active {
@@ -326,7 +325,6 @@ func (l *lane) onDrain(rec *kgo.Record, id ckf.ProducerIdentity, expected uint64
 // it carried is lost) and recovered per the spec; nothing is written to the table.
 func (l *lane) reject(rec *kgo.Record, code schemas.DeadLetterReason, fault *schemas.LaneFault, faultLane bool) {
 	l.deadLetter(rec, code, fault.Detail)
-	l.ix.metrics.rejected(l.num)
 	l.stats.update(func(s *LaneStatus) { s.Rejected++ })
 	l.log.Warn("lane record rejected", zap.Int64("offset", rec.Offset), zap.String("reason", fault.Detail))
 	l.event(schemas.LaneEvent{Kind: schemas.EventRecordRejected, Fault: fault})
@@ -349,7 +347,6 @@ func (l *lane) fault(point ckf.FailurePoint, fault *schemas.LaneFault) {
 		s.Faults[kind]++
 		s.LastFault, s.LastFaultTime = fault.Detail, time.Now()
 	})
-	l.ix.metrics.fault(l.num, kind)
 	l.log.Warn("lane deactivated", zap.String("fault", fault.Detail), zap.Stringer("point", point), zap.Int64("offset", l.st.applied))
 	l.event(schemas.LaneEvent{Kind: schemas.EventDeactivated, Fault: fault, Disposition: streams.WireDisposition(point)})
 	if point == ckf.InactiveSnapshotInstallFailure {

@@ -108,6 +108,7 @@ func runFaultCase(t *testing.T, tc faultCase) {
 	tc.inject(r, p)
 	injectedEnd := int64(len(r.log)) - 1
 	r.drain()
+	r.ledgerAgrees(t, "after the fault")
 	ev := r.out.find(t, tc.event.String()+"("+tc.fault.String()+")", faultIs(tc.event, tc.fault))
 	if tc.deactivates && (ev.Disposition == nil || ev.Disposition.Action != schemas.ActionDeactivateAndSnapshot) {
 		t.Errorf("disposition %+v, want DEACTIVATE_AND_SNAPSHOT", ev.Disposition)
@@ -143,6 +144,7 @@ func runFaultCase(t *testing.T, tc faultCase) {
 	p.storeChain(5, p.Chains[1], 4)
 	p.storeChain(5, nil, 0)
 	r.mustConverge(p)
+	r.ledgerAgrees(t, "converged")
 	if tc.deadLetter {
 		if len(r.out.dead) != 1 {
 			t.Fatalf("%d dead letters, want exactly one (a replay does not repeat it)", len(r.out.dead))

@@ -7,23 +7,14 @@ import (
 	"go.uber.org/zap"
 )
 
-// publish hands what the lane did since the last call to its status and metrics: one lock and a
+// publish hands what the lane did since the last call to its ledger (status and metrics): one lock and a
 // few counter updates per fetched batch, not per delta.
 func (l *lane) publish() {
 	deltas, images := l.st.newDeltas, l.st.newImages
 	l.st.newDeltas, l.st.newImages = 0, 0
-	if deltas > 0 {
-		l.ix.metrics.deltas(l.num, deltas, images)
-	}
 	installed, _ := l.in.InstalledSequence()
 	applied := l.st.applied
 	capacity := l.capacityStatus()
-	if capacity.Reported {
-		l.ix.metrics.capacity(l.num, capacity)
-	}
-	if l.st.hasSources {
-		l.ix.metrics.sources(l.num, l.st.sources.DegradedSources)
-	}
 	l.stats.update(func(s *LaneStatus) {
 		s.Deltas += deltas
 		s.Images += images
@@ -90,14 +81,11 @@ func (l *lane) checkFreshness(now time.Time, force bool) {
 	pol := l.ix.cfg.Freshness
 	stale := ready && ((pol.MaxRecordLag > 0 && lag > pol.MaxRecordLag) || (pol.MaxTimeLag > 0 && age > pol.MaxTimeLag))
 	queue := l.ix.feed.Queue(int32(l.num))
-	installed, _ := l.in.InstalledSequence()
 	l.stats.update(func(s *LaneStatus) {
 		s.HighWatermark, s.LagRecords, s.LagTime = lso, lag, age
 		s.Ready, s.Excluded = ready, stale
 		s.QueuedBytes, s.FetchPaused, s.FetchPauses = queue.Bytes, queue.Paused, queue.Pauses
 	})
-	l.ix.metrics.lag(l.num, lso, l.st.applied, lag, age)
-	l.ix.metrics.state(l.num, ready, stale, installed, queue)
 	if stale != l.st.excluded {
 		l.st.excluded = stale
 		l.ix.setExcluded(l.bit, stale)

@@ -47,15 +47,15 @@ func olderGeneration(a, b ckf.ProducerIdentity) bool {
 func (l *lane) abandonAssembly(offset int64, why string) {
 	wasSkipped := l.asm.skip
 	l.asm.reset()
-	l.ix.metrics.assemblyFault(l.num)
 	fault := &schemas.LaneFault{Kind: schemas.FaultSnapshotAssembly, Detail: why, Offset: schemas.Some(offset)}
 	if wasSkipped || l.in.Ready() {
+		l.stats.update(func(s *LaneStatus) { s.AssemblyFaults++ })
 		l.event(schemas.LaneEvent{Kind: schemas.EventRecordRejected, Fault: fault})
 		return
 	}
 	// An incomplete snapshot on a lane that is not ready: InactiveSnapshotInstallFailure,
 	// RetrySnapshot — keep the lease, take the next snapshot.
-	l.stats.update(func(s *LaneStatus) { s.Faults[fault.Kind.String()]++; s.LastFault = why })
+	l.stats.update(func(s *LaneStatus) { s.AssemblyFaults++; s.Faults[fault.Kind.String()]++; s.LastFault = why })
 	l.event(schemas.LaneEvent{Kind: schemas.EventAwaitingSnapshot, Fault: fault,
 		Disposition: streams.WireDisposition(ckf.InactiveSnapshotInstallFailure)})
 	l.askForRetrySnapshot(why)
@@ -90,7 +90,6 @@ func FormatMismatch(producer, indexer ckf.FormatIdentity) string {
 // and its status must say why.
 func (l *lane) rejectSnapshot(rec *kgo.Record, kind schemas.LaneFaultKind, what string) {
 	l.deadLetter(rec, schemas.DeadLetterRejected, what)
-	l.ix.metrics.rejected(l.num)
 	l.stats.update(func(s *LaneStatus) {
 		s.Rejected++
 		s.Faults[kind.String()]++
@@ -238,8 +237,7 @@ func (l *lane) install(rec *kgo.Record) {
 			l.setPhase(PhaseActive)
 		}
 		l.st.waitAfter = -1
-		l.ix.metrics.snapshotInstalled(l.num, time.Since(start))
-		l.stats.update(func(s *LaneStatus) { s.Snapshots++; s.InstalledSequence = out.Sequence })
+		l.stats.snapshotInstalled(out.Sequence, time.Since(start))
 		l.event(schemas.LaneEvent{Kind: schemas.EventSnapshotInstalled})
 		l.log.Info("snapshot installed", zap.Uint64("sequence", out.Sequence), zap.Int64("offset", a.first),
 			zap.Duration("took", time.Since(start)))

@@ -1,9 +1,6 @@
 package lanes
 
-import (
-	"sync"
-	"time"
-)
+import "time"
 
 // LanePhase's String method is generated from the constants' line comments,
 // the names the HTTP lane table shows; run make generate after changing one.
@@ -57,14 +54,17 @@ type LaneStatus struct {
 	// QueuedBytes is how many fetched record bytes wait for the lane; FetchPaused says whether
 	// the lane's partition is paused because they reached FeedConfig.PauseBytes (backpressure),
 	// FetchPauses how often that happened.
-	QueuedBytes      int
-	FetchPaused      bool
-	FetchPauses      uint64
-	Deltas           uint64
-	Images           uint64
-	Snapshots        uint64
-	Heartbeats       uint64
-	Rejected         uint64 // records dead-lettered
+	QueuedBytes int
+	FetchPaused bool
+	FetchPauses uint64
+	Deltas      uint64
+	Images      uint64
+	Snapshots   uint64
+	Heartbeats  uint64
+	Rejected    uint64 // records dead-lettered
+	// AssemblyFaults counts snapshots abandoned while being assembled (a chunk out of order, a
+	// record between two chunks).
+	AssemblyFaults   uint64
 	Recoveries       uint64 // seeks back to a snapshot
 	SnapshotRequests uint64
 	Drains           uint64            // drain markers acknowledged
@@ -116,35 +116,4 @@ type LaneCapacity struct {
 	// OmissionsSinceSnapshot, those since the lane's latest installed snapshot.
 	CapacityOmissions      uint64
 	OmissionsSinceSnapshot uint64
-}
-
-// laneStats is the published copy of a lane's status: written by the lane's goroutine, read by
-// status readers, under mu.
-type laneStats struct {
-	mu sync.Mutex
-	s  LaneStatus
-}
-
-func (l *laneStats) update(fn func(s *LaneStatus)) {
-	l.mu.Lock()
-	fn(&l.s)
-	l.mu.Unlock()
-}
-
-// appliedOffset is s.AppliedOffset, without snapshot's copy of the fault map.
-func (l *laneStats) appliedOffset() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.s.AppliedOffset
-}
-
-func (l *laneStats) snapshot() LaneStatus {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.s
-	out.Faults = make(map[string]uint64, len(l.s.Faults))
-	for k, v := range l.s.Faults {
-		out.Faults[k] = v
-	}
-	return out
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/uber-go/tally/v4"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -49,6 +50,9 @@ type laneRig struct {
 	codec  *schemas.Codec
 	blocks uint64
 	out    *keptOutputs
+	// metrics is the scope the indexer reports to: the lane's ledger is checked against it
+	// (ledgerAgrees).
+	metrics tally.TestScope
 
 	log   []*kgo.Record // the lane's partition: record i is at offset i
 	pos   int64         // next offset the owner reads
@@ -202,7 +206,8 @@ func newLaneRigs(t *testing.T, expectedBlocks, indexerBlocks uint64, cfg Indexer
 	if err != nil {
 		t.Fatal(err)
 	}
-	ix, err := NewIndexer(IndexerParams{Config: cfg, Indexer: g, Codec: codec, Log: zaptest.NewLogger(t)})
+	scope := tally.NewTestScope("", nil)
+	ix, err := NewIndexer(IndexerParams{Config: cfg, Indexer: g, Codec: codec, Log: zaptest.NewLogger(t), Metrics: scope})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +224,7 @@ func newLaneRigs(t *testing.T, expectedBlocks, indexerBlocks uint64, cfg Indexer
 		}
 		ix.lanes[lane] = newLane(ix, lane, *ml[lane], in, -1)
 		rigs = append(rigs, &laneRig{t: t, ix: ix, lane: lane, l: ix.lanes[lane], dec: newLaneDecoder(ix.feed, codec, lane),
-			codec: codec, blocks: expectedBlocks, out: out, now: time.Unix(1_700_000_000, 0)})
+			codec: codec, blocks: expectedBlocks, out: out, metrics: scope, now: time.Unix(1_700_000_000, 0)})
 	}
 	close(ix.started)
 	t.Cleanup(ix.closeLanes)
