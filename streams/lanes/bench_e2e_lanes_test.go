@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -437,6 +439,279 @@ func pfLagRun(b *testing.B, rate float64, images, total int) pfLagResult {
 	}
 }
 
+// ---- 2b. delta produced -> visible at 16 and at 64 lanes -----------------------------------
+
+// pfLanesLagResult is one round of BenchmarkE2EDeltaVisibleLanes at one lane count.
+type pfLanesLagResult struct {
+	Lanes           int     `json:"lanes"`
+	OfferedRecPerS  float64 `json:"offered_deltas_per_sec"`
+	AchievedRecPerS float64 `json:"achieved_deltas_per_sec"`
+	Samples         int     `json:"samples"`
+	P50ms           float64 `json:"p50_ms"`
+	P99ms           float64 `json:"p99_ms"`
+	FetchedP50ms    float64 `json:"produce_to_fetched_p50_ms"`
+	FetchedP99ms    float64 `json:"produce_to_fetched_p99_ms"`
+	FetchedVisP50ms float64 `json:"fetched_to_visible_p50_ms"`
+	FetchedVisP99ms float64 `json:"fetched_to_visible_p99_ms"`
+	QueryP50us      float64 `json:"probe_query_p50_us"` // the prober's one-block queries over every lane
+	LoadAvg         [3]float64
+}
+
+// pfLanesLagRates are the aggregate rates (deltas/s over every lane) of
+// BenchmarkE2EDeltaVisibleLanes: CKF_E2E_LANES_RATE, default 20,000, about a tenth of one lane's
+// sustained capacity in §6.2's runs, so that the rounds measure the path, not a queue.
+func pfLanesLagRate() float64 {
+	if v, err := strconv.Atoi(os.Getenv("CKF_E2E_LANES_RATE")); err == nil && v > 0 {
+		return float64(v)
+	}
+	return 20_000
+}
+
+// BenchmarkE2EDeltaVisibleLanes measures delta produced → visible to queries at 16 and at 64
+// lanes (consumer §16): every lane of the table has a producer, its snapshot installed, and its
+// share of one aggregate rate of 16-image deltas (delta i on lane i mod lanes); the indexer
+// fetches every lane's partition and a prober asks one-block queries over every lane
+// (FindPrefixMatches64, the search of the table's width). The two lane counts alternate,
+// CKF_E2E_REPS rounds each, each round on fresh topics; the rows are the medians of the rounds'
+// p50 and p99 and the median of the per-round ratios 64 / 16.
+func BenchmarkE2EDeltaVisibleLanes(b *testing.B) {
+	defer debug.SetGCPercent(debug.SetGCPercent(streamtest.PerfIndexerGCPercent()))
+	rate := pfLanesLagRate()
+	total := int(rate*streamtest.PerfPhase().Seconds()) + 1
+	runs := map[int][]pfLanesLagResult{}
+	var p50Ratio, p99Ratio []float64
+	b.ResetTimer()
+	for range b.N {
+		for range streamtest.PerfReps() {
+			r16 := pfLanesLagRun(b, 16, rate, total)
+			r64 := pfLanesLagRun(b, 64, rate, total)
+			b.Logf("round: 16 lanes p50 %.2f p99 %.2f ms (load1 %.1f); 64 lanes p50 %.2f p99 %.2f ms (load1 %.1f)",
+				r16.P50ms, r16.P99ms, r16.LoadAvg[0], r64.P50ms, r64.P99ms, r64.LoadAvg[0])
+			runs[16], runs[64] = append(runs[16], r16), append(runs[64], r64)
+			p50Ratio, p99Ratio = append(p50Ratio, r64.P50ms/r16.P50ms), append(p99Ratio, r64.P99ms/r16.P99ms)
+		}
+	}
+	b.StopTimer()
+	med := func(rs []pfLanesLagResult, f func(pfLanesLagResult) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		return streamtest.PerfMedian(v)
+	}
+	for _, n := range []int{16, 64} {
+		rs := runs[n]
+		b.Run(fmt.Sprintf("lanes=%d", n), func(b *testing.B) {
+			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.AchievedRecPerS }), "achieved-deltas/s")
+			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.P50ms }), "p50-ms")
+			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.P99ms }), "p99-ms")
+			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.FetchedP99ms }), "produce-to-fetched-p99-ms")
+			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.FetchedVisP50ms }), "fetched-to-visible-p50-ms")
+			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.FetchedVisP99ms }), "fetched-to-visible-p99-ms")
+			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.QueryP50us }), "probe-query-p50-µs")
+			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.LoadAvg[0] }), "load1")
+			if n == 64 {
+				b.ReportMetric(streamtest.PerfMedian(p50Ratio), "p50-64/16")
+				b.ReportMetric(streamtest.PerfMedian(p99Ratio), "p99-64/16")
+			}
+		})
+		streamtest.PerfWrite(b, fmt.Sprintf("e2e-lag-lanes=%d.json", n), rs)
+	}
+}
+
+// pfLanesLagRun writes total 16-image deltas at rate deltas/s over lanes 0..n-1 of a fresh
+// n-lane table (delta i on lane i mod n) and measures when each becomes visible to queries.
+func pfLanesLagRun(b *testing.B, n int, rate float64, total int) pfLanesLagResult {
+	const images = 16
+	e := streamtest.NewEnv(b, 1<<18) // 2^16 buckets a lane: 64 snapshots of 512 KiB per round
+	e.ChunkWords = 0                 // the production chunk size
+	lanes := make([]uint8, n)
+	parts := make([]int32, n)
+	ps := make([]*streamtest.Producer, n)
+	for l := range lanes {
+		lanes[l], parts[l] = uint8(l), int32(l)
+		ps[l] = e.Producer(uint8(l), 1)
+		ps[l].Snapshot()
+	}
+	base := make([]int64, n)
+	for l := range base {
+		base[l] = streamtest.PerfEndOffsets(b, e.Topics.Lanes, parts[l:l+1])
+	}
+	fetched := make([]atomic.Int64, total)
+	hook := pfFetchHook(func(r *kgo.Record) {
+		if r.Topic != e.Topics.Lanes || r.Partition < 0 || int(r.Partition) >= n {
+			return
+		}
+		l := int(r.Partition)
+		if k := r.Offset - base[l]; k >= 0 {
+			if i := int(k)*n + l; i < total {
+				fetched[i].CompareAndSwap(0, time.Now().UnixNano())
+			}
+		}
+	})
+	ri := streamtest.PerfStartIndexer(b, e, e.Manifest(ckf.ConsumerInstanceID(time.Now().UnixNano()), lanes...), kgo.WithHooks(hook))
+	defer ri.Stop()
+	g := ri.Indexer.GlobalIndexer()
+	all := uint64(1)<<n - 1 // every bit for n = 64
+	testenv.WaitUntil(b, 2*time.Minute, fmt.Sprintf("all %d lanes are ready", n), func() bool { return g.ReadyLanes64() == all },
+		func() string { return fmt.Sprintf("ready lanes %#x", g.ReadyLanes64()) })
+	addr := g.Addressing()
+	bc := g.BucketCount()
+	rng := rand.New(rand.NewPCG(17, uint64(n)))
+	const ring = 4096
+	fill := make([][]ckf.BucketImage, ring)
+	for i := range fill {
+		seen := map[uint64]bool{}
+		for len(fill[i]) < images-1 {
+			bk := rng.Uint64N(bc)
+			if seen[bk] {
+				continue
+			}
+			seen[bk] = true
+			fill[i] = append(fill[i], ckf.BucketImage{Bucket: bk, Value: rng.Uint64() | 0x8000_8000_8000_8000})
+		}
+	}
+	markers := make([]pfMarker, total)
+	recs := make([]*kgo.Record, total)
+	seqs := make([]uint64, n)
+	for l, p := range ps {
+		seqs[l] = p.Publisher.LastSequence()
+	}
+	var packed []byte
+	for i := range markers {
+		l := i % n
+		for {
+			h := rng.Uint64()
+			pr := addr.Probe(ckf.SequenceHashes([]uint64{h})[0])
+			if pr.Fingerprint&0x8000 != 0 || slices.ContainsFunc(fill[i%ring], func(im ckf.BucketImage) bool { return im.Bucket == pr.BucketA }) {
+				continue
+			}
+			markers[i] = pfMarker{local: h, bucket: pr.BucketA, value: uint64(pr.Fingerprint)}
+			break
+		}
+		packed = packed[:0]
+		for _, im := range fill[i%ring] {
+			packed = schemas.AppendImage(packed, im.Bucket, im.Value)
+		}
+		packed = schemas.AppendImage(packed, markers[i].bucket, markers[i].value)
+		v, err := e.Codec.EncodeLaneRecord(schemas.LaneRecord{Identity: streams.WireIdentity(ps[l].ID), Kind: schemas.LaneDelta,
+			Delta: schemas.Delta{BaseSequence: seqs[l], Sequence: seqs[l] + 1, Images: append(schemas.PackedImages(nil), packed...)}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		seqs[l]++
+		recs[i] = &kgo.Record{Topic: e.Topics.Lanes, Partition: int32(l), Key: []byte(ps[l].ID.Pool.String()), Value: v}
+	}
+	cl := testenv.Client(b, append(streams.LaneWriterClientOpts(), kgo.ProducerLinger(0))...)
+	handoff := make([]int64, total)
+	visible := make([]int64, total)
+	var produced atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// Prober: per lane, the newest produced delta of the lane whose marker a query over every
+	// lane sees; a lane's deltas apply in sequence order, so it and the lane's older deltas are
+	// visible now (as in pfLagRun, lane by lane).
+	proberDone := make(chan struct{})
+	var queryTimes []time.Duration
+	go func() {
+		defer close(proberDone)
+		next := make([]int, n) // per lane, the next delta index k (delta k*n+l) not yet seen
+		seen := 0
+		q := make([]uint64, 1)
+		var scratch []uint64
+		for seen < total {
+			p := int(produced.Load())
+			for l := 0; l < n; l++ {
+				if p <= l {
+					break
+				}
+				for k := (p - 1 - l) / n; k >= next[l]; k-- {
+					q[0] = markers[k*n+l].local
+					t0 := time.Now()
+					res, err := g.FindPrefixMatches64(q, &scratch)
+					if len(queryTimes) < 1<<16 {
+						queryTimes = append(queryTimes, time.Since(t0))
+					}
+					if err != nil {
+						break
+					}
+					if d, ok := res.Depth(uint8(l)); ok && d > 0 {
+						now := time.Now().UnixNano()
+						for j := next[l]; j <= k; j++ {
+							visible[j*n+l] = now
+						}
+						seen += k + 1 - next[l]
+						next[l] = k + 1
+						break
+					}
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			// The prober's sampling period (the resolution of the measured visibility), not a
+			// wait for an outcome: proberDone is what the benchmark waits for.
+			time.Sleep(50 * time.Microsecond)
+		}
+	}()
+
+	var produceErr atomic.Value
+	start := time.Now()
+	interval := float64(time.Second) / rate
+	sent := 0
+	tick := time.NewTicker(500 * time.Microsecond)
+	for sent < total {
+		<-tick.C
+		due := min(total, int(float64(time.Since(start))/interval)+1)
+		for ; sent < due; sent++ {
+			handoff[sent] = time.Now().UnixNano()
+			cl.Produce(ctx, recs[sent], func(_ *kgo.Record, err error) {
+				if err != nil {
+					produceErr.Store(err)
+				}
+			})
+		}
+		produced.Store(int64(sent))
+	}
+	tick.Stop()
+	if err := cl.Flush(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if err, _ := produceErr.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-proberDone:
+	case <-time.After(time.Minute):
+		b.Fatalf("%d lanes: not every delta became visible within a minute (%d deltas)", n, total)
+	}
+	var last int64
+	for _, v := range visible {
+		last = max(last, v)
+	}
+	from := total / 10 // the first 10 %: connection warm-up
+	var lat, toFetched, fetchedVis []time.Duration
+	for i := from; i < total; i++ {
+		lat = append(lat, time.Duration(visible[i]-handoff[i]))
+		f := fetched[i].Load()
+		if f == 0 {
+			b.Fatalf("%d lanes: delta %d became visible without its fetch being seen", n, i)
+		}
+		toFetched = append(toFetched, time.Duration(f-handoff[i]))
+		fetchedVis = append(fetchedVis, time.Duration(visible[i]-f))
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+	return pfLanesLagResult{Lanes: n, OfferedRecPerS: rate, AchievedRecPerS: float64(total) / time.Duration(last-start.UnixNano()).Seconds(),
+		Samples: total - from,
+		P50ms:   ms(streamtest.PerfDurQuantile(lat, 0.5)), P99ms: ms(streamtest.PerfDurQuantile(lat, 0.99)),
+		FetchedP50ms: ms(streamtest.PerfDurQuantile(toFetched, 0.5)), FetchedP99ms: ms(streamtest.PerfDurQuantile(toFetched, 0.99)),
+		FetchedVisP50ms: ms(streamtest.PerfDurQuantile(fetchedVis, 0.5)), FetchedVisP99ms: ms(streamtest.PerfDurQuantile(fetchedVis, 0.99)),
+		QueryP50us: float64(streamtest.PerfDurQuantile(queryTimes, 0.5).Nanoseconds()) / 1e3,
+		LoadAvg:    streamtest.PerfLoadAvg(),
+	}
+}
+
 // ---- 4. restore of 16 lanes of 2^20 buckets ------------------------------------------------
 
 type pfRestoreResult struct {
@@ -514,4 +789,79 @@ func BenchmarkE2ERestore16Lanes2to20(b *testing.B) {
 	b.ReportMetric(res.MiB/(res.MedianRestore/1e3), "MiB/s")
 	b.ReportMetric(res.LoadAvg[0], "load1")
 	streamtest.PerfWrite(b, "e2e-restore.json", res)
+}
+
+// BenchmarkE2ERestoreLanes restores tables of 16 and of 64 lanes (consumer §16) from the
+// broker: each lane holds one indexed snapshot of 2^16 random words (about half of the slots
+// used, production chunk size), written once per lane count; then CKF_E2E_REPS rounds, each
+// starting a fresh indexer of 16 lanes and one of 64 lanes (alternating) and timing each until
+// every lane is ready. Reported: the medians of the restore times and of ms per lane, and the
+// median of the per-round ratios of ms per lane, 64 / 16.
+func BenchmarkE2ERestoreLanes(b *testing.B) {
+	type setup struct {
+		e     *streamtest.Env
+		lanes []uint8
+	}
+	prepare := func(n int) setup {
+		e := streamtest.NewEnv(b, 1<<18) // 2^16 buckets a lane
+		e.ChunkWords = 0
+		s := setup{e: e, lanes: make([]uint8, n)}
+		rng := rand.New(rand.NewPCG(3, uint64(n)))
+		for l := range s.lanes {
+			s.lanes[l] = uint8(l)
+			p := e.Producer(uint8(l), 1)
+			words := make([]uint64, p.State.BucketCount())
+			for i := range words {
+				v, sel := rng.Uint64(), rng.Uint32()
+				for k := 0; k < 4; k++ {
+					if sel&(1<<k) == 0 {
+						v &^= 0xFFFF << (16 * k)
+					}
+				}
+				words[i] = v
+			}
+			snap := ckf.Snapshot{Identity: p.ID, Lease: ckf.LaneLease{Lane: uint8(l), Epoch: 1}, Sequence: 0, Buckets: words}
+			if _, err := p.Writer.WriteSnapshot(context.Background(), &snap); err != nil {
+				b.Fatal(err)
+			}
+			p.State = nil
+		}
+		return s
+	}
+	setups := map[int]setup{16: prepare(16), 64: prepare(64)}
+	restore := func(n, round int) float64 {
+		s := setups[n]
+		all := uint64(1)<<n - 1 // every bit for n = 64
+		start := time.Now()
+		ri := streamtest.PerfStartIndexer(b, s.e, s.e.Manifest(ckf.ConsumerInstanceID(6000+100*round+n), s.lanes...))
+		defer ri.Stop()
+		g := ri.Indexer.GlobalIndexer()
+		testenv.WaitUntil(b, 5*time.Minute, fmt.Sprintf("every one of %d lanes is restored", n), func() bool { return g.ReadyLanes64() == all },
+			func() string { return fmt.Sprintf("ready lanes %#x", g.ReadyLanes64()) })
+		return float64(time.Since(start).Microseconds()) / 1e3
+	}
+	ms := map[int][]float64{}
+	var ratio []float64
+	b.ResetTimer()
+	for range b.N {
+		for round := range streamtest.PerfReps() {
+			r16, r64 := restore(16, round), restore(64, round)
+			ms[16], ms[64] = append(ms[16], r16), append(ms[64], r64)
+			ratio = append(ratio, (r64/64)/(r16/16))
+			b.Logf("round %d: 16 lanes %.1f ms, 64 lanes %.1f ms (load1 %.1f)", round, r16, r64, streamtest.PerfLoadAvg()[0])
+		}
+	}
+	b.StopTimer()
+	for _, n := range []int{16, 64} {
+		b.Run(fmt.Sprintf("lanes=%d", n), func(b *testing.B) {
+			b.ReportMetric(streamtest.PerfMedian(ms[n]), "ms/restore")
+			b.ReportMetric(streamtest.PerfMedian(ms[n])/float64(n), "ms/lane")
+			b.ReportMetric(streamtest.PerfLoadAvg()[0], "load1")
+			if n == 64 {
+				b.ReportMetric(streamtest.PerfMedian(ratio), "ms-per-lane-64/16")
+			}
+		})
+	}
+	streamtest.PerfWrite(b, "e2e-restore-lanes.json", map[string]any{"restore_ms_16": ms[16], "restore_ms_64": ms[64],
+		"ms_per_lane_ratio_64_over_16": ratio, "buckets_per_lane": 1 << 16})
 }
