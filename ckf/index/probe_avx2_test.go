@@ -3,6 +3,7 @@ package index
 import (
 	"encoding/binary"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -75,7 +76,7 @@ var adversarialFingerprints = []uint16{1, 2, 0x007F, 0x0080, 0x00FF, 0x0100, 0x7
 func TestProbeAVX2EqualsReference(t *testing.T) {
 	ra, rb, zero := avx2Rows(t)
 	r := rand.New(rand.NewPCG(37, 64))
-	for i := 0; i < 50000; i++ {
+	for i := 0; i < 50000/probeTestScale; i++ {
 		fp := uint16(r.Uint32()) | 1
 		if i%3 == 0 {
 			fp = adversarialFingerprints[i%len(adversarialFingerprints)]
@@ -190,7 +191,7 @@ func TestProbeSettledAVX2EqualsSWAR(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; i < 400; i++ {
+		for i := 0; i < 400/probeTestScale; i++ {
 			fp := uint16(r.Uint32()) | 1
 			for b := uint64(0); b < buckets; b++ {
 				for l := 0; l < lanes; l++ {
@@ -258,4 +259,56 @@ func FuzzProbeAVX2(f *testing.F) {
 			t.Fatalf("decided %064b: swar %064b %s %064b want %064b", decided, swar, probeWideKernel(), avx, want)
 		}
 	})
+}
+
+// A probe concurrent with stores sees every word whole (consumer §5.5), with
+// whichever kernel the build runs (the AVX2 one without -race on a CPU that
+// has it, the sync/atomic loop under -race): a writer flips every word of
+// rows A and B of a 64-lane table between two values that both hold fp,
+// in different slots, and that hold it in no slot when one half of a value
+// is read with the other half of the other (a torn read). Every probe must
+// see every lane.
+func TestProbeSettledWideWordsWholeUnderStores(t *testing.T) {
+	tb, err := newTransposedTable(2, ckf.MaxLanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fp = 0xBEEF
+	// x holds fp in slot 0, y in slot 3: x's low half with y's high half
+	// holds it twice, y's low half with x's high half holds it nowhere.
+	x := uint64(fp) | 0x1111<<16 | 0x2222<<32 | 0x3333<<48
+	y := uint64(0x4444) | 0x5555<<16 | 0x6666<<32 | uint64(fp)<<48
+	if torn := y&0xFFFF_FFFF | x&^0xFFFF_FFFF; ckf.Bucket(torn).Contains(fp) {
+		t.Fatal("the torn value must not hold fp")
+	}
+	for b := uint64(0); b < 2; b++ {
+		for l := 0; l < ckf.MaxLanes; l++ {
+			tb.store(b, l, x)
+		}
+	}
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; !stop.Load(); i++ {
+			v := x
+			if i%2 == 1 {
+				v = y
+			}
+			for b := uint64(0); b < 2; b++ {
+				for l := 0; l < ckf.MaxLanes; l++ {
+					tb.store(b, l, v)
+				}
+			}
+		}
+	}()
+	defer func() { stop.Store(true); <-done }()
+	for i := 0; i < 100000/probeTestScale; i++ {
+		if got := tb.probeSettled(fp, 0, 1, ^uint64(0)); got != ^uint64(0) {
+			t.Fatalf("probe %d (%s kernel): lanes %064b", i, probeWideKernel(), got)
+		}
+		if got := tb.probe(fp, 0, 1); got != ^uint64(0) {
+			t.Fatalf("probe %d (unsettled): lanes %064b", i, got)
+		}
+	}
 }
