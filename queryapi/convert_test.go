@@ -191,3 +191,56 @@ func TestDecodeErrorsNameNoGoType(t *testing.T) {
 		}
 	}
 }
+
+// TestResponseIntoReusesItsLists: ResponseInto into one response, reply after reply (more lanes,
+// then fewer, then none), gives each time what ResponseOf gives, byte for byte in JSON; a
+// searched lane's DC id is the reply's even where the lane map names another DC.
+func TestResponseIntoReusesItsLists(t *testing.T) {
+	pools := queryapi.LanePools(func(l uint8) (ckf.PoolID, bool) {
+		switch l {
+		case 1:
+			return ckf.PoolID{Dc: 0xdc02}, true
+		case 3:
+			return ckf.PoolID{Dc: 0x9999}, true // not the reply's DC for lane 3
+		}
+		return ckf.PoolID{}, false
+	})
+	wide := schemas.QueryReply{CorrelationID: "wide", Status: schemas.QueryOK, QueryBlocks: 4, ReadyLanes: 0b1010,
+		Lanes: []schemas.LaneMatch{{Lane: 1, DcID: 0xdc02, Pool: "p1", Depth: 3}, {Lane: 3, DcID: 0xdc04, Pool: "p3", Depth: 1}},
+		LaneStates: []schemas.LaneState{{Lane: 0, State: schemas.LaneUnavailable}, {Lane: 1, State: schemas.LaneExact, AgeMillis: schemas.Some[int64](5)},
+			{Lane: 3, State: schemas.LaneExact}}}
+	narrow := schemas.QueryReply{CorrelationID: "narrow", Status: schemas.QueryOK, QueryBlocks: 2, ReadyLanes: 0b10,
+		Lanes: []schemas.LaneMatch{{Lane: 1, DcID: 0xdc02, Pool: "p1", Depth: 2}}, LaneStates: []schemas.LaneState{{Lane: 1, State: schemas.LaneExact}}}
+	none := schemas.QueryReply{CorrelationID: "none", Status: schemas.QueryUnavailable, ErrorMessage: "no lane"}
+	var into queryapi.PrefixMatchResponse
+	for _, r := range []schemas.QueryReply{wide, narrow, none, wide} {
+		queryapi.ResponseInto(&into, &r, pools)
+		got, _ := json.Marshal(into)
+		want, _ := json.Marshal(queryapi.ResponseOf(&r, pools))
+		if string(got) != string(want) {
+			t.Fatalf("%s:\ninto %s\nof   %s", r.CorrelationID, got, want)
+		}
+		if r.CorrelationID == "wide" && into.Matches[1].DcID != "000000000000dc04" {
+			t.Fatalf("lane 3's DC id %q, want the reply's 000000000000dc04", into.Matches[1].DcID)
+		}
+	}
+}
+
+// TestDecodeRequestBufReusesItsBuffer: DecodeRequestBuf reads as DecodeRequest does, into the
+// buffer it is given and hands back, and a second body of the same size packs into it without
+// allocating.
+func TestDecodeRequestBufReusesItsBuffer(t *testing.T) {
+	bodies := [][]byte{[]byte(`{"local_block_hashes":[1,2,3]}`), []byte(`{"token_ids":[4,5,6,7],"block_size":2}`), []byte(`{"local_block_hashes":[9,8,7]}`)}
+	var buf []byte
+	for _, body := range bodies {
+		want, _, werr := queryapi.DecodeRequest(body)
+		got, _, b, err := queryapi.DecodeRequestBuf(body, buf)
+		if err != nil || werr != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: %+v, %v; DecodeRequest %+v, %v", body, got, err, want, werr)
+		}
+		buf = b
+	}
+	if n := testing.AllocsPerRun(10, func() { _, _, buf, _ = queryapi.DecodeRequestBuf(bodies[0], buf[:0]) }); n != 0 {
+		t.Fatalf("%v allocations a body, want 0 with a buffer", n)
+	}
+}

@@ -18,9 +18,14 @@
 //     token ids are read straight into their packed little-endian form (schemas.PackedU64,
 //     schemas.PackedU32), which the answerer reads; DecodeBinaryRequest does the same for the
 //     binary form, whose body already is that form.
-//   - RequestOf: a schemas.QueryRequest to the JSON body (a client).
+//     DecodeRequestBuf is DecodeRequest packing into a buffer the server keeps between
+//     requests.
+//   - RequestOf: a schemas.QueryRequest to the JSON body (a client); PrefixMatchRequest.Request
+//     is its inverse under the same rules as DecodeRequest (a client that builds a body from
+//     its own inputs, processor query's flags).
 //   - ResponseOf: a schemas.QueryReply to the JSON body (the server, and processor query's
-//     --json output, so both paths print alike).
+//     --json output and table, so both paths print alike); ResponseInto is ResponseOf into a
+//     response whose lists the server reuses.
 //   - PrefixMatchResponse.Reply: the JSON body back to the schemas.QueryReply the Kafka path
 //     would have given (a client).
 //

@@ -6,8 +6,6 @@ import (
 	"math/bits"
 	"strconv"
 	"time"
-
-	"github.com/ckf-stream/ckf-stream/schemas"
 )
 
 // The JSON form of POST /v1/prefix-matches, for the common case. encoding/json reads a request
@@ -31,8 +29,22 @@ import (
 // strings of bytes 0x20..0x7E other than '"' and '\'; nothing after the object but whitespace.
 // The lists are packed as they are read: each number goes straight into the little-endian bytes
 // the answerer searches (schemas.PackedU64, schemas.PackedU32).
-func parsePlainRequest(body []byte) (decoded, bool) {
+func parsePlainRequest(body []byte) (decoded, bool) { return parsePlainRequestBuf(body, nil) }
+
+// parsePlainRequestBuf is parsePlainRequest packing the first list into buf's array (from
+// buf[:0]; a buf of no capacity is sized by the body), so that a caller that keeps buf between
+// requests decodes without allocating. A second list (a body giving both inputs, refused
+// later) gets its own array.
+func parsePlainRequestBuf(body, buf []byte) (decoded, bool) {
 	p := plainParser{b: body}
+	list := func() []byte {
+		b := buf[:0]
+		if cap(b) == 0 {
+			b = make([]byte, 0, len(body))
+		}
+		buf = nil
+		return b
+	}
 	var in decoded
 	var seen [len(prefixMatchFields)]bool
 	if !p.byte('{') {
@@ -59,10 +71,10 @@ func parsePlainRequest(body []byte) (decoded, bool) {
 		case fieldCacheNamespace:
 			in.CacheNamespace, ok = p.str()
 		case fieldLocalBlockHashes:
-			in.LocalBlockHashes = make(schemas.PackedU64, 0, len(body))
+			in.LocalBlockHashes = list()
 			ok = p.list(math.MaxUint64, func(v uint64) { in.LocalBlockHashes = binary.LittleEndian.AppendUint64(in.LocalBlockHashes, v) })
 		case fieldTokenIDs:
-			in.TokenIDs = make(schemas.PackedU32, 0, len(body))
+			in.TokenIDs = list()
 			ok = p.list(math.MaxUint32, func(v uint64) { in.TokenIDs = binary.LittleEndian.AppendUint32(in.TokenIDs, uint32(v)) })
 		case fieldBlockSize:
 			var v uint64

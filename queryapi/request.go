@@ -152,18 +152,35 @@ func CheckJSONContentType(ct string) error {
 // of the plain shape is read in one pass (parsePlainRequest), any other, and every
 // one in error, by encoding/json (decodeRequestJSON).
 func DecodeRequest(body []byte) (schemas.QueryRequest, []ckf.ExtraKeys, error) {
-	in, plain := parsePlainRequest(body)
+	req, extra, _, err := DecodeRequestBuf(body, nil)
+	return req, extra, err
+}
+
+// DecodeRequestBuf is DecodeRequest for a server that keeps a buffer between requests: a plain
+// body's list is packed into buf's array from buf[:0] (grown as needed), and the buffer is
+// returned for the next request. The request's Hashes or Tokens then alias it: keep it unchanged
+// until the request is answered.
+func DecodeRequestBuf(body, buf []byte) (schemas.QueryRequest, []ckf.ExtraKeys, []byte, error) {
+	in, plain := parsePlainRequestBuf(body, buf)
+	if plain {
+		switch {
+		case in.LocalBlockHashes != nil:
+			buf = in.LocalBlockHashes
+		case in.TokenIDs != nil:
+			buf = in.TokenIDs
+		}
+	}
 	if !plain {
 		var err error
 		if in, err = decodeRequestJSON(body); err != nil {
-			return schemas.QueryRequest{}, nil, err
+			return schemas.QueryRequest{}, nil, buf, err
 		}
 	}
 	req, err := in.query()
 	if err != nil {
-		return schemas.QueryRequest{}, nil, err
+		return schemas.QueryRequest{}, nil, buf, err
 	}
-	return req, in.BlockExtraKeys, nil
+	return req, in.BlockExtraKeys, buf, nil
 }
 
 // decoded is a JSON body as read, before the rules of the shape: the lists already packed

@@ -104,17 +104,32 @@ func laneStateOf(name string) schemas.LaneAnswerState {
 // has no such entry. The LaneAnswers' AgeMillis and Depth point into reply: keep it unchanged
 // while the response is in use.
 func ResponseOf(reply *schemas.QueryReply, pools *[ckf.MaxLanes]LanePool) PrefixMatchResponse {
-	resp := PrefixMatchResponse{
+	var resp PrefixMatchResponse
+	ResponseInto(&resp, reply, pools)
+	return resp
+}
+
+// ResponseInto is ResponseOf writing into *resp, whose Matches and Lanes arrays it reuses: a
+// server that keeps one response between requests maps a reply without allocating. A searched
+// lane's DC id is taken from pools when they name the same DC.
+func ResponseInto(resp *PrefixMatchResponse, reply *schemas.QueryReply, pools *[ckf.MaxLanes]LanePool) {
+	*resp = PrefixMatchResponse{
 		CorrelationID: reply.CorrelationID, Status: reply.Status.String(), Error: reply.ErrorMessage,
 		QueryBlocks: reply.QueryBlocks, ReadyLanes: reply.ReadyMask(), IncompleteLanes: reply.IncompleteMask(),
-		Matches: make([]DCMatch, len(reply.Lanes)), Lanes: make([]LaneAnswer, len(reply.LaneStates)),
+		Matches: resize(resp.Matches, len(reply.Lanes)), Lanes: resize(resp.Lanes, len(reply.LaneStates)),
 		ReplyTime: reply.ReplyTime.UTC(),
 	}
 	if reply.ReplyTime.IsZero() {
 		resp.ReplyTime = time.Time{}
 	}
 	for i, l := range reply.Lanes {
-		resp.Matches[i] = DCMatch{Lane: l.Lane, DcID: ckf.DcID(l.DcID).String(), Pool: l.Pool, Depth: l.Depth,
+		var dc string
+		if pools != nil && l.Lane < ckf.MaxLanes && pools[l.Lane].dc == l.DcID && pools[l.Lane].DcID != "" {
+			dc = pools[l.Lane].DcID
+		} else {
+			dc = ckf.DcID(l.DcID).String()
+		}
+		resp.Matches[i] = DCMatch{Lane: l.Lane, DcID: dc, Pool: l.Pool, Depth: l.Depth,
 			Incomplete: resp.IncompleteLanes&(1<<l.Lane) != 0}
 	}
 	j := 0
@@ -136,7 +151,15 @@ func ResponseOf(reply *schemas.QueryReply, pools *[ckf.MaxLanes]LanePool) Prefix
 		}
 		resp.Lanes[i] = la
 	}
-	return resp
+}
+
+// resize returns s of length n, its array reused when it holds n: never nil, so that an empty
+// list is written [], not null.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n || s == nil {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // LanePool is how a lane's DC is named in answers: the DC id as 16 hex digits and the pool's
@@ -144,6 +167,7 @@ func ResponseOf(reply *schemas.QueryReply, pools *[ckf.MaxLanes]LanePool) Prefix
 type LanePool struct {
 	DcID string
 	Pool string
+	dc   uint64 // the DC id DcID spells
 }
 
 // LanePools returns the LanePool of every lane of the lane map (the manifest): pools[l] for
@@ -152,7 +176,7 @@ func LanePools(poolOf func(l uint8) (ckf.PoolID, bool)) *[ckf.MaxLanes]LanePool 
 	var out [ckf.MaxLanes]LanePool
 	for l := uint8(0); l < ckf.MaxLanes; l++ {
 		if p, ok := poolOf(l); ok {
-			out[l] = LanePool{DcID: p.Dc.String(), Pool: p.String()}
+			out[l] = LanePool{DcID: p.Dc.String(), Pool: p.String(), dc: uint64(p.Dc)}
 		}
 	}
 	return &out
