@@ -2,7 +2,11 @@
 
 package index
 
-import "simd/archsimd"
+import (
+	"simd/archsimd"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+)
 
 // Optional AVX2 probe kernel, built only with GOEXPERIMENT=simd (Go 1.26's
 // experimental simd/archsimd package; the API may change, so it stays behind
@@ -15,11 +19,12 @@ import "simd/archsimd"
 // movemask (lanes without a match), inverted.
 //
 // Memory-ordering note: a 256-bit load is not specified as four atomic
-// 64-bit loads, and the race detector does not see it. On x86-64 an aligned
-// 32-byte load never tears an aligned 8-byte element in practice, and the
-// weak-read contract (consumer §5.5) tolerates any mix of old and new words, so the
-// kernel is acceptable for the experiment build; the default build uses
-// atomic 64-bit loads only.
+// 64-bit loads, and the race detector does not see it. The weak-read
+// contract (consumer §5.5) tolerates any mix of old and new words but wants
+// each word whole, which nothing promises for an element of a 32-byte load;
+// this kernel is kept to the experiment build for that reason too. The
+// default build's AVX2 kernel of wide rows (probe_avx2_amd64.go) reads words
+// in aligned 16-byte pairs, which AVX CPUs load indivisibly.
 
 // probeKernel names the kernel selected at build time.
 var probeKernel = func() string {
@@ -32,18 +37,18 @@ var probeKernel = func() string {
 var probeHasAVX2 = archsimd.X86.AVX2()
 
 // probeRows is the production probe kernel.
-func probeRows(ra, rb *[LaneCount]uint64, fp uint16) uint16 {
+func probeRows(ra, rb *[ckf.LaneCount]uint64, fp uint16) uint16 {
 	if !probeHasAVX2 {
 		return probeRowsSWAR(ra, rb, fp)
 	}
 	return probeRowsAVX2(ra, rb, fp)
 }
 
-func probeRowsAVX2(ra, rb *[LaneCount]uint64, fp uint16) uint16 {
+func probeRowsAVX2(ra, rb *[ckf.LaneCount]uint64, fp uint16) uint16 {
 	rep := archsimd.BroadcastUint16x16(fp)
 	var zero archsimd.Int64x4
 	var out uint16
-	for g := 0; g < LaneCount/4; g++ {
+	for g := 0; g < ckf.LaneCount/4; g++ {
 		a := archsimd.LoadUint64x4((*[4]uint64)(ra[4*g : 4*g+4])).AsUint16x16()
 		b := archsimd.LoadUint64x4((*[4]uint64)(rb[4*g : 4*g+4])).AsUint16x16()
 		hit := a.Equal(rep).Or(b.Equal(rep)).ToInt16x16().AsInt64x4()
