@@ -175,13 +175,16 @@ func (t *transposedTable) probeSettled(fp uint16, a, b uint64, lanes uint64) uin
 	if t.stride <= ckf.LaneCount {
 		return uint64(t.probeSettled16(fp, a, b, uint16(lanes)))
 	}
-	ra, rb := t.rowWords(a), t.rowWords(b)
 	var m uint64
 	i := 0
 	if probeWideAVX2 && t.stride >= 32 {
-		m = probeSettledAVX2(ra, rb, fp, lanes)
+		m = t.probeSettledAVX2(fp, a, b, lanes)
+		if t.stride&31 == 0 {
+			return m
+		}
 		i = t.stride &^ 31
 	}
+	ra, rb := t.rowWords(a), t.rowWords(b)
 	for ; i+16 <= len(ra) && i+16 <= len(rb); i += 16 {
 		sub := uint16(lanes >> uint(i&63))
 		if sub == 0 {
@@ -207,13 +210,13 @@ func (t *transposedTable) probeSettled(fp uint16, a, b uint64, lanes uint64) uin
 	return m
 }
 
-// probeSettledAVX2 is probeSettled over the 32-lane blocks of rows ra and
-// rb (len(ra) == len(rb) >= 32, one or two blocks) with the AVX2 kernel
+// probeSettledAVX2 is probeSettled over the 32-lane blocks of rows a and b
+// (stride >= 32: one or two blocks) with the AVX2 kernel
 // (probe_avx2_amd64.go): the blocks from the first to the last that holds a
 // lane of lanes, rows A and B, then row A again for those of lanes that
 // missed. Bits of blocks left out are 0.
-func probeSettledAVX2(ra, rb []uint64, fp uint16, lanes uint64) uint64 {
-	first, blocks := 0, len(ra)>>5
+func (t *transposedTable) probeSettledAVX2(fp uint16, a, b uint64, lanes uint64) uint64 {
+	first, blocks := uint64(0), t.stride>>5
 	if blocks > 1 && lanes>>32 == 0 {
 		blocks = 1
 	}
@@ -223,14 +226,17 @@ func probeSettledAVX2(ra, rb []uint64, fp uint16, lanes uint64) uint64 {
 		}
 		first, blocks = 32, 1
 	}
-	if first+32*blocks > len(rb) {
-		return 0
-	}
 	span := ^uint64(0) // the lanes of the blocks probed, from the first
 	if blocks == 1 {
 		span = math.MaxUint32
 	}
-	return probeSettledAVX2Asm(&ra[first], &rb[first], &ra[first], blocks, fp, lanes>>uint(first)&span) << uint(first)
+	// Row a's first probed word; the last word read is in the row (the
+	// bounds check of the row's last word covers it).
+	ia, ib := a*uint64(t.stride)+first, b*uint64(t.stride)+first
+	_ = t.words[ia+uint64(32*blocks-1)]
+	_ = t.words[ib+uint64(32*blocks-1)]
+	ra, rb := &t.words[ia], &t.words[ib]
+	return probeSettledAVX2Asm(ra, rb, ra, blocks, fp, lanes>>first&span) << first
 }
 
 // probeSettled16 is probeSettled for the lanes 0..15 alone, the 16-lane
