@@ -31,9 +31,10 @@
 // same settings, one log file per incarnation, readiness and /metrics scrapes (Scrape,
 // SumSeries), and a check at the end of the test that no incarnation outlives it.
 //
-// StartRegions (and StartRegionsT) starts two single-node clusters, regions a and b, and
-// MirrorMaker 2 in dedicated mode between them (testenv/kafka/regions-up.sh and mirror-up.sh;
-// `make regions-up` and `make regions-down` by hand), with the WAN to region a behind a fault proxy
-// (CutWAN, HealWAN, latency toxics) and MirrorMaker killed and restarted by Mirror.Kill9 and
-// Mirror.Start. The region tests run under `make test-regions`.
+// StartRegions (and StartRegionsT) starts two single-node clusters, regions a and b, and a
+// MirrorMaker 2 in dedicated mode beside each for the flows into it (testenv/kafka/regions-up.sh
+// and mirror-up.sh; `make regions-up` and `make regions-down` by hand), with each region's WAN
+// route behind a fault proxy (CutWAN, HealWAN, latency toxics, FaultProxy.Bytes) and each
+// MirrorMaker killed and restarted by Mirror.Kill9 and Mirror.Start. The region tests run under
+// `make test-regions`.
 package testenv

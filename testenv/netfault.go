@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/Shopify/toxiproxy/v2/toxics"
 	"github.com/rs/zerolog"
 )
 
@@ -21,6 +23,8 @@ import (
 // QueryAdvertised).
 type FaultProxy struct {
 	p *toxiproxy.Proxy
+	// up and down count the bytes of each stream once CountBytes has added them.
+	up, down *countToxic
 }
 
 // FaultProxies is a group of proxies (one route: every broker's listener of one kind), whose
@@ -34,7 +38,10 @@ var quietToxics sync.Once
 // newFaultServer is the toxiproxy server value the proxies share: it holds only the metrics
 // container and logger the proxies' links use; no HTTP API is started.
 func newFaultServer() *toxiproxy.ApiServer {
-	quietToxics.Do(func() { zerolog.SetGlobalLevel(zerolog.WarnLevel) })
+	quietToxics.Do(func() {
+		zerolog.SetGlobalLevel(zerolog.WarnLevel)
+		toxics.Register(countToxicType, new(countToxic))
+	})
 	return toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 }
 
@@ -87,6 +94,81 @@ func Blackhole(stream string) Toxic {
 func Reset(stream string, after time.Duration) Toxic {
 	return Toxic{Name: "reset-" + stream, Type: "reset_peer", Stream: stream, Toxicity: 1,
 		Attributes: map[string]any{"timeout": after.Milliseconds()}}
+}
+
+// countToxicType is the toxiproxy type name of countToxic.
+const countToxicType = "ckf_count"
+
+// countToxic passes every chunk on unchanged and counts its bytes. toxiproxy's own byte metrics
+// are added only when a connection closes, and a mirror's connections stay open for the whole
+// run; this counts as the bytes pass. One instance serves every connection of the proxy.
+type countToxic struct {
+	n atomic.Int64
+}
+
+func (t *countToxic) Pipe(stub *toxics.ToxicStub) {
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			t.n.Add(int64(len(c.Data)))
+			stub.Output <- c
+		}
+	}
+}
+
+// ProxyBytes are the bytes that entered a proxy since its counters started, per stream.
+type ProxyBytes struct {
+	// Up is from the clients to the listener behind the proxy (their requests).
+	Up int64
+	// Down is from that listener back to the clients (its responses).
+	Down int64
+}
+
+// Total is Up plus Down.
+func (b ProxyBytes) Total() int64 { return b.Up + b.Down }
+
+// Sub is b minus earlier, stream by stream.
+func (b ProxyBytes) Sub(earlier ProxyBytes) ProxyBytes {
+	return ProxyBytes{Up: b.Up - earlier.Up, Down: b.Down - earlier.Down}
+}
+
+// CountBytes starts counting the bytes of both streams (Bytes). The counters are toxics ahead of
+// every toxic added after them: a byte is counted as it enters the proxy, so bytes a later
+// blackhole drops are counted (they left their sender, as on a cut link). Call it before the
+// proxy carries traffic: a connection open before it is counted from then on.
+func (f *FaultProxy) CountBytes() error {
+	if f.up != nil {
+		return nil
+	}
+	var counters [2]*countToxic
+	for i, stream := range []string{"upstream", "downstream"} {
+		name := "count-" + stream
+		if err := f.Add(Toxic{Name: name, Type: countToxicType, Stream: stream, Toxicity: 1}); err != nil {
+			return err
+		}
+		w := f.p.Toxics.GetToxic(name)
+		c, ok := w.Toxic.(*countToxic)
+		if !ok {
+			return fmt.Errorf("proxy %s: toxic %s is a %T, not a byte counter", f.p.Name, name, w.Toxic)
+		}
+		counters[i] = c
+	}
+	f.up, f.down = counters[0], counters[1]
+	return nil
+}
+
+// Bytes returns the bytes counted since CountBytes; zero without it.
+func (f *FaultProxy) Bytes() ProxyBytes {
+	if f.up == nil {
+		return ProxyBytes{}
+	}
+	return ProxyBytes{Up: f.up.n.Load(), Down: f.down.n.Load()}
 }
 
 // Add adds the toxic to the proxy.

@@ -18,11 +18,13 @@ import (
 )
 
 // Two regions on Kafka's own replication (issue 38): two single-node clusters, a and b, started
-// by testenv/kafka/regions-up.sh, and MirrorMaker 2 in dedicated mode between them
-// (testenv/kafka/mirror-up.sh), which runs beside region b and reaches region a only through a
-// fault proxy in front of a's WAN listener: the WAN, which a test cuts and heals. `make
-// regions-up` and `make regions-down` start and stop the same topology by hand, without the
-// proxy. design §8 says what crosses the WAN and how a remote indexer recovers a mirrored lane.
+// by testenv/kafka/regions-up.sh, and a MirrorMaker 2 in dedicated mode beside each region
+// (testenv/kafka/mirror-up.sh) running only the flows into it, as a deployment runs them (design
+// §8): the one beside b mirrors a->b and reaches region a only through a fault proxy in front of
+// a's WAN listener, the one beside a mirrors b->a through a proxy in front of b's. The two proxies
+// are the WAN, which a test cuts, heals, delays and counts. `make regions-up` and `make
+// regions-down` start and stop the same topology by hand, without the proxies. design §8 says
+// what crosses the WAN and how a remote indexer recovers a mirrored lane.
 
 // RegionsEnv turns the region tests on (`make test-regions` sets RegionsRequireEnv, which does
 // too); without either they skip, naming the target: each starts two brokers and MirrorMaker.
@@ -63,12 +65,21 @@ type RegionsConfig struct {
 	FlushInterval time.Duration
 }
 
-// Region is one region's cluster.
+// Region is one region's cluster, its WAN route and the MirrorMaker of the flows into it.
 type Region struct {
 	// Alias is the region's MirrorMaker alias, "a" or "b".
 	Alias string
-	port  int
-	dir   string
+	// WAN is the fault proxy in front of the region's WAN listener, which the region advertises
+	// there: every byte the other region's MirrorMaker exchanges with this region passes it (its
+	// source consumers' fetches of this region's records). It counts those bytes from before
+	// MirrorMaker started (FaultProxy.Bytes).
+	WAN *FaultProxy
+	// Mirror is the MirrorMaker beside the region (MirrorMaker's --clusters with the region's
+	// alias), running the flows into it; nil for region a under MirrorIdentityPolicy, which
+	// mirrors a->b only.
+	Mirror *Mirror
+	port   int
+	dir    string
 }
 
 // Seeds are the region's own client listener (PLAINTEXT), for the region's processes and the
@@ -93,21 +104,21 @@ func (r *Region) Remote(source *Region, topic, policy string) string {
 type Regions struct {
 	cfg  RegionsConfig
 	A, B *Region
-	// WAN is the fault proxy in front of region a's WAN listener, which a advertises there:
-	// every byte MirrorMaker exchanges with region a passes it (a's records to b, and b->a's
-	// writes into a).
-	WAN *FaultProxy
-	// Mirror is the MirrorMaker process.
-	Mirror *Mirror
-	// Startup is the time from the start of regions-up.sh to MirrorMaker started.
+	// Startup is the time from the start of regions-up.sh to every MirrorMaker started.
 	Startup time.Duration
 	env     []string
 }
 
-// Mirror is the MirrorMaker 2 process of a Regions.
+// Mirror is the MirrorMaker 2 process beside one region.
 type Mirror struct {
-	r   *Regions
-	pid int
+	r *Regions
+	// Target is the alias of the region it runs beside and mirrors into.
+	Target string
+	dir    string
+	// seedA and seedB are the bootstraps it reaches the regions by: its own region's local
+	// listener, the other's WAN proxy.
+	seedA, seedB string
+	pid          int
 }
 
 func (r *Regions) script(ctx context.Context, name string, extra ...string) (string, error) {
@@ -121,8 +132,8 @@ func (r *Regions) script(ctx context.Context, name string, extra ...string) (str
 	return strings.TrimSpace(stdout.String()), nil
 }
 
-// StartRegions starts regions a and b on free ports, the WAN proxy and MirrorMaker, and returns
-// once MirrorMaker has started its herders. On failure nothing is left running.
+// StartRegions starts regions a and b on free ports, the WAN proxies and the MirrorMakers, and
+// returns once every MirrorMaker has started its herders. On failure nothing is left running.
 func StartRegions(ctx context.Context, cfg RegionsConfig) (*Regions, error) {
 	if cfg.RunDir == "" {
 		return nil, errors.New("testenv: RegionsConfig.RunDir is required")
@@ -130,25 +141,31 @@ func StartRegions(ctx context.Context, cfg RegionsConfig) (*Regions, error) {
 	if cfg.Policy == "" {
 		cfg.Policy = MirrorDefaultPolicy
 	}
-	ports, err := freeLoopbackPorts(7)
+	if cfg.Policy != MirrorDefaultPolicy && cfg.Policy != MirrorIdentityPolicy {
+		return nil, fmt.Errorf("testenv: RegionsConfig.Policy is %q or %q, not %q", MirrorDefaultPolicy, MirrorIdentityPolicy, cfg.Policy)
+	}
+	// Per region: its client listener, controller, WAN listener and the WAN proxy in front of it.
+	ports, err := freeLoopbackPorts(8)
 	if err != nil {
 		return nil, err
 	}
 	r := &Regions{cfg: cfg,
 		A: &Region{Alias: "a", port: ports[0], dir: filepath.Join(cfg.RunDir, "a")},
-		B: &Region{Alias: "b", port: ports[3], dir: filepath.Join(cfg.RunDir, "b")}}
-	wan := "127.0.0.1:" + strconv.Itoa(ports[6])
-	p := toxiproxy.NewProxy(newFaultServer(), "wan-a", wan, "127.0.0.1:"+strconv.Itoa(ports[2]))
-	if err := p.Start(); err != nil {
-		return nil, fmt.Errorf("WAN proxy: %w", err)
+		B: &Region{Alias: "b", port: ports[4], dir: filepath.Join(cfg.RunDir, "b")}}
+	for i, reg := range []*Region{r.A, r.B} {
+		wan, err := startWANProxy("wan-"+reg.Alias, "127.0.0.1:"+strconv.Itoa(ports[4*i+3]), "127.0.0.1:"+strconv.Itoa(ports[4*i+2]))
+		if err != nil {
+			r.stopProxies()
+			return nil, err
+		}
+		reg.WAN = wan
 	}
-	r.WAN = &FaultProxy{p: p}
 	r.env = append(os.Environ(),
 		"REGIONS_DIR="+cfg.RunDir,
 		"REGION_A_PORT="+strconv.Itoa(ports[0]), "REGION_A_CONTROLLER_PORT="+strconv.Itoa(ports[1]),
-		"REGION_A_WAN_PORT="+strconv.Itoa(ports[2]), "REGION_A_WAN_ADVERTISED="+wan,
-		"REGION_B_PORT="+strconv.Itoa(ports[3]), "REGION_B_CONTROLLER_PORT="+strconv.Itoa(ports[4]),
-		"REGION_B_WAN_PORT="+strconv.Itoa(ports[5]),
+		"REGION_A_WAN_PORT="+strconv.Itoa(ports[2]), "REGION_A_WAN_ADVERTISED="+r.A.WAN.Addr(),
+		"REGION_B_PORT="+strconv.Itoa(ports[4]), "REGION_B_CONTROLLER_PORT="+strconv.Itoa(ports[5]),
+		"REGION_B_WAN_PORT="+strconv.Itoa(ports[6]), "REGION_B_WAN_ADVERTISED="+r.B.WAN.Addr(),
 		"MIRROR_POLICY="+cfg.Policy,
 		// Nothing outlives the test binary, even one that dies without its cleanups.
 		"REGIONS_OWNER_PID="+strconv.Itoa(os.Getpid()), "MIRROR_OWNER_PID="+strconv.Itoa(os.Getpid()))
@@ -158,15 +175,24 @@ func StartRegions(ctx context.Context, cfg RegionsConfig) (*Regions, error) {
 	if cfg.FlushInterval > 0 {
 		r.env = append(r.env, "MIRROR_FLUSH_MS="+strconv.FormatInt(cfg.FlushInterval.Milliseconds(), 10))
 	}
+	// regions-up.sh's MirrorMakers: the one beside b always, the one beside a where a flow runs
+	// into a.
+	r.B.Mirror = &Mirror{r: r, Target: "b", dir: filepath.Join(cfg.RunDir, "mm2-b"), seedA: r.A.WAN.Addr(), seedB: r.B.Seeds()[0]}
+	if cfg.Policy == MirrorDefaultPolicy {
+		r.A.Mirror = &Mirror{r: r, Target: "a", dir: filepath.Join(cfg.RunDir, "mm2-a"), seedA: r.A.Seeds()[0], seedB: r.B.WAN.Addr()}
+	}
 	began := time.Now()
 	if _, err := r.script(ctx, "regions-up.sh"); err != nil {
-		p.Stop()
+		r.stopProxies()
 		return nil, err
 	}
 	r.Startup = time.Since(began)
-	pid, err := readMirrorPid(r.mirrorDir())
+	for _, m := range r.Mirrors() {
+		if m.pid, err = readMirrorPid(m.dir); err != nil {
+			break
+		}
+	}
 	if err == nil {
-		r.Mirror = &Mirror{r: r, pid: pid}
 		err = Ping(ctx, r.A.Seeds())
 	}
 	if err == nil {
@@ -179,6 +205,39 @@ func StartRegions(ctx context.Context, cfg RegionsConfig) (*Regions, error) {
 	return r, nil
 }
 
+// startWANProxy starts the fault proxy of one region's WAN route, counting its bytes from the
+// start.
+func startWANProxy(name, listen, upstream string) (*FaultProxy, error) {
+	p := toxiproxy.NewProxy(newFaultServer(), name, listen, upstream)
+	if err := p.Start(); err != nil {
+		return nil, fmt.Errorf("WAN proxy %s: %w", name, err)
+	}
+	f := &FaultProxy{p: p}
+	if err := f.CountBytes(); err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (r *Regions) stopProxies() {
+	for _, reg := range []*Region{r.A, r.B} {
+		if reg.WAN != nil {
+			reg.WAN.p.Stop()
+		}
+	}
+}
+
+// Mirrors are the topology's MirrorMakers: the one beside b, and the one beside a where a flow
+// runs into a.
+func (r *Regions) Mirrors() []*Mirror {
+	ms := []*Mirror{r.B.Mirror}
+	if r.A.Mirror != nil {
+		ms = append(ms, r.A.Mirror)
+	}
+	return ms
+}
+
 // StartRegionsT starts a topology for t under a directory of the test and stops it when the
 // test ends. When it cannot be started the test is skipped with one line, or fails under
 // RegionsRequireEnv=1.
@@ -187,7 +246,7 @@ func StartRegionsT(t testing.TB, cfg RegionsConfig) *Regions {
 	if cfg.RunDir == "" {
 		cfg.RunDir = filepath.Join(t.TempDir(), "regions")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // four JVMs start on a shared machine
 	defer cancel()
 	r, err := StartRegions(ctx, cfg)
 	if err != nil {
@@ -199,12 +258,18 @@ func StartRegionsT(t testing.TB, cfg RegionsConfig) *Regions {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("MirrorMaker log, last lines:\n%s", r.Mirror.LogTail(40))
+			for _, m := range r.Mirrors() {
+				t.Logf("log of the MirrorMaker into %s, last lines:\n%s", m.Target, m.LogTail(40))
+			}
 		}
 		r.Close()
 	})
-	t.Logf("regions a %v and b %v, WAN proxy %s, MirrorMaker pid %d (%s policy), started in %v",
-		r.A.Seeds(), r.B.Seeds(), r.WAN.Addr(), r.Mirror.Pid(), r.Policy(), r.Startup.Round(time.Millisecond))
+	var ms []string
+	for _, m := range r.Mirrors() {
+		ms = append(ms, fmt.Sprintf("into %s pid %d", m.Target, m.Pid()))
+	}
+	t.Logf("regions a %v (WAN proxy %s) and b %v (WAN proxy %s), MirrorMakers %s (%s policy), started in %v",
+		r.A.Seeds(), r.A.WAN.Addr(), r.B.Seeds(), r.B.WAN.Addr(), strings.Join(ms, ", "), r.Policy(), r.Startup.Round(time.Millisecond))
 	return r
 }
 
@@ -216,19 +281,17 @@ func readMirrorPid(dir string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(raw)))
 }
 
-func (r *Regions) mirrorDir() string { return filepath.Join(r.cfg.RunDir, "mm2") }
-
 // Policy is the topology's mirror policy.
 func (r *Regions) Policy() string { return r.cfg.Policy }
 
 // RemoteTopic is the name of region a's topic in region b.
 func (r *Regions) RemoteTopic(topic string) string { return r.B.Remote(r.A, topic, r.cfg.Policy) }
 
-// Close kills MirrorMaker and both brokers (SIGKILL: the data is thrown away) and stops the WAN
-// proxy.
+// Close kills the MirrorMakers and both brokers (SIGKILL: the data is thrown away) and stops the
+// WAN proxies.
 func (r *Regions) Close() {
-	if r.Mirror != nil {
-		_ = r.Mirror.Kill9()
+	for _, m := range r.Mirrors() {
+		_ = m.Kill9()
 	}
 	for _, reg := range []*Region{r.A, r.B} {
 		if pid, err := reg.Pid(); err == nil {
@@ -238,18 +301,26 @@ func (r *Regions) Close() {
 			}
 		}
 	}
-	r.WAN.p.Stop()
+	r.stopProxies()
 }
 
-// CutWAN drops every byte between MirrorMaker and region a, both ways, keeping the connections
+// CutWAN drops every byte between the regions, both ways on both routes, keeping the connections
 // open: the silence of a cut link, not a refused connection.
 func (r *Regions) CutWAN() error {
-	return errors.Join(r.WAN.Add(Blackhole("upstream")), r.WAN.Add(Blackhole("downstream")))
+	var errs []error
+	for _, reg := range []*Region{r.A, r.B} {
+		errs = append(errs, reg.WAN.Add(Blackhole("upstream")), reg.WAN.Add(Blackhole("downstream")))
+	}
+	return errors.Join(errs...)
 }
 
 // HealWAN ends CutWAN.
 func (r *Regions) HealWAN() error {
-	return errors.Join(r.WAN.Remove("blackhole-upstream"), r.WAN.Remove("blackhole-downstream"))
+	var errs []error
+	for _, reg := range []*Region{r.A, r.B} {
+		errs = append(errs, reg.WAN.Remove("blackhole-upstream"), reg.WAN.Remove("blackhole-downstream"))
+	}
+	return errors.Join(errs...)
 }
 
 // Pid is MirrorMaker's JVM pid (of its latest start).
@@ -261,6 +332,9 @@ func (m *Mirror) Alive() bool { return ProcessAlive(m.pid) }
 // Kill9 sends SIGKILL to MirrorMaker (a crash: no flush of its source positions) and waits for
 // the JVM to exit.
 func (m *Mirror) Kill9() error {
+	if m.pid == 0 {
+		return nil
+	}
 	if err := syscall.Kill(m.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return err
 	}
@@ -273,9 +347,8 @@ func (m *Mirror) Kill9() error {
 // Start starts MirrorMaker again with the same settings after Kill9, returning once its herders
 // have started; it resumes from the source positions it last flushed.
 func (m *Mirror) Start(ctx context.Context) error {
-	r := m.r
-	out, err := r.script(ctx, "mirror-up.sh", "MIRROR_DIR="+r.mirrorDir(), "MIRROR_KEEP_CONFIG=1",
-		"MIRROR_A_BOOTSTRAP="+r.WAN.Addr(), "MIRROR_B_BOOTSTRAP="+r.B.Seeds()[0])
+	out, err := m.r.script(ctx, "mirror-up.sh", "MIRROR_DIR="+m.dir, "MIRROR_KEEP_CONFIG=1", "MIRROR_CLUSTERS="+m.Target,
+		"MIRROR_A_BOOTSTRAP="+m.seedA, "MIRROR_B_BOOTSTRAP="+m.seedB)
 	if err != nil {
 		return err
 	}
@@ -289,7 +362,7 @@ func (m *Mirror) Start(ctx context.Context) error {
 
 // LogLines returns MirrorMaker's log (every incarnation's, appended) as lines.
 func (m *Mirror) LogLines() []string {
-	raw, err := os.ReadFile(filepath.Join(m.r.mirrorDir(), "mm2.out"))
+	raw, err := os.ReadFile(filepath.Join(m.dir, "mm2.out"))
 	if err != nil {
 		return nil
 	}

@@ -314,7 +314,7 @@ func TestRegionsWANCutAndHeal(t *testing.T) {
 		testenv.WaitUntil(t, 2*time.Minute, "the first 100 mirrored", func() bool { return tl.distinct(t, p) == 100 })
 	}
 
-	logBase := len(rg.Mirror.LogLines())
+	logBase := len(rg.B.Mirror.LogLines())
 	if err := rg.CutWAN(); err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestRegionsWANCutAndHeal(t *testing.T) {
 	// MirrorMaker's clients notice the silence only by their request timeout (30 s): once one of
 	// its requests to region a timed out, its fetches of the records above were lost in the cut.
 	testenv.WaitUntilEvery(t, 200*time.Millisecond, 3*time.Minute, "a MirrorMaker request to region a timed out", func() bool {
-		ls := rg.Mirror.LogLines()
+		ls := rg.B.Mirror.LogLines()
 		return len(ls) > logBase && slices.ContainsFunc(ls[logBase:], func(l string) bool { return strings.Contains(l, "due to request timeout") })
 	})
 	for p := int32(0); p < 2; p++ {
@@ -373,10 +373,10 @@ func TestRegionsMirrorMakerKill9(t *testing.T) {
 	tl := followRemote(t, b, rg.RemoteTopic(lanes))
 	testenv.WaitUntil(t, 2*time.Minute, "a first part mirrored", func() bool { return tl.distinct(t, 0) >= 200 })
 	before := tl.distinct(t, 0)
-	if err := rg.Mirror.Kill9(); err != nil {
+	if err := rg.B.Mirror.Kill9(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rg.Mirror.Start(ctx); err != nil {
+	if err := rg.B.Mirror.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-produced; err != nil {
@@ -414,10 +414,10 @@ func TestRegionsMirrorLatency(t *testing.T) {
 	const n, warm = 300, 20 // the first 20 of each phase warm the path up and are not counted
 	for _, delay := range []time.Duration{0, 20 * time.Millisecond} {
 		if delay > 0 {
-			if err := rg.WAN.Add(testenv.Latency("upstream", delay, 0)); err != nil {
+			if err := rg.A.WAN.Add(testenv.Latency("upstream", delay, 0)); err != nil {
 				t.Fatal(err)
 			}
-			if err := rg.WAN.Add(testenv.Latency("downstream", delay, 0)); err != nil {
+			if err := rg.A.WAN.Add(testenv.Latency("downstream", delay, 0)); err != nil {
 				t.Fatal(err)
 			}
 		}

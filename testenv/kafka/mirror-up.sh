@@ -11,8 +11,13 @@
 # $MIRROR_DIR/mm2.pid. The settings and why: the comments of the file it writes, and design §8.
 #
 # Environment:
-#   MIRROR_A_BOOTSTRAP   region a's bootstrap list as MM2 reaches it (required): the WAN route
-#   MIRROR_B_BOOTSTRAP   region b's bootstrap list as MM2 reaches it (required): MM2 runs in b
+#   MIRROR_A_BOOTSTRAP   region a's bootstrap list as MM2 reaches it (required): its local
+#                        listener where MM2 runs beside a, the WAN route otherwise
+#   MIRROR_B_BOOTSTRAP   region b's bootstrap list as MM2 reaches it (required), likewise
+#   MIRROR_CLUSTERS      the target aliases this MirrorMaker runs the flows into (MirrorMaker's
+#                        --clusters), space-separated: the alias of the region it runs beside,
+#                        so that only its consumers cross the WAN (design §8); empty: every
+#                        enabled flow in one process                 (empty)
 #   MIRROR_DIR           config, log and pid          (${TMPDIR:-/tmp}/ckf-regions/mm2)
 #   MIRROR_POLICY        default: <source alias>.<topic> in the target, both flows a->b and b->a;
 #                        identity: the same topic name (IdentityReplicationPolicy), a->b only,
@@ -46,6 +51,7 @@ fi
 : "${MIRROR_FLUSH_MS:=1000}"
 : "${MIRROR_HEAP_OPTS:=-Xms128m -Xmx384m}"
 : "${MIRROR_START_TIMEOUT:=120}"
+: "${MIRROR_CLUSTERS:=}"
 java="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 
 mm_version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$here/mirror/pom.xml")"
@@ -85,7 +91,10 @@ if [[ "${MIRROR_KEEP_CONFIG:-0}" != 1 || ! -f "$conf" ]]; then
   esac
   cat > "$conf" <<PROPS
 # MirrorMaker 2, dedicated mode, written by mirror-up.sh. Two regions, one single-node cluster
-# each; this MirrorMaker runs beside region b (it reaches a over the WAN route, b locally).
+# each. Every MirrorMaker of the topology reads the same flows; the --clusters it runs with
+# (${MIRROR_CLUSTERS:-none: every flow here}) picks the flows into its own region, whose
+# Connect herder (group, offsets, configs, status) and producer are then local, and only its
+# source consumers reach the other region, over the WAN route.
 clusters = a, b
 a.bootstrap.servers = $MIRROR_A_BOOTSTRAP
 b.bootstrap.servers = $MIRROR_B_BOOTSTRAP
@@ -143,13 +152,22 @@ PROPS
   fi
 fi
 
+clusters=()
+for c in $MIRROR_CLUSTERS; do
+  [[ "$c" == a || "$c" == b ]] || { echo "mirror-up: MIRROR_CLUSTERS names a and b, not $c" >&2; exit 1; }
+done
+# After the properties file on the command line: --clusters takes one alias or more, and would
+# take the file's name for one.
+# shellcheck disable=SC2206
+[[ -z "$MIRROR_CLUSTERS" ]] || clusters=(--clusters $MIRROR_CLUSTERS)
+
 log="$MIRROR_DIR/mm2.out"
 touch "$log"
 base=$(wc -l < "$log")
 # shellcheck disable=SC2086
 nohup "$java" $MIRROR_HEAP_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExitOnOutOfMemoryError \
   -XX:MaxMetaspaceSize=192m -Djava.awt.headless=true -Dlog4j2.configurationFile="$here/log4j2.properties" \
-  -cp "$libs/*" org.apache.kafka.connect.mirror.MirrorMaker "$conf" >> "$log" 2>&1 < /dev/null &
+  -cp "$libs/*" org.apache.kafka.connect.mirror.MirrorMaker "$conf" "${clusters[@]}" >> "$log" 2>&1 < /dev/null &
 pid=$!
 echo "$pid" > "$MIRROR_DIR/mm2.pid"
 

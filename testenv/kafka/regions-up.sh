@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
 # regions-up.sh: two single-node Kafka clusters, regions a and b (KRaft, each from kafka-up.sh, on
-# ports of their own and run directories of their own), and MirrorMaker 2 in dedicated mode
-# between them (mirror-up.sh), which runs beside region b: it reaches a by a's WAN listener and b
-# locally. Each region has two client listeners:
-#   PLAINTEXT  the region's own clients (its relays, indexers, routers; the tests' clients)
+# ports of their own and run directories of their own), and a MirrorMaker 2 in dedicated mode
+# beside each region (mirror-up.sh) running only the flows into it (MirrorMaker's --clusters with
+# the region's alias, design §8): the one in mm2-b runs a->b, reaching a by a's WAN listener and
+# b locally; the one in mm2-a runs b->a, reaching b by b's WAN listener and a locally. Each flow's
+# Connect herder and producer are so in its target region, and only its source consumers cross
+# the WAN. Each region has two client listeners:
+#   PLAINTEXT  the region's own clients (its relays, indexers, routers, its MirrorMaker's herder
+#              and producer; the tests' clients)
 #   WAN        the route from the other region; advertised as REGION_<X>_WAN_ADVERTISED, so that a
-#              fault proxy there (testenv.StartRegions) carries every byte MirrorMaker exchanges
-#              with a, and a test can cut and heal the WAN
-# Prints "a=<bootstrap> b=<bootstrap>" when all three are up; writes each bootstrap to
+#              fault proxy there (testenv.StartRegions) carries every byte the other region's
+#              MirrorMaker exchanges with this one, and a test can cut, heal and count the WAN
+# Prints "a=<bootstrap> b=<bootstrap>" when all are up; writes each bootstrap to
 # $REGIONS_DIR/{a,b}/bootstrap. If both regions of this directory already run, it only starts
-# MirrorMaker when it is not running.
+# the MirrorMakers that are not running.
 #
 # Environment (all optional):
-#   REGIONS_DIR                 run directories a/, b/ and mm2/      (${TMPDIR:-/tmp}/ckf-regions)
+#   REGIONS_DIR                 run directories a/, b/, mm2-a/ and mm2-b/  (${TMPDIR:-/tmp}/ckf-regions)
 #   REGION_A_PORT, REGION_A_CONTROLLER_PORT, REGION_A_WAN_PORT   (29092, 29093, 29094)
 #   REGION_B_PORT, REGION_B_CONTROLLER_PORT, REGION_B_WAN_PORT   (29192, 29193, 29194)
 #   REGION_A_WAN_ADVERTISED, REGION_B_WAN_ADVERTISED   host:port each WAN listener advertises (itself)
 #   REGION_HEAP_OPTS            each broker's heap                    (-Xms128m -Xmx384m)
 #   REGIONS_MIRROR              0: start the two regions only        (1)
 #   REGIONS_OWNER_PID           kill both brokers when this process is gone (unset: never)
-#   MIRROR_*                    passed to mirror-up.sh (MIRROR_POLICY, MIRROR_TOPICS, ...)
+#   MIRROR_*                    passed to mirror-up.sh (MIRROR_POLICY, MIRROR_TOPICS, ...); under
+#                               MIRROR_POLICY=identity (a->b only) mm2-a is not started
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 : "${REGIONS_DIR:=${TMPDIR:-/tmp}/ckf-regions}"
@@ -72,7 +77,22 @@ fi
 echo "regions-up: region a on $a (WAN $REGION_A_WAN_ADVERTISED), region b on $b (WAN $REGION_B_WAN_ADVERTISED)" >&2
 
 if [[ "$REGIONS_MIRROR" == 1 ]]; then
-  MIRROR_DIR="$REGIONS_DIR/mm2" MIRROR_A_BOOTSTRAP="$REGION_A_WAN_ADVERTISED" MIRROR_B_BOOTSTRAP="$b" \
-    bash "$here/mirror-up.sh" >/dev/null || { REGIONS_DIR="$REGIONS_DIR" bash "$here/regions-down.sh" >&2 || true; exit 1; }
+  # The two MirrorMakers start side by side, as the brokers did.
+  MIRROR_DIR="$REGIONS_DIR/mm2-b" MIRROR_CLUSTERS=b MIRROR_A_BOOTSTRAP="$REGION_A_WAN_ADVERTISED" MIRROR_B_BOOTSTRAP="$b" \
+    bash "$here/mirror-up.sh" > /dev/null 2> "$REGIONS_DIR.mm2-b.out" &
+  pmb=$!
+  pma=
+  if [[ "${MIRROR_POLICY:-default}" != identity ]]; then
+    MIRROR_DIR="$REGIONS_DIR/mm2-a" MIRROR_CLUSTERS=a MIRROR_A_BOOTSTRAP="$a" MIRROR_B_BOOTSTRAP="$REGION_B_WAN_ADVERTISED" \
+      bash "$here/mirror-up.sh" > /dev/null 2> "$REGIONS_DIR.mm2-a.out" &
+    pma=$!
+  fi
+  wait "$pmb" || { echo "regions-up: MirrorMaker into b did not start:" >&2; cat "$REGIONS_DIR.mm2-b.out" >&2; fail=1; }
+  if [[ -n "$pma" ]]; then
+    wait "$pma" || { echo "regions-up: MirrorMaker into a did not start:" >&2; cat "$REGIONS_DIR.mm2-a.out" >&2; fail=1; }
+  fi
+  (( fail )) || cat "$REGIONS_DIR.mm2-b.out" ${pma:+"$REGIONS_DIR.mm2-a.out"} >&2
+  rm -f "$REGIONS_DIR.mm2-a.out" "$REGIONS_DIR.mm2-b.out"
+  if (( fail )); then REGIONS_DIR="$REGIONS_DIR" bash "$here/regions-down.sh" >&2 || true; exit 1; fi
 fi
 echo "a=$a b=$b"
