@@ -20,10 +20,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	writeJSONBytes(w, status, b)
 }
 
-// writeJSONBytes writes b, one JSON value, and a newline as the reply.
-func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+// writeJSONBytes writes b, one JSON value, and a newline as the reply, and returns b with the
+// newline (its array, for a caller that reuses it).
+func writeJSONBytes(w http.ResponseWriter, status int, b []byte) []byte {
+	b = append(b, '\n')
+	h := w.Header()
+	h["Content-Type"] = jsonContentTypeValue
+	if len(b) < len(lengthValues) {
+		h["Content-Length"] = lengthValues[len(b)]
+	} else {
+		h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	}
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b)
+	return b
 }

@@ -33,19 +33,25 @@ func (a *API) QueryHandler() http.Handler {
 	})
 }
 
-// serveJSON answers a JSON request: the Content-Type rule before the body is read, then
-// queryapi.DecodeRequest, the answer and its JSON body.
+// serveJSON answers a JSON request from pooled memory (queryScratch): the Content-Type rule
+// before the body is read, then queryapi.DecodeRequestBuf (the lists packed straight into the
+// scratch's buffer, the form the answerer reads), the answer in the scratch, and its JSON body
+// (queryapi.ResponseInto, AppendResponse) written from the scratch.
 func (a *API) serveJSON(w http.ResponseWriter, r *http.Request, start time.Time) {
 	if err := queryapi.CheckJSONContentType(r.Header.Get("Content-Type")); err != nil {
 		a.refuse(w, start, err)
 		return
 	}
-	body, err := queryapi.ReadBody(w, r, nil) // sized by Content-Length when there is one
+	qs := queryScratches.Get().(*queryScratch)
+	defer qs.put()
+	body, err := queryapi.ReadBody(w, r, qs.body[:0]) // sized by Content-Length when there is one
+	qs.body = body
 	if err != nil {
 		a.refuse(w, start, err)
 		return
 	}
-	req, extra, err := queryapi.DecodeRequest(body)
+	req, extra, packed, err := queryapi.DecodeRequestBuf(body, qs.packed[:0])
+	qs.packed = packed
 	if err != nil {
 		a.refuse(w, start, err)
 		return
@@ -55,10 +61,10 @@ func (a *API) serveJSON(w http.ResponseWriter, r *http.Request, start time.Time)
 	}
 	queryapi.Widen(&req) // the JSON answer's masks hold 64 lanes (consumer §16)
 	answerStart := time.Now()
-	reply := a.ans.AnswerPooledExtra(&req, extra)
+	reply := a.ans.AnswerExtra(&req, extra, &qs.sc)
 	a.m.AnswerLatency.RecordDuration(time.Since(answerStart))
 	a.m.Replies[reply.Status].Inc(1)
-	a.writeReply(w, &reply)
+	a.writeReply(w, &reply, qs)
 	a.m.Latency.RecordDuration(time.Since(start))
 }
 
@@ -69,10 +75,10 @@ func (a *API) serveJSON(w http.ResponseWriter, r *http.Request, start time.Time)
 // refuse a selection beyond lane 15 (queryapi.CheckBinaryReplyLanes); the other replies hold 64
 // lanes (consumer §16). Errors and non-OK answers are the JSON path's JSON bodies and statuses.
 func (a *API) serveBinary(w http.ResponseWriter, r *http.Request, start time.Time) {
-	bs := binaryScratches.Get().(*binaryScratch)
-	defer binaryScratches.Put(bs)
-	body, err := queryapi.ReadBody(w, r, bs.body[:0])
-	bs.body = body[:0]
+	qs := queryScratches.Get().(*queryScratch)
+	defer qs.put()
+	body, err := queryapi.ReadBody(w, r, qs.body[:0])
+	qs.body = body
 	var req schemas.QueryRequest
 	if err == nil {
 		req, err = queryapi.DecodeBinaryRequest(body, r.Header[queryapi.CorrelationIDHeader], r.URL.RawQuery)
@@ -95,26 +101,26 @@ func (a *API) serveBinary(w http.ResponseWriter, r *http.Request, start time.Tim
 		queryapi.Widen(&req)
 	}
 	answerStart := time.Now()
-	reply := a.ans.Answer(&req, &bs.sc)
+	reply := a.ans.Answer(&req, &qs.sc)
 	a.m.AnswerLatency.RecordDuration(time.Since(answerStart))
 	a.m.Replies[reply.Status].Inc(1)
 	if reply.Status != schemas.QueryOK {
-		a.writeReply(w, &reply)
+		a.writeReply(w, &reply, qs)
 		a.m.Latency.RecordDuration(time.Since(start))
 		return
 	}
 	var out []byte
 	switch version {
 	case queryapi.BinaryReplyStatesVersion:
-		out = queryapi.AppendBinaryStatesReply(bs.out[:0], &reply)
+		out = queryapi.AppendBinaryStatesReply(qs.binary[:0], &reply)
 	case queryapi.BinaryReplyWideVersion:
-		out = queryapi.AppendBinaryReplyWide(bs.out[:0], &reply)
+		out = queryapi.AppendBinaryReplyWide(qs.binary[:0], &reply)
 	default:
-		out = queryapi.AppendBinaryReply(bs.out[:0], &reply)
+		out = queryapi.AppendBinaryReply(qs.binary[:0], &reply)
 	}
 	h := w.Header()
 	h["Content-Type"] = binaryContentTypeValue
-	h["Content-Length"] = binaryLengthValues[len(out)]
+	h["Content-Length"] = lengthValues[len(out)]
 	if id := r.Header[queryapi.CorrelationIDHeader]; len(id) == 1 {
 		h[queryapi.CorrelationIDHeader] = id
 	}
@@ -139,52 +145,75 @@ func (a *API) refuse(w http.ResponseWriter, start time.Time, err error) {
 	if status == http.StatusUnsupportedMediaType {
 		w.Header().Set("Accept", queryapi.AcceptValue)
 	}
-	a.writeResponse(w, status, &queryapi.PrefixMatchResponse{Status: schemas.QueryInvalidRequest.String(), Error: err.Error(),
-		Matches: []queryapi.DCMatch{}, Lanes: []queryapi.LaneAnswer{}})
+	writeResponse(w, status, &queryapi.PrefixMatchResponse{Status: schemas.QueryInvalidRequest.String(), Error: err.Error(),
+		Matches: []queryapi.DCMatch{}, Lanes: []queryapi.LaneAnswer{}}, nil)
 	a.m.Latency.RecordDuration(time.Since(start))
 }
 
-// writeReply writes reply as the JSON body (queryapi.ResponseOf) with its status
+// writeReply writes reply as the JSON body (queryapi.ResponseInto, in qs) with its status
 // (queryapi.StatusCode): 200 OK, 503 UNAVAILABLE (with Retry-After), 400 INVALID_REQUEST.
-func (a *API) writeReply(w http.ResponseWriter, reply *schemas.QueryReply) {
+func (a *API) writeReply(w http.ResponseWriter, reply *schemas.QueryReply, qs *queryScratch) {
 	switch reply.Status {
 	case schemas.QueryUnavailable:
 		w.Header().Set("Retry-After", "1")
 	case schemas.QueryInvalidRequest:
 		a.m.Invalid.Inc(1)
 	}
-	resp := queryapi.ResponseOf(reply, a.pools)
-	a.writeResponse(w, queryapi.StatusCode(reply.Status), &resp)
+	queryapi.ResponseInto(&qs.resp, reply, a.pools)
+	qs.json = writeResponse(w, queryapi.StatusCode(reply.Status), &qs.resp, qs.json[:0])
 }
 
-// writeResponse writes resp (queryapi.AppendResponse) and a newline as the reply.
-func (a *API) writeResponse(w http.ResponseWriter, status int, resp *queryapi.PrefixMatchResponse) {
-	b, err := queryapi.AppendResponse(make([]byte, 0, 160+96*len(resp.Matches)+112*len(resp.Lanes)), resp)
+// writeResponse writes resp (queryapi.AppendResponse, into buf) and a newline as the reply, and
+// returns buf for the next reply.
+func writeResponse(w http.ResponseWriter, status int, resp *queryapi.PrefixMatchResponse, buf []byte) []byte {
+	b, err := queryapi.AppendResponse(buf, resp)
 	if err != nil {
 		http.Error(w, "indexer: encoding the response: "+err.Error(), http.StatusInternalServerError)
-		return
+		return buf
 	}
-	writeJSONBytes(w, status, b)
+	return writeJSONBytes(w, status, b)
 }
 
-// binaryScratch is one binary request's working memory, pooled: the body, the reply and the
-// Answerer's scratch. With it, a binary query allocates nothing once the pool is warm, except
-// the correlation id the server makes up when the request has none.
-type binaryScratch struct {
-	body []byte
-	out  [maxBinaryReplyBytes]byte
-	sc   query.QueryScratch
+// queryScratch is one request's working memory, pooled, for both forms: the body, the packed
+// lists of a JSON body, the Answerer's scratch, the JSON response and its bytes, the binary
+// reply. With it, a query allocates nothing once the pool is warm, except the correlation id
+// the server makes up when the request has none, and, in JSON, a lane's DC id the lane map does
+// not name.
+type queryScratch struct {
+	body   []byte
+	packed []byte
+	sc     query.QueryScratch
+	resp   queryapi.PrefixMatchResponse
+	json   []byte
+	binary [maxBinaryReplyBytes]byte
 }
 
-var binaryScratches = sync.Pool{New: func() any { return new(binaryScratch) }}
+var queryScratches = sync.Pool{New: func() any { return new(queryScratch) }}
+
+// maxKeptBytes bounds a buffer the pool keeps: the buffers of a rare huge query are let go.
+const maxKeptBytes = 256 << 10
+
+// put returns qs to the pool, without the buffers a huge query grew and without the request's
+// and reply's references.
+func (qs *queryScratch) put() {
+	for _, b := range []*[]byte{&qs.body, &qs.packed, &qs.json} {
+		if cap(*b) > maxKeptBytes {
+			*b = nil
+		}
+	}
+	qs.resp = queryapi.PrefixMatchResponse{Matches: qs.resp.Matches[:0], Lanes: qs.resp.Lanes[:0]}
+	queryScratches.Put(qs)
+}
 
 // maxBinaryReplyBytes is the longest binary reply of any layout.
 const maxBinaryReplyBytes = max(queryapi.MaxBinaryReplyBytes, queryapi.MaxBinaryStatesReplyBytes, queryapi.MaxBinaryReplyWideBytes)
 
-// Header values of a binary reply, shared: net/http only reads them.
+// Header values of a reply, shared: net/http only reads them. lengthValues[n] is the
+// Content-Length of n bytes for every binary reply and most JSON ones.
 var (
 	binaryContentTypeValue = []string{queryapi.BinaryContentType}
-	binaryLengthValues     = func() (v [maxBinaryReplyBytes + 1][]string) {
+	jsonContentTypeValue   = []string{"application/json"}
+	lengthValues           = func() (v [max(maxBinaryReplyBytes, 4<<10) + 1][]string) {
 		for i := range v {
 			v[i] = []string{strconv.Itoa(i)}
 		}
