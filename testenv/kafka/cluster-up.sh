@@ -216,7 +216,7 @@ start=$SECONDS
 # The lines each node's log has before this start: readiness is judged on the lines after them.
 declare -A logbase
 for i in "${nodes[@]}"; do
-  logbase[$i]=$(wc -l < "$dir/node-$i/kafka.out" 2>/dev/null || echo 0)
+  logbase[$i]=$(wc -l 2>/dev/null < "$dir/node-$i/kafka.out" || echo 0) # a first start has no log yet
   start_node "$i"
 done
 
