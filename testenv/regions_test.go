@@ -3,6 +3,8 @@ package testenv_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -616,5 +618,57 @@ func TestRegionsSnapshotFoundByTimeOnTheMirror(t *testing.T) {
 	}
 	if !found.Timestamp.Equal(snap[0].Timestamp) {
 		t.Fatalf("chunk 0's timestamp on the mirror %v, at the source %v", found.Timestamp, snap[0].Timestamp)
+	}
+}
+
+// TestWANProxyCountsBytes: a fault proxy's byte counters (how the region tests weigh what
+// MirrorMaker sends across the WAN) count every byte of a connection that stays open, each
+// stream on its own: 1,000 bytes sent through the proxy to an echo server and read back are
+// 1,000 up and 1,000 down once they are back.
+func TestWANProxyCountsBytes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // bound at once: no port to hand out
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); _ = c.Close() }()
+		}
+	}()
+	p := testenv.StartFaultProxy(t, "count", testenv.FreeAddr(t), ln.Addr().String())
+	if err := p.CountBytes(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := make([]byte, 1000)
+	for i := range msg {
+		msg[i] = byte(i)
+	}
+	for range 2 {
+		before := p.Bytes()
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		back := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, back); err != nil {
+			t.Fatal(err)
+		}
+		// A byte is counted as it enters the proxy, before it is passed on: the echo back
+		// means both counters have counted it.
+		if got := p.Bytes().Sub(before); got != (testenv.ProxyBytes{Up: 1000, Down: 1000}) || got.Total() != 2000 {
+			t.Fatalf("counted %+v for 1,000 bytes each way", got)
+		}
+	}
+	if p.Bytes() != (testenv.ProxyBytes{Up: 2000, Down: 2000}) {
+		t.Fatalf("counted %+v in all, want 2,000 each way", p.Bytes())
 	}
 }
