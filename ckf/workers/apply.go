@@ -84,22 +84,14 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	}
 	var prev, parent ckf.CanonicalHash
 	havePrev := false
-	parentNode := noNode // the device node of the parent, for a device store
 	if d.HasParent {
 		e := lin.Find(d.ParentHash)
 		if e == nil {
 			ix.tel.ParentNotFound++
 			return ckf.NewEventError(ckf.EventParentBlockNotFound, "parent not in source lineage")
 		}
-		prev, havePrev = ix.canonicalOf(e), true
+		prev, havePrev = e.canonical(), true
 		parent = prev
-		if t == producer.StorageTierDevice {
-			if e.tiers&refIsNode != 0 {
-				parentNode = e.node()
-			} else {
-				parentNode = ix.dev.find(uint64(parent))
-			}
-		}
 	} else if d.HasStartPosition && d.StartPosition != 0 {
 		ix.tel.InvalidSequences++
 		return ckf.NewEventError(ckf.EventInvalidBlockSequence, "non-zero start position without a parent")
@@ -113,13 +105,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 			prev, havePrev = ckf.CanonicalRoot(b.TokensHash), true
 		}
 		if warm {
-			if t == producer.StorageTierDevice {
-				if i == 0 {
-					ix.dev.heads.Prefetch(uint64(prev)) // the first block's node, should it head a run
-				}
-			} else {
-				tm.Prefetch(uint64(prev))
-			}
+			tm.Prefetch(uint64(prev))
 		}
 		p = append(p, prepared{ext: b.BlockHash, canon: prev})
 	}
@@ -143,7 +129,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 				*e = newLineageEntry(q.canon)
 				e.tiers = bit
 				q.did = didCreate
-			case ix.canonicalOf(e) != q.canon:
+			case e.canonical() != q.canon:
 				ix.rollbackStore(lin, p[:k], bit)
 				ix.tel.InvalidSequences++
 				return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id remapped to a different chain")
@@ -178,37 +164,15 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 		}
 	}
 	// Mutation of the tier map starts here; the lineage is final.
-	if t == producer.StorageTierDevice {
-		ix.storeDevice(i, lin, parentNode, d.HasParent && parentNode == noNode, p)
-	} else {
-		for _, q := range p {
-			if q.did == didNothing {
-				ix.tel.DuplicateBlocks++
-				continue
-			}
-			ix.gain(i, t, q.canon)
+	for _, q := range p {
+		if q.did == didNothing {
+			ix.tel.DuplicateBlocks++
+			continue
 		}
+		ix.gain(i, t, q.canon)
 	}
 	ix.memo.recordStore(d.HasParent, parent, d.Blocks, p)
 	return nil
-}
-
-// storeDevice is the device tier's part of a validated store: each block's node is found from
-// the node before it (the parent's for the first block), made where absent, gains source i, and
-// its place goes into the block's lineage entry. The entry is found again by its id: slots move
-// as later ids are inserted, and the line is still in the cache from the lineage pass.
-func (ix *Index) storeDevice(i uint32, lin *lineageMap, at uint32, orphan bool, p []prepared) {
-	for k, q := range p {
-		e := lin.Find(q.ext)
-		if q.did == didNothing {
-			ix.tel.DuplicateBlocks++
-			at = e.node()
-			continue
-		}
-		at = ix.dev.childOrNew(at, uint64(q.canon), orphan && k == 0)
-		e.setNode(at)
-		ix.gainDev(i, at, q.canon)
-	}
 }
 
 // What the lineage pass of a store did to one block's slot (prepared.did), for the tier-map
@@ -281,7 +245,7 @@ func (ix *Index) remapsWithin(p []prepared) bool {
 const prefetchFloorBytes = 1 << 20
 
 func (ix *Index) worthPrefetching() bool {
-	return ix.dev.Bytes() >= prefetchFloorBytes
+	return ix.tiers[producer.StorageTierDevice].Bytes() >= prefetchFloorBytes
 }
 
 // remove is workers §3.4: each id in order; an id the source does not hold on t is counted.
@@ -316,35 +280,20 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 			ix.tel.UnknownRemovals++
 			continue
 		}
-		c := ix.canonicalOf(e)
-		at := noNode
-		if t == producer.StorageTierDevice {
-			at = e.node()
-			if warm {
-				ix.dev.Prefetch(at)
-			}
-		} else if warm {
+		c := e.canonical()
+		if warm {
 			tm.Prefetch(uint64(c))
 		}
-		if e.held() == bit {
+		if e.tiers == bit {
 			lin.Delete(id)
 		} else {
 			e.tiers &^= bit
-			if t == producer.StorageTierDevice {
-				e.setCanonical(c)
-			}
 		}
-		p = append(p, prepared{ext: id, canon: c, node: at})
+		p = append(p, prepared{ext: id, canon: c})
 	}
 	ix.prep = p[:0]
-	if t == producer.StorageTierDevice {
-		for _, q := range p {
-			ix.loseDev(i, q.node, q.canon)
-		}
-	} else {
-		for _, q := range p {
-			ix.lose(i, t, q.canon)
-		}
+	for _, q := range p {
+		ix.lose(i, t, q.canon)
 	}
 	if lin.Len() == 0 {
 		ix.dropSource(i)
@@ -366,13 +315,10 @@ func (ix *Index) Clear(src ckf.SourceKey) {
 func (ix *Index) clearIndex(i uint32) {
 	lin := ix.srcs[i].lin
 	for ext, e := range lin.All() {
-		c := ix.canonicalOf(&e)
-		if e.tiers&(1<<producer.StorageTierDevice) != 0 {
-			ix.loseDev(i, e.node(), c)
-		}
-		for t := producer.StorageTierHostPinned; t < TierCount; t++ {
+		c := e.canonical()
+		for t := range TierCount {
 			if e.tiers&(1<<t) != 0 {
-				ix.lose(i, t, c)
+				ix.lose(i, producer.StorageTier(t), c)
 			}
 		}
 		_ = ext

@@ -13,20 +13,15 @@
 // whose every block the source holds on the device tier; its continuation on a lower tier starts
 // where the previous tier stopped (workers §5).
 //
-// Layout (workers §8): the device tier is laid out by chain (chainTier): runs of up to 16 nodes
-// (a canonical hash and its 4-byte holder value), a node either heading its run (a table from
-// canonical hash to run) or following its parent in the parent's run, so that the nodes of a
-// stored chain sit together and a store, a removal or a query walks them instead of looking each
-// block up. The lower tiers keep an open-addressing table from canonical hash to holder value
-// each (holderTable). A holder value is one holder inline, or, for two or more, an interned,
-// reference-counted set of dense source indexes in source-key order, shared by every block
-// with the same holders. Per source, one lineage map from external id to canonical hash (or,
-// once the id holds the device tier, the place of its node) plus the tiers the id is held on. A
-// query compares holder values block by block; only where the value changes does it intersect
-// sets, so a prompt held by the same workers all along costs one comparison per block whatever
-// the number of workers. A memo of recent stores' chains (runs of local and canonical hashes
-// keyed by the canonical before them) lets MatchLocal find a stored prompt's chain by comparing
-// local hashes instead of hashing every block (workers §5.4).
+// Layout (workers §8): per tier, an open-addressing table from canonical hash to a 4-byte holder
+// value (holderTable): one holder inline, two or more an interned, reference-counted set of
+// dense source indexes in source-key order, shared by every block with the same holders. Per source,
+// one lineage map from external id to canonical hash plus the tiers the id is held on. A query
+// looks up each query block once and compares holder values; only where the value changes does
+// it intersect sets, so a prompt held by the same workers all along costs one lookup per block
+// whatever the number of workers. A memo of recent stores' chains (runs of local and canonical
+// hashes keyed by the canonical before them) lets MatchLocal find a stored prompt's chain by
+// comparing local hashes instead of hashing every block (workers §5.4).
 //
 // Concurrency (workers §7): an Index has no internal synchronisation; one goroutine owns it and
 // both applies events and answers queries. Shared wraps an Index in a sync.RWMutex so that any

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // TestHolderTableMatchesMap: random upserts and deletions (keys from a small range, 0 included,
@@ -40,10 +42,13 @@ func TestHolderTableMatchesMap(t *testing.T) {
 			if got := probe(h.slots, h.seed, h.shift, k); got != v {
 				t.Fatalf("probe(%#x) = %d, want %d", k, got, v)
 			}
+			if got := walkLookup(&h, k); got != v {
+				t.Fatalf("runFrom's lookup of %#x = %d, want %d", k, got, v)
+			}
 		}
 		for x := range keyRange + 1 { // absent keys too: both lookups say 0
 			k := x * 0x5851F42D4C957F2D
-			if _, ok := want[k]; !ok && (h.get(k) != 0 || (h.live > 0 && probe(h.slots, h.seed, h.shift, k) != 0)) {
+			if _, ok := want[k]; !ok && (h.get(k) != 0 || (h.live > 0 && (probe(h.slots, h.seed, h.shift, k) != 0 || walkLookup(&h, k) != 0))) {
 				t.Fatalf("%#x is absent, get %d", k, h.get(k))
 			}
 		}
@@ -71,4 +76,12 @@ func TestHolderTableMatchesMap(t *testing.T) {
 			prev = int(uint64(i) - home)
 		}
 	})
+}
+
+// walkLookup is the query walk's inlined lookup of k (runFrom without prefetching, which reads
+// the home slot and the next one together): runFrom on the one-block query k from a holder
+// value no entry has stops at once with k's value.
+func walkLookup(h *holderTable, k uint64) uint32 {
+	_, v := runFrom(h, []ckf.CanonicalHash{ckf.CanonicalHash(k)}, 0, ^uint32(0), false)
+	return v
 }

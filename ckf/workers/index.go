@@ -3,7 +3,6 @@ package workers
 import (
 	"encoding/binary"
 	"fmt"
-	"iter"
 	"slices"
 	"unsafe"
 
@@ -15,51 +14,22 @@ import (
 // TierCount is the number of storage tiers (producer.StorageTier's values).
 const TierCount = 4
 
-// lineageEntry is what a source's lineage keeps per external id: the tiers (bit t =
-// producer.StorageTier t) the id is held on, and its canonical hash or, once the id holds the
-// device tier, the place of the canonical's node there (chainTier), where the canonical is
-// (then tiers has refIsNode set). Nine bytes with no padding, so a lineage slot (8-byte key
-// included) is 17 bytes: the node's place takes the canonical's bytes rather than four more.
+// lineageEntry is what a source's lineage keeps per external id: the canonical hash and the
+// tiers (bit t = producer.StorageTier t) the id is held on. Nine bytes with no padding, so a
+// lineage slot (8-byte key included) is 17 bytes.
 type lineageEntry struct {
-	ref   [8]byte
+	canon [8]byte
 	tiers uint8
 }
 
-// refIsNode is the bit of lineageEntry.tiers above the tiers' bits that says ref is a node's
-// place. A store sets it after its lineage pass (the nodes are found or made once the store is
-// known valid), so an entry of the device tier may briefly hold its canonical.
-const refIsNode = 1 << 7
-
-func (e *lineageEntry) word() uint64 { return binary.LittleEndian.Uint64(e.ref[:]) }
-
-// node is the place of the entry's device node (refIsNode set).
-func (e *lineageEntry) node() uint32 { return uint32(e.word()) }
-
-func (e *lineageEntry) setNode(at uint32) {
-	binary.LittleEndian.PutUint64(e.ref[:], uint64(at))
-	e.tiers |= refIsNode
+func (e *lineageEntry) canonical() ckf.CanonicalHash {
+	return ckf.CanonicalHash(binary.LittleEndian.Uint64(e.canon[:]))
 }
-
-func (e *lineageEntry) setCanonical(c ckf.CanonicalHash) {
-	binary.LittleEndian.PutUint64(e.ref[:], uint64(c))
-	e.tiers &^= refIsNode
-}
-
-// held is the entry's tier bits.
-func (e *lineageEntry) held() uint8 { return e.tiers &^ refIsNode }
 
 func newLineageEntry(c ckf.CanonicalHash) lineageEntry {
 	var e lineageEntry
-	binary.LittleEndian.PutUint64(e.ref[:], uint64(c))
+	binary.LittleEndian.PutUint64(e.canon[:], uint64(c))
 	return e
-}
-
-// canonicalOf is e's canonical hash, read from its device node where it names one.
-func (ix *Index) canonicalOf(e *lineageEntry) ckf.CanonicalHash {
-	if e.tiers&refIsNode != 0 {
-		return ckf.CanonicalHash(ix.dev.nodes[e.node()].k())
-	}
-	return ckf.CanonicalHash(e.word())
 }
 
 type (
@@ -131,10 +101,9 @@ type Index struct {
 	keys    []ckf.SourceKey // by dense index, apart from srcs: the answer's and the sets' order read only keys
 	order   []uint32        // the live dense indexes in SourceKey order (collect's key-order scan)
 	freeSrc []uint32
-	lastKey ckf.SourceKey          // sourceOf's one-entry cache: lastIdx is ids[lastKey]
-	lastIdx int32                  // -1 when empty
-	tiers   [TierCount]holderTable // the lower tiers; tiers[StorageTierDevice] stays empty
-	dev     chainTier              // the device tier
+	lastKey ckf.SourceKey // sourceOf's one-entry cache: lastIdx is ids[lastKey]
+	lastIdx int32         // -1 when empty
+	tiers   [TierCount]holderTable
 	sets    setTable
 	aliases map[aliasKey]uint32
 	memo    chainMemo // recent stores' chains by local hash, for MatchLocal
@@ -147,8 +116,7 @@ type Index struct {
 type prepared struct {
 	ext   ckf.ExternalBlockHash
 	canon ckf.CanonicalHash
-	did   uint8  // the store's lineage pass: didNothing, didCreate or didAddTier
-	node  uint32 // a removal's device node
+	did   uint8 // the store's lineage pass: didNothing, didCreate or didAddTier
 }
 
 // New returns an empty index.
@@ -220,49 +188,6 @@ func (ix *Index) gain(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
 	ix.tel.StoredBlocks++
 }
 
-// gainDev is gain on the device tier, at c's node at.
-func (ix *Index) gainDev(i uint32, at uint32, c ckf.CanonicalHash) {
-	n := &ix.dev.nodes[at]
-	nv, already := ix.sets.with(n.val, i, ix.keys)
-	if already {
-		ix.aliases[aliasKey{c, i, producer.StorageTierDevice}]++
-		return
-	}
-	if n.val == 0 {
-		ix.dev.live++
-	}
-	n.val = nv
-	ix.srcs[i].held[producer.StorageTierDevice]++
-	ix.tel.StoredBlocks++
-}
-
-// loseDev is lose on the device tier, at c's node at.
-func (ix *Index) loseDev(i uint32, at uint32, c ckf.CanonicalHash) {
-	if len(ix.aliases) > 0 {
-		k := aliasKey{c, i, producer.StorageTierDevice}
-		if n := ix.aliases[k]; n > 0 {
-			if n == 1 {
-				delete(ix.aliases, k)
-			} else {
-				ix.aliases[k] = n - 1
-			}
-			return
-		}
-	}
-	n := &ix.dev.nodes[at]
-	nv, was := ix.sets.without(n.val, i, ix.keys)
-	if !was {
-		panic(fmt.Sprintf("workers: source %d maps to %#x on the device tier but is not a holder", i, uint64(c)))
-	}
-	n.val = nv
-	if nv == 0 {
-		ix.dev.live--
-		ix.dev.emptied(at)
-	}
-	ix.srcs[i].held[producer.StorageTierDevice]--
-	ix.tel.RemovedBlocks++
-}
-
 // lose records that one external id of source i mapping to c on tier t is gone.
 func (ix *Index) lose(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
 	if len(ix.aliases) > 0 {
@@ -310,10 +235,6 @@ func (ix *Index) Holds(src ckf.SourceKey, t producer.StorageTier, c ckf.Canonica
 	if !ok || int(t) >= TierCount {
 		return false
 	}
-	if t == producer.StorageTierDevice {
-		at := ix.dev.find(uint64(c))
-		return at != noNode && ix.sets.has(ix.dev.nodes[at].val, i, ix.keys)
-	}
 	return ix.sets.has(ix.tiers[t].get(uint64(c)), i, ix.keys)
 }
 
@@ -335,8 +256,6 @@ func (ix *Index) Stats() Stats {
 		st.Canonicals[t] = ix.tiers[t].Len()
 		st.Bytes += ix.tiers[t].Bytes()
 	}
-	st.Canonicals[producer.StorageTierDevice] = ix.dev.Len()
-	st.Bytes += ix.dev.Bytes()
 	for i := range ix.srcs {
 		s := &ix.srcs[i]
 		for t := range s.held {
@@ -346,12 +265,4 @@ func (ix *Index) Stats() Stats {
 	}
 	st.Bytes += ix.sets.bytes() + ix.memo.bytes() + uint64(cap(ix.srcs))*uint64(unsafe.Sizeof(source{})) + uint64(cap(ix.keys))*uint64(unsafe.Sizeof(ckf.SourceKey{}))
 	return st
-}
-
-// tierAll yields tier t's canonical hashes with a holder and their holder values.
-func (ix *Index) tierAll(t producer.StorageTier) iter.Seq2[ckf.CanonicalHash, uint32] {
-	if t == producer.StorageTierDevice {
-		return ix.dev.all()
-	}
-	return ix.tiers[t].all()
 }

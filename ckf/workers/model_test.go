@@ -251,10 +251,9 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, ix *Index, m *model)
 	if st.Memberships != held {
 		t.Fatalf("memberships %v, model %v", st.Memberships, held)
 	}
-	checkChainTier(t, ix)
 	refs := map[uint32]uint32{}
 	for tier := range ix.tiers {
-		for _, v := range ix.tierAll(producer.StorageTier(tier)) {
+		for _, v := range ix.tiers[tier].all() {
 			if v == 0 {
 				t.Fatalf("a zero holder value in tier %d", tier)
 			}
@@ -277,34 +276,15 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, ix *Index, m *model)
 // unknown removals, remaps, cache-owner events, clears, worker removals) leave the index with
 // the model's memberships, and every query (each chain's every prefix) gets the model's answer.
 func TestIndexMatchesModel(t *testing.T) {
-	base := []ckf.LocalBlockHash{11, 12, 13, 14, 15, 16}
-	short := [][]ckf.LocalBlockHash{base, {11, 12, 23, 24}, {31, 32, 33}, {11, 12, 13, 44, 45}}
-	t.Run("all-tiers", func(t *testing.T) { checkAgainstModel(t, false, short) })
-	t.Run("device-only", func(t *testing.T) { checkAgainstModel(t, true, short) })
-	// Chains longer than a run of the device tier (runCap), branching inside a run, at its
-	// last node and just after it, so that runs fill, split into heads and are cut back.
-	long := [][]ckf.LocalBlockHash{longChain(40, 0, 0), longChain(40, 5, 100), longChain(40, runCap, 200),
-		longChain(40, runCap-1, 300), longChain(36, runCap+1, 400)}
-	t.Run("long-chains", func(t *testing.T) { checkAgainstModel(t, false, long) })
-	t.Run("long-chains-device-only", func(t *testing.T) { checkAgainstModel(t, true, long) })
+	t.Run("all-tiers", func(t *testing.T) { checkAgainstModel(t, false) })
+	t.Run("device-only", func(t *testing.T) { checkAgainstModel(t, true) })
 }
 
-// longChain is n local hashes: 1, 2, … up to position at, then off+at+1, off+at+2, ….
-func longChain(n, at int, off ckf.LocalBlockHash) []ckf.LocalBlockHash {
-	out := make([]ckf.LocalBlockHash, n)
-	for i := range out {
-		out[i] = ckf.LocalBlockHash(i + 1)
-		if i >= at && off > 0 {
-			out[i] += off
-		}
-	}
-	return out
-}
-
-func checkAgainstModel(t *testing.T, deviceOnly bool, chains [][]ckf.LocalBlockHash) {
+func checkAgainstModel(t *testing.T, deviceOnly bool) {
 	rapid.Check(t, func(t *rapid.T) {
 		g := &eventGen{deviceOnly: deviceOnly}
-		g.chains = chains
+		base := []ckf.LocalBlockHash{11, 12, 13, 14, 15, 16}
+		g.chains = [][]ckf.LocalBlockHash{base, {11, 12, 23, 24}, {31, 32, 33}, {11, 12, 13, 44, 45}}
 		ix, m := New(), newModel()
 		var r, slots Result
 		steps := rapid.IntRange(1, 60).Draw(t, "steps")
@@ -368,137 +348,5 @@ func checkGroupsEqualSlots(t *rapid.T, ix *Index, local []ckf.LocalBlockHash, q 
 	}
 	if !slices.Equal(r.Matches, slots.Matches) || !slices.Equal(r.Frequencies, slots.Frequencies) {
 		t.Fatalf("query %v %+v: MatchLocal %+v %v, matchSlots %+v %v", q, opt, r.Matches, r.Frequencies, slots.Matches, slots.Frequencies)
-	}
-}
-
-// checkChainTier checks the device tier's runs (chainTier): every run in use is listed in heads
-// under its first node's canonical and ends in a node with a holder or a child run, a freed run
-// is empty, no canonical has two nodes, live counts the nodes with a holder, kids counts each
-// node's child runs and orphans the orphans' runs, and every device membership's lineage entry
-// names its canonical's node, which the source holds.
-func checkChainTier(t interface{ Fatalf(string, ...any) }, ix *Index) {
-	ct := &ix.dev
-	freed := map[uint32]bool{}
-	for _, r := range ct.free {
-		freed[r] = true
-		if ct.meta[r].len != 0 {
-			t.Fatalf("freed run %d has %d nodes", r, ct.meta[r].len)
-		}
-	}
-	seen := map[uint64]uint32{}
-	kids := map[uint32]uint16{}
-	live, runs, orphans := 0, 0, 0
-	for r, m := range ct.meta {
-		base := uint32(r) * runCap
-		n := uint32(m.len)
-		if n == 0 {
-			if !freed[uint32(r)] {
-				t.Fatalf("run %d is empty but not free", r)
-			}
-			continue
-		}
-		runs++
-		if m.orphan {
-			orphans++
-			if m.parent != noNode {
-				t.Fatalf("orphan run %d names parent node %d", r, m.parent)
-			}
-		}
-		if m.parent != noNode {
-			kids[m.parent]++
-		}
-		if v := ct.heads.get(ct.nodes[base].k()); v != uint32(r)+1 {
-			t.Fatalf("run %d's head %#x: heads has %d", r, ct.nodes[base].k(), v)
-		}
-		if last := base + n - 1; ct.nodes[last].val == 0 && ct.kids[last] == 0 {
-			t.Fatalf("run %d ends in a node without a holder or a child run", r)
-		}
-		for o := range n {
-			nd := &ct.nodes[base+o]
-			if at, dup := seen[nd.k()]; dup {
-				t.Fatalf("canonical %#x has nodes %d and %d", nd.k(), at, base+o)
-			}
-			seen[nd.k()] = base + o
-			if nd.val != 0 {
-				live++
-			}
-		}
-	}
-	for r, m := range ct.meta {
-		for o := range uint32(m.len) {
-			at := uint32(r)*runCap + o
-			if ct.kids[at] != kids[at] {
-				t.Fatalf("node %d counts %d child runs, has %d", at, ct.kids[at], kids[at])
-			}
-		}
-	}
-	if live != ct.live || runs != ct.heads.Len() || orphans != ct.orphans {
-		t.Fatalf("live %d (counted %d), runs %d, heads %d, orphans %d (counted %d)", ct.live, live, runs, ct.heads.Len(), ct.orphans, orphans)
-	}
-	for i := range ix.srcs {
-		lin := ix.srcs[i].lin
-		if lin == nil {
-			continue
-		}
-		for _, e := range lin.All() {
-			if e.tiers&(1<<producer.StorageTierDevice) == 0 {
-				continue
-			}
-			at := e.node()
-			if e.tiers&refIsNode == 0 || seen[uint64(ix.canonicalOf(&e))] != at || !ix.sets.has(ct.nodes[at].val, uint32(i), ix.keys) {
-				t.Fatalf("source %d's entry for %#x names node %d", i, uint64(ix.canonicalOf(&e)), at)
-			}
-		}
-	}
-}
-
-// TestChainTierOrphansAndChildRuns walks the device tier's two ways of keeping a node found
-// (chainTier): an orphan head (a device store whose parent the source holds on a lower tier
-// only) found again by a store through its parent's new node, and a parent kept without a
-// holder while a run of its children lives, let go when that run goes.
-func TestChainTierOrphansAndChildRuns(t *testing.T) {
-	ix, m := New(), newModel()
-	a, b, c := src{w: 1}, src{w: 2}, src{w: 3}
-	aHost := src{w: 1, tier: producer.StorageTierHostPinned}
-	chains := [][]ckf.LocalBlockHash{{1, 2, 3, 4}, {1, 2, 9}}
-	step := func(ev producer.RouterEvent) {
-		t.Helper()
-		err := ix.Apply(ev)
-		if ok := m.apply(ev); ok != (err == nil) {
-			t.Fatalf("index error %v, model accepted %v for %+v", err, ok, ev)
-		}
-		checkInvariants(t, ix, m)
-		var r Result
-		for _, ch := range chains {
-			q := canonicals(ch)
-			for n := 1; n <= len(q); n++ {
-				ix.Match(q[:n], Options{}, &r)
-				if want := m.match(q[:n]); !slices.Equal(r.Matches, want) {
-					t.Fatalf("after %+v, query %v[:%d]: index %+v, model %+v", ev, ch, n, r.Matches, want)
-				}
-			}
-		}
-	}
-	step(aHost.store(nil, 1, 2))
-	step(a.store([]ckf.LocalBlockHash{1, 2}, 3))
-	if ix.dev.orphans != 1 {
-		t.Fatalf("orphans %d after a device store under a host-only parent", ix.dev.orphans)
-	}
-	step(b.store(nil, 1, 2, 3, 4)) // finds the orphan's node for 3 through heads, appends 4 to it
-	step(a.remove(chains[0], 2))
-	step(b.remove(chains[0], 3, 2, 1, 0))
-	if ix.dev.orphans != 0 || ix.dev.live != 0 || ix.dev.heads.Len() != 0 {
-		t.Fatalf("orphans %d, live %d, heads %d after every device block went", ix.dev.orphans, ix.dev.live, ix.dev.heads.Len())
-	}
-	step(b.store(nil, 1, 2, 3))
-	step(c.store(nil, 1, 2, 9)) // 9 heads a run under 2's node
-	step(b.remove(chains[0], 2, 1, 0))
-	step(c.remove(chains[1], 1, 0)) // 1 and 2 lose their last holder; 2 stays for 9's run
-	if ix.dev.heads.Len() != 2 {
-		t.Fatalf("heads %d, want 2 (1's run kept for 9's)", ix.dev.heads.Len())
-	}
-	step(c.remove(chains[1], 2))
-	if ix.dev.live != 0 || ix.dev.heads.Len() != 0 {
-		t.Fatalf("live %d, heads %d after the child run went", ix.dev.live, ix.dev.heads.Len())
 	}
 }
