@@ -517,3 +517,29 @@ func TestSharedConcurrentReaders(t *testing.T) {
 	default:
 	}
 }
+
+// TestMembershipIsKeyedByCanonical (workers §2): a membership is (source, tier, canonical hash),
+// however the block came to be stored. streams/workers restores a checkpoint into an empty index
+// as one-block stores without a parent whose local hash is the membership's canonical
+// (ckf.CanonicalRoot of a canonical is that canonical); the restored source must answer as the
+// one that stored the chain, and a store under a restored parent must extend it. A layout that
+// finds a block only through its parent's (performance §9.1, the chain layout) fails here.
+func TestMembershipIsKeyedByCanonical(t *testing.T) {
+	ix := New()
+	chain := []ckf.LocalBlockHash{1, 2, 3, 4, 5}
+	canon := canonicals(chain)
+	live, restored := src{w: 1}, src{w: 2}
+	mustApply(t, ix, live.store(nil, chain[:4]...))
+	for i := 3; i >= 0; i-- { // leaf first, so that no block is stored after its child
+		ev := producer.RouterEvent{WorkerID: restored.w}
+		ev.Event.Kind = producer.KvEventStored
+		ev.Event.Stored.Blocks = []producer.StoredBlock{{BlockHash: ckf.ExternalBlockHash(canon[i]), TokensHash: ckf.LocalBlockHash(canon[i])}}
+		mustApply(t, ix, ev)
+	}
+	wantDepths(t, depths(ix, chain...), map[ckf.SourceKey]uint32{live.key(): 4, restored.key(): 4})
+	mustApply(t, ix, restored.store(chain[:4], 5))
+	wantDepths(t, depths(ix, chain...), map[ckf.SourceKey]uint32{live.key(): 4, restored.key(): 5})
+	if st := ix.Stats(); st.Canonicals[producer.StorageTierDevice] != 5 || st.Memberships[producer.StorageTierDevice] != 9 {
+		t.Fatalf("stats %+v: want 5 canonicals, 9 memberships", st)
+	}
+}
