@@ -10,7 +10,9 @@ package index
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
@@ -142,5 +144,97 @@ func BenchmarkLaneQuery128Kernel(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkProbe64Interleaved and BenchmarkLaneQuery128Interleaved measure
+// the two kernels in alternation at a fine grain (a batch of 256 probes, or
+// one query, each), so that both see the same load on a shared machine;
+// the order alternates too. They report each kernel's ns per probe (p50 ns
+// per query) and avx2/swar. Where the build or the CPU has no AVX2 kernel
+// they are skipped.
+
+func BenchmarkProbe64Interleaved(b *testing.B) {
+	if !probeWideAVX2 {
+		b.Skip("no AVX2 kernel in this build or on this CPU")
+	}
+	tb, probes := probe64Fixture(b, false)
+	mask := len(probes) - 1
+	const batch = 256
+	var spent [2]time.Duration
+	var acc uint64
+	run := func(avx2 bool, from int) {
+		probeWideAVX2 = avx2
+		t0 := time.Now()
+		for j := from; j < from+batch; j++ {
+			p := &probes[j&mask]
+			acc ^= tb.probeSettled(p.Fingerprint, p.BucketA, p.BucketB, ^uint64(0))
+		}
+		if avx2 {
+			spent[1] += time.Since(t0)
+		} else {
+			spent[0] += time.Since(t0)
+		}
+	}
+	defer func() { probeWideAVX2 = true }()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		first := i%2 == 0
+		run(first, i*batch)
+		run(!first, i*batch)
+	}
+	b.StopTimer()
+	consumerBenchSink = uint16(acc)
+	n := float64(b.N * batch)
+	b.ReportMetric(float64(spent[0].Nanoseconds())/n, "swar-ns/probe")
+	b.ReportMetric(float64(spent[1].Nanoseconds())/n, "avx2-ns/probe")
+	b.ReportMetric(float64(spent[1])/float64(spent[0]), "avx2/swar")
+}
+
+func BenchmarkLaneQuery128Interleaved(b *testing.B) {
+	if !probeWideAVX2 {
+		b.Skip("no AVX2 kernel in this build or on this CPU")
+	}
+	const width = ckf.MaxLanes
+	for _, shape := range []string{"shared", "divergent"} {
+		b.Run(fmt.Sprintf("lanes=%d/%s", width, shape), func(b *testing.B) {
+			bt := getLaneBenchTable(b, width)
+			chains := bt.chains[:benchChains]
+			if shape == "divergent" {
+				chains = bt.chains[benchChains:]
+			}
+			scratch := make([]uint64, 0, benchChainLen)
+			q := benchLaneQuery(bt.f.g, width, &scratch)
+			d := [2][]time.Duration{make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)}
+			run := func(avx2 bool, c []uint64) {
+				probeWideAVX2 = avx2
+				t0 := time.Now()
+				if err := q(c); err != nil {
+					b.Fatal(err)
+				}
+				k := 0
+				if avx2 {
+					k = 1
+				}
+				d[k] = append(d[k], time.Since(t0))
+			}
+			defer func() { probeWideAVX2 = true }()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c := chains[i%len(chains)]
+				first := i%2 == 0
+				run(first, c)
+				run(!first, c)
+			}
+			b.StopTimer()
+			p50 := func(x []time.Duration) float64 {
+				slices.Sort(x)
+				return float64(x[len(x)/2].Nanoseconds())
+			}
+			s, a := p50(d[0]), p50(d[1])
+			b.ReportMetric(s, "swar-p50-ns")
+			b.ReportMetric(a, "avx2-p50-ns")
+			b.ReportMetric(a/s, "avx2/swar")
+		})
 	}
 }
