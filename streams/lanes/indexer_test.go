@@ -79,18 +79,7 @@ func TestIndexerRestartWithoutRetainedSnapshot(t *testing.T) {
 	p.Snapshot()
 	p.StoreChain(9, nil, 0)
 	p.StoreChain(9, nil, 0)
-	// Retention removes everything written so far.
-	adm := testenv.Admin(t)
-	ends, err := adm.ListEndOffsets(context.Background(), e.Topics.Lanes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	end, _ := ends.Lookup(e.Topics.Lanes, 4)
-	del := kadm.Offsets{}
-	del.Add(kadm.Offset{Topic: e.Topics.Lanes, Partition: 4, At: end.Offset})
-	if resp, err := adm.DeleteRecords(context.Background(), del); err != nil || resp.Error() != nil {
-		t.Fatalf("delete records: %v %v", err, resp.Error())
-	}
+	deleteLaneRecords(t, e, 4) // retention removes everything written so far
 	control := e.ControlRecords()
 	events := e.WatchEvents()
 	ri := e.StartIndexer(e.Manifest(31, 4), e.IndexerConfig())
@@ -119,17 +108,7 @@ func TestIndexerRestartSnapshotWrittenBeforeTheConsumerStarts(t *testing.T) {
 	p := e.Producer(6, 1)
 	p.Snapshot()
 	p.StoreChain(7, nil, 0)
-	adm := testenv.Admin(t)
-	ends, err := adm.ListEndOffsets(context.Background(), e.Topics.Lanes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	end, _ := ends.Lookup(e.Topics.Lanes, 6)
-	del := kadm.Offsets{}
-	del.Add(kadm.Offset{Topic: e.Topics.Lanes, Partition: 6, At: end.Offset})
-	if resp, err := adm.DeleteRecords(context.Background(), del); err != nil || resp.Error() != nil {
-		t.Fatalf("delete records: %v %v", err, resp.Error())
-	}
+	deleteLaneRecords(t, e, 6)
 	ri := e.StartIndexerWith(e.Manifest(32, 6), e.IndexerConfig(), func(ix *lanes.Indexer) {
 		lanes.SetAfterPlan(ix, func() {
 			p.Snapshot()
@@ -139,6 +118,23 @@ func TestIndexerRestartSnapshotWrittenBeforeTheConsumerStarts(t *testing.T) {
 	streamtest.WaitLane(t, ri, p, streamtest.Converge)
 	if st := streamtest.LaneStatus(ri, p.Lane); st.Snapshots != 1 {
 		t.Errorf("lane %d: %d snapshots installed, want 1 (the one written after the plan)", p.Lane, st.Snapshots)
+	}
+}
+
+// deleteLaneRecords removes every record written so far to lane's partition of the lane topic, as
+// retention would (DeleteRecords up to the partition's end).
+func deleteLaneRecords(t *testing.T, e *streamtest.Env, lane int32) {
+	t.Helper()
+	adm := testenv.Admin(t)
+	ends, err := adm.ListEndOffsets(context.Background(), e.Topics.Lanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := ends.Lookup(e.Topics.Lanes, lane)
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: e.Topics.Lanes, Partition: lane, At: end.Offset})
+	if resp, err := adm.DeleteRecords(context.Background(), del); err != nil || resp.Error() != nil {
+		t.Fatalf("delete records: %v %v", err, resp.Error())
 	}
 }
 
