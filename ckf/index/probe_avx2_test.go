@@ -171,11 +171,15 @@ func TestProbeAVX2EverySlotEveryLane(t *testing.T) {
 }
 
 // withProbeKernel runs f with probeWideAVX2 set to on (only where the build
-// and the CPU have the kernel) and restores it.
+// and the CPU have the kernel) and restores it. It writes the variable only
+// to change it (never in builds without the kernel), so a probe on another
+// goroutine never races with it there.
 func withProbeKernel(on bool, f func()) {
 	saved := probeWideAVX2
-	probeWideAVX2 = on && saved
-	defer func() { probeWideAVX2 = saved }()
+	if want := on && saved; want != saved {
+		probeWideAVX2 = want
+		defer func() { probeWideAVX2 = saved }()
+	}
 	f()
 }
 
