@@ -163,3 +163,39 @@ func TestIndexerRestoresMirroredLane(t *testing.T) {
 	streamtest.WaitLane(t, ri, remote, time.Minute)
 	streamtest.CompareQueries(t, ri.Indexer.GlobalIndexer(), streamtest.ReferenceIndexer(t, e.Manifest(31, 3, 9), remote, local), remote, local)
 }
+
+// TestIndexerStartsBeforeTheMirroredTopicsExist: an indexer whose lane 3 is read from another
+// region's mirrored topics starts while those topics do not exist yet (the region's MirrorMaker
+// has not created them: a region brought up before its peer, or before the mirror's first
+// copy). The local lane 9 converges and answers; lane 3 waits, not ready, with its source named;
+// once the mirror creates and fills the copies, lane 3 installs the mirrored snapshot and
+// converges, with no restart of the indexer.
+func TestIndexerStartsBeforeTheMirroredTopicsExist(t *testing.T) {
+	t.Parallel()
+	e := streamtest.NewEnvOn(t, testenv.FakeCluster(t), 4096)
+	remote, local := e.TransactionalProducer(3, 1), e.TransactionalProducer(9, 1)
+	for _, p := range []*streamtest.Producer{remote, local} {
+		p.StoreChain(5, nil, 0)
+		p.Snapshot()
+		p.StoreChain(8, nil, 0)
+	}
+	lanesCopyName := testenv.TopicName(streams.MirroredTopic(streams.MirrorPolicyDefault, "eu", e.Topics.Lanes))
+	indexCopyName := testenv.TopicName(streams.MirroredTopic(streams.MirrorPolicyDefault, "eu", e.Topics.SnapshotIndex))
+	cfg := e.IndexerConfig()
+	cfg.LaneSources = map[uint8]streams.LaneSource{3: streams.MirroredLaneSource(streams.MirrorPolicyDefault, "eu", e.Topics.Lanes, e.Topics.SnapshotIndex)}
+	ri := e.StartIndexer(e.Manifest(31, 3, 9), cfg)
+	streamtest.WaitLane(t, ri, local, time.Minute)
+	if ri.Indexer.GlobalIndexer().ReadyLanes64()&(1<<3) != 0 {
+		t.Fatal("lane 3 ready before its mirrored topics exist")
+	}
+	if st := streamtest.LaneStatus(ri, 3); !strings.Contains(st.Source, "mirrored from eu") {
+		t.Fatalf("lane 3's source %q", st.Source)
+	}
+
+	lanesCopy := e.Cluster.NewTopic(t, ckf.MaxLanes, lanesCopyName)
+	indexCopy := e.Cluster.NewTopic(t, 1, indexCopyName, testenv.TopicConfig("cleanup.policy", "compact"))
+	newMirror(t, e, e.Topics.Lanes, lanesCopy, ckf.MaxLanes).sync()
+	newMirror(t, e, e.Topics.SnapshotIndex, indexCopy, 1).sync()
+	streamtest.WaitLane(t, ri, remote, time.Minute)
+	streamtest.CompareQueries(t, ri.Indexer.GlobalIndexer(), streamtest.ReferenceIndexer(t, e.Manifest(31, 3, 9), remote, local), remote, local)
+}

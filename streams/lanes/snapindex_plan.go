@@ -52,6 +52,18 @@ func (ix *Indexer) planSource(ctx context.Context, src streams.LaneSource, lanes
 	// Both listings are retried on retriable Kafka errors (streams.RetryListing): right after the
 	// topics are created, or during a leader election, a broker may not know a partition's
 	// leader yet.
+	if src.Mirrored {
+		// A copy the mirror has not created yet is not an error (planMirrorNotThere); asked
+		// first, so that the listings below do not retry it until the restore deadline.
+		topics, err := adm.ListTopics(ctx, topic)
+		if err != nil {
+			return fmt.Errorf("streams: listing %s: %w", topic, err)
+		}
+		if !topics.Has(topic) {
+			ix.planMirrorNotThere(src, lanes, plan)
+			return nil
+		}
+	}
 	var starts, ends kadm.ListedOffsets
 	err := streams.RetryListing(ctx, func() (err error) {
 		starts, err = adm.ListStartOffsets(ctx, topic)
@@ -111,6 +123,23 @@ func (ix *Indexer) planSource(ctx context.Context, src streams.LaneSource, lanes
 		}
 	}
 	return nil
+}
+
+// planMirrorNotThere plans the lanes of a mirrored source whose lane topic does not exist yet:
+// the region's MirrorMaker has not created its copy (this region came up before its peer, or
+// before the mirror's first pass), so there is no snapshot index to read either. Rather than
+// failing the indexer's start (and with it the local lanes' answers), each such lane starts at
+// the copy's start, which the lane consumer reads once the mirror creates it (franz-go keeps
+// asking the brokers for a partition it was told to consume), and asks for a snapshot, which
+// the peer's relay answers once the reverse mirror carries the request; until a snapshot
+// arrives the lane waits, out of answers (awaiting_snapshot). The mirror copies what the peer
+// still retains, snapshot included, so the request is a second way in, not the only one.
+func (ix *Indexer) planMirrorNotThere(src streams.LaneSource, lanes []int32, plan map[int32]lanePlan) {
+	why := fmt.Sprintf("mirrored topic %s does not exist yet (the region's MirrorMaker has not created it)", src.Topic)
+	ix.log.Warn("mirrored lanes wait for their topic: "+why, zap.String("source", src.String()), zap.Int32s("lanes", lanes))
+	for _, l := range lanes {
+		plan[l] = lanePlan{start: kgo.NewOffset().AtStart(), snapshotOffset: -1, request: why}
+	}
 }
 
 // planMirrored finds a mirrored lane's indexed snapshot by time and sequence. A snapshot not on
