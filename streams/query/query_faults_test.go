@@ -107,3 +107,60 @@ func TestQueryServiceDeadLetterFailureFailsTheBatch(t *testing.T) {
 		t.Fatalf("offset %d committed although the dead letter was refused", got[0])
 	}
 }
+
+// TestQueryServiceRidesThroughAnOutageLongerThanItsReplyTimeout: while the brokers take no
+// reply (every produce to the reply topic answered NOT_LEADER_FOR_PARTITION, retried by franz-go
+// until ReplyTimeout), a batch cannot be acknowledged. The service must not stop (a replica
+// survives a broker outage of any length, RELIABILITY P5): it commits nothing, leaves and joins
+// its group again (ckf_query_rejoins_total), and once the brokers take replies again it answers
+// every request and commits their offsets, with Run still running.
+func TestQueryServiceRidesThroughAnOutageLongerThanItsReplyTimeout(t *testing.T) {
+	t.Parallel() // its own in-process cluster
+	k := streamtest.NewFakeKafka(t)
+	x, p, codec, tp := newQServed(t, k, 5, 1)
+	group := testenv.UniqueName(t, "g")
+	cfg := qConfig(tp, group)
+	cfg.ReplyTimeout = 2 * time.Second
+	cfg.CommitTimeout = time.Second
+	outage := k.Fake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: tp.replies, Err: kerr.NotLeaderForPartition, Count: -1})
+	scope := tally.NewTestScope("", nil)
+	svc := qNewService(t, k, query.NewAnswerer(x.g, nil), codec, cfg, scope)
+	ids, values := qRequests(t, codec, p, "outage", 0, 5)
+	qProduce(t, k.Client(t), tp.requests, ids, values)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- svc.Run(ctx) }()
+
+	// Either event ends the wait: Run returning (the outage stopped it) or a rejoin counted.
+	var err error
+	stopped := false
+	testenv.WaitUntilEvery(t, 20*time.Millisecond, time.Minute, "the service rejoins or stops", func() bool {
+		select {
+		case err = <-errc:
+			stopped = true
+			return true
+		default:
+			return qCounter(scope, "query.rejoins_total", nil) > 0
+		}
+	})
+	if stopped {
+		t.Fatalf("the service stopped during the outage: %v", err)
+	}
+	if got := qCommitted(t, k, group, tp.requests, 1); got[0] >= 0 {
+		t.Fatalf("offset %d committed although no reply was acknowledged", got[0])
+	}
+	outage.Remove()
+	replies := qReplies(t, k, codec, tp.replies)
+	replies.waitIDs(t, ids, time.Minute)
+	qWaitCommitted(t, k, group, tp.requests, 1)
+	select {
+	case err := <-errc:
+		t.Fatalf("Run returned %v after the outage", err)
+	default:
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("Run after a graceful stop: %v", err)
+	}
+	t.Logf("rejoins during the outage: %d", qCounter(scope, "query.rejoins_total", nil))
+}

@@ -60,6 +60,7 @@ type queryMetrics struct {
 	PathMetrics
 	deadLetters, replyRejected                 tally.Counter
 	batchFailures, commitFailures, fetchErrors tally.Counter
+	rejoins                                    tally.Counter
 	commitLatency, endToEnd                    tally.Histogram
 	// skipped counts the requests an Exchange skipped (another DC's worker query), created at the
 	// first one so that the prefix-match service, which skips none, never exports it.
@@ -77,6 +78,7 @@ func newQueryMetrics(root tally.Scope, scope string) queryMetrics {
 		deadLetters:    s.Counter("dead_letters_total"),
 		replyRejected:  s.Counter("replies_undeliverable_total"),
 		batchFailures:  s.Counter("batch_failures_total"),
+		rejoins:        s.Counter("rejoins_total"),
 		commitFailures: s.Counter("commit_failures_total"),
 		fetchErrors:    s.Counter("fetch_errors_total"),
 		scope:          s,

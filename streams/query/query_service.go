@@ -116,9 +116,13 @@ func (e *QueryBatchError) Unwrap() []error { return []error{ErrQueryBatchFailed,
 //     (a failure there fails the batch, as below). The batch goes on: one caller's broken reply
 //     destination must not stall the partition for everyone.
 //   - Any other unacknowledged output (a reply to ReplyTopic, a dead letter) fails the batch:
-//     nothing of it is committed, Run stops and returns a *QueryBatchError, and the group member
-//     that takes the partitions over answers the batch again. franz-go has already retried the
-//     produce for up to ReplyTimeout by then, so the failure is not a blip.
+//     nothing of it is committed. When the cause is time (the brokers did not acknowledge within
+//     ReplyTimeout: an outage), the service leaves the group, joins again with a new client and
+//     answers the batch again from the last commit, and the process goes on (a replica rides
+//     through a broker outage of any length). Otherwise (a refusal, which would recur) Run stops
+//     and returns a *QueryBatchError, and the group member that takes the partitions over
+//     answers the batch again. franz-go has already retried the produce for up to ReplyTimeout
+//     by then, so the failure is not a blip.
 //   - A failed commit is logged and counted, not fatal: the batch's outputs are delivered, and
 //     the next commit covers its offsets (commits are cumulative per partition) unless the
 //     partitions moved, in which case the batch is answered again (duplicates, not loss).
@@ -269,8 +273,10 @@ func (s *QueryService) Close(ctx context.Context) error {
 }
 
 // Run consumes and answers requests until ctx ends (a graceful stop: the batch in flight is
-// finished and committed, then the group is left) or a batch fails. It returns nil after a
-// graceful stop, a *QueryBatchError when a batch failed, or an error building the client.
+// finished and committed, then the group is left) or a batch fails for a reason other than
+// brokers that did not answer in time (those it rides through by joining again: serve). It
+// returns nil after a graceful stop, a *QueryBatchError when a batch failed, or an error
+// building the client.
 func (s *QueryService) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return ErrQueryServiceRunning
@@ -278,8 +284,50 @@ func (s *QueryService) Run(ctx context.Context) error {
 	return s.serve(ctx, nil)
 }
 
-// serve builds the client, reports on ready (if any) and runs the loop until it ends.
+// serve runs the service (serveOnce) until ctx ends or a batch fails for a reason other than
+// brokers that did not answer in time. A batch that failed because its outputs were not
+// acknowledged before the deadline (a broker outage longer than ReplyTimeout, during which every
+// produce waits) is not a reason to stop the process: nothing of it was committed, so the
+// service leaves the group, waits rejoinBackoff, joins again with a new client and answers the
+// batch again from the last commit (at least once, as after a takeover). Any other batch failure
+// (a refusal: an unknown or unauthorised topic, a record too large) would recur on every
+// attempt while holding the partitions from healthy members, so it stops the service as before.
 func (s *QueryService) serve(ctx context.Context, ready chan<- error) error {
+	for {
+		err := s.serveOnce(ctx, ready)
+		ready = nil
+		var be *QueryBatchError
+		if err == nil || !errors.As(err, &be) || !brokersDidNotAnswer(be.Err) || ctx.Err() != nil || s.hard.Err() != nil {
+			return err
+		}
+		s.m.rejoins.Inc(1)
+		s.log.Warn("query batch not acknowledged in time (the brokers did not answer); rejoining the group to answer it again from the last commit",
+			zap.Error(err), zap.Duration("after", rejoinBackoff))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.hard.Done():
+			return nil
+		case <-time.After(rejoinBackoff): // a pause between clients, not a wait for an outcome
+		}
+	}
+}
+
+// rejoinBackoff is the pause before the query service joins its group again after a batch its
+// brokers did not acknowledge in time (serve). The new client's first poll waits for the
+// brokers itself; the pause only keeps a broker that answers metadata but not produces from
+// seeing a join every few seconds.
+const rejoinBackoff = time.Second
+
+// brokersDidNotAnswer reports whether a batch failure's cause is time running out rather than a
+// broker's refusal: a produce's delivery timeout, or the batch's own deadline (settle).
+func brokersDidNotAnswer(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrRecordTimeout)
+}
+
+// serveOnce builds a client, reports on ready (if any) and runs the loop until it ends; it then
+// leaves the group and closes the client.
+func (s *QueryService) serveOnce(ctx context.Context, ready chan<- error) error {
 	cl, err := kgo.NewClient(s.clientOpts()...)
 	if err != nil {
 		err = fmt.Errorf("streams: query service client: %w", err)
@@ -387,15 +435,17 @@ func (s *QueryService) commit(recs []*kgo.Record) {
 	offsets := c.pending
 	c.pending = nil
 	c.mu.Unlock()
-	s.issueCommit(offsets)
+	s.issueCommit(s.cl, offsets)
 }
 
-// issueCommit sends one commit; its completion sends the offsets merged meanwhile, if any, from
-// a new goroutine (franz-go forbids committing from inside a commit's callback).
-func (s *QueryService) issueCommit(offsets map[string]map[int32]kgo.EpochOffset) {
+// issueCommit sends one commit through cl; its completion sends the offsets merged meanwhile,
+// if any, from a new goroutine (franz-go forbids committing from inside a commit's callback),
+// through the same client: a chain of commits never crosses to the client of a later join
+// (serve), whose group generation is another.
+func (s *QueryService) issueCommit(cl *kgo.Client, offsets map[string]map[int32]kgo.EpochOffset) {
 	ctx, cancel := context.WithTimeout(s.hard, s.cfg.CommitTimeout)
 	t0 := time.Now()
-	s.cl.CommitOffsets(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	cl.CommitOffsets(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		cancel()
 		s.m.commitLatency.RecordDuration(time.Since(t0))
 		if err == nil && resp != nil {
@@ -421,7 +471,7 @@ func (s *QueryService) issueCommit(offsets map[string]map[int32]kgo.EpochOffset)
 		}
 		c.mu.Unlock()
 		if next != nil {
-			go s.issueCommit(next)
+			go s.issueCommit(cl, next)
 			return
 		}
 		c.idle.Done()
