@@ -3,6 +3,9 @@ package replay
 import (
 	"testing"
 	"time"
+
+	"github.com/ckf-stream/ckf-stream/eval"
+	"github.com/ckf-stream/ckf-stream/schemas"
 )
 
 // TestStalenessIsTheOldestStoreNotYetShown: the truth an answer's lane age is compared with is
@@ -56,5 +59,23 @@ func TestAgeAccuracyCountsBothDirections(t *testing.T) {
 	}
 	if a.ErrMaxMs != 40 {
 		t.Errorf("ErrMaxMs = %v, want 40", a.ErrMaxMs)
+	}
+}
+
+// TestJudgeLeavesOutLanesNotSearched: a DC whose lane the answer left out (stale or unavailable:
+// no entry in its lanes, its lane state says why) is counted as left out, not as an under-report
+// at depth 0; searched lanes are judged as before.
+func TestJudgeLeavesOutLanesNotSearched(t *testing.T) {
+	p := &ckfPolicy{}
+	pr := newProberOf(3, time.Minute, nil, nil)
+	v := &eval.View{Keys: []uint64{1, 2, 3}, Depth: []int{3, 2, 1}}
+	a := &answer{pending: make([][]bool, 3), reply: schemas.QueryReply{Lanes: []schemas.LaneMatch{
+		{Lane: 0, Depth: 3}, {Lane: 2, Depth: 0}, // lane 1 left out
+	}}}
+	var total Accuracy
+	p.judge(pr, a, v, &total, nil)
+	want := Accuracy{Compared: 3, LeftOut: 1, Exact: 1, UnderReports: 1}
+	if total != want {
+		t.Fatalf("judged %+v, want %+v", total, want)
 	}
 }

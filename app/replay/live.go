@@ -458,9 +458,10 @@ func (p *ckfPolicy) ask(v *eval.View) []answer {
 // time, adding to total and, when not nil, to perDC[dc].
 func (p *ckfPolicy) judge(pr *prober, a *answer, v *eval.View, total *Accuracy, perDC []DCAccuracy) []int {
 	depth := make([]int, len(v.Depth))
+	searched := make([]bool, len(v.Depth))
 	for _, l := range a.reply.Lanes {
 		if int(l.Lane) < len(depth) {
-			depth[l.Lane] = int(l.Depth)
+			depth[l.Lane], searched[l.Lane] = int(l.Depth), true
 		}
 	}
 	now := time.Now()
@@ -469,6 +470,11 @@ func (p *ckfPolicy) judge(pr *prober, a *answer, v *eval.View, total *Accuracy, 
 		c.Compared = 1
 		e, got := v.Depth[d], depth[d]
 		switch {
+		case !searched[d]:
+			// Not searched: the answer's lane state says stale or unavailable (a relay starved
+			// past the freshness bound, a lane not ready). No depth was claimed; counting it as
+			// depth 0 called it an unexplained under-report (one in the 64-DC hour).
+			c.LeftOut = 1
 		case got < e:
 			c.UnderReports = 1
 			if a.pending[d] != nil && a.pending[d][got] {

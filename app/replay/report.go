@@ -88,9 +88,12 @@ type Live struct {
 // Accuracy counts (answer, DC) pairs compared with the exact state at query time: Exact equal,
 // UnderReports shallower (UnderExplained of them at a block whose store was not yet visible to
 // the answering indexer), OverReports deeper (OverExplained at a block removed from the DC
-// within the last second).
+// within the last second), LeftOut not searched: the answer gave the DC's lane as stale or
+// unavailable (its lane state says so, and a router reads it as no estimate, not as depth 0), so
+// there is no depth to compare. Compared is their sum.
 type Accuracy struct {
 	Compared       int `json:"compared"`
+	LeftOut        int `json:"left_out_stale_or_unavailable"`
 	Exact          int `json:"exact"`
 	UnderReports   int `json:"under_reports"`
 	UnderExplained int `json:"under_explained_by_visibility"`
@@ -100,6 +103,7 @@ type Accuracy struct {
 
 func (a *Accuracy) add(b Accuracy) {
 	a.Compared += b.Compared
+	a.LeftOut += b.LeftOut
 	a.Exact += b.Exact
 	a.UnderReports += b.UnderReports
 	a.UnderExplained += b.UnderExplained
@@ -451,8 +455,8 @@ func (rep *Report) print(w io.Writer) {
 	fmt.Fprintf(w, "KV events path: %s\n", lv.Events)
 	fmt.Fprintf(w, "ckf queries over %s: %d asked, %d answered, %d errors, %d unavailable; %.1f queries/s; latency p50 %.2f ms, p99 %.2f ms\n",
 		lv.Query, lv.Queries, lv.Answered, lv.QueryErrors, lv.Unavailable, lv.QueriesPerSec, lv.QueryP50Ms, lv.QueryP99Ms)
-	fmt.Fprintf(w, "index accuracy (per DC per answer, against the exact state at query time): %d compared, %d exact, %d under-reports (%d explained by events not yet visible, %d not), %d over-reports (%d at a block removed within 1 s)\n",
-		lv.Compared, lv.Exact, lv.UnderReports, lv.UnderExplained, lv.UnderReports-lv.UnderExplained, lv.OverReports, lv.OverExplained)
+	fmt.Fprintf(w, "index accuracy (per DC per answer, against the exact state at query time): %d compared, %d exact, %d under-reports (%d explained by events not yet visible, %d not), %d over-reports (%d at a block removed within 1 s), %d left out as stale or unavailable\n",
+		lv.Compared, lv.Exact, lv.UnderReports, lv.UnderExplained, lv.UnderReports-lv.UnderExplained, lv.OverReports, lv.OverExplained, lv.LeftOut)
 	fmt.Fprintf(w, "choices where the deepest prefix is ≥ 2 blocks: %d; same cost as the cost oracle's %d (%.1f%%); as deep as the depth oracle's %d (%.1f%%)\n",
 		lv.Decisions, lv.AgreeCostOracle, pct(lv.AgreeCostOracle, lv.Decisions), lv.AsDeepAsDepthOracle, pct(lv.AsDeepAsDepthOracle, lv.Decisions))
 	fmt.Fprintf(w, "event to visible (engine event -> first answer covering it): p50 %.2f ms, p99 %.2f ms, max %.2f ms over %d stores (%d never seen, %d removed first, %d pending)\n",
