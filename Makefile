@@ -96,9 +96,10 @@ test: test-alerts $(HELM) peer-dynamo ## unit + integration tests against a real
 	HELM=$(abspath $(HELM)) CKF_REQUIRE_BROWSER=1 CKF_REQUIRE_BROKER=1 bash $(REGISTRY_DIR)/with-registry.sh bash $(KAFKA_DIR)/with-kafka.sh $(GO) test $(TEST_FLAGS) $(PKGS)
 	$(MAKE) --no-print-directory test-norace
 
-# Race builds replace the amd64 assembly that stores into the transposed table (ckf/index,
-# table_store*_amd64.s: plain MOVs the race detector cannot see) with sync/atomic loops, so the
-# race run above never executes what production binaries run; this pass does (ckf/ needs no broker).
+# Race builds replace the amd64 assembly of the transposed table (ckf/index: table_store*_amd64.s,
+# the stores, plain MOVs the race detector cannot see; probe_avx2_amd64.s, the AVX2 probe of wide
+# rows) with sync/atomic Go, so the race run above never executes what production binaries run;
+# this pass does (ckf/ needs no broker).
 .PHONY: test-norace
 test-norace: ## ckf/ without the race detector: the amd64 assembly paths that race builds leave out
 	$(GO) test -count=1 -timeout 10m ./ckf/...
