@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckf-stream/ckf-stream/testenv"
 	"gopkg.in/yaml.v3"
 )
 
@@ -31,7 +32,11 @@ func helmBin(t *testing.T) string {
 		}
 	}
 	if _, err := os.Stat(bin); bin == "" || err != nil {
-		t.Fatalf("the chart tests need helm: build it with `make helm` (Helm from the Go module proxy, into bin/), or set HELM to a helm binary")
+		const need = "the chart tests need helm: build it with `make helm` (Helm from the Go module proxy, into bin/), or set HELM to a helm binary"
+		if !testenv.Required() { // go test ./... and make test-unit on a fresh clone, with no network
+			t.Skipf("%s (skipped: %s=1, which make test sets, makes this a failure)", need, testenv.RequireEnv)
+		}
+		t.Fatal(need)
 	}
 	return bin
 }
