@@ -95,6 +95,21 @@ func chunkIndex(t *testing.T, codec *schemas.Codec, r *kgo.Record, seq uint64) (
 	return lr.Snapshot.ChunkIndex, lr.Kind == schemas.LaneSnapshotChunk && lr.Snapshot.Sequence == seq
 }
 
+// newRemoteAndLocal starts an in-process cluster with two transactional producers, lane 3 (of
+// another region, read through a mirror's copies) and lane 9 (local), each with a chain, a
+// snapshot and a chain after it.
+func newRemoteAndLocal(t *testing.T) (e *streamtest.Env, remote, local *streamtest.Producer) {
+	t.Helper()
+	e = streamtest.NewEnvOn(t, testenv.FakeCluster(t), 4096)
+	remote, local = e.TransactionalProducer(3, 1), e.TransactionalProducer(9, 1)
+	for _, p := range []*streamtest.Producer{remote, local} {
+		p.StoreChain(5, nil, 0)
+		p.Snapshot()
+		p.StoreChain(8, nil, 0)
+	}
+	return e, remote, local
+}
+
 // TestIndexerRestoresMirroredLane: an indexer reads lane 3 from a mirror's copy of another
 // region's lane topic and snapshot index ("eu.<lanes>", "eu.<index>", MirrorMaker's default
 // names) and lane 9 from its own lane topic. The source's relays write transactions, whose
@@ -105,13 +120,7 @@ func chunkIndex(t *testing.T, codec *schemas.Codec, r *kgo.Record, seq uint64) (
 // after it started.
 func TestIndexerRestoresMirroredLane(t *testing.T) {
 	t.Parallel()
-	e := streamtest.NewEnvOn(t, testenv.FakeCluster(t), 4096)
-	remote, local := e.TransactionalProducer(3, 1), e.TransactionalProducer(9, 1)
-	for _, p := range []*streamtest.Producer{remote, local} {
-		p.StoreChain(5, nil, 0)
-		p.Snapshot()
-		p.StoreChain(8, nil, 0)
-	}
+	e, remote, local := newRemoteAndLocal(t)
 	remote.StoreChain(7, remote.Chains[0], 3)
 	pos := remote.Snapshot() // the index points here, at the source's offsets
 	seq := remote.Publisher.LastSequence()
@@ -172,13 +181,7 @@ func TestIndexerRestoresMirroredLane(t *testing.T) {
 // converges, with no restart of the indexer.
 func TestIndexerStartsBeforeTheMirroredTopicsExist(t *testing.T) {
 	t.Parallel()
-	e := streamtest.NewEnvOn(t, testenv.FakeCluster(t), 4096)
-	remote, local := e.TransactionalProducer(3, 1), e.TransactionalProducer(9, 1)
-	for _, p := range []*streamtest.Producer{remote, local} {
-		p.StoreChain(5, nil, 0)
-		p.Snapshot()
-		p.StoreChain(8, nil, 0)
-	}
+	e, remote, local := newRemoteAndLocal(t)
 	lanesCopyName := testenv.TopicName(streams.MirroredTopic(streams.MirrorPolicyDefault, "eu", e.Topics.Lanes))
 	indexCopyName := testenv.TopicName(streams.MirroredTopic(streams.MirrorPolicyDefault, "eu", e.Topics.SnapshotIndex))
 	cfg := e.IndexerConfig()
