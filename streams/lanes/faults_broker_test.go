@@ -27,6 +27,7 @@ func TestIndexerSurvivesBrokerRestart(t *testing.T) {
 	t.Cleanup(func() { _ = b.Kill() })
 
 	e := streamtest.NewEnvOn(t, b.Cluster(), 4096)
+	e.WriteTimeout = 3 * time.Minute // the writes below wait for the restart, which took 30 s and more beside a CPU hog
 	lanes := []uint8{1, 6}
 	m := e.Manifest(61, lanes...)
 	var ps []*streamtest.Producer

@@ -48,6 +48,10 @@ type Env struct {
 	Blocks         uint64 // expected blocks per DC of the producers
 	// chunkWords is the producers' snapshot chunk size (small, so snapshots have several chunks).
 	ChunkWords int
+	// WriteTimeout, when positive, bounds each of the producers' writes instead of the lane
+	// writer's default (30 s): a test that restarts its broker under writing producers needs
+	// more on a loaded machine, where the restart alone can take longer.
+	WriteTimeout time.Duration
 }
 
 func NewEnv(t testing.TB, expectedBlocks uint64) *Env {
@@ -217,6 +221,9 @@ func (e *Env) producerOn(cl *kgo.Client, transactional bool, lane uint8, id ckf.
 	cfg.LaneTopic, cfg.IndexTopic, cfg.Lane, cfg.Transactional = e.Topics.Lanes, e.Topics.SnapshotIndex, lane, transactional
 	if e.ChunkWords > 0 {
 		cfg.ChunkWords = e.ChunkWords
+	}
+	if e.WriteTimeout > 0 {
+		cfg.WriteTimeout = e.WriteTimeout
 	}
 	w, err := streams.NewLaneWriter(cl, e.Codec, id, cfg)
 	if err != nil {
