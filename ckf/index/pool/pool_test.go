@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -627,12 +628,15 @@ func TestPoolConfigValidation(t *testing.T) {
 
 // The leak check runs in a synctest bubble: after Close, synctest.Wait returns
 // once every other goroutine of the bubble has exited or blocked for good, so the
-// goroutine count is final when it is read (no polling, no grace period). A
-// worker or watchdog that outlived Close would also make synctest.Test fail on
-// its own, as a bubble that cannot finish.
+// bubble's goroutine count is final when it is read (no polling, no grace
+// period). It counts only the bubble's goroutines: runtime.NumGoroutine also
+// counts the process's own, and the finalizer goroutine counts as a user
+// goroutine while it runs, which under load once made a correct pool read as a
+// leak (5 > 4). A worker or watchdog that outlived Close would also make
+// synctest.Test fail on its own, as a bubble that cannot finish.
 func TestPoolCloseReleasesLanesWithoutLeaks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		before := runtime.NumGoroutine()
+		before := bubbleGoroutines(t)
 		f := newFixture(t, 4, 64, 2)
 		p, err := NewIngestionPool(f.g, quietConfig())
 		if err != nil {
@@ -653,8 +657,47 @@ func TestPoolCloseReleasesLanesWithoutLeaks(t *testing.T) {
 		}
 		p.Close()
 		synctest.Wait()
-		if n := runtime.NumGoroutine(); n > before {
+		if n := bubbleGoroutines(t); n > before {
 			t.Fatalf("goroutines leaked: %d > %d", n, before)
 		}
 	})
+}
+
+// bubbleGoroutines counts the goroutines of the caller's synctest bubble, read
+// from the traceback of every goroutine: each one of a bubble is headed
+// "goroutine N [state, synctest bubble K]:", and the caller's own is the one
+// that is running.
+func bubbleGoroutines(t *testing.T) int {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var headers []string
+	for _, line := range strings.Split(string(buf), "\n") {
+		if strings.HasPrefix(line, "goroutine ") && strings.HasSuffix(line, "]:") {
+			headers = append(headers, line)
+		}
+	}
+	bubble := ""
+	for _, h := range headers {
+		if strings.Contains(h, "[running, synctest bubble ") {
+			bubble = h[strings.Index(h, "synctest bubble "):]
+		}
+	}
+	if bubble == "" {
+		t.Fatal("bubbleGoroutines called outside a synctest bubble")
+	}
+	count := 0
+	for _, h := range headers {
+		if strings.HasSuffix(h, bubble) {
+			count++
+		}
+	}
+	return count
 }
