@@ -2,6 +2,8 @@
 
 package index
 
+import "golang.org/x/sys/cpu"
+
 // AVX2 kernel of wide rows (consumer §5.3, §16), chosen at run time.
 //
 // probeSettledAVX2Asm computes the hit mask of a fingerprint over 32-lane
@@ -40,9 +42,11 @@ package index
 // words and row (performance §4.1 gives both, measured).
 
 // probeWideAVX2 is whether probeSettled runs the AVX2 kernel on the 32-lane
-// blocks of wide rows. Set once at start-up; benchmarks turn it off to
-// measure the portable kernel in the same run.
-var probeWideAVX2 = cpuHasAVX2()
+// blocks of wide rows: the CPU has AVX2 and the OS saves the ymm registers
+// across context switches (x/sys/cpu checks both: CPUID leaf 7 and XCR0 with
+// OSXSAVE). Set once at start-up; benchmarks turn it off to measure the
+// portable kernel in the same run.
+var probeWideAVX2 = cpu.X86.HasAVX2
 
 // probeSettledAVX2Asm is the settled probe of the blocks*32 lanes (blocks
 // 1 or 2) of rows ra and rb, all 16-byte aligned: h = the hit mask of fp in
@@ -53,29 +57,6 @@ var probeWideAVX2 = cpuHasAVX2()
 //
 //go:noescape
 func probeSettledAVX2Asm(ra, rb, rc *uint64, blocks int, fp uint16, lanes uint64) uint64
-
-func cpuidex(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
-
-func xgetbv0() (eax uint32)
-
-// cpuHasAVX2 reports whether the CPU has AVX2 and the OS saves the ymm
-// registers across context switches (XCR0 bits 1 and 2, with OSXSAVE).
-func cpuHasAVX2() bool {
-	maxLeaf, _, _, _ := cpuidex(0, 0)
-	if maxLeaf < 7 {
-		return false
-	}
-	_, _, ecx1, _ := cpuidex(1, 0)
-	const osxsave, avx = 1 << 27, 1 << 28
-	if ecx1&osxsave == 0 || ecx1&avx == 0 {
-		return false
-	}
-	if xgetbv0()&6 != 6 {
-		return false
-	}
-	_, ebx7, _, _ := cpuidex(7, 0)
-	return ebx7&(1<<5) != 0
-}
 
 // probeWideKernel names the kernel of wide rows (benchmarks report it).
 func probeWideKernel() string {
