@@ -85,13 +85,7 @@ func getBenchTable(b *testing.B, buckets uint64) *benchTable {
 		}
 		seqs := ckf.SequenceHashes(chain)
 		for l := 0; l < ckf.LaneCount; l++ {
-			depth := benchChainLen
-			switch {
-			case c < benchChains && c%2 == 1 && l%5 == 0:
-				depth = 64 + l
-			case c >= benchChains:
-				depth = r.IntN(benchChainLen + 1)
-			}
+			depth := benchChainDepth(c, l, r)
 			for i := 0; i < depth; i++ {
 				p := f.g.addr.Probe(seqs[i])
 				placed := false
@@ -110,15 +104,7 @@ func getBenchTable(b *testing.B, buckets uint64) *benchTable {
 		}
 		bt.chains = append(bt.chains, chain)
 	}
-	for l := 0; l < ckf.LaneCount; l++ {
-		in := f.claim(uint8(l))
-		if err := in.Assign(f.identity(uint8(l)), f.lease(uint8(l), 1)); err != nil {
-			b.Fatal(err)
-		}
-		if out := in.InstallSnapshot(f.snapshot(uint8(l), 1, 0, lanes[l])); out.Kind != OutcomeSnapshotInstalled {
-			b.Fatal(out)
-		}
-	}
+	installBenchLanes(b, f, lanes)
 	bt.probes = make([]ckf.Probe, 1<<16)
 	for i := range bt.probes {
 		bt.probes[i] = f.g.addr.Probe(r.Uint64())

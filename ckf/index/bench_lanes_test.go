@@ -50,9 +50,7 @@ func getLaneBenchTable(b *testing.B, width int) *laneBenchTable {
 	for l := range lanes {
 		w := make([]uint64, buckets)
 		for i := range w {
-			v := r.Uint64()
-			keep := v & 0x0001_0001_0001_0001 * 0xFFFF // about half the slots
-			w[i] = (v | 0x0001_0001_0001_0001) & keep
+			w[i] = halfFullWord(r)
 		}
 		lanes[l] = w
 	}
@@ -64,13 +62,7 @@ func getLaneBenchTable(b *testing.B, width int) *laneBenchTable {
 		}
 		seqs := ckf.SequenceHashes(chain)
 		for l := 0; l < width; l++ {
-			depth := benchChainLen
-			switch {
-			case c < benchChains && c%2 == 1 && l%5 == 0:
-				depth = 64 + l
-			case c >= benchChains:
-				depth = r.IntN(benchChainLen + 1)
-			}
+			depth := benchChainDepth(c, l, r)
 			for i := 0; i < depth; i++ {
 				p := f.g.addr.Probe(seqs[i])
 				bk := p.BucketA
@@ -82,7 +74,37 @@ func getLaneBenchTable(b *testing.B, width int) *laneBenchTable {
 		}
 		bt.chains = append(bt.chains, chain)
 	}
-	for l := 0; l < width; l++ {
+	installBenchLanes(b, f, lanes)
+	laneBenchTables[width] = bt
+	return bt
+}
+
+// halfFullWord is a random bucket word with each slot used with
+// probability 1/2 (a used slot's fingerprint is never 0).
+func halfFullWord(r *rand.Rand) uint64 {
+	v := r.Uint64()
+	keep := v & 0x0001_0001_0001_0001 * 0xFFFF
+	return (v | 0x0001_0001_0001_0001) & keep
+}
+
+// benchChainDepth is how deep lane l caches benchmark chain c: chains
+// [0, benchChains) share their prefix (even: every lane the whole chain;
+// odd: lanes 0, 5, 10, ... to 64 + l), chains [benchChains, 2·benchChains)
+// diverge (an independent uniform depth per lane, drawn from r).
+func benchChainDepth(c, l int, r *rand.Rand) int {
+	switch {
+	case c < benchChains && c%2 == 1 && l%5 == 0:
+		return 64 + l
+	case c >= benchChains:
+		return r.IntN(benchChainLen + 1)
+	}
+	return benchChainLen
+}
+
+// installBenchLanes installs lanes[l] as lane l's snapshot (lease epoch 1,
+// sequence 0) and drops the caller's copy of it.
+func installBenchLanes(b *testing.B, f *fixture, lanes [][]uint64) {
+	for l := range lanes {
 		in := f.claim(uint8(l))
 		if err := in.Assign(f.identity(uint8(l)), f.lease(uint8(l), 1)); err != nil {
 			b.Fatal(err)
@@ -92,8 +114,18 @@ func getLaneBenchTable(b *testing.B, width int) *laneBenchTable {
 		}
 		lanes[l] = nil
 	}
-	laneBenchTables[width] = bt
-	return bt
+}
+
+// laneQueryFixture is the table of width lanes, the chains of shape
+// ("shared" or "divergent") and the query of that width over it.
+func laneQueryFixture(b *testing.B, width int, shape string) (chains [][]uint64, q func(c []uint64) error) {
+	bt := getLaneBenchTable(b, width)
+	chains = bt.chains[:benchChains]
+	if shape == "divergent" {
+		chains = bt.chains[benchChains:]
+	}
+	scratch := make([]uint64, 0, benchChainLen)
+	return chains, benchLaneQuery(bt.f.g, width, &scratch)
 }
 
 // BenchmarkLaneQuery128: 128-block queries over every lane of a table of 4,
@@ -102,13 +134,7 @@ func BenchmarkLaneQuery128(b *testing.B) {
 	for _, width := range []int{4, 16, 64} {
 		for _, shape := range []string{"shared", "divergent"} {
 			b.Run(fmt.Sprintf("lanes=%d/%s", width, shape), func(b *testing.B) {
-				bt := getLaneBenchTable(b, width)
-				chains := bt.chains[:benchChains]
-				if shape == "divergent" {
-					chains = bt.chains[benchChains:]
-				}
-				scratch := make([]uint64, 0, benchChainLen)
-				q := benchLaneQuery(bt.f.g, width, &scratch)
+				chains, q := laneQueryFixture(b, width, shape)
 				benchQueries(b, func(c []uint64) {
 					if err := q(c); err != nil {
 						b.Fatal(err)

@@ -47,9 +47,7 @@ func probe64Fixture(b *testing.B, hit bool) (*transposedTable, []ckf.Probe) {
 	}
 	r := rand.New(rand.NewPCG(64, 37))
 	for i := range tb.words {
-		v := r.Uint64()
-		keep := v & 0x0001_0001_0001_0001 * 0xFFFF
-		tb.words[i] = (v | 0x0001_0001_0001_0001) & keep
+		tb.words[i] = halfFullWord(r)
 	}
 	probes := make([]ckf.Probe, 4096)
 	perm := r.Perm(buckets)
@@ -122,13 +120,7 @@ func BenchmarkLaneQuery128Kernel(b *testing.B) {
 	for _, shape := range []string{"shared", "divergent"} {
 		for _, avx2 := range probe64Kernels() {
 			b.Run(fmt.Sprintf("lanes=%d/%s/kernel=%s", width, shape, kernelName(avx2)), func(b *testing.B) {
-				bt := getLaneBenchTable(b, width)
-				chains := bt.chains[:benchChains]
-				if shape == "divergent" {
-					chains = bt.chains[benchChains:]
-				}
-				scratch := make([]uint64, 0, benchChainLen)
-				q := benchLaneQuery(bt.f.g, width, &scratch)
+				chains, q := laneQueryFixture(b, width, shape)
 				var p50 float64
 				withProbeKernel(avx2, func() {
 					p50 = benchQueries(b, func(c []uint64) {
@@ -198,13 +190,7 @@ func BenchmarkLaneQuery128Interleaved(b *testing.B) {
 	const width = ckf.MaxLanes
 	for _, shape := range []string{"shared", "divergent"} {
 		b.Run(fmt.Sprintf("lanes=%d/%s", width, shape), func(b *testing.B) {
-			bt := getLaneBenchTable(b, width)
-			chains := bt.chains[:benchChains]
-			if shape == "divergent" {
-				chains = bt.chains[benchChains:]
-			}
-			scratch := make([]uint64, 0, benchChainLen)
-			q := benchLaneQuery(bt.f.g, width, &scratch)
+			chains, q := laneQueryFixture(b, width, shape)
 			d := [2][]time.Duration{make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)}
 			run := func(avx2 bool, c []uint64) {
 				probeWideAVX2 = avx2
