@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime/debug"
+	"runtime/metrics"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/index"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
 	"github.com/ckf-stream/ckf-stream/streams/internal/streamtest"
@@ -249,30 +253,64 @@ type pfFetchHook func(*kgo.Record)
 
 func (h pfFetchHook) OnFetchRecordBuffered(r *kgo.Record) { h(r) }
 
-// pfLagRun writes total deltas of images images each to a fresh lane at rate deltas/s (rate 0:
-// all at once) and measures when each becomes visible to queries.
-func pfLagRun(b *testing.B, rate float64, images, total int) pfLagResult {
-	e := streamtest.NewEnv(b, 1<<20) // 2^18 buckets: fewer marker overwrites
-	const lane = 6
-	p := e.Producer(lane, 1)
-	p.Snapshot()
-	// fetched[i] is when the indexer's client buffered delta i (franz-go v1.22.3's
+// pfLagRig is what the delta-visibility benchmarks set up before they produce: a fresh indexer
+// whose lanes each have a producer and its snapshot installed, a fetch hook on the indexer's
+// client, and total pre-encoded deltas (delta i on lanes[i mod len(lanes)], each lane's in
+// sequence), each with its marker image last.
+type pfLagRig struct {
+	e     *streamtest.Env
+	lanes []uint8
+	ri    *streamtest.RunningIndexer
+	g     *index.GlobalIndexer
+	// fetched[i] is when the indexer's client buffered delta i, unix ns (franz-go v1.22.3's
 	// OnFetchRecordBuffered, as the fetch response is processed and before the lane's poll
 	// returns it): where the broker's share ends and the indexer's begins.
-	base := streamtest.PerfEndOffsets(b, e.Topics.Lanes, []int32{lane})
-	fetched := make([]atomic.Int64, total)
-	hook := pfFetchHook(func(r *kgo.Record) {
-		if i := r.Offset - base; r.Partition == lane && r.Topic == e.Topics.Lanes && i >= 0 && i < int64(total) {
-			fetched[i].CompareAndSwap(0, time.Now().UnixNano())
+	fetched []atomic.Int64
+	markers []pfMarker
+	recs    []*kgo.Record
+}
+
+// pfNewLagRig builds the rig on e for lanes, with total deltas of images images each whose
+// filler images and markers are drawn from rng. The caller stops r.ri.
+func pfNewLagRig(b *testing.B, e *streamtest.Env, lanes []uint8, images, total int, rng *rand.Rand) *pfLagRig {
+	n := len(lanes)
+	r := &pfLagRig{e: e, lanes: lanes, fetched: make([]atomic.Int64, total), markers: make([]pfMarker, total),
+		recs: make([]*kgo.Record, total)}
+	ps := make([]*streamtest.Producer, n)
+	base := make([]int64, n)
+	var slot [ckf.MaxLanes]int // lane -> its index in lanes, -1 for a lane not in the run
+	for l := range slot {
+		slot[l] = -1
+	}
+	var want uint64
+	for j, l := range lanes {
+		ps[j] = e.Producer(l, 1)
+		ps[j].Snapshot()
+		slot[l], want = j, want|1<<l
+	}
+	for j, l := range lanes {
+		base[j] = streamtest.PerfEndOffsets(b, e.Topics.Lanes, []int32{int32(l)})
+	}
+	hook := pfFetchHook(func(rec *kgo.Record) {
+		if rec.Topic != e.Topics.Lanes || rec.Partition < 0 || rec.Partition >= ckf.MaxLanes {
+			return
+		}
+		j := slot[rec.Partition]
+		if j < 0 {
+			return
+		}
+		if k := rec.Offset - base[j]; k >= 0 {
+			if i := int(k)*n + j; i < total {
+				r.fetched[i].CompareAndSwap(0, time.Now().UnixNano())
+			}
 		}
 	})
-	ri := streamtest.PerfStartIndexer(b, e, e.Manifest(ckf.ConsumerInstanceID(time.Now().UnixNano()), lane), kgo.WithHooks(hook))
-	defer ri.Stop()
-	g := ri.Indexer.GlobalIndexer()
-	testenv.WaitUntil(b, time.Minute, fmt.Sprintf("lane %d is ready", lane), func() bool { return g.ReadyLanes()&(1<<lane) != 0 })
-	addr := g.Addressing()
-	bc := g.BucketCount()
-	rng := rand.New(rand.NewPCG(11, uint64(rate)))
+	r.ri = streamtest.PerfStartIndexer(b, e, e.Manifest(ckf.ConsumerInstanceID(time.Now().UnixNano()), lanes...), kgo.WithHooks(hook))
+	r.g = r.ri.Indexer.GlobalIndexer()
+	testenv.WaitUntil(b, 2*time.Minute, fmt.Sprintf("all %d lanes are ready", n), func() bool { return r.g.ReadyLanes64()&want == want },
+		func() string { return fmt.Sprintf("ready lanes %#x", r.g.ReadyLanes64()) })
+	addr := r.g.Addressing()
+	bc := r.g.BucketCount()
 	// Filler images: every slot's fingerprint has its top bit set; markers' fingerprints have
 	// it clear, so a filler never makes a marker visible early.
 	const ring = 4096
@@ -289,35 +327,95 @@ func pfLagRun(b *testing.B, rate float64, images, total int) pfLagResult {
 		}
 	}
 	// Pre-encode every delta (as LaneWriter does) with its marker image last.
-	markers := make([]pfMarker, total)
-	recs := make([]*kgo.Record, total)
-	wireID := streams.WireIdentity(p.ID)
-	key := []byte(p.ID.Pool.String())
-	seq := p.Publisher.LastSequence()
+	seqs := make([]uint64, n)
+	for j, p := range ps {
+		seqs[j] = p.Publisher.LastSequence()
+	}
 	var packed []byte
-	for i := range markers {
+	for i := range r.markers {
+		j := i % n
 		for {
 			h := rng.Uint64()
 			pr := addr.Probe(ckf.SequenceHashes([]uint64{h})[0])
 			if pr.Fingerprint&0x8000 != 0 || slices.ContainsFunc(fill[i%ring], func(im ckf.BucketImage) bool { return im.Bucket == pr.BucketA }) {
 				continue
 			}
-			markers[i] = pfMarker{local: h, bucket: pr.BucketA, value: uint64(pr.Fingerprint)}
+			r.markers[i] = pfMarker{local: h, bucket: pr.BucketA, value: uint64(pr.Fingerprint)}
 			break
 		}
 		packed = packed[:0]
 		for _, im := range fill[i%ring] {
 			packed = schemas.AppendImage(packed, im.Bucket, im.Value)
 		}
-		packed = schemas.AppendImage(packed, markers[i].bucket, markers[i].value)
-		v, err := e.Codec.EncodeLaneRecord(schemas.LaneRecord{Identity: wireID, Kind: schemas.LaneDelta,
-			Delta: schemas.Delta{BaseSequence: seq, Sequence: seq + 1, Images: append(schemas.PackedImages(nil), packed...)}})
+		packed = schemas.AppendImage(packed, r.markers[i].bucket, r.markers[i].value)
+		v, err := e.Codec.EncodeLaneRecord(schemas.LaneRecord{Identity: streams.WireIdentity(ps[j].ID), Kind: schemas.LaneDelta,
+			Delta: schemas.Delta{BaseSequence: seqs[j], Sequence: seqs[j] + 1, Images: append(schemas.PackedImages(nil), packed...)}})
 		if err != nil {
 			b.Fatal(err)
 		}
-		seq++
-		recs[i] = &kgo.Record{Topic: e.Topics.Lanes, Partition: lane, Key: key, Value: v}
+		seqs[j]++
+		r.recs[i] = &kgo.Record{Topic: e.Topics.Lanes, Partition: int32(lanes[j]), Key: []byte(ps[j].ID.Pool.String()), Value: v}
 	}
+	return r
+}
+
+// pfPace hands delta i to produce at start + i/rate (every 500 µs, the deltas due by then),
+// and stores in produced how many it handed over after each round.
+func pfPace(start time.Time, rate float64, total int, produced *atomic.Int64, produce func(i int)) {
+	interval := float64(time.Second) / rate
+	sent := 0
+	tick := time.NewTicker(500 * time.Microsecond)
+	defer tick.Stop()
+	for sent < total {
+		<-tick.C
+		due := min(total, int(float64(time.Since(start))/interval)+1)
+		for ; sent < due; sent++ {
+			produce(sent)
+		}
+		produced.Store(int64(sent))
+	}
+}
+
+// pfAwaitVisible flushes the producer, fails on a produce error, and waits for the prober to
+// have seen every delta.
+func pfAwaitVisible(b *testing.B, cl *kgo.Client, produceErr *atomic.Value, proberDone <-chan struct{}, what string) {
+	b.Helper()
+	if err := cl.Flush(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if err, _ := produceErr.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-proberDone:
+	case <-time.After(time.Minute):
+		b.Fatalf("%s: not every delta became visible within a minute", what)
+	}
+}
+
+// pfShares returns, for deltas from..len(visible)-1, produce call → visible and its two shares
+// (produce call → fetched, fetched → visible).
+func (r *pfLagRig) pfShares(b *testing.B, handoff, visible []int64, from int) (lat, toFetched, fetchedVis []time.Duration) {
+	b.Helper()
+	for i := from; i < len(visible); i++ {
+		lat = append(lat, time.Duration(visible[i]-handoff[i]))
+		f := r.fetched[i].Load()
+		if f == 0 {
+			b.Fatalf("delta %d (lane %d) became visible without its fetch being seen", i, r.lanes[i%len(r.lanes)])
+		}
+		toFetched = append(toFetched, time.Duration(f-handoff[i]))
+		fetchedVis = append(fetchedVis, time.Duration(visible[i]-f))
+	}
+	return lat, toFetched, fetchedVis
+}
+
+// pfLagRun writes total deltas of images images each to a fresh lane at rate deltas/s (rate 0:
+// all at once) and measures when each becomes visible to queries.
+func pfLagRun(b *testing.B, rate float64, images, total int) pfLagResult {
+	const lane = 6
+	r := pfNewLagRig(b, streamtest.NewEnv(b, 1<<20), []uint8{lane}, images, total, rand.New(rand.NewPCG(11, uint64(rate)))) // 2^18 buckets: fewer marker overwrites
+	defer r.ri.Stop()
+	g, markers := r.g, r.markers
 	cl := testenv.Client(b, append(streams.LaneWriterClientOpts(), kgo.ProducerLinger(0))...)
 	handoff := make([]int64, total) // unix ns, written before produced.Store
 	sched := make([]int64, total)
@@ -365,7 +463,7 @@ func pfLagRun(b *testing.B, rate float64, images, total int) pfLagResult {
 	var produceErr atomic.Value
 	produce := func(i int) {
 		handoff[i] = time.Now().UnixNano()
-		cl.Produce(ctx, recs[i], func(_ *kgo.Record, err error) {
+		cl.Produce(ctx, r.recs[i], func(_ *kgo.Record, err error) {
 			acked[i] = time.Now().UnixNano()
 			if err != nil {
 				produceErr.Store(err)
@@ -383,47 +481,22 @@ func pfLagRun(b *testing.B, rate float64, images, total int) pfLagResult {
 		}
 		produced.Store(int64(total))
 	} else {
-		// Every 500 µs, produce the deltas due by now.
 		interval := float64(time.Second) / rate
-		sent := 0
-		tick := time.NewTicker(500 * time.Microsecond)
-		for sent < total {
-			<-tick.C
-			due := min(total, int(float64(time.Since(start))/interval)+1)
-			for ; sent < due; sent++ {
-				sched[sent] = start.Add(time.Duration(float64(sent) * interval)).UnixNano()
-				produce(sent)
-			}
-			produced.Store(int64(sent))
-		}
-		tick.Stop()
+		pfPace(start, rate, total, &produced, func(i int) {
+			sched[i] = start.Add(time.Duration(float64(i) * interval)).UnixNano()
+			produce(i)
+		})
 	}
-	if err := cl.Flush(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	if err, _ := produceErr.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	select {
-	case <-proberDone:
-	case <-time.After(time.Minute):
-		b.Fatalf("not every delta became visible within a minute (%d deltas)", total)
-	}
+	pfAwaitVisible(b, cl, &produceErr, proberDone, fmt.Sprintf("one lane, %d deltas", total))
 	elapsed := time.Duration(visible[total-1] - start.UnixNano())
 	// Skip the first 10 % (connection warm-up).
 	from := total / 10
-	var lat, fromSched, ack, ackVis, toFetched, fetchedVis []time.Duration
+	lat, toFetched, fetchedVis := r.pfShares(b, handoff, visible, from)
+	var fromSched, ack, ackVis []time.Duration
 	for i := from; i < total; i++ {
-		lat = append(lat, time.Duration(visible[i]-handoff[i]))
 		ackVis = append(ackVis, time.Duration(visible[i]-acked[i]))
 		fromSched = append(fromSched, time.Duration(visible[i]-sched[i]))
 		ack = append(ack, time.Duration(acked[i]-handoff[i]))
-		f := fetched[i].Load()
-		if f == 0 {
-			b.Fatalf("delta %d (offset %d) became visible without its fetch being seen", i, base+int64(i))
-		}
-		toFetched = append(toFetched, time.Duration(f-handoff[i]))
-		fetchedVis = append(fetchedVis, time.Duration(visible[i]-f))
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 	return pfLagResult{
@@ -454,7 +527,19 @@ type pfLanesLagResult struct {
 	FetchedVisP50ms float64 `json:"fetched_to_visible_p50_ms"`
 	FetchedVisP99ms float64 `json:"fetched_to_visible_p99_ms"`
 	QueryP50us      float64 `json:"probe_query_p50_us"` // the prober's one-block queries over every lane
-	LoadAvg         [3]float64
+	// ProberQueriesPerDelta is how many queries the prober asked per delta.
+	ProberQueriesPerDelta float64 `json:"prober_queries_per_delta"`
+	// CPU time per delta from the first produce call until every delta is visible: this
+	// process's (the indexer, the producer client and the prober) and the broker's. A cost
+	// that grows with the lane count shows here whatever the load of the machine.
+	SelfCPUusPerDelta   float64 `json:"self_cpu_us_per_delta"`
+	BrokerCPUusPerDelta float64 `json:"broker_cpu_us_per_delta"`
+	// The Go scheduler's latency (a goroutine runnable until it runs, /sched/latencies:seconds)
+	// over the same span: the wait for one of this process's Ps, not the machine's load alone.
+	SchedLatP50us float64 `json:"go_sched_latency_p50_us"`
+	SchedLatP99us float64 `json:"go_sched_latency_p99_us"`
+	GCCycles      uint64  `json:"gc_cycles"` // garbage collections over the same span
+	LoadAvg       [3]float64
 }
 
 // pfLanesLagRate is the aggregate rate (deltas/s over every lane) of
@@ -481,16 +566,20 @@ func BenchmarkE2EDeltaVisibleLanes(b *testing.B) {
 	rate := pfLanesLagRate()
 	total := int(rate*streamtest.PerfPhase().Seconds()) + 1
 	runs := map[int][]pfLanesLagResult{}
-	var p50Ratio, p99Ratio []float64
+	var p50Ratio, p99Ratio, fvP50Ratio, fvP99Ratio []float64
 	b.ResetTimer()
 	for range b.N {
 		for range streamtest.PerfReps() {
 			r16 := pfLanesLagRun(b, 16, rate, total)
 			r64 := pfLanesLagRun(b, 64, rate, total)
-			b.Logf("round: 16 lanes p50 %.2f p99 %.2f ms (load1 %.1f); 64 lanes p50 %.2f p99 %.2f ms (load1 %.1f)",
-				r16.P50ms, r16.P99ms, r16.LoadAvg[0], r64.P50ms, r64.P99ms, r64.LoadAvg[0])
+			for _, r := range []pfLanesLagResult{r16, r64} {
+				b.Logf("%d lanes: p50 %.2f p99 %.2f ms, fetched → visible p50 %.2f p99 %.2f ms, %.2f prober queries and %.1f µs of CPU (broker %.1f) a delta, Go scheduler p50 %.0f p99 %.0f µs, %d GCs (load1 %.1f)",
+					r.Lanes, r.P50ms, r.P99ms, r.FetchedVisP50ms, r.FetchedVisP99ms, r.ProberQueriesPerDelta, r.SelfCPUusPerDelta, r.BrokerCPUusPerDelta,
+					r.SchedLatP50us, r.SchedLatP99us, r.GCCycles, r.LoadAvg[0])
+			}
 			runs[16], runs[64] = append(runs[16], r16), append(runs[64], r64)
 			p50Ratio, p99Ratio = append(p50Ratio, r64.P50ms/r16.P50ms), append(p99Ratio, r64.P99ms/r16.P99ms)
+			fvP50Ratio, fvP99Ratio = append(fvP50Ratio, r64.FetchedVisP50ms/r16.FetchedVisP50ms), append(fvP99Ratio, r64.FetchedVisP99ms/r16.FetchedVisP99ms)
 		}
 	}
 	b.StopTimer()
@@ -511,10 +600,17 @@ func BenchmarkE2EDeltaVisibleLanes(b *testing.B) {
 			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.FetchedVisP50ms }), "fetched-to-visible-p50-ms")
 			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.FetchedVisP99ms }), "fetched-to-visible-p99-ms")
 			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.QueryP50us }), "probe-query-p50-µs")
+			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.ProberQueriesPerDelta }), "prober-queries/delta")
+			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.SelfCPUusPerDelta }), "self-cpu-µs/delta")
+			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.BrokerCPUusPerDelta }), "broker-cpu-µs/delta")
+			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.SchedLatP50us }), "go-sched-p50-µs")
+			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.SchedLatP99us }), "go-sched-p99-µs")
 			b.ReportMetric(med(rs, func(r pfLanesLagResult) float64 { return r.LoadAvg[0] }), "load1")
 			if n == 64 {
 				b.ReportMetric(streamtest.PerfMedian(p50Ratio), "p50-64/16")
 				b.ReportMetric(streamtest.PerfMedian(p99Ratio), "p99-64/16")
+				b.ReportMetric(streamtest.PerfMedian(fvP50Ratio), "fetched-to-visible-p50-64/16")
+				b.ReportMetric(streamtest.PerfMedian(fvP99Ratio), "fetched-to-visible-p99-64/16")
 			}
 		})
 		streamtest.PerfWrite(b, fmt.Sprintf("e2e-lag-lanes=%d.json", n), rs)
@@ -528,82 +624,12 @@ func pfLanesLagRun(b *testing.B, n int, rate float64, total int) pfLanesLagResul
 	e := streamtest.NewEnv(b, 1<<18) // 2^16 buckets a lane: 64 snapshots of 512 KiB per round
 	e.ChunkWords = 0                 // the production chunk size
 	lanes := make([]uint8, n)
-	parts := make([]int32, n)
-	ps := make([]*streamtest.Producer, n)
 	for l := range lanes {
-		lanes[l], parts[l] = uint8(l), int32(l)
-		ps[l] = e.Producer(uint8(l), 1)
-		ps[l].Snapshot()
+		lanes[l] = uint8(l)
 	}
-	base := make([]int64, n)
-	for l := range base {
-		base[l] = streamtest.PerfEndOffsets(b, e.Topics.Lanes, parts[l:l+1])
-	}
-	fetched := make([]atomic.Int64, total)
-	hook := pfFetchHook(func(r *kgo.Record) {
-		if r.Topic != e.Topics.Lanes || r.Partition < 0 || int(r.Partition) >= n {
-			return
-		}
-		l := int(r.Partition)
-		if k := r.Offset - base[l]; k >= 0 {
-			if i := int(k)*n + l; i < total {
-				fetched[i].CompareAndSwap(0, time.Now().UnixNano())
-			}
-		}
-	})
-	ri := streamtest.PerfStartIndexer(b, e, e.Manifest(ckf.ConsumerInstanceID(time.Now().UnixNano()), lanes...), kgo.WithHooks(hook))
-	defer ri.Stop()
-	g := ri.Indexer.GlobalIndexer()
-	all := uint64(1)<<n - 1 // every bit for n = 64
-	testenv.WaitUntil(b, 2*time.Minute, fmt.Sprintf("all %d lanes are ready", n), func() bool { return g.ReadyLanes64() == all },
-		func() string { return fmt.Sprintf("ready lanes %#x", g.ReadyLanes64()) })
-	addr := g.Addressing()
-	bc := g.BucketCount()
-	rng := rand.New(rand.NewPCG(17, uint64(n)))
-	const ring = 4096
-	fill := make([][]ckf.BucketImage, ring)
-	for i := range fill {
-		seen := map[uint64]bool{}
-		for len(fill[i]) < images-1 {
-			bk := rng.Uint64N(bc)
-			if seen[bk] {
-				continue
-			}
-			seen[bk] = true
-			fill[i] = append(fill[i], ckf.BucketImage{Bucket: bk, Value: rng.Uint64() | 0x8000_8000_8000_8000})
-		}
-	}
-	markers := make([]pfMarker, total)
-	recs := make([]*kgo.Record, total)
-	seqs := make([]uint64, n)
-	for l, p := range ps {
-		seqs[l] = p.Publisher.LastSequence()
-	}
-	var packed []byte
-	for i := range markers {
-		l := i % n
-		for {
-			h := rng.Uint64()
-			pr := addr.Probe(ckf.SequenceHashes([]uint64{h})[0])
-			if pr.Fingerprint&0x8000 != 0 || slices.ContainsFunc(fill[i%ring], func(im ckf.BucketImage) bool { return im.Bucket == pr.BucketA }) {
-				continue
-			}
-			markers[i] = pfMarker{local: h, bucket: pr.BucketA, value: uint64(pr.Fingerprint)}
-			break
-		}
-		packed = packed[:0]
-		for _, im := range fill[i%ring] {
-			packed = schemas.AppendImage(packed, im.Bucket, im.Value)
-		}
-		packed = schemas.AppendImage(packed, markers[i].bucket, markers[i].value)
-		v, err := e.Codec.EncodeLaneRecord(schemas.LaneRecord{Identity: streams.WireIdentity(ps[l].ID), Kind: schemas.LaneDelta,
-			Delta: schemas.Delta{BaseSequence: seqs[l], Sequence: seqs[l] + 1, Images: append(schemas.PackedImages(nil), packed...)}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		seqs[l]++
-		recs[i] = &kgo.Record{Topic: e.Topics.Lanes, Partition: int32(l), Key: []byte(ps[l].ID.Pool.String()), Value: v}
-	}
+	r := pfNewLagRig(b, e, lanes, images, total, rand.New(rand.NewPCG(17, uint64(n))))
+	defer r.ri.Stop()
+	g, markers := r.g, r.markers
 	cl := testenv.Client(b, append(streams.LaneWriterClientOpts(), kgo.ProducerLinger(0))...)
 	handoff := make([]int64, total)
 	visible := make([]int64, total)
@@ -613,9 +639,14 @@ func pfLanesLagRun(b *testing.B, n int, rate float64, total int) pfLanesLagResul
 
 	// Prober: per lane, the newest produced delta of the lane whose marker a query over every
 	// lane sees; a lane's deltas apply in sequence order, so it and the lane's older deltas are
-	// visible now (as in pfLagRun, lane by lane).
+	// visible now (as in pfLagRun, lane by lane). It asks only about deltas the indexer's client
+	// has fetched: one not fetched cannot be visible, and asking about every delta in flight
+	// made the prober's own work grow with the broker's share and with the lane count (11–63
+	// queries a delta at 64 lanes, 5–34 at 16, against about 2 this way; performance §4.1), in
+	// the process whose lanes it measures.
 	proberDone := make(chan struct{})
 	var queryTimes []time.Duration
+	var queries int
 	go func() {
 		defer close(proberDone)
 		next := make([]int, n) // per lane, the next delta index k (delta k*n+l) not yet seen
@@ -629,6 +660,10 @@ func pfLanesLagRun(b *testing.B, n int, rate float64, total int) pfLanesLagResul
 					break
 				}
 				for k := (p - 1 - l) / n; k >= next[l]; k-- {
+					if r.fetched[k*n+l].Load() == 0 {
+						continue // not fetched yet, so not visible: no query (see the prober's comment)
+					}
+					queries++
 					q[0] = markers[k*n+l].local
 					t0 := time.Now()
 					res, err := g.FindPrefixMatches64(q, &scratch)
@@ -659,58 +694,111 @@ func pfLanesLagRun(b *testing.B, n int, rate float64, total int) pfLanesLagResul
 	}()
 
 	var produceErr atomic.Value
+	stopTrace := pfStartTrace(b, fmt.Sprintf("e2e-lag-lanes=%d", n))
+	sched0 := pfSchedLatencies()
+	self0, broker0 := streamtest.PerfCPU()
 	start := time.Now()
-	interval := float64(time.Second) / rate
-	sent := 0
-	tick := time.NewTicker(500 * time.Microsecond)
-	for sent < total {
-		<-tick.C
-		due := min(total, int(float64(time.Since(start))/interval)+1)
-		for ; sent < due; sent++ {
-			handoff[sent] = time.Now().UnixNano()
-			cl.Produce(ctx, recs[sent], func(_ *kgo.Record, err error) {
-				if err != nil {
-					produceErr.Store(err)
-				}
-			})
-		}
-		produced.Store(int64(sent))
-	}
-	tick.Stop()
-	if err := cl.Flush(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	if err, _ := produceErr.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	select {
-	case <-proberDone:
-	case <-time.After(time.Minute):
-		b.Fatalf("%d lanes: not every delta became visible within a minute (%d deltas)", n, total)
-	}
+	pfPace(start, rate, total, &produced, func(i int) {
+		handoff[i] = time.Now().UnixNano()
+		cl.Produce(ctx, r.recs[i], func(_ *kgo.Record, err error) {
+			if err != nil {
+				produceErr.Store(err)
+			}
+		})
+	})
+	pfAwaitVisible(b, cl, &produceErr, proberDone, fmt.Sprintf("%d lanes, %d deltas", n, total))
+	self1, broker1 := streamtest.PerfCPU()
+	sched1 := pfSchedLatencies()
+	schedP50, schedP99 := sched1.since(sched0)
+	stopTrace()
 	var last int64
 	for _, v := range visible {
 		last = max(last, v)
 	}
 	from := total / 10 // the first 10 %: connection warm-up
-	var lat, toFetched, fetchedVis []time.Duration
-	for i := from; i < total; i++ {
-		lat = append(lat, time.Duration(visible[i]-handoff[i]))
-		f := fetched[i].Load()
-		if f == 0 {
-			b.Fatalf("%d lanes: delta %d became visible without its fetch being seen", n, i)
-		}
-		toFetched = append(toFetched, time.Duration(f-handoff[i]))
-		fetchedVis = append(fetchedVis, time.Duration(visible[i]-f))
-	}
+	lat, toFetched, fetchedVis := r.pfShares(b, handoff, visible, from)
 	ms := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 	return pfLanesLagResult{Lanes: n, OfferedRecPerS: rate, AchievedRecPerS: float64(total) / time.Duration(last-start.UnixNano()).Seconds(),
 		Samples: total - from,
 		P50ms:   ms(streamtest.PerfDurQuantile(lat, 0.5)), P99ms: ms(streamtest.PerfDurQuantile(lat, 0.99)),
 		FetchedP50ms: ms(streamtest.PerfDurQuantile(toFetched, 0.5)), FetchedP99ms: ms(streamtest.PerfDurQuantile(toFetched, 0.99)),
 		FetchedVisP50ms: ms(streamtest.PerfDurQuantile(fetchedVis, 0.5)), FetchedVisP99ms: ms(streamtest.PerfDurQuantile(fetchedVis, 0.99)),
-		QueryP50us: float64(streamtest.PerfDurQuantile(queryTimes, 0.5).Nanoseconds()) / 1e3,
-		LoadAvg:    streamtest.PerfLoadAvg(),
+		ProberQueriesPerDelta: float64(queries) / float64(total),
+		QueryP50us:            float64(streamtest.PerfDurQuantile(queryTimes, 0.5).Nanoseconds()) / 1e3,
+		SelfCPUusPerDelta:     float64((self1 - self0).Microseconds()) / float64(total), BrokerCPUusPerDelta: float64((broker1 - broker0).Microseconds()) / float64(total),
+		SchedLatP50us: schedP50 * 1e6, SchedLatP99us: schedP99 * 1e6, GCCycles: sched1.gcCycles - sched0.gcCycles,
+		LoadAvg: streamtest.PerfLoadAvg(),
+	}
+}
+
+// pfSchedHist is a reading of the runtime's /sched/latencies:seconds histogram.
+type pfSchedHist struct {
+	counts   []uint64
+	buckets  []float64
+	gcCycles uint64 // /gc/cycles/total:gc-cycles at the reading
+}
+
+func pfSchedLatencies() pfSchedHist {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	var out pfSchedHist
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		out.gcCycles = s[1].Value.Uint64()
+	}
+	if s[0].Value.Kind() == metrics.KindFloat64Histogram {
+		h := s[0].Value.Float64Histogram()
+		out.counts, out.buckets = slices.Clone(h.Counts), h.Buckets
+	}
+	return out
+}
+
+// since returns the p50 and p99 (seconds, the upper bound of the bucket that holds them) of the
+// latencies recorded after the reading from.
+func (h pfSchedHist) since(from pfSchedHist) (p50, p99 float64) {
+	if len(h.counts) == 0 || len(from.counts) != len(h.counts) {
+		return 0, 0
+	}
+	d := make([]uint64, len(h.counts))
+	var n uint64
+	for i := range d {
+		d[i] = h.counts[i] - from.counts[i]
+		n += d[i]
+	}
+	at := func(q float64) float64 {
+		want, seen := uint64(q*float64(n)), uint64(0)
+		for i, c := range d {
+			if seen += c; seen > want {
+				return h.buckets[i+1]
+			}
+		}
+		return h.buckets[len(h.buckets)-1]
+	}
+	return at(0.5), at(0.99)
+}
+
+// pfStartTrace writes a runtime execution trace of the span until the returned function is
+// called to $CKF_E2E_TRACE/name-<unix ns>.trace when CKF_E2E_TRACE names a directory (for `go
+// tool trace`: which goroutines a delta wakes, and how long each waits to run).
+func pfStartTrace(b *testing.B, name string) (stop func()) {
+	dir := os.Getenv("CKF_E2E_TRACE")
+	if dir == "" {
+		return func() {}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.trace", name, time.Now().UnixNano())))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := trace.Start(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		trace.Stop()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -730,6 +818,30 @@ type pfRestoreResult struct {
 	LoadAvg        [3]float64
 }
 
+// pfWriteRandomSnapshot writes, as lane's producer, one snapshot of random words with each
+// slot used with probability 1/2 (words drawn from rng), and returns its bucket count. The
+// producer's state is dropped: only the records matter.
+func pfWriteRandomSnapshot(b *testing.B, e *streamtest.Env, lane uint8, rng *rand.Rand) uint64 {
+	b.Helper()
+	p := e.Producer(lane, 1)
+	words := make([]uint64, p.State.BucketCount())
+	for i := range words {
+		v, sel := rng.Uint64(), rng.Uint32()
+		for k := 0; k < 4; k++ {
+			if sel&(1<<k) == 0 {
+				v &^= 0xFFFF << (16 * k)
+			}
+		}
+		words[i] = v
+	}
+	snap := ckf.Snapshot{Identity: p.ID, Lease: ckf.LaneLease{Lane: lane, Epoch: 1}, Sequence: 0, Buckets: words}
+	if _, err := p.Writer.WriteSnapshot(context.Background(), &snap); err != nil {
+		b.Fatal(err)
+	}
+	p.State = nil
+	return uint64(len(words))
+}
+
 // BenchmarkE2ERestore16Lanes2to20 writes one indexed snapshot of 2^20 random words (about half
 // of the slots used) per lane on all 16 lanes (production chunk size), then, CKF_E2E_REPS
 // times alternately, reads them with a bare consumer and restarts an indexer until all 16 lanes
@@ -745,24 +857,7 @@ func BenchmarkE2ERestore16Lanes2to20(b *testing.B) {
 	var buckets uint64
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, l := range lanes {
-		p := e.Producer(l, 1)
-		buckets = p.State.BucketCount()
-		words := make([]uint64, buckets)
-		for i := range words {
-			v := rng.Uint64()
-			sel := rng.Uint32()
-			for s := 0; s < 4; s++ {
-				if sel&(1<<s) == 0 {
-					v &^= 0xFFFF << (16 * s)
-				}
-			}
-			words[i] = v
-		}
-		snap := ckf.Snapshot{Identity: p.ID, Lease: ckf.LaneLease{Lane: l, Epoch: 1}, Sequence: 0, Buckets: words}
-		if _, err := p.Writer.WriteSnapshot(context.Background(), &snap); err != nil {
-			b.Fatal(err)
-		}
-		p.State = nil
+		buckets = pfWriteRandomSnapshot(b, e, l, rng)
 	}
 	records := streamtest.PerfEndOffsets(b, e.Topics.Lanes, parts)
 	res := pfRestoreResult{Lanes: len(lanes), Buckets: buckets, Records: records, MiB: float64(len(lanes)) * float64(buckets) * 8 / (1 << 20)}
@@ -811,22 +906,7 @@ func BenchmarkE2ERestoreLanes(b *testing.B) {
 		rng := rand.New(rand.NewPCG(3, uint64(n)))
 		for l := range s.lanes {
 			s.lanes[l] = uint8(l)
-			p := e.Producer(uint8(l), 1)
-			words := make([]uint64, p.State.BucketCount())
-			for i := range words {
-				v, sel := rng.Uint64(), rng.Uint32()
-				for k := 0; k < 4; k++ {
-					if sel&(1<<k) == 0 {
-						v &^= 0xFFFF << (16 * k)
-					}
-				}
-				words[i] = v
-			}
-			snap := ckf.Snapshot{Identity: p.ID, Lease: ckf.LaneLease{Lane: uint8(l), Epoch: 1}, Sequence: 0, Buckets: words}
-			if _, err := p.Writer.WriteSnapshot(context.Background(), &snap); err != nil {
-				b.Fatal(err)
-			}
-			p.State = nil
+			pfWriteRandomSnapshot(b, e, uint8(l), rng)
 		}
 		return s
 	}
