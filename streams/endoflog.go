@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
 )
 
 // Start-up readers (the relay's replay of its KV events, the indexer's and the relay's reads of
@@ -76,43 +77,117 @@ type EndOfLog struct {
 	pending map[int32]struct{}
 }
 
-// OffsetListRetry bounds how long the start-up listings of offsets (ListEndOfLog, the relay's
-// listPartitions, the indexer's restore plan) retry a listing that failed with a retriable Kafka
-// error: on a multi-broker cluster a topic created a moment ago is unknown to the brokers its
-// metadata has not reached yet (UNKNOWN_TOPIC_OR_PARTITION) or names a leader that is not one
-// yet (NOT_LEADER_OR_FOLLOWER), and a partition whose leader just failed has none until the
-// controller elects one (LEADER_NOT_AVAILABLE; an election takes up to the brokers' session
-// timeout, 9 s by default, plus the fencing). 30 s covers both with room; a topic still
-// unknown after it is missing, and the error is returned. The caller's context ends the
-// retries earlier.
+// A start-up listing of offsets (ListEndOfLog, the relay's listings of its topics' partitions,
+// the indexer's restore plan, the worker stages' first listing) fails with a retriable Kafka
+// error while the cluster has not settled: right after the topics are created, or during a
+// leader election. The errors say two different things, and a listing waits for them
+// differently (ListingWait.Retry):
+//
+//   - The topic or partition is unknown (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID): on a
+//     multi-broker cluster a topic created a moment ago is unknown to the brokers its metadata
+//     has not reached yet, which takes a moment; a topic still unknown after OffsetListRetry is
+//     missing (misnamed, or never created), waiting does not create it, and the error is
+//     returned, naming the topic.
+//   - Any other retriable error (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE,
+//     OFFSET_NOT_AVAILABLE, a request timeout, ...): the topic exists and its partition has no
+//     answering leader yet. A freshly created topic's leaders are elected when the brokers get
+//     to it, and a failed leader's successor after the brokers' session timeout plus the
+//     fencing; on a loaded broker that took longer than 30 s for 64 freshly created topics
+//     (docs/EVALUATION.md, the 64-DC hour), and a process that gave up then had to be started
+//     again only to wait for the same election. Such a listing is retried for as long as the
+//     caller's context allows (the indexer bounds its restore with RestoreTimeout; a relay
+//     waits, not ready, until the brokers elect the leaders), with a log line every
+//     ListingWaitLogEvery saying what it waits for.
+
+// OffsetListRetry bounds how long a listing retries a topic the brokers do not know
+// (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID), counted from its first attempt: metadata
+// reaches every broker well within it; a topic still unknown after it is missing, and the error
+// is returned. Other retriable errors are retried until the caller's context ends, which may
+// also end these retries earlier.
 const OffsetListRetry = 30 * time.Second
 
-// offsetListBackoff is the pause between two attempts of a listing.
-const offsetListBackoff = 100 * time.Millisecond
+// ListingWaitLogEvery is how often a listing that keeps failing with a retriable error logs
+// what it waits for (ListingWait.Log).
+const ListingWaitLogEvery = 10 * time.Second
 
-// RetryListing calls list until it returns nil or an error that is not a retriable Kafka
-// error, OffsetListRetry has passed, or ctx ends; it returns list's last error, or, when ctx
-// ended during an attempt, the retriable error of the attempt before (the cause, rather than
-// the cancellation).
+// offsetListBackoff is the pause after a listing's first failed attempt; it doubles at every
+// attempt up to offsetListMaxBackoff, so that a long election is not met by every relay and
+// worker replica of the deployment listing ten times a second.
+const (
+	offsetListBackoff    = 100 * time.Millisecond
+	offsetListMaxBackoff = time.Second
+)
+
+// listingClock is the time a listing's retries run on: the wall clock, or a test's.
+type listingClock struct {
+	now   func() time.Time
+	after func(time.Duration) <-chan time.Time
+}
+
+var wallClock = listingClock{now: time.Now, after: time.After}
+
+// ListingWait is how a start-up listing waits for the brokers (see above). The zero value waits
+// without logging.
+type ListingWait struct {
+	// Log, when set, gets a line every ListingWaitLogEvery while a listing keeps failing with a
+	// retriable error: what it lists, the error, how long and how many times it has tried.
+	Log *zap.Logger
+
+	clock listingClock // zero: wallClock
+}
+
+// RetryListing is ListingWait{}.Retry(ctx, "", list): the same retries, without a log line.
 func RetryListing(ctx context.Context, list func() error) error {
-	deadline := time.Now().Add(OffsetListRetry)
+	return ListingWait{}.Retry(ctx, "", list)
+}
+
+// Retry calls list until it returns nil or an error that is not a retriable Kafka error, ctx
+// ends, or the error says the topic is unknown and OffsetListRetry has passed since the first
+// attempt. It returns list's last error, or, when ctx ended during an attempt, the retriable
+// error of the attempt before (the cause, rather than the cancellation). what names the listing
+// in the log line ("" leaves it to the error).
+func (w ListingWait) Retry(ctx context.Context, what string, list func() error) error {
+	clk := w.clock
+	if clk.now == nil {
+		clk = wallClock
+	}
+	start := clk.now()
+	nextLog := start.Add(ListingWaitLogEvery)
+	backoff := offsetListBackoff
 	var last error
-	for {
+	for attempt := 1; ; attempt++ {
 		err := list()
 		if err != nil && last != nil && ctx.Err() != nil {
 			return last
 		}
 		var ke *kerr.Error
-		if err == nil || !errors.As(err, &ke) || !ke.Retriable || !time.Now().Before(deadline) {
+		if err == nil || !errors.As(err, &ke) || !ke.Retriable {
 			return err
+		}
+		now := clk.now()
+		waited := now.Sub(start)
+		if topicUnknown(ke) && waited >= OffsetListRetry {
+			return err
+		}
+		if w.Log != nil && !now.Before(nextLog) {
+			w.Log.Warn("waiting for the brokers: a start-up listing keeps failing with a retriable error; retrying",
+				zap.String("listing", what), zap.Duration("waited", waited), zap.Int("attempts", attempt), zap.Error(err))
+			nextLog = now.Add(ListingWaitLogEvery)
 		}
 		last = err
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(offsetListBackoff):
+		case <-clk.after(backoff):
 		}
+		backoff = min(2*backoff, offsetListMaxBackoff)
 	}
+}
+
+// topicUnknown reports whether a retriable error says the brokers do not know the topic or
+// partition, rather than that its leader is not there yet.
+func topicUnknown(ke *kerr.Error) bool {
+	return ke == kerr.UnknownTopicOrPartition || ke == kerr.UnknownTopicID
 }
 
 // ListEndOfLog lists the end of every partition of topic (last stable offsets), then the log
@@ -120,8 +195,13 @@ func RetryListing(ctx context.Context, list func() error) error {
 // it means the records below the end are gone: such a partition is reached at once. A listing
 // that fails with a retriable Kafka error is repeated (RetryListing).
 func ListEndOfLog(ctx context.Context, adm *kadm.Client, topic string) (*EndOfLog, error) {
+	return ListingWait{}.ListEndOfLog(ctx, adm, topic)
+}
+
+// ListEndOfLog is the package's ListEndOfLog, waiting for the brokers as w does.
+func (w ListingWait) ListEndOfLog(ctx context.Context, adm *kadm.Client, topic string) (*EndOfLog, error) {
 	var e *EndOfLog
-	err := RetryListing(ctx, func() (err error) {
+	err := w.Retry(ctx, "end of log of "+topic, func() (err error) {
 		e, err = listEndOfLogOnce(ctx, adm, topic)
 		return err
 	})

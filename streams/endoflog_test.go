@@ -8,8 +8,13 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // Unit tests of the end-of-log helper. The readers on the broker are tested in
@@ -146,5 +151,105 @@ func TestEndOfLogReadToEndErrors(t *testing.T) {
 	var eol *EndOfLogError
 	if !errors.Is(err, kerr.TopicAuthorizationFailed) || !errors.As(err, &eol) || eol.Partition != 1 || eol.Op != "fetch" {
 		t.Fatalf("read with a fetch error: %v; want an *EndOfLogError of partition 1 wrapping the error", err)
+	}
+}
+
+// stepClock is a listing's clock that moves only when the listing pauses: each pause passes at
+// once, moves the clock by its length and then calls moved (when set) with the new time. Only
+// the listing's goroutine uses it while it runs.
+type stepClock struct {
+	t     time.Time
+	moved func(time.Time)
+}
+
+func (c *stepClock) clock() listingClock {
+	return listingClock{
+		now: func() time.Time { return c.t },
+		after: func(d time.Duration) <-chan time.Time {
+			c.t = c.t.Add(d)
+			if c.moved != nil {
+				c.moved(c.t)
+			}
+			ch := make(chan time.Time, 1)
+			ch <- c.t
+			return ch
+		},
+	}
+}
+
+// TestListingWaitsForLeadersPastOffsetListRetry: a partition whose leader is not there yet
+// (NOT_LEADER_OR_FOLLOWER, the 64 freshly created topics of a loaded broker) is listed again
+// for as long as the context allows, past OffsetListRetry of the listing's clock, with a log
+// line every ListingWaitLogEvery naming what it waits for; the listing then succeeds. A topic
+// the brokers do not know (UNKNOWN_TOPIC_OR_PARTITION) is still given up after OffsetListRetry:
+// it is missing, and waiting does not create it. The broker is kfake, the clock the listing's
+// own (the pauses pass at once).
+func TestListingWaitsForLeadersPastOffsetListRetry(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const topic = "eol-leaderless"
+	if err := c.CreateTopic(topic, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The client's own retries are off (each listing is one request), and its metadata is not
+	// cached between two listings.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.MetadataMinAge(10*time.Millisecond), kgo.RequestRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx := context.Background()
+	core, logs := observer.New(zap.WarnLevel)
+	start := time.Unix(1_800_000_000, 0)
+	clk := &stepClock{t: start}
+	w := ListingWait{Log: zap.New(core), clock: clk.clock()}
+
+	// Every listing is answered NOT_LEADER_OR_FOLLOWER until the leaders are elected, 45 s into
+	// the listing's clock.
+	elected := start.Add(45 * time.Second)
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Topic: topic, Err: kerr.NotLeaderForPartition, Count: -1})
+	clk.moved = func(now time.Time) {
+		if !now.Before(elected) && clk.moved != nil {
+			h.Remove()
+			clk.moved = nil
+		}
+	}
+	e, err := w.ListEndOfLog(ctx, adm, topic)
+	if err != nil {
+		t.Fatalf("listing while the leaders were missing for %v of its clock: %v; want it to wait for them", clk.t.Sub(start), err)
+	}
+	if len(e.Partitions()) != 2 {
+		t.Fatalf("partitions %v, want 2", e.Partitions())
+	}
+	waited := clk.t.Sub(start)
+	if waited < elected.Sub(start) || h.Hits() < 2 {
+		t.Fatalf("the listing waited %v of its clock (%d answers without a leader); want it to wait until the election at %v",
+			waited, h.Hits(), elected.Sub(start))
+	}
+	lines := logs.FilterMessageSnippet("waiting for the brokers").All()
+	// One line every ListingWaitLogEvery, the first after one period: the count is the periods
+	// waited, or one fewer where the last period ended during the last pause.
+	if most := int(waited / ListingWaitLogEvery); len(lines) < most-1 || len(lines) > most {
+		t.Fatalf("%d log lines over %v of waiting, want %d or %d (one every %v)", len(lines), waited, most-1, most, ListingWaitLogEvery)
+	}
+	for _, l := range lines {
+		if got := l.ContextMap()["listing"]; got != "end of log of "+topic {
+			t.Fatalf("log line names the listing %q, want the end of log of %s", got, topic)
+		}
+	}
+
+	// A topic the brokers do not know: given up after OffsetListRetry, not waited for.
+	clk.t = start
+	_, err = w.ListEndOfLog(ctx, adm, "eol-never-created")
+	var eol *EndOfLogError
+	if !errors.As(err, &eol) || !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		t.Fatalf("listing an unknown topic: %v; want an *EndOfLogError wrapping UNKNOWN_TOPIC_OR_PARTITION", err)
+	}
+	if waited := clk.t.Sub(start); waited < OffsetListRetry || waited > OffsetListRetry+offsetListMaxBackoff {
+		t.Fatalf("an unknown topic was retried for %v of the listing's clock, want OffsetListRetry %v (up to one pause more)", waited, OffsetListRetry)
 	}
 }

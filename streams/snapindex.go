@@ -22,9 +22,10 @@ import (
 // removes the lane's entry, and an entry that does not decode, or names another lane than its
 // key, is skipped with a warning. Entries written after the listing are not part of the result.
 // opts carry the connection (the reader adds its assignment and isolation). Errors are
-// *EndOfLogError (listing, fetch, or ctx ending first).
+// *EndOfLogError (listing, fetch, or ctx ending first); a listing that waits for the brokers
+// logs to log (ListingWait).
 func ReadSnapshotIndexTopic(ctx context.Context, adm *kadm.Client, opts []kgo.Opt, codec *schemas.Codec, topic string, log *zap.Logger) (map[uint8]schemas.SnapshotIndexEntry, error) {
-	end, err := ListEndOfLog(ctx, adm, topic)
+	end, err := ListingWait{Log: log}.ListEndOfLog(ctx, adm, topic)
 	if err != nil {
 		return nil, err
 	}
