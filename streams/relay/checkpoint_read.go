@@ -25,6 +25,7 @@ type checkpointReader struct {
 	topic     string
 	partition int32
 	key       []byte // the pool's key; other pools' records on the partition are skipped
+	wait      streams.ListingWait
 }
 
 // checkpointRejectFunc reports an unusable checkpoint record or checkpoint: rec is the record
@@ -94,7 +95,7 @@ func (cr *checkpointReader) latest(ctx context.Context, accept func(m *checkpoin
 
 // bounds lists the partition's log start and last stable offset.
 func (cr *checkpointReader) bounds(ctx context.Context) (start, end int64, err error) {
-	e, err := streams.ListEndOfLog(ctx, cr.adm, cr.topic)
+	e, err := cr.wait.ListEndOfLog(ctx, cr.adm, cr.topic)
 	if err != nil {
 		return 0, 0, err
 	}

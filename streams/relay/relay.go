@@ -111,8 +111,10 @@ type RelayTopics struct {
 	Control string
 	// MirroredControl are MirrorMaker's copies of other regions' control topics in this
 	// region's cluster (design §8: the indexers of another region ask for this lane's snapshots
-	// on their own control topic, mirrored here), read like Control. Each must exist when the
-	// relay starts. Default none.
+	// on their own control topic, mirrored here), read like Control. A copy that does not exist
+	// yet when the relay starts (MirrorMaker creates it when it first mirrors) does not stop
+	// it: the relay starts without the copy and reads it from its start once it appears
+	// (relay_mirrored.go, RelayStats.MirroredControlMissing). Default none.
 	MirroredControl []string
 	// DeadLetter receives rejected KV events and unusable checkpoint records; "" only counts
 	// and logs them.
@@ -499,6 +501,11 @@ type RelayStats struct {
 
 	BlockSizes uint64 // distinct block sizes the DC's sources report (above 1: they disagree)
 	BlockSize  uint64 // the DC's block size every lane record carries (0: none known, or sources disagree)
+
+	// MirroredControlMissing counts the mirrored control topics (RelayTopics.MirroredControl)
+	// that did not exist yet when last asked: the relay runs without them and reads each from
+	// its start once it appears.
+	MirroredControlMissing uint64
 }
 
 // Relay publishes one DC pool's CKF on its lane. Build it with NewRelay and run it with Run;
@@ -535,6 +542,10 @@ type relayHooks interface {
 	// committed in the background (commitDeltasAsync) has finished, before the loop learns its
 	// outcome: a test holds it to see what the loop does while a commit is in flight.
 	commitGate() func()
+	// mirrorGate, when non-nil, is called by the watch for missing mirrored control topics
+	// before each time it asks whether they exist (relay_mirrored.go): a test holds it while it
+	// creates a copy and writes to it.
+	mirrorGate() func()
 }
 
 // noHooks is a production relay's relayHooks: no fault, no gate.
@@ -542,6 +553,7 @@ type noHooks struct{}
 
 func (noHooks) writeFault(string) error { return nil }
 func (noHooks) commitGate() func()      { return nil }
+func (noHooks) mirrorGate() func()      { return nil }
 
 type inspectReq struct {
 	fn   func(*producer.DcState, *producer.Publisher)
@@ -640,6 +652,7 @@ func (r *Relay) Stats() RelayStats {
 		CheckpointGaps: c.checkpointGaps.load(), LagCommits: c.lagCommits.load(),
 		Sources: c.sources.load(), SilentSources: c.silentSources.load(),
 		BlockSizes: c.blockSizes.load(), BlockSize: c.blockSize.load(),
+		MirroredControlMissing: c.mirroredControlMissing.load(),
 	}
 }
 

@@ -238,7 +238,7 @@ func (rl *relayLoop) commitLag(force bool) {
 func (rl *relayLoop) restoreCheckpoint(ctx context.Context, adm *kadm.Client, kv *streams.EndOfLog) (st *producer.DcState, m checkpointManifest, ok bool, err error) {
 	r, cfg := rl.r, rl.cfg
 	cr := &checkpointReader{adm: adm, opts: r.opts.ForRole("relay-checkpoints"), topic: cfg.Topics.Checkpoints,
-		partition: int32(cfg.Lane), key: []byte(cfg.Pool.String())}
+		partition: int32(cfg.Lane), key: []byte(cfg.Pool.String()), wait: streams.ListingWait{Log: r.log}}
 	accept := func(m *checkpointManifest, payload []byte) error {
 		switch {
 		case m.Pool != cfg.Pool.String() || m.Lane != cfg.Lane:

@@ -5,8 +5,9 @@ import "sync/atomic"
 // testHooks are the relayHooks of a relay built by NewTestRelay: a test sets and removes the
 // fault and the gate while the relay runs.
 type testHooks struct {
-	fault atomic.Pointer[func(what string) error]
-	gate  atomic.Pointer[func()]
+	fault  atomic.Pointer[func(what string) error]
+	gate   atomic.Pointer[func()]
+	mirror atomic.Pointer[func()]
 }
 
 func (h *testHooks) writeFault(what string) error {
@@ -18,6 +19,13 @@ func (h *testHooks) writeFault(what string) error {
 
 func (h *testHooks) commitGate() func() {
 	if g := h.gate.Load(); g != nil {
+		return *g
+	}
+	return nil
+}
+
+func (h *testHooks) mirrorGate() func() {
+	if g := h.mirror.Load(); g != nil {
 		return *g
 	}
 	return nil
@@ -55,6 +63,18 @@ func SetRelayCommitGate(r *Relay, gate func()) {
 		return
 	}
 	h.gate.Store(&gate)
+}
+
+// SetRelayMirrorGate makes r's watch for missing mirrored control topics call gate before each
+// time it asks whether they exist; a gate that blocks holds the watch. nil removes the gate. r
+// must come from NewTestRelay.
+func SetRelayMirrorGate(r *Relay, gate func()) {
+	h := r.hooks.(*testHooks)
+	if gate == nil {
+		h.mirror.Store(nil)
+		return
+	}
+	h.mirror.Store(&gate)
 }
 
 // CheckpointRecordValues returns the values of a relay checkpoint of payload under id (its

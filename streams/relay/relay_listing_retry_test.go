@@ -61,7 +61,7 @@ func TestListEndOfLogRetriesRetriableErrors(t *testing.T) {
 	}
 	defer once.Close()
 	h = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Topic: topic, Err: kerr.NotLeaderForPartition, Count: 3})
-	parts, err := listPartitions(ctx, kadm.NewClient(once), topic)
+	parts, err := listPartitions(ctx, kadm.NewClient(once), streams.ListingWait{}, topic)
 	if err != nil || len(parts) != 2 {
 		t.Fatalf("listPartitions after 3 NOT_LEADER_OR_FOLLOWER answers: %v, %v", parts, err)
 	}

@@ -105,6 +105,9 @@ type relayLedger struct {
 	blockSizes ledgerGauge // block_sizes
 	blockSize  ledgerGauge // block_size
 
+	// Mirrored control topics not there yet (relay_mirrored.go).
+	mirroredControlMissing ledgerGauge // mirrored_control_missing
+
 	m *relayMetrics
 }
 
@@ -126,6 +129,7 @@ func newRelayLedger(m *relayMetrics) *relayLedger {
 	l.checkpointBytes.m = m.checkpointBytes
 	l.sources.m, l.silentSources.m = m.sources, m.silentSources
 	l.blockSizes.m, l.blockSize.m = m.blockSizes, m.blockSize
+	l.mirroredControlMissing.m = m.mirroredControlMissing
 	return l
 }
 
@@ -169,6 +173,7 @@ type relayMetrics struct {
 	snapshotBytes, inputLag, asOfLag                            tally.Gauge
 	kvIdle, sources, silentSources                              tally.Gauge
 	blockSizes, blockSize                                       tally.Gauge
+	mirroredControlMissing                                      tally.Gauge
 	checkpointDuration                                          tally.Histogram
 	rejectedBy                                                  map[ckf.FailurePoint]tally.Counter
 	writeFailuresBy                                             [numCauses]tally.Counter
@@ -237,6 +242,7 @@ func newRelayMetrics(root tally.Scope) *relayMetrics {
 		fenced:              s.Gauge("fenced"),
 		started:             s.Gauge("started"),
 	}
+	m.mirroredControlMissing = s.Gauge("mirrored_control_missing")
 	for _, p := range []ckf.FailurePoint{ckf.BoundedRelocationFailure, ckf.PrecommitAllocationFailure,
 		ckf.SourceProtocolFailure, ckf.PrewriteInvariantMismatch} {
 		m.rejectedBy[p] = s.Tagged(map[string]string{"point": p.String()}).Counter("events_rejected_total")

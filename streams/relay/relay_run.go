@@ -104,6 +104,10 @@ type relayLoop struct {
 	// The pool claim (relay_claim.go): this Run's instance id, and whether its claim is written.
 	instance string
 	claimed  bool
+
+	// The watch for mirrored control topics that did not exist at start (relay_mirrored.go);
+	// nil when none is missing.
+	mirrorWatch *mirrorWatch
 }
 
 // Run runs the relay until ctx ends or a fatal error. Start-up: it checks the lane's ownership
@@ -128,7 +132,8 @@ type relayLoop struct {
 // supersedes it.
 //
 // Errors: ErrRelayFenced (the broker fenced this instance: a newer one runs), ErrLaneNotOwned,
-// ErrProducerInvariant, a start-up failure (topics missing, broker unreachable), or the stop's
+// ErrProducerInvariant, a start-up failure (topics missing, broker unreachable; a mirrored
+// control topic not created yet is not one, relay_mirrored.go), or the stop's
 // write error. A failed lane write is not an error of Run: the relay recovers under a new
 // incarnation, retrying with backoff while it cannot write (Ready fails meanwhile).
 func (r *Relay) Run(ctx context.Context) error {
@@ -157,8 +162,10 @@ func (rl *relayLoop) open(ctx context.Context) error {
 		rl.out = streams.NewOutputs(rl.outCl, r.codec, 0, streams.OutputTopics{DeadLetter: cfg.Topics.DeadLetter}, r.log)
 	}
 	adm := kadm.NewClient(rl.outCl)
+	// While the brokers settle (leaders not elected yet), the listings wait and say so.
+	wait := streams.ListingWait{Log: r.log}
 
-	lanes, err := listPartitions(ctx, adm, cfg.Topics.Lanes)
+	lanes, err := listPartitions(ctx, adm, wait, cfg.Topics.Lanes)
 	if err != nil {
 		return err
 	}
@@ -183,7 +190,7 @@ func (rl *relayLoop) open(ctx context.Context) error {
 	}
 
 	listedAt := rl.now() // before the listing: every record appended before it is below the ends
-	kv, err := streams.ListEndOfLog(ctx, adm, cfg.Topics.KVEvents)
+	kv, err := wait.ListEndOfLog(ctx, adm, cfg.Topics.KVEvents)
 	if err != nil {
 		return fmt.Errorf("streams: relay: KV events: %w", err)
 	}
@@ -207,11 +214,12 @@ func (rl *relayLoop) open(ctx context.Context) error {
 	}
 	rl.replay = streams.NewEndOfLog(cfg.Topics.KVEvents, starts, ends)
 	rl.asOf = newAsOfTracker(listedAt, starts, ends)
-	for _, control := range append([]string{cfg.Topics.Control}, cfg.Topics.MirroredControl...) {
-		if control == "" {
-			continue
-		}
-		ctl, err := listPartitions(ctx, adm, control)
+	controls, missing, err := rl.controlTopics(ctx, adm)
+	if err != nil {
+		return err
+	}
+	for _, control := range controls {
+		ctl, err := listPartitions(ctx, adm, wait, control)
 		if err != nil {
 			return err
 		}
@@ -234,6 +242,7 @@ func (rl *relayLoop) open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("streams: relay input client: %w", err)
 	}
+	rl.watchMirroredControl(adm, missing)
 	rl.replaying = true
 	r.log.Info("relay replaying KV events", zap.String("topic", cfg.Topics.KVEvents),
 		zap.Int("partitions", len(rl.replay.Partitions())), zap.Int("partitions_to_replay", rl.replay.Remaining()),
@@ -242,7 +251,8 @@ func (rl *relayLoop) open(ctx context.Context) error {
 }
 
 func (rl *relayLoop) close() {
-	rl.abandonCommit() // its goroutine uses laneCl
+	rl.abandonCommit()   // its goroutine uses laneCl
+	rl.stopMirrorWatch() // its goroutine uses inCl and outCl
 	if rl.inCl != nil {
 		rl.inCl.Close()
 	}
@@ -256,10 +266,10 @@ func (rl *relayLoop) close() {
 
 // listPartitions returns the partitions of topic, in order (listed with their end offsets,
 // which also proves each has a reachable leader). A listing that fails with a retriable Kafka
-// error is repeated (streams.RetryListing).
-func listPartitions(ctx context.Context, adm *kadm.Client, topic string) ([]int32, error) {
+// error is repeated as wait says (streams.ListingWait).
+func listPartitions(ctx context.Context, adm *kadm.Client, wait streams.ListingWait, topic string) ([]int32, error) {
 	var lo kadm.ListedOffsets
-	err := streams.RetryListing(ctx, func() (err error) {
+	err := wait.Retry(ctx, "partitions of "+topic, func() (err error) {
 		lo, err = adm.ListEndOffsets(ctx, topic)
 		if err == nil {
 			err = lo.Error()

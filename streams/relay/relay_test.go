@@ -109,6 +109,9 @@ func (e *relayEnv) startRelayWith(p relay.RelayParams, wait bool) *runningRelay 
 		select {
 		case <-r.Started():
 		case err := <-rr.done:
+			// Run has returned: the cleanup's stop must not wait for it again.
+			rr.cancel()
+			rr.cancel, rr.err = nil, err
 			e.T.Fatalf("relay stopped at start-up: %v", err)
 		case <-time.After(time.Minute):
 			e.T.Fatal("relay did not start")
