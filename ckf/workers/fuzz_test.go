@@ -64,10 +64,15 @@ func FuzzApply(f *testing.F) {
 					ev.Event.Removed = append(ev.Event.Removed, ext(next()))
 				}
 			}
-			before := ix.Stats()
+			// A refused event changes nothing the index holds; its tables may keep capacity that
+			// the event's lineage pass grew before the remap that refused it was found (a
+			// rollback deletes what it inserted, it does not shrink the table back), so the
+			// comparison leaves Stats.Bytes out.
+			contents := func() Stats { st := ix.Stats(); st.Bytes = 0; return st }
+			before := contents()
 			err := ix.Apply(ev)
-			if err != nil && ix.Stats() != before {
-				t.Fatalf("refused event %+v changed the index", ev)
+			if err != nil && contents() != before {
+				t.Fatalf("refused event %+v changed the index: %+v -> %+v", ev, before, contents())
 			}
 			if ok := m.apply(ev); ok == (err != nil) && ev.Residency != producer.ResidencyCacheOwner && ev.Residency.Known() {
 				t.Fatalf("index error %v, model accepted %v for %+v", err, ok, ev)
