@@ -71,7 +71,7 @@ func (ix *Index) Apply(ev producer.RouterEvent) error {
 // second pass then rather than every store paying for a separate validating lookup.
 func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.StoreData) error {
 	si := ix.sourceOf(key)
-	var lin *lineageMap
+	var lin *lineageTable
 	if si >= 0 {
 		lin = ix.srcs[si].lin
 	}
@@ -85,7 +85,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	var prev, parent ckf.CanonicalHash
 	havePrev := false
 	if d.HasParent {
-		e := lin.Find(d.ParentHash)
+		e := lin.lookup(d.ParentHash)
 		if e == nil {
 			ix.tel.ParentNotFound++
 			return ckf.NewEventError(ckf.EventParentBlockNotFound, "parent not in source lineage")
@@ -123,7 +123,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 		// repeats a hash, is a duplicate).
 		for k := range p {
 			q := &p[k]
-			e, existed := lin.Upsert(q.ext)
+			e, existed := lin.upsert(q.ext)
 			switch {
 			case !existed:
 				*e = newLineageEntry(q.canon)
@@ -153,7 +153,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 		lin = ix.srcs[i].lin
 		for k := range p {
 			q := &p[k]
-			e, existed := lin.Upsert(q.ext)
+			e, existed := lin.upsert(q.ext)
 			if existed { // the same id earlier in this store, at the same canonical
 				q.did = didNothing
 				continue
@@ -186,13 +186,13 @@ const (
 // rollbackStore undoes the lineage pass over done (the blocks before the one that remapped an
 // id), last first, so that the rejected store leaves the lineage as it found it. Slots move as
 // others are inserted, so each is found again by its id.
-func (ix *Index) rollbackStore(lin *lineageMap, done []prepared, bit uint8) {
+func (ix *Index) rollbackStore(lin *lineageTable, done []prepared, bit uint8) {
 	for k := len(done) - 1; k >= 0; k-- {
 		switch q := &done[k]; q.did {
 		case didCreate:
-			lin.Delete(q.ext)
+			lin.delete(q.ext)
 		case didAddTier:
-			lin.Find(q.ext).tiers &^= bit
+			lin.lookup(q.ext).tiers &^= bit
 		}
 	}
 }
@@ -275,17 +275,18 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 	tm := &ix.tiers[t]
 	p := ix.prep[:0]
 	for _, id := range ids {
-		e := lin.Find(id)
-		if e == nil || e.tiers&bit == 0 {
+		at := lin.find(id)
+		if at < 0 || lin.at(at).tiers&bit == 0 {
 			ix.tel.UnknownRemovals++
 			continue
 		}
+		e := lin.at(at)
 		c := e.canonical()
 		if warm {
 			tm.Prefetch(uint64(c))
 		}
 		if e.tiers == bit {
-			lin.Delete(id)
+			lin.deleteAt(at)
 		} else {
 			e.tiers &^= bit
 		}
@@ -314,7 +315,7 @@ func (ix *Index) Clear(src ckf.SourceKey) {
 
 func (ix *Index) clearIndex(i uint32) {
 	lin := ix.srcs[i].lin
-	for ext, e := range lin.All() {
+	for ext, e := range lin.all() {
 		c := e.canonical()
 		for t := range TierCount {
 			if e.tiers&(1<<t) != 0 {
@@ -323,7 +324,7 @@ func (ix *Index) clearIndex(i uint32) {
 		}
 		_ = ext
 	}
-	*lin = lineageMap{}
+	*lin = lineageTable{}
 	ix.dropSource(i)
 }
 

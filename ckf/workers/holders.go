@@ -24,12 +24,15 @@ import (
 //   - the query walk (walkDevice) inlines the lookup (holderTable.get's loop) instead of calling
 //     through a generic map, the largest share of a query's time on an index in the caches.
 //
-// Homes are a power of two (home(k) is the top bits of k's mixed hash), the table grows by
-// doubling at 7/8 full and shrinks when a deletion leaves it under 1/16 full (as u64map, so a
-// source's clear gives memory back). Probe runs do not wrap: a tail of up to holderTail slots
-// follows the last home, and an insertion whose run would pass it grows the table. Each table
-// draws a random seed, mixed into every home, so keys cannot be aimed at one run; no result
-// depends on it.
+// Homes are a power of two and a key's home is multiply-shift hashing: the top bits of the key
+// times the table's multiplier (seed: random and odd, drawn with the table's first slots), one
+// 64-bit multiply per home, which a probe and a deletion compute for every key they pass (a
+// 128-bit multiply and a fold before, performance §9.1). The table grows by doubling at 7/8
+// full and shrinks when a deletion leaves it under 1/16 full (as u64map, so a source's clear
+// gives memory back). Probe runs do not wrap: a tail of up to holderTail slots follows the last
+// home, and an insertion whose run would pass it grows the table. Keys cannot be aimed at one
+// run without the multiplier; no result depends on it. Insertions and deletions move a run's
+// slots one by one (runs are a few slots long), not through copy, whose call costs more.
 //
 // Memory: the load is 7/16–7/8 between growths; at the 10 M-membership fixture (5.99 M
 // canonicals, 2^23 homes) 0.71, 12 / 0.71 / 1.75 holders = 9.6 B per membership (u64map's
@@ -37,10 +40,10 @@ import (
 type holderTable struct {
 	slots  []holderSlot // homes slots, then the tail
 	homes  uint64       // a power of two, or 0 before the first insertion
-	shift  uint8        // home(k) = mix(k) >> shift
+	shift  uint8        // home(k) = k * seed >> shift
 	live   int
 	growAt int
-	seed   uint64
+	seed   uint64 // the multiplier: random, odd
 }
 
 type holderSlot struct {
@@ -56,10 +59,9 @@ const (
 	mixFold        = 0x9E3779B97F4A7C15 // 2^64 / golden ratio, odd
 )
 
-// home is k's first probe position.
+// home is k's first probe position (multiply-shift).
 func (h *holderTable) home(k uint64) uint64 {
-	hi, lo := bits.Mul64(k^h.seed, mixFold)
-	return (hi ^ lo) >> h.shift
+	return k * h.seed >> h.shift
 }
 
 // Len is the number of entries.
@@ -95,6 +97,27 @@ func (h *holderTable) find(k uint64) int {
 		}
 		if i-h.home(sk) < d { // k would sit here or earlier: absent
 			return -1
+		}
+	}
+	return -1
+}
+
+// findHeld is find for a key the caller knows to be present (a removal's canonical, which the
+// source's lineage maps on this tier): a scan from k's home to k or an empty slot, without the
+// Robin Hood early exit's home of every key passed. It returns -1 for an absent key too, after
+// the rest of its run.
+func (h *holderTable) findHeld(k uint64) int {
+	if h.live == 0 {
+		return -1
+	}
+	slots := h.slots
+	for i := h.home(k); i < uint64(len(slots)); i++ {
+		s := &slots[i]
+		if s.val == 0 {
+			return -1
+		}
+		if s.k() == k {
+			return int(i)
 		}
 	}
 	return -1
@@ -137,7 +160,9 @@ func (h *holderTable) upsert(k uint64) *uint32 {
 				if e == uint64(len(slots)) {
 					break // the run would pass the tail
 				}
-				copy(slots[i+1:e+1], slots[i:e])
+				for m := e; m > i; m-- {
+					slots[m] = slots[m-1]
+				}
 				*s = holderSlot{}
 				binary.LittleEndian.PutUint64(s.key[:], k)
 				h.live++
@@ -154,10 +179,9 @@ func (h *holderTable) upsert(k uint64) *uint32 {
 func (h *holderTable) deleteAt(i int) {
 	slots := h.slots
 	j := i + 1
-	for j < len(slots) && slots[j].val != 0 && h.home(slots[j].k()) != uint64(j) {
-		j++
+	for ; j < len(slots) && slots[j].val != 0 && h.home(slots[j].k()) != uint64(j); j++ {
+		slots[j-1] = slots[j]
 	}
-	copy(slots[i:j-1], slots[i+1:j])
 	slots[j-1] = holderSlot{}
 	h.live--
 	if h.homes > 64 && h.live < int(h.homes/16) {
@@ -187,7 +211,7 @@ func homesFor(n int) uint64 {
 func (h *holderTable) resize(homes uint64) {
 	old := h.slots
 	if old == nil {
-		h.seed = rand.Uint64()
+		h.seed = rand.Uint64() | 1
 	}
 	for !h.rehash(old, homes) {
 		homes *= 2
@@ -224,13 +248,12 @@ func (h *holderTable) place(c holderSlot) bool {
 	return false
 }
 
-// probe is the lookup of k in slots (a holderTable's, with its seed and shift): k's holder
+// probe is the lookup of k in slots (a holderTable's, with its multiplier and shift): k's holder
 // value, 0 when absent. It scans from k's home to k or to an empty slot, without find's Robin
 // Hood early exit for an absent key (a walk misses once, where it ends), which keeps it small
 // enough for the compiler to inline into the query walk's loop (runFrom).
 func probe(slots []holderSlot, seed uint64, shift uint8, k uint64) uint32 {
-	hi, lo := bits.Mul64(k^seed, mixFold)
-	for i := (hi ^ lo) >> shift; i < uint64(len(slots)); i++ {
+	for i := k * seed >> shift; i < uint64(len(slots)); i++ {
 		if s := &slots[i]; s.val == 0 || s.k() == k {
 			return s.val
 		}

@@ -10,8 +10,8 @@ import (
 
 // TestHolderTableMatchesMap: random upserts and deletions (keys from a small range, 0 included,
 // so that they collide, runs form and the table grows and shrinks) leave a holderTable with a Go
-// map's contents (by get, by probe and by the query walk's own lookup, present and absent keys), and its Robin
-// Hood order intact (every key reachable from its home over live
+// map's contents (by get, find, findHeld, probe and the query walk's own lookup, present and
+// absent keys), and its Robin Hood order intact (every key reachable from its home over live
 // slots, distances growing by at most one per step).
 func TestHolderTableMatchesMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -45,10 +45,13 @@ func TestHolderTableMatchesMap(t *testing.T) {
 			if got := walkLookup(&h, k); got != v {
 				t.Fatalf("runFrom's lookup of %#x = %d, want %d", k, got, v)
 			}
+			if i := h.findHeld(k); i != h.find(k) {
+				t.Fatalf("findHeld(%#x) = %d, find %d", k, i, h.find(k))
+			}
 		}
 		for x := range keyRange + 1 { // absent keys too: both lookups say 0
 			k := x * 0x5851F42D4C957F2D
-			if _, ok := want[k]; !ok && (h.get(k) != 0 || (h.live > 0 && (probe(h.slots, h.seed, h.shift, k) != 0 || walkLookup(&h, k) != 0))) {
+			if _, ok := want[k]; !ok && (h.get(k) != 0 || h.findHeld(k) != -1 || (h.live > 0 && (probe(h.slots, h.seed, h.shift, k) != 0 || walkLookup(&h, k) != 0))) {
 				t.Fatalf("%#x is absent, get %d", k, h.get(k))
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"unsafe"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
-	"github.com/ckf-stream/ckf-stream/ckf/internal/u64map"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 )
 
@@ -32,13 +31,9 @@ func newLineageEntry(c ckf.CanonicalHash) lineageEntry {
 	return e
 }
 
-type (
-	lineageMap = u64map.Map[ckf.ExternalBlockHash, lineageEntry]
-)
-
 // source is one (worker, dp rank) with at least one mapping (workers §2.1).
 type source struct {
-	lin  *lineageMap
+	lin  *lineageTable
 	held [TierCount]uint64 // memberships per tier
 }
 
@@ -154,7 +149,7 @@ func (ix *Index) addSource(key ckf.SourceKey) (uint32, error) {
 		ix.srcs = append(ix.srcs, source{})
 		ix.keys = append(ix.keys, ckf.SourceKey{})
 	}
-	ix.srcs[i] = source{lin: &lineageMap{}}
+	ix.srcs[i] = source{lin: &lineageTable{}}
 	ix.keys[i] = key
 	ix.ids[key] = i
 	at, _ := slices.BinarySearchFunc(ix.order, key, func(j uint32, k ckf.SourceKey) int { return ix.keys[j].Compare(k) })
@@ -202,7 +197,7 @@ func (ix *Index) lose(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
 		}
 	}
 	tm := &ix.tiers[t]
-	at := tm.find(uint64(c))
+	at := tm.findHeld(uint64(c))
 	if at < 0 {
 		panic(fmt.Sprintf("workers: lineage maps to %#x on tier %v but the tier does not hold it", uint64(c), t))
 	}

@@ -2,7 +2,6 @@ package workers
 
 import (
 	"cmp"
-	"math/bits"
 	"slices"
 	"unsafe"
 
@@ -240,8 +239,7 @@ func runFrom(dev *holderTable, query []ckf.CanonicalHash, from int, cur uint32, 
 	}
 	for pos := from; pos < len(query); pos++ {
 		k := uint64(query[pos])
-		hi, lo := bits.Mul64(k^seed, mixFold)
-		i := (hi ^ lo) >> shift
+		i := k * seed >> shift
 		ab := slots[i : i+2 : i+2]
 		av, bv := ab[0].val, ab[1].val
 		ak, bk := ab[0].k(), ab[1].k()
@@ -252,10 +250,13 @@ func runFrom(dev *holderTable, query []ckf.CanonicalHash, from int, cur uint32, 
 		if ak == k {
 			v = av
 		}
-		if v == 0 && av != 0 && bv != 0 {
-			v = probe(slots, seed, shift, k)
-		}
 		if v != cur {
+			// cur is never 0, so a key that is in neither slot lands here: it may be further on.
+			if v == 0 && av != 0 && bv != 0 {
+				if v = probe(slots, seed, shift, k); v == cur {
+					continue
+				}
+			}
 			return pos, v
 		}
 	}

@@ -1,0 +1,103 @@
+package workers
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/ckf-stream/ckf-stream/ckf"
+)
+
+// TestLineageTableMatchesMap: random upserts, tier changes and deletions (ids from a small range,
+// 0 included, so that they collide, runs form and the table grows and shrinks) leave a
+// lineageTable with a Go map's contents (by find, lookup and all, present and absent ids), and
+// its Robin Hood order intact (every id reachable from its home over live slots, distances
+// growing by at most one per step).
+func TestLineageTableMatchesMap(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var l lineageTable
+		want := map[uint64]lineageEntry{}
+		keyRange := rapid.SampledFrom([]uint64{4, 64, 2000}).Draw(t, "range")
+		steps := rapid.IntRange(1, 3000).Draw(t, "steps")
+		for step := range steps {
+			k := rapid.Uint64Range(0, keyRange).Draw(t, "k") * 0x5851F42D4C957F2D // spread, 0 stays 0
+			id := ckf.ExternalBlockHash(k)
+			switch rapid.IntRange(0, 3).Draw(t, "op") {
+			case 0, 1: // upsert: a new id gets a canonical and a tier, a present one another tier
+				bit := uint8(1) << rapid.IntRange(0, TierCount-1).Draw(t, "tier")
+				e, existed := l.upsert(id)
+				if _, ok := want[k]; ok != existed {
+					t.Fatalf("step %d: upsert(%#x) existed %v, map %v", step, k, existed, ok)
+				}
+				if !existed {
+					*e = newLineageEntry(ckf.CanonicalHash(k ^ 0xABCD))
+				}
+				e.tiers |= bit
+				want[k] = *e
+			case 2: // take one tier off, deleting the id when none is left (the removal path)
+				at := l.find(id)
+				w, ok := want[k]
+				if (at >= 0) != ok {
+					t.Fatalf("step %d: find(%#x) = %d, map has it: %v", step, k, at, ok)
+				}
+				if at < 0 {
+					continue
+				}
+				e := l.at(at)
+				low := e.tiers & -e.tiers
+				if e.tiers == low {
+					l.deleteAt(at)
+					delete(want, k)
+				} else {
+					e.tiers &^= low
+					w.tiers &^= low
+					want[k] = w
+				}
+			default:
+				l.delete(id)
+				delete(want, k)
+			}
+		}
+		if l.Len() != len(want) {
+			t.Fatalf("Len %d, map %d", l.Len(), len(want))
+		}
+		for k, w := range want {
+			if e := l.lookup(ckf.ExternalBlockHash(k)); e == nil || *e != w {
+				t.Fatalf("lookup(%#x) = %v, want %+v", k, e, w)
+			}
+		}
+		for x := range keyRange + 1 { // absent ids too
+			k := x * 0x5851F42D4C957F2D
+			if _, ok := want[k]; !ok && l.find(ckf.ExternalBlockHash(k)) >= 0 {
+				t.Fatalf("%#x is absent, find says %d", k, l.find(ckf.ExternalBlockHash(k)))
+			}
+		}
+		n := 0
+		for id, e := range l.all() {
+			n++
+			if want[uint64(id)] != e {
+				t.Fatalf("all yields %#x=%+v, map has %+v", uint64(id), e, want[uint64(id)])
+			}
+		}
+		if n != len(want) {
+			t.Fatalf("all yields %d entries, map has %d", n, len(want))
+		}
+		prev := -1 // the distance of the previous slot's id; -1 after an empty slot
+		for i := range l.slots {
+			s := &l.slots[i]
+			if s.tiers == 0 {
+				prev = -1
+				continue
+			}
+			home := l.home(s.k())
+			if home > uint64(i) || int(uint64(i)-home) > prev+1 {
+				t.Fatalf("slot %d: home %d, previous distance %d", i, home, prev)
+			}
+			prev = int(uint64(i) - home)
+		}
+		var none *lineageTable
+		if none.find(1) != -1 || none.lookup(1) != nil || none.Bytes() != 0 {
+			t.Fatalf("a nil table is not empty")
+		}
+	})
+}
