@@ -111,6 +111,7 @@ var helpText = map[string]string{
 	"ckf_relay_kv_idle_seconds":                       "The relay's clock minus the Kafka timestamp of the newest KV event it applied, or minus its start when it has applied none (alert CkfDCSilent) (seconds)",
 	"ckf_relay_lag_commit_errors_total":               "Failed commits to the relay's lag group, and failed listings of the KV topic's last stable offsets after a commit (requests)",
 	"ckf_relay_last_sequence":                         "Last published producer sequence (sequence)",
+	"ckf_relay_mirrored_control_missing":              "Mirrored control topics (relay.remote_regions) that did not exist yet when last asked: the relay runs without them, and reads each from its start once MirrorMaker creates it (docs/regions.md) (topics)",
 	"ckf_relay_recoveries_total":                      "New incarnations after a failed write (recoveries)",
 	"ckf_relay_resident_blocks":                       "Blocks held in the filter (blocks)",
 	"ckf_relay_restored_from_checkpoint":              "1 when this run started from a checkpoint (boolean)",
