@@ -164,13 +164,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 		}
 	}
 	// Mutation of the tier map starts here; the lineage is final.
-	for _, q := range p {
-		if q.did == didNothing {
-			ix.tel.DuplicateBlocks++
-			continue
-		}
-		ix.gain(i, t, q.canon)
-	}
+	ix.gainAll(i, t, p)
 	ix.memo.recordStore(d.HasParent, parent, d.Blocks, p)
 	return nil
 }
@@ -293,9 +287,7 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 		p = append(p, prepared{ext: id, canon: c})
 	}
 	ix.prep = p[:0]
-	for _, q := range p {
-		ix.lose(i, t, q.canon)
-	}
+	ix.loseAll(i, t, p)
 	if lin.Len() == 0 {
 		ix.dropSource(i)
 	}

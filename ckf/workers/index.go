@@ -170,31 +170,91 @@ func (ix *Index) dropSource(i uint32) {
 	ix.lastIdx = -1
 }
 
-// gain records that source i now holds c on tier t through one more external id.
-func (ix *Index) gain(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
-	p := ix.tiers[t].upsert(uint64(c))
-	nv, already := ix.sets.with(*p, i, ix.keys)
-	if already {
-		ix.aliases[aliasKey{c, i, t}]++
-		return
+// gainAll records that source i now holds each block of p whose lineage pass did something
+// (prepared.did) on tier t through one more external id; the other blocks are duplicates. The
+// counters are added once for the store, and a canonical without a holder takes source i inline
+// without the holder sets (a store's first holder of a block, most of a store's blocks).
+func (ix *Index) gainAll(i uint32, t producer.StorageTier, p []prepared) {
+	tm := &ix.tiers[t]
+	var gained, dups uint64
+	for k := range p {
+		q := &p[k]
+		if q.did == didNothing {
+			dups++
+			continue
+		}
+		v := tm.upsert(uint64(q.canon))
+		if *v == 0 {
+			*v = single(i) // the sets' with(0, i)
+			gained++
+			continue
+		}
+		nv, already := ix.sets.with(*v, i, ix.keys)
+		if already {
+			ix.aliases[aliasKey{q.canon, i, t}]++
+			continue
+		}
+		*v = nv
+		gained++
 	}
-	*p = nv
-	ix.srcs[i].held[t]++
-	ix.tel.StoredBlocks++
+	ix.srcs[i].held[t] += gained
+	ix.tel.StoredBlocks += gained
+	ix.tel.DuplicateBlocks += dups
+}
+
+// loseAll is lose for each block of p (canonicals of source i on tier t), the counters
+// subtracted once, and a block whose only holder is source i dropped without the holder sets.
+func (ix *Index) loseAll(i uint32, t producer.StorageTier, p []prepared) {
+	tm := &ix.tiers[t]
+	only := single(i)
+	var lost uint64
+	for k := range p {
+		c := p[k].canon
+		if len(ix.aliases) > 0 && ix.dropAlias(aliasKey{c, i, t}) {
+			continue
+		}
+		at := tm.findHeld(uint64(c))
+		if at < 0 {
+			panic(fmt.Sprintf("workers: lineage maps to %#x on tier %v but the tier does not hold it", uint64(c), t))
+		}
+		if v := tm.slots[at].val; v == only { // the sets' without(single(i), i)
+			tm.deleteAt(at)
+		} else {
+			nv, was := ix.sets.without(v, i, ix.keys)
+			if !was {
+				panic(fmt.Sprintf("workers: source %d maps to %#x on tier %v but is not a holder", i, uint64(c), t))
+			}
+			if nv == 0 {
+				tm.deleteAt(at)
+			} else {
+				tm.slots[at].val = nv
+			}
+		}
+		lost++
+	}
+	ix.srcs[i].held[t] -= lost
+	ix.tel.RemovedBlocks += lost
+}
+
+// dropAlias takes one external id off k's alias count and reports whether k had one (then the
+// membership stays).
+func (ix *Index) dropAlias(k aliasKey) bool {
+	n := ix.aliases[k]
+	switch n {
+	case 0:
+		return false
+	case 1:
+		delete(ix.aliases, k)
+	default:
+		ix.aliases[k] = n - 1
+	}
+	return true
 }
 
 // lose records that one external id of source i mapping to c on tier t is gone.
 func (ix *Index) lose(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
-	if len(ix.aliases) > 0 {
-		k := aliasKey{c, i, t}
-		if n := ix.aliases[k]; n > 0 {
-			if n == 1 {
-				delete(ix.aliases, k)
-			} else {
-				ix.aliases[k] = n - 1
-			}
-			return
-		}
+	if len(ix.aliases) > 0 && ix.dropAlias(aliasKey{c, i, t}) {
+		return
 	}
 	tm := &ix.tiers[t]
 	at := tm.findHeld(uint64(c))
