@@ -138,8 +138,8 @@ func (h *holderTable) upsert(k uint64) *uint32 {
 		h.resize(max(2*h.homes, holderMinHomes))
 	}
 	for {
-		slots := h.slots
-		for i, d := h.home(k), uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
+		slots, seed, shift := h.slots, h.seed, h.shift // locals: the writes would make the loop reload them
+		for i, d := k*seed>>shift, uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
 			s := &slots[i]
 			if s.val == 0 {
 				binary.LittleEndian.PutUint64(s.key[:], k)
@@ -150,7 +150,7 @@ func (h *holderTable) upsert(k uint64) *uint32 {
 			if sk == k {
 				return &s.val
 			}
-			if i-h.home(sk) < d {
+			if i-sk*seed>>shift < d {
 				// k is absent and belongs here: the run from i to the next empty slot moves one
 				// slot on (Robin Hood order stays intact), k takes slot i.
 				e := i + 1
@@ -177,9 +177,9 @@ func (h *holderTable) upsert(k uint64) *uint32 {
 // following entries of its run move back one slot each until one sits at its home or a slot is
 // empty, so no tombstone is left.
 func (h *holderTable) deleteAt(i int) {
-	slots := h.slots
+	slots, seed, shift := h.slots, h.seed, h.shift // locals: the moves would make the loop reload them
 	j := i + 1
-	for ; j < len(slots) && slots[j].val != 0 && h.home(slots[j].k()) != uint64(j); j++ {
+	for ; j < len(slots) && slots[j].val != 0 && slots[j].k()*seed>>shift != uint64(j); j++ {
 		slots[j-1] = slots[j]
 	}
 	slots[j-1] = holderSlot{}

@@ -127,8 +127,8 @@ func (l *lineageTable) upsert(id ckf.ExternalBlockHash) (*lineageEntry, bool) {
 	}
 	k := uint64(id)
 	for {
-		slots := l.slots
-		for i, d := l.home(k), uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
+		slots, seed, shift := l.slots, l.seed, l.shift // locals: the writes would make the loop reload them
+		for i, d := k*seed>>shift, uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
 			s := &slots[i]
 			if s.tiers == 0 {
 				*s = lineageSlot{}
@@ -140,7 +140,7 @@ func (l *lineageTable) upsert(id ckf.ExternalBlockHash) (*lineageEntry, bool) {
 			if sk == k {
 				return &s.lineageEntry, true
 			}
-			if i-l.home(sk) < d {
+			if i-sk*seed>>shift < d {
 				// k is absent and belongs here: the run from i to the next empty slot moves one
 				// slot on (Robin Hood order stays intact), k takes slot i.
 				e := i + 1
@@ -166,9 +166,9 @@ func (l *lineageTable) upsert(id ckf.ExternalBlockHash) (*lineageEntry, bool) {
 // deleteAt removes the entry in slot i (an index from find): the following entries of its run
 // move back one slot each until one sits at its home or a slot is empty, so no tombstone is left.
 func (l *lineageTable) deleteAt(i int) {
-	slots := l.slots
+	slots, seed, shift := l.slots, l.seed, l.shift // locals: the moves would make the loop reload them
 	j := i + 1
-	for ; j < len(slots) && slots[j].tiers != 0 && l.home(slots[j].k()) != uint64(j); j++ {
+	for ; j < len(slots) && slots[j].tiers != 0 && slots[j].k()*seed>>shift != uint64(j); j++ {
 		slots[j-1] = slots[j]
 	}
 	slots[j-1] = lineageSlot{}
