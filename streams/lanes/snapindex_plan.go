@@ -49,9 +49,10 @@ func (ix *Indexer) restorePlan(ctx context.Context, lanes []int32) (map[int32]la
 func (ix *Indexer) planSource(ctx context.Context, src streams.LaneSource, lanes []int32, plan map[int32]lanePlan) error {
 	adm := kadm.NewClient(ix.outCl)
 	topic := src.Topic
-	// Both listings are retried on retriable Kafka errors (streams.RetryListing): right after the
-	// topics are created, or during a leader election, a broker may not know a partition's
-	// leader yet.
+	// Both listings wait for the brokers on retriable Kafka errors (streams.ListingWait, with a
+	// warning every streams.ListingWaitLogEvery): right after the topics are created, or during a
+	// leader election, a broker may not know a partition's leader yet. The restore's deadline
+	// (RestoreTimeout) bounds the wait.
 	if src.Mirrored {
 		// A copy the mirror has not created yet is not an error (planMirrorNotThere); asked
 		// first, so that the listings below do not retry it until the restore deadline.
@@ -65,7 +66,8 @@ func (ix *Indexer) planSource(ctx context.Context, src streams.LaneSource, lanes
 		}
 	}
 	var starts, ends kadm.ListedOffsets
-	err := streams.RetryListing(ctx, func() (err error) {
+	wait := streams.ListingWait{Log: ix.log}
+	err := wait.Retry(ctx, "start offsets of "+topic, func() (err error) {
 		starts, err = adm.ListStartOffsets(ctx, topic)
 		if err == nil {
 			err = starts.Error()
@@ -75,7 +77,7 @@ func (ix *Indexer) planSource(ctx context.Context, src streams.LaneSource, lanes
 	if err != nil {
 		return fmt.Errorf("streams: start offsets of %s: %w", topic, err)
 	}
-	err = streams.RetryListing(ctx, func() (err error) {
+	err = wait.Retry(ctx, "end offsets of "+topic, func() (err error) {
 		ends, err = adm.ListEndOffsets(ctx, topic)
 		if err == nil {
 			err = ends.Error()
