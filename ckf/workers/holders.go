@@ -24,15 +24,13 @@ import (
 //   - the query walk (walkDevice) inlines the lookup (holderTable.get's loop) instead of calling
 //     through a generic map, the largest share of a query's time on an index in the caches.
 //
-// Homes are a power of two and a key's home is multiply-shift hashing: the top bits of the key
-// times the table's multiplier (seed: random and odd, drawn with the table's first slots), one
-// 64-bit multiply per home, which a probe and a deletion compute for every key they pass (a
-// 128-bit multiply and a fold before, performance §9.1). The table grows by doubling at 7/8
-// full and shrinks when a deletion leaves it under 1/16 full (as u64map, so a source's clear
-// gives memory back). Probe runs do not wrap: a tail of up to holderTail slots follows the last
-// home, and an insertion whose run would pass it grows the table. Keys cannot be aimed at one
-// run without the multiplier; no result depends on it. Insertions and deletions move a run's
-// slots one by one (runs are a few slots long), not through copy, whose call costs more.
+// Homes are a power of two (home(k) is the top bits of k's mixed hash, mixHome), the table grows
+// by doubling at 7/8 full and shrinks when a deletion leaves it under 1/16 full (as u64map, so a
+// source's clear gives memory back). Probe runs do not wrap: a tail of up to holderTail slots
+// follows the last home, and an insertion whose run would pass it grows the table. Each table
+// draws a random seed, mixed into every home, so keys cannot be aimed at one run; no result
+// depends on it. Insertions and deletions move a run's slots one by one (runs are a few slots
+// long), not through copy, whose call costs more (performance §9.1).
 //
 // Memory: the load is 7/16–7/8 between growths; at the 10 M-membership fixture (5.99 M
 // canonicals, 2^23 homes) 0.71, 12 / 0.71 / 1.75 holders = 9.6 B per membership (u64map's
@@ -40,10 +38,10 @@ import (
 type holderTable struct {
 	slots  []holderSlot // homes slots, then the tail
 	homes  uint64       // a power of two, or 0 before the first insertion
-	shift  uint8        // home(k) = k * seed >> shift
+	shift  uint8        // home(k) = mixHome(k, seed, shift)
 	live   int
 	growAt int
-	seed   uint64 // the multiplier: random, odd
+	seed   uint64
 }
 
 type holderSlot struct {
@@ -59,9 +57,18 @@ const (
 	mixFold        = 0x9E3779B97F4A7C15 // 2^64 / golden ratio, odd
 )
 
-// home is k's first probe position (multiply-shift).
+// mixHome is the home of k in a table with seed and shift: k's mixed hash (one 64×64→128-bit
+// multiply, the halves folded) scaled to the homes by its top bits. The tables' insertion and
+// deletion loops call it with the seed and shift in locals (slot writes would make a method
+// reload them from the table).
+func mixHome(k, seed uint64, shift uint8) uint64 {
+	hi, lo := bits.Mul64(k^seed, mixFold)
+	return (hi ^ lo) >> shift
+}
+
+// home is k's first probe position.
 func (h *holderTable) home(k uint64) uint64 {
-	return k * h.seed >> h.shift
+	return mixHome(k, h.seed, h.shift)
 }
 
 // Len is the number of entries.
@@ -139,7 +146,7 @@ func (h *holderTable) upsert(k uint64) *uint32 {
 	}
 	for {
 		slots, seed, shift := h.slots, h.seed, h.shift // locals: the writes would make the loop reload them
-		for i, d := k*seed>>shift, uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
+		for i, d := mixHome(k, seed, shift), uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
 			s := &slots[i]
 			if s.val == 0 {
 				binary.LittleEndian.PutUint64(s.key[:], k)
@@ -150,7 +157,7 @@ func (h *holderTable) upsert(k uint64) *uint32 {
 			if sk == k {
 				return &s.val
 			}
-			if i-sk*seed>>shift < d {
+			if i-mixHome(sk, seed, shift) < d {
 				// k is absent and belongs here: the run from i to the next empty slot moves one
 				// slot on (Robin Hood order stays intact), k takes slot i.
 				e := i + 1
@@ -179,7 +186,7 @@ func (h *holderTable) upsert(k uint64) *uint32 {
 func (h *holderTable) deleteAt(i int) {
 	slots, seed, shift := h.slots, h.seed, h.shift // locals: the moves would make the loop reload them
 	j := i + 1
-	for ; j < len(slots) && slots[j].val != 0 && slots[j].k()*seed>>shift != uint64(j); j++ {
+	for ; j < len(slots) && slots[j].val != 0 && mixHome(slots[j].k(), seed, shift) != uint64(j); j++ {
 		slots[j-1] = slots[j]
 	}
 	slots[j-1] = holderSlot{}
@@ -211,7 +218,7 @@ func homesFor(n int) uint64 {
 func (h *holderTable) resize(homes uint64) {
 	old := h.slots
 	if old == nil {
-		h.seed = rand.Uint64() | 1
+		h.seed = rand.Uint64()
 	}
 	for !h.rehash(old, homes) {
 		homes *= 2
@@ -248,12 +255,12 @@ func (h *holderTable) place(c holderSlot) bool {
 	return false
 }
 
-// probe is the lookup of k in slots (a holderTable's, with its multiplier and shift): k's holder
+// probe is the lookup of k in slots (a holderTable's, with its seed and shift): k's holder
 // value, 0 when absent. It scans from k's home to k or to an empty slot, without find's Robin
 // Hood early exit for an absent key (a walk misses once, where it ends), which keeps it small
 // enough for the compiler to inline into the query walk's loop (runFrom).
 func probe(slots []holderSlot, seed uint64, shift uint8, k uint64) uint32 {
-	for i := k * seed >> shift; i < uint64(len(slots)); i++ {
+	for i := mixHome(k, seed, shift); i < uint64(len(slots)); i++ {
 		if s := &slots[i]; s.val == 0 || s.k() == k {
 			return s.val
 		}

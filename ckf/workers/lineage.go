@@ -28,16 +28,15 @@ import (
 //     Hood early exit, which computes the home of every key it passes: the ids a removal or a
 //     store's parent names are almost always present, and a present id is found at the same
 //     slot either way;
-//   - homes are a power of two and an id's home is multiply-shift hashing (the top bits of the
-//     id times the table's random odd multiplier, one 64-bit multiply), where u64map mixes the
-//     id with a 128-bit multiply and scales it into the homes with a second;
+//   - homes are a power of two and an id's home is the top bits of its mixed hash (mixHome, as
+//     holderTable's), where u64map scales the mixed hash into the homes with a second multiply;
 //   - an insertion and a deletion move the run's slots one by one (runs are a few slots long),
 //     not through copy, whose call costs more than the moves.
 //
 // Growth and shrinking are holderTable's: the table doubles at 7/8 full and shrinks when a
 // deletion leaves it under 1/16 full; probe runs do not wrap (a tail of up to holderTail slots
-// follows the last home, and an insertion whose run would pass it grows the table). The
-// multiplier is drawn with the table's first slots, so ids cannot be aimed at one run; no result
+// follows the last home, and an insertion whose run would pass it grows the table). Each table
+// draws a random seed, mixed into every home, so ids cannot be aimed at one run; no result
 // depends on it.
 //
 // Memory: the load is 7/16–7/8 between growths, as a u64map's below 2^18 homes (a source's
@@ -47,10 +46,10 @@ import (
 type lineageTable struct {
 	slots  []lineageSlot // homes slots, then the tail
 	homes  uint64        // a power of two, or 0 before the first insertion
-	shift  uint8         // home(k) = k * seed >> shift
+	shift  uint8         // home(k) = mixHome(k, seed, shift)
 	live   int
 	growAt int
-	seed   uint64 // the multiplier: random, odd
+	seed   uint64
 }
 
 type lineageSlot struct {
@@ -62,7 +61,7 @@ func (s *lineageSlot) k() uint64 { return binary.LittleEndian.Uint64(s.key[:]) }
 
 // home is k's first probe position.
 func (l *lineageTable) home(k uint64) uint64 {
-	return k * l.seed >> l.shift
+	return mixHome(k, l.seed, l.shift)
 }
 
 // Len is the number of ids.
@@ -128,7 +127,7 @@ func (l *lineageTable) upsert(id ckf.ExternalBlockHash) (*lineageEntry, bool) {
 	k := uint64(id)
 	for {
 		slots, seed, shift := l.slots, l.seed, l.shift // locals: the writes would make the loop reload them
-		for i, d := k*seed>>shift, uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
+		for i, d := mixHome(k, seed, shift), uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
 			s := &slots[i]
 			if s.tiers == 0 {
 				*s = lineageSlot{}
@@ -140,7 +139,7 @@ func (l *lineageTable) upsert(id ckf.ExternalBlockHash) (*lineageEntry, bool) {
 			if sk == k {
 				return &s.lineageEntry, true
 			}
-			if i-sk*seed>>shift < d {
+			if i-mixHome(sk, seed, shift) < d {
 				// k is absent and belongs here: the run from i to the next empty slot moves one
 				// slot on (Robin Hood order stays intact), k takes slot i.
 				e := i + 1
@@ -168,7 +167,7 @@ func (l *lineageTable) upsert(id ckf.ExternalBlockHash) (*lineageEntry, bool) {
 func (l *lineageTable) deleteAt(i int) {
 	slots, seed, shift := l.slots, l.seed, l.shift // locals: the moves would make the loop reload them
 	j := i + 1
-	for ; j < len(slots) && slots[j].tiers != 0 && slots[j].k()*seed>>shift != uint64(j); j++ {
+	for ; j < len(slots) && slots[j].tiers != 0 && mixHome(slots[j].k(), seed, shift) != uint64(j); j++ {
 		slots[j-1] = slots[j]
 	}
 	slots[j-1] = lineageSlot{}
@@ -202,7 +201,7 @@ func (l *lineageTable) all() iter.Seq2[ckf.ExternalBlockHash, lineageEntry] {
 func (l *lineageTable) resize(homes uint64) {
 	old := l.slots
 	if old == nil {
-		l.seed = rand.Uint64() | 1
+		l.seed = rand.Uint64()
 	}
 	for !l.rehash(old, homes) {
 		homes *= 2

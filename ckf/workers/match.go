@@ -239,7 +239,7 @@ func runFrom(dev *holderTable, query []ckf.CanonicalHash, from int, cur uint32, 
 	}
 	for pos := from; pos < len(query); pos++ {
 		k := uint64(query[pos])
-		i := k * seed >> shift
+		i := mixHome(k, seed, shift)
 		ab := slots[i : i+2 : i+2]
 		av, bv := ab[0].val, ab[1].val
 		ak, bk := ab[0].k(), ab[1].k()
