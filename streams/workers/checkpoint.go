@@ -162,6 +162,7 @@ type restored struct {
 // the end in windows growing fourfold (the manifest is normally among the last records).
 type checkpointReader struct {
 	adm       *kadm.Client
+	wait      streams.ListingWait // how its listings wait for the brokers
 	opts      []kgo.Opt
 	topic     string
 	partition int32
@@ -173,7 +174,7 @@ type checkpointReader struct {
 // there is none. Each unusable one is passed to reject, with the record to dead-letter.
 func (cr *checkpointReader) latest(ctx context.Context, reject func(*kgo.Record, error)) (*restored, error) {
 	var start, end int64
-	err := streams.RetryListing(ctx, func() error {
+	err := cr.wait.Retry(ctx, "offsets of "+cr.topic, func() error {
 		ends, err := cr.adm.ListCommittedOffsets(ctx, cr.topic)
 		if err == nil {
 			err = ends.Error()

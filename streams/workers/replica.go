@@ -329,7 +329,7 @@ func (r *Replica) Run(ctx context.Context) error {
 func (lp *loop) restore(ctx context.Context, adm *kadm.Client) error {
 	r, cfg := lp.r, lp.r.cfg
 	listedAt := r.now() // before the listing: a partition at its listed end is reflected up to it
-	eol, err := streams.ListEndOfLog(ctx, adm, cfg.Topics.KVEvents)
+	eol, err := streams.ListingWait{Log: r.log}.ListEndOfLog(ctx, adm, cfg.Topics.KVEvents)
 	if err != nil {
 		return fmt.Errorf("workers: %w", err)
 	}
@@ -406,7 +406,7 @@ func (lp *loop) restore(ctx context.Context, adm *kadm.Client) error {
 func (lp *loop) readCheckpoint(ctx context.Context, adm *kadm.Client, eol *streams.EndOfLog) (*restored, error) {
 	r, cfg := lp.r, lp.r.cfg
 	var n int
-	err := streams.RetryListing(ctx, func() error {
+	err := streams.ListingWait{Log: r.log}.Retry(ctx, "partitions of "+cfg.Topics.Checkpoints, func() error {
 		td, err := adm.ListTopics(ctx, cfg.Topics.Checkpoints)
 		if err != nil {
 			return err
@@ -422,7 +422,7 @@ func (lp *loop) readCheckpoint(ctx context.Context, adm *kadm.Client, eol *strea
 		return nil, fmt.Errorf("workers: checkpoint topic %s: %d partitions, %w", cfg.Topics.Checkpoints, n, err)
 	}
 	lp.ckptPart = checkpointPartition(cfg.DC, n)
-	cr := &checkpointReader{adm: adm, opts: r.opts.ForRole("workers-checkpoints"), topic: cfg.Topics.Checkpoints,
+	cr := &checkpointReader{adm: adm, wait: streams.ListingWait{Log: r.log}, opts: r.opts.ForRole("workers-checkpoints"), topic: cfg.Topics.Checkpoints,
 		partition: lp.ckptPart, dc: cfg.DC, kvTopic: cfg.Topics.KVEvents}
 	rejected := 0
 	reject := func(rec *kgo.Record, err error) {
