@@ -40,7 +40,7 @@ import (
 // depends on it.
 //
 // Memory: the load is 7/16–7/8 between growths, as a u64map's up to 2^18 homes (the fixture's
-// sources at 10 M memberships, 94 K and 188 K ids, take 2^17 and 2^18 homes either way, 0.72
+// sources at 10 M memberships, 94 K and 187 K ids, take 2^17 and 2^18 homes either way, 0.71
 // full); past 2^18 homes u64map grows by a quarter and then an eighth, so a source with more than
 // about 230 K ids can take up to twice the bytes a u64map would (right after a doubling).
 type lineageTable struct {
