@@ -83,7 +83,7 @@ func (rl *relayLoop) readClaim(ctx context.Context) (c poolClaim, ok bool, err e
 	topic := rl.cfg.Topics.SnapshotIndex
 	adm := kadm.NewClient(rl.outCl)
 	var ends, starts kadm.ListedOffsets
-	err = streams.RetryListing(ctx, func() (err error) {
+	err = streams.ListingWait{Log: rl.r.log}.Retry(ctx, "claims in "+topic, func() (err error) {
 		if ends, err = adm.ListEndOffsets(ctx, topic); err == nil {
 			err = ends.Error()
 		}
