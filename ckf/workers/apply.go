@@ -105,7 +105,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 			prev, havePrev = ckf.CanonicalRoot(b.TokensHash), true
 		}
 		if warm {
-			tm.Prefetch(uint64(prev))
+			tm.PrefetchRun(uint64(prev))
 		}
 		p = append(p, prepared{ext: b.BlockHash, canon: prev})
 	}
@@ -277,7 +277,7 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 		e := lin.at(at)
 		c := e.canonical()
 		if warm {
-			tm.Prefetch(uint64(c))
+			tm.PrefetchRun(uint64(c))
 		}
 		if e.tiers == bit {
 			lin.deleteAt(at)

@@ -12,44 +12,53 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/internal/prefetch"
 )
 
-// lineageTable is one source's lineage (workers §2.1): external id → lineageEntry, an
-// open-addressing table with linear probing in Robin Hood order and backward-shift deletion, as
-// holderTable, specialised to this one use where ckf/internal/u64map's generic map served before
-// (workers §8):
+// lineageTable is one source's lineage (workers §2.1): external id → lineageEntry, a cuckoo
+// hash table of 64-byte buckets (one cache line each) of lineageWays slots, specialised to this
+// one use (workers §8):
 //
 //   - a slot is the id's eight bytes and the entry's nine (17 bytes, no padding), and a live
 //     entry always holds at least one tier (workers §2.1), so tiers 0 marks an empty slot and
-//     every 64-bit id, 0 included, is an ordinary key (u64map keeps the id 0 in a side slot and
-//     tests every key against it);
-//   - operations hand out slot indexes, so a removal reads an entry, takes its tier off and
-//     deletes it when no tier is left in one probe (find, then deleteAt), where u64map's Find and
-//     Delete probe twice;
-//   - a lookup (find) scans from the id's home to the id or an empty slot, without the Robin
-//     Hood early exit, which computes the home of every key it passes: the ids a removal or a
-//     store's parent names are almost always present, and a present id is found at the same
-//     slot either way;
-//   - homes are a power of two and an id's home is the top bits of its mixed hash (mixHome, as
-//     holderTable's), where u64map scales the mixed hash into the homes with a second multiply;
-//   - an insertion and a deletion move the run's slots one by one (runs are a few slots long),
-//     not through copy, whose call costs more than the moves.
+//     every 64-bit id, 0 included, is an ordinary key;
+//   - an id has two buckets (buckets2: its mixed hash, and the hash turned by half its width,
+//     each scaled to the bucket count) and sits in one of them, so a lookup reads at most two
+//     lines, and a store or removal prefetches both before it needs them. The Robin Hood table
+//     this replaces (in 2^k slots at up to 7/8 full, 0.71 at the fixture) probed a run of about
+//     six 17-byte slots per insertion, two or three lines not known in advance, and computed the
+//     home of every slot it passed; one bucket per id with an overflow chain (tried) read 1.6–3.8
+//     buckets per new id at 0.6–0.74 full, because buckets of three overflow often (performance
+//     §9.1);
+//   - an insertion takes the emptier of the two buckets; when both are full it moves an entry of
+//     one of them to that entry's other bucket, and so on (a random walk of at most
+//     lineageMaxKicks moves), and grows the table should the walk not end;
+//   - a deletion empties its slot; nothing moves, so a slot index (bucket × lineageWays + way)
+//     stays valid until the next insertion of a new id.
 //
-// Growth and shrinking are holderTable's: the table doubles at 7/8 full and shrinks when a
-// deletion leaves it under 1/16 full; probe runs do not wrap (a tail of up to holderTail slots
-// follows the last home, and an insertion whose run would pass it grows the table). Each table
-// draws a random seed, mixed into every home, so ids cannot be aimed at one run; no result
-// depends on it.
+// Growth and shrinking: the table grows to lineageGrowBy times its buckets (any count, not a
+// power of two) when an insertion would take it past lineageMaxLoad of its slots, and shrinks to
+// twice its entries' slots when a deletion leaves it under 1/16 full, so a source's clear gives
+// memory back. Two-choice buckets of three fill to about 0.95 before insertions fail; at 0.70
+// about one new id in thirteen takes a walk, 0.13 moves per id on average at the fixture's load,
+// and 0.80 was slower (performance §9.1). Each table draws a random seed, mixed into both
+// buckets of every id, so ids cannot be aimed at one bucket; no result depends on it.
 //
-// Memory: the load is 7/16–7/8 between growths, as a u64map's up to 2^18 homes (the fixture's
-// sources at 10 M memberships, 94 K and 187 K ids, take 2^17 and 2^18 homes either way, 0.71
-// full); past 2^18 homes u64map grows by a quarter and then an eighth, so a source with more than
-// about 230 K ids can take up to twice the bytes a u64map would (right after a doubling).
+// Memory: 64 bytes per three slots, 0.56–0.70 full between growths: 30–38 bytes per id, against
+// the Robin Hood table's 19.4–39 (24 at the fixture's 0.71). BenchmarkMembershipMemory measures
+// the whole index.
 type lineageTable struct {
-	slots  []lineageSlot // homes slots, then the tail
-	homes  uint64        // a power of two, or 0 before the first insertion
-	shift  uint8         // home(k) = mixHome(k, seed, shift)
-	live   int
-	growAt int
-	seed   uint64
+	buckets []lineageBucket
+	live    int
+	growAt  int
+	seed    uint64
+	walk    uint64 // the random walk's state (xorshift)
+}
+
+// lineageWays is the number of slots in a bucket: three 17-byte slots fill 51 bytes of one
+// 64-byte line.
+const lineageWays = 3
+
+type lineageBucket struct {
+	slots [lineageWays]lineageSlot
+	_     [13]byte // to the line
 }
 
 type lineageSlot struct {
@@ -59,50 +68,93 @@ type lineageSlot struct {
 
 func (s *lineageSlot) k() uint64 { return binary.LittleEndian.Uint64(s.key[:]) }
 
-// home is k's first probe position.
-func (l *lineageTable) home(k uint64) uint64 {
-	return mixHome(k, l.seed, l.shift)
+// lineagePlaced marks a slot upsert has just taken (no storage tier's bit: producer.StorageTier
+// has four values).
+const lineagePlaced = 0x80
+
+// Load bounds and the random walk's length of a lineage table (see the type's comment).
+const (
+	lineageMaxLoad  = 0.70
+	lineageGrowBy   = 1.25
+	lineageMinLoad  = 1.0 / 16
+	lineageMaxKicks = 256
+)
+
+// buckets2 returns k's two buckets among n: k's mixed hash (as mixHome's) and the hash rotated
+// by 32 bits, each scaled into [0, n) by the high half of its product with n. The two may be
+// equal.
+func buckets2(k, seed, n uint64) (uint64, uint64) {
+	hi, lo := bits.Mul64(k^seed, mixFold)
+	h := hi ^ lo
+	b1, _ := bits.Mul64(h, n)
+	b2, _ := bits.Mul64(bits.RotateLeft64(h, 32), n)
+	return b1, b2
 }
 
 // Len is the number of ids.
 func (l *lineageTable) Len() int { return l.live }
 
-// Bytes is the memory the slots take.
+// Bytes is the memory the buckets take.
 func (l *lineageTable) Bytes() uint64 {
 	if l == nil {
 		return 0
 	}
-	return uint64(len(l.slots)) * uint64(unsafe.Sizeof(lineageSlot{}))
+	return uint64(len(l.buckets)) * uint64(unsafe.Sizeof(lineageBucket{}))
 }
 
-// find returns id's slot index, or -1 (also for a nil table: a source the index does not know).
-// An index is valid until the next upsert or deleteAt.
-//
-// It scans from id's home to id or an empty slot, without the Robin Hood early exit (which
-// computes the home of every key it passes): the ids a removal or a store's parent names are
-// almost always present, and a present id costs the same slots either way, fewer instructions
-// this way. An absent id costs the rest of its run.
-func (l *lineageTable) find(id ckf.ExternalBlockHash) int {
-	if l == nil || l.live == 0 {
-		return -1
-	}
-	k, slots := uint64(id), l.slots
-	for i := l.home(k); i < uint64(len(slots)); i++ {
-		s := &slots[i]
-		if s.tiers == 0 {
-			return -1
-		}
-		if s.k() == k {
-			return int(i)
+// in returns the way of bucket b that holds k, or -1. The key is compared first: it rarely
+// matches, so the branch is predicted, where testing the tiers first (about two slots of three
+// are live) is a coin toss.
+func (b *lineageBucket) in(k uint64) int {
+	for w := range b.slots {
+		if s := &b.slots[w]; s.k() == k && s.tiers != 0 {
+			return w
 		}
 	}
 	return -1
 }
 
-// at returns the entry in slot i (an index from find).
-func (l *lineageTable) at(i int) *lineageEntry { return &l.slots[i].lineageEntry }
+// free returns the first free way of bucket b, or -1, and how many of its slots are live,
+// without a branch per slot.
+func (b *lineageBucket) free() (int, int) {
+	var live [lineageWays]int
+	for w := range b.slots {
+		if b.slots[w].tiers != 0 {
+			live[w] = 1
+		}
+	}
+	way := -1
+	for w := lineageWays - 1; w >= 0; w-- {
+		if live[w] == 0 {
+			way = w
+		}
+	}
+	return way, live[0] + live[1] + live[2]
+}
 
-// lookup returns id's entry, or nil. The pointer is valid until the next upsert or deleteAt.
+// find returns id's slot index, or -1 (also for a nil table: a source the index does not know).
+// An index is valid until the next insertion of a new id.
+func (l *lineageTable) find(id ckf.ExternalBlockHash) int {
+	if l == nil || l.live == 0 {
+		return -1
+	}
+	k := uint64(id)
+	b1, b2 := buckets2(k, l.seed, uint64(len(l.buckets)))
+	if w := l.buckets[b1].in(k); w >= 0 {
+		return int(b1)*lineageWays + w
+	}
+	if w := l.buckets[b2].in(k); w >= 0 {
+		return int(b2)*lineageWays + w
+	}
+	return -1
+}
+
+// at returns the entry in slot i (an index from find).
+func (l *lineageTable) at(i int) *lineageEntry {
+	return &l.buckets[i/lineageWays].slots[i%lineageWays].lineageEntry
+}
+
+// lookup returns id's entry, or nil. The pointer is valid until the next insertion of a new id.
 func (l *lineageTable) lookup(id ckf.ExternalBlockHash) *lineageEntry {
 	if i := l.find(id); i >= 0 {
 		return l.at(i)
@@ -110,70 +162,128 @@ func (l *lineageTable) lookup(id ckf.ExternalBlockHash) *lineageEntry {
 	return nil
 }
 
-// Prefetch starts loading the cache line of id's first probe slot.
+// Prefetch starts loading the cache lines of id's two buckets.
 func (l *lineageTable) Prefetch(id ckf.ExternalBlockHash) {
 	if l.live != 0 {
-		prefetch.Line(unsafe.Pointer(&l.slots[l.home(uint64(id))]))
+		b1, b2 := buckets2(uint64(id), l.seed, uint64(len(l.buckets)))
+		prefetch.Line(unsafe.Pointer(&l.buckets[b1]))
+		prefetch.Line(unsafe.Pointer(&l.buckets[b2]))
 	}
 }
 
-// upsert returns id's entry and whether it existed, inserting a zero entry first when absent; the
-// caller must give a new entry a tier before the table's next operation, since tiers 0 marks the
-// slot empty. The pointer is valid until the next upsert or deleteAt.
+// upsert returns id's entry and whether it existed, inserting a new entry first when absent. A
+// new entry holds no canonical and only lineagePlaced in its tiers (so that the slot counts as
+// taken while the insertion moves others); the caller must set the whole entry, with at least
+// one tier, before the table's next operation. The pointer is valid until the next insertion of
+// a new id.
 func (l *lineageTable) upsert(id ckf.ExternalBlockHash) (*lineageEntry, bool) {
-	if l.live >= l.growAt {
-		l.resize(max(2*l.homes, holderMinHomes))
-	}
 	k := uint64(id)
-	for {
-		slots, seed, shift := l.slots, l.seed, l.shift // locals: the writes would make the loop reload them
-		for i, d := mixHome(k, seed, shift), uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
-			s := &slots[i]
-			if s.tiers == 0 {
-				*s = lineageSlot{}
-				binary.LittleEndian.PutUint64(s.key[:], k)
-				l.live++
-				return &s.lineageEntry, false
-			}
-			sk := s.k()
-			if sk == k {
-				return &s.lineageEntry, true
-			}
-			if i-mixHome(sk, seed, shift) < d {
-				// k is absent and belongs here: the run from i to the next empty slot moves one
-				// slot on (Robin Hood order stays intact), k takes slot i.
-				e := i + 1
-				for e < uint64(len(slots)) && slots[e].tiers != 0 {
-					e++
-				}
-				if e == uint64(len(slots)) {
-					break // the run would pass the tail
-				}
-				for m := e; m > i; m-- {
-					slots[m] = slots[m-1]
-				}
-				*s = lineageSlot{}
-				binary.LittleEndian.PutUint64(s.key[:], k)
-				l.live++
-				return &s.lineageEntry, false
-			}
+	var b1, b2 uint64
+	if len(l.buckets) != 0 {
+		b1, b2 = buckets2(k, l.seed, uint64(len(l.buckets)))
+	}
+	if l.live != 0 {
+		if w := l.buckets[b1].in(k); w >= 0 {
+			return &l.buckets[b1].slots[w].lineageEntry, true
 		}
-		l.resize(2 * l.homes)
+		if w := l.buckets[b2].in(k); w >= 0 {
+			return &l.buckets[b2].slots[w].lineageEntry, true
+		}
+	}
+	c := lineageSlot{lineageEntry: lineageEntry{tiers: lineagePlaced}}
+	binary.LittleEndian.PutUint64(c.key[:], k)
+	if l.live >= l.growAt {
+		l.resize(max(uint64(float64(len(l.buckets))*lineageGrowBy), uint64(len(l.buckets))+1))
+		b1, b2 = buckets2(k, l.seed, uint64(len(l.buckets)))
+	}
+	for {
+		if s, moved := l.placeIn(&c, b1, b2); s != nil {
+			if moved { // the walk may have moved the new entry on
+				return l.lookup(id), false
+			}
+			return &s.lineageEntry, false
+		}
+		l.resize(max(uint64(float64(len(l.buckets))*lineageGrowBy), uint64(len(l.buckets))+1))
+		b1, b2 = buckets2(k, l.seed, uint64(len(l.buckets)))
 	}
 }
 
-// deleteAt removes the entry in slot i (an index from find): the following entries of its run
-// move back one slot each until one sits at its home or a slot is empty, so no tombstone is left.
-func (l *lineageTable) deleteAt(i int) {
-	slots, seed, shift := l.slots, l.seed, l.shift // locals: the moves would make the loop reload them
-	j := i + 1
-	for ; j < len(slots) && slots[j].tiers != 0 && mixHome(slots[j].k(), seed, shift) != uint64(j); j++ {
-		slots[j-1] = slots[j]
+// place inserts c, whose id is absent, and returns the slot it took and whether other entries
+// moved (a random walk, which may have moved c on too: the slot is then only where c went
+// first); nil when the walk did not end: the table is then as before, and must grow. An entry
+// c meets when both of its buckets are full is moved to its other bucket, which can move
+// another in turn.
+func (l *lineageTable) place(c *lineageSlot) (*lineageSlot, bool) {
+	b1, b2 := buckets2(c.k(), l.seed, uint64(len(l.buckets)))
+	return l.placeIn(c, b1, b2)
+}
+
+// placeIn is place with c's buckets b1 and b2 given.
+func (l *lineageTable) placeIn(c *lineageSlot, b1, b2 uint64) (*lineageSlot, bool) {
+	w1, live1 := l.buckets[b1].free()
+	w2, live2 := l.buckets[b2].free()
+	switch {
+	case w1 >= 0 && (w2 < 0 || live1 <= live2):
+		s := &l.buckets[b1].slots[w1]
+		*s = *c
+		l.live++
+		return s, false
+	case w2 >= 0:
+		s := &l.buckets[b2].slots[w2]
+		*s = *c
+		l.live++
+		return s, false
 	}
-	slots[j-1] = lineageSlot{}
+	return l.walkFrom(c, b1)
+}
+
+// walkFrom is place's random walk from bucket b, both of c's buckets being full: each step puts
+// the carried entry into b in place of a random way's entry, which then goes to its other
+// bucket. The path is recorded so that a walk that does not end can be undone. (Apart from
+// place so that only a walk pays for clearing the path.)
+func (l *lineageTable) walkFrom(c *lineageSlot, b uint64) (*lineageSlot, bool) {
+	n := uint64(len(l.buckets))
+	var path [lineageMaxKicks]uint32
+	carried := *c
+	if l.walk == 0 {
+		l.walk = l.seed | 1
+	}
+	for step := range lineageMaxKicks {
+		l.walk ^= l.walk << 13
+		l.walk ^= l.walk >> 7
+		l.walk ^= l.walk << 17
+		w := int(l.walk % lineageWays)
+		path[step] = uint32(b)*lineageWays + uint32(w)
+		slot := &l.buckets[b].slots[w]
+		carried, *slot = *slot, carried
+		x1, x2 := buckets2(carried.k(), l.seed, n)
+		if x1 == b {
+			b = x2
+		} else {
+			b = x1
+		}
+		if fw, _ := l.buckets[b].free(); fw >= 0 {
+			l.buckets[b].slots[fw] = carried
+			l.live++
+			first := path[0]
+			return &l.buckets[first/lineageWays].slots[first%lineageWays], true
+		}
+	}
+	// Undo, last step first: each slot of the path takes back the entry it held.
+	for step := lineageMaxKicks - 1; step >= 0; step-- {
+		i := path[step]
+		slot := &l.buckets[i/lineageWays].slots[i%lineageWays]
+		carried, *slot = *slot, carried
+	}
+	return nil, false
+}
+
+// deleteAt removes the entry in slot i (an index from find).
+func (l *lineageTable) deleteAt(i int) {
+	l.buckets[i/lineageWays].slots[i%lineageWays] = lineageSlot{}
 	l.live--
-	if l.homes > 64 && l.live < int(l.homes/16) {
-		l.resize(homesFor(2 * l.live))
+	if n := len(l.buckets); n > 64 && float64(l.live) < float64(n*lineageWays)*lineageMinLoad {
+		l.resize(bucketsFor(2 * l.live))
 	}
 }
 
@@ -188,52 +298,45 @@ func (l *lineageTable) delete(id ckf.ExternalBlockHash) {
 // meanwhile.
 func (l *lineageTable) all() iter.Seq2[ckf.ExternalBlockHash, lineageEntry] {
 	return func(yield func(ckf.ExternalBlockHash, lineageEntry) bool) {
-		for i := range l.slots {
-			if s := &l.slots[i]; s.tiers != 0 && !yield(ckf.ExternalBlockHash(s.k()), s.lineageEntry) {
-				return
+		for b := range l.buckets {
+			for w := range l.buckets[b].slots {
+				if s := &l.buckets[b].slots[w]; s.tiers != 0 && !yield(ckf.ExternalBlockHash(s.k()), s.lineageEntry) {
+					return
+				}
 			}
 		}
 	}
 }
 
-// resize moves every entry into a table of homes home positions (a power of two), growing it
-// further should a run pass the tail.
-func (l *lineageTable) resize(homes uint64) {
-	old := l.slots
+// bucketsFor is the fewest buckets that hold n ids at most lineageMaxLoad full (at least one).
+func bucketsFor(n int) uint64 {
+	return max(1, uint64(float64(n)/(lineageMaxLoad*lineageWays))+1)
+}
+
+// resize moves every entry into a table of n buckets or more: should an entry's random walk not
+// end, it starts again with lineageGrowBy times as many.
+func (l *lineageTable) resize(n uint64) {
+	old := l.buckets
 	if old == nil {
 		l.seed = rand.Uint64()
 	}
-	for !l.rehash(old, homes) {
-		homes *= 2
+	for !l.rehash(old, n) {
+		n = max(uint64(float64(n)*lineageGrowBy), n+1)
 	}
 }
 
-func (l *lineageTable) rehash(old []lineageSlot, homes uint64) bool {
-	l.slots = make([]lineageSlot, homes+min(homes, holderTail))
-	hugepage.Advise(l.slots)
-	l.homes, l.shift, l.growAt, l.live = homes, uint8(64-bits.TrailingZeros64(homes)), int(homes*7/8), 0
-	for j := range old {
-		if old[j].tiers != 0 && !l.place(old[j]) {
-			return false
+func (l *lineageTable) rehash(old []lineageBucket, n uint64) bool {
+	l.buckets = make([]lineageBucket, n)
+	hugepage.Advise(l.buckets)
+	l.growAt, l.live = int(float64(n*lineageWays)*lineageMaxLoad), 0
+	for b := range old {
+		for w := range old[b].slots {
+			if s := &old[b].slots[w]; s.tiers != 0 {
+				if at, _ := l.place(s); at == nil {
+					return false
+				}
+			}
 		}
 	}
 	return true
-}
-
-// place inserts c, whose key is absent, in Robin Hood order; false when its run passes the tail.
-func (l *lineageTable) place(c lineageSlot) bool {
-	slots := l.slots
-	for i, d := l.home(c.k()), uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
-		s := &slots[i]
-		if s.tiers == 0 {
-			*s = c
-			l.live++
-			return true
-		}
-		if sd := i - l.home(s.k()); sd < d {
-			c, *s = *s, c
-			d = sd
-		}
-	}
-	return false
 }

@@ -11,8 +11,7 @@ import (
 // TestLineageTableMatchesMap: random upserts, tier changes and deletions (ids from a small range,
 // 0 included, so that they collide, runs form and the table grows and shrinks) leave a
 // lineageTable with a Go map's contents (by find, lookup and all, present and absent ids), and
-// its Robin Hood order intact (every id reachable from its home over live slots, distances
-// growing by at most one per step).
+// every id in one of its two buckets (checkLineageBuckets).
 func TestLineageTableMatchesMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var l lineageTable
@@ -82,22 +81,27 @@ func TestLineageTableMatchesMap(t *testing.T) {
 		if n != len(want) {
 			t.Fatalf("all yields %d entries, map has %d", n, len(want))
 		}
-		prev := -1 // the distance of the previous slot's id; -1 after an empty slot
-		for i := range l.slots {
-			s := &l.slots[i]
-			if s.tiers == 0 {
-				prev = -1
-				continue
-			}
-			home := l.home(s.k())
-			if home > uint64(i) || int(uint64(i)-home) > prev+1 {
-				t.Fatalf("slot %d: home %d, previous distance %d", i, home, prev)
-			}
-			prev = int(uint64(i) - home)
-		}
+		checkLineageBuckets(t, &l)
 		var none *lineageTable
 		if none.find(1) != -1 || none.lookup(1) != nil || none.Bytes() != 0 {
 			t.Fatalf("a nil table is not empty")
 		}
 	})
+}
+
+// checkLineageBuckets fails unless every live id sits in one of its two buckets, which is
+// where find looks.
+func checkLineageBuckets(t interface{ Fatalf(string, ...any) }, l *lineageTable) {
+	n := uint64(len(l.buckets))
+	for b := range l.buckets {
+		for w := range l.buckets[b].slots {
+			s := &l.buckets[b].slots[w]
+			if s.tiers == 0 {
+				continue
+			}
+			if b1, b2 := buckets2(s.k(), l.seed, n); uint64(b) != b1 && uint64(b) != b2 {
+				t.Fatalf("id %#x in bucket %d, its buckets are %d and %d", s.k(), b, b1, b2)
+			}
+		}
+	}
 }
