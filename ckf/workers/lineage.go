@@ -27,9 +27,10 @@ import (
 //     home of every slot it passed; one bucket per id with an overflow chain (tried) read 1.6–3.8
 //     buckets per new id at 0.6–0.74 full, because buckets of three overflow often (performance
 //     §9.1);
-//   - an insertion takes the emptier of the two buckets; when both are full it moves an entry of
-//     one of them to that entry's other bucket, and so on (a random walk of at most
-//     lineageMaxKicks moves), and grows the table should the walk not end;
+//   - an insertion takes the emptier of the two buckets; when both are full it moves one of their
+//     six entries to that entry's other bucket (moveOne: the six other buckets prefetched
+//     together), and only when those are full too walks at random, entry after entry (at most
+//     lineageMaxKicks moves), growing the table should the walk not end;
 //   - a deletion empties its slot; nothing moves, so a slot index (bucket × lineageWays + way)
 //     stays valid until the next insertion of a new id.
 //
@@ -37,8 +38,8 @@ import (
 // power of two) when an insertion would take it past lineageMaxLoad of its slots, and shrinks to
 // twice its entries' slots when a deletion leaves it under 1/16 full, so a source's clear gives
 // memory back. Two-choice buckets of three fill to about 0.95 before insertions fail; at 0.70
-// about one new id in thirteen takes a walk, 0.13 moves per id on average at the fixture's load,
-// and 0.80 was slower (performance §9.1). Each table draws a random seed, mixed into both
+// about one new id in thirteen finds both of its buckets full, and 0.80 was slower (performance
+// §9.1). Each table draws a random seed, mixed into both
 // buckets of every id, so ids cannot be aimed at one bucket; no result depends on it.
 //
 // Memory: 64 bytes per three slots, 0.56–0.70 full between growths: 30–38 bytes per id, against
@@ -241,7 +242,46 @@ func (l *lineageTable) placeIn(c *lineageSlot, b1, b2 uint64) (*lineageSlot, boo
 		l.live++
 		return s, false
 	}
+	if s := l.moveOne(c, b1, b2); s != nil {
+		return s, false
+	}
 	return l.walkFrom(c, b1)
+}
+
+// moveOne is placeIn's first resort when both of c's buckets are full: the other buckets of
+// their six entries are prefetched together, and the first entry whose other bucket has a free
+// way moves there, c taking its slot. The six lines arrive in one wait where a random walk waits
+// for each of its steps in turn. nil when all six are full.
+func (l *lineageTable) moveOne(c *lineageSlot, b1, b2 uint64) *lineageSlot {
+	n := uint64(len(l.buckets))
+	var other [2 * lineageWays]uint64
+	for j, b := range [2]uint64{b1, b2} {
+		for w := range lineageWays {
+			x1, x2 := buckets2(l.buckets[b].slots[w].k(), l.seed, n)
+			o := x1
+			if x1 == b {
+				o = x2
+			}
+			other[j*lineageWays+w] = o
+			prefetch.Line(unsafe.Pointer(&l.buckets[o]))
+		}
+	}
+	for j, b := range [2]uint64{b1, b2} {
+		for w := range lineageWays {
+			o := other[j*lineageWays+w]
+			if o == b {
+				continue // both of the entry's buckets are this one
+			}
+			if fw := l.buckets[o].free(); fw >= 0 {
+				s := &l.buckets[b].slots[w]
+				l.buckets[o].slots[fw] = *s
+				*s = *c
+				l.live++
+				return s
+			}
+		}
+	}
+	return nil
 }
 
 // walkFrom is place's random walk from bucket b, both of c's buckets being full: each step puts

@@ -105,3 +105,43 @@ func checkLineageBuckets(t interface{ Fatalf(string, ...any) }, l *lineageTable)
 		}
 	}
 }
+
+// TestLineageFullWalkUndoes: an insertion into a table whose every slot is taken finds no free
+// way by moving one entry (moveOne) nor by its random walk; the walk is undone, so the table
+// holds exactly what it held, each id in one of its buckets, and upsert then grows the table and
+// inserts.
+func TestLineageFullWalkUndoes(t *testing.T) {
+	var l lineageTable
+	l.resize(2)
+	for k := uint64(1); l.live < 2*lineageWays; k++ {
+		if k > 1000 {
+			t.Fatalf("%d of %d slots taken after 1000 ids", l.live, 2*lineageWays)
+		}
+		c := lineageSlot{lineageEntry: newLineageEntry(ckf.CanonicalHash(k))}
+		c.tiers = 1
+		c.key = [8]byte{byte(k), byte(k >> 8)}
+		l.place(&c) // an id whose two buckets are one full bucket does not fit: skipped
+	}
+	before := l.buckets[0].slots
+	before2 := l.buckets[1].slots
+	extra := lineageSlot{lineageEntry: newLineageEntry(999)}
+	extra.tiers = 1
+	extra.key = [8]byte{0xEE}
+	if s, moved := l.place(&extra); s != nil || moved {
+		t.Fatalf("place into a full table returned a slot")
+	}
+	if l.buckets[0].slots != before || l.buckets[1].slots != before2 || l.live != 2*lineageWays {
+		t.Fatalf("a failed walk changed the table")
+	}
+	checkLineageBuckets(t, &l)
+	e, existed := l.upsert(0xEE)
+	if existed || e == nil {
+		t.Fatalf("upsert after a failed walk: %v %v", e, existed)
+	}
+	*e = newLineageEntry(999)
+	e.tiers = 1
+	if len(l.buckets) <= 2 || l.Len() != 2*lineageWays+1 || l.lookup(0xEE) == nil {
+		t.Fatalf("upsert did not grow and insert: %d buckets, %d ids", len(l.buckets), l.Len())
+	}
+	checkLineageBuckets(t, &l)
+}
