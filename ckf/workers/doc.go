@@ -16,8 +16,8 @@
 // Layout (workers §8): per tier, an open-addressing table from canonical hash to a 4-byte holder
 // value (holderTable): one holder inline, two or more an interned, reference-counted set of
 // dense source indexes in source-key order, shared by every block with the same holders. Per source,
-// one lineage table (lineageTable, built as holderTable) from external id to canonical hash plus
-// the tiers the id is held on. A query
+// one lineage table (lineageTable: a cuckoo table of cache-line buckets, an id in one of two) from
+// external id to canonical hash plus the tiers the id is held on. A query
 // looks up each query block once and compares holder values; only where the value changes does
 // it intersect sets, so a prompt held by the same workers all along costs one lookup per block
 // whatever the number of workers. A memo of recent stores' chains (runs of local and canonical
