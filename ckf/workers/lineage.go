@@ -31,8 +31,9 @@ import (
 //     six entries to that entry's other bucket (moveOne: the six other buckets prefetched
 //     together), and only when those are full too walks at random, entry after entry (at most
 //     lineageMaxKicks moves), growing the table should the walk not end;
-//   - a deletion empties its slot; nothing moves, so a slot index (bucket × lineageWays + way)
-//     stays valid until the next insertion of a new id.
+//   - a deletion empties its slot; nothing moves, so a slot index (slotIndex: the bucket times
+//     four plus the way, so that at and deleteAt shift and mask where a bucket of three would
+//     divide) stays valid until the next insertion of a new id.
 //
 // Growth and shrinking: the table grows to lineageGrowBy times its buckets (any count, not a
 // power of two) when an insertion would take it past lineageMaxLoad of its slots, and shrinks to
@@ -46,11 +47,12 @@ import (
 // the Robin Hood table's 19.4–39 (24 at the fixture's 0.71). BenchmarkMembershipMemory measures
 // the whole index.
 type lineageTable struct {
-	buckets []lineageBucket
-	live    int
-	growAt  int
-	seed    uint64
-	walk    uint64 // the random walk's state (xorshift)
+	buckets  []lineageBucket
+	live     int
+	growAt   int
+	shrinkAt int // a deletion that leaves fewer ids shrinks the table (0: never)
+	seed     uint64
+	walk     uint64 // the random walk's state (xorshift)
 }
 
 // lineageWays is the number of slots in a bucket: three 17-byte slots fill 51 bytes of one
@@ -151,17 +153,20 @@ func (l *lineageTable) find(id ckf.ExternalBlockHash) int {
 	k := uint64(id)
 	b1, b2 := buckets2(k, l.seed, uint64(len(l.buckets)))
 	if w := l.buckets[b1].in(k); w >= 0 {
-		return int(b1)*lineageWays + w
+		return slotIndex(b1, w)
 	}
 	if w := l.buckets[b2].in(k); w >= 0 {
-		return int(b2)*lineageWays + w
+		return slotIndex(b2, w)
 	}
 	return -1
 }
 
+// slotIndex is the index of way w of bucket b.
+func slotIndex(b uint64, w int) int { return int(b)<<2 | w }
+
 // at returns the entry in slot i (an index from find).
 func (l *lineageTable) at(i int) *lineageEntry {
-	return &l.buckets[i/lineageWays].slots[i%lineageWays].lineageEntry
+	return &l.buckets[i>>2].slots[i&3].lineageEntry
 }
 
 // lookup returns id's entry, or nil. The pointer is valid until the next insertion of a new id.
@@ -327,9 +332,9 @@ func (l *lineageTable) walkFrom(c *lineageSlot, b uint64) (*lineageSlot, bool) {
 
 // deleteAt removes the entry in slot i (an index from find).
 func (l *lineageTable) deleteAt(i int) {
-	l.buckets[i/lineageWays].slots[i%lineageWays] = lineageSlot{}
+	l.buckets[i>>2].slots[i&3] = lineageSlot{}
 	l.live--
-	if n := len(l.buckets); n > 64 && float64(l.live) < float64(n*lineageWays)*lineageMinLoad {
+	if l.live < l.shrinkAt {
 		l.resize(bucketsFor(2 * l.live))
 	}
 }
@@ -376,6 +381,10 @@ func (l *lineageTable) rehash(old []lineageBucket, n uint64) bool {
 	l.buckets = make([]lineageBucket, n)
 	hugepage.Advise(l.buckets)
 	l.growAt, l.live = int(float64(n*lineageWays)*lineageMaxLoad), 0
+	l.shrinkAt = 0
+	if n > 64 {
+		l.shrinkAt = int(float64(n*lineageWays) * lineageMinLoad)
+	}
 	for b := range old {
 		for w := range old[b].slots {
 			if s := &old[b].slots[w]; s.tiers != 0 {
