@@ -40,8 +40,8 @@ import (
 // twice its entries' slots when a deletion leaves it under 1/16 full, so a source's clear gives
 // memory back. Two-choice buckets of three fill to about 0.95 before insertions fail; at 0.70
 // about one new id in thirteen finds both of its buckets full, and 0.80 was slower (performance
-// §9.1). Each table draws a random seed, mixed into both
-// buckets of every id, so ids cannot be aimed at one bucket; no result depends on it.
+// §9.1). Each table draws a random seed, mixed into both buckets of every id, so ids cannot be
+// aimed at one bucket; no result depends on it.
 //
 // Memory: 64 bytes per three slots, 0.56–0.70 full between growths: 30–38 bytes per id, against
 // the Robin Hood table's 19.4–39 (24 at the fixture's 0.71). BenchmarkMembershipMemory measures
@@ -107,7 +107,8 @@ func (l *lineageTable) Bytes() uint64 {
 
 // in returns the way of bucket b that holds k, or -1. The key is compared first: it rarely
 // matches, so the branch is predicted, where testing the tiers first (about two slots of three
-// are live) is a coin toss. Written out per way: a loop over three ways costs a third more.
+// are live) is a coin toss. Written out per way, as taken is: the compiler keeps a loop over
+// three ways a loop.
 func (b *lineageBucket) in(k uint64) int {
 	if s := &b.slots[0]; s.k() == k && s.tiers != 0 {
 		return 0
