@@ -270,11 +270,14 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 	p := ix.prep[:0]
 	for _, id := range ids {
 		at := lin.find(id)
-		if at < 0 || lin.at(at).tiers&bit == 0 {
+		var e *lineageEntry
+		if at >= 0 {
+			e = lin.at(at)
+		}
+		if e == nil || e.tiers&bit == 0 {
 			ix.tel.UnknownRemovals++
 			continue
 		}
-		e := lin.at(at)
 		c := e.canonical()
 		if warm {
 			tm.PrefetchRun(uint64(c))

@@ -306,7 +306,7 @@ func (l *lineageTable) walkFrom(c *lineageSlot, b uint64) (*lineageSlot, bool) {
 		l.walk ^= l.walk >> 7
 		l.walk ^= l.walk << 17
 		w := int(l.walk % lineageWays)
-		path[step] = uint32(b)*lineageWays + uint32(w)
+		path[step] = uint32(slotIndex(b, w))
 		slot := &l.buckets[b].slots[w]
 		carried, *slot = *slot, carried
 		x1, x2 := buckets2(carried.k(), l.seed, n)
@@ -319,13 +319,13 @@ func (l *lineageTable) walkFrom(c *lineageSlot, b uint64) (*lineageSlot, bool) {
 			l.buckets[b].slots[fw] = carried
 			l.live++
 			first := path[0]
-			return &l.buckets[first/lineageWays].slots[first%lineageWays], true
+			return &l.buckets[first>>2].slots[first&3], true
 		}
 	}
 	// Undo, last step first: each slot of the path takes back the entry it held.
 	for step := lineageMaxKicks - 1; step >= 0; step-- {
 		i := path[step]
-		slot := &l.buckets[i/lineageWays].slots[i%lineageWays]
+		slot := &l.buckets[i>>2].slots[i&3]
 		carried, *slot = *slot, carried
 	}
 	return nil, false
