@@ -107,7 +107,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 		if warm {
 			tm.PrefetchRun(uint64(prev))
 		}
-		p = append(p, prepared{ext: b.BlockHash, canon: prev})
+		p = append(p, prepared{ext: b.BlockHash, canon: prev, slot: noHint})
 	}
 	ix.prep = p[:0]
 	if len(p) == 0 {
@@ -165,7 +165,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	}
 	// Mutation of the tier map starts here; the lineage is final.
 	ix.gainAll(i, t, p)
-	ix.memo.recordStore(d.HasParent, parent, d.Blocks, p)
+	ix.memo.recordStore(d.HasParent, parent, d.Blocks, p, t == producer.StorageTierDevice)
 	return nil
 }
 

@@ -119,9 +119,10 @@ func BenchmarkChain128(b *testing.B) {
 		b.Fatal(err)
 	}
 	out := make([]ckf.CanonicalHash, len(local))
+	hints := make([]uint32, len(local))
 	b.Run("memo", func(b *testing.B) {
 		for range b.N {
-			ix.memo.fill(out, local)
+			ix.memo.fill(out, hints, local)
 		}
 	})
 	b.Run("hash", func(b *testing.B) {
@@ -136,7 +137,7 @@ func BenchmarkChain128(b *testing.B) {
 	}
 	b.Run("miss", func(b *testing.B) {
 		for range b.N {
-			ix.memo.fill(out, other)
+			ix.memo.fill(out, hints, other)
 		}
 	})
 }

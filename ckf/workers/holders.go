@@ -63,7 +63,7 @@ const (
 // reload them from the table).
 func mixHome(k, seed uint64, shift uint8) uint64 {
 	hi, lo := bits.Mul64(k^seed, mixFold)
-	return (hi ^ lo) >> shift
+	return (hi ^ lo) >> (shift & 63) // shift is below 64: the mask spares the compiler's test
 }
 
 // home is k's first probe position.
@@ -138,6 +138,16 @@ func (h *holderTable) Prefetch(k uint64) {
 	}
 }
 
+// prefetchHinted is Prefetch for query[pos], from its slot hint when it has one (hints not nil,
+// and the hint inside the table) and else from its home.
+func (h *holderTable) prefetchHinted(query []ckf.CanonicalHash, hints []uint32, pos int) {
+	if hints != nil && hints[pos] < uint32(len(h.slots)) {
+		prefetch.Line(unsafe.Pointer(&h.slots[hints[pos]]))
+		return
+	}
+	h.Prefetch(uint64(query[pos]))
+}
+
 // PrefetchRun starts loading the cache lines of k's first probe slot and of the slot five on
 // (the next line, whatever the slot's offset in its own): for an insertion or a deletion, which
 // read and move the run past k's slot, at 0.71 full about six slots (performance §9.1).
@@ -149,6 +159,12 @@ func (h *holderTable) PrefetchRun(k uint64) {
 			prefetch.Line(unsafe.Pointer(&h.slots[i+5]))
 		}
 	}
+}
+
+// slotOf is the index of the slot whose holder value v points to (a pointer from upsert, still
+// valid).
+func (h *holderTable) slotOf(v *uint32) uint32 {
+	return uint32((uintptr(unsafe.Pointer(v)) - uintptr(unsafe.Pointer(unsafe.SliceData(h.slots)))) / unsafe.Sizeof(holderSlot{}))
 }
 
 // upsert returns a pointer to k's holder value, inserting k first when absent; the value of a
@@ -267,6 +283,19 @@ func (h *holderTable) place(c holderSlot) bool {
 		}
 	}
 	return false
+}
+
+// probeFrom is probe's scan from slot i on (a slot of k's run: the query walk has read the slots
+// before it), not inlined: the walk's loop calls it rarely, and a call keeps that loop small.
+//
+//go:noinline
+func probeFrom(slots []holderSlot, i int, k uint64) uint32 {
+	for ; i < len(slots); i++ {
+		if s := &slots[i]; s.val == 0 || s.k() == k {
+			return s.val
+		}
+	}
+	return 0
 }
 
 // probe is the lookup of k in slots (a holderTable's, with its seed and shift): k's holder

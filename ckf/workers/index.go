@@ -111,7 +111,8 @@ type Index struct {
 type prepared struct {
 	ext   ckf.ExternalBlockHash
 	canon ckf.CanonicalHash
-	did   uint8 // the store's lineage pass: didNothing, didCreate or didAddTier
+	did   uint8  // the store's lineage pass: didNothing, didCreate or didAddTier
+	slot  uint32 // a device store's tier-map slot of canon where gainAll found or put it (noHint: none)
 }
 
 // New returns an empty index.
@@ -176,6 +177,7 @@ func (ix *Index) dropSource(i uint32) {
 // without the holder sets (a store's first holder of a block, most of a store's blocks).
 func (ix *Index) gainAll(i uint32, t producer.StorageTier, p []prepared) {
 	tm := &ix.tiers[t]
+	device := t == producer.StorageTierDevice
 	var gained, dups uint64
 	for k := range p {
 		q := &p[k]
@@ -184,6 +186,9 @@ func (ix *Index) gainAll(i uint32, t producer.StorageTier, p []prepared) {
 			continue
 		}
 		v := tm.upsert(uint64(q.canon))
+		if device {
+			q.slot = tm.slotOf(v)
+		}
 		if *v == 0 {
 			*v = single(i) // the sets' with(0, i)
 			gained++

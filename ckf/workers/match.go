@@ -56,6 +56,7 @@ type Result struct {
 	allow   []uint32 // dense indexes of Options.Sources, sorted
 	dropped []uint32 // matchGroups: sources in the order the walk dropped them
 	cuts    []cut    // matchGroups: where each drop position's sources end in dropped
+	hints   []uint32 // MatchLocal: the chain's device slot hints (chainMemo.fill)
 }
 
 // cut is one position of a device walk at which sources dropped out: they hold exactly depth
@@ -82,16 +83,21 @@ func (r *Result) touch(i uint32) *scoreSlot {
 // local block hashes), into r (workers §5). It does not allocate once r has served a query of
 // the same shape, and never changes the index.
 func (ix *Index) Match(query []ckf.CanonicalHash, opt Options, r *Result) {
+	ix.match(query, nil, opt, r)
+}
+
+// match is Match with the device slot hints of query's blocks (chainMemo.fill), or none.
+func (ix *Index) match(query []ckf.CanonicalHash, hints []uint32, opt Options, r *Result) {
 	r.Matches = r.Matches[:0]
 	r.Frequencies = r.Frequencies[:0]
 	if len(query) == 0 || len(ix.ids) == 0 {
 		return
 	}
 	if ix.deviceOnly() {
-		ix.matchGroups(query, opt, r)
+		ix.matchGroups(query, hints, opt, r)
 		return
 	}
-	ix.matchSlots(query, opt, r)
+	ix.matchSlots(query, hints, opt, r)
 }
 
 // deviceOnly reports whether no lower tier holds anything: then every total is the device depth.
@@ -102,7 +108,7 @@ func (ix *Index) deviceOnly() bool {
 
 // matchSlots is Match with lower tiers to walk: each source's answer is built in a slot of
 // r.scores, then collected. It also answers a device-only index (TestGroupsEqualSlots).
-func (ix *Index) matchSlots(query []ckf.CanonicalHash, opt Options, r *Result) {
+func (ix *Index) matchSlots(query []ckf.CanonicalHash, hints []uint32, opt Options, r *Result) {
 	r.touched = r.touched[:0]
 	if len(r.scores) < len(ix.srcs) {
 		r.scores = slices.Grow(r.scores[:0], len(ix.srcs))[:len(ix.srcs)]
@@ -114,7 +120,7 @@ func (ix *Index) matchSlots(query []ckf.CanonicalHash, opt Options, r *Result) {
 		clear(r.scores)
 		r.stamp = 1
 	}
-	active, depth := ix.walkDevice(query, r)
+	active, depth := ix.walkDevice(query, hints, r)
 	for _, a := range r.dropped {
 		r.touch(a)
 	}
@@ -142,11 +148,13 @@ func (ix *Index) matchSlots(query []ckf.CanonicalHash, opt Options, r *Result) {
 const lookahead = 8
 
 // walkDevice is workers §5.1: one lookup per query block while some source is still active;
-// sets are intersected only where the holder value changes. It returns the sources that hold
+// sets are intersected only where the holder value changes. hints, when not nil, are the
+// blocks' device slot hints (chainRun.slot): a block whose hinted slot holds its canonical is
+// read there, without its hash. It returns the sources that hold
 // every block up to the end of the walk (in key order) and that depth; the sources that dropped
 // out earlier are in r.dropped, grouped by r.cuts, each group in key order and the groups in
 // increasing depth.
-func (ix *Index) walkDevice(query []ckf.CanonicalHash, r *Result) ([]uint32, uint32) {
+func (ix *Index) walkDevice(query []ckf.CanonicalHash, hints []uint32, r *Result) ([]uint32, uint32) {
 	r.dropped, r.cuts = r.dropped[:0], r.cuts[:0]
 	dev := &ix.tiers[producer.StorageTierDevice]
 	if dev.live == 0 {
@@ -154,8 +162,8 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, r *Result) ([]uint32, uin
 	}
 	warm := dev.Bytes() >= prefetchFloorBytes
 	if warm {
-		for _, c := range query[:min(lookahead, len(query))] {
-			dev.Prefetch(uint64(c))
+		for pos := range min(lookahead, len(query)) {
+			dev.prefetchHinted(query, hints, pos)
 		}
 	}
 	var buf [1]uint32
@@ -168,7 +176,7 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, r *Result) ([]uint32, uin
 	depth := len(query)
 	for pos := 0; pos < len(query); pos++ {
 		var v uint32
-		pos, v = runFrom(dev, query, pos, cur, warm)
+		pos, v = runFrom(dev, query, hints, pos, cur, warm)
 		if pos == len(query) {
 			break
 		}
@@ -212,55 +220,119 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, r *Result) ([]uint32, uin
 }
 
 // runFrom returns the first position from from on whose device holder value differs from cur,
-// and that value; len(query) and cur when there is none. This loop is most of a query's work: it
-// holds only what it needs, so the compiler keeps it in registers (walkDevice's own loop does
-// not), and the lookup is inlined. With warm (a table larger than the caches) it prefetches the
-// slot lookahead positions ahead, in a loop of its own, so that the prefetch's call does not
-// make the other loop keep its values on the stack.
-//
-// The other loop's lookup is probe with k's home slot and the next one read together and the
-// answer picked by conditional moves: a key one slot past its home (about a third of the keys
-// at half load) then costs no mispredicted branch; only a key two or more slots on takes probe's
-// scan. Slot i+1 always exists (the tail follows the last home), and an empty slot's key and
-// value are 0, so "a's key is k" answers correctly for an empty a and k = 0 too; the key cannot
-// be in b when a is empty (a run has no gaps).
-func runFrom(dev *holderTable, query []ckf.CanonicalHash, from int, cur uint32, warm bool) (int, uint32) {
+// and that value; len(query) and cur when there is none (hints: as walkDevice's). These loops
+// are most of a query's work. With warm (a table larger than the caches) it prefetches the slot
+// lookahead positions ahead (the hinted slot, or the home); otherwise the loop is scanRun, or
+// scanHinted with hints, each a function of its own so that the compiler keeps its values in
+// registers (walkDevice's loop does not).
+func runFrom(dev *holderTable, query []ckf.CanonicalHash, hints []uint32, from int, cur uint32, warm bool) (int, uint32) {
 	slots, seed, shift := dev.slots, dev.seed, dev.shift
 	if warm {
 		for pos := from; pos < len(query); pos++ {
 			if pos+lookahead < len(query) {
-				dev.Prefetch(uint64(query[pos+lookahead]))
+				dev.prefetchHinted(query, hints, pos+lookahead)
 			}
-			if v := probe(slots, seed, shift, uint64(query[pos])); v != cur {
+			k := uint64(query[pos])
+			v := uint32(0)
+			if hints == nil || !hintHolds(slots, hints[pos], k, &v) {
+				v = probe(slots, seed, shift, k)
+			}
+			if v != cur {
 				return pos, v
 			}
 		}
 		return len(query), cur
 	}
-	for pos := from; pos < len(query); pos++ {
-		k := uint64(query[pos])
-		i := mixHome(k, seed, shift)
-		ab := slots[i : i+2 : i+2]
-		av, bv := ab[0].val, ab[1].val
-		ak, bk := ab[0].k(), ab[1].k()
+	if hints != nil {
+		j, v := scanHinted(slots, query[from:], hints[from:], seed, shift, cur)
+		return from + j, v
+	}
+	j, v := scanRun(slots, query[from:], seed, shift, cur)
+	return from + j, v
+}
+
+// hintHolds reports whether slot h of slots (a slot hint, chainRun.slot) holds key k, and then
+// sets *v to its holder value. A slot holds k when its key is k and its value is not 0 (an empty
+// slot's key is 0, so k = 0 needs the value's test).
+func hintHolds(slots []holderSlot, h uint32, k uint64, v *uint32) bool {
+	if h >= uint32(len(slots)) {
+		return false
+	}
+	s := &slots[h]
+	if s.k() != k || s.val == 0 {
+		return false
+	}
+	*v = s.val
+	return true
+}
+
+// scanHinted is scanRun for blocks with slot hints (hints[j] is q[j]'s): a block is read from
+// its hinted slot when that slot holds it, else looked up by its hash (probeFrom from its home,
+// a call off the loop's path).
+//
+//go:noinline
+func scanHinted(slots []holderSlot, q []ckf.CanonicalHash, hints []uint32, seed uint64, shift uint8, cur uint32) (int, uint32) {
+	hints = hints[:len(q)]
+	n := uint32(len(slots))
+	base := unsafe.Pointer(unsafe.SliceData(slots))
+	for j, c := range q {
+		k := uint64(c)
+		if h := hints[j]; h < n {
+			s := (*holderSlot)(unsafe.Add(base, uintptr(h)*unsafe.Sizeof(holderSlot{})))
+			if v := s.val; s.k() == k && v != 0 {
+				if v != cur {
+					return j, v
+				}
+				continue
+			}
+		}
+		if v := probeFrom(slots, int(mixHome(k, seed, shift)), k); v != cur {
+			return j, v
+		}
+	}
+	return len(q), cur
+}
+
+// scanRun is runFrom's lookup loop over q in a table without prefetching (slots, seed and shift:
+// the table's): the index of the first block whose holder value is not cur, and that value;
+// len(q) and cur when there is none.
+//
+// A block's home slot and the next are read together and the answer picked by conditional
+// moves: a key one slot past its home (about a third of the keys at half load) then costs no
+// mispredicted branch; only a key in neither, both full, is looked for further on (probeFrom, a
+// call off the loop's path). The slots are read through a pointer, without bounds checks: a home
+// is below the table's homes (mixHome) and the tail holds at least one slot past the last home,
+// so slots i and i+1 always exist. An empty slot's key and value are 0, so "a's key is k"
+// answers correctly for an empty a and k = 0 too; the key cannot be in b when a is empty (a run
+// has no gaps).
+//
+//go:noinline
+func scanRun(slots []holderSlot, q []ckf.CanonicalHash, seed uint64, shift uint8, cur uint32) (int, uint32) {
+	base := unsafe.Pointer(unsafe.SliceData(slots))
+	for j, c := range q {
+		k := uint64(c)
+		i := uintptr(mixHome(k, seed, shift))
+		a := (*holderSlot)(unsafe.Add(base, i*unsafe.Sizeof(holderSlot{})))
+		b := (*holderSlot)(unsafe.Add(base, (i+1)*unsafe.Sizeof(holderSlot{})))
+		av, bv := a.val, b.val
 		v := uint32(0)
-		if bk == k {
+		if b.k() == k {
 			v = bv
 		}
-		if ak == k {
+		if a.k() == k {
 			v = av
 		}
 		if v != cur {
 			// cur is never 0, so a key that is in neither slot lands here: it may be further on.
 			if v == 0 && av != 0 && bv != 0 {
-				if v = probe(slots, seed, shift, k); v == cur {
+				if v = probeFrom(slots, int(i)+2, k); v == cur {
 					continue
 				}
 			}
-			return pos, v
+			return j, v
 		}
 	}
-	return len(query), cur
+	return len(q), cur
 }
 
 // matchGroups answers a query when no lower tier holds anything: every total is the device
@@ -268,8 +340,8 @@ func runFrom(dev *holderTable, query []ckf.CanonicalHash, from int, cur uint32, 
 // order walkDevice leaves its groups in read backwards: the sources active at the end first,
 // then each cut's sources from the last cut to the first, each group already in key order. No
 // per-source slot and no sort.
-func (ix *Index) matchGroups(query []ckf.CanonicalHash, opt Options, r *Result) {
-	active, depth := ix.walkDevice(query, r)
+func (ix *Index) matchGroups(query []ckf.CanonicalHash, hints []uint32, opt Options, r *Result) {
+	active, depth := ix.walkDevice(query, hints, r)
 	ix.emitGroups(active, depth, opt, r)
 }
 
@@ -482,8 +554,9 @@ func (ix *Index) MatchLocal(local []ckf.LocalBlockHash, opt Options, r *Result, 
 	if len(local) > 0 && ix.memo.runs != nil {
 		c := slices.Grow((*chain)[:0], len(local))[:len(local)]
 		*chain = c
-		ix.memo.fill(c, local)
-		ix.Match(c, opt, r)
+		r.hints = slices.Grow(r.hints[:0], len(local))[:len(local)]
+		ix.memo.fill(c, r.hints, local)
+		ix.match(c, r.hints, opt, r)
 		return
 	}
 	words := ckf.AppendSequenceHashes(asWords((*chain)[:0]), asWords(local))

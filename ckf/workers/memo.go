@@ -23,7 +23,7 @@ import (
 // to hashing where the memo has no run.
 //
 // Cost: a store writes one run per runBlocks blocks (the event's chain is computed anyway);
-// the table is at most memoMaxRuns runs (about 1.1 MiB), grown with the number of runs stored
+// the table is at most memoMaxRuns runs (about 1.3 MiB: 336 bytes a run), grown with the number of runs stored
 // (from memoMinRuns: a 128-block prompt's eight runs then share a pair with a third about once
 // in three hundred seeds, and a lost run costs its own blocks' hashes, not the rest's).
 // Only stores write it, so queries under Shared's read lock only read it.
@@ -45,12 +45,22 @@ const (
 
 // chainRun is one remembered run: canon[k] is the canonical hash of the block with local hash
 // local[k] whose parent is canon[k-1] (parent for k = 0). n = 0: the place is empty.
+//
+// slot[k] is a hint, not a fact: the device tier map's slot that held canon[k] when a device
+// store of the run last wrote it (noHint when none did). Slots move as entries are inserted and
+// deleted around them and when the table is resized, so a query reads the hinted slot only to
+// compare its key with canon[k], and looks the canonical up by its hash when the key differs
+// (walkDevice): a stale hint costs that comparison, never an answer.
 type chainRun struct {
 	parent uint64
 	n      uint32
 	local  [runBlocks]ckf.LocalBlockHash
 	canon  [runBlocks]ckf.CanonicalHash
+	slot   [runBlocks]uint32
 }
+
+// noHint is a slot hint that names no slot.
+const noHint = ^uint32(0)
 
 // home is the first place of parent's pair (an even index; the pair is home, home+1).
 func (m *chainMemo) home(parent uint64) uint64 {
@@ -78,8 +88,9 @@ func (m *chainMemo) bytes() uint64 {
 
 // recordStore remembers a validated store's chain: blocks are the store's blocks and p their
 // canonical hashes (store's prepared list, same order); parent is the canonical hash of the
-// store's parent when hasParent.
-func (m *chainMemo) recordStore(hasParent bool, parent ckf.CanonicalHash, blocks []producer.StoredBlock, p []prepared) {
+// store's parent when hasParent. device: the store is on the device tier, so p's slots are hints
+// of the device tier map (chainRun.slot).
+func (m *chainMemo) recordStore(hasParent bool, parent ckf.CanonicalHash, blocks []producer.StoredBlock, p []prepared, device bool) {
 	from := 0
 	if !hasParent {
 		// A root block's canonical is its local hash's (ckf.CanonicalRoot), known to a query
@@ -88,15 +99,17 @@ func (m *chainMemo) recordStore(hasParent bool, parent ckf.CanonicalHash, blocks
 	}
 	for from < len(p) {
 		to := min(from+runBlocks, len(p))
-		m.record(uint64(parent), blocks[from:to], p[from:to])
+		m.record(uint64(parent), blocks[from:to], p[from:to], device)
 		parent = p[to-1].canon
 		from = to
 	}
 }
 
 // record writes one run (len(blocks) = len(p) <= runBlocks, at least 1) into the first place
-// of its pair: over a run with the same key, else moving the run there to the second place.
-func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []prepared) {
+// of its pair: over a run with the same key, else moving the run there to the second place. The
+// same run again takes a device store's slot hints (another holder of the same prompt: the
+// slots are where its store found the canonicals); a store on another tier leaves them.
+func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []prepared, device bool) {
 	if m.runs == nil {
 		m.seed = rand.Uint64()
 		m.resize(memoMinRuns)
@@ -107,7 +120,14 @@ func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []pre
 	n := uint32(len(p))
 	switch {
 	case r.n == n && r.parent == parent && r.canon[n-1] == p[n-1].canon:
-		return // the same run again (another holder of the same prompt): it is already there
+		if device { // the same run again (another holder of the same prompt): it is already there
+			for k := range p {
+				if s := p[k].slot; s != noHint {
+					r.slot[k] = s
+				}
+			}
+		}
+		return
 	case r.n != 0 && r.parent != parent:
 		if pair[1].n == 0 {
 			m.stored++
@@ -120,6 +140,10 @@ func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []pre
 	for k := range p {
 		r.local[k] = blocks[k].TokensHash
 		r.canon[k] = p[k].canon
+		r.slot[k] = noHint
+		if device {
+			r.slot[k] = p[k].slot
+		}
 	}
 	if len(m.runs) < memoMaxRuns && 2*m.stored > len(m.runs) {
 		m.resize(2 * len(m.runs))
@@ -150,32 +174,43 @@ func (m *chainMemo) resize(n int) {
 	}
 }
 
+// copyMatching copies the run's canonical hashes and slot hints into out and hout for as long
+// as its local hashes equal lq's (len(out) = len(hout) = len(lq) <= r.n), and returns how many
+// it copied. Not inlined: fill's loop around it holds too many values for the registers, which
+// made this loop keep its index on the stack.
+//
+//go:noinline
+func (r *chainRun) copyMatching(out []ckf.CanonicalHash, hout []uint32, lq []ckf.LocalBlockHash) int {
+	n := len(lq)
+	out, hout = out[:n], hout[:n]
+	rl, rc, rs := r.local[:n], r.canon[:n], r.slot[:n]
+	for k := range n {
+		if rl[k] != lq[k] {
+			return k
+		}
+		out[k], hout[k] = rc[k], rs[k]
+	}
+	return n
+}
+
 // fill sets chain[i] to the canonical hash of local[:i+1] (ckf.CanonicalRoot,
-// ckf.CanonicalChild): from the memo's runs as long as their local hashes match the query's,
+// ckf.CanonicalChild), and hints[i] to the device slot hint of chain[i] (chainRun.slot; noHint
+// where the memo has none): from the memo's runs as long as their local hashes match the query's,
 // hashing one block where no run continues the chain and looking again after it. After more
 // than runBlocks blocks in a row without a run the rest is hashed without looking: a run lost
 // to a later store costs at most its own blocks before the next one is found, and a prompt the
 // memo does not know costs that many looks (len(chain) = len(local) >= 1).
-func (m *chainMemo) fill(chain []ckf.CanonicalHash, local []ckf.LocalBlockHash) {
-	chain = chain[:len(local)]
+func (m *chainMemo) fill(chain []ckf.CanonicalHash, hints []uint32, local []ckf.LocalBlockHash) {
+	chain, hints = chain[:len(local)], hints[:len(local)]
 	prev := ckf.CanonicalRoot(local[0])
-	chain[0] = prev
+	chain[0], hints[0] = prev, noHint
 	pos := 1
 	if m.runs != nil {
 		misses := 0
 		for pos < len(local) && misses <= runBlocks {
 			if r := m.find(uint64(prev)); r != nil {
 				n := min(int(r.n), len(local)-pos)
-				lq, out := local[pos:pos+n], chain[pos:pos+n]
-				rl, rc := r.local[:len(lq)], r.canon[:len(lq)]
-				k := 0
-				for ; k < len(lq); k++ {
-					if rl[k] != lq[k] {
-						break
-					}
-					out[k] = rc[k]
-				}
-				if k > 0 {
+				if k := r.copyMatching(chain[pos:pos+n], hints[pos:pos+n], local[pos:pos+n]); k > 0 {
 					pos += k
 					prev = chain[pos-1]
 					misses = 0
@@ -183,13 +218,13 @@ func (m *chainMemo) fill(chain []ckf.CanonicalHash, local []ckf.LocalBlockHash) 
 				}
 			}
 			prev = ckf.CanonicalChild(prev, local[pos])
-			chain[pos] = prev
+			chain[pos], hints[pos] = prev, noHint
 			pos++
 			misses++
 		}
 	}
 	for ; pos < len(local); pos++ {
 		prev = ckf.CanonicalChild(prev, local[pos])
-		chain[pos] = prev
+		chain[pos], hints[pos] = prev, noHint
 	}
 }

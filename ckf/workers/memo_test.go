@@ -35,13 +35,15 @@ func TestChainMemoIsExact(t *testing.T) {
 			var p []prepared
 			for i := from; i < len(prompt); i++ {
 				blocks = append(blocks, producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(canon[i]), TokensHash: prompt[i]})
-				p = append(p, prepared{ext: ckf.ExternalBlockHash(canon[i]), canon: canon[i]})
+				// Each block's slot is a function of its canonical, so that a hint read back can be
+				// checked against the block it is read for.
+				p = append(p, prepared{ext: ckf.ExternalBlockHash(canon[i]), canon: canon[i], slot: hintOf(canon[i])})
 			}
 			var parent ckf.CanonicalHash
 			if from > 0 {
 				parent = canon[from-1]
 			}
-			m.recordStore(from > 0, parent, blocks, p)
+			m.recordStore(from > 0, parent, blocks, p, rapid.Bool().Draw(t, "device"))
 			if len(m.runs) > places {
 				m.resize(places)
 			}
@@ -57,14 +59,22 @@ func TestChainMemoIsExact(t *testing.T) {
 			if len(q) == 0 {
 				continue
 			}
-			got := make([]ckf.CanonicalHash, len(q))
-			m.fill(got, q)
+			got, hints := make([]ckf.CanonicalHash, len(q)), make([]uint32, len(q))
+			m.fill(got, hints, q)
 			if want := canonicals(q); !slices.Equal(got, want) {
 				t.Fatalf("fill(%v) = %v, want %v", q, got, want)
+			}
+			for i, h := range hints {
+				if h != noHint && h != hintOf(got[i]) {
+					t.Fatalf("fill(%v): hint %d of block %d is another block's", q, h, i)
+				}
 			}
 		}
 	})
 }
+
+// hintOf is TestChainMemoIsExact's slot of canonical c: any value but noHint.
+func hintOf(c ckf.CanonicalHash) uint32 { return uint32(c) % 1000 }
 
 // TestChainMemoRecordsStores: a store's chain is read back from the memo by local hashes
 // alone, for a root store, a store with a parent and one longer than a run, and a query that

@@ -336,7 +336,7 @@ func drawOptions(t *rapid.T) Options {
 // that answer too, and the canonical chain.
 func checkGroupsEqualSlots(t *rapid.T, ix *Index, local []ckf.LocalBlockHash, q []ckf.CanonicalHash, opt Options, r, slots *Result) {
 	slots.Matches, slots.Frequencies = slots.Matches[:0], slots.Frequencies[:0]
-	ix.matchSlots(q, opt, slots)
+	ix.matchSlots(q, nil, opt, slots)
 	ix.Match(q, opt, r)
 	if !slices.Equal(r.Matches, slots.Matches) || !slices.Equal(r.Frequencies, slots.Frequencies) {
 		t.Fatalf("query %v %+v: Match %+v %v, matchSlots %+v %v", q, opt, r.Matches, r.Frequencies, slots.Matches, slots.Frequencies)
