@@ -150,17 +150,10 @@ func (a *API) Answer(req *workerapi.Request, sc *scratch) workerapi.WorkerMatchR
 		}
 		return resp
 	}
-	c := sc.chain[:0]
-	for i, l := range local {
-		if i == 0 {
-			c = append(c, ckf.CanonicalRoot(l))
-		} else {
-			c = append(c, ckf.CanonicalChild(c[i-1], l))
-		}
-	}
-	sc.chain = c
-	// The age was read before the search: the index searched is at least as new as it says.
-	a.r.Match(c, ckfworkers.Options{TopK: req.TopK}, &sc.res)
+	// The age was read before the search: the index searched is at least as new as it says. The
+	// chain of canonical hashes is read from the replica's memo of stored chains where it can be
+	// (workers §5.4), and hashed where it cannot.
+	a.r.MatchLocal(local, ckfworkers.Options{TopK: req.TopK}, &sc.res, &sc.chain)
 	resp.Sources = workerapi.SourcesOf(sc.res.Matches)
 	resp.State = workerapi.StateExact
 	if a.r.DegradedSources() > 0 {

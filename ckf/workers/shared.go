@@ -9,9 +9,9 @@ import (
 
 // Shared is an Index that readers query while one writer applies events (workers §7).
 //
-// Contract: Apply, Clear and RemoveWorker take the write lock, Match the read lock, so every
-// query sees the index between two events, never inside one; any number of goroutines may
-// call Match at once, each with its own *Result. Writers should come from one goroutine, in
+// Contract: Apply, Clear and RemoveWorker take the write lock, Match and MatchLocal the read
+// lock, so every query sees the index between two events, never inside one; any number of
+// goroutines may query at once, each with its own *Result. Writers should come from one goroutine, in
 // event order (the index itself does not reorder or deduplicate concurrent writers).
 //
 // Why a lock and not a lock-free read path: a reader's work is a few hash lookups per query
@@ -52,6 +52,14 @@ func (s *Shared) Match(query []ckf.CanonicalHash, opt Options, r *Result) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	s.ix.Match(query, opt, r)
+}
+
+// MatchLocal is Index.MatchLocal under the read lock: the memo of stores' chains it reads is
+// written only by stores, under the write lock.
+func (s *Shared) MatchLocal(local []ckf.LocalBlockHash, opt Options, r *Result, chain *[]ckf.CanonicalHash) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	s.ix.MatchLocal(local, opt, r, chain)
 }
 
 // Telemetry is Index.Telemetry under the read lock.

@@ -228,6 +228,20 @@ func (r *Replica) Match(query []ckf.CanonicalHash, opt workers.Options, res *wor
 	return age
 }
 
+// MatchLocal is Match on the prompt's local block hashes (workers.Index.MatchLocal: the chain is
+// read from the index's memo of stored chains where it can, and hashed where it cannot); *chain
+// receives the canonical chain.
+func (r *Replica) MatchLocal(local []ckf.LocalBlockHash, opt workers.Options, res *workers.Result, chain *[]ckf.CanonicalHash) Age {
+	start := time.Now()
+	r.mu.RLock()
+	sh := r.shared
+	r.mu.RUnlock()
+	age := r.Age()
+	sh.MatchLocal(local, opt, res, chain)
+	r.l.matchSeconds.RecordDuration(time.Since(start))
+	return age
+}
+
 // loop is Run's state, owned by Run's goroutine.
 type loop struct {
 	r         *Replica

@@ -2,6 +2,8 @@ package workers
 
 import (
 	"math/rand/v2"
+	"slices"
+	"testing"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
@@ -142,6 +144,25 @@ func (g *traceGen) queries() [][]ckf.CanonicalHash {
 		}
 		for n := 1; n <= len(c); n++ {
 			out = append(out, c[:n])
+		}
+	}
+	return out
+}
+
+// localAnswers is answers through the replica's MatchLocal on the queries' local hashes (the
+// same queries, in queries' order): the chain it gives back must be each query's.
+func localAnswers(t *testing.T, r *Replica, g *traceGen, qs [][]ckf.CanonicalHash) [][]ckfworkers.Match {
+	t.Helper()
+	var res ckfworkers.Result
+	var chain []ckf.CanonicalHash
+	var out [][]ckfworkers.Match
+	for _, p := range g.prompts {
+		for n := 1; n <= len(p); n++ {
+			r.MatchLocal(p[:n], ckfworkers.Options{}, &res, &chain)
+			if q := qs[len(out)]; !slices.Equal(chain, q) {
+				t.Fatalf("MatchLocal's chain of query %d is %v, want %v", len(out), chain, q)
+			}
+			out = append(out, append([]ckfworkers.Match(nil), res.Matches...))
 		}
 	}
 	return out
