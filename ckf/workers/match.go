@@ -267,8 +267,8 @@ func hintHolds(slots []holderSlot, h uint32, k uint64, v *uint32) bool {
 }
 
 // scanHinted is scanRun for blocks with slot hints (hints[j] is q[j]'s): a block is read from
-// its hinted slot when that slot holds it, else looked up by its hash (probeFrom from its home,
-// a call off the loop's path).
+// its hinted slot when that slot holds it, else looked up by its hash (hintedValue, a call off
+// the loop's path).
 //
 //go:noinline
 func scanHinted(slots []holderSlot, q []ckf.CanonicalHash, hints []uint32, seed uint64, shift uint8, cur uint32) (int, uint32) {
@@ -276,21 +276,30 @@ func scanHinted(slots []holderSlot, q []ckf.CanonicalHash, hints []uint32, seed 
 	n := uint32(len(slots))
 	base := unsafe.Pointer(unsafe.SliceData(slots))
 	for j, c := range q {
-		k := uint64(c)
+		// The common case, the hinted slot holding the block with the run's value, is tested
+		// alone (cur is never 0, so an empty slot never passes); every other case is hintedValue's.
 		if h := hints[j]; h < n {
-			s := (*holderSlot)(unsafe.Add(base, uintptr(h)*unsafe.Sizeof(holderSlot{})))
-			if v := s.val; s.k() == k && v != 0 {
-				if v != cur {
-					return j, v
-				}
+			if s := (*holderSlot)(unsafe.Add(base, uintptr(h)*unsafe.Sizeof(holderSlot{}))); s.k() == uint64(c) && s.val == cur {
 				continue
 			}
 		}
-		if v := probeFrom(slots, int(mixHome(k, seed, shift)), k); v != cur {
+		if v := hintedValue(slots, hints[j], uint64(c), seed, shift); v != cur {
 			return j, v
 		}
 	}
 	return len(q), cur
+}
+
+// hintedValue is k's holder value: from slot h when that slot holds k (hintHolds), else by its
+// hash. Not inlined: scanHinted calls it only where the holder value changes or a hint is stale.
+//
+//go:noinline
+func hintedValue(slots []holderSlot, h uint32, k uint64, seed uint64, shift uint8) uint32 {
+	var v uint32
+	if hintHolds(slots, h, k, &v) {
+		return v
+	}
+	return probeFrom(slots, int(mixHome(k, seed, shift)), k)
 }
 
 // scanRun is runFrom's lookup loop over q in a table without prefetching (slots, seed and shift:
