@@ -285,8 +285,9 @@ func (h *holderTable) place(c holderSlot) bool {
 	return false
 }
 
-// probeFrom is probe's scan from slot i on (a slot of k's run: the query walk has read the slots
-// before it), not inlined: the walk's loop calls it rarely, and a call keeps that loop small.
+// probeFrom is probe's scan from slot i on (k's home, or a slot of k's run whose predecessors
+// the caller has already read), not inlined: the walk's loops call it rarely, and a call keeps
+// those loops small.
 //
 //go:noinline
 func probeFrom(slots []holderSlot, i int, k uint64) uint32 {
