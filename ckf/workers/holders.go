@@ -300,14 +300,8 @@ func probeFrom(slots []holderSlot, i int, k uint64) uint32 {
 }
 
 // probe is the lookup of k in slots (a holderTable's, with its seed and shift): k's holder
-// value, 0 when absent. It scans from k's home to k or to an empty slot, without find's Robin
-// Hood early exit for an absent key (a walk misses once, where it ends), which keeps it small
-// enough for the compiler to inline into the query walk's loop (runFrom).
+// value, 0 when absent: probeFrom from k's home, a scan to k or to an empty slot without find's
+// Robin Hood early exit for an absent key (a walk misses once, where it ends).
 func probe(slots []holderSlot, seed uint64, shift uint8, k uint64) uint32 {
-	for i := mixHome(k, seed, shift); i < uint64(len(slots)); i++ {
-		if s := &slots[i]; s.val == 0 || s.k() == k {
-			return s.val
-		}
-	}
-	return 0
+	return probeFrom(slots, int(mixHome(k, seed, shift)), k)
 }

@@ -233,9 +233,11 @@ func runFrom(dev *holderTable, query []ckf.CanonicalHash, hints []uint32, from i
 				dev.prefetchHinted(query, hints, pos+lookahead)
 			}
 			k := uint64(query[pos])
-			v := uint32(0)
-			if hints == nil || !hintHolds(slots, hints[pos], k, &v) {
+			var v uint32
+			if hints == nil {
 				v = probe(slots, seed, shift, k)
+			} else {
+				v = hintedValue(slots, hints[pos], k, seed, shift)
 			}
 			if v != cur {
 				return pos, v
@@ -249,21 +251,6 @@ func runFrom(dev *holderTable, query []ckf.CanonicalHash, hints []uint32, from i
 	}
 	j, v := scanRun(slots, query[from:], seed, shift, cur)
 	return from + j, v
-}
-
-// hintHolds reports whether slot h of slots (a slot hint, chainRun.slot) holds key k, and then
-// sets *v to its holder value. A slot holds k when its key is k and its value is not 0 (an empty
-// slot's key is 0, so k = 0 needs the value's test).
-func hintHolds(slots []holderSlot, h uint32, k uint64, v *uint32) bool {
-	if h >= uint32(len(slots)) {
-		return false
-	}
-	s := &slots[h]
-	if s.k() != k || s.val == 0 {
-		return false
-	}
-	*v = s.val
-	return true
 }
 
 // scanHinted is scanRun for blocks with slot hints (hints[j] is q[j]'s): a block is read from
@@ -290,16 +277,19 @@ func scanHinted(slots []holderSlot, q []ckf.CanonicalHash, hints []uint32, seed 
 	return len(q), cur
 }
 
-// hintedValue is k's holder value: from slot h when that slot holds k (hintHolds), else by its
-// hash. Not inlined: scanHinted calls it only where the holder value changes or a hint is stale.
+// hintedValue is k's holder value: from slot h (a slot hint, chainRun.slot) when that slot holds
+// k, its key k and its value not 0 (an empty slot's key is 0, so k = 0 needs the value's test),
+// else by its hash. Not inlined: scanHinted calls it only where the holder value changes or a
+// hint is stale.
 //
 //go:noinline
 func hintedValue(slots []holderSlot, h uint32, k uint64, seed uint64, shift uint8) uint32 {
-	var v uint32
-	if hintHolds(slots, h, k, &v) {
-		return v
+	if h < uint32(len(slots)) {
+		if s := &slots[h]; s.k() == k && s.val != 0 {
+			return s.val
+		}
 	}
-	return probeFrom(slots, int(mixHome(k, seed, shift)), k)
+	return probe(slots, seed, shift, k)
 }
 
 // scanRun is runFrom's lookup loop over q in a table without prefetching (slots, seed and shift:
