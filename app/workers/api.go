@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ckf-stream/ckf-stream/ckf"
 	ckfworkers "github.com/ckf-stream/ckf-stream/ckf/workers"
 	"github.com/ckf-stream/ckf-stream/queryapi"
 	"github.com/ckf-stream/ckf-stream/schemas"
@@ -54,9 +53,8 @@ func NewAPI(r *streamworkers.Replica, scope tally.Scope) *API {
 }
 
 type scratch struct {
-	res   ckfworkers.Result
-	chain []ckf.CanonicalHash
-	body  []byte
+	res  ckfworkers.Result
+	body []byte
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -152,8 +150,8 @@ func (a *API) Answer(req *workerapi.Request, sc *scratch) workerapi.WorkerMatchR
 	}
 	// The age was read before the search: the index searched is at least as new as it says. The
 	// chain of canonical hashes is read from the replica's memo of stored chains where it can be
-	// (workers §5.4), and hashed where it cannot.
-	a.r.MatchLocal(local, ckfworkers.Options{TopK: req.TopK}, &sc.res, &sc.chain)
+	// (workers §5.4), and hashed where it cannot; the answer does not need it kept.
+	a.r.MatchLocal(local, ckfworkers.Options{TopK: req.TopK}, &sc.res, nil)
 	resp.Sources = workerapi.SourcesOf(sc.res.Matches)
 	resp.State = workerapi.StateExact
 	if a.r.DegradedSources() > 0 {

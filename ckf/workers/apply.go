@@ -165,7 +165,11 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	}
 	// Mutation of the tier map starts here; the lineage is final.
 	ix.gainAll(i, t, p)
-	ix.memo.recordStore(d.HasParent, parent, d.Blocks, p, t == producer.StorageTierDevice)
+	var dev *holderTable
+	if t == producer.StorageTierDevice {
+		dev = tm
+	}
+	ix.memo.recordStore(d.HasParent, parent, d.Blocks, p, dev)
 	return nil
 }
 

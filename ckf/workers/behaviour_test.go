@@ -457,6 +457,10 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { dev.MatchLocal(chain, opt, &r, &c) }); n != 0 {
 		t.Fatalf("MatchLocal allocates %.1f times per query", n)
 	}
+	dev.MatchLocal(chain, opt, &r, nil)
+	if n := testing.AllocsPerRun(100, func() { dev.MatchLocal(chain, opt, &r, nil) }); n != 0 {
+		t.Fatalf("MatchLocal without a chain allocates %.1f times per query", n)
+	}
 	dev.MatchLocal(chain, Options{}, &r, &c)
 	if len(r.Matches) != 64 || r.Matches[0] != (Match{Source: ckf.SourceKey{Worker: 63}, Device: 127}) || !slices.Equal(c, q) {
 		t.Fatalf("matches %d, first %+v", len(r.Matches), r.Matches[0])

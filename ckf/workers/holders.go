@@ -16,9 +16,13 @@ import (
 // table with linear probing in Robin Hood order and backward-shift deletion, as
 // ckf/internal/u64map, specialised to this one use:
 //
-//   - a slot is the key's eight bytes and the 4-byte holder value (12 bytes, no padding), and a
-//     holder value is never 0 in a live entry (workers §4), so value 0 marks an empty slot and
-//     every 64-bit key, 0 included, is an ordinary key;
+//   - a slot is the key's eight bytes, the 4-byte holder value and the 4-byte summary reference
+//     (16 bytes, four to a cache line, none straddling two), and a holder value is never 0 in a
+//     live entry (workers §4), so value 0 marks an empty slot and every 64-bit key, 0 included,
+//     is an ordinary key;
+//   - the summary reference (holderSlot.run) names the chain memo's pair of places whose run
+//     summaries may cover the entry (chainMemo.sums), so that whoever changes or deletes the
+//     entry's value voids them (Index.gainAll, loseAll, lose);
 //   - operations hand out slot indexes, so a removal reads the holder value and deletes the
 //     entry in one probe (find, then deleteAt), where a generic map probes twice;
 //   - the query walk (walkDevice) inlines the lookup (holderTable.get's loop) instead of calling
@@ -33,8 +37,8 @@ import (
 // long), not through copy, whose call costs more (performance §9.1).
 //
 // Memory: the load is 7/16–7/8 between growths; at the 10 M-membership fixture (5.99 M
-// canonicals, 2^23 homes) 0.71, 12 / 0.71 / 1.75 holders = 9.6 B per membership (u64map's
-// finer growth steps held it at 8.4 B; performance §9.1).
+// canonicals, 2^23 homes) 0.71, 16 / 0.71 / 1.75 holders = 12.9 B per membership (12.9 − 9.6 B
+// for the summary references; performance §9.1).
 type holderTable struct {
 	slots  []holderSlot // homes slots, then the tail
 	homes  uint64       // a power of two, or 0 before the first insertion
@@ -45,8 +49,12 @@ type holderTable struct {
 }
 
 type holderSlot struct {
-	key [8]byte // the canonical hash, little-endian (bytes, so the slot is 12 bytes)
+	key [8]byte // the canonical hash, little-endian
 	val uint32  // holder value; 0: the slot is empty
+	// run is 1 + the index of the chain memo's pair of places whose run summaries may cover
+	// this entry (chainMemo.sums, workers §5.4), 0 for none. It moves with the entry; only
+	// device tier entries get one.
+	run uint32
 }
 
 func (s *holderSlot) k() uint64 { return binary.LittleEndian.Uint64(s.key[:]) }
@@ -148,29 +156,29 @@ func (h *holderTable) prefetchHinted(query []ckf.CanonicalHash, hints []uint32, 
 	h.Prefetch(uint64(query[pos]))
 }
 
-// PrefetchRun starts loading the cache lines of k's first probe slot and of the slot five on
-// (the next line, whatever the slot's offset in its own): for an insertion or a deletion, which
-// read and move the run past k's slot, at 0.71 full about six slots (performance §9.1).
+// PrefetchRun starts loading the cache lines of k's first probe slot and of the slot four on
+// (the next line: four slots fill a line): for an insertion or a deletion, which read and move
+// the run past k's slot, at 0.71 full about six slots (performance §9.1).
 func (h *holderTable) PrefetchRun(k uint64) {
 	if h.live != 0 {
 		i := h.home(k)
 		prefetch.Line(unsafe.Pointer(&h.slots[i]))
-		if i+5 < uint64(len(h.slots)) {
-			prefetch.Line(unsafe.Pointer(&h.slots[i+5]))
+		if i+4 < uint64(len(h.slots)) {
+			prefetch.Line(unsafe.Pointer(&h.slots[i+4]))
 		}
 	}
 }
 
-// slotOf is the index of the slot whose holder value v points to (a pointer from upsert, still
-// valid).
-func (h *holderTable) slotOf(v *uint32) uint32 {
-	return uint32((uintptr(unsafe.Pointer(v)) - uintptr(unsafe.Pointer(unsafe.SliceData(h.slots)))) / unsafe.Sizeof(holderSlot{}))
+// slotOf is the index of slot s (a pointer from upsert, still valid).
+func (h *holderTable) slotOf(s *holderSlot) uint32 {
+	return uint32((uintptr(unsafe.Pointer(s)) - uintptr(unsafe.Pointer(unsafe.SliceData(h.slots)))) / unsafe.Sizeof(holderSlot{}))
 }
 
-// upsert returns a pointer to k's holder value, inserting k first when absent; the value of a
-// new entry is 0 and the caller must set it (non-zero) before the table's next operation, since
-// 0 marks the slot empty. The pointer is valid until the next upsert or deleteAt.
-func (h *holderTable) upsert(k uint64) *uint32 {
+// upsert returns k's slot, inserting k first when absent; the value of a new entry is 0 (and
+// its summary reference 0) and the caller must set the value (non-zero) before the table's next
+// operation, since 0 marks the slot empty. The pointer is valid until the next upsert or
+// deleteAt.
+func (h *holderTable) upsert(k uint64) *holderSlot {
 	if h.live >= h.growAt {
 		h.resize(max(2*h.homes, holderMinHomes))
 	}
@@ -179,13 +187,13 @@ func (h *holderTable) upsert(k uint64) *uint32 {
 		for i, d := mixHome(k, seed, shift), uint64(0); i < uint64(len(slots)); i, d = i+1, d+1 {
 			s := &slots[i]
 			if s.val == 0 {
-				binary.LittleEndian.PutUint64(s.key[:], k)
+				binary.LittleEndian.PutUint64(s.key[:], k) // an empty slot is all zeros, run too
 				h.live++
-				return &s.val
+				return s
 			}
 			sk := s.k()
 			if sk == k {
-				return &s.val
+				return s
 			}
 			if i-mixHome(sk, seed, shift) < d {
 				// k is absent and belongs here: the run from i to the next empty slot moves one
@@ -203,7 +211,7 @@ func (h *holderTable) upsert(k uint64) *uint32 {
 				*s = holderSlot{}
 				binary.LittleEndian.PutUint64(s.key[:], k)
 				h.live++
-				return &s.val
+				return s
 			}
 		}
 		h.resize(2 * h.homes)

@@ -174,7 +174,9 @@ func (ix *Index) dropSource(i uint32) {
 // gainAll records that source i now holds each block of p whose lineage pass did something
 // (prepared.did) on tier t through one more external id; the other blocks are duplicates. The
 // counters are added once for the store, and a canonical without a holder takes source i inline
-// without the holder sets (a store's first holder of a block, most of a store's blocks).
+// without the holder sets (a store's first holder of a block, most of a store's blocks). An
+// entry whose value changes first voids the run summaries its reference names (chainMemo.void;
+// a new entry has none).
 func (ix *Index) gainAll(i uint32, t producer.StorageTier, p []prepared) {
 	tm := &ix.tiers[t]
 	device := t == producer.StorageTierDevice
@@ -185,21 +187,22 @@ func (ix *Index) gainAll(i uint32, t producer.StorageTier, p []prepared) {
 			dups++
 			continue
 		}
-		v := tm.upsert(uint64(q.canon))
+		s := tm.upsert(uint64(q.canon))
 		if device {
-			q.slot = tm.slotOf(v)
+			q.slot = tm.slotOf(s)
 		}
-		if *v == 0 {
-			*v = single(i) // the sets' with(0, i)
+		if s.val == 0 {
+			s.val = single(i) // the sets' with(0, i)
 			gained++
 			continue
 		}
-		nv, already := ix.sets.with(*v, i, ix.keys)
+		nv, already := ix.sets.with(s.val, i, ix.keys)
 		if already {
 			ix.aliases[aliasKey{q.canon, i, t}]++
 			continue
 		}
-		*v = nv
+		ix.memo.void(s)
+		s.val = nv
 		gained++
 	}
 	ix.srcs[i].held[t] += gained
@@ -208,8 +211,8 @@ func (ix *Index) gainAll(i uint32, t producer.StorageTier, p []prepared) {
 }
 
 // loseAll is lose for each block of p (canonicals of source i on tier t), the counters
-// subtracted once, and a block whose only holder is source i dropped without the holder sets.
-// lose's steps are written out in the loop rather than shared through a function: one that the
+// subtracted once, and a block whose only holder is source i dropped without the holder sets;
+// each entry voids the run summaries its reference names first (chainMemo.void). lose's steps are written out in the loop rather than shared through a function: one that the
 // compiler does not inline cost 19 more instructions per removed block (3.4 %, callgrind,
 // bench/workersprof 1048576 8).
 func (ix *Index) loseAll(i uint32, t producer.StorageTier, p []prepared) {
@@ -225,7 +228,9 @@ func (ix *Index) loseAll(i uint32, t producer.StorageTier, p []prepared) {
 		if at < 0 {
 			panic(fmt.Sprintf("workers: lineage maps to %#x on tier %v but the tier does not hold it", uint64(c), t))
 		}
-		if v := tm.slots[at].val; v == only { // the sets' without(single(i), i)
+		s := &tm.slots[at]
+		ix.memo.void(s)
+		if v := s.val; v == only { // the sets' without(single(i), i)
 			tm.deleteAt(at)
 		} else {
 			nv, was := ix.sets.without(v, i, ix.keys)
@@ -235,7 +240,7 @@ func (ix *Index) loseAll(i uint32, t producer.StorageTier, p []prepared) {
 			if nv == 0 {
 				tm.deleteAt(at)
 			} else {
-				tm.slots[at].val = nv
+				s.val = nv
 			}
 		}
 		lost++
@@ -269,14 +274,16 @@ func (ix *Index) lose(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
 	if at < 0 {
 		panic(fmt.Sprintf("workers: lineage maps to %#x on tier %v but the tier does not hold it", uint64(c), t))
 	}
-	nv, was := ix.sets.without(tm.slots[at].val, i, ix.keys)
+	s := &tm.slots[at]
+	nv, was := ix.sets.without(s.val, i, ix.keys)
 	if !was {
 		panic(fmt.Sprintf("workers: source %d maps to %#x on tier %v but is not a holder", i, uint64(c), t))
 	}
+	ix.memo.void(s)
 	if nv == 0 {
 		tm.deleteAt(at)
 	} else {
-		tm.slots[at].val = nv
+		s.val = nv
 	}
 	ix.srcs[i].held[t]--
 	ix.tel.RemovedBlocks++

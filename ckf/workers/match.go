@@ -52,11 +52,13 @@ type Result struct {
 	touched []uint32
 	active  []uint32
 	next    []uint32
-	tierVal []uint32 // a lower tier's holder value per query position
-	allow   []uint32 // dense indexes of Options.Sources, sorted
-	dropped []uint32 // matchGroups: sources in the order the walk dropped them
-	cuts    []cut    // matchGroups: where each drop position's sources end in dropped
-	hints   []uint32 // MatchLocal: the chain's device slot hints (chainMemo.fill)
+	tierVal []uint32            // a lower tier's holder value per query position
+	allow   []uint32            // dense indexes of Options.Sources, sorted
+	dropped []uint32            // matchGroups: sources in the order the walk dropped them
+	cuts    []cut               // matchGroups: where each drop position's sources end in dropped
+	hints   []uint32            // MatchLocal: the chain's device slot hints (chainMemo.fill)
+	spans   []span              // MatchLocal: the chain's pieces of known device holder value (chainMemo.fill)
+	chain   []ckf.CanonicalHash // MatchLocal without a chain of the caller's: the chain, in part
 }
 
 // cut is one position of a device walk at which sources dropped out: they hold exactly depth
@@ -83,21 +85,22 @@ func (r *Result) touch(i uint32) *scoreSlot {
 // local block hashes), into r (workers §5). It does not allocate once r has served a query of
 // the same shape, and never changes the index.
 func (ix *Index) Match(query []ckf.CanonicalHash, opt Options, r *Result) {
-	ix.match(query, nil, opt, r)
+	ix.match(query, nil, nil, opt, r)
 }
 
-// match is Match with the device slot hints of query's blocks (chainMemo.fill), or none.
-func (ix *Index) match(query []ckf.CanonicalHash, hints []uint32, opt Options, r *Result) {
+// match is Match with the device slot hints of query's blocks and the spans of the chain whose
+// device holder value is known (chainMemo.fill), or neither.
+func (ix *Index) match(query []ckf.CanonicalHash, hints []uint32, spans []span, opt Options, r *Result) {
 	r.Matches = r.Matches[:0]
 	r.Frequencies = r.Frequencies[:0]
 	if len(query) == 0 || len(ix.ids) == 0 {
 		return
 	}
 	if ix.deviceOnly() {
-		ix.matchGroups(query, hints, opt, r)
+		ix.matchGroups(query, hints, spans, opt, r)
 		return
 	}
-	ix.matchSlots(query, hints, opt, r)
+	ix.matchSlots(query, hints, spans, opt, r)
 }
 
 // deviceOnly reports whether no lower tier holds anything: then every total is the device depth.
@@ -108,7 +111,7 @@ func (ix *Index) deviceOnly() bool {
 
 // matchSlots is Match with lower tiers to walk: each source's answer is built in a slot of
 // r.scores, then collected. It also answers a device-only index (TestGroupsEqualSlots).
-func (ix *Index) matchSlots(query []ckf.CanonicalHash, hints []uint32, opt Options, r *Result) {
+func (ix *Index) matchSlots(query []ckf.CanonicalHash, hints []uint32, spans []span, opt Options, r *Result) {
 	r.touched = r.touched[:0]
 	if len(r.scores) < len(ix.srcs) {
 		r.scores = slices.Grow(r.scores[:0], len(ix.srcs))[:len(ix.srcs)]
@@ -120,7 +123,7 @@ func (ix *Index) matchSlots(query []ckf.CanonicalHash, hints []uint32, opt Optio
 		clear(r.scores)
 		r.stamp = 1
 	}
-	active, depth := ix.walkDevice(query, hints, r)
+	active, depth := ix.walkDevice(query, hints, spans, r)
 	for _, a := range r.dropped {
 		r.touch(a)
 	}
@@ -150,11 +153,12 @@ const lookahead = 8
 // walkDevice is workers §5.1: one lookup per query block while some source is still active;
 // sets are intersected only where the holder value changes. hints, when not nil, are the
 // blocks' device slot hints (chainRun.slot): a block whose hinted slot holds its canonical is
-// read there, without its hash. It returns the sources that hold
-// every block up to the end of the walk (in key order) and that depth; the sources that dropped
-// out earlier are in r.dropped, grouped by r.cuts, each group in key order and the groups in
-// increasing depth.
-func (ix *Index) walkDevice(query []ckf.CanonicalHash, hints []uint32, r *Result) ([]uint32, uint32) {
+// read there, without its hash. spans (in increasing position) are pieces whose holder value
+// is known (a run summary's, chainMemo.fill): passed without a lookup. It returns the sources
+// that hold every block up to the end of the walk (in key order) and that depth; the sources
+// that dropped out earlier are in r.dropped, grouped by r.cuts, each group in key order and the
+// groups in increasing depth.
+func (ix *Index) walkDevice(query []ckf.CanonicalHash, hints []uint32, spans []span, r *Result) ([]uint32, uint32) {
 	r.dropped, r.cuts = r.dropped[:0], r.cuts[:0]
 	dev := &ix.tiers[producer.StorageTierDevice]
 	if dev.live == 0 {
@@ -174,9 +178,10 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, hints []uint32, r *Result
 	// first lookup always stops the run.
 	cur := ^uint32(0)
 	depth := len(query)
+	si := 0 // the first span not yet passed
 	for pos := 0; pos < len(query); pos++ {
 		var v uint32
-		pos, v = runFrom(dev, query, hints, pos, cur, warm)
+		pos, v = runFrom(dev, query, hints, spans, &si, pos, cur, warm)
 		if pos == len(query) {
 			break
 		}
@@ -220,15 +225,46 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, hints []uint32, r *Result
 }
 
 // runFrom returns the first position from from on whose device holder value differs from cur,
-// and that value; len(query) and cur when there is none (hints: as walkDevice's). These loops
-// are most of a query's work. With warm (a table larger than the caches) it prefetches the slot
-// lookahead positions ahead (the hinted slot, or the home); otherwise the loop is scanRun, or
-// scanHinted with hints, each a function of its own so that the compiler keeps its values in
-// registers (walkDevice's loop does not).
-func runFrom(dev *holderTable, query []ckf.CanonicalHash, hints []uint32, from int, cur uint32, warm bool) (int, uint32) {
+// and that value; len(query) and cur when there is none (hints and spans: as walkDevice's; *si
+// is the first span not yet passed, advanced as spans are passed). A span is passed whole when
+// its value is cur and otherwise answers for its positions; the blocks between spans are read
+// by scanFrom.
+func runFrom(dev *holderTable, query []ckf.CanonicalHash, hints []uint32, spans []span, si *int, from int, cur uint32, warm bool) (int, uint32) {
+	pos := from
+	for {
+		end := len(query)
+		for *si < len(spans) && int(spans[*si].end) <= pos {
+			*si++
+		}
+		if *si < len(spans) {
+			sp := spans[*si]
+			if int(sp.from) <= pos {
+				if sp.val != cur {
+					return pos, sp.val
+				}
+				pos = int(sp.end)
+				*si++
+				continue
+			}
+			end = int(sp.from)
+		}
+		if j, v := scanFrom(dev, query, hints, pos, end, cur, warm); j < end || end == len(query) {
+			return j, v
+		}
+		pos = end
+	}
+}
+
+// scanFrom is runFrom between from and end (not past a span): the first position whose device
+// holder value differs from cur, and that value; end and cur when there is none. These loops
+// are most of a query's work where no span covers it. With warm (a table larger than the
+// caches) it prefetches the slot lookahead positions ahead (the hinted slot, or the home);
+// otherwise the loop is scanRun, or scanHinted with hints, each a function of its own so that
+// the compiler keeps its values in registers (walkDevice's loop does not).
+func scanFrom(dev *holderTable, query []ckf.CanonicalHash, hints []uint32, from, end int, cur uint32, warm bool) (int, uint32) {
 	slots, seed, shift := dev.slots, dev.seed, dev.shift
 	if warm {
-		for pos := from; pos < len(query); pos++ {
+		for pos := from; pos < end; pos++ {
 			if pos+lookahead < len(query) {
 				dev.prefetchHinted(query, hints, pos+lookahead)
 			}
@@ -243,13 +279,13 @@ func runFrom(dev *holderTable, query []ckf.CanonicalHash, hints []uint32, from i
 				return pos, v
 			}
 		}
-		return len(query), cur
+		return end, cur
 	}
 	if hints != nil {
-		j, v := scanHinted(slots, query[from:], hints[from:], seed, shift, cur)
+		j, v := scanHinted(slots, query[from:end], hints[from:end], seed, shift, cur)
 		return from + j, v
 	}
-	j, v := scanRun(slots, query[from:], seed, shift, cur)
+	j, v := scanRun(slots, query[from:end], seed, shift, cur)
 	return from + j, v
 }
 
@@ -339,8 +375,8 @@ func scanRun(slots []holderSlot, q []ckf.CanonicalHash, seed uint64, shift uint8
 // order walkDevice leaves its groups in read backwards: the sources active at the end first,
 // then each cut's sources from the last cut to the first, each group already in key order. No
 // per-source slot and no sort.
-func (ix *Index) matchGroups(query []ckf.CanonicalHash, hints []uint32, opt Options, r *Result) {
-	active, depth := ix.walkDevice(query, hints, r)
+func (ix *Index) matchGroups(query []ckf.CanonicalHash, hints []uint32, spans []span, opt Options, r *Result) {
+	active, depth := ix.walkDevice(query, hints, spans, r)
 	ix.emitGroups(active, depth, opt, r)
 }
 
@@ -546,16 +582,22 @@ func compareMatches(a, b Match) int {
 }
 
 // MatchLocal is Match on a prompt's local block hashes; *chain receives their canonical chain
-// (ckf.CanonicalRoot, ckf.CanonicalChild). The chain is read from the memo of recent stores'
-// chains where their local hashes match the prompt's (chainMemo, workers §5.4), and hashed
-// where none does; with no run stored at all it is hashed whole (ckf.AppendSequenceHashes).
+// (ckf.CanonicalRoot, ckf.CanonicalChild) unless chain is nil (the replica's answers): then
+// the chain is not kept, and the canonicals that run summaries answer for need not be read. The
+// chain is read from the memo of recent stores' chains where their local hashes match the
+// prompt's (chainMemo, workers §5.4), and hashed where none does; with no run stored at all it
+// is hashed whole (ckf.AppendSequenceHashes).
 func (ix *Index) MatchLocal(local []ckf.LocalBlockHash, opt Options, r *Result, chain *[]ckf.CanonicalHash) {
+	full := chain != nil || !ix.deviceOnly() // the lower tiers' walks read every canonical
+	if chain == nil {
+		chain = &r.chain
+	}
 	if len(local) > 0 && ix.memo.runs != nil {
 		c := slices.Grow((*chain)[:0], len(local))[:len(local)]
 		*chain = c
 		r.hints = slices.Grow(r.hints[:0], len(local))[:len(local)]
-		ix.memo.fill(c, r.hints, local)
-		ix.match(c, r.hints, opt, r)
+		r.spans = ix.memo.fill(c, r.hints, local, r.spans[:0], full)
+		ix.match(c, r.hints, r.spans, opt, r)
 		return
 	}
 	words := ckf.AppendSequenceHashes(asWords((*chain)[:0]), asWords(local))

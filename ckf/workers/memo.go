@@ -16,24 +16,50 @@ import (
 // local hashes along an edge, instead of computing one dependent sequence hash per block
 // (workers §5.4).
 //
-// It is a memo of a pure function: canonical(parent, local) = ckf.CanonicalChild(parent, local)
-// whatever the index holds, so a run stays true after its blocks are removed, and an answer
-// never depends on what the memo holds, only its speed does. Nothing is ever invalidated. Runs
+// Its runs are a memo of a pure function: canonical(parent, local) = ckf.CanonicalChild(parent,
+// local) whatever the index holds, so a run stays true after its blocks are removed, and an
+// answer never depends on which runs the memo holds, only its speed does. Runs
 // are placed in pairs of places (two-way): a key's run goes to the first place of its pair, the
 // run there moving to the second, so a pair keeps its two latest keys, and a query falls back
 // to hashing where the memo has no run.
 //
 // Cost: a store writes one run per runBlocks blocks (the event's chain is computed anyway);
-// the table is at most memoMaxRuns runs (about 2.6 MiB: 656 bytes a run), grown with the number
-// of runs stored (from memoMinRuns: a 128-block prompt's four runs then share a pair with a third
-// about once in four thousand seeds, and a lost run costs its own blocks' hashes, not the
-// rest's).
+// the table is at most memoMaxRuns runs (about 2.6 MiB: 664 bytes a run with its summary),
+// grown with the number of runs stored (from memoMinRuns: a 128-block prompt's four runs then
+// share a pair with a third about once in four thousand seeds, and a lost run costs its own
+// blocks' hashes, not the rest's).
 // Only stores write it, so queries under Shared's read lock only read it.
+//
+// Run summaries (sums) are the one part that is not a pure function: sums[i], when its n is not
+// 0, says that the device tier map holds each of the first n canonicals of runs[i] with the
+// holder value val, so that a query may pass those blocks without a lookup (walkDevice). The
+// invariant that keeps it true: every entry a summary covers carries a reference to the
+// summary's pair of places (holderSlot.run), every change of an entry's value or its deletion
+// voids the summaries of the pair its reference names (void, from Index.gainAll, loseAll and
+// lose: only the index's writers, under Shared's lock), a summary is written only with its
+// references (summarize), a reference taken over by another pair voids the first pair's, a
+// run that moves within its pair takes its summary along (the references name the pair), and a
+// place whose run is replaced, or a table resized, loses its summaries. A stale reference (to a
+// pair whose runs have changed since) can only void summaries that did not need it: a query's
+// cost, never its answer.
 type chainMemo struct {
-	runs   []chainRun // a power of two, or nil before the first store
-	shift  uint8      // home(parent) = mix(parent) >> shift
+	runs   []chainRun   // a power of two, or nil before the first store
+	sums   []runSummary // sums[i] summarises runs[i]; an entry's reference names a pair, sums[2j:2j+2]
+	shift  uint8        // home(parent) = mix(parent) >> shift
 	seed   uint64
 	stored int // runs written into an empty place since the last growth
+}
+
+// runSummary is what a device store last found of its run's holder values: the first n blocks
+// of the run all have the holder value val in the device tier map (n = 0: no summary).
+type runSummary struct {
+	val, n uint32
+}
+
+// span is a piece of a query's chain that a run summary covers: the blocks at positions
+// from..end-1 all have the device holder value val (chainMemo.fill, walkDevice).
+type span struct {
+	from, end, val uint32
 }
 
 // runBlocks is the most blocks one run holds: a store of up to 33 blocks is one run (its first
@@ -74,29 +100,51 @@ func (m *chainMemo) home(parent uint64) uint64 {
 	return (hi ^ lo) >> m.shift &^ 1
 }
 
-// find returns the run keyed by parent, or nil.
-func (m *chainMemo) find(parent uint64) *chainRun {
+// find returns the place of the run keyed by parent, or -1.
+func (m *chainMemo) find(parent uint64) int {
 	h := m.home(parent)
 	pair := m.runs[h : h+2 : h+2]
 	if r := &pair[0]; r.parent == parent && r.n != 0 {
-		return r
+		return int(h)
 	}
 	if r := &pair[1]; r.parent == parent && r.n != 0 {
-		return r
+		return int(h) + 1
 	}
-	return nil
+	return -1
 }
 
 // bytes is the memory the memo takes.
 func (m *chainMemo) bytes() uint64 {
-	return uint64(len(m.runs)) * uint64(unsafe.Sizeof(chainRun{}))
+	return uint64(len(m.runs)) * uint64(unsafe.Sizeof(chainRun{})+unsafe.Sizeof(runSummary{}))
 }
+
+// void drops the run summaries that may cover s's entry, if any do (s.run), and the entry's
+// reference to them: the caller is about to change s's holder value or delete it.
+func (m *chainMemo) void(s *holderSlot) {
+	if s.run != 0 {
+		m.drop(s.run)
+		s.run = 0
+	}
+}
+
+// drop voids the summaries of the pair that reference ref (1 + the pair's index) names. A
+// reference past the table (left by a table since made smaller, which only tests do) names
+// none.
+func (m *chainMemo) drop(ref uint32) {
+	if i := 2 * (ref - 1); i+1 < uint32(len(m.sums)) {
+		m.sums[i].n, m.sums[i+1].n = 0, 0
+	}
+}
+
+// pairRef is the reference (holderSlot.run) to place i's pair.
+func pairRef(i uint32) uint32 { return i/2 + 1 }
 
 // recordStore remembers a validated store's chain: blocks are the store's blocks and p their
 // canonical hashes (store's prepared list, same order); parent is the canonical hash of the
-// store's parent when hasParent. device: the store is on the device tier, so p's slots are hints
-// of the device tier map (chainRun.slot).
-func (m *chainMemo) recordStore(hasParent bool, parent ckf.CanonicalHash, blocks []producer.StoredBlock, p []prepared, device bool) {
+// store's parent when hasParent. dev is the device tier map when the store is on the device
+// tier (its tier pass done, so p's slots are hints of that map, chainRun.slot, and the runs'
+// summaries are written from it), nil otherwise.
+func (m *chainMemo) recordStore(hasParent bool, parent ckf.CanonicalHash, blocks []producer.StoredBlock, p []prepared, dev *holderTable) {
 	from := 0
 	if !hasParent {
 		// A root block's canonical is its local hash's (ckf.CanonicalRoot), known to a query
@@ -105,17 +153,19 @@ func (m *chainMemo) recordStore(hasParent bool, parent ckf.CanonicalHash, blocks
 	}
 	for from < len(p) {
 		to := min(from+runBlocks, len(p))
-		m.record(uint64(parent), blocks[from:to], p[from:to], device)
+		m.record(uint64(parent), blocks[from:to], p[from:to], dev)
 		parent = p[to-1].canon
 		from = to
 	}
 }
 
 // record writes one run (len(blocks) = len(p) <= runBlocks, at least 1) into the first place
-// of its pair: over a run with the same key, else moving the run there to the second place. The
-// same run again takes a device store's slot hints (another holder of the same prompt: the
-// slots are where its store found the canonicals); a store on another tier leaves them.
-func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []prepared, device bool) {
+// of its pair: over a run with the same key, else moving the run there to the second place
+// (with its summary: the entries' references name the pair). The same run again
+// takes a device store's slot hints (another holder of the same prompt: the slots are where its
+// store found the canonicals); a store on another tier leaves them and the run's summary (it
+// changed no device value). A device store then summarises the run (summarize).
+func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []prepared, dev *holderTable) {
 	if m.runs == nil {
 		m.seed = rand.Uint64()
 		m.resize(memoMinRuns)
@@ -126,12 +176,13 @@ func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []pre
 	n := uint32(len(p))
 	switch {
 	case r.n == n && r.parent == parent && r.canon[n-1] == p[n-1].canon:
-		if device { // the same run again (another holder of the same prompt): it is already there
+		if dev != nil { // the same run again (another holder of the same prompt): it is already there
 			for k := range p {
 				if s := p[k].slot; s != noHint {
 					r.slot[k] = s
 				}
 			}
+			m.summarize(uint32(h), dev)
 		}
 		return
 	case r.n != 0 && r.parent != parent:
@@ -139,6 +190,7 @@ func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []pre
 			m.stored++
 		}
 		pair[1] = *r
+		m.sums[h+1] = m.sums[h] // its entries' references name the pair: still true
 	case r.n == 0:
 		m.stored++
 	}
@@ -147,20 +199,66 @@ func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []pre
 		r.local[k] = blocks[k].TokensHash
 		r.canon[k] = p[k].canon
 		r.slot[k] = noHint
-		if device {
+		if dev != nil {
 			r.slot[k] = p[k].slot
 		}
+	}
+	m.sums[h] = runSummary{}
+	if dev != nil {
+		m.summarize(uint32(h), dev)
 	}
 	if len(m.runs) < memoMaxRuns && 2*m.stored > len(m.runs) {
 		m.resize(2 * len(m.runs))
 	}
 }
 
+// summarize writes the summary of the run at place i from the device tier map dev: the
+// holder value of its first block, and how many leading blocks share it, each of their entries
+// referring to place i's pair (a reference to another pair voids that pair's summaries). It also
+// corrects those blocks' slot hints, which later insertions of the same store may have moved.
+// A block dev does not hold ends the summary (a device store's own blocks are all held, so
+// this happens only for a run whose blocks were since removed by nothing in between: never in
+// practice, and harmless).
+func (m *chainMemo) summarize(i uint32, dev *holderTable) {
+	r := &m.runs[i]
+	slots := dev.slots
+	ref := pairRef(i)
+	var val, n uint32
+	for k := range r.n {
+		c := uint64(r.canon[k])
+		h := r.slot[k]
+		if h >= uint32(len(slots)) || slots[h].k() != c || slots[h].val == 0 {
+			at := dev.findHeld(c)
+			if at < 0 {
+				break
+			}
+			h = uint32(at)
+			r.slot[k] = h
+		}
+		s := &slots[h]
+		if k == 0 {
+			val = s.val
+		} else if s.val != val {
+			break
+		}
+		if s.run != ref {
+			if s.run != 0 {
+				m.drop(s.run)
+			}
+			s.run = ref
+		}
+		n++
+	}
+	m.sums[i] = runSummary{val: val, n: n}
+}
+
 // resize moves the runs into a table of n places (a power of two, at least 2); a pair keeps
-// the two it receives last.
+// the two it receives last. Every summary is dropped: the entries' references name the old
+// pairs (a reference left naming a new pair voids at most summaries it does not cover).
 func (m *chainMemo) resize(n int) {
 	old := m.runs
 	m.runs = make([]chainRun, n)
+	m.sums = make([]runSummary, n)
 	m.shift = uint8(64 - bits.TrailingZeros(uint(n)))
 	m.stored = 0
 	for i := range old {
@@ -180,12 +278,14 @@ func (m *chainMemo) resize(n int) {
 	}
 }
 
-// copyMatching copies the run's canonical hashes and slot hints into out and hout for as long
-// as its local hashes equal lq's (len(out) = len(hout) = len(lq) <= r.n), and returns how many
-// it copied. The usual case, the whole piece equal, is one comparison of the two arrays' bytes
-// (the runtime's vectorised memequal) and two copies (memmove), a few instructions per block
-// where an element-by-element loop took twelve; only a piece that differs is scanned for where.
-func (r *chainRun) copyMatching(out []ckf.CanonicalHash, hout []uint32, lq []ckf.LocalBlockHash) int {
+// copyMatching copies the run's canonical hashes into out and their slot hints into hout for
+// as long as its local hashes equal lq's (len(out) = len(hout) = len(lq) <= r.n), and returns
+// how many blocks matched. It leaves out the first covered blocks (those a run summary answers
+// for, which no walk reads) of the hints, and of the canonicals too unless full. The usual
+// case, the whole piece equal, is one comparison of the two arrays' bytes (the runtime's
+// vectorised memequal) and a copy or two (memmove), a few instructions per block where an
+// element-by-element loop took twelve; only a piece that differs is scanned for where.
+func (r *chainRun) copyMatching(out []ckf.CanonicalHash, hout []uint32, lq []ckf.LocalBlockHash, covered int, full bool) int {
 	n := len(lq)
 	rl := r.local[:n]
 	k := n
@@ -195,8 +295,15 @@ func (r *chainRun) copyMatching(out []ckf.CanonicalHash, hout []uint32, lq []ckf
 			k++
 		}
 	}
-	copy(out[:k], r.canon[:k])
-	copy(hout[:k], r.slot[:k])
+	if full {
+		copy(out[:k], r.canon[:k])
+	}
+	if covered < k {
+		if !full {
+			copy(out[covered:k], r.canon[covered:k])
+		}
+		copy(hout[covered:k], r.slot[covered:k])
+	}
 	return k
 }
 
@@ -212,31 +319,53 @@ func hashBytes[H ~uint64](s []H) []byte {
 // than runBlocks blocks in a row without a run the rest is hashed without looking: a run lost
 // to a later store costs at most its own blocks before the next one is found, and a prompt the
 // memo does not know costs that many looks (len(chain) = len(local) >= 1).
-func (m *chainMemo) fill(chain []ckf.CanonicalHash, hints []uint32, local []ckf.LocalBlockHash) {
-	chain, hints = chain[:len(local)], hints[:len(local)]
+//
+// It appends to spans the pieces of the chain that run summaries cover (runSummary), in
+// increasing position, and returns the result. The hints of blocks in spans are not written
+// (no walk reads them), and neither are their canonicals unless full: a device walk needs no
+// canonical that a span answers for, the caller's chain and the lower tiers' walks do.
+func (m *chainMemo) fill(chain []ckf.CanonicalHash, hints []uint32, local []ckf.LocalBlockHash, spans []span, full bool) []span {
+	n := len(local)
+	chain, hints = chain[:n], hints[:n]
 	prev := ckf.CanonicalRoot(local[0])
 	chain[0], hints[0] = prev, noHint
-	pos := 1
-	if m.runs != nil {
-		misses := 0
-		for pos < len(local) && misses <= runBlocks {
-			if r := m.find(uint64(prev)); r != nil {
-				n := min(int(r.n), len(local)-pos)
-				if k := r.copyMatching(chain[pos:pos+n], hints[pos:pos+n], local[pos:pos+n]); k > 0 {
-					pos += k
-					prev = chain[pos-1]
-					misses = 0
-					continue
-				}
-			}
-			prev = ckf.CanonicalChild(prev, local[pos])
-			chain[pos], hints[pos] = prev, noHint
-			pos++
-			misses++
+	pos, misses := 1, 0
+	for pos < n {
+		if m.runs == nil || misses > runBlocks {
+			hashChain(chain[pos:], hints[pos:], local[pos:], prev)
+			break
 		}
+		if i := m.find(uint64(prev)); i >= 0 {
+			r, sum := &m.runs[i], m.sums[i]
+			end := min(n, pos+int(r.n))
+			if k := r.copyMatching(chain[pos:end], hints[pos:end], local[pos:end], int(sum.n), full); k > 0 {
+				if sum.n > 0 {
+					spans = append(spans, span{from: uint32(pos), end: uint32(pos) + min(uint32(k), sum.n), val: sum.val})
+				}
+				pos += k
+				prev = r.canon[k-1]
+				misses = 0
+				continue
+			}
+		}
+		prev = hashChain(chain[pos:pos+1], hints[pos:pos+1], local[pos:pos+1], prev)
+		pos++
+		misses++
 	}
-	for ; pos < len(local); pos++ {
-		prev = ckf.CanonicalChild(prev, local[pos])
-		chain[pos], hints[pos] = prev, noHint
+	return spans
+}
+
+// hashChain sets chain[i] to the canonical hash of the block with local hash local[i] whose
+// parent is chain[i-1] (prev for i = 0), and hints[i] to noHint, and returns the last (prev for
+// none). Not inlined: the hash's code would crowd fill's loop, which calls it only where the
+// memo has no run.
+//
+//go:noinline
+func hashChain(chain []ckf.CanonicalHash, hints []uint32, local []ckf.LocalBlockHash, prev ckf.CanonicalHash) ckf.CanonicalHash {
+	chain, hints = chain[:len(local)], hints[:len(local)]
+	for i, l := range local {
+		prev = ckf.CanonicalChild(prev, l)
+		chain[i], hints[i] = prev, noHint
 	}
+	return prev
 }

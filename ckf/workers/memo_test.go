@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"encoding/binary"
 	"slices"
 	"testing"
 
@@ -13,7 +14,9 @@ import (
 // TestChainMemoIsExact: whatever the memo holds (runs of stores with and without parents, of
 // any length, over few token hashes so that chains share prefixes and branch, in a table kept
 // so small that runs overwrite each other), fill gives every prompt's canonical chain, stored
-// or not, diverging from a run anywhere.
+// or not, diverging from a run anywhere, with each block's own slot hint outside the spans
+// that run summaries cover, and spans in order inside the prompt. (That a summary is true is
+// TestIndexMatchesModel's check, checkSummaries.)
 func TestChainMemoIsExact(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var m chainMemo
@@ -43,7 +46,11 @@ func TestChainMemoIsExact(t *testing.T) {
 			if from > 0 {
 				parent = canon[from-1]
 			}
-			m.recordStore(from > 0, parent, blocks, p, rapid.Bool().Draw(t, "device"))
+			var dev *holderTable
+			if rapid.Bool().Draw(t, "device") {
+				dev = hintTable(p)
+			}
+			m.recordStore(from > 0, parent, blocks, p, dev)
 			if len(m.runs) > places {
 				m.resize(places)
 			}
@@ -60,13 +67,34 @@ func TestChainMemoIsExact(t *testing.T) {
 				continue
 			}
 			got, hints := make([]ckf.CanonicalHash, len(q)), make([]uint32, len(q))
-			m.fill(got, hints, q)
+			spans := m.fill(got, hints, q, nil, true)
 			if want := canonicals(q); !slices.Equal(got, want) {
 				t.Fatalf("fill(%v) = %v, want %v", q, got, want)
 			}
+			covered := make([]bool, len(q))
+			end := uint32(1) // the root block is in no run
+			for _, sp := range spans {
+				if sp.from < end || sp.end <= sp.from || int(sp.end) > len(q) || sp.val != 1 {
+					t.Fatalf("fill(%v): spans %v out of order, empty, past the query or of another value", q, spans)
+				}
+				for i := sp.from; i < sp.end; i++ {
+					covered[i] = true
+				}
+				end = sp.end
+			}
 			for i, h := range hints {
-				if h != noHint && h != hintOf(got[i]) {
+				if !covered[i] && h != noHint && h != hintOf(got[i]) { // a covered block's hint is not read
 					t.Fatalf("fill(%v): hint %d of block %d is another block's", q, h, i)
+				}
+			}
+			// Not full: the same spans, and the same canonicals outside them.
+			part := make([]ckf.CanonicalHash, len(q))
+			if ps := m.fill(part, hints, q, nil, false); !slices.Equal(ps, spans) {
+				t.Fatalf("fill(%v) not full: spans %v, full %v", q, ps, spans)
+			}
+			for i := range q {
+				if !covered[i] && part[i] != got[i] {
+					t.Fatalf("fill(%v) not full: block %d is %#x, want %#x", q, i, uint64(part[i]), uint64(got[i]))
 				}
 			}
 		}
@@ -75,6 +103,20 @@ func TestChainMemoIsExact(t *testing.T) {
 
 // hintOf is TestChainMemoIsExact's slot of canonical c: any value but noHint.
 func hintOf(c ckf.CanonicalHash) uint32 { return uint32(c) % 1000 }
+
+// hintTable is a device tier map for TestChainMemoIsExact's store p that holds each block's
+// canonical in its hintOf slot, so that the store's summaries (chainMemo.summarize) keep the
+// hints; its lookups find nothing (no homes), so a block whose slot is another's ends a summary
+// and keeps its hint too.
+func hintTable(p []prepared) *holderTable {
+	h := &holderTable{slots: make([]holderSlot, 1000), live: 1}
+	for _, q := range p {
+		s := &h.slots[hintOf(q.canon)]
+		binary.LittleEndian.PutUint64(s.key[:], uint64(q.canon))
+		s.val = 1
+	}
+	return h
+}
 
 // TestChainMemoRecordsStores: a store's chain is read back from the memo by local hashes
 // alone, for a root store, a store with a parent and one longer than a run, and a query that
@@ -96,4 +138,48 @@ func TestChainMemoRecordsStores(t *testing.T) {
 			t.Fatalf("MatchLocal(%v) chain %v, want %v", q, c, want)
 		}
 	}
+}
+
+// TestRunSummaries follows one run's summary through a store, a second holder's store, a
+// displacement to the second place of its pair, a removal and a store on another tier
+// (workers §5.4), checking the summaries' invariant (checkSummaries) and the answers after each
+// step; the walk passes a summarised run without a lookup, so a summary left true by mistake
+// would show in MatchLocal's answer.
+func TestRunSummaries(t *testing.T) {
+	ix := New()
+	a := []ckf.LocalBlockHash{1, 2, 3, 4, 5}
+	b := []ckf.LocalBlockHash{6, 7, 8}
+	w1, w2 := src{w: 1}, src{w: 2}
+	mustApply(t, ix, w1.store(nil, a...))
+	ix.memo.resize(2)         // one pair: the next root store's run displaces a's,
+	ix.memo.stored = -1 << 30 // and the table does not grow
+	check := func(step string, wantSpan bool, want map[ckf.SourceKey]uint32) {
+		t.Helper()
+		checkSummaries(t, ix)
+		var r Result
+		spans := ix.memo.fill(make([]ckf.CanonicalHash, len(a)), make([]uint32, len(a)), a, nil, true)
+		if got := len(spans) == 1 && spans[0] == (span{from: 1, end: uint32(len(a)), val: spans[0].val}); got != wantSpan {
+			t.Fatalf("%s: spans %v, want one over the run: %v", step, spans, wantSpan)
+		}
+		ix.MatchLocal(a, Options{}, &r, nil)
+		got := map[ckf.SourceKey]uint32{}
+		for _, m := range r.Matches {
+			got[m.Source] = m.Device
+		}
+		wantDepths(t, got, want)
+	}
+	mustApply(t, ix, w2.store(nil, a...)) // the same run again: summarised, both holders
+	check("second holder", true, map[ckf.SourceKey]uint32{w1.key(): 5, w2.key(): 5})
+	mustApply(t, ix, w1.store(nil, b...)) // a's run moves to the pair's second place, summary and all
+	if ix.memo.runs[1].canon[0] != canonicals(a)[1] {
+		t.Fatalf("a's run is not in the pair's second place")
+	}
+	check("displaced", true, map[ckf.SourceKey]uint32{w1.key(): 5, w2.key(): 5})
+	mustApply(t, ix, w2.remove(a, 4)) // a's last block loses a holder: the pair's summaries go
+	check("removal", false, map[ckf.SourceKey]uint32{w1.key(): 5, w2.key(): 4})
+	mustApply(t, ix, w2.store(a[:4], a[4])) // a store keyed by a's fourth block: a's run is not summarised again
+	check("tail store", false, map[ckf.SourceKey]uint32{w1.key(): 5, w2.key(): 5})
+	host := src{w: 3, tier: producer.StorageTierHostPinned}
+	mustApply(t, ix, w1.store(nil, a...), host.store(nil, a...)) // a device store summarises; a host one changes no device value
+	check("host store", true, map[ckf.SourceKey]uint32{w1.key(): 5, w2.key(): 5, host.key(): 0})
 }

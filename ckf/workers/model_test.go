@@ -270,6 +270,36 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, ix *Index, m *model)
 			t.Fatalf("set %d: refs %d, referenced %d times", id, ix.sets.sets[id].refs, n)
 		}
 	}
+	checkSummaries(t, ix)
+}
+
+// checkSummaries checks chainMemo's invariant: each run summary's blocks are in the device tier
+// map with the summary's value and a reference to the summary's pair; and no lower tier entry
+// has a reference.
+func checkSummaries(t interface{ Fatalf(string, ...any) }, ix *Index) {
+	dev := &ix.tiers[producer.StorageTierDevice]
+	for i, sum := range ix.memo.sums {
+		if sum.n > ix.memo.runs[i].n {
+			t.Fatalf("place %d: summary of %d blocks, run of %d", i, sum.n, ix.memo.runs[i].n)
+		}
+		for k := range sum.n {
+			c := ix.memo.runs[i].canon[k]
+			at := dev.find(uint64(c))
+			if at < 0 {
+				t.Fatalf("place %d: block %d (%#x) of its summary is not in the device tier", i, k, uint64(c))
+			}
+			if s := dev.slots[at]; s.val != sum.val || s.run != pairRef(uint32(i)) {
+				t.Fatalf("place %d: block %d (%#x) has value %d and reference %d, summary %d at %d", i, k, uint64(c), s.val, s.run, sum.val, pairRef(uint32(i)))
+			}
+		}
+	}
+	for tier := producer.StorageTierHostPinned; tier <= producer.StorageTierExternal; tier++ {
+		for _, s := range ix.tiers[tier].slots {
+			if s.run != 0 {
+				t.Fatalf("tier %d: an entry refers to summary %d", tier, s.run)
+			}
+		}
+	}
 }
 
 // TestIndexMatchesModel: random event sequences over a small universe (collisions, duplicates,
@@ -284,11 +314,23 @@ func checkAgainstModel(t *testing.T, deviceOnly bool) {
 	rapid.Check(t, func(t *rapid.T) {
 		g := &eventGen{deviceOnly: deviceOnly}
 		base := []ckf.LocalBlockHash{11, 12, 13, 14, 15, 16}
-		g.chains = [][]ckf.LocalBlockHash{base, {11, 12, 23, 24}, {31, 32, 33}, {11, 12, 13, 44, 45}}
+		// A chain longer than a memo run (runBlocks), on base's first blocks: stores of it
+		// write two runs, and its summaries meet base's.
+		long := slices.Clone(base[:3])
+		for i := range 34 {
+			long = append(long, ckf.LocalBlockHash(50+i))
+		}
+		g.chains = [][]ckf.LocalBlockHash{base, {11, 12, 23, 24}, {31, 32, 33}, {11, 12, 13, 44, 45}, long}
 		ix, m := New(), newModel()
 		var r, slots Result
+		// The memo is kept at places runs before each step (from one pair), so that runs and
+		// their summaries displace each other within a store as well as between stores.
+		places := 1 << rapid.IntRange(1, 9).Draw(t, "places")
 		steps := rapid.IntRange(1, 60).Draw(t, "steps")
 		for s := range steps {
+			if len(ix.memo.runs) > places {
+				ix.memo.resize(places)
+			}
 			if rapid.IntRange(0, 25).Draw(t, "rw") == 0 {
 				w := ckf.WorkerID(rapid.IntRange(1, 4).Draw(t, "rww"))
 				ix.RemoveWorker(w)
@@ -336,7 +378,7 @@ func drawOptions(t *rapid.T) Options {
 // that answer too, and the canonical chain.
 func checkGroupsEqualSlots(t *rapid.T, ix *Index, local []ckf.LocalBlockHash, q []ckf.CanonicalHash, opt Options, r, slots *Result) {
 	slots.Matches, slots.Frequencies = slots.Matches[:0], slots.Frequencies[:0]
-	ix.matchSlots(q, nil, opt, slots)
+	ix.matchSlots(q, nil, nil, opt, slots)
 	ix.Match(q, opt, r)
 	if !slices.Equal(r.Matches, slots.Matches) || !slices.Equal(r.Frequencies, slots.Frequencies) {
 		t.Fatalf("query %v %+v: Match %+v %v, matchSlots %+v %v", q, opt, r.Matches, r.Frequencies, slots.Matches, slots.Frequencies)
@@ -348,5 +390,9 @@ func checkGroupsEqualSlots(t *rapid.T, ix *Index, local []ckf.LocalBlockHash, q 
 	}
 	if !slices.Equal(r.Matches, slots.Matches) || !slices.Equal(r.Frequencies, slots.Frequencies) {
 		t.Fatalf("query %v %+v: MatchLocal %+v %v, matchSlots %+v %v", q, opt, r.Matches, r.Frequencies, slots.Matches, slots.Frequencies)
+	}
+	ix.MatchLocal(local, opt, r, nil) // without the chain: the canonicals under spans are not read
+	if !slices.Equal(r.Matches, slots.Matches) || !slices.Equal(r.Frequencies, slots.Frequencies) {
+		t.Fatalf("query %v %+v: MatchLocal without a chain %+v %v, matchSlots %+v %v", q, opt, r.Matches, r.Frequencies, slots.Matches, slots.Frequencies)
 	}
 }

@@ -230,7 +230,7 @@ func (r *Replica) Match(query []ckf.CanonicalHash, opt workers.Options, res *wor
 
 // MatchLocal is Match on the prompt's local block hashes (workers.Index.MatchLocal: the chain is
 // read from the index's memo of stored chains where it can, and hashed where it cannot); *chain
-// receives the canonical chain.
+// receives the canonical chain unless chain is nil.
 func (r *Replica) MatchLocal(local []ckf.LocalBlockHash, opt workers.Options, res *workers.Result, chain *[]ckf.CanonicalHash) Age {
 	start := time.Now()
 	r.mu.RLock()
