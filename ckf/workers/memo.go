@@ -100,19 +100,6 @@ func (m *chainMemo) home(parent uint64) uint64 {
 	return (hi ^ lo) >> m.shift &^ 1
 }
 
-// find returns the place of the run keyed by parent, or -1.
-func (m *chainMemo) find(parent uint64) int {
-	h := m.home(parent)
-	pair := m.runs[h : h+2 : h+2]
-	if r := &pair[0]; r.parent == parent && r.n != 0 {
-		return int(h)
-	}
-	if r := &pair[1]; r.parent == parent && r.n != 0 {
-		return int(h) + 1
-	}
-	return -1
-}
-
 // bytes is the memory the memo takes.
 func (m *chainMemo) bytes() uint64 {
 	return uint64(len(m.runs)) * uint64(unsafe.Sizeof(chainRun{})+unsafe.Sizeof(runSummary{}))
@@ -335,10 +322,24 @@ func (m *chainMemo) fill(chain []ckf.CanonicalHash, hints []uint32, local []ckf.
 			hashChain(chain[pos:], hints[pos:], local[pos:], prev)
 			break
 		}
-		if i := m.find(uint64(prev)); i >= 0 {
-			r, sum := &m.runs[i], m.sums[i]
-			end := min(n, pos+int(r.n))
-			if k := r.copyMatching(chain[pos:end], hints[pos:end], local[pos:end], int(sum.n), full); k > 0 {
+		// The run keyed by prev: the first place of its pair, else the second (written out
+		// here: a call would spill the loop's values).
+		i := m.home(uint64(prev))
+		r := &m.runs[i]
+		if r.parent != uint64(prev) || r.n == 0 {
+			i++
+			r = &m.runs[i]
+		}
+		if r.parent == uint64(prev) && r.n != 0 {
+			sum := m.sums[i]
+			cnt := min(n-pos, int(r.n))
+			k := cnt
+			// The usual case, a piece the prompt follows whole and the run's summary covers,
+			// needs no copy unless full: one comparison of the arrays' bytes.
+			if full || int(sum.n) < cnt || !bytes.Equal(hashBytes(r.local[:cnt]), hashBytes(local[pos:pos+cnt])) {
+				k = r.copyMatching(chain[pos:pos+cnt], hints[pos:pos+cnt], local[pos:pos+cnt], int(sum.n), full)
+			}
+			if k > 0 {
 				if sum.n > 0 {
 					spans = append(spans, span{from: uint32(pos), end: uint32(pos) + min(uint32(k), sum.n), val: sum.val})
 				}
