@@ -206,24 +206,59 @@ func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []pre
 // A block dev does not hold ends the summary (a device store's own blocks are all held, so
 // this happens only for a run whose blocks were since removed by nothing in between: never in
 // practice, and harmless).
+//
+// The loop here takes the usual blocks only (a hint that holds the block, an entry without a
+// reference or with this one), without a call, so that it keeps its values in registers; the
+// first other block hands the rest to summarizeFrom.
 func (m *chainMemo) summarize(i uint32, dev *holderTable) {
+	r := &m.runs[i]
+	canon, hints := r.canon[:r.n], r.slot[:r.n]
+	slots := dev.slots
+	ref := pairRef(i)
+	val := uint32(0)
+	if len(canon) > 0 {
+		if h := hints[0]; h < uint32(len(slots)) {
+			val = slots[h].val
+		}
+	}
+	for k, c := range canon {
+		h := hints[k]
+		if h >= uint32(len(slots)) {
+			m.summarizeFrom(i, dev, k, val)
+			return
+		}
+		s := &slots[h]
+		if s.k() != uint64(c) || s.val != val || val == 0 || (s.run != ref && s.run != 0) {
+			m.summarizeFrom(i, dev, k, val)
+			return
+		}
+		s.run = ref
+	}
+	m.sums[i] = runSummary{val: val, n: uint32(len(canon))}
+}
+
+// summarizeFrom is summarize from block k on, the blocks before it summarised with value val
+// (when k > 0): every case.
+//
+//go:noinline
+func (m *chainMemo) summarizeFrom(i uint32, dev *holderTable, k int, val uint32) {
 	r := &m.runs[i]
 	slots := dev.slots
 	ref := pairRef(i)
-	var val, n uint32
-	for k := range r.n {
-		c := uint64(r.canon[k])
-		h := r.slot[k]
+	n := uint32(k)
+	for ; n < r.n; n++ {
+		c := uint64(r.canon[n])
+		h := r.slot[n]
 		if h >= uint32(len(slots)) || slots[h].k() != c || slots[h].val == 0 {
 			at := dev.findHeld(c)
 			if at < 0 {
 				break
 			}
 			h = uint32(at)
-			r.slot[k] = h
+			r.slot[n] = h
 		}
 		s := &slots[h]
-		if k == 0 {
+		if n == 0 {
 			val = s.val
 		} else if s.val != val {
 			break
@@ -234,7 +269,6 @@ func (m *chainMemo) summarize(i uint32, dev *holderTable) {
 			}
 			s.run = ref
 		}
-		n++
 	}
 	m.sums[i] = runSummary{val: val, n: n}
 }

@@ -183,3 +183,44 @@ func TestRunSummaries(t *testing.T) {
 	mustApply(t, ix, w1.store(nil, a...), host.store(nil, a...)) // a device store summarises; a host one changes no device value
 	check("host store", true, map[ckf.SourceKey]uint32{w1.key(): 5, w2.key(): 5, host.key(): 0})
 }
+
+// TestRunSummaryTakenOver: a run that summarises blocks another pair's summary covers takes
+// their references over and voids that summary, so a later change to one of those blocks,
+// which voids only the new pair's, leaves no summary that still claims the old value. The
+// second run's store changes no holder value: its blocks are duplicates (no slot hints: the
+// general path) or aliases, the same canonicals under other external ids (slot hints: the
+// usual path).
+func TestRunSummaryTakenOver(t *testing.T) {
+	for _, alias := range []bool{false, true} {
+		t.Run(map[bool]string{false: "duplicates", true: "aliases"}[alias], func(t *testing.T) {
+			ix := New()
+			a := []ckf.LocalBlockHash{1, 2, 3, 4, 5}
+			w1, w2 := src{w: 1}, src{w: 2}
+			mustApply(t, ix, w1.store(nil, a...))
+			// The run keyed by a's root and the one keyed by its third block in different pairs.
+			ca := canonicals(a)
+			for ix.memo.home(uint64(ca[0])) == ix.memo.home(uint64(ca[2])) {
+				ix.memo.seed++
+				ix.memo.resize(len(ix.memo.runs))
+			}
+			mustApply(t, ix, w2.store(nil, a...)) // run A (a[1:]) summarised: both holders
+			b := w1.store(a[:3], a[3:]...)        // run B (a[3:]): takes a[3:]'s references
+			if alias {
+				for i := range b.Event.Stored.Blocks {
+					b.Event.Stored.Blocks[i].BlockHash ^= 0x5A5A
+				}
+			}
+			mustApply(t, ix, b)
+			checkSummaries(t, ix)
+			mustApply(t, ix, w2.remove(a, 4))
+			checkSummaries(t, ix)
+			var r Result
+			ix.MatchLocal(a, Options{}, &r, nil)
+			got := map[ckf.SourceKey]uint32{}
+			for _, m := range r.Matches {
+				got[m.Source] = m.Device
+			}
+			wantDepths(t, got, map[ckf.SourceKey]uint32{w1.key(): 5, w2.key(): 4})
+		})
+	}
+}
