@@ -83,8 +83,16 @@ func (r *Result) touch(i uint32) *scoreSlot {
 
 // Match answers query, the canonical sequence hashes of a prompt (ckf.SequenceHashes of its
 // local block hashes), into r (workers §5). It does not allocate once r has served a query of
-// the same shape, and never changes the index.
+// the same shape, and never changes the index. The runs of the memo of stored chains that the
+// query follows give it slot hints and spans of known holder value, as MatchLocal's chain does
+// (chainMemo.follow, workers §5.4).
 func (ix *Index) Match(query []ckf.CanonicalHash, opt Options, r *Result) {
+	if len(query) > 1 && ix.memo.runs != nil {
+		r.hints = slices.Grow(r.hints[:0], len(query))[:len(query)]
+		r.spans = ix.memo.follow(query, r.hints, r.spans[:0])
+		ix.match(query, r.hints, r.spans, opt, r)
+		return
+	}
 	ix.match(query, nil, nil, opt, r)
 }
 

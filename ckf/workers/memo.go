@@ -390,6 +390,64 @@ func (m *chainMemo) fill(chain []ckf.CanonicalHash, hints []uint32, local []ckf.
 	return spans
 }
 
+// follow is fill for a query given as its canonical chain: it sets hints[i] to the device slot
+// hint of chain[i] (noHint where the memo has none) and appends the spans that run summaries
+// cover, following the runs keyed by the chain's canonicals for as long as their canonicals
+// equal the chain's (one comparison of the arrays' bytes where the whole piece agrees). Where no
+// run continues the chain it looks again one block on, and after followMisses blocks in a row
+// without a run it stops looking: unlike fill, it has nothing to compute for the blocks it does
+// not follow, so a prompt the memo does not know (most often one that nobody holds) costs it
+// a few looks, not a run's worth (len(hints) = len(chain) >= 1).
+func (m *chainMemo) follow(chain []ckf.CanonicalHash, hints []uint32, spans []span) []span {
+	n := len(chain)
+	hints = hints[:n]
+	hints[0] = noHint
+	pos, misses := 1, 0
+	if m.runs == nil {
+		misses = followMisses // nothing to follow
+	}
+	for pos < n && misses < followMisses {
+		prev := uint64(chain[pos-1])
+		i := m.home(prev) // the pair's lookup, written out as in fill
+		r := &m.runs[i]
+		if r.parent != prev || r.n == 0 {
+			i++
+			r = &m.runs[i]
+		}
+		if r.parent == prev && r.n != 0 {
+			cnt := min(n-pos, int(r.n))
+			k := cnt
+			if q := chain[pos : pos+cnt]; !bytes.Equal(hashBytes(r.canon[:cnt]), hashBytes(q)) {
+				k = 0
+				for k < cnt && r.canon[k] == q[k] {
+					k++
+				}
+			}
+			if k > 0 {
+				covered := 0
+				if sum := m.sums[i]; sum.n > 0 {
+					covered = min(k, int(sum.n))
+					spans = append(spans, span{from: uint32(pos), end: uint32(pos + covered), val: sum.val})
+				}
+				copy(hints[pos+covered:pos+k], r.slot[covered:k])
+				pos += k
+				misses = 0
+				continue
+			}
+		}
+		hints[pos] = noHint
+		pos++
+		misses++
+	}
+	for ; pos < n; pos++ {
+		hints[pos] = noHint
+	}
+	return spans
+}
+
+// followMisses is how many blocks in a row without a run follow looks at before it stops.
+const followMisses = 2
+
 // hashChain sets chain[i] to the canonical hash of the block with local hash local[i] whose
 // parent is chain[i-1] (prev for i = 0), and hints[i] to noHint, and returns the last (prev for
 // none). Not inlined: the hash's code would crowd fill's loop, which calls it only where the

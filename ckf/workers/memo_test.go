@@ -15,7 +15,8 @@ import (
 // any length, over few token hashes so that chains share prefixes and branch, in a table kept
 // so small that runs overwrite each other), fill gives every prompt's canonical chain, stored
 // or not, diverging from a run anywhere, with each block's own slot hint outside the spans
-// that run summaries cover, and spans in order inside the prompt. (That a summary is true is
+// that run summaries cover, and spans in order inside the prompt; follow, given the chain,
+// finds fill's spans (or their first ones) and hints. (That a summary is true is
 // TestIndexMatchesModel's check, checkSummaries.)
 func TestChainMemoIsExact(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -85,6 +86,26 @@ func TestChainMemoIsExact(t *testing.T) {
 			for i, h := range hints {
 				if !covered[i] && h != noHint && h != hintOf(got[i]) { // a covered block's hint is not read
 					t.Fatalf("fill(%v): hint %d of block %d is another block's", q, h, i)
+				}
+			}
+			// follow on the canonical chain: its spans are fill's (it may stop looking sooner),
+			// and outside them each block's own hint or none.
+			fh := make([]uint32, len(q))
+			fs := m.follow(got, fh, nil)
+			for j, sp := range fs {
+				if j >= len(spans) || sp != spans[j] {
+					t.Fatalf("follow(%v): spans %v, fill's %v", q, fs, spans)
+				}
+			}
+			followed := make([]bool, len(q))
+			for _, sp := range fs {
+				for i := sp.from; i < sp.end; i++ {
+					followed[i] = true
+				}
+			}
+			for i, h := range fh {
+				if !followed[i] && h != noHint && h != hintOf(got[i]) {
+					t.Fatalf("follow(%v): hint %d of block %d is another block's", q, h, i)
 				}
 			}
 			// Not full: the same spans, and the same canonicals outside them.
