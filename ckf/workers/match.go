@@ -56,9 +56,25 @@ type Result struct {
 	allow   []uint32            // dense indexes of Options.Sources, sorted
 	dropped []uint32            // matchGroups: sources in the order the walk dropped them
 	cuts    []cut               // matchGroups: where each drop position's sources end in dropped
-	hints   []uint32            // MatchLocal: the chain's device slot hints (chainMemo.fill)
-	spans   []span              // MatchLocal: the chain's pieces of known device holder value (chainMemo.fill)
+	hints   []uint32            // the chain's device slot hints (chainMemo.fill, follow)
+	spans   []span              // the chain's pieces of known device holder value (chainMemo.fill, follow)
+	walked  uint32              // the positions the last device walk decided: from 0 up to walked
 	chain   []ckf.CanonicalHash // MatchLocal without a chain of the caller's: the chain, in part
+}
+
+// Summarised reports, for the last query answered into r, how many of the leading query
+// positions the device walk decided (walked: up to the position where every source had dropped
+// out, the device held nothing, or the query ended) and how many of those it passed by run
+// summaries without a lookup (passed, workers §5.4). Both are 0 for an index without device
+// entries.
+func (r *Result) Summarised() (passed, walked int) {
+	for _, sp := range r.spans {
+		if sp.from >= r.walked {
+			break
+		}
+		passed += int(min(sp.end, r.walked) - sp.from)
+	}
+	return passed, int(r.walked)
 }
 
 // cut is one position of a device walk at which sources dropped out: they hold exactly depth
@@ -93,6 +109,7 @@ func (ix *Index) Match(query []ckf.CanonicalHash, opt Options, r *Result) {
 		ix.match(query, r.hints, r.spans, opt, r)
 		return
 	}
+	r.spans = r.spans[:0]
 	ix.match(query, nil, nil, opt, r)
 }
 
@@ -101,6 +118,7 @@ func (ix *Index) Match(query []ckf.CanonicalHash, opt Options, r *Result) {
 func (ix *Index) match(query []ckf.CanonicalHash, hints []uint32, spans []span, opt Options, r *Result) {
 	r.Matches = r.Matches[:0]
 	r.Frequencies = r.Frequencies[:0]
+	r.walked = 0
 	if len(query) == 0 || len(ix.ids) == 0 {
 		return
 	}
@@ -190,6 +208,7 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, hints []uint32, spans []s
 	for pos := 0; pos < len(query); pos++ {
 		var v uint32
 		pos, v = runFrom(dev, query, hints, spans, &si, pos, cur, warm)
+		r.walked = uint32(min(pos+1, len(query)))
 		if pos == len(query) {
 			break
 		}
@@ -273,6 +292,9 @@ func scanFrom(dev *holderTable, query []ckf.CanonicalHash, hints []uint32, from,
 	slots, seed, shift := dev.slots, dev.seed, dev.shift
 	if warm {
 		for pos := from; pos < end; pos++ {
+			// The position ahead may lie in a span, whose hint and (for MatchLocal without a
+			// chain) canonical were not written: a prefetch of some slot of the table, never a
+			// read that an answer depends on.
 			if pos+lookahead < len(query) {
 				dev.prefetchHinted(query, hints, pos+lookahead)
 			}

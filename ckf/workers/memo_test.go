@@ -183,6 +183,9 @@ func TestRunSummaries(t *testing.T) {
 			t.Fatalf("%s: spans %v, want one over the run: %v", step, spans, wantSpan)
 		}
 		ix.MatchLocal(a, Options{}, &r, nil)
+		if passed, walked := r.Summarised(); walked != len(a) || (passed == len(a)-1) != wantSpan {
+			t.Fatalf("%s: the walk passed %d of %d positions by summaries", step, passed, walked)
+		}
 		got := map[ckf.SourceKey]uint32{}
 		for _, m := range r.Matches {
 			got[m.Source] = m.Device
