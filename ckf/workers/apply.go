@@ -82,7 +82,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 			lin.Prefetch(d.Blocks[i].BlockHash)
 		}
 	}
-	var prev, parent ckf.CanonicalHash
+	var prev ckf.CanonicalHash
 	havePrev := false
 	if d.HasParent {
 		e := lin.lookup(d.ParentHash)
@@ -91,7 +91,6 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 			return ckf.NewEventError(ckf.EventParentBlockNotFound, "parent not in source lineage")
 		}
 		prev, havePrev = e.canonical(), true
-		parent = prev
 	} else if d.HasStartPosition && d.StartPosition != 0 {
 		ix.tel.InvalidSequences++
 		return ckf.NewEventError(ckf.EventInvalidBlockSequence, "non-zero start position without a parent")
@@ -169,7 +168,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	if t == producer.StorageTierDevice {
 		dev = tm
 	}
-	ix.memo.recordStore(d.HasParent, parent, d.Blocks, p, dev)
+	ix.memo.recordStore(d.HasParent, d.Blocks, p, dev)
 	return nil
 }
 

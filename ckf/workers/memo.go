@@ -11,7 +11,7 @@ import (
 )
 
 // chainMemo remembers the canonical chains of recent stores as runs of (local hash, canonical
-// hash) pairs, each run keyed by the canonical hash before it, so that MatchLocal finds a
+// hash) pairs, each run keyed by its first block's canonical hash, so that MatchLocal finds a
 // prompt's chain by comparing its local hashes with a run's, as the crate's radix trees compare
 // local hashes along an edge, instead of computing one dependent sequence hash per block
 // (workers §5.4).
@@ -21,7 +21,9 @@ import (
 // answer never depends on which runs the memo holds, only its speed does. Runs
 // are placed in pairs of places (two-way): a key's run goes to the first place of its pair, the
 // run there moving to the second, so a pair keeps its two latest keys, and a query falls back
-// to hashing where the memo has no run.
+// to hashing where the memo has no run. Keyed by its own first block rather than by the block
+// before it, each branch from a shared prefix (conversations after one system prompt) has a key
+// of its own; keyed by the parent, they displaced each other.
 //
 // Cost: a store writes one run per runBlocks blocks (the event's chain is computed anyway);
 // the table is at most memoMaxRuns runs (about 2.6 MiB: 664 bytes a run with its summary),
@@ -62,8 +64,8 @@ type span struct {
 	from, end, val uint32
 }
 
-// runBlocks is the most blocks one run holds: a store of up to 33 blocks is one run (its first
-// block, a root, is its own key: ckf.CanonicalRoot needs no hash), a 128-block prompt four. A
+// runBlocks is the most blocks one run holds: a store of up to 32 blocks is one run, a
+// 128-block prompt four. A
 // query pays for each run it follows (a lookup, a call, its slices) about as much as for four of
 // its blocks, so longer runs cost less per block; 32 took 8–11 % of the instructions off a
 // 128-block query against 16 (performance §9.1), and a run of 16 blocks or fewer leaves the rest
@@ -76,7 +78,8 @@ const (
 )
 
 // chainRun is one remembered run: canon[k] is the canonical hash of the block with local hash
-// local[k] whose parent is canon[k-1] (parent for k = 0). n = 0: the place is empty.
+// local[k] whose parent is canon[k-1] (for k > 0), and key is canon[0], kept beside n so that
+// a lookup reads one line. n = 0: the place is empty.
 //
 // slot[k] is a hint, not a fact: the device tier map's slot that held canon[k] when a device
 // store of the run last wrote it (noHint when none did). Slots move as entries are inserted and
@@ -84,20 +87,32 @@ const (
 // compare its key with canon[k], and looks the canonical up by its hash when the key differs
 // (walkDevice): a stale hint costs that comparison, never an answer.
 type chainRun struct {
-	parent uint64
-	n      uint32
-	local  [runBlocks]ckf.LocalBlockHash
-	canon  [runBlocks]ckf.CanonicalHash
-	slot   [runBlocks]uint32
+	key   uint64
+	n     uint32
+	local [runBlocks]ckf.LocalBlockHash
+	canon [runBlocks]ckf.CanonicalHash
+	slot  [runBlocks]uint32
 }
 
 // noHint is a slot hint that names no slot.
 const noHint = ^uint32(0)
 
-// home is the first place of parent's pair (an even index; the pair is home, home+1).
-func (m *chainMemo) home(parent uint64) uint64 {
-	hi, lo := bits.Mul64(parent^m.seed, mixFold)
+// home is the first place of key's pair (an even index; the pair is home, home+1).
+func (m *chainMemo) home(key uint64) uint64 {
+	hi, lo := bits.Mul64(key^m.seed, mixFold)
 	return (hi ^ lo) >> m.shift &^ 1
+}
+
+// find returns the place of the run keyed by key, or -1 (with runs to look in).
+func (m *chainMemo) find(key uint64) int {
+	i := m.home(key)
+	if r := &m.runs[i]; r.key == key && r.n != 0 {
+		return int(i)
+	}
+	if r := &m.runs[i+1]; r.key == key && r.n != 0 {
+		return int(i) + 1
+	}
+	return -1
 }
 
 // bytes is the memory the memo takes.
@@ -126,43 +141,42 @@ func (m *chainMemo) drop(ref uint32) {
 // pairRef is the reference (holderSlot.run) to place i's pair.
 func pairRef(i uint32) uint32 { return i/2 + 1 }
 
-// recordStore remembers a validated store's chain: blocks are the store's blocks and p their
-// canonical hashes (store's prepared list, same order); parent is the canonical hash of the
-// store's parent when hasParent. dev is the device tier map when the store is on the device
-// tier (its tier pass done, so p's slots are hints of that map, chainRun.slot, and the runs'
-// summaries are written from it), nil otherwise.
-func (m *chainMemo) recordStore(hasParent bool, parent ckf.CanonicalHash, blocks []producer.StoredBlock, p []prepared, dev *holderTable) {
-	from := 0
-	if !hasParent {
-		// A root block's canonical is its local hash's (ckf.CanonicalRoot), known to a query
-		// without the memo: the first run starts after it, keyed by it.
-		parent, from = p[0].canon, 1
+// recordStore remembers a validated store's chain in runs of up to runBlocks blocks: blocks are
+// the store's blocks and p their canonical hashes (store's prepared list, same order);
+// hasParent: the store continues a chain. dev is the device tier map when the store is on the
+// device tier (its tier pass done, so p's slots are hints of that map, chainRun.slot, and the
+// runs' summaries are written from it), nil otherwise. A store of one root block (a checkpoint
+// restore writes one per membership) is not remembered: its canonical is its local hash's
+// (ckf.CanonicalRoot), and a run of it would take a place for one block.
+func (m *chainMemo) recordStore(hasParent bool, blocks []producer.StoredBlock, p []prepared, dev *holderTable) {
+	if !hasParent && len(p) == 1 {
+		return
 	}
-	for from < len(p) {
+	for from := 0; from < len(p); from += runBlocks {
 		to := min(from+runBlocks, len(p))
-		m.record(uint64(parent), blocks[from:to], p[from:to], dev)
-		parent = p[to-1].canon
-		from = to
+		m.record(blocks[from:to], p[from:to], dev)
 	}
 }
 
-// record writes one run (len(blocks) = len(p) <= runBlocks, at least 1) into the first place
-// of its pair: over a run with the same key, else moving the run there to the second place
-// (with its summary: the entries' references name the pair). The same run again
-// takes a device store's slot hints (another holder of the same prompt: the slots are where its
-// store found the canonicals); a store on another tier leaves them and the run's summary (it
-// changed no device value). A device store then summarises the run (summarize).
-func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []prepared, dev *holderTable) {
+// record writes one run (len(blocks) = len(p) <= runBlocks, at least 1), keyed by its first
+// canonical, into the first place of its pair: over a run with the same key, else moving the
+// run there to the second place (with its summary: the entries' references name the pair). The
+// same run again, or a store of its first blocks only, keeps the run there and takes a device
+// store's slot hints (another holder of the same prompt: the slots are where its store found
+// the canonicals); a store on another tier leaves them and the run's summary (it changed no
+// device value). A device store then summarises the run (summarize).
+func (m *chainMemo) record(blocks []producer.StoredBlock, p []prepared, dev *holderTable) {
 	if m.runs == nil {
 		m.seed = rand.Uint64()
 		m.resize(memoMinRuns)
 	}
-	h := m.home(parent)
+	key := uint64(p[0].canon)
+	h := m.home(key)
 	pair := m.runs[h : h+2 : h+2]
 	r := &pair[0]
 	n := uint32(len(p))
 	switch {
-	case r.n == n && r.parent == parent && r.canon[n-1] == p[n-1].canon:
+	case r.n >= n && r.key == key && r.canon[n-1] == p[n-1].canon:
 		if dev != nil { // the same run again (another holder of the same prompt): it is already there
 			for k := range p {
 				if s := p[k].slot; s != noHint {
@@ -172,7 +186,7 @@ func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []pre
 			m.summarize(uint32(h), dev)
 		}
 		return
-	case r.n != 0 && r.parent != parent:
+	case r.n != 0 && r.key != key:
 		if pair[1].n == 0 {
 			m.stored++
 		}
@@ -181,7 +195,7 @@ func (m *chainMemo) record(parent uint64, blocks []producer.StoredBlock, p []pre
 	case r.n == 0:
 		m.stored++
 	}
-	r.parent, r.n = parent, n
+	r.key, r.n = key, n
 	for k := range p {
 		r.local[k] = blocks[k].TokensHash
 		r.canon[k] = p[k].canon
@@ -284,7 +298,7 @@ func (m *chainMemo) resize(n int) {
 	m.stored = 0
 	for i := range old {
 		if o := &old[i]; o.n != 0 {
-			h := m.home(o.parent)
+			h := m.home(o.key)
 			pair := m.runs[h : h+2 : h+2]
 			if pair[0].n != 0 {
 				if pair[1].n == 0 {
@@ -335,11 +349,12 @@ func hashBytes[H ~uint64](s []H) []byte {
 
 // fill sets chain[i] to the canonical hash of local[:i+1] (ckf.CanonicalRoot,
 // ckf.CanonicalChild), and hints[i] to the device slot hint of chain[i] (chainRun.slot; noHint
-// where the memo has none): from the memo's runs as long as their local hashes match the query's,
-// hashing one block where no run continues the chain and looking again after it. After more
-// than runBlocks blocks in a row without a run the rest is hashed without looking: a run lost
-// to a later store costs at most its own blocks before the next one is found, and a prompt the
-// memo does not know costs that many looks (len(chain) = len(local) >= 1).
+// where the memo has none). At each position it hashes the block (one hash) and looks for the
+// run keyed by that canonical; it takes the run for as long as the run's local hashes equal the
+// prompt's, and goes on from the first block after. Where no run starts, it looks again one
+// block on. After more than runBlocks blocks in a row without a run the rest is hashed without
+// looking: a run lost to a later store costs at most its own blocks' looks, and a prompt the memo
+// does not know costs that many looks (len(chain) = len(local) >= 1).
 //
 // It appends to spans the pieces of the chain that run summaries cover (runSummary), in
 // increasing position, and returns the result. The hints of blocks in spans are not written
@@ -349,22 +364,25 @@ func (m *chainMemo) fill(chain []ckf.CanonicalHash, hints []uint32, local []ckf.
 	n := len(local)
 	chain, hints = chain[:n], hints[:n]
 	prev := ckf.CanonicalRoot(local[0])
-	chain[0], hints[0] = prev, noHint
-	pos, misses := 1, 0
+	pos, misses := 0, 0
 	for pos < n {
 		if m.runs == nil || misses > runBlocks {
-			hashChain(chain[pos:], hints[pos:], local[pos:], prev)
+			hashChain(chain[pos:], hints[pos:], local[pos:], prev, pos)
 			break
 		}
-		// The run keyed by prev: the first place of its pair, else the second (written out
-		// here: a call would spill the loop's values).
-		i := m.home(uint64(prev))
+		c := prev // block pos's canonical: the root's, or hashed below
+		if pos > 0 {
+			c = childOf(prev, local[pos])
+		}
+		// The run keyed by c: the first place of its pair, else the second (written out here:
+		// a call would spill the loop's values).
+		i := m.home(uint64(c))
 		r := &m.runs[i]
-		if r.parent != uint64(prev) || r.n == 0 {
+		if r.key != uint64(c) || r.n == 0 {
 			i++
 			r = &m.runs[i]
 		}
-		if r.parent == uint64(prev) && r.n != 0 {
+		if r.key == uint64(c) && r.n != 0 {
 			sum := m.sums[i]
 			cnt := min(n-pos, int(r.n))
 			k := cnt
@@ -383,7 +401,8 @@ func (m *chainMemo) fill(chain []ckf.CanonicalHash, hints []uint32, local []ckf.
 				continue
 			}
 		}
-		prev = hashChain(chain[pos:pos+1], hints[pos:pos+1], local[pos:pos+1], prev)
+		chain[pos], hints[pos] = c, noHint
+		prev = c
 		pos++
 		misses++
 	}
@@ -392,29 +411,20 @@ func (m *chainMemo) fill(chain []ckf.CanonicalHash, hints []uint32, local []ckf.
 
 // follow is fill for a query given as its canonical chain: it sets hints[i] to the device slot
 // hint of chain[i] (noHint where the memo has none) and appends the spans that run summaries
-// cover, following the runs keyed by the chain's canonicals for as long as their canonicals
-// equal the chain's (one comparison of the arrays' bytes where the whole piece agrees). Where no
-// run continues the chain it looks again one block on, and after followMisses blocks in a row
-// without a run it stops looking: unlike fill, it has nothing to compute for the blocks it does
-// not follow, so a prompt the memo does not know (most often one that nobody holds) costs it
-// a few looks, not a run's worth (len(hints) = len(chain) >= 1).
+// cover, following the run keyed by each position's canonical for as long as the run's
+// canonicals equal the chain's (one comparison of the arrays' bytes where the whole piece
+// agrees). Where no run starts it looks again one block on, and after followMisses blocks in a
+// row without a run it stops looking (len(hints) = len(chain) >= 1).
 func (m *chainMemo) follow(chain []ckf.CanonicalHash, hints []uint32, spans []span) []span {
 	n := len(chain)
 	hints = hints[:n]
-	hints[0] = noHint
-	pos, misses := 1, 0
+	pos, misses := 0, 0
 	if m.runs == nil {
 		misses = followMisses // nothing to follow
 	}
 	for pos < n && misses < followMisses {
-		prev := uint64(chain[pos-1])
-		i := m.home(prev) // the pair's lookup, written out as in fill
-		r := &m.runs[i]
-		if r.parent != prev || r.n == 0 {
-			i++
-			r = &m.runs[i]
-		}
-		if r.parent == prev && r.n != 0 {
+		if i := m.find(uint64(chain[pos])); i >= 0 {
+			r := &m.runs[i]
 			cnt := min(n-pos, int(r.n))
 			k := cnt
 			if q := chain[pos : pos+cnt]; !bytes.Equal(hashBytes(r.canon[:cnt]), hashBytes(q)) {
@@ -445,20 +455,30 @@ func (m *chainMemo) follow(chain []ckf.CanonicalHash, hints []uint32, spans []sp
 	return spans
 }
 
-// followMisses is how many blocks in a row without a run follow looks at before it stops.
-const followMisses = 2
+// followMisses is how many blocks in a row without a run follow looks at before it stops: a
+// look is a lookup, and fill, which must hash those blocks anyway, looks as far.
+const followMisses = runBlocks + 1
 
-// hashChain sets chain[i] to the canonical hash of the block with local hash local[i] whose
-// parent is chain[i-1] (prev for i = 0), and hints[i] to noHint, and returns the last (prev for
-// none). Not inlined: the hash's code would crowd fill's loop, which calls it only where the
-// memo has no run.
+// childOf is ckf.CanonicalChild, not inlined: the hash's code would crowd fill's loop.
 //
 //go:noinline
-func hashChain(chain []ckf.CanonicalHash, hints []uint32, local []ckf.LocalBlockHash, prev ckf.CanonicalHash) ckf.CanonicalHash {
+func childOf(parent ckf.CanonicalHash, local ckf.LocalBlockHash) ckf.CanonicalHash {
+	return ckf.CanonicalChild(parent, local)
+}
+
+// hashChain sets chain[i] to the canonical hash of the block at position at+i, whose local hash
+// is local[i] (ckf.CanonicalRoot at position 0, else ckf.CanonicalChild of chain[i-1], or of
+// prev for i = 0), and hints[i] to noHint. Not inlined: the hash's code would crowd fill's loop.
+//
+//go:noinline
+func hashChain(chain []ckf.CanonicalHash, hints []uint32, local []ckf.LocalBlockHash, prev ckf.CanonicalHash, at int) {
 	chain, hints = chain[:len(local)], hints[:len(local)]
 	for i, l := range local {
-		prev = ckf.CanonicalChild(prev, l)
+		if at+i == 0 {
+			prev = ckf.CanonicalRoot(l)
+		} else {
+			prev = ckf.CanonicalChild(prev, l)
+		}
 		chain[i], hints[i] = prev, noHint
 	}
-	return prev
 }
