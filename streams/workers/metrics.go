@@ -69,6 +69,7 @@ type ledger struct {
 	checkpointsRejected, checkpointGaps counter
 	fetchErrors, lagCommitErrors        counter
 	lostHistoryClears                   counter
+	matchBlocks, matchSummarised        counter
 	lagRecords, newestEventMs           gauge
 	ready, restored                     gauge
 	sources, rows, checkpointBytes      gauge
@@ -96,6 +97,7 @@ func newLedger(scope tally.Scope) *ledger {
 		{&l.checkpointFailures, "checkpoint_failures_total"}, {&l.checkpointsRejected, "checkpoints_rejected_total"},
 		{&l.checkpointGaps, "checkpoint_gaps_total"}, {&l.fetchErrors, "fetch_errors_total"},
 		{&l.lagCommitErrors, "lag_commit_errors_total"}, {&l.lostHistoryClears, "lost_history_clears_total"},
+		{&l.matchBlocks, "match_blocks_total"}, {&l.matchSummarised, "match_blocks_summarised_total"},
 	} {
 		c.c.m = s.Counter(c.name)
 	}
@@ -125,6 +127,14 @@ func (l *ledger) telemetry(t workers.Telemetry) {
 	l.duplicates.add(t.DuplicateBlocks - l.lastTel.DuplicateBlocks)
 	l.cacheOwner.add(t.NotWorkerResidency - l.lastTel.NotWorkerResidency)
 	l.lastTel = t
+}
+
+// matched counts a query's device walk (workers.Result.Summarised): the positions it decided,
+// and those it passed by run summaries.
+func (l *ledger) matched(res *workers.Result) {
+	passed, walked := res.Summarised()
+	l.matchBlocks.add(uint64(walked))
+	l.matchSummarised.add(uint64(passed))
 }
 
 // reasonOf names a rejection for a log line or a dead letter.

@@ -225,6 +225,7 @@ func (r *Replica) Match(query []ckf.CanonicalHash, opt workers.Options, res *wor
 	age := r.Age()
 	sh.Match(query, opt, res)
 	r.l.matchSeconds.RecordDuration(time.Since(start))
+	r.l.matched(res)
 	return age
 }
 
@@ -239,6 +240,7 @@ func (r *Replica) MatchLocal(local []ckf.LocalBlockHash, opt workers.Options, re
 	age := r.Age()
 	sh.MatchLocal(local, opt, res, chain)
 	r.l.matchSeconds.RecordDuration(time.Since(start))
+	r.l.matched(res)
 	return age
 }
 
