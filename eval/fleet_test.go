@@ -3,7 +3,6 @@ package eval
 import (
 	"flag"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
 )
@@ -91,12 +90,7 @@ func TestFleetPinsRunningRequests(t *testing.T) {
 
 func readConversation(t *testing.T, window time.Duration) []Request {
 	t.Helper()
-	f, err := os.Open("../traces/conversation_trace.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	reqs, _, err := ReadTrace(f)
+	reqs, _, err := ReadTraceFile("../traces/conversation_trace.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}

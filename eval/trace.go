@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 )
@@ -73,6 +74,16 @@ type TraceStats struct {
 	DurationMs float64
 	// MeanInput, MeanOutput are the mean prompt and answer lengths in tokens.
 	MeanInput, MeanOutput float64
+}
+
+// ReadTraceFile is ReadTrace of the file at path.
+func ReadTraceFile(path string) ([]Request, TraceStats, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, TraceStats{}, err
+	}
+	defer f.Close()
+	return ReadTrace(f)
 }
 
 // fields are the fields a trace line must carry; others are ignored.

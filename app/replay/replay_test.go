@@ -2,7 +2,6 @@ package replay_test
 
 import (
 	"bytes"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -40,12 +39,7 @@ func (b *syncBuffer) String() string {
 
 func options(t *testing.T, from, window time.Duration) replay.Options {
 	t.Helper()
-	f, err := os.Open("../../traces/conversation_trace.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	reqs, st, err := eval.ReadTrace(f)
+	reqs, st, err := eval.ReadTraceFile("../../traces/conversation_trace.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}

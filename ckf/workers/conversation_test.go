@@ -2,7 +2,6 @@ package workers_test
 
 import (
 	"math/rand/v2"
-	"os"
 	"slices"
 	"testing"
 
@@ -22,12 +21,7 @@ import (
 // are worth on a trace whose caches turn over, against the benchmarks' fixtures, which never
 // change a stored prompt.
 func TestConversationTraceAnswers(t *testing.T) {
-	f, err := os.Open("../../traces/conversation_trace.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	reqs, _, err := eval.ReadTrace(f)
+	reqs, _, err := eval.ReadTraceFile("../../traces/conversation_trace.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
