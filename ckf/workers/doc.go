@@ -21,8 +21,10 @@
 // looks up each query block once and compares holder values; only where the value changes does
 // it intersect sets, so a prompt held by the same workers all along costs one lookup per block
 // whatever the number of workers. A memo of recent stores' chains (runs of local and canonical
-// hashes keyed by the canonical before them) lets MatchLocal find a stored prompt's chain by
-// comparing local hashes instead of hashing every block (workers §5.4).
+// hashes keyed by their first block's canonical) lets MatchLocal find a stored prompt's chain by
+// comparing local hashes instead of hashing every block, and each run's summary (the holder
+// value its leading blocks share, voided by any change to one of them) lets a walk pass the run
+// without a lookup (workers §5.4).
 //
 // Concurrency (workers §7): an Index has no internal synchronisation; one goroutine owns it and
 // both applies events and answers queries. Shared wraps an Index in a sync.RWMutex so that any

@@ -114,7 +114,7 @@ func (ix *Index) Match(query []ckf.CanonicalHash, opt Options, r *Result) {
 }
 
 // match is Match with the device slot hints of query's blocks and the spans of the chain whose
-// device holder value is known (chainMemo.fill), or neither.
+// device holder value is known (chainMemo.fill or follow), or neither.
 func (ix *Index) match(query []ckf.CanonicalHash, hints []uint32, spans []span, opt Options, r *Result) {
 	r.Matches = r.Matches[:0]
 	r.Frequencies = r.Frequencies[:0]
