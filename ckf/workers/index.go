@@ -212,8 +212,9 @@ func (ix *Index) gainAll(i uint32, t producer.StorageTier, p []prepared) {
 
 // loseAll is lose for each block of p (canonicals of source i on tier t), the counters
 // subtracted once, and a block whose only holder is source i dropped without the holder sets;
-// each entry voids the run summaries its reference names first (chainMemo.void). lose's steps are written out in the loop rather than shared through a function: one that the
-// compiler does not inline cost 19 more instructions per removed block (3.4 %, callgrind,
+// each entry voids the run summaries its reference names first (chainMemo.void). lose's steps
+// are written out in the loop rather than shared through a function: one that the compiler
+// does not inline cost 19 more instructions per removed block (3.4 %, callgrind,
 // bench/workersprof 1048576 8).
 func (ix *Index) loseAll(i uint32, t producer.StorageTier, p []prepared) {
 	tm := &ix.tiers[t]

@@ -217,9 +217,8 @@ func (m *chainMemo) record(blocks []producer.StoredBlock, p []prepared, dev *hol
 // holder value of its first block, and how many leading blocks share it, each of their entries
 // referring to place i's pair (a reference to another pair voids that pair's summaries). It also
 // corrects those blocks' slot hints, which later insertions of the same store may have moved.
-// A block dev does not hold ends the summary (a device store's own blocks are all held, so
-// this happens only for a run whose blocks were since removed by nothing in between: never in
-// practice, and harmless).
+// A block dev does not hold ends the summary: a store of the run's first blocks only (record
+// keeps the longer run) holds those, not necessarily the rest.
 //
 // The loop here takes the usual blocks only (a hint that holds the block, an entry without a
 // reference or with this one), without a call, so that it keeps its values in registers; the

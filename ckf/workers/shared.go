@@ -11,8 +11,9 @@ import (
 //
 // Contract: Apply, Clear and RemoveWorker take the write lock, Match and MatchLocal the read
 // lock, so every query sees the index between two events, never inside one; any number of
-// goroutines may query at once, each with its own *Result. Writers should come from one goroutine, in
-// event order (the index itself does not reorder or deduplicate concurrent writers).
+// goroutines may query at once, each with its own *Result. Writers should come from one
+// goroutine, in event order (the index itself does not reorder or deduplicate concurrent
+// writers).
 //
 // Why a lock and not a lock-free read path: a reader's work is a few hash lookups per query
 // block, so the read lock is held for about a microsecond; a writer waits at most that long,

@@ -218,27 +218,26 @@ func (r *Replica) DegradedSources() int { return int(r.degradedSources.Load()) }
 // Match answers query (canonical sequence hashes, ckf.SequenceHashes of the prompt's local block
 // hashes) into res under opt, and returns the replica's age as of the answer.
 func (r *Replica) Match(query []ckf.CanonicalHash, opt workers.Options, res *workers.Result) Age {
-	start := time.Now()
-	r.mu.RLock()
-	sh := r.shared
-	r.mu.RUnlock()
-	age := r.Age()
-	sh.Match(query, opt, res)
-	r.l.matchSeconds.RecordDuration(time.Since(start))
-	r.l.matched(res)
-	return age
+	return r.answer(res, func(sh *workers.Shared) { sh.Match(query, opt, res) })
 }
 
 // MatchLocal is Match on the prompt's local block hashes (workers.Index.MatchLocal: the chain is
 // read from the index's memo of stored chains where it can, and hashed where it cannot); *chain
 // receives the canonical chain unless chain is nil.
 func (r *Replica) MatchLocal(local []ckf.LocalBlockHash, opt workers.Options, res *workers.Result, chain *[]ckf.CanonicalHash) Age {
+	return r.answer(res, func(sh *workers.Shared) { sh.MatchLocal(local, opt, res, chain) })
+}
+
+// answer runs query on the index the replica serves now, into res, and returns the replica's
+// age read before it (the index searched is at least as new), timing and counting it
+// (ckf_workers_match_duration_seconds, ckf_workers_match_blocks_total and _summarised_total).
+func (r *Replica) answer(res *workers.Result, query func(*workers.Shared)) Age {
 	start := time.Now()
 	r.mu.RLock()
 	sh := r.shared
 	r.mu.RUnlock()
 	age := r.Age()
-	sh.MatchLocal(local, opt, res, chain)
+	query(sh)
 	r.l.matchSeconds.RecordDuration(time.Since(start))
 	r.l.matched(res)
 	return age
