@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/internal/prefetch"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 )
 
@@ -76,10 +77,16 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 		lin = ix.srcs[si].lin
 	}
 	tm := &ix.tiers[t]
+	n := len(d.Blocks)
 	warm := ix.worthPrefetching()
-	if warm && lin != nil {
-		for i := range d.Blocks {
-			lin.Prefetch(d.Blocks[i].BlockHash)
+	var addrs []uintptr
+	if warm {
+		addrs = ix.scratchAddrs(4 * n)
+		if lin != nil && len(lin.buckets) != 0 {
+			for i := range d.Blocks {
+				addrs[2*i], addrs[2*i+1] = lin.lines(d.Blocks[i].BlockHash)
+			}
+			prefetch.Lines(addrs[:2*n])
 		}
 	}
 	var prev ckf.CanonicalHash
@@ -95,20 +102,23 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 		ix.tel.InvalidSequences++
 		return ckf.NewEventError(ckf.EventInvalidBlockSequence, "non-zero start position without a parent")
 	}
-	p := ix.prep[:0]
-	for i := range d.Blocks {
+	p := ix.scratchPrep(n)
+	for i := range p {
 		b := &d.Blocks[i]
 		if havePrev {
 			prev = ckf.CanonicalChild(prev, b.TokensHash)
 		} else {
 			prev, havePrev = ckf.CanonicalRoot(b.TokensHash), true
 		}
-		if warm {
-			tm.PrefetchRun(uint64(prev))
-		}
-		p = append(p, prepared{ext: b.BlockHash, canon: prev, slot: noHint})
+		p[i] = prepared{ext: b.BlockHash, canon: prev, slot: noHint}
 	}
-	ix.prep = p[:0]
+	if warm && tm.live != 0 {
+		tl := addrs[2*n : 4*n]
+		for i := range p {
+			tl[2*i], tl[2*i+1] = tm.runLines(uint64(p[i].canon))
+		}
+		prefetch.Lines(tl)
+	}
 	if len(p) == 0 {
 		return nil
 	}
@@ -241,6 +251,25 @@ func (ix *Index) remapsWithin(p []prepared) bool {
 // an index that small stays in the CPU's caches, so prefetches would only cost instructions.
 const prefetchFloorBytes = 1 << 20
 
+// scratchAddrs returns n words of the apply paths' prefetch addresses (Index.addrs), growing
+// them when short. (Index fields are written only then: a write of a slice header while the
+// collector marks costs a write barrier.)
+func (ix *Index) scratchAddrs(n int) []uintptr {
+	if cap(ix.addrs) < n {
+		ix.addrs = make([]uintptr, n)
+	}
+	return ix.addrs[:n]
+}
+
+// scratchPrep returns n blocks of the apply paths' working memory (Index.prep), growing it when
+// short.
+func (ix *Index) scratchPrep(n int) []prepared {
+	if cap(ix.prep) < n {
+		ix.prep = make([]prepared, n)
+	}
+	return ix.prep[:n]
+}
+
 func (ix *Index) worthPrefetching() bool {
 	return ix.tiers[producer.StorageTierDevice].Bytes() >= prefetchFloorBytes
 }
@@ -263,27 +292,34 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 	i := uint32(si)
 	lin := ix.srcs[i].lin
 	bit := uint8(1) << t
-	warm := len(ids) > 1 && ix.worthPrefetching()
+	n := len(ids)
+	warm := n > 1 && ix.worthPrefetching()
+	var tl []uintptr
 	if warm {
-		for _, id := range ids {
-			lin.Prefetch(id)
+		addrs := ix.scratchAddrs(4 * n)
+		for k, id := range ids {
+			addrs[2*k], addrs[2*k+1] = lin.lines(id)
 		}
+		prefetch.Lines(addrs[:2*n])
+		tl = addrs[2*n : 2*n]
 	}
 	tm := &ix.tiers[t]
-	p := ix.prep[:0]
+	p := ix.scratchPrep(n)[:0]
 	for _, id := range ids {
 		at := lin.find(id)
-		var e *lineageEntry
-		if at >= 0 {
-			e = lin.at(at)
+		if at < 0 {
+			ix.tel.UnknownRemovals++
+			continue
 		}
-		if e == nil || e.tiers&bit == 0 {
+		e := lin.at(at)
+		if e.tiers&bit == 0 {
 			ix.tel.UnknownRemovals++
 			continue
 		}
 		c := e.canonical()
 		if warm {
-			tm.PrefetchRun(uint64(c))
+			a, b := tm.runLines(uint64(c))
+			tl = append(tl, a, b)
 		}
 		if e.tiers == bit {
 			lin.deleteAt(at)
@@ -292,7 +328,7 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 		}
 		p = append(p, prepared{ext: id, canon: c})
 	}
-	ix.prep = p[:0]
+	prefetch.Lines(tl)
 	ix.loseAll(i, t, p)
 	if lin.Len() == 0 {
 		ix.dropSource(i)

@@ -169,6 +169,16 @@ func (h *holderTable) PrefetchRun(k uint64) {
 	}
 }
 
+// runLines returns the addresses PrefetchRun prefetches for k (its first probe slot and the
+// slot four on), for prefetch.Lines; the table must have slots. The addresses are only hints,
+// computed from the slots' base without a bounds check (the second lies inside the tail, which
+// is at least eight slots).
+func (h *holderTable) runLines(k uint64) (uintptr, uintptr) {
+	const size = unsafe.Sizeof(holderSlot{})
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(h.slots))) + uintptr(h.home(k))*size
+	return a, a + 4*size
+}
+
 // slotOf is the index of slot s (a pointer from upsert, still valid).
 func (h *holderTable) slotOf(s *holderSlot) uint32 {
 	return uint32((uintptr(unsafe.Pointer(s)) - uintptr(unsafe.Pointer(unsafe.SliceData(h.slots)))) / unsafe.Sizeof(holderSlot{}))

@@ -105,6 +105,7 @@ type Index struct {
 	tel     Telemetry
 	prep    []prepared // the store path's working memory
 	sorted  []prepared // remapsWithin's copy of a long store
+	addrs   []uintptr  // the apply paths' cache lines to prefetch (prefetch.Lines)
 }
 
 // prepared is one block of a validated store.

@@ -61,7 +61,8 @@ const lineageWays = 3
 
 type lineageBucket struct {
 	slots [lineageWays]lineageSlot
-	_     [13]byte // to the line
+	used  uint8    // bit w: way w holds an id (its tiers are not 0, or it was just placed)
+	_     [12]byte // to the line
 }
 
 type lineageSlot struct {
@@ -105,37 +106,25 @@ func (l *lineageTable) Bytes() uint64 {
 	return uint64(len(l.buckets)) * uint64(unsafe.Sizeof(lineageBucket{}))
 }
 
-// in returns the way of bucket b that holds k, or -1. The key is compared first: it rarely
-// matches, so the branch is predicted, where testing the tiers first (about two slots of three
-// are live) is a coin toss. Written out per way, as taken is: the compiler keeps a loop over
-// three ways a loop.
+// in returns the way of bucket b that holds k, or -1. The keys are compared first: they rarely
+// match, so the branches are predicted, and an empty way (whose key bytes are 0) is excluded by
+// the used mask only when one does.
 func (b *lineageBucket) in(k uint64) int {
-	if s := &b.slots[0]; s.k() == k && s.tiers != 0 {
+	u := b.used
+	if b.slots[0].k() == k && u&1 != 0 {
 		return 0
 	}
-	if s := &b.slots[1]; s.k() == k && s.tiers != 0 {
+	if b.slots[1].k() == k && u&2 != 0 {
 		return 1
 	}
-	if s := &b.slots[2]; s.k() == k && s.tiers != 0 {
+	if b.slots[2].k() == k && u&4 != 0 {
 		return 2
 	}
 	return -1
 }
 
-// taken is bucket b's live ways as a mask (bit w: way w holds an id), computed without a branch.
-func (b *lineageBucket) taken() uint {
-	var m uint
-	if b.slots[0].tiers != 0 {
-		m |= 1
-	}
-	if b.slots[1].tiers != 0 {
-		m |= 2
-	}
-	if b.slots[2].tiers != 0 {
-		m |= 4
-	}
-	return m
-}
+// taken is bucket b's live ways as a mask (bit w: way w holds an id).
+func (b *lineageBucket) taken() uint { return uint(b.used) }
 
 // free returns the first free way of bucket b, or -1 when it is full.
 func (b *lineageBucket) free() int {
@@ -187,31 +176,69 @@ func (l *lineageTable) Prefetch(id ckf.ExternalBlockHash) {
 	}
 }
 
+// lines returns the addresses of id's two buckets, for prefetch.Lines; the table must have
+// buckets. The addresses are only hints, computed from the buckets' base without a bounds check.
+func (l *lineageTable) lines(id ckf.ExternalBlockHash) (uintptr, uintptr) {
+	b1, b2 := buckets2(uint64(id), l.seed, uint64(len(l.buckets)))
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(l.buckets)))
+	const size = unsafe.Sizeof(lineageBucket{})
+	return base + uintptr(b1)*size, base + uintptr(b2)*size
+}
+
 // upsert returns id's entry and whether it existed, inserting a new entry first when absent. A
 // new entry holds no canonical and only lineagePlaced in its tiers (so that the slot counts as
 // taken while the insertion moves others); the caller must set the whole entry, with at least
 // one tier, before the table's next operation. The pointer is valid until the next insertion of
 // a new id.
+//
+// The usual insertion, a new id with a free way in one of its buckets, is written out here
+// (lookups, the emptier bucket chosen without a branch) so that a store's lineage pass makes one
+// call per block; the table grows before the lookups, at most one id early, so that the buckets
+// computed for them stay valid for the insertion.
 func (l *lineageTable) upsert(id ckf.ExternalBlockHash) (*lineageEntry, bool) {
 	k := uint64(id)
-	var b1, b2 uint64
-	if len(l.buckets) != 0 {
-		b1, b2 = buckets2(k, l.seed, uint64(len(l.buckets)))
-	}
-	if l.live != 0 {
-		if w := l.buckets[b1].in(k); w >= 0 {
-			return &l.buckets[b1].slots[w].lineageEntry, true
-		}
-		if w := l.buckets[b2].in(k); w >= 0 {
-			return &l.buckets[b2].slots[w].lineageEntry, true
-		}
-	}
-	c := lineageSlot{lineageEntry: lineageEntry{tiers: lineagePlaced}}
-	binary.LittleEndian.PutUint64(c.key[:], k)
 	if l.live >= l.growAt {
 		l.resize(max(uint64(float64(len(l.buckets))*lineageGrowBy), uint64(len(l.buckets))+1))
-		b1, b2 = buckets2(k, l.seed, uint64(len(l.buckets)))
 	}
+	b1, b2 := buckets2(k, l.seed, uint64(len(l.buckets)))
+	x, y := &l.buckets[b1], &l.buckets[b2]
+	if w := x.in(k); w >= 0 {
+		return &x.slots[w].lineageEntry, true
+	}
+	if w := y.in(k); w >= 0 {
+		return &y.slots[w].lineageEntry, true
+	}
+	m1, m2 := x.taken(), y.taken()
+	n1, n2 := waysTaken(m1), waysTaken(m2)
+	if n1 == lineageWays && n2 == lineageWays {
+		return l.insertFull(id, b1, b2)
+	}
+	b, m := x, m1
+	if n2 < n1 {
+		b, m = y, m2
+	}
+	w := bits.TrailingZeros8(^uint8(m))
+	s := &b.slots[w]
+	*s = lineageSlot{lineageEntry: lineageEntry{tiers: lineagePlaced}}
+	binary.LittleEndian.PutUint64(s.key[:], k)
+	b.used |= 1 << w
+	l.live++
+	return &s.lineageEntry, false
+}
+
+// waysTaken is the number of bits set in a bucket's mask of live ways (taken), from a table of
+// two-bit counts.
+func waysTaken(m uint) uint {
+	const counts = 0b11_10_10_01_10_01_01_00 // counts[m] for m = 7 … 0
+	return counts >> (2 * (m & 7)) & 3
+}
+
+// insertFull is upsert's insertion of the absent id when both of its buckets (b1, b2) are full:
+// moveOne, then a random walk, growing the table should the walk not end.
+func (l *lineageTable) insertFull(id ckf.ExternalBlockHash, b1, b2 uint64) (*lineageEntry, bool) {
+	k := uint64(id)
+	c := lineageSlot{lineageEntry: lineageEntry{tiers: lineagePlaced}}
+	binary.LittleEndian.PutUint64(c.key[:], k)
 	for {
 		if s, moved := l.placeIn(&c, b1, b2); s != nil {
 			if moved { // the walk may have moved the new entry on
@@ -243,8 +270,10 @@ func (l *lineageTable) placeIn(c *lineageSlot, b1, b2 uint64) (*lineageSlot, boo
 		b, m = b2, m2
 	}
 	if m != full {
-		s := &l.buckets[b].slots[bits.TrailingZeros(^m)]
+		w := bits.TrailingZeros(^m)
+		s := &l.buckets[b].slots[w]
 		*s = *c
+		l.buckets[b].used |= 1 << w
 		l.live++
 		return s, false
 	}
@@ -281,6 +310,7 @@ func (l *lineageTable) moveOne(c *lineageSlot, b1, b2 uint64) *lineageSlot {
 			if fw := l.buckets[o].free(); fw >= 0 {
 				s := &l.buckets[b].slots[w]
 				l.buckets[o].slots[fw] = *s
+				l.buckets[o].used |= 1 << fw
 				*s = *c
 				l.live++
 				return s
@@ -317,6 +347,7 @@ func (l *lineageTable) walkFrom(c *lineageSlot, b uint64) (*lineageSlot, bool) {
 		}
 		if fw := l.buckets[b].free(); fw >= 0 {
 			l.buckets[b].slots[fw] = carried
+			l.buckets[b].used |= 1 << fw
 			l.live++
 			first := path[0]
 			return &l.buckets[first>>2].slots[first&3], true
@@ -333,12 +364,17 @@ func (l *lineageTable) walkFrom(c *lineageSlot, b uint64) (*lineageSlot, bool) {
 
 // deleteAt removes the entry in slot i (an index from find).
 func (l *lineageTable) deleteAt(i int) {
-	l.buckets[i>>2].slots[i&3] = lineageSlot{}
+	b := &l.buckets[i>>2]
+	b.slots[i&3] = lineageSlot{}
+	b.used &^= 1 << (i & 3)
 	l.live--
 	if l.live < l.shrinkAt {
-		l.resize(bucketsFor(2 * l.live))
+		l.shrink()
 	}
 }
+
+// shrink is deleteAt's resize when the table is left under lineageMinLoad full.
+func (l *lineageTable) shrink() { l.resize(bucketsFor(2 * l.live)) }
 
 // delete removes id when present.
 func (l *lineageTable) delete(id ckf.ExternalBlockHash) {
@@ -353,7 +389,7 @@ func (l *lineageTable) all() iter.Seq2[ckf.ExternalBlockHash, lineageEntry] {
 	return func(yield func(ckf.ExternalBlockHash, lineageEntry) bool) {
 		for b := range l.buckets {
 			for w := range l.buckets[b].slots {
-				if s := &l.buckets[b].slots[w]; s.tiers != 0 && !yield(ckf.ExternalBlockHash(s.k()), s.lineageEntry) {
+				if s := &l.buckets[b].slots[w]; l.buckets[b].used&(1<<w) != 0 && !yield(ckf.ExternalBlockHash(s.k()), s.lineageEntry) {
 					return
 				}
 			}
@@ -388,7 +424,7 @@ func (l *lineageTable) rehash(old []lineageBucket, n uint64) bool {
 	}
 	for b := range old {
 		for w := range old[b].slots {
-			if s := &old[b].slots[w]; s.tiers != 0 {
+			if s := &old[b].slots[w]; old[b].used&(1<<w) != 0 {
 				if at, _ := l.place(s); at == nil {
 					return false
 				}

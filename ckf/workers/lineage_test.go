@@ -90,12 +90,15 @@ func TestLineageTableMatchesMap(t *testing.T) {
 }
 
 // checkLineageBuckets fails unless every live id sits in one of its two buckets, which is
-// where find looks.
+// where find looks, and each bucket's used mask names exactly its ways with tiers.
 func checkLineageBuckets(t interface{ Fatalf(string, ...any) }, l *lineageTable) {
 	n := uint64(len(l.buckets))
 	for b := range l.buckets {
 		for w := range l.buckets[b].slots {
 			s := &l.buckets[b].slots[w]
+			if used := l.buckets[b].used&(1<<w) != 0; used != (s.tiers != 0) {
+				t.Fatalf("bucket %d way %d: used %v, tiers %#x", b, w, used, s.tiers)
+			}
 			if s.tiers == 0 {
 				continue
 			}
