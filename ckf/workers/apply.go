@@ -63,13 +63,14 @@ func (ix *Index) Apply(ev producer.RouterEvent) error {
 
 // store is workers §3.2: validate every block against the source's lineage, then commit.
 //
-// Cost: with the index larger than the caches (prefetchFloorBytes), the event's canonical
-// chain is computed first and every block's lineage slot and tier-map slot are prefetched, so
-// that the event's cache misses overlap instead of arriving one block at a time (as
-// ckf/producer's store path does). A known source's lineage is then validated and written in
-// one pass, one probe per block (an upsert that checks the id's canonical), and undone should a
-// block turn out to remap an id (rollbackStore): a store is rejected rarely, so it pays for a
-// second pass then rather than every store paying for a separate validating lookup.
+// Cost: with the index larger than the caches (prefetchFloorBytes), the lines of every block's
+// two lineage buckets are prefetched first (one prefetch.Lines call), then the event's canonical
+// chain is computed and the tier-map lines of every canonical prefetched, so that the event's
+// cache misses overlap instead of arriving one block at a time (as ckf/producer's store path
+// does). A known source's lineage is then validated and written in one pass, one probe per
+// block (lineageTable.gainTier, which checks each id's canonical), and undone should a block turn
+// out to remap an id (rollbackStore): a store is rejected rarely, so it pays for a second pass
+// then rather than every store paying for a separate validating lookup.
 func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.StoreData) error {
 	si := ix.sourceOf(key)
 	var lin *lineageTable
@@ -126,28 +127,10 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	var i uint32
 	if si >= 0 {
 		i = uint32(si)
-		// One pass: each id's slot is found or made, and checked against its canonical. An id
-		// that appears twice in this store meets its own earlier slot, so a repeat at another
-		// canonical is caught as a remap too (a repeat at the same canonical, a chain that
-		// repeats a hash, is a duplicate).
-		for k := range p {
-			q := &p[k]
-			e, existed := lin.upsert(q.ext)
-			switch {
-			case !existed:
-				*e = newLineageEntry(q.canon)
-				e.tiers = bit
-				q.did = didCreate
-			case e.canonical() != q.canon:
-				ix.rollbackStore(lin, p[:k], bit)
-				ix.tel.InvalidSequences++
-				return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id remapped to a different chain")
-			case e.tiers&bit != 0:
-				q.did = didNothing
-			default:
-				e.tiers |= bit
-				q.did = didAddTier
-			}
+		if k := lin.gainTier(p, bit); k >= 0 {
+			ix.rollbackStore(lin, p[:k], bit)
+			ix.tel.InvalidSequences++
+			return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id remapped to a different chain")
 		}
 	} else {
 		// A new source has no lineage to contradict: only the store itself can remap an id.
@@ -160,17 +143,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 			return err
 		}
 		lin = ix.srcs[i].lin
-		for k := range p {
-			q := &p[k]
-			e, existed := lin.upsert(q.ext)
-			if existed { // the same id earlier in this store, at the same canonical
-				q.did = didNothing
-				continue
-			}
-			*e = newLineageEntry(q.canon)
-			e.tiers = bit
-			q.did = didCreate
-		}
+		lin.gainTier(p, bit) // a repeated id is at the same canonical (remapsWithin): a duplicate
 	}
 	// Mutation of the tier map starts here; the lineage is final.
 	ix.gainAll(i, t, p)
@@ -275,11 +248,11 @@ func (ix *Index) worthPrefetching() bool {
 }
 
 // remove is workers §3.4: each id in order; an id the source does not hold on t is counted.
-// A first pass looks every id up (with a large index, after prefetching every id's lineage slot),
-// takes tier t off its lineage entry at once (deleting an entry left with no tier while its slot
-// is still in the cache) and prefetches the tier-map slot of each canonical found; the second
-// pass changes the tier map. The same id twice in one event finds its entry gone or without
-// the tier the second time: unknown then, as when removed one at a time.
+// A first pass (lineageTable.takeTier; with a large index, after prefetching every id's two
+// lineage buckets) takes tier t off each id's lineage entry, deleting an entry left with no tier
+// while its line is still in the cache; the tier-map lines of the canonicals it found are then
+// prefetched, and loseAll changes the tier map. The same id twice in one event finds its entry
+// gone or without the tier the second time: unknown then, as when removed one at a time.
 func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.ExternalBlockHash) {
 	si := ix.sourceOf(key)
 	if si < 0 {
@@ -294,41 +267,24 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 	bit := uint8(1) << t
 	n := len(ids)
 	warm := n > 1 && ix.worthPrefetching()
-	var tl []uintptr
+	var addrs []uintptr
 	if warm {
-		addrs := ix.scratchAddrs(4 * n)
+		addrs = ix.scratchAddrs(4 * n)
 		for k, id := range ids {
 			addrs[2*k], addrs[2*k+1] = lin.lines(id)
 		}
 		prefetch.Lines(addrs[:2*n])
-		tl = addrs[2*n : 2*n]
 	}
-	tm := &ix.tiers[t]
-	p := ix.scratchPrep(n)[:0]
-	for _, id := range ids {
-		at := lin.find(id)
-		if at < 0 {
-			ix.tel.UnknownRemovals++
-			continue
+	p, unknown := lin.takeTier(ids, bit, ix.scratchPrep(n)[:0])
+	ix.tel.UnknownRemovals += uint64(unknown)
+	if warm && len(p) > 0 {
+		tm := &ix.tiers[t]
+		tl := addrs[2*n : 2*n+2*len(p)]
+		for k := range p {
+			tl[2*k], tl[2*k+1] = tm.runLines(uint64(p[k].canon))
 		}
-		e := lin.at(at)
-		if e.tiers&bit == 0 {
-			ix.tel.UnknownRemovals++
-			continue
-		}
-		c := e.canonical()
-		if warm {
-			a, b := tm.runLines(uint64(c))
-			tl = append(tl, a, b)
-		}
-		if e.tiers == bit {
-			lin.deleteAt(at)
-		} else {
-			e.tiers &^= bit
-		}
-		p = append(p, prepared{ext: id, canon: c})
+		prefetch.Lines(tl)
 	}
-	prefetch.Lines(tl)
 	ix.loseAll(i, t, p)
 	if lin.Len() == 0 {
 		ix.dropSource(i)

@@ -16,9 +16,11 @@ import (
 // hash table of 64-byte buckets (one cache line each) of lineageWays slots, specialised to this
 // one use (workers §8):
 //
-//   - a slot is the id's eight bytes and the entry's nine (17 bytes, no padding), and a live
-//     entry always holds at least one tier (workers §2.1), so tiers 0 marks an empty slot and
-//     every 64-bit id, 0 included, is an ordinary key;
+//   - a slot is the id's eight bytes and the entry's nine (17 bytes, no padding); a bucket's
+//     used mask (in the line's padding) names its live slots, so that a lookup tests a way's
+//     liveness only when its key matches (an empty slot's key bytes are 0) and an insertion
+//     finds the free ways in one load, and every 64-bit id, 0 included, is an ordinary key. A
+//     live entry always holds at least one tier (workers §2.1), so its tiers are not 0 either;
 //   - an id has two buckets (buckets2: its mixed hash, and the hash turned by half its width,
 //     each scaled to the bucket count) and sits in one of them, so a lookup reads at most two
 //     lines, and a store or removal prefetches both before it needs them. The Robin Hood table
@@ -72,7 +74,7 @@ type lineageSlot struct {
 
 func (s *lineageSlot) k() uint64 { return binary.LittleEndian.Uint64(s.key[:]) }
 
-// lineagePlaced marks a slot upsert has just taken (no storage tier's bit: producer.StorageTier
+// lineagePlaced marks a slot insertFull has just taken (no storage tier's bit: producer.StorageTier
 // has four values).
 const lineagePlaced = 0x80
 
@@ -185,45 +187,108 @@ func (l *lineageTable) lines(id ckf.ExternalBlockHash) (uintptr, uintptr) {
 	return base + uintptr(b1)*size, base + uintptr(b2)*size
 }
 
-// upsert returns id's entry and whether it existed, inserting a new entry first when absent. A
-// new entry holds no canonical and only lineagePlaced in its tiers (so that the slot counts as
-// taken while the insertion moves others); the caller must set the whole entry, with at least
-// one tier, before the table's next operation. The pointer is valid until the next insertion of
-// a new id.
+// gainTier is a store's lineage pass (workers §3.2) over p, the store's blocks on the tier of
+// bit: each id's entry is found or made, and checked against the block's canonical. It sets each
+// block's did (didCreate, didAddTier or didNothing) and returns -1, or the index of the first
+// block whose id the source maps to another canonical: the blocks before it are done (for
+// rollbackStore), it and the rest untouched. An id that appears twice in p meets its own
+// earlier entry, so a repeat at another canonical is a remap too and one at the same canonical
+// a duplicate.
 //
-// The usual insertion, a new id with a free way in one of its buckets, is written out here
-// (lookups, the emptier bucket chosen without a branch) so that a store's lineage pass makes one
-// call per block; the table grows before the lookups, at most one id early, so that the buckets
-// computed for them stay valid for the insertion.
-func (l *lineageTable) upsert(id ckf.ExternalBlockHash) (*lineageEntry, bool) {
-	k := uint64(id)
-	if l.live >= l.growAt {
-		l.resize(max(uint64(float64(len(l.buckets))*lineageGrowBy), uint64(len(l.buckets))+1))
+// The table grows first, as far as p needs should every id be new, so that the loop keeps the
+// buckets in registers; only an insertion whose buckets are both full calls out (insertFull,
+// which can grow the table again).
+func (l *lineageTable) gainTier(p []prepared, bit uint8) int {
+	if l.live+len(p) > l.growAt {
+		l.resize(max(uint64(float64(len(l.buckets))*lineageGrowBy), bucketsFor(l.live+len(p))))
 	}
-	b1, b2 := buckets2(k, l.seed, uint64(len(l.buckets)))
-	x, y := &l.buckets[b1], &l.buckets[b2]
-	if w := x.in(k); w >= 0 {
-		return &x.slots[w].lineageEntry, true
+	buckets, seed := l.buckets, l.seed
+	for k := range p {
+		q := &p[k]
+		key := uint64(q.ext)
+		b1, b2 := buckets2(key, seed, uint64(len(buckets)))
+		x, y := &buckets[b1], &buckets[b2]
+		w := x.in(key)
+		if w < 0 {
+			x, w = y, y.in(key)
+		}
+		if w >= 0 {
+			s := &x.slots[w]
+			switch {
+			case s.canonical() != q.canon:
+				return k
+			case s.tiers&bit != 0:
+				q.did = didNothing
+			default:
+				s.tiers |= bit
+				q.did = didAddTier
+			}
+			continue
+		}
+		q.did = didCreate
+		x = &buckets[b1]
+		m1, m2 := x.taken(), y.taken()
+		n1, n2 := waysTaken(m1), waysTaken(m2)
+		if n1 == lineageWays && n2 == lineageWays {
+			e := l.insertFull(q.ext, b1, b2)
+			*e = newLineageEntry(q.canon)
+			e.tiers = bit
+			buckets = l.buckets
+			continue
+		}
+		b, m := x, m1
+		if n2 < n1 {
+			b, m = y, m2
+		}
+		w = bits.TrailingZeros8(^uint8(m))
+		s := &b.slots[w]
+		binary.LittleEndian.PutUint64(s.key[:], key)
+		s.lineageEntry = newLineageEntry(q.canon)
+		s.tiers = bit
+		b.used |= 1 << w
+		l.live++
 	}
-	if w := y.in(k); w >= 0 {
-		return &y.slots[w].lineageEntry, true
+	return -1
+}
+
+// takeTier is a removal's lineage pass (workers §3.4): tier bit is taken off each id of ids
+// that holds it, an id left with no tier is deleted, and the id and its canonical appended to
+// p. It returns p and the number of ids that did not hold the tier (unknown removals). The same
+// id twice finds its entry gone or without the tier the second time. A table left under
+// lineageMinLoad full shrinks once, after the loop.
+func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prepared) ([]prepared, int) {
+	buckets, seed := l.buckets, l.seed
+	if len(buckets) == 0 {
+		return p, len(ids)
 	}
-	m1, m2 := x.taken(), y.taken()
-	n1, n2 := waysTaken(m1), waysTaken(m2)
-	if n1 == lineageWays && n2 == lineageWays {
-		return l.insertFull(id, b1, b2)
+	unknown := 0
+	for _, id := range ids {
+		key := uint64(id)
+		b1, b2 := buckets2(key, seed, uint64(len(buckets)))
+		b := &buckets[b1]
+		w := b.in(key)
+		if w < 0 {
+			b = &buckets[b2]
+			w = b.in(key)
+		}
+		if w < 0 || b.slots[w].tiers&bit == 0 {
+			unknown++
+			continue
+		}
+		s := &b.slots[w]
+		p = append(p, prepared{ext: id, canon: s.canonical()})
+		if s.tiers != bit {
+			s.tiers &^= bit
+			continue
+		}
+		*s = lineageSlot{}
+		b.used &^= 1 << w
+		l.live--
 	}
-	b, m := x, m1
-	if n2 < n1 {
-		b, m = y, m2
+	if l.live < l.shrinkAt {
+		l.shrink()
 	}
-	w := bits.TrailingZeros8(^uint8(m))
-	s := &b.slots[w]
-	*s = lineageSlot{lineageEntry: lineageEntry{tiers: lineagePlaced}}
-	binary.LittleEndian.PutUint64(s.key[:], k)
-	b.used |= 1 << w
-	l.live++
-	return &s.lineageEntry, false
+	return p, unknown
 }
 
 // waysTaken is the number of bits set in a bucket's mask of live ways (taken), from a table of
@@ -233,18 +298,19 @@ func waysTaken(m uint) uint {
 	return counts >> (2 * (m & 7)) & 3
 }
 
-// insertFull is upsert's insertion of the absent id when both of its buckets (b1, b2) are full:
-// moveOne, then a random walk, growing the table should the walk not end.
-func (l *lineageTable) insertFull(id ckf.ExternalBlockHash, b1, b2 uint64) (*lineageEntry, bool) {
+// insertFull is gainTier's insertion of the absent id when both of its buckets (b1, b2) are
+// full: moveOne, then a random walk, growing the table should the walk not end. The new entry
+// holds no canonical and only lineagePlaced in its tiers; the caller sets it.
+func (l *lineageTable) insertFull(id ckf.ExternalBlockHash, b1, b2 uint64) *lineageEntry {
 	k := uint64(id)
 	c := lineageSlot{lineageEntry: lineageEntry{tiers: lineagePlaced}}
 	binary.LittleEndian.PutUint64(c.key[:], k)
 	for {
 		if s, moved := l.placeIn(&c, b1, b2); s != nil {
 			if moved { // the walk may have moved the new entry on
-				return l.lookup(id), false
+				return l.lookup(id)
 			}
-			return &s.lineageEntry, false
+			return &s.lineageEntry
 		}
 		l.resize(max(uint64(float64(len(l.buckets))*lineageGrowBy), uint64(len(l.buckets))+1))
 		b1, b2 = buckets2(k, l.seed, uint64(len(l.buckets)))

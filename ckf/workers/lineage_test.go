@@ -8,8 +8,9 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
-// TestLineageTableMatchesMap: random upserts, tier changes and deletions (ids from a small range,
-// 0 included, so that they collide, runs form and the table grows and shrinks) leave a
+// TestLineageTableMatchesMap: random stores (gainTier, remaps included), tier removals (takeTier,
+// and find with deleteAt) and deletions (ids from a small range, 0 included, so that they
+// collide, runs form and the table grows and shrinks) leave a
 // lineageTable with a Go map's contents (by find, lookup and all, present and absent ids), and
 // every id in one of its two buckets (checkLineageBuckets).
 func TestLineageTableMatchesMap(t *testing.T) {
@@ -21,18 +22,40 @@ func TestLineageTableMatchesMap(t *testing.T) {
 		for step := range steps {
 			k := rapid.Uint64Range(0, keyRange).Draw(t, "k") * 0x5851F42D4C957F2D // spread, 0 stays 0
 			id := ckf.ExternalBlockHash(k)
-			switch rapid.IntRange(0, 3).Draw(t, "op") {
-			case 0, 1: // upsert: a new id gets a canonical and a tier, a present one another tier
+			switch rapid.IntRange(0, 4).Draw(t, "op") {
+			case 0, 1: // a store: a new id gets a canonical and a tier, a present one another tier
 				bit := uint8(1) << rapid.IntRange(0, TierCount-1).Draw(t, "tier")
-				e, existed := l.upsert(id)
-				if _, ok := want[k]; ok != existed {
-					t.Fatalf("step %d: upsert(%#x) existed %v, map %v", step, k, existed, ok)
+				canon := ckf.CanonicalHash(k ^ 0xABCD)
+				if rapid.IntRange(0, 7).Draw(t, "remap") == 0 {
+					canon++ // another canonical: a remap when the id is there
 				}
-				if !existed {
-					*e = newLineageEntry(ckf.CanonicalHash(k ^ 0xABCD))
+				w, ok := want[k]
+				p := []prepared{{ext: id, canon: canon}}
+				remap := l.gainTier(p, bit)
+				switch {
+				case ok && w.canonical() != canon:
+					if remap != 0 {
+						t.Fatalf("step %d: gainTier(%#x) remapped the id without saying so", step, k)
+					}
+					continue
+				case remap >= 0:
+					t.Fatalf("step %d: gainTier(%#x) reports a remap at %d", step, k, remap)
+				case !ok:
+					if p[0].did != didCreate {
+						t.Fatalf("step %d: gainTier(%#x) of a new id did %d", step, k, p[0].did)
+					}
+					w = newLineageEntry(canon)
+				case w.tiers&bit != 0:
+					if p[0].did != didNothing {
+						t.Fatalf("step %d: gainTier(%#x) of a held tier did %d", step, k, p[0].did)
+					}
+				default:
+					if p[0].did != didAddTier {
+						t.Fatalf("step %d: gainTier(%#x) of another tier did %d", step, k, p[0].did)
+					}
 				}
-				e.tiers |= bit
-				want[k] = *e
+				w.tiers |= bit
+				want[k] = w
 			case 2: // take one tier off, deleting the id when none is left (the removal path)
 				at := l.find(id)
 				w, ok := want[k]
@@ -50,6 +73,28 @@ func TestLineageTableMatchesMap(t *testing.T) {
 				} else {
 					e.tiers &^= low
 					w.tiers &^= low
+					want[k] = w
+				}
+			case 3: // a removal's pass over the id, once or twice, on one tier
+				bit := uint8(1) << rapid.IntRange(0, TierCount-1).Draw(t, "tier")
+				ids := []ckf.ExternalBlockHash{id}
+				if rapid.Bool().Draw(t, "twice") {
+					ids = append(ids, id)
+				}
+				p, unknown := l.takeTier(ids, bit, nil)
+				w, ok := want[k]
+				if !ok || w.tiers&bit == 0 {
+					if len(p) != 0 || unknown != len(ids) {
+						t.Fatalf("step %d: takeTier(%#x) of an unheld tier: %v, %d unknown", step, k, p, unknown)
+					}
+					continue
+				}
+				if len(p) != 1 || p[0].ext != id || p[0].canon != w.canonical() || unknown != len(ids)-1 {
+					t.Fatalf("step %d: takeTier(%#x) = %v, %d unknown; want its canonical %#x", step, k, p, unknown, uint64(w.canonical()))
+				}
+				if w.tiers &^= bit; w.tiers == 0 {
+					delete(want, k)
+				} else {
 					want[k] = w
 				}
 			default:
@@ -111,8 +156,8 @@ func checkLineageBuckets(t interface{ Fatalf(string, ...any) }, l *lineageTable)
 
 // TestLineageFullWalkUndoes: an insertion into a table whose every slot is taken finds no free
 // way by moving one entry (moveOne) nor by its random walk; the walk is undone, so the table
-// holds exactly what it held, each id in one of its buckets, and upsert then grows the table and
-// inserts.
+// holds exactly what it held, each id in one of its buckets, and insertFull (gainTier's insertion
+// when both buckets are full) then grows the table and inserts.
 func TestLineageFullWalkUndoes(t *testing.T) {
 	var l lineageTable
 	l.resize(2)
@@ -137,14 +182,12 @@ func TestLineageFullWalkUndoes(t *testing.T) {
 		t.Fatalf("a failed walk changed the table")
 	}
 	checkLineageBuckets(t, &l)
-	e, existed := l.upsert(0xEE)
-	if existed || e == nil {
-		t.Fatalf("upsert after a failed walk: %v %v", e, existed)
-	}
+	b1, b2 := buckets2(0xEE, l.seed, uint64(len(l.buckets)))
+	e := l.insertFull(0xEE, b1, b2)
 	*e = newLineageEntry(999)
 	e.tiers = 1
 	if len(l.buckets) <= 2 || l.Len() != 2*lineageWays+1 || l.lookup(0xEE) == nil {
-		t.Fatalf("upsert did not grow and insert: %d buckets, %d ids", len(l.buckets), l.Len())
+		t.Fatalf("insertFull did not grow and insert: %d buckets, %d ids", len(l.buckets), l.Len())
 	}
 	checkLineageBuckets(t, &l)
 }
