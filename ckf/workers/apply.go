@@ -69,7 +69,7 @@ func (ix *Index) Apply(ev producer.RouterEvent) error {
 // cache misses overlap instead of arriving one block at a time (as ckf/producer's store path
 // does). A known source's lineage is then validated and written in one pass, one probe per
 // block (lineageTable.gainTier, which checks each id's canonical), and undone should a block turn
-// out to remap an id (rollbackStore): a store is rejected rarely, so it pays for a second pass
+// out to remap an id (lineageTable.rollback): a store is rejected rarely, so it pays for a second pass
 // then rather than every store paying for a separate validating lookup.
 func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.StoreData) error {
 	si := ix.sourceOf(key)
@@ -127,8 +127,8 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	var i uint32
 	if si >= 0 {
 		i = uint32(si)
-		if k := lin.gainTier(p, bit); k >= 0 {
-			ix.rollbackStore(lin, p[:k], bit)
+		if lin.gainTier(p, bit) >= 0 {
+			lin.rollback(p, bit)
 			ix.tel.InvalidSequences++
 			return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id remapped to a different chain")
 		}
@@ -156,26 +156,12 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 }
 
 // What the lineage pass of a store did to one block's slot (prepared.did), for the tier-map
-// pass and for rollbackStore.
+// pass and for lineageTable.rollback.
 const (
 	didNothing uint8 = iota // the id already held the tier: a duplicate
 	didCreate               // a new slot
 	didAddTier              // the tier added to an existing slot
 )
-
-// rollbackStore undoes the lineage pass over done (the blocks before the one that remapped an
-// id), last first, so that the rejected store leaves the lineage as it found it. Slots move as
-// others are inserted, so each is found again by its id.
-func (ix *Index) rollbackStore(lin *lineageTable, done []prepared, bit uint8) {
-	for k := len(done) - 1; k >= 0; k-- {
-		switch q := &done[k]; q.did {
-		case didCreate:
-			lin.delete(q.ext)
-		case didAddTier:
-			lin.lookup(q.ext).tiers &^= bit
-		}
-	}
-}
 
 // scanLimit is the store length up to which remapsWithin compares every pair (at most 496
 // comparisons of registers); longer stores sort a copy instead (n log n).

@@ -188,16 +188,19 @@ func (l *lineageTable) lines(id ckf.ExternalBlockHash) (uintptr, uintptr) {
 }
 
 // gainTier is a store's lineage pass (workers §3.2) over p, the store's blocks on the tier of
-// bit: each id's entry is found or made, and checked against the block's canonical. It sets each
-// block's did (didCreate, didAddTier or didNothing) and returns -1, or the index of the first
-// block whose id the source maps to another canonical: the blocks before it are done (for
-// rollbackStore), it and the rest untouched. An id that appears twice in p meets its own
-// earlier entry, so a repeat at another canonical is a remap too and one at the same canonical
-// a duplicate.
+// bit: each id's entry is found or made, and checked against the block's canonical. Each
+// block's did must be didNothing on entry; gainTier sets it to what it did (didCreate,
+// didAddTier, or didNothing for a duplicate). It returns -1, or the index of the first block
+// whose id the source maps to another canonical: the pass stopped there, and the blocks' did
+// fields name exactly what was done (the blocks from that one on keep didNothing), so that
+// rollback over all of p undoes it. An id that appears twice in p meets its own earlier entry,
+// so a repeat at another canonical is a remap too and one at the same canonical a duplicate.
 //
 // The table grows first, as far as p needs should every id be new, so that the loop keeps the
 // buckets in registers; only an insertion whose buckets are both full calls out (insertFull,
-// which can grow the table again).
+// which can grow the table again). Deferring those insertions to the end of the loop, with the
+// lines moveOne reads prefetched when they are met, was measured and not kept (performance
+// §9.1).
 func (l *lineageTable) gainTier(p []prepared, bit uint8) int {
 	if l.live+len(p) > l.growAt {
 		l.resize(max(uint64(float64(len(l.buckets))*lineageGrowBy), bucketsFor(l.live+len(p))))
@@ -213,15 +216,8 @@ func (l *lineageTable) gainTier(p []prepared, bit uint8) int {
 			x, w = y, y.in(key)
 		}
 		if w >= 0 {
-			s := &x.slots[w]
-			switch {
-			case s.canonical() != q.canon:
+			if !x.slots[w].gain(q, bit) {
 				return k
-			case s.tiers&bit != 0:
-				q.did = didNothing
-			default:
-				s.tiers |= bit
-				q.did = didAddTier
 			}
 			continue
 		}
@@ -249,6 +245,34 @@ func (l *lineageTable) gainTier(p []prepared, bit uint8) int {
 		l.live++
 	}
 	return -1
+}
+
+// gain is gainTier's step for an id found in slot s: false when the id maps to another
+// canonical than q's (a remap; nothing done), else the tier added (didAddTier) or already there
+// (didNothing).
+func (s *lineageSlot) gain(q *prepared, bit uint8) bool {
+	switch {
+	case s.canonical() != q.canon:
+		return false
+	case s.tiers&bit == 0:
+		s.tiers |= bit
+		q.did = didAddTier
+	}
+	return true
+}
+
+// rollback undoes gainTier's pass over p (a store's blocks, whose did fields name what the
+// pass did to each), last first, so that a rejected store leaves the lineage as it found it.
+// Slots move as others are inserted, so each is found again by its id.
+func (l *lineageTable) rollback(p []prepared, bit uint8) {
+	for k := len(p) - 1; k >= 0; k-- {
+		switch q := &p[k]; q.did {
+		case didCreate:
+			l.delete(q.ext)
+		case didAddTier:
+			l.lookup(q.ext).tiers &^= bit
+		}
+	}
 }
 
 // takeTier is a removal's lineage pass (workers §3.4): tier bit is taken off each id of ids

@@ -1,6 +1,8 @@
 package workers
 
 import (
+	"maps"
+	"math"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -131,6 +133,94 @@ func TestLineageTableMatchesMap(t *testing.T) {
 		if none.find(1) != -1 || none.lookup(1) != nil || none.Bytes() != 0 {
 			t.Fatalf("a nil table is not empty")
 		}
+	})
+}
+
+// TestLineageStoreRollsBack: a store's pass (gainTier) over random blocks, ids repeated within
+// the store and remapped now and then, into a table already holding some of them (ids from a
+// small range; in a dense table, most buckets full, so that insertions go through insertFull),
+// either
+// leaves the table as a map applying the blocks in order would, each block's did saying what
+// was done, or, when a block remaps an id, reports one and, rolled back, leaves the table as it
+// was.
+func TestLineageStoreRollsBack(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var l lineageTable
+		canonOf := func(k uint64) ckf.CanonicalHash { return ckf.CanonicalHash(k ^ 0x5EED) }
+		keyOf := func(x uint64) uint64 { return x * 0x5851F42D4C957F2D }
+		keyRange := rapid.SampledFrom([]uint64{8, 32, 128}).Draw(t, "range")
+		before := map[uint64]lineageEntry{}
+		hold := func(k uint64) {
+			bit := uint8(1) << rapid.IntRange(0, TierCount-1).Draw(t, "held tier")
+			l.gainTier([]prepared{{ext: ckf.ExternalBlockHash(k), canon: canonOf(k)}}, bit)
+			e := before[k]
+			if e.tiers == 0 {
+				e = newLineageEntry(canonOf(k))
+			}
+			e.tiers |= bit
+			before[k] = e
+		}
+		for range rapid.IntRange(0, int(keyRange)).Draw(t, "held") {
+			hold(keyOf(rapid.Uint64Range(0, keyRange).Draw(t, "held id")))
+		}
+		if rapid.Bool().Draw(t, "dense") && len(l.buckets) > 0 {
+			// Past the growth point, filled on to nine tenths, so that most buckets are full: the
+			// store's new ids then mostly go through insertFull.
+			for x := uint64(0); l.live*10 < 9*lineageWays*len(l.buckets) && x < 8*keyRange; x++ {
+				l.growAt = lineageWays * len(l.buckets) // resize sets it back
+				hold(keyOf(x))
+			}
+			l.growAt = math.MaxInt // the store's pass does not grow first
+		}
+		bit := uint8(1) << rapid.IntRange(0, TierCount-1).Draw(t, "tier")
+		p := make([]prepared, rapid.IntRange(1, 48).Draw(t, "blocks"))
+		storeRange := rapid.SampledFrom([]uint64{4, keyRange, 4 * keyRange}).Draw(t, "store range")
+		want := maps.Clone(before)
+		wantDid := make([]uint8, len(p))
+		remap := false
+		for k := range p {
+			x := keyOf(rapid.Uint64Range(0, storeRange).Draw(t, "id"))
+			c := canonOf(x)
+			if rapid.IntRange(0, 15).Draw(t, "remap") == 0 {
+				c++
+			}
+			p[k] = prepared{ext: ckf.ExternalBlockHash(x), canon: c, slot: noHint}
+			e, ok := want[x]
+			switch {
+			case ok && e.canonical() != c:
+				remap = true
+			case !ok:
+				e = newLineageEntry(c)
+				e.tiers, wantDid[k] = bit, didCreate
+			case e.tiers&bit == 0:
+				e.tiers |= bit
+				wantDid[k] = didAddTier
+			}
+			want[x] = e
+		}
+		got := l.gainTier(p, bit)
+		if (got >= 0) != remap {
+			t.Fatalf("gainTier = %d, a remap in the store: %v", got, remap)
+		}
+		if remap {
+			l.rollback(p, bit)
+			want = before
+		} else {
+			for k := range p {
+				if p[k].did != wantDid[k] {
+					t.Fatalf("block %d (%#x): did %d, want %d", k, uint64(p[k].ext), p[k].did, wantDid[k])
+				}
+			}
+		}
+		if l.Len() != len(want) {
+			t.Fatalf("Len %d, want %d", l.Len(), len(want))
+		}
+		for id, e := range l.all() {
+			if want[uint64(id)] != e {
+				t.Fatalf("%#x = %+v, want %+v", uint64(id), e, want[uint64(id)])
+			}
+		}
+		checkLineageBuckets(t, &l)
 	})
 }
 
