@@ -156,23 +156,11 @@ func (h *holderTable) prefetchHinted(query []ckf.CanonicalHash, hints []uint32, 
 	h.Prefetch(uint64(query[pos]))
 }
 
-// PrefetchRun starts loading the cache lines of k's first probe slot and of the slot four on
-// (the next line: four slots fill a line): for an insertion or a deletion, which read and move
-// the run past k's slot, at 0.71 full about six slots (performance §9.1).
-func (h *holderTable) PrefetchRun(k uint64) {
-	if h.live != 0 {
-		i := h.home(k)
-		prefetch.Line(unsafe.Pointer(&h.slots[i]))
-		if i+4 < uint64(len(h.slots)) {
-			prefetch.Line(unsafe.Pointer(&h.slots[i+4]))
-		}
-	}
-}
-
-// runLines returns the addresses PrefetchRun prefetches for k (its first probe slot and the
-// slot four on), for prefetch.Lines; the table must have slots. The addresses are only hints,
-// computed from the slots' base without a bounds check (the second lies inside the tail, which
-// is at least eight slots).
+// runLines returns the addresses of the cache lines of k's first probe slot and of the slot
+// four on (the next line: four slots fill a line), for prefetch.Lines: an insertion or a
+// deletion reads and moves the run past k's slot, at 0.71 full about six slots (performance
+// §9.1). The table must have slots. The addresses are only hints, computed from the slots' base
+// without a bounds check (the second lies inside the tail, which is at least eight slots).
 func (h *holderTable) runLines(k uint64) (uintptr, uintptr) {
 	const size = unsafe.Sizeof(holderSlot{})
 	a := uintptr(unsafe.Pointer(unsafe.SliceData(h.slots))) + uintptr(h.home(k))*size

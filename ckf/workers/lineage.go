@@ -169,15 +169,6 @@ func (l *lineageTable) lookup(id ckf.ExternalBlockHash) *lineageEntry {
 	return nil
 }
 
-// Prefetch starts loading the cache lines of id's two buckets.
-func (l *lineageTable) Prefetch(id ckf.ExternalBlockHash) {
-	if l.live != 0 {
-		b1, b2 := buckets2(uint64(id), l.seed, uint64(len(l.buckets)))
-		prefetch.Line(unsafe.Pointer(&l.buckets[b1]))
-		prefetch.Line(unsafe.Pointer(&l.buckets[b2]))
-	}
-}
-
 // lines returns the addresses of id's two buckets, for prefetch.Lines; the table must have
 // buckets. The addresses are only hints, computed from the buckets' base without a bounds check.
 func (l *lineageTable) lines(id ckf.ExternalBlockHash) (uintptr, uintptr) {
@@ -379,7 +370,9 @@ func (l *lineageTable) placeIn(c *lineageSlot, b1, b2 uint64) (*lineageSlot, boo
 // for each of its steps in turn. nil when all six are full.
 func (l *lineageTable) moveOne(c *lineageSlot, b1, b2 uint64) *lineageSlot {
 	n := uint64(len(l.buckets))
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(l.buckets)))
 	var other [2 * lineageWays]uint64
+	var addrs [2 * lineageWays]uintptr
 	for j, b := range [2]uint64{b1, b2} {
 		for w := range lineageWays {
 			x1, x2 := buckets2(l.buckets[b].slots[w].k(), l.seed, n)
@@ -388,9 +381,10 @@ func (l *lineageTable) moveOne(c *lineageSlot, b1, b2 uint64) *lineageSlot {
 				o = x2
 			}
 			other[j*lineageWays+w] = o
-			prefetch.Line(unsafe.Pointer(&l.buckets[o]))
+			addrs[j*lineageWays+w] = base + uintptr(o)*unsafe.Sizeof(lineageBucket{})
 		}
 	}
+	prefetch.Lines(addrs[:])
 	for j, b := range [2]uint64{b1, b2} {
 		for w := range lineageWays {
 			o := other[j*lineageWays+w]
