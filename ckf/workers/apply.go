@@ -236,8 +236,8 @@ func (ix *Index) worthPrefetching() bool {
 // remove is workers §3.4: each id in order; an id the source does not hold on t is counted.
 // A first pass (lineageTable.takeTier; with a large index, after prefetching every id's two
 // lineage buckets) takes tier t off each id's lineage entry, deleting an entry left with no tier
-// while its line is still in the cache; the tier-map lines of the canonicals it found are then
-// prefetched, and loseAll changes the tier map. The same id twice in one event finds its entry
+// while its line is still in the cache, and prefetches the tier-map lines of each canonical it
+// finds; loseAll then changes the tier map. The same id twice in one event finds its entry
 // gone or without the tier the second time: unknown then, as when removed one at a time.
 func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.ExternalBlockHash) {
 	si := ix.sourceOf(key)
@@ -253,24 +253,17 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 	bit := uint8(1) << t
 	n := len(ids)
 	warm := n > 1 && ix.worthPrefetching()
-	var addrs []uintptr
+	var tm *holderTable // the tier map whose lines takeTier prefetches, when worth it
 	if warm {
-		addrs = ix.scratchAddrs(4 * n)
+		addrs := ix.scratchAddrs(2 * n)
 		for k, id := range ids {
 			addrs[2*k], addrs[2*k+1] = lin.lines(id)
 		}
-		prefetch.Lines(addrs[:2*n])
+		prefetch.Lines(addrs)
+		tm = &ix.tiers[t]
 	}
-	p, unknown := lin.takeTier(ids, bit, ix.scratchPrep(n)[:0])
+	p, unknown := lin.takeTier(ids, bit, ix.scratchPrep(n)[:0], tm)
 	ix.tel.UnknownRemovals += uint64(unknown)
-	if warm && len(p) > 0 {
-		tm := &ix.tiers[t]
-		tl := addrs[2*n : 2*n+2*len(p)]
-		for k := range p {
-			tl[2*k], tl[2*k+1] = tm.runLines(uint64(p[k].canon))
-		}
-		prefetch.Lines(tl)
-	}
 	ix.loseAll(i, t, p)
 	if lin.Len() == 0 {
 		ix.dropSource(i)

@@ -270,8 +270,11 @@ func (l *lineageTable) rollback(p []prepared, bit uint8) {
 // that holds it, an id left with no tier is deleted, and the id and its canonical appended to
 // p. It returns p and the number of ids that did not hold the tier (unknown removals). The same
 // id twice finds its entry gone or without the tier the second time. A table left under
-// lineageMinLoad full shrinks once, after the loop.
-func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prepared) ([]prepared, int) {
+// lineageMinLoad full shrinks once, after the loop. With tm not nil, each canonical found has
+// its tier-map lines prefetched at once (holderTable.runLines), so that the first arrive while
+// the pass goes on: prefetched after the pass, they cost the 10 M removal row about 5 %
+// (performance §9.1).
+func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prepared, tm *holderTable) ([]prepared, int) {
 	buckets, seed := l.buckets, l.seed
 	if len(buckets) == 0 {
 		return p, len(ids)
@@ -291,7 +294,13 @@ func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prep
 			continue
 		}
 		s := &b.slots[w]
-		p = append(p, prepared{ext: id, canon: s.canonical()})
+		c := s.canonical()
+		if tm != nil {
+			var lines [2]uintptr
+			lines[0], lines[1] = tm.runLines(uint64(c))
+			prefetch.Lines(lines[:])
+		}
+		p = append(p, prepared{ext: id, canon: c})
 		if s.tiers != bit {
 			s.tiers &^= bit
 			continue

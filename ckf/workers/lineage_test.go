@@ -83,7 +83,7 @@ func TestLineageTableMatchesMap(t *testing.T) {
 				if rapid.Bool().Draw(t, "twice") {
 					ids = append(ids, id)
 				}
-				p, unknown := l.takeTier(ids, bit, nil)
+				p, unknown := l.takeTier(ids, bit, nil, nil)
 				w, ok := want[k]
 				if !ok || w.tiers&bit == 0 {
 					if len(p) != 0 || unknown != len(ids) {
