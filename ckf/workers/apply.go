@@ -68,9 +68,9 @@ func (ix *Index) Apply(ev producer.RouterEvent) error {
 // chain is computed and the tier-map lines of every canonical prefetched, so that the event's
 // cache misses overlap instead of arriving one block at a time (as ckf/producer's store path
 // does). A known source's lineage is then validated and written in one pass, one probe per
-// block (lineageTable.gainTier, which checks each id's canonical), and undone should a block turn
-// out to remap an id (lineageTable.rollback): a store is rejected rarely, so it pays for a second pass
-// then rather than every store paying for a separate validating lookup.
+// block (lineageTable.gainTier, which checks each id's canonical), and undone should a block
+// turn out to remap an id (lineageTable.rollback): a store is rejected rarely, so it pays for a
+// second pass then rather than every store paying for a separate validating lookup.
 func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.StoreData) error {
 	si := ix.sourceOf(key)
 	var lin *lineageTable

@@ -74,8 +74,8 @@ type lineageSlot struct {
 
 func (s *lineageSlot) k() uint64 { return binary.LittleEndian.Uint64(s.key[:]) }
 
-// lineagePlaced marks a slot insertFull has just taken (no storage tier's bit: producer.StorageTier
-// has four values).
+// lineagePlaced marks a slot insertFull has just taken (no storage tier's bit:
+// producer.StorageTier has four values).
 const lineagePlaced = 0x80
 
 // Load bounds and the random walk's length of a lineage table (see the type's comment).
@@ -271,9 +271,8 @@ func (l *lineageTable) rollback(p []prepared, bit uint8) {
 // p. It returns p and the number of ids that did not hold the tier (unknown removals). The same
 // id twice finds its entry gone or without the tier the second time. A table left under
 // lineageMinLoad full shrinks once, after the loop. With tm not nil, each canonical found has
-// its tier-map lines prefetched at once (holderTable.runLines), so that the first arrive while
-// the pass goes on: prefetched after the pass, they cost the 10 M removal row about 5 %
-// (performance §9.1).
+// its tier-map lines prefetched at once (holderTable.runLines), the earliest moment their
+// address is known, so that they arrive while the pass goes on (performance §9.1).
 func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prepared, tm *holderTable) ([]prepared, int) {
 	buckets, seed := l.buckets, l.seed
 	if len(buckets) == 0 {
