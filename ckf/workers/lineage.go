@@ -214,20 +214,18 @@ func (l *lineageTable) gainTier(p []prepared, bit uint8) int {
 		}
 		q.did = didCreate
 		x = &buckets[b1]
-		m1, m2 := x.taken(), y.taken()
-		n1, n2 := waysTaken(m1), waysTaken(m2)
-		if n1 == lineageWays && n2 == lineageWays {
+		second, w, ok := freeWay(x.taken(), y.taken())
+		if !ok {
 			e := l.insertFull(q.ext, b1, b2)
 			*e = newLineageEntry(q.canon)
 			e.tiers = bit
 			buckets = l.buckets
 			continue
 		}
-		b, m := x, m1
-		if n2 < n1 {
-			b, m = y, m2
+		b := x
+		if second {
+			b = y
 		}
-		w = bits.TrailingZeros8(^uint8(m))
 		s := &b.slots[w]
 		binary.LittleEndian.PutUint64(s.key[:], key)
 		s.lineageEntry = newLineageEntry(q.canon)
@@ -321,6 +319,18 @@ func waysTaken(m uint) uint {
 	return counts >> (2 * (m & 7)) & 3
 }
 
+// freeWay is the insertion policy of an id whose buckets' live ways are m1 and m2: the first
+// free way of the emptier bucket, the first bucket on a tie (second: the second bucket), chosen
+// without a branch; ok is false when both are full.
+func freeWay(m1, m2 uint) (second bool, w int, ok bool) {
+	n1, n2 := waysTaken(m1), waysTaken(m2)
+	m := m1
+	if n2 < n1 {
+		m, second = m2, true
+	}
+	return second, bits.TrailingZeros8(^uint8(m)), n1 < lineageWays || n2 < lineageWays
+}
+
 // insertFull is gainTier's insertion of the absent id when both of its buckets (b1, b2) are
 // full: moveOne, then a random walk, growing the table should the walk not end. The new entry
 // holds no canonical and only lineagePlaced in its tiers; the caller sets it.
@@ -352,14 +362,11 @@ func (l *lineageTable) place(c *lineageSlot) (*lineageSlot, bool) {
 
 // placeIn is place with c's buckets b1 and b2 given.
 func (l *lineageTable) placeIn(c *lineageSlot, b1, b2 uint64) (*lineageSlot, bool) {
-	m1, m2 := l.buckets[b1].taken(), l.buckets[b2].taken()
-	const full = 1<<lineageWays - 1
-	b, m := b1, m1
-	if m1 == full || (m2 != full && bits.OnesCount(m2) < bits.OnesCount(m1)) {
-		b, m = b2, m2
-	}
-	if m != full {
-		w := bits.TrailingZeros(^m)
+	if second, w, ok := freeWay(l.buckets[b1].taken(), l.buckets[b2].taken()); ok {
+		b := b1
+		if second {
+			b = b2
+		}
 		s := &l.buckets[b].slots[w]
 		*s = *c
 		l.buckets[b].used |= 1 << w
