@@ -172,8 +172,7 @@ func (m *chainMemo) record(blocks []producer.StoredBlock, p []prepared, dev *hol
 	}
 	key := uint64(p[0].canon)
 	h := m.home(key)
-	pair := m.runs[h : h+2 : h+2]
-	r := &pair[0]
+	r := &m.runs[h]
 	n := uint32(len(p))
 	switch {
 	case r.n >= n && r.key == key && r.canon[n-1] == p[n-1].canon:
@@ -186,14 +185,8 @@ func (m *chainMemo) record(blocks []producer.StoredBlock, p []prepared, dev *hol
 			m.summarize(uint32(h), dev)
 		}
 		return
-	case r.n != 0 && r.key != key:
-		if pair[1].n == 0 {
-			m.stored++
-		}
-		pair[1] = *r
-		m.sums[h+1] = m.sums[h] // its entries' references name the pair: still true
-	case r.n == 0:
-		m.stored++
+	case r.n == 0 || r.key != key:
+		m.vacate(h)
 	}
 	r.key, r.n = key, n
 	for k := range p {
@@ -298,18 +291,27 @@ func (m *chainMemo) resize(n int) {
 	for i := range old {
 		if o := &old[i]; o.n != 0 {
 			h := m.home(o.key)
-			pair := m.runs[h : h+2 : h+2]
-			if pair[0].n != 0 {
-				if pair[1].n == 0 {
-					m.stored++
-				}
-				pair[1] = pair[0]
-			} else {
-				m.stored++
-			}
-			pair[0] = *o
+			m.vacate(h)
+			m.runs[h] = *o
 		}
 	}
+}
+
+// vacate frees the first place of the pair at h (an even index) for a new run: a run there
+// moves to the second place with its summary (its entries' references name the pair: still
+// true), over whatever the second place held. A new run that takes a place empty until now
+// counts in stored.
+func (m *chainMemo) vacate(h uint64) {
+	pair := m.runs[h : h+2 : h+2]
+	if pair[0].n == 0 {
+		m.stored++
+		return
+	}
+	if pair[1].n == 0 {
+		m.stored++
+	}
+	pair[1] = pair[0]
+	m.sums[h+1] = m.sums[h]
 }
 
 // copyMatching copies the run's canonical hashes into out and their slot hints into hout for
