@@ -138,22 +138,16 @@ func (h *holderTable) findHeld(k uint64) int {
 	return -1
 }
 
-// Prefetch starts loading the cache line of k's first probe slot: enough for a lookup (the query
-// walk), which finds a present key within a slot or two of its home.
-func (h *holderTable) Prefetch(k uint64) {
-	if h.live != 0 {
-		prefetch.Line(unsafe.Pointer(&h.slots[h.home(k)]))
-	}
-}
-
-// prefetchHinted is Prefetch for query[pos], from its slot hint when it has one (hints not nil,
-// and the hint inside the table) and else from its home.
+// prefetchHinted starts loading the cache line of query[pos]'s slot for a lookup (the query
+// walk): its slot hint when it has one (hints not nil, and the hint inside the table), else its
+// home, enough for a lookup, which finds a present key within a slot or two of its home.
 func (h *holderTable) prefetchHinted(query []ckf.CanonicalHash, hints []uint32, pos int) {
-	if hints != nil && hints[pos] < uint32(len(h.slots)) {
+	switch {
+	case hints != nil && hints[pos] < uint32(len(h.slots)):
 		prefetch.Line(unsafe.Pointer(&h.slots[hints[pos]]))
-		return
+	case h.live != 0:
+		prefetch.Line(unsafe.Pointer(&h.slots[h.home(uint64(query[pos]))]))
 	}
-	h.Prefetch(uint64(query[pos]))
 }
 
 // runLines returns the addresses of the cache lines of k's first probe slot and of the slot
