@@ -25,6 +25,8 @@ func TestLaneLagIsExact(t *testing.T) {
 	for range 5 {
 		p.StoreChain(4, nil, 0) // one transaction each: data record, then commit marker
 	}
+	// The end is listed once the last commit marker is written: a commit returns before it is.
+	streamtest.WaitTransactionsSettled(t, e.Cluster.Admin(t), e.Topics.Lanes)
 	end := streamtest.PerfEndOffsets(t, e.Topics.Lanes, []int32{lane})
 	ri := e.StartIndexer(e.Manifest(84, lane), e.IndexerConfig())
 	streamtest.WaitLane(t, ri, p, streamtest.Converge)

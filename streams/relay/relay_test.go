@@ -811,6 +811,9 @@ func TestRelayBoundsTransactions(t *testing.T) {
 	rr.inspect(t) // runs after the loop pass that applied the last event committed its deltas
 	s := rr.r.Stats()
 
+	// The end is listed once the last commit marker is written (a commit returns before it is),
+	// so that the reader below counts the last transaction too.
+	streamtest.WaitTransactionsSettled(t, e.Cluster.Admin(t), e.Topics.Lanes)
 	ends, err := e.Cluster.Admin(t).ListEndOffsets(context.Background(), e.Topics.Lanes)
 	if err != nil {
 		t.Fatal(err)
