@@ -522,28 +522,66 @@ func TestSharedConcurrentReaders(t *testing.T) {
 	}
 }
 
-// TestMembershipIsKeyedByCanonical (workers §2): a membership is (source, tier, canonical hash),
-// however the block came to be stored. streams/workers restores a checkpoint into an empty index
-// as one-block stores without a parent whose local hash is the membership's canonical
-// (ckf.CanonicalRoot of a canonical is that canonical); the restored source must answer as the
-// one that stored the chain, and a store under a restored parent must extend it. A layout that
-// finds a block only through its parent's (performance §9.1, the chain layout) fails here.
+// TestMembershipIsKeyedByCanonical (workers §2, §2.2): a membership is (source, tier, canonical
+// hash), however the block came to be stored. Index.RestoreLineage (a replica's checkpoint
+// restore) applies a source's rows as one-block stores without a parent whose local hash is the
+// membership's canonical (ckf.CanonicalRoot of a canonical is that canonical), in ascending
+// external id, not in chain order; the restored source must answer as the one that stored the
+// chain, and a store under a restored parent must extend it. A layout that finds a block only
+// through its parent's (performance §9.1, the chain layout) fails here.
 func TestMembershipIsKeyedByCanonical(t *testing.T) {
 	ix := New()
 	chain := []ckf.LocalBlockHash{1, 2, 3, 4, 5}
 	canon := canonicals(chain)
 	live, restored := src{w: 1}, src{w: 2}
 	mustApply(t, ix, live.store(nil, chain[:4]...))
-	for i := 3; i >= 0; i-- { // leaf first, so that no block is stored after its child
-		ev := producer.RouterEvent{WorkerID: restored.w}
-		ev.Event.Kind = producer.KvEventStored
-		ev.Event.Stored.Blocks = []producer.StoredBlock{{BlockHash: ckf.ExternalBlockHash(canon[i]), TokensHash: ckf.LocalBlockHash(canon[i])}}
-		mustApply(t, ix, ev)
+	rows := ix.AppendLineage(nil, live.key())
+	for i, r := range rows {
+		if len(rows) != 4 || !slices.Contains(canon[:4], r.Canonical) || (i > 0 && rows[i-1].ID >= r.ID) {
+			t.Fatalf("rows %+v: want the chain's 4 canonicals in ascending id", rows)
+		}
+	}
+	if err := ix.RestoreLineage(restored.key(), rows); err != nil {
+		t.Fatal(err)
 	}
 	wantDepths(t, depths(ix, chain...), map[ckf.SourceKey]uint32{live.key(): 4, restored.key(): 4})
 	mustApply(t, ix, restored.store(chain[:4], 5))
 	wantDepths(t, depths(ix, chain...), map[ckf.SourceKey]uint32{live.key(): 4, restored.key(): 5})
 	if st := ix.Stats(); st.Canonicals[producer.StorageTierDevice] != 5 || st.Memberships[producer.StorageTierDevice] != 9 {
 		t.Fatalf("stats %+v: want 5 canonicals, 9 memberships", st)
+	}
+}
+
+// TestRestoreLineageRefusesBadRows (workers §2.2): rows the index could not have written are
+// refused with an error naming the row, the rows before it applied: tiers 0 or past the four,
+// and an external id the source already maps to another canonical. A source the index holds
+// nothing for has no rows.
+func TestRestoreLineageRefusesBadRows(t *testing.T) {
+	ix := New()
+	a := src{w: 1}
+	if rows := ix.AppendLineage(nil, a.key()); len(rows) != 0 {
+		t.Fatalf("rows of an unknown source: %+v", rows)
+	}
+	for _, tiers := range []uint8{0, 1 << TierCount, 0xff} {
+		err := ix.RestoreLineage(a.key(), []LineageRow{{ID: 7, Canonical: 70, Tiers: 1}, {ID: 8, Canonical: 80, Tiers: tiers}})
+		if err == nil {
+			t.Fatalf("tiers %#x restored", tiers)
+		}
+		if rows := ix.AppendLineage(nil, a.key()); len(rows) != 1 || rows[0] != (LineageRow{ID: 7, Canonical: 70, Tiers: 1}) {
+			t.Fatalf("after tiers %#x: rows %+v, want the first row alone", tiers, rows)
+		}
+	}
+	err := ix.RestoreLineage(a.key(), []LineageRow{{ID: 7, Canonical: 71, Tiers: 1}})
+	if !errors.Is(err, ckf.ErrInvalidBlockSequence) {
+		t.Fatalf("external id 7 restored at another canonical: %v", err)
+	}
+	if err := ix.RestoreLineage(a.key(), []LineageRow{{ID: 7, Canonical: 70, Tiers: 1 | 1<<producer.StorageTierDisk}}); err != nil {
+		t.Fatal(err) // the same mapping on one more tier: a duplicate, then an addition
+	}
+	if rows := ix.AppendLineage(nil, a.key()); len(rows) != 1 || rows[0].Tiers != 1|1<<producer.StorageTierDisk {
+		t.Fatalf("rows %+v", rows)
+	}
+	if s, r := ix.LineageSize(); s != 1 || r != 1 {
+		t.Fatalf("LineageSize %d, %d; want 1, 1", s, r)
 	}
 }

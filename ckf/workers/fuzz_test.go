@@ -11,7 +11,8 @@ import (
 // FuzzApply decodes arbitrary bytes into events over a small universe (any residency and tier
 // encoding, undefined kinds, parents, start positions, arbitrary external ids) and checks that
 // Apply never panics, an event it refuses changes nothing, and the index keeps the model's
-// memberships and answers (workers §6).
+// memberships and answers (workers §6), and so does an index restored from its rows at the end
+// (workers §2.2).
 func FuzzApply(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 	f.Add([]byte{0x10, 0, 0, 3, 1, 1, 2, 2, 3, 3, 0x21, 1, 0, 1, 0x42, 0, 0, 0})
@@ -92,6 +93,14 @@ func FuzzApply(f *testing.F) {
 				if !slices.Equal(r.Matches, want) {
 					t.Fatalf("MatchLocal [:%d] without a chain: index %+v, model %+v", k, r.Matches, want)
 				}
+			}
+		}
+		// The index restored from its rows (workers §2.2) holds and answers the same.
+		rx := restoreRows(t, ix)
+		checkInvariants(t, rx, m)
+		for k := 1; k <= len(canon); k++ {
+			if rx.Match(canon[:k], Options{}, &r); !slices.Equal(r.Matches, m.match(canon[:k])) {
+				t.Fatalf("query [:%d]: restored index %+v, model %+v", k, r.Matches, m.match(canon[:k]))
 			}
 		}
 	})

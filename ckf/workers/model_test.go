@@ -251,6 +251,7 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, ix *Index, m *model)
 	if st.Memberships != held {
 		t.Fatalf("memberships %v, model %v", st.Memberships, held)
 	}
+	checkRows(t, ix, m)
 	refs := map[uint32]uint32{}
 	for tier := range ix.tiers {
 		for _, v := range ix.tiers[tier].all() {
@@ -271,6 +272,50 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, ix *Index, m *model)
 		}
 	}
 	checkSummaries(t, ix)
+}
+
+// checkRows: every source's rows (Index.AppendLineage, workers §2.2) are the model's lineage,
+// one row per external id with the tiers that hold it, in ascending id; LineageSize counts them.
+func checkRows(t interface{ Fatalf(string, ...any) }, ix *Index, m *model) {
+	total := 0
+	var got []LineageRow
+	for src, tiers := range m.lin {
+		want := map[ckf.ExternalBlockHash]LineageRow{}
+		for tier, l := range tiers {
+			for ext, c := range l {
+				r := want[ext]
+				r.ID, r.Canonical, r.Tiers = ext, c, r.Tiers|1<<tier
+				want[ext] = r
+			}
+		}
+		got = ix.AppendLineage(append(got[:0], LineageRow{ID: 1}), src) // appends after what dst holds
+		if got[0] != (LineageRow{ID: 1}) || len(got)-1 != len(want) {
+			t.Fatalf("%v: rows %+v, model %+v", src, got, want)
+		}
+		for k, r := range got[1:] {
+			if want[r.ID] != r || (k > 0 && got[k].ID >= r.ID) {
+				t.Fatalf("%v: rows %+v, model %+v", src, got[1:], want)
+			}
+		}
+		total += len(want)
+	}
+	if s, r := ix.LineageSize(); s != len(m.lin) || r != total {
+		t.Fatalf("LineageSize %d sources, %d rows; model %d, %d", s, r, len(m.lin), total)
+	}
+}
+
+// restoreRows returns a new index restored from ix's rows (workers §2.2), as a replica restores
+// a checkpoint.
+func restoreRows(t interface{ Fatalf(string, ...any) }, ix *Index) *Index {
+	rx := New()
+	var rows []LineageRow
+	for _, src := range ix.Sources() {
+		rows = ix.AppendLineage(rows[:0], src)
+		if err := rx.RestoreLineage(src, rows); err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+	}
+	return rx
 }
 
 // checkSummaries checks chainMemo's invariant: each run summary's blocks are in the device tier
@@ -323,18 +368,29 @@ func checkAgainstModel(t *testing.T, deviceOnly bool) {
 		g.chains = [][]ckf.LocalBlockHash{base, {11, 12, 23, 24}, {31, 32, 33}, {11, 12, 13, 44, 45}, long}
 		ix, m := New(), newModel()
 		var r, slots Result
+		// From step restoreAt on, rx is an index restored from ix's rows (workers §2.2) that
+		// applies the same events: a checkpoint plus the tail must equal the whole history.
+		var rx *Index
 		// The memo is kept at places runs before each step (from one pair), so that runs and
 		// their summaries displace each other within a store as well as between stores.
 		places := 1 << rapid.IntRange(1, 9).Draw(t, "places")
 		steps := rapid.IntRange(1, 60).Draw(t, "steps")
+		restoreAt := rapid.IntRange(0, steps).Draw(t, "restoreAt")
 		for s := range steps {
+			if s == restoreAt {
+				rx = restoreRows(t, ix)
+				checkInvariants(t, rx, m)
+			}
 			if len(ix.memo.runs) > places {
 				ix.memo.resize(places)
 			}
 			if rapid.IntRange(0, 25).Draw(t, "rw") == 0 {
 				w := ckf.WorkerID(rapid.IntRange(1, 4).Draw(t, "rww"))
-				ix.RemoveWorker(w)
+				n := ix.RemoveWorker(w)
 				m.removeWorker(w)
+				if rx != nil && rx.RemoveWorker(w) != n {
+					t.Fatalf("step %d: RemoveWorker(%d) dropped %d sources, the restored index another number", s, w, n)
+				}
 			} else {
 				ev := g.draw(t, "")
 				err := ix.Apply(ev)
@@ -342,8 +398,16 @@ func checkAgainstModel(t *testing.T, deviceOnly bool) {
 				if ok == (err != nil) && ev.Residency != producer.ResidencyCacheOwner {
 					t.Fatalf("step %d: index error %v, model accepted %v (%+v)", s, err, ok, ev)
 				}
+				if rx != nil {
+					if rerr := rx.Apply(ev); (rerr == nil) != (err == nil) {
+						t.Fatalf("step %d: index error %v, restored index error %v (%+v)", s, err, rerr, ev)
+					}
+				}
 			}
 			checkInvariants(t, ix, m)
+			if rx != nil {
+				checkInvariants(t, rx, m)
+			}
 			for _, ch := range g.chains {
 				q := canonicals(ch)
 				for n := 1; n <= len(q); n++ {
@@ -351,6 +415,11 @@ func checkAgainstModel(t *testing.T, deviceOnly bool) {
 					want := m.match(q[:n])
 					if !slices.Equal(r.Matches, want) {
 						t.Fatalf("step %d, query %v[:%d]: index %+v, model %+v", s, ch, n, r.Matches, want)
+					}
+					if rx != nil {
+						if rx.MatchLocal(ch[:n], Options{}, &r, nil); !slices.Equal(r.Matches, want) {
+							t.Fatalf("step %d, query %v[:%d]: restored index %+v, model %+v", s, ch, n, r.Matches, want)
+						}
 					}
 					checkGroupsEqualSlots(t, ix, ch[:n], q[:n], drawOptions(t), &r, &slots)
 				}

@@ -63,6 +63,29 @@ func (s *Shared) MatchLocal(local []ckf.LocalBlockHash, opt Options, r *Result, 
 	s.ix.MatchLocal(local, opt, r, chain)
 }
 
+// Sources is Index.Sources under the read lock.
+func (s *Shared) Sources() []ckf.SourceKey {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ix.Sources()
+}
+
+// AppendLineage is Index.AppendLineage under the read lock. The rows of several sources are one
+// state of the index only if no event is applied between the calls: the writer itself reads them
+// (a replica's loop between two polls, streams/workers).
+func (s *Shared) AppendLineage(dst []LineageRow, src ckf.SourceKey) []LineageRow {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ix.AppendLineage(dst, src)
+}
+
+// LineageSize is Index.LineageSize under the read lock.
+func (s *Shared) LineageSize() (sources, rows int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ix.LineageSize()
+}
+
 // Telemetry is Index.Telemetry under the read lock.
 func (s *Shared) Telemetry() Telemetry {
 	s.mu.RLock()
