@@ -154,8 +154,8 @@ func decodeChunk(v []byte) (gen uint64, i int, data []byte, err error) {
 
 // restored is a checkpoint found usable.
 type restored struct {
-	m   checkpointManifest
-	lin *lineage
+	m       checkpointManifest
+	payload payload
 }
 
 // checkpointReader finds the newest usable checkpoint of a DC by reading its partition back from
@@ -262,14 +262,14 @@ func (cr *checkpointReader) load(ctx context.Context, rec *kgo.Record) (*restore
 	if len(payload) != m.PayloadLen || xxh3.Hash(payload) != m.PayloadHash {
 		return fail(fmt.Sprintf("payload of %d bytes (hash %#x), the manifest says %d (hash %#x)", len(payload), xxh3.Hash(payload), m.PayloadLen, m.PayloadHash), nil)
 	}
-	lin, err := decodePayload(payload, cr.dc)
+	p, err := decodePayload(payload, cr.dc)
 	if err != nil {
 		return fail("payload", err)
 	}
-	if lin.rows != m.Rows {
-		return fail(fmt.Sprintf("%d rows, the manifest says %d", lin.rows, m.Rows), nil)
+	if p.rows != m.Rows {
+		return fail(fmt.Sprintf("%d rows, the manifest says %d", p.rows, m.Rows), nil)
 	}
-	return &restored{m: m, lin: lin}, nil
+	return &restored{m: m, payload: p}, nil
 }
 
 // read calls fn for every data record of the partition in [lo, hi), hi at most the listed end.

@@ -5,132 +5,24 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
-	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/ckf/workers"
 	"github.com/zeebo/xxh3"
 )
 
-// Why the read model keeps a lineage of its own.
+// What a checkpoint holds, and why it is read out of the index.
 //
 // A checkpoint must hold what the index holds: per source, every external id with its canonical
 // hash and the tiers it is held on (workers §2.1). The relay's checkpoint (producer.DcState's) has
 // the device tier's lineage only (lower-tier events never reach DcState) and accepts a store only
 // when its parent is on the device tier, where workers §3.2 accepts a parent on any tier, so it
-// cannot rebuild this index. ckf/workers exports no enumeration of its lineage, so the read model
-// mirrors it: after the index accepted an event (Apply returned nil), lineage.apply records the
-// same mappings by the same rules (workers §3.2, §3.4, §3.5). The cost is a second copy of the
-// lineage (a Go map entry per (source, external id)); an enumerator in ckf/workers would remove it
-// (TestLineageMirrorsIndex pins the two together).
-//
-// Restore needs no export either: a block stored without a parent has the canonical
-// ckf.CanonicalRoot(local) = local, so a row (source, external id, canonical c, tiers) is rebuilt
-// exactly by one parentless store of one block {external id, local c} per tier (restoreInto).
-
-// lineageEntry is one external id of a source: its canonical hash and the tiers it is held on
-// (bit t = producer.StorageTier t).
-type lineageEntry struct {
-	canon ckf.CanonicalHash
-	tiers uint8
-}
-
-// lineage mirrors the index's per-source lineage. It belongs to the replica's loop goroutine.
-type lineage struct {
-	srcs map[ckf.SourceKey]map[ckf.ExternalBlockHash]lineageEntry
-	rows int // external ids over all sources
-}
-
-func newLineage() *lineage {
-	return &lineage{srcs: map[ckf.SourceKey]map[ckf.ExternalBlockHash]lineageEntry{}}
-}
-
-// apply records ev, which the index has just accepted (Apply returned nil), by workers §3's rules.
-func (l *lineage) apply(ev *producer.RouterEvent) {
-	if ev.Residency == producer.ResidencyCacheOwner || int(ev.StorageTier) >= workers.TierCount {
-		return // ignored by the index (workers §3.1)
-	}
-	src, bit := ev.Source(), uint8(1)<<ev.StorageTier
-	switch ev.Event.Kind {
-	case producer.KvEventStored:
-		s := &ev.Event.Stored
-		m := l.srcs[src]
-		var prev ckf.CanonicalHash
-		have := false
-		if s.HasParent {
-			e, ok := m[s.ParentHash]
-			if !ok {
-				return // the index refuses such a store; Apply would not have returned nil
-			}
-			prev, have = e.canon, true
-		}
-		if m == nil {
-			m = map[ckf.ExternalBlockHash]lineageEntry{}
-			l.srcs[src] = m
-		}
-		for _, b := range s.Blocks {
-			c := ckf.CanonicalRoot(b.TokensHash)
-			if have {
-				c = ckf.CanonicalChild(prev, b.TokensHash)
-			}
-			e, ok := m[b.BlockHash]
-			if !ok {
-				l.rows++
-			}
-			m[b.BlockHash] = lineageEntry{canon: c, tiers: e.tiers | bit}
-			prev, have = c, true
-		}
-		if len(m) == 0 {
-			delete(l.srcs, src)
-		}
-	case producer.KvEventRemoved:
-		m := l.srcs[src]
-		for _, id := range ev.Event.Removed {
-			e, ok := m[id]
-			if !ok || e.tiers&bit == 0 {
-				continue
-			}
-			if e.tiers &^= bit; e.tiers == 0 {
-				delete(m, id)
-				l.rows--
-			} else {
-				m[id] = e
-			}
-		}
-		if m != nil && len(m) == 0 {
-			delete(l.srcs, src)
-		}
-	case producer.KvEventCleared:
-		l.rows -= len(l.srcs[src])
-		delete(l.srcs, src)
-	}
-}
-
-// restoreInto applies l to ix, an empty index, as parentless one-block stores (see above).
-func (l *lineage) restoreInto(ix interface {
-	Apply(producer.RouterEvent) error
-}) error {
-	ev := producer.RouterEvent{Residency: producer.ResidencyWorker,
-		Event: producer.KvCacheEvent{Kind: producer.KvEventStored, Stored: producer.StoreData{Blocks: make([]producer.StoredBlock, 1)}}}
-	for src, m := range l.srcs {
-		ev.WorkerID, ev.Event.DpRank = src.Worker, src.Rank
-		for ext, e := range m {
-			ev.Event.Stored.Blocks[0] = producer.StoredBlock{BlockHash: ext, TokensHash: ckf.LocalBlockHash(e.canon)}
-			for t := range workers.TierCount {
-				if e.tiers&(1<<t) == 0 {
-					continue
-				}
-				ev.StorageTier = producer.StorageTier(t)
-				if err := ix.Apply(ev); err != nil {
-					return fmt.Errorf("restoring %v external id %#x on tier %v: %w", src, uint64(ext), ev.StorageTier, err)
-				}
-			}
-		}
-	}
-	return nil
-}
+// cannot rebuild this index. The index gives its rows (workers §2.2: Index.AppendLineage, in
+// ascending external id), and an empty index given them back (Index.RestoreLineage) holds and
+// answers exactly what it held. The loop encodes the payload between two polls, as the index's
+// one writer, so no event falls between two sources' rows; queries go on under the read lock.
+// A copy of the lineage kept beside the index, as this read model once did, more than doubled
+// its heap per membership and its apply time (workers.md, "Checkpoint").
 
 // The checkpoint payload, version 1. Integers are little-endian and fixed-width:
 //
@@ -139,9 +31,10 @@ func (l *lineage) restoreInto(ix interface {
 //	row     = external:u64 canonical:u64 tiers:u8    (strictly ascending external; tiers 1..15)
 //	checksum = XXH3-64 of everything before it
 //
-// Equal lineages give equal bytes.
+// Equal indexes give equal bytes.
 const (
 	payloadMagic  = "CKFWLIN1"
+	payloadHead   = len(payloadMagic) + 8 + 8
 	payloadSrcLen = 8 + 4 + 8
 	payloadRowLen = 8 + 8 + 1
 )
@@ -149,39 +42,52 @@ const (
 // ErrPayload is matched by every error of decodePayload.
 var ErrPayload = errors.New("workers: unusable checkpoint payload")
 
-// appendPayload appends l's payload for dc to dst.
-func (l *lineage) appendPayload(dst []byte, dc ckf.DcID) []byte {
-	start := len(dst)
-	dst = append(dst, payloadMagic...)
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(dc))
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(len(l.srcs)))
-	srcs := slices.SortedFunc(maps.Keys(l.srcs), ckf.SourceKey.Compare)
-	var exts []ckf.ExternalBlockHash
-	for _, src := range srcs {
-		m := l.srcs[src]
-		dst = binary.LittleEndian.AppendUint64(dst, uint64(src.Worker))
-		dst = binary.LittleEndian.AppendUint32(dst, uint32(src.Rank))
-		dst = binary.LittleEndian.AppendUint64(dst, uint64(len(m)))
-		exts = slices.AppendSeq(exts[:0], maps.Keys(m))
-		slices.Sort(exts)
-		for _, ext := range exts {
-			e := m[ext]
-			dst = binary.LittleEndian.AppendUint64(dst, uint64(ext))
-			dst = binary.LittleEndian.AppendUint64(dst, uint64(e.canon))
-			dst = append(dst, e.tiers)
-		}
-	}
-	return binary.LittleEndian.AppendUint64(dst, xxh3.Hash(dst[start:]))
+// lineageReader is what appendPayload reads the rows from: the index, or the workers.Shared
+// around it when the caller is its one writer.
+type lineageReader interface {
+	Sources() []ckf.SourceKey
+	AppendLineage([]workers.LineageRow, ckf.SourceKey) []workers.LineageRow
 }
 
-// decodePayload rebuilds a lineage from a payload written for dc, checking everything the format
-// fixes: magic, DC, checksum, lengths, key order, tiers. Errors match ErrPayload.
-func decodePayload(b []byte, dc ckf.DcID) (*lineage, error) {
-	bad := func(format string, args ...any) (*lineage, error) {
-		return nil, fmt.Errorf("%w: %s", ErrPayload, fmt.Sprintf(format, args...))
+// appendPayload appends the payload of ix's rows for dc to dst; it returns the extended slice
+// and the number of rows written.
+func appendPayload(dst []byte, dc ckf.DcID, ix lineageReader) ([]byte, int) {
+	start := len(dst)
+	srcs := ix.Sources() // in SourceKey order, the payload's
+	dst = append(dst, payloadMagic...)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(dc))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(len(srcs)))
+	var rows []workers.LineageRow
+	total := 0
+	for _, src := range srcs {
+		rows = ix.AppendLineage(rows[:0], src)
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(src.Worker))
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(src.Rank))
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(len(rows)))
+		for _, r := range rows {
+			dst = binary.LittleEndian.AppendUint64(dst, uint64(r.ID))
+			dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Canonical))
+			dst = append(dst, r.Tiers)
+		}
+		total += len(rows)
 	}
-	const head = len(payloadMagic) + 16
-	if len(b) < head+8 {
+	return binary.LittleEndian.AppendUint64(dst, xxh3.Hash(dst[start:])), total
+}
+
+// payload is a checkpoint payload that decodePayload checked: it only reads it afterwards.
+type payload struct {
+	b       []byte // the whole payload, checksum included
+	sources int
+	rows    int
+}
+
+// decodePayload checks a payload written for dc against everything the format fixes: magic, DC,
+// checksum, lengths, key order, tiers. It allocates nothing; errors match ErrPayload.
+func decodePayload(b []byte, dc ckf.DcID) (payload, error) {
+	bad := func(format string, args ...any) (payload, error) {
+		return payload{}, fmt.Errorf("%w: %s", ErrPayload, fmt.Sprintf(format, args...))
+	}
+	if len(b) < payloadHead+8 {
 		return bad("%d bytes, shorter than the header and checksum", len(b))
 	}
 	if string(b[:len(payloadMagic)]) != payloadMagic {
@@ -195,43 +101,72 @@ func decodePayload(b []byte, dc ckf.DcID) (*lineage, error) {
 		return bad("written for DC %v, this replica is DC %v", got, dc)
 	}
 	n := binary.LittleEndian.Uint64(b[len(payloadMagic)+8:])
-	l := newLineage()
-	p := body[head:]
+	p := body[payloadHead:]
 	var last ckf.SourceKey
+	total := 0
 	for i := uint64(0); i < n; i++ {
-		if len(p) < payloadSrcLen {
+		src, rows, rest, ok := payloadSource(p)
+		if !ok {
 			return bad("source %d of %d truncated", i, n)
 		}
-		src := ckf.SourceKey{Worker: ckf.WorkerID(binary.LittleEndian.Uint64(p)), Rank: ckf.DpRank(binary.LittleEndian.Uint32(p[8:]))}
-		rows := binary.LittleEndian.Uint64(p[12:])
-		p = p[payloadSrcLen:]
 		if i > 0 && src.Compare(last) <= 0 {
 			return bad("source %v after %v", src, last)
 		}
 		last = src
-		if rows == 0 || rows > uint64(len(p))/payloadRowLen {
-			return bad("source %v has %d rows in %d bytes", src, rows, len(p))
+		if rows == 0 || rows > uint64(len(rest))/payloadRowLen {
+			return bad("source %v has %d rows in %d bytes", src, rows, len(rest))
 		}
-		m := make(map[ckf.ExternalBlockHash]lineageEntry, rows)
 		var prev ckf.ExternalBlockHash
 		for j := uint64(0); j < rows; j++ {
-			ext := ckf.ExternalBlockHash(binary.LittleEndian.Uint64(p))
-			e := lineageEntry{canon: ckf.CanonicalHash(binary.LittleEndian.Uint64(p[8:])), tiers: p[16]}
-			p = p[payloadRowLen:]
-			if j > 0 && cmp.Compare(ext, prev) <= 0 {
-				return bad("source %v: external id %#x after %#x", src, uint64(ext), uint64(prev))
+			r := payloadRow(rest[j*payloadRowLen:])
+			if j > 0 && cmp.Compare(r.ID, prev) <= 0 {
+				return bad("source %v: external id %#x after %#x", src, uint64(r.ID), uint64(prev))
 			}
-			if e.tiers == 0 || e.tiers >= 1<<workers.TierCount {
-				return bad("source %v: external id %#x has tiers %#x", src, uint64(ext), e.tiers)
+			if r.Tiers == 0 || r.Tiers >= 1<<workers.TierCount {
+				return bad("source %v: external id %#x has tiers %#x", src, uint64(r.ID), r.Tiers)
 			}
-			prev = ext
-			m[ext] = e
+			prev = r.ID
 		}
-		l.srcs[src] = m
-		l.rows += int(rows)
+		p = rest[rows*payloadRowLen:]
+		total += int(rows)
 	}
 	if len(p) != 0 {
 		return bad("%d bytes after the last source", len(p))
 	}
-	return l, nil
+	return payload{b: b, sources: int(n), rows: total}, nil
+}
+
+// payloadSource reads a source's header at the start of p: its key, its row count and the bytes
+// after the header; ok is false when p is shorter than a header.
+func payloadSource(p []byte) (src ckf.SourceKey, rows uint64, rest []byte, ok bool) {
+	if len(p) < payloadSrcLen {
+		return src, 0, nil, false
+	}
+	src = ckf.SourceKey{Worker: ckf.WorkerID(binary.LittleEndian.Uint64(p)), Rank: ckf.DpRank(binary.LittleEndian.Uint32(p[8:]))}
+	return src, binary.LittleEndian.Uint64(p[12:]), p[payloadSrcLen:], true
+}
+
+// payloadRow reads the row at the start of p (at least payloadRowLen bytes).
+func payloadRow(p []byte) workers.LineageRow {
+	return workers.LineageRow{ID: ckf.ExternalBlockHash(binary.LittleEndian.Uint64(p)),
+		Canonical: ckf.CanonicalHash(binary.LittleEndian.Uint64(p[8:])), Tiers: p[16]}
+}
+
+// restoreInto applies p's rows to ix, an empty index, one source at a time
+// (workers.Index.RestoreLineage). An error names the source and row the index refused.
+func (p payload) restoreInto(ix *workers.Index) error {
+	rest := p.b[payloadHead : len(p.b)-8]
+	var rows []workers.LineageRow
+	for range p.sources {
+		src, n, after, _ := payloadSource(rest)
+		rows = rows[:0]
+		for j := range n {
+			rows = append(rows, payloadRow(after[j*payloadRowLen:]))
+		}
+		if err := ix.RestoreLineage(src, rows); err != nil {
+			return err
+		}
+		rest = after[n*payloadRowLen:]
+	}
+	return nil
 }

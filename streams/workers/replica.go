@@ -41,7 +41,7 @@ type Params struct {
 
 // Replica is one replica of a DC's worker-level read model (workers.md): it reads every
 // partition of the DC's KV-events topic by direct assignment, applies each event to a
-// workers.Shared that queries read concurrently, and checkpoints its lineage with the offsets
+// workers.Shared that queries read concurrently, and checkpoints the index's rows with the offsets
 // it reflects. Build it with New, run it with Run; Match, Ready and Status may be called from
 // any goroutine at any time.
 type Replica struct {
@@ -247,7 +247,6 @@ func (r *Replica) answer(res *workers.Result, query func(*workers.Shared)) Age {
 type loop struct {
 	r         *Replica
 	sh        *workers.Shared
-	lin       *lineage
 	eol       *streams.EndOfLog
 	pos       map[int32]int64 // next offset to apply, per KV partition
 	lso       map[int32]int64 // last stable offset as last observed
@@ -348,7 +347,6 @@ func (lp *loop) restore(ctx context.Context, adm *kadm.Client) error {
 	if err != nil {
 		return fmt.Errorf("workers: %w", err)
 	}
-	lp.lin = newLineage()
 	var got *restored
 	if cfg.Topics.Checkpoints != "" {
 		got, err = lp.readCheckpoint(ctx, adm, eol)
@@ -359,7 +357,7 @@ func (lp *loop) restore(ctx context.Context, adm *kadm.Client) error {
 	ix := workers.New()
 	starts, ends := map[int32]int64{}, map[int32]int64{}
 	if got != nil {
-		if err := got.lin.restoreInto(ix); err != nil {
+		if err := got.payload.restoreInto(ix); err != nil {
 			// The payload decoded and checked out, but the index refuses it: the rules changed
 			// under it. Loudly start over from the log start.
 			r.log.Error("checkpoint does not restore into the index; replaying the KV topic from its log start",
@@ -390,7 +388,6 @@ func (lp *loop) restore(ctx context.Context, adm *kadm.Client) error {
 	lp.asOf = asof.NewBook(listedAt, starts, ends)
 	r.watch.publish(lp.asOf.AsOf())
 	if got != nil {
-		lp.lin = got.lin
 		lp.staleTo = got.m.Chunks
 		lp.applied = got.m.Applied
 		r.l.restored.set(1)
@@ -403,8 +400,8 @@ func (lp *loop) restore(ctx context.Context, adm *kadm.Client) error {
 		}
 		lp.setDegraded()
 		r.restoreAt.Store(got.m.WrittenMs)
-		r.log.Info("restored from checkpoint", zap.Uint64("generation", got.m.Generation), zap.Int("rows", got.lin.rows),
-			zap.Int("sources", len(got.lin.srcs)), zap.Int64("written_ms", got.m.WrittenMs))
+		r.log.Info("restored from checkpoint", zap.Uint64("generation", got.m.Generation), zap.Int("rows", got.payload.rows),
+			zap.Int("sources", got.payload.sources), zap.Int64("written_ms", got.m.WrittenMs))
 	}
 	lp.sh = workers.NewShared(ix)
 	r.l.lastTel = lp.sh.Telemetry()
@@ -621,9 +618,9 @@ func (lp *loop) onFetches(fs kgo.Fetches) {
 	lp.setLag()
 }
 
-// apply decodes one KV record and applies it to the index and the lineage. live: the record is
-// at or past its partition's end listed at start; only live rejections are dead-lettered (the
-// replayed ones were when this DC's replicas first read them), as the relay does.
+// apply decodes one KV record and applies it to the index. live: the record is at or past its
+// partition's end listed at start; only live rejections are dead-lettered (the replayed ones
+// were when this DC's replicas first read them), as the relay does.
 func (lp *loop) apply(rec *kgo.Record, live bool) {
 	r := lp.r
 	if r.beforeApply != nil {
@@ -640,7 +637,6 @@ func (lp *loop) apply(rec *kgo.Record, live bool) {
 		lp.reject(rec, live, schemas.DeadLetterRejected, "worker index refused the event ("+reasonOf(err)+"): "+err.Error(), err)
 		return
 	}
-	lp.lin.apply(&ev)
 	r.sizes.observe(&lp.kv)
 	if lp.kv.Kind == schemas.KvClearedEvent {
 		lp.noteClear(rec, ev.Source())
@@ -692,8 +688,9 @@ func (lp *loop) reject(rec *kgo.Record, live bool, code schemas.DeadLetterReason
 }
 
 func (lp *loop) setSize() {
-	lp.r.l.sources.set(int64(len(lp.lin.srcs)))
-	lp.r.l.rows.set(int64(lp.lin.rows))
+	sources, rows := lp.sh.LineageSize()
+	lp.r.l.sources.set(int64(sources))
+	lp.r.l.rows.set(int64(rows))
 }
 
 // setLag sums, over the partitions, the last observed stable offset (the listed end before any
@@ -716,11 +713,12 @@ func (lp *loop) checkReady(start time.Time) {
 		return
 	}
 	r.readyOnce.Do(func() {
+		sources, rows := lp.sh.LineageSize()
 		r.readyAt.Store(r.applied.Load())
 		close(r.ready)
 		r.l.ready.set(1)
 		r.log.Info("caught up with the KV topic's end offsets listed at start: ready", zap.Duration("after", time.Since(start)),
-			zap.Uint64("applied", r.applied.Load()), zap.Int("sources", len(lp.lin.srcs)), zap.Int("rows", lp.lin.rows))
+			zap.Uint64("applied", r.applied.Load()), zap.Int("sources", sources), zap.Int("rows", rows))
 	})
 }
 
@@ -754,12 +752,12 @@ func (lp *loop) maybeCheckpoint(ctx context.Context) {
 	}
 	now := r.now()
 	lp.lastCkpt, lp.sinceCkpt = now, false
-	payload := lp.lin.appendPayload(nil, cfg.DC)
+	payload, rows := appendPayload(nil, cfg.DC, lp.sh)
 	var g [8]byte
 	_, _ = rand.Read(g[:])
 	m := checkpointManifest{DC: cfg.DC.String(), KVTopic: cfg.Topics.KVEvents, Generation: binary.LittleEndian.Uint64(g[:]),
 		PayloadLen: len(payload), PayloadHash: xxh3.Hash(payload), Offsets: maps.Clone(lp.pos),
-		NewestEventMs: r.l.newestEventMs.load(), Applied: lp.applied, Rows: lp.lin.rows, WrittenMs: now.UnixMilli(),
+		NewestEventMs: r.l.newestEventMs.load(), Applied: lp.applied, Rows: rows, WrittenMs: now.UnixMilli(),
 		Degraded: degradedList(lp.degraded)}
 	done := make(chan ckptResult, 1)
 	lp.writing = done
