@@ -14,10 +14,11 @@ import (
 // errors.Is matches it; nothing of the event was applied.
 var ErrUnknownTier = errors.New("workers: unknown storage tier")
 
-// Apply applies one KV event (workers §3). It returns nil when the event was applied, was
-// redundant (duplicates, unknown removal ids and unknown sources are counted, not errors) or
-// was ignored because it does not describe a worker's own residency (the cache-owner domain).
-// Otherwise it returns an error and the event changed nothing:
+// Apply applies one KV event (workers §3); it keeps none of ev's slices, so a caller may reuse
+// them for the next event. It returns nil when the event was applied, was redundant
+// (duplicates, unknown removal ids and unknown sources are counted, not errors) or was ignored
+// because it does not describe a worker's own residency (the cache-owner domain). Otherwise it
+// returns an error and the event changed nothing:
 //
 //   - *ckf.EventError of kind EventUnsupportedResidencyDomain: an unknown residency encoding,
 //     or cache-owner residency on the device tier (as producer.DcState.ApplyEvent);

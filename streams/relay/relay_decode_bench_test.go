@@ -9,7 +9,7 @@ import (
 // BenchmarkRelayDecodeConvert: the relay's per-record work before DcState, on a store of 8
 // blocks (BenchmarkE2ERelay's mean is 8.4 blocks per event): "fresh" is the decode and
 // conversion into new values per record (DecodeKvEvent, RouterEventOf), "reused" the relay's
-// path into one reused KvEvent and RouterEvent (DecodeKvEventInto, routerEventInto).
+// path into one reused KvEvent and RouterEvent (DecodeKvEventInto, RouterEventInto).
 func BenchmarkRelayDecodeConvert(b *testing.B) {
 	codec, err := schemas.NewCodec(b.Context())
 	if err != nil {
@@ -43,7 +43,7 @@ func BenchmarkRelayDecodeConvert(b *testing.B) {
 			if err := codec.DecodeKvEventInto(rec, &rl.kvEvent); err != nil {
 				b.Fatal(err)
 			}
-			if routerEventInto(&rl.kvEvent, &rl.routerEvent); len(rl.routerEvent.Event.Stored.Blocks) != 8 {
+			if RouterEventInto(&rl.kvEvent, &rl.routerEvent); len(rl.routerEvent.Event.Stored.Blocks) != 8 {
 				b.Fatal("lost blocks")
 			}
 		}

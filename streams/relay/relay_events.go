@@ -65,15 +65,15 @@ var (
 // so that DcState.ApplyEvent rejects them with the spec's outcome.
 func RouterEventOf(ev *schemas.KvEvent) producer.RouterEvent {
 	var re producer.RouterEvent
-	routerEventInto(ev, &re)
+	RouterEventInto(ev, &re)
 	return re
 }
 
-// routerEventInto is RouterEventOf writing into *re and reusing the capacity of its block slices
-// (the relay converts every KV record into one RouterEvent; the producer never retains an
-// event's slices). An event without blocks may get an empty non-nil slice where RouterEventOf
-// gives nil.
-func routerEventInto(ev *schemas.KvEvent, re *producer.RouterEvent) {
+// RouterEventInto is RouterEventOf writing into *re and reusing the capacity of its block slices
+// (the relay, and the worker stage's replica, convert every KV record into one RouterEvent;
+// neither producer.DcState nor ckf/workers retains an event's slices). An event without blocks
+// may get an empty non-nil slice where RouterEventOf gives nil.
+func RouterEventInto(ev *schemas.KvEvent, re *producer.RouterEvent) {
 	*re = producer.RouterEvent{WorkerID: ckf.WorkerID(ev.WorkerID), StorageTier: streams.Lookup(producerTiers[:], ev.StorageTier, unknownTier),
 		Event: producer.KvCacheEvent{Stored: producer.StoreData{Blocks: re.Event.Stored.Blocks[:0]}, Removed: re.Event.Removed[:0]}}
 	if d, ok := ev.ResidencyDomain.Get(); ok {
@@ -177,7 +177,7 @@ func (rl *relayLoop) applyRecord(rec *kgo.Record, live bool) error {
 		rl.noteClear(rec, &rl.kvEvent)
 	}
 	rl.noteSource(rec.Timestamp, cleared)
-	routerEventInto(&rl.kvEvent, &rl.routerEvent)
+	RouterEventInto(&rl.kvEvent, &rl.routerEvent)
 	out := rl.state.ApplyEvent(rl.routerEvent)
 	if live {
 		rl.pollLive++

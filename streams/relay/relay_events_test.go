@@ -111,7 +111,7 @@ func TestRouterEventIntoReusesWithoutLeaking(t *testing.T) {
 	for _, a := range events {
 		for _, b := range events {
 			for _, ev := range []schemas.KvEvent{a, b} {
-				routerEventInto(&ev, &re)
+				RouterEventInto(&ev, &re)
 				if want := norm(RouterEventOf(&ev)); !reflect.DeepEqual(norm(re), want) {
 					t.Fatalf("after a %v event, a %v event converts to\n %+v\nwant\n %+v", a.Kind, ev.Kind, re, want)
 				}
@@ -120,7 +120,7 @@ func TestRouterEventIntoReusesWithoutLeaking(t *testing.T) {
 	}
 	allocs := testing.AllocsPerRun(50, func() {
 		for i := range events {
-			routerEventInto(&events[i], &re)
+			RouterEventInto(&events[i], &re)
 		}
 	})
 	if allocs != 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 	"github.com/ckf-stream/ckf-stream/ckf/workers"
 	"github.com/ckf-stream/ckf-stream/schemas"
 	"github.com/ckf-stream/ckf-stream/streams"
@@ -258,7 +259,8 @@ type loop struct {
 	lastCkpt  time.Time
 	writing   chan ckptResult // non-nil while a checkpoint is being written
 	lag       streams.LagCommitter
-	kv        schemas.KvEvent
+	kv        schemas.KvEvent      // the record being applied, decoded into reused slices
+	ev        producer.RouterEvent // kv converted, into reused slices (the index keeps none of them)
 	// asOf is the as_of bookkeeping (streams/internal/asof, asof.go). arrival is a lower bound
 	// of the arrival of the fetches of the poll being applied (zero: unknown); drainedStart the start of the latest
 	// poll that took every buffered record (the fetches buffered since were requested after
@@ -631,8 +633,9 @@ func (lp *loop) apply(rec *kgo.Record, live bool) {
 		lp.reject(rec, live, schemas.DeadLetterReasonOf(err), "undecodable KV event: "+err.Error(), err)
 		return
 	}
-	ev := relay.RouterEventOf(&lp.kv)
-	if err := lp.sh.Apply(ev); err != nil {
+	relay.RouterEventInto(&lp.kv, &lp.ev)
+	ev := &lp.ev
+	if err := lp.sh.Apply(*ev); err != nil {
 		r.l.rejected[rejectReason(err)].add(1)
 		lp.reject(rec, live, schemas.DeadLetterRejected, "worker index refused the event ("+reasonOf(err)+"): "+err.Error(), err)
 		return
