@@ -124,10 +124,27 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	if len(p) == 0 {
 		return nil
 	}
+	if err := ix.commit(key, si, t, p); err != nil {
+		return err
+	}
+	var dev *holderTable
+	if t == producer.StorageTierDevice {
+		dev = tm
+	}
+	ix.memo.recordStore(d.HasParent, d.Blocks, p, dev)
+	return nil
+}
+
+// commit is the rest of a store (workers §3.2) once its blocks on tier t are prepared in p
+// (external ids and canonicals): source key's lineage pass (si its dense index, or -1 for a
+// source the index does not hold yet), undone should a block remap an id, then the tier map's.
+// An error means nothing changed.
+func (ix *Index) commit(key ckf.SourceKey, si int32, t producer.StorageTier, p []prepared) error {
 	bit := uint8(1) << t
 	var i uint32
 	if si >= 0 {
 		i = uint32(si)
+		lin := ix.srcs[i].lin
 		if lin.gainTier(p, bit) >= 0 {
 			lin.rollback(p, bit)
 			ix.tel.InvalidSequences++
@@ -143,16 +160,11 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 		if i, err = ix.addSource(key); err != nil {
 			return err
 		}
-		lin = ix.srcs[i].lin
-		lin.gainTier(p, bit) // a repeated id is at the same canonical (remapsWithin): a duplicate
+		// A repeated id is at the same canonical (remapsWithin): a duplicate.
+		ix.srcs[i].lin.gainTier(p, bit)
 	}
 	// Mutation of the tier map starts here; the lineage is final.
 	ix.gainAll(i, t, p)
-	var dev *holderTable
-	if t == producer.StorageTierDevice {
-		dev = tm
-	}
-	ix.memo.recordStore(d.HasParent, d.Blocks, p, dev)
 	return nil
 }
 

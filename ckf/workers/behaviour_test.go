@@ -3,6 +3,7 @@ package workers
 import (
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -553,9 +554,9 @@ func TestMembershipIsKeyedByCanonical(t *testing.T) {
 }
 
 // TestRestoreLineageRefusesBadRows (workers §2.2): rows the index could not have written are
-// refused with an error naming the row, the rows before it applied: tiers 0 or past the four,
-// and an external id the source already maps to another canonical. A source the index holds
-// nothing for has no rows.
+// refused with an error naming the row: tiers 0 or past the four (nothing applied), and an
+// external id the source already maps to another canonical (the rows before it applied, in a
+// chunk of rows applied together too). A source the index holds nothing for has no rows.
 func TestRestoreLineageRefusesBadRows(t *testing.T) {
 	ix := New()
 	a := src{w: 1}
@@ -564,14 +565,36 @@ func TestRestoreLineageRefusesBadRows(t *testing.T) {
 	}
 	for _, tiers := range []uint8{0, 1 << TierCount, 0xff} {
 		err := ix.RestoreLineage(a.key(), []LineageRow{{ID: 7, Canonical: 70, Tiers: 1}, {ID: 8, Canonical: 80, Tiers: tiers}})
-		if err == nil {
-			t.Fatalf("tiers %#x restored", tiers)
+		if err == nil || !strings.Contains(err.Error(), "0x8") {
+			t.Fatalf("tiers %#x: %v, want the row of external id 0x8 refused", tiers, err)
 		}
-		if rows := ix.AppendLineage(nil, a.key()); len(rows) != 1 || rows[0] != (LineageRow{ID: 7, Canonical: 70, Tiers: 1}) {
-			t.Fatalf("after tiers %#x: rows %+v, want the first row alone", tiers, rows)
+		if rows := ix.AppendLineage(nil, a.key()); len(rows) != 0 {
+			t.Fatalf("after tiers %#x: rows %+v, want none", tiers, rows)
 		}
 	}
-	err := ix.RestoreLineage(a.key(), []LineageRow{{ID: 7, Canonical: 71, Tiers: 1}})
+	var rows []LineageRow
+	for id := range ckf.ExternalBlockHash(10) {
+		rows = append(rows, LineageRow{ID: id + 1, Canonical: ckf.CanonicalHash(10 * (id + 1)), Tiers: 1})
+	}
+	rows = append(rows, LineageRow{ID: 5, Canonical: 51, Tiers: 1}) // 5 maps to 50 four rows before
+	err := ix.RestoreLineage(a.key(), rows)
+	if !errors.Is(err, ckf.ErrInvalidBlockSequence) || !strings.Contains(err.Error(), "0x5 ") {
+		t.Fatalf("external id 5 restored at another canonical: %v", err)
+	}
+	if got := ix.AppendLineage(nil, a.key()); !slices.Equal(got, rows[:10]) {
+		t.Fatalf("rows %+v, want the ten before the refused one", got)
+	}
+	if err := ix.RestoreLineage(a.key(), rows[:6]); err != nil {
+		t.Fatal(err) // the same rows again: duplicates
+	}
+	for _, r := range rows[:10] {
+		ix.Apply(producer.RouterEvent{WorkerID: a.w, Event: producer.KvCacheEvent{Kind: producer.KvEventRemoved,
+			Removed: []ckf.ExternalBlockHash{r.ID}}})
+	}
+	if err := ix.RestoreLineage(a.key(), []LineageRow{{ID: 7, Canonical: 70, Tiers: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	err = ix.RestoreLineage(a.key(), []LineageRow{{ID: 7, Canonical: 71, Tiers: 1}})
 	if !errors.Is(err, ckf.ErrInvalidBlockSequence) {
 		t.Fatalf("external id 7 restored at another canonical: %v", err)
 	}

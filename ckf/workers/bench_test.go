@@ -240,3 +240,62 @@ func BenchmarkApply(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLineageRows is a replica's checkpoint of the index at 1 M and 10 M memberships
+// (workers §2.2): read every source's rows (read-ns/row) and restore them into an empty index
+// (restore-ns/row), beside two baselines of the same run: building the index from the
+// fixture's 16-block stores (fill-ns/row: one row per membership here, every block on one
+// tier), and restoring the rows as one-block stores through Apply, one row an event
+// (apply-ns/row).
+func BenchmarkLineageRows(b *testing.B) {
+	for _, n := range []int{1 << 20, 10 << 20} {
+		b.Run(fmt.Sprintf("%dM", n>>20), func(b *testing.B) {
+			if testing.Short() && n > 1<<20 {
+				b.Skip("10 M memberships: skipped with -short")
+			}
+			var fill, read, restore, apply time.Duration
+			var rows int
+			for range b.N {
+				t0 := time.Now()
+				ix := fillFixture(n)
+				t1 := time.Now()
+				srcs := ix.Sources()
+				all := make([][]LineageRow, len(srcs))
+				for i, src := range srcs {
+					all[i] = ix.AppendLineage(nil, src)
+				}
+				t2 := time.Now()
+				rx := New()
+				for i, src := range srcs {
+					if err := rx.RestoreLineage(src, all[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				t3 := time.Now()
+				rx = nil
+				ax := New()
+				ev := producer.RouterEvent{Event: producer.KvCacheEvent{Kind: producer.KvEventStored,
+					Stored: producer.StoreData{Blocks: make([]producer.StoredBlock, 1)}}}
+				t4 := time.Now()
+				for i, src := range srcs {
+					ev.WorkerID, ev.Event.DpRank = src.Worker, src.Rank
+					for _, r := range all[i] {
+						ev.Event.Stored.Blocks[0] = producer.StoredBlock{BlockHash: r.ID, TokensHash: ckf.LocalBlockHash(r.Canonical)}
+						if err := ax.Apply(ev); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				t5 := time.Now()
+				_, r := ax.LineageSize()
+				fill, read, restore, rows = fill+t1.Sub(t0), read+t2.Sub(t1), restore+t3.Sub(t2), rows+r
+				apply += t5.Sub(t4)
+			}
+			per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(rows) }
+			b.ReportMetric(per(fill), "fill-ns/row")
+			b.ReportMetric(per(read), "read-ns/row")
+			b.ReportMetric(per(restore), "restore-ns/row")
+			b.ReportMetric(per(apply), "apply-ns/row")
+		})
+	}
+}

@@ -513,6 +513,13 @@ func (l *lineageTable) resize(n uint64) {
 	}
 }
 
+// reserve grows the table, if it must, so that it holds n ids without growing again.
+func (l *lineageTable) reserve(n int) {
+	if n > l.growAt {
+		l.resize(bucketsFor(n))
+	}
+}
+
 func (l *lineageTable) rehash(old []lineageBucket, n uint64) bool {
 	l.buckets = make([]lineageBucket, n)
 	hugepage.Advise(l.buckets)

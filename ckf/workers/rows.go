@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/internal/prefetch"
 	"github.com/ckf-stream/ckf-stream/ckf/producer"
 )
 
@@ -27,7 +28,7 @@ type LineageRow struct {
 // an index with the same lineages, memberships and answers (workers §2.2).
 //
 // Cost: one pass over the source's lineage buckets and a sort of its rows; it allocates only to
-// grow dst. It reads the index, so under Shared it runs under the read lock.
+// grow dst. Shared.AppendLineage runs it under the read lock.
 func (ix *Index) AppendLineage(dst []LineageRow, src ckf.SourceKey) []LineageRow {
 	i, ok := ix.ids[src]
 	if !ok {
@@ -53,34 +54,85 @@ func (ix *Index) LineageSize() (sources, rows int) {
 }
 
 // RestoreLineage applies rows, one source's lineage as AppendLineage writes it, to the index:
-// each row as a store without a parent of one block {ID, token hash Canonical} on each tier of
+// each row as if stored without a parent, one block {ID, token hash Canonical} on each tier of
 // its Tiers. ckf.CanonicalRoot is the identity, so the block's canonical is the row's, and a
 // membership is keyed by its canonical alone (workers §2.2), so the restored source holds and
-// answers exactly what the rows say, whatever chains its blocks were stored in.
+// answers exactly what the rows say, whatever chains its blocks were stored in. A row repeated
+// with the same canonical is a duplicate (workers §3.3) and changes nothing.
 //
-// It returns an error, and stops, at the first row the index refuses: a Tiers of 0 or with a
-// bit at or above TierCount, or an ID the source already maps to another canonical (a row
-// repeated with another canonical, or rows restored over a source that holds other mappings).
-// The rows before it stay applied. A row repeated with the same canonical is a duplicate store
-// (workers §3.3) and changes nothing.
+// It returns an error naming the first row the index refuses: a Tiers of 0 or with a bit at or
+// above TierCount (then nothing is applied), or an ID the source already maps to another
+// canonical (a row repeated with another canonical, or rows restored over a source that holds
+// other mappings; then the rows before it stay applied).
+//
+// Cost: a new source's lineage grows once, to hold every row, before the rest of its rows; the
+// rows of each tier are applied restoreChunk at a time, as one store of that many blocks
+// (Index.commit), so that their cache lines are prefetched together on a large index; no
+// canonical is hashed and the memo of stores' chains is not written.
 func (ix *Index) RestoreLineage(src ckf.SourceKey, rows []LineageRow) error {
-	ev := producer.RouterEvent{WorkerID: src.Worker, Residency: producer.ResidencyWorker,
-		Event: producer.KvCacheEvent{Kind: producer.KvEventStored, DpRank: src.Rank,
-			Stored: producer.StoreData{Blocks: make([]producer.StoredBlock, 1)}}}
 	for _, r := range rows {
 		if r.Tiers == 0 || r.Tiers >= 1<<TierCount {
 			return fmt.Errorf("workers: restoring %v external id %#x: tiers %#x", src, uint64(r.ID), r.Tiers)
 		}
-		ev.Event.Stored.Blocks[0] = producer.StoredBlock{BlockHash: r.ID, TokensHash: ckf.LocalBlockHash(r.Canonical)}
-		for t := range TierCount {
-			if r.Tiers&(1<<t) == 0 {
+	}
+	for t := range producer.StorageTier(TierCount) {
+		bit := uint8(1) << t
+		for rest := rows; len(rest) > 0; {
+			p := ix.scratchPrep(restoreChunk)[:0]
+			for len(rest) > 0 && len(p) < restoreChunk {
+				if r := rest[0]; r.Tiers&bit != 0 {
+					p = append(p, prepared{ext: r.ID, canon: r.Canonical, slot: noHint})
+				}
+				rest = rest[1:]
+			}
+			if len(p) == 0 {
 				continue
 			}
-			ev.StorageTier = producer.StorageTier(t)
-			if err := ix.Apply(ev); err != nil {
-				return fmt.Errorf("workers: restoring %v external id %#x on tier %v: %w", src, uint64(r.ID), ev.StorageTier, err)
+			si := ix.sourceOf(src)
+			ix.prefetchPrepared(si, t, p)
+			if ix.commit(src, si, t, p) == nil {
+				if si < 0 { // the source's first rows: its lineage grows once for all of them
+					lin := ix.srcs[ix.sourceOf(src)].lin
+					lin.reserve(lin.live + len(rows))
+				}
+				continue
+			}
+			// Refused, and undone: apply the chunk's rows one at a time to name the one refused.
+			for k := range p {
+				one := p[k : k+1]
+				if err := ix.commit(src, ix.sourceOf(src), t, one); err != nil {
+					return fmt.Errorf("workers: restoring %v external id %#x on tier %v: %w", src, uint64(one[0].ext), t, err)
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// restoreChunk is how many rows RestoreLineage applies as one store.
+const restoreChunk = 64
+
+// prefetchPrepared prefetches, on an index larger than the caches, the lines that committing p
+// (blocks of source si, or -1, on tier t) reads: each id's two lineage buckets and each
+// canonical's tier-map lines, in one prefetch.Lines call (as a store does, Index.store).
+func (ix *Index) prefetchPrepared(si int32, t producer.StorageTier, p []prepared) {
+	if !ix.worthPrefetching() {
+		return
+	}
+	addrs := ix.scratchAddrs(4 * len(p))[:0]
+	if si >= 0 {
+		if lin := ix.srcs[si].lin; len(lin.buckets) != 0 {
+			for k := range p {
+				a, b := lin.lines(p[k].ext)
+				addrs = append(addrs, a, b)
+			}
+		}
+	}
+	if tm := &ix.tiers[t]; tm.live != 0 {
+		for k := range p {
+			a, b := tm.runLines(uint64(p[k].canon))
+			addrs = append(addrs, a, b)
+		}
+	}
+	prefetch.Lines(addrs)
 }
