@@ -242,7 +242,8 @@ func BenchmarkApply(b *testing.B) {
 }
 
 // BenchmarkLineageRows is a replica's checkpoint of the index at 1 M and 10 M memberships
-// (workers §2.2): read every source's rows (read-ns/row) and restore them into an empty index
+// (workers §2.2): copy the lineage (snapshot-ns/row, what a replica's loop waits for), read
+// every source's rows from the copy (read-ns/row) and restore them into an empty index
 // (restore-ns/row), beside two baselines of the same run: building the index from the
 // fixture's 16-block stores (fill-ns/row: one row per membership here, every block on one
 // tier), and restoring the rows as one-block stores through Apply, one row an event
@@ -253,18 +254,21 @@ func BenchmarkLineageRows(b *testing.B) {
 			if testing.Short() && n > 1<<20 {
 				b.Skip("10 M memberships: skipped with -short")
 			}
-			var fill, read, restore, apply time.Duration
+			var fill, snapshot, read, restore, apply time.Duration
 			var rows int
 			for range b.N {
 				t0 := time.Now()
 				ix := fillFixture(n)
 				t1 := time.Now()
-				srcs := ix.Sources()
+				snap := ix.SnapshotLineage()
+				ts := time.Now()
+				srcs := snap.Sources()
 				all := make([][]LineageRow, len(srcs))
 				for i, src := range srcs {
-					all[i] = ix.AppendLineage(nil, src)
+					all[i] = snap.AppendLineage(nil, src)
 				}
 				t2 := time.Now()
+				snapshot += ts.Sub(t1)
 				rx := New()
 				for i, src := range srcs {
 					if err := rx.RestoreLineage(src, all[i]); err != nil {
@@ -288,11 +292,12 @@ func BenchmarkLineageRows(b *testing.B) {
 				}
 				t5 := time.Now()
 				_, r := ax.LineageSize()
-				fill, read, restore, rows = fill+t1.Sub(t0), read+t2.Sub(t1), restore+t3.Sub(t2), rows+r
+				fill, read, restore, rows = fill+t1.Sub(t0), read+t2.Sub(ts), restore+t3.Sub(t2), rows+r
 				apply += t5.Sub(t4)
 			}
 			per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(rows) }
 			b.ReportMetric(per(fill), "fill-ns/row")
+			b.ReportMetric(per(snapshot), "snapshot-ns/row")
 			b.ReportMetric(per(read), "read-ns/row")
 			b.ReportMetric(per(restore), "restore-ns/row")
 			b.ReportMetric(per(apply), "apply-ns/row")

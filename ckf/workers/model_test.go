@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 
@@ -304,9 +305,16 @@ func checkRows(t interface{ Fatalf(string, ...any) }, ix *Index, m *model) {
 	}
 }
 
+// rowReader is what both an Index and a LineageSnapshot give: sources and their rows.
+type rowReader interface {
+	Sources() []ckf.SourceKey
+	AppendLineage([]LineageRow, ckf.SourceKey) []LineageRow
+	LineageSize() (int, int)
+}
+
 // restoreRows returns a new index restored from ix's rows (workers §2.2), as a replica restores
 // a checkpoint.
-func restoreRows(t interface{ Fatalf(string, ...any) }, ix *Index) *Index {
+func restoreRows(t interface{ Fatalf(string, ...any) }, ix rowReader) *Index {
 	rx := New()
 	var rows []LineageRow
 	for _, src := range ix.Sources() {
@@ -316,6 +324,15 @@ func restoreRows(t interface{ Fatalf(string, ...any) }, ix *Index) *Index {
 		}
 	}
 	return rx
+}
+
+// allRows returns every source's rows, in source order.
+func allRows(ix rowReader) map[ckf.SourceKey][]LineageRow {
+	out := map[ckf.SourceKey][]LineageRow{}
+	for _, src := range ix.Sources() {
+		out[src] = ix.AppendLineage(nil, src)
+	}
+	return out
 }
 
 // checkSummaries checks chainMemo's invariant: each run summary's blocks are in the device tier
@@ -371,6 +388,8 @@ func checkAgainstModel(t *testing.T, deviceOnly bool) {
 		// From step restoreAt on, rx is an index restored from ix's rows (workers §2.2) that
 		// applies the same events: a checkpoint plus the tail must equal the whole history.
 		var rx *Index
+		var snap *LineageSnapshot // taken at restoreAt, and rx restored from it
+		var snapRows map[ckf.SourceKey][]LineageRow
 		// The memo is kept at places runs before each step (from one pair), so that runs and
 		// their summaries displace each other within a store as well as between stores.
 		places := 1 << rapid.IntRange(1, 9).Draw(t, "places")
@@ -378,7 +397,14 @@ func checkAgainstModel(t *testing.T, deviceOnly bool) {
 		restoreAt := rapid.IntRange(0, steps).Draw(t, "restoreAt")
 		for s := range steps {
 			if s == restoreAt {
-				rx = restoreRows(t, ix)
+				snap, snapRows = ix.SnapshotLineage(), allRows(ix)
+				if got := allRows(snap); !reflect.DeepEqual(got, snapRows) {
+					t.Fatalf("step %d: snapshot rows %v, index rows %v", s, got, snapRows)
+				}
+				if a, b := snap.LineageSize(); a != len(snapRows) || b != sumRows(snapRows) {
+					t.Fatalf("step %d: snapshot LineageSize %d, %d", s, a, b)
+				}
+				rx = restoreRows(t, snap)
 				checkInvariants(t, rx, m)
 			}
 			if len(ix.memo.runs) > places {
@@ -425,7 +451,20 @@ func checkAgainstModel(t *testing.T, deviceOnly bool) {
 				}
 			}
 		}
+		// The snapshot is a copy: the events after it left it as it was.
+		if snap != nil && !reflect.DeepEqual(allRows(snap), snapRows) {
+			t.Fatalf("the snapshot's rows changed with the index: %v, taken as %v", allRows(snap), snapRows)
+		}
 	})
+}
+
+// sumRows is the number of rows in rows.
+func sumRows(rows map[ckf.SourceKey][]LineageRow) int {
+	n := 0
+	for _, r := range rows {
+		n += len(r)
+	}
+	return n
 }
 
 // drawOptions draws query options over the model's universe of sources.

@@ -79,6 +79,14 @@ func (s *Shared) AppendLineage(dst []LineageRow, src ckf.SourceKey) []LineageRow
 	return s.ix.AppendLineage(dst, src)
 }
 
+// SnapshotLineage is Index.SnapshotLineage under the read lock: the copy is one state of the
+// index, between two events.
+func (s *Shared) SnapshotLineage() *LineageSnapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ix.SnapshotLineage()
+}
+
 // LineageSize is Index.LineageSize under the read lock.
 func (s *Shared) LineageSize() (sources, rows int) {
 	s.mu.RLock()

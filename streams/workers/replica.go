@@ -726,9 +726,11 @@ func (lp *loop) checkReady(start time.Time) {
 }
 
 // maybeCheckpoint collects a finished checkpoint write and starts the next one when due: ready,
-// something applied since the last one, the interval passed, none in flight. The payload is
-// encoded here, between two polls, so it reflects exactly lp.pos; the transaction runs on a
-// goroutine of its own while the loop goes on applying.
+// something applied since the last one, the interval passed, none in flight. The index's
+// lineage is copied here, between two polls, so the checkpoint reflects exactly lp.pos
+// (workers.Index.SnapshotLineage: the tables' buckets, no per-row work); the payload is sorted
+// and encoded from the copy, and the transaction runs, on a goroutine of its own while the loop
+// goes on applying.
 func (lp *loop) maybeCheckpoint(ctx context.Context) {
 	r, cfg := lp.r, lp.r.cfg
 	if lp.writing != nil {
@@ -755,17 +757,18 @@ func (lp *loop) maybeCheckpoint(ctx context.Context) {
 	}
 	now := r.now()
 	lp.lastCkpt, lp.sinceCkpt = now, false
-	payload, rows := appendPayload(nil, cfg.DC, lp.sh)
+	snap := lp.sh.SnapshotLineage()
 	var g [8]byte
 	_, _ = rand.Read(g[:])
 	m := checkpointManifest{DC: cfg.DC.String(), KVTopic: cfg.Topics.KVEvents, Generation: binary.LittleEndian.Uint64(g[:]),
-		PayloadLen: len(payload), PayloadHash: xxh3.Hash(payload), Offsets: maps.Clone(lp.pos),
-		NewestEventMs: r.l.newestEventMs.load(), Applied: lp.applied, Rows: rows, WrittenMs: now.UnixMilli(),
+		Offsets: maps.Clone(lp.pos), NewestEventMs: r.l.newestEventMs.load(), Applied: lp.applied, WrittenMs: now.UnixMilli(),
 		Degraded: degradedList(lp.degraded)}
 	done := make(chan ckptResult, 1)
 	lp.writing = done
 	opts, part, staleTo := r.opts.ForRole("workers-checkpoints"), lp.ckptPart, lp.staleTo
 	go func() {
+		payload, rows := appendPayload(nil, cfg.DC, snap)
+		m.PayloadLen, m.PayloadHash, m.Rows = len(payload), xxh3.Hash(payload), rows
 		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
 		m, err := writeCheckpoint(wctx, opts, cfg.TransactionalID, cfg.Topics.Checkpoints, part, cfg.DC, m, payload, cfg.CheckpointChunkBytes, staleTo)
