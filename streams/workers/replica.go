@@ -42,9 +42,9 @@ type Params struct {
 
 // Replica is one replica of a DC's worker-level read model (workers.md): it reads every
 // partition of the DC's KV-events topic by direct assignment, applies each event to a
-// workers.Shared that queries read concurrently, and checkpoints the index's rows with the offsets
-// it reflects. Build it with New, run it with Run; Match, Ready and Status may be called from
-// any goroutine at any time.
+// workers.Shared that queries read concurrently, and checkpoints the index's rows with the
+// offsets it reflects. Build it with New, run it with Run; Match, Ready and Status may be
+// called from any goroutine at any time.
 type Replica struct {
 	cfg   Config
 	codec *schemas.Codec
@@ -634,15 +634,14 @@ func (lp *loop) apply(rec *kgo.Record, live bool) {
 		return
 	}
 	relay.RouterEventInto(&lp.kv, &lp.ev)
-	ev := &lp.ev
-	if err := lp.sh.Apply(*ev); err != nil {
+	if err := lp.sh.Apply(lp.ev); err != nil {
 		r.l.rejected[rejectReason(err)].add(1)
 		lp.reject(rec, live, schemas.DeadLetterRejected, "worker index refused the event ("+reasonOf(err)+"): "+err.Error(), err)
 		return
 	}
 	r.sizes.observe(&lp.kv)
 	if lp.kv.Kind == schemas.KvClearedEvent {
-		lp.noteClear(rec, ev.Source())
+		lp.noteClear(rec, lp.ev.Source())
 	}
 }
 
