@@ -268,15 +268,19 @@ func (l *lineageTable) rollback(p []prepared, bit uint8) {
 // that holds it, an id left with no tier is deleted, and the id and its canonical appended to
 // p. It returns p and the number of ids that did not hold the tier (unknown removals). The same
 // id twice finds its entry gone or without the tier the second time. A table left under
-// lineageMinLoad full shrinks once, after the loop. With tm not nil, each canonical found has
-// its tier-map lines prefetched at once (holderTable.runLines), the earliest moment their
-// address is known, so that they arrive while the pass goes on (performance §9.1).
+// lineageMinLoad full shrinks once, after the loop. With tm not nil, the tier-map lines of the
+// canonicals found (holderTable.runLines) are prefetched four canonicals at a time, soon after
+// their addresses are known, so that they arrive while the pass goes on: one prefetch.Lines call
+// per canonical cost about 7 more instructions a removed block and 3 % of the 1 M removal row's
+// time (performance §9.1).
 func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prepared, tm *holderTable) ([]prepared, int) {
 	buckets, seed := l.buckets, l.seed
 	if len(buckets) == 0 {
 		return p, len(ids)
 	}
 	unknown := 0
+	var lines [8]uintptr // tier-map lines not yet prefetched: four canonicals' at a time
+	nl := 0
 	for _, id := range ids {
 		key := uint64(id)
 		b1, b2 := buckets2(key, seed, uint64(len(buckets)))
@@ -293,9 +297,11 @@ func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prep
 		s := &b.slots[w]
 		c := s.canonical()
 		if tm != nil {
-			var lines [2]uintptr
-			lines[0], lines[1] = tm.runLines(uint64(c))
-			prefetch.Lines(lines[:])
+			lines[nl&7], lines[nl&7+1] = tm.runLines(uint64(c))
+			if nl += 2; nl == len(lines) {
+				prefetch.Lines(lines[:])
+				nl = 0
+			}
 		}
 		p = append(p, prepared{ext: id, canon: c})
 		if s.tiers != bit {
@@ -305,6 +311,9 @@ func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prep
 		*s = lineageSlot{}
 		b.used &^= 1 << w
 		l.live--
+	}
+	if nl > 0 {
+		prefetch.Lines(lines[:nl&7])
 	}
 	if l.live < l.shrinkAt {
 		l.shrink()
