@@ -138,8 +138,7 @@ func (ix *Index) RestoreLineage(src ckf.SourceKey, rows []LineageRow) error {
 			ix.prefetchPrepared(si, t, p)
 			if ix.commit(src, si, t, p) == nil {
 				if si < 0 { // the source's first rows: its lineage grows once for all of them
-					lin := ix.srcs[ix.sourceOf(src)].lin
-					lin.reserve(lin.live + len(rows))
+					ix.srcs[ix.sourceOf(src)].lin.reserve(len(rows))
 				}
 				continue
 			}
