@@ -271,8 +271,8 @@ func (l *lineageTable) rollback(p []prepared, bit uint8) {
 // lineageMinLoad full shrinks once, after the loop. With tm not nil, the tier-map lines of the
 // canonicals found (holderTable.runLines) are prefetched four canonicals at a time, soon after
 // their addresses are known, so that they arrive while the pass goes on: one prefetch.Lines call
-// per canonical cost about 7 more instructions a removed block and 3 % of the 1 M removal row's
-// time (performance §9.1).
+// per canonical cost about 6 more instructions a removed block, for no time that alternating
+// runs could tell apart (performance §9.1).
 func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prepared, tm *holderTable) ([]prepared, int) {
 	buckets, seed := l.buckets, l.seed
 	if len(buckets) == 0 {
