@@ -116,9 +116,7 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	}
 	if warm && tm.live != 0 {
 		tl := addrs[2*n : 4*n]
-		for i := range p {
-			tl[2*i], tl[2*i+1] = tm.runLines(uint64(p[i].canon))
-		}
+		tm.runLinesOf(tl, p)
 		prefetch.Lines(tl)
 	}
 	if len(p) == 0 {

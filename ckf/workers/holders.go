@@ -161,6 +161,14 @@ func (h *holderTable) runLines(k uint64) (uintptr, uintptr) {
 	return a, a + 4*size
 }
 
+// runLinesOf writes the runLines of each canonical of p into dst, two addresses a block
+// (len(dst) = 2*len(p)), for one prefetch.Lines call; the table must have slots.
+func (h *holderTable) runLinesOf(dst []uintptr, p []prepared) {
+	for i := range p {
+		dst[2*i], dst[2*i+1] = h.runLines(uint64(p[i].canon))
+	}
+}
+
 // slotOf is the index of slot s (a pointer from upsert, still valid).
 func (h *holderTable) slotOf(s *holderSlot) uint32 {
 	return uint32((uintptr(unsafe.Pointer(s)) - uintptr(unsafe.Pointer(unsafe.SliceData(h.slots)))) / unsafe.Sizeof(holderSlot{}))

@@ -293,11 +293,10 @@ func (ix *Index) lose(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
 
 // Sources returns every source the index holds blocks for, in (worker, rank) order.
 func (ix *Index) Sources() []ckf.SourceKey {
-	out := make([]ckf.SourceKey, 0, len(ix.ids))
-	for k := range ix.ids {
-		out = append(out, k)
+	out := make([]ckf.SourceKey, len(ix.order))
+	for j, i := range ix.order { // ix.order is already in key order
+		out[j] = ix.keys[i]
 	}
-	slices.SortFunc(out, ckf.SourceKey.Compare)
 	return out
 }
 

@@ -28,7 +28,7 @@ type LineageRow struct {
 // an index with the same lineages, memberships and answers (workers §2.2).
 //
 // Cost: one pass over the source's lineage buckets and a sort of its rows; it allocates only to
-// grow dst. Shared.AppendLineage runs it under the read lock.
+// grow dst. Under Shared, rows are read from a copy (Shared.SnapshotLineage).
 func (ix *Index) AppendLineage(dst []LineageRow, src ckf.SourceKey) []LineageRow {
 	i, ok := ix.ids[src]
 	if !ok {
@@ -164,20 +164,18 @@ func (ix *Index) prefetchPrepared(si int32, t producer.StorageTier, p []prepared
 	if !ix.worthPrefetching() {
 		return
 	}
-	addrs := ix.scratchAddrs(4 * len(p))[:0]
+	addrs, n := ix.scratchAddrs(4*len(p)), 0
 	if si >= 0 {
 		if lin := ix.srcs[si].lin; len(lin.buckets) != 0 {
 			for k := range p {
-				a, b := lin.lines(p[k].ext)
-				addrs = append(addrs, a, b)
+				addrs[2*k], addrs[2*k+1] = lin.lines(p[k].ext)
 			}
+			n = 2 * len(p)
 		}
 	}
 	if tm := &ix.tiers[t]; tm.live != 0 {
-		for k := range p {
-			a, b := tm.runLines(uint64(p[k].canon))
-			addrs = append(addrs, a, b)
-		}
+		tm.runLinesOf(addrs[n:n+2*len(p)], p)
+		n += 2 * len(p)
 	}
-	prefetch.Lines(addrs)
+	prefetch.Lines(addrs[:n])
 }

@@ -63,22 +63,6 @@ func (s *Shared) MatchLocal(local []ckf.LocalBlockHash, opt Options, r *Result, 
 	s.ix.MatchLocal(local, opt, r, chain)
 }
 
-// Sources is Index.Sources under the read lock.
-func (s *Shared) Sources() []ckf.SourceKey {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.ix.Sources()
-}
-
-// AppendLineage is Index.AppendLineage under the read lock. The rows of several sources are one
-// state of the index only if no event is applied between the calls: the writer itself reads them
-// (a replica's loop between two polls, streams/workers).
-func (s *Shared) AppendLineage(dst []LineageRow, src ckf.SourceKey) []LineageRow {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.ix.AppendLineage(dst, src)
-}
-
 // SnapshotLineage is Index.SnapshotLineage under the read lock: the copy is one state of the
 // index, between two events.
 func (s *Shared) SnapshotLineage() *LineageSnapshot {

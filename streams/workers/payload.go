@@ -42,8 +42,8 @@ const (
 // ErrPayload is matched by every error of decodePayload.
 var ErrPayload = errors.New("workers: unusable checkpoint payload")
 
-// lineageReader is what appendPayload reads the rows from: the index, or the workers.Shared
-// around it when the caller is its one writer.
+// lineageReader is what appendPayload reads the rows from: a workers.LineageSnapshot (the
+// replica's loop), or the index itself.
 type lineageReader interface {
 	Sources() []ckf.SourceKey
 	AppendLineage([]workers.LineageRow, ckf.SourceKey) []workers.LineageRow

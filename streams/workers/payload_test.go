@@ -30,7 +30,8 @@ func restorePayload(t *testing.T, b []byte, dc ckf.DcID) *ckfworkers.Index {
 // restored into an empty index, give an index that holds exactly what the live one holds (the
 // same rows, so the same payload bytes, and every membership per tier) and, fed the rest of the
 // trace, answers every query as the index that never stopped: checkpoint plus tail equals the
-// whole history. The payload is read through workers.Shared, as the replica's loop reads it.
+// whole history. The payload is read from a snapshot taken through workers.Shared, as the
+// replica's loop takes it.
 func TestPayloadRestoresIndex(t *testing.T) {
 	t.Parallel()
 	var held [ckfworkers.TierCount]uint64 // over the seeds: the traces exercise every tier
@@ -43,7 +44,7 @@ func TestPayloadRestoresIndex(t *testing.T) {
 		for tier, n := range live.Stats().Memberships {
 			held[tier] += n
 		}
-		payload, rows := appendPayload(nil, 0xdc, ckfworkers.NewShared(live))
+		payload, rows := appendPayload(nil, 0xdc, ckfworkers.NewShared(live).SnapshotLineage())
 		if _, want := live.LineageSize(); rows != want {
 			t.Fatalf("seed %d: %d rows written, the index has %d", seed, rows, want)
 		}
