@@ -242,8 +242,11 @@ func BenchmarkApply(b *testing.B) {
 }
 
 // BenchmarkLineageRows is a replica's checkpoint of the index at 1 M and 10 M memberships
-// (workers §2.2): copy the lineage (snapshot-ns/row, what a replica's loop waits for), read
-// every source's rows from the copy (read-ns/row) and restore them into an empty index
+// (workers §2.2): take the lineage's snapshot (snapshot-ns/row, what a replica's loop waits for),
+// then the copies it costs the index later (cow-ns/row: one one-block store to every source, each
+// the source's first write since the snapshot, so each copies the source's buckets;
+// cow-max-ms: the longest of those events, the most one event waits), read every source's rows
+// from the snapshot (read-ns/row) and restore them into an empty index
 // (restore-ns/row), beside two baselines of the same run: building the index from the
 // fixture's 16-block stores (fill-ns/row: one row per membership here, every block on one
 // tier), and restoring the rows as one-block stores through Apply, one row an event
@@ -254,7 +257,7 @@ func BenchmarkLineageRows(b *testing.B) {
 			if testing.Short() && n > 1<<20 {
 				b.Skip("10 M memberships: skipped with -short")
 			}
-			var fill, snapshot, read, restore, apply time.Duration
+			var fill, snapshot, cow, cowMax, read, restore, apply time.Duration
 			var rows int
 			for range b.N {
 				t0 := time.Now()
@@ -263,6 +266,19 @@ func BenchmarkLineageRows(b *testing.B) {
 				snap := ix.SnapshotLineage()
 				ts := time.Now()
 				srcs := snap.Sources()
+				one := producer.RouterEvent{Event: producer.KvCacheEvent{Kind: producer.KvEventStored,
+					Stored: producer.StoreData{Blocks: make([]producer.StoredBlock, 1)}}}
+				for k, src := range srcs {
+					one.WorkerID, one.Event.DpRank = src.Worker, src.Rank
+					one.Event.Stored.Blocks[0] = producer.StoredBlock{BlockHash: ckf.ExternalBlockHash(1<<63 | uint64(k)), TokensHash: 1}
+					tw := time.Now()
+					if err := ix.Apply(one); err != nil {
+						b.Fatal(err)
+					}
+					d := time.Since(tw)
+					cow, cowMax = cow+d, max(cowMax, d)
+				}
+				ts2 := time.Now()
 				all := make([][]LineageRow, len(srcs))
 				for i, src := range srcs {
 					all[i] = snap.AppendLineage(nil, src)
@@ -292,12 +308,14 @@ func BenchmarkLineageRows(b *testing.B) {
 				}
 				t5 := time.Now()
 				_, r := ax.LineageSize()
-				fill, read, restore, rows = fill+t1.Sub(t0), read+t2.Sub(ts), restore+t3.Sub(t2), rows+r
+				fill, read, restore, rows = fill+t1.Sub(t0), read+t2.Sub(ts2), restore+t3.Sub(t2), rows+r
 				apply += t5.Sub(t4)
 			}
 			per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(rows) }
 			b.ReportMetric(per(fill), "fill-ns/row")
 			b.ReportMetric(per(snapshot), "snapshot-ns/row")
+			b.ReportMetric(per(cow), "cow-ns/row")
+			b.ReportMetric(float64(cowMax.Nanoseconds())/1e6, "cow-max-ms")
 			b.ReportMetric(per(read), "read-ns/row")
 			b.ReportMetric(per(restore), "restore-ns/row")
 			b.ReportMetric(per(apply), "apply-ns/row")

@@ -50,6 +50,7 @@ import (
 // the whole index.
 type lineageTable struct {
 	buckets  []lineageBucket
+	shared   bool // a LineageSnapshot reads buckets too: copied before the first write (unshare)
 	live     int
 	growAt   int
 	shrinkAt int // a deletion that leaves fewer ids shrinks the table (0: never)
@@ -196,6 +197,9 @@ func (l *lineageTable) gainTier(p []prepared, bit uint8) int {
 	if l.live+len(p) > l.growAt {
 		l.resize(max(uint64(float64(len(l.buckets))*lineageGrowBy), bucketsFor(l.live+len(p))))
 	}
+	if l.shared {
+		l.unshare()
+	}
 	buckets, seed := l.buckets, l.seed
 	for k := range p {
 		q := &p[k]
@@ -252,7 +256,8 @@ func (s *lineageSlot) gain(q *prepared, bit uint8) bool {
 
 // rollback undoes gainTier's pass over p (a store's blocks, whose did fields name what the
 // pass did to each), last first, so that a rejected store leaves the lineage as it found it.
-// Slots move as others are inserted, so each is found again by its id.
+// Slots move as others are inserted, so each is found again by its id. The buckets are the
+// table's own: gainTier copied any a snapshot shared (unshare).
 func (l *lineageTable) rollback(p []prepared, bit uint8) {
 	for k := len(p) - 1; k >= 0; k-- {
 		switch q := &p[k]; q.did {
@@ -274,6 +279,9 @@ func (l *lineageTable) rollback(p []prepared, bit uint8) {
 // per canonical cost about 6 more instructions a removed block, for no time that alternating
 // runs could tell apart (performance §9.1).
 func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prepared, tm *holderTable) ([]prepared, int) {
+	if l.shared {
+		l.unshare()
+	}
 	buckets, seed := l.buckets, l.seed
 	if len(buckets) == 0 {
 		return p, len(ids)
@@ -470,7 +478,8 @@ func (l *lineageTable) walkFrom(c *lineageSlot, b uint64) (*lineageSlot, bool) {
 	return nil, false
 }
 
-// deleteAt removes the entry in slot i (an index from find).
+// deleteAt removes the entry in slot i (an index from find). The buckets must be the table's own
+// (not shared): its one caller is rollback, after gainTier.
 func (l *lineageTable) deleteAt(i int) {
 	b := &l.buckets[i>>2]
 	b.slots[i&3] = lineageSlot{}
@@ -522,6 +531,24 @@ func (l *lineageTable) resize(n uint64) {
 	}
 }
 
+// share marks the buckets as read by a LineageSnapshot from now on, and returns them: the table
+// no longer writes them (copy on write, workers §2.2). A snapshot of every source costs
+// O(sources) where a copy of every table would cost O(rows) while the index waits.
+func (l *lineageTable) share() []lineageBucket {
+	l.shared = true
+	return l.buckets
+}
+
+// unshare gives the table a copy of its buckets of its own, before its first write after share:
+// one copy per source and snapshot, paid by the first event that writes the source's lineage
+// (about a millisecond per 3 MB of buckets), not by the snapshot.
+func (l *lineageTable) unshare() {
+	b := make([]lineageBucket, len(l.buckets))
+	hugepage.Advise(b)
+	copy(b, l.buckets)
+	l.buckets, l.shared = b, false
+}
+
 // reserve grows the table, if it must, so that it holds n ids without growing again.
 func (l *lineageTable) reserve(n int) {
 	if n > l.growAt {
@@ -530,7 +557,7 @@ func (l *lineageTable) reserve(n int) {
 }
 
 func (l *lineageTable) rehash(old []lineageBucket, n uint64) bool {
-	l.buckets = make([]lineageBucket, n)
+	l.buckets, l.shared = make([]lineageBucket, n), false
 	hugepage.Advise(l.buckets)
 	l.growAt, l.live = int(float64(n*lineageWays)*lineageMaxLoad), 0
 	l.shrinkAt = 0

@@ -28,7 +28,7 @@ type LineageRow struct {
 // an index with the same lineages, memberships and answers (workers §2.2).
 //
 // Cost: one pass over the source's lineage buckets and a sort of its rows; it allocates only to
-// grow dst. Under Shared, rows are read from a copy (Shared.SnapshotLineage).
+// grow dst. Under Shared, rows are read from a snapshot (Shared.SnapshotLineage).
 func (ix *Index) AppendLineage(dst []LineageRow, src ckf.SourceKey) []LineageRow {
 	i, ok := ix.ids[src]
 	if !ok {
@@ -47,27 +47,30 @@ func appendRows(dst []LineageRow, lin *lineageTable) []LineageRow {
 	return dst
 }
 
-// LineageSnapshot is a copy of every source's lineage at one state of the index
-// (Index.SnapshotLineage), to be read while the index goes on changing: a replica encodes its
-// checkpoint from one on a goroutine of its own, so that applying events stops only for the
-// copy, not for the sort and the encoding (streams/workers). It never changes; any number of
-// goroutines may read it at once.
+// LineageSnapshot is every source's lineage at one state of the index (Index.SnapshotLineage),
+// to be read while the index goes on changing: a replica encodes its checkpoint from one on a
+// goroutine of its own, so that applying events stops only to take it, not for the sort and the
+// encoding (streams/workers). It never changes; any number of goroutines may read it at once.
 //
-// Memory: the lineage tables' buckets, about 21 bytes per row (workers §8), until it is dropped.
+// Memory: none at first; it shares each source's lineage buckets with the index, which copies a
+// source's buckets (about 21 bytes per row, workers §8) before it next writes them, so that while
+// a snapshot is held the lineage of every source written since is held twice.
 type LineageSnapshot struct {
 	keys []ckf.SourceKey // in SourceKey order
-	lins []lineageTable  // lins[j] is keys[j]'s
+	lins []lineageTable  // lins[j] is keys[j]'s, buckets shared with the index (lineageTable.share)
 	rows int
 }
 
-// SnapshotLineage copies every source's lineage (a copy of each table's buckets, no per-row
-// work). Shared.SnapshotLineage runs it under the read lock.
+// SnapshotLineage takes a snapshot of every source's lineage in O(sources), with no work per
+// row: each source's buckets are shared with the snapshot and copied by the index only before
+// its next write to them (copy on write, workers §2.2). It changes the index (the tables' shared
+// marks): Shared.SnapshotLineage runs it under the write lock.
 func (ix *Index) SnapshotLineage() *LineageSnapshot {
 	s := &LineageSnapshot{keys: make([]ckf.SourceKey, len(ix.order)), lins: make([]lineageTable, len(ix.order))}
 	for j, i := range ix.order {
 		lin := ix.srcs[i].lin
 		s.keys[j] = ix.keys[i]
-		s.lins[j] = lineageTable{buckets: slices.Clone(lin.buckets), live: lin.live}
+		s.lins[j] = lineageTable{buckets: lin.share(), live: lin.live}
 		s.rows += lin.live
 	}
 	return s

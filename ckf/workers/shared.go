@@ -63,11 +63,12 @@ func (s *Shared) MatchLocal(local []ckf.LocalBlockHash, opt Options, r *Result, 
 	s.ix.MatchLocal(local, opt, r, chain)
 }
 
-// SnapshotLineage is Index.SnapshotLineage under the read lock: the copy is one state of the
-// index, between two events.
+// SnapshotLineage is Index.SnapshotLineage under the write lock (it marks the index's lineage
+// tables as shared; O(sources), so queries wait about as long as for one event): the snapshot
+// is one state of the index, between two events.
 func (s *Shared) SnapshotLineage() *LineageSnapshot {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.ix.SnapshotLineage()
 }
 

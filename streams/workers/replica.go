@@ -726,10 +726,10 @@ func (lp *loop) checkReady(start time.Time) {
 
 // maybeCheckpoint collects a finished checkpoint write and starts the next one when due: ready,
 // something applied since the last one, the interval passed, none in flight. The index's
-// lineage is copied here, between two polls, so the checkpoint reflects exactly lp.pos
-// (workers.Index.SnapshotLineage: the tables' buckets, no per-row work); the payload is sorted
-// and encoded from the copy, and the transaction runs, on a goroutine of its own while the loop
-// goes on applying.
+// lineage is snapshotted here, between two polls, so the checkpoint reflects exactly lp.pos
+// (workers.Index.SnapshotLineage: O(sources), the buckets shared and copied on write); the
+// payload is sorted and encoded from the snapshot, and the transaction runs, on a goroutine of
+// its own while the loop goes on applying.
 func (lp *loop) maybeCheckpoint(ctx context.Context) {
 	r, cfg := lp.r, lp.r.cfg
 	if lp.writing != nil {
