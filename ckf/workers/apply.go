@@ -201,8 +201,10 @@ func (ix *Index) remapsWithin(p []prepared) bool {
 		}
 		return false
 	}
+	if cap(ix.sorted) < len(p) { // Index fields are written only then (see scratchAddrs)
+		ix.sorted = make([]prepared, 0, len(p))
+	}
 	s := append(ix.sorted[:0], p...)
-	ix.sorted = s[:0]
 	slices.SortFunc(s, func(a, b prepared) int {
 		if c := cmp.Compare(a.ext, b.ext); c != 0 {
 			return c

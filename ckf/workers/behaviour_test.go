@@ -280,6 +280,30 @@ func TestSelfReferencingStoreRejected(t *testing.T) {
 	wantDepths(t, depths(ix, 1, 2), map[ckf.SourceKey]uint32{w0.key(): 1})
 }
 
+// TestRemapWithinOneStoreRejected (workers §3.2): a source's first store that lists one external
+// id at two blocks (two canonicals) remaps it and is rejected whole, whether the store is short
+// enough to compare its blocks pairwise or long enough to be sorted (Index.remapsWithin's two
+// ways); without the repeat, the same store is accepted.
+func TestRemapWithinOneStoreRejected(t *testing.T) {
+	for _, n := range []int{8, scanLimit, scanLimit + 1, 4 * scanLimit} {
+		chain := make([]ckf.LocalBlockHash, n)
+		for i := range chain {
+			chain[i] = ckf.LocalBlockHash(i + 1)
+		}
+		ix := New()
+		ev := w0.store(nil, chain...)
+		ev.Event.Stored.Blocks[n-1].BlockHash = ev.Event.Stored.Blocks[n/2].BlockHash
+		if err := ix.Apply(ev); !errors.Is(err, ckf.ErrInvalidBlockSequence) {
+			t.Fatalf("%d blocks: err %v, want InvalidBlockSequence", n, err)
+		}
+		if srcs, rows := ix.LineageSize(); srcs != 0 || rows != 0 {
+			t.Fatalf("%d blocks: the rejected store left %d sources, %d rows", n, srcs, rows)
+		}
+		mustApply(t, ix, w0.store(nil, chain...))
+		wantDepths(t, depths(ix, chain...), map[ckf.SourceKey]uint32{w0.key(): uint32(n)})
+	}
+}
+
 // TestLoraAdaptersDoNotConflict (test_different_lora_adapters_do_not_conflict,
 // test_lora_base_same_tokens_no_seq_hash_mismatch, test_different_cache_namespaces_do_not_conflict):
 // the same tokens under two salts are two chains.
