@@ -540,8 +540,9 @@ func (l *lineageTable) share() []lineageBucket {
 }
 
 // unshare gives the table a copy of its buckets of its own, before its first write after share:
-// one copy per source and snapshot, paid by the first event that writes the source's lineage
-// (about a millisecond per 3 MB of buckets), not by the snapshot.
+// one copy per source and snapshot, paid by the first event that writes the source's lineage,
+// not by the snapshot (BenchmarkLineageRows' cow-max-ms is the longest such event; the fresh
+// pages' faults cost more than the copy).
 func (l *lineageTable) unshare() {
 	b := make([]lineageBucket, len(l.buckets))
 	hugepage.Advise(b)

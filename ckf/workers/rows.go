@@ -52,6 +52,11 @@ func appendRows(dst []LineageRow, lin *lineageTable) []LineageRow {
 // goroutine of its own, so that applying events stops only to take it, not for the sort and the
 // encoding (streams/workers). It never changes; any number of goroutines may read it at once.
 //
+// Memory ordering: the index never writes a bucket after sharing it (it writes a copy), so the
+// snapshot's readers race with nothing, the index's own lookups of those buckets included; a
+// goroutine other than the index's must receive the snapshot through a synchronising operation
+// (a channel, a go statement, a lock), as with any value.
+//
 // Memory: none at first; it shares each source's lineage buckets with the index, which copies a
 // source's buckets (about 21 bytes per row, workers §8) before it next writes them, so that while
 // a snapshot is held the lineage of every source written since is held twice.
