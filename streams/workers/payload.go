@@ -19,8 +19,9 @@ import (
 // when its parent is on the device tier, where workers §3.2 accepts a parent on any tier, so it
 // cannot rebuild this index. The index gives its rows (workers §2.2: Index.AppendLineage, in
 // ascending external id), and an empty index given them back (Index.RestoreLineage) holds and
-// answers exactly what it held. The loop encodes the payload between two polls, as the index's
-// one writer, so no event falls between two sources' rows; queries go on under the read lock.
+// answers exactly what it held. The loop takes the index's lineage snapshot between two polls
+// (workers.Index.SnapshotLineage), so no event falls between two sources' rows; the payload is
+// encoded from the snapshot on another goroutine while the loop goes on applying.
 // A copy of the lineage kept beside the index, as this read model once did, more than doubled
 // its heap per membership and its apply time (workers.md, "Checkpoint").
 
