@@ -451,7 +451,8 @@ func checkAgainstModel(t *testing.T, deviceOnly bool) {
 				}
 			}
 		}
-		// The snapshot is a copy: the events after it left it as it was.
+		// The snapshot shares buckets the index copies before writing (workers §2.2): the events
+		// after it left it as it was.
 		if snap != nil && !reflect.DeepEqual(allRows(snap), snapRows) {
 			t.Fatalf("the snapshot's rows changed with the index: %v, taken as %v", allRows(snap), snapRows)
 		}
