@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"slices"
+	"unsafe"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/internal/prefetch"
@@ -62,23 +63,21 @@ func (ix *Index) Apply(ev producer.RouterEvent) error {
 	return ckf.NewEventError(ckf.EventInvalidBlockSequence, "unknown event kind")
 }
 
-// store is workers §3.2: validate every block against the source's lineage, then commit.
+// store is workers §3.2: the event's chain computed, then placed in the slab, validated against
+// the source's lineage and committed (commit).
 //
 // Cost: with the index larger than the caches (prefetchFloorBytes), the lines of every block's
-// two lineage buckets are prefetched first (one prefetch.Lines call), then the event's canonical
-// chain is computed and the tier-map lines of every canonical prefetched, so that the event's
-// cache misses overlap instead of arriving one block at a time (as ckf/producer's store path
-// does). A known source's lineage is then validated and written in one pass, one probe per
-// block (lineageTable.gainTier, which checks each id's canonical), and undone should a block
-// turn out to remap an id (lineageTable.rollback): a store is rejected rarely, so it pays for a
-// second pass then rather than every store paying for a separate validating lookup.
+// two lineage buckets are prefetched first (one prefetch.Lines call), and on a lower tier the
+// tier-map lines of every canonical once the chain is computed, so that the event's cache misses
+// overlap instead of arriving one block at a time (as ckf/producer's store path does). The
+// device tier's holder values are in the slab, where the store's blocks follow their parent's
+// position or are appended as a run (slab): lines the store reads in order.
 func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.StoreData) error {
 	si := ix.sourceOf(key)
 	var lin *lineageTable
 	if si >= 0 {
 		lin = ix.srcs[si].lin
 	}
-	tm := &ix.tiers[t]
 	n := len(d.Blocks)
 	warm := ix.worthPrefetching()
 	var addrs []uintptr
@@ -93,13 +92,14 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	}
 	var prev ckf.CanonicalHash
 	havePrev := false
+	prevPos := noPos
 	if d.HasParent {
 		e := lin.lookup(d.ParentHash)
 		if e == nil {
 			ix.tel.ParentNotFound++
 			return ckf.NewEventError(ckf.EventParentBlockNotFound, "parent not in source lineage")
 		}
-		prev, havePrev = e.canonical(), true
+		prev, havePrev, prevPos = e.canonical(), true, e.position()
 	} else if d.HasStartPosition && d.StartPosition != 0 {
 		ix.tel.InvalidSequences++
 		return ckf.NewEventError(ckf.EventInvalidBlockSequence, "non-zero start position without a parent")
@@ -112,9 +112,9 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 		} else {
 			prev, havePrev = ckf.CanonicalRoot(b.TokensHash), true
 		}
-		p[i] = prepared{ext: b.BlockHash, canon: prev, slot: noHint}
+		p[i] = prepared{ext: b.BlockHash, canon: prev, local: b.TokensHash, pos: noPos}
 	}
-	if warm && tm.live != 0 {
+	if tm := &ix.tiers[t]; warm && t != producer.StorageTierDevice && tm.live != 0 {
 		tl := addrs[2*n : 4*n]
 		tm.runLinesOf(tl, p)
 		prefetch.Lines(tl)
@@ -122,22 +122,25 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	if len(p) == 0 {
 		return nil
 	}
-	if err := ix.commit(key, si, t, p); err != nil {
-		return err
-	}
-	var dev *holderTable
-	if t == producer.StorageTierDevice {
-		dev = tm
-	}
-	ix.memo.recordStore(d.HasParent, d.Blocks, p, dev)
-	return nil
+	return ix.commit(key, si, t, p, prevPos, true)
 }
 
 // commit is the rest of a store (workers §3.2) once its blocks on tier t are prepared in p
-// (external ids and canonicals): source key's lineage pass (si its dense index, or -1 for a
-// source the index does not hold yet), undone should a block remap an id, then the tier map's.
-// An error means nothing changed.
-func (ix *Index) commit(key ckf.SourceKey, si int32, t producer.StorageTier, p []prepared) error {
+// (external ids, canonicals and local hashes): the blocks found or placed in the slab (placeAll:
+// a chain whose first block's parent is at position prev when chain is set, else blocks each
+// without a parent), source key's lineage pass (si its dense index, or -1 for a source the index
+// does not hold yet), both undone should a block remap an id, then the holder values. An error
+// means nothing changed.
+func (ix *Index) commit(key ckf.SourceKey, si int32, t producer.StorageTier, p []prepared, prev uint32, chain bool) error {
+	if !ix.slab.room(len(p)) {
+		return ckf.NewEventError(ckf.EventAllocationFailed, "the slab's positions are used up")
+	}
+	if si < 0 && ix.remapsWithin(p) {
+		// A new source has no lineage to contradict: only the store itself can remap an id.
+		ix.tel.InvalidSequences++
+		return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id twice in one store")
+	}
+	ix.placeAll(p, prev, chain)
 	bit := uint8(1) << t
 	var i uint32
 	if si >= 0 {
@@ -145,25 +148,67 @@ func (ix *Index) commit(key ckf.SourceKey, si int32, t producer.StorageTier, p [
 		lin := ix.srcs[i].lin
 		if lin.gainTier(p, bit) >= 0 {
 			lin.rollback(p, bit)
+			ix.unplace(p)
 			ix.tel.InvalidSequences++
 			return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id remapped to a different chain")
 		}
 	} else {
-		// A new source has no lineage to contradict: only the store itself can remap an id.
-		if ix.remapsWithin(p) {
-			ix.tel.InvalidSequences++
-			return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id twice in one store")
-		}
 		var err error
 		if i, err = ix.addSource(key); err != nil {
+			ix.unplace(p)
 			return err
 		}
 		// A repeated id is at the same canonical (remapsWithin): a duplicate.
 		ix.srcs[i].lin.gainTier(p, bit)
 	}
-	// Mutation of the tier map starts here; the lineage is final.
+	// The lineage is final: the holder values change.
 	ix.gainAll(i, t, p)
 	return nil
+}
+
+// placeAll sets each block's slab position (prepared.pos): where the slab has the block already
+// (slab.find), else placed there (slab.place, prepared.created), without a holder yet. With chain,
+// block k's parent is block k-1, and block 0's is at position prev (noPos: a root, or a parent
+// that is not in the slab); without, every block is looked for as a head (and in Index.restoreAt)
+// and placed as a run of its own (RestoreLineage's rows, whose parents are not known).
+//
+// The blocks after one just placed, the usual store's new blocks, are absent (a new block has no
+// branch mark: slab.find's rule, without orphans) and go into its run while it has room, written
+// here in one loop without a call (placeRun).
+func (ix *Index) placeAll(p []prepared, prev uint32, chain bool) {
+	sl := &ix.slab
+	for k := 0; k < len(p); k++ {
+		q := &p[k]
+		want := len(p) - k
+		if !chain {
+			prev, want = noPos, 1
+		}
+		pos := sl.find(prev, q.canon)
+		if pos == noPos && ix.restoreAt != nil {
+			if at, ok := ix.restoreAt[q.canon]; ok {
+				pos = at
+			}
+		}
+		q.pos, q.created = pos, false
+		if pos == noPos {
+			q.pos = sl.place(prev, q.canon, q.local, want, !chain)
+			q.created = true
+			if chain && sl.orphans == 0 {
+				k += sl.placeRun(q.pos, p[k+1:])
+			}
+		}
+		prev = p[k].pos
+	}
+}
+
+// unplace undoes placeAll for a store refused after it: the blocks it placed hold nothing, and
+// each ended its run when placed, so dropping them last first leaves the slab as it was.
+func (ix *Index) unplace(p []prepared) {
+	for k := len(p) - 1; k >= 0; k-- {
+		if p[k].created {
+			ix.slab.truncate(p[k].pos, &ix.tiers)
+		}
+	}
 }
 
 // What the lineage pass of a store did to one block's slot (prepared.did), for the tier-map
@@ -219,7 +264,7 @@ func (ix *Index) remapsWithin(p []prepared) bool {
 	return false
 }
 
-// prefetchFloorBytes is the device tier map's size below which the index does not prefetch:
+// prefetchFloorBytes is the slab's size below which the index does not prefetch:
 // an index that small stays in the CPU's caches, so prefetches would only cost instructions.
 const prefetchFloorBytes = 1 << 20
 
@@ -242,15 +287,16 @@ func (ix *Index) scratchPrep(n int) []prepared {
 	return ix.prep[:n]
 }
 
+// worthPrefetching reports whether the slab's blocks take prefetchFloorBytes or more.
 func (ix *Index) worthPrefetching() bool {
-	return ix.tiers[producer.StorageTierDevice].Bytes() >= prefetchFloorBytes
+	return uint64(ix.slab.blocks)*uint64(unsafe.Sizeof(slabBlock{})) >= prefetchFloorBytes
 }
 
 // remove is workers §3.4: each id in order; an id the source does not hold on t is counted.
 // A first pass (lineageTable.takeTier; with a large index, after prefetching every id's two
 // lineage buckets) takes tier t off each id's lineage entry, deleting an entry left with no tier
-// while its line is still in the cache, and prefetches the tier-map lines of each canonical it
-// finds; loseAll then changes the tier map. The same id twice in one event finds its entry
+// while its line is still in the cache, and prefetches the lines of each block it finds (the slab's line of each position, on the device tier); loseAll then changes the holder
+// values. The same id twice in one event finds its entry
 // gone or without the tier the second time: unknown then, as when removed one at a time.
 func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.ExternalBlockHash) {
 	si := ix.sourceOf(key)
@@ -267,15 +313,20 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 	n := len(ids)
 	warm := n > 1 && ix.worthPrefetching()
 	var tm *holderTable // the tier map whose lines takeTier prefetches, when worth it
+	var sl *slab        // or the slab
 	if warm {
 		addrs := ix.scratchAddrs(2 * n)
 		for k, id := range ids {
 			addrs[2*k], addrs[2*k+1] = lin.lines(id)
 		}
 		prefetch.Lines(addrs)
-		tm = &ix.tiers[t]
+		if t == producer.StorageTierDevice {
+			sl = &ix.slab
+		} else {
+			tm = &ix.tiers[t]
+		}
 	}
-	p, unknown := lin.takeTier(ids, bit, ix.scratchPrep(n)[:0], tm)
+	p, unknown := lin.takeTier(ids, bit, ix.scratchPrep(n)[:0], tm, sl)
 	ix.tel.UnknownRemovals += uint64(unknown)
 	ix.loseAll(i, t, p)
 	if lin.Len() == 0 {
@@ -297,14 +348,13 @@ func (ix *Index) Clear(src ckf.SourceKey) {
 
 func (ix *Index) clearIndex(i uint32) {
 	lin := ix.srcs[i].lin
-	for ext, e := range lin.all() {
-		c := e.canonical()
+	for _, e := range lin.all() {
+		c, pos := e.canonical(), e.position()
 		for t := range TierCount {
 			if e.tiers&(1<<t) != 0 {
-				ix.lose(i, producer.StorageTier(t), c)
+				ix.lose(i, producer.StorageTier(t), c, pos)
 			}
 		}
-		_ = ext
 	}
 	*lin = lineageTable{}
 	ix.dropSource(i)

@@ -106,8 +106,9 @@ func BenchmarkMatch128(b *testing.B) {
 	}
 }
 
-// BenchmarkChain128 is the canonical chain of a 128-block prompt: read from the memo of a store
-// of it (memo), or hashed (hash: ckf.AppendSequenceHashes; miss: the memo holding nothing of it).
+// BenchmarkChain128 is the canonical chain of a 128-block prompt: read from the slab, where a
+// store of it is (slab: slab.chainOf), or hashed (hash: ckf.AppendSequenceHashes; miss: chainOf
+// on a prompt the slab holds nothing of).
 func BenchmarkChain128(b *testing.B) {
 	local := make([]ckf.LocalBlockHash, 128)
 	for i := range local {
@@ -118,10 +119,9 @@ func BenchmarkChain128(b *testing.B) {
 		b.Fatal(err)
 	}
 	out := make([]ckf.CanonicalHash, len(local))
-	hints := make([]uint32, len(local))
-	b.Run("memo", func(b *testing.B) {
+	b.Run("slab", func(b *testing.B) {
 		for range b.N {
-			ix.memo.fill(out, hints, local, nil, true)
+			ix.slab.chainOf(local, out)
 		}
 	})
 	b.Run("hash", func(b *testing.B) {
@@ -136,7 +136,7 @@ func BenchmarkChain128(b *testing.B) {
 	}
 	b.Run("miss", func(b *testing.B) {
 		for range b.N {
-			ix.memo.fill(out, hints, other, nil, true)
+			ix.slab.chainOf(other, out)
 		}
 	})
 }

@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
-
-	"github.com/ckf-stream/ckf-stream/ckf"
 )
 
 // TestHolderTableMatchesMap: random upserts and deletions (keys from a small range, 0 included,
@@ -81,85 +79,11 @@ func TestHolderTableMatchesMap(t *testing.T) {
 	})
 }
 
-// walkLookup is the query walk's inlined lookup of k (runFrom without prefetching, which reads
-// the home slot and the next one together): runFrom on the one-block query k from a holder
-// value no entry has stops at once with k's value.
+// walkLookup is the query walk's lookup of k (probe: a scan from k's home without the Robin Hood
+// early exit), 0 in an empty table.
 func walkLookup(h *holderTable, k uint64) uint32 {
-	si := 0
-	_, v := runFrom(h, []ckf.CanonicalHash{ckf.CanonicalHash(k)}, nil, nil, &si, 0, ^uint32(0), false)
-	return v
-}
-
-// TestRunFromPaths: the query walk's run scan gives the same position and holder value on all
-// four of its paths (with and without prefetching, with and without slot hints), whatever the
-// hints say: a block's own slot, another key's slot, an empty slot, a slot past the table's end
-// or none; and with spans of known value (run summaries) or without, the spans placed anywhere
-// over pieces of one non-zero value, before, around or after from. The reference is the first
-// position whose get differs from cur.
-func TestRunFromPaths(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		var h holderTable
-		keyRange := rapid.SampledFrom([]uint64{8, 200}).Draw(t, "range")
-		key := func(label string) uint64 {
-			return rapid.Uint64Range(0, keyRange).Draw(t, label) * 0x5851F42D4C957F2D // 0 stays 0
-		}
-		for range rapid.IntRange(1, 400).Draw(t, "inserts") {
-			h.upsert(key("k")).val = uint32(rapid.IntRange(1, 3).Draw(t, "v")) // few values: runs of one value
-		}
-		for range rapid.IntRange(0, 100).Draw(t, "deletes") {
-			if i := h.find(key("d")); i >= 0 && h.Len() > 1 {
-				h.deleteAt(i)
-			}
-		}
-		n := rapid.IntRange(1, 40).Draw(t, "n")
-		query, hints := make([]ckf.CanonicalHash, n), make([]uint32, n)
-		for i := range query {
-			k := key("q")
-			query[i] = ckf.CanonicalHash(k)
-			switch rapid.IntRange(0, 3).Draw(t, "hint") {
-			case 0:
-				hints[i] = noHint
-			case 1:
-				hints[i] = uint32(max(h.find(k), 0)) // its own slot, or slot 0 when absent
-			case 2:
-				hints[i] = uint32(rapid.IntRange(0, len(h.slots)-1).Draw(t, "slot"))
-			default:
-				hints[i] = uint32(len(h.slots) + rapid.IntRange(0, 3).Draw(t, "past"))
-			}
-		}
-		// Spans: pieces of one non-zero value, each starting anywhere after the last and ending
-		// anywhere inside its value's stretch.
-		var spans []span
-		for at := rapid.IntRange(0, n).Draw(t, "gap"); at < n; at += rapid.IntRange(0, 3).Draw(t, "gap") {
-			v := h.get(uint64(query[at]))
-			end := at + 1
-			for end < n && h.get(uint64(query[end])) == v {
-				end++
-			}
-			end = rapid.IntRange(at+1, end).Draw(t, "end")
-			if v != 0 {
-				spans = append(spans, span{from: uint32(at), end: uint32(end), val: v})
-			}
-			at = end
-		}
-		cur := []uint32{^uint32(0), 1, 2, 3}[rapid.IntRange(0, 3).Draw(t, "cur")]
-		from := rapid.IntRange(0, n-1).Draw(t, "from")
-		wantPos, wantV := n, cur
-		for i := from; i < n; i++ {
-			if v := h.get(uint64(query[i])); v != cur {
-				wantPos, wantV = i, v
-				break
-			}
-		}
-		for _, warm := range []bool{false, true} {
-			for _, hs := range [][]uint32{nil, hints} {
-				for _, sp := range [][]span{nil, spans} {
-					si := 0
-					if pos, v := runFrom(&h, query, hs, sp, &si, from, cur, warm); pos != wantPos || v != wantV {
-						t.Fatalf("warm %v, hints %v, spans %v: runFrom = (%d, %d), want (%d, %d)", warm, hs != nil, sp, pos, v, wantPos, wantV)
-					}
-				}
-			}
-		}
-	})
+	if h.live == 0 {
+		return 0
+	}
+	return probe(h.slots, h.seed, h.shift, k)
 }

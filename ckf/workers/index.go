@@ -13,11 +13,12 @@ import (
 // TierCount is the number of storage tiers (producer.StorageTier's values).
 const TierCount = 4
 
-// lineageEntry is what a source's lineage keeps per external id: the canonical hash and the
-// tiers (bit t = producer.StorageTier t) the id is held on. Nine bytes with no padding, so a
-// lineage slot (8-byte key included) is 17 bytes.
+// lineageEntry is what a source's lineage keeps per external id: the canonical hash, the block's
+// position in the slab and the tiers (bit t = producer.StorageTier t) the id is held on.
+// Thirteen bytes with no padding, so a lineage slot (8-byte key included) is 21 bytes.
 type lineageEntry struct {
 	canon [8]byte
+	pos   [4]byte
 	tiers uint8
 }
 
@@ -25,9 +26,12 @@ func (e *lineageEntry) canonical() ckf.CanonicalHash {
 	return ckf.CanonicalHash(binary.LittleEndian.Uint64(e.canon[:]))
 }
 
-func newLineageEntry(c ckf.CanonicalHash) lineageEntry {
+func (e *lineageEntry) position() uint32 { return binary.LittleEndian.Uint32(e.pos[:]) }
+
+func newLineageEntry(c ckf.CanonicalHash, pos uint32) lineageEntry {
 	var e lineageEntry
 	binary.LittleEndian.PutUint64(e.canon[:], uint64(c))
+	binary.LittleEndian.PutUint32(e.pos[:], pos)
 	return e
 }
 
@@ -37,9 +41,11 @@ type source struct {
 	held [TierCount]uint64 // memberships per tier
 }
 
-// aliasKey names one membership that more than one external id of its source maps to.
+// aliasKey names one membership that more than one external id of its source maps to: by the
+// block's slab position on the device tier (whose holder values are the slab's), by its canonical
+// hash on a lower tier (whose maps are keyed by it).
 type aliasKey struct {
-	canon ckf.CanonicalHash
+	block uint64
 	src   uint32
 	tier  producer.StorageTier
 }
@@ -80,8 +86,8 @@ type Telemetry struct {
 //   - a source entry exists iff its lineage has at least one external id, and every
 //     lineage entry has at least one tier bit;
 //   - source i holds canonical c on tier t (c's holder value on t names i) iff some external
-//     id of i's lineage maps to c with bit t set; aliases[{c, i, t}] is the number of such ids
-//     minus one, listed only when positive;
+//     id of i's lineage maps to c with bit t set; aliases[{c, i, t}] (c's slab position for
+//     the device tier) is the number of such ids minus one, listed only when positive;
 //   - held[t] of a source is the number of canonicals it holds on t;
 //   - a holder value is never 0 in a tier map, and a set id's refs equal the number of
 //     tier-map entries holding it.
@@ -96,24 +102,30 @@ type Index struct {
 	keys    []ckf.SourceKey // by dense index, apart from srcs: the answer's and the sets' order read only keys
 	order   []uint32        // the live dense indexes in SourceKey order (collect's key-order scan)
 	freeSrc []uint32
-	lastKey ckf.SourceKey // sourceOf's one-entry cache: lastIdx is ids[lastKey]
-	lastIdx int32         // -1 when empty
-	tiers   [TierCount]holderTable
+	lastKey ckf.SourceKey          // sourceOf's one-entry cache: lastIdx is ids[lastKey]
+	lastIdx int32                  // -1 when empty
+	slab    slab                   // every held block, its local hash and its device holder value
+	tiers   [TierCount]holderTable // the lower tiers' holder values by canonical; tiers[0] is unused
 	sets    setTable
 	aliases map[aliasKey]uint32
-	memo    chainMemo // recent stores' chains by local hash, for MatchLocal
 	tel     Telemetry
 	prep    []prepared // the store path's working memory
-	sorted  []prepared // remapsWithin's copy of a long store
-	addrs   []uintptr  // the apply paths' cache lines to prefetch (prefetch.Lines)
+	// restoreAt lists the slab's blocks that are not heads by canonical while RestoreLineage
+	// restores rows into an index that has applied stores (nil otherwise): a row's block is found
+	// there or as a head (placeAll).
+	restoreAt map[ckf.CanonicalHash]uint32
+	sorted    []prepared // remapsWithin's copy of a long store
+	addrs     []uintptr  // the apply paths' cache lines to prefetch (prefetch.Lines)
 }
 
-// prepared is one block of a validated store.
+// prepared is one block of a store, or of a removal found in the source's lineage.
 type prepared struct {
-	ext   ckf.ExternalBlockHash
-	canon ckf.CanonicalHash
-	did   uint8  // the store's lineage pass: didNothing, didCreate or didAddTier
-	slot  uint32 // a device store's tier-map slot of canon where gainAll found or put it (noHint: none)
+	ext     ckf.ExternalBlockHash
+	canon   ckf.CanonicalHash
+	local   ckf.LocalBlockHash
+	pos     uint32 // the block's slab position
+	did     uint8  // the store's lineage pass: didNothing, didCreate or didAddTier
+	created bool   // the store's slab pass placed the block (slab.place)
 }
 
 // New returns an empty index.
@@ -174,56 +186,85 @@ func (ix *Index) dropSource(i uint32) {
 
 // gainAll records that source i now holds each block of p whose lineage pass did something
 // (prepared.did) on tier t through one more external id; the other blocks are duplicates. The
-// counters are added once for the store, and a canonical without a holder takes source i inline
-// without the holder sets (a store's first holder of a block, most of a store's blocks). An
-// entry whose value changes first voids the run summaries its reference names (chainMemo.void;
-// a new entry has none).
+// counters are added once for the store, and a block without a holder takes source i inline
+// without the holder sets (a store's first holder of a block, most of a store's blocks). On the
+// device tier the holder value is the block's in the slab, at its position; a lower tier's is
+// its entry in that tier's map.
 func (ix *Index) gainAll(i uint32, t producer.StorageTier, p []prepared) {
-	tm := &ix.tiers[t]
-	device := t == producer.StorageTierDevice
 	var gained, dups uint64
-	for k := range p {
-		q := &p[k]
-		if q.did == didNothing {
-			dups++
-			continue
-		}
-		s := tm.upsert(uint64(q.canon))
-		if device {
-			q.slot = tm.slotOf(s)
-		}
-		if s.val == 0 {
-			s.val = single(i) // the sets' with(0, i)
+	if t == producer.StorageTierDevice {
+		gained, dups = ix.gainDevice(i, p)
+	} else {
+		tm := &ix.tiers[t]
+		for k := range p {
+			q := &p[k]
+			if q.did == didNothing {
+				dups++
+				continue
+			}
+			s := tm.upsert(uint64(q.canon))
+			if s.val == 0 {
+				s.val = single(i) // the sets' with(0, i)
+				gained++
+				continue
+			}
+			nv, already := ix.sets.with(s.val, i, ix.keys)
+			if already {
+				ix.aliases[aliasKey{uint64(q.canon), i, t}]++
+				continue
+			}
+			s.val = nv
 			gained++
-			continue
 		}
-		nv, already := ix.sets.with(s.val, i, ix.keys)
-		if already {
-			ix.aliases[aliasKey{q.canon, i, t}]++
-			continue
-		}
-		ix.memo.void(s)
-		s.val = nv
-		gained++
 	}
 	ix.srcs[i].held[t] += gained
 	ix.tel.StoredBlocks += gained
 	ix.tel.DuplicateBlocks += dups
 }
 
-// loseAll is lose for each block of p (canonicals of source i on tier t), the counters
-// subtracted once, and a block whose only holder is source i dropped without the holder sets;
-// each entry voids the run summaries its reference names first (chainMemo.void). lose's steps
-// are written out in the loop rather than shared through a function: one that the compiler
-// does not inline cost 19 more instructions per removed block (3.4 %, callgrind,
-// bench/workersprof 1048576 8).
+// gainDevice is gainAll on the device tier: the holder values are the slab's.
+func (ix *Index) gainDevice(i uint32, p []prepared) (gained, dups uint64) {
+	sl := &ix.slab
+	for k := range p {
+		q := &p[k]
+		if q.did == didNothing {
+			dups++
+			continue
+		}
+		b := sl.at(q.pos)
+		if b.val == 0 {
+			b.val = single(i)
+			sl.held++
+			gained++
+			continue
+		}
+		nv, already := ix.sets.with(b.val, i, ix.keys)
+		if already {
+			ix.aliases[aliasKey{uint64(q.pos), i, producer.StorageTierDevice}]++
+			continue
+		}
+		b.val = nv
+		gained++
+	}
+	return gained, dups
+}
+
+// loseAll is lose for each block of p (blocks of source i on tier t, with their canonicals and
+// slab positions), the counters subtracted once, and a block whose only holder is source i
+// dropped without the holder sets. lose's steps are written out in the loops rather than shared
+// through a function: one that the compiler does not inline cost 19 more instructions per
+// removed block (3.4 %, callgrind, bench/workersprof 1048576 8).
 func (ix *Index) loseAll(i uint32, t producer.StorageTier, p []prepared) {
+	if t == producer.StorageTierDevice {
+		ix.loseDevice(i, p)
+		return
+	}
 	tm := &ix.tiers[t]
 	only := single(i)
 	var lost uint64
 	for k := range p {
 		c := p[k].canon
-		if len(ix.aliases) > 0 && ix.dropAlias(aliasKey{c, i, t}) {
+		if len(ix.aliases) > 0 && ix.dropAlias(aliasKey{uint64(c), i, t}) {
 			continue
 		}
 		at := tm.findHeld(uint64(c))
@@ -231,24 +272,67 @@ func (ix *Index) loseAll(i uint32, t producer.StorageTier, p []prepared) {
 			panic(fmt.Sprintf("workers: lineage maps to %#x on tier %v but the tier does not hold it", uint64(c), t))
 		}
 		s := &tm.slots[at]
-		ix.memo.void(s)
-		if v := s.val; v == only { // the sets' without(single(i), i)
-			tm.deleteAt(at)
-		} else {
-			nv, was := ix.sets.without(v, i, ix.keys)
-			if !was {
+		nv := uint32(0)
+		if v := s.val; v != only { // else the sets' without(single(i), i)
+			var was bool
+			if nv, was = ix.sets.without(v, i, ix.keys); !was {
 				panic(fmt.Sprintf("workers: source %d maps to %#x on tier %v but is not a holder", i, uint64(c), t))
 			}
-			if nv == 0 {
-				tm.deleteAt(at)
-			} else {
-				s.val = nv
+		}
+		if nv == 0 {
+			tm.deleteAt(at)
+			ix.unheld(p[k].pos)
+		} else {
+			s.val = nv
+		}
+		lost++
+	}
+	ix.srcs[i].held[t] -= lost
+	ix.tel.RemovedBlocks += lost
+}
+
+// loseDevice is loseAll on the device tier.
+func (ix *Index) loseDevice(i uint32, p []prepared) {
+	const t = producer.StorageTierDevice
+	sl := &ix.slab
+	only := single(i)
+	lower := anyLower(&ix.tiers)
+	var lost uint64
+	for k := range p {
+		q := &p[k]
+		if len(ix.aliases) > 0 && ix.dropAlias(aliasKey{uint64(q.pos), i, t}) {
+			continue
+		}
+		b := sl.at(q.pos)
+		if b.canon != q.canon {
+			panic(fmt.Sprintf("workers: lineage maps to %#x at slab position %d, which holds %#x", uint64(q.canon), q.pos, uint64(b.canon)))
+		}
+		nv := uint32(0)
+		if v := b.val; v != only { // else the sets' without(single(i), i)
+			var was bool
+			if nv, was = ix.sets.without(v, i, ix.keys); !was {
+				panic(fmt.Sprintf("workers: source %d maps to %#x on the device tier but is not a holder", i, uint64(q.canon)))
+			}
+		}
+		b.val = nv
+		if nv == 0 {
+			sl.held--
+			if !lower || !heldLower(&ix.tiers, q.canon) {
+				sl.truncate(q.pos, &ix.tiers)
 			}
 		}
 		lost++
 	}
 	ix.srcs[i].held[t] -= lost
 	ix.tel.RemovedBlocks += lost
+}
+
+// unheld is called when the block at pos has lost its last holder on one tier: the slab drops
+// it when no tier holds it any longer and it ends its run (slab.truncate).
+func (ix *Index) unheld(pos uint32) {
+	if b := ix.slab.at(pos); b.val == 0 && (!anyLower(&ix.tiers) || !heldLower(&ix.tiers, b.canon)) {
+		ix.slab.truncate(pos, &ix.tiers)
+	}
 }
 
 // dropAlias takes one external id off k's alias count and reports whether k had one (then the
@@ -266,29 +350,11 @@ func (ix *Index) dropAlias(k aliasKey) bool {
 	return true
 }
 
-// lose records that one external id of source i mapping to c on tier t is gone.
-func (ix *Index) lose(i uint32, t producer.StorageTier, c ckf.CanonicalHash) {
-	if len(ix.aliases) > 0 && ix.dropAlias(aliasKey{c, i, t}) {
-		return
-	}
-	tm := &ix.tiers[t]
-	at := tm.findHeld(uint64(c))
-	if at < 0 {
-		panic(fmt.Sprintf("workers: lineage maps to %#x on tier %v but the tier does not hold it", uint64(c), t))
-	}
-	s := &tm.slots[at]
-	nv, was := ix.sets.without(s.val, i, ix.keys)
-	if !was {
-		panic(fmt.Sprintf("workers: source %d maps to %#x on tier %v but is not a holder", i, uint64(c), t))
-	}
-	ix.memo.void(s)
-	if nv == 0 {
-		tm.deleteAt(at)
-	} else {
-		s.val = nv
-	}
-	ix.srcs[i].held[t]--
-	ix.tel.RemovedBlocks++
+// lose records that one external id of source i mapping to c at slab position pos on tier t is
+// gone.
+func (ix *Index) lose(i uint32, t producer.StorageTier, c ckf.CanonicalHash, pos uint32) {
+	one := [1]prepared{{canon: c, pos: pos}}
+	ix.loseAll(i, t, one[:])
 }
 
 // Sources returns every source the index holds blocks for, in (worker, rank) order.
@@ -300,13 +366,23 @@ func (ix *Index) Sources() []ckf.SourceKey {
 	return out
 }
 
-// Holds reports whether source holds canonical c on tier t.
+// Holds reports whether source src holds canonical c on tier t. On the device tier it reads the
+// source's lineage, O(its external ids): a block that is not its run's head is found by its
+// position only (slab), which an id's lineage entry gives.
 func (ix *Index) Holds(src ckf.SourceKey, t producer.StorageTier, c ckf.CanonicalHash) bool {
 	i, ok := ix.ids[src]
 	if !ok || int(t) >= TierCount {
 		return false
 	}
-	return ix.sets.has(ix.tiers[t].get(uint64(c)), i, ix.keys)
+	if t != producer.StorageTierDevice {
+		return ix.sets.has(ix.tiers[t].get(uint64(c)), i, ix.keys)
+	}
+	for _, e := range ix.srcs[i].lin.all() {
+		if e.canonical() == c && e.tiers&(1<<producer.StorageTierDevice) != 0 {
+			return ix.sets.has(ix.slab.at(e.position()).val, i, ix.keys)
+		}
+	}
+	return false
 }
 
 // Stats is a size view of the index.
@@ -323,7 +399,9 @@ type Stats struct {
 // Stats computes the stats (O(sources + holder sets)).
 func (ix *Index) Stats() Stats {
 	st := Stats{Sources: len(ix.ids), HolderSets: ix.sets.live(), Aliases: len(ix.aliases)}
-	for t := range ix.tiers {
+	st.Canonicals[producer.StorageTierDevice] = ix.slab.held
+	st.Bytes = ix.slab.bytes()
+	for t := 1; t < TierCount; t++ {
 		st.Canonicals[t] = ix.tiers[t].Len()
 		st.Bytes += ix.tiers[t].Bytes()
 	}
@@ -334,6 +412,6 @@ func (ix *Index) Stats() Stats {
 		}
 		st.Bytes += s.lin.Bytes()
 	}
-	st.Bytes += ix.sets.bytes() + ix.memo.bytes() + uint64(cap(ix.srcs))*uint64(unsafe.Sizeof(source{})) + uint64(cap(ix.keys))*uint64(unsafe.Sizeof(ckf.SourceKey{}))
+	st.Bytes += ix.sets.bytes() + uint64(cap(ix.srcs))*uint64(unsafe.Sizeof(source{})) + uint64(cap(ix.keys))*uint64(unsafe.Sizeof(ckf.SourceKey{}))
 	return st
 }

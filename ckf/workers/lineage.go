@@ -64,8 +64,7 @@ const lineageWays = 3
 
 type lineageBucket struct {
 	slots [lineageWays]lineageSlot
-	used  uint8    // bit w: way w holds an id (its tiers are not 0, or it was just placed)
-	_     [12]byte // to the line
+	used  uint8 // bit w: way w holds an id (its tiers are not 0, or it was just placed)
 }
 
 type lineageSlot struct {
@@ -221,7 +220,7 @@ func (l *lineageTable) gainTier(p []prepared, bit uint8) int {
 		second, w, ok := freeWay(x.taken(), y.taken())
 		if !ok {
 			e := l.insertFull(q.ext, b1, b2)
-			*e = newLineageEntry(q.canon)
+			*e = newLineageEntry(q.canon, q.pos)
 			e.tiers = bit
 			buckets = l.buckets
 			continue
@@ -232,7 +231,7 @@ func (l *lineageTable) gainTier(p []prepared, bit uint8) int {
 		}
 		s := &b.slots[w]
 		binary.LittleEndian.PutUint64(s.key[:], key)
-		s.lineageEntry = newLineageEntry(q.canon)
+		s.lineageEntry = newLineageEntry(q.canon, q.pos)
 		s.tiers = bit
 		b.used |= 1 << w
 		l.live++
@@ -270,15 +269,16 @@ func (l *lineageTable) rollback(p []prepared, bit uint8) {
 }
 
 // takeTier is a removal's lineage pass (workers §3.4): tier bit is taken off each id of ids
-// that holds it, an id left with no tier is deleted, and the id and its canonical appended to
-// p. It returns p and the number of ids that did not hold the tier (unknown removals). The same
-// id twice finds its entry gone or without the tier the second time. A table left under
-// lineageMinLoad full shrinks once, after the loop. With tm not nil, the tier-map lines of the
-// canonicals found (holderTable.runLines) are prefetched four canonicals at a time, soon after
-// their addresses are known, so that they arrive while the pass goes on: one prefetch.Lines call
-// per canonical cost about 6 more instructions a removed block, for no time that alternating
-// runs could tell apart (performance §9.1).
-func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prepared, tm *holderTable) ([]prepared, int) {
+// that holds it, an id left with no tier is deleted, and the id, its canonical and its slab
+// position appended to p. It returns p and the number of ids that did not hold the tier (unknown
+// removals). The same id twice finds its entry gone or without the tier the second time. A table
+// left under lineageMinLoad full shrinks once, after the loop. The lines the removal goes on to
+// change are prefetched eight at a time, soon after their addresses are known, so that they
+// arrive while the pass goes on: with sl not nil (a device removal) the slab's line of each
+// position found, with tm not nil (a lower tier) the tier-map lines of each canonical
+// (holderTable.runLines). One prefetch.Lines call per block cost about 6 more instructions a
+// removed block, for no time that alternating runs could tell apart (performance §9.1).
+func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prepared, tm *holderTable, sl *slab) ([]prepared, int) {
 	if l.shared {
 		l.unshare()
 	}
@@ -303,15 +303,22 @@ func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prep
 			continue
 		}
 		s := &b.slots[w]
-		c := s.canonical()
-		if tm != nil {
-			lines[nl&7], lines[nl&7+1] = tm.runLines(uint64(c))
+		c, pos := s.canonical(), s.position()
+		switch {
+		case sl != nil:
+			lines[nl] = sl.addr(pos)
+			if nl++; nl == len(lines) {
+				prefetch.Lines(lines[:])
+				nl = 0
+			}
+		case tm != nil:
+			lines[nl], lines[nl+1] = tm.runLines(uint64(c))
 			if nl += 2; nl == len(lines) {
 				prefetch.Lines(lines[:])
 				nl = 0
 			}
 		}
-		p = append(p, prepared{ext: id, canon: c})
+		p = append(p, prepared{ext: id, canon: c, pos: pos})
 		if s.tiers != bit {
 			s.tiers &^= bit
 			continue
@@ -321,7 +328,7 @@ func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prep
 		l.live--
 	}
 	if nl > 0 {
-		prefetch.Lines(lines[:nl&7])
+		prefetch.Lines(lines[:nl])
 	}
 	if l.live < l.shrinkAt {
 		l.shrink()

@@ -32,7 +32,8 @@ func TestLineageTableMatchesMap(t *testing.T) {
 					canon++ // another canonical: a remap when the id is there
 				}
 				w, ok := want[k]
-				p := []prepared{{ext: id, canon: canon}}
+				pos := uint32(canon >> 40) // a slab position of the canonical's own
+				p := []prepared{{ext: id, canon: canon, pos: pos}}
 				remap := l.gainTier(p, bit)
 				switch {
 				case ok && w.canonical() != canon:
@@ -46,7 +47,7 @@ func TestLineageTableMatchesMap(t *testing.T) {
 					if p[0].did != didCreate {
 						t.Fatalf("step %d: gainTier(%#x) of a new id did %d", step, k, p[0].did)
 					}
-					w = newLineageEntry(canon)
+					w = newLineageEntry(canon, pos)
 				case w.tiers&bit != 0:
 					if p[0].did != didNothing {
 						t.Fatalf("step %d: gainTier(%#x) of a held tier did %d", step, k, p[0].did)
@@ -83,7 +84,7 @@ func TestLineageTableMatchesMap(t *testing.T) {
 				if rapid.Bool().Draw(t, "twice") {
 					ids = append(ids, id)
 				}
-				p, unknown := l.takeTier(ids, bit, nil, nil)
+				p, unknown := l.takeTier(ids, bit, nil, nil, nil)
 				w, ok := want[k]
 				if !ok || w.tiers&bit == 0 {
 					if len(p) != 0 || unknown != len(ids) {
@@ -91,7 +92,7 @@ func TestLineageTableMatchesMap(t *testing.T) {
 					}
 					continue
 				}
-				if len(p) != 1 || p[0].ext != id || p[0].canon != w.canonical() || unknown != len(ids)-1 {
+				if len(p) != 1 || p[0].ext != id || p[0].canon != w.canonical() || p[0].pos != w.position() || unknown != len(ids)-1 {
 					t.Fatalf("step %d: takeTier(%#x) = %v, %d unknown; want its canonical %#x", step, k, p, unknown, uint64(w.canonical()))
 				}
 				if w.tiers &^= bit; w.tiers == 0 {
@@ -155,7 +156,7 @@ func TestLineageStoreRollsBack(t *testing.T) {
 			l.gainTier([]prepared{{ext: ckf.ExternalBlockHash(k), canon: canonOf(k)}}, bit)
 			e := before[k]
 			if e.tiers == 0 {
-				e = newLineageEntry(canonOf(k))
+				e = newLineageEntry(canonOf(k), 0)
 			}
 			e.tiers |= bit
 			before[k] = e
@@ -184,13 +185,13 @@ func TestLineageStoreRollsBack(t *testing.T) {
 			if rapid.IntRange(0, 15).Draw(t, "remap") == 0 {
 				c++
 			}
-			p[k] = prepared{ext: ckf.ExternalBlockHash(x), canon: c, slot: noHint}
+			p[k] = prepared{ext: ckf.ExternalBlockHash(x), canon: c}
 			e, ok := want[x]
 			switch {
 			case ok && e.canonical() != c:
 				remap = true
 			case !ok:
-				e = newLineageEntry(c)
+				e = newLineageEntry(c, 0)
 				e.tiers, wantDid[k] = bit, didCreate
 			case e.tiers&bit == 0:
 				e.tiers |= bit
@@ -255,14 +256,14 @@ func TestLineageFullWalkUndoes(t *testing.T) {
 		if k > 1000 {
 			t.Fatalf("%d of %d slots taken after 1000 ids", l.live, 2*lineageWays)
 		}
-		c := lineageSlot{lineageEntry: newLineageEntry(ckf.CanonicalHash(k))}
+		c := lineageSlot{lineageEntry: newLineageEntry(ckf.CanonicalHash(k), uint32(k))}
 		c.tiers = 1
 		c.key = [8]byte{byte(k), byte(k >> 8)}
 		l.place(&c) // an id whose two buckets are one full bucket does not fit: skipped
 	}
 	before := l.buckets[0].slots
 	before2 := l.buckets[1].slots
-	extra := lineageSlot{lineageEntry: newLineageEntry(999)}
+	extra := lineageSlot{lineageEntry: newLineageEntry(999, 9)}
 	extra.tiers = 1
 	extra.key = [8]byte{0xEE}
 	if s, moved := l.place(&extra); s != nil || moved {
@@ -274,7 +275,7 @@ func TestLineageFullWalkUndoes(t *testing.T) {
 	checkLineageBuckets(t, &l)
 	b1, b2 := buckets2(0xEE, l.seed, uint64(len(l.buckets)))
 	e := l.insertFull(0xEE, b1, b2)
-	*e = newLineageEntry(999)
+	*e = newLineageEntry(999, 9)
 	e.tiers = 1
 	if len(l.buckets) <= 2 || l.Len() != 2*lineageWays+1 || l.lookup(0xEE) == nil {
 		t.Fatalf("insertFull did not grow and insert: %d buckets, %d ids", len(l.buckets), l.Len())

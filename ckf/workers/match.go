@@ -56,25 +56,18 @@ type Result struct {
 	allow   []uint32            // dense indexes of Options.Sources, sorted
 	dropped []uint32            // matchGroups: sources in the order the walk dropped them
 	cuts    []cut               // matchGroups: where each drop position's sources end in dropped
-	hints   []uint32            // the chain's device slot hints (chainMemo.fill, follow)
-	spans   []span              // the chain's pieces of known device holder value (chainMemo.fill, follow)
 	walked  uint32              // the positions the last device walk decided: from 0 up to walked
+	lookups uint32              // the head-map lookups the last device walk made
 	chain   []ckf.CanonicalHash // MatchLocal without a chain of the caller's: the chain, in part
 }
 
 // Summarised reports, for the last query answered into r, how many of the leading query
 // positions the device walk decided (walked: up to the position where every source had dropped
-// out, the device held nothing, or the query ended) and how many of those it passed by run
-// summaries without a lookup (passed, workers §5.4). Both are 0 for an index without device
-// entries.
+// out, the device held nothing, or the query ended) and how many of those it found by following
+// the slab from the block before, without a lookup (passed, workers §5.4). Both are 0 for an
+// index without device entries.
 func (r *Result) Summarised() (passed, walked int) {
-	for _, sp := range r.spans {
-		if sp.from >= r.walked {
-			break
-		}
-		passed += int(min(sp.end, r.walked) - sp.from)
-	}
-	return passed, int(r.walked)
+	return int(r.walked - min(r.lookups, r.walked)), int(r.walked)
 }
 
 // cut is one position of a device walk at which sources dropped out: they hold exactly depth
@@ -99,34 +92,27 @@ func (r *Result) touch(i uint32) *scoreSlot {
 
 // Match answers query, the canonical sequence hashes of a prompt (ckf.SequenceHashes of its
 // local block hashes), into r (workers §5). It does not allocate once r has served a query of
-// the same shape, and never changes the index. The runs of the memo of stored chains that the
-// query follows give it slot hints and spans of known holder value, as MatchLocal's chain does
-// (chainMemo.follow, workers §5.4).
+// the same shape, and never changes the index. The query must be a chain, each hash the child
+// of the one before it: the walk finds a block by its parent's position in the slab (slab.find),
+// so a list of hashes that is not one prompt's is answered as far as it is one.
 func (ix *Index) Match(query []ckf.CanonicalHash, opt Options, r *Result) {
-	if len(query) > 1 && ix.memo.runs != nil {
-		r.hints = slices.Grow(r.hints[:0], len(query))[:len(query)]
-		r.spans = ix.memo.follow(query, r.hints, r.spans[:0])
-		ix.match(query, r.hints, r.spans, opt, r)
-		return
-	}
-	r.spans = r.spans[:0]
-	ix.match(query, nil, nil, opt, r)
+	ix.match(query, nil, opt, r)
 }
 
-// match is Match with the device slot hints of query's blocks and the spans of the chain whose
-// device holder value is known (chainMemo.fill or follow), or neither.
-func (ix *Index) match(query []ckf.CanonicalHash, hints []uint32, spans []span, opt Options, r *Result) {
+// match is Match on the query's canonical hashes, or, with query nil, on the prompt's local
+// hashes local (MatchLocal's device-only answer).
+func (ix *Index) match(query []ckf.CanonicalHash, local []ckf.LocalBlockHash, opt Options, r *Result) {
 	r.Matches = r.Matches[:0]
 	r.Frequencies = r.Frequencies[:0]
-	r.walked = 0
-	if len(query) == 0 || len(ix.ids) == 0 {
+	r.walked, r.lookups = 0, 0
+	if len(query)+len(local) == 0 || len(ix.ids) == 0 {
 		return
 	}
 	if ix.deviceOnly() {
-		ix.matchGroups(query, hints, spans, opt, r)
+		ix.matchGroups(query, local, opt, r)
 		return
 	}
-	ix.matchSlots(query, hints, spans, opt, r)
+	ix.matchSlots(query, opt, r)
 }
 
 // deviceOnly reports whether no lower tier holds anything: then every total is the device depth.
@@ -137,7 +123,7 @@ func (ix *Index) deviceOnly() bool {
 
 // matchSlots is Match with lower tiers to walk: each source's answer is built in a slot of
 // r.scores, then collected. It also answers a device-only index (TestGroupsEqualSlots).
-func (ix *Index) matchSlots(query []ckf.CanonicalHash, hints []uint32, spans []span, opt Options, r *Result) {
+func (ix *Index) matchSlots(query []ckf.CanonicalHash, opt Options, r *Result) {
 	r.touched = r.touched[:0]
 	if len(r.scores) < len(ix.srcs) {
 		r.scores = slices.Grow(r.scores[:0], len(ix.srcs))[:len(ix.srcs)]
@@ -149,7 +135,7 @@ func (ix *Index) matchSlots(query []ckf.CanonicalHash, hints []uint32, spans []s
 		clear(r.scores)
 		r.stamp = 1
 	}
-	active, depth := ix.walkDevice(query, hints, spans, r)
+	active, depth := ix.walkDevice(query, nil, r)
 	for _, a := range r.dropped {
 		r.touch(a)
 	}
@@ -171,45 +157,41 @@ func (ix *Index) matchSlots(query []ckf.CanonicalHash, hints []uint32, spans []s
 	ix.collect(opt, r)
 }
 
-// lookahead is how many query positions ahead walkDevice prefetches the tier-map slot of, in
-// an index larger than the caches (prefetchFloorBytes): enough misses in flight to hide most of
-// the memory latency of a walk that would otherwise take one miss per block.
-const lookahead = 8
-
-// walkDevice is workers §5.1: one lookup per query block while some source is still active;
-// sets are intersected only where the holder value changes. hints, when not nil, are the
-// blocks' device slot hints (chainRun.slot): a block whose hinted slot holds its canonical is
-// read there, without its hash. spans (in increasing position) are pieces whose holder value
-// is known (a run summary's, chainMemo.fill): passed without a lookup. It returns the sources
+// walkDevice is workers §5.1 on the slab: the query's blocks are found in order (slabWalk), and
+// sets are intersected only where the holder value changes, so a prompt held by the same sources
+// all along costs a comparison or two per block whatever the number of sources. The query is
+// query's canonical hashes, or with query nil the local hashes local. It returns the sources
 // that hold every block up to the end of the walk (in key order) and that depth; the sources
 // that dropped out earlier are in r.dropped, grouped by r.cuts, each group in key order and the
 // groups in increasing depth.
-func (ix *Index) walkDevice(query []ckf.CanonicalHash, hints []uint32, spans []span, r *Result) ([]uint32, uint32) {
+func (ix *Index) walkDevice(query []ckf.CanonicalHash, local []ckf.LocalBlockHash, r *Result) ([]uint32, uint32) {
 	r.dropped, r.cuts = r.dropped[:0], r.cuts[:0]
-	dev := &ix.tiers[producer.StorageTierDevice]
-	if dev.live == 0 {
+	sl := &ix.slab
+	if sl.held == 0 {
 		return nil, 0
 	}
-	warm := dev.Bytes() >= prefetchFloorBytes
-	if warm {
-		for pos := range min(lookahead, len(query)) {
-			dev.prefetchHinted(query, hints, pos)
-		}
+	n := len(query)
+	if query == nil {
+		n = len(local)
 	}
 	var buf [1]uint32
 	var active []uint32
 	keys := ix.keys
 	// cur is a holder value whose holders include every active source; before the first block,
-	// a value no entry has (set ids and single holders never have every bit set), so that the
-	// first lookup always stops the run.
+	// a value no block has (set ids and single holders never have every bit set), so that the
+	// first block always stops the run.
 	cur := ^uint32(0)
-	depth := len(query)
-	si := 0 // the first span not yet passed
-	for pos := 0; pos < len(query); pos++ {
+	depth := n
+	w := slabWalk{at: noPos}
+	for pos := 0; pos < n; pos++ {
 		var v uint32
-		pos, v = runFrom(dev, query, hints, spans, &si, pos, cur, warm)
-		r.walked = uint32(min(pos+1, len(query)))
-		if pos == len(query) {
+		if query != nil {
+			pos, v = w.scanCanonical(sl, query, pos, cur)
+		} else {
+			pos, v = w.scanLocal(sl, local, pos, cur)
+		}
+		r.walked = uint32(min(pos+1, n))
+		if pos == n {
 			break
 		}
 		if v == 0 {
@@ -245,159 +227,122 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, hints []uint32, spans []s
 			break
 		}
 	}
+	r.lookups = uint32(w.lookups)
 	if active != nil {
 		r.active = active
 	}
 	return active, uint32(depth)
 }
 
-// runFrom returns the first position from from on whose device holder value differs from cur,
-// and that value; len(query) and cur when there is none (hints and spans: as walkDevice's; *si
-// is the first span not yet passed, advanced as spans are passed). A span is passed whole when
-// its value is cur and otherwise answers for its positions; the blocks between spans are read
-// by scanFrom.
-func runFrom(dev *holderTable, query []ckf.CanonicalHash, hints []uint32, spans []span, si *int, from int, cur uint32, warm bool) (int, uint32) {
-	pos := from
-	for {
-		end := len(query)
-		for *si < len(spans) && int(spans[*si].end) <= pos {
-			*si++
-		}
-		if *si < len(spans) {
-			sp := spans[*si]
-			if int(sp.from) <= pos {
-				if sp.val != cur {
-					return pos, sp.val
+// slabWalk is a query's way through the slab: the position of the last block it found, and how
+// many head-map lookups it has made.
+type slabWalk struct {
+	at      uint32 // noPos before the first block
+	lookups int
+}
+
+// scanCanonical returns the first position from from on whose block's device holder value is
+// not cur, and that value (0 when the slab does not have the block); len(q) and cur when there
+// is none. Block from's parent is at w.at (noPos for from = 0), and w.at is left at the block
+// returned. Each block is looked for right after its parent, then as a head (slab.find's rule,
+// written out here so that the loop keeps its values in registers).
+func (w *slabWalk) scanCanonical(s *slab, q []ckf.CanonicalHash, from int, cur uint32) (int, uint32) {
+	var pg []slabBlock
+	o := uint32(0)
+	if w.at != noPos {
+		pg, o = s.pages[w.at>>slabPageBits], w.at&slabPageMask
+	}
+	for i := from; i < len(q); i++ {
+		c := q[i]
+		if pg != nil && o+1 < slabPageSize {
+			pb := &pg[o]
+			if nb := &pg[o+1]; sameRun(nb, pb) && nb.canon == c {
+				o++
+				if nb.val != cur {
+					w.at = w.at&^slabPageMask | o
+					return i, nb.val
 				}
-				pos = int(sp.end)
-				*si++
 				continue
 			}
-			end = int(sp.from)
+			if pb.run&branchBit == 0 && s.orphans == 0 { // not in the slab (slab.find)
+				w.at = noPos
+				return i, 0
+			}
 		}
-		if j, v := scanFrom(dev, query, hints, pos, end, cur, warm); j < end || end == len(query) {
-			return j, v
+		w.lookups++
+		at := s.head(c)
+		if at == noPos {
+			w.at = noPos
+			return i, 0
 		}
-		pos = end
+		pg, o = s.pages[at>>slabPageBits], at&slabPageMask
+		w.at = at
+		if v := pg[o].val; v != cur {
+			return i, v
+		}
 	}
-}
-
-// scanFrom is runFrom between from and end (not past a span): the first position whose device
-// holder value differs from cur, and that value; end and cur when there is none. These loops
-// are most of a query's work where no span covers it. With warm (a table larger than the
-// caches) it prefetches the slot lookahead positions ahead (the hinted slot, or the home);
-// otherwise the loop is scanRun, or scanHinted with hints, each a function of its own so that
-// the compiler keeps its values in registers (walkDevice's loop does not).
-func scanFrom(dev *holderTable, query []ckf.CanonicalHash, hints []uint32, from, end int, cur uint32, warm bool) (int, uint32) {
-	slots, seed, shift := dev.slots, dev.seed, dev.shift
-	if warm {
-		for pos := from; pos < end; pos++ {
-			// The position ahead may lie in a span, whose hint and (for MatchLocal without a
-			// chain) canonical were not written: a prefetch of some slot of the table, never a
-			// read that an answer depends on.
-			if pos+lookahead < len(query) {
-				dev.prefetchHinted(query, hints, pos+lookahead)
-			}
-			k := uint64(query[pos])
-			var v uint32
-			if hints == nil {
-				v = probe(slots, seed, shift, k)
-			} else {
-				v = hintedValue(slots, hints[pos], k, seed, shift)
-			}
-			if v != cur {
-				return pos, v
-			}
-		}
-		return end, cur
-	}
-	if hints != nil {
-		j, v := scanHinted(slots, query[from:end], hints[from:end], seed, shift, cur)
-		return from + j, v
-	}
-	j, v := scanRun(slots, query[from:end], seed, shift, cur)
-	return from + j, v
-}
-
-// scanHinted is scanRun for blocks with slot hints (hints[j] is q[j]'s): a block is read from
-// its hinted slot when that slot holds it, else looked up by its hash (hintedValue, a call off
-// the loop's path).
-//
-//go:noinline
-func scanHinted(slots []holderSlot, q []ckf.CanonicalHash, hints []uint32, seed uint64, shift uint8, cur uint32) (int, uint32) {
-	hints = hints[:len(q)]
-	n := uint32(len(slots))
-	base := unsafe.Pointer(unsafe.SliceData(slots))
-	for j, c := range q {
-		// The common case, the hinted slot holding the block with the run's value, is tested
-		// alone (cur is never 0, so an empty slot never passes); every other case is hintedValue's.
-		if h := hints[j]; h < n {
-			if s := (*holderSlot)(unsafe.Add(base, uintptr(h)*unsafe.Sizeof(holderSlot{}))); s.k() == uint64(c) && s.val == cur {
-				continue
-			}
-		}
-		if v := hintedValue(slots, hints[j], uint64(c), seed, shift); v != cur {
-			return j, v
-		}
+	if pg != nil {
+		w.at = w.at&^slabPageMask | o
 	}
 	return len(q), cur
 }
 
-// hintedValue is k's holder value: from slot h (a slot hint, chainRun.slot) when that slot holds
-// k, its key k and its value not 0 (an empty slot's key is 0, so k = 0 needs the value's test),
-// else by its hash. Not inlined: scanHinted calls it only where the holder value changes or a
-// hint is stale.
-//
-//go:noinline
-func hintedValue(slots []holderSlot, h uint32, k uint64, seed uint64, shift uint8) uint32 {
-	if h < uint32(len(slots)) {
-		if s := &slots[h]; s.k() == k && s.val != 0 {
-			return s.val
+// scanLocal is scanCanonical for a prompt given as its local hashes l: a block right after its
+// parent in the same run is the prompt's block when their local hashes are equal (the slab's
+// invariants: its canonical is the child of its parent's and its local hash), so following a run
+// hashes nothing; only where the prompt leaves a run is the block's canonical hashed and looked
+// for as a head.
+func (w *slabWalk) scanLocal(s *slab, l []ckf.LocalBlockHash, from int, cur uint32) (int, uint32) {
+	var pg []slabBlock
+	o := uint32(0)
+	if w.at != noPos {
+		pg, o = s.pages[w.at>>slabPageBits], w.at&slabPageMask
+	}
+	for i := from; i < len(l); i++ {
+		if pg != nil && o+1 < slabPageSize {
+			pb := &pg[o]
+			if nb := &pg[o+1]; sameRun(nb, pb) && nb.local == l[i] {
+				o++
+				if nb.val != cur {
+					w.at = w.at&^slabPageMask | o
+					return i, nb.val
+				}
+				continue
+			}
+			if pb.run&branchBit == 0 && s.orphans == 0 { // not in the slab (slab.find)
+				w.at = noPos
+				return i, 0
+			}
+		}
+		var c ckf.CanonicalHash
+		if pg == nil {
+			c = ckf.CanonicalRoot(l[i]) // i = 0: a walk past it has a parent
+		} else {
+			c = childOf(pg[o].canon, l[i])
+		}
+		w.lookups++
+		at := s.head(c)
+		if at == noPos {
+			w.at = noPos
+			return i, 0
+		}
+		pg, o = s.pages[at>>slabPageBits], at&slabPageMask
+		w.at = at
+		if v := pg[o].val; v != cur {
+			return i, v
 		}
 	}
-	return probe(slots, seed, shift, k)
+	if pg != nil {
+		w.at = w.at&^slabPageMask | o
+	}
+	return len(l), cur
 }
 
-// scanRun is runFrom's lookup loop over q in a table without prefetching (slots, seed and shift:
-// the table's): the index of the first block whose holder value is not cur, and that value;
-// len(q) and cur when there is none.
-//
-// A block's home slot and the next are read together and the answer picked by conditional
-// moves: a key one slot past its home (about a third of the keys at half load) then costs no
-// mispredicted branch; only a key in neither, both full, is looked for further on (probeFrom, a
-// call off the loop's path). The slots are read through a pointer, without bounds checks: a home
-// is below the table's homes (mixHome) and the tail holds at least one slot past the last home,
-// so slots i and i+1 always exist. An empty slot's key and value are 0, so "a's key is k"
-// answers correctly for an empty a and k = 0 too; the key cannot be in b when a is empty (a run
-// has no gaps).
+// childOf is ckf.CanonicalChild, not inlined: the hash's code would crowd the walk's loop.
 //
 //go:noinline
-func scanRun(slots []holderSlot, q []ckf.CanonicalHash, seed uint64, shift uint8, cur uint32) (int, uint32) {
-	base := unsafe.Pointer(unsafe.SliceData(slots))
-	for j, c := range q {
-		k := uint64(c)
-		i := uintptr(mixHome(k, seed, shift))
-		a := (*holderSlot)(unsafe.Add(base, i*unsafe.Sizeof(holderSlot{})))
-		b := (*holderSlot)(unsafe.Add(base, (i+1)*unsafe.Sizeof(holderSlot{})))
-		av, bv := a.val, b.val
-		v := uint32(0)
-		if b.k() == k {
-			v = bv
-		}
-		if a.k() == k {
-			v = av
-		}
-		if v != cur {
-			// cur is never 0, so a key that is in neither slot lands here: it may be further on.
-			if v == 0 && av != 0 && bv != 0 {
-				if v = probeFrom(slots, int(i)+2, k); v == cur {
-					continue
-				}
-			}
-			return j, v
-		}
-	}
-	return len(q), cur
+func childOf(parent ckf.CanonicalHash, local ckf.LocalBlockHash) ckf.CanonicalHash {
+	return ckf.CanonicalChild(parent, local)
 }
 
 // matchGroups answers a query when no lower tier holds anything: every total is the device
@@ -405,8 +350,8 @@ func scanRun(slots []holderSlot, q []ckf.CanonicalHash, seed uint64, shift uint8
 // order walkDevice leaves its groups in read backwards: the sources active at the end first,
 // then each cut's sources from the last cut to the first, each group already in key order. No
 // per-source slot and no sort.
-func (ix *Index) matchGroups(query []ckf.CanonicalHash, hints []uint32, spans []span, opt Options, r *Result) {
-	active, depth := ix.walkDevice(query, hints, spans, r)
+func (ix *Index) matchGroups(query []ckf.CanonicalHash, local []ckf.LocalBlockHash, opt Options, r *Result) {
+	active, depth := ix.walkDevice(query, local, r)
 	ix.emitGroups(active, depth, opt, r)
 }
 
@@ -612,26 +557,20 @@ func compareMatches(a, b Match) int {
 }
 
 // MatchLocal is Match on a prompt's local block hashes; *chain receives their canonical chain
-// (ckf.CanonicalRoot, ckf.CanonicalChild) unless chain is nil (the replica's answers): then
-// the chain is not kept, and the canonicals that run summaries answer for need not be read. The
-// chain is read from the memo of recent stores' chains where their local hashes match the
-// prompt's (chainMemo, workers §5.4), and hashed where none does; with no run stored at all it
-// is hashed whole (ckf.AppendSequenceHashes).
+// (ckf.CanonicalRoot, ckf.CanonicalChild) unless chain is nil (the replica's answers). Without
+// the chain and with no lower tier to walk, the device walk follows the prompt's local hashes
+// through the slab's runs (slabWalk.scanLocal) and hashes only where the prompt leaves a run;
+// otherwise the chain is read from the slab the same way (slab.chainOf), then matched.
 func (ix *Index) MatchLocal(local []ckf.LocalBlockHash, opt Options, r *Result, chain *[]ckf.CanonicalHash) {
-	full := chain != nil || !ix.deviceOnly() // the lower tiers' walks read every canonical
+	if chain == nil && ix.deviceOnly() {
+		ix.match(nil, local, opt, r)
+		return
+	}
 	if chain == nil {
 		chain = &r.chain
 	}
-	if len(local) > 0 && ix.memo.runs != nil {
-		c := slices.Grow((*chain)[:0], len(local))[:len(local)]
-		*chain = c
-		r.hints = slices.Grow(r.hints[:0], len(local))[:len(local)]
-		r.spans = ix.memo.fill(c, r.hints, local, r.spans[:0], full)
-		ix.match(c, r.hints, r.spans, opt, r)
-		return
-	}
-	words := ckf.AppendSequenceHashes(asWords((*chain)[:0]), asWords(local))
-	c := unsafe.Slice((*ckf.CanonicalHash)(unsafe.Pointer(unsafe.SliceData(words))), cap(words))[:len(words)]
+	c := slices.Grow((*chain)[:0], len(local))[:len(local)]
+	ix.slab.chainOf(local, c)
 	*chain = c
 	ix.Match(c, opt, r)
 }

@@ -254,7 +254,7 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, ix *Index, m *model)
 	}
 	checkRows(t, ix, m)
 	refs := map[uint32]uint32{}
-	for tier := range ix.tiers {
+	for tier := 1; tier < TierCount; tier++ {
 		for _, v := range ix.tiers[tier].all() {
 			if v == 0 {
 				t.Fatalf("a zero holder value in tier %d", tier)
@@ -262,6 +262,14 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, ix *Index, m *model)
 			if !isSingle(v) {
 				refs[v]++
 			}
+		}
+	}
+	if ix.tiers[producer.StorageTierDevice].Len() != 0 {
+		t.Fatalf("the device tier's map has entries: its holder values are the slab's")
+	}
+	for _, b := range ix.slab.all() {
+		if b.val != 0 && !isSingle(b.val) {
+			refs[b.val]++
 		}
 	}
 	if len(refs) != ix.sets.live() {
@@ -272,7 +280,7 @@ func checkInvariants(t interface{ Fatalf(string, ...any) }, ix *Index, m *model)
 			t.Fatalf("set %d: refs %d, referenced %d times", id, ix.sets.sets[id].refs, n)
 		}
 	}
-	checkSummaries(t, ix)
+	checkSlab(t, ix)
 }
 
 // checkRows: every source's rows (Index.AppendLineage, workers §2.2) are the model's lineage,
@@ -335,30 +343,125 @@ func allRows(ix rowReader) map[ckf.SourceKey][]LineageRow {
 	return out
 }
 
-// checkSummaries checks chainMemo's invariant: each run summary's blocks are in the device tier
-// map with the summary's value and a reference to the summary's pair; and no lower tier entry
-// has a reference.
-func checkSummaries(t interface{ Fatalf(string, ...any) }, ix *Index) {
-	dev := &ix.tiers[producer.StorageTierDevice]
-	for i, sum := range ix.memo.sums {
-		if sum.n > ix.memo.runs[i].n {
-			t.Fatalf("place %d: summary of %d blocks, run of %d", i, sum.n, ix.memo.runs[i].n)
+// checkSlab checks the slab's invariants (slab): each canonical at most once; a block that is
+// not its run's head the child of the block before it; the head map exactly the heads; every
+// run's last block held; the counters; free ranges unused. And the places that name blocks: every
+// lineage entry's position holds its canonical, every canonical of a lower tier's map is in the
+// slab, and each block's device holders are exactly the sources whose lineage maps an id to it on
+// the device tier.
+func checkSlab(t interface{ Fatalf(string, ...any) }, ix *Index) {
+	sl := &ix.slab
+	at := map[ckf.CanonicalHash]uint32{}
+	held, blocks, heads := 0, 0, 0
+	runs := map[uint32]bool{}
+	for pos, b := range sl.all() {
+		if p, ok := at[b.canon]; ok {
+			t.Fatalf("canonical %#x at positions %d and %d", uint64(b.canon), p, pos)
 		}
-		for k := range sum.n {
-			c := ix.memo.runs[i].canon[k]
-			at := dev.find(uint64(c))
-			if at < 0 {
-				t.Fatalf("place %d: block %d (%#x) of its summary is not in the device tier", i, k, uint64(c))
+		at[b.canon] = pos
+		blocks++
+		if b.val != 0 {
+			held++
+		}
+		if int(b.id()) > len(sl.runs) {
+			t.Fatalf("position %d: run %d of %d", pos, b.id(), len(sl.runs))
+		}
+		r := sl.runs[b.id()-1]
+		if pos < r.start || pos >= r.start+r.n || r.n > 1<<r.class {
+			t.Fatalf("position %d outside its run %+v", pos, r)
+		}
+		runs[b.id()] = true
+		if pos == r.start {
+			heads++
+			if got := sl.head(b.canon); got != pos {
+				t.Fatalf("head %#x at %d, the head map says %d", uint64(b.canon), pos, got)
 			}
-			if s := dev.slots[at]; s.val != sum.val || s.run != pairRef(uint32(i)) {
-				t.Fatalf("place %d: block %d (%#x) has value %d and reference %d, summary %d at %d", i, k, uint64(c), s.val, s.run, sum.val, pairRef(uint32(i)))
+		} else if want := ckf.CanonicalChild(sl.at(pos-1).canon, b.local); b.canon != want {
+			t.Fatalf("position %d: canonical %#x, not the child %#x of the block before", pos, uint64(b.canon), uint64(want))
+		}
+		if pos == r.start+r.n-1 && b.val == 0 && b.run&branchBit == 0 && !heldLower(&ix.tiers, b.canon) {
+			t.Fatalf("position %d ends run %+v and nobody holds it", pos, r)
+		}
+		if (b.run&branchBit != 0) != (sl.branches[pos] != 0) {
+			t.Fatalf("position %d: mark %v, %d branches", pos, b.run&branchBit != 0, sl.branches[pos])
+		}
+	}
+	branches, orphans := map[uint32]uint32{}, 0
+	for id := range sl.runs {
+		r := sl.runs[id]
+		if r.n == 0 {
+			continue
+		}
+		h := sl.at(r.start)
+		if r.orphan {
+			orphans++
+		}
+		if r.parent != noPos {
+			branches[r.parent]++
+			pb := sl.at(r.parent)
+			if pb.run == 0 || r.orphan || h.canon != ckf.CanonicalChild(pb.canon, h.local) {
+				t.Fatalf("run %+v: head %#x is not a child of its parent %#x", r, uint64(h.canon), uint64(pb.canon))
 			}
 		}
 	}
-	for tier := producer.StorageTierHostPinned; tier <= producer.StorageTierExternal; tier++ {
-		for _, s := range ix.tiers[tier].slots {
-			if s.run != 0 {
-				t.Fatalf("tier %d: an entry refers to summary %d", tier, s.run)
+	if orphans != sl.orphans || len(branches) != len(sl.branches) {
+		t.Fatalf("orphans %d, branches %v; counted %d, %v", sl.orphans, sl.branches, orphans, branches)
+	}
+	for pos, n := range branches {
+		if sl.branches[pos] != n {
+			t.Fatalf("branches %v; counted %v", sl.branches, branches)
+		}
+	}
+	if heads != sl.heads.Len() || heads != len(runs) {
+		t.Fatalf("%d heads, %d runs in use, the head map %d", heads, len(runs), sl.heads.Len())
+	}
+	if held != sl.held || blocks != sl.blocks {
+		t.Fatalf("held %d, blocks %d; counted %d, %d", sl.held, sl.blocks, held, blocks)
+	}
+	for c, l := range sl.free {
+		for _, start := range l {
+			for p := start; p < start+1<<c; p++ {
+				if sl.at(p).run != 0 {
+					t.Fatalf("free range %d of class %d has position %d in use", start, c, p)
+				}
+			}
+		}
+	}
+	for tier := 1; tier < TierCount; tier++ {
+		for c := range ix.tiers[tier].all() {
+			if _, ok := at[c]; !ok {
+				t.Fatalf("tier %d holds %#x, which the slab does not have", tier, uint64(c))
+			}
+		}
+	}
+	devHolders := map[uint32]map[uint32]bool{} // position → sources mapping an id there on the device
+	for i := range ix.srcs {
+		lin := ix.srcs[i].lin
+		if lin == nil {
+			continue
+		}
+		for id, e := range lin.all() {
+			pos := e.position()
+			if p, ok := at[e.canonical()]; !ok || p != pos {
+				t.Fatalf("source %d maps %#x to %#x at position %d; the slab has it at %d (%v)", i, uint64(id), uint64(e.canonical()), pos, p, ok)
+			}
+			if e.tiers&(1<<producer.StorageTierDevice) != 0 {
+				if devHolders[pos] == nil {
+					devHolders[pos] = map[uint32]bool{}
+				}
+				devHolders[pos][uint32(i)] = true
+			}
+		}
+	}
+	for pos, b := range sl.all() {
+		var buf [1]uint32
+		mem := ix.sets.members(b.val, &buf)
+		if len(mem) != len(devHolders[pos]) {
+			t.Fatalf("position %d: holders %v, lineages %v", pos, mem, devHolders[pos])
+		}
+		for _, i := range mem {
+			if !devHolders[pos][i] {
+				t.Fatalf("position %d: holders %v, lineages %v", pos, mem, devHolders[pos])
 			}
 		}
 	}
@@ -390,9 +493,6 @@ func checkAgainstModel(t *testing.T, deviceOnly bool) {
 		var rx *Index
 		var snap *LineageSnapshot // taken at restoreAt, and rx restored from it
 		var snapRows map[ckf.SourceKey][]LineageRow
-		// The memo is kept at places runs before each step (from one pair), so that runs and
-		// their summaries displace each other within a store as well as between stores.
-		places := 1 << rapid.IntRange(1, 9).Draw(t, "places")
 		steps := rapid.IntRange(1, 60).Draw(t, "steps")
 		restoreAt := rapid.IntRange(0, steps).Draw(t, "restoreAt")
 		for s := range steps {
@@ -406,9 +506,6 @@ func checkAgainstModel(t *testing.T, deviceOnly bool) {
 				}
 				rx = restoreRows(t, snap)
 				checkInvariants(t, rx, m)
-			}
-			if len(ix.memo.runs) > places {
-				ix.memo.resize(places)
 			}
 			if rapid.IntRange(0, 25).Draw(t, "rw") == 0 {
 				w := ckf.WorkerID(rapid.IntRange(1, 4).Draw(t, "rww"))
@@ -487,7 +584,7 @@ func drawOptions(t *rapid.T) Options {
 // that answer too, and the canonical chain.
 func checkGroupsEqualSlots(t *rapid.T, ix *Index, local []ckf.LocalBlockHash, q []ckf.CanonicalHash, opt Options, r, slots *Result) {
 	slots.Matches, slots.Frequencies = slots.Matches[:0], slots.Frequencies[:0]
-	ix.matchSlots(q, nil, nil, opt, slots)
+	ix.matchSlots(q, opt, slots)
 	ix.Match(q, opt, r)
 	if !slices.Equal(r.Matches, slots.Matches) || !slices.Equal(r.Frequencies, slots.Frequencies) {
 		t.Fatalf("query %v %+v: Match %+v %v, matchSlots %+v %v", q, opt, r.Matches, r.Frequencies, slots.Matches, slots.Frequencies)

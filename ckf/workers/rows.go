@@ -122,12 +122,24 @@ func (ix *Index) LineageSize() (sources, rows int) {
 // Cost: a new source's lineage grows once, to hold every row, before the rest of its rows; the
 // rows of each tier are applied restoreChunk at a time, as one store of that many blocks
 // (Index.commit), so that their cache lines are prefetched together on a large index; no
-// canonical is hashed and the memo of stores' chains is not written.
+// canonical is hashed. A row's parent is not known, so its block is looked for as a run's head
+// (restored rows are heads, each a run of its own: slab); an index that has applied stores has
+// blocks that are not heads, and restoring into one first lists every block of its slab
+// (Index.restoreAt), a pass over the slab per call.
 func (ix *Index) RestoreLineage(src ckf.SourceKey, rows []LineageRow) error {
 	for _, r := range rows {
 		if r.Tiers == 0 || r.Tiers >= 1<<TierCount {
 			return fmt.Errorf("workers: restoring %v external id %#x: tiers %#x", src, uint64(r.ID), r.Tiers)
 		}
+	}
+	if ix.slab.blocks > ix.slab.heads.Len() {
+		ix.restoreAt = make(map[ckf.CanonicalHash]uint32, ix.slab.blocks-ix.slab.heads.Len())
+		for pos, b := range ix.slab.all() {
+			if !ix.slab.isHead(pos) {
+				ix.restoreAt[b.canon] = pos
+			}
+		}
+		defer func() { ix.restoreAt = nil }()
 	}
 	for t := range producer.StorageTier(TierCount) {
 		bit := uint8(1) << t
@@ -135,7 +147,8 @@ func (ix *Index) RestoreLineage(src ckf.SourceKey, rows []LineageRow) error {
 			p := ix.scratchPrep(restoreChunk)[:0]
 			for len(rest) > 0 && len(p) < restoreChunk {
 				if r := rest[0]; r.Tiers&bit != 0 {
-					p = append(p, prepared{ext: r.ID, canon: r.Canonical, slot: noHint})
+					// A root's canonical is its local hash (ckf.CanonicalRoot).
+					p = append(p, prepared{ext: r.ID, canon: r.Canonical, local: ckf.LocalBlockHash(r.Canonical), pos: noPos})
 				}
 				rest = rest[1:]
 			}
@@ -144,7 +157,7 @@ func (ix *Index) RestoreLineage(src ckf.SourceKey, rows []LineageRow) error {
 			}
 			si := ix.sourceOf(src)
 			ix.prefetchPrepared(si, t, p)
-			if ix.commit(src, si, t, p) == nil {
+			if ix.commit(src, si, t, p, noPos, false) == nil {
 				if si < 0 { // the source's first rows: its lineage grows once for all of them
 					ix.srcs[ix.sourceOf(src)].lin.reserve(len(rows))
 				}
@@ -153,7 +166,7 @@ func (ix *Index) RestoreLineage(src ckf.SourceKey, rows []LineageRow) error {
 			// Refused, and undone: apply the chunk's rows one at a time to name the one refused.
 			for k := range p {
 				one := p[k : k+1]
-				if err := ix.commit(src, ix.sourceOf(src), t, one); err != nil {
+				if err := ix.commit(src, ix.sourceOf(src), t, one, noPos, false); err != nil {
 					return fmt.Errorf("workers: restoring %v external id %#x on tier %v: %w", src, uint64(one[0].ext), t, err)
 				}
 			}
@@ -181,7 +194,7 @@ func (ix *Index) prefetchPrepared(si int32, t producer.StorageTier, p []prepared
 			n = 2 * len(p)
 		}
 	}
-	if tm := &ix.tiers[t]; tm.live != 0 {
+	if tm := &ix.tiers[t]; t != producer.StorageTierDevice && tm.live != 0 {
 		tm.runLinesOf(addrs[n:n+2*len(p)], p)
 		n += 2 * len(p)
 	}
