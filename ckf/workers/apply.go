@@ -99,7 +99,8 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 			ix.tel.ParentNotFound++
 			return ckf.NewEventError(ckf.EventParentBlockNotFound, "parent not in source lineage")
 		}
-		prev, havePrev, prevPos = e.canonical(), true, e.position()
+		prevPos = e.position()
+		prev, havePrev = ix.slab.at(prevPos).canon, true
 	} else if d.HasStartPosition && d.StartPosition != 0 {
 		ix.tel.InvalidSequences++
 		return ckf.NewEventError(ckf.EventInvalidBlockSequence, "non-zero start position without a parent")
@@ -312,21 +313,16 @@ func (ix *Index) remove(key ckf.SourceKey, t producer.StorageTier, ids []ckf.Ext
 	bit := uint8(1) << t
 	n := len(ids)
 	warm := n > 1 && ix.worthPrefetching()
-	var tm *holderTable // the tier map whose lines takeTier prefetches, when worth it
-	var sl *slab        // or the slab
+	var sl *slab // the slab, whose lines takeTier prefetches when worth it
 	if warm {
 		addrs := ix.scratchAddrs(2 * n)
 		for k, id := range ids {
 			addrs[2*k], addrs[2*k+1] = lin.lines(id)
 		}
 		prefetch.Lines(addrs)
-		if t == producer.StorageTierDevice {
-			sl = &ix.slab
-		} else {
-			tm = &ix.tiers[t]
-		}
+		sl = &ix.slab
 	}
-	p, unknown := lin.takeTier(ids, bit, ix.scratchPrep(n)[:0], tm, sl)
+	p, unknown := lin.takeTier(ids, bit, ix.scratchPrep(n)[:0], sl)
 	ix.tel.UnknownRemovals += uint64(unknown)
 	ix.loseAll(i, t, p)
 	if lin.Len() == 0 {
@@ -349,10 +345,9 @@ func (ix *Index) Clear(src ckf.SourceKey) {
 func (ix *Index) clearIndex(i uint32) {
 	lin := ix.srcs[i].lin
 	for _, e := range lin.all() {
-		c, pos := e.canonical(), e.position()
 		for t := range TierCount {
 			if e.tiers&(1<<t) != 0 {
-				ix.lose(i, producer.StorageTier(t), c, pos)
+				ix.lose(i, producer.StorageTier(t), e.position())
 			}
 		}
 	}

@@ -13,24 +13,20 @@ import (
 // TierCount is the number of storage tiers (producer.StorageTier's values).
 const TierCount = 4
 
-// lineageEntry is what a source's lineage keeps per external id: the canonical hash, the block's
-// position in the slab and the tiers (bit t = producer.StorageTier t) the id is held on.
-// Thirteen bytes with no padding, so a lineage slot (8-byte key included) is 21 bytes.
+// lineageEntry is what a source's lineage keeps per external id: the position in the slab of
+// the block it maps to, whose canonical hash the slab keeps, and the tiers (bit t =
+// producer.StorageTier t) the id is held on. Five bytes with no padding, so a lineage slot
+// (8-byte key included) is 13 bytes. A canonical hash is at most one block of the slab, so two
+// entries map to the same canonical iff they have the same position.
 type lineageEntry struct {
-	canon [8]byte
 	pos   [4]byte
 	tiers uint8
 }
 
-func (e *lineageEntry) canonical() ckf.CanonicalHash {
-	return ckf.CanonicalHash(binary.LittleEndian.Uint64(e.canon[:]))
-}
-
 func (e *lineageEntry) position() uint32 { return binary.LittleEndian.Uint32(e.pos[:]) }
 
-func newLineageEntry(c ckf.CanonicalHash, pos uint32) lineageEntry {
+func newLineageEntry(pos uint32) lineageEntry {
 	var e lineageEntry
-	binary.LittleEndian.PutUint64(e.canon[:], uint64(c))
 	binary.LittleEndian.PutUint32(e.pos[:], pos)
 	return e
 }
@@ -126,6 +122,7 @@ type prepared struct {
 	pos     uint32 // the block's slab position
 	did     uint8  // the store's lineage pass: didNothing, didCreate or didAddTier
 	created bool   // the store's slab pass placed the block (slab.place)
+	unheld  bool   // a removal took the block's last holder (loseDevice)
 }
 
 // New returns an empty index.
@@ -231,7 +228,7 @@ func (ix *Index) gainDevice(i uint32, p []prepared) (gained, dups uint64) {
 			dups++
 			continue
 		}
-		b := sl.at(q.pos)
+		b := sl.mut(q.pos)
 		if b.val == 0 {
 			b.val = single(i)
 			sl.held++
@@ -249,8 +246,8 @@ func (ix *Index) gainDevice(i uint32, p []prepared) (gained, dups uint64) {
 	return gained, dups
 }
 
-// loseAll is lose for each block of p (blocks of source i on tier t, with their canonicals and
-// slab positions), the counters subtracted once, and a block whose only holder is source i
+// loseAll is lose for each block of p (blocks of source i on tier t, by their slab positions),
+// the counters subtracted once, and a block whose only holder is source i
 // dropped without the holder sets. lose's steps are written out in the loops rather than shared
 // through a function: one that the compiler does not inline cost 19 more instructions per
 // removed block (3.4 %, callgrind, bench/workersprof 1048576 8).
@@ -263,7 +260,7 @@ func (ix *Index) loseAll(i uint32, t producer.StorageTier, p []prepared) {
 	only := single(i)
 	var lost uint64
 	for k := range p {
-		c := p[k].canon
+		c := ix.slab.at(p[k].pos).canon
 		if len(ix.aliases) > 0 && ix.dropAlias(aliasKey{uint64(c), i, t}) {
 			continue
 		}
@@ -297,34 +294,41 @@ func (ix *Index) loseDevice(i uint32, p []prepared) {
 	sl := &ix.slab
 	only := single(i)
 	lower := anyLower(&ix.tiers)
+	freed := false
 	var lost uint64
 	for k := range p {
 		q := &p[k]
 		if len(ix.aliases) > 0 && ix.dropAlias(aliasKey{uint64(q.pos), i, t}) {
 			continue
 		}
-		b := sl.at(q.pos)
-		if b.canon != q.canon {
-			panic(fmt.Sprintf("workers: lineage maps to %#x at slab position %d, which holds %#x", uint64(q.canon), q.pos, uint64(b.canon)))
-		}
+		b := sl.mut(q.pos)
 		nv := uint32(0)
 		if v := b.val; v != only { // else the sets' without(single(i), i)
 			var was bool
 			if nv, was = ix.sets.without(v, i, ix.keys); !was {
-				panic(fmt.Sprintf("workers: source %d maps to %#x on the device tier but is not a holder", i, uint64(q.canon)))
+				panic(fmt.Sprintf("workers: source %d maps to %#x on the device tier but is not a holder", i, uint64(b.canon)))
 			}
 		}
 		b.val = nv
 		if nv == 0 {
 			sl.held--
-			if !lower || !heldLower(&ix.tiers, q.canon) {
-				sl.truncate(q.pos, &ix.tiers)
-			}
+			q.unheld = !lower || !heldLower(&ix.tiers, b.canon)
+			freed = true
 		}
 		lost++
 	}
 	ix.srcs[i].held[t] -= lost
 	ix.tel.RemovedBlocks += lost
+	// The blocks nobody holds any longer are dropped after the loop: a removal that takes a run's
+	// blocks last first (the order engines evict in) drops them all at its first, the run's last
+	// block, and finds the others gone.
+	if freed {
+		for k := range p {
+			if p[k].unheld {
+				sl.truncate(p[k].pos, &ix.tiers)
+			}
+		}
+	}
 }
 
 // unheld is called when the block at pos has lost its last holder on one tier: the slab drops
@@ -350,10 +354,10 @@ func (ix *Index) dropAlias(k aliasKey) bool {
 	return true
 }
 
-// lose records that one external id of source i mapping to c at slab position pos on tier t is
-// gone.
-func (ix *Index) lose(i uint32, t producer.StorageTier, c ckf.CanonicalHash, pos uint32) {
-	one := [1]prepared{{canon: c, pos: pos}}
+// lose records that one external id of source i mapping to the block at slab position pos on
+// tier t is gone.
+func (ix *Index) lose(i uint32, t producer.StorageTier, pos uint32) {
+	one := [1]prepared{{pos: pos}}
 	ix.loseAll(i, t, one[:])
 }
 
@@ -378,8 +382,8 @@ func (ix *Index) Holds(src ckf.SourceKey, t producer.StorageTier, c ckf.Canonica
 		return ix.sets.has(ix.tiers[t].get(uint64(c)), i, ix.keys)
 	}
 	for _, e := range ix.srcs[i].lin.all() {
-		if e.canonical() == c && e.tiers&(1<<producer.StorageTierDevice) != 0 {
-			return ix.sets.has(ix.slab.at(e.position()).val, i, ix.keys)
+		if b := ix.slab.at(e.position()); b.canon == c && e.tiers&(1<<producer.StorageTierDevice) != 0 {
+			return ix.sets.has(b.val, i, ix.keys)
 		}
 	}
 	return false

@@ -58,17 +58,18 @@ type lineageTable struct {
 	walk     uint64 // the random walk's state (xorshift)
 }
 
-// lineageWays is the number of slots in a bucket: three 17-byte slots fill 51 bytes of one
+// lineageWays is the number of slots in a bucket: four 13-byte slots fill 52 bytes of one
 // 64-byte line.
-const lineageWays = 3
+const lineageWays = 4
 
 type lineageBucket struct {
 	slots [lineageWays]lineageSlot
-	used  uint8 // bit w: way w holds an id (its tiers are not 0, or it was just placed)
+	used  uint8    // bit w: way w holds an id (its tiers are not 0, or it was just placed)
+	_     [11]byte // to the line
 }
 
 type lineageSlot struct {
-	key [8]byte // the external id, little-endian (bytes, so the slot is 17 bytes)
+	key [8]byte // the external id, little-endian (bytes, so the slot is 13 bytes)
 	lineageEntry
 }
 
@@ -121,6 +122,9 @@ func (b *lineageBucket) in(k uint64) int {
 	}
 	if b.slots[2].k() == k && u&4 != 0 {
 		return 2
+	}
+	if b.slots[3].k() == k && u&8 != 0 {
+		return 3
 	}
 	return -1
 }
@@ -220,7 +224,7 @@ func (l *lineageTable) gainTier(p []prepared, bit uint8) int {
 		second, w, ok := freeWay(x.taken(), y.taken())
 		if !ok {
 			e := l.insertFull(q.ext, b1, b2)
-			*e = newLineageEntry(q.canon, q.pos)
+			*e = newLineageEntry(q.pos)
 			e.tiers = bit
 			buckets = l.buckets
 			continue
@@ -231,7 +235,7 @@ func (l *lineageTable) gainTier(p []prepared, bit uint8) int {
 		}
 		s := &b.slots[w]
 		binary.LittleEndian.PutUint64(s.key[:], key)
-		s.lineageEntry = newLineageEntry(q.canon, q.pos)
+		s.lineageEntry = newLineageEntry(q.pos)
 		s.tiers = bit
 		b.used |= 1 << w
 		l.live++
@@ -244,7 +248,7 @@ func (l *lineageTable) gainTier(p []prepared, bit uint8) int {
 // (didNothing).
 func (s *lineageSlot) gain(q *prepared, bit uint8) bool {
 	switch {
-	case s.canonical() != q.canon:
+	case s.position() != q.pos: // another block, so another canonical (lineageEntry)
 		return false
 	case s.tiers&bit == 0:
 		s.tiers |= bit
@@ -269,16 +273,15 @@ func (l *lineageTable) rollback(p []prepared, bit uint8) {
 }
 
 // takeTier is a removal's lineage pass (workers §3.4): tier bit is taken off each id of ids
-// that holds it, an id left with no tier is deleted, and the id, its canonical and its slab
-// position appended to p. It returns p and the number of ids that did not hold the tier (unknown
+// that holds it, an id left with no tier is deleted, and the id and its block's slab position
+// appended to p. It returns p and the number of ids that did not hold the tier (unknown
 // removals). The same id twice finds its entry gone or without the tier the second time. A table
-// left under lineageMinLoad full shrinks once, after the loop. The lines the removal goes on to
-// change are prefetched eight at a time, soon after their addresses are known, so that they
-// arrive while the pass goes on: with sl not nil (a device removal) the slab's line of each
-// position found, with tm not nil (a lower tier) the tier-map lines of each canonical
-// (holderTable.runLines). One prefetch.Lines call per block cost about 6 more instructions a
-// removed block, for no time that alternating runs could tell apart (performance §9.1).
-func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prepared, tm *holderTable, sl *slab) ([]prepared, int) {
+// left under lineageMinLoad full shrinks once, after the loop. With sl not nil, the slab's line
+// of each position found (the block the removal goes on to change) is prefetched, eight lines at
+// a time, soon after their addresses are known, so that they arrive while the pass goes on. One
+// prefetch.Lines call per block cost about 6 more instructions a removed block, for no time that
+// alternating runs could tell apart (performance §9.1).
+func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prepared, sl *slab) ([]prepared, int) {
 	if l.shared {
 		l.unshare()
 	}
@@ -303,22 +306,15 @@ func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prep
 			continue
 		}
 		s := &b.slots[w]
-		c, pos := s.canonical(), s.position()
-		switch {
-		case sl != nil:
+		pos := s.position()
+		if sl != nil {
 			lines[nl] = sl.addr(pos)
 			if nl++; nl == len(lines) {
 				prefetch.Lines(lines[:])
 				nl = 0
 			}
-		case tm != nil:
-			lines[nl], lines[nl+1] = tm.runLines(uint64(c))
-			if nl += 2; nl == len(lines) {
-				prefetch.Lines(lines[:])
-				nl = 0
-			}
 		}
-		p = append(p, prepared{ext: id, canon: c, pos: pos})
+		p = append(p, prepared{ext: id, pos: pos})
 		if s.tiers != bit {
 			s.tiers &^= bit
 			continue
@@ -336,12 +332,8 @@ func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prep
 	return p, unknown
 }
 
-// waysTaken is the number of bits set in a bucket's mask of live ways (taken), from a table of
-// two-bit counts.
-func waysTaken(m uint) uint {
-	const counts = 0b11_10_10_01_10_01_01_00 // counts[m] for m = 7 … 0
-	return counts >> (2 * (m & 7)) & 3
-}
+// waysTaken is the number of live ways in a bucket's mask (taken).
+func waysTaken(m uint) uint { return uint(bits.OnesCount8(uint8(m))) }
 
 // freeWay is the insertion policy of an id whose buckets' live ways are m1 and m2: the first
 // free way of the emptier bucket, the first bucket on a tie (second: the second bucket), chosen

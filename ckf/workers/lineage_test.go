@@ -32,11 +32,11 @@ func TestLineageTableMatchesMap(t *testing.T) {
 					canon++ // another canonical: a remap when the id is there
 				}
 				w, ok := want[k]
-				pos := uint32(canon >> 40) // a slab position of the canonical's own
+				pos := uint32(canon) // the canonical's slab position: another canonical, another one
 				p := []prepared{{ext: id, canon: canon, pos: pos}}
 				remap := l.gainTier(p, bit)
 				switch {
-				case ok && w.canonical() != canon:
+				case ok && w.position() != pos:
 					if remap != 0 {
 						t.Fatalf("step %d: gainTier(%#x) remapped the id without saying so", step, k)
 					}
@@ -47,7 +47,7 @@ func TestLineageTableMatchesMap(t *testing.T) {
 					if p[0].did != didCreate {
 						t.Fatalf("step %d: gainTier(%#x) of a new id did %d", step, k, p[0].did)
 					}
-					w = newLineageEntry(canon, pos)
+					w = newLineageEntry(pos)
 				case w.tiers&bit != 0:
 					if p[0].did != didNothing {
 						t.Fatalf("step %d: gainTier(%#x) of a held tier did %d", step, k, p[0].did)
@@ -84,7 +84,7 @@ func TestLineageTableMatchesMap(t *testing.T) {
 				if rapid.Bool().Draw(t, "twice") {
 					ids = append(ids, id)
 				}
-				p, unknown := l.takeTier(ids, bit, nil, nil, nil)
+				p, unknown := l.takeTier(ids, bit, nil, nil)
 				w, ok := want[k]
 				if !ok || w.tiers&bit == 0 {
 					if len(p) != 0 || unknown != len(ids) {
@@ -92,8 +92,8 @@ func TestLineageTableMatchesMap(t *testing.T) {
 					}
 					continue
 				}
-				if len(p) != 1 || p[0].ext != id || p[0].canon != w.canonical() || p[0].pos != w.position() || unknown != len(ids)-1 {
-					t.Fatalf("step %d: takeTier(%#x) = %v, %d unknown; want its canonical %#x", step, k, p, unknown, uint64(w.canonical()))
+				if len(p) != 1 || p[0].ext != id || p[0].pos != w.position() || unknown != len(ids)-1 {
+					t.Fatalf("step %d: takeTier(%#x) = %v, %d unknown; want its position %d", step, k, p, unknown, w.position())
 				}
 				if w.tiers &^= bit; w.tiers == 0 {
 					delete(want, k)
@@ -147,16 +147,16 @@ func TestLineageTableMatchesMap(t *testing.T) {
 func TestLineageStoreRollsBack(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var l lineageTable
-		canonOf := func(k uint64) ckf.CanonicalHash { return ckf.CanonicalHash(k ^ 0x5EED) }
+		posOf := func(k uint64) uint32 { return uint32(k ^ 0x5EED) } // the slab position of k's block
 		keyOf := func(x uint64) uint64 { return x * 0x5851F42D4C957F2D }
 		keyRange := rapid.SampledFrom([]uint64{8, 32, 128}).Draw(t, "range")
 		before := map[uint64]lineageEntry{}
 		hold := func(k uint64) {
 			bit := uint8(1) << rapid.IntRange(0, TierCount-1).Draw(t, "held tier")
-			l.gainTier([]prepared{{ext: ckf.ExternalBlockHash(k), canon: canonOf(k)}}, bit)
+			l.gainTier([]prepared{{ext: ckf.ExternalBlockHash(k), pos: posOf(k)}}, bit)
 			e := before[k]
 			if e.tiers == 0 {
-				e = newLineageEntry(canonOf(k), 0)
+				e = newLineageEntry(posOf(k))
 			}
 			e.tiers |= bit
 			before[k] = e
@@ -181,17 +181,17 @@ func TestLineageStoreRollsBack(t *testing.T) {
 		remap := false
 		for k := range p {
 			x := keyOf(rapid.Uint64Range(0, storeRange).Draw(t, "id"))
-			c := canonOf(x)
+			c := posOf(x)
 			if rapid.IntRange(0, 15).Draw(t, "remap") == 0 {
-				c++
+				c++ // another block: a remap when the id is there
 			}
-			p[k] = prepared{ext: ckf.ExternalBlockHash(x), canon: c}
+			p[k] = prepared{ext: ckf.ExternalBlockHash(x), pos: c}
 			e, ok := want[x]
 			switch {
-			case ok && e.canonical() != c:
+			case ok && e.position() != c:
 				remap = true
 			case !ok:
-				e = newLineageEntry(c, 0)
+				e = newLineageEntry(c)
 				e.tiers, wantDid[k] = bit, didCreate
 			case e.tiers&bit == 0:
 				e.tiers |= bit
@@ -256,14 +256,14 @@ func TestLineageFullWalkUndoes(t *testing.T) {
 		if k > 1000 {
 			t.Fatalf("%d of %d slots taken after 1000 ids", l.live, 2*lineageWays)
 		}
-		c := lineageSlot{lineageEntry: newLineageEntry(ckf.CanonicalHash(k), uint32(k))}
+		c := lineageSlot{lineageEntry: newLineageEntry(uint32(k))}
 		c.tiers = 1
 		c.key = [8]byte{byte(k), byte(k >> 8)}
 		l.place(&c) // an id whose two buckets are one full bucket does not fit: skipped
 	}
 	before := l.buckets[0].slots
 	before2 := l.buckets[1].slots
-	extra := lineageSlot{lineageEntry: newLineageEntry(999, 9)}
+	extra := lineageSlot{lineageEntry: newLineageEntry(999)}
 	extra.tiers = 1
 	extra.key = [8]byte{0xEE}
 	if s, moved := l.place(&extra); s != nil || moved {
@@ -275,7 +275,7 @@ func TestLineageFullWalkUndoes(t *testing.T) {
 	checkLineageBuckets(t, &l)
 	b1, b2 := buckets2(0xEE, l.seed, uint64(len(l.buckets)))
 	e := l.insertFull(0xEE, b1, b2)
-	*e = newLineageEntry(999, 9)
+	*e = newLineageEntry(999)
 	e.tiers = 1
 	if len(l.buckets) <= 2 || l.Len() != 2*lineageWays+1 || l.lookup(0xEE) == nil {
 		t.Fatalf("insertFull did not grow and insert: %d buckets, %d ids", len(l.buckets), l.Len())

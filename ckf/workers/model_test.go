@@ -442,8 +442,13 @@ func checkSlab(t interface{ Fatalf(string, ...any) }, ix *Index) {
 		}
 		for id, e := range lin.all() {
 			pos := e.position()
-			if p, ok := at[e.canonical()]; !ok || p != pos {
-				t.Fatalf("source %d maps %#x to %#x at position %d; the slab has it at %d (%v)", i, uint64(id), uint64(e.canonical()), pos, p, ok)
+			if pos >= sl.next || sl.at(pos).run == 0 {
+				t.Fatalf("source %d maps %#x to position %d, not in use", i, uint64(id), pos)
+			}
+			for tier := 1; tier < TierCount; tier++ {
+				if e.tiers&(1<<tier) != 0 && !ix.sets.has(ix.tiers[tier].get(uint64(sl.at(pos).canon)), uint32(i), ix.keys) {
+					t.Fatalf("source %d maps %#x to %#x on tier %d, which the tier's map does not say", i, uint64(id), uint64(sl.at(pos).canon), tier)
+				}
 			}
 			if e.tiers&(1<<producer.StorageTierDevice) != 0 {
 				if devHolders[pos] == nil {

@@ -34,14 +34,16 @@ func (ix *Index) AppendLineage(dst []LineageRow, src ckf.SourceKey) []LineageRow
 	if !ok {
 		return dst
 	}
-	return appendRows(dst, ix.srcs[i].lin)
+	return appendRows(dst, ix.srcs[i].lin, ix.slab.pages)
 }
 
-// appendRows appends lin's rows to dst in ascending ID order.
-func appendRows(dst []LineageRow, lin *lineageTable) []LineageRow {
+// appendRows appends lin's rows to dst in ascending ID order, each row's canonical read from the
+// slab's pages at its entry's position.
+func appendRows(dst []LineageRow, lin *lineageTable, pages [][]slabBlock) []LineageRow {
 	start := len(dst)
 	for id, e := range lin.all() {
-		dst = append(dst, LineageRow{ID: id, Canonical: e.canonical(), Tiers: e.tiers})
+		pos := e.position()
+		dst = append(dst, LineageRow{ID: id, Canonical: pages[pos>>slabPageBits][pos&slabPageMask].canon, Tiers: e.tiers})
 	}
 	slices.SortFunc(dst[start:], func(a, b LineageRow) int { return cmp.Compare(a.ID, b.ID) })
 	return dst
@@ -52,26 +54,28 @@ func appendRows(dst []LineageRow, lin *lineageTable) []LineageRow {
 // goroutine of its own, so that applying events stops only to take it, not for the sort and the
 // encoding (streams/workers). It never changes; any number of goroutines may read it at once.
 //
-// Memory ordering: the index never writes a bucket after sharing it (it writes a copy), so the
-// snapshot's readers race with nothing, the index's own lookups of those buckets included; a
-// goroutine other than the index's must receive the snapshot through a synchronising operation
-// (a channel, a go statement, a lock), as with any value.
+// Memory ordering: the index never writes a lineage bucket or a slab page after sharing it (it
+// writes a copy), so the snapshot's readers race with nothing, the index's own reads of those
+// buckets and pages included; a goroutine other than the index's must receive the snapshot
+// through a synchronising operation (a channel, a go statement, a lock), as with any value.
 //
-// Memory: none at first; it shares each source's lineage buckets with the index, which copies a
-// source's buckets (about 21 bytes per row, workers §8) before it next writes them, so that while
-// a snapshot is held the lineage of every source written since is held twice.
+// Memory: none at first; it shares each source's lineage buckets and the slab's pages (where the
+// rows' canonicals are) with the index, which copies a source's buckets (about 23 bytes per row,
+// workers §8) or a page of the slab (1.5 MiB) before it next writes them, so that while a
+// snapshot is held what the index has written since is held twice.
 type LineageSnapshot struct {
-	keys []ckf.SourceKey // in SourceKey order
-	lins []lineageTable  // lins[j] is keys[j]'s, buckets shared with the index (lineageTable.share)
-	rows int
+	keys  []ckf.SourceKey // in SourceKey order
+	lins  []lineageTable  // lins[j] is keys[j]'s, buckets shared with the index (lineageTable.share)
+	pages [][]slabBlock   // the slab's pages, shared with the index (slab.share)
+	rows  int
 }
 
 // SnapshotLineage takes a snapshot of every source's lineage in O(sources), with no work per
-// row: each source's buckets are shared with the snapshot and copied by the index only before
-// its next write to them (copy on write, workers §2.2). It changes the index (the tables' shared
-// marks): Shared.SnapshotLineage runs it under the write lock.
+// row: each source's buckets and the slab's pages are shared with the snapshot and copied by the
+// index only before its next write to them (copy on write, workers §2.2). It changes the index
+// (the tables' and pages' shared marks): Shared.SnapshotLineage runs it under the write lock.
 func (ix *Index) SnapshotLineage() *LineageSnapshot {
-	s := &LineageSnapshot{keys: make([]ckf.SourceKey, len(ix.order)), lins: make([]lineageTable, len(ix.order))}
+	s := &LineageSnapshot{keys: make([]ckf.SourceKey, len(ix.order)), lins: make([]lineageTable, len(ix.order)), pages: ix.slab.share()}
 	for j, i := range ix.order {
 		lin := ix.srcs[i].lin
 		s.keys[j] = ix.keys[i]
@@ -90,7 +94,7 @@ func (s *LineageSnapshot) AppendLineage(dst []LineageRow, src ckf.SourceKey) []L
 	if !ok {
 		return dst
 	}
-	return appendRows(dst, &s.lins[j])
+	return appendRows(dst, &s.lins[j], s.pages)
 }
 
 // LineageSize is Index.LineageSize on the snapshot.

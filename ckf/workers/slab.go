@@ -3,6 +3,7 @@ package workers
 import (
 	"iter"
 	"math/bits"
+	"slices"
 	"unsafe"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
@@ -59,6 +60,10 @@ type slab struct {
 	orphans  int               // runs whose heads were placed without a parent (slabRun.orphan)
 	held     int               // blocks with a device holder (val != 0)
 	blocks   int               // blocks in the slab
+	// shared[i] marks page i as read by a LineageSnapshot (share): the slab copies it before its
+	// next write to it (mut, page), so that the snapshot's canonicals stay as they were.
+	shared  []bool
+	nshared int // pages marked
 }
 
 // slabBlock is one block of the slab: 24 bytes, so a 64-byte line holds two and a half.
@@ -103,6 +108,46 @@ const (
 // at returns the block at position pos (a position in use, or a free one of an allocated page).
 func (s *slab) at(pos uint32) *slabBlock {
 	return &s.pages[pos>>slabPageBits][pos&slabPageMask]
+}
+
+// mut returns the block at position pos for writing: its page is copied first when a snapshot
+// shares it (share).
+func (s *slab) mut(pos uint32) *slabBlock {
+	if s.nshared != 0 {
+		s.own(pos >> slabPageBits)
+	}
+	return &s.pages[pos>>slabPageBits][pos&slabPageMask]
+}
+
+// page returns page i for writing (as mut).
+func (s *slab) page(i uint32) []slabBlock {
+	if s.nshared != 0 {
+		s.own(i)
+	}
+	return s.pages[i]
+}
+
+// own copies page i when a snapshot shares it: one copy per page and snapshot, paid by the first
+// write to the page after the snapshot (workers §2.2).
+func (s *slab) own(i uint32) {
+	if !s.shared[i] {
+		return
+	}
+	pg := make([]slabBlock, slabPageSize)
+	hugepage.Advise(pg)
+	copy(pg, s.pages[i])
+	s.pages[i], s.shared[i] = pg, false
+	s.nshared--
+}
+
+// share marks every page as read by a snapshot from now on and returns them: the slab no longer
+// writes them (copy on write, workers §2.2).
+func (s *slab) share() [][]slabBlock {
+	for i := range s.shared {
+		s.shared[i] = true
+	}
+	s.nshared = len(s.shared)
+	return slices.Clone(s.pages)
 }
 
 // addr is the address of pos's block, for prefetch.Lines: a hint computed without a bounds
@@ -151,10 +196,10 @@ func (s *slab) place(prev uint32, c ckf.CanonicalHash, local ckf.LocalBlockHash,
 		r := &s.runs[pb.id()-1]
 		if prev == r.start+r.n-1 && r.n < 1<<r.class {
 			r.n++
-			*s.at(prev + 1) = slabBlock{canon: c, local: local, run: pb.id()}
+			*s.mut(prev + 1) = slabBlock{canon: c, local: local, run: pb.id()}
 			return prev + 1
 		}
-		pb.run |= branchBit
+		s.mut(prev).run |= branchBit
 		if s.branches == nil {
 			s.branches = map[uint32]uint32{}
 		}
@@ -177,7 +222,7 @@ func (s *slab) place(prev uint32, c ckf.CanonicalHash, local ckf.LocalBlockHash,
 	if orphan {
 		s.orphans++
 	}
-	*s.at(start) = slabBlock{canon: c, local: local, run: id + 1}
+	*s.mut(start) = slabBlock{canon: c, local: local, run: id + 1}
 	s.heads.upsert(uint64(c)).val = start + 1
 	return start
 }
@@ -194,7 +239,7 @@ func (s *slab) placeRun(pos uint32, p []prepared) int {
 		return 0
 	}
 	// The run's range lies in one page, so its free positions follow pos in pos's page.
-	blocks := s.pages[pos>>slabPageBits][pos&slabPageMask+1:][:room]
+	blocks := s.page(pos >> slabPageBits)[pos&slabPageMask+1:][:room]
 	for k := range blocks {
 		q := &p[k]
 		blocks[k] = slabBlock{canon: q.canon, local: q.local, run: id}
@@ -227,6 +272,7 @@ func (s *slab) alloc(class uint8) uint32 {
 		pg := make([]slabBlock, slabPageSize)
 		hugepage.Advise(pg)
 		s.pages = append(s.pages, pg)
+		s.shared = append(s.shared, false)
 	}
 	p := s.next
 	s.next += size
@@ -240,6 +286,9 @@ func (s *slab) alloc(class uint8) uint32 {
 // A block within its run stays (the slab's invariants), as does a position no longer in use (a
 // rejected store's rollback meets those).
 func (s *slab) truncate(pos uint32, tiers *[TierCount]holderTable) {
+	if pg, o := s.pages[pos>>slabPageBits], pos&slabPageMask; pg[o].run == 0 || (o+1 < slabPageSize && sameRun(&pg[o+1], &pg[o])) {
+		return // gone already, or not its run's last block
+	}
 	lower := anyLower(tiers)
 	for pos != noPos {
 		b := s.at(pos)
@@ -259,7 +308,7 @@ func (s *slab) truncate(pos uint32, tiers *[TierCount]holderTable) {
 			if r.n == 1 {
 				s.heads.deleteAt(s.heads.findHeld(uint64(tail.canon)))
 			}
-			*tail = slabBlock{}
+			*s.mut(r.start + r.n - 1) = slabBlock{}
 			r.n--
 			s.blocks--
 		}
@@ -276,7 +325,7 @@ func (s *slab) truncate(pos uint32, tiers *[TierCount]holderTable) {
 			return
 		}
 		delete(s.branches, pos)
-		pb := s.at(pos)
+		pb := s.mut(pos)
 		pb.run &^= branchBit
 		if pb.val != 0 || (lower && heldLower(tiers, pb.canon)) {
 			return
