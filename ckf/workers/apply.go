@@ -94,8 +94,8 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	havePrev := false
 	prevPos := noPos
 	if d.HasParent {
-		e := lin.lookup(d.ParentHash)
-		if e == nil {
+		e, ok := lin.lookup(d.ParentHash)
+		if !ok {
 			ix.tel.ParentNotFound++
 			return ckf.NewEventError(ckf.EventParentBlockNotFound, "parent not in source lineage")
 		}

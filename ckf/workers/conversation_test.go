@@ -17,9 +17,9 @@ import (
 // At each request's arrival, the index of the DC the cost oracle chose answers the prompt, by
 // MatchLocal without a chain (the replica's call) and by Match on its canonical chain, and
 // both answers must give every worker of the DC the device depth the simulator knows exactly.
-// It logs how many of the walked positions run summaries passed (workers §5.4): what summaries
-// are worth on a trace whose caches turn over, against the benchmarks' fixtures, which never
-// change a stored prompt.
+// It logs how many of the walked positions the walks found by following the slab, without a
+// lookup (workers §5.4): how well stored runs serve a trace whose prompts branch and whose caches
+// turn over, against the benchmarks' fixtures, whose prompts are stored whole.
 func TestConversationTraceAnswers(t *testing.T) {
 	reqs, _, err := eval.ReadTraceFile("../../traces/conversation_trace.jsonl")
 	if err != nil {
@@ -45,9 +45,9 @@ func TestConversationTraceAnswers(t *testing.T) {
 	if p.queries == 0 || p.events == 0 {
 		t.Fatalf("%d queries, %d events", p.queries, p.events)
 	}
-	t.Logf("%d requests, %d KV events; the device walks decided %d positions, %d of them (%.1f %%) passed by run summaries (MatchLocal); Match: %d of %d (%.1f %%)",
-		p.queries, p.events, p.walked[0], p.passed[0], 100*float64(p.passed[0])/float64(max(p.walked[0], 1)),
-		p.passed[1], p.walked[1], 100*float64(p.passed[1])/float64(max(p.walked[1], 1)))
+	t.Logf("%d requests, %d KV events; the device walks decided %d positions, %d of them (%.1f %%) found by following the slab (MatchLocal); Match: %d of %d (%.1f %%)",
+		p.queries, p.events, p.walked[0], p.followed[0], 100*float64(p.followed[0])/float64(max(p.walked[0], 1)),
+		p.followed[1], p.walked[1], 100*float64(p.followed[1])/float64(max(p.walked[1], 1)))
 }
 
 // indexPolicy is the cost oracle for the DC, and inside it the exact-knowledge worker choice,
@@ -60,7 +60,7 @@ type indexPolicy struct {
 	res            workers.Result
 	events         int
 	queries        int
-	passed, walked [2]int
+	followed, walked [2]int
 }
 
 // apply feeds a simulated engine's KV event to its DC's index, as the replica's decoder would.
@@ -108,8 +108,8 @@ func (p *indexPolicy) ChooseWorker(v *eval.View, wv *eval.WorkerView, rng *rand.
 		if !slices.Equal(got, wv.Depth) {
 			p.t.Fatalf("request %d in DC %d (way %d): device depths %v, the simulator's %v", v.Index, wv.DC, way, got, wv.Depth)
 		}
-		passed, walked := p.res.Summarised()
-		p.passed[way] += passed
+		followed, walked := p.res.Followed()
+		p.followed[way] += followed
 		p.walked[way] += walked
 	}
 	p.queries++

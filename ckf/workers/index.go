@@ -1,7 +1,6 @@
 package workers
 
 import (
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"unsafe"
@@ -15,21 +14,17 @@ const TierCount = 4
 
 // lineageEntry is what a source's lineage keeps per external id: the position in the slab of
 // the block it maps to, whose canonical hash the slab keeps, and the tiers (bit t =
-// producer.StorageTier t) the id is held on. Five bytes with no padding, so a lineage slot
-// (8-byte key included) is 13 bytes. A canonical hash is at most one block of the slab, so two
-// entries map to the same canonical iff they have the same position.
+// producer.StorageTier t) the id is held on; five bytes of a lineage bucket's way (lineageTable).
+// A canonical hash is at most one block of the slab, so two entries map to the same canonical
+// iff they have the same position.
 type lineageEntry struct {
-	pos   [4]byte
+	pos   uint32
 	tiers uint8
 }
 
-func (e *lineageEntry) position() uint32 { return binary.LittleEndian.Uint32(e.pos[:]) }
+func (e *lineageEntry) position() uint32 { return e.pos }
 
-func newLineageEntry(pos uint32) lineageEntry {
-	var e lineageEntry
-	binary.LittleEndian.PutUint32(e.pos[:], pos)
-	return e
-}
+func newLineageEntry(pos uint32) lineageEntry { return lineageEntry{pos: pos} }
 
 // source is one (worker, dp rank) with at least one mapping (workers §2.1).
 type source struct {

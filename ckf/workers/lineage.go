@@ -1,7 +1,6 @@
 package workers
 
 import (
-	"encoding/binary"
 	"iter"
 	"math/bits"
 	"math/rand/v2"
@@ -16,11 +15,12 @@ import (
 // hash table of 64-byte buckets (one cache line each) of lineageWays slots, specialised to this
 // one use (workers §8):
 //
-//   - a slot is the id's eight bytes and the entry's nine (17 bytes, no padding); a bucket's
-//     used mask (in the line's padding) names its live slots, so that a lookup tests a way's
-//     liveness only when its key matches (an empty slot's key bytes are 0) and an insertion
-//     finds the free ways in one load, and every 64-bit id, 0 included, is an ordinary key. A
-//     live entry always holds at least one tier (workers §2.1), so its tiers are not 0 either;
+//   - a bucket keeps its four ways' ids together, then their block positions, then their tiers
+//     (13 bytes a way, 53 of the line), so that a lookup compares four aligned words; its used
+//     mask (in the line's padding) names its live ways, so that a lookup tests a way's liveness
+//     only when its key matches (an empty way's key is 0) and an insertion finds the free ways in
+//     one load, and every 64-bit id, 0 included, is an ordinary key. A live entry always holds
+//     at least one tier (workers §2.1), so its tiers are not 0 either;
 //   - an id has two buckets (buckets2: its mixed hash, and the hash turned by half its width,
 //     each scaled to the bucket count) and sits in one of them, so a lookup reads at most two
 //     lines, and a store or removal prefetches both before it needs them. The Robin Hood table
@@ -30,24 +30,23 @@ import (
 //     buckets per new id at 0.6–0.74 full, because buckets of three overflow often (performance
 //     §9.1);
 //   - an insertion takes the emptier of the two buckets; when both are full it moves one of their
-//     six entries to that entry's other bucket (moveOne: the six other buckets prefetched
+//     eight entries to that entry's other bucket (moveOne: the eight other buckets prefetched
 //     together), and only when those are full too walks at random, entry after entry (at most
 //     lineageMaxKicks moves), growing the table should the walk not end;
-//   - a deletion empties its slot; nothing moves, so a slot index (slotIndex: the bucket times
-//     four plus the way, so that at and deleteAt shift and mask where a bucket of three would
-//     divide) stays valid until the next insertion of a new id.
+//   - a deletion empties its way; nothing moves, so a slot index (slotIndex: the bucket times
+//     four plus the way) stays valid until the next insertion of a new id.
 //
 // Growth and shrinking: the table grows to lineageGrowBy times its buckets (any count, not a
 // power of two) when an insertion would take it past lineageMaxLoad of its slots, and shrinks to
 // twice its entries' slots when a deletion leaves it under 1/16 full, so a source's clear gives
-// memory back. Two-choice buckets of three fill to about 0.95 before insertions fail; at 0.70
-// about one new id in thirteen finds both of its buckets full, and 0.80 was slower (performance
-// §9.1). Each table draws a random seed, mixed into both buckets of every id, so ids cannot be
-// aimed at one bucket; no result depends on it.
+// memory back. With buckets of three 17-byte slots (when an entry kept its canonical hash), one
+// new id in thirteen found both of its buckets full at 0.70, and 0.80 was slower (performance
+// §9.1); buckets of four fill further before they overflow. Each table draws a random seed,
+// mixed into both buckets of every id, so ids cannot be aimed at one bucket; no result depends
+// on it.
 //
-// Memory: 64 bytes per three slots, 0.56–0.70 full between growths: 30–38 bytes per id, against
-// the Robin Hood table's 19.4–39 (24 at the fixture's 0.71). BenchmarkMembershipMemory measures
-// the whole index.
+// Memory: 64 bytes per four ways, 0.56–0.70 full between growths: 23–29 bytes per id.
+// BenchmarkMembershipMemory measures the whole index.
 type lineageTable struct {
 	buckets  []lineageBucket
 	shared   bool // a LineageSnapshot reads buckets too: copied before the first write (unshare)
@@ -58,22 +57,42 @@ type lineageTable struct {
 	walk     uint64 // the random walk's state (xorshift)
 }
 
-// lineageWays is the number of slots in a bucket: four 13-byte slots fill 52 bytes of one
-// 64-byte line.
+// lineageWays is the number of ways in a bucket: four ids, positions and tiers fill 52 bytes of
+// one 64-byte line.
 const lineageWays = 4
 
 type lineageBucket struct {
-	slots [lineageWays]lineageSlot
-	used  uint8    // bit w: way w holds an id (its tiers are not 0, or it was just placed)
-	_     [11]byte // to the line
+	keys  [lineageWays]uint64 // the ways' external ids; a free way's is 0
+	pos   [lineageWays]uint32 // their entries' block positions
+	tiers [lineageWays]uint8  // their entries' tiers
+	used  uint8               // bit w: way w holds an id (its tiers are not 0, or it was just placed)
+	_     [11]byte            // to the line
 }
 
+// lineageSlot is one way's id and entry, as moves carry them from bucket to bucket.
 type lineageSlot struct {
-	key [8]byte // the external id, little-endian (bytes, so the slot is 13 bytes)
+	key uint64
 	lineageEntry
 }
 
-func (s *lineageSlot) k() uint64 { return binary.LittleEndian.Uint64(s.key[:]) }
+func (s *lineageSlot) k() uint64 { return s.key }
+
+// slot returns way w's id and entry.
+func (b *lineageBucket) slot(w int) lineageSlot {
+	return lineageSlot{key: b.keys[w], lineageEntry: lineageEntry{pos: b.pos[w], tiers: b.tiers[w]}}
+}
+
+// put writes c into way w and marks it live.
+func (b *lineageBucket) put(w int, c *lineageSlot) {
+	b.keys[w], b.pos[w], b.tiers[w] = c.key, c.pos, c.tiers
+	b.used |= 1 << w
+}
+
+// drop empties way w.
+func (b *lineageBucket) drop(w int) {
+	b.keys[w], b.pos[w], b.tiers[w] = 0, 0, 0
+	b.used &^= 1 << w
+}
 
 // lineagePlaced marks a slot insertFull has just taken (no storage tier's bit:
 // producer.StorageTier has four values).
@@ -110,20 +129,18 @@ func (l *lineageTable) Bytes() uint64 {
 }
 
 // in returns the way of bucket b that holds k, or -1. The keys are compared first: they rarely
-// match, so the branches are predicted, and an empty way (whose key bytes are 0) is excluded by
-// the used mask only when one does.
+// match, so the branches are predicted, and an empty way (whose key is 0) is excluded by the used
+// mask only when one does.
 func (b *lineageBucket) in(k uint64) int {
 	u := b.used
-	if b.slots[0].k() == k && u&1 != 0 {
+	switch {
+	case b.keys[0] == k && u&1 != 0:
 		return 0
-	}
-	if b.slots[1].k() == k && u&2 != 0 {
+	case b.keys[1] == k && u&2 != 0:
 		return 1
-	}
-	if b.slots[2].k() == k && u&4 != 0 {
+	case b.keys[2] == k && u&4 != 0:
 		return 2
-	}
-	if b.slots[3].k() == k && u&8 != 0 {
+	case b.keys[3] == k && u&8 != 0:
 		return 3
 	}
 	return -1
@@ -161,16 +178,17 @@ func (l *lineageTable) find(id ckf.ExternalBlockHash) int {
 func slotIndex(b uint64, w int) int { return int(b)<<2 | w }
 
 // at returns the entry in slot i (an index from find).
-func (l *lineageTable) at(i int) *lineageEntry {
-	return &l.buckets[i>>2].slots[i&3].lineageEntry
+func (l *lineageTable) at(i int) lineageEntry {
+	b := &l.buckets[i>>2]
+	return lineageEntry{pos: b.pos[i&3], tiers: b.tiers[i&3]}
 }
 
-// lookup returns id's entry, or nil. The pointer is valid until the next insertion of a new id.
-func (l *lineageTable) lookup(id ckf.ExternalBlockHash) *lineageEntry {
+// lookup returns id's entry, and whether the table has id.
+func (l *lineageTable) lookup(id ckf.ExternalBlockHash) (lineageEntry, bool) {
 	if i := l.find(id); i >= 0 {
-		return l.at(i)
+		return l.at(i), true
 	}
-	return nil
+	return lineageEntry{}, false
 }
 
 // lines returns the addresses of id's two buckets, for prefetch.Lines; the table must have
@@ -214,8 +232,14 @@ func (l *lineageTable) gainTier(p []prepared, bit uint8) int {
 			x, w = y, y.in(key)
 		}
 		if w >= 0 {
-			if !x.slots[w].gain(q, bit) {
+			// Found: another position is another block, so another canonical (lineageEntry): a
+			// remap, nothing done; else the tier added (didAddTier) or already there (didNothing).
+			switch {
+			case x.pos[w] != q.pos:
 				return k
+			case x.tiers[w]&bit == 0:
+				x.tiers[w] |= bit
+				q.did = didAddTier
 			}
 			continue
 		}
@@ -223,38 +247,21 @@ func (l *lineageTable) gainTier(p []prepared, bit uint8) int {
 		x = &buckets[b1]
 		second, w, ok := freeWay(x.taken(), y.taken())
 		if !ok {
-			e := l.insertFull(q.ext, b1, b2)
-			*e = newLineageEntry(q.pos)
-			e.tiers = bit
+			i := l.insertFull(q.ext, b1, b2)
 			buckets = l.buckets
+			b := &buckets[i>>2]
+			b.pos[i&3], b.tiers[i&3] = q.pos, bit
 			continue
 		}
 		b := x
 		if second {
 			b = y
 		}
-		s := &b.slots[w]
-		binary.LittleEndian.PutUint64(s.key[:], key)
-		s.lineageEntry = newLineageEntry(q.pos)
-		s.tiers = bit
+		b.keys[w], b.pos[w], b.tiers[w] = key, q.pos, bit
 		b.used |= 1 << w
 		l.live++
 	}
 	return -1
-}
-
-// gain is gainTier's step for an id found in slot s: false when the id maps to another
-// canonical than q's (a remap; nothing done), else the tier added (didAddTier) or already there
-// (didNothing).
-func (s *lineageSlot) gain(q *prepared, bit uint8) bool {
-	switch {
-	case s.position() != q.pos: // another block, so another canonical (lineageEntry)
-		return false
-	case s.tiers&bit == 0:
-		s.tiers |= bit
-		q.did = didAddTier
-	}
-	return true
 }
 
 // rollback undoes gainTier's pass over p (a store's blocks, whose did fields name what the
@@ -267,7 +274,8 @@ func (l *lineageTable) rollback(p []prepared, bit uint8) {
 		case didCreate:
 			l.delete(q.ext)
 		case didAddTier:
-			l.lookup(q.ext).tiers &^= bit
+			i := l.find(q.ext)
+			l.buckets[i>>2].tiers[i&3] &^= bit
 		}
 	}
 }
@@ -301,12 +309,11 @@ func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prep
 			b = &buckets[b2]
 			w = b.in(key)
 		}
-		if w < 0 || b.slots[w].tiers&bit == 0 {
+		if w < 0 || b.tiers[w]&bit == 0 {
 			unknown++
 			continue
 		}
-		s := &b.slots[w]
-		pos := s.position()
+		pos := b.pos[w]
 		if sl != nil {
 			lines[nl] = sl.addr(pos)
 			if nl++; nl == len(lines) {
@@ -315,12 +322,11 @@ func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prep
 			}
 		}
 		p = append(p, prepared{ext: id, pos: pos})
-		if s.tiers != bit {
-			s.tiers &^= bit
+		if b.tiers[w] != bit {
+			b.tiers[w] &^= bit
 			continue
 		}
-		*s = lineageSlot{}
-		b.used &^= 1 << w
+		b.drop(w)
 		l.live--
 	}
 	if nl > 0 {
@@ -348,65 +354,62 @@ func freeWay(m1, m2 uint) (second bool, w int, ok bool) {
 }
 
 // insertFull is gainTier's insertion of the absent id when both of its buckets (b1, b2) are
-// full: moveOne, then a random walk, growing the table should the walk not end. The new entry
-// holds no canonical and only lineagePlaced in its tiers; the caller sets it.
-func (l *lineageTable) insertFull(id ckf.ExternalBlockHash, b1, b2 uint64) *lineageEntry {
-	k := uint64(id)
-	c := lineageSlot{lineageEntry: lineageEntry{tiers: lineagePlaced}}
-	binary.LittleEndian.PutUint64(c.key[:], k)
+// full: moveOne, then a random walk, growing the table should the walk not end. It returns the
+// new entry's slot index; the entry holds no position and only lineagePlaced in its tiers, and
+// the caller sets it.
+func (l *lineageTable) insertFull(id ckf.ExternalBlockHash, b1, b2 uint64) int {
+	c := lineageSlot{key: uint64(id), lineageEntry: lineageEntry{tiers: lineagePlaced}}
 	for {
-		if s, moved := l.placeIn(&c, b1, b2); s != nil {
+		if i, moved := l.placeIn(&c, b1, b2); i >= 0 {
 			if moved { // the walk may have moved the new entry on
-				return l.lookup(id)
+				return l.find(id)
 			}
-			return &s.lineageEntry
+			return i
 		}
 		l.resize(max(uint64(float64(len(l.buckets))*lineageGrowBy), uint64(len(l.buckets))+1))
-		b1, b2 = buckets2(k, l.seed, uint64(len(l.buckets)))
+		b1, b2 = buckets2(c.key, l.seed, uint64(len(l.buckets)))
 	}
 }
 
-// place inserts c, whose id is absent, and returns the slot it took and whether other entries
-// moved (a random walk, which may have moved c on too: the slot is then only where c went
-// first); nil when the walk did not end: the table is then as before, and must grow. An entry
-// c meets when both of its buckets are full is moved to its other bucket, which can move
+// place inserts c, whose id is absent, and returns the slot index it took and whether other
+// entries moved (a random walk, which may have moved c on too: the slot is then only where c
+// went first); -1 when the walk did not end: the table is then as before, and must grow. An
+// entry c meets when both of its buckets are full is moved to its other bucket, which can move
 // another in turn.
-func (l *lineageTable) place(c *lineageSlot) (*lineageSlot, bool) {
-	b1, b2 := buckets2(c.k(), l.seed, uint64(len(l.buckets)))
+func (l *lineageTable) place(c *lineageSlot) (int, bool) {
+	b1, b2 := buckets2(c.key, l.seed, uint64(len(l.buckets)))
 	return l.placeIn(c, b1, b2)
 }
 
 // placeIn is place with c's buckets b1 and b2 given.
-func (l *lineageTable) placeIn(c *lineageSlot, b1, b2 uint64) (*lineageSlot, bool) {
+func (l *lineageTable) placeIn(c *lineageSlot, b1, b2 uint64) (int, bool) {
 	if second, w, ok := freeWay(l.buckets[b1].taken(), l.buckets[b2].taken()); ok {
 		b := b1
 		if second {
 			b = b2
 		}
-		s := &l.buckets[b].slots[w]
-		*s = *c
-		l.buckets[b].used |= 1 << w
+		l.buckets[b].put(w, c)
 		l.live++
-		return s, false
+		return slotIndex(b, w), false
 	}
-	if s := l.moveOne(c, b1, b2); s != nil {
-		return s, false
+	if i := l.moveOne(c, b1, b2); i >= 0 {
+		return i, false
 	}
 	return l.walkFrom(c, b1)
 }
 
 // moveOne is placeIn's first resort when both of c's buckets are full: the other buckets of
-// their six entries are prefetched together, and the first entry whose other bucket has a free
-// way moves there, c taking its slot. The six lines arrive in one wait where a random walk waits
-// for each of its steps in turn. nil when all six are full.
-func (l *lineageTable) moveOne(c *lineageSlot, b1, b2 uint64) *lineageSlot {
+// their eight entries are prefetched together, and the first entry whose other bucket has a free
+// way moves there, c taking its slot, whose index it returns. The eight lines arrive in one wait
+// where a random walk waits for each of its steps in turn. -1 when all eight are full.
+func (l *lineageTable) moveOne(c *lineageSlot, b1, b2 uint64) int {
 	n := uint64(len(l.buckets))
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(l.buckets)))
 	var other [2 * lineageWays]uint64
 	var addrs [2 * lineageWays]uintptr
 	for j, b := range [2]uint64{b1, b2} {
 		for w := range lineageWays {
-			x1, x2 := buckets2(l.buckets[b].slots[w].k(), l.seed, n)
+			x1, x2 := buckets2(l.buckets[b].keys[w], l.seed, n)
 			o := x1
 			if x1 == b {
 				o = x2
@@ -423,23 +426,23 @@ func (l *lineageTable) moveOne(c *lineageSlot, b1, b2 uint64) *lineageSlot {
 				continue // both of the entry's buckets are this one
 			}
 			if fw := l.buckets[o].free(); fw >= 0 {
-				s := &l.buckets[b].slots[w]
-				l.buckets[o].slots[fw] = *s
-				l.buckets[o].used |= 1 << fw
-				*s = *c
+				moved := l.buckets[b].slot(w)
+				l.buckets[o].put(fw, &moved)
+				l.buckets[b].put(w, c)
 				l.live++
-				return s
+				return slotIndex(b, w)
 			}
 		}
 	}
-	return nil
+	return -1
 }
 
 // walkFrom is place's random walk from bucket b, both of c's buckets being full: each step puts
 // the carried entry into b in place of a random way's entry, which then goes to its other
 // bucket. The path is recorded so that a walk that does not end can be undone. (Apart from
-// place so that only a walk pays for clearing the path.)
-func (l *lineageTable) walkFrom(c *lineageSlot, b uint64) (*lineageSlot, bool) {
+// place so that only a walk pays for clearing the path.) It returns the slot c went to first,
+// and true, or -1 when the walk did not end.
+func (l *lineageTable) walkFrom(c *lineageSlot, b uint64) (int, bool) {
 	n := uint64(len(l.buckets))
 	var path [lineageMaxKicks]uint32
 	carried := *c
@@ -452,37 +455,35 @@ func (l *lineageTable) walkFrom(c *lineageSlot, b uint64) (*lineageSlot, bool) {
 		l.walk ^= l.walk << 17
 		w := int(l.walk % lineageWays)
 		path[step] = uint32(slotIndex(b, w))
-		slot := &l.buckets[b].slots[w]
-		carried, *slot = *slot, carried
-		x1, x2 := buckets2(carried.k(), l.seed, n)
+		out := l.buckets[b].slot(w)
+		l.buckets[b].put(w, &carried)
+		carried = out
+		x1, x2 := buckets2(carried.key, l.seed, n)
 		if x1 == b {
 			b = x2
 		} else {
 			b = x1
 		}
 		if fw := l.buckets[b].free(); fw >= 0 {
-			l.buckets[b].slots[fw] = carried
-			l.buckets[b].used |= 1 << fw
+			l.buckets[b].put(fw, &carried)
 			l.live++
-			first := path[0]
-			return &l.buckets[first>>2].slots[first&3], true
+			return int(path[0]), true
 		}
 	}
 	// Undo, last step first: each slot of the path takes back the entry it held.
 	for step := lineageMaxKicks - 1; step >= 0; step-- {
 		i := path[step]
-		slot := &l.buckets[i>>2].slots[i&3]
-		carried, *slot = *slot, carried
+		out := l.buckets[i>>2].slot(int(i & 3))
+		l.buckets[i>>2].put(int(i&3), &carried)
+		carried = out
 	}
-	return nil, false
+	return -1, false
 }
 
 // deleteAt removes the entry in slot i (an index from find). The buckets must be the table's own
 // (not shared): its one caller is rollback, after gainTier.
 func (l *lineageTable) deleteAt(i int) {
-	b := &l.buckets[i>>2]
-	b.slots[i&3] = lineageSlot{}
-	b.used &^= 1 << (i & 3)
+	l.buckets[i>>2].drop(i & 3)
 	l.live--
 	if l.live < l.shrinkAt {
 		l.shrink()
@@ -504,8 +505,9 @@ func (l *lineageTable) delete(id ckf.ExternalBlockHash) {
 func (l *lineageTable) all() iter.Seq2[ckf.ExternalBlockHash, lineageEntry] {
 	return func(yield func(ckf.ExternalBlockHash, lineageEntry) bool) {
 		for b := range l.buckets {
-			for w := range l.buckets[b].slots {
-				if s := &l.buckets[b].slots[w]; l.buckets[b].used&(1<<w) != 0 && !yield(ckf.ExternalBlockHash(s.k()), s.lineageEntry) {
+			bk := &l.buckets[b]
+			for w := range lineageWays {
+				if bk.used&(1<<w) != 0 && !yield(ckf.ExternalBlockHash(bk.keys[w]), lineageEntry{pos: bk.pos[w], tiers: bk.tiers[w]}) {
 					return
 				}
 			}
@@ -565,9 +567,10 @@ func (l *lineageTable) rehash(old []lineageBucket, n uint64) bool {
 		l.shrinkAt = int(float64(n*lineageWays) * lineageMinLoad)
 	}
 	for b := range old {
-		for w := range old[b].slots {
-			if s := &old[b].slots[w]; old[b].used&(1<<w) != 0 {
-				if at, _ := l.place(s); at == nil {
+		for w := range lineageWays {
+			if old[b].used&(1<<w) != 0 {
+				s := old[b].slot(w)
+				if at, _ := l.place(&s); at < 0 {
 					return false
 				}
 			}

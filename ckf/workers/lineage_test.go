@@ -74,7 +74,7 @@ func TestLineageTableMatchesMap(t *testing.T) {
 					l.deleteAt(at)
 					delete(want, k)
 				} else {
-					e.tiers &^= low
+					l.buckets[at>>2].tiers[at&3] &^= low
 					w.tiers &^= low
 					want[k] = w
 				}
@@ -109,8 +109,8 @@ func TestLineageTableMatchesMap(t *testing.T) {
 			t.Fatalf("Len %d, map %d", l.Len(), len(want))
 		}
 		for k, w := range want {
-			if e := l.lookup(ckf.ExternalBlockHash(k)); e == nil || *e != w {
-				t.Fatalf("lookup(%#x) = %v, want %+v", k, e, w)
+			if e, ok := l.lookup(ckf.ExternalBlockHash(k)); !ok || e != w {
+				t.Fatalf("lookup(%#x) = %+v, %v; want %+v", k, e, ok, w)
 			}
 		}
 		for x := range keyRange + 1 { // absent ids too
@@ -131,7 +131,7 @@ func TestLineageTableMatchesMap(t *testing.T) {
 		}
 		checkLineageBuckets(t, &l)
 		var none *lineageTable
-		if none.find(1) != -1 || none.lookup(1) != nil || none.Bytes() != 0 {
+		if _, ok := none.lookup(1); none.find(1) != -1 || ok || none.Bytes() != 0 {
 			t.Fatalf("a nil table is not empty")
 		}
 	})
@@ -230,8 +230,11 @@ func TestLineageStoreRollsBack(t *testing.T) {
 func checkLineageBuckets(t interface{ Fatalf(string, ...any) }, l *lineageTable) {
 	n := uint64(len(l.buckets))
 	for b := range l.buckets {
-		for w := range l.buckets[b].slots {
-			s := &l.buckets[b].slots[w]
+		for w := range lineageWays {
+			s := l.buckets[b].slot(w)
+			if s.tiers == 0 && s.key != 0 {
+				t.Fatalf("bucket %d way %d: free, key %#x", b, w, s.key)
+			}
 			if used := l.buckets[b].used&(1<<w) != 0; used != (s.tiers != 0) {
 				t.Fatalf("bucket %d way %d: used %v, tiers %#x", b, w, used, s.tiers)
 			}
@@ -258,26 +261,25 @@ func TestLineageFullWalkUndoes(t *testing.T) {
 		}
 		c := lineageSlot{lineageEntry: newLineageEntry(uint32(k))}
 		c.tiers = 1
-		c.key = [8]byte{byte(k), byte(k >> 8)}
+		c.key = k
 		l.place(&c) // an id whose two buckets are one full bucket does not fit: skipped
 	}
-	before := l.buckets[0].slots
-	before2 := l.buckets[1].slots
+	before := l.buckets[0]
+	before2 := l.buckets[1]
 	extra := lineageSlot{lineageEntry: newLineageEntry(999)}
 	extra.tiers = 1
-	extra.key = [8]byte{0xEE}
-	if s, moved := l.place(&extra); s != nil || moved {
+	extra.key = 0xEE
+	if s, moved := l.place(&extra); s >= 0 || moved {
 		t.Fatalf("place into a full table returned a slot")
 	}
-	if l.buckets[0].slots != before || l.buckets[1].slots != before2 || l.live != 2*lineageWays {
+	if l.buckets[0] != before || l.buckets[1] != before2 || l.live != 2*lineageWays {
 		t.Fatalf("a failed walk changed the table")
 	}
 	checkLineageBuckets(t, &l)
 	b1, b2 := buckets2(0xEE, l.seed, uint64(len(l.buckets)))
-	e := l.insertFull(0xEE, b1, b2)
-	*e = newLineageEntry(999)
-	e.tiers = 1
-	if len(l.buckets) <= 2 || l.Len() != 2*lineageWays+1 || l.lookup(0xEE) == nil {
+	i := l.insertFull(0xEE, b1, b2)
+	l.buckets[i>>2].pos[i&3], l.buckets[i>>2].tiers[i&3] = 999, 1
+	if _, ok := l.lookup(0xEE); len(l.buckets) <= 2 || l.Len() != 2*lineageWays+1 || !ok {
 		t.Fatalf("insertFull did not grow and insert: %d buckets, %d ids", len(l.buckets), l.Len())
 	}
 	checkLineageBuckets(t, &l)

@@ -61,12 +61,12 @@ type Result struct {
 	chain   []ckf.CanonicalHash // MatchLocal without a chain of the caller's: the chain, in part
 }
 
-// Summarised reports, for the last query answered into r, how many of the leading query
+// Followed reports, for the last query answered into r, how many of the leading query
 // positions the device walk decided (walked: up to the position where every source had dropped
 // out, the device held nothing, or the query ended) and how many of those it found by following
-// the slab from the block before, without a lookup (passed, workers §5.4). Both are 0 for an
-// index without device entries.
-func (r *Result) Summarised() (passed, walked int) {
+// the slab from the block before, without a head-map lookup (followed, workers §5.4). Both are 0
+// for an index without device entries.
+func (r *Result) Followed() (followed, walked int) {
 	return int(r.walked - min(r.lookups, r.walked)), int(r.walked)
 }
 
