@@ -148,7 +148,7 @@ var helpText = map[string]string{
 	"ckf_workers_lag_records":                         "KV records between the replica's positions and the topic's last stable offsets, as last observed (records)",
 	"ckf_workers_lineage_rows":                        "(source, external id) rows of the lineage (rows)",
 	"ckf_workers_lost_history_clears_total":           "Clears read that a bridge wrote in place of lost engine history (clears)",
-	"ckf_workers_match_blocks_summarised_total":       "Of those, positions passed by run summaries without a lookup: its rate over ckf_workers_match_blocks_total's is the share of walks the memo's summaries answer (workers §5.4) (blocks)",
+	"ckf_workers_match_blocks_followed_total":         "Of those, positions found by following the slab from the block before, without a lookup: its rate over ckf_workers_match_blocks_total's is the share of the walks that the stored runs answer in order (workers §5.4) (blocks)",
 	"ckf_workers_match_blocks_total":                  "Query positions that matches' device walks decided (workers §5.4) (blocks)",
 	"ckf_workers_match_duration_seconds":              "One match against the index (seconds)",
 	"ckf_workers_newest_event_timestamp_ms":           "Timestamp of the newest KV record applied (Unix time) (milliseconds)",

@@ -54,12 +54,12 @@ func TestConversationTraceAnswers(t *testing.T) {
 // after checking the DC's index against that knowledge.
 type indexPolicy struct {
 	eval.Policy
-	cfg            eval.Config
-	t              *testing.T
-	ixs            []*workers.Index
-	res            workers.Result
-	events         int
-	queries        int
+	cfg              eval.Config
+	t                *testing.T
+	ixs              []*workers.Index
+	res              workers.Result
+	events           int
+	queries          int
 	followed, walked [2]int
 }
 

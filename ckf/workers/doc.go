@@ -13,18 +13,19 @@
 // whose every block the source holds on the device tier; its continuation on a lower tier starts
 // where the previous tier stopped (workers §5).
 //
-// Layout (workers §8): per tier, an open-addressing table from canonical hash to a 4-byte holder
-// value (holderTable): one holder inline, two or more an interned, reference-counted set of
-// dense source indexes in source-key order, shared by every block with the same holders. Per source,
-// one lineage table (lineageTable: a cuckoo table of cache-line buckets, an id in one of two) from
-// external id to canonical hash plus the tiers the id is held on. A query
-// looks up each query block once and compares holder values; only where the value changes does
-// it intersect sets, so a prompt held by the same workers all along costs one lookup per block
-// whatever the number of workers. A memo of recent stores' chains (runs of local and canonical
-// hashes keyed by their first block's canonical) lets MatchLocal find a stored prompt's chain by
-// comparing local hashes instead of hashing every block, and each run's summary (the holder
-// value its leading blocks share, voided by any change to one of them) lets a walk pass the run
-// without a lookup (workers §5.4).
+// Layout (workers §8): the slab keeps every held block once, with its local hash and its device
+// holder value (one holder inline, two or more an interned, reference-counted set of dense source
+// indexes in source-key order, shared by every block with the same holders), in store order: in
+// runs whose heads a small head map lists and whose other blocks are each the child of the block
+// before. Per lower tier, an open-addressing table from canonical hash to a holder value
+// (holderTable). Per source, one lineage table (lineageTable: a cuckoo table of cache-line
+// buckets, an id in one of two) from external id to the block's slab position plus the tiers the
+// id is held on. A store follows its parent's run or appends its new blocks as a run; a removal
+// changes holder values where the lineage says the blocks are. A query follows the slab from its
+// first block, comparing the next slot's canonical (Match) or local hash (MatchLocal, which then
+// hashes nothing), and compares holder values: only where the value changes does it intersect
+// sets, so a prompt held by the same workers all along costs a comparison or two per block
+// whatever the number of workers (workers §5.4).
 //
 // Concurrency (workers §7): an Index has no internal synchronisation; one goroutine owns it and
 // both applies events and answers queries. Shared wraps an Index in a sync.RWMutex so that any

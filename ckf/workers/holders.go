@@ -9,24 +9,20 @@ import (
 
 	"github.com/ckf-stream/ckf-stream/ckf"
 	"github.com/ckf-stream/ckf-stream/ckf/internal/hugepage"
-	"github.com/ckf-stream/ckf-stream/ckf/internal/prefetch"
 )
 
-// holderTable is one tier map (workers §8): canonical hash → holder value, an open-addressing
-// table with linear probing in Robin Hood order and backward-shift deletion, as
-// ckf/internal/u64map, specialised to this one use:
+// holderTable is a lower tier's map, and the slab's head map (workers §8): canonical hash → a
+// 4-byte value (a holder value, or a head's position + 1), an open-addressing table with linear
+// probing in Robin Hood order and backward-shift deletion, as ckf/internal/u64map, specialised
+// to these uses:
 //
-//   - a slot is the key's eight bytes, the 4-byte holder value and the 4-byte summary reference
-//     (16 bytes, four to a cache line, none straddling two), and a holder value is never 0 in a
-//     live entry (workers §4), so value 0 marks an empty slot and every 64-bit key, 0 included,
-//     is an ordinary key;
-//   - the summary reference (holderSlot.run) names the chain memo's pair of places whose run
-//     summaries may cover the entry (chainMemo.sums), so that whoever changes or deletes the
-//     entry's value voids them (Index.gainAll, loseAll, lose);
+//   - a slot is the key's eight bytes and the 4-byte value, padded to 16 bytes (four to a cache
+//     line, none straddling two), and a value is never 0 in a live entry (workers §4), so value
+//     0 marks an empty slot and every 64-bit key, 0 included, is an ordinary key;
 //   - operations hand out slot indexes, so a removal reads the holder value and deletes the
 //     entry in one probe (find, then deleteAt), where a generic map probes twice;
-//   - the query walk (walkDevice) inlines the lookup (holderTable.get's loop) instead of calling
-//     through a generic map, the largest share of a query's time on an index in the caches.
+//   - lookups that expect the key (a query walk's head, probe) scan from its home without the
+//     Robin Hood early exit, in a function of their own rather than through a generic map.
 //
 // Homes are a power of two (home(k) is the top bits of k's mixed hash, mixHome), the table grows
 // by doubling at 7/8 full and shrinks when a deletion leaves it under 1/16 full (as u64map, so a
@@ -36,9 +32,7 @@ import (
 // depends on it. Insertions and deletions move a run's slots one by one (runs are a few slots
 // long), not through copy, whose call costs more (performance §9.1).
 //
-// Memory: the load is 7/16–7/8 between growths; at the 10 M-membership fixture (5.99 M
-// canonicals, 2^23 homes) 0.71, 16 / 0.71 / 1.75 holders = 12.9 B per membership (12.9 − 9.6 B
-// for the summary references; performance §9.1).
+// Memory: the load is 7/16–7/8 between growths: 18–37 bytes per entry.
 type holderTable struct {
 	slots  []holderSlot // homes slots, then the tail
 	homes  uint64       // a power of two, or 0 before the first insertion
@@ -50,11 +44,8 @@ type holderTable struct {
 
 type holderSlot struct {
 	key [8]byte // the canonical hash, little-endian
-	val uint32  // holder value; 0: the slot is empty
-	// run is 1 + the index of the chain memo's pair of places whose run summaries may cover
-	// this entry (chainMemo.sums, workers §5.4), 0 for none. It moves with the entry; only
-	// device tier entries get one.
-	run uint32
+	val uint32  // the value; 0: the slot is empty
+	_   uint32  // to 16 bytes: four slots a line, none straddling two
 }
 
 func (s *holderSlot) k() uint64 { return binary.LittleEndian.Uint64(s.key[:]) }
@@ -136,18 +127,6 @@ func (h *holderTable) findHeld(k uint64) int {
 		}
 	}
 	return -1
-}
-
-// prefetchHinted starts loading the cache line of query[pos]'s slot for a lookup (the query
-// walk): its slot hint when it has one (hints not nil, and the hint inside the table), else its
-// home, enough for a lookup, which finds a present key within a slot or two of its home.
-func (h *holderTable) prefetchHinted(query []ckf.CanonicalHash, hints []uint32, pos int) {
-	switch {
-	case hints != nil && hints[pos] < uint32(len(h.slots)):
-		prefetch.Line(unsafe.Pointer(&h.slots[hints[pos]]))
-	case h.live != 0:
-		prefetch.Line(unsafe.Pointer(&h.slots[h.home(uint64(query[pos]))]))
-	}
 }
 
 // runLines returns the addresses of the cache lines of k's first probe slot and of the slot

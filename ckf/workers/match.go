@@ -244,47 +244,41 @@ type slabWalk struct {
 // scanCanonical returns the first position from from on whose block's device holder value is
 // not cur, and that value (0 when the slab does not have the block); len(q) and cur when there
 // is none. Block from's parent is at w.at (noPos for from = 0), and w.at is left at the block
-// returned. Each block is looked for right after its parent, then as a head (slab.find's rule,
-// written out here so that the loop keeps its values in registers).
+// returned. Each block is looked for right after its parent, then as a head (slab.find's rule):
+// the rest of a run is compared block after block in a loop of its own (followCanonical), and
+// only where the query leaves the run is the next block looked for.
 func (w *slabWalk) scanCanonical(s *slab, q []ckf.CanonicalHash, from int, cur uint32) (int, uint32) {
-	var pg []slabBlock
-	o := uint32(0)
-	if w.at != noPos {
-		pg, o = s.pages[w.at>>slabPageBits], w.at&slabPageMask
-	}
-	for i := from; i < len(q); i++ {
-		c := q[i]
-		if pg != nil && o+1 < slabPageSize {
-			pb := &pg[o]
-			if nb := &pg[o+1]; sameRun(nb, pb) && nb.canon == c {
-				o++
-				if nb.val != cur {
-					w.at = w.at&^slabPageMask | o
-					return i, nb.val
-				}
-				continue
+	i := from
+	for i < len(q) {
+		if w.at != noPos {
+			pg, rest := s.runRest(w.at)
+			j := followCanonical(rest, q[i:], cur)
+			w.at += uint32(j)
+			i += j
+			if j < len(rest) && i < len(q) && rest[j].canon == q[i] {
+				w.at++ // the query's block, with another holder value
+				return i, rest[j].val
 			}
-			if pb.run&branchBit == 0 && s.orphans == 0 { // not in the slab (slab.find)
+			if i == len(q) {
+				return i, cur
+			}
+			if pg[w.at&slabPageMask].run&branchBit == 0 && s.orphans == 0 { // not in the slab
 				w.at = noPos
 				return i, 0
 			}
 		}
 		w.lookups++
-		at := s.head(c)
+		at := s.head(q[i])
+		w.at = at
 		if at == noPos {
-			w.at = noPos
 			return i, 0
 		}
-		pg, o = s.pages[at>>slabPageBits], at&slabPageMask
-		w.at = at
-		if v := pg[o].val; v != cur {
+		if v := s.at(at).val; v != cur {
 			return i, v
 		}
+		i++
 	}
-	if pg != nil {
-		w.at = w.at&^slabPageMask | o
-	}
-	return len(q), cur
+	return i, cur
 }
 
 // scanLocal is scanCanonical for a prompt given as its local hashes l: a block right after its
@@ -293,49 +287,67 @@ func (w *slabWalk) scanCanonical(s *slab, q []ckf.CanonicalHash, from int, cur u
 // hashes nothing; only where the prompt leaves a run is the block's canonical hashed and looked
 // for as a head.
 func (w *slabWalk) scanLocal(s *slab, l []ckf.LocalBlockHash, from int, cur uint32) (int, uint32) {
-	var pg []slabBlock
-	o := uint32(0)
-	if w.at != noPos {
-		pg, o = s.pages[w.at>>slabPageBits], w.at&slabPageMask
-	}
-	for i := from; i < len(l); i++ {
-		if pg != nil && o+1 < slabPageSize {
-			pb := &pg[o]
-			if nb := &pg[o+1]; sameRun(nb, pb) && nb.local == l[i] {
-				o++
-				if nb.val != cur {
-					w.at = w.at&^slabPageMask | o
-					return i, nb.val
-				}
-				continue
+	i := from
+	for i < len(l) {
+		var c ckf.CanonicalHash
+		if w.at != noPos {
+			pg, rest := s.runRest(w.at)
+			j := followLocal(rest, l[i:], cur)
+			w.at += uint32(j)
+			i += j
+			if j < len(rest) && i < len(l) && rest[j].local == l[i] {
+				w.at++ // the prompt's block, with another holder value
+				return i, rest[j].val
 			}
-			if pb.run&branchBit == 0 && s.orphans == 0 { // not in the slab (slab.find)
+			if i == len(l) {
+				return i, cur
+			}
+			pb := &pg[w.at&slabPageMask]
+			if pb.run&branchBit == 0 && s.orphans == 0 { // not in the slab
 				w.at = noPos
 				return i, 0
 			}
-		}
-		var c ckf.CanonicalHash
-		if pg == nil {
-			c = ckf.CanonicalRoot(l[i]) // i = 0: a walk past it has a parent
+			c = childOf(pb.canon, l[i])
 		} else {
-			c = childOf(pg[o].canon, l[i])
+			c = ckf.CanonicalRoot(l[i]) // i = 0: a walk past it has a parent
 		}
 		w.lookups++
 		at := s.head(c)
+		w.at = at
 		if at == noPos {
-			w.at = noPos
 			return i, 0
 		}
-		pg, o = s.pages[at>>slabPageBits], at&slabPageMask
-		w.at = at
-		if v := pg[o].val; v != cur {
+		if v := s.at(at).val; v != cur {
 			return i, v
 		}
+		i++
 	}
-	if pg != nil {
-		w.at = w.at&^slabPageMask | o
+	return i, cur
+}
+
+// followCanonical returns how many leading blocks of rest (a run's blocks after the walk's
+// position) are the query's next blocks q with holder value cur.
+func followCanonical(rest []slabBlock, q []ckf.CanonicalHash, cur uint32) int {
+	n := min(len(rest), len(q))
+	rest, q = rest[:n], q[:n]
+	for j := range rest {
+		if rest[j].canon != q[j] || rest[j].val != cur {
+			return j
+		}
 	}
-	return len(l), cur
+	return n
+}
+
+// followLocal is followCanonical by local hash (the blocks after a run's block are its children).
+func followLocal(rest []slabBlock, l []ckf.LocalBlockHash, cur uint32) int {
+	n := min(len(rest), len(l))
+	rest, l = rest[:n], l[:n]
+	for j := range rest {
+		if rest[j].local != l[j] || rest[j].val != cur {
+			return j
+		}
+	}
+	return n
 }
 
 // childOf is ckf.CanonicalChild, not inlined: the hash's code would crowd the walk's loop.

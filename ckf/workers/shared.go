@@ -55,8 +55,7 @@ func (s *Shared) Match(query []ckf.CanonicalHash, opt Options, r *Result) {
 	s.ix.Match(query, opt, r)
 }
 
-// MatchLocal is Index.MatchLocal under the read lock: the memo of stores' chains it reads is
-// written only by stores, under the write lock.
+// MatchLocal is Index.MatchLocal under the read lock.
 func (s *Shared) MatchLocal(local []ckf.LocalBlockHash, opt Options, r *Result, chain *[]ckf.CanonicalHash) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -150,6 +150,17 @@ func (s *slab) share() [][]slabBlock {
 	return slices.Clone(s.pages)
 }
 
+// runRest returns pos's page and the blocks of pos's run after it (pos in use).
+func (s *slab) runRest(pos uint32) ([]slabBlock, []slabBlock) {
+	pg := s.pages[pos>>slabPageBits]
+	r := &s.runs[pg[pos&slabPageMask].id()-1]
+	end := (r.start + r.n) & slabPageMask
+	if end == 0 {
+		end = slabPageSize // the run ends its page
+	}
+	return pg, pg[pos&slabPageMask+1 : end]
+}
+
 // addr is the address of pos's block, for prefetch.Lines: a hint computed without a bounds
 // check beyond the page's.
 func (s *slab) addr(pos uint32) uintptr {

@@ -69,7 +69,7 @@ type ledger struct {
 	checkpointsRejected, checkpointGaps counter
 	fetchErrors, lagCommitErrors        counter
 	lostHistoryClears                   counter
-	matchBlocks, matchSummarised        counter
+	matchBlocks, matchFollowed          counter
 	lagRecords, newestEventMs           gauge
 	ready, restored                     gauge
 	sources, rows, checkpointBytes      gauge
@@ -97,7 +97,7 @@ func newLedger(scope tally.Scope) *ledger {
 		{&l.checkpointFailures, "checkpoint_failures_total"}, {&l.checkpointsRejected, "checkpoints_rejected_total"},
 		{&l.checkpointGaps, "checkpoint_gaps_total"}, {&l.fetchErrors, "fetch_errors_total"},
 		{&l.lagCommitErrors, "lag_commit_errors_total"}, {&l.lostHistoryClears, "lost_history_clears_total"},
-		{&l.matchBlocks, "match_blocks_total"}, {&l.matchSummarised, "match_blocks_summarised_total"},
+		{&l.matchBlocks, "match_blocks_total"}, {&l.matchFollowed, "match_blocks_followed_total"},
 	} {
 		c.c.m = s.Counter(c.name)
 	}
@@ -129,12 +129,12 @@ func (l *ledger) telemetry(t workers.Telemetry) {
 	l.lastTel = t
 }
 
-// matched counts a query's device walk (workers.Result.Summarised): the positions it decided,
-// and those it passed by run summaries.
+// matched counts a query's device walk (workers.Result.Followed): the positions it decided,
+// and those it found by following the slab, without a lookup.
 func (l *ledger) matched(res *workers.Result) {
-	passed, walked := res.Summarised()
+	followed, walked := res.Followed()
 	l.matchBlocks.add(uint64(walked))
-	l.matchSummarised.add(uint64(passed))
+	l.matchFollowed.add(uint64(followed))
 }
 
 // reasonOf names a rejection for a log line or a dead letter.

@@ -231,7 +231,7 @@ func (r *Replica) MatchLocal(local []ckf.LocalBlockHash, opt workers.Options, re
 
 // answer runs query on the index the replica serves now, into res, and returns the replica's
 // age read before it (the index searched is at least as new), timing and counting it
-// (ckf_workers_match_duration_seconds, ckf_workers_match_blocks_total and _summarised_total).
+// (ckf_workers_match_duration_seconds, ckf_workers_match_blocks_total and _followed_total).
 func (r *Replica) answer(res *workers.Result, query func(*workers.Shared)) Age {
 	start := time.Now()
 	r.mu.RLock()

@@ -164,8 +164,8 @@ func TestReadyExactlyAtListedEnd(t *testing.T) {
 	if l := localAnswers(t, run.r, g, qs); !reflect.DeepEqual(l, b) {
 		t.Fatalf("MatchLocal's answers differ from the oracle's")
 	}
-	// Every answer's device walk is counted (ckf_workers_match_blocks_total and _summarised_).
-	if walked, passed := run.r.l.matchBlocks.load(), run.r.l.matchSummarised.load(); walked == 0 || passed > walked {
+	// Every answer's device walk is counted (ckf_workers_match_blocks_total and _followed_).
+	if walked, passed := run.r.l.matchBlocks.load(), run.r.l.matchFollowed.load(); walked == 0 || passed > walked {
 		t.Fatalf("the matches' walks decided %d positions and passed %d by summaries", walked, passed)
 	}
 	if s := run.r.Status(); s.Age.NewestEventMs == 0 || s.Age.LagRecords != 0 {
