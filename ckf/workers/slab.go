@@ -99,6 +99,9 @@ const (
 	slabPageSize = 1 << slabPageBits
 	slabPageMask = slabPageSize - 1
 	runMaxClass  = 10 // a run holds at most 1024 blocks; a longer chain is several runs
+	// slabFirstPage is the first page's length when made: it doubles up to slabPageSize as the
+	// slab fills it, so that a small index does not take a whole page.
+	slabFirstPage = 256
 	// noPos is a position that names no block.
 	noPos = ^uint32(0)
 	// slabMaxPositions bounds the slab so that no position reaches noPos.
@@ -133,7 +136,7 @@ func (s *slab) own(i uint32) {
 	if !s.shared[i] {
 		return
 	}
-	pg := make([]slabBlock, slabPageSize)
+	pg := make([]slabBlock, len(s.pages[i]))
 	hugepage.Advise(pg)
 	copy(pg, s.pages[i])
 	s.pages[i], s.shared[i] = pg, false
@@ -183,7 +186,7 @@ func (s *slab) find(prev uint32, c ckf.CanonicalHash) uint32 {
 		pg := s.pages[prev>>slabPageBits]
 		o := prev & slabPageMask
 		pb := &pg[o]
-		if o+1 < slabPageSize {
+		if int(o)+1 < len(pg) {
 			if nb := &pg[o+1]; sameRun(nb, pb) && nb.canon == c {
 				return prev + 1
 			}
@@ -279,11 +282,30 @@ func (s *slab) alloc(class uint8) uint32 {
 			rest -= 1 << c
 		}
 	}
-	if int(s.next>>slabPageBits) == len(s.pages) {
-		pg := make([]slabBlock, slabPageSize)
-		hugepage.Advise(pg)
-		s.pages = append(s.pages, pg)
+	i := int(s.next >> slabPageBits)
+	if i == len(s.pages) {
+		n := slabPageSize
+		if i == 0 {
+			n = slabFirstPage
+		}
+		s.pages = append(s.pages, make([]slabBlock, n))
+		hugepage.Advise(s.pages[i])
 		s.shared = append(s.shared, false)
+	}
+	if need := int(s.next&slabPageMask + size); need > len(s.pages[i]) {
+		// Only the first page starts small; it doubles, copied, as the slab fills it.
+		n := len(s.pages[i])
+		for n < need {
+			n *= 2
+		}
+		pg := make([]slabBlock, min(n, slabPageSize))
+		hugepage.Advise(pg)
+		copy(pg, s.pages[i])
+		s.pages[i] = pg
+		if s.shared[i] {
+			s.shared[i] = false
+			s.nshared--
+		}
 	}
 	p := s.next
 	s.next += size
@@ -297,7 +319,7 @@ func (s *slab) alloc(class uint8) uint32 {
 // A block within its run stays (the slab's invariants), as does a position no longer in use (a
 // rejected store's rollback meets those).
 func (s *slab) truncate(pos uint32, tiers *[TierCount]holderTable) {
-	if pg, o := s.pages[pos>>slabPageBits], pos&slabPageMask; pg[o].run == 0 || (o+1 < slabPageSize && sameRun(&pg[o+1], &pg[o])) {
+	if pg, o := s.pages[pos>>slabPageBits], pos&slabPageMask; pg[o].run == 0 || (int(o)+1 < len(pg) && sameRun(&pg[o+1], &pg[o])) {
 		return // gone already, or not its run's last block
 	}
 	lower := anyLower(tiers)
@@ -375,8 +397,10 @@ func (s *slab) all() iter.Seq2[uint32, *slabBlock] {
 
 // bytes is the memory the slab takes: its pages, runs and free lists and the head map.
 func (s *slab) bytes() uint64 {
-	n := uint64(len(s.pages))*slabPageSize*uint64(unsafe.Sizeof(slabBlock{})) +
-		uint64(cap(s.runs))*uint64(unsafe.Sizeof(slabRun{})) + uint64(cap(s.freeRuns))*4 + s.heads.Bytes()
+	n := uint64(cap(s.runs))*uint64(unsafe.Sizeof(slabRun{})) + uint64(cap(s.freeRuns))*4 + s.heads.Bytes()
+	for _, pg := range s.pages {
+		n += uint64(len(pg)) * uint64(unsafe.Sizeof(slabBlock{}))
+	}
 	for c := range s.free {
 		n += uint64(cap(s.free[c])) * 4
 	}
@@ -398,14 +422,16 @@ func (s *slab) chainOf(local []ckf.LocalBlockHash, chain []ckf.CanonicalHash) {
 	chain = chain[:len(local)]
 	at := noPos
 	for i, l := range local {
-		if at != noPos && (at+1)&slabPageMask != 0 {
-			pb := s.at(at)
-			if nb := s.at(at + 1); sameRun(nb, pb) && nb.local == l {
-				at++
-				chain[i] = nb.canon
-				continue
+		if at != noPos {
+			pg, o := s.pages[at>>slabPageBits], int(at&slabPageMask)
+			if o+1 < len(pg) {
+				if nb := &pg[o+1]; sameRun(nb, &pg[o]) && nb.local == l {
+					at++
+					chain[i] = nb.canon
+					continue
+				}
 			}
-			if pb.run&branchBit == 0 && s.orphans == 0 {
+			if pg[o].run&branchBit == 0 && s.orphans == 0 {
 				at = noPos // the block is not in the slab: the rest is hashed
 			}
 		}
