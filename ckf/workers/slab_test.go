@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/ckf-stream/ckf-stream/ckf"
+	"github.com/ckf-stream/ckf-stream/ckf/producer"
 )
 
 // TestSlabPageBoundary (workers §8): runs of 16 blocks fill the first page of the slab exactly,
@@ -75,4 +76,28 @@ func TestSlabPageBoundary(t *testing.T) {
 		t.Fatalf("the new prompt answers %+v", r.Matches)
 	}
 	checkSlab(t, ix)
+}
+
+// TestStoreFindsRestoredBlocks (workers §2.2, §8): rows restored without their parents are
+// orphan heads, so a store after a restore looks for its new blocks' children among the heads
+// instead of writing them after the new block: a block is still one block of the slab, held by
+// both the restored source and the storing one.
+func TestStoreFindsRestoredBlocks(t *testing.T) {
+	ix := New()
+	a, b := src{w: 1}, src{w: 2}
+	chain := []ckf.LocalBlockHash{1, 2, 3}
+	mustApply(t, ix, a.store(nil, chain...), a.remove(chain, 0)) // a holds the 2nd and 3rd only
+	rx := New()
+	if err := rx.RestoreLineage(a.key(), ix.AppendLineage(nil, a.key())); err != nil {
+		t.Fatal(err)
+	}
+	if rx.slab.orphans != 2 {
+		t.Fatalf("%d orphans after restoring 2 rows; want 2", rx.slab.orphans)
+	}
+	mustApply(t, rx, b.store(nil, chain...)) // the first block is new, the others restored
+	if st := rx.Stats(); st.Canonicals[producer.StorageTierDevice] != 3 || st.Memberships[producer.StorageTierDevice] != 5 {
+		t.Fatalf("stats %+v: want 3 canonicals, 5 memberships", st)
+	}
+	wantDepths(t, depths(rx, chain...), map[ckf.SourceKey]uint32{b.key(): 3})
+	checkSlab(t, rx)
 }
