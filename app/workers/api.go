@@ -149,8 +149,8 @@ func (a *API) Answer(req *workerapi.Request, sc *scratch) workerapi.WorkerMatchR
 		return resp
 	}
 	// The age was read before the search: the index searched is at least as new as it says. The
-	// chain of canonical hashes is read from the replica's memo of stored chains where it can be
-	// (workers §5.4), and hashed where it cannot; the answer does not need it kept.
+	// walk follows the prompt's local hashes through the replica's stored runs where it can
+	// (workers §5.4), and hashes where it leaves them; the answer does not need the chain kept.
 	a.r.MatchLocal(local, ckfworkers.Options{TopK: req.TopK}, &sc.res, nil)
 	resp.Sources = workerapi.SourcesOf(sc.res.Matches)
 	resp.State = workerapi.StateExact

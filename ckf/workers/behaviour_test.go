@@ -470,7 +470,7 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 		t.Fatalf("matches %d, first %+v", len(r.Matches), r.Matches[0])
 	}
 	// A device-only index: Match answers from the walk's groups (workers §5.4), MatchLocal
-	// reads the chain from the memo of stores (workers §5.4); neither allocates either.
+	// follows the local hashes through the slab (workers §5.4); neither allocates either.
 	dev := New()
 	for w := range 64 {
 		mustApply(t, dev, src{w: ckf.WorkerID(w)}.store(nil, chain[:64+w]...))

@@ -148,11 +148,6 @@ func (h *holderTable) runLinesOf(dst []uintptr, p []prepared) {
 	}
 }
 
-// slotOf is the index of slot s (a pointer from upsert, still valid).
-func (h *holderTable) slotOf(s *holderSlot) uint32 {
-	return uint32((uintptr(unsafe.Pointer(s)) - uintptr(unsafe.Pointer(unsafe.SliceData(h.slots)))) / unsafe.Sizeof(holderSlot{}))
-}
-
 // upsert returns k's slot, inserting k first when absent; the value of a new entry is 0 (and
 // its summary reference 0) and the caller must set the value (non-zero) before the table's next
 // operation, since 0 marks the slot empty. The pointer is valid until the next upsert or

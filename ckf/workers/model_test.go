@@ -585,8 +585,8 @@ func drawOptions(t *rapid.T) Options {
 // matchGroups) and matchSlots (one slot per source, then collect) give the same answer under
 // the same options, whichever path Match took.
 //
-// MatchLocal on the prompt's local hashes (its chain read from the memo of stores) gives
-// that answer too, and the canonical chain.
+// MatchLocal on the prompt's local hashes (the walk by local hash, or the chain read from the
+// slab) gives that answer too, and the canonical chain.
 func checkGroupsEqualSlots(t *rapid.T, ix *Index, local []ckf.LocalBlockHash, q []ckf.CanonicalHash, opt Options, r, slots *Result) {
 	slots.Matches, slots.Frequencies = slots.Matches[:0], slots.Frequencies[:0]
 	ix.matchSlots(q, opt, slots)

@@ -44,7 +44,8 @@ import (
 //
 // Allocation: positions are taken in ranges of a power of two (a run's capacity, 1 to
 // 1<<runMaxClass blocks), from a free list of that size or else from the end of the slab, in
-// pages of slabPageSize blocks that no range straddles (so growth never copies the slab); a run
+// pages of slabPageSize blocks that no range straddles (so growth never copies the slab but the
+// first page, made small and doubled as it fills, so that a small index stays small); a run
 // whose blocks are all dropped gives its range back to its free list. A run that ends where a
 // store's chain continues takes the new blocks into its unused capacity, so a conversation's next
 // turn extends its run. Pages are never returned: the slab keeps the most blocks it has held

@@ -367,8 +367,8 @@ them before the next row (` + "`releaseFixtures`" + `), so no row runs beside th
   the better tree; its target is on the Go value alone.
 - ` + "`workers-match128/{8,64,512}`" + ` — a 128-block prompt held in full by N workers, every worker's
   answer (no early exit), each query timed alone. Both sides take the prompt's local hashes: Go's
-  ` + "`MatchLocal`" + ` finds the sequence hashes inside the timed call, from its memo of the stores'
-  chains by comparing local hashes where a run continues the prompt, else by hashing (the raw output's
+  ` + "`MatchLocal`" + ` follows the local hashes through the stored runs inside the timed call, hashing
+  only where the prompt leaves a run (the raw output's
   ` + "`match-p50-ns`" + ` is ` + "`Match`" + ` alone, on precomputed hashes); the crate's trees walk local hashes.
   ` + "`RadixTree::find_matches`" + ` takes its sequence by value, cloned before the timer. The Rust value is
   the tree with the lower p50 (` + "`ConcurrentRadixTreeCompressed`" + ` on this fixture); both trees return a
