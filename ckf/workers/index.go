@@ -76,15 +76,18 @@ type Telemetry struct {
 //
 //   - a source entry exists iff its lineage has at least one external id, and every
 //     lineage entry has at least one tier bit;
-//   - source i holds canonical c on tier t (c's holder value on t names i) iff some external
-//     id of i's lineage maps to c with bit t set; aliases[{c, i, t}] (c's slab position for
-//     the device tier) is the number of such ids minus one, listed only when positive;
+//   - source i holds canonical c on tier t (c's holder value on t names i: its slab block's on
+//     the device tier, its entry's in tier t's map below) iff some external id of i's lineage
+//     maps to c's block with bit t set; aliases[{c, i, t}] (c's slab position for the device
+//     tier) is the number of such ids minus one, listed only when positive;
 //   - held[t] of a source is the number of canonicals it holds on t;
-//   - a holder value is never 0 in a tier map, and a set id's refs equal the number of
-//     tier-map entries holding it.
+//   - the slab's invariants hold (slab), and every block held on some tier is in it;
+//   - a holder value is never 0 in a lower tier's map, and a set id's refs equal the number of
+//     slab blocks and tier-map entries holding it.
 //
-// Failure behaviour: every store is validated before its first mutation, so a returned error
-// means nothing of that event changed; removals and clears never fail (workers §6).
+// Failure behaviour: a store is validated before any holder value changes, and what its slab
+// and lineage passes did is undone when it is refused (Index.commit), so a returned error means
+// nothing of that event changed; removals and clears never fail (workers §6).
 //
 // Concurrency: none; one goroutine owns an Index (see Shared for concurrent readers).
 type Index struct {

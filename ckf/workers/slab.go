@@ -105,8 +105,9 @@ const (
 	slabFirstPage = 256
 	// noPos is a position that names no block.
 	noPos = ^uint32(0)
-	// slabMaxPositions bounds the slab so that no position reaches noPos.
-	slabMaxPositions = 1<<32 - 2*slabPageSize
+	// slabMaxPositions bounds the slab (48 GiB of blocks) so that no position reaches noPos and
+	// no run index, a run having a position at least, reaches branchBit.
+	slabMaxPositions = 1<<31 - 2*slabPageSize
 )
 
 // at returns the block at position pos (a position in use, or a free one of an allocated page).
