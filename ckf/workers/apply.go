@@ -212,8 +212,8 @@ func (ix *Index) unplace(p []prepared) {
 	}
 }
 
-// What the lineage pass of a store did to one block's slot (prepared.did), for the tier-map
-// pass and for lineageTable.rollback.
+// What the lineage pass of a store did to one block's slot (prepared.did), for the holder
+// values' pass (Index.gainAll) and for lineageTable.rollback.
 const (
 	didNothing uint8 = iota // the id already held the tier: a duplicate
 	didCreate               // a new slot

@@ -148,8 +148,8 @@ func (h *holderTable) runLinesOf(dst []uintptr, p []prepared) {
 	}
 }
 
-// upsert returns k's slot, inserting k first when absent; the value of a new entry is 0 (and
-// its summary reference 0) and the caller must set the value (non-zero) before the table's next
+// upsert returns k's slot, inserting k first when absent; the value of a new entry is 0 and the
+// caller must set the value (non-zero) before the table's next
 // operation, since 0 marks the slot empty. The pointer is valid until the next upsert or
 // deleteAt.
 func (h *holderTable) upsert(k uint64) *holderSlot {

@@ -394,7 +394,8 @@ type Stats struct {
 	Canonicals  [TierCount]int    // canonicals with at least one holder per tier
 	HolderSets  int               // interned sets of two or more holders
 	Aliases     int               // memberships held through more than one external id
-	// Bytes is the tables' allocated memory (lineages, tier maps, holder sets), by capacity.
+	// Bytes is the tables' allocated memory (lineages, the slab, tier maps, holder sets), by
+	// capacity.
 	Bytes uint64
 }
 

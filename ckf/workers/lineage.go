@@ -298,7 +298,7 @@ func (l *lineageTable) takeTier(ids []ckf.ExternalBlockHash, bit uint8, p []prep
 		return p, len(ids)
 	}
 	unknown := 0
-	var lines [8]uintptr // tier-map lines not yet prefetched: four canonicals' at a time
+	var lines [8]uintptr // slab lines not yet prefetched: eight positions' at a time
 	nl := 0
 	for _, id := range ids {
 		key := uint64(id)

@@ -183,8 +183,9 @@ func (ix *Index) RestoreLineage(src ckf.SourceKey, rows []LineageRow) error {
 const restoreChunk = 64
 
 // prefetchPrepared prefetches, on an index larger than the caches, the lines that committing p
-// (blocks of source si, or -1, on tier t) reads: each id's two lineage buckets and each
-// canonical's tier-map lines, in one prefetch.Lines call (as a store does, Index.store).
+// (blocks of source si, or -1, on tier t) reads: each id's two lineage buckets and, on a lower
+// tier, each canonical's tier-map lines, in one prefetch.Lines call (as a store does,
+// Index.store).
 func (ix *Index) prefetchPrepared(si int32, t producer.StorageTier, p []prepared) {
 	if !ix.worthPrefetching() {
 		return

@@ -8,7 +8,8 @@ import (
 	"github.com/ckf-stream/ckf-stream/ckf/internal/u64map"
 )
 
-// A holder value is what a tier map keeps per canonical hash (workers §8):
+// A holder value is what a slab block keeps for the device tier, and a lower tier's map per
+// canonical hash (workers §8):
 //
 //   - 0: no holder (never stored: the entry is deleted instead);
 //   - singleBit|i: exactly the source of dense index i;
@@ -34,7 +35,7 @@ func singleIndex(v uint32) uint32 { return v &^ singleBit }
 type holderSet struct {
 	members  []uint32 // by source key ascending, no duplicates, len >= 2
 	hash     uint64   // sum of memberMix over members
-	refs     uint32   // tier-map entries whose value is this set's id
+	refs     uint32   // slab blocks and tier-map entries whose value is this set's id
 	interned bool     // listed in setTable.byHash (false after a hash collision)
 }
 
