@@ -107,14 +107,7 @@ func (t *setTable) intern(h uint64, members []uint32) uint32 {
 	if len(t.sets) == 0 {
 		t.sets = append(t.sets, holderSet{}) // id 0 stays unused
 	}
-	var nid uint32
-	if n := len(t.free); n > 0 {
-		nid = t.free[n-1]
-		t.free = t.free[:n-1]
-	} else {
-		nid = uint32(len(t.sets))
-		t.sets = append(t.sets, holderSet{})
-	}
+	nid := reuse(&t.free, &t.sets)
 	s := &t.sets[nid]
 	s.members = append(s.members[:0], members...)
 	s.hash, s.refs, s.interned = h, 1, !found
@@ -250,4 +243,17 @@ func (t *setTable) bytes() uint64 {
 		n += uint64(cap(t.sets[i].members)) * 4
 	}
 	return n
+}
+
+// reuse returns the index of an item of items to use: the last index of free, taken off it, or a
+// zero item appended to items. (The caller overwrites a reused item.)
+func reuse[T any](free *[]uint32, items *[]T) uint32 {
+	if n := len(*free); n > 0 {
+		i := (*free)[n-1]
+		*free = (*free)[:n-1]
+		return i
+	}
+	var zero T
+	*items = append(*items, zero)
+	return uint32(len(*items) - 1)
 }

@@ -226,14 +226,7 @@ func (s *slab) place(prev uint32, c ckf.CanonicalHash, local ckf.LocalBlockHash,
 		class = uint8(min(bits.Len(uint(want-1)), runMaxClass))
 	}
 	start := s.alloc(class)
-	var id uint32
-	if n := len(s.freeRuns); n > 0 {
-		id = s.freeRuns[n-1]
-		s.freeRuns = s.freeRuns[:n-1]
-	} else {
-		id = uint32(len(s.runs))
-		s.runs = append(s.runs, slabRun{})
-	}
+	id := reuse(&s.freeRuns, &s.runs)
 	s.runs[id] = slabRun{start: start, n: 1, parent: prev, class: class, orphan: orphan}
 	if orphan {
 		s.orphans++
@@ -418,7 +411,7 @@ func (s *slab) head(c ckf.CanonicalHash) uint32 {
 }
 
 // chainOf sets chain[i] to the canonical hash of local[:i+1] (len(chain) = len(local)): read
-// from the slab where the prompt follows a run (slabWalk.scanLocal's rule), hashed elsewhere; once
+// from the slab where the prompt follows a run (slabWalk.scan's rule), hashed elsewhere; once
 // a block is not in the slab, the rest is hashed.
 func (s *slab) chainOf(local []ckf.LocalBlockHash, chain []ckf.CanonicalHash) {
 	chain = chain[:len(local)]
