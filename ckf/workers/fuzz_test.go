@@ -89,7 +89,7 @@ func FuzzApply(f *testing.F) {
 				if !slices.Equal(got, canon[:k]) || !slices.Equal(r.Matches, want) {
 					t.Fatalf("MatchLocal [:%d]: chain %v, want %v; index %+v, model %+v", k, got, canon[:k], r.Matches, want)
 				}
-				ix.MatchLocal(chain[:k], Options{}, &r, nil) // the walk by local hash (slabWalk.scan)
+				ix.MatchLocal(chain[:k], Options{}, &r, nil) // the walk by local hash (slabWalk.scanLocal)
 				if !slices.Equal(r.Matches, want) {
 					t.Fatalf("MatchLocal [:%d] without a chain: index %+v, model %+v", k, r.Matches, want)
 				}

@@ -185,7 +185,11 @@ func (ix *Index) walkDevice(query []ckf.CanonicalHash, local []ckf.LocalBlockHas
 	w := slabWalk{at: noPos}
 	for pos := 0; pos < n; pos++ {
 		var v uint32
-		pos, v = w.scan(sl, query, local, pos, cur)
+		if query != nil {
+			pos, v = w.scanCanonical(sl, query, pos, cur)
+		} else {
+			pos, v = w.scanLocal(sl, local, pos, cur)
+		}
 		r.walked = uint32(min(pos+1, n))
 		if pos == n {
 			break
@@ -237,59 +241,76 @@ type slabWalk struct {
 	lookups int
 }
 
-// scan returns the first position from from on whose block's device holder value is not cur,
-// and that value (0 when the slab does not have the block); the query's length and cur when there
-// is none. The query is q's canonical hashes or, with q nil, the local hashes l. Block from's
-// parent is at w.at (noPos for from = 0), and w.at is left at the block returned. Each block is
-// looked for right after its parent, then as a head (slab.find's rule): the rest of a run is
-// compared block after block in a loop of its own (followCanonical, followLocal), and only where
-// the query leaves the run is the next block looked for. By local hash, a block right after its
-// parent in the same run is the prompt's block when their local hashes are equal (the slab's
-// invariants: its canonical is the child of its parent's and its local hash), so following a run
-// hashes nothing; only where the prompt leaves a run is the block's canonical hashed.
-func (w *slabWalk) scan(s *slab, q []ckf.CanonicalHash, l []ckf.LocalBlockHash, from int, cur uint32) (int, uint32) {
-	byLocal := q == nil
-	n := len(q)
-	if byLocal {
-		n = len(l)
-	}
+// scanCanonical returns the first position from from on whose block's device holder value is
+// not cur, and that value (0 when the slab does not have the block); len(q) and cur when there
+// is none. Block from's parent is at w.at (noPos for from = 0), and w.at is left at the block
+// returned. Each block is looked for right after its parent, then as a head (slab.find's rule):
+// the rest of a run is compared block after block in a loop of its own (followCanonical), and
+// only where the query leaves the run is the next block looked for.
+func (w *slabWalk) scanCanonical(s *slab, q []ckf.CanonicalHash, from int, cur uint32) (int, uint32) {
 	i := from
-	for i < n {
-		var c ckf.CanonicalHash
+	for i < len(q) {
 		if w.at != noPos {
 			pg, rest := s.runRest(w.at)
-			var j int
-			var next bool // the run's next block is the query's, with another holder value
-			if byLocal {
-				j = followLocal(rest, l[i:], cur)
-				next = j < len(rest) && i+j < n && rest[j].local == l[i+j]
-			} else {
-				j = followCanonical(rest, q[i:], cur)
-				next = j < len(rest) && i+j < n && rest[j].canon == q[i+j]
-			}
+			j := followCanonical(rest, q[i:], cur)
 			w.at += uint32(j)
 			i += j
-			if next {
-				w.at++
+			if j < len(rest) && i < len(q) && rest[j].canon == q[i] {
+				w.at++ // the query's block, with another holder value
 				return i, rest[j].val
 			}
-			if i == n {
+			if i == len(q) {
 				return i, cur
 			}
-			pb := &pg[w.at&slabPageMask]
-			if pb.run&branchBit == 0 && s.orphans == 0 { // not in the slab (slab.find)
+			if pg[w.at&slabPageMask].run&branchBit == 0 && s.orphans == 0 { // not in the slab
 				w.at = noPos
 				return i, 0
 			}
-			if byLocal {
-				c = childOf(pb.canon, l[i])
-			} else {
-				c = q[i]
+		}
+		w.lookups++
+		at := s.head(q[i])
+		w.at = at
+		if at == noPos {
+			return i, 0
+		}
+		if v := s.at(at).val; v != cur {
+			return i, v
+		}
+		i++
+	}
+	return i, cur
+}
+
+// scanLocal is scanCanonical for a prompt given as its local hashes l: a block right after its
+// parent in the same run is the prompt's block when their local hashes are equal (the slab's
+// invariants: its canonical is the child of its parent's and its local hash), so following a run
+// hashes nothing; only where the prompt leaves a run is the block's canonical hashed and looked
+// for as a head. It is written out apart from scanCanonical: one scan for both, choosing by a flag
+// once a run, took 270 ns against 211 for the match rows' query with 8 workers.
+func (w *slabWalk) scanLocal(s *slab, l []ckf.LocalBlockHash, from int, cur uint32) (int, uint32) {
+	i := from
+	for i < len(l) {
+		var c ckf.CanonicalHash
+		if w.at != noPos {
+			pg, rest := s.runRest(w.at)
+			j := followLocal(rest, l[i:], cur)
+			w.at += uint32(j)
+			i += j
+			if j < len(rest) && i < len(l) && rest[j].local == l[i] {
+				w.at++ // the prompt's block, with another holder value
+				return i, rest[j].val
 			}
-		} else if byLocal {
-			c = ckf.CanonicalRoot(l[i]) // i = 0: a walk past it has a parent
+			if i == len(l) {
+				return i, cur
+			}
+			pb := &pg[w.at&slabPageMask]
+			if pb.run&branchBit == 0 && s.orphans == 0 { // not in the slab
+				w.at = noPos
+				return i, 0
+			}
+			c = childOf(pb.canon, l[i])
 		} else {
-			c = q[i]
+			c = ckf.CanonicalRoot(l[i]) // i = 0: a walk past it has a parent
 		}
 		w.lookups++
 		at := s.head(c)
@@ -551,7 +572,7 @@ func compareMatches(a, b Match) int {
 // MatchLocal is Match on a prompt's local block hashes; *chain receives their canonical chain
 // (ckf.CanonicalRoot, ckf.CanonicalChild) unless chain is nil (the replica's answers). Without
 // the chain and with no lower tier to walk, the device walk follows the prompt's local hashes
-// through the slab's runs (slabWalk.scan) and hashes only where the prompt leaves a run;
+// through the slab's runs (slabWalk.scanLocal) and hashes only where the prompt leaves a run;
 // otherwise the chain is read from the slab the same way (slab.chainOf), then matched.
 func (ix *Index) MatchLocal(local []ckf.LocalBlockHash, opt Options, r *Result, chain *[]ckf.CanonicalHash) {
 	if chain == nil && ix.deviceOnly() {

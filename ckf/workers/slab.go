@@ -411,7 +411,7 @@ func (s *slab) head(c ckf.CanonicalHash) uint32 {
 }
 
 // chainOf sets chain[i] to the canonical hash of local[:i+1] (len(chain) = len(local)): read
-// from the slab where the prompt follows a run (slabWalk.scan's rule), hashed elsewhere; once
+// from the slab where the prompt follows a run (slabWalk.scanLocal's rule), hashed elsewhere; once
 // a block is not in the slab, the rest is hashed.
 func (s *slab) chainOf(local []ckf.LocalBlockHash, chain []ckf.CanonicalHash) {
 	chain = chain[:len(local)]
