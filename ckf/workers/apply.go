@@ -123,16 +123,16 @@ func (ix *Index) store(key ckf.SourceKey, t producer.StorageTier, d *producer.St
 	if len(p) == 0 {
 		return nil
 	}
-	return ix.commit(key, si, t, p, prevPos, true)
+	return ix.commit(key, si, t, p, prevPos, true, nil)
 }
 
 // commit is the rest of a store (workers §3.2) once its blocks on tier t are prepared in p
 // (external ids, canonicals and local hashes): the blocks found or placed in the slab (placeAll:
 // a chain whose first block's parent is at position prev when chain is set, else blocks each
-// without a parent), source key's lineage pass (si its dense index, or -1 for a source the index
+// without a parent, also looked for in nonHeads), source key's lineage pass (si its dense index, or -1 for a source the index
 // does not hold yet), both undone should a block remap an id, then the holder values. An error
 // means nothing changed.
-func (ix *Index) commit(key ckf.SourceKey, si int32, t producer.StorageTier, p []prepared, prev uint32, chain bool) error {
+func (ix *Index) commit(key ckf.SourceKey, si int32, t producer.StorageTier, p []prepared, prev uint32, chain bool, nonHeads map[ckf.CanonicalHash]uint32) error {
 	if !ix.slab.room(len(p)) {
 		return ckf.NewEventError(ckf.EventAllocationFailed, "the slab's positions are used up")
 	}
@@ -141,7 +141,7 @@ func (ix *Index) commit(key ckf.SourceKey, si int32, t producer.StorageTier, p [
 		ix.tel.InvalidSequences++
 		return ckf.NewEventError(ckf.EventInvalidBlockSequence, "external id twice in one store")
 	}
-	ix.placeAll(p, prev, chain)
+	ix.placeAll(p, prev, chain, nonHeads)
 	bit := uint8(1) << t
 	var i uint32
 	if si >= 0 {
@@ -170,13 +170,14 @@ func (ix *Index) commit(key ckf.SourceKey, si int32, t producer.StorageTier, p [
 // placeAll sets each block's slab position (prepared.pos): where the slab has the block already
 // (slab.find), else placed there (slab.place, prepared.created), without a holder yet. With chain,
 // block k's parent is block k-1, and block 0's is at position prev (noPos: a root, or a parent
-// that is not in the slab); without, every block is looked for as a head (and in Index.restoreAt)
-// and placed as a run of its own (RestoreLineage's rows, whose parents are not known).
+// that is not in the slab); without, every block is looked for as a head and in nonHeads (the
+// slab's blocks that are not heads, by canonical, or nil when there are none) and placed as a run
+// of its own (RestoreLineage's rows, whose parents are not known).
 //
 // The blocks after one just placed, the usual store's new blocks, are absent (a new block has no
 // branch mark: slab.find's rule, without orphans) and go into its run while it has room, written
 // here in one loop without a call (placeRun).
-func (ix *Index) placeAll(p []prepared, prev uint32, chain bool) {
+func (ix *Index) placeAll(p []prepared, prev uint32, chain bool, nonHeads map[ckf.CanonicalHash]uint32) {
 	sl := &ix.slab
 	for k := 0; k < len(p); k++ {
 		q := &p[k]
@@ -185,8 +186,8 @@ func (ix *Index) placeAll(p []prepared, prev uint32, chain bool) {
 			prev, want = noPos, 1
 		}
 		pos := sl.find(prev, q.canon)
-		if pos == noPos && ix.restoreAt != nil {
-			if at, ok := ix.restoreAt[q.canon]; ok {
+		if pos == noPos && nonHeads != nil {
+			if at, ok := nonHeads[q.canon]; ok {
 				pos = at
 			}
 		}

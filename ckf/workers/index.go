@@ -104,12 +104,8 @@ type Index struct {
 	aliases map[aliasKey]uint32
 	tel     Telemetry
 	prep    []prepared // the store path's working memory
-	// restoreAt lists the slab's blocks that are not heads by canonical while RestoreLineage
-	// restores rows into an index that has applied stores (nil otherwise): a row's block is found
-	// there or as a head (placeAll).
-	restoreAt map[ckf.CanonicalHash]uint32
-	sorted    []prepared // remapsWithin's copy of a long store
-	addrs     []uintptr  // the apply paths' cache lines to prefetch (prefetch.Lines)
+	sorted  []prepared // remapsWithin's copy of a long store
+	addrs   []uintptr  // the apply paths' cache lines to prefetch (prefetch.Lines)
 }
 
 // prepared is one block of a store, or of a removal found in the source's lineage.
@@ -120,7 +116,7 @@ type prepared struct {
 	pos     uint32 // the block's slab position
 	did     uint8  // the store's lineage pass: didNothing, didCreate or didAddTier
 	created bool   // the store's slab pass placed the block (slab.place)
-	unheld  bool   // a removal took the block's last holder (loseDevice)
+	unheld  bool   // a removal took the block's last device holder (loseDevice)
 }
 
 // New returns an empty index.
@@ -276,7 +272,7 @@ func (ix *Index) loseAll(i uint32, t producer.StorageTier, p []prepared) {
 		}
 		if nv == 0 {
 			tm.deleteAt(at)
-			ix.unheld(p[k].pos)
+			ix.slab.truncate(p[k].pos, &ix.tiers) // dropped if no tier holds it and it ends its run
 		} else {
 			s.val = nv
 		}
@@ -291,7 +287,6 @@ func (ix *Index) loseDevice(i uint32, p []prepared) {
 	const t = producer.StorageTierDevice
 	sl := &ix.slab
 	only := single(i)
-	lower := anyLower(&ix.tiers)
 	freed := false
 	var lost uint64
 	for k := range p {
@@ -310,8 +305,7 @@ func (ix *Index) loseDevice(i uint32, p []prepared) {
 		b.val = nv
 		if nv == 0 {
 			sl.held--
-			q.unheld = !lower || !heldLower(&ix.tiers, b.canon)
-			freed = true
+			q.unheld, freed = true, true
 		}
 		lost++
 	}
@@ -326,14 +320,6 @@ func (ix *Index) loseDevice(i uint32, p []prepared) {
 				sl.truncate(p[k].pos, &ix.tiers)
 			}
 		}
-	}
-}
-
-// unheld is called when the block at pos has lost its last holder on one tier: the slab drops
-// it when no tier holds it any longer and it ends its run (slab.truncate).
-func (ix *Index) unheld(pos uint32) {
-	if b := ix.slab.at(pos); b.val == 0 && (!anyLower(&ix.tiers) || !heldLower(&ix.tiers, b.canon)) {
-		ix.slab.truncate(pos, &ix.tiers)
 	}
 }
 

@@ -128,22 +128,22 @@ func (ix *Index) LineageSize() (sources, rows int) {
 // (Index.commit), so that their cache lines are prefetched together on a large index; no
 // canonical is hashed. A row's parent is not known, so its block is looked for as a run's head
 // (restored rows are heads, each a run of its own: slab); an index that has applied stores has
-// blocks that are not heads, and restoring into one first lists every block of its slab
-// (Index.restoreAt), a pass over the slab per call.
+// blocks that are not heads, and restoring into one first lists those by canonical, a pass over
+// the slab per call.
 func (ix *Index) RestoreLineage(src ckf.SourceKey, rows []LineageRow) error {
 	for _, r := range rows {
 		if r.Tiers == 0 || r.Tiers >= 1<<TierCount {
 			return fmt.Errorf("workers: restoring %v external id %#x: tiers %#x", src, uint64(r.ID), r.Tiers)
 		}
 	}
+	var nonHeads map[ckf.CanonicalHash]uint32 // a row's block may be one (Index.placeAll)
 	if ix.slab.blocks > ix.slab.heads.Len() {
-		ix.restoreAt = make(map[ckf.CanonicalHash]uint32, ix.slab.blocks-ix.slab.heads.Len())
+		nonHeads = make(map[ckf.CanonicalHash]uint32, ix.slab.blocks-ix.slab.heads.Len())
 		for pos, b := range ix.slab.all() {
 			if !ix.slab.isHead(pos) {
-				ix.restoreAt[b.canon] = pos
+				nonHeads[b.canon] = pos
 			}
 		}
-		defer func() { ix.restoreAt = nil }()
 	}
 	for t := range producer.StorageTier(TierCount) {
 		bit := uint8(1) << t
@@ -161,7 +161,7 @@ func (ix *Index) RestoreLineage(src ckf.SourceKey, rows []LineageRow) error {
 			}
 			si := ix.sourceOf(src)
 			ix.prefetchPrepared(si, t, p)
-			if ix.commit(src, si, t, p, noPos, false) == nil {
+			if ix.commit(src, si, t, p, noPos, false, nonHeads) == nil {
 				if si < 0 { // the source's first rows: its lineage grows once for all of them
 					ix.srcs[ix.sourceOf(src)].lin.reserve(len(rows))
 				}
@@ -170,7 +170,7 @@ func (ix *Index) RestoreLineage(src ckf.SourceKey, rows []LineageRow) error {
 			// Refused, and undone: apply the chunk's rows one at a time to name the one refused.
 			for k := range p {
 				one := p[k : k+1]
-				if err := ix.commit(src, ix.sourceOf(src), t, one, noPos, false); err != nil {
+				if err := ix.commit(src, ix.sourceOf(src), t, one, noPos, false, nonHeads); err != nil {
 					return fmt.Errorf("workers: restoring %v external id %#x on tier %v: %w", src, uint64(one[0].ext), t, err)
 				}
 			}
