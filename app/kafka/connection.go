@@ -68,6 +68,10 @@ type Connection struct {
 	// lanePartitions is the lane topic's partition count (TopicLayoutLanes).
 	lanePartitions int
 	closeOnce      sync.Once
+	// logs is shared by the loggers of every client built from the connection (Opts): Close
+	// shuts it, so that no franz-go goroutine still winding down writes to the process's log
+	// once the connection is closed.
+	logs *logGate
 
 	codecMu sync.Mutex
 	codec   *schemas.Codec
@@ -92,7 +96,7 @@ func New(p Params) (*Connection, error) {
 		return nil, err
 	}
 	c := &Connection{Cluster: cluster, Topics: p.Topics, Registry: p.Registry, cfg: p.Config, base: base, hooks: p.Hooks, log: log,
-		lanePartitions: max(p.Indexer.LanePartitions(), p.Relay.Lane+1)}
+		lanePartitions: max(p.Indexer.LanePartitions(), p.Relay.Lane+1), logs: &logGate{}}
 	c.admin, err = c.NewClient("admin")
 	if err != nil {
 		cluster.Close()
@@ -113,7 +117,7 @@ func (c *Connection) Opts(client string, extra ...kgo.Opt) []kgo.Opt {
 	if c.hooks != nil {
 		opts = append(opts, c.hooks.Opt(client))
 	}
-	opts = append(opts, kgo.WithLogger(newZapLogger(c.log.With(zap.String("client", client)))))
+	opts = append(opts, kgo.WithLogger(newZapLogger(c.log.With(zap.String("client", client)), c.logs)))
 	return append(opts, extra...)
 }
 
@@ -256,13 +260,16 @@ func (c *Connection) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the admin client and stops the embedded broker, if any. Components must have
+// Close closes the admin client and stops the embedded broker, if any, then shuts the clients'
+// loggers: a client's Close can return while a connection attempt of it still runs, and would
+// otherwise log after the process (or a test reading its log) has moved on. Components must have
 // closed their own clients first (fx stops them before this, since they depend on it). Only the
 // first call does anything.
 func (c *Connection) Close() {
 	c.closeOnce.Do(func() {
 		c.admin.Close()
 		c.Cluster.Close()
+		c.logs.close()
 	})
 }
 

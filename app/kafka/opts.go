@@ -97,6 +97,7 @@ func SASLMechanism(cfg config.SASL) (sasl.Mechanism, error) {
 type zapLogger struct {
 	l     *zap.Logger
 	level kgo.LogLevel
+	gate  *logGate // writes stop once it is shut
 
 	mu   sync.Mutex
 	last map[string]time.Time // repeated warnings: when each was last written
@@ -108,7 +109,7 @@ type zapLogger struct {
 // get a line per dial attempt, four a second. The next line written says how many were left out.
 const repeatWindow = 30 * time.Second
 
-func newZapLogger(l *zap.Logger) *zapLogger {
+func newZapLogger(l *zap.Logger, gate *logGate) *zapLogger {
 	level := kgo.LogLevelWarn
 	if l.Core().Enabled(zapcore.DebugLevel) {
 		level = kgo.LogLevelInfo
@@ -116,7 +117,21 @@ func newZapLogger(l *zap.Logger) *zapLogger {
 	// franz-go's warnings and errors are about brokers and connections; a stack trace would show
 	// only franz-go's own goroutines, so none is added below fatal.
 	l = l.WithOptions(zap.AddStacktrace(zapcore.FatalLevel))
-	return &zapLogger{l: l, level: level, last: map[string]time.Time{}, hush: map[string]int{}}
+	return &zapLogger{l: l, level: level, gate: gate, last: map[string]time.Time{}, hush: map[string]int{}}
+}
+
+// logGate lets loggers write until it is shut, and close waits for the writes in progress: after
+// it returns, none of its loggers writes again.
+type logGate struct {
+	mu   sync.RWMutex
+	shut bool
+}
+
+// close shuts the gate.
+func (g *logGate) close() {
+	g.mu.Lock()
+	g.shut = true
+	g.mu.Unlock()
 }
 
 // repeated reports whether a warning or error should be left out as a repeat within
@@ -182,5 +197,9 @@ func (z *zapLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		}
 		fields = append(fields, zap.Any(key, keyvals[i+1]))
 	}
-	ce.Write(fields...)
+	z.gate.mu.RLock()
+	defer z.gate.mu.RUnlock()
+	if !z.gate.shut {
+		ce.Write(fields...)
+	}
 }
